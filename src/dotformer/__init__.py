@@ -1,0 +1,58 @@
+"""dotformer: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017), from the dot product up.
+
+Read the modules in the lesson's order:
+
+1. :mod:`dotformer.attention`  scaled dot-product attention, softmax(Q·Kᵀ/√d_k)·V (paper §3.2.1), and the shape legend
+2. :mod:`dotformer.masks`      padding and causal masks (True = may attend)
+3. :mod:`dotformer.multihead`  multi-head attention: W_q, W_k, W_v, split, attend, concat, W_o (§3.2.2), KV cache
+4. :mod:`dotformer.positional` token embeddings ×√d_model and sinusoidal positional encoding (§3.4, §3.5)
+5. :mod:`dotformer.layers`     feed-forward network, residual + LayerNorm, encoder and decoder layers (§3.1, §3.3)
+6. :mod:`dotformer.model`      encoder and decoder stacks, the generator, the whole Transformer (§3)
+7. :mod:`dotformer.config`     the frozen configuration dataclasses with the paper's presets (Table 3)
+
+Around the core: :mod:`dotformer.data`, :mod:`dotformer.training`, :mod:`dotformer.decoding`,
+:mod:`dotformer.metrics`, :mod:`dotformer.plots`, :mod:`dotformer.interop` and the ``dotformer`` CLI.
+"""
+
+from dotformer.attention import AttentionOutput, scaled_dot_product_attention
+from dotformer.config import ModelConfig
+from dotformer.errors import (
+    CheckpointError,
+    ConfigError,
+    DataError,
+    DotformerError,
+    MissingDataError,
+    ShapeError,
+    TrainingError,
+)
+from dotformer.layers import DecoderLayer, EncoderLayer, FeedForward
+from dotformer.masks import causal_mask, padding_mask
+from dotformer.model import Decoder, Encoder, Transformer
+from dotformer.multihead import KVCache, MultiHeadAttention
+from dotformer.positional import sinusoidal_positional_encoding
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttentionOutput",
+    "CheckpointError",
+    "ConfigError",
+    "DataError",
+    "Decoder",
+    "DecoderLayer",
+    "DotformerError",
+    "Encoder",
+    "EncoderLayer",
+    "FeedForward",
+    "KVCache",
+    "MissingDataError",
+    "ModelConfig",
+    "MultiHeadAttention",
+    "ShapeError",
+    "Transformer",
+    "TrainingError",
+    "causal_mask",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "sinusoidal_positional_encoding",
+]

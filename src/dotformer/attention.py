@@ -1,0 +1,152 @@
+"""Scaled dot-product attention: Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k) · V  (paper §3.2.1, Eq. 1).
+
+Shape legend, used in every docstring and shape comment of dotformer:
+
+    B   batch size (sentences)            H   attention heads (num_heads)
+    T   target / query length              S   source / key-value length
+    D   d_model, the width of a token      Dh  head size d_k = d_v = D / H
+    F   d_ff, the feed-forward inner width  V   vocabulary size
+    K   beam size (decoding)
+
+Masks are boolean, ``True`` = "this query may attend to this key", broadcastable to (B, H, T, S): the same meaning as
+``torch.nn.functional.scaled_dot_product_attention`` and as the lesson's ``masked_fill(mask == 0, -inf)``.
+
+Two implementations live here:
+
+* :func:`scaled_dot_product_attention` is the reference: the lesson's five steps written out (scores, scale, mask,
+  softmax, weighted sum). It returns the attention weights too, which the plots and the tests read.
+* :func:`fused_attention` calls PyTorch's fused kernel (flash / memory-efficient / math), which never materialises the
+  (T × S) weight matrix on the flash and memory-efficient paths. The model uses it whenever no weights are asked for;
+  the tests check that it equals the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from dotformer.errors import ShapeError
+
+
+class AttentionOutput(NamedTuple):
+    """Result of attention.
+
+    Attributes:
+        output: (..., T, Dv) the weighted sums of the values, same dtype as ``value``.
+        weights: (..., T, S) the softmax weights (rows sum to 1 over allowed keys, all-zero rows where no key is
+            allowed), or ``None`` when the fused path computed the output without them.
+    """
+
+    output: Tensor
+    weights: Tensor | None
+
+
+def check_attention_shapes(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> None:
+    """Raise :class:`ShapeError` unless query (..., T, Dk), key (..., S, Dk), value (..., S, Dv) and mask fit together.
+
+    The mask must be boolean and broadcastable to (..., T, S).
+    """
+    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
+        raise ShapeError(
+            f"attention needs query, key, value with at least 2 dims (..., length, features); got "
+            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise ShapeError(f"query and key must share d_k (last dim): query {tuple(query.shape)}, key {tuple(key.shape)}")
+    if key.shape[-2] != value.shape[-2]:
+        raise ShapeError(
+            f"key and value must have the same length S (dim -2): key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    if mask is not None:
+        if mask.dtype != torch.bool:
+            raise ShapeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
+        scores_shape = (*torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]), query.shape[-2], key.shape[-2])
+        try:
+            torch.broadcast_shapes(mask.shape, scores_shape)
+        except RuntimeError:
+            raise ShapeError(
+                f"mask {tuple(mask.shape)} does not broadcast to the scores' shape {scores_shape} (..., T, S)"
+            ) from None
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> AttentionOutput:
+    """The reference attention of the lesson, written out step by step (paper §3.2.1, Eq. 1).
+
+    Args:
+        query: (..., T, Dk) float tensor Q.
+        key: (..., S, Dk) float tensor K.
+        value: (..., S, Dv) float tensor V.
+        mask: optional bool tensor broadcastable to (..., T, S); True = may attend.
+        dropout_p: dropout probability applied to the weights (0 at inference).
+
+    Returns:
+        :class:`AttentionOutput` with ``output`` (..., T, Dv) and ``weights`` (..., T, S), in the input dtype.
+        A query row whose mask allows no key gets all-zero weights and a zero output (never NaN), with finite
+        gradients.
+
+    Raises:
+        ShapeError: the shapes do not fit together (the message names them).
+
+    The lesson fills masked scores with -inf; a row with every key masked would then be softmax(-inf, ..., -inf) = NaN.
+    We fill with the dtype's most negative finite number instead, which gives the same weights for every row that
+    has an allowed key, and zero the weights of rows that have none.
+    """
+    check_attention_shapes(query, key, value, mask)
+    d_k = query.size(-1)
+
+    # Steps 1-2: every query against every key, then scale by 1/sqrt(d_k) to keep the variance near 1.
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)  # (..., T, S)
+
+    # Step 3: masked positions get a score so low that softmax gives them weight 0.
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)  # (..., T, S)
+
+    # Step 4: softmax over the keys turns each row into a probability distribution.
+    weights = torch.softmax(scores, dim=-1)  # (..., T, S)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # rows with no allowed key -> 0
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+
+    # Step 5: each output is the weighted sum of the values.
+    output = torch.matmul(weights, value)  # (..., T, Dv)
+    return AttentionOutput(output, weights)
+
+
+def fused_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """The same attention through ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient).
+
+    Args:
+        query: (B, H, T, Dh), key: (B, H, S, Dh), value: (B, H, S, Dh).
+        mask: optional bool, broadcastable to (B, H, T, S), True = may attend. Leave it ``None`` and set
+            ``is_causal`` for a plain causal mask (key j allowed for query i iff j <= i): the flash kernels then run.
+        is_causal: apply the causal mask (top-left aligned, as :func:`dotformer.masks.causal_mask` with T == S).
+        dropout_p: dropout on the weights (pass 0 at inference).
+
+    Returns:
+        (B, H, T, Dh) output, equal to :func:`scaled_dot_product_attention`'s (tested), zeros on fully masked rows.
+
+    Raises:
+        ShapeError: the shapes do not fit, or both ``mask`` and ``is_causal`` are given.
+    """
+    check_attention_shapes(query, key, value, mask)
+    if is_causal and mask is not None:
+        raise ShapeError("pass an explicit mask or is_causal=True, not both (combine them with masks.causal_mask)")
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)

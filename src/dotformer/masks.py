@@ -1,0 +1,63 @@
+"""Padding and causal masks, with one convention: boolean, ``True`` = may attend, broadcastable to (B, H, T, S).
+
+The lesson writes the causal mask additively (0 where allowed, -inf where not) and applies padding masks with
+``masked_fill(mask == 0, -inf)``; a boolean "allowed" mask carries the same information, is what
+``torch.nn.functional.scaled_dot_product_attention`` takes, and cannot be added twice by mistake.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from dotformer.errors import ShapeError
+
+
+def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """Mask out the PAD keys of a batch (paper §3.2.3: attention must not look at padding).
+
+    Args:
+        tokens: (B, S) integer token ids.
+        pad_id: the PAD token id.
+
+    Returns:
+        (B, 1, 1, S) bool: True where the key is a real token. Broadcasts over heads and queries.
+
+    Raises:
+        ShapeError: ``tokens`` is not 2-D.
+    """
+    if tokens.dim() != 2:
+        raise ShapeError(f"padding_mask expects token ids of shape (B, S), got {tuple(tokens.shape)}")
+    return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, S)
+
+
+def causal_mask(query_len: int, key_len: int | None = None, device: torch.device | str | None = None) -> Tensor:
+    """The decoder's "no peeking at the future" mask (paper §3.2.3).
+
+    Query i may attend to key j iff j <= i + (key_len - query_len): with a cache holding ``key_len - query_len``
+    earlier positions the queries are the last ``query_len`` positions (bottom-right alignment).
+
+    Args:
+        query_len: T, number of queries.
+        key_len: S, number of keys (default T).
+        device: where to build the mask.
+
+    Returns:
+        (T, S) bool, True = may attend; broadcasts to (B, H, T, S).
+
+    Raises:
+        ShapeError: negative lengths or key_len < query_len.
+    """
+    key_len = query_len if key_len is None else key_len
+    if query_len < 0 or key_len < query_len:
+        raise ShapeError(f"causal_mask needs 0 <= query_len <= key_len, got query_len={query_len}, key_len={key_len}")
+    return torch.ones(query_len, key_len, dtype=torch.bool, device=device).tril(diagonal=key_len - query_len)
+
+
+def combine_masks(*masks: Tensor | None) -> Tensor | None:
+    """AND of the given masks (None means "allow everything"); the result broadcasts to every input's shape."""
+    result: Tensor | None = None
+    for mask in masks:
+        if mask is not None:
+            result = mask if result is None else result & mask
+    return result

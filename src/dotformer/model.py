@@ -1,0 +1,331 @@
+"""The encoder and decoder stacks and the whole Transformer (paper §3, Figure 1).
+
+    memory = Encoder(Embed(src) · √D + PE)                         N encoder layers
+    hidden = Decoder(Embed(tgt) · √D + PE, memory)                  N decoder layers
+    logits = hidden · W_genᵀ,  P(next token) = softmax(logits)      the generator (§3.4)
+
+The same layers also build a decoder-only language model and an encoder-only sequence encoder
+(``ModelConfig.arch``). Shapes follow the legend in :mod:`dotformer.attention`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from dotformer.config import ModelConfig
+from dotformer.errors import ConfigError, ShapeError
+from dotformer.layers import DecoderLayer, EncoderLayer, LayerCache, LayerSizes
+from dotformer.masks import padding_mask
+from dotformer.positional import InputEmbedding, TokenEmbedding
+
+
+class EncoderOutput(NamedTuple):
+    """memory: (B, S, D) the encoder's output; self_weights: per layer (B, H, S, S), when asked for."""
+
+    memory: Tensor
+    self_weights: tuple[Tensor, ...] | None
+
+
+class DecoderOutput(NamedTuple):
+    """hidden: (B, T, D) before the generator; self_weights: per layer (B, H, T, T_total); cross_weights: per layer
+    (B, H, T, S). Weights are None unless asked for."""
+
+    hidden: Tensor
+    self_weights: tuple[Tensor, ...] | None
+    cross_weights: tuple[Tensor, ...] | None
+
+
+def layer_sizes(config: ModelConfig) -> LayerSizes:
+    """The per-layer subset of a :class:`ModelConfig`."""
+    return LayerSizes(
+        d_model=config.d_model,
+        num_heads=config.num_heads,
+        d_ff=config.d_ff,
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation=config.activation,
+        norm_first=config.norm_first,
+        layer_norm_eps=config.layer_norm_eps,
+        bias=config.bias,
+    )
+
+
+class Encoder(nn.Module):
+    """N encoder layers; pre-LN stacks end with a LayerNorm (post-LN layers already end with one)."""
+
+    def __init__(self, sizes: LayerSizes, num_layers: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(sizes) for _ in range(num_layers))
+        self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> EncoderOutput:
+        """x: (B, S, D) embedded source; mask: bool broadcastable to (B, H, S, S). Returns (B, S, D) memory."""
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, mask=mask, need_weights=need_weights)  # (B, S, D)
+            weights.append(w)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return EncoderOutput(x, tuple(weights) if need_weights else None)
+
+
+@dataclass
+class DecoderCache:
+    """The decoder's key/value cache for incremental decoding: one :class:`LayerCache` per layer.
+
+    Attributes:
+        layers: per-layer caches (self-attention keys/values grow each step; cross-attention ones are fixed).
+        length: number of target positions already decoded (the positional offset of the next token).
+    """
+
+    layers: list[LayerCache] = field(default_factory=list)
+    length: int = 0
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (LongTensor (B',)) in every layer; beam search follows surviving beams with it."""
+        for layer in self.layers:
+            layer.self_attn.reorder(index)
+            layer.cross_attn.reorder(index)
+
+
+class Decoder(nn.Module):
+    """N decoder layers (masked self-attention, cross-attention, FFN); pre-LN stacks end with a LayerNorm."""
+
+    def __init__(self, sizes: LayerSizes, num_layers: int, cross_attention: bool = True) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(sizes, cross_attention) for _ in range(num_layers))
+        self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
+    ) -> DecoderOutput:
+        """x: (B, T, D) embedded target; memory: (B, S, D); masks as in :meth:`DecoderLayer.forward`."""
+        if cache is not None and len(cache.layers) != len(self.layers):
+            cache.layers = [LayerCache() for _ in self.layers]
+        self_w, cross_w = [], []
+        for i, layer in enumerate(self.layers):
+            out = layer(
+                x,
+                memory,
+                tgt_mask=tgt_mask,
+                memory_mask=memory_mask,
+                cache=cache.layers[i] if cache is not None else None,
+                need_weights=need_weights,
+            )
+            x = out.output  # (B, T, D)
+            self_w.append(out.self_weights)
+            cross_w.append(out.cross_weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if not need_weights:
+            return DecoderOutput(x, None, None)
+        return DecoderOutput(x, tuple(self_w), tuple(cross_w) if memory is not None else None)
+
+
+class Transformer(nn.Module):
+    """The Transformer of "Attention Is All You Need" (encoder-decoder), or a decoder-only / encoder-only model
+    built from the same layers, per ``config.arch``.
+
+    Args:
+        config: a :class:`ModelConfig`.
+
+    Initialisation (documented choice): every weight matrix of a linear layer is Xavier/Glorot-uniform with zero
+    bias, as in the Annotated Transformer and ``torch.nn.Transformer``; token embeddings are N(0, D^-1/2) with a zero
+    PAD row (as in fairseq), so that after the ·√D scaling they have unit variance, which also suits the tied
+    generator. LayerNorms start at weight 1, bias 0.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        c = config
+        sizes = layer_sizes(c)
+        self.src_embed: InputEmbedding | None = None
+        self.tgt_embed: InputEmbedding | None = None
+        self.encoder: Encoder | None = None
+        self.decoder: Decoder | None = None
+        if c.arch in ("encoder-decoder", "encoder-only"):
+            self.src_embed = InputEmbedding(c.src_vocab_size, c.d_model, c.pad_id, c.dropout, c.positional, c.max_len)
+            self.encoder = Encoder(sizes, c.num_encoder_layers)
+        if c.arch in ("encoder-decoder", "decoder-only"):
+            shared: TokenEmbedding | None = None
+            if c.share_embeddings and self.src_embed is not None:
+                shared = self.src_embed.token
+            self.tgt_embed = InputEmbedding(
+                c.tgt_vocab_size, c.d_model, c.pad_id, c.dropout, c.positional, c.max_len, token=shared
+            )
+            self.decoder = Decoder(sizes, c.num_decoder_layers, cross_attention=c.arch == "encoder-decoder")
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self.reset_parameters()
+        output_embed = self.tgt_embed if self.tgt_embed is not None else self.src_embed
+        if c.tie_output and output_embed is not None and output_embed.token.weight.shape == self.generator.weight.shape:
+            self.generator.weight = output_embed.token.lookup.weight
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform linear weights, zero biases, N(0, D^-1/2) embeddings with zero PAD rows."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
+                if module.padding_idx is not None:
+                    with torch.no_grad():
+                        module.weight[module.padding_idx].zero_()
+
+    # -- the three entry points -------------------------------------------------------------------------------------
+
+    def source_mask(self, src: Tensor) -> Tensor:
+        """(B, S) ids -> (B, 1, 1, S) bool padding mask (True = real token) from ``config.pad_id``."""
+        return padding_mask(src, self.config.pad_id)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None, need_weights: bool = False) -> EncoderOutput:
+        """Encode a batch of source sentences.
+
+        Args:
+            src: (B, S) int64 token ids, right-padded with ``config.pad_id``.
+            src_mask: bool broadcastable to (B, H, S, S); default: the padding mask of ``src``.
+            need_weights: also return every layer's (B, H, S, S) self-attention weights.
+
+        Returns:
+            :class:`EncoderOutput` with ``memory`` (B, S, D).
+
+        Raises:
+            ConfigError: the model has no encoder. ShapeError: ``src`` is not (B, S) or holds ids outside [0, V).
+        """
+        if self.encoder is None or self.src_embed is None:
+            raise ConfigError(f"a {self.config.arch} model has no encoder")
+        if src.dim() != 2:
+            raise ShapeError(f"src must be (B, S) token ids, got {tuple(src.shape)}")
+        mask = self.source_mask(src) if src_mask is None else src_mask
+        return self.encoder(self.src_embed(src), mask=mask, need_weights=need_weights)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor | None = None,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
+    ) -> DecoderOutput:
+        """Run the decoder over target tokens (teacher forcing) or over the newest tokens (with a cache).
+
+        Args:
+            tgt: (B, T) int64 target ids starting with BOS (right-padded), or only the new ids when ``cache`` holds
+                the earlier positions.
+            memory: (B, S, D) the encoder output (None for decoder-only models).
+            src_mask: bool broadcastable to (B, H, T, S), the source padding mask, e.g. ``model.source_mask(src)``.
+            tgt_mask: optional extra bool mask broadcastable to (B, H, T, T_total), ANDed with the causal mask.
+            cache: a :class:`DecoderCache` from :meth:`new_cache`, updated in place.
+            need_weights: also return the weights of every layer.
+
+        Returns:
+            :class:`DecoderOutput` with ``hidden`` (B, T, D); apply :attr:`generator` for the (B, T, V) logits.
+
+        Raises:
+            ConfigError: the model has no decoder, or an encoder-decoder model got no memory.
+            ShapeError: ``tgt`` is not (B, T), or ids outside [0, V).
+        """
+        if self.decoder is None or self.tgt_embed is None:
+            raise ConfigError(f"a {self.config.arch} model has no decoder")
+        if tgt.dim() != 2:
+            raise ShapeError(f"tgt must be (B, T) token ids, got {tuple(tgt.shape)}")
+        if self.encoder is not None and memory is None:
+            raise ConfigError("an encoder-decoder model needs the encoder memory to decode")
+        if memory is not None and memory.size(0) != tgt.size(0):
+            raise ShapeError(f"memory {tuple(memory.shape)} and tgt {tuple(tgt.shape)} have different batch sizes")
+        offset = cache.length if cache is not None else 0
+        x = self.tgt_embed(tgt, offset)  # (B, T, D)
+        out = self.decoder(x, memory, tgt_mask=tgt_mask, memory_mask=src_mask, cache=cache, need_weights=need_weights)
+        if cache is not None:
+            cache.length += tgt.size(1)
+        return out
+
+    def new_cache(self) -> DecoderCache:
+        """An empty :class:`DecoderCache` for incremental decoding."""
+        return DecoderCache()
+
+    def forward(
+        self,
+        src: Tensor | None = None,
+        tgt: Tensor | None = None,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Logits of the next token at every target position (teacher forcing), or per source position for
+        encoder-only models.
+
+        Args:
+            src: (B, S) int64 source ids (encoder-decoder, encoder-only).
+            tgt: (B, T) int64 target input ids, BOS first (encoder-decoder, decoder-only).
+            src_mask, tgt_mask: as in :meth:`encode` / :meth:`decode`.
+
+        Returns:
+            (B, T, V) float logits (B, S, V for encoder-only); ``log_softmax`` of them gives log-probabilities.
+
+        Raises:
+            ConfigError: a required input is missing. ShapeError: wrong shapes.
+        """
+        arch = self.config.arch
+        if arch == "encoder-only":
+            if src is None:
+                raise ConfigError("an encoder-only model needs src")
+            return self.generator(self.encode(src, src_mask).memory)  # (B, S, V)
+        if tgt is None:
+            raise ConfigError("forward needs tgt (the target input ids, starting with BOS)")
+        memory = None
+        if arch == "encoder-decoder":
+            if src is None:
+                raise ConfigError("an encoder-decoder model needs src")
+            src_mask = self.source_mask(src) if src_mask is None else src_mask
+            memory = self.encode(src, src_mask).memory  # (B, S, D)
+        hidden = self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask).hidden  # (B, T, D)
+        return self.generator(hidden)  # (B, T, V)
+
+    def num_parameters(self) -> int:
+        """Number of distinct trainable parameters (tied weights counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+
+def expected_num_parameters(config: ModelConfig) -> int:
+    """The analytic parameter count of ``Transformer(config)``, term by term.
+
+    attention = 4·D² (+ 4·D biases); FFN = 2·D·F (+ F + D biases); LayerNorm = 2·D;
+    encoder layer = attention + FFN + 2 LayerNorms; decoder layer = 2 attentions + FFN + 3 LayerNorms
+    (1 attention and 2 LayerNorms without cross-attention); pre-LN adds one LayerNorm per stack;
+    embeddings V·D each (shared once), plus max_len·D per learned positional table; generator V·D unless tied.
+    """
+    c = config
+    D, F = c.d_model, c.d_ff
+    attention = 4 * D * D + (4 * D if c.bias else 0)
+    ffn = 2 * D * F + ((F + D) if c.bias else 0)
+    norm = 2 * D
+    total = 0
+    has_encoder = c.arch in ("encoder-decoder", "encoder-only")
+    has_decoder = c.arch in ("encoder-decoder", "decoder-only")
+    if has_encoder:
+        total += c.num_encoder_layers * (attention + ffn + 2 * norm) + (norm if c.norm_first else 0)
+        total += c.src_vocab_size * D + (c.max_len * D if c.positional == "learned" else 0)
+    if has_decoder:
+        cross = c.arch == "encoder-decoder"
+        per_layer = (2 if cross else 1) * attention + ffn + (3 if cross else 2) * norm
+        total += c.num_decoder_layers * per_layer + (norm if c.norm_first else 0)
+        total += c.max_len * D if c.positional == "learned" else 0
+        if not (c.share_embeddings and has_encoder):
+            total += c.tgt_vocab_size * D
+    out_vocab = c.tgt_vocab_size if has_decoder else c.src_vocab_size
+    if not (c.tie_output and out_vocab == c.tgt_vocab_size):
+        total += c.tgt_vocab_size * D
+    return total

@@ -1,0 +1,161 @@
+"""Multi-head attention (paper §3.2.2): MultiHead(Q, K, V) = Concat(head_1, ..., head_h) · W_o,
+where head_i = Attention(Q·W_q_i, K·W_k_i, V·W_v_i).
+
+All heads' projections are done by one (D × D) matrix each, then the result is split into H heads of width Dh.
+Shapes follow the legend in :mod:`dotformer.attention`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from dotformer.attention import fused_attention, scaled_dot_product_attention
+from dotformer.errors import ShapeError
+from dotformer.masks import causal_mask, combine_masks
+
+
+@dataclass
+class KVCache:
+    """Keys and values already projected, kept between decoding steps (one per attention module and sentence batch).
+
+    Self-attention appends the new step's keys/values; cross-attention computes the memory's once and reuses them.
+
+    Attributes:
+        key: (B, H, S_cached, Dh) or None before the first step.
+        value: (B, H, S_cached, Dh) or None before the first step.
+    """
+
+    key: Tensor | None = None
+    value: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """S_cached, the number of positions held."""
+        return 0 if self.key is None else self.key.size(-2)
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Add (B, H, T_new, Dh) keys/values after the cached ones; return the full (B, H, S_cached + T_new, Dh)."""
+        if self.key is None or self.value is None:
+            self.key, self.value = key, value
+        else:
+            self.key = torch.cat([self.key, key], dim=-2)  # (B, H, S_cached + T_new, Dh)
+            self.value = torch.cat([self.value, value], dim=-2)  # (B, H, S_cached + T_new, Dh)
+        return self.key, self.value
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows ``index`` (LongTensor (B',)) of the batch: beam search uses it to follow surviving beams."""
+        if self.key is not None and self.value is not None:
+            self.key = self.key.index_select(0, index)
+            self.value = self.value.index_select(0, index)
+
+
+class MultiHeadOutput(NamedTuple):
+    """Result of :class:`MultiHeadAttention`.
+
+    Attributes:
+        output: (B, T, D) the projected concatenation of the heads.
+        weights: (B, H, T, S) per-head attention weights when asked for (``need_weights=True``), else None.
+    """
+
+    output: Tensor
+    weights: Tensor | None
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with learned projections W_q, W_k, W_v, W_o (paper §3.2.2).
+
+    Args:
+        d_model: D, width of the inputs and output.
+        num_heads: H; D must be divisible by H, each head has Dh = D / H.
+        dropout: dropout on the attention weights during training.
+        bias: whether the four projections have biases.
+
+    Raises:
+        ShapeError: D is not divisible by H.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        if d_model <= 0 or num_heads <= 0 or d_model % num_heads != 0:
+            raise ShapeError(f"d_model={d_model} must be a positive multiple of num_heads={num_heads}")
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.dropout = dropout
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, L, D) -> (B, H, L, Dh): each head sees its own Dh-wide slice of the projection."""
+        B, L, _ = x.shape
+        return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
+
+    def merge_heads(self, x: Tensor) -> Tensor:
+        """(B, H, L, Dh) -> (B, L, D): concatenate the heads side by side."""
+        B, _, L, _ = x.shape
+        return x.transpose(1, 2).reshape(B, L, self.d_model)  # (B, L, D)
+
+    def forward(
+        self,
+        query: Tensor,
+        key_value: Tensor | None = None,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+        static_kv: bool = False,
+    ) -> MultiHeadOutput:
+        """Attend from ``query`` to ``key_value`` (itself for self-attention).
+
+        Args:
+            query: (B, T, D) the queries' token vectors.
+            key_value: (B, S, D) the vectors keys and values are projected from (the encoder memory for
+                cross-attention); None for self-attention (key_value = query).
+            mask: optional bool, broadcastable to (B, H, T, S), True = may attend.
+            is_causal: add the causal mask (for self-attention in a decoder); with a cache the queries are
+                aligned to the last T keys.
+            need_weights: return the (B, H, T, S) weights (uses the reference attention instead of the fused kernel).
+            cache: keys/values of earlier decoding steps, updated in place.
+            static_kv: with a cache, the keys/values do not change between steps (cross-attention): project
+                ``key_value`` on the first call only and reuse it afterwards.
+
+        Returns:
+            :class:`MultiHeadOutput` with ``output`` (B, T, D) and optionally ``weights`` (B, H, T, S).
+
+        Raises:
+            ShapeError: inputs are not (B, L, D) with this module's D, or batch sizes differ.
+        """
+        if query.dim() != 3 or query.size(-1) != self.d_model:
+            raise ShapeError(f"query must be (B, T, D={self.d_model}), got {tuple(query.shape)}")
+        source = query if key_value is None else key_value
+        if source.dim() != 3 or source.size(-1) != self.d_model or source.size(0) != query.size(0):
+            raise ShapeError(f"key_value must be (B={query.size(0)}, S, D={self.d_model}), got {tuple(source.shape)}")
+
+        q = self.split_heads(self.W_q(query))  # (B, H, T, Dh)
+        if cache is not None and static_kv and cache.key is not None and cache.value is not None:
+            k, v = cache.key, cache.value  # (B, H, S, Dh), computed on the first step
+        else:
+            k = self.split_heads(self.W_k(source))  # (B, H, S, Dh)
+            v = self.split_heads(self.W_v(source))  # (B, H, S, Dh)
+            if cache is not None:
+                k, v = cache.append(k, v)  # (B, H, S_cached + S, Dh)
+
+        T, S = q.size(-2), k.size(-2)
+        if is_causal and (need_weights or mask is not None or T != S):
+            # The fused kernel's is_causal flag is top-left aligned; spell the mask out when it is not enough.
+            mask = combine_masks(mask, causal_mask(T, S, device=q.device))  # (.., T, S)
+            is_causal = False
+        dropout_p = self.dropout if self.training else 0.0
+
+        if need_weights:
+            attended, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=dropout_p)
+        else:
+            attended = fused_attention(q, k, v, mask=mask, is_causal=is_causal and T > 1, dropout_p=dropout_p)
+            weights = None
+        return MultiHeadOutput(self.W_o(self.merge_heads(attended)), weights)  # (B, T, D)
