@@ -1,0 +1,85 @@
+"""The ``dotformer`` command line: thin subcommands that parse flags, build configs and call the library.
+
+Each subcommand lives in its own module with two functions, ``add_arguments(parser)`` and ``run(args) -> int``.
+A user's mistake (any :class:`dotformer.DotformerError`, a missing file, bad UTF-8) prints one line on standard
+error and exits with status 2; it never shows a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from dotformer.errors import DotformerError
+
+# subcommand name -> (module, one-line help). Modules are imported when the parser is built, and import nothing heavy
+# at module level.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("dotformer.cli.train", "train a Transformer on real pairs (CMUdict, Bible, TSV, parallel files)"),
+    "translate": ("dotformer.cli.translate", "decode inputs with a trained checkpoint (greedy, beam, sampling)"),
+    "evaluate": ("dotformer.cli.evaluate", "metrics (BLEU/chrF or WER/PER, perplexity) on a held-out split"),
+    "average": ("dotformer.cli.average", "average the weights of several checkpoints"),
+    "plot": ("dotformer.cli.plot", "draw attention maps, positional encodings, masks, schedules, curves"),
+    "explain": ("dotformer.cli.explain", "print the lesson's worked attention example step by step"),
+    "compare": ("dotformer.cli.compare", "measure recurrence against self-attention (the paper's Table 1)"),
+    "explore": ("dotformer.cli.explore", "serve or write an HTML attention explorer for a checkpoint"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every available subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="dotformer",
+        description="The Transformer of 'Attention Is All You Need', from the dot product up.",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:  # not written yet
+                continue
+            raise
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(sub_parser)
+        sub_parser.set_defaults(handler=module.run)
+    return parser
+
+
+def _version() -> str:
+    from dotformer import __version__
+
+    return f"dotformer {__version__}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dotformer`` console script. Returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except DotformerError as exc:
+        print(f"dotformer {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        print(f"dotformer {args.command}: error: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError as exc:
+        print(
+            f"dotformer {args.command}: error: input is not valid UTF-8 ({exc.reason} at byte {exc.start})",
+            file=sys.stderr,
+        )
+        return 2
+    except KeyboardInterrupt:
+        print(f"dotformer {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
