@@ -55,9 +55,20 @@ def causal_mask(query_len: int, key_len: int | None = None, device: torch.device
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:
-    """AND of the given masks (None means "allow everything"); the result broadcasts to every input's shape."""
+    """AND of the given masks (None means "allow everything"); the result broadcasts to every input's shape.
+
+    Raises:
+        ShapeError: the masks' shapes do not broadcast together (the message names them).
+    """
     result: Tensor | None = None
     for mask in masks:
         if mask is not None:
+            if result is not None:
+                try:
+                    torch.broadcast_shapes(result.shape, mask.shape)
+                except RuntimeError:
+                    raise ShapeError(
+                        f"masks of shapes {tuple(result.shape)} and {tuple(mask.shape)} do not broadcast together"
+                    ) from None
             result = mask if result is None else result & mask
     return result

@@ -38,7 +38,16 @@ class KVCache:
         return 0 if self.key is None else self.key.size(-2)
 
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Add (B, H, T_new, Dh) keys/values after the cached ones; return the full (B, H, S_cached + T_new, Dh)."""
+        """Add (B, H, T_new, Dh) keys/values after the cached ones; return the full (B, H, S_cached + T_new, Dh).
+
+        Raises:
+            ShapeError: the new keys do not match the cached ones in batch size, heads or head size.
+        """
+        if self.key is not None and (key.shape[:-2] != self.key.shape[:-2] or key.shape[-1] != self.key.shape[-1]):
+            raise ShapeError(
+                f"the cache holds keys of shape {tuple(self.key.shape)} (B, H, S, Dh); new keys {tuple(key.shape)} "
+                f"do not fit (a different batch size? use cache.reorder(index) to follow beams)"
+            )
         if self.key is None or self.value is None:
             self.key, self.value = key, value
         else:
@@ -140,6 +149,8 @@ class MultiHeadAttention(nn.Module):
         q = self.split_heads(self.W_q(query))  # (B, H, T, Dh)
         if cache is not None and static_kv and cache.key is not None and cache.value is not None:
             k, v = cache.key, cache.value  # (B, H, S, Dh), computed on the first step
+            if k.size(0) != q.size(0):
+                raise ShapeError(f"the cache holds keys for batch size {k.size(0)}, the query has {q.size(0)}")
         else:
             k = self.split_heads(self.W_k(source))  # (B, H, S, Dh)
             v = self.split_heads(self.W_v(source))  # (B, H, S, Dh)

@@ -117,9 +117,11 @@ class TokenEmbedding(nn.Module):
         """tokens: (B, L) int64 ids -> (B, L, D) float vectors · √D.
 
         Raises:
-            ShapeError: an id is outside [0, V).
+            ShapeError: ``tokens`` is not an integer tensor, or an id is outside [0, V).
         """
         V = self.lookup.num_embeddings
+        if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+            raise ShapeError(f"token ids must be an integer tensor (int64), got dtype {tokens.dtype}")
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
             raise ShapeError(f"token ids must lie in [0, {V}); got min {int(tokens.min())}, max {int(tokens.max())}")
         return self.lookup(tokens) * math.sqrt(self.d_model)  # (B, L, D)
