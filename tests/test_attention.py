@@ -1,0 +1,258 @@
+"""Scaled dot-product attention: the lesson's worked example by hand, PyTorch's SDPA, and the fused path."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dotformer.attention import fused_attention, scaled_dot_product_attention
+from dotformer.errors import ShapeError
+from dotformer.masks import causal_mask
+
+FAST = settings(max_examples=30, deadline=None)
+
+# -- the lesson's worked example ------------------------------------------------------------------------------------
+
+Q = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+K = Q.clone()
+V = torch.tensor([[10.0, 0.0], [0.0, 10.0], [5.0, 5.0]])
+
+
+def test_lesson_example_row_1_matches_the_lesson_and_is_scaled():
+    out, weights = scaled_dot_product_attention(Q, K, V)
+    # scores q1·k = [1, 0, 1]; scaled by 1/sqrt(2): a = 0.7071. softmax = [e^a, 1, e^a] / (2 e^a + 1).
+    a = 1 / math.sqrt(2)
+    z = 2 * math.exp(a) + 1
+    hand = [math.exp(a) / z, 1 / z, math.exp(a) / z]
+    assert weights[0].tolist() == pytest.approx(hand, abs=1e-6)
+    # The lesson's printed numbers are these scaled weights ...
+    assert weights[0].tolist() == pytest.approx([0.401, 0.198, 0.401], abs=1e-3)
+    # ... not softmax([1, 0, 1]) without the 1/sqrt(d_k), which would be [0.422, 0.155, 0.422].
+    unscaled = torch.softmax(torch.tensor([1.0, 0.0, 1.0]), dim=0)
+    assert unscaled.tolist() == pytest.approx([0.4223, 0.1554, 0.4223], abs=1e-4)
+    assert not torch.allclose(weights[0], unscaled, atol=1e-2)
+    # out1 = 0.401·[10,0] + 0.198·[0,10] + 0.401·[5,5] ≈ [6.02, 3.98]
+    assert out[0].tolist() == pytest.approx([10 * hand[0] + 5 * hand[2], 10 * hand[1] + 5 * hand[2]], abs=1e-5)
+    assert out[0].tolist() == pytest.approx([6.02, 3.98], abs=5e-3)
+
+
+def test_lesson_example_rows_2_and_3_by_hand():
+    out, weights = scaled_dot_product_attention(Q, K, V)
+    a = 1 / math.sqrt(2)
+    # Row 2: q2 = [0, 1], scores [0, 1, 1] -> mirror image of row 1.
+    z = 2 * math.exp(a) + 1
+    assert weights[1].tolist() == pytest.approx([1 / z, math.exp(a) / z, math.exp(a) / z], abs=1e-6)
+    assert out[1].tolist() == pytest.approx([3.98, 6.02], abs=5e-3)
+    # Row 3: q3 = [1, 1], scores [1, 1, 2] / sqrt(2) -> [e^a, e^a, e^2a] / (2 e^a + e^2a) ≈ [0.248, 0.248, 0.503]
+    z3 = 2 * math.exp(a) + math.exp(2 * a)
+    hand = [math.exp(a) / z3, math.exp(a) / z3, math.exp(2 * a) / z3]
+    assert weights[2].tolist() == pytest.approx(hand, abs=1e-6)
+    assert weights[2].tolist() == pytest.approx([0.2483, 0.2483, 0.5035], abs=1e-4)
+    # 10·w1 + 5·w3 with w1 = w2 and w3 = 1 - 2·w1 is exactly 5 in both coordinates.
+    assert out[2].tolist() == pytest.approx([5.0, 5.0], abs=1e-5)
+    assert weights.sum(-1).tolist() == pytest.approx([1.0, 1.0, 1.0], abs=1e-6)
+
+
+def test_lesson_code_gives_the_same_as_ours():
+    """The lesson's own function (scores / d_k**0.5, masked_fill(mask == 0, -inf)) on a causal mask."""
+    q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
+    mask = causal_mask(5)
+    scores = torch.matmul(q, k.transpose(-2, -1)) / 4**0.5
+    scores = scores.masked_fill(mask == 0, float("-inf"))
+    lesson_weights = F.softmax(scores, dim=-1)
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(weights, lesson_weights)
+    torch.testing.assert_close(out, lesson_weights @ v)
+
+
+# -- against torch.nn.functional.scaled_dot_product_attention --------------------------------------------------------
+
+
+@st.composite
+def attention_inputs(draw, mask_kind=None):
+    """Random (B, H, T, Dk) / (B, H, S, Dk) / (B, H, S, Dv) float64 tensors and an optional bool mask."""
+    B, H = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    T, S = draw(st.integers(1, 7)), draw(st.integers(1, 7))
+    Dk, Dv = draw(st.integers(1, 8)), draw(st.integers(1, 8))
+    seed = draw(st.integers(0, 2**31 - 1))
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, T, Dk, generator=g, dtype=torch.float64)
+    k = torch.randn(B, H, S, Dk, generator=g, dtype=torch.float64)
+    v = torch.randn(B, H, S, Dv, generator=g, dtype=torch.float64)
+    kind = mask_kind or draw(st.sampled_from(["none", "padding", "full", "causal"]))
+    mask = None
+    if kind == "padding":  # (B, 1, 1, S), at least one real key per sentence
+        lengths = torch.randint(1, S + 1, (B,), generator=g)
+        mask = (torch.arange(S)[None, :] < lengths[:, None])[:, None, None, :]
+    elif kind == "full":  # (B, H, T, S) random, rows may be fully masked
+        mask = torch.rand(B, H, T, S, generator=g) < 0.6
+    elif kind == "causal" and T <= S:
+        mask = causal_mask(T, S)
+    return q, k, v, mask
+
+
+@FAST
+@given(attention_inputs())
+def test_reference_equals_torch_sdpa(inputs):
+    q, k, v, mask = inputs
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    if mask is not None:
+        # PyTorch's math path gives zeros on rows with nothing to attend to, as we do.
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    else:
+        expected = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, expected)
+    assert weights.shape == (*q.shape[:-1], k.size(-2))
+
+
+@FAST
+@given(attention_inputs())
+def test_fused_equals_reference(inputs):
+    q, k, v, mask = inputs
+    torch.testing.assert_close(fused_attention(q, k, v, mask), scaled_dot_product_attention(q, k, v, mask).output)
+
+
+@FAST
+@given(st.integers(1, 3), st.integers(1, 9), st.integers(1, 8))
+def test_fused_is_causal_equals_reference_with_causal_mask(B, T, Dh):
+    q, k, v = (torch.randn(B, 2, T, Dh, dtype=torch.float64) for _ in range(3))
+    expected = scaled_dot_product_attention(q, k, v, causal_mask(T)).output
+    torch.testing.assert_close(fused_attention(q, k, v, is_causal=True), expected)
+    torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, is_causal=True), expected)
+
+
+@FAST
+@given(attention_inputs(mask_kind="full"))
+def test_weight_rows_sum_to_one_over_allowed_keys(inputs):
+    q, k, v, mask = inputs
+    _, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert weights.shape == mask.shape
+    assert bool((weights[~mask] == 0).all()), "disallowed keys get exactly zero weight"
+    assert bool((weights >= 0).all())
+    has_key = mask.any(-1)
+    sums = weights.sum(-1)
+    torch.testing.assert_close(sums[has_key], torch.ones_like(sums[has_key]))
+    assert bool((sums[~has_key] == 0).all()), "rows with no allowed key are all zero"
+
+
+# -- fully masked rows, gradients, mixed precision ---------------------------------------------------------------------
+
+
+def _fully_masked_inputs(dtype=torch.float32):
+    q = torch.randn(2, 2, 4, 8, dtype=dtype, requires_grad=True)
+    k = torch.randn(2, 2, 5, 8, dtype=dtype, requires_grad=True)
+    v = torch.randn(2, 2, 5, 8, dtype=dtype, requires_grad=True)
+    mask = torch.ones(2, 1, 4, 5, dtype=torch.bool)
+    mask[0, 0, 1] = False  # query 1 of sentence 0 may attend to nothing
+    mask[1] = False  # sentence 1 is all padding
+    return q, k, v, mask
+
+
+def _attend(path: str, q, k, v, mask):
+    """The output of the reference or the fused attention."""
+    return scaled_dot_product_attention(q, k, v, mask).output if path == "reference" else fused_attention(q, k, v, mask)
+
+
+@pytest.mark.parametrize("path", ["reference", "fused"])
+def test_fully_masked_rows_give_zeros_and_finite_gradients(path):
+    q, k, v, mask = _fully_masked_inputs()
+    out = _attend(path, q, k, v, mask)
+    assert bool(out.isfinite().all())
+    assert bool((out[0, :, 1] == 0).all()) and bool((out[1] == 0).all())
+    (out.square().sum()).backward()
+    for t in (q, k, v):
+        assert t.grad is not None and bool(t.grad.isfinite().all())
+    # Nothing flows back into the fully masked query or the keys nobody may see.
+    assert bool((q.grad[0, :, 1] == 0).all()) and bool((q.grad[1] == 0).all())
+    assert bool((k.grad[1] == 0).all()) and bool((v.grad[1] == 0).all())
+
+
+def test_reference_and_fused_gradients_agree():
+    q, k, v, mask = _fully_masked_inputs(torch.float64)
+    scaled_dot_product_attention(q, k, v, mask).output.sin().sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    fused_attention(q, k, v, mask).sin().sum().backward()
+    for t, expected in zip((q, k, v), grads, strict=True):
+        torch.testing.assert_close(t.grad, expected)
+
+
+@pytest.mark.parametrize("path", ["reference", "fused"])
+@pytest.mark.parametrize("scale", [1.0, 1000.0])
+def test_bf16_autocast_masking_stays_finite(path, scale):
+    """Under bf16 autocast masked scores must not overflow to -inf/NaN, even when real scores are huge."""
+    q, k, v, mask = _fully_masked_inputs()
+    q32, k32, v32 = (t.detach() * scale for t in (q, k, v))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = _attend(path, q32.bfloat16(), k32.bfloat16(), v32.bfloat16(), mask)
+    assert out.dtype == torch.bfloat16
+    assert bool(out.isfinite().all())
+    assert bool((out[1] == 0).all()) and bool((out[0, :, 1] == 0).all())
+    if scale == 1.0:  # bf16 keeps about 3 significant digits
+        expected = scaled_dot_product_attention(q32, k32, v32, mask).output
+        torch.testing.assert_close(out.float(), expected, atol=0.05, rtol=0.05)
+
+
+def test_reference_keeps_half_precision_dtype_and_uses_its_finite_minimum():
+    q, k, v, mask = (t.detach().half() if t.is_floating_point() else t for t in _fully_masked_inputs())
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert out.dtype == weights.dtype == torch.float16
+    assert bool(out.isfinite().all()) and bool(weights.isfinite().all())
+
+
+def test_dropout_on_weights_scales_kept_weights():
+    q, k, v = torch.randn(1, 1, 64, 4), torch.randn(1, 1, 64, 4), torch.randn(1, 1, 64, 4)
+    _, plain = scaled_dot_product_attention(q, k, v)
+    _, dropped = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    kept = dropped != 0
+    assert 0.3 < kept.float().mean() < 0.7
+    torch.testing.assert_close(dropped[kept], plain[kept] * 2)
+
+
+# -- lengths 0 and 1, errors ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("T, S", [(0, 3), (3, 0), (0, 0), (1, 1)])
+def test_empty_and_single_lengths(T, S):
+    q, k, v = torch.randn(2, 2, T, 4), torch.randn(2, 2, S, 4), torch.randn(2, 2, S, 3)
+    out, weights = scaled_dot_product_attention(q, k, v)
+    assert out.shape == (2, 2, T, 3) and weights.shape == (2, 2, T, S)
+    assert fused_attention(q, k, v).shape == (2, 2, T, 3)
+    if S == 0:
+        assert bool((out == 0).all())
+
+
+@pytest.mark.parametrize(
+    "shapes, mask, words",
+    [
+        (((2, 3, 4), (2, 5, 3), (2, 5, 4)), None, ["d_k", "(2, 3, 4)", "(2, 5, 3)"]),
+        (((2, 3, 4), (2, 5, 4), (2, 6, 4)), None, ["length S", "(2, 5, 4)", "(2, 6, 4)"]),
+        (((4,), (5, 4), (5, 4)), None, ["at least 2 dims", "(4,)"]),
+        (((2, 3, 4), (2, 5, 4), (2, 5, 4)), torch.ones(2, 3, 5), ["boolean", "float32"]),
+        (((2, 3, 4), (2, 5, 4), (2, 5, 4)), torch.ones(2, 4, 5, dtype=torch.bool), ["(2, 4, 5)", "(2, 3, 5)"]),
+    ],
+)
+def test_wrong_shapes_raise_shape_error_naming_them(shapes, mask, words):
+    q, k, v = (torch.randn(*s) for s in shapes)
+    for call in (scaled_dot_product_attention, fused_attention):
+        with pytest.raises(ShapeError) as info:
+            call(q, k, v, mask)
+        for word in words:
+            assert word in str(info.value)
+
+
+def test_fused_refuses_mask_and_is_causal_together():
+    q = torch.randn(1, 1, 3, 4)
+    with pytest.raises(ShapeError, match="not both"):
+        fused_attention(q, q, q, causal_mask(3), is_causal=True)
+
+
+def test_shape_error_is_a_value_error():
+    with pytest.raises(ValueError):
+        scaled_dot_product_attention(torch.randn(3, 4), torch.randn(3, 5), torch.randn(3, 5))
