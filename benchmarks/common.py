@@ -184,7 +184,8 @@ def cpu_model() -> str:
 
 
 def machine_info(device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Facts about where a benchmark ran: CPU, cores, torch threads, memory, GPU, versions, date, commit."""
+    """Facts about where a benchmark ran: CPU, cores, torch threads, memory, load (other processes competing for
+    the CPU make timings slower), GPU, versions, date, commit."""
     device = torch.device(device)
     info: dict[str, Any] = {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -196,6 +197,7 @@ def machine_info(device: torch.device | str = "cpu") -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "memory_available_gib": round(available_memory_bytes("cpu") / GIB, 1),
+        "load_average_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "device": str(device),
     }
     if device.type == "cuda":
