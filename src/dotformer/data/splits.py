@@ -138,7 +138,7 @@ def split_indices(
                 + (" ..." if len(known) > 80 else "")
             )
         test = [i for i, group in enumerate(groups) if group in held_out]
-    units = _units(groups if together else None, num_pairs, held_out)
+    units = _units(groups, num_pairs, together, held_out)
     random.Random(seed).shuffle(units)
     want_test = 0 if test_groups else round(test_fraction * num_pairs)
     want_valid = round(valid_fraction * num_pairs)
@@ -159,10 +159,13 @@ def split_indices(
     return SplitIndices(sorted(train), sorted(valid), sorted(test))
 
 
-def _units(groups: list[str] | None, num_pairs: int, held_out: set[str]) -> list[list[int]]:
-    """Pair positions bundled by group (in first-appearance order), or one unit per pair; held-out groups left out."""
+def _units(groups: list[str] | None, num_pairs: int, together: bool, held_out: set[str]) -> list[list[int]]:
+    """The units to deal: pair positions bundled by group (first-appearance order) when ``together``, else one
+    unit per pair; pairs of held-out groups are left out either way."""
     if groups is None:
         return [[i] for i in range(num_pairs)]
+    if not together:
+        return [[i] for i, group in enumerate(groups) if group not in held_out]
     units: dict[str, list[int]] = {}
     for i, group in enumerate(groups):
         if group not in held_out:

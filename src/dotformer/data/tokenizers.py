@@ -8,7 +8,8 @@ Three kinds, one interface (:class:`Tokenizer`):
 * ``"bpe"``: byte-level BPE trained with Hugging Face ``tokenizers`` (translation). The byte-level pre-tokenizer
   maps every UTF-8 byte to a symbol of a 256-symbol base alphabet and no normaliser is applied, so
   ``decode(encode(x)) == x`` for every string, spaces, tabs and accents included, and no text has unknown
-  tokens. Pieces are shown decoded (``" the"``, ``"crió"``), not in the byte alphabet (``"Ġthe"``, ``"criÃ³"``).
+  tokens. Pieces are shown decoded (``" the"``, ``"crió"``), not in the byte alphabet (``"Ġthe"``, ``"criÃ³"``);
+  a piece that holds only part of a multi-byte character shows its bytes as ``\\xNN``.
 
 Ids 0..3 are always ``<pad>``, ``<s>`` (BOS), ``</s>`` (EOS), ``<unk>``; ``encode`` adds no BOS/EOS (batching
 does) and ``decode`` skips the four. A tokenizer is saved as one JSON file with a ``"kind"`` field.
@@ -197,6 +198,7 @@ class BPETokenizer(Tokenizer):
                 raise DataError(f"BPE tokenizer must have {token} at id {index}, has {hf_tokenizer.token_to_id(token)}")
         hf_tokenizer.encode_special_tokens = True  # "<s>" typed in a text is text, not BOS (not saved by HF)
         self._hf = hf_tokenizer
+        self._byte_of = {char: byte for byte, char in enumerate(byte_level_alphabet())}
 
     @property
     def vocab_size(self) -> int:
@@ -215,12 +217,29 @@ class BPETokenizer(Tokenizer):
         return self._hf.decode([index for index in ids if index >= NUM_SPECIAL], skip_special_tokens=False)
 
     def id_to_token(self, index: int) -> str:
+        """The piece as text: ``" the"``, ``"crió"``; a piece holding part of a multi-byte character shows the
+        incomplete bytes as ``\\xNN`` escapes (``"cri\\xc3"``)."""
         self._check_id(int(index))
         token = self._hf.id_to_token(int(index))
-        return token if int(index) < NUM_SPECIAL else self._hf.decoder.decode([token])
+        if int(index) < NUM_SPECIAL:
+            return token
+        return bytes(self._byte_of[char] for char in token).decode("utf-8", errors="backslashreplace")
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "format": FORMAT_VERSION, "hf_tokenizer": json.loads(self._hf.to_str())}
+
+
+def byte_level_alphabet() -> list[str]:
+    """The 256 symbols that stand for the bytes 0..255 in byte-level BPE (GPT-2's table, used by HF tokenizers).
+
+    Printable Latin-1 bytes stand for themselves ("a" for 0x61, "ó" for 0xF3); the others (controls, space,
+    0x7F-0xA0, 0xAD) are moved to U+0100 and up in byte order, so the space 0x20 is "Ġ" (U+0120).
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    symbols = {byte: chr(byte) for byte in printable}
+    moved = [byte for byte in range(BYTE_ALPHABET_SIZE) if byte not in symbols]
+    symbols.update({byte: chr(BYTE_ALPHABET_SIZE + offset) for offset, byte in enumerate(moved)})
+    return [symbols[byte] for byte in range(BYTE_ALPHABET_SIZE)]
 
 
 def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], vocab_size: int | None = None) -> Tokenizer:

@@ -1,0 +1,145 @@
+"""Splits: deterministic, group-disjoint, held-out groups, saved and loaded as TSV + JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dotformer.data.corpora import Corpus, Pair
+from dotformer.data.splits import Splits, load_split, load_splits, save_splits, split_corpus, split_indices
+from dotformer.errors import ConfigError, DataError, MissingDataError
+
+
+def make_corpus(num_pairs: int = 100, groups: bool = False, together: bool = True) -> Corpus:
+    pairs = [Pair(f"s{i}", f"t{i}") for i in range(num_pairs)]
+    keys = [f"g{i // 4}" for i in range(num_pairs)] if groups else None
+    return Corpus("toy", "translation", pairs, groups=keys, report={"pairs": num_pairs}, keep_groups_together=together)
+
+
+def test_sizes_and_coverage():
+    indices = split_indices(make_corpus(100), seed=1, valid_fraction=0.1, test_fraction=0.2)
+    assert (len(indices.train), len(indices.valid), len(indices.test)) == (70, 10, 20)
+    assert sorted(indices.train + indices.valid + indices.test) == list(range(100))
+    assert indices.train == sorted(indices.train)
+
+
+def test_deterministic_by_seed_and_different_across_seeds():
+    corpus = make_corpus(100)
+    first = split_indices(corpus, seed=7, valid_fraction=0.1, test_fraction=0.1)
+    assert split_indices(corpus, seed=7, valid_fraction=0.1, test_fraction=0.1) == first
+    assert split_indices(corpus, seed=8, valid_fraction=0.1, test_fraction=0.1).test != first.test
+
+
+def test_matches_a_hand_computed_shuffle():
+    import random
+
+    units = [[i] for i in range(10)]
+    random.Random(3).shuffle(units)
+    expected_test = sorted(unit[0] for unit in units[:2])
+    expected_valid = sorted(unit[0] for unit in units[2:3])
+    indices = split_indices(make_corpus(10), seed=3, valid_fraction=0.1, test_fraction=0.2)
+    assert indices.test == expected_test and indices.valid == expected_valid
+
+
+def test_groups_stay_in_one_split():
+    corpus = make_corpus(100, groups=True)
+    indices = split_indices(corpus, seed=0, valid_fraction=0.1, test_fraction=0.1)
+    sides = {name: {corpus.groups[i] for i in getattr(indices, name)} for name in ("train", "valid", "test")}
+    assert not sides["train"] & sides["test"] and not sides["train"] & sides["valid"]
+    assert not sides["valid"] & sides["test"]
+    assert len(indices.test) == 12 and len(indices.valid) == 12  # 10 wanted, dealt in groups of 4
+
+
+def test_groups_apart_when_the_corpus_says_so_or_when_asked():
+    corpus = make_corpus(100, groups=True, together=False)
+    indices = split_indices(corpus, seed=0, valid_fraction=0.1, test_fraction=0.1)
+    assert (len(indices.valid), len(indices.test)) == (10, 10)
+    together = split_indices(corpus, seed=0, valid_fraction=0.1, test_fraction=0.1, keep_groups_together=True)
+    assert len(together.test) == 12
+
+
+def test_held_out_groups_are_the_test_set():
+    corpus = make_corpus(100, groups=True, together=False)
+    splits = split_corpus(corpus, seed=0, valid_fraction=0.1, test_fraction=0.5, test_groups=["g0", "g3"])
+    assert splits.test == [Pair(f"s{i}", f"t{i}") for i in (0, 1, 2, 3, 12, 13, 14, 15)]
+    assert len(splits.valid) == 10 and len(splits.train) == 82
+    assert splits.info["test_groups"] == ["g0", "g3"]
+    assert splits.info["counts"] == {"train": 82, "valid": 10, "test": 8}
+
+
+def test_held_out_groups_errors():
+    with pytest.raises(ConfigError, match="needs a corpus with groups"):
+        split_corpus(make_corpus(10), 0, 0.1, 0.1, test_groups=["Matt"])
+    with pytest.raises(ConfigError, match=r"test_groups \['Matt'\] are not groups of toy; groups are: g0, g1"):
+        split_corpus(make_corpus(10, groups=True), 0, 0.1, 0.1, test_groups=["Matt"])
+
+
+@pytest.mark.parametrize("valid, test", [(-0.1, 0.1), (1.0, 0.0), (0.5, 0.5), (0.2, 1.2)])
+def test_bad_fractions(valid, test):
+    with pytest.raises(ConfigError):
+        split_indices(make_corpus(10), 0, valid, test)
+
+
+def test_nothing_left_for_training():
+    with pytest.raises(DataError, match="no pairs left for training"):
+        split_indices(make_corpus(2), 0, 0.4, 0.4)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    corpus = make_corpus(30)
+    corpus.pairs[0] = Pair("señor «x»", "sir 'y' \"z\"")
+    splits = split_corpus(corpus, seed=2, valid_fraction=0.1, test_fraction=0.1)
+    save_splits(splits, tmp_path / "data")
+    assert (tmp_path / "data" / "train.tsv").read_text(encoding="utf-8").count("\n") == len(splits.train)
+    for name in ("train", "valid", "test"):
+        assert load_split(tmp_path / "data", name) == getattr(splits, name)
+    info = json.loads((tmp_path / "data" / "split.json").read_text(encoding="utf-8"))
+    assert info["seed"] == 2 and info["valid_fraction"] == 0.1 and info["test_fraction"] == 0.1
+    assert info["counts"] == {"train": 24, "valid": 3, "test": 3}
+    assert info["corpus"] == {"name": "toy", "task": "translation", "report": {"pairs": 30}}
+    loaded = load_splits(tmp_path / "data")
+    assert loaded == splits
+
+
+def test_empty_split_file_is_an_empty_split(tmp_path):
+    splits = split_corpus(make_corpus(10), seed=0, valid_fraction=0.0, test_fraction=0.2)
+    save_splits(splits, tmp_path)
+    assert load_split(tmp_path, "valid") == []
+
+
+def test_save_refuses_tabs_and_newlines(tmp_path):
+    splits = Splits(train=[Pair("a\tb", "c")], valid=[], test=[])
+    with pytest.raises(DataError, match="train pair 1: the source holds a tab or line break"):
+        save_splits(splits, tmp_path)
+
+
+def test_load_split_errors(tmp_path):
+    with pytest.raises(ConfigError, match="split name"):
+        load_split(tmp_path, "dev")
+    with pytest.raises(MissingDataError, match="train.tsv: no such split file"):
+        load_split(tmp_path, "train")
+    (tmp_path / "train.tsv").write_text("a\tb\nc\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"train\.tsv:2: 1 tab-separated fields, expected 2"):
+        load_split(tmp_path, "train")
+    with pytest.raises(MissingDataError, match="split.json"):
+        load_splits(tmp_path)
+    (tmp_path / "split.json").write_text("{oops", encoding="utf-8")
+    (tmp_path / "train.tsv").write_text("a\tb\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"split\.json:1: not valid JSON"):
+        load_splits(tmp_path)
+
+
+def test_bible_default_split_draws_random_verses_and_books_can_be_held_out():
+    from dotformer.data.bible import VerseRef, pair_verses
+    from dotformer.data.corpora import CorpusOptions
+
+    source = {VerseRef(book, 1, v): f"verso {book} {v}" for book in ("Gen", "Exod", "Matt") for v in range(1, 41)}
+    target = {ref: f"verse {ref.book} {ref.verse}" for ref in source}
+    corpus = pair_verses(source, target, CorpusOptions())
+    splits = split_corpus(corpus, seed=0, valid_fraction=0.1, test_fraction=0.1)
+    books_in_test = {pair.source.split()[1] for pair in splits.test}
+    assert len(books_in_test) > 1 and len(splits.test) == 12
+    held_out = split_corpus(corpus, seed=0, valid_fraction=0.1, test_fraction=0.0, test_groups=["Matt"])
+    assert {pair.source.split()[1] for pair in held_out.test} == {"Matt"} and len(held_out.test) == 40
+    assert not any("Matt" in pair.source for pair in held_out.train + held_out.valid)
