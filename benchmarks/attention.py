@@ -1,6 +1,6 @@
 """Reference vs fused attention: time and peak memory as the length T = S grows.
 
-    python benchmarks/attention.py                      # CPU, lengths 256..4096, then fused-only at 32768
+    python benchmarks/attention.py                      # CPU, lengths 256..4096, then fused-only at 24576
     python benchmarks/attention.py --quick              # a few seconds
     python benchmarks/attention.py --device cuda --dtype bfloat16 --lengths 1024,4096,16384,65536
 
@@ -43,7 +43,7 @@ from dotformer.masks import causal_mask
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_LENGTHS = "256,512,1024,2048,4096"
-DEFAULT_BIG_LENGTH = 32768
+DEFAULT_BIG_LENGTH = 24576
 QUICK_LENGTHS = "128,256,512,1024"
 QUICK_BIG_LENGTH = 8192
 QUICK_MAX_REFERENCE_GIB = 0.25
