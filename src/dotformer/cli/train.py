@@ -1,0 +1,138 @@
+"""``dotformer train``: train a Transformer on real pairs with the paper's recipe.
+
+    dotformer train --data cmudict --max-epochs 10
+    dotformer train --data bible --config configs/bible.toml --out runs/bible --max-minutes 60
+    dotformer train --data copy --preset tiny --max-steps 300
+    dotformer train --data copy --preset tiny --out runs/copy --resume --max-steps 600
+    torchrun --nproc_per_node=2 $(which dotformer) train --data cmudict --max-epochs 10   # data parallel
+
+Flags override the config file (``--config FILE.toml`` with sections [model], [train], [data]), which overrides the
+defaults. The run directory (``--out``, default ``runs/<dataset>-<preset>``) gets run.json, data/ (the split and the
+tokenizers), metrics.jsonl and the checkpoints; the last line printed sums the run up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+# (flag, section, field, argparse keywords); every flag defaults to None = "not given", so that only the flags
+# given on the command line override the config file.
+_FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
+    # model
+    ("--preset", "model", "preset", dict(choices=["tiny", "small", "base", "big"], help="model size preset "
+     "(paper Table 3 base/big; tiny and small for CPUs); default: small, tiny for copy/reverse")),
+    ("--dropout", "model", "dropout", dict(type=float, metavar="P", help="dropout on sublayer outputs and embeddings "
+     "(paper §5.4: 0.1)")),
+    # budgets
+    ("--max-steps", "train", "max_steps", dict(type=int, metavar="N", help="stop after N optimizer steps in total "
+     "(counted from the start of the run, resumes included)")),
+    ("--max-minutes", "train", "max_minutes", dict(type=float, metavar="M", help="stop after M minutes of training "
+     "in total (counted from the start of the run)")),
+    ("--max-epochs", "train", "max_epochs", dict(type=float, metavar="E", help="stop after E passes over the "
+     "training split in total (fractions allowed)")),
+    # recipe
+    ("--max-tokens", "train", "max_tokens", dict(type=int, metavar="N", help="padded tokens per batch per process "
+     "(default 4096)")),
+    ("--accumulate", "train", "accumulation_steps", dict(type=int, metavar="K", help="batches per optimizer step "
+     "(gradient accumulation; default 1)")),
+    ("--lr-schedule", "train", "lr_schedule", dict(choices=["noam", "inverse_sqrt", "constant"], help="noam: the "
+     "paper's d_model^-0.5·min(step^-0.5, step·warmup^-1.5); inverse_sqrt: --lr-peak after warmup, then 1/√step")),
+    ("--lr-scale", "train", "lr_scale", dict(type=float, metavar="X", help="multiplier of the noam schedule "
+     "(default 1)")),
+    ("--lr-peak", "train", "lr_peak", dict(type=float, metavar="LR", help="peak learning rate of the inverse_sqrt "
+     "and constant schedules (default 5e-4)")),
+    ("--warmup", "train", "warmup_steps", dict(type=int, metavar="N", help="linear warmup steps (paper: 4000)")),
+    ("--label-smoothing", "train", "label_smoothing", dict(type=float, metavar="EPS", help="label smoothing ε "
+     "(paper §5.4: 0.1; 0 disables)")),
+    ("--clip-norm", "train", "clip_norm", dict(type=float, metavar="X", help="clip the gradient L2 norm to X "
+     "(default 1.0; 0 disables)")),
+    ("--weight-decay", "train", "weight_decay", dict(type=float, metavar="W", help="AdamW weight decay (default 0, "
+     "as in the paper)")),
+    ("--amp", "train", "amp", dict(choices=["none", "bf16", "fp16"], help="mixed precision: bf16 autocast (CPU, "
+     "CUDA) or fp16 with a gradient scaler (CUDA only); default none")),
+    ("--compile", "train", "compile", dict(action=argparse.BooleanOptionalAction, help="torch.compile the model "
+     "for training")),
+    ("--device", "train", "device", dict(metavar="DEV", help="auto (default: CUDA if available), cpu, cuda, cuda:N")),
+    ("--seed", "train", "seed", dict(type=int, metavar="N", help="seed of the split, the initial weights, the data "
+     "order and dropout (default 1)")),
+    ("--eval-every", "train", "eval_every", dict(type=int, metavar="N", help="validation loss/perplexity every N "
+     "steps (default 500; always at the end)")),
+    ("--save-every", "train", "save_every", dict(type=int, metavar="N", help="checkpoint every N steps (default "
+     "1000; always at the end)")),
+    ("--keep-last", "train", "keep_last", dict(type=int, metavar="N", help="step checkpoints to keep besides best/ "
+     "and last/ (default 3)")),
+    ("--log-every", "train", "log_every", dict(type=int, metavar="N", help="steps between lines of metrics.jsonl "
+     "(default 10)")),
+    ("--progress", "train", "progress", dict(action=argparse.BooleanOptionalAction, help="show the progress bar on "
+     "standard error (default on)")),
+    ("--tensorboard", "train", "tensorboard", dict(action=argparse.BooleanOptionalAction, help="also write "
+     "TensorBoard logs to RUN/tensorboard (needs the tensorboard package)")),
+    # data
+    ("--tokenizer", "data", "tokenizer", dict(choices=["char", "symbol", "bpe"], help="tokenizer kind of both "
+     "sides (default per task: char->symbol for cmudict, bpe for bible and files, symbol for copy/reverse)")),
+    ("--src-tokenizer", "data", "src_tokenizer", dict(choices=["char", "symbol", "bpe"], help="tokenizer kind of "
+     "the source side")),
+    ("--tgt-tokenizer", "data", "tgt_tokenizer", dict(choices=["char", "symbol", "bpe"], help="tokenizer kind of "
+     "the target side")),
+    ("--vocab-size", "data", "vocab_size", dict(type=int, metavar="N", help="BPE vocabulary size (default 8000)")),
+    ("--shared-vocab", "data", "shared_vocab", dict(action=argparse.BooleanOptionalAction, help="one vocabulary "
+     "(and shared embeddings) for both sides (default: yes when both sides use BPE)")),
+    ("--limit", "data", "limit", dict(type=int, metavar="N", help="use only the first N pairs of the corpus")),
+    ("--strip-stress", "data", "strip_stress", dict(action=argparse.BooleanOptionalAction, help="cmudict: drop the "
+     "vowels' stress digits (AH0 -> AH)")),
+    ("--source-module", "data", "source_module", dict(metavar="MOD", help="bible: SWORD module of the source side "
+     "(default SpaRV)")),
+    ("--target-module", "data", "target_module", dict(metavar="MOD", help="bible: SWORD module of the target side "
+     "(default KJV)")),
+    ("--test-books", "data", "test_books", dict(metavar="B1,B2", help="bible: comma-separated books held out as the "
+     "test split, e.g. Matt,Mark")),
+    ("--valid-fraction", "data", "valid_fraction", dict(type=float, metavar="F", help="share of pairs in the "
+     "validation split (default 0.05)")),
+    ("--test-fraction", "data", "test_fraction", dict(type=float, metavar="F", help="share of pairs in the test "
+     "split (default 0.05)")),
+]  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``dotformer train``."""
+    parser.add_argument(
+        "--data",
+        metavar="DATASET",
+        help="cmudict, bible, copy, reverse, a TSV/CSV file of pairs, or SRC,TGT parallel files "
+        "(required unless the config file sets [data] dataset)",
+    )
+    parser.add_argument("--config", metavar="FILE.toml", help="config file with [model], [train], [data] sections")
+    parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<dataset>-<preset>)")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its last checkpoint (exactly)"
+    )
+    for flag, _, field, kwargs in _FLAGS:
+        parser.add_argument(flag, dest=f"opt_{field}", default=None, **kwargs)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the configs from the file and the flags, train, print a one-line summary."""
+    from dotformer.training.run import ConfigSections, read_config_file, train_run
+
+    file_sections = read_config_file(args.config) if args.config else ConfigSections()
+    flags: dict[str, dict[str, Any]] = {"model": {}, "train": {}, "data": {}}
+    for _, section, field, _ in _FLAGS:
+        value = getattr(args, f"opt_{field}")
+        if value is not None:
+            flags[section][field] = value
+    data = flags["data"]
+    kind = data.pop("tokenizer", None)
+    if kind is not None:
+        data.setdefault("src_tokenizer", kind)
+        data.setdefault("tgt_tokenizer", kind)
+    if "test_books" in data:
+        data["test_books"] = tuple(book.strip() for book in data["test_books"].split(",") if book.strip())
+    if args.data is not None:
+        data["dataset"] = args.data
+    flag_sections = ConfigSections(**flags, source="command line")
+    result = train_run(file_sections, flag_sections, args.out, resume=args.resume, command=sys.argv)
+    if result.is_main:
+        print(result.summary())
+    return 0

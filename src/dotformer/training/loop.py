@@ -1,0 +1,740 @@
+"""The training loop: one optimizer step (:func:`train_step`), a validation pass (:func:`evaluate_loss`), and
+:func:`fit`, which runs steps under a budget with evaluation, checkpoints, logging and exact resumption.
+
+One step (paper §5): for each of ``accumulation_steps`` batches, forward with teacher forcing, label-smoothed loss
+(§5.4), backward; then clip the gradient norm, set the learning rate of the step (§5.3, Eq. 3) and take an Adam step.
+The loss is normalised once by the number of real target tokens of the whole step (all micro-batches, all ranks),
+so accumulation and data parallelism give the same update as one big batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from dotformer import checkpoint as ckpt
+from dotformer.data.batching import Batch, BatchSampler, EncodedPair, SamplerPosition, collate
+from dotformer.errors import CheckpointError, ConfigError, DataError, TrainingError
+from dotformer.training.config import TrainConfig
+from dotformer.training.distributed import (
+    DistContext,
+    all_gather_tensor,
+    all_reduce_sum,
+    barrier,
+    setup_distributed,
+    teardown_distributed,
+)
+from dotformer.training.logging import MetricsLog, Progress
+from dotformer.training.loss import label_smoothed_cross_entropy
+from dotformer.training.optim import (
+    autocast_dtype,
+    build_grad_scaler,
+    build_optimizer,
+    set_learning_rate,
+)
+from dotformer.training.schedule import learning_rate
+
+if TYPE_CHECKING:
+    from dotformer.data.tokenizers import Tokenizer
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one optimizer step measured (over all micro-batches and all ranks).
+
+    Attributes:
+        step: the step number (from 1).
+        loss: label-smoothed loss per target token (float, nats).
+        nll: negative log-likelihood per target token (float, nats); exp(nll) is the perplexity.
+        num_tokens: real (non-PAD) target tokens in the step.
+        lr: the learning rate used.
+        grad_norm: global L2 norm of the gradient before clipping (inf/nan when fp16 overflowed).
+    """
+
+    step: int
+    loss: float
+    nll: float
+    num_tokens: int
+    lr: float
+    grad_norm: float
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Validation numbers, per real target token.
+
+    Attributes:
+        loss: label-smoothed loss per token (nats). nll: negative log-likelihood per token (nats).
+        perplexity: exp(nll). num_tokens: real target tokens evaluated.
+    """
+
+    loss: float
+    nll: float
+    perplexity: float
+    num_tokens: int
+
+
+@dataclass
+class TrainData:
+    """The encoded examples and tokenizers that :func:`fit` trains on.
+
+    Attributes:
+        train: encoded training pairs (``dotformer.data.batching.encode_pairs``).
+        valid: encoded validation pairs (may be empty: no validation).
+        src_tokenizer, tgt_tokenizer: saved with every checkpoint.
+    """
+
+    train: Sequence[EncodedPair]
+    valid: Sequence[EncodedPair]
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The outcome of :func:`fit`.
+
+    Attributes:
+        steps: optimizer steps done in total (a resumed run includes the earlier ones).
+        epochs: passes over the training data in total (fractional).
+        seconds: training wall-clock seconds in total (earlier runs included).
+        run_seconds: seconds spent in this call.
+        tokens: target tokens trained on in total.
+        tokens_per_second: target tokens per second in this call.
+        train_loss: label-smoothed loss per token of the last step (nan when no step ran).
+        best_valid_loss, best_valid_perplexity, best_step: the best validation pass (None without validation).
+        last_valid: the last validation pass (None without validation).
+        stopped_by: "max_steps", "max_minutes" or "max_epochs".
+        checkpoint: best/ when it exists, else last/ (None without a run directory).
+    """
+
+    steps: int
+    epochs: float
+    seconds: float
+    run_seconds: float
+    tokens: int
+    tokens_per_second: float
+    train_loss: float
+    best_valid_loss: float | None
+    best_valid_perplexity: float | None
+    best_step: int | None
+    last_valid: EvalResult | None
+    stopped_by: str
+    checkpoint: Path | None
+
+
+# -- one step ---------------------------------------------------------------------------------------------------------
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: Sequence[Batch],
+    step: int,
+    config: TrainConfig,
+    d_model: int,
+    pad_id: int = 0,
+    context: DistContext | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    amp_dtype: torch.dtype | None = None,
+) -> StepResult:
+    """One optimizer step over ``batches`` (gradient accumulation), normalised by the global target token count.
+
+    Args:
+        model: the Transformer, or its DDP/compiled wrapper; called as ``model(src, tgt_in) -> (B, T, V) logits``.
+        optimizer: from :func:`dotformer.training.optim.build_optimizer`.
+        batches: the micro-batches of this step on this rank (src (B, S), tgt_in (B, T), tgt_out (B, T) int64).
+        step: the step number from 1; sets the learning rate.
+        config: label smoothing, clip norm and schedule.
+        d_model: D, for the noam schedule.
+        pad_id: PAD id of the targets (ignored by the loss).
+        context: the distributed context (None: one process).
+        scaler: a GradScaler for fp16, else None. amp_dtype: autocast dtype (None: float32).
+
+    Returns:
+        :class:`StepResult`.
+
+    Raises:
+        TrainingError: the loss is NaN or infinite (the parameters are left unchanged), or the step has no tokens.
+    """
+    context = context or DistContext()
+    device = next(iter(model.parameters())).device
+    lr = learning_rate(step, config, d_model)
+    set_learning_rate(optimizer, lr)
+    model.train()
+    local_tokens = sum(int(b.num_tgt_tokens) for b in batches)
+    global_tokens = int(all_reduce_sum(torch.tensor([float(local_tokens)], dtype=torch.float64), context).item())
+    if global_tokens == 0:
+        raise TrainingError(f"step {step}: the batches hold no target tokens")
+    scale = context.world_size / global_tokens  # DDP averages over ranks; this turns it into a global token mean
+    optimizer.zero_grad(set_to_none=True)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    nll_sum = torch.zeros((), dtype=torch.float64, device=device)
+    for i, batch in enumerate(batches):
+        batch = batch.to(device)
+        last = i == len(batches) - 1
+        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        with sync:
+            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+            sums = label_smoothed_cross_entropy(logits, batch.tgt_out, config.label_smoothing, pad_id)
+            objective = sums.loss * scale
+            (scaler.scale(objective) if scaler is not None else objective).backward()
+        loss_sum += sums.loss.detach().double()
+        nll_sum += sums.nll.double()
+    totals = all_reduce_sum(torch.stack([loss_sum, nll_sum]), context).cpu()
+    loss, nll = totals[0].item() / global_tokens, totals[1].item() / global_tokens
+    if not (math.isfinite(loss) and math.isfinite(nll)):
+        optimizer.zero_grad(set_to_none=True)
+        raise TrainingError(f"step {step}: the training loss is {loss} (lr {lr:.3g}); stopped before the update")
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    max_norm = config.clip_norm if config.clip_norm > 0 else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    return StepResult(step, loss, nll, global_tokens, lr, float(grad_norm))
+
+
+def evaluate_loss(
+    model: nn.Module,
+    batches: Sequence[Batch],
+    label_smoothing: float = 0.1,
+    pad_id: int = 0,
+    context: DistContext | None = None,
+    amp_dtype: torch.dtype | None = None,
+) -> EvalResult:
+    """Loss, NLL and perplexity per target token over ``batches`` (this rank's shard; summed over ranks).
+
+    Runs in eval mode (no dropout) without gradients and restores the model's previous mode.
+
+    Args:
+        model: the Transformer (not the DDP wrapper). batches: validation batches.
+        label_smoothing: ε_ls of the reported loss. pad_id: the target PAD id.
+        context: the distributed context. amp_dtype: autocast dtype (None: float32).
+
+    Returns:
+        :class:`EvalResult`; loss, nll and perplexity are nan when there are no target tokens.
+    """
+    context = context or DistContext()
+    device = next(iter(model.parameters())).device
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss, nll, tokens
+    with torch.no_grad():
+        for batch in batches:
+            batch = batch.to(device)
+            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+            sums = label_smoothed_cross_entropy(logits, batch.tgt_out, label_smoothing, pad_id)
+            totals += torch.stack([sums.loss.double(), sums.nll.double(), sums.num_tokens.double()])
+    model.train(was_training)
+    loss_sum, nll_sum, tokens = all_reduce_sum(totals, context).tolist()
+    if tokens == 0:
+        return EvalResult(math.nan, math.nan, math.nan, 0)
+    nll = nll_sum / tokens
+    return EvalResult(loss_sum / tokens, nll, math.exp(min(nll, 700.0)), int(tokens))
+
+
+# -- the data position ------------------------------------------------------------------------------------------------
+
+
+class BatchStream:
+    """Micro-batches in order, epoch after epoch, from a BatchSampler; remembers (epoch, batch index).
+
+    The position is the next batch to read: saving it and starting a new stream there resumes the data order
+    exactly (the sampler's batches are a pure function of (seed, epoch)). Batches are collated as they are taken.
+    """
+
+    def __init__(self, sampler: Any, epoch: int = 0, index: int = 0, max_epochs: float | None = None) -> None:
+        self.sampler = sampler
+        self.epoch = epoch
+        self.index = index
+        self.max_epochs = max_epochs
+        self._indices: list[list[int]] = []
+        self._indices_epoch = -1
+
+    def _epoch_indices(self) -> list[list[int]]:
+        if self._indices_epoch != self.epoch:
+            self._indices = self.sampler.batch_indices(self.epoch)
+            self._indices_epoch = self.epoch
+            if not self._indices:
+                raise TrainingError("the training split gives no batches")
+        return self._indices
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """Number of batches of the current epoch on this rank."""
+        return len(self._epoch_indices())
+
+    @property
+    def epochs_done(self) -> float:
+        """Passes over the data so far (fractional)."""
+        return self.epoch + self.index / self.batches_per_epoch
+
+    def exhausted(self) -> bool:
+        """True when the epoch budget is used up."""
+        return self.max_epochs is not None and self.epochs_done >= self.max_epochs - 1e-12
+
+    def take(self, count: int) -> list[Batch]:
+        """Up to ``count`` next batches (fewer, or none, when the epoch budget ends)."""
+        out: list[Batch] = []
+        while len(out) < count and not self.exhausted():
+            indices = self._epoch_indices()
+            rows = indices[self.index]
+            out.append(collate([self.sampler.examples[i] for i in rows], rows))
+            self.index += 1
+            if self.index == len(indices):
+                self.epoch, self.index = self.epoch + 1, 0
+        return out
+
+
+# -- fit --------------------------------------------------------------------------------------------------------------
+
+
+def fit(
+    model: nn.Module,
+    data: TrainData,
+    config: TrainConfig,
+    run_dir: str | Path | None = None,
+    info: dict[str, Any] | None = None,
+    resume: bool = False,
+) -> FitResult:
+    """Train ``model`` on ``data`` until a budget of ``config`` is reached (paper §5).
+
+    Under ``torchrun`` every process calls this with the same arguments: each trains on its shard of the batches,
+    gradients are averaged, and only rank 0 writes. Budgets (max_steps, max_minutes, max_epochs) count from the start
+    of the run, resumed runs included.
+
+    Args:
+        model: a :class:`dotformer.model.Transformer` (moved to the training device in place).
+        data: encoded train/valid examples and the tokenizers.
+        config: the recipe and budgets.
+        run_dir: where checkpoints/, best/, last/ and metrics.jsonl go (None: nothing is written, no resuming).
+        info: extra JSON facts for every checkpoint's config.json (task, data config, ...).
+        resume: continue the run in ``run_dir`` from its newest checkpoint (weights, optimizer, RNG, data position).
+
+    Returns:
+        :class:`FitResult`.
+
+    Raises:
+        ConfigError: no budget, fp16 on CPU, bad device, resume without a run directory.
+        CheckpointError: nothing to resume, a damaged checkpoint, or a model/vocabulary different from the checkpoint's.
+        TrainingError: the budget allows no step, or the loss became NaN/inf (the last good checkpoint is kept).
+    """
+    if not config.has_budget:
+        raise ConfigError("no training budget: set max_steps, max_minutes or max_epochs (--max-steps, ...)")
+    if resume and run_dir is None:
+        raise ConfigError("resume needs a run directory")
+    context = setup_distributed(config.device)
+    try:
+        return _Trainer(model, data, config, Path(run_dir) if run_dir else None, info or {}, context).run(resume)
+    finally:
+        teardown_distributed(context)
+
+
+class _Trainer:
+    """The state of one :func:`fit` call (kept private: fit's arguments are the interface)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        data: TrainData,
+        config: TrainConfig,
+        run_dir: Path | None,
+        info: dict[str, Any],
+        context: DistContext,
+    ) -> None:
+
+        self.config = config
+        self.data = data
+        self.run_dir = run_dir
+        self.info = info
+        self.context = context
+        self.device = context.device
+        self.amp_dtype = autocast_dtype(config.amp, self.device)
+        self.model = model.to(self.device)
+        self.model_config = model.config
+        self.optimizer = build_optimizer(self.model, config)
+        self.scaler = build_grad_scaler(config.amp, self.device)
+        rank, world = context.rank, context.world_size
+        self.sampler = BatchSampler(data.train, config.max_tokens, config.seed, rank=rank, world_size=world)
+        self.valid_batches: list[Batch] = []
+        if len(data.valid):
+            # evaluation needs no equal batch counts (one all-reduce at the end): each rank takes every world-th batch
+            valid = BatchSampler(data.valid, config.max_tokens, config.seed, shuffle=False)
+            self.valid_batches = valid.batches(0)[rank::world]
+        # counters, restored on resume
+        self.step = 0
+        self.seconds = 0.0
+        self.tokens = 0
+        self.best_loss = math.inf
+        self.best_perplexity: float | None = None
+        self.best_step: int | None = None
+        self.last_checkpoint: Path | None = None
+        self.last_valid: EvalResult | None = None
+        self.saved_step: int | None = None  # the step of the newest checkpoint
+        self.evaluated_step: int | None = None  # the step of the newest validation pass
+        self.started = time.monotonic()  # reset when the loop starts
+        self.stream = BatchStream(self.sampler, max_epochs=config.max_epochs)
+
+    # -- resume ------------------------------------------------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Load weights, optimizer, scaler, RNG states, counters and data position from the run's newest checkpoint."""
+        assert self.run_dir is not None
+        path = find_resume_checkpoint(self.run_dir)
+        ckpt.verify_checkpoint(path)
+        saved = ckpt.read_json(path / ckpt.CONFIG_FILE)
+        saved_config = ckpt.model_config_of(saved, path / ckpt.CONFIG_FILE)
+        if saved_config != self.model_config:
+            diff = sorted(k for k, v in saved_config.to_dict().items() if self.model_config.to_dict()[k] != v)
+            raise CheckpointError(
+                f"cannot resume from {path}: its model config differs in {', '.join(diff)} "
+                f"(see {path / ckpt.CONFIG_FILE})"
+            )
+        for name, tokenizer in (
+            (ckpt.SRC_TOKENIZER_FILE, self.data.src_tokenizer),
+            (ckpt.TGT_TOKENIZER_FILE, self.data.tgt_tokenizer),
+        ):
+            check_same_vocabulary(tokenizer, ckpt._load_tokenizer(path / name), path / name)
+        ckpt.load_weights_into(self.model, path / ckpt.MODEL_FILE)
+        state = ckpt.load_train_state(path)
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.scaler is not None and state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
+            self.step = int(state["step"])
+            self.seconds = float(state["seconds"])
+            self.tokens = int(state["tokens"])
+            best = state.get("best_valid_loss")
+            self.best_loss = math.inf if best is None else float(best)
+            self.best_perplexity = state.get("best_valid_perplexity")
+            self.best_step = state.get("best_step")
+            if int(state.get("world_size", 1)) != self.context.world_size:
+                raise CheckpointError(
+                    f"cannot resume from {path}: it was written by {state.get('world_size')} processes, this run has "
+                    f"{self.context.world_size} (the data position is per process)"
+                )
+            try:
+                self.stream.epoch, self.stream.index = self.sampler.load_state_dict(state["data"])
+            except DataError as exc:
+                raise CheckpointError(f"cannot resume from {path}: {exc}") from None
+            _set_rng_state(state["rng"], self.context)
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, CheckpointError):
+                raise
+            raise CheckpointError(f"{path / ckpt.TRAIN_STATE_JSON} is incomplete or corrupted: {exc!r}") from None
+        self.last_checkpoint = path
+        self.saved_step = self.step
+
+    # -- budgets -----------------------------------------------------------------------------------------------------
+
+    def check_budget_allows_a_step(self) -> None:
+        c = self.config
+        if c.max_steps is not None and self.step >= c.max_steps:
+            raise TrainingError(f"the budget allows no step: the run is at step {self.step}, max_steps={c.max_steps}")
+        if c.max_minutes is not None and self.seconds >= c.max_minutes * 60:
+            raise TrainingError(
+                f"the budget allows no step: the run has trained {self.seconds / 60:.2f} minutes, "
+                f"max_minutes={c.max_minutes}"
+            )
+        if self.stream.exhausted():
+            raise TrainingError(
+                f"the budget allows no step: the run is at epoch {self.stream.epochs_done:.3f}, "
+                f"max_epochs={c.max_epochs}"
+            )
+
+    def time_is_up(self) -> bool:
+        """True (on every rank) when the max_minutes budget is spent; rank 0 decides."""
+        if self.config.max_minutes is None:
+            return False
+        spent = self.elapsed() >= self.config.max_minutes * 60
+        flag = torch.tensor([1.0 if spent and self.context.is_main else 0.0], dtype=torch.float64)
+        return bool(all_reduce_sum(flag, self.context).item() > 0)
+
+    def total_steps_estimate(self) -> int | None:
+        c = self.config
+        estimates = []
+        if c.max_steps is not None:
+            estimates.append(c.max_steps)
+        if c.max_epochs is not None:
+            per_epoch = math.ceil(self.stream.batches_per_epoch / c.accumulation_steps)
+            estimates.append(math.ceil(c.max_epochs * per_epoch))
+        return min(estimates) if estimates else None
+
+    # -- saving ------------------------------------------------------------------------------------------------------
+
+    def checkpoint_info(self) -> dict[str, Any]:
+        from dotformer import __version__
+
+        return {
+            **self.info,
+            "train": self.config.to_dict(),
+            "step": self.step,
+            "epoch": self.stream.epochs_done,
+            "valid": None if self.last_valid is None else self.last_valid.__dict__,
+            "dotformer_version": __version__,
+        }
+
+    def train_state(self) -> dict[str, Any]:
+        """Everything besides the weights that exact resumption needs (collective: call on every rank)."""
+        return {
+            "step": self.step,
+            "data": self.sampler.state_dict(SamplerPosition(self.stream.epoch, self.stream.index)),
+            "seconds": self.elapsed(),
+            "tokens": self.tokens,
+            "best_valid_loss": None if math.isinf(self.best_loss) else self.best_loss,
+            "best_valid_perplexity": self.best_perplexity,
+            "best_step": self.best_step,
+            "world_size": self.context.world_size,
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "rng": _get_rng_state(self.context),
+        }
+
+    def save(self) -> None:
+        """Write checkpoints/step_N, point last/ at it, drop old step checkpoints (rank 0 writes)."""
+        state = self.train_state()  # every rank joins the RNG gather
+        if self.run_dir is not None and self.context.is_main:
+            path = self.run_dir / "checkpoints" / ckpt.step_dir_name(self.step)
+            d = self.data
+            ckpt.save_checkpoint(path, self.model, d.src_tokenizer, d.tgt_tokenizer, self.checkpoint_info(), state)
+            ckpt.link_checkpoint(path, self.run_dir / "last")
+            ckpt.prune_checkpoints(self.run_dir / "checkpoints", max(1, self.config.keep_last))
+            self.last_checkpoint = path
+        self.saved_step = self.step
+        barrier(self.context)
+
+    def save_best(self) -> None:
+        if self.run_dir is None or not self.context.is_main:
+            return
+        d = self.data
+        ckpt.save_checkpoint(
+            self.run_dir / "best", self.model, d.src_tokenizer, d.tgt_tokenizer, self.checkpoint_info()
+        )
+
+    def evaluate(self, log: MetricsLog, progress: Progress) -> None:
+        self.evaluated_step = self.step
+        if not self.valid_batches and not self.context.distributed:
+            return
+        started = time.monotonic()
+        result = evaluate_loss(
+            self.model, self.valid_batches, self.config.label_smoothing, self.model_config.pad_id, self.context,
+            self.amp_dtype,
+        )  # fmt: skip
+        if result.num_tokens == 0:
+            return
+        self.last_valid = result
+        improved = result.loss < self.best_loss
+        if improved:
+            self.best_loss, self.best_perplexity, self.best_step = result.loss, result.perplexity, self.step
+            self.save_best()
+        if self.context.is_main:
+            record = {"split": "valid", "step": self.step, "epoch": round(self.stream.epochs_done, 4)}
+            record.update(loss=result.loss, nll=result.nll, ppl=result.perplexity, tokens=result.num_tokens)
+            record.update(best=improved, seconds=round(time.monotonic() - started, 3))
+            log.write(record)
+            progress.write(
+                f"step {self.step}: valid loss {result.loss:.4f}, ppl {result.perplexity:.3f}"
+                + (" (best)" if improved else "")
+            )
+
+    # -- the loop ----------------------------------------------------------------------------------------------------
+
+    def run(self, resume: bool) -> FitResult:
+        c = self.config
+        if resume:
+            self.restore()
+        else:
+            _seed_everything(c.seed + self.context.rank)
+        self.check_budget_allows_a_step()
+        train_model: nn.Module = self.model
+        if self.context.distributed:
+            device_ids = [self.device] if self.device.type == "cuda" else None
+            train_model = nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids)
+        if c.compile:
+            train_model = torch.compile(train_model)
+        main = self.context.is_main
+        log = MetricsLog(
+            self.run_dir / "metrics.jsonl" if (main and self.run_dir) else None,
+            self.run_dir / "tensorboard" if (main and self.run_dir and c.tensorboard) else None,
+        )
+        progress = Progress(self.total_steps_estimate(), self.step, enabled=main and c.progress)
+        self.started = time.monotonic()
+        start_tokens = self.tokens
+        window_start, window_tokens, window_steps = self.started, 0, 0
+        last: StepResult | None = None
+        try:
+            while True:
+                if c.max_steps is not None and self.step >= c.max_steps:
+                    stopped_by = "max_steps"
+                    break
+                if self.time_is_up():
+                    stopped_by = "max_minutes"
+                    break
+                batches = self.stream.take(c.accumulation_steps)
+                if not batches:
+                    stopped_by = "max_epochs"
+                    break
+                try:
+                    last = train_step(
+                        train_model, self.optimizer, batches, self.step + 1, c, self.model_config.d_model,
+                        self.model_config.pad_id, self.context, self.scaler, self.amp_dtype,
+                    )  # fmt: skip
+                except TrainingError as exc:
+                    kept = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
+                    raise TrainingError(f"{exc}{kept}") from None
+                self.step += 1
+                self.tokens += last.num_tokens
+                window_tokens += last.num_tokens
+                window_steps += 1
+                now = time.monotonic()
+                if main and (self.step % max(1, c.log_every) == 0 or self.step == 1):
+                    speed = window_tokens / max(now - window_start, 1e-9)
+                    progress.update(window_steps, last.loss, last.lr, speed, self.eta_text())
+                    record = {"split": "train", "step": self.step, "epoch": round(self.stream.epochs_done, 4)}
+                    record.update(loss=last.loss, nll=last.nll, ppl=math.exp(min(last.nll, 700.0)), lr=last.lr)
+                    record.update(grad_norm=last.grad_norm, tokens=last.num_tokens, tokens_per_s=round(speed, 1))
+                    record.update(elapsed_s=round(self.elapsed(), 3))
+                    log.write(record)
+                    window_start, window_tokens, window_steps = now, 0, 0
+                if c.eval_every and self.step % c.eval_every == 0:
+                    self.evaluate(log, progress)
+                if c.save_every and self.step % c.save_every == 0:
+                    self.save()
+            if self.evaluated_step != self.step:
+                self.evaluate(log, progress)
+            if self.saved_step != self.step:
+                self.save()
+        finally:
+            progress.close()
+            log.close()
+        run_seconds = time.monotonic() - self.started
+        checkpoint = None
+        if self.run_dir is not None:
+            checkpoint = self.run_dir / "best" if (self.run_dir / "best").is_dir() else self.run_dir / "last"
+        return FitResult(
+            steps=self.step,
+            epochs=self.stream.epochs_done,
+            seconds=self.elapsed(),
+            run_seconds=run_seconds,
+            tokens=self.tokens,
+            tokens_per_second=(self.tokens - start_tokens) / max(run_seconds, 1e-9),
+            train_loss=last.loss if last is not None else math.nan,
+            best_valid_loss=None if math.isinf(self.best_loss) else self.best_loss,
+            best_valid_perplexity=self.best_perplexity,
+            best_step=self.best_step,
+            last_valid=self.last_valid,
+            stopped_by=stopped_by,
+            checkpoint=checkpoint,
+        )
+
+    def elapsed(self) -> float:
+        """Training seconds of the whole run: those of the runs resumed from plus this call's."""
+        return self.seconds + time.monotonic() - self.started
+
+    def eta_text(self) -> str:
+        """Epoch count, and the minutes left of a max_minutes budget, for the progress bar."""
+        text = f"ep={self.stream.epochs_done:.2f}"
+        if self.config.max_minutes is not None:
+            left = max(0.0, self.config.max_minutes * 60 - self.elapsed())
+            text += f" left={left / 60:.1f}min"
+        return text
+
+
+# -- resume helpers ---------------------------------------------------------------------------------------------------
+
+
+def find_resume_checkpoint(run_dir: str | Path) -> Path:
+    """The newest checkpoint of a run that carries a training state: last/, else the newest checkpoints/step_*.
+
+    Raises:
+        CheckpointError: the run directory has no checkpoint to resume from.
+    """
+    run_dir = Path(run_dir)
+    candidates = [run_dir / "last", *reversed(ckpt.step_checkpoints(run_dir / "checkpoints"))]
+    errors = []
+    for candidate in candidates:
+        if not candidate.is_dir():
+            aside = ckpt._aside_copy(candidate)
+            if aside is None:
+                continue
+            candidate = aside
+        try:
+            ckpt.verify_checkpoint(candidate)
+        except CheckpointError as exc:
+            errors.append(str(exc))
+            continue
+        if (candidate / ckpt.TRAIN_STATE_JSON).is_file():
+            return candidate
+    detail = f" ({'; '.join(errors)})" if errors else ""
+    raise CheckpointError(f"nothing to resume in {run_dir}: no readable checkpoint with a training state{detail}")
+
+
+def check_same_vocabulary(current: Tokenizer, saved: Tokenizer, path: Path) -> None:
+    """Raise CheckpointError unless two tokenizers have the same tokens under the same ids."""
+    if current.vocab_size != saved.vocab_size:
+        raise CheckpointError(
+            f"vocabulary mismatch: {path} has {saved.vocab_size} tokens, this run's tokenizer has {current.vocab_size}"
+        )
+    for i in range(current.vocab_size):
+        if current.id_to_token(i) != saved.id_to_token(i):
+            raise CheckpointError(
+                f"vocabulary mismatch: token {i} is {saved.id_to_token(i)!r} in {path}, "
+                f"{current.id_to_token(i)!r} in this run"
+            )
+
+
+# -- random number generators -----------------------------------------------------------------------------------------
+
+
+def _seed_everything(seed: int) -> None:
+    """Seed torch (CPU and CUDA), Python's random and NumPy's global generator."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+def _get_rng_state(context: DistContext) -> dict[str, Any]:
+    """The generators' states: torch CPU (and CUDA) per rank as uint8 tensors; Python and NumPy as lists (rank 0)."""
+    torch_states = all_gather_tensor(torch.get_rng_state(), context)
+    cuda_states = None
+    if context.device.type == "cuda":
+        cuda_states = all_gather_tensor(torch.cuda.get_rng_state(context.device), context)
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "torch": torch_states,
+        "cuda": cuda_states,
+        "python": [version, list(internal), gauss],
+        "numpy": [name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)],
+    }
+
+
+def _set_rng_state(state: dict[str, Any], context: DistContext) -> None:
+    """Inverse of :func:`_get_rng_state`; each rank takes its own torch states."""
+    torch.set_rng_state(_as_byte_tensor(state["torch"][context.rank]))
+    if state.get("cuda") is not None and context.device.type == "cuda":
+        torch.cuda.set_rng_state(_as_byte_tensor(state["cuda"][context.rank]), context.device)
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def _as_byte_tensor(value: Tensor) -> Tensor:
+    return value.to(dtype=torch.uint8, device="cpu").contiguous()

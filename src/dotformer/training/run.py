@@ -1,0 +1,449 @@
+"""A training run from end to end, as ``dotformer train`` does it: configs from a TOML file and flags, the corpus
+read and split, tokenizers trained, the model built, :func:`dotformer.training.fit` called, everything recorded in a
+run directory.
+
+Run directory layout::
+
+    RUN/run.json          dataset, task, every config, versions, command lines (the first and each resume)
+    RUN/data/             the saved split (train.tsv, valid.tsv, test.tsv, split.json) and the tokenizers
+    RUN/metrics.jsonl     one JSON object per logged step and per validation pass
+    RUN/checkpoints/step_XXXXXXX/, RUN/last/, RUN/best/    checkpoints (see dotformer.checkpoint)
+
+Config precedence, lowest first: built-in defaults (with per-task choices: tokenizers, preset), the config file's
+sections ``[model]``, ``[train]``, ``[data]``, then command-line flags. On ``--resume`` the run's own run.json takes
+the place of the defaults and the config file; the model and data may not change (CheckpointError), the recipe and
+budgets may.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dotformer.config import PRESETS, ModelConfig
+from dotformer.errors import CheckpointError, ConfigError, DotformerError
+from dotformer.training.config import DataConfig, TrainConfig
+
+if TYPE_CHECKING:
+    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.training.loop import FitResult
+
+SECTIONS = ("model", "train", "data")
+TASK_PRESETS = {"g2p": "small", "translation": "small", "synthetic": "tiny"}  # the model preset of each task
+NAMED_TASKS = {"cmudict": "g2p", "bible": "translation", "copy": "synthetic", "reverse": "synthetic"}
+DEFAULT_BPE_VOCAB = 8000
+
+
+@dataclass(frozen=True)
+class ConfigSections:
+    """The raw ``[model]``, ``[train]`` and ``[data]`` tables of a config file (or of flags, or of run.json).
+
+    Attributes:
+        model: ModelConfig fields (without the vocabulary sizes) plus an optional "preset".
+        train: TrainConfig fields. data: DataConfig fields.
+        source: where they came from, for error messages.
+    """
+
+    model: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    source: str = "defaults"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What ``dotformer train`` reports at the end.
+
+    Attributes:
+        fit: the :class:`dotformer.training.loop.FitResult`. run_dir: the run directory.
+        is_main: True on rank 0 (the process that prints).
+    """
+
+    fit: FitResult
+    run_dir: Path
+    is_main: bool
+
+    def summary(self) -> str:
+        """One line: steps, time, tokens/s, best validation loss/perplexity, where the checkpoint is."""
+        f = self.fit
+        text = (
+            f"trained {f.steps} steps ({f.epochs:.2f} epochs, stopped by {f.stopped_by}) in {f.run_seconds:.1f} s, "
+            f"{f.tokens_per_second:,.0f} target tokens/s"
+        )
+        if f.best_valid_loss is not None:
+            text += (
+                f"; best valid loss {f.best_valid_loss:.4f} (ppl {f.best_valid_perplexity:.3f}) at step {f.best_step}"
+            )
+        return text + f"; checkpoint: {f.checkpoint}"
+
+
+# -- config files ------------------------------------------------------------------------------------------------------
+
+
+def read_config_file(path: str | Path) -> ConfigSections:
+    """Read a TOML config file with the sections ``[model]``, ``[train]``, ``[data]`` (all optional).
+
+    Raises:
+        ConfigError: not TOML, an unknown section, or an unknown key (the message names the file and the key).
+        FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise ConfigError("reading TOML config files needs Python 3.11 or the tomli package") from None
+    with open(path, "rb") as f:
+        try:
+            table = tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    unknown = sorted(set(table) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown section or key {unknown[0]!r} (sections: [model], [train], [data])")
+    for name in SECTIONS:
+        if name in table and not isinstance(table[name], dict):
+            raise ConfigError(f"{path}: {name} must be a table, [{name}]")
+    sections = ConfigSections(
+        model=dict(table.get("model", {})),
+        train=dict(table.get("train", {})),
+        data=dict(table.get("data", {})),
+        source=str(path),
+    )
+    check_keys(sections)
+    return sections
+
+
+def check_keys(sections: ConfigSections) -> None:
+    """Raise ConfigError naming the first unknown key of a section and the file it came from."""
+    model_keys = {f.name for f in dataclasses.fields(ModelConfig)} - {"src_vocab_size", "tgt_vocab_size"} | {"preset"}
+    known = {
+        "model": model_keys,
+        "train": {f.name for f in dataclasses.fields(TrainConfig)},
+        "data": {f.name for f in dataclasses.fields(DataConfig)},
+    }
+    for name in SECTIONS:
+        for key in getattr(sections, name):
+            if key not in known[name]:
+                raise ConfigError(
+                    f"{sections.source}: unknown key {key!r} in [{name}] (known: {', '.join(sorted(known[name]))})"
+                )
+
+
+def merge(*layers: ConfigSections) -> ConfigSections:
+    """Later layers override earlier ones, key by key within each section."""
+    merged: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    for layer in layers:
+        for name in SECTIONS:
+            merged[name].update(getattr(layer, name))
+    return ConfigSections(**merged, source=layers[-1].source if layers else "defaults")
+
+
+def resolve_data_config(data: DataConfig, task: str) -> DataConfig:
+    """Fill the task-dependent defaults: tokenizer kinds (char -> symbol for g2p, symbol for synthetic tasks, BPE
+    otherwise), a shared vocabulary for BPE on both sides, and 8000 BPE tokens."""
+    from dotformer.data.tokenizers import default_kinds
+
+    src_default, tgt_default = default_kinds(task)
+    src = data.src_tokenizer or src_default
+    tgt = data.tgt_tokenizer or tgt_default
+    shared = data.shared_vocab if data.shared_vocab is not None else (src == tgt == "bpe")
+    vocab = data.vocab_size if data.vocab_size is not None else (DEFAULT_BPE_VOCAB if "bpe" in (src, tgt) else None)
+    if shared and src != tgt:
+        raise ConfigError(f"a shared vocabulary needs one tokenizer kind for both sides, got {src} and {tgt}")
+    return data.replace(src_tokenizer=src, tgt_tokenizer=tgt, shared_vocab=shared, vocab_size=vocab)
+
+
+def build_model_config(model_section: dict[str, Any], task: str, src_vocab: int, tgt_vocab: int, shared: bool):
+    """The ModelConfig: preset (the section's "preset", else the task's) + the section's fields + vocabularies.
+
+    Embeddings are shared (§3.4) by default when the vocabulary is shared.
+
+    Raises:
+        ConfigError: an unknown preset or an invalid field.
+    """
+    section = dict(model_section)
+    preset = section.pop("preset", None) or TASK_PRESETS.get(task, "small")
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    section.setdefault("share_embeddings", shared)
+    return ModelConfig.preset(preset, src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, **section), preset
+
+
+def default_run_dir(dataset: str, preset: str | None) -> Path:
+    """``runs/<dataset>-<preset>``, with the dataset reduced to a file-name-safe stem."""
+    stem = Path(dataset.split(",")[0]).stem if ("/" in dataset or "." in dataset) else dataset
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem) or "run"
+    return Path("runs") / f"{stem}-{preset or 'auto'}"
+
+
+# -- the run ----------------------------------------------------------------------------------------------------------
+
+
+def train_run(
+    file_sections: ConfigSections,
+    flag_sections: ConfigSections,
+    out_dir: str | Path | None,
+    resume: bool = False,
+    command: Sequence[str] | None = None,
+) -> RunResult:
+    """Prepare data, tokenizers and model from the configs, and train (the work of ``dotformer train``).
+
+    Args:
+        file_sections: the config file's tables (empty without --config).
+        flag_sections: the values of the flags given on the command line (they override the file).
+        out_dir: the run directory (None: ``runs/<dataset>-<preset>``).
+        resume: continue the run in ``out_dir``.
+        command: the command line, recorded in run.json.
+
+    Returns:
+        :class:`RunResult`.
+
+    Raises:
+        ConfigError: bad configs, a missing dataset, an existing run without --resume.
+        CheckpointError: --resume with nothing to resume, or with a model or data config that differs from the run's.
+        DataError / MissingDataError: the corpus cannot be read. TrainingError: see :func:`fit`.
+    """
+    from dotformer.training.distributed import setup_distributed, teardown_distributed
+
+    command = list(command if command is not None else sys.argv)
+    sections = merge(file_sections, flag_sections)
+    train_config = TrainConfig.from_dict(sections.train, f"{file_sections.source} [train]")
+    if not train_config.has_budget:
+        raise ConfigError("no training budget: pass --max-steps, --max-minutes or --max-epochs (or set one in [train])")
+    dataset = sections.data.get("dataset")
+    if not dataset:
+        raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
+    if out_dir is None:
+        preset = sections.model.get("preset") or TASK_PRESETS.get(NAMED_TASKS.get(dataset, "translation"))
+        out_dir = default_run_dir(dataset, preset)
+    run_dir = Path(out_dir)
+    context = setup_distributed(train_config.device)
+    try:
+        if resume:
+            prepared = _prepare_resume(run_dir, file_sections, flag_sections, command, context.is_main)
+        else:
+            prepared = _prepare_fresh(run_dir, sections, train_config, command, context)
+        return _train(prepared, run_dir, resume, context.is_main)
+    finally:
+        teardown_distributed(context)
+
+
+@dataclass
+class _Prepared:
+    model_config: ModelConfig
+    train_config: TrainConfig
+    data_config: DataConfig
+    task: str
+    train_pairs: list
+    valid_pairs: list
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+
+
+def _prepare_fresh(
+    run_dir: Path, sections: ConfigSections, train_config: TrainConfig, command: list[str], context: Any
+) -> _Prepared:
+    from dotformer.data.corpora import CorpusOptions, load_pairs
+    from dotformer.data.splits import load_split, save_splits, split_corpus
+    from dotformer.data.tokenizers import load_tokenizer, train_tokenizer_pair
+    from dotformer.training.distributed import barrier
+
+    data_config = DataConfig.from_dict(sections.data, "[data]")
+    if (run_dir / "run.json").exists() or (run_dir / "last").exists():
+        raise ConfigError(f"{run_dir} already holds a run: pass --resume to continue it, or --out for a new run")
+    data_dir = run_dir / "data"
+    if context.is_main:
+        options = {"limit": data_config.limit, "strip_stress": data_config.strip_stress}
+        if data_config.source_module:
+            options["source_module"] = data_config.source_module
+        if data_config.target_module:
+            options["target_module"] = data_config.target_module
+        corpus = load_pairs(data_config.dataset, CorpusOptions(**options))
+        data_config = resolve_data_config(data_config, corpus.task)
+        splits = split_corpus(
+            corpus, train_config.seed, data_config.valid_fraction, data_config.test_fraction, data_config.test_books
+        )
+        save_splits(splits, data_dir)
+        src_vocab = data_config.vocab_size if data_config.src_tokenizer == "bpe" else None
+        tgt_vocab = data_config.vocab_size if data_config.tgt_tokenizer == "bpe" else None
+        tokenizers = train_tokenizer_pair(
+            [p.source for p in splits.train],
+            [p.target for p in splits.train],
+            data_config.src_tokenizer,
+            data_config.tgt_tokenizer,
+            src_vocab,
+            tgt_vocab,
+            shared=bool(data_config.shared_vocab),
+        )
+        tokenizers.src.save(data_dir / "tokenizer_src.json")
+        tokenizers.tgt.save(data_dir / "tokenizer_tgt.json")
+        model_config, preset = build_model_config(
+            sections.model,
+            corpus.task,
+            tokenizers.src.vocab_size,
+            tokenizers.tgt.vocab_size,
+            tokenizers.src is tokenizers.tgt,
+        )
+        record = {
+            "dataset": data_config.dataset,
+            "task": corpus.task,
+            "corpus": {"name": corpus.name, "report": corpus.report},
+            "preset": preset,
+            "model": model_config.to_dict(),
+            "train": train_config.to_dict(),
+            "data": data_config.to_dict(),
+            "versions": versions(),
+            "command": command,
+            "created": _now(),
+            "world_size": context.world_size,
+        }
+        write_json_atomic(run_dir / "run.json", record)
+    barrier(context)
+    # every rank (rank 0 too) reads what rank 0 wrote, so all train on exactly the same data and vocabularies
+    return _load_prepared(run_dir, _read_run_json(run_dir), train_config, load_split, load_tokenizer)
+
+
+def _prepare_resume(
+    run_dir: Path, file_sections: ConfigSections, flag_sections: ConfigSections, command: list[str], is_main: bool
+) -> _Prepared:
+    from dotformer.data.splits import load_split
+    from dotformer.data.tokenizers import load_tokenizer
+
+    record = _read_run_json(run_dir)
+    model_section = {k: v for k, v in record["model"].items() if k not in ("src_vocab_size", "tgt_vocab_size")}
+    base = ConfigSections(model={**model_section}, train=record["train"], data=record["data"], source="run.json")
+    sections = merge(base, file_sections, flag_sections)
+    sections.model.pop("preset", None)
+    requested_preset = merge(file_sections, flag_sections).model.get("preset")
+    if requested_preset is not None and requested_preset != record.get("preset"):
+        raise CheckpointError(
+            f"cannot resume {run_dir}: preset {requested_preset!r} differs from the run's {record.get('preset')!r} "
+            f"({run_dir / 'run.json'})"
+        )
+    _same_or_raise("data", record["data"], sections.data, run_dir)
+    model_changes = {k: v for k, v in sections.model.items() if record["model"].get(k) != v}
+    _same_or_raise("model", {k: record["model"].get(k) for k in model_changes}, model_changes, run_dir)
+    train_config = TrainConfig.from_dict(sections.train, f"{file_sections.source} [train]")
+    if is_main:
+        record.setdefault("resumes", []).append(
+            {"command": command, "time": _now(), "train": train_config.to_dict(), "versions": versions()}
+        )
+        write_json_atomic(run_dir / "run.json", record)
+    return _load_prepared(run_dir, record, train_config, load_split, load_tokenizer)
+
+
+def _load_prepared(run_dir: Path, record: dict[str, Any], train_config: TrainConfig, load_split, load_tokenizer):
+    data_dir = run_dir / "data"
+    src = load_tokenizer(data_dir / "tokenizer_src.json")
+    tgt = load_tokenizer(data_dir / "tokenizer_tgt.json")
+    if record["data"].get("shared_vocab"):
+        tgt = src  # one vocabulary object, as when it was trained
+    try:
+        model_config = ModelConfig.from_dict(record["model"])
+        data_config = DataConfig.from_dict(record["data"], str(run_dir / "run.json"))
+    except DotformerError as exc:
+        raise CheckpointError(f"{run_dir / 'run.json'}: {exc}") from None
+    return _Prepared(
+        model_config=model_config,
+        train_config=train_config,
+        data_config=data_config,
+        task=record["task"],
+        train_pairs=load_split(data_dir, "train"),
+        valid_pairs=load_split(data_dir, "valid"),
+        src_tokenizer=src,
+        tgt_tokenizer=tgt,
+    )
+
+
+def _train(prepared: _Prepared, run_dir: Path, resume: bool, is_main: bool) -> RunResult:
+    import torch
+
+    from dotformer.data.batching import encode_pairs
+    from dotformer.model import Transformer
+    from dotformer.training.loop import TrainData, fit
+
+    p = prepared
+    torch.manual_seed(p.train_config.seed)  # the model's initial weights
+    model = Transformer(p.model_config)
+    data = TrainData(
+        train=encode_pairs(p.train_pairs, p.src_tokenizer, p.tgt_tokenizer),
+        valid=encode_pairs(p.valid_pairs, p.src_tokenizer, p.tgt_tokenizer),
+        src_tokenizer=p.src_tokenizer,
+        tgt_tokenizer=p.tgt_tokenizer,
+    )
+    info = {"task": p.task, "dataset": p.data_config.dataset, "data": p.data_config.to_dict()}
+    result = fit(model, data, p.train_config, run_dir=run_dir, info=info, resume=resume)
+    return RunResult(fit=result, run_dir=run_dir, is_main=is_main)
+
+
+def _same_or_raise(section: str, saved: dict[str, Any], requested: dict[str, Any], run_dir: Path) -> None:
+    for key, value in requested.items():
+        old = saved.get(key)
+        if isinstance(old, list):
+            old = tuple(old)
+        if isinstance(value, list):
+            value = tuple(value)
+        if old != value:
+            raise CheckpointError(
+                f"cannot resume {run_dir}: [{section}] {key} = {value!r} differs from the run's {old!r} "
+                f"({run_dir / 'run.json'}); start a new run with --out instead"
+            )
+
+
+def _read_run_json(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "run.json"
+    if not path.is_file():
+        raise CheckpointError(f"nothing to resume: {path} does not exist")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path} is corrupted: {exc}") from None
+    for key in ("model", "train", "data", "task"):
+        if key not in record:
+            raise CheckpointError(f"{path} is corrupted: no {key!r} entry")
+    return record
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` via a temporary file and a rename (never a half-written file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python, dotformer and the libraries that shape the results."""
+    import numpy
+    import tokenizers
+    import torch
+
+    from dotformer import __version__
+
+    return {
+        "dotformer": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "tokenizers": tokenizers.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

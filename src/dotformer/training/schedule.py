@@ -1,0 +1,81 @@
+"""Learning-rate schedules as pure functions of the step number (paper §5.3, Eq. 3).
+
+The paper's schedule ("noam", after Noam Shazeer) rises linearly for ``warmup`` steps, then decays with 1/√step:
+
+    lr(step) = scale · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
+
+It peaks at step = warmup with lr = scale · (d_model · warmup)^-0.5 (7.0e-4 for d_model = 512, warmup = 4000).
+The "inverse_sqrt" variant of fairseq names the peak directly:
+
+    lr(step) = peak · step / warmup            for step <= warmup
+             = peak · √(warmup / step)         after
+
+Steps count from 1 (the first optimizer update); step 0 has lr 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dotformer.errors import ConfigError
+from dotformer.training.config import TrainConfig
+
+
+def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
+    """The paper's learning rate at ``step`` (Eq. 3): scale · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5).
+
+    Args:
+        step: optimizer step, counting from 1 (0 gives 0.0). d_model: D. warmup: warmup steps (> 0).
+        scale: a multiplier (the paper: 1).
+
+    Returns:
+        The learning rate (float).
+
+    Raises:
+        ConfigError: negative step or non-positive warmup / d_model.
+    """
+    if step < 0 or warmup <= 0 or d_model <= 0:
+        raise ConfigError(f"noam_lr needs step >= 0, warmup > 0, d_model > 0; got {step=}, {warmup=}, {d_model=}")
+    if step == 0:
+        return 0.0
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
+    """Linear warmup to ``peak`` over ``warmup`` steps, then peak · √(warmup / step) (fairseq's inverse_sqrt).
+
+    Args:
+        step: optimizer step from 1 (0 gives 0.0). peak: the learning rate at step = warmup.
+        warmup: warmup steps (0: start at the peak and decay as peak / √step).
+
+    Returns:
+        The learning rate (float).
+
+    Raises:
+        ConfigError: negative step or warmup.
+    """
+    if step < 0 or warmup < 0:
+        raise ConfigError(f"inverse_sqrt_lr needs step >= 0 and warmup >= 0; got {step=}, {warmup=}")
+    if step == 0:
+        return 0.0
+    if step <= warmup:
+        return peak * step / warmup
+    return peak * math.sqrt(max(warmup, 1) / step)
+
+
+def constant_lr(step: int, peak: float, warmup: int) -> float:
+    """Linear warmup to ``peak`` over ``warmup`` steps, then constant."""
+    if step < 0 or warmup < 0:
+        raise ConfigError(f"constant_lr needs step >= 0 and warmup >= 0; got {step=}, {warmup=}")
+    if step == 0:
+        return 0.0
+    return peak * min(1.0, step / warmup) if warmup else peak
+
+
+def learning_rate(step: int, config: TrainConfig, d_model: int) -> float:
+    """The learning rate of ``config.lr_schedule`` at ``step`` (from 1) for a model of width ``d_model``."""
+    if config.lr_schedule == "noam":
+        return noam_lr(step, d_model, config.warmup_steps, config.lr_scale)
+    if config.lr_schedule == "inverse_sqrt":
+        return inverse_sqrt_lr(step, config.lr_peak, config.warmup_steps)
+    return constant_lr(step, config.lr_peak, config.warmup_steps)

@@ -1,0 +1,201 @@
+"""The training loop: one step end to end, accumulation, budgets, exact resumption, NaN handling, AMP checks."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from dotformer import checkpoint as ckpt
+from dotformer.config import ModelConfig
+from dotformer.data.batching import collate, encode_pairs
+from dotformer.data.corpora import CorpusOptions, load_pairs
+from dotformer.data.tokenizers import train_tokenizer
+from dotformer.errors import CheckpointError, ConfigError, TrainingError
+from dotformer.model import Transformer
+from dotformer.training import loop
+from dotformer.training.config import TrainConfig
+from dotformer.training.loop import TrainData, evaluate_loss, fit, train_step
+from dotformer.training.loss import LossSums
+from dotformer.training.optim import build_optimizer
+
+
+@pytest.fixture(autouse=True)
+def one_thread():  # tiny models run fastest on one thread, and the test workers share the cores
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_data(num_examples: int = 48, seed: int = 0) -> TrainData:
+    corpus = load_pairs("copy", CorpusOptions(num_examples=num_examples, vocab=8, max_len=6, seed=seed))
+    tok = train_tokenizer("symbol", [p.source for p in corpus.pairs])
+    encoded = encode_pairs(corpus.pairs, tok, tok)
+    return TrainData(encoded[:40], encoded[40:], tok, tok)
+
+
+def tiny_model(vocab: int, seed: int = 0, dropout: float = 0.1) -> Transformer:
+    torch.manual_seed(seed)
+    config = ModelConfig(
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        dropout=dropout,
+    )
+    return Transformer(config)
+
+
+def tiny_config(**changes: object) -> TrainConfig:
+    base = dict(max_tokens=64, warmup_steps=10, progress=False, device="cpu", eval_every=0, save_every=0, log_every=1)
+    return TrainConfig(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def train_lines(run_dir: Path) -> dict[int, float]:
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in lines if r["split"] == "train"}
+
+
+def test_one_train_step_decreases_the_loss_on_copy() -> None:
+    data = tiny_data()
+    model = tiny_model(data.src_tokenizer.vocab_size, dropout=0.0)
+    batch = collate(data.train[:16])
+    config = tiny_config(lr_schedule="constant", lr_peak=3e-3, warmup_steps=0, max_steps=1)
+    optimizer = build_optimizer(model, config)
+    before = evaluate_loss(model, [batch], config.label_smoothing)
+    step = train_step(model, optimizer, [batch], 1, config, d_model=16)
+    after = evaluate_loss(model, [batch], config.label_smoothing)
+    assert step.loss == pytest.approx(before.loss, rel=1e-5)  # the step reports the loss before its update
+    assert step.num_tokens == batch.num_tgt_tokens == before.num_tokens
+    assert step.lr == pytest.approx(3e-3)
+    assert after.loss < before.loss
+    assert after.perplexity == pytest.approx(math.exp(after.nll))
+
+
+def test_accumulation_equals_one_big_batch() -> None:
+    data = tiny_data()
+    # Adam's first update is lr·g/(|g| + eps): with eps = 1e-9 float noise on near-zero gradients flips signs, so the
+    # comparison of parameters uses eps = 1e-6; the gradients are compared directly as well
+    config = tiny_config(lr_schedule="constant", lr_peak=1e-3, warmup_steps=0, max_steps=1, adam_eps=1e-6)
+    examples = data.train[:12]
+    results = []
+    for batches in ([collate(examples)], [collate(examples[:3]), collate(examples[3:])]):
+        model = tiny_model(data.src_tokenizer.vocab_size, dropout=0.0)
+        optimizer = build_optimizer(model, config)
+        step = train_step(model, optimizer, batches, 1, config, d_model=16)
+        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+        results.append((step, grads, torch.cat([p.detach().flatten() for p in model.parameters()])))
+    (one, grads_one, params_one), (two, grads_two, params_two) = results
+    assert one.num_tokens == two.num_tokens
+    assert one.loss == pytest.approx(two.loss, rel=1e-5)
+    assert torch.allclose(grads_one, grads_two, atol=1e-6)
+    assert torch.allclose(params_one, params_two, atol=1e-5)
+
+
+def test_fit_writes_checkpoints_metrics_and_keeps_the_last_n(tmp_path: Path) -> None:
+    data = tiny_data()
+    config = tiny_config(max_steps=6, save_every=2, eval_every=3, keep_last=2)
+    result = fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path, info={"task": "synthetic"})
+    assert result.steps == 6 and result.stopped_by == "max_steps"
+    assert [p.name for p in ckpt.step_checkpoints(tmp_path / "checkpoints")] == ["step_0000004", "step_0000006"]
+    assert result.best_valid_loss is not None and result.checkpoint == tmp_path / "best"
+    loaded = ckpt.load_checkpoint(tmp_path / "last")
+    assert loaded.info["step"] == 6 and loaded.info["task"] == "synthetic"
+    assert ckpt.load_checkpoint(tmp_path).path == tmp_path / "best"
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert sorted(r["step"] for r in records if r["split"] == "valid") == [3, 6]
+    assert all(math.isfinite(r["loss"]) and r["lr"] > 0 for r in records if r["split"] == "train")
+
+
+def test_resume_continues_exactly(tmp_path: Path) -> None:
+    """A run interrupted at step 4 and resumed to step 9 equals an uninterrupted 9-step run: same losses at every
+    step, same weights (dropout RNG, data position across epochs, accumulation and Adam state restored)."""
+    data = tiny_data()
+    vocab = data.src_tokenizer.vocab_size
+    config = tiny_config(accumulation_steps=2, max_steps=9)
+    fit(tiny_model(vocab), data, config, run_dir=tmp_path / "whole")
+    fit(tiny_model(vocab), data, config.replace(max_steps=4), run_dir=tmp_path / "parts")
+    resumed = fit(tiny_model(vocab, seed=123), data, config, run_dir=tmp_path / "parts", resume=True)
+    assert resumed.steps == 9  # the budget counts from the start of the run: 5 more steps
+    assert resumed.epochs > 1  # the data position crossed an epoch boundary
+    whole, parts = train_lines(tmp_path / "whole"), train_lines(tmp_path / "parts")
+    assert sorted(parts) == list(range(1, 10))
+    for step in range(1, 10):
+        assert parts[step] == pytest.approx(whole[step], abs=1e-6)
+    a = ckpt.load_weights(tmp_path / "whole" / "last" / ckpt.MODEL_FILE)
+    b = ckpt.load_weights(tmp_path / "parts" / "last" / ckpt.MODEL_FILE)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_budgets_count_from_the_start_of_the_run(tmp_path: Path) -> None:
+    data = tiny_data()
+    vocab = data.src_tokenizer.vocab_size
+    first = fit(tiny_model(vocab), data, tiny_config(max_epochs=1.0), run_dir=tmp_path)
+    assert first.stopped_by == "max_epochs" and first.epochs == pytest.approx(1.0)
+    second = fit(tiny_model(vocab), data, tiny_config(max_epochs=2.0), run_dir=tmp_path, resume=True)
+    assert second.epochs == pytest.approx(2.0) and second.steps == 2 * first.steps
+    with pytest.raises(TrainingError, match="allows no step"):
+        fit(tiny_model(vocab), data, tiny_config(max_steps=second.steps), run_dir=tmp_path, resume=True)
+    with pytest.raises(TrainingError, match="allows no step"):  # the run has already trained longer than this
+        fit(tiny_model(vocab), data, tiny_config(max_minutes=1e-9), run_dir=tmp_path, resume=True)
+
+
+def test_a_budget_is_required_and_fp16_needs_cuda() -> None:
+    data = tiny_data()
+    with pytest.raises(ConfigError, match="budget"):
+        fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config())
+    with pytest.raises(ConfigError):
+        TrainConfig(max_steps=0)
+    with pytest.raises(ConfigError, match="fp16"):
+        fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=1, amp="fp16"))
+
+
+def test_bf16_autocast_trains_on_cpu() -> None:
+    data = tiny_data()
+    result = fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=2, amp="bf16"))
+    assert result.steps == 2 and math.isfinite(result.train_loss)
+
+
+def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tiny_data()
+    real = loop.label_smoothed_cross_entropy
+    calls = {"n": 0}
+
+    def poisoned(logits, target, epsilon=0.1, pad_id=0) -> LossSums:  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        sums = real(logits, target, epsilon, pad_id)
+        if calls["n"] == 5 and torch.is_grad_enabled():  # the 5th training batch = step 5
+            return sums._replace(loss=sums.loss * float("nan"))
+        return sums
+
+    monkeypatch.setattr(loop, "label_smoothed_cross_entropy", poisoned)
+    with pytest.raises(TrainingError, match=r"step 5: .*nan.*step_0000004"):
+        fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=8, save_every=2), run_dir=tmp_path)
+    assert [p.name for p in ckpt.step_checkpoints(tmp_path / "checkpoints")][-1] == "step_0000004"
+    loaded = ckpt.load_checkpoint(tmp_path / "last")
+    assert loaded.info["step"] == 4
+    assert all(torch.isfinite(p).all() for p in loaded.model.parameters())
+
+
+def test_resume_refuses_other_vocabularies_and_model_configs(tmp_path: Path) -> None:
+    data = tiny_data()
+    vocab = data.src_tokenizer.vocab_size
+    fit(tiny_model(vocab), data, tiny_config(max_steps=2), run_dir=tmp_path)
+    other_tok = train_tokenizer("symbol", ["a0 a1 zz", "q r s"])
+    other = TrainData(data.train, data.valid, data.src_tokenizer, other_tok)
+    with pytest.raises(CheckpointError, match="vocabulary mismatch.*tokenizer_tgt.json"):
+        fit(tiny_model(vocab), other, tiny_config(max_steps=4), run_dir=tmp_path, resume=True)
+    bigger = Transformer(tiny_model(vocab).config.replace(d_ff=64))
+    with pytest.raises(CheckpointError, match="d_ff"):
+        fit(bigger, data, tiny_config(max_steps=4), run_dir=tmp_path, resume=True)
+    with pytest.raises(CheckpointError, match="nothing to resume"):
+        fit(tiny_model(vocab), data, tiny_config(max_steps=4), run_dir=tmp_path / "empty", resume=True)
