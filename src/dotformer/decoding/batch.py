@@ -1,0 +1,35 @@
+"""One entry point for every search: :func:`decode_batch` dispatches on ``DecodeConfig.strategy``."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from dotformer.decoding.beam import beam_search
+from dotformer.decoding.config import DecodeConfig
+from dotformer.decoding.greedy import greedy_decode
+from dotformer.decoding.hypothesis import Hypothesis
+from dotformer.decoding.sampling import sample
+from dotformer.model import Transformer
+
+
+def decode_batch(model: Transformer, src: Tensor, config: DecodeConfig | None = None) -> list[list[Hypothesis]]:
+    """Decode a batch of source sentences with the strategy of ``config`` (default: beam search, K=4, α=0.6).
+
+    Args:
+        model: an encoder-decoder :class:`Transformer` (its training flag is restored afterwards).
+        src: (B, S) int64 source ids (each ending with EOS), right-padded with PAD, on the model's device.
+        config: a :class:`DecodeConfig`.
+
+    Returns:
+        For each of the B sentences, its hypotheses best first: 1 for greedy, ``n_best`` for beam and sampling.
+
+    Raises:
+        ConfigError: the model is not an encoder-decoder. ShapeError: ``src`` is not (B, S) ids or is longer than
+        the model allows.
+    """
+    config = config or DecodeConfig()
+    if config.strategy == "greedy":
+        return greedy_decode(model, src, config)
+    if config.strategy == "sample":
+        return sample(model, src, config)
+    return beam_search(model, src, config)

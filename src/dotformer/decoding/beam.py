@@ -1,0 +1,283 @@
+"""Beam search with the GNMT length penalty (paper §6.1: beam size 4, α = 0.6, max length = input length + 50).
+
+Each sentence keeps K unfinished ("alive") hypotheses and up to K finished ones. One step:
+
+1. Every alive hypothesis proposes every next token: K·V candidates scored by summed log-probability.
+2. The best 2K candidates are taken. Those among the best K that end with EOS become finished, scored by
+   log P(Y | X) / lp(|Y|); the best K candidates that do not end with EOS are the new alive beams (2K candidates
+   always hold at least K of them, since each alive beam has one EOS candidate).
+3. The finished hypotheses, old and new, are ranked by score and the best K are kept.
+
+The cache follows the alive beams with :meth:`IncrementalDecoder.reorder`. A finished hypothesis ends with exactly
+one EOS (EOS candidates never stay alive). With K = 1 and α = 0 this is greedy decoding.
+
+When to stop (per sentence). Alive hypothesis h has summed log-probability s ≤ 0 after t steps. Any output that
+grows from it has summed log-probability s' ≤ s (log-probabilities are ≤ 0) and a final length L' ≤ L_max (the
+sentence's ``max_output_length``). For α ≥ 0 the penalty lp(L) = ((5 + L) / 6)^α grows with L, so
+
+    s' / lp(L') ≤ s / lp(L') ≤ s / lp(L_max)        (s ≤ 0, and 0 < lp(L') ≤ lp(L_max))
+
+The bound is reached when the model puts probability 1 on every further token up to L_max, so no smaller bound
+holds in general. Comparing s / lp(t) instead (the current length) would stop too early when α > 0: a longer
+continuation is divided by a larger penalty and can overtake. The search of a sentence therefore stops when it holds K
+finished hypotheses and max_h s_h / lp(L_max) ≤ the K-th finished score: no alive hypothesis can still enter the
+kept finished set. It also stops at L_max steps; the alive hypotheses are then finalised as they are (no EOS),
+scored with lp(L_max), and compete with the finished ones. The stopping rule does not depend on ``n_best``, so
+neither does the best hypothesis.
+
+A finished sentence leaves the batch (its rows are dropped from the cache), so a batch costs what its longest search
+costs, not B times that. Shapes: B' sentences still searching, K beams, t steps so far, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.decoding.config import DecodeConfig
+from dotformer.decoding.hypothesis import Hypothesis, forbid_special_tokens, length_penalty, make_hypothesis
+from dotformer.decoding.incremental import IncrementalDecoder, encode_source, expand_rows, inference
+from dotformer.model import Transformer
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class BeamState:
+    """Everything beam search knows about the sentences it is still searching, after t steps."""
+
+    sentence: Tensor  # (B',) int64: index in the input batch of each sentence still searching
+    max_len: Tensor  # (B',) int64: L_max, decoding steps allowed for each sentence (EOS included)
+    alive_tokens: Tensor  # (B', K, t) int64: tokens of the unfinished hypotheses (no BOS, no EOS)
+    alive_log_probs: Tensor  # (B', K, t) float32: the model's log-probability of each of those tokens
+    alive_scores: Tensor  # (B', K) float32: summed log-probability of each unfinished hypothesis; -inf = empty beam
+    finished_tokens: Tensor  # (B', K, t) int64: finished hypotheses (EOS last, unless cut at L_max), PAD after
+    finished_log_probs: Tensor  # (B', K, t) float32: per-token log-probabilities, 0 after the end
+    finished_lengths: Tensor  # (B', K) int64: |Y|, steps in each finished hypothesis (EOS included)
+    finished_scores: Tensor  # (B', K) float32: log P / lp(|Y|), sorted best first; -inf = empty slot
+
+    @property
+    def steps(self) -> int:
+        """t, the number of tokens generated so far by every alive hypothesis."""
+        return self.alive_tokens.size(-1)
+
+    def select(self, keep: Tensor) -> BeamState:
+        """The state of the sentences ``keep`` ((B'',) int64 indices into B') only."""
+        return BeamState(*(getattr(self, f).index_select(0, keep) for f in self.__dataclass_fields__))
+
+
+def initial_state(max_len: Tensor, beam_size: int) -> BeamState:
+    """The state before the first step: one empty alive hypothesis per sentence (score 0), the other K-1 beams empty
+    (-inf, so the first step does not propose K copies of the same token), no finished hypotheses.
+
+    Args:
+        max_len: (B,) int64 L_max per sentence.
+        beam_size: K.
+    """
+    B, K, device = max_len.size(0), beam_size, max_len.device
+    alive_scores = torch.full((B, K), NEG_INF, device=device)  # (B, K)
+    alive_scores[:, 0] = 0.0
+    return BeamState(
+        sentence=torch.arange(B, device=device),
+        max_len=max_len,
+        alive_tokens=torch.zeros(B, K, 0, dtype=torch.int64, device=device),
+        alive_log_probs=torch.zeros(B, K, 0, device=device),
+        alive_scores=alive_scores,
+        finished_tokens=torch.zeros(B, K, 0, dtype=torch.int64, device=device),
+        finished_log_probs=torch.zeros(B, K, 0, device=device),
+        finished_lengths=torch.zeros(B, K, dtype=torch.int64, device=device),
+        finished_scores=torch.full((B, K), NEG_INF, device=device),
+    )
+
+
+def flatten_beam_dim(x: Tensor) -> Tensor:
+    """(B', K, ...) -> (B'·K, ...): the layout of the decoder's rows (sentence b owns rows b·K .. b·K + K - 1)."""
+    return x.reshape(x.size(0) * x.size(1), *x.shape[2:])  # (B'·K, ...)
+
+
+def unflatten_beam_dim(x: Tensor, beam_size: int) -> Tensor:
+    """(B'·K, ...) -> (B', K, ...), the inverse of :func:`flatten_beam_dim`."""
+    return x.reshape(x.size(0) // beam_size, beam_size, *x.shape[1:])  # (B', K, ...)
+
+
+def gather_beams(x: Tensor, index: Tensor) -> Tensor:
+    """Pick beams per sentence: out[b, j] = x[b, index[b, j]].
+
+    Args:
+        x: (B', K_in, ...) any per-beam tensor.
+        index: (B', K_out) int64 beam indices in [0, K_in).
+
+    Returns:
+        (B', K_out, ...).
+    """
+    B, K_in = x.size(0), x.size(1)
+    rows = torch.arange(B, device=x.device)[:, None] * K_in + index  # (B', K_out) rows of the flattened x
+    return flatten_beam_dim(x)[rows]  # (B', K_out, ...)
+
+
+def pad_steps(x: Tensor, steps: int, value: float) -> Tensor:
+    """(B', K, t) -> (B', K, steps) by appending ``value`` along the last (time) dimension."""
+    return F.pad(x, (0, steps - x.size(-1)), value=value)  # (B', K, steps)
+
+
+def best_possible_score(alive_scores: Tensor, max_len: Tensor, alpha: float) -> Tensor:
+    """The highest length-penalised score any continuation of the alive hypotheses can reach (see module docstring).
+
+    Args:
+        alive_scores: (B', K) float32 summed log-probabilities (≤ 0; -inf for empty beams).
+        max_len: (B',) int64 L_max per sentence.
+        alpha: α ≥ 0.
+
+    Returns:
+        (B',) float32: max_k alive_scores[b, k] / lp(L_max[b]).
+    """
+    return alive_scores.max(dim=1).values / length_penalty(max_len, alpha)  # (B',)
+
+
+def merge_finished(state: BeamState, tokens: Tensor, log_probs: Tensor, lengths: Tensor, scores: Tensor) -> BeamState:
+    """Add candidate finished hypotheses and keep the best K per sentence (best first).
+
+    Args:
+        state: the current state; its finished tensors have at most ``tokens.size(-1)`` steps.
+        tokens: (B', C, t') int64 candidate tokens; log_probs: (B', C, t') float32; lengths: (B', C) int64 |Y|;
+        scores: (B', C) float32 length-penalised scores, -inf for "not a candidate".
+
+    Returns:
+        The state with its finished fields replaced (every time dimension t').
+    """
+    steps, K = tokens.size(-1), state.finished_scores.size(1)
+    all_tokens = torch.cat([pad_steps(state.finished_tokens, steps, PAD_ID), tokens], dim=1)  # (B', K + C, t')
+    all_log_probs = torch.cat([pad_steps(state.finished_log_probs, steps, 0.0), log_probs], dim=1)  # (B', K + C, t')
+    all_lengths = torch.cat([state.finished_lengths, lengths], dim=1)  # (B', K + C)
+    all_scores = torch.cat([state.finished_scores, scores], dim=1)  # (B', K + C)
+    best_scores, best = all_scores.topk(K, dim=1)  # (B', K), sorted best first
+    state.finished_tokens = gather_beams(all_tokens, best)  # (B', K, t')
+    state.finished_log_probs = gather_beams(all_log_probs, best)  # (B', K, t')
+    state.finished_lengths = all_lengths.gather(1, best)  # (B', K)
+    state.finished_scores = best_scores
+    return state
+
+
+def advance(state: BeamState, log_probs: Tensor, alpha: float) -> tuple[BeamState, Tensor]:
+    """One step of beam search (steps 1-3 of the module docstring).
+
+    Args:
+        state: the state after t steps.
+        log_probs: (B', K, V) float32 next-token log-probabilities of every alive beam (PAD and BOS at -inf).
+        alpha: the length penalty's α.
+
+    Returns:
+        The state after t + 1 steps, and ``origin`` (B', K) int64: the beam (in [0, K)) each new alive beam grew from,
+        for reordering the cache.
+    """
+    B, K, V = log_probs.shape
+    t1 = state.steps + 1
+    candidates = (state.alive_scores[:, :, None] + log_probs).reshape(B, K * V)  # (B', K·V)
+    top_scores, top_index = candidates.topk(2 * K, dim=1)  # (B', 2K)
+    top_beam, top_token = top_index // V, top_index % V  # (B', 2K) each
+    top_tokens = torch.cat([gather_beams(state.alive_tokens, top_beam), top_token[:, :, None]], dim=2)  # (B', 2K, t1)
+    token_log_prob = log_probs.reshape(B, K * V).gather(1, top_index)  # (B', 2K)
+    top_log_probs = torch.cat([gather_beams(state.alive_log_probs, top_beam), token_log_prob[:, :, None]], dim=2)
+
+    is_eos = top_token == EOS_ID  # (B', 2K)
+    in_beam = torch.arange(2 * K, device=log_probs.device) < K  # (2K,) the best K candidates form the next beam
+    ends = is_eos & in_beam & torch.isfinite(top_scores)  # (B', 2K)
+    penalised = top_scores / length_penalty(t1, alpha)  # (B', 2K)
+    lengths = torch.full_like(top_index, t1)  # (B', 2K)
+    state = merge_finished(
+        state, top_tokens, top_log_probs, lengths, torch.where(ends, penalised, torch.full_like(penalised, NEG_INF))
+    )
+
+    alive_scores, pick = torch.where(is_eos, torch.full_like(top_scores, NEG_INF), top_scores).topk(K, dim=1)  # (B', K)
+    state.alive_tokens = gather_beams(top_tokens, pick)  # (B', K, t1)
+    state.alive_log_probs = gather_beams(top_log_probs, pick)  # (B', K, t1)
+    state.alive_scores = alive_scores
+    return state, top_beam.gather(1, pick)  # (B', K)
+
+
+def finalise_at_max_len(state: BeamState, alpha: float) -> tuple[BeamState, Tensor]:
+    """Sentences that have used all their L_max steps: their alive hypotheses join the finished ones as they are.
+
+    Returns:
+        The state, and ``at_limit`` (B',) bool: which sentences reached L_max (their search is over).
+    """
+    t = state.steps
+    at_limit = state.max_len <= t  # (B',)
+    if bool(at_limit.any()):
+        scores = state.alive_scores / length_penalty(t, alpha)  # (B', K)
+        scores = torch.where(at_limit[:, None], scores, torch.full_like(scores, NEG_INF))
+        lengths = torch.full_like(state.finished_lengths, t)  # (B', K)
+        state = merge_finished(state, state.alive_tokens, state.alive_log_probs, lengths, scores)
+    return state, at_limit
+
+
+def is_done(state: BeamState, at_limit: Tensor, alpha: float) -> Tensor:
+    """(B',) bool: the sentences whose search is over (at L_max, or no alive beam can enter the finished K)."""
+    worst_kept = state.finished_scores[:, -1]  # (B',) the K-th best finished score (-inf while fewer than K)
+    bound = best_possible_score(state.alive_scores, state.max_len, alpha)  # (B',)
+    hopeless = (bound <= worst_kept) & (torch.isfinite(worst_kept) | torch.isneginf(bound))  # (B',)
+    return at_limit | hopeless
+
+
+def hypotheses(state: BeamState, row: int, n_best: int, alpha: float) -> list[Hypothesis]:
+    """The ``n_best`` best finished hypotheses of sentence row ``row`` of the state, best first."""
+    scores = state.finished_scores[row].tolist()
+    lengths = state.finished_lengths[row].tolist()
+    tokens = state.finished_tokens[row].tolist()
+    log_probs = state.finished_log_probs[row].tolist()
+    out = []
+    for k in range(len(scores)):
+        if len(out) == n_best or scores[k] == NEG_INF:
+            break
+        n = lengths[k]
+        out.append(make_hypothesis(tokens[k][:n], log_probs[k][:n], alpha))
+    return out
+
+
+def beam_search(model: Transformer, src: Tensor, config: DecodeConfig | None = None) -> list[list[Hypothesis]]:
+    """Beam search over a batch of sentences (B·K decoder rows), with the cache and the GNMT length penalty.
+
+    Args:
+        model: an encoder-decoder :class:`Transformer` (its training flag is restored afterwards).
+        src: (B, S) int64 source ids (each ending with EOS), right-padded with PAD.
+        config: ``beam_size`` K, ``n_best`` (≤ K), ``length_penalty`` α, the length limit, ``use_cache``.
+
+    Returns:
+        For each sentence, its ``n_best`` best hypotheses, best first (fewer only if the vocabulary is too small to
+        fill the beam).
+
+    Raises:
+        ConfigError, ShapeError: the model cannot decode, or ``src`` is malformed or too long for the model.
+    """
+    config = config or DecodeConfig()
+    K, alpha = config.beam_size, config.length_penalty
+    results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    with inference(model):
+        source = encode_source(model, src, config)
+        decoder = IncrementalDecoder(
+            model, expand_rows(source.memory, K), expand_rows(source.src_mask, K), config.use_cache
+        )
+        state = initial_state(source.max_len, K)
+        last = torch.full((src.size(0) * K,), BOS_ID, dtype=torch.int64, device=src.device)  # (B'·K,)
+        while True:
+            log_probs = unflatten_beam_dim(forbid_special_tokens(decoder.step(last)), K)  # (B', K, V)
+            state, origin = advance(state, log_probs, alpha)
+            state, at_limit = finalise_at_max_len(state, alpha)
+            done = is_done(state, at_limit, alpha)  # (B',)
+            for row in done.nonzero().squeeze(1).tolist():
+                results[int(state.sentence[row])] = hypotheses(state, row, config.n_best, alpha)
+            if bool(done.all()):
+                break
+            rows = flatten_beam_dim(torch.arange(origin.size(0), device=src.device)[:, None] * K + origin)  # (B'·K,)
+            if bool(done.any()):
+                keep = (~done).nonzero().squeeze(1)  # (B'',)
+                state = state.select(keep)
+                decoder.select(unflatten_beam_dim(rows, K)[keep].flatten())
+            else:
+                decoder.reorder(rows)
+            last = flatten_beam_dim(state.alive_tokens[:, :, -1])  # (B'·K,)
+    return results

@@ -1,0 +1,88 @@
+"""The decoding configuration: which search, how wide, how long, how random.
+
+One frozen dataclass, validated on construction, shared by :func:`dotformer.decoding.decode_batch`,
+:func:`dotformer.decoding.translate` and the ``dotformer translate`` / ``dotformer evaluate`` commands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dotformer.errors import ConfigError
+
+Strategy = Literal["greedy", "beam", "sample"]
+STRATEGIES: tuple[str, ...] = ("greedy", "beam", "sample")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How to turn a source sentence into output tokens; frozen, validated in ``__post_init__``.
+
+    The defaults are the paper's (§6.1): beam search with beam size 4, length penalty α = 0.6, and a maximum output
+    length of input length + 50.
+
+    Raises:
+        ConfigError: a field is out of range or two fields disagree (the message names them).
+    """
+
+    strategy: Strategy = "beam"  # "greedy" (argmax each step), "beam" (beam search), "sample" (random sampling)
+    beam_size: int = 4  # K, hypotheses kept per sentence by beam search (§6.1: 4)
+    n_best: int = 1  # hypotheses returned per sentence: the n best of the beam, or n independent samples
+    length_penalty: float = 0.6  # α of the GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α; 0 ranks by summed log-prob
+    max_len_a: float = 1.0  # maximum output length = floor(max_len_a * source length + max_len_b) decoding steps
+    max_len_b: int = 50  # (§6.1: "input length + 50"); steps count the final EOS, see ``max_output_length``
+    temperature: float = 1.0  # sampling: logits are divided by it before the softmax (< 1 sharper, > 1 flatter)
+    top_k: int = 0  # sampling: keep only the k most likely tokens (0 = no limit)
+    top_p: float = 1.0  # sampling: keep the smallest set of tokens whose probability reaches p (1.0 = no limit)
+    seed: int = 0  # sampling: seed of the random generator; the same seed gives the same samples
+    use_cache: bool = True  # reuse keys/values between steps; False recomputes the whole prefix (for tests, benchmarks)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"DecodeConfig.strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+        for name in ("beam_size", "n_best"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"DecodeConfig.{name} must be a positive integer, got {value!r}")
+        if self.strategy == "beam" and self.n_best > self.beam_size:
+            raise ConfigError(
+                f"DecodeConfig.n_best={self.n_best} cannot exceed beam_size={self.beam_size}: "
+                f"beam search keeps only beam_size hypotheses"
+            )
+        if self.strategy == "greedy" and self.n_best != 1:
+            raise ConfigError(
+                f"DecodeConfig.n_best={self.n_best} needs strategy 'beam' or 'sample': greedy decoding finds one output"
+            )
+        if not math.isfinite(self.length_penalty) or self.length_penalty < 0:
+            raise ConfigError(f"DecodeConfig.length_penalty must be a finite number >= 0, got {self.length_penalty!r}")
+        if not math.isfinite(self.max_len_a) or self.max_len_a < 0:
+            raise ConfigError(f"DecodeConfig.max_len_a must be a finite number >= 0, got {self.max_len_a!r}")
+        if not isinstance(self.max_len_b, int) or isinstance(self.max_len_b, bool) or self.max_len_b < 0:
+            raise ConfigError(f"DecodeConfig.max_len_b must be a non-negative integer, got {self.max_len_b!r}")
+        if not math.isfinite(self.temperature) or self.temperature <= 0:
+            raise ConfigError(f"DecodeConfig.temperature must be a finite number > 0, got {self.temperature!r}")
+        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
+            raise ConfigError(f"DecodeConfig.top_k must be a non-negative integer (0 = off), got {self.top_k!r}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"DecodeConfig.top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ConfigError(f"DecodeConfig.seed must be an integer, got {self.seed!r}")
+
+    def max_output_length(self, source_length: int) -> int:
+        """The most decoding steps for a source of ``source_length`` tokens (its EOS included, PAD excluded).
+
+        Each step produces one token, so a finished hypothesis has at most ``max_output_length - 1`` tokens before
+        its EOS, and a hypothesis cut at the limit has exactly ``max_output_length`` tokens and no EOS. At least 1.
+        """
+        return max(1, math.floor(self.max_len_a * source_length + self.max_len_b))
+
+    def replace(self, **changes: Any) -> DecodeConfig:
+        """A copy with some fields changed, validated again."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-serialisable dict."""
+        return dataclasses.asdict(self)

@@ -1,0 +1,103 @@
+"""Greedy decoding: at every step take the most likely next token, until EOS or the length limit.
+
+The loop here (:func:`decode_left_to_right`) is shared with sampling, which only changes how a token is picked.
+It decodes a batch of sentences together, one token per row and step with the key/value cache, and drops a row
+from the batch as soon as it has produced EOS or reached its length limit, so long sentences do not make short
+ones pay. Shapes follow the legend in :mod:`dotformer.attention`; N = number of rows being decoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from dotformer.data.tokenizers import BOS_ID, EOS_ID
+from dotformer.decoding.config import DecodeConfig
+from dotformer.decoding.hypothesis import Hypothesis, forbid_special_tokens, make_hypothesis
+from dotformer.decoding.incremental import IncrementalDecoder, encode_source, expand_rows, inference
+from dotformer.model import Transformer
+
+TokenPicker = Callable[[Tensor], Tensor]  # (N, V) float32 log-probabilities -> (N,) int64 chosen tokens
+
+
+def pick_most_likely(log_probs: Tensor) -> Tensor:
+    """(N, V) log-probabilities -> (N,) int64 argmax (the lowest id on ties)."""
+    return log_probs.argmax(dim=-1)  # (N,)
+
+
+def decode_left_to_right(
+    model: Transformer, src: Tensor, config: DecodeConfig, pick: TokenPicker, copies: int = 1
+) -> list[list[Hypothesis]]:
+    """Generate ``copies`` outputs per source sentence, one token per step, choosing each token with ``pick``.
+
+    Args:
+        model: an encoder-decoder :class:`Transformer`.
+        src: (B, S) int64 source ids (each ending with EOS), right-padded with PAD.
+        config: the length limit, length penalty (for the scores) and ``use_cache``.
+        pick: chooses the next token of every row from its (N, V) log-probabilities (PAD and BOS are -inf).
+        copies: outputs per sentence (independent samples; 1 for greedy).
+
+    Returns:
+        For each of the B sentences, its ``copies`` hypotheses sorted by score (best first; stable for ties).
+
+    Raises:
+        ConfigError, ShapeError: the model cannot decode, or ``src`` is malformed or too long for the model.
+    """
+    with inference(model):
+        source = encode_source(model, src, config)
+        B = src.size(0)
+        N = B * copies
+        decoder = IncrementalDecoder(
+            model, expand_rows(source.memory, copies), expand_rows(source.src_mask, copies), config.use_cache
+        )
+        max_len = expand_rows(source.max_len, copies)  # (N,)
+        steps = int(max_len.max())
+        out_tokens = torch.zeros(N, steps, dtype=torch.int64, device=src.device)  # (N, steps)
+        out_log_probs = torch.zeros(N, steps, dtype=torch.float32, device=src.device)  # (N, steps)
+        out_lengths = torch.zeros(N, dtype=torch.int64, device=src.device)  # (N,) steps taken per row
+        active = torch.arange(N, device=src.device)  # (N',) the original row of each row still decoding
+        last = torch.full((N,), BOS_ID, dtype=torch.int64, device=src.device)  # (N',)
+        for t in range(steps):
+            log_probs = forbid_special_tokens(decoder.step(last))  # (N', V)
+            token = pick(log_probs)  # (N',)
+            out_tokens[active, t] = token
+            out_log_probs[active, t] = log_probs.gather(1, token[:, None]).squeeze(1)
+            out_lengths[active] = t + 1
+            done = (token == EOS_ID) | (t + 1 >= max_len[active])  # (N',)
+            if bool(done.all()):
+                break
+            if bool(done.any()):
+                keep = (~done).nonzero().squeeze(1)  # (N'',)
+                decoder.select(keep)
+                active, token = active[keep], token[keep]
+            last = token
+        tokens, log_probs_list, lengths = out_tokens.tolist(), out_log_probs.tolist(), out_lengths.tolist()
+    results: list[list[Hypothesis]] = []
+    for b in range(B):
+        rows = range(b * copies, (b + 1) * copies)
+        hyps = [
+            make_hypothesis(tokens[r][: lengths[r]], log_probs_list[r][: lengths[r]], config.length_penalty)
+            for r in rows
+        ]
+        results.append(sorted(hyps, key=lambda h: -h.score))
+    return results
+
+
+def greedy_decode(model: Transformer, src: Tensor, config: DecodeConfig | None = None) -> list[list[Hypothesis]]:
+    """Greedy decoding: the most likely token at each step, stopping at EOS or at the length limit.
+
+    Args:
+        model: an encoder-decoder :class:`Transformer` (its training flag is restored afterwards).
+        src: (B, S) int64 source ids (each ending with EOS), right-padded with PAD.
+        config: a :class:`DecodeConfig`; only the length limit, ``length_penalty`` (scores) and ``use_cache`` matter.
+
+    Returns:
+        For each sentence, a list with one :class:`Hypothesis`.
+
+    Raises:
+        ConfigError, ShapeError: the model cannot decode, or ``src`` is malformed or too long for the model.
+    """
+    config = config or DecodeConfig(strategy="greedy")
+    return decode_left_to_right(model, src, config, pick_most_likely, copies=1)

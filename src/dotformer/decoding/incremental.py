@@ -1,0 +1,147 @@
+"""Incremental decoding: the decoder run one target position at a time, with the key/value cache (paper §3.2.3).
+
+At step t the decoder needs the self-attention keys/values of positions 0..t and the cross-attention keys/values of
+the source. With a :class:`~dotformer.model.DecoderCache`, the model keeps both: each step projects only the newest
+token and appends its keys/values, and the source's keys/values are projected once, on the first step. Without a
+cache (``use_cache=False``) every step runs the decoder over the whole prefix again: the same numbers, slower.
+
+Beam search and batched sampling decode N = B·K rows (K rows per sentence). The memory is expanded to N rows once;
+afterwards :meth:`IncrementalDecoder.reorder` follows the surviving beams and :meth:`IncrementalDecoder.select`
+drops the rows of finished sentences. Shapes follow the legend in :mod:`dotformer.attention`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from dotformer.decoding.config import DecodeConfig
+from dotformer.errors import ConfigError, ShapeError
+from dotformer.model import Transformer
+
+
+class EncodedSource(NamedTuple):
+    """The encoder's view of a batch of source sentences, ready for decoding.
+
+    Attributes:
+        memory: (B, S, D) the encoder output.
+        src_mask: (B, 1, 1, S) bool, True at real (non-PAD) source tokens.
+        max_len: (B,) int64, the most decoding steps for each sentence (EOS included), from
+            :meth:`DecodeConfig.max_output_length` of its unpadded length, capped by a learned positional table.
+    """
+
+    memory: Tensor
+    src_mask: Tensor
+    max_len: Tensor
+
+
+@contextlib.contextmanager
+def inference(model: Transformer) -> Iterator[None]:
+    """Run ``model`` in eval mode (dropout off) without autograd, then restore its training flag."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def check_source(model: Transformer, src: Tensor) -> None:
+    """Raise a clear error unless ``src`` is a (B, S) int64 batch an encoder-decoder ``model`` can read.
+
+    Raises:
+        ConfigError: the model is not an encoder-decoder. ShapeError: ``src`` is not (B, S) integer ids, is empty,
+        or is longer than a learned positional table allows.
+    """
+    if model.config.arch != "encoder-decoder":
+        raise ConfigError(f"decoding needs an encoder-decoder model, this one is {model.config.arch}")
+    if src.dim() != 2 or src.dtype not in (torch.int64, torch.int32):
+        raise ShapeError(f"src must be (B, S) integer token ids, got {tuple(src.shape)} {src.dtype}")
+    if src.size(0) == 0 or src.size(1) == 0:
+        raise ShapeError(f"src must hold at least one sentence of at least one token, got {tuple(src.shape)}")
+    limit = model.config.max_len
+    if model.config.positional == "learned" and src.size(1) > limit:
+        raise ShapeError(
+            f"the input has {src.size(1)} tokens but this model reads at most {limit} "
+            f"(learned positional encoding with max_len={limit}); shorten the input"
+        )
+
+
+def encode_source(model: Transformer, src: Tensor, config: DecodeConfig) -> EncodedSource:
+    """Encode a (B, S) int64 right-padded batch once and work out each sentence's output length limit.
+
+    Raises:
+        ConfigError, ShapeError: see :func:`check_source`.
+    """
+    check_source(model, src)
+    src = src.long()
+    src_mask = model.source_mask(src)  # (B, 1, 1, S)
+    memory = model.encode(src, src_mask).memory  # (B, S, D)
+    lengths = (src != model.config.pad_id).sum(dim=1).tolist()  # B ints
+    limits = [config.max_output_length(n) for n in lengths]
+    if model.config.positional == "learned":  # step t reads position t; the table has max_len rows
+        limits = [min(n, model.config.max_len) for n in limits]
+    return EncodedSource(memory, src_mask, torch.tensor(limits, dtype=torch.int64, device=src.device))
+
+
+def expand_rows(x: Tensor, copies: int) -> Tensor:
+    """(B, ...) -> (B·K, ...) with K = ``copies``: sentence b owns the consecutive rows b·K .. b·K + K - 1."""
+    return x.repeat_interleave(copies, dim=0)  # (B·K, ...)
+
+
+class IncrementalDecoder:
+    """The decoder over N rows, one new token per row and step.
+
+    Args:
+        model: an encoder-decoder :class:`Transformer` (in eval mode).
+        memory: (N, S, D) encoder output, one row per decoded row.
+        src_mask: (N, 1, 1, S) bool source padding mask.
+        use_cache: keep keys/values between steps (True) or recompute the whole prefix each step (False).
+    """
+
+    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor, use_cache: bool = True) -> None:
+        self.model = model
+        self.memory = memory  # (N, S, D)
+        self.src_mask = src_mask  # (N, 1, 1, S)
+        self.cache = model.new_cache() if use_cache else None
+        self.prefix: Tensor | None = None  # (N, t) the tokens fed so far, kept only without a cache
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """Feed one token per row (the BOS on the first step) and return the next token's distribution.
+
+        Args:
+            tokens: (N,) int64, the token at position t of every row.
+
+        Returns:
+            (N, V) float32 natural-log probabilities of the token at position t + 1.
+        """
+        new = tokens[:, None]  # (N, 1)
+        if self.cache is not None:
+            hidden = self.model.decode(new, self.memory, self.src_mask, cache=self.cache).hidden  # (N, 1, D)
+        else:
+            self.prefix = new if self.prefix is None else torch.cat([self.prefix, new], dim=1)  # (N, t + 1)
+            hidden = self.model.decode(self.prefix, self.memory, self.src_mask).hidden  # (N, t + 1, D)
+        logits = self.model.generator(hidden[:, -1])  # (N, V)
+        return logits.float().log_softmax(dim=-1)  # (N, V)
+
+    def reorder(self, index: Tensor) -> None:
+        """Row i continues row ``index[i]`` (LongTensor (N,)), where both rows read the same source sentence.
+
+        Beam search calls this every step to follow the surviving beams of each sentence; the memory and mask rows
+        do not move because every beam of a sentence has the same ones.
+        """
+        if self.cache is not None:
+            self.cache.reorder(index)
+        if self.prefix is not None:
+            self.prefix = self.prefix.index_select(0, index)  # (N, t)
+
+    def select(self, index: Tensor) -> None:
+        """Keep rows ``index`` (LongTensor (N',)) in this order, with their memory: drops the finished sentences."""
+        self.reorder(index)
+        self.memory = self.memory.index_select(0, index)  # (N', S, D)
+        self.src_mask = self.src_mask.index_select(0, index)  # (N', 1, 1, S)
