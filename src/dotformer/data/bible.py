@@ -11,12 +11,17 @@ name           module id                  Debian package      versification    l
 =============  =========================  ==================  ===============  ==============
 
 Verses are paired by (book, chapter, verse). Each verse's OSIS markup is stripped by
-:func:`dotformer.data.osis.strip_osis`. The report counts, by reason, the verses that give no pair:
+:func:`dotformer.data.osis.strip_osis_many`. The report counts, by reason, the verses that give no pair:
 
 * ``missing_in_target``: the source verse does not exist in the target's versification;
 * ``empty_source`` / ``empty_target``: the verse is empty on one side (omitted verses, e.g. SpaRV Num 12:16);
-* ``length_ratio``: longer / shorter length in characters > ``CorpusOptions.bible_max_ratio``, a sign that the two
-  modules number the verses differently there (SpaRV Job 39:30 holds what KJV puts in 39:27-30);
+* ``misaligned_chapter``: the chapter's verse numbering is shifted between the modules, so its verses would be
+  paired with their neighbours' translations (:func:`misaligned_chapters`; ``report["misaligned_chapters"]``
+  gives each chapter and its offset). SpaRV follows the Spanish numbering in places while its module claims the
+  KJV one: against KJV, Num 13 and 30, 1 Sam 24, 2 Chr 33, Job 39, Hos 12 and Jonah 2 are flagged;
+  ``CorpusOptions.bible_check_alignment=False`` keeps them;
+* ``length_ratio``: longer / shorter length in characters > ``CorpusOptions.bible_max_ratio``, mostly verses
+  that one module merges with their neighbour (SpaRV 2 Cor 13:13 holds KJV 13:13-14);
   ``report["length_ratio_worst"]`` lists the worst ten references.
 
 ``report["target_only_verses"]`` counts target verses with no source verse (WEB's deuterocanonical books).
@@ -30,13 +35,15 @@ modules then takes about half a second instead of about a minute.
 
 from __future__ import annotations
 
+import math
 import os
+import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from dotformer.data.corpora import Corpus, CorpusOptions, Pair, make_report
-from dotformer.data.osis import strip_osis
+from dotformer.data.osis import strip_osis_many
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 
@@ -108,7 +115,8 @@ def pair_verses(source: dict[VerseRef, str], target: dict[VerseRef, str], option
     Args:
         source: reference -> clean source text, in canonical order.
         target: reference -> clean target text.
-        options: ``bible_max_ratio``, and ``source_module``/``target_module`` for the corpus name.
+        options: ``bible_max_ratio``, ``bible_check_alignment``, and ``source_module``/``target_module`` for the
+            corpus name.
 
     Returns:
         The corpus described in :func:`load_bible` (without the module ids in the report).
@@ -117,6 +125,7 @@ def pair_verses(source: dict[VerseRef, str], target: dict[VerseRef, str], option
     ratio_dropped: list[tuple[float, str]] = []
     pairs: list[Pair] = []
     groups: list[str] = []
+    shifted = misaligned_chapters(source, target) if options.bible_check_alignment else {}
     for ref, source_text in source.items():
         target_text = target.get(ref)
         if target_text is None:
@@ -125,6 +134,8 @@ def pair_verses(source: dict[VerseRef, str], target: dict[VerseRef, str], option
             dropped["empty_source"] += 1
         elif not target_text:
             dropped["empty_target"] += 1
+        elif f"{ref.book}.{ref.chapter}" in shifted:
+            dropped["misaligned_chapter"] += 1
         else:
             shorter, longer = sorted((len(source_text), len(target_text)))
             if longer / shorter > options.bible_max_ratio:
@@ -143,10 +154,75 @@ def pair_verses(source: dict[VerseRef, str], target: dict[VerseRef, str], option
         target_only_verses=sum(1 for ref in target if ref not in source),
         books=len(dict.fromkeys(groups)),
         max_ratio=options.bible_max_ratio,
+        misaligned_chapters=shifted,
         length_ratio_worst=worst,
     )
     name = f"bible:{options.source_module}-{options.target_module}"
     return Corpus(name, "translation", pairs, groups=groups, report=report, keep_groups_together=False)
+
+
+# Thresholds of misaligned_chapters, chosen on SpaRV against KJV and WEB (they flag the chapters listed in the module
+# docstring and no other):
+_ALIGN_MIN_VERSES = 10  # shorter chapters are too noisy to judge
+_ALIGN_MAX_SHIFT = 3  # offsets tried: -3..3 verses, in book order (across chapter ends)
+_ALIGN_MIN_COST = 0.2  # the chapter's cost at offset 0 must exceed this ...
+_ALIGN_GAIN = 0.5  # ... and some other offset must at least halve it
+
+
+def misaligned_chapters(source: dict[VerseRef, str], target: dict[VerseRef, str]) -> dict[str, int]:
+    """Chapters whose verses are paired with their neighbours' translations: ``{"Num.13": -1, ...}``.
+
+    The two modules sometimes number the same text differently (SpaRV starts Numbers 13 with what KJV calls
+    12:16, so every verse of the chapter is one off). Such verse pairs have plausible lengths one by one, but the
+    lengths of the chapter match better when the target is read at an offset. For a chapter, the cost of offset k
+    is the median over its verses of |log(len(source_i) / len(target_{i+k})) - m|, m the corpus median of that log
+    ratio, with i + k running through the book's verses in order. A chapter of at least ten verses is flagged
+    when its cost at k = 0 exceeds 0.2 and an offset 0 < |k| <= 3 at least halves it.
+
+    Returns:
+        "Book.chapter" -> the best offset k: source verse i reads like target verse i + k (in book order). SpaRV's
+        Numbers 13 gives -1: its 13:1 holds KJV 12:16, its 13:2 holds KJV 13:1, and so on.
+    """
+    sizes = [(len(text), len(target.get(ref) or "")) for ref, text in source.items() if text and target.get(ref)]
+    if not sizes:
+        return {}
+    middle = statistics.median(math.log(s / t) for s, t in sizes)
+    books: dict[str, list[VerseRef]] = {}
+    for ref in source:
+        books.setdefault(ref.book, []).append(ref)
+    flagged: dict[str, int] = {}
+    for refs in books.values():
+        source_lengths = [len(source[ref]) for ref in refs]
+        target_lengths = [len(target.get(ref) or "") for ref in refs]
+        chapters: dict[int, list[int]] = {}
+        for position, ref in enumerate(refs):
+            chapters.setdefault(ref.chapter, []).append(position)
+
+        for chapter, positions in chapters.items():
+            if len(positions) < _ALIGN_MIN_VERSES:
+                continue
+            costs = {
+                k: _offset_cost(source_lengths, target_lengths, positions, k, middle)
+                for k in range(-_ALIGN_MAX_SHIFT, _ALIGN_MAX_SHIFT + 1)
+            }
+            here = costs.pop(0)
+            best, offset = min((cost, k) for k, cost in costs.items())
+            if here > _ALIGN_MIN_COST and best < _ALIGN_GAIN * here:
+                flagged[f"{refs[positions[0]].book}.{chapter}"] = offset
+    return flagged
+
+
+def _offset_cost(
+    source_lengths: list[int], target_lengths: list[int], positions: list[int], offset: int, middle: float
+) -> float:
+    """Median |log(source_i / target_{i+offset}) - middle| over the chapter's positions (inf when fewer than half
+    of them have two non-empty verses)."""
+    errors = [
+        abs(math.log(source_lengths[i] / target_lengths[i + offset]) - middle)
+        for i in positions
+        if 0 <= i + offset < len(target_lengths) and source_lengths[i] and target_lengths[i + offset]
+    ]
+    return statistics.median(errors) if errors and len(errors) * 2 >= len(positions) else math.inf
 
 
 def sword_libraries(sword_path: str | None = None) -> list[Path]:
@@ -218,7 +294,8 @@ def read_verses(info: ModuleInfo) -> dict[VerseRef, str]:
         DataError: pysword cannot open the module, or a chapter has fewer verses than its versification says.
     """
     bible = _open_bible(info)
-    verses: dict[VerseRef, str] = {}
+    refs: list[VerseRef] = []
+    markup: list[str] = []
     for books in bible.get_structure().get_books().values():
         for book in books:
             for chapter, length in enumerate(book.chapter_lengths, start=1):
@@ -228,9 +305,9 @@ def read_verses(info: ModuleInfo) -> dict[VerseRef, str]:
                         f"{info.library / info.conf.get('datapath', '')}: {book.osis_name} {chapter} has "
                         f"{len(texts)} verses, its versification says {length}"
                     )
-                for verse, text in enumerate(texts, start=1):
-                    verses[VerseRef(book.osis_name, chapter, verse)] = strip_osis(text)
-    return verses
+                refs.extend(VerseRef(book.osis_name, chapter, verse) for verse in range(1, length + 1))
+                markup.extend(texts)
+    return dict(zip(refs, strip_osis_many(markup), strict=True))
 
 
 def _open_bible(info: ModuleInfo) -> Any:

@@ -102,6 +102,7 @@ class CorpusOptions:
     target_module: str = "KJV"  # target-language module: "KJV" (King James) or "WEB" (World English Bible)
     sword_path: str | None = None  # SWORD library root; None = $SWORD_PATH, then ~/.sword, then /usr/share/sword
     bible_max_ratio: float = 2.0  # drop verse pairs whose length ratio (longer / shorter, in characters) exceeds this
+    bible_check_alignment: bool = True  # drop whole chapters whose verse numbering is shifted between the modules
     # --- Hugging Face datasets (spec "hf:NAME_OR_PATH") ---
     hf_config: str | None = None  # dataset configuration name, e.g. "de-en" for wmt14
     hf_split: str = "train"  # split to read, e.g. "train", "validation", "train[:1000]"
