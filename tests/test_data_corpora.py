@@ -22,7 +22,7 @@ def test_tsv_reads_pairs_and_counts_what_it_skips():
     assert corpus.pairs == [Pair("hola", "hello"), Pair("gato", "cat"), Pair("perro", "dog")]
     assert corpus.task == "translation"
     assert corpus.groups is None
-    assert corpus.report["read"] == 4  # four non-blank rows
+    assert corpus.report["read"] == 5  # five rows, one of them blank
     assert corpus.report["pairs"] == 3
     assert corpus.report["dropped"] == {"blank_line": 1, "empty_target": 1}
 
@@ -313,3 +313,12 @@ def test_hf_without_datasets_says_how_to_install(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_datasets)
     with pytest.raises(MissingDataError, match="pip install datasets"):
         load_pairs("hf:json")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [str(DATA / "pairs.tsv"), str(DATA / "pairs.csv"), f"{DATA / 'parallel.es'},{DATA / 'parallel.en'}", "copy"],
+)
+def test_every_read_row_is_kept_or_dropped_for_a_reason(spec):
+    report = load_pairs(spec, CorpusOptions(num_examples=20)).report
+    assert report["read"] == report["pairs"] + sum(report["dropped"].values())

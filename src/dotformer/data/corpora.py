@@ -262,5 +262,8 @@ def one_line(text: str, replaced: Counter[str]) -> str:
 
 
 def make_report(read: int, kept: int, dropped: Mapping[str, int], **details: Any) -> dict[str, Any]:
-    """The standard report: rows ``read``, pairs ``kept`` (``report["pairs"]``), ``dropped`` reason -> count."""
+    """The standard report: ``read`` rows, ``pairs`` kept, ``dropped`` reason -> count, then ``details``.
+
+    Every reader keeps ``read == pairs + sum(dropped.values())`` (before a limit, which is recorded apart).
+    """
     return {"read": read, "pairs": kept, "dropped": dict(sorted(dropped.items())), **details}

@@ -32,7 +32,8 @@ def load_tsv(path: str | Path, options: CorpusOptions) -> Corpus:
 
     Returns:
         A :class:`Corpus` named by the path, task ``options.task or "translation"``, no groups; the report counts
-        ``read`` rows, kept ``pairs`` and ``dropped`` by reason (``blank_line``, ``empty_source``, ``empty_target``).
+        ``read`` rows (the header excluded) = kept ``pairs`` + ``dropped`` by reason (``blank_line``,
+        ``empty_source``, ``empty_target``).
 
     Raises:
         MissingDataError: no such file.
@@ -55,6 +56,7 @@ def load_tsv(path: str | Path, options: CorpusOptions) -> Corpus:
             if options.empty_lines == "error":
                 raise DataError(f"{where}: blank line (CorpusOptions.empty_lines='skip' skips and counts them)")
             dropped["blank_line"] += 1
+            read += 1
             continue
         if expected is None:
             expected = len(fields)
