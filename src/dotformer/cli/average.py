@@ -1,0 +1,37 @@
+"""``dotformer average``: average the weights of several checkpoints into a new one (the paper §6.1)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``dotformer average``."""
+    parser.add_argument("--out", required=True, metavar="DIR", help="the checkpoint directory to write")
+    parser.add_argument(
+        "checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint directories of one model (e.g. the last 5)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Average, save with the tokenizers and info of the last checkpoint; returns 0."""
+    from dotformer.checkpoint import average_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
+    from dotformer.data.tokenizers import load_tokenizer
+    from dotformer.errors import CheckpointError
+
+    paths = [resolve_checkpoint(p) for p in args.checkpoints]
+    state = average_checkpoints(paths)  # checks that every checkpoint has the same model config
+    loaded = load_checkpoint(paths[-1])
+    for path in paths[:-1]:
+        for name, tokenizer in (
+            ("tokenizer_src.json", loaded.src_tokenizer),
+            ("tokenizer_tgt.json", loaded.tgt_tokenizer),
+        ):
+            if load_tokenizer(path / name).to_dict() != tokenizer.to_dict():
+                raise CheckpointError(f"{path / name} differs from {paths[-1] / name}: not checkpoints of one run")
+    loaded.model.load_state_dict(state)
+    info = {k: v for k, v in loaded.info.items() if k not in ("model", "format_version")}
+    info["averaged_from"] = [str(p) for p in paths]
+    out = save_checkpoint(args.out, loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, info)
+    print(f"averaged {len(paths)} checkpoint(s) into {out}")
+    return 0
