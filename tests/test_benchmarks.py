@@ -1,0 +1,143 @@
+"""The benchmark scripts: their batches, peers and FLOP counts are right, and each script runs end to end at tiny sizes
+(the GPU script on CPU, as it does on a machine without a GPU)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from dotformer import ModelConfig, Transformer
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """Import a benchmark module by name (the scripts import each other as top-level modules)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    return ModelConfig.preset("tiny", **{"src_vocab_size": 60, "tgt_vocab_size": 70, **overrides})
+
+
+def test_make_batch_is_a_right_padded_translation_batch(bench):
+    peers = bench("peers")
+    b = peers.make_batch(6, 9, 7, 60, 70, seed=3)
+    assert b.src.shape == (6, 9) and b.tgt_in.shape == (6, 7) and b.tgt_out.shape == (6, 7)
+    src_len = (b.src != PAD_ID).sum(1)
+    tgt_len = (b.tgt_out != PAD_ID).sum(1)
+    assert int(src_len[0]) == 9 and int(tgt_len[0]) == 7  # the first sentence sets the shapes
+    assert int(src_len.min()) >= 6 and int(tgt_len.min()) >= 5  # lengths in [0.6 L, L]
+    for i in range(6):
+        n, m = int(src_len[i]), int(tgt_len[i])
+        assert (b.src[i, :n] != PAD_ID).all() and (b.src[i, n:] == PAD_ID).all()
+        assert b.src[i, n - 1] == EOS_ID and (b.src[i, : n - 1] >= 4).all()
+        assert b.tgt_out[i, m - 1] == EOS_ID and (b.tgt_out[i, m:] == PAD_ID).all()
+        assert b.tgt_in[i, 0] == BOS_ID and (b.tgt_in[i, m:] == PAD_ID).all()
+        assert torch.equal(b.tgt_in[i, 1:m], b.tgt_out[i, : m - 1])  # teacher forcing: shifted by one
+    assert b.num_tgt_tokens == int(tgt_len.sum()) and b.num_src_tokens == int(src_len.sum())
+    assert torch.equal(peers.make_batch(6, 9, 7, 60, 70, seed=3).src, b.src)  # deterministic
+    assert int((peers.make_batch(4, 5, 5, 60, 70, min_fraction=1.0).src == PAD_ID).sum()) == 0
+
+
+def test_forward_flops_match_torch_flop_counter(bench):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    peers = bench("peers")
+    config = tiny_config()
+    model = Transformer(config).eval()
+    b = peers.make_batch(3, 7, 5, 60, 70)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(b.src, b.tgt_in)
+    # the counter sees every matmul of the projections, FFN and generator; on CPU it does not count the fused
+    # attention kernel, which attention_flops counts by hand
+    matmuls = peers.forward_flops(config, 3, 7, 5) - peers.attention_flops(config, 3, 7, 5)
+    assert counter.get_total_flops() == matmuls
+    # one term by hand: the generator is 2·B·T·D·V
+    assert counter.get_flop_counts()["Transformer.generator"][torch.ops.aten.mm] == 2 * 3 * 5 * 64 * 70
+
+
+def test_torch_peer_computes_the_paper_model(bench):
+    """With dotformer's weights, TorchSeq2Seq's logits equal dotformer's at every real target position."""
+    from dotformer.interop import to_torch_transformer
+
+    peers = bench("peers")
+    config = tiny_config()
+    torch.manual_seed(0)
+    ours = Transformer(config).eval()
+    theirs = peers.TorchSeq2Seq(config).eval()
+    theirs.transformer = to_torch_transformer(ours)
+    with torch.no_grad():
+        theirs.src_embed.weight.copy_(ours.src_embed.token.weight)
+        theirs.tgt_embed.weight.copy_(ours.tgt_embed.token.weight)  # the generator is tied to it
+        b = peers.make_batch(4, 8, 6, 60, 70, seed=1)
+        real = b.tgt_out != PAD_ID
+        torch.testing.assert_close(theirs(b.src, b.tgt_in)[real], ours(b.src, b.tgt_in)[real], atol=1e-5, rtol=1e-5)
+
+
+def test_peers_train_on_the_same_batch(bench):
+    pytest.importorskip("transformers")
+    peers, training = bench("peers"), bench("training")
+    config = tiny_config(dropout=0.0)
+    b = peers.make_batch(2, 6, 5, 60, 70)
+    losses = {}
+    for name in training.MODELS:
+        model = peers.build_model(name, config)
+        assert peers.peer_logits(name, model, b).shape == (2, 5, 70)
+        step = training.make_step(name, model, b, autocast=None)
+        losses[name] = [step() for _ in range(3)]
+        assert losses[name][-1] < losses[name][0]  # it learns: the step really updates the weights
+    # the same sizes: the same number of parameters, except Marian's frozen positional tables (2 · max_len · D)
+    counts = {n: sum(p.numel() for p in peers.build_model(n, config).parameters()) for n in training.MODELS}
+    assert counts["dotformer"] == counts["torch"] == counts["marian"] - 2 * config.max_len * config.d_model
+
+
+def test_training_benchmark_runs(bench, tmp_path):
+    pytest.importorskip("transformers")
+    training = bench("training")
+    payload = training.main(["--quick", "--repeats", "1", "--out", str(tmp_path / "t.json")])
+    rows = json.loads((tmp_path / "t.json").read_text())["rows"]
+    assert [r["model"] for r in rows] == ["dotformer", "torch", "marian"] == [r["model"] for r in payload["rows"]]
+    for row in rows:
+        assert row["tgt_tokens_per_s"] > 0 and row["tflops"] > 0 and row["dotformer_over_this"] > 0
+    assert rows[0]["dotformer_over_this"] == 1.0
+
+
+def test_decoding_benchmark_runs_and_outputs_agree(bench, tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("ctranslate2")
+    decoding = bench("decoding")
+    payload = decoding.main(["--quick", "--out", str(tmp_path / "d.json")])
+    rows = payload["rows"]
+    systems = {(r["search"], r["system"]) for r in rows}
+    assert ("greedy", "hf_generate") in systems and ("beam4", "ct2_int8") in systems
+    for row in rows:
+        assert row["tokens_per_s"] > 0
+        if row["search"] == "greedy" and row["system"] in ("hf_generate", "ct2_float32"):
+            assert row["agree_with_dotformer"] == 1.0  # the same model gives the same greedy outputs
+
+
+def test_gpu_script_runs_on_cpu(bench, tmp_path, capsys):
+    gpu = bench("gpu")
+    out = tmp_path / "gpu.json"
+    assert gpu.main(["--device", "cpu", "--time-limit", "120", "--out", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    sections = {r["section"] for r in payload["rows"]}
+    assert {"training", "decoding greedy", "decoding beam4", "long inputs"} <= sections
+    assert not any("FAILED" in str(r.get("note")) for r in payload["rows"])
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("| long inputs")  # the table comes last
+
+
+def test_gpu_script_skips_what_does_not_fit(bench, tmp_path):
+    gpu = bench("gpu")
+    out = tmp_path / "gpu.json"
+    assert gpu.main(["--device", "cpu", "--time-limit", "1", "--out", str(out)]) == 0
+    notes = [r["note"] for r in json.loads(out.read_text())["rows"]]
+    assert notes and all(n.startswith("skipped") for n in notes)
