@@ -1,0 +1,62 @@
+"""``dotformer explore``: look inside a checkpoint in the browser (serve on 127.0.0.1, or write a static page)."""
+
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """\
+Serve mode (default) runs the model for every input typed in the page; it listens on 127.0.0.1 only and stops on
+Ctrl-C. Write mode (--write FILE.html) saves one self-contained page with the --text examples precomputed (default:
+the first 5 sources of the run's test split); live input then needs serve mode.
+
+examples:
+  dotformer explore --checkpoint runs/g2p                      # then open http://127.0.0.1:8000/
+  dotformer explore --checkpoint runs/g2p --port 8765 --text transformer --text attention
+  dotformer explore --checkpoint runs/g2p --write explorer.html --text transformer --text attention
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Checkpoint, serve or write, examples."""
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--port", type=int, default=8000, help="serve on 127.0.0.1:PORT (8000)")
+    mode.add_argument("--write", metavar="FILE.html", help="write a static page instead of serving")
+    parser.add_argument("--text", action="append", default=[], metavar="TEXT", help="an example input (repeatable)")
+    parser.add_argument("--device", default="cpu", help="where to run the model (cpu)")
+    parser.add_argument("--verbose", action="store_true", help="log every request (serve mode)")
+
+
+def default_examples(checkpoint: str, count: int = 5) -> list[str]:
+    """The first ``count`` sources of the run's saved test split, or [] when the run has none."""
+    from dotformer.checkpoint import run_data_dir
+    from dotformer.data.splits import load_split
+    from dotformer.errors import DotformerError
+
+    try:
+        pairs = load_split(run_data_dir(checkpoint), "test")
+    except (DotformerError, OSError):
+        return []
+    return [pair.source for pair in pairs[:count]]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C, or write the page."""
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.errors import ConfigError
+    from dotformer.explore import serve, write_page
+
+    loaded = load_checkpoint(args.checkpoint, device=args.device)
+    texts = args.text or default_examples(args.checkpoint)
+    if args.write:
+        if not texts:
+            raise ConfigError("--write needs example inputs: give --text (the run has no saved test split)")
+        path = write_page(loaded, texts, args.write)
+        print(f"wrote {path} ({len(texts)} examples; live input needs serve mode)")
+        return 0
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be in 0..65535, got {args.port}")
+    serve(loaded, args.port, texts, verbose=args.verbose)
+    return 0

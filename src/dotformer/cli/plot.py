@@ -1,0 +1,97 @@
+"""``dotformer plot``: attention maps, positional encodings, masks, the learning-rate schedule, loss curves.
+
+Every plot is written as PNG or SVG (chosen by the --out extension) and the command prints where.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """\
+examples:
+  dotformer plot attention --checkpoint runs/g2p transformer --out attention.png
+  dotformer plot attention --checkpoint runs/g2p transformer --layer 1 --head 0 --out head.svg
+  dotformer plot positional --d-model 128 --length 100 --out positional.png
+  dotformer plot masks --out masks.png
+  dotformer plot schedule --d-model 512 --warmup 4000 --out schedule.png
+  dotformer plot schedule --config configs/g2p.toml --out schedule.png
+  dotformer plot curves --run runs/g2p --out curves.png
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The five plot kinds, each a sub-subcommand with its own flags."""
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    kinds = parser.add_subparsers(dest="plot_kind", metavar="KIND", required=True)
+
+    attention = kinds.add_parser("attention", help="attention maps of a checkpoint on one input (greedy decoding)")
+    attention.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory")
+    attention.add_argument("text", metavar="TEXT", help="the input to decode and look inside")
+    attention.add_argument(
+        "--layer", type=int, default=None, metavar="L", help="only this layer (0-based; default all)"
+    )
+    attention.add_argument("--head", type=int, default=None, metavar="H", help="only head H (0-based; default all)")
+    attention.add_argument(
+        "--kind",
+        action="append",
+        choices=["encoder", "decoder_self", "cross"],
+        help="which maps (repeatable; default: all three)",
+    )
+    attention.add_argument("--device", default="cpu", help="where to run the model (cpu)")
+    attention.add_argument("--out", default="attention.png", metavar="FILE", help=".png or .svg (attention.png)")
+
+    positional = kinds.add_parser("positional", help="the sinusoidal positional encoding (paper §3.5)")
+    positional.add_argument("--d-model", type=int, default=128, metavar="D", help="encoding width (128)")
+    positional.add_argument("--length", type=int, default=100, metavar="N", help="number of positions (100)")
+    positional.add_argument("--out", default="positional.png", metavar="FILE", help=".png or .svg (positional.png)")
+
+    masks = kinds.add_parser("masks", help="padding and causal masks of an example batch (paper §3.2.3)")
+    masks.add_argument("--out", default="masks.png", metavar="FILE", help=".png or .svg (masks.png)")
+
+    schedule = kinds.add_parser("schedule", help="the learning-rate schedule (paper §5.3, Eq. 3)")
+    schedule.add_argument("--config", metavar="FILE.toml", help="a training config file (its [train] schedule)")
+    schedule.add_argument(
+        "--d-model", type=int, default=None, metavar="D", help="model width (512; with --config: its)"
+    )
+    schedule.add_argument("--warmup", type=int, default=4000, metavar="STEPS", help="warmup steps (4000)")
+    schedule.add_argument("--scale", type=float, default=1.0, help="multiplier of the paper's formula (1.0)")
+    schedule.add_argument("--steps", type=int, default=None, help="steps drawn (default: 10 × warmup or max_steps)")
+    schedule.add_argument("--out", default="schedule.png", metavar="FILE", help=".png or .svg (schedule.png)")
+
+    curves = kinds.add_parser("curves", help="training and validation loss of a run (its metrics.jsonl)")
+    curves.add_argument("--run", required=True, metavar="DIR", help="run directory (or its metrics.jsonl)")
+    curves.add_argument("--out", default="curves.png", metavar="FILE", help=".png or .svg (curves.png)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Draw the requested plot and print the file written."""
+    from dotformer import plots
+    from dotformer.plots.common import check_output_path
+
+    check_output_path(args.out)  # a bad extension fails before any work
+    if args.plot_kind == "attention":
+        from dotformer.checkpoint import load_checkpoint
+
+        loaded = load_checkpoint(args.checkpoint, device=args.device)
+        maps = plots.attention_weights(loaded, args.text)
+        kinds = tuple(dict.fromkeys(args.kind)) if args.kind else plots.attention.MAP_KINDS
+        result = plots.plot_attention(maps, args.out, layer=args.layer, head=args.head, kinds=kinds)
+        print(f"{maps.source_text} -> {maps.output_text}")
+        print(f"wrote {result.path} ({len(result.panels)} maps)")
+    elif args.plot_kind == "positional":
+        print(f"wrote {plots.plot_positional(args.d_model, args.length, args.out).path}")
+    elif args.plot_kind == "masks":
+        print(f"wrote {plots.plot_masks(args.out).path}")
+    elif args.plot_kind == "schedule":
+        if args.config:
+            curve = plots.config_curve(args.config, args.steps, args.d_model)
+        else:
+            curve = plots.noam_curve(args.d_model or 512, args.warmup, args.scale, args.steps)
+        result = plots.plot_schedule([curve], args.out)
+        print(f"wrote {result.path} (peak lr {curve.lrs.max():.3e} at step {curve.peak_step})")
+    else:
+        result = plots.plot_loss_curves(args.run, args.out)
+        c = result.curves
+        print(f"wrote {result.path} ({c.train_steps.size} train points, {c.valid_steps.size} validation points)")
+    return 0

@@ -1,0 +1,43 @@
+"""Pictures of what the model computes, each returning the numbers it drew (so tests can check them):
+
+* :mod:`dotformer.plots.attention`  attention maps of a checkpoint on one input (encoder, decoder, cross)
+* :mod:`dotformer.plots.positional` the sinusoidal positional encoding (paper §3.5)
+* :mod:`dotformer.plots.masks`      padding and causal masks of an example batch (§3.2.3)
+* :mod:`dotformer.plots.curves`     the learning-rate schedule (§5.3) and a run's loss curves
+
+Figures are drawn on matplotlib's Agg canvas inside the functions and written as PNG or SVG by extension.
+"""
+
+from dotformer.plots.attention import AttentionMaps, AttentionPanel, AttentionPlot, attention_weights, plot_attention
+from dotformer.plots.curves import (
+    LossCurves,
+    ScheduleCurve,
+    config_curve,
+    noam_curve,
+    plot_loss_curves,
+    plot_schedule,
+    read_loss_curves,
+)
+from dotformer.plots.masks import MaskData, mask_data, plot_masks
+from dotformer.plots.positional import PositionalData, plot_positional, positional_data
+
+__all__ = [
+    "AttentionMaps",
+    "AttentionPanel",
+    "AttentionPlot",
+    "LossCurves",
+    "MaskData",
+    "PositionalData",
+    "ScheduleCurve",
+    "attention_weights",
+    "config_curve",
+    "mask_data",
+    "noam_curve",
+    "plot_attention",
+    "plot_loss_curves",
+    "plot_masks",
+    "plot_positional",
+    "plot_schedule",
+    "positional_data",
+    "read_loss_curves",
+]

@@ -1,0 +1,235 @@
+"""Attention maps of a trained model on one input: what each head of each layer looks at.
+
+:func:`attention_weights` decodes the input greedily with the model itself, then runs the encoder and the decoder
+once more over the decoded output (teacher forcing on the model's own tokens) with ``need_weights=True`` and keeps
+three kinds of maps per layer and head:
+
+* encoder self-attention (S × S): source token i reads source token j;
+* decoder masked self-attention (T × T): target position i reads the earlier target positions j <= i;
+* cross-attention (T × S): the decoder position that predicts output token i reads source token j (the alignment).
+
+Shapes follow the legend in :mod:`dotformer.attention`; L = number of layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import torch
+
+from dotformer.errors import ConfigError, DataError
+from dotformer.plots.common import check_output_path, heatmap, new_figure, save_figure
+
+MapKind = Literal["encoder", "decoder_self", "cross"]
+MAP_KINDS: tuple[MapKind, ...] = ("encoder", "decoder_self", "cross")
+MAP_TITLES = {"encoder": "encoder self-attention", "decoder_self": "decoder self-attention", "cross": "cross-attention"}
+# Special token ids shared by every tokenizer (dotformer.data.tokenizers): PAD=0, BOS=1, EOS=2, UNK=3.
+SPECIAL_LABELS = ("<pad>", "<s>", "</s>", "<unk>")
+PAD, BOS, EOS = 0, 1, 2
+
+
+class AttentionMaps(NamedTuple):
+    """Every attention weight of one source sentence and the model's greedy output for it.
+
+    Attributes:
+        source_text: the input text.
+        output_text: the model's greedy output, detokenised.
+        src_tokens: S labels: the source tokens, then "</s>".
+        tgt_tokens: T labels of the decoder's input positions: "<s>", then the output tokens.
+        out_tokens: T labels: the token the model predicts (argmax, PAD and BOS excluded as in greedy decoding) at
+            each decoder position: the greedy output followed by "</s>" when decoding finished with EOS.
+        encoder: (L, H, S, S) float32 encoder self-attention weights (rows sum to 1).
+        decoder_self: (L, H, T, T) float32 decoder self-attention weights (zero above the diagonal).
+        cross: (L, H, T, S) float32 cross-attention weights.
+    """
+
+    source_text: str
+    output_text: str
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    out_tokens: list[str]
+    encoder: np.ndarray
+    decoder_self: np.ndarray
+    cross: np.ndarray
+
+    @property
+    def num_layers(self) -> int:
+        """L, the number of layers (the same in encoder and decoder for plotting; see :func:`attention_weights`)."""
+        return int(self.encoder.shape[0])
+
+    @property
+    def num_heads(self) -> int:
+        """H, the number of heads per layer."""
+        return int(self.encoder.shape[1])
+
+    def kind(self, kind: MapKind) -> np.ndarray:
+        """The (L, H, rows, cols) array of one map kind."""
+        if kind not in MAP_KINDS:
+            raise ConfigError(f"unknown attention map kind {kind!r}; choose one of {', '.join(MAP_KINDS)}")
+        return {"encoder": self.encoder, "decoder_self": self.decoder_self, "cross": self.cross}[kind]
+
+    def labels(self, kind: MapKind) -> tuple[list[str], list[str]]:
+        """(row labels, column labels) of one map kind."""
+        if kind == "encoder":
+            return self.src_tokens, self.src_tokens
+        if kind == "decoder_self":
+            return self.tgt_tokens, self.tgt_tokens
+        return self.out_tokens, self.src_tokens
+
+
+def token_label(tokenizer: Any, token_id: int) -> str:
+    """The printable label of one token id (special ids get their fixed names)."""
+    if 0 <= token_id < len(SPECIAL_LABELS):
+        return SPECIAL_LABELS[token_id]
+    return str(tokenizer.id_to_token(token_id))
+
+
+def greedy_output_ids(model: torch.nn.Module, src: torch.Tensor) -> list[int]:
+    """The model's greedy output ids (no BOS/EOS) for a (1, S) source, with :func:`dotformer.decoding.greedy_decode`."""
+    from dotformer.decoding import DecodeConfig, greedy_decode
+
+    return list(greedy_decode(model, src, DecodeConfig(strategy="greedy"))[0][0].tokens)
+
+
+def attention_weights(loaded: Any, text: str, target: str | None = None) -> AttentionMaps:
+    """Decode ``text`` greedily with the model and return every attention map of that decoding.
+
+    Args:
+        loaded: a :class:`dotformer.checkpoint.LoadedCheckpoint` (anything with ``model``, ``src_tokenizer`` and
+            ``tgt_tokenizer``) holding an encoder-decoder Transformer.
+        text: the source text.
+        target: teacher-force this target text instead of the model's greedy output (None: decode).
+
+    Returns:
+        :class:`AttentionMaps` with arrays equal to ``model.encode(src, need_weights=True).self_weights`` and
+        ``model.decode(tgt_in, memory, src_mask, need_weights=True)``'s weights for batch row 0, stacked over layers.
+
+    Raises:
+        DataError: the text is empty after tokenisation. ConfigError: the model is not an encoder-decoder.
+    """
+    model = loaded.model
+    if getattr(model, "encoder", None) is None or getattr(model, "decoder", None) is None:
+        raise ConfigError("attention maps need an encoder-decoder model (source, target and cross-attention)")
+    src_ids = list(loaded.src_tokenizer.encode(text))
+    if not src_ids:
+        raise DataError(f"the input {text!r} has no tokens")
+    device = next(model.parameters()).device
+    src = torch.tensor([src_ids + [EOS]], dtype=torch.int64, device=device)  # (1, S)
+    out_ids = greedy_output_ids(model, src) if target is None else list(loaded.tgt_tokenizer.encode(target))
+    tgt_in = torch.tensor([[BOS, *out_ids]], dtype=torch.int64, device=device)  # (1, T)
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            src_mask = model.source_mask(src)  # (1, 1, 1, S)
+            encoded = model.encode(src, src_mask, need_weights=True)
+            decoded = model.decode(tgt_in, encoded.memory, src_mask=src_mask, need_weights=True)
+            logits = model.generator(decoded.hidden)[0]  # (T, V)
+            logits[:, [PAD, BOS]] = -torch.inf  # as greedy decoding: never PAD or BOS
+            predicted = logits.argmax(dim=-1).tolist()  # (T,)
+    finally:
+        model.train(was_training)
+
+    def stack(weights: Sequence[torch.Tensor]) -> np.ndarray:
+        return torch.stack([w[0] for w in weights]).float().cpu().numpy()  # (L, H, rows, cols)
+
+    return AttentionMaps(
+        source_text=text,
+        output_text=loaded.tgt_tokenizer.decode(out_ids),
+        src_tokens=[token_label(loaded.src_tokenizer, i) for i in src[0].tolist()],
+        tgt_tokens=[token_label(loaded.tgt_tokenizer, i) for i in tgt_in[0].tolist()],
+        out_tokens=[token_label(loaded.tgt_tokenizer, i) for i in predicted],
+        encoder=stack(encoded.self_weights),
+        decoder_self=stack(decoded.self_weights),
+        cross=stack(decoded.cross_weights),
+    )
+
+
+class AttentionPanel(NamedTuple):
+    """One heatmap of a drawn figure: exactly the numbers it shows.
+
+    Attributes:
+        kind: "encoder", "decoder_self" or "cross". layer, head: 0-based indices.
+        weights: (rows, cols) float32, the drawn matrix. row_labels, col_labels: the tick labels.
+    """
+
+    kind: MapKind
+    layer: int
+    head: int
+    weights: np.ndarray
+    row_labels: list[str]
+    col_labels: list[str]
+
+
+class AttentionPlot(NamedTuple):
+    """Result of :func:`plot_attention`: the written file and its panels (in drawing order, row by row)."""
+
+    path: Path
+    panels: list[AttentionPanel]
+
+
+def select_indices(value: int | None, count: int, name: str) -> list[int]:
+    """[value] (checked against 0..count-1), or every index when value is None.
+
+    Raises:
+        ConfigError: value outside the range.
+    """
+    if value is None:
+        return list(range(count))
+    if not 0 <= value < count:
+        raise ConfigError(f"--{name} {value} is out of range: the model has {count} {name}s (0..{count - 1})")
+    return [value]
+
+
+def plot_attention(
+    maps: AttentionMaps,
+    path: str | Path,
+    layer: int | None = None,
+    head: int | None = None,
+    kinds: Sequence[MapKind] = MAP_KINDS,
+) -> AttentionPlot:
+    """Draw attention heatmaps: one row of panels per (kind, layer), one column per head.
+
+    Args:
+        maps: from :func:`attention_weights`.
+        path: output file, .png or .svg.
+        layer, head: draw only this 0-based layer / head (None: all).
+        kinds: which map kinds to draw.
+
+    Returns:
+        :class:`AttentionPlot` with the written path and every drawn matrix.
+
+    Raises:
+        ConfigError: a layer/head out of range, an unknown kind, or a bad file extension.
+    """
+    path = check_output_path(path)
+    for kind in kinds:
+        maps.kind(kind)  # validates the kind
+    layers = select_indices(layer, maps.num_layers, "layer")
+    heads = select_indices(head, maps.num_heads, "head")
+    panels = []
+    for kind in kinds:
+        rows, cols = maps.labels(kind)
+        for li in layers:
+            for hi in heads:
+                panels.append(AttentionPanel(kind, li, hi, maps.kind(kind)[li, hi], list(rows), list(cols)))
+
+    cell = 0.22  # inches per token
+    longest = max(len(maps.src_tokens), len(maps.tgt_tokens))
+    panel_in = max(2.2, cell * longest + 1.0)
+    grid_rows = len(kinds) * len(layers)
+    fig = new_figure(panel_in * len(heads) + 0.8, panel_in * grid_rows + 0.8)
+    axes = fig.subplots(grid_rows, len(heads), squeeze=False)
+    image = None
+    for index, panel in enumerate(panels):
+        ax = axes[index // len(heads)][index % len(heads)]
+        title = f"{MAP_TITLES[panel.kind]} — layer {panel.layer}, head {panel.head}"
+        image = heatmap(ax, panel.weights, panel.row_labels, panel.col_labels, title)
+    if image is not None:
+        fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    fig.suptitle(f"{maps.source_text!r} → {maps.output_text!r}", fontsize=10)
+    return AttentionPlot(save_figure(fig, path), panels)

@@ -1,0 +1,118 @@
+"""Pictures of the sinusoidal positional encoding (paper §3.5): the (position × dimension) table, a few of its
+dimensions as waves, and the dot product PE(p)·PE(p+k) as a function of the distance k.
+
+For an even d_model, PE(p)·PE(p+k) = Σ_i [sin(p·ω_i)·sin((p+k)·ω_i) + cos(p·ω_i)·cos((p+k)·ω_i)] = Σ_i cos(k·ω_i)
+with ω_i = 10000^(-2i/d_model): it depends on the distance k only, not on the position p. The plot draws it for several
+p to show that the curves coincide.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from dotformer.errors import ConfigError
+from dotformer.plots.common import check_output_path, heatmap, new_figure, save_figure
+from dotformer.positional import sinusoidal_positional_encoding
+
+
+class PositionalData(NamedTuple):
+    """The numbers behind the positional-encoding figure.
+
+    Attributes:
+        encoding: (N, D) float64, ``sinusoidal_positional_encoding(N, D)``: row = position, column = dimension.
+        wave_dims: the dimensions drawn as waves (columns of ``encoding``).
+        positions: the start positions p of the dot-product curves.
+        distances: (N,) int64, k = 0 .. N-1.
+        dot_products: (len(positions), N) float64, PE(p)·PE(p+k) for each p (row) and k (column).
+    """
+
+    encoding: np.ndarray
+    wave_dims: tuple[int, ...]
+    positions: tuple[int, ...]
+    distances: np.ndarray
+    dot_products: np.ndarray
+
+
+class PositionalPlot(NamedTuple):
+    """Result of :func:`plot_positional`: the written file and the numbers drawn."""
+
+    path: Path
+    data: PositionalData
+
+
+def default_wave_dims(d_model: int) -> tuple[int, ...]:
+    """A sine/cosine pair of the fastest frequency, then sines at a quarter, half and the end of the width."""
+    dims = {0, min(1, d_model - 1), 2 * (d_model // 8), 2 * (d_model // 4), 2 * ((d_model - 1) // 2)}
+    return tuple(sorted(d for d in dims if 0 <= d < d_model))
+
+
+def positional_data(
+    d_model: int, length: int, wave_dims: tuple[int, ...] | None = None, positions: tuple[int, ...] | None = None
+) -> PositionalData:
+    """Compute the positional encoding of ``length`` positions and its dot products by distance.
+
+    Args:
+        d_model: D >= 1. length: N >= 1 positions.
+        wave_dims: dimensions to draw as waves (default: :func:`default_wave_dims`).
+        positions: start positions p for PE(p)·PE(p+k) (default: 0, N/2 and N).
+
+    Raises:
+        ConfigError: non-positive sizes or a wave dimension outside 0..D-1.
+    """
+    if d_model < 1 or length < 1:
+        raise ConfigError(f"need --d-model >= 1 and --length >= 1, got d_model={d_model}, length={length}")
+    wave_dims = default_wave_dims(d_model) if wave_dims is None else tuple(wave_dims)
+    bad = [d for d in wave_dims if not 0 <= d < d_model]
+    if bad:
+        raise ConfigError(f"wave dimensions {bad} are outside 0..{d_model - 1}")
+    positions = (0, length // 2, length) if positions is None else tuple(positions)
+    if any(p < 0 for p in positions):
+        raise ConfigError(f"positions must be >= 0, got {positions}")
+    table = sinusoidal_positional_encoding(max(positions) + length, d_model, dtype=torch.float64)  # (P+N, D)
+    table_np = table.numpy()
+    distances = np.arange(length)
+    dots = np.stack([table_np[p : p + length] @ table_np[p] for p in positions])  # (len(positions), N)
+    return PositionalData(table_np[:length].copy(), wave_dims, positions, distances, dots)
+
+
+def plot_positional(
+    d_model: int, length: int, path: str | Path, wave_dims: tuple[int, ...] | None = None
+) -> PositionalPlot:
+    """Draw the encoding table, some dimensions as waves, and PE(p)·PE(p+k) against k.
+
+    Returns:
+        :class:`PositionalPlot` with the written path and the drawn numbers.
+
+    Raises:
+        ConfigError: bad sizes or a bad file extension.
+    """
+    path = check_output_path(path)
+    data = positional_data(d_model, length, wave_dims)
+    fig = new_figure(15, 4.2)
+    ax_table, ax_waves, ax_dots = fig.subplots(1, 3)
+
+    image = heatmap(ax_table, data.encoding, vmin=-1.0, vmax=1.0, cmap="RdBu_r")
+    ax_table.set_xlabel("dimension")
+    ax_table.set_ylabel("position")
+    ax_table.set_title(f"PE(pos, dim), d_model = {d_model}", fontsize=9)
+    fig.colorbar(image, ax=ax_table, shrink=0.8)
+
+    for dim in data.wave_dims:
+        kind = "sin" if dim % 2 == 0 else "cos"
+        ax_waves.plot(np.arange(length), data.encoding[:, dim], label=f"dim {dim} ({kind})")
+    ax_waves.set_xlabel("position")
+    ax_waves.set_ylabel("PE")
+    ax_waves.set_title("low dimensions wiggle fast, high ones slowly", fontsize=9)
+    ax_waves.legend(fontsize=7, loc="lower left")
+
+    for p, row in zip(data.positions, data.dot_products, strict=True):
+        ax_dots.plot(data.distances, row, label=f"p = {p}", linewidth=2 if p == data.positions[0] else 1)
+    ax_dots.set_xlabel("distance k")
+    ax_dots.set_ylabel("PE(p) · PE(p + k)")
+    ax_dots.set_title("the dot product depends on the distance only", fontsize=9)
+    ax_dots.legend(fontsize=7)
+    return PositionalPlot(save_figure(fig, path), data)

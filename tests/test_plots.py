@@ -1,0 +1,246 @@
+"""Tests of dotformer.plots: every picture's numbers equal what the library computes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dotformer import ModelConfig, Transformer, causal_mask, padding_mask, sinusoidal_positional_encoding
+from dotformer.checkpoint import LoadedCheckpoint, load_checkpoint, save_checkpoint
+from dotformer.cli import main
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer
+from dotformer.decoding import DecodeConfig, greedy_decode
+from dotformer.errors import ConfigError, DataError, MissingDataError
+from dotformer.plots import (
+    attention_weights,
+    config_curve,
+    mask_data,
+    noam_curve,
+    plot_attention,
+    plot_loss_curves,
+    plot_masks,
+    plot_positional,
+    plot_schedule,
+    positional_data,
+    read_loss_curves,
+)
+
+WORDS = ["cat", "dog", "bird", "attention", "head"]
+PHONES = ["K AE1 T", "D AO1 G", "B ER1 D", "AH0 T EH1 N SH AH0 N", "HH EH1 D"]
+
+
+def fit_briefly(model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer, steps: int = 150) -> None:
+    """Teacher-forced cross-entropy on the five pairs, so that greedy outputs are short (end with EOS)."""
+    src = [[*src_tok.encode(w), EOS_ID] for w in WORDS]
+    tgt = [tgt_tok.encode(p) for p in PHONES]
+    S, T = max(map(len, src)), max(map(len, tgt)) + 1
+    src_ids = torch.tensor([row + [PAD_ID] * (S - len(row)) for row in src])
+    tgt_in = torch.tensor([[BOS_ID, *row] + [PAD_ID] * (T - 1 - len(row)) for row in tgt])
+    tgt_out = torch.tensor([[*row, EOS_ID] + [PAD_ID] * (T - 1 - len(row)) for row in tgt])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        logits = model(src_ids, tgt_in)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+def tiny_checkpoint(directory: Path, seed: int = 0) -> LoadedCheckpoint:
+    """A 2-layer, 2-head G2P model fitted briefly to five words, saved and loaded back as a real checkpoint."""
+    src_tok = train_tokenizer("char", WORDS)
+    tgt_tok = train_tokenizer("symbol", PHONES)
+    torch.manual_seed(seed)
+    config = ModelConfig(
+        src_vocab_size=src_tok.vocab_size,
+        tgt_vocab_size=tgt_tok.vocab_size,
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dropout=0.0,
+    )
+    model = Transformer(config)
+    fit_briefly(model, src_tok, tgt_tok)
+    save_checkpoint(directory, model, src_tok, tgt_tok, {"task": "g2p"})
+    return load_checkpoint(directory)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    """Tiny models: one intra-op thread (on a busy 2-core machine a second thread makes small ops ~50x slower)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def loaded(one_thread: None, tmp_path_factory: pytest.TempPathFactory) -> LoadedCheckpoint:
+    return tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "model")
+
+
+def test_attention_maps_equal_the_models_weights(loaded: LoadedCheckpoint) -> None:
+    maps = attention_weights(loaded, "cat")
+    model = loaded.model
+    src = torch.tensor([[*loaded.src_tokenizer.encode("cat"), EOS_ID]])
+    hyp = greedy_decode(model, src, DecodeConfig(strategy="greedy"))[0][0]
+    tgt = torch.tensor([[BOS_ID, *hyp.tokens]])
+    with torch.no_grad():
+        enc = model.encode(src, need_weights=True)
+        dec = model.decode(tgt, enc.memory, src_mask=model.source_mask(src), need_weights=True)
+    L, H, S, T = 2, 2, 4, len(hyp.tokens) + 1
+    assert maps.encoder.shape == (L, H, S, S)
+    assert maps.decoder_self.shape == (L, H, T, T)
+    assert maps.cross.shape == (L, H, T, S)
+    for layer in range(L):
+        np.testing.assert_array_equal(maps.encoder[layer], enc.self_weights[layer][0].numpy())
+        np.testing.assert_array_equal(maps.decoder_self[layer], dec.self_weights[layer][0].numpy())
+        np.testing.assert_array_equal(maps.cross[layer], dec.cross_weights[layer][0].numpy())
+    assert maps.src_tokens == ["c", "a", "t", "</s>"]
+    assert maps.tgt_tokens == ["<s>", *(loaded.tgt_tokenizer.id_to_token(i) for i in hyp.tokens)]
+    assert maps.output_text == loaded.tgt_tokenizer.decode(hyp.tokens)
+    # teacher forcing on the greedy output predicts the greedy output again
+    assert maps.out_tokens[: len(hyp.tokens)] == maps.tgt_tokens[1:]
+    assert maps.out_tokens[-1] == "</s>" and hyp.finished
+    assert maps.output_text == "K AE1 T"  # the fitted model has learnt the word
+    # rows are distributions; the decoder never looks ahead
+    np.testing.assert_allclose(maps.cross.sum(-1), 1.0, rtol=1e-5)
+    assert np.all(np.triu(maps.decoder_self, k=1) == 0)
+
+
+def test_attention_with_a_given_target_is_teacher_forced(loaded: LoadedCheckpoint) -> None:
+    maps = attention_weights(loaded, "dog", target="D AO1 G")
+    assert maps.tgt_tokens == ["<s>", "D", "AO1", "G"]
+    assert maps.output_text == "D AO1 G"
+    assert maps.cross.shape[2:] == (4, 4)
+
+
+def test_plot_attention_draws_exactly_the_returned_weights(loaded: LoadedCheckpoint, tmp_path: Path) -> None:
+    maps = attention_weights(loaded, "bird")
+    result = plot_attention(maps, tmp_path / "all.png")
+    assert result.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(result.panels) == 3 * 2 * 2
+    for panel in result.panels:
+        np.testing.assert_array_equal(panel.weights, maps.kind(panel.kind)[panel.layer, panel.head])
+        rows, cols = maps.labels(panel.kind)
+        assert (panel.row_labels, panel.col_labels) == (rows, cols)
+        assert panel.weights.shape == (len(rows), len(cols))
+    one = plot_attention(maps, tmp_path / "one.svg", layer=1, head=0, kinds=("cross",))
+    assert [(p.kind, p.layer, p.head) for p in one.panels] == [("cross", 1, 0)]
+    assert one.path.read_text().lstrip().startswith("<?xml")
+    with pytest.raises(ConfigError, match="layer 2 is out of range"):
+        plot_attention(maps, tmp_path / "bad.png", layer=2)
+    with pytest.raises(ConfigError, match=".png or .svg"):
+        plot_attention(maps, tmp_path / "bad.jpg")
+
+
+def test_attention_rejects_empty_input(loaded: LoadedCheckpoint) -> None:
+    with pytest.raises(DataError, match="no tokens"):
+        attention_weights(loaded, "")
+
+
+def test_positional_data_is_the_library_encoding(tmp_path: Path) -> None:
+    result = plot_positional(32, 50, tmp_path / "pe.png")
+    data = result.data
+    np.testing.assert_array_equal(data.encoding, sinusoidal_positional_encoding(50, 32, dtype=torch.float64).numpy())
+    # PE(p)·PE(p+k) = Σ_i cos(k·ω_i), the same for every start p
+    omega = 1.0 / 10000 ** (np.arange(0, 32, 2) / 32)
+    expected = np.cos(np.outer(np.arange(50), omega)).sum(axis=1)
+    for row in data.dot_products:
+        np.testing.assert_allclose(row, expected, atol=1e-9)
+    assert data.dot_products[0, 0] == pytest.approx(16.0)  # |PE(p)|² = D / 2
+    assert all(0 <= d < 32 for d in data.wave_dims)
+    with pytest.raises(ConfigError):
+        positional_data(0, 10)
+    with pytest.raises(ConfigError):
+        positional_data(8, 10, wave_dims=(8,))
+
+
+def test_mask_data_comes_from_dotformer_masks(tmp_path: Path) -> None:
+    result = plot_masks(tmp_path / "masks.svg")
+    data = result.data
+    assert data.src_tokens[1] == ["hello", "</s>", "<pad>", "<pad>", "<pad>"]
+    np.testing.assert_array_equal(data.padding, padding_mask(torch.from_numpy(data.src), 0)[:, 0, 0].numpy())
+    np.testing.assert_array_equal(data.padding[1], [True, True, False, False, False])
+    np.testing.assert_array_equal(data.causal, causal_mask(data.tgt_in.shape[1]).numpy())
+    np.testing.assert_array_equal(data.causal, np.tril(np.ones((5, 5), dtype=bool)))
+    # sentence 1 ("<s> bonjour" + 3 pads): causal AND key is a real token
+    expected = np.tril(np.ones((5, 5), dtype=bool)) & np.array([True, True, False, False, False])[None, :]
+    np.testing.assert_array_equal(data.decoder[1], expected)
+    with pytest.raises(ConfigError):
+        mask_data([("", "x")])
+
+
+def test_schedule_curve_is_the_papers_formula(tmp_path: Path) -> None:
+    curve = noam_curve(512, 4000, steps=8000)
+    for step in (1, 100, 4000, 8000):
+        expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+        assert curve.lrs[step - 1] == pytest.approx(expected, rel=1e-12)
+    assert curve.peak_step == 4000
+    assert curve.lrs.max() == pytest.approx((512 * 4000) ** -0.5)
+    result = plot_schedule([curve, noam_curve(64, 400, steps=8000)], tmp_path / "schedule.png")
+    assert result.path.is_file()
+    config = tmp_path / "run.toml"
+    config.write_text('[model]\npreset = "tiny"\n[train]\nwarmup_steps = 50\nmax_steps = 200\n')
+    from_file = config_curve(config)
+    assert from_file.steps.size == 200 and from_file.peak_step == 50
+    assert from_file.lrs[49] == pytest.approx((64 * 50) ** -0.5)  # tiny: d_model = 64
+    config.write_text("[train]\nwarmup = 3\n")
+    with pytest.raises(ConfigError, match="warmup"):
+        config_curve(config)
+
+
+def test_loss_curves_read_the_training_log(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [
+        {"split": "train", "step": 10, "loss": 3.0, "nll": 2.9, "lr": 1e-4},
+        {"split": "train", "step": 20, "loss": 2.5, "nll": 2.4, "lr": 2e-4},
+        {"split": "valid", "step": 20, "loss": 2.7, "nll": 2.6, "ppl": 13.5},
+        {"split": "train", "step": 30, "loss": None, "nll": None},  # a non-finite loss logged as null
+        {"split": "train", "step": 40, "loss": 2.0, "nll": 1.9},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = plot_loss_curves(run, tmp_path / "curves.png")
+    curves = result.curves
+    np.testing.assert_array_equal(curves.train_steps, [10, 20, 40])
+    np.testing.assert_array_equal(curves.train_loss, [3.0, 2.5, 2.0])
+    np.testing.assert_array_equal(curves.valid_steps, [20])
+    np.testing.assert_array_equal(curves.valid_nll, [2.6])
+    assert curves.field == "loss"
+    (run / "metrics.jsonl").write_text(json.dumps(lines[0]) + "\nnot json\n")
+    with pytest.raises(DataError, match=r"metrics.jsonl:2"):
+        read_loss_curves(run)
+    with pytest.raises(MissingDataError):
+        read_loss_curves(tmp_path / "nothing")
+
+
+def test_importing_plots_does_not_import_matplotlib() -> None:
+    code = "import sys, dotformer.plots, dotformer.explore, dotformer.compare; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_cli_plots(loaded: LoadedCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plot", "positional", "--d-model", "16", "--length", "20", "--out", str(tmp_path / "p.svg")]) == 0
+    assert main(["plot", "masks", "--out", str(tmp_path / "m.png")]) == 0
+    assert main(["plot", "schedule", "--warmup", "100", "--out", str(tmp_path / "s.png")]) == 0
+    out = tmp_path / "a.png"
+    assert main(["plot", "attention", "--checkpoint", str(loaded.path), "cat", "--head", "1", "--out", str(out)]) == 0
+    assert out.is_file() and (tmp_path / "p.svg").is_file() and (tmp_path / "m.png").is_file()
+    assert "wrote" in capsys.readouterr().out
+    assert main(["plot", "attention", "--checkpoint", str(loaded.path), "cat", "--head", "5", "--out", str(out)]) == 2
+    assert main(["plot", "curves", "--run", str(tmp_path / "none"), "--out", str(tmp_path / "c.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("dotformer plot: error:") for line in err)
