@@ -107,6 +107,7 @@ def save_checkpoint(
     config = model.config
     with atomic_directory(directory) as tmp:
         _save_weights(model, tmp / MODEL_FILE)
+        info = {k: v for k, v in info.items() if k not in ("model", "format_version")}  # the model's own config wins
         _write_json(tmp / CONFIG_FILE, {"model": config.to_dict(), **info, "format_version": FORMAT_VERSION})
         src_tokenizer.save(tmp / SRC_TOKENIZER_FILE)
         tgt_tokenizer.save(tmp / TGT_TOKENIZER_FILE)

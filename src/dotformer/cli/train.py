@@ -108,14 +108,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its last checkpoint (exactly)"
     )
+    parser.add_argument(
+        "--threads", type=int, metavar="N", help="CPU threads of torch's kernels (default: torch's choice, all cores)"
+    )
     for flag, _, field, kwargs in _FLAGS:
         parser.add_argument(flag, dest=f"opt_{field}", default=None, **kwargs)
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the configs from the file and the flags, train, print a one-line summary."""
+    from dotformer.errors import ConfigError
     from dotformer.training.run import ConfigSections, read_config_file, train_run
 
+    if args.threads is not None:
+        if args.threads <= 0:
+            raise ConfigError(f"--threads must be positive, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
     file_sections = read_config_file(args.config) if args.config else ConfigSections()
     flags: dict[str, dict[str, Any]] = {"model": {}, "train": {}, "data": {}}
     for _, section, field, _ in _FLAGS:

@@ -88,7 +88,7 @@ class Progress:
         self._bar.update(steps)
 
     def write(self, message: str) -> None:
-        """Print a line above the bar (or on stderr when the bar is hidden... only when enabled)."""
+        """Print a line above the bar (nothing when the bar is disabled)."""
         if self._bar is not None:
             self._bar.write(message, file=sys.stderr)
 

@@ -4,7 +4,7 @@ run directory.
 
 Run directory layout::
 
-    RUN/run.json          dataset, task, every config, versions, command lines (the first and each resume)
+    RUN/run.json          dataset, task, every config, versions, command lines and flags (the first and each resume)
     RUN/data/             the saved split (train.tsv, valid.tsv, test.tsv, split.json) and the tokenizers
     RUN/metrics.jsonl     one JSON object per logged step and per validation pass
     RUN/checkpoints/step_XXXXXXX/, RUN/last/, RUN/best/    checkpoints (see dotformer.checkpoint)
@@ -217,24 +217,34 @@ def train_run(
     """
     from dotformer.training.distributed import setup_distributed, teardown_distributed
 
-    command = list(command if command is not None else sys.argv)
+    invocation = {
+        "command": list(command if command is not None else sys.argv),
+        "config_file": None if file_sections.source == "defaults" else file_sections.source,
+        "flags": {name: _jsonable(getattr(flag_sections, name)) for name in SECTIONS},
+    }
     sections = merge(file_sections, flag_sections)
-    train_config = TrainConfig.from_dict(sections.train, f"{file_sections.source} [train]")
-    if not train_config.has_budget:
-        raise ConfigError("no training budget: pass --max-steps, --max-minutes or --max-epochs (or set one in [train])")
     dataset = sections.data.get("dataset")
-    if not dataset:
-        raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
     if out_dir is None:
+        if not dataset:
+            raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
         preset = sections.model.get("preset") or TASK_PRESETS.get(NAMED_TASKS.get(dataset, "translation"))
         out_dir = default_run_dir(dataset, preset)
     run_dir = Path(out_dir)
+    record = None
+    if resume:  # the run's own configs take the place of the defaults
+        record = _read_run_json(run_dir)
+        sections = merge(_record_sections(record), file_sections, flag_sections)
+    elif not dataset:
+        raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
+    train_config = TrainConfig.from_dict(sections.train, f"{file_sections.source} [train]")
+    if not train_config.has_budget:
+        raise ConfigError("no training budget: pass --max-steps, --max-minutes or --max-epochs (or set one in [train])")
     context = setup_distributed(train_config.device)
     try:
-        if resume:
-            prepared = _prepare_resume(run_dir, file_sections, flag_sections, command, context.is_main)
+        if record is not None:
+            prepared = _prepare_resume(run_dir, record, sections, train_config, invocation, context.is_main)
         else:
-            prepared = _prepare_fresh(run_dir, sections, train_config, command, context)
+            prepared = _prepare_fresh(run_dir, sections, train_config, invocation, context)
         return _train(prepared, run_dir, resume, context.is_main)
     finally:
         teardown_distributed(context)
@@ -253,7 +263,7 @@ class _Prepared:
 
 
 def _prepare_fresh(
-    run_dir: Path, sections: ConfigSections, train_config: TrainConfig, command: list[str], context: Any
+    run_dir: Path, sections: ConfigSections, train_config: TrainConfig, invocation: dict[str, Any], context: Any
 ) -> _Prepared:
     from dotformer.data.corpora import CorpusOptions, load_pairs
     from dotformer.data.splits import load_split, save_splits, split_corpus
@@ -305,7 +315,7 @@ def _prepare_fresh(
             "train": train_config.to_dict(),
             "data": data_config.to_dict(),
             "versions": versions(),
-            "command": command,
+            **invocation,
             "created": _now(),
             "world_size": context.world_size,
         }
@@ -315,30 +325,30 @@ def _prepare_fresh(
     return _load_prepared(run_dir, _read_run_json(run_dir), train_config, load_split, load_tokenizer)
 
 
+def _record_sections(record: dict[str, Any]) -> ConfigSections:
+    """The configs of a run.json as config sections (the model without its vocabulary sizes, with its preset)."""
+    model = {k: v for k, v in record["model"].items() if k not in ("src_vocab_size", "tgt_vocab_size")}
+    model["preset"] = record.get("preset")
+    return ConfigSections(model=model, train=dict(record["train"]), data=dict(record["data"]), source="run.json")
+
+
 def _prepare_resume(
-    run_dir: Path, file_sections: ConfigSections, flag_sections: ConfigSections, command: list[str], is_main: bool
+    run_dir: Path,
+    record: dict[str, Any],
+    sections: ConfigSections,
+    train_config: TrainConfig,
+    invocation: dict[str, Any],
+    is_main: bool,
 ) -> _Prepared:
     from dotformer.data.splits import load_split
     from dotformer.data.tokenizers import load_tokenizer
 
-    record = _read_run_json(run_dir)
-    model_section = {k: v for k, v in record["model"].items() if k not in ("src_vocab_size", "tgt_vocab_size")}
-    base = ConfigSections(model={**model_section}, train=record["train"], data=record["data"], source="run.json")
-    sections = merge(base, file_sections, flag_sections)
-    sections.model.pop("preset", None)
-    requested_preset = merge(file_sections, flag_sections).model.get("preset")
-    if requested_preset is not None and requested_preset != record.get("preset"):
-        raise CheckpointError(
-            f"cannot resume {run_dir}: preset {requested_preset!r} differs from the run's {record.get('preset')!r} "
-            f"({run_dir / 'run.json'})"
-        )
+    saved_model = {**record["model"], "preset": record.get("preset")}
+    _same_or_raise("model", saved_model, sections.model, run_dir)
     _same_or_raise("data", record["data"], sections.data, run_dir)
-    model_changes = {k: v for k, v in sections.model.items() if record["model"].get(k) != v}
-    _same_or_raise("model", {k: record["model"].get(k) for k in model_changes}, model_changes, run_dir)
-    train_config = TrainConfig.from_dict(sections.train, f"{file_sections.source} [train]")
     if is_main:
         record.setdefault("resumes", []).append(
-            {"command": command, "time": _now(), "train": train_config.to_dict(), "versions": versions()}
+            {**invocation, "time": _now(), "train": train_config.to_dict(), "versions": versions()}
         )
         write_json_atomic(run_dir / "run.json", record)
     return _load_prepared(run_dir, record, train_config, load_split, load_tokenizer)
@@ -443,6 +453,10 @@ def versions() -> dict[str, str]:
         "tokenizers": tokenizers.__version__,
         "platform": platform.platform(),
     }
+
+
+def _jsonable(section: dict[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in section.items()}
 
 
 def _now() -> str:
