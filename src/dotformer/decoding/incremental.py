@@ -19,6 +19,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from dotformer.data.tokenizers import EOS_ID
 from dotformer.decoding.config import DecodeConfig
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.model import Transformer
@@ -55,11 +56,16 @@ def check_source(model: Transformer, src: Tensor) -> None:
     """Raise a clear error unless ``src`` is a (B, S) int64 batch an encoder-decoder ``model`` can read.
 
     Raises:
-        ConfigError: the model is not an encoder-decoder. ShapeError: ``src`` is not (B, S) integer ids, is empty,
-        or is longer than a learned positional table allows.
+        ConfigError: the model is not an encoder-decoder, or its target vocabulary lacks PAD/BOS/EOS.
+        ShapeError: ``src`` is not (B, S) integer ids, is empty, or is longer than a learned positional table allows.
     """
     if model.config.arch != "encoder-decoder":
         raise ConfigError(f"decoding needs an encoder-decoder model, this one is {model.config.arch}")
+    if model.config.tgt_vocab_size <= EOS_ID:
+        raise ConfigError(
+            f"decoding needs the special tokens PAD, BOS, EOS in the target vocabulary; tgt_vocab_size is "
+            f"{model.config.tgt_vocab_size}"
+        )
     if src.dim() != 2 or src.dtype not in (torch.int64, torch.int32):
         raise ShapeError(f"src must be (B, S) integer token ids, got {tuple(src.shape)} {src.dtype}")
     if src.size(0) == 0 or src.size(1) == 0:
@@ -132,16 +138,21 @@ class IncrementalDecoder:
     def reorder(self, index: Tensor) -> None:
         """Row i continues row ``index[i]`` (LongTensor (N,)), where both rows read the same source sentence.
 
-        Beam search calls this every step to follow the surviving beams of each sentence; the memory and mask rows
-        do not move because every beam of a sentence has the same ones.
+        Beam search calls this every step to follow the surviving beams of each sentence. Only the self-attention
+        keys/values move: the memory, its mask and its cross-attention keys/values are the same for every beam of a
+        sentence, so row i already holds the right ones.
         """
         if self.cache is not None:
-            self.cache.reorder(index)
+            for layer in self.cache.layers:
+                layer.self_attn.reorder(index)
         if self.prefix is not None:
             self.prefix = self.prefix.index_select(0, index)  # (N, t)
 
     def select(self, index: Tensor) -> None:
         """Keep rows ``index`` (LongTensor (N',)) in this order, with their memory: drops the finished sentences."""
-        self.reorder(index)
+        if self.cache is not None:
+            self.cache.reorder(index)  # self- and cross-attention keys/values
+        if self.prefix is not None:
+            self.prefix = self.prefix.index_select(0, index)  # (N', t)
         self.memory = self.memory.index_select(0, index)  # (N', S, D)
         self.src_mask = self.src_mask.index_select(0, index)  # (N', 1, 1, S)

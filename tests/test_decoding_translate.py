@@ -1,0 +1,111 @@
+"""translate() (text in, text out) and the evaluation helpers, on a tiny copy model with a symbol tokenizer."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from decoding_support import copy_model, random_model, single_thread
+
+from dotformer.checkpoint import LoadedCheckpoint
+from dotformer.data.corpora import Pair
+from dotformer.data.tokenizers import EOS_ID, train_tokenizer
+from dotformer.decoding import DecodeConfig, translate
+from dotformer.decoding.evaluation import Evaluation, format_evaluation, group_references, limit_sources
+from dotformer.decoding.translate import (
+    UnknownTokenWarning,
+    encode_texts,
+    length_sorted_batches,
+    pad_batch,
+    source_normaliser,
+)
+from dotformer.errors import ConfigError, ShapeError
+
+SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    with single_thread():
+        yield
+
+
+def loaded_copy_model() -> LoadedCheckpoint:
+    tokenizer = train_tokenizer("symbol", [SYMBOLS])
+    model = copy_model()
+    return LoadedCheckpoint(model, model.config, tokenizer, tokenizer, {"task": "synthetic"}, Path("."))
+
+
+def test_translate_returns_texts_in_input_order_whatever_the_batching() -> None:
+    loaded = loaded_copy_model()
+    texts = ["a1 a2 a3 a4 a5", "a7", "a2 a2 a0", "", "a6 a5 a4 a3", "a0 a1"]
+    for batch_size in (1, 2, 64):
+        outputs = translate(loaded, texts, DecodeConfig(strategy="greedy"), batch_size=batch_size)
+        assert [o[0].text for o in outputs] == texts
+        assert all(o[0].finished for o in outputs)
+
+
+def test_translate_n_best_keeps_hypotheses_with_text() -> None:
+    (hyps,) = translate(loaded_copy_model(), ["a3 a1"], DecodeConfig(beam_size=4, n_best=3))
+    assert len(hyps) == 3 and hyps[0].text == "a3 a1" and hyps[0].tokens == [7, 5]
+    assert hyps[0].score > hyps[1].score > hyps[2].score
+
+
+def test_unknown_symbols_warn_once_and_are_read_as_unk() -> None:
+    with pytest.warns(UnknownTokenWarning, match=r"3 input symbol\(s\) in 2 of 3 input\(s\).*input 1") as record:
+        outputs = translate(loaded_copy_model(), ["zz a1", "a2", "a3 yy yy"], DecodeConfig(strategy="greedy"))
+    assert len([w for w in record if w.category is UnknownTokenWarning]) == 1
+    assert len(outputs) == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        translate(loaded_copy_model(), ["a1 a2"], DecodeConfig(strategy="greedy"))  # no warning without unknowns
+
+
+def test_progress_bar_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    translate(loaded_copy_model(), ["a1", "a2"], DecodeConfig(strategy="greedy"), progress=True)
+    captured = capsys.readouterr()
+    assert captured.out == "" and "2/2" in captured.err
+    translate(loaded_copy_model(), ["a1", "a2"], DecodeConfig(strategy="greedy"))  # small inputs: no bar
+    assert capsys.readouterr().err == ""
+
+
+def test_an_input_too_long_for_a_learned_table_is_named() -> None:
+    tokenizer = train_tokenizer("symbol", [SYMBOLS])
+    model = random_model(vocab=12, positional="learned", max_len=8)
+    loaded = LoadedCheckpoint(model, model.config, tokenizer, tokenizer, {}, Path("."))
+    with pytest.raises(ShapeError, match=r"input 2 has 9 tokens .* at most 8"):
+        translate(loaded, ["a1", "a1 " * 8, "a2"])
+
+
+def test_encoding_helpers() -> None:
+    tokenizer = train_tokenizer("symbol", [SYMBOLS])
+    encoded = encode_texts(["a0 a1", "zz", ""], tokenizer)
+    assert encoded.ids == [[4, 5, EOS_ID], [3, EOS_ID], [EOS_ID]]
+    assert encoded.unknown == 1 and encoded.texts_with_unknown == [1]
+    assert pad_batch([[4, 2], [5, 6, 2]]).tolist() == [[4, 2, 0], [5, 6, 2]]
+    assert length_sorted_batches([1, 5, 3, 5, 2], 2) == [[1, 3], [2, 4], [0]]
+    with pytest.raises(ConfigError):
+        length_sorted_batches([1], 0)
+    assert source_normaliser({"dataset": "cmudict"})("Read(2) ") == "read"
+    assert source_normaliser({"dataset": "bible"})("Read") == "Read"
+
+
+def test_references_are_grouped_by_source_in_order() -> None:
+    pairs = [Pair("read", "R EH1 D"), Pair("cat", "K AE1 T"), Pair("read", "R IY1 D")]
+    grouped = group_references(pairs)
+    assert grouped.sources == ["read", "cat"]
+    assert grouped.references == [["R EH1 D", "R IY1 D"], ["K AE1 T"]]
+    assert limit_sources(pairs, 1) == [pairs[0], pairs[2]]  # a word keeps all its pronunciations
+    assert limit_sources(pairs, None) == pairs
+
+
+def test_format_evaluation_table() -> None:
+    table = format_evaluation(Evaluation("g2p", {"wer": 12.345, "perplexity": 1.5}))
+    assert table.splitlines() == [
+        "| metric           |  value |",
+        "|------------------|-------:|",
+        "| WER, stress kept | 12.35% |",
+        "| perplexity       |   1.50 |",
+    ]
