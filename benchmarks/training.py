@@ -20,12 +20,16 @@ Figures:
             + N_dec · (12·B·T·D² + 4·B·S·D² + 4·B·T²·D + 4·B·T·S·D + 4·B·T·D·F)
             + 2·B·T·D·V
 
+* ``ratio_paired``: the median over rounds of (peer's time / dotformer's time) within the same round, where the two
+  runs were seconds apart and saw about the same machine load.
 * CPU time: the CPU seconds the process used during the step (all threads), a second view that other processes
   on the machine disturb less than wall time; ``ratio_cpu`` = peer CPU time / dotformer CPU time.
 * peak memory: the highest resident set size during one step minus the size before it (sampled every ms, see
   ``common.measure_peak_memory``), on CUDA ``max_memory_allocated``.
 
-Run: ``python benchmarks/training.py`` (``--quick`` for a short check, ``--configs small`` for one size).
+Run: ``python benchmarks/training.py`` (``--quick`` for a short check, ``--configs small`` for one size,
+``--configs long`` for the small model on 4 sentences of 1024 tokens, where the peers' (B·H, T, S) attention masks
+start to cost memory).
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ SETTINGS = {
     "tiny": Setting("tiny", "tiny", 1000, 8, 16, 16),
     "small": Setting("small", "small", 8000, 32, 32, 32),
     "base": Setting("base", "base", 32000, 16, 32, 32),
+    "long": Setting("long", "small", 8000, 4, 1024, 1024),  # long inputs: attention and its masks grow as L²
 }
 
 
@@ -175,6 +180,11 @@ def run_setting(setting: Setting, repeats: int, warmup: int, device: str, dtype:
     for row in rows:
         row["dotformer_over_this"] = ours["tgt_tokens_per_s"] / row["tgt_tokens_per_s"] if ours else None
         row["dotformer_over_this_cpu"] = row["cpu_ms_per_step"] / ours["cpu_ms_per_step"] if ours else None
+        row["dotformer_over_this_paired"] = (
+            statistics.median(p / d for p, d in zip(samples[row["model"]], samples["dotformer"], strict=True))
+            if ours
+            else None
+        )
     return [
         {
             **row,
@@ -194,15 +204,18 @@ def run_setting(setting: Setting, repeats: int, warmup: int, device: str, dtype:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Parse the command line, run the benchmark, print the table and write ``out/training.json``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--configs", default="small,base", help="comma-separated: tiny, small, base")
+    parser.add_argument("--configs", default="small,base", help="comma-separated: tiny, small, base, long")
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds (each runs every model once)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per model before timing")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast for every model")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS))
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, 2 rounds: checks that it runs")
     parser.add_argument("--out", default=str(default_output_dir() / "training.json"))
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     names = ["tiny"] if args.quick else args.configs.split(",")
     repeats, warmup = (2, 1) if args.quick else (args.repeats, args.warmup)
     models = tuple(args.models.split(","))
@@ -216,10 +229,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "peak_memory": format_bytes(r["peak_memory_bytes"]),
                 "ratio": r["dotformer_over_this"],
                 "ratio_cpu": r["dotformer_over_this_cpu"],
+                "ratio_paired": r["dotformer_over_this_paired"],
             }
             for r in rows
         ],
-        ["setting", "dtype", "model", "tgt_tokens_per_s", "ms_per_step", "tflops", "peak_memory", "ratio", "ratio_cpu"],
+        ["setting", "dtype", "model", "tgt_tokens_per_s", "ms_per_step", "tflops", "peak_memory"]
+        + ["ratio", "ratio_paired", "ratio_cpu"],
     )
     print(table)
     payload = {"benchmark": "training", "command": command_line(), "machine": machine_info(args.device), "rows": rows}
