@@ -226,10 +226,11 @@ class WeightChainCounter(TorchDispatchMode):
 
 @contextlib.contextmanager
 def generic_kernels() -> Iterator[None]:
-    """Switch oneDNN off, so an LSTM runs PyTorch's generic loop of cell steps that operator counters can see."""
+    """Switch oneDNN (CPU) and cuDNN (CUDA) off, so that an RNN runs PyTorch's generic loop of cell steps, which
+    operator counters can see (the fused kernels run the same loop inside one call)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch warns about TF32 on oneDNN when the flag is toggled
-        with torch.backends.mkldnn.flags(enabled=False):
+        with torch.backends.mkldnn.flags(enabled=False), torch.backends.cudnn.flags(enabled=False):
             yield
 
 
@@ -702,7 +703,7 @@ def format_report(report: CompareReport) -> str:
         ),
         "",
         f"Per length (time: forward + backward, best and median of up to {c.repeats} calls after a warm-up, "
-        f"{report.threads} threads; memory kept for backward: {report.memory_method})",
+        f"{report.threads} torch thread(s); memory kept for backward: {report.memory_method})",
     ]
     rows = []
     for layer in report.layers:

@@ -26,6 +26,12 @@ from dotformer.plots.common import check_output_path, heatmap, new_figure, save_
 MapKind = Literal["encoder", "decoder_self", "cross"]
 MAP_KINDS: tuple[MapKind, ...] = ("encoder", "decoder_self", "cross")
 MAP_TITLES = {"encoder": "encoder self-attention", "decoder_self": "decoder self-attention", "cross": "cross-attention"}
+# (row axis, column axis) names of each kind: rows are queries, columns are keys.
+AXIS_NAMES = {
+    "encoder": ("source (query)", "source (key)"),
+    "decoder_self": ("target input (query)", "target input (key)"),
+    "cross": ("predicted output token (query)", "source (key)"),
+}
 # Special token ids shared by every tokenizer (dotformer.data.tokenizers): PAD=0, BOS=1, EOS=2, UNK=3.
 SPECIAL_LABELS = ("<pad>", "<s>", "</s>", "<unk>")
 PAD, BOS, EOS = 0, 1, 2
@@ -229,6 +235,8 @@ def plot_attention(
         ax = axes[index // len(heads)][index % len(heads)]
         title = f"{MAP_TITLES[panel.kind]} — layer {panel.layer}, head {panel.head}"
         image = heatmap(ax, panel.weights, panel.row_labels, panel.col_labels, title)
+        ax.set_ylabel(AXIS_NAMES[panel.kind][0], fontsize=7)
+        ax.set_xlabel(AXIS_NAMES[panel.kind][1], fontsize=7)
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     fig.suptitle(f"{maps.source_text!r} → {maps.output_text!r}", fontsize=10)
