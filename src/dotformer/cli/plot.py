@@ -54,8 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     schedule.add_argument(
         "--d-model", type=int, default=None, metavar="D", help="model width (512; with --config: its)"
     )
-    schedule.add_argument("--warmup", type=int, default=4000, metavar="STEPS", help="warmup steps (4000)")
-    schedule.add_argument("--scale", type=float, default=1.0, help="multiplier of the paper's formula (1.0)")
+    schedule.add_argument("--warmup", type=int, default=None, metavar="STEPS", help="warmup steps (4000)")
+    schedule.add_argument("--scale", type=float, default=None, help="multiplier of the paper's formula (1.0)")
     schedule.add_argument("--steps", type=int, default=None, help="steps drawn (default: 10 × warmup or max_steps)")
     schedule.add_argument("--out", default="schedule.png", metavar="FILE", help=".png or .svg (schedule.png)")
 
@@ -67,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Draw the requested plot and print the file written."""
     from dotformer import plots
+    from dotformer.errors import ConfigError
     from dotformer.plots.common import check_output_path
 
     check_output_path(args.out)  # a bad extension fails before any work
@@ -85,9 +86,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {plots.plot_masks(args.out).path}")
     elif args.plot_kind == "schedule":
         if args.config:
+            if args.warmup is not None or args.scale is not None:
+                raise ConfigError("--warmup and --scale come from the config file's [train] section with --config")
             curve = plots.config_curve(args.config, args.steps, args.d_model)
         else:
-            curve = plots.noam_curve(args.d_model or 512, args.warmup, args.scale, args.steps)
+            warmup = 4000 if args.warmup is None else args.warmup
+            scale = 1.0 if args.scale is None else args.scale
+            curve = plots.noam_curve(args.d_model or 512, warmup, scale, args.steps)
         result = plots.plot_schedule([curve], args.out)
         print(f"wrote {result.path} (peak lr {curve.lrs.max():.3e} at step {curve.peak_step})")
     else:

@@ -228,7 +228,9 @@ def plot_attention(
     longest = max(len(maps.src_tokens), len(maps.tgt_tokens))
     panel_in = max(2.2, cell * longest + 1.0)
     grid_rows = len(kinds) * len(layers)
-    fig = new_figure(panel_in * len(heads) + 0.8, panel_in * grid_rows + 0.8)
+    width, height = panel_in * len(heads) + 0.8, panel_in * grid_rows + 0.8
+    shrink = min(1.0, 60.0 / width, 60.0 / height)  # keep square panels within new_figure's 60-inch limit
+    fig = new_figure(width * shrink, height * shrink)
     axes = fig.subplots(grid_rows, len(heads), squeeze=False)
     image = None
     for index, panel in enumerate(panels):
