@@ -15,6 +15,7 @@ from torch import Tensor
 
 from dotformer import ModelConfig, Transformer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.decoding import Hypothesis
 
 COPY_SYMBOLS = range(4, 12)  # token ids of the copy task's symbols (after PAD, BOS, EOS, UNK)
 COPY_VOCAB = 12
@@ -86,3 +87,22 @@ def single_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def teacher_forced_log_probs(model: Transformer, source: list[int], generated: list[int]) -> list[float]:
+    """The model's log-probability of each generated token (EOS included if present) given the true prefix."""
+    with torch.no_grad():
+        logits = model(torch.tensor([source]), torch.tensor([[BOS_ID, *generated[:-1]]]))[0]  # (T, V)
+    lp = logits.log_softmax(-1)
+    return lp.gather(1, torch.tensor(generated)[:, None]).squeeze(1).tolist()
+
+
+def with_eos(h: Hypothesis) -> list[int]:
+    """The generated sequence of a hypothesis: its tokens, then EOS if it finished."""
+    return h.tokens + ([EOS_ID] if h.finished else [])
+
+
+def sources_of_mixed_lengths(seed: int = 3, count: int = 5) -> list[list[int]]:
+    """``count`` copy-task sources of 1 to COPY_MAX_LEN symbols, each ending with EOS."""
+    g = torch.Generator().manual_seed(seed)
+    return [s + [EOS_ID] for s in random_sources(count, g, min_len=1, max_len=COPY_MAX_LEN)]

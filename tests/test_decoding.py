@@ -6,11 +6,20 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from decoding_support import COPY_MAX_LEN, copy_model, pad, random_model, random_sources, single_thread
+from decoding_support import (
+    COPY_MAX_LEN,
+    copy_model,
+    pad,
+    random_model,
+    random_sources,
+    single_thread,
+    sources_of_mixed_lengths,
+    with_eos,
+)
 
 from dotformer import ModelConfig, Transformer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
-from dotformer.decoding import DecodeConfig, Hypothesis, decode_batch, greedy_decode, length_penalty
+from dotformer.decoding import DecodeConfig, decode_batch, greedy_decode, length_penalty
 from dotformer.errors import ConfigError, ShapeError
 
 GREEDY = DecodeConfig(strategy="greedy")
@@ -38,23 +47,6 @@ def reference_greedy(model: Transformer, source: list[int], max_len: int) -> tup
             if token == EOS_ID:
                 break
     return generated, log_probs
-
-
-def teacher_forced_log_probs(model: Transformer, source: list[int], generated: list[int]) -> list[float]:
-    """The model's log-probability of each generated token (EOS included if present) given the true prefix."""
-    with torch.no_grad():
-        logits = model(torch.tensor([source]), torch.tensor([[BOS_ID, *generated[:-1]]]))[0]  # (T, V)
-    lp = logits.log_softmax(-1)
-    return lp.gather(1, torch.tensor(generated)[:, None]).squeeze(1).tolist()
-
-
-def with_eos(h: Hypothesis) -> list[int]:
-    return h.tokens + ([EOS_ID] if h.finished else [])
-
-
-def sources_of_mixed_lengths(seed: int = 3, count: int = 5) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [s + [EOS_ID] for s in random_sources(count, g, min_len=1, max_len=COPY_MAX_LEN)]
 
 
 @pytest.mark.parametrize("which", ["random", "copy"])

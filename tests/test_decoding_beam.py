@@ -7,8 +7,17 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from decoding_support import COPY_MAX_LEN, copy_model, pad, random_model, random_sources, single_thread
-from test_decoding import sources_of_mixed_lengths, teacher_forced_log_probs, with_eos
+from decoding_support import (
+    COPY_MAX_LEN,
+    copy_model,
+    pad,
+    random_model,
+    random_sources,
+    single_thread,
+    sources_of_mixed_lengths,
+    teacher_forced_log_probs,
+    with_eos,
+)
 
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding import DecodeConfig, beam_search, greedy_decode, length_penalty

@@ -7,8 +7,15 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from decoding_support import copy_model, pad, random_model, single_thread
-from test_decoding import sources_of_mixed_lengths, teacher_forced_log_probs, with_eos
+from decoding_support import (
+    copy_model,
+    pad,
+    random_model,
+    single_thread,
+    sources_of_mixed_lengths,
+    teacher_forced_log_probs,
+    with_eos,
+)
 
 from dotformer.decoding import DecodeConfig, greedy_decode, sample
 from dotformer.decoding.sampling import filter_top_k, filter_top_p, sampling_picker
