@@ -41,6 +41,7 @@ class ModelConfig:
     num_decoder_layers: int = 6  # N for the decoder stack (0 for encoder-only)
     dropout: float = 0.1  # P_drop on sublayer outputs and on embedding + positional sums (§5.4)
     attention_dropout: float = 0.0  # dropout on attention weights (the paper: none; tensor2tensor: 0.1 optional)
+    activation_dropout: float = 0.0  # dropout inside the FFN, after the activation (the paper: none; costly on CPUs)
     activation: Literal["relu", "gelu"] = "relu"  # FFN non-linearity: ReLU as in the paper, GELU as in BERT/GPT
     norm_first: bool = False  # False: post-LN, LayerNorm(x + Sublayer(x)) as in the paper; True: pre-LN
     layer_norm_eps: float = 1e-5  # epsilon inside every LayerNorm
@@ -67,7 +68,7 @@ class ModelConfig:
                 f"ModelConfig.d_model={self.d_model} must be divisible by num_heads={self.num_heads} "
                 f"(d_k = d_model / num_heads)"
             )
-        for name in ("dropout", "attention_dropout"):
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ConfigError(f"ModelConfig.{name} must be in [0, 1), got {value!r}")

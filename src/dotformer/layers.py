@@ -90,6 +90,7 @@ class LayerSizes:
     d_ff: int = 2048  # F
     dropout: float = 0.1  # on sublayer outputs
     attention_dropout: float = 0.0  # on attention weights
+    activation_dropout: float = 0.0  # inside the FFN, after the activation
     activation: Literal["relu", "gelu"] = "relu"  # FFN non-linearity
     norm_first: bool = False  # pre-LN instead of the paper's post-LN
     layer_norm_eps: float = 1e-5  # LayerNorm epsilon
@@ -110,7 +111,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         s = sizes
         self.self_attn = MultiHeadAttention(s.d_model, s.num_heads, s.attention_dropout, s.bias)
-        self.feed_forward = FeedForward(s.d_model, s.d_ff, s.activation, s.dropout, s.bias)
+        self.feed_forward = FeedForward(s.d_model, s.d_ff, s.activation, s.activation_dropout, s.bias)
         self.res_attn = Residual(s.d_model, s.dropout, s.norm_first, s.layer_norm_eps)
         self.res_ff = Residual(s.d_model, s.dropout, s.norm_first, s.layer_norm_eps)
 
@@ -156,7 +157,7 @@ class DecoderLayer(nn.Module):
         if cross_attention:
             self.cross_attn = MultiHeadAttention(s.d_model, s.num_heads, s.attention_dropout, s.bias)
             self.res_cross = Residual(s.d_model, s.dropout, s.norm_first, s.layer_norm_eps)
-        self.feed_forward = FeedForward(s.d_model, s.d_ff, s.activation, s.dropout, s.bias)
+        self.feed_forward = FeedForward(s.d_model, s.d_ff, s.activation, s.activation_dropout, s.bias)
         self.res_ff = Residual(s.d_model, s.dropout, s.norm_first, s.layer_norm_eps)
 
     def forward(

@@ -47,6 +47,7 @@ def layer_sizes(config: ModelConfig) -> LayerSizes:
         d_ff=config.d_ff,
         dropout=config.dropout,
         attention_dropout=config.attention_dropout,
+        activation_dropout=config.activation_dropout,
         activation=config.activation,
         norm_first=config.norm_first,
         layer_norm_eps=config.layer_norm_eps,
