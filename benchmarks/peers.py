@@ -92,8 +92,9 @@ class TorchSeq2Seq(nn.Module):
     Token embeddings ·√D + sinusoidal positions + dropout on both sides, ``nn.Transformer`` (post-LN, batch-first,
     no final LayerNorms, like the paper), a generator tied to the target embeddings. Masks: boolean key-padding
     masks for source and target and a boolean causal mask (torch's convention: True = ignore).
-    Attention dropout is switched off so that it computes the same function as dotformer's default
-    (``attention_dropout=0``).
+    ``nn.Transformer`` has one dropout rate for everything; the attention-weight and FFN-inner dropouts are set to
+    ``config.attention_dropout`` and ``config.activation_dropout`` afterwards (0 in dotformer's defaults, as in the
+    paper), so that both models compute the same function with the same random draws per step.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -120,7 +121,9 @@ class TorchSeq2Seq(nn.Module):
         self.transformer.decoder.norm = None
         for module in self.transformer.modules():
             if isinstance(module, nn.MultiheadAttention):
-                module.dropout = 0.0
+                module.dropout = c.attention_dropout
+            if isinstance(module, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)):
+                module.dropout = nn.Dropout(c.activation_dropout)  # the FFN's inner dropout
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
         self.generator.weight = self.tgt_embed.weight
 

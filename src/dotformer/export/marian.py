@@ -43,8 +43,8 @@ def check_exportable(config: ModelConfig) -> None:
 def marian_config(config: ModelConfig, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> MarianConfig:
     """The ``MarianConfig`` with the sizes, dropouts and special ids of a dotformer :class:`ModelConfig`.
 
-    Dropout maps one to one: dotformer's ``dropout`` acts on embeddings, sublayer outputs and the FFN's inner
-    activations, which Marian calls ``dropout`` and ``activation_dropout``.
+    Dropout maps one to one: ``dropout`` (embeddings and sublayer outputs), ``attention_dropout`` (attention
+    weights) and ``activation_dropout`` (the FFN's inner activations) have the same names and places in both.
 
     Raises:
         ConfigError: the model cannot be held by Marian (see :func:`check_exportable`).
@@ -68,7 +68,7 @@ def marian_config(config: ModelConfig, bos_id: int = BOS_ID, eos_id: int = EOS_I
         activation_function=c.activation,
         dropout=c.dropout,
         attention_dropout=c.attention_dropout,
-        activation_dropout=c.dropout,
+        activation_dropout=c.activation_dropout,
         max_position_embeddings=c.max_len,
         scale_embedding=True,
         pad_token_id=c.pad_id,
