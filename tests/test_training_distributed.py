@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from safetensors.torch import load_file, save_file
 
 from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
@@ -71,7 +72,7 @@ def _worker(rank: int, world: int, init_file: str, out: str) -> None:
         context = DistContext(rank=rank, world_size=world, device=torch.device("cpu"))
         batch = collate(halves(data)[rank])
         losses = [train_step(ddp, optimizer, [batch], s, config, 16, 0, context).loss for s in range(1, STEPS + 1)]
-        torch.save(flat_params(model), Path(out) / f"params{rank}.pt")
+        save_file({"params": flat_params(model)}, str(Path(out) / f"params{rank}.safetensors"))
         # 2. fit: the sampler shards the batches, rank 0 alone writes
         result = fit(tiny_model(vocab), data, step_config(save_every=2), run_dir=Path(out) / "run")
         summary = {"losses": losses, "steps": result.steps, "tokens": result.tokens, "loss": result.train_loss}
@@ -93,8 +94,8 @@ def test_two_processes_equal_one_process_with_the_whole_batch(tmp_path: Path) ->
     losses = [train_step(model, optimizer, [batch], s, config, 16).loss for s in range(1, STEPS + 1)]
     rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert rank0["losses"] == pytest.approx(losses, abs=1e-6) and rank1["losses"] == rank0["losses"]
-    p0 = torch.load(tmp_path / "params0.pt", weights_only=True)
-    p1 = torch.load(tmp_path / "params1.pt", weights_only=True)
+    p0 = load_file(str(tmp_path / "params0.safetensors"))["params"]
+    p1 = load_file(str(tmp_path / "params1.safetensors"))["params"]
     assert torch.equal(p0, p1)  # the ranks stay in sync
     assert torch.allclose(p0, flat_params(model), atol=1e-5)
 

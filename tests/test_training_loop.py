@@ -199,3 +199,27 @@ def test_resume_refuses_other_vocabularies_and_model_configs(tmp_path: Path) -> 
         fit(bigger, data, tiny_config(max_steps=4), run_dir=tmp_path, resume=True)
     with pytest.raises(CheckpointError, match="nothing to resume"):
         fit(tiny_model(vocab), data, tiny_config(max_steps=4), run_dir=tmp_path / "empty", resume=True)
+
+
+def test_tensorboard_is_optional(tmp_path: Path) -> None:
+    data = tiny_data()
+    config = tiny_config(max_steps=1, tensorboard=True)
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match="pip install tensorboard"):
+            fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path)
+    else:
+        fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path)
+        assert any((tmp_path / "tensorboard").iterdir())
+
+
+def test_no_validation_split_and_metrics_lines(tmp_path: Path) -> None:
+    data = tiny_data()
+    data = TrainData(data.train, [], data.src_tokenizer, data.tgt_tokenizer)
+    result = fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=2), run_dir=tmp_path)
+    assert result.best_valid_loss is None and result.last_valid is None
+    assert result.checkpoint == tmp_path / "last" and not (tmp_path / "best").exists()
+    record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    expected = {"split", "step", "epoch", "loss", "nll", "ppl", "lr", "grad_norm", "tokens", "tokens_per_s"}
+    assert expected | {"elapsed_s", "cpu_s"} == set(record)

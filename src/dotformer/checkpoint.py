@@ -243,8 +243,8 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Loa
     verify_checkpoint(path)
     info = read_json(path / CONFIG_FILE)
     config = model_config_of(info, path / CONFIG_FILE)
-    src_tokenizer = _load_tokenizer(path / SRC_TOKENIZER_FILE)
-    tgt_tokenizer = _load_tokenizer(path / TGT_TOKENIZER_FILE)
+    src_tokenizer = load_tokenizer_file(path / SRC_TOKENIZER_FILE)
+    tgt_tokenizer = load_tokenizer_file(path / TGT_TOKENIZER_FILE)
     check_vocabulary(config, src_tokenizer, tgt_tokenizer, path)
     model = Transformer(config)
     load_weights_into(model, path / MODEL_FILE)
@@ -335,6 +335,45 @@ def load_train_state(path: str | Path) -> dict[str, Any]:
     skeleton = read_json(path / TRAIN_STATE_JSON)
     tensors, _ = _load_safetensors(path / TRAIN_STATE_TENSORS)
     return _join_tensors(skeleton, tensors, path / TRAIN_STATE_TENSORS)
+
+
+def load_tokenizer_file(path: Path) -> Tokenizer:
+    """A checkpoint's tokenizer file. Raises CheckpointError naming the file when it is missing or damaged."""
+    from dotformer.data.tokenizers import load_tokenizer
+
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file {path} is missing")
+    try:
+        return load_tokenizer(path)
+    except (DotformerError, ValueError, KeyError, TypeError, OSError) as exc:
+        raise CheckpointError(f"tokenizer file {path} is corrupted: {exc}") from None
+
+
+def find_resume_checkpoint(run_dir: str | Path) -> Path:
+    """The newest checkpoint of a run that carries a training state: last/, else the newest checkpoints/step_*.
+
+    Damaged candidates are skipped (a crash can leave last/ half replaced); their errors are named when none is left.
+
+    Raises:
+        CheckpointError: the run directory has no readable checkpoint to resume from.
+    """
+    run_dir = Path(run_dir)
+    errors = []
+    for candidate in [run_dir / "last", *reversed(step_checkpoints(run_dir / "checkpoints"))]:
+        if not candidate.is_dir():
+            aside = _aside_copy(candidate)
+            if aside is None:
+                continue
+            candidate = aside
+        try:
+            verify_checkpoint(candidate)
+        except CheckpointError as exc:
+            errors.append(str(exc))
+            continue
+        if (candidate / TRAIN_STATE_JSON).is_file():
+            return candidate
+    detail = f" ({'; '.join(errors)})" if errors else ""
+    raise CheckpointError(f"nothing to resume in {run_dir}: no readable checkpoint with a training state{detail}")
 
 
 def model_config_of(info: dict[str, Any], source: Path) -> ModelConfig:
@@ -487,17 +526,6 @@ def _load_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"checkpoint file {path} is truncated or corrupted: {exc}") from None
     return tensors, metadata
-
-
-def _load_tokenizer(path: Path) -> Tokenizer:
-    from dotformer.data.tokenizers import load_tokenizer
-
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint file {path} is missing")
-    try:
-        return load_tokenizer(path)
-    except (DotformerError, ValueError, KeyError, TypeError, OSError) as exc:
-        raise CheckpointError(f"tokenizer file {path} is corrupted: {exc}") from None
 
 
 def _split_tensors(obj: Any, prefix: str, tensors: dict[str, Tensor]) -> Any:

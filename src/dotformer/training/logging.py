@@ -1,8 +1,10 @@
 """What a training run reports: a JSON-lines metrics log, a tqdm progress bar on standard error, optional TensorBoard.
 
 Each line of ``metrics.jsonl`` is one JSON object with a "split" ("train" or "valid"), the "step", and the numbers
-measured then (loss and nll per target token, perplexity, learning rate, tokens/s, elapsed seconds, ...). A resumed
-run appends to the same file.
+measured then: train lines have loss and nll per target token, ppl, lr, grad_norm (before clipping), tokens (target
+tokens of the step), tokens_per_s (since the previous line), elapsed_s (training seconds of the whole run) and cpu_s
+(CPU seconds of this process since this call started, all threads); valid lines have loss, nll, ppl, tokens, best
+(a new best validation loss) and seconds (the pass's duration). A resumed run appends to the same file.
 """
 
 from __future__ import annotations

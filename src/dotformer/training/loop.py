@@ -358,7 +358,6 @@ class _Trainer:
         info: dict[str, Any],
         context: DistContext,
     ) -> None:
-
         self.config = config
         self.data = data
         self.run_dir = run_dir
@@ -394,12 +393,15 @@ class _Trainer:
     # -- resume ------------------------------------------------------------------------------------------------------
 
     def restore(self) -> None:
-        """Load weights, optimizer, scaler, RNG states, counters and data position from the run's newest checkpoint."""
+        """Load weights, optimizer, scaler, RNG states, counters and data position from the run's newest checkpoint.
+
+        Raises:
+            CheckpointError: nothing to resume, damaged files, another model config or vocabulary, another number
+                of processes or other data.
+        """
         assert self.run_dir is not None
-        path = find_resume_checkpoint(self.run_dir)
-        ckpt.verify_checkpoint(path)
-        saved = ckpt.read_json(path / ckpt.CONFIG_FILE)
-        saved_config = ckpt.model_config_of(saved, path / ckpt.CONFIG_FILE)
+        path = ckpt.find_resume_checkpoint(self.run_dir)
+        saved_config = ckpt.model_config_of(ckpt.read_json(path / ckpt.CONFIG_FILE), path / ckpt.CONFIG_FILE)
         if saved_config != self.model_config:
             diff = sorted(k for k, v in saved_config.to_dict().items() if self.model_config.to_dict()[k] != v)
             raise CheckpointError(
@@ -410,34 +412,35 @@ class _Trainer:
             (ckpt.SRC_TOKENIZER_FILE, self.data.src_tokenizer),
             (ckpt.TGT_TOKENIZER_FILE, self.data.tgt_tokenizer),
         ):
-            check_same_vocabulary(tokenizer, ckpt._load_tokenizer(path / name), path / name)
+            check_same_vocabulary(tokenizer, ckpt.load_tokenizer_file(path / name), path / name)
         ckpt.load_weights_into(self.model, path / ckpt.MODEL_FILE)
         state = ckpt.load_train_state(path)
+        where = path / ckpt.TRAIN_STATE_JSON
         try:
-            self.optimizer.load_state_dict(state["optimizer"])
-            if self.scaler is not None and state.get("scaler"):
-                self.scaler.load_state_dict(state["scaler"])
-            self.step = int(state["step"])
-            self.seconds = float(state["seconds"])
-            self.tokens = int(state["tokens"])
-            best = state.get("best_valid_loss")
-            self.best_loss = math.inf if best is None else float(best)
-            self.best_perplexity = state.get("best_valid_perplexity")
-            self.best_step = state.get("best_step")
-            if int(state.get("world_size", 1)) != self.context.world_size:
+            world_size = int(state["world_size"])
+            if world_size != self.context.world_size:
                 raise CheckpointError(
-                    f"cannot resume from {path}: it was written by {state.get('world_size')} processes, this run has "
-                    f"{self.context.world_size} (the data position is per process)"
+                    f"cannot resume from {path}: it was written by {world_size} processes, this run has "
+                    f"{self.context.world_size} (the data position and dropout RNG are per process)"
                 )
             try:
                 self.stream.epoch, self.stream.index = self.sampler.load_state_dict(state["data"])
             except DataError as exc:
                 raise CheckpointError(f"cannot resume from {path}: {exc}") from None
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.scaler is not None and state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
+            self.step, self.seconds, self.tokens = int(state["step"]), float(state["seconds"]), int(state["tokens"])
+            best = state["best_valid_loss"]
+            self.best_loss = math.inf if best is None else float(best)
+            self.best_perplexity, self.best_step = state["best_valid_perplexity"], state["best_step"]
             _set_rng_state(state["rng"], self.context)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, IndexError, TypeError) as exc:
+            raise CheckpointError(f"{where} is incomplete or corrupted: {exc!r}") from None
+        except ValueError as exc:  # e.g. optimizer state of other shapes
             if isinstance(exc, CheckpointError):
                 raise
-            raise CheckpointError(f"{path / ckpt.TRAIN_STATE_JSON} is incomplete or corrupted: {exc!r}") from None
+            raise CheckpointError(f"{where} does not fit this model: {exc}") from None
         self.last_checkpoint = path
         self.saved_step = self.step
 
@@ -575,6 +578,7 @@ class _Trainer:
         )
         progress = Progress(self.total_steps_estimate(), self.step, enabled=main and c.progress)
         self.started = time.monotonic()
+        cpu_start = time.process_time()  # CPU seconds of this process (all threads): robust to other jobs' load
         start_tokens = self.tokens
         window_start, window_tokens, window_steps = self.started, 0, 0
         last: StepResult | None = None
@@ -609,7 +613,7 @@ class _Trainer:
                     record = {"split": "train", "step": self.step, "epoch": round(self.stream.epochs_done, 4)}
                     record.update(loss=last.loss, nll=last.nll, ppl=math.exp(min(last.nll, 700.0)), lr=last.lr)
                     record.update(grad_norm=last.grad_norm, tokens=last.num_tokens, tokens_per_s=round(speed, 1))
-                    record.update(elapsed_s=round(self.elapsed(), 3))
+                    record.update(elapsed_s=round(self.elapsed(), 3), cpu_s=round(time.process_time() - cpu_start, 3))
                     log.write(record)
                     window_start, window_tokens, window_steps = now, 0, 0
                 if c.eval_every and self.step % c.eval_every == 0:
@@ -657,32 +661,6 @@ class _Trainer:
 
 
 # -- resume helpers ---------------------------------------------------------------------------------------------------
-
-
-def find_resume_checkpoint(run_dir: str | Path) -> Path:
-    """The newest checkpoint of a run that carries a training state: last/, else the newest checkpoints/step_*.
-
-    Raises:
-        CheckpointError: the run directory has no checkpoint to resume from.
-    """
-    run_dir = Path(run_dir)
-    candidates = [run_dir / "last", *reversed(ckpt.step_checkpoints(run_dir / "checkpoints"))]
-    errors = []
-    for candidate in candidates:
-        if not candidate.is_dir():
-            aside = ckpt._aside_copy(candidate)
-            if aside is None:
-                continue
-            candidate = aside
-        try:
-            ckpt.verify_checkpoint(candidate)
-        except CheckpointError as exc:
-            errors.append(str(exc))
-            continue
-        if (candidate / ckpt.TRAIN_STATE_JSON).is_file():
-            return candidate
-    detail = f" ({'; '.join(errors)})" if errors else ""
-    raise CheckpointError(f"nothing to resume in {run_dir}: no readable checkpoint with a training state{detail}")
 
 
 def check_same_vocabulary(current: Tokenizer, saved: Tokenizer, path: Path) -> None:

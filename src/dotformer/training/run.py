@@ -273,6 +273,7 @@ def _prepare_fresh(
     data_config = DataConfig.from_dict(sections.data, "[data]")
     if (run_dir / "run.json").exists() or (run_dir / "last").exists():
         raise ConfigError(f"{run_dir} already holds a run: pass --resume to continue it, or --out for a new run")
+    barrier(context)  # every rank has looked before rank 0 writes
     data_dir = run_dir / "data"
     if context.is_main:
         options = {"limit": data_config.limit, "strip_stress": data_config.strip_stress}
