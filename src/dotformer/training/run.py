@@ -283,8 +283,13 @@ def _prepare_fresh(
             options["target_module"] = data_config.target_module
         corpus = load_pairs(data_config.dataset, CorpusOptions(**options))
         data_config = resolve_data_config(data_config, corpus.task)
+        test_groups = data_config.test_books
+        if test_groups and data_config.dataset == "bible":
+            from dotformer.data.bible import book_ids
+
+            test_groups = tuple(book_ids(test_groups))  # "Matthew", "mk" -> OSIS ids "Matt", "Mark"
         splits = split_corpus(
-            corpus, train_config.seed, data_config.valid_fraction, data_config.test_fraction, data_config.test_books
+            corpus, train_config.seed, data_config.valid_fraction, data_config.test_fraction, test_groups
         )
         save_splits(splits, data_dir)
         src_vocab = data_config.vocab_size if data_config.src_tokenizer == "bpe" else None
