@@ -18,9 +18,16 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 @pytest.fixture
 def bench(monkeypatch):
-    """Import a benchmark module by name (the scripts import each other as top-level modules)."""
+    """Import a benchmark module by name (the scripts import each other as top-level modules).
+
+    Runs the test on one torch thread: tiny models gain nothing from two, and on a busy machine (or with pytest-xdist)
+    two threads per process make every small op wait for a descheduled sibling thread.
+    """
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    return importlib.import_module
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield importlib.import_module
+    torch.set_num_threads(threads)
 
 
 def tiny_config(**overrides) -> ModelConfig:
@@ -87,22 +94,22 @@ def test_peers_train_on_the_same_batch(bench):
     peers, training = bench("peers"), bench("training")
     config = tiny_config(dropout=0.0)
     b = peers.make_batch(2, 6, 5, 60, 70)
-    losses = {}
+    losses, counts = {}, {}
     for name in training.MODELS:
         model = peers.build_model(name, config)
+        counts[name] = sum(p.numel() for p in model.parameters())
         assert peers.peer_logits(name, model, b).shape == (2, 5, 70)
         step = training.make_step(name, model, b, autocast=None)
         losses[name] = [step() for _ in range(3)]
         assert losses[name][-1] < losses[name][0]  # it learns: the step really updates the weights
     # the same sizes: the same number of parameters, except Marian's frozen positional tables (2 · max_len · D)
-    counts = {n: sum(p.numel() for p in peers.build_model(n, config).parameters()) for n in training.MODELS}
     assert counts["dotformer"] == counts["torch"] == counts["marian"] - 2 * config.max_len * config.d_model
 
 
 def test_training_benchmark_runs(bench, tmp_path):
     pytest.importorskip("transformers")
     training = bench("training")
-    payload = training.main(["--quick", "--repeats", "1", "--out", str(tmp_path / "t.json")])
+    payload = training.main(["--quick", "--repeats", "1", "--threads", "1", "--out", str(tmp_path / "t.json")])
     rows = json.loads((tmp_path / "t.json").read_text())["rows"]
     assert [r["model"] for r in rows] == ["dotformer", "torch", "marian"] == [r["model"] for r in payload["rows"]]
     for row in rows:
@@ -114,7 +121,7 @@ def test_decoding_benchmark_runs_and_outputs_agree(bench, tmp_path):
     pytest.importorskip("transformers")
     pytest.importorskip("ctranslate2")
     decoding = bench("decoding")
-    payload = decoding.main(["--quick", "--out", str(tmp_path / "d.json")])
+    payload = decoding.main(["--quick", "--threads", "1", "--out", str(tmp_path / "d.json")])
     rows = payload["rows"]
     systems = {(r["search"], r["system"]) for r in rows}
     assert ("greedy", "hf_generate") in systems and ("beam4", "ct2_int8") in systems
