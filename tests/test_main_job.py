@@ -1,0 +1,63 @@
+"""Smoke tests of the README's main jobs, end to end through the scripts and the CLI, on small budgets.
+
+They run the real scripts (``scripts/g2p.sh --quick``, ``scripts/bible.sh --quick``) with set-up skipped (the test
+environment is installed already), and train the copy task to 100% exact match.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(cmd: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` from the repository root with one torch thread; fail with its output if it fails."""
+    full_env = {**os.environ, "DOTFORMER_SKIP_SETUP": "1", "OMP_NUM_THREADS": "1", **env}
+    proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def test_g2p_main_job_quick(tmp_path: Path) -> None:
+    out = tmp_path / "g2p"
+    proc = run(["bash", "scripts/g2p.sh", "--quick"], tmp_path, OUT=str(out))
+    metrics = json.loads((out / "test_metrics.json").read_text())["metrics"]
+    for key in ("wer", "per"):
+        assert any(key in name.lower() for name in metrics), f"no {key} in {sorted(metrics)}"
+    assert all(value == value for value in metrics.values() if isinstance(value, float)), "NaN metric"
+    # the pronunciations: one line per word, each a word followed by ARPAbet phones
+    lines = [line for line in proc.stdout.splitlines()[-8:] if line.strip()]
+    assert len(lines) >= 3
+    assert all(len(line.split()) >= 2 for line in lines)
+    assert (out / "best" / "model.safetensors").is_file()
+
+
+@pytest.mark.skipif(
+    not Path("/usr/share/sword/mods.d/spaRV1909eb.conf").exists()
+    or not Path("/usr/share/sword/mods.d/engKJV2006eb.conf").exists(),
+    reason="the Bible modules are not installed: apt-get install -y sword-text-sparv sword-text-kjv sword-text-web",
+)
+def test_bible_main_job_quick(tmp_path: Path) -> None:
+    out = tmp_path / "bible"
+    run(["bash", "scripts/bible.sh", "--quick"], tmp_path, OUT=str(out))
+    payload = json.loads((out / "test_metrics.json").read_text())
+    names = " ".join(payload["metrics"]).lower()
+    assert "bleu" in names and "chrf" in names
+
+
+def test_copy_task_reaches_exact_match(tmp_path: Path) -> None:
+    out = tmp_path / "copy"
+    exe = shutil.which("dotformer") or sys.executable
+    prefix = [exe] if exe.endswith("dotformer") else [exe, "-m", "dotformer"]
+    run([*prefix, "train", "--config", "configs/copy.toml", "--out", str(out), "--no-progress"], tmp_path)
+    report = tmp_path / "copy.json"
+    run([*prefix, "evaluate", "--checkpoint", str(out), "--split", "test", "--json", str(report)], tmp_path)
+    assert json.loads(report.read_text())["metrics"]["exact_match"] == pytest.approx(100.0)
