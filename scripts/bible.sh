@@ -3,14 +3,14 @@
 # installs the SWORD modules from Debian when run as root, trains, reports BLEU and chrF on held-out verses,
 # and translates a few of them.
 #
-#   bash scripts/bible.sh              # about 30 minutes on a 2-core CPU, into runs/bible
+#   bash scripts/bible.sh              # about 20 minutes on a 2-core CPU, into runs/bible
 #   bash scripts/bible.sh --quick      # a smoke run on a subset (what CI runs)
 #   MINUTES=120 bash scripts/bible.sh  # a longer budget
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh "" sword-text-sparv sword-text-kjv sword-text-web
 out="${OUT:-runs/bible}"
-budget=(--max-minutes "${MINUTES:-30}")
+budget=(--max-minutes "${MINUTES:-20}")
 extra=()
 limit=()
 if [ "${1:-}" = "--quick" ]; then
