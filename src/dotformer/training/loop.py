@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from dotformer import checkpoint as ckpt
-from dotformer.data.batching import Batch, BatchSampler, EncodedPair, SamplerPosition, collate
+from dotformer.data.batching import Batch, BatchSampler, EncodedPair, SamplerPosition, collate, padding_fraction
 from dotformer.errors import CheckpointError, ConfigError, DataError, TrainingError
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import (
@@ -558,6 +559,16 @@ class _Trainer:
 
     # -- the loop ----------------------------------------------------------------------------------------------------
 
+    def describe_data(self) -> str:
+        """One line before training: pair counts, vocabulary sizes, parameters, batches per epoch, padding fraction."""
+        batches = self.sampler.batches(self.stream.epoch)
+        return (
+            f"data: {len(self.data.train):,} train / {len(self.data.valid):,} valid pairs;"
+            f" vocabulary {self.data.src_tokenizer.vocab_size:,} -> {self.data.tgt_tokenizer.vocab_size:,};"
+            f" model {self.model.num_parameters():,} parameters; {len(batches):,} batches of"
+            f" <= {self.config.max_tokens:,} tokens per epoch (this process), {padding_fraction(batches):.1%} padding"
+        )
+
     def run(self, resume: bool) -> FitResult:
         c = self.config
         if resume:
@@ -565,6 +576,8 @@ class _Trainer:
         else:
             _seed_everything(c.seed + self.context.rank)
         self.check_budget_allows_a_step()
+        if self.context.is_main and c.progress:
+            print(self.describe_data(), file=sys.stderr)
         train_model: nn.Module = self.model
         if self.context.distributed:
             device_ids = [self.device] if self.device.type == "cuda" else None

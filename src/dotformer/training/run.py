@@ -400,23 +400,8 @@ def _train(prepared: _Prepared, run_dir: Path, resume: bool, is_main: bool) -> R
         tgt_tokenizer=p.tgt_tokenizer,
     )
     info = {"task": p.task, "dataset": p.data_config.dataset, "data": p.data_config.to_dict()}
-    if is_main:
-        print(describe_data(model, data, p.train_config), file=sys.stderr)
     result = fit(model, data, p.train_config, run_dir=run_dir, info=info, resume=resume)
     return RunResult(fit=result, run_dir=run_dir, is_main=is_main)
-
-
-def describe_data(model: Any, data: Any, config: TrainConfig) -> str:
-    """One line before training: pair counts, vocabulary sizes, parameters, batches per epoch, padding fraction."""
-    from dotformer.data.batching import BatchSampler, padding_fraction
-
-    batches = BatchSampler(data.train, config.max_tokens, config.seed).batches(0)
-    return (
-        f"data: {len(data.train):,} train / {len(data.valid):,} valid pairs;"
-        f" vocabulary {data.src_tokenizer.vocab_size:,}"
-        f" -> {data.tgt_tokenizer.vocab_size:,}; model {model.num_parameters():,} parameters; {len(batches):,} batches"
-        f" of <= {config.max_tokens:,} tokens per epoch, {padding_fraction(batches):.1%} padding"
-    )
 
 
 def _same_or_raise(section: str, saved: dict[str, Any], requested: dict[str, Any], run_dir: Path) -> None:
