@@ -23,4 +23,6 @@ rm -rf "$out"
 dotformer train --config configs/bible.toml --out "$out" "${budget[@]}" "${extra[@]}"
 dotformer evaluate --checkpoint "$out" --split test "${limit[@]}" --json "$out/test_metrics.json"
 echo "Some held-out verses and the model's translation:"
-cut -f1 "$out/data/test.tsv" | head -n 3 | tee /dev/stderr | dotformer translate --checkpoint "$out"
+examples="$out/examples.txt"
+head -n 3 "$out/data/test.tsv" | cut -f1 >"$examples"
+dotformer translate --checkpoint "$out" <"$examples" | paste "$examples" - | sed 's/\t/\n  -> /'

@@ -22,6 +22,6 @@ rm -rf "$out"
 dotformer train --config configs/g2p.toml --out "$out" "${budget[@]}" "${extra[@]}"
 dotformer evaluate --checkpoint "$out" --split test "${limit[@]}" --json "$out/test_metrics.json"
 echo "Some held-out words and the model's pronunciation:"
-words=$(cut -f1 "$out/data/test.tsv" | awk '!seen[$0]++' | awk 'NR % 700 == 1' | head -n 8)
+words=$(cut -f1 "$out/data/test.tsv" | awk '!seen[$0]++' | awk 'NR % 700 == 1 && ++n <= 8')
 # shellcheck disable=SC2086
 paste <(printf '%s\n' $words) <(dotformer translate --checkpoint "$out" $words) | column -t -s $'\t'
