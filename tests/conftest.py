@@ -28,3 +28,8 @@ def make_model() -> Callable[..., Transformer]:
         return Transformer(config).eval()
 
     return build
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the main job's end-to-end tests first: with ``-n 2`` the longest test then overlaps all the others."""
+    items.sort(key=lambda item: 0 if item.path.name == "test_main_job.py" else 1)
