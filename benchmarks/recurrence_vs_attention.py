@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from common import command_line, default_output_dir, machine_info, write_json
 
-from dotformer.cli.compare import add_arguments
-from dotformer.compare import CompareConfig, compare, format_report, plot_gradients, plot_report
+from dotformer.cli.compare import add_arguments, config_from_args
+from dotformer.compare import compare, format_report, plot_gradients, plot_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,19 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = CompareConfig(
-        d_model=args.d_model,
-        num_heads=args.heads,
-        layers=tuple(dict.fromkeys(args.layers)),
-        lengths=tuple(args.lengths),
-        batch_size=args.batch_size,
-        repeats=args.repeats,
-        count_max_length=args.count_max_length,
-        gradient_length=args.gradient_length,
-        train_steps=args.train_steps,
-        seed=args.seed,
-        device=args.device,
-    )
+    config = config_from_args(args)
     started = time.perf_counter()
     report = compare(config, progress=None if args.quiet else print)
     print(format_report(report))

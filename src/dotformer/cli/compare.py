@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dotformer.compare import CompareConfig
 
 EPILOG = """\
 Prints the paper's Table 1 with measured figures beside the O(.) entries, and a table per sequence length;
@@ -64,13 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Measure, print the tables, write JSON and figures."""
-    import json
+def config_from_args(args: argparse.Namespace) -> CompareConfig:
+    """The :class:`CompareConfig` that the parsed flags of :func:`add_arguments` describe."""
+    from dotformer.compare import CompareConfig
 
-    from dotformer.compare import CompareConfig, compare, format_report, plot_gradients, plot_report
-
-    config = CompareConfig(
+    return CompareConfig(
         d_model=args.d_model,
         num_heads=args.heads,
         layers=tuple(dict.fromkeys(args.layers)),
@@ -83,6 +85,15 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         device=args.device,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure, print the tables, write JSON and figures."""
+    import json
+
+    from dotformer.compare import compare, format_report, plot_gradients, plot_report
+
+    config = config_from_args(args)
     report = compare(config, progress=None if args.quiet else print)
     print(format_report(report))
     out = Path(args.out)
