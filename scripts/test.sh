@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev,bench sword-text-sparv sword-text-kjv sword-text-web chromium chromium-driver
 python3 -m ruff check .
 python3 -m ruff format --check .
-# Two test processes on two cores, one torch thread each: small tensors gain nothing from a second thread.
+# Two test processes on two cores, one torch thread each (small tensors gain nothing from a second thread);
+# worksteal lets the idle process take queued tests while the other runs the long copy-task test.
 export OMP_NUM_THREADS=1
-python3 -m pytest -q -m "not slow" -n 2 "$@"
+python3 -m pytest -q -m "not slow" -n 2 --dist worksteal "$@"
