@@ -16,7 +16,7 @@ limit=()
 if [ "${1:-}" = "--quick" ]; then
   out="${OUT:-runs/bible-quick}"
   budget=(--max-steps 60)
-  extra=(--no-progress --eval-every 30 --vocab-size 1000 --limit 3000)
+  extra=(--no-progress --eval-every 30 --vocab-size 1000 --limit 3000 --preset tiny)
   limit=(--limit 40)
 fi
 rm -rf "$out"
