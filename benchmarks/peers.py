@@ -6,7 +6,9 @@
   :func:`dotformer.export.marian.to_marian` (the same function, so outputs can be compared).
 * CTranslate2 (decoding only), through :func:`dotformer.export.ct2.export_ctranslate2`.
 
-All three training peers take the same :class:`Batch` and return (B, T, V) logits from :func:`peer_logits`.
+All training peers take the same :class:`Batch` and return logits from :func:`peer_logits`: (B, T, V) for the peers
+and ``dotformer_padded``; (N_T, V) at the real target positions for ``dotformer``, which runs packed
+(:mod:`dotformer.packing`), as ``dotformer train`` does; :func:`gold_tokens` gives the matching labels.
 Shapes follow the legend in :mod:`dotformer.attention`.
 """
 
@@ -157,9 +159,10 @@ def build_marian(config: ModelConfig) -> nn.Module:
 
 
 def build_model(name: str, config: ModelConfig, seed: int = 0) -> nn.Module:
-    """``"dotformer"``, ``"torch"`` or ``"marian"`` at the sizes of ``config``, in training mode."""
+    """``"dotformer"`` (or ``"dotformer_padded"``), ``"torch"`` or ``"marian"`` at the sizes of ``config``, in training
+    mode."""
     torch.manual_seed(seed)
-    if name == "dotformer":
+    if name in ("dotformer", "dotformer_padded"):
         model: nn.Module = Transformer(config)
     elif name == "torch":
         model = TorchSeq2Seq(config)
@@ -171,12 +174,20 @@ def build_model(name: str, config: ModelConfig, seed: int = 0) -> nn.Module:
 
 
 def peer_logits(name: str, model: nn.Module, batch: Batch) -> Tensor:
-    """(B, T, V) logits of ``model`` on ``batch``, each called the way its own documentation shows."""
+    """Logits of ``model`` on ``batch``, each called the way its own documentation shows: (B, T, V), or (N_T, V) at
+    the real target positions for ``"dotformer"`` (packed, what ``dotformer train`` runs)."""
     if name == "marian":
         return model(
             input_ids=batch.src, attention_mask=batch.src != PAD, decoder_input_ids=batch.tgt_in, use_cache=False
         ).logits
+    if name == "dotformer":
+        return model(batch.src, batch.tgt_in, packed=True)  # (N_T, V)
     return model(batch.src, batch.tgt_in)
+
+
+def gold_tokens(name: str, batch: Batch) -> Tensor:
+    """The labels matching :func:`peer_logits`: (B, T) ``tgt_out``, or (N_T,) its real positions for ``"dotformer"``."""
+    return batch.tgt_out[batch.tgt_in != PAD] if name == "dotformer" else batch.tgt_out
 
 
 def forward_flops(config: ModelConfig, batch_size: int, src_len: int, tgt_len: int) -> int:

@@ -6,6 +6,9 @@ The three models have identical sizes and see identical batches (same ids, same 
 :func:`peers.make_batch`); all are in training mode with dropout 0.1 on the same places and no attention dropout.
 dotformer uses its own loss (:func:`dotformer.training.loss.label_smoothed_cross_entropy`); the peers use
 ``F.cross_entropy(..., label_smoothing=0.1, ignore_index=PAD)``, what their users write.
+``dotformer`` runs the way ``dotformer train`` does, packed (:mod:`dotformer.packing`: every layer and the generator
+skip the PAD positions); ``dotformer_padded`` is the same model on the padded batch (``--no-packed``), which shows what
+packing is worth in the same run.
 
 The runs are interleaved: every model gets warm-up steps, then the timed repetitions alternate between the models
 (in a rotating order), so machine noise hits all of them alike. We report medians and the ratio dotformer / peer.
@@ -54,12 +57,12 @@ from common import (
     synchronize,
     write_json,
 )
-from peers import PAD, Batch, build_model, describe, forward_flops, make_batch, peer_logits
+from peers import PAD, Batch, build_model, describe, forward_flops, gold_tokens, make_batch, peer_logits
 
 from dotformer import ModelConfig
 from dotformer.training.loss import label_smoothed_cross_entropy
 
-MODELS = ("dotformer", "torch", "marian")
+MODELS = ("dotformer", "torch", "marian", "dotformer_padded")
 
 
 @dataclass(frozen=True)
@@ -92,8 +95,8 @@ def make_step(name: str, model: torch.nn.Module, batch: Batch, autocast: torch.d
     device_type = batch.src.device.type
 
     def loss_of(logits: torch.Tensor) -> torch.Tensor:
-        if name == "dotformer":
-            return label_smoothed_cross_entropy(logits, batch.tgt_out, epsilon=0.1, pad_id=PAD).loss
+        if name.startswith("dotformer"):
+            return label_smoothed_cross_entropy(logits, gold_tokens(name, batch), epsilon=0.1, pad_id=PAD).loss
         V = logits.size(-1)
         return F.cross_entropy(
             logits.reshape(-1, V).float(),
@@ -107,7 +110,7 @@ def make_step(name: str, model: torch.nn.Module, batch: Batch, autocast: torch.d
         optimizer.zero_grad(set_to_none=True)
         context = torch.autocast(device_type, dtype=autocast) if autocast is not None else contextlib.nullcontext()
         with context:
-            logits = peer_logits(name, model, batch)  # (B, T, V)
+            logits = peer_logits(name, model, batch)  # (B, T, V); dotformer: (N_T, V), see peers.py
             loss = loss_of(logits) / batch.num_tgt_tokens
         loss.backward()
         optimizer.step()

@@ -98,12 +98,17 @@ def test_peers_train_on_the_same_batch(bench):
     for name in training.MODELS:
         model = peers.build_model(name, config)
         counts[name] = sum(p.numel() for p in model.parameters())
-        assert peers.peer_logits(name, model, b).shape == (2, 5, 70)
+        expected = (int((b.tgt_in != peers.PAD).sum()), 70) if name == "dotformer" else (2, 5, 70)  # packed
+        assert peers.peer_logits(name, model, b).shape == expected
+        assert peers.gold_tokens(name, b).shape == expected[:-1]
         step = training.make_step(name, model, b, autocast=None)
         losses[name] = [step() for _ in range(3)]
         assert losses[name][-1] < losses[name][0]  # it learns: the step really updates the weights
     # the same sizes: the same number of parameters, except Marian's frozen positional tables (2 · max_len · D)
     assert counts["dotformer"] == counts["torch"] == counts["marian"] - 2 * config.max_len * config.d_model
+    assert counts["dotformer_padded"] == counts["dotformer"]
+    # packed and padded dotformer compute the same loss from the same weights (no dropout here)
+    assert losses["dotformer"][0] == pytest.approx(losses["dotformer_padded"][0], rel=1e-5)
 
 
 def test_training_benchmark_runs(bench, tmp_path):
@@ -111,7 +116,8 @@ def test_training_benchmark_runs(bench, tmp_path):
     training = bench("training")
     payload = training.main(["--quick", "--repeats", "1", "--threads", "1", "--out", str(tmp_path / "t.json")])
     rows = json.loads((tmp_path / "t.json").read_text())["rows"]
-    assert [r["model"] for r in rows] == ["dotformer", "torch", "marian"] == [r["model"] for r in payload["rows"]]
+    expected = ["dotformer", "torch", "marian", "dotformer_padded"]
+    assert [r["model"] for r in rows] == expected == [r["model"] for r in payload["rows"]]
     for row in rows:
         assert row["tgt_tokens_per_s"] > 0 and row["tflops"] > 0 and row["dotformer_over_this"] > 0
     assert rows[0]["dotformer_over_this"] == 1.0

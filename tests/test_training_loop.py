@@ -157,6 +157,27 @@ def test_a_budget_is_required_and_fp16_needs_cuda() -> None:
         fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=1, amp="fp16"))
 
 
+def test_a_packed_step_equals_a_padded_step() -> None:
+    """Skipping the padding (TrainConfig.packed) changes the work, not the loss or the gradients.
+
+    (Not the updated weights: Adam's first step moves every weight by ±lr whatever the gradient's size, so the
+    rounding noise of gradients that are zero in exact arithmetic, such as the key biases', would show.)
+    """
+    data = tiny_data()
+    batch = collate(data.train[:16])
+    assert bool((batch.tgt_in == 0).any())  # the batch has padding to skip
+    config = tiny_config(lr_schedule="constant", lr_peak=3e-3, warmup_steps=0, max_steps=1)
+    results, grads = [], []
+    for packed in (False, True):
+        model = tiny_model(data.src_tokenizer.vocab_size, dropout=0.0)
+        results.append(train_step(model, build_optimizer(model, config), [batch], 1, config, 16, packed=packed))
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    padded, packed_result = results
+    assert packed_result.loss == pytest.approx(padded.loss, rel=1e-6)
+    assert packed_result.grad_norm == pytest.approx(padded.grad_norm, rel=1e-5)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-7)
+
+
 def test_bf16_autocast_trains_on_cpu() -> None:
     data = tiny_data()
     result = fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=2, amp="bf16"))

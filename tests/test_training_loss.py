@@ -9,7 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from dotformer.errors import ShapeError
-from dotformer.training.loss import label_smoothed_cross_entropy, smoothed_target_distribution
+from dotformer.training.loss import (
+    label_smoothed_cross_entropy,
+    label_smoothed_cross_entropy_reference,
+    smoothed_target_distribution,
+)
 
 
 def test_hand_computation_one_position() -> None:
@@ -75,3 +79,33 @@ def test_bf16_logits_are_computed_in_float32() -> None:
 def test_shape_mismatch_raises() -> None:
     with pytest.raises(ShapeError):
         label_smoothed_cross_entropy(torch.randn(2, 3, 5), torch.ones(2, 4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("pad_id", [0, 2])
+def test_fused_backward_equals_the_written_out_reference(epsilon, dtype, pad_id) -> None:
+    torch.manual_seed(3)
+    logits = (torch.randn(3, 6, 17) * 3).to(dtype).requires_grad_()
+    target = torch.randint(0, 17, (3, 6))
+    target[0, 4:] = pad_id
+    target[1, 2] = pad_id
+    fused = label_smoothed_cross_entropy(logits, target, epsilon, pad_id)
+    (grad_fused,) = torch.autograd.grad(fused.loss * 0.7, logits)
+    reference = label_smoothed_cross_entropy_reference(logits, target, epsilon, pad_id)
+    (grad_reference,) = torch.autograd.grad(reference.loss * 0.7, logits)
+    torch.testing.assert_close(fused.loss, reference.loss)
+    torch.testing.assert_close(fused.nll, reference.nll)
+    assert fused.num_tokens.item() == reference.num_tokens.item() == int((target != pad_id).sum())
+    assert grad_fused.dtype == dtype
+    tolerance = {"rtol": 1e-2, "atol": 1e-3} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-6}
+    torch.testing.assert_close(grad_fused.float(), grad_reference.float(), **tolerance)
+    assert float(grad_fused[target == pad_id].abs().sum()) == 0.0  # PAD targets get no gradient
+
+
+def test_fused_backward_runs_once() -> None:
+    logits = torch.randn(4, 5, requires_grad=True)
+    loss = label_smoothed_cross_entropy(logits, torch.tensor([1, 2, 3, 4])).loss
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="runs once"):
+        loss.backward()

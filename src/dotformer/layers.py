@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from dotformer.errors import ConfigError
 from dotformer.multihead import KVCache, MultiHeadAttention
+from dotformer.packing import Packing
 
 
 class FeedForward(nn.Module):
@@ -115,12 +116,15 @@ class EncoderLayer(nn.Module):
         self.res_attn = Residual(s.d_model, s.dropout, s.norm_first, s.layer_norm_eps)
         self.res_ff = Residual(s.d_model, s.dropout, s.norm_first, s.layer_norm_eps)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> EncoderLayerOutput:
-        """x: (B, S, D); mask: bool broadcastable to (B, H, S, S) (usually the (B, 1, 1, S) padding mask).
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, packing: Packing | None = None
+    ) -> EncoderLayerOutput:
+        """x: (B, S, D), or (N, D) packed with ``packing``; mask: bool broadcastable to (B, H, S, S) (usually the
+        (B, 1, 1, S) padding mask).
 
-        Returns (B, S, D) and optionally the (B, H, S, S) self-attention weights.
+        Returns x's shape and optionally the (B, H, S, S) self-attention weights.
         """
-        attn = self.self_attn(self.res_attn.pre(x), mask=mask, need_weights=need_weights)
+        attn = self.self_attn(self.res_attn.pre(x), mask=mask, need_weights=need_weights, packing=packing)
         x = self.res_attn.post(x, attn.output)  # (B, S, D)
         x = self.res_ff.post(x, self.feed_forward(self.res_ff.pre(x)))  # (B, S, D)
         return EncoderLayerOutput(x, attn.weights)
@@ -168,23 +172,31 @@ class DecoderLayer(nn.Module):
         memory_mask: Tensor | None = None,
         cache: LayerCache | None = None,
         need_weights: bool = False,
+        packing: Packing | None = None,
+        memory_packing: Packing | None = None,
     ) -> DecoderLayerOutput:
         """Run one decoder block.
 
         Args:
-            x: (B, T, D) target vectors (the new positions only when decoding with a cache).
-            memory: (B, S, D) encoder output (None for a decoder-only block).
+            x: (B, T, D) target vectors (the new positions only when decoding with a cache), or (N_T, D) packed.
+            memory: (B, S, D) encoder output (None for a decoder-only block), or (N_S, D) packed.
             tgt_mask: optional extra bool mask broadcastable to (B, H, T, T_total), ANDed with the causal mask.
             memory_mask: bool broadcastable to (B, H, T, S), usually the source padding mask (B, 1, 1, S).
             cache: this layer's key/value cache, updated in place.
             need_weights: also return the attention weights.
+            packing, memory_packing: the packings of packed ``x`` and ``memory`` (:mod:`dotformer.packing`).
 
         Returns:
-            :class:`DecoderLayerOutput`.
+            :class:`DecoderLayerOutput` (``output`` has x's shape).
         """
         self_cache = cache.self_attn if cache is not None else None
         attn = self.self_attn(
-            self.res_self.pre(x), mask=tgt_mask, is_causal=True, need_weights=need_weights, cache=self_cache
+            self.res_self.pre(x),
+            mask=tgt_mask,
+            is_causal=True,
+            need_weights=need_weights,
+            cache=self_cache,
+            packing=packing,
         )
         x = self.res_self.post(x, attn.output)  # (B, T, D)
         cross_weights = None
@@ -198,6 +210,8 @@ class DecoderLayer(nn.Module):
                 need_weights=need_weights,
                 cache=cache.cross_attn if cache is not None else None,
                 static_kv=True,
+                packing=packing,
+                kv_packing=memory_packing,
             )
             x = self.res_cross.post(x, cross.output)  # (B, T, D)
             cross_weights = cross.weights

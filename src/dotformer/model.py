@@ -20,19 +20,21 @@ from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.layers import DecoderLayer, EncoderLayer, LayerCache, LayerSizes
 from dotformer.masks import padding_mask
+from dotformer.packing import Packing, pack
 from dotformer.positional import InputEmbedding, TokenEmbedding
 
 
 class EncoderOutput(NamedTuple):
-    """memory: (B, S, D) the encoder's output; self_weights: per layer (B, H, S, S), when asked for."""
+    """memory: (B, S, D) the encoder's output ((N_S, D) when packed); self_weights: per layer (B, H, S, S), when
+    asked for."""
 
     memory: Tensor
     self_weights: tuple[Tensor, ...] | None
 
 
 class DecoderOutput(NamedTuple):
-    """hidden: (B, T, D) before the generator; self_weights: per layer (B, H, T, T_total); cross_weights: per layer
-    (B, H, T, S). Weights are None unless asked for."""
+    """hidden: (B, T, D) before the generator ((N_T, D) when packed); self_weights: per layer (B, H, T, T_total);
+    cross_weights: per layer (B, H, T, S). Weights are None unless asked for."""
 
     hidden: Tensor
     self_weights: tuple[Tensor, ...] | None
@@ -63,11 +65,14 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(sizes) for _ in range(num_layers))
         self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> EncoderOutput:
-        """x: (B, S, D) embedded source; mask: bool broadcastable to (B, H, S, S). Returns (B, S, D) memory."""
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, packing: Packing | None = None
+    ) -> EncoderOutput:
+        """x: (B, S, D) embedded source, or (N_S, D) packed with ``packing``; mask: bool broadcastable to
+        (B, H, S, S). Returns the memory, shaped like x."""
         weights = []
         for layer in self.layers:
-            x, w = layer(x, mask=mask, need_weights=need_weights)  # (B, S, D)
+            x, w = layer(x, mask=mask, need_weights=need_weights, packing=packing)  # (B, S, D) or (N_S, D)
             weights.append(w)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -109,8 +114,11 @@ class Decoder(nn.Module):
         memory_mask: Tensor | None = None,
         cache: DecoderCache | None = None,
         need_weights: bool = False,
+        packing: Packing | None = None,
+        memory_packing: Packing | None = None,
     ) -> DecoderOutput:
-        """x: (B, T, D) embedded target; memory: (B, S, D); masks as in :meth:`DecoderLayer.forward`."""
+        """x: (B, T, D) embedded target; memory: (B, S, D); masks as in :meth:`DecoderLayer.forward`. x and memory
+        may be packed ((N_T, D), (N_S, D)) with ``packing`` and ``memory_packing``."""
         if cache is not None and len(cache.layers) != len(self.layers):
             cache.layers = [LayerCache() for _ in self.layers]
         self_w, cross_w = [], []
@@ -122,8 +130,10 @@ class Decoder(nn.Module):
                 memory_mask=memory_mask,
                 cache=cache.layers[i] if cache is not None else None,
                 need_weights=need_weights,
+                packing=packing,
+                memory_packing=memory_packing,
             )
-            x = out.output  # (B, T, D)
+            x = out.output  # (B, T, D) or (N_T, D)
             self_w.append(out.self_weights)
             cross_w.append(out.cross_weights)
         if self.final_norm is not None:
@@ -191,16 +201,20 @@ class Transformer(nn.Module):
         """(B, S) ids -> (B, 1, 1, S) bool padding mask (True = real token) from ``config.pad_id``."""
         return padding_mask(src, self.config.pad_id)
 
-    def encode(self, src: Tensor, src_mask: Tensor | None = None, need_weights: bool = False) -> EncoderOutput:
+    def encode(
+        self, src: Tensor, src_mask: Tensor | None = None, need_weights: bool = False, packing: Packing | None = None
+    ) -> EncoderOutput:
         """Encode a batch of source sentences.
 
         Args:
             src: (B, S) int64 token ids, right-padded with ``config.pad_id``.
             src_mask: bool broadcastable to (B, H, S, S); default: the padding mask of ``src``.
             need_weights: also return every layer's (B, H, S, S) self-attention weights.
+            packing: run the stack on the real tokens only (``Packing.of_tokens(src, pad_id)``, see
+                :mod:`dotformer.packing`); the memory is then (N_S, D).
 
         Returns:
-            :class:`EncoderOutput` with ``memory`` (B, S, D).
+            :class:`EncoderOutput` with ``memory`` (B, S, D), or (N_S, D) when packed.
 
         Raises:
             ConfigError: the model has no encoder. ShapeError: ``src`` is not (B, S) or holds ids outside [0, V).
@@ -210,7 +224,8 @@ class Transformer(nn.Module):
         if src.dim() != 2:
             raise ShapeError(f"src must be (B, S) token ids, got {tuple(src.shape)}")
         mask = self.source_mask(src) if src_mask is None else src_mask
-        return self.encoder(self.src_embed(src), mask=mask, need_weights=need_weights)
+        x = pack(self.src_embed(src), packing)  # (B, S, D) or (N_S, D)
+        return self.encoder(x, mask=mask, need_weights=need_weights, packing=packing)
 
     def decode(
         self,
@@ -220,6 +235,8 @@ class Transformer(nn.Module):
         tgt_mask: Tensor | None = None,
         cache: DecoderCache | None = None,
         need_weights: bool = False,
+        packing: Packing | None = None,
+        memory_packing: Packing | None = None,
     ) -> DecoderOutput:
         """Run the decoder over target tokens (teacher forcing) or over the newest tokens (with a cache).
 
@@ -231,9 +248,12 @@ class Transformer(nn.Module):
             tgt_mask: optional extra bool mask broadcastable to (B, H, T, T_total), ANDed with the causal mask.
             cache: a :class:`DecoderCache` from :meth:`new_cache`, updated in place.
             need_weights: also return the weights of every layer.
+            packing: run the stack on the real target tokens only (``Packing.of_tokens(tgt, pad_id)``); ``tgt`` must
+                be right-padded, and ``hidden`` is then (N_T, D).
+            memory_packing: the packing of a packed (N_S, D) ``memory`` (from :meth:`encode` with ``packing``).
 
         Returns:
-            :class:`DecoderOutput` with ``hidden`` (B, T, D); apply :attr:`generator` for the (B, T, V) logits.
+            :class:`DecoderOutput` with ``hidden`` (B, T, D) (or (N_T, D)); apply :attr:`generator` for the logits.
 
         Raises:
             ConfigError: the model has no decoder, or an encoder-decoder model got no memory.
@@ -245,11 +265,23 @@ class Transformer(nn.Module):
             raise ShapeError(f"tgt must be (B, T) token ids, got {tuple(tgt.shape)}")
         if self.encoder is not None and memory is None:
             raise ConfigError("an encoder-decoder model needs the encoder memory to decode")
-        if memory is not None and memory.size(0) != tgt.size(0):
+        memory_batch = memory_packing.batch_size if memory_packing is not None else None
+        if memory is not None and memory_packing is None:
+            memory_batch = memory.size(0)
+        if memory_batch is not None and memory_batch != tgt.size(0):
             raise ShapeError(f"memory {tuple(memory.shape)} and tgt {tuple(tgt.shape)} have different batch sizes")
         offset = cache.length if cache is not None else 0
-        x = self.tgt_embed(tgt, offset)  # (B, T, D)
-        out = self.decoder(x, memory, tgt_mask=tgt_mask, memory_mask=src_mask, cache=cache, need_weights=need_weights)
+        x = pack(self.tgt_embed(tgt, offset), packing)  # (B, T, D) or (N_T, D)
+        out = self.decoder(
+            x,
+            memory,
+            tgt_mask=tgt_mask,
+            memory_mask=src_mask,
+            cache=cache,
+            need_weights=need_weights,
+            packing=packing,
+            memory_packing=memory_packing,
+        )
         if cache is not None:
             cache.length += tgt.size(1)
         return out
@@ -264,6 +296,7 @@ class Transformer(nn.Module):
         tgt: Tensor | None = None,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
+        packed: bool = False,
     ) -> Tensor:
         """Logits of the next token at every target position (teacher forcing), or per source position for
         encoder-only models.
@@ -272,9 +305,14 @@ class Transformer(nn.Module):
             src: (B, S) int64 source ids (encoder-decoder, encoder-only).
             tgt: (B, T) int64 target input ids, BOS first (encoder-decoder, decoder-only).
             src_mask, tgt_mask: as in :meth:`encode` / :meth:`decode`.
+            packed: compute only the real (non-PAD) positions (:mod:`dotformer.packing`): every layer and the
+                generator skip the padding, which is what training wants. Inputs must be right-padded.
 
         Returns:
             (B, T, V) float logits (B, S, V for encoder-only); ``log_softmax`` of them gives log-probabilities.
+            With ``packed``: (N, V) logits of the N non-PAD positions of ``tgt`` (``src`` for encoder-only) in
+            row-major order, equal to ``logits[tgt != pad_id]`` of the unpacked call (tested); the matching gold
+            tokens are ``tgt_out[tgt != pad_id]``.
 
         Raises:
             ConfigError: a required input is missing. ShapeError: wrong shapes.
@@ -283,17 +321,30 @@ class Transformer(nn.Module):
         if arch == "encoder-only":
             if src is None:
                 raise ConfigError("an encoder-only model needs src")
-            return self.generator(self.encode(src, src_mask).memory)  # (B, S, V)
+            packing = self.packing_of(src) if packed else None
+            return self.generator(self.encode(src, src_mask, packing=packing).memory)  # (B, S, V) or (N_S, V)
         if tgt is None:
             raise ConfigError("forward needs tgt (the target input ids, starting with BOS)")
-        memory = None
+        memory, memory_packing = None, None
         if arch == "encoder-decoder":
             if src is None:
                 raise ConfigError("an encoder-decoder model needs src")
             src_mask = self.source_mask(src) if src_mask is None else src_mask
-            memory = self.encode(src, src_mask).memory  # (B, S, D)
-        hidden = self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask).hidden  # (B, T, D)
-        return self.generator(hidden)  # (B, T, V)
+            memory_packing = self.packing_of(src) if packed else None
+            memory = self.encode(src, src_mask, packing=memory_packing).memory  # (B, S, D) or (N_S, D)
+        packing = self.packing_of(tgt) if packed else None
+        hidden = self.decode(
+            tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask, packing=packing, memory_packing=memory_packing
+        ).hidden  # (B, T, D) or (N_T, D)
+        return self.generator(hidden)  # (B, T, V) or (N_T, V)
+
+    def packing_of(self, tokens: Tensor) -> Packing:
+        """The :class:`Packing` of the non-PAD ids of a (B, L) batch (``config.pad_id``).
+
+        Raises:
+            ShapeError: ``tokens`` is not (B, L).
+        """
+        return Packing.of_tokens(tokens, self.config.pad_id)
 
     def num_parameters(self) -> int:
         """Number of distinct trainable parameters (tied weights counted once)."""

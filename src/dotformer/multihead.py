@@ -14,8 +14,9 @@ import torch
 from torch import Tensor, nn
 
 from dotformer.attention import fused_attention, scaled_dot_product_attention
-from dotformer.errors import ShapeError
+from dotformer.errors import ConfigError, ShapeError
 from dotformer.masks import causal_mask, combine_masks
+from dotformer.packing import Packing, pack, unpack
 
 
 @dataclass
@@ -119,13 +120,15 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         cache: KVCache | None = None,
         static_kv: bool = False,
+        packing: Packing | None = None,
+        kv_packing: Packing | None = None,
     ) -> MultiHeadOutput:
         """Attend from ``query`` to ``key_value`` (itself for self-attention).
 
         Args:
-            query: (B, T, D) the queries' token vectors.
+            query: (B, T, D) the queries' token vectors, or (N_T, D) packed with ``packing``.
             key_value: (B, S, D) the vectors keys and values are projected from (the encoder memory for
-                cross-attention); None for self-attention (key_value = query).
+                cross-attention), or (N_S, D) packed with ``kv_packing``; None for self-attention (key_value = query).
             mask: optional bool, broadcastable to (B, H, T, S), True = may attend.
             is_causal: add the causal mask (for self-attention in a decoder); with a cache the queries are
                 aligned to the last T keys.
@@ -133,27 +136,31 @@ class MultiHeadAttention(nn.Module):
             cache: keys/values of earlier decoding steps, updated in place.
             static_kv: with a cache, the keys/values do not change between steps (cross-attention): project
                 ``key_value`` on the first call only and reuse it afterwards.
+            packing: the queries are packed (:mod:`dotformer.packing`): the projections run on the N_T real tokens,
+                attention on the (B, T) layout, and the output is packed again. Training only (no cache).
+            kv_packing: the packing of ``key_value`` (default: ``packing``, for self-attention). The masks must hide
+                the padding keys (the padding mask and the causal mask over right-padded targets do).
 
         Returns:
-            :class:`MultiHeadOutput` with ``output`` (B, T, D) and optionally ``weights`` (B, H, T, S).
+            :class:`MultiHeadOutput` with ``output`` (B, T, D) (or (N_T, D) when packed) and optionally ``weights``
+            (B, H, T, S).
 
         Raises:
-            ShapeError: inputs are not (B, L, D) with this module's D, or batch sizes differ.
+            ShapeError: inputs are not (B, L, D) (or packed (N, D)) with this module's D, or batch sizes differ.
+            ConfigError: packed inputs with a cache.
         """
-        if query.dim() != 3 or query.size(-1) != self.d_model:
-            raise ShapeError(f"query must be (B, T, D={self.d_model}), got {tuple(query.shape)}")
         source = query if key_value is None else key_value
-        if source.dim() != 3 or source.size(-1) != self.d_model or source.size(0) != query.size(0):
-            raise ShapeError(f"key_value must be (B={query.size(0)}, S, D={self.d_model}), got {tuple(source.shape)}")
+        kv_packing = packing if key_value is None else kv_packing
+        self.check_inputs(query, source, packing, kv_packing, cache)
 
-        q = self.split_heads(self.W_q(query))  # (B, H, T, Dh)
+        q = self.split_heads(unpack(self.W_q(query), packing))  # (B, H, T, Dh)
         if cache is not None and static_kv and cache.key is not None and cache.value is not None:
             k, v = cache.key, cache.value  # (B, H, S, Dh), computed on the first step
             if k.size(0) != q.size(0):
                 raise ShapeError(f"the cache holds keys for batch size {k.size(0)}, the query has {q.size(0)}")
         else:
-            k = self.split_heads(self.W_k(source))  # (B, H, S, Dh)
-            v = self.split_heads(self.W_v(source))  # (B, H, S, Dh)
+            k = self.split_heads(unpack(self.W_k(source), kv_packing))  # (B, H, S, Dh)
+            v = self.split_heads(unpack(self.W_v(source), kv_packing))  # (B, H, S, Dh)
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, H, S_cached + S, Dh)
 
@@ -169,4 +176,30 @@ class MultiHeadAttention(nn.Module):
         else:
             attended = fused_attention(q, k, v, mask=mask, is_causal=is_causal and T > 1, dropout_p=dropout_p)
             weights = None
-        return MultiHeadOutput(self.W_o(self.merge_heads(attended)), weights)  # (B, T, D)
+        return MultiHeadOutput(self.W_o(pack(self.merge_heads(attended), packing)), weights)  # (B, T, D) or (N_T, D)
+
+    def check_inputs(
+        self,
+        query: Tensor,
+        source: Tensor,
+        packing: Packing | None,
+        kv_packing: Packing | None,
+        cache: KVCache | None,
+    ) -> None:
+        """Raise :class:`ShapeError` unless query and key/value vectors are (B, L, D), or (N, D) when packed."""
+        if (packing is not None or kv_packing is not None) and cache is not None:
+            raise ConfigError("packed inputs are for training: decode with a cache on the (B, T, D) layout")
+        q_shape = "(B, T, D)" if packing is None else f"packed (N={packing.num_tokens}, D)"
+        if query.dim() != (3 if packing is None else 2) or query.size(-1) != self.d_model:
+            raise ShapeError(f"query must be {q_shape} with D={self.d_model}, got {tuple(query.shape)}")
+        if packing is not None and query.size(0) != packing.num_tokens:
+            raise ShapeError(f"query must be {q_shape}, got {tuple(query.shape)}")
+        batch = query.size(0) if packing is None else packing.batch_size
+        if kv_packing is None:
+            if source.dim() != 3 or source.size(-1) != self.d_model or source.size(0) != batch:
+                raise ShapeError(f"key_value must be (B={batch}, S, D={self.d_model}), got {tuple(source.shape)}")
+        elif source.shape != (kv_packing.num_tokens, self.d_model) or kv_packing.batch_size != batch:
+            raise ShapeError(
+                f"key_value must be packed (N={kv_packing.num_tokens}, D={self.d_model}) of B={batch} sentences, "
+                f"got {tuple(source.shape)} of B={kv_packing.batch_size}"
+            )

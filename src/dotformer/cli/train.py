@@ -54,6 +54,8 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "CUDA) or fp16 with a gradient scaler (CUDA only); default none")),
     ("--compile", "train", "compile", dict(action=argparse.BooleanOptionalAction, help="torch.compile the model "
      "for training")),
+    ("--packed", "train", "packed", dict(action=argparse.BooleanOptionalAction, help="run every layer on the real "
+     "tokens only, skipping the padding (default on; --no-packed computes the padded batch)")),
     ("--device", "train", "device", dict(metavar="DEV", help="auto (default: CUDA if available), cpu, cuda, cuda:N")),
     ("--seed", "train", "seed", dict(type=int, metavar="N", help="seed of the split, the initial weights, the data "
      "order and dropout (default 1)")),

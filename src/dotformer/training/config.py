@@ -54,6 +54,7 @@ class TrainConfig:
     # speed
     amp: Amp = "none"  # mixed precision: "bf16" autocast (CPU and CUDA) or "fp16" autocast + GradScaler (CUDA)
     compile: bool = False  # wrap the model in torch.compile for the training steps
+    packed: bool = True  # run every layer on the real tokens only, skipping the padding (dotformer.packing)
     device: str = "auto"  # "auto" (cuda:LOCAL_RANK if available, else cpu), "cpu", "cuda", "cuda:1", ...
     # bookkeeping
     seed: int = 1  # seeds model init, data order, dropout and the split
@@ -89,7 +90,7 @@ class TrainConfig:
             raise ConfigError("TrainConfig.warmup_steps must be positive for the noam schedule (it divides by it)")
         if not isinstance(self.device, str) or not self.device:
             raise ConfigError(f"TrainConfig.device must be a device name such as 'cpu' or 'cuda', got {self.device!r}")
-        for name in ("compile", "progress", "tensorboard"):
+        for name in ("compile", "packed", "progress", "tensorboard"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"TrainConfig.{name} must be true or false, got {getattr(self, name)!r}")
 

@@ -137,6 +137,12 @@ class FitResult:
 # -- one step ---------------------------------------------------------------------------------------------------------
 
 
+def gold_tokens(batch: Batch, packed: bool, pad_id: int) -> Tensor:
+    """The labels matching ``model(src, tgt_in, packed=packed)``: (B, T) ``tgt_out``, or (N_T,) its entries at
+    the non-PAD positions of ``tgt_in`` (the same positions as ``tgt_out``'s, one shift apart)."""
+    return batch.tgt_out[batch.tgt_in != pad_id] if packed else batch.tgt_out
+
+
 def train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -148,11 +154,12 @@ def train_step(
     context: DistContext | None = None,
     scaler: torch.amp.GradScaler | None = None,
     amp_dtype: torch.dtype | None = None,
+    packed: bool = True,
 ) -> StepResult:
     """One optimizer step over ``batches`` (gradient accumulation), normalised by the global target token count.
 
     Args:
-        model: the Transformer, or its DDP/compiled wrapper; called as ``model(src, tgt_in) -> (B, T, V) logits``.
+        model: the Transformer, or its DDP/compiled wrapper; called as ``model(src, tgt_in, packed=packed)``.
         optimizer: from :func:`dotformer.training.optim.build_optimizer`.
         batches: the micro-batches of this step on this rank (src (B, S), tgt_in (B, T), tgt_out (B, T) int64).
         step: the step number from 1; sets the learning rate.
@@ -161,6 +168,8 @@ def train_step(
         pad_id: PAD id of the targets (ignored by the loss).
         context: the distributed context (None: one process).
         scaler: a GradScaler for fp16, else None. amp_dtype: autocast dtype (None: float32).
+        packed: compute the layers and the generator on the real target tokens only (:mod:`dotformer.packing`);
+            same loss and gradients as on the padded batch, less work.
 
     Returns:
         :class:`StepResult`.
@@ -187,8 +196,9 @@ def train_step(
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
         with sync:
             with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-            sums = label_smoothed_cross_entropy(logits, batch.tgt_out, config.label_smoothing, pad_id)
+                logits = model(batch.src, batch.tgt_in, packed=packed)  # (B, T, V) or (N_T, V)
+            gold = gold_tokens(batch, packed, pad_id)  # (B, T) or (N_T,)
+            sums = label_smoothed_cross_entropy(logits, gold, config.label_smoothing, pad_id)
             objective = sums.loss * scale
             (scaler.scale(objective) if scaler is not None else objective).backward()
         loss_sum += sums.loss.detach().double()
@@ -217,6 +227,7 @@ def evaluate_loss(
     pad_id: int = 0,
     context: DistContext | None = None,
     amp_dtype: torch.dtype | None = None,
+    packed: bool = True,
 ) -> EvalResult:
     """Loss, NLL and perplexity per target token over ``batches`` (this rank's shard; summed over ranks).
 
@@ -226,6 +237,7 @@ def evaluate_loss(
         model: the Transformer (not the DDP wrapper). batches: validation batches.
         label_smoothing: ε_ls of the reported loss. pad_id: the target PAD id.
         context: the distributed context. amp_dtype: autocast dtype (None: float32).
+        packed: skip the padding (:mod:`dotformer.packing`); the same figures, faster.
 
     Returns:
         :class:`EvalResult`; loss, nll and perplexity are nan when there are no target tokens.
@@ -239,8 +251,8 @@ def evaluate_loss(
         for batch in batches:
             batch = batch.to(device)
             with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-            sums = label_smoothed_cross_entropy(logits, batch.tgt_out, label_smoothing, pad_id)
+                logits = model(batch.src, batch.tgt_in, packed=packed)  # (B, T, V) or (N_T, V)
+            sums = label_smoothed_cross_entropy(logits, gold_tokens(batch, packed, pad_id), label_smoothing, pad_id)
             totals += torch.stack([sums.loss.double(), sums.nll.double(), sums.num_tokens.double()])
     model.train(was_training)
     loss_sum, nll_sum, tokens = all_reduce_sum(totals, context).tolist()
@@ -538,7 +550,7 @@ class _Trainer:
         started = time.monotonic()
         result = evaluate_loss(
             self.model, self.valid_batches, self.config.label_smoothing, self.model_config.pad_id, self.context,
-            self.amp_dtype,
+            self.amp_dtype, self.config.packed,
         )  # fmt: skip
         if result.num_tokens == 0:
             return
@@ -610,7 +622,7 @@ class _Trainer:
                 try:
                     last = train_step(
                         train_model, self.optimizer, batches, self.step + 1, c, self.model_config.d_model,
-                        self.model_config.pad_id, self.context, self.scaler, self.amp_dtype,
+                        self.model_config.pad_id, self.context, self.scaler, self.amp_dtype, c.packed,
                     )  # fmt: skip
                 except TrainingError as exc:
                     kept = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""

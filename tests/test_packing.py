@@ -1,0 +1,142 @@
+"""Packed batches (dotformer.packing): the real positions' logits and every gradient equal the padded computation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dotformer.errors import ConfigError, ShapeError
+from dotformer.multihead import KVCache, MultiHeadAttention
+from dotformer.packing import Packing, pack, unpack
+from dotformer.training.loss import label_smoothed_cross_entropy
+
+V = 13  # conftest.make_model's vocabulary
+
+
+def _right_padded(lengths: list[int], length: int, generator: torch.Generator) -> torch.Tensor:
+    """(B, L) ids in [4, V) with PAD (0) after each row's length."""
+    ids = torch.randint(4, V, (len(lengths), length), generator=generator)
+    for b, n in enumerate(lengths):
+        ids[b, n:] = 0
+    return ids
+
+
+def test_pack_and_unpack_move_the_real_rows() -> None:
+    keep = torch.tensor([[True, True, False], [True, False, False]])
+    packing = Packing.from_mask(keep)
+    x = torch.arange(6.0).view(2, 3, 1)  # (B, L, 1)
+    packed = packing.pack(x)
+    assert packed.flatten().tolist() == [0.0, 1.0, 3.0]  # row-major, equal to x[keep]
+    assert torch.equal(packed, x[keep])
+    assert packing.unpack(packed).flatten().tolist() == [0.0, 1.0, 0.0, 3.0, 0.0, 0.0]  # zeros at the padding
+    assert packing.num_tokens == 3 and (packing.batch_size, packing.length) == (2, 3)
+    assert pack(x, None) is x and unpack(x, None) is x
+
+
+def test_packing_errors_name_the_shapes() -> None:
+    with pytest.raises(ShapeError, match="bool mask"):
+        Packing.from_mask(torch.ones(2, 3))
+    packing = Packing.of_tokens(torch.tensor([[5, 6, 0]]), pad_id=0)
+    with pytest.raises(ShapeError, match=r"expected \(B=1, L=3"):
+        packing.pack(torch.zeros(2, 3, 4))
+    with pytest.raises(ShapeError, match=r"expected \(N=2"):
+        packing.unpack(torch.zeros(3, 4))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"norm_first": True},
+        {"positional": "learned", "max_len": 16},
+        {"arch": "decoder-only"},
+        {"arch": "encoder-only"},
+    ],
+)
+def test_packed_logits_equal_the_padded_ones_at_real_positions(make_model, overrides) -> None:
+    model = make_model(**overrides)
+    g = torch.Generator().manual_seed(0)
+    src = _right_padded([7, 3, 1, 5], 7, g)
+    tgt = _right_padded([6, 6, 2, 4], 6, g)
+    padded = model(src, tgt)  # (B, T, V) or (B, S, V)
+    packed = model(src, tgt, packed=True)  # (N, V)
+    keep = (src if overrides.get("arch") == "encoder-only" else tgt) != 0
+    assert packed.shape == (int(keep.sum()), V)
+    torch.testing.assert_close(packed, padded[keep], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_packed_gradients_equal_the_padded_ones(make_model, norm_first) -> None:
+    model = make_model(norm_first=norm_first)  # eval mode: no dropout, so both runs compute the same function
+    g = torch.Generator().manual_seed(1)
+    src = _right_padded([7, 2, 5], 7, g)
+    tgt_in = _right_padded([5, 3, 1], 5, g)
+    tgt_out = torch.randint(4, V, tgt_in.shape, generator=g).masked_fill(tgt_in == 0, 0)
+
+    def grads(packed: bool) -> dict[str, torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        logits = model(src, tgt_in, packed=packed)
+        gold = tgt_out[tgt_in != 0] if packed else tgt_out
+        label_smoothed_cross_entropy(logits, gold, 0.1).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    padded, packed = grads(False), grads(True)
+    assert padded.keys() == packed.keys()
+    for name in padded:
+        torch.testing.assert_close(packed[name], padded[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    src_lengths=st.lists(st.integers(0, 6), min_size=1, max_size=4),
+    tgt_len=st.integers(1, 5),
+    data=st.data(),
+)
+def test_packing_is_invisible_for_any_lengths(make_model, src_lengths, tgt_len, data) -> None:
+    """Any right-padded lengths, including empty sources and a batch whose rows are all padding past one token."""
+    model = make_model()
+    tgt_lengths = data.draw(st.lists(st.integers(1, tgt_len), min_size=len(src_lengths), max_size=len(src_lengths)))
+    g = torch.Generator().manual_seed(len(src_lengths) * 7 + tgt_len)
+    src = _right_padded(src_lengths, max(max(src_lengths), 1), g)
+    tgt = _right_padded(tgt_lengths, tgt_len, g)
+    packed = model(src, tgt, packed=True)
+    assert bool(packed.isfinite().all())
+    torch.testing.assert_close(packed, model(src, tgt)[tgt != 0], rtol=1e-5, atol=1e-5)
+
+
+def test_multihead_attention_packed_equals_padded() -> None:
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 4).eval()
+    keep = torch.tensor([[True, True, True, False], [True, False, False, False]])
+    packing = Packing.from_mask(keep)
+    x = torch.randn(2, 4, 16)
+    mask = keep[:, None, None, :]  # (B, 1, 1, S)
+    padded = attention(x, mask=mask).output  # (B, T, D)
+    packed = attention(packing.pack(x), mask=mask, packing=packing).output  # (N, D)
+    torch.testing.assert_close(packed, padded[keep])
+    # cross-attention: packed queries over packed keys/values of another length
+    memory = torch.randn(2, 3, 16)
+    memory_keep = torch.tensor([[True, True, False], [True, True, True]])
+    memory_packing = Packing.from_mask(memory_keep)
+    cross = attention(x, memory, mask=memory_keep[:, None, None, :]).output
+    cross_packed = attention(
+        packing.pack(x),
+        memory_packing.pack(memory),
+        mask=memory_keep[:, None, None, :],
+        packing=packing,
+        kv_packing=memory_packing,
+    ).output
+    torch.testing.assert_close(cross_packed, cross[keep])
+
+
+def test_multihead_attention_rejects_bad_packed_inputs() -> None:
+    attention = MultiHeadAttention(16, 4)
+    packing = Packing.from_mask(torch.tensor([[True, False]]))
+    with pytest.raises(ShapeError, match="packed"):
+        attention(torch.randn(1, 2, 16), packing=packing)  # padded vectors given as packed
+    with pytest.raises(ShapeError, match="packed"):
+        attention(torch.randn(2, 16), packing=packing)  # 2 rows for 1 real token
+    with pytest.raises(ConfigError, match="cache"):
+        attention(torch.randn(1, 16), packing=packing, cache=KVCache())
