@@ -1,6 +1,7 @@
 """Run every benchmark, one after the other, each in its own process, then print the ratios side by side.
 
-    python benchmarks/run_all.py            # training and decoding at the small and base sizes, attention quick
+    python benchmarks/run_all.py            # training and decoding at the small and base sizes, the decoding floor
+                                            # (small, without --compile), attention quick
     python benchmarks/run_all.py --quick    # every script's --quick mode: a check that all of them run
 
 Each script prints its own table and writes its JSON into ``benchmarks/out/`` (git-ignored); this driver adds
@@ -27,6 +28,7 @@ def scripts(quick: bool) -> list[list[str]]:
     return [
         ["training.py", *extra],
         ["decoding.py", *extra],
+        ["decoding_floor.py", *extra],
         ["attention.py", "--quick"],
     ]
 

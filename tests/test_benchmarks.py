@@ -137,6 +137,16 @@ def test_decoding_benchmark_runs_and_outputs_agree(bench, tmp_path):
             assert row["agree_with_dotformer"] == 1.0  # the same model gives the same greedy outputs
 
 
+def test_decoding_floor_decodes_what_dotformer_decodes(bench, tmp_path):
+    pytest.importorskip("transformers")
+    floor = bench("decoding_floor")
+    payload = floor.main(["--quick", "--out", str(tmp_path / "f.json")])
+    rows = {r["system"]: r for r in payload["rows"]}
+    assert set(rows) == {"dotformer", "hf_generate", "floor_eager"}
+    assert rows["floor_eager"]["note"] == "tokens equal dotformer's: True"  # the floor does the same arithmetic
+    assert rows["hf_generate"]["speed_vs_hf"] == 1.0
+
+
 def test_gpu_script_runs_on_cpu(bench, tmp_path, capsys):
     gpu = bench("gpu")
     out = tmp_path / "gpu.json"
