@@ -155,6 +155,18 @@ def test_user_mistakes_are_one_line_errors(
     assert err.count("\n") == 1 and err.startswith("dotformer translate: error:") and message in err
 
 
+def test_bfloat16_decoding_translates_like_float32(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = str(runs["copy"])
+    status, out, err = run_cli(capsys, "translate", "--checkpoint", checkpoint, "--dtype", "bfloat16", *COPY_TEXTS)
+    assert status == 0 and err == ""
+    assert out.splitlines() == COPY_TEXTS  # the trained copy model is confident enough for bf16 weights
+    status, out, _ = run_cli(capsys, "evaluate", "--checkpoint", str(runs["copy"]), "--dtype", "bfloat16")
+    assert status == 0 and "exact match" in out and "100.00%" in out
+    if not torch.cuda.is_available():
+        status, out, err = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--dtype", "float16", "a1")
+        assert status == 2 and out == "" and "--dtype float16 needs a CUDA device" in err and err.count("\n") == 1
+
+
 def test_help_states_the_output_format(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["translate", "--help"])

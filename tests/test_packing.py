@@ -140,3 +140,16 @@ def test_multihead_attention_rejects_bad_packed_inputs() -> None:
         attention(torch.randn(2, 16), packing=packing)  # 2 rows for 1 real token
     with pytest.raises(ConfigError, match="cache"):
         attention(torch.randn(1, 16), packing=packing, cache=KVCache())
+
+
+def test_packed_targets_must_be_right_padded(make_model) -> None:
+    model = make_model()
+    src = torch.tensor([[5, 6, 7], [5, 6, 0]])
+    tgt = torch.tensor([[4, 5, 6], [4, 0, 6]])  # row 1: a PAD, then a real token the causal decoder would see past
+    with pytest.raises(ShapeError, match=r"right-padded, but row 1 has PAD \(id 0\) before a real token"):
+        model(src, tgt, packed=True)
+    model(src, tgt)  # the padded computation accepts it, as before
+    src_gap = torch.tensor([[5, 0, 7], [5, 6, 0]])  # a PAD inside a source is fine: the padding mask hides it
+    torch.testing.assert_close(
+        model(src_gap, tgt[:1].expand(2, 3), packed=True), model(src_gap, tgt[:1].expand(2, 3)).flatten(0, 1)
+    )

@@ -332,19 +332,19 @@ class Transformer(nn.Module):
             src_mask = self.source_mask(src) if src_mask is None else src_mask
             memory_packing = self.packing_of(src) if packed else None
             memory = self.encode(src, src_mask, packing=memory_packing).memory  # (B, S, D) or (N_S, D)
-        packing = self.packing_of(tgt) if packed else None
+        packing = self.packing_of(tgt, right_padded=True) if packed else None  # the causal decoder needs it
         hidden = self.decode(
             tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask, packing=packing, memory_packing=memory_packing
         ).hidden  # (B, T, D) or (N_T, D)
         return self.generator(hidden)  # (B, T, V) or (N_T, V)
 
-    def packing_of(self, tokens: Tensor) -> Packing:
+    def packing_of(self, tokens: Tensor, right_padded: bool = False) -> Packing:
         """The :class:`Packing` of the non-PAD ids of a (B, L) batch (``config.pad_id``).
 
         Raises:
-            ShapeError: ``tokens`` is not (B, L).
+            ShapeError: ``tokens`` is not (B, L), or ``right_padded`` is asked and a row has a PAD inside.
         """
-        return Packing.of_tokens(tokens, self.config.pad_id)
+        return Packing.of_tokens(tokens, self.config.pad_id, right_padded)
 
     def num_parameters(self) -> int:
         """Number of distinct trainable parameters (tied weights counted once)."""

@@ -53,11 +53,30 @@ class Packing:
         return cls(keep.reshape(-1).nonzero().squeeze(1), B, L)  # index: (N,)
 
     @classmethod
-    def of_tokens(cls, tokens: Tensor, pad_id: int) -> Packing:
-        """The packing of the non-PAD ids of a (B, L) int64 batch."""
+    def of_tokens(cls, tokens: Tensor, pad_id: int, right_padded: bool = False) -> Packing:
+        """The packing of the non-PAD ids of a (B, L) int64 batch.
+
+        Args:
+            tokens: (B, L) integer ids. pad_id: the PAD id.
+            right_padded: require every row's PADs to come after its real tokens. A causal decoder needs it: its
+                queries may attend to any earlier position, and a PAD inside a row would be a key that packing
+                drops (the padded computation would attend to it).
+
+        Raises:
+            ShapeError: ``tokens`` is not (B, L), or (with ``right_padded``) a row has a PAD before a real token.
+        """
         if tokens.dim() != 2:
             raise ShapeError(f"packing needs (B, L) token ids, got {tuple(tokens.shape)}")
-        return cls.from_mask(tokens != pad_id)
+        keep = tokens != pad_id  # (B, L)
+        if right_padded:
+            gaps = (keep[:, 1:] & ~keep[:, :-1]).any(dim=1)  # (B,) a real token right after a PAD
+            if bool(gaps.any()):
+                row = int(gaps.nonzero()[0, 0])
+                raise ShapeError(
+                    f"packed targets must be right-padded, but row {row} has PAD (id {pad_id}) before a real token: "
+                    f"{tokens[row].tolist()}"
+                )
+        return cls.from_mask(keep)
 
     @property
     def num_tokens(self) -> int:

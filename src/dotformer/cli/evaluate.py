@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dotformer.cli.translate import add_decoding_arguments, decode_config_from_args, resolve_device
+from dotformer.cli.translate import add_decoding_arguments, decode_config_from_args, load_for_decoding
 
 EPILOG = """\
 The split is the run's saved data/SPLIT.tsv (source<TAB>target). The task recorded in the checkpoint picks the
@@ -33,13 +33,13 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from dotformer.checkpoint import load_checkpoint, run_data_dir
+    from dotformer.checkpoint import run_data_dir
     from dotformer.data.splits import load_split
     from dotformer.decoding.evaluation import evaluate_pairs, format_evaluation, limit_sources
     from dotformer.errors import CheckpointError, DataError
 
     config = decode_config_from_args(args)
-    loaded = load_checkpoint(args.checkpoint, device=resolve_device(args.device))
+    loaded = load_for_decoding(args)
     task = loaded.info.get("task")
     if task is None:
         raise CheckpointError(f"{loaded.path}/config.json records no task (g2p, translation or synthetic)")

@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.decoding import DecodeConfig
 
 EPILOG = """\
@@ -27,6 +28,13 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags shared by ``translate`` and ``evaluate``: checkpoint, device, batch size and the search."""
     parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory (run: best/)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default="float32",
+        help="precision of the weights while decoding (scores are still summed in float32): bfloat16 halves the "
+        "weights' memory and suits GPUs; on a CPU it gained 1.0-1.3x here; float16 needs CUDA (default float32)",
+    )
     parser.add_argument("--batch-size", type=int, default=64, metavar="B", help="sentences decoded together (64)")
     parser.add_argument(
         "--strategy", choices=["greedy", "beam", "sample"], default="beam", help="search strategy (default: beam)"
@@ -95,6 +103,25 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def load_for_decoding(args: argparse.Namespace) -> LoadedCheckpoint:
+    """Load ``--checkpoint`` on ``--device`` with its weights cast to ``--dtype``.
+
+    Raises:
+        ConfigError: float16 asked for on a CPU, or a bad device. CheckpointError: see ``load_checkpoint``.
+    """
+    import torch
+
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.errors import ConfigError
+
+    device = resolve_device(args.device)
+    if args.dtype == "float16" and torch.device(device).type != "cuda":
+        raise ConfigError("--dtype float16 needs a CUDA device; on a CPU use --dtype bfloat16")
+    loaded = load_checkpoint(args.checkpoint, device=device)
+    loaded.model.to(getattr(torch, args.dtype))
+    return loaded
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer translate``."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -113,12 +140,11 @@ def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, decode the inputs, print the outputs. Returns 0."""
     import warnings
 
-    from dotformer.checkpoint import load_checkpoint
     from dotformer.decoding import translate
     from dotformer.decoding.translate import UnknownTokenWarning, source_normaliser
 
     config = decode_config_from_args(args, n_best=args.n_best)
-    loaded = load_checkpoint(args.checkpoint, device=resolve_device(args.device))
+    loaded = load_for_decoding(args)
     texts = list(args.texts) if args.texts else sys.stdin.read().splitlines()
     normalise = source_normaliser(loaded.info)
     with warnings.catch_warnings(record=True) as caught:
