@@ -44,8 +44,8 @@ def floor_greedy(model: Transformer, src: torch.Tensor, new_tokens: int) -> torc
     benchmark's batches; :func:`main` checks the tokens against dotformer's).
     """
     c = model.config
-    if c.norm_first or c.positional != "sinusoidal" or c.arch != "encoder-decoder":
-        raise ValueError("the floor is written for post-LN encoder-decoder models with sinusoidal positions")
+    if c.norm_first or c.positional != "sinusoidal" or c.arch != "encoder-decoder" or c.activation != "relu":
+        raise ValueError("the floor is written for post-LN ReLU encoder-decoder models with sinusoidal positions")
     assert model.decoder is not None and model.tgt_embed is not None
     H, D = c.num_heads, c.d_model
     Dh = D // H

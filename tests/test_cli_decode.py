@@ -161,7 +161,7 @@ def test_bfloat16_decoding_translates_like_float32(runs: dict[str, Path], capsys
     assert status == 0 and err == ""
     assert out.splitlines() == COPY_TEXTS  # the trained copy model is confident enough for bf16 weights
     status, out, _ = run_cli(capsys, "evaluate", "--checkpoint", str(runs["copy"]), "--dtype", "bfloat16")
-    assert status == 0 and "exact match" in out and "100.00%" in out
+    assert status == 0 and "exact match" in out and "100.00%" in out and "bfloat16 weights" in out
     if not torch.cuda.is_available():
         status, out, err = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--dtype", "float16", "a1")
         assert status == 2 and out == "" and "--dtype float16 needs a CUDA device" in err and err.count("\n") == 1
@@ -185,6 +185,7 @@ def test_evaluate_synthetic_reports_exact_match_and_writes_json(
     assert "exact match" in out and f"{expected:.2f}%" in out and "perplexity" in out
     payload = json.loads(json_path.read_text())
     assert payload["task"] == "synthetic" and payload["split"] == "test" and payload["num_pairs"] == 6
+    assert payload["dtype"] == "float32"
     assert payload["metrics"]["exact_match"] == pytest.approx(expected)
     assert 1.0 <= payload["metrics"]["perplexity"] < 3.0  # a trained copy model is nearly certain
 

@@ -153,3 +153,19 @@ def test_packed_targets_must_be_right_padded(make_model) -> None:
     torch.testing.assert_close(
         model(src_gap, tgt[:1].expand(2, 3), packed=True), model(src_gap, tgt[:1].expand(2, 3)).flatten(0, 1)
     )
+
+
+def test_packed_calls_refuse_masks_and_memories_that_do_not_fit(make_model) -> None:
+    model = make_model()
+    src, tgt = torch.tensor([[5, 6, 0], [5, 6, 7]]), torch.tensor([[4, 5], [4, 6]])
+    lets_pad_in = torch.ones(2, 1, 1, 3, dtype=torch.bool)  # a custom mask that does not hide the PAD key
+    with pytest.raises(ShapeError, match="src_mask lets queries attend to PAD keys"):
+        model(src, tgt, src_mask=lets_pad_in, packed=True)
+    torch.testing.assert_close(
+        model(src, tgt, src_mask=model.source_mask(src), packed=True), model(src, tgt).flatten(0, 1)
+    )
+    with pytest.raises(ShapeError, match="memory holds B=1 sentences"):
+        model(src[:1], tgt, packed=True)
+    memory = model.encode(src, packing=model.packing_of(src)).memory  # packed (N_S, D)
+    with pytest.raises(ShapeError, match="packed: pass memory_packing"):
+        model.decode(tgt, memory, model.source_mask(src))

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dotformer.errors import ShapeError
+from dotformer.errors import ConfigError, ShapeError
 from dotformer.training.loss import (
     label_smoothed_cross_entropy,
     label_smoothed_cross_entropy_reference,
@@ -109,3 +109,29 @@ def test_fused_backward_runs_once() -> None:
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="runs once"):
         loss.backward()
+
+
+def test_non_finite_logits_at_pad_positions_count_for_nothing() -> None:
+    torch.manual_seed(4)
+    logits = torch.randn(2, 4, 9)
+    target = torch.tensor([[3, 4, 0, 0], [5, 0, 0, 0]])
+    logits[target == 0] = float("nan")  # whatever sits at PAD positions
+    logits[1, 1, 0] = float("inf")
+    logits.requires_grad_()
+    fused = label_smoothed_cross_entropy(logits, target, 0.1)
+    reference = label_smoothed_cross_entropy_reference(logits, target, 0.1)
+    assert bool(fused.loss.isfinite()) and bool(fused.nll.isfinite())
+    torch.testing.assert_close(fused.loss, reference.loss)
+    (grad,) = torch.autograd.grad(fused.loss, logits)
+    assert bool(grad.isfinite().all()) and float(grad[target == 0].abs().sum()) == 0.0
+
+
+@pytest.mark.parametrize("loss_fn", [label_smoothed_cross_entropy, label_smoothed_cross_entropy_reference])
+def test_bad_arguments_are_named(loss_fn) -> None:
+    logits, target = torch.randn(2, 3, 5), torch.tensor([[1, 2, 0], [4, 0, 0]])
+    with pytest.raises(ConfigError, match=r"epsilon must be in \[0, 1\)"):
+        loss_fn(logits, target, -0.1)
+    with pytest.raises(ConfigError, match="pad_id 5 is not a token of the V=5 vocabulary"):
+        loss_fn(logits, target, 0.1, pad_id=5)
+    with pytest.raises(ShapeError, match=r"target ids must lie in \[0, 5\); got min 0, max 7"):
+        loss_fn(logits, target.masked_fill(target == 4, 7), 0.1)

@@ -268,8 +268,13 @@ class Transformer(nn.Module):
         memory_batch = memory_packing.batch_size if memory_packing is not None else None
         if memory is not None and memory_packing is None:
             memory_batch = memory.size(0)
+        if memory is not None and memory_packing is None and memory.dim() != 3:
+            raise ShapeError(f"memory must be (B, S, D), got {tuple(memory.shape)} (packed: pass memory_packing)")
         if memory_batch is not None and memory_batch != tgt.size(0):
-            raise ShapeError(f"memory {tuple(memory.shape)} and tgt {tuple(tgt.shape)} have different batch sizes")
+            raise ShapeError(
+                f"memory holds B={memory_batch} sentences ({tuple(memory.shape)}), tgt {tuple(tgt.shape)} holds "
+                f"B={tgt.size(0)}: different batch sizes"
+            )
         offset = cache.length if cache is not None else 0
         x = pack(self.tgt_embed(tgt, offset), packing)  # (B, T, D) or (N_T, D)
         out = self.decoder(
@@ -306,7 +311,8 @@ class Transformer(nn.Module):
             tgt: (B, T) int64 target input ids, BOS first (encoder-decoder, decoder-only).
             src_mask, tgt_mask: as in :meth:`encode` / :meth:`decode`.
             packed: compute only the real (non-PAD) positions (:mod:`dotformer.packing`): every layer and the
-                generator skip the padding, which is what training wants. Inputs must be right-padded.
+                generator skip the padding, which is what training wants. Targets must be right-padded, and a
+                custom ``src_mask`` must hide the PAD keys (the default padding mask does), since packing drops them.
 
         Returns:
             (B, T, V) float logits (B, S, V for encoder-only); ``log_softmax`` of them gives log-probabilities.
@@ -321,7 +327,7 @@ class Transformer(nn.Module):
         if arch == "encoder-only":
             if src is None:
                 raise ConfigError("an encoder-only model needs src")
-            packing = self.packing_of(src) if packed else None
+            packing = self.source_packing(src, src_mask) if packed else None
             return self.generator(self.encode(src, src_mask, packing=packing).memory)  # (B, S, V) or (N_S, V)
         if tgt is None:
             raise ConfigError("forward needs tgt (the target input ids, starting with BOS)")
@@ -330,13 +336,28 @@ class Transformer(nn.Module):
             if src is None:
                 raise ConfigError("an encoder-decoder model needs src")
             src_mask = self.source_mask(src) if src_mask is None else src_mask
-            memory_packing = self.packing_of(src) if packed else None
+            memory_packing = self.source_packing(src, src_mask) if packed else None
             memory = self.encode(src, src_mask, packing=memory_packing).memory  # (B, S, D) or (N_S, D)
         packing = self.packing_of(tgt, right_padded=True) if packed else None  # the causal decoder needs it
         hidden = self.decode(
             tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask, packing=packing, memory_packing=memory_packing
         ).hidden  # (B, T, D) or (N_T, D)
         return self.generator(hidden)  # (B, T, V) or (N_T, V)
+
+    def source_packing(self, src: Tensor, src_mask: Tensor | None) -> Packing:
+        """The packing of ``src``, after checking that ``src_mask`` (if given) hides every PAD key.
+
+        Raises:
+            ShapeError: ``src_mask`` lets a query attend to a PAD key, which the packed computation drops.
+        """
+        if src_mask is not None:
+            pad_keys = (src == self.config.pad_id)[:, None, None, :]  # (B, 1, 1, S)
+            if bool((src_mask & pad_keys).any()):
+                raise ShapeError(
+                    "packed=True drops the PAD positions, but src_mask lets queries attend to PAD keys; mask them "
+                    "(model.source_mask(src) does) or call with packed=False"
+                )
+        return self.packing_of(src)
 
     def packing_of(self, tokens: Tensor, right_padded: bool = False) -> Packing:
         """The :class:`Packing` of the non-PAD ids of a (B, L) batch (``config.pad_id``).

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     search = f"beam {config.beam_size}, alpha {config.length_penalty}" if config.strategy == "beam" else config.strategy
     print(
         f"{loaded.path} on {args.split} ({evaluation.num_sources} sources, {evaluation.num_pairs} pairs), "
-        f"task {task}, {search}"
+        f"task {task}, {search}, {args.dtype} weights"
     )
     print(format_evaluation(evaluation))
     if args.json:
@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
             "split": args.split,
             "data_dir": str(data_dir),
             "decode": config.to_dict(),
+            "dtype": args.dtype,
             **evaluation.to_dict(),
         }
         path = Path(args.json)

@@ -19,7 +19,8 @@ Two implementations, tested equal (values and gradients):
   allocates several (N, V) tensors (the gather's and the PAD column's zero-filled gradients, their sum, the
   log-softmax gradient); at V = 8000 each one costs milliseconds on a CPU, mostly in page faults.
 * :func:`label_smoothed_cross_entropy`, used for training, computes the gradient in closed form,
-  ∂loss/∂logit_v = p_v - q_v, in the buffer that held the log-probabilities: one (N, V) tensor in all.
+  ∂loss/∂logit_v = p_v - q_v, in the buffer that held the log-probabilities: one (N, V) float32 tensor in all (plus
+  the float32 copy of, and the gradient in, low-precision logits).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dotformer.errors import ShapeError
+from dotformer.errors import ConfigError, ShapeError
 
 
 class LossSums(NamedTuple):
@@ -62,9 +63,10 @@ def label_smoothed_cross_entropy_reference(
         :class:`LossSums` (loss, nll, num_tokens), sums over the non-PAD positions.
 
     Raises:
-        ShapeError: ``logits`` and ``target`` do not agree, or V < 2.
+        ShapeError: ``logits`` and ``target`` do not agree, V < 2, or a target id is outside [0, V).
+        ConfigError: ``epsilon`` outside [0, 1) or ``pad_id`` outside [0, V).
     """
-    V = check_loss_inputs(logits, target)
+    V = check_loss_inputs(logits, target, epsilon, pad_id)
     log_probs = F.log_softmax(logits.float(), dim=-1)  # (B, T, V) float32
     keep = target != pad_id  # (B, T) bool: real target tokens
     gold = log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T) log p(y)
@@ -78,13 +80,24 @@ def label_smoothed_cross_entropy_reference(
     return LossSums(loss=loss, nll=nll.detach(), num_tokens=keep.sum())
 
 
-def check_loss_inputs(logits: Tensor, target: Tensor) -> int:
-    """Return V, or raise :class:`ShapeError` unless logits are target's shape plus a vocabulary dim of >= 2."""
+def check_loss_inputs(logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> int:
+    """Return V, or raise unless logits are target's shape plus a vocabulary dim of >= 2, every target id and
+    ``pad_id`` lie in [0, V), and 0 <= ``epsilon`` < 1.
+
+    Raises:
+        ShapeError: the shapes, V or a target id. ConfigError: ``epsilon`` or ``pad_id``.
+    """
     if logits.shape[:-1] != target.shape:
         raise ShapeError(f"logits {tuple(logits.shape)} must be target {tuple(target.shape)} plus a vocabulary dim")
     V = logits.size(-1)
     if V < 2:
         raise ShapeError(f"label smoothing needs a vocabulary of at least 2 tokens, got V={V}")
+    if not 0.0 <= epsilon < 1.0:
+        raise ConfigError(f"label smoothing epsilon must be in [0, 1), got {epsilon}")
+    if not 0 <= pad_id < V:
+        raise ConfigError(f"pad_id {pad_id} is not a token of the V={V} vocabulary")
+    if target.numel() and (int(target.min()) < 0 or int(target.max()) >= V):
+        raise ShapeError(f"target ids must lie in [0, {V}); got min {int(target.min())}, max {int(target.max())}")
     return V
 
 
@@ -98,11 +111,11 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         log_probs = F.log_softmax(logits.float(), dim=-1)  # (N, V) float32, the only (N, V) buffer we allocate
         keep = target != pad_id  # (N,)
         gold = log_probs.gather(1, target[:, None]).squeeze(1)  # (N,) log p(y)
-        nll = -(gold * keep).sum()
+        nll = -gold.masked_fill(~keep, 0.0).sum()  # masked_fill, not * keep: PAD rows may hold inf or NaN
         loss = nll.clone()  # a tensor of its own: nll is returned as non-differentiable
         if epsilon > 0:
             smooth = -(log_probs.sum(dim=-1) - log_probs[:, pad_id]) / (V - 1)  # (N,) mean_{v != PAD} -log p_v
-            loss = (1.0 - epsilon) * nll + epsilon * (smooth * keep).sum()
+            loss = (1.0 - epsilon) * nll + epsilon * smooth.masked_fill(~keep, 0.0).sum()
         ctx.save_for_backward(log_probs, target, keep)
         ctx.epsilon, ctx.pad_id, ctx.logits_dtype, ctx.used = epsilon, pad_id, logits.dtype, False
         ctx.mark_non_differentiable(nll)
@@ -121,7 +134,7 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         grad.sub_(off)
         grad[:, ctx.pad_id] += off  # q_PAD = 0
         grad.scatter_add_(1, target[:, None], torch.full_like(target[:, None], -(1.0 - eps), dtype=grad.dtype))
-        grad.mul_((grad_loss * keep)[:, None])  # PAD positions get no gradient
+        grad.mul_(grad_loss).masked_fill_(~keep[:, None], 0.0)  # PAD positions get no gradient
         return grad.to(ctx.logits_dtype), None, None, None
 
 
@@ -143,9 +156,10 @@ def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, epsilon: float 
         respect to ``logits`` has ``logits``' dtype.
 
     Raises:
-        ShapeError: ``logits`` and ``target`` do not agree, or V < 2.
+        ShapeError: ``logits`` and ``target`` do not agree, V < 2, or a target id is outside [0, V).
+        ConfigError: ``epsilon`` outside [0, 1) or ``pad_id`` outside [0, V).
     """
-    V = check_loss_inputs(logits, target)
+    V = check_loss_inputs(logits, target, epsilon, pad_id)
     flat_target = target.reshape(-1)  # (N,)
     loss, nll = _LabelSmoothedCrossEntropy.apply(logits.reshape(-1, V), flat_target, float(epsilon), pad_id)
     return LossSums(loss=loss, nll=nll, num_tokens=(flat_target != pad_id).sum())
