@@ -335,8 +335,8 @@ class Transformer(nn.Module):
         if arch == "encoder-decoder":
             if src is None:
                 raise ConfigError("an encoder-decoder model needs src")
+            memory_packing = self.source_packing(src, src_mask) if packed else None  # checks a given src_mask
             src_mask = self.source_mask(src) if src_mask is None else src_mask
-            memory_packing = self.source_packing(src, src_mask) if packed else None
             memory = self.encode(src, src_mask, packing=memory_packing).memory  # (B, S, D) or (N_S, D)
         packing = self.packing_of(tgt, right_padded=True) if packed else None  # the causal decoder needs it
         hidden = self.decode(
