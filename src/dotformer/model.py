@@ -265,16 +265,15 @@ class Transformer(nn.Module):
             raise ShapeError(f"tgt must be (B, T) token ids, got {tuple(tgt.shape)}")
         if self.encoder is not None and memory is None:
             raise ConfigError("an encoder-decoder model needs the encoder memory to decode")
-        memory_batch = memory_packing.batch_size if memory_packing is not None else None
-        if memory is not None and memory_packing is None:
-            memory_batch = memory.size(0)
-        if memory is not None and memory_packing is None and memory.dim() != 3:
-            raise ShapeError(f"memory must be (B, S, D), got {tuple(memory.shape)} (packed: pass memory_packing)")
-        if memory_batch is not None and memory_batch != tgt.size(0):
-            raise ShapeError(
-                f"memory holds B={memory_batch} sentences ({tuple(memory.shape)}), tgt {tuple(tgt.shape)} holds "
-                f"B={tgt.size(0)}: different batch sizes"
-            )
+        if memory is not None:
+            if memory_packing is None and memory.dim() != 3:
+                raise ShapeError(f"memory must be (B, S, D), got {tuple(memory.shape)} (packed: pass memory_packing)")
+            memory_batch = memory.size(0) if memory_packing is None else memory_packing.batch_size
+            if memory_batch != tgt.size(0):
+                raise ShapeError(
+                    f"memory holds B={memory_batch} sentences ({tuple(memory.shape)}), tgt {tuple(tgt.shape)} holds "
+                    f"B={tgt.size(0)}: different batch sizes"
+                )
         offset = cache.length if cache is not None else 0
         x = pack(self.tgt_embed(tgt, offset), packing)  # (B, T, D) or (N_T, D)
         out = self.decoder(
