@@ -165,6 +165,8 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.append(k, v)  # (B, H, S_cached + S, Dh)
 
         T, S = q.size(-2), k.size(-2)
+        if is_causal and T == 1:
+            is_causal = False  # one query, aligned to the last key, may see every key: nothing to mask
         if is_causal and (need_weights or mask is not None or T != S):
             # The fused kernel's is_causal flag is top-left aligned; spell the mask out when it is not enough.
             mask = combine_masks(mask, causal_mask(T, S, device=q.device))  # (.., T, S)
@@ -174,7 +176,7 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             attended, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=dropout_p)
         else:
-            attended = fused_attention(q, k, v, mask=mask, is_causal=is_causal and T > 1, dropout_p=dropout_p)
+            attended = fused_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
             weights = None
         return MultiHeadOutput(self.W_o(pack(self.merge_heads(attended), packing)), weights)  # (B, T, D) or (N_T, D)
 
