@@ -3,6 +3,8 @@
 One random dotformer model (seeded) is copied into a HF ``MarianMTModel`` (:func:`dotformer.export.marian.to_marian`)
 and exported to CTranslate2 (:func:`dotformer.export.ct2.export_ctranslate2`), so every system runs the same
 function; greedy outputs are compared (``agree`` = fraction of sentences whose tokens equal dotformer's).
+``dotformer_int8`` is the same model with int8 linear layers (:func:`dotformer.quantization.quantize_int8`, what
+``--dtype int8`` decodes with); its outputs may differ from the float32 ones by rounding.
 
 Every system decodes the same batch of B source sentences (lengths drawn in [0.6·S, S], each ending with EOS) for at
 most ``new_tokens`` tokens, never emitting PAD or BOS (dotformer forbids them; HF gets ``suppress_tokens``, CTranslate2
@@ -37,6 +39,7 @@ from peers import BOS, EOS, PAD, make_batch
 
 from dotformer import ModelConfig, Transformer
 from dotformer.decoding import DecodeConfig, decode_batch
+from dotformer.quantization import quantize_int8
 
 Tokens = list[list[int]]  # one output per sentence, EOS included when generated, no BOS/PAD
 
@@ -179,6 +182,7 @@ def run_setting(setting: Setting, repeats: int, warmup: int, with_ct2: bool, wor
     torch.manual_seed(0)
     model = Transformer(config).eval()
     marian = to_marian(model)
+    model_int8 = quantize_int8(model)
     src = make_batch(setting.batch_size, setting.src_len, 2, setting.vocab, setting.vocab, seed=1).src  # (B, S)
     ct2_dir = None
     if with_ct2:
@@ -189,6 +193,7 @@ def run_setting(setting: Setting, repeats: int, warmup: int, with_ct2: bool, wor
     for search, beam in (("greedy", 1), ("beam4", 4)):
         systems = {
             "dotformer": dotformer_system(model, src, setting.new_tokens, beam),
+            "dotformer_int8": dotformer_system(model_int8, src, setting.new_tokens, beam),
             "hf_generate": hf_system(marian, src, setting.new_tokens, beam),
         }
         if ct2_dir is not None:
@@ -224,6 +229,10 @@ def run_setting(setting: Setting, repeats: int, warmup: int, with_ct2: bool, wor
             )
             row["dotformer_over_this_paired"] = statistics.median(per_round)
             rows.append(row)
+        hf_rate = next(r["tokens_per_s"] for r in rows if r["search"] == search and r["system"] == "hf_generate")
+        for row in rows:
+            if row["search"] == search:
+                row["speed_vs_hf_generate"] = row["tokens_per_s"] / hf_rate
     return rows
 
 
@@ -256,7 +265,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
         for r in rows
     ]
-    print(format_table(table, [*columns, "ratio", "ratio_paired", "ratio_cpu"]))
+    print(format_table(table, [*columns, "ratio", "ratio_paired", "ratio_cpu", "speed_vs_hf_generate"]))
     payload = {"benchmark": "decoding", "command": command_line(), "machine": machine_info("cpu"), "rows": rows}
     write_json(args.out, payload)
     print(f"wrote {args.out}")

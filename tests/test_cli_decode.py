@@ -167,6 +167,18 @@ def test_bfloat16_decoding_translates_like_float32(runs: dict[str, Path], capsys
         assert status == 2 and out == "" and "--dtype float16 needs a CUDA device" in err and err.count("\n") == 1
 
 
+def test_int8_decoding_translates_like_float32(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = str(runs["copy"])
+    status, out, err = run_cli(capsys, "translate", "--checkpoint", checkpoint, "--dtype", "int8", *COPY_TEXTS)
+    assert status == 0 and err == ""
+    assert out.splitlines() == COPY_TEXTS  # int8 rounding does not change a confident model's outputs
+    status, out, _ = run_cli(capsys, "evaluate", "--checkpoint", checkpoint, "--dtype", "int8", "--strategy", "greedy")
+    assert status == 0 and "100.00%" in out and "int8 weights" in out
+    if torch.cuda.is_available():
+        status, out, err = run_cli(capsys, "translate", "--checkpoint", checkpoint, "--dtype", "int8", "a1")
+        assert status == 2 and out == "" and "--dtype int8 is for CPU decoding" in err and err.count("\n") == 1
+
+
 def test_help_states_the_output_format(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["translate", "--help"])

@@ -30,10 +30,12 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     parser.add_argument(
         "--dtype",
-        choices=["float32", "bfloat16", "float16"],
+        choices=["float32", "bfloat16", "float16", "int8"],
         default="float32",
         help="precision of the weights while decoding (scores are still summed in float32): bfloat16 halves the "
-        "weights' memory and suits GPUs; on a CPU it gained 1.0-1.3x here; float16 needs CUDA (default float32)",
+        "weights' memory and suits GPUs; float16 needs CUDA; int8 (CPU only; --device auto then picks the CPU) "
+        "stores the linear layers' weights in 8 bits and multiplies in integers, 1.2-3.5x faster on this "
+        "project's CPU, outputs may differ slightly (default float32)",
     )
     parser.add_argument("--batch-size", type=int, default=64, metavar="B", help="sentences decoded together (64)")
     parser.add_argument(
@@ -104,20 +106,29 @@ def resolve_device(name: str) -> str:
 
 
 def load_for_decoding(args: argparse.Namespace) -> LoadedCheckpoint:
-    """Load ``--checkpoint`` on ``--device`` with its weights cast to ``--dtype``.
+    """Load ``--checkpoint`` on ``--device`` with its weights cast to ``--dtype`` (int8: quantized, CPU only).
 
     Raises:
-        ConfigError: float16 asked for on a CPU, or a bad device. CheckpointError: see ``load_checkpoint``.
+        ConfigError: float16 asked for on a CPU, int8 on a GPU, or a bad device. CheckpointError: see
+        ``load_checkpoint``.
     """
+    import dataclasses
+
     import torch
 
     from dotformer.checkpoint import load_checkpoint
     from dotformer.errors import ConfigError
 
-    device = resolve_device(args.device)
+    device = resolve_device("cpu" if args.dtype == "int8" and args.device == "auto" else args.device)
     if args.dtype == "float16" and torch.device(device).type != "cuda":
         raise ConfigError("--dtype float16 needs a CUDA device; on a CPU use --dtype bfloat16")
+    if args.dtype == "int8" and torch.device(device).type != "cpu":
+        raise ConfigError(f"--dtype int8 is for CPU decoding; on {device} use --dtype bfloat16 or float16")
     loaded = load_checkpoint(args.checkpoint, device=device)
+    if args.dtype == "int8":
+        from dotformer.quantization import quantize_int8
+
+        return dataclasses.replace(loaded, model=quantize_int8(loaded.model))
     loaded.model.to(getattr(torch, args.dtype))
     return loaded
 
