@@ -180,3 +180,35 @@ def test_bad_inputs_raise_clear_errors() -> None:
 def test_decode_config_rejects_bad_values(fields: dict) -> None:
     with pytest.raises(ConfigError):
         DecodeConfig(**fields)
+
+
+def test_beam_rows_sharing_one_memory_row_decode_as_if_it_were_expanded() -> None:
+    """IncrementalDecoder(rows_per_source=K) over B memory rows == the memory expanded to B·K rows, through steps,
+    beam reordering and dropping a finished sentence; and Transformer.decode refuses a non-multiple of B rows."""
+    from dotformer.decoding.incremental import IncrementalDecoder, encode_source, expand_rows
+
+    model = random_model(seed=3)
+    src = pad(sources_of_mixed_lengths(count=3))  # (3, S)
+    K = 2
+    with torch.inference_mode():
+        source = encode_source(model, src, DecodeConfig())
+        grouped = IncrementalDecoder(model, source.memory, source.src_mask, rows_per_source=K)
+        expanded = IncrementalDecoder(model, expand_rows(source.memory, K), expand_rows(source.src_mask, K))
+        tokens = torch.full((3 * K,), BOS_ID)
+        for step in range(4):
+            log_probs = grouped.step(tokens)  # (N, V)
+            torch.testing.assert_close(log_probs, expanded.step(tokens), atol=1e-5, rtol=1e-5)
+            tokens = log_probs.argmax(-1)
+            if step == 1:  # beams swap within each sentence
+                index = torch.tensor([1, 0, 2, 2, 5, 4])
+                grouped.reorder(index)
+                expanded.reorder(index)
+                tokens = tokens[index]
+            if step == 2:  # sentence 1 finished: keep sentences 0 and 2, rows in any order within a sentence
+                index = torch.tensor([1, 0, 4, 5])
+                grouped.select(index)
+                expanded.select(index)
+                tokens = tokens[index]
+        assert grouped.memory.size(0) == 2 and expanded.memory.size(0) == 4
+        with pytest.raises(ShapeError, match="tgt may hold a multiple of B rows"):
+            model.decode(torch.full((5, 1), BOS_ID), source.memory, source.src_mask)

@@ -149,6 +149,38 @@ def test_cache_with_a_different_batch_size_is_a_shape_error():
         mha(torch.randn(1, 1, 8), torch.randn(1, 5, 8), cache=static, static_kv=True)
 
 
+def test_grouped_cross_attention_equals_the_expanded_memory():
+    """N = B·G query rows reading B memory rows (beam search) == each query row reading its own copy of the memory."""
+    torch.manual_seed(0)
+    mha = _randomise_biases(MultiHeadAttention(8, 2)).eval()
+    B, G, S = 2, 3, 5
+    memory = torch.randn(B, S, 8)
+    mask = _lengths_mask([5, 3], S)[:, None, None, :]  # (B, 1, 1, S)
+    expanded_memory, expanded_mask = memory.repeat_interleave(G, 0), mask.repeat_interleave(G, 0)
+    query = torch.randn(B * G, 4, 8)
+    grouped = mha(query, memory, mask=mask, need_weights=True)
+    expected = mha(query, expanded_memory, mask=expanded_mask, need_weights=True)
+    torch.testing.assert_close(grouped.output, expected.output)
+    torch.testing.assert_close(grouped.weights, expected.weights)  # (B·G, H, T, S)
+    assert float(grouped.weights.detach()[3:6, :, :, 3:].abs().max()) == 0.0  # rows of sentence 1 never see its padding
+    # With a static cache of B rows, step after step (the keys/values are projected on the first step only).
+    cache, expanded_cache = KVCache(), KVCache()
+    for step in range(2):
+        x = query[:, step : step + 1]  # (B·G, 1, D)
+        out = mha(x, memory, mask=mask, cache=cache, static_kv=True).output
+        ref = mha(x, expanded_memory, mask=expanded_mask, cache=expanded_cache, static_kv=True).output
+        torch.testing.assert_close(out, ref)
+        assert cache.key is not None and cache.key.size(0) == B
+
+
+def test_grouped_queries_need_cross_attention_and_a_whole_number_of_rows():
+    mha = MultiHeadAttention(8, 2)
+    with pytest.raises(ShapeError, match=r"key_value must be \(B=5"):
+        mha(torch.randn(5, 1, 8), torch.randn(2, 3, 8))  # 5 rows cannot be split among 2 sentences
+    with pytest.raises(ShapeError, match="causal attention needs one key/value row per query row"):
+        mha(torch.randn(4, 3, 8), torch.randn(2, 3, 8), is_causal=True)
+
+
 # -- dropout, lengths 0 and 1, errors -------------------------------------------------------------------------------
 
 

@@ -243,8 +243,11 @@ class Transformer(nn.Module):
         Args:
             tgt: (B, T) int64 target ids starting with BOS (right-padded), or only the new ids when ``cache`` holds
                 the earlier positions.
-            memory: (B, S, D) the encoder output (None for decoder-only models).
-            src_mask: bool broadcastable to (B, H, T, S), the source padding mask, e.g. ``model.source_mask(src)``.
+            memory: (B, S, D) the encoder output (None for decoder-only models). ``tgt`` may hold B·G rows, G per
+                sentence (rows g·G … g·G + G - 1 read sentence g: beam search's beams); cross-attention then reads
+                each sentence's keys/values once for its G rows.
+            src_mask: bool broadcastable to (B, H, T, S), the source padding mask, e.g. ``model.source_mask(src)``
+                (per sentence, B rows, when ``tgt`` has G rows per sentence).
             tgt_mask: optional extra bool mask broadcastable to (B, H, T, T_total), ANDed with the causal mask.
             cache: a :class:`DecoderCache` from :meth:`new_cache`, updated in place.
             need_weights: also return the weights of every layer.
@@ -269,10 +272,11 @@ class Transformer(nn.Module):
             if memory_packing is None and memory.dim() != 3:
                 raise ShapeError(f"memory must be (B, S, D), got {tuple(memory.shape)} (packed: pass memory_packing)")
             memory_batch = memory.size(0) if memory_packing is None else memory_packing.batch_size
-            if memory_batch != tgt.size(0):
+            grouped = memory_packing is None and packing is None and memory_batch > 0
+            if memory_batch != tgt.size(0) and not (grouped and tgt.size(0) % memory_batch == 0):
                 raise ShapeError(
                     f"memory holds B={memory_batch} sentences ({tuple(memory.shape)}), tgt {tuple(tgt.shape)} holds "
-                    f"B={tgt.size(0)}: different batch sizes"
+                    f"B={tgt.size(0)}: different batch sizes (tgt may hold a multiple of B rows, G per sentence)"
                 )
         offset = cache.length if cache is not None else 0
         x = pack(self.tgt_embed(tgt, offset), packing)  # (B, T, D) or (N_T, D)

@@ -129,7 +129,10 @@ class MultiHeadAttention(nn.Module):
             query: (B, T, D) the queries' token vectors, or (N_T, D) packed with ``packing``.
             key_value: (B, S, D) the vectors keys and values are projected from (the encoder memory for
                 cross-attention), or (N_S, D) packed with ``kv_packing``; None for self-attention (key_value = query).
-            mask: optional bool, broadcastable to (B, H, T, S), True = may attend.
+                Cross-attention also takes queries of N = B·G rows: rows g·G … g·G + G - 1 all attend to row g
+                (beam search's G beams of one sentence share its memory), computed as G·T queries of row g.
+            mask: optional bool, broadcastable to (B, H, T, S), True = may attend (with grouped queries:
+                broadcastable to (B, H, G·T, S), i.e. per key/value row, such as the source padding mask).
             is_causal: add the causal mask (for self-attention in a decoder); with a cache the queries are
                 aligned to the last T keys.
             need_weights: return the (B, H, T, S) weights (uses the reference attention instead of the fused kernel).
@@ -146,12 +149,25 @@ class MultiHeadAttention(nn.Module):
             (B, H, T, S).
 
         Raises:
-            ShapeError: inputs are not (B, L, D) (or packed (N, D)) with this module's D, or batch sizes differ.
+            ShapeError: inputs are not (B, L, D) (or packed (N, D)) with this module's D, or batch sizes differ
+                (other than grouped cross-attention queries), or grouped queries with ``is_causal``.
             ConfigError: packed inputs with a cache.
         """
         source = query if key_value is None else key_value
         kv_packing = packing if key_value is None else kv_packing
-        self.check_inputs(query, source, packing, kv_packing, cache)
+        groups = self.check_inputs(query, source, packing, kv_packing, cache, static_kv)
+        if groups > 1 and is_causal:
+            raise ShapeError(f"causal attention needs one key/value row per query row, got {groups} query rows each")
+        if groups > 1:
+            # G consecutive query rows share one key/value row (the K beams of a sentence): attend with them as the
+            # G·T queries of that row, so its keys/values are projected and read once instead of G times.
+            N, T = query.size(0), query.size(1)
+            query = query.reshape(N // groups, groups * T, self.d_model)  # (B, G·T, D)
+            out = self(query, key_value, mask, need_weights=need_weights, cache=cache, static_kv=static_kv)
+            weights = out.weights
+            if weights is not None:  # (B, H, G·T, S) -> (B·G, H, T, S)
+                weights = weights.unflatten(2, (groups, T)).transpose(1, 2).flatten(0, 1)
+            return MultiHeadOutput(out.output.reshape(N, T, self.d_model), weights)  # (N, T, D)
 
         q = self.split_heads(unpack(self.W_q(query), packing))  # (B, H, T, Dh)
         if cache is not None and static_kv and cache.key is not None and cache.value is not None:
@@ -187,8 +203,14 @@ class MultiHeadAttention(nn.Module):
         packing: Packing | None,
         kv_packing: Packing | None,
         cache: KVCache | None,
-    ) -> None:
-        """Raise :class:`ShapeError` unless query and key/value vectors are (B, L, D), or (N, D) when packed."""
+        static_kv: bool = False,
+    ) -> int:
+        """Raise :class:`ShapeError` unless query and key/value vectors are (B, L, D), or (N, D) when packed.
+
+        Returns:
+            G, the number of consecutive query rows per key/value row: 1, or N / B for cross-attention from
+            (N = B·G, T, D) queries to (B, S, D) keys/values (or to a static cache of B rows).
+        """
         if (packing is not None or kv_packing is not None) and cache is not None:
             raise ConfigError("packed inputs are for training: decode with a cache on the (B, T, D) layout")
         q_shape = "(B, T, D)" if packing is None else f"packed (N={packing.num_tokens}, D)"
@@ -198,10 +220,22 @@ class MultiHeadAttention(nn.Module):
             raise ShapeError(f"query must be {q_shape}, got {tuple(query.shape)}")
         batch = query.size(0) if packing is None else packing.batch_size
         if kv_packing is None:
+            kv_batch = source.size(0)
+            if cache is not None and static_kv and cache.key is not None:
+                kv_batch = cache.key.size(0)
+            cross = source is not query and packing is None
+            if cross and kv_batch > 0 and batch != kv_batch and batch % kv_batch == 0:
+                if source.dim() != 3 or source.size(-1) != self.d_model:
+                    raise ShapeError(f"key_value must be (B, S, D={self.d_model}), got {tuple(source.shape)}")
+                return batch // kv_batch
             if source.dim() != 3 or source.size(-1) != self.d_model or source.size(0) != batch:
-                raise ShapeError(f"key_value must be (B={batch}, S, D={self.d_model}), got {tuple(source.shape)}")
+                raise ShapeError(
+                    f"key_value must be (B={batch}, S, D={self.d_model}) (or, for cross-attention, B rows that "
+                    f"each serve {batch} / B consecutive query rows), got {tuple(source.shape)}"
+                )
         elif source.shape != (kv_packing.num_tokens, self.d_model) or kv_packing.batch_size != batch:
             raise ShapeError(
                 f"key_value must be packed (N={kv_packing.num_tokens}, D={self.d_model}) of B={batch} sentences, "
                 f"got {tuple(source.shape)} of B={kv_packing.batch_size}"
             )
+        return 1

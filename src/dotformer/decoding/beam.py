@@ -40,7 +40,7 @@ from torch import Tensor
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.hypothesis import Hypothesis, forbid_special_tokens, length_penalty, make_hypothesis
-from dotformer.decoding.incremental import IncrementalDecoder, encode_source, expand_rows, inference
+from dotformer.decoding.incremental import IncrementalDecoder, encode_source, inference
 from dotformer.model import Transformer
 
 NEG_INF = float("-inf")
@@ -258,9 +258,7 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig | None = N
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     with inference(model):
         source = encode_source(model, src, config)
-        decoder = IncrementalDecoder(
-            model, expand_rows(source.memory, K), expand_rows(source.src_mask, K), config.use_cache
-        )
+        decoder = IncrementalDecoder(model, source.memory, source.src_mask, config.use_cache, rows_per_source=K)
         state = initial_state(source.max_len, K)
         last = torch.full((src.size(0) * K,), BOS_ID, dtype=torch.int64, device=src.device)  # (B'·K,)
         while True:

@@ -5,9 +5,11 @@ the source. With a :class:`~dotformer.model.DecoderCache`, the model keeps both:
 token and appends its keys/values, and the source's keys/values are projected once, on the first step. Without a
 cache (``use_cache=False``) every step runs the decoder over the whole prefix again: the same numbers, slower.
 
-Beam search and batched sampling decode N = B·K rows (K rows per sentence). The memory is expanded to N rows once;
-afterwards :meth:`IncrementalDecoder.reorder` follows the surviving beams and :meth:`IncrementalDecoder.select`
-drops the rows of finished sentences. Shapes follow the legend in :mod:`dotformer.attention`.
+Beam search and batched sampling decode N = B·K rows (K rows per sentence). Beam search keeps the memory at B rows:
+cross-attention reads sentence b's keys/values once for its K consecutive rows (``rows_per_source``); sampling,
+whose rows finish one by one, expands the memory to N rows once. Afterwards :meth:`IncrementalDecoder.reorder`
+follows the surviving beams and :meth:`IncrementalDecoder.select` drops the rows of finished sentences. Shapes follow
+the legend in :mod:`dotformer.attention`.
 """
 
 from __future__ import annotations
@@ -105,15 +107,20 @@ class IncrementalDecoder:
 
     Args:
         model: an encoder-decoder :class:`Transformer` (in eval mode).
-        memory: (N, S, D) encoder output, one row per decoded row.
-        src_mask: (N, 1, 1, S) bool source padding mask.
+        memory: (N / G, S, D) encoder output, one row per G consecutive decoded rows.
+        src_mask: (N / G, 1, 1, S) bool source padding mask.
         use_cache: keep keys/values between steps (True) or recompute the whole prefix each step (False).
+        rows_per_source: G, the decoded rows per memory row (1: one each). With G > 1 rows are dropped only in
+            whole groups (:meth:`select`), as beam search drops whole sentences.
     """
 
-    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor, use_cache: bool = True) -> None:
+    def __init__(
+        self, model: Transformer, memory: Tensor, src_mask: Tensor, use_cache: bool = True, rows_per_source: int = 1
+    ) -> None:
         self.model = model
-        self.memory = memory  # (N, S, D)
-        self.src_mask = src_mask  # (N, 1, 1, S)
+        self.memory = memory  # (N / G, S, D)
+        self.src_mask = src_mask  # (N / G, 1, 1, S)
+        self.rows_per_source = rows_per_source
         self.cache = model.new_cache() if use_cache else None
         self.prefix: Tensor | None = None  # (N, t) the tokens fed so far, kept only without a cache
 
@@ -149,10 +156,18 @@ class IncrementalDecoder:
             self.prefix = self.prefix.index_select(0, index)  # (N, t)
 
     def select(self, index: Tensor) -> None:
-        """Keep rows ``index`` (LongTensor (N',)) in this order, with their memory: drops the finished sentences."""
+        """Keep rows ``index`` (LongTensor (N',)) in this order, with their memory: drops the finished sentences.
+
+        With G = ``rows_per_source`` > 1, ``index`` keeps whole groups: its G entries g·G … g·G + G - 1 are rows of
+        one memory row (in any order among themselves).
+        """
+        G = self.rows_per_source
+        sources = index if G == 1 else index[::G] // G  # (N' / G,) the memory row of each kept group
         if self.cache is not None:
-            self.cache.reorder(index)  # self- and cross-attention keys/values
+            for layer in self.cache.layers:
+                layer.self_attn.reorder(index)
+                layer.cross_attn.reorder(sources)
         if self.prefix is not None:
             self.prefix = self.prefix.index_select(0, index)  # (N', t)
-        self.memory = self.memory.index_select(0, index)  # (N', S, D)
-        self.src_mask = self.src_mask.index_select(0, index)  # (N', 1, 1, S)
+        self.memory = self.memory.index_select(0, sources)  # (N' / G, S, D)
+        self.src_mask = self.src_mask.index_select(0, sources)  # (N' / G, 1, 1, S)
