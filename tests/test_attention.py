@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dotformer.attention import fused_attention, scaled_dot_product_attention
+from dotformer.attention import broadcast_shape, fused_attention, scaled_dot_product_attention
 from dotformer.errors import ShapeError
 from dotformer.masks import causal_mask
 
@@ -256,3 +256,16 @@ def test_fused_refuses_mask_and_is_causal_together():
 def test_shape_error_is_a_value_error():
     with pytest.raises(ValueError):
         scaled_dot_product_attention(torch.randn(3, 4), torch.randn(3, 5), torch.randn(3, 5))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    a=st.lists(st.sampled_from([1, 2, 3]), max_size=4).map(tuple),
+    b=st.lists(st.sampled_from([1, 2, 3]), max_size=4).map(tuple),
+)
+def test_broadcast_shape_follows_torch(a: tuple[int, ...], b: tuple[int, ...]) -> None:
+    try:
+        expected: tuple[int, ...] | None = tuple(torch.broadcast_shapes(a, b))
+    except RuntimeError:
+        expected = None
+    assert broadcast_shape(a, b) == expected

@@ -178,6 +178,8 @@ class MultiHeadAttention(nn.Module):
             k = self.split_heads(unpack(self.W_k(source), kv_packing))  # (B, H, S, Dh)
             v = self.split_heads(unpack(self.W_v(source), kv_packing))  # (B, H, S, Dh)
             if cache is not None:
+                if static_kv:  # read at every step: a contiguous copy reads faster than the transposed view
+                    k, v = k.contiguous(), v.contiguous()
                 k, v = cache.append(k, v)  # (B, H, S_cached + S, Dh)
 
         T, S = q.size(-2), k.size(-2)
