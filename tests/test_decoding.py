@@ -210,5 +210,11 @@ def test_beam_rows_sharing_one_memory_row_decode_as_if_it_were_expanded() -> Non
                 expanded.select(index)
                 tokens = tokens[index]
         assert grouped.memory.size(0) == 2 and expanded.memory.size(0) == 4
+        with pytest.raises(ShapeError, match="whole groups of 2 rows"):
+            grouped.select(torch.tensor([1, 2]))  # one row of sentence 0, one of sentence 1
+        with pytest.raises(ShapeError, match=r"N = 2 rows per memory row × 2 memory rows"):
+            grouped.step(torch.full((3,), BOS_ID))
+        with pytest.raises(ConfigError, match="rows_per_source"):
+            IncrementalDecoder(model, source.memory, source.src_mask, rows_per_source=0)
         with pytest.raises(ShapeError, match="tgt may hold a multiple of B rows"):
             model.decode(torch.full((5, 1), BOS_ID), source.memory, source.src_mask)

@@ -179,6 +179,12 @@ def test_grouped_queries_need_cross_attention_and_a_whole_number_of_rows():
         mha(torch.randn(5, 1, 8), torch.randn(2, 3, 8))  # 5 rows cannot be split among 2 sentences
     with pytest.raises(ShapeError, match="causal attention needs one key/value row per query row"):
         mha(torch.randn(4, 3, 8), torch.randn(2, 3, 8), is_causal=True)
+    with pytest.raises(ShapeError, match=r"key_value must be \(B=0"):
+        mha(torch.randn(0, 1, 8), torch.randn(2, 3, 8))  # no query rows is not a group of them
+    per_query_row = torch.ones(4, 1, 1, 3, dtype=torch.bool)
+    for B in (1, 2):  # a mask of one row per query row, instead of per key/value row
+        with pytest.raises(ShapeError, match=f"one row per key/value row \\(B={B}\\)"):
+            mha(torch.randn(4, 1, 8), torch.randn(B, 3, 8), mask=per_query_row)
 
 
 # -- dropout, lengths 0 and 1, errors -------------------------------------------------------------------------------

@@ -164,8 +164,12 @@ def test_packed_calls_refuse_masks_and_memories_that_do_not_fit(make_model) -> N
     torch.testing.assert_close(
         model(src, tgt, src_mask=model.source_mask(src), packed=True), model(src, tgt).flatten(0, 1)
     )
-    with pytest.raises(ShapeError, match="memory holds B=1 sentences"):
+    with pytest.raises(ShapeError, match="hold different batch sizes"):
         model(src[:1], tgt, packed=True)
+    one, one_packing = model.encode(src[:1], packing=model.packing_of(src[:1])).memory, model.packing_of(src[:1])
+    packing = model.packing_of(tgt, right_padded=True)
+    with pytest.raises(ShapeError, match=r"memory holds B=1 sentences .* different batch sizes$"):  # no grouping hint
+        model.decode(tgt, one, model.source_mask(src[:1]), packing=packing, memory_packing=one_packing)
     memory = model.encode(src, packing=model.packing_of(src)).memory  # packed (N_S, D)
     with pytest.raises(ShapeError, match="packed: pass memory_packing"):
         model.decode(tgt, memory, model.source_mask(src))

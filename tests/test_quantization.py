@@ -34,16 +34,19 @@ def test_one_layer_is_within_the_rounding_bound_of_the_float_layer() -> None:
     """|y_int8 - y| <= Σ_j (|x_j|·s_w/2 + |W_ij|·s_x/2 + s_x·s_w/4) per output: rounding each factor by half a step."""
     torch.manual_seed(0)
     layer = nn.Linear(64, 48)
+    with torch.no_grad():  # rows of very different sizes: one scale for the whole matrix would break the bound
+        layer.weight.mul_(torch.logspace(-2, 1, 48)[:, None])
     x = torch.randn(10, 64) * 3
     quantized = quantize_int8(nn.Sequential(layer))[0]
     with torch.no_grad():
         y, y_int8 = layer(x), quantized(x)
     s_w = layer.weight.abs().amax(dim=1) / 127  # (48,) per output feature (symmetric int8)
-    s_x = (x.max().clamp_min(0) - x.min().clamp_max(0)) / 127  # per call, 7 bits if the engine reduces the range
+    s_x = (x.max().clamp_min(0) - x.min().clamp_max(0)) / 127  # per call, 7 bits (FBGEMM's reduced range)
     bound = x.abs().sum(1, keepdim=True) * s_w / 2 + layer.weight.abs().sum(1) * s_x / 2 + 64 * s_x * s_w / 4
     error = (y_int8 - y).abs()
     assert (error <= bound * 1.01 + 1e-5).all()
     assert 0 < error.max() < 0.1 * y.abs().max()  # really quantized, and close
+    assert quantized.weight().q_per_channel_scales().shape == (48,)
 
 
 def test_logits_stay_close_and_greedy_decoding_runs() -> None:
@@ -64,3 +67,20 @@ def test_non_float32_or_non_cpu_models_are_refused() -> None:
         quantize_int8(tiny_model().bfloat16())
     with pytest.raises(ConfigError, match="CPU"):
         quantize_int8(tiny_model().to("meta"))
+
+
+def test_int8_models_cannot_be_saved_or_exported(tmp_path) -> None:
+    from dotformer.checkpoint import save_checkpoint
+    from dotformer.data.tokenizers import train_tokenizer
+    from dotformer.export.ct2 import export_ctranslate2
+    from dotformer.interop import to_torch_transformer
+
+    quantized = quantize_int8(tiny_model())
+    tokenizer = train_tokenizer("char", ["abc"])
+    with pytest.raises(ConfigError, match="cannot save a checkpoint from a model with int8 linear layers"):
+        save_checkpoint(tmp_path / "ckpt", quantized, tokenizer, tokenizer, {})
+    with pytest.raises(ConfigError, match="int8"):
+        to_torch_transformer(quantized)
+    with pytest.raises(ConfigError, match="int8"):
+        export_ctranslate2(quantized, tmp_path / "ct2")
+    assert not (tmp_path / "ckpt").exists()

@@ -48,7 +48,9 @@ class AttentionOutput(NamedTuple):
 def check_attention_shapes(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> None:
     """Raise :class:`ShapeError` unless query (..., T, Dk), key (..., S, Dk), value (..., S, Dv) and mask fit together.
 
-    The mask must be boolean and broadcastable to (..., T, S).
+    The mask must be boolean and broadcastable to (..., T, S), where (...) is the broadcast of query's and key's
+    leading (batch, head) dims; with a mask, leading dims that do not broadcast are a ShapeError too (without one,
+    the attention kernel reports them).
     """
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
         raise ShapeError(

@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from dotformer.config import ModelConfig
 from dotformer.errors import CheckpointError, DotformerError
 from dotformer.model import Transformer
+from dotformer.quantization import require_float_weights
 
 if TYPE_CHECKING:
     from dotformer.data.tokenizers import Tokenizer
@@ -101,9 +102,13 @@ def save_checkpoint(
 
     Returns:
         The checkpoint directory.
+
+    Raises:
+        ConfigError: the model has int8 linear layers (:func:`dotformer.quantization.quantize_int8`).
     """
     directory = Path(directory)
     model = unwrap_model(model)
+    require_float_weights(model, "save a checkpoint")
     config = model.config
     with atomic_directory(directory) as tmp:
         _save_weights(model, tmp / MODEL_FILE)

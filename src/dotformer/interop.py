@@ -45,6 +45,7 @@ from dotformer.errors import ConfigError, ShapeError
 from dotformer.layers import DecoderLayer, EncoderLayer
 from dotformer.model import Transformer
 from dotformer.multihead import MultiHeadAttention
+from dotformer.quantization import require_float_weights
 
 
 class _Pair(NamedTuple):
@@ -304,9 +305,10 @@ def to_torch_transformer(model: Transformer) -> nn.Transformer:
         .hidden`` (B, T, D) in eval mode.
 
     Raises:
-        ConfigError: the model is decoder-only or encoder-only, or has ``bias=False`` with non-zero LayerNorm biases
-            (torch's ``bias=False`` layers have no LayerNorm biases).
+        ConfigError: the model is decoder-only or encoder-only, has int8 linear layers, or has ``bias=False`` with
+            non-zero LayerNorm biases (torch's ``bias=False`` layers have no LayerNorm biases).
     """
+    require_float_weights(model, "copy weights into torch.nn.Transformer")
     c = model.config
     if c.arch != "encoder-decoder":
         raise ConfigError(f"torch.nn.Transformer is an encoder-decoder; this model is {c.arch!r}")

@@ -257,10 +257,11 @@ class Transformer(nn.Module):
 
         Returns:
             :class:`DecoderOutput` with ``hidden`` (B, T, D) (or (N_T, D)); apply :attr:`generator` for the logits.
+            With G target rows per sentence, B·G rows in place of B.
 
         Raises:
             ConfigError: the model has no decoder, or an encoder-decoder model got no memory.
-            ShapeError: ``tgt`` is not (B, T), or ids outside [0, V).
+            ShapeError: ``tgt`` is not (B, T), or ids outside [0, V), or its rows are not B or a multiple of B.
         """
         if self.decoder is None or self.tgt_embed is None:
             raise ConfigError(f"a {self.config.arch} model has no decoder")
@@ -272,11 +273,13 @@ class Transformer(nn.Module):
             if memory_packing is None and memory.dim() != 3:
                 raise ShapeError(f"memory must be (B, S, D), got {tuple(memory.shape)} (packed: pass memory_packing)")
             memory_batch = memory.size(0) if memory_packing is None else memory_packing.batch_size
-            grouped = memory_packing is None and packing is None and memory_batch > 0
-            if memory_batch != tgt.size(0) and not (grouped and tgt.size(0) % memory_batch == 0):
+            grouped = memory_packing is None and packing is None
+            rows = tgt.size(0)
+            if memory_batch != rows and not (grouped and 0 < memory_batch < rows and rows % memory_batch == 0):
+                hint = " (tgt may hold a multiple of B rows, G per sentence)" if grouped else ""
                 raise ShapeError(
                     f"memory holds B={memory_batch} sentences ({tuple(memory.shape)}), tgt {tuple(tgt.shape)} holds "
-                    f"B={tgt.size(0)}: different batch sizes (tgt may hold a multiple of B rows, G per sentence)"
+                    f"B={tgt.size(0)}: different batch sizes{hint}"
                 )
         offset = cache.length if cache is not None else 0
         x = pack(self.tgt_embed(tgt, offset), packing)  # (B, T, D) or (N_T, D)
@@ -338,6 +341,8 @@ class Transformer(nn.Module):
         if arch == "encoder-decoder":
             if src is None:
                 raise ConfigError("an encoder-decoder model needs src")
+            if src.dim() == 2 and tgt.dim() == 2 and src.size(0) != tgt.size(0):
+                raise ShapeError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} hold different batch sizes")
             memory_packing = self.source_packing(src, src_mask) if packed else None  # checks a given src_mask
             src_mask = self.source_mask(src) if src_mask is None else src_mask
             memory = self.encode(src, src_mask, packing=memory_packing).memory  # (B, S, D) or (N_S, D)

@@ -146,11 +146,12 @@ class MultiHeadAttention(nn.Module):
 
         Returns:
             :class:`MultiHeadOutput` with ``output`` (B, T, D) (or (N_T, D) when packed) and optionally ``weights``
-            (B, H, T, S).
+            (B, H, T, S); with grouped cross-attention queries, (N, T, D) and (N, H, T, S), one row per query row.
 
         Raises:
             ShapeError: inputs are not (B, L, D) (or packed (N, D)) with this module's D, or batch sizes differ
-                (other than grouped cross-attention queries), or grouped queries with ``is_causal``.
+                (other than grouped cross-attention queries), or grouped queries with ``is_causal`` or with a mask
+                of one row per query row.
             ConfigError: packed inputs with a cache.
         """
         source = query if key_value is None else key_value
@@ -158,6 +159,11 @@ class MultiHeadAttention(nn.Module):
         groups = self.check_inputs(query, source, packing, kv_packing, cache, static_kv)
         if groups > 1 and is_causal:
             raise ShapeError(f"causal attention needs one key/value row per query row, got {groups} query rows each")
+        if groups > 1 and mask is not None and mask.dim() == 4 and mask.size(0) not in (1, query.size(0) // groups):
+            raise ShapeError(
+                f"with {groups} query rows per key/value row the mask must have one row per key/value row "
+                f"(B={query.size(0) // groups}) or 1, got mask {tuple(mask.shape)} for query {tuple(query.shape)}"
+            )
         if groups > 1:
             # G consecutive query rows share one key/value row (the K beams of a sentence): attend with them as the
             # G·T queries of that row, so its keys/values are projected and read once instead of G times.
@@ -226,7 +232,7 @@ class MultiHeadAttention(nn.Module):
             if cache is not None and static_kv and cache.key is not None:
                 kv_batch = cache.key.size(0)
             cross = source is not query and packing is None
-            if cross and kv_batch > 0 and batch != kv_batch and batch % kv_batch == 0:
+            if cross and 0 < kv_batch < batch and batch % kv_batch == 0:
                 if source.dim() != 3 or source.size(-1) != self.d_model:
                     raise ShapeError(f"key_value must be (B, S, D={self.d_model}), got {tuple(source.shape)}")
                 return batch // kv_batch

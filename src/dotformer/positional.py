@@ -122,8 +122,8 @@ class TokenEmbedding(nn.Module):
         V = self.lookup.num_embeddings
         if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
             raise ShapeError(f"token ids must be an integer tensor (int64), got dtype {tokens.dtype}")
-        if tokens.is_cuda and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
-            # a CUDA lookup would fail with a device-side assert, so check first (2 reductions and a host sync)
+        if tokens.device.type != "cpu" and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
+            # e.g. a CUDA lookup would fail with a device-side assert: check first (2 reductions and a host sync)
             raise ShapeError(f"token ids must lie in [0, {V}); got min {int(tokens.min())}, max {int(tokens.max())}")
         try:
             return self.lookup(tokens) * math.sqrt(self.d_model)  # (B, L, D)

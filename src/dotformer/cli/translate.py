@@ -35,7 +35,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="precision of the weights while decoding (scores are still summed in float32): bfloat16 halves the "
         "weights' memory and suits GPUs; float16 needs CUDA; int8 (CPU only; --device auto then picks the CPU) "
         "stores the linear layers' weights in 8 bits and multiplies in integers, 1.2-3.5x faster on this "
-        "project's CPU, outputs may differ slightly (default float32)",
+        "project's CPU; its outputs may differ slightly from float32's, and with --batch-size (default float32)",
     )
     parser.add_argument("--batch-size", type=int, default=64, metavar="B", help="sentences decoded together (64)")
     parser.add_argument(
@@ -123,7 +123,7 @@ def load_for_decoding(args: argparse.Namespace) -> LoadedCheckpoint:
     if args.dtype == "float16" and torch.device(device).type != "cuda":
         raise ConfigError("--dtype float16 needs a CUDA device; on a CPU use --dtype bfloat16")
     if args.dtype == "int8" and torch.device(device).type != "cpu":
-        raise ConfigError(f"--dtype int8 is for CPU decoding; on {device} use --dtype bfloat16 or float16")
+        raise ConfigError(f"--dtype int8 is for CPU decoding (--device cpu); on {device} use --dtype bfloat16")
     loaded = load_checkpoint(args.checkpoint, device=device)
     if args.dtype == "int8":
         from dotformer.quantization import quantize_int8

@@ -112,11 +112,16 @@ class IncrementalDecoder:
         use_cache: keep keys/values between steps (True) or recompute the whole prefix each step (False).
         rows_per_source: G, the decoded rows per memory row (1: one each). With G > 1 rows are dropped only in
             whole groups (:meth:`select`), as beam search drops whole sentences.
+
+    Raises:
+        ConfigError: ``rows_per_source`` < 1.
     """
 
     def __init__(
         self, model: Transformer, memory: Tensor, src_mask: Tensor, use_cache: bool = True, rows_per_source: int = 1
     ) -> None:
+        if rows_per_source < 1:
+            raise ConfigError(f"rows_per_source must be at least 1, got {rows_per_source}")
         self.model = model
         self.memory = memory  # (N / G, S, D)
         self.src_mask = src_mask  # (N / G, 1, 1, S)
@@ -132,7 +137,15 @@ class IncrementalDecoder:
 
         Returns:
             (N, V) float32 natural-log probabilities of the token at position t + 1.
+
+        Raises:
+            ShapeError: ``tokens`` is not (N,) with N = G × the memory's rows.
         """
+        if tokens.dim() != 1 or tokens.size(0) != self.memory.size(0) * self.rows_per_source:
+            raise ShapeError(
+                f"tokens must be (N,) with N = {self.rows_per_source} rows per memory row × {self.memory.size(0)} "
+                f"memory rows, got {tuple(tokens.shape)}"
+            )
         new = tokens[:, None]  # (N, 1)
         if self.cache is not None:
             hidden = self.model.decode(new, self.memory, self.src_mask, cache=self.cache).hidden  # (N, 1, D)
@@ -160,9 +173,14 @@ class IncrementalDecoder:
 
         With G = ``rows_per_source`` > 1, ``index`` keeps whole groups: its G entries g·G … g·G + G - 1 are rows of
         one memory row (in any order among themselves).
+
+        Raises:
+            ShapeError: with G > 1, ``index`` does not keep whole groups.
         """
         G = self.rows_per_source
         sources = index if G == 1 else index[::G] // G  # (N' / G,) the memory row of each kept group
+        if G > 1 and (index.numel() % G or bool((index.view(-1, G) // G != sources[:, None]).any())):
+            raise ShapeError(f"select must keep whole groups of {G} rows of one memory row, got rows {index.tolist()}")
         if self.cache is not None:
             for layer in self.cache.layers:
                 layer.self_attn.reorder(index)

@@ -36,6 +36,7 @@ from dotformer.data.tokenizers import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, To
 from dotformer.errors import ConfigError
 from dotformer.model import Transformer
 from dotformer.multihead import MultiHeadAttention
+from dotformer.quantization import require_float_weights
 
 
 def id_vocabulary(size: int) -> list[str]:
@@ -193,10 +194,12 @@ def export_ctranslate2(
         ``translate_batch([ids_to_tokens(src_ids, vocab), ...])`` where each source ends with ``</s>``, as dotformer's.
 
     Raises:
-        ConfigError: the model or vocabularies cannot be exported (see :func:`transformer_spec`).
+        ConfigError: the model or vocabularies cannot be exported (see :func:`transformer_spec`), or the model has
+            int8 linear layers.
     """
     import shutil
 
+    require_float_weights(model, "export to CTranslate2 (its own quantization= option quantizes)")
     spec = transformer_spec(model, src_vocab, tgt_vocab)
     spec.optimize(quantization=quantization)
     output_dir = Path(output_dir)

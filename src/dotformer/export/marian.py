@@ -23,6 +23,7 @@ from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import BOS_ID, EOS_ID
 from dotformer.errors import ConfigError
 from dotformer.model import Transformer
+from dotformer.quantization import require_float_weights
 
 if TYPE_CHECKING:  # transformers is an optional dependency (the "bench" extra)
     from transformers import MarianConfig, MarianMTModel
@@ -115,10 +116,11 @@ def to_marian(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID) ->
         equals ``model(src, tgt_in)`` up to float rounding (tested).
 
     Raises:
-        ConfigError: the model cannot be held by Marian (see :func:`check_exportable`).
+        ConfigError: the model cannot be held by Marian (see :func:`check_exportable`), or has int8 linear layers.
     """
     from transformers import MarianMTModel
 
+    require_float_weights(model, "export to HF Marian")
     config = model.config
     marian = MarianMTModel(marian_config(config, bos_id, eos_id)).eval()
     assert model.src_embed is not None and model.tgt_embed is not None  # encoder-decoder, checked above
