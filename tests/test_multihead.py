@@ -137,6 +137,28 @@ def test_cache_reorder_follows_batch_rows():
     torch.testing.assert_close(out, mha(x[index], is_causal=True).output[:, 3:])
 
 
+@pytest.mark.parametrize("defer", [False, True])
+def test_deferred_reorders_compose_and_land_with_the_next_append(defer: bool):
+    """Two reorders in a row, then a step: with ``defer`` the rows move in the append's copy, to the same result."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(3, 4, 8)
+    cache = KVCache()
+    mha(x[:, :3], is_causal=True, cache=cache)
+    first, second = torch.tensor([2, 2, 0]), torch.tensor([1, 0, 0])
+    cache.reorder(first, defer=defer)
+    cache.reorder(second, defer=defer)
+    assert cache.batch_size == 3 and (cache.pending is not None) == defer
+    rows = first[second]  # row i of the result is row first[second[i]] of the original
+    with torch.inference_mode():  # as in decoding (with autograd on, the append takes the two-copy path)
+        out = mha(x[rows, 3:], is_causal=True, cache=cache).output
+        torch.testing.assert_close(out, mha(x[rows], is_causal=True).output[:, 3:])
+    assert cache.pending is None and cache.key is not None and cache.key.shape == (3, 2, 4, 4)
+    cache.reorder(torch.tensor([0]), defer=True)
+    cache.settle()
+    assert cache.pending is None and cache.key.shape == (1, 2, 4, 4)
+
+
 def test_cache_with_a_different_batch_size_is_a_shape_error():
     mha = MultiHeadAttention(8, 2)
     cache = KVCache()

@@ -28,39 +28,81 @@ class KVCache:
     Attributes:
         key: (B, H, S_cached, Dh) or None before the first step.
         value: (B, H, S_cached, Dh) or None before the first step.
+        pending: LongTensor (B',) or None: a deferred :meth:`reorder` (row i will be row ``pending[i]`` of ``key``
+            and ``value``), carried out by the next :meth:`append` in the same copy that adds the new positions.
     """
 
     key: Tensor | None = None
     value: Tensor | None = None
+    pending: Tensor | None = None
 
     @property
     def length(self) -> int:
         """S_cached, the number of positions held."""
         return 0 if self.key is None else self.key.size(-2)
 
+    @property
+    def batch_size(self) -> int:
+        """B, the rows held (after a pending reorder); 0 before the first step."""
+        if self.pending is not None:
+            return self.pending.numel()
+        return 0 if self.key is None else self.key.size(0)
+
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Add (B, H, T_new, Dh) keys/values after the cached ones; return the full (B, H, S_cached + T_new, Dh).
+
+        A pending reorder is applied in the same pass: each cached row is copied once, straight to its new place.
 
         Raises:
             ShapeError: the new keys do not match the cached ones in batch size, heads or head size.
         """
-        if self.key is not None and (key.shape[:-2] != self.key.shape[:-2] or key.shape[-1] != self.key.shape[-1]):
+        held = None if self.key is None else (self.batch_size, *self.key.shape[1:])  # (B, H, S, Dh)
+        if held is not None and (key.shape[:-2] != held[:-2] or key.size(-1) != held[-1]):
             raise ShapeError(
-                f"the cache holds keys of shape {tuple(self.key.shape)} (B, H, S, Dh); new keys {tuple(key.shape)} "
+                f"the cache holds keys of shape {held} (B, H, S, Dh); new keys {tuple(key.shape)} "
                 f"do not fit (a different batch size? use cache.reorder(index) to follow beams)"
             )
         if self.key is None or self.value is None:
             self.key, self.value = key, value
-        else:
-            self.key = torch.cat([self.key, key], dim=-2)  # (B, H, S_cached + T_new, Dh)
-            self.value = torch.cat([self.value, value], dim=-2)  # (B, H, S_cached + T_new, Dh)
+            return self.key, self.value
+        rows = self.pending
+        self.key = self._extend(self.key, key, rows)  # (B, H, S_cached + T_new, Dh)
+        self.value = self._extend(self.value, value, rows)  # (B, H, S_cached + T_new, Dh)
+        self.pending = None
         return self.key, self.value
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep rows ``index`` (LongTensor (B',)) of the batch: beam search uses it to follow surviving beams."""
-        if self.key is not None and self.value is not None:
-            self.key = self.key.index_select(0, index)
-            self.value = self.value.index_select(0, index)
+    @staticmethod
+    def _extend(cached: Tensor, new: Tensor, rows: Tensor | None) -> Tensor:
+        """cat([cached[rows], new], dim=-2) written into one new tensor, without the intermediate copy."""
+        if rows is None:
+            return torch.cat([cached, new], dim=-2)
+        if torch.is_grad_enabled() and (cached.requires_grad or new.requires_grad):  # out= has no autograd
+            return torch.cat([cached.index_select(0, rows), new], dim=-2)
+        S = cached.size(-2)
+        out = cached.new_empty(new.size(0), cached.size(1), S + new.size(-2), cached.size(-1))
+        torch.index_select(cached, 0, rows, out=out[:, :, :S])
+        out[:, :, S:] = new
+        return out
+
+    def reorder(self, index: Tensor, defer: bool = False) -> None:
+        """Keep rows ``index`` (LongTensor (B',)) of the batch: beam search uses it to follow surviving beams.
+
+        With ``defer``, the copy waits for the next :meth:`append` (self-attention during beam search, which appends
+        at every step), which then copies each row once instead of twice; :attr:`key`/:attr:`value` keep the old
+        order until then. Without it (or for a cache that is never appended to again) the rows move now.
+        """
+        if self.key is None or self.value is None:
+            return
+        self.pending = index if self.pending is None else self.pending.index_select(0, index)  # rows of key/value
+        if not defer:
+            self.settle()
+
+    def settle(self) -> None:
+        """Carry out a pending (deferred) reorder now."""
+        if self.pending is not None and self.key is not None and self.value is not None:
+            self.key = self.key.index_select(0, self.pending)
+            self.value = self.value.index_select(0, self.pending)
+        self.pending = None
 
 
 class MultiHeadOutput(NamedTuple):
@@ -177,6 +219,7 @@ class MultiHeadAttention(nn.Module):
 
         q = self.split_heads(unpack(self.W_q(query), packing))  # (B, H, T, Dh)
         if cache is not None and static_kv and cache.key is not None and cache.value is not None:
+            cache.settle()
             k, v = cache.key, cache.value  # (B, H, S, Dh), computed on the first step
             if k.size(0) != q.size(0):
                 raise ShapeError(f"the cache holds keys for batch size {k.size(0)}, the query has {q.size(0)}")
@@ -230,7 +273,7 @@ class MultiHeadAttention(nn.Module):
         if kv_packing is None:
             kv_batch = source.size(0)
             if cache is not None and static_kv and cache.key is not None:
-                kv_batch = cache.key.size(0)
+                kv_batch = cache.batch_size
             cross = source is not query and packing is None
             if cross and 0 < kv_batch < batch and batch % kv_batch == 0:
                 if source.dim() != 3 or source.size(-1) != self.d_model:

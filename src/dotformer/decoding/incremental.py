@@ -164,7 +164,7 @@ class IncrementalDecoder:
         """
         if self.cache is not None:
             for layer in self.cache.layers:
-                layer.self_attn.reorder(index)
+                layer.self_attn.reorder(index, defer=True)  # carried out by the next step's append, in one copy
         if self.prefix is not None:
             self.prefix = self.prefix.index_select(0, index)  # (N, t)
 
