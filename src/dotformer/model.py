@@ -279,7 +279,7 @@ class Transformer(nn.Module):
                 hint = " (tgt may hold a multiple of B rows, G per sentence)" if grouped else ""
                 raise ShapeError(
                     f"memory holds B={memory_batch} sentences ({tuple(memory.shape)}), tgt {tuple(tgt.shape)} holds "
-                    f"B={tgt.size(0)}: different batch sizes{hint}"
+                    f"B={rows}: different batch sizes{hint}"
                 )
         offset = cache.length if cache is not None else 0
         x = pack(self.tgt_embed(tgt, offset), packing)  # (B, T, D) or (N_T, D)

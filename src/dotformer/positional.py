@@ -119,20 +119,21 @@ class TokenEmbedding(nn.Module):
         Raises:
             ShapeError: ``tokens`` is not an integer tensor, or an id is outside [0, V).
         """
-        V = self.lookup.num_embeddings
         if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
             raise ShapeError(f"token ids must be an integer tensor (int64), got dtype {tokens.dtype}")
-        if tokens.device.type != "cpu" and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
-            # e.g. a CUDA lookup would fail with a device-side assert: check first (2 reductions and a host sync)
-            raise ShapeError(f"token ids must lie in [0, {V}); got min {int(tokens.min())}, max {int(tokens.max())}")
+        if tokens.device.type != "cpu":  # e.g. a CUDA lookup would fail with a device-side assert: check first
+            self.check_ids(tokens)
         try:
             return self.lookup(tokens) * math.sqrt(self.d_model)  # (B, L, D)
         except (IndexError, RuntimeError):  # the CPU lookup checks the ids itself; name them
-            if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
-                raise ShapeError(
-                    f"token ids must lie in [0, {V}); got min {int(tokens.min())}, max {int(tokens.max())}"
-                ) from None
+            self.check_ids(tokens)
             raise
+
+    def check_ids(self, tokens: Tensor) -> None:
+        """Raise :class:`ShapeError` unless every id lies in [0, V) (2 reductions and a host sync)."""
+        V = self.lookup.num_embeddings
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
+            raise ShapeError(f"token ids must lie in [0, {V}); got min {int(tokens.min())}, max {int(tokens.max())}")
 
 
 class InputEmbedding(nn.Module):
