@@ -31,10 +31,11 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -56,6 +57,24 @@ TRAIN_STATE_JSON = "train_state.json"
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 1
 STEP_DIR = re.compile(r"^step_(\d+)$")
+RUN_ENTRIES = ("run.json", "data", "checkpoints", "best", "last", "metrics.jsonl", "tensorboard")  # what a run holds
+
+
+class CheckpointWarning(UserWarning):
+    """Something about a checkpoint that a user should know but that does not stop the command (a checkpoint
+    without a manifest, a damaged newest checkpoint skipped on resume)."""
+
+
+class ResumePoint(NamedTuple):
+    """The checkpoint a run resumes from, and the newer candidates that failed verification.
+
+    Attributes:
+        path: the checkpoint directory to resume from.
+        skipped: one message per newer candidate that was damaged (file and reason), newest first.
+    """
+
+    path: Path
+    skipped: list[str]
 
 
 @dataclass
@@ -145,12 +164,24 @@ def link_checkpoint(source: str | Path, destination: str | Path) -> Path:
 def atomic_directory(target: Path) -> Iterator[Path]:
     """Yield a temporary directory next to ``target``; on success fsync it and rename it to ``target``.
 
-    An existing ``target`` is renamed aside first and deleted after the new one is in place. On an exception the
-    temporary directory is removed and ``target`` is left as it was. Leftovers of crashed writes
-    (``.NAME.tmp-*``) are removed before writing.
+    An existing ``target`` is renamed aside first and deleted after the new one is in place; it must be a
+    checkpoint directory (or empty): anything else (a run directory, a folder of the user's, a file) is refused
+    before anything is written, so no command can delete what is not a checkpoint. On an exception the temporary
+    directory is removed and ``target`` is left as it was. Leftovers of crashed writes (``.NAME.tmp-*``) are
+    removed before writing.
+
+    Raises:
+        CheckpointError: ``target`` exists and is not a checkpoint directory (see :func:`is_replaceable_checkpoint`).
     """
     target = Path(target)
     parent = target.parent
+    if target.exists() or target.is_symlink():
+        refuse_unless_checkpoint(target)
+    for ancestor in target.parents:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise CheckpointError(f"cannot write the checkpoint {target}: {ancestor} is a file, not a directory")
+            break
     parent.mkdir(parents=True, exist_ok=True)
     for stale in parent.glob(f".{target.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
@@ -175,12 +206,123 @@ def atomic_directory(target: Path) -> Iterator[Path]:
         raise
 
 
+def is_replaceable_checkpoint(path: Path) -> bool:
+    """True if ``path`` is an empty directory or a checkpoint directory: it holds ``model.safetensors`` or
+    ``manifest.json`` and only files (no subdirectory, so never a run directory), and is not a symbolic link."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    entries = list(path.iterdir())
+    if not entries:
+        return True
+    names = {entry.name for entry in entries}
+    return bool(names & {MODEL_FILE, MANIFEST_FILE}) and all(entry.is_file() for entry in entries)
+
+
+def refuse_unless_checkpoint(path: Path) -> None:
+    """Raise :class:`CheckpointError` unless ``path`` may be replaced by a checkpoint (see above)."""
+    if is_replaceable_checkpoint(path):
+        return
+    if path.is_symlink() or not path.is_dir():
+        what = "a symbolic link" if path.is_symlink() else "a file"
+    elif (path / "run.json").exists() or (path / "checkpoints").is_dir():
+        what = "a run directory"
+    else:
+        what = "a directory that is not a checkpoint"
+    raise CheckpointError(f"{path} is {what}: refusing to replace it with a checkpoint (choose another path)")
+
+
 def prune_checkpoints(checkpoints_dir: str | Path, keep_last: int) -> list[Path]:
-    """Delete all but the newest ``keep_last`` ``step_XXXXXXX`` directories; returns the deleted paths."""
+    """Delete all but the newest ``keep_last`` ``step_XXXXXXX`` directories; returns the deleted paths.
+
+    Each is first renamed aside (``.step_XXXXXXX.pruned-*``, one atomic rename) and then deleted, so a crash during
+    the deletion never leaves a half-deleted ``step_*`` directory; :func:`recover_run_directory` removes such
+    leftovers at the next start.
+    """
     steps = step_checkpoints(checkpoints_dir)
     doomed = steps[: max(0, len(steps) - keep_last)]
     for path in doomed:
-        shutil.rmtree(path, ignore_errors=True)
+        aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.pruned-", dir=path.parent))
+        os.rename(path, aside / path.name)
+        shutil.rmtree(aside, ignore_errors=True)
+    return doomed
+
+
+def recover_run_directory(run_dir: str | Path) -> list[str]:
+    """Finish what a crash interrupted in a run directory, before a run writes there again.
+
+    * a checkpoint that was renamed aside while being replaced (``.NAME.old-*/NAME``) and whose replacement never
+      arrived is renamed back to ``NAME``; once ``NAME`` exists, such aside copies are deleted;
+    * unfinished writes (``.NAME.tmp-*``) and interrupted prunes (``.NAME.pruned-*``) are deleted.
+
+    Looks at ``run_dir`` (best/, last/) and ``run_dir/checkpoints`` (step_*). Only these hidden leftovers of
+    dotformer's own writes are touched.
+
+    Returns:
+        One line per action, e.g. "restored best/ from .best.old-ab12/best".
+    """
+    actions: list[str] = []
+    for parent in (Path(run_dir), Path(run_dir) / "checkpoints"):
+        if not parent.is_dir():
+            continue
+        for leftover in sorted(parent.iterdir()):
+            match = re.match(r"^\.(.+)\.(tmp|old|pruned)-[^/]+$", leftover.name)
+            if match is None or not leftover.is_dir():
+                continue
+            name, kind = match.groups()
+            target = parent / name
+            if kind == "old" and not target.exists() and (leftover / name / CONFIG_FILE).is_file():
+                os.rename(leftover / name, target)
+                actions.append(f"restored {target} from {leftover / name}")
+            shutil.rmtree(leftover, ignore_errors=True)
+            actions.append(f"removed {leftover}")
+    return actions
+
+
+def run_has_checkpoint(run_dir: str | Path) -> bool:
+    """True when ``run_dir`` holds a checkpoint of its own (last/, best/, checkpoints/step_* or an aside copy)."""
+    run_dir = Path(run_dir)
+    if step_checkpoints(run_dir / "checkpoints"):
+        return True
+    return any((run_dir / n).is_dir() or _aside_copy(run_dir / n) is not None for n in ("last", "best"))
+
+
+def is_run_directory(path: str | Path) -> bool:
+    """True when ``path`` looks like a dotformer run directory (run.json, or a last/ or checkpoints/ of its own)."""
+    path = Path(path)
+    return (path / "run.json").is_file() or run_has_checkpoint(path)
+
+
+def clear_run_directory(run_dir: str | Path) -> list[Path]:
+    """Delete what a dotformer run wrote in ``run_dir`` (``RUN_ENTRIES`` and the hidden leftovers of its writes),
+    leaving any other file there alone; for ``dotformer train --overwrite``.
+
+    Each entry is first renamed into one hidden ``.overwrite-*`` directory, then that is deleted: a crash leaves
+    either the entry or nothing under its name.
+
+    Returns:
+        The entries removed.
+
+    Raises:
+        CheckpointError: ``run_dir`` exists but is not a run directory (nothing is deleted).
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        return []
+    if not is_run_directory(run_dir):
+        raise CheckpointError(
+            f"{run_dir} is not a dotformer run directory (no run.json, last/ or checkpoints/step_*); "
+            f"--overwrite deletes only runs: choose another --out"
+        )
+    doomed = [run_dir / n for n in RUN_ENTRIES if (run_dir / n).exists() or (run_dir / n).is_symlink()]
+    doomed += [p for p in run_dir.iterdir() if re.match(r"^\.(best|last|run\.json)\.(tmp|old)-", p.name)]
+    if not doomed:
+        return []
+    trash = Path(tempfile.mkdtemp(prefix=".overwrite-", dir=run_dir))
+    for i, path in enumerate(doomed):
+        os.rename(path, trash / f"{i}-{path.name}")
+    shutil.rmtree(trash, ignore_errors=True)
+    for stale in run_dir.glob(".overwrite-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     return doomed
 
 
@@ -262,14 +404,22 @@ def verify_checkpoint(path: str | Path) -> None:
 
     Raises:
         CheckpointError: naming the missing, truncated or corrupted file.
+
+    Warns:
+        CheckpointWarning: the checkpoint has no manifest.json (its files are read unchecked).
     """
     path = Path(path)
     for name in (MODEL_FILE, CONFIG_FILE, SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE):
         if not (path / name).is_file():
             raise CheckpointError(f"checkpoint file {path / name} is missing")
     manifest_path = path / MANIFEST_FILE
-    if not manifest_path.is_file():
-        return  # written by another tool: the readers below still reject truncated files
+    if not manifest_path.is_file():  # written by another tool, or edited: the readers still reject truncated files
+        warnings.warn(
+            f"checkpoint {path} has no {MANIFEST_FILE}: its files cannot be checked for corruption",
+            CheckpointWarning,
+            stacklevel=2,
+        )
+        return
     manifest = read_json(manifest_path)
     files = manifest.get("files")
     if not isinstance(files, dict):
@@ -355,30 +505,51 @@ def load_tokenizer_file(path: Path) -> Tokenizer:
 
 
 def find_resume_checkpoint(run_dir: str | Path) -> Path:
-    """The newest checkpoint of a run that carries a training state: last/, else the newest checkpoints/step_*.
-
-    Damaged candidates are skipped (a crash can leave last/ half replaced); their errors are named when none is left.
+    """The newest readable checkpoint of a run that carries a training state (see :func:`choose_resume_checkpoint`).
 
     Raises:
         CheckpointError: the run directory has no readable checkpoint to resume from.
     """
+    return choose_resume_checkpoint(run_dir).path
+
+
+def choose_resume_checkpoint(run_dir: str | Path) -> ResumePoint:
+    """The newest checkpoint of a run that carries a training state and passes verification.
+
+    Candidates, newest first: the ``checkpoints/step_*`` directories, then ``last/`` (a hard-linked copy of the
+    newest step; also found renamed aside by a crash). Damaged candidates are skipped and reported in
+    :attr:`ResumePoint.skipped` (a flipped bit in the newest step breaks ``last/`` too: they share files).
+
+    Raises:
+        CheckpointError: the run directory has no readable checkpoint to resume from; the message names each
+            damaged candidate, or says the run was stopped before its first checkpoint.
+    """
     run_dir = Path(run_dir)
-    errors = []
-    for candidate in [run_dir / "last", *reversed(step_checkpoints(run_dir / "checkpoints"))]:
+    errors: list[str] = []
+    for candidate in [*reversed(step_checkpoints(run_dir / "checkpoints")), run_dir / "last"]:
         if not candidate.is_dir():
             aside = _aside_copy(candidate)
             if aside is None:
                 continue
             candidate = aside
         try:
-            verify_checkpoint(candidate)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", CheckpointWarning)
+                verify_checkpoint(candidate)
         except CheckpointError as exc:
-            errors.append(str(exc))
+            errors.append(f"{candidate} failed verification: {exc}")
             continue
-        if (candidate / TRAIN_STATE_JSON).is_file():
-            return candidate
-    detail = f" ({'; '.join(errors)})" if errors else ""
-    raise CheckpointError(f"nothing to resume in {run_dir}: no readable checkpoint with a training state{detail}")
+        if not (candidate / TRAIN_STATE_JSON).is_file():
+            continue
+        for warning in caught:
+            warnings.warn(warning.message, warning.category, stacklevel=2)
+        return ResumePoint(candidate, errors)
+    if errors:
+        raise CheckpointError(f"nothing to resume in {run_dir}: no readable checkpoint ({'; '.join(errors)})")
+    raise CheckpointError(
+        f"nothing to resume in {run_dir}: the run was stopped before its first checkpoint; "
+        f"start it afresh with --overwrite (dotformer train ... --out {run_dir} --overwrite)"
+    )
 
 
 def model_config_of(info: dict[str, Any], source: Path) -> ModelConfig:
@@ -514,9 +685,14 @@ def _save_weights(model: nn.Module, path: Path) -> None:
 
 
 def _save_safetensors(tensors: dict[str, Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
+    """Write a safetensors file; a failed write (a full disk) raises :class:`CheckpointError` naming the file."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
-    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path), metadata=metadata)
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path), metadata=metadata)
+    except SafetensorError as exc:  # safetensors reports I/O errors (ENOSPC, EIO) as its own exception type
+        raise CheckpointError(f"could not write {path}: {exc}") from None
 
 
 def _load_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -67,8 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DotformerError as exc:
         print(f"dotformer {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        print(f"dotformer {args.command}: error: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
+    except BrokenPipeError:
+        return _closed_pipe()
+    except OSError as exc:  # a missing file, a path under a regular file, a full disk, no permission, ...
+        print(f"dotformer {args.command}: error: {_os_error_text(exc)}", file=sys.stderr)
         return 2
     except UnicodeDecodeError as exc:
         print(
@@ -79,6 +82,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dotformer {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _os_error_text(exc: OSError) -> str:
+    """``No space left on device: runs/g2p/last/model.safetensors`` (the reason, then the path(s) involved)."""
+    reason = exc.strerror or str(exc)
+    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+    return f"{reason}: {' -> '.join(paths)}" if paths else reason
+
+
+def _closed_pipe() -> int:
+    """The reader of standard output went away (``dotformer translate ... | head -1``): stop quietly.
+
+    Returns 141 (128 + SIGPIPE), what a shell reports for a command ended by a closed pipe. Standard output is
+    pointed at /dev/null so that the interpreter's final flush cannot raise a second time.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
 
 
 if __name__ == "__main__":

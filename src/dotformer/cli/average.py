@@ -3,22 +3,46 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer average``."""
-    parser.add_argument("--out", required=True, metavar="DIR", help="the checkpoint directory to write")
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="the checkpoint directory to write (a new one, see --overwrite)"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --out if it is already a checkpoint (never a run or any other directory)",
+    )
     parser.add_argument(
         "checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint directories of one model (e.g. the last 5)"
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Average, save with the tokenizers and info of the last checkpoint; returns 0."""
-    from dotformer.checkpoint import average_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
+    """Average, save with the tokenizers and info of the last checkpoint; returns 0.
+
+    Raises:
+        CheckpointError: --out exists and is not a checkpoint (never replaced), or is one and --overwrite is not
+            given; the checkpoints are not of one model.
+    """
+    from dotformer.checkpoint import (
+        average_checkpoints,
+        load_checkpoint,
+        refuse_unless_checkpoint,
+        resolve_checkpoint,
+        save_checkpoint,
+    )
     from dotformer.data.tokenizers import load_tokenizer
     from dotformer.errors import CheckpointError
 
+    out = Path(args.out)
+    if out.exists() or out.is_symlink():
+        refuse_unless_checkpoint(out)  # a run directory, a user's folder or a file: never replaced
+        if not args.overwrite and any(out.iterdir()):
+            raise CheckpointError(f"{out} already holds a checkpoint: pass --overwrite to replace it")
     paths = [resolve_checkpoint(p) for p in args.checkpoints]
     state = average_checkpoints(paths)  # checks that every checkpoint has the same model config
     loaded = load_checkpoint(paths[-1])
@@ -32,6 +56,6 @@ def run(args: argparse.Namespace) -> int:
     loaded.model.load_state_dict(state)
     info = {k: v for k, v in loaded.info.items() if k not in ("model", "format_version")}
     info["averaged_from"] = [str(p) for p in paths]
-    out = save_checkpoint(args.out, loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, info)
+    out = save_checkpoint(out, loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, info)
     print(f"averaged {len(paths)} checkpoint(s) into {out}")
     return 0

@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dotformer.checkpoint import run_data_dir
+    from dotformer.cli.outputs import check_output_file
     from dotformer.data.splits import load_split
     from dotformer.decoding.evaluation import evaluate_pairs, format_evaluation, limit_sources
     from dotformer.errors import CheckpointError, DataError
@@ -43,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     task = loaded.info.get("task")
     if task is None:
         raise CheckpointError(f"{loaded.path}/config.json records no task (g2p, translation or synthetic)")
+    if args.json:
+        check_output_file(args.json, "--json")  # before the decoding, not after it
     data_dir = run_data_dir(loaded.path)
     pairs = limit_sources(load_split(data_dir, args.split), args.limit)
     if not pairs:

@@ -45,9 +45,12 @@ def default_examples(checkpoint: str, count: int = 5) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C, or write the page."""
     from dotformer.checkpoint import load_checkpoint
+    from dotformer.cli.outputs import check_output_file
     from dotformer.errors import ConfigError
     from dotformer.explore import serve, write_page
 
+    if args.write:
+        check_output_file(args.write, "--write")
     loaded = load_checkpoint(args.checkpoint, device=args.device)
     texts = args.text or default_examples(args.checkpoint)
     if args.write:

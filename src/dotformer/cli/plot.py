@@ -67,10 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Draw the requested plot and print the file written."""
     from dotformer import plots
+    from dotformer.cli.outputs import check_output_file
     from dotformer.errors import ConfigError
     from dotformer.plots.common import check_output_path
 
     check_output_path(args.out)  # a bad extension fails before any work
+    check_output_file(args.out, "--out")  # so does a directory, or a parent that is a file
     if args.plot_kind == "attention":
         from dotformer.checkpoint import load_checkpoint
 

@@ -119,6 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build the configs from the file and the flags, train, print a one-line summary."""
+    from dotformer.cli.outputs import check_output_dir
     from dotformer.errors import ConfigError
     from dotformer.training.run import ConfigSections, read_config_file, train_run
 
@@ -144,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
     if args.data is not None:
         data["dataset"] = args.data
     flag_sections = ConfigSections(**flags, source="command line")
+    if args.out is not None:
+        check_output_dir(args.out, "--out")
     result = train_run(file_sections, flag_sections, args.out, resume=args.resume, command=sys.argv)
     if result.is_main:
         print(result.summary())

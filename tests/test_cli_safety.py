@@ -1,0 +1,200 @@
+"""Nothing lost, one line for every mistake: the CLI run from the outside (a subprocess, real files).
+
+``dotformer average --out`` once deleted whatever directory it was given (a whole run, a user's folder); paths
+under a regular file, a full disk and a closed pipe gave tracebacks. Each case here is one of those findings.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dotformer import checkpoint as ckpt
+from dotformer.errors import CheckpointError
+
+QUICK = ["--data", "copy", "--preset", "tiny", "--limit", "120", "--no-progress", "--device", "cpu", "--threads", "1"]
+
+
+def dotformer(*argv: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "dotformer", *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def assert_one_error_line(result: subprocess.CompletedProcess[str], command: str, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"dotformer {command}: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` with its bytes: what must survive a refused command unchanged."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run of 12 steps with two step checkpoints (the tiny copy task)."""
+    run = tmp_path_factory.mktemp("safety") / "run"
+    result = dotformer("train", *QUICK, "--max-steps", "12", "--save-every", "6", "--out", str(run))
+    assert result.returncode == 0, result.stderr
+    return run
+
+
+def test_average_never_replaces_a_run_or_a_users_directory(run_dir: Path, tmp_path: Path) -> None:
+    steps = [str(p) for p in ckpt.step_checkpoints(run_dir / "checkpoints")]
+    assert len(steps) == 2
+    before = snapshot(run_dir)
+    # the README's command without "/averaged": the run itself
+    assert_one_error_line(dotformer("average", "--out", str(run_dir), *steps), "average", "run directory")
+    assert snapshot(run_dir) == before
+    # --overwrite does not change that
+    result = dotformer("average", "--overwrite", "--out", str(run_dir), *steps)
+    assert_one_error_line(result, "average", "run directory")
+    assert snapshot(run_dir) == before
+    # a folder of the user's, and a plain file
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me\n")
+    assert_one_error_line(dotformer("average", "--out", str(folder), *steps), "average", "not a checkpoint")
+    assert (folder / "notes.txt").read_text() == "keep me\n"
+    assert_one_error_line(dotformer("average", "--out", str(folder / "notes.txt"), *steps), "average", "a file")
+    assert (folder / "notes.txt").read_text() == "keep me\n"
+    # a new directory is written; an existing checkpoint is replaced only with --overwrite
+    out = tmp_path / "averaged"
+    assert dotformer("average", "--out", str(out), *steps).returncode == 0
+    first = snapshot(out)
+    assert_one_error_line(dotformer("average", "--out", str(out), steps[0]), "average", "--overwrite")
+    assert snapshot(out) == first
+    assert dotformer("average", "--overwrite", "--out", str(out), steps[0]).returncode == 0
+    assert snapshot(out) != first  # one checkpoint's weights now, not the mean of two
+    assert ckpt.load_checkpoint(out).info["averaged_from"] == [steps[0]]
+
+
+def test_atomic_directory_refuses_what_is_not_a_checkpoint(tmp_path: Path) -> None:
+    folder = tmp_path / "folder"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"x")  # a checkpoint's file name, but it also holds a directory
+    with pytest.raises(CheckpointError, match="not a checkpoint"), ckpt.atomic_directory(folder):
+        pass
+    assert (folder / "sub").is_dir() and (folder / "model.safetensors").read_bytes() == b"x"
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    with pytest.raises(CheckpointError, match="symbolic link"), ckpt.atomic_directory(link):
+        pass
+    assert link.is_symlink()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with ckpt.atomic_directory(empty) as tmp:
+        (tmp / "model.safetensors").write_bytes(b"y")
+    assert (empty / "model.safetensors").read_bytes() == b"y"
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "flag"),
+    [
+        (["evaluate", "--checkpoint", "RUN", "--json", "FILE/m.json"], "evaluate", "--json"),
+        (["plot", "masks", "--out", "FILE/masks.png"], "plot", "--out"),
+        (["explore", "--checkpoint", "RUN", "--text", "a1", "--write", "FILE/page.html"], "explore", "--write"),
+        (["train", *QUICK, "--max-steps", "1", "--out", "FILE/run"], "train", "--out"),
+        (["average", "--out", "FILE/avg", "RUN/best"], "average", "is a file"),
+    ],
+)
+def test_a_path_under_a_regular_file_is_one_line(
+    run_dir: Path, tmp_path: Path, argv: list[str], command: str, flag: str
+) -> None:
+    regular = tmp_path / "regular"
+    regular.write_text("not a directory\n")
+    argv = [a.replace("RUN", str(run_dir)).replace("FILE", str(regular)) for a in argv]
+    assert_one_error_line(dotformer(*argv), command, flag, str(regular))
+    assert regular.read_text() == "not a directory\n"
+
+
+def test_full_disk_during_a_checkpoint_write_is_one_line(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ENOSPC raised by the safetensors writer (as on a full tmpfs): one line, the old checkpoint intact."""
+    import safetensors.torch
+
+    from dotformer.cli import main
+
+    out = tmp_path / "avg"
+    assert main(["average", "--out", str(out), str(run_dir / "best")]) == 0
+    before = snapshot(out)
+    capsys.readouterr()
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        from safetensors import SafetensorError
+
+        raise SafetensorError(f"Error while serializing: IoError({os.strerror(errno.ENOSPC)} (os error 28))")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    assert main(["average", "--overwrite", "--out", str(out), str(run_dir / "best")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and "model.safetensors" in err
+    assert snapshot(out) == before
+    assert not list(tmp_path.glob(".avg.*"))  # no temporary directory left behind
+
+
+def test_os_errors_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Any OSError a command meets (ENOSPC on a plain write, ENOTDIR) is one line naming the reason and the file."""
+    from dotformer import cli
+
+    for code in (errno.ENOSPC, errno.ENOTDIR, errno.EROFS):
+
+        def fail(args: object, code: int = code) -> int:
+            raise OSError(code, os.strerror(code), str(tmp_path / "m.json"))
+
+        monkeypatch.setattr(cli, "build_parser", _parser_running(fail))
+        assert cli.main(["explain"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"dotformer explain: error: {os.strerror(code)}: {tmp_path / 'm.json'}\n"
+
+
+def _parser_running(handler):  # type: ignore[no-untyped-def]
+    import argparse
+
+    def build() -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog="dotformer")
+        sub = parser.add_subparsers(dest="command")
+        sub.add_parser("explain").set_defaults(handler=handler)
+        return parser
+
+    return build
+
+
+def test_closed_pipe_ends_quietly(run_dir: Path) -> None:
+    """``dotformer translate ... | head -1``: no traceback, exit 141 (a shell's status for a closed pipe)."""
+    words = "\n".join(f"a{i % 9 + 1} b{(i * 7) % 9 + 1}" for i in range(3000)) + "\n"
+    script = (
+        f"{sys.executable} -m dotformer translate --checkpoint {run_dir} --device cpu | head -n 1; "
+        'echo "status=${PIPESTATUS[0]}" >&2'
+    )
+    result = subprocess.run(
+        ["bash", "-c", script],
+        input=words,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.stdout.count("\n") == 1
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
+    assert "status=141" in result.stderr or "status=0" in result.stderr, result.stderr
