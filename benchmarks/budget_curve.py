@@ -1,0 +1,153 @@
+"""Quality against training minutes: evaluate a run's step checkpoints at chosen budgets, as a table, JSON and a plot.
+
+A long run saves a step checkpoint every ``save_every`` steps (keep them all with a large ``keep_last``); its
+``metrics.jsonl`` records the training seconds of every logged step. For each budget in ``--minutes`` this script
+takes the newest step checkpoint saved within that many training minutes, runs ``dotformer evaluate`` on it (the
+run's saved test split, the same decoding for every point), and reports the metrics next to the steps, epochs and
+target tokens/s reached by then::
+
+    python benchmarks/budget_curve.py --run runs/g2p-long --minutes 10,30,60,120 --beam 4 \\
+        --out benchmarks/out/g2p_curve.json --plot docs/images/g2p_curve.png
+
+The budgets are training time as the run counted it (validation passes and checkpoint writes excluded), on the
+machine and under the load the run had: give the tokens/s beside every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+METRIC_KEYS = ("wer", "per", "bleu", "chrf", "exact_match")
+
+
+def train_points(run: Path) -> list[dict[str, Any]]:
+    """The training lines of ``RUN/metrics.jsonl`` (step, epoch, elapsed_s, tokens_per_s), in order."""
+    lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [row for row in map(json.loads, lines) if row.get("split") == "train" and "elapsed_s" in row]
+
+
+def checkpoint_steps(run: Path) -> dict[int, Path]:
+    """Step number -> step checkpoint directory, for every ``checkpoints/step_*`` of the run."""
+    found = {}
+    for path in sorted((run / "checkpoints").glob("step_*")):
+        if path.is_dir() and path.name[5:].isdigit():
+            found[int(path.name[5:])] = path
+    return found
+
+
+def pick(run: Path, minutes: float, points: list[dict[str, Any]], steps: dict[int, Path]) -> dict[str, Any] | None:
+    """The newest step checkpoint within ``minutes`` of training, with the run's figures at that step."""
+    elapsed_at = {row["step"]: row for row in points}
+    eligible = [s for s in steps if s in elapsed_at and elapsed_at[s]["elapsed_s"] <= minutes * 60 + 1e-6]
+    if not eligible:
+        return None
+    step = max(eligible)
+    row = elapsed_at[step]
+    window = [r["tokens_per_s"] for r in points if r["step"] <= step]
+    return {
+        "minutes": minutes,
+        "step": step,
+        "epoch": row["epoch"],
+        "train_minutes": round(row["elapsed_s"] / 60, 2),
+        "mean_target_tokens_per_s": round(sum(window) / len(window), 1),
+        "checkpoint": str(steps[step]),
+    }
+
+
+def evaluate(checkpoint: str, beam: int, split: str, json_path: Path, threads: int) -> dict[str, Any]:
+    """Run ``dotformer evaluate`` on one checkpoint and return its metrics JSON."""
+    command = [
+        sys.executable,
+        "-m",
+        "dotformer",
+        "evaluate",
+        "--checkpoint",
+        checkpoint,
+        "--split",
+        split,
+        "--beam",
+        str(beam),
+        "--device",
+        "cpu",
+        "--json",
+        str(json_path),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    return json.loads(json_path.read_text(encoding="utf-8"))
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    """WER and PER (or BLEU and chrF) against training minutes, log-scaled minutes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 3.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    minutes = [r["train_minutes"] for r in rows]
+    for key in METRIC_KEYS:
+        values = [r["metrics"].get(key) for r in rows]
+        if all(v is not None for v in values):
+            ax.plot(minutes, values, marker="o", label=key.upper())
+            for x, y in zip(minutes, values, strict=True):
+                ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xticks(minutes, [f"{m:g}" for m in minutes])
+    ax.minorticks_off()
+    ax.set_xlabel("training minutes (1 CPU thread)")
+    ax.set_ylabel("%")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--run", required=True, type=Path, help="the run directory")
+    parser.add_argument("--minutes", default="10,30,60,120", help="comma-separated training budgets in minutes")
+    parser.add_argument("--beam", type=int, default=4, help="beam size of every evaluation (default 4)")
+    parser.add_argument("--split", default="test", help="the saved split to evaluate (default test)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each evaluation (default 1)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/out/budget_curve.json"), help="JSON written")
+    parser.add_argument("--plot", type=Path, default=None, help="PNG/SVG of the curve (optional)")
+    parser.add_argument("--title", default=None, help="plot title (default: the run directory)")
+    args = parser.parse_args(argv)
+
+    points, steps = train_points(args.run), checkpoint_steps(args.run)
+    rows = []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for minutes in (float(m) for m in args.minutes.split(",")):
+        row = pick(args.run, minutes, points, steps)
+        if row is None:
+            print(f"{minutes:g} min: no step checkpoint saved within that budget", file=sys.stderr)
+            continue
+        result = evaluate(
+            row["checkpoint"], args.beam, args.split, args.out.with_suffix(f".{row['step']}.json"), args.threads
+        )
+        row["metrics"] = {k: v for k, v in result["metrics"].items() if k in METRIC_KEYS}
+        rows.append(row)
+        shown = "  ".join(f"{k} {v:.2f}" for k, v in row["metrics"].items())
+        print(
+            f"{minutes:>6g} min  step {row['step']:>6}  epoch {row['epoch']:>6.2f}  "
+            f"{row['mean_target_tokens_per_s']:>8,.0f} tok/s  {shown}",
+            flush=True,
+        )
+    args.out.write_text(json.dumps({"run": str(args.run), "beam": args.beam, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    if args.plot is not None and rows:
+        plot(rows, args.plot, args.title or str(args.run))
+        print(f"wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
