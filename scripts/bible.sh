@@ -8,7 +8,7 @@
 #   MINUTES=120 bash scripts/bible.sh  # a longer budget
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh "" sword-text-sparv sword-text-kjv sword-text-web
+bash scripts/setup.sh bible,eval sword-text-sparv sword-text-kjv sword-text-web  # pysword and BLEU/chrF
 out="${OUT:-runs/bible}"
 budget=(--max-minutes "${MINUTES:-20}")
 extra=()

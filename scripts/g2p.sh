@@ -7,7 +7,7 @@
 #   MINUTES=60 OUT=runs/g2p-60 bash scripts/g2p.sh   # a longer budget
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh g2p,eval  # the CMUdict corpus and WER/PER
 out="${OUT:-runs/g2p}"
 budget=(--max-minutes "${MINUTES:-10}")
 extra=()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install dotformer and what it needs on a fresh machine. Usage: bash scripts/setup.sh [EXTRAS] [DEBIAN PACKAGES...]
-#   EXTRAS: pip extras, e.g. "dev" or "dev,bench" (default: none).
+#   EXTRAS: pip extras, e.g. "g2p,eval" or "all,dev,bench" (default: none: the core only).
 #   DEBIAN PACKAGES: installed with apt-get when running as root (the Bible corpus, Chromium for the explorer test).
 # torch is pinned by constraints.txt (a CPU build where one lies on disk; pip picks the right build elsewhere).
 set -euo pipefail

@@ -301,17 +301,12 @@ def test_hf_missing_files_is_missing_data(tmp_path):
 
 
 def test_hf_without_datasets_says_how_to_install(monkeypatch):
-    import builtins
+    import sys
 
-    real_import = builtins.__import__
-
-    def no_datasets(name, *args, **kwargs):
-        if name == "datasets":
-            raise ImportError("no datasets")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_datasets)
-    with pytest.raises(MissingDataError, match="pip install datasets"):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # importing it now raises ModuleNotFoundError
+    with pytest.raises(
+        MissingDataError, match=r'^hf: corpora needs datasets, .*: pip install "dotformer\[datasets\]"$'
+    ):
         load_pairs("hf:json")
 
 

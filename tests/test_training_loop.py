@@ -14,7 +14,7 @@ from dotformer.config import ModelConfig
 from dotformer.data.batching import collate, encode_pairs
 from dotformer.data.corpora import CorpusOptions, load_pairs
 from dotformer.data.tokenizers import train_tokenizer
-from dotformer.errors import CheckpointError, ConfigError, TrainingError
+from dotformer.errors import CheckpointError, ConfigError, MissingExtraError, TrainingError
 from dotformer.model import Transformer
 from dotformer.training import loop
 from dotformer.training.config import TrainConfig
@@ -228,7 +228,7 @@ def test_tensorboard_is_optional(tmp_path: Path) -> None:
     try:
         import tensorboard  # noqa: F401
     except ImportError:
-        with pytest.raises(ConfigError, match="pip install tensorboard"):
+        with pytest.raises(MissingExtraError, match=r'pip install "dotformer\[tensorboard\]"'):
             fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path)
     else:
         fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path)

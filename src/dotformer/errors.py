@@ -34,3 +34,16 @@ class CheckpointError(DotformerError, ValueError):
 
 class TrainingError(DotformerError, RuntimeError):
     """Training cannot go on (a NaN/inf loss, a budget that allows no step); the last good checkpoint is kept."""
+
+
+class MissingExtraError(MissingDataError):
+    """An optional package is not installed; the message names the ``pip install "dotformer[EXTRA]"`` to run.
+
+    Attributes:
+        extra: the pip extra that brings the package (e.g. "plots"). module: the missing module (e.g. "matplotlib").
+    """
+
+    def __init__(self, message: str, extra: str = "", module: str = "") -> None:
+        super().__init__(message)
+        self.extra = extra
+        self.module = module

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from dotformer.errors import DataError, ShapeError
+from dotformer.extras import require_extra
 
 STRESS = re.compile(r"\d+$")  # the stress digit(s) that end an ARPAbet vowel: AH0, EY1, ER2
 
@@ -72,7 +73,7 @@ def bleu(hyps: Sequence[str], refs: Sequence[str]) -> MetricResult:
     Raises:
         ShapeError: the lists differ in length. DataError: they are empty.
     """
-    from sacrebleu.metrics import BLEU
+    BLEU = require_extra("eval", "sacrebleu.metrics", "BLEU").BLEU
 
     _check_pairs(hyps, refs)
     metric = BLEU()
@@ -89,7 +90,7 @@ def chrf(hyps: Sequence[str], refs: Sequence[str]) -> MetricResult:
     Raises:
         ShapeError: the lists differ in length. DataError: they are empty.
     """
-    from sacrebleu.metrics import CHRF
+    CHRF = require_extra("eval", "sacrebleu.metrics", "chrF").CHRF
 
     _check_pairs(hyps, refs)
     metric = CHRF()
@@ -113,7 +114,7 @@ def closest_reference(hyp: list[str], refs: Sequence[list[str]]) -> tuple[int, l
     Raises:
         DataError: ``refs`` is empty.
     """
-    from rapidfuzz.distance import Levenshtein
+    Levenshtein = require_extra("eval", "rapidfuzz.distance", "WER and PER").Levenshtein
 
     if not refs:
         raise DataError("a word has no reference pronunciation")

@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 from dotformer.data.corpora import Corpus, CorpusOptions, Pair, make_report
 from dotformer.data.osis import strip_osis_many
 from dotformer.errors import ConfigError, DataError, MissingDataError
+from dotformer.extras import require_extra
 
 
 class KnownModule(NamedTuple):
@@ -60,7 +61,7 @@ KNOWN_MODULES: dict[str, KnownModule] = {
     "web": KnownModule("engWEB2015eb", "sword-text-web"),
 }
 DEFAULT_SWORD_PATHS = ("~/.sword", "/usr/share/sword")
-_NO_PYSWORD = "reading the Bible modules needs the PyPI package pysword: pip install pysword"
+_NEEDS_PYSWORD = "reading the Bible modules"  # what needs pysword (the [bible] extra)
 
 
 class VerseRef(NamedTuple):
@@ -245,10 +246,7 @@ def find_modules(libraries: list[Path]) -> dict[str, ModuleInfo]:
     Raises:
         MissingDataError: pysword is not installed.
     """
-    try:
-        from pysword.modules import SwordModules
-    except ImportError:
-        raise MissingDataError(_NO_PYSWORD) from None
+    SwordModules = require_extra("bible", "pysword.modules", _NEEDS_PYSWORD).SwordModules
     found: dict[str, ModuleInfo] = {}
     for library in libraries:
         for module_id, conf in SwordModules(str(library)).parse_modules().items():
@@ -363,10 +361,7 @@ def book_ids(names: list[str] | tuple[str, ...], versification: str = "kjv") -> 
         ConfigError: a name matches no book (the message lists the OSIS ids).
         MissingDataError: pysword is not installed.
     """
-    try:
-        from pysword.books import BibleStructure
-    except ImportError:
-        raise MissingDataError(_NO_PYSWORD) from None
+    BibleStructure = require_extra("bible", "pysword.books", _NEEDS_PYSWORD).BibleStructure
     structure = BibleStructure(versification)
     ids = []
     for name in names:

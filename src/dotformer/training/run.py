@@ -92,11 +92,16 @@ class RunResult:
 def read_config_file(path: str | Path) -> ConfigSections:
     """Read a TOML config file with the sections ``[model]``, ``[train]``, ``[data]`` (all optional).
 
+    ``path`` is a file, or the name of a config shipped with the package (``"g2p"``: see
+    :mod:`dotformer.training.shipped_configs`).
+
     Raises:
         ConfigError: not TOML, an unknown section, or an unknown key (the message names the file and the key).
-        FileNotFoundError: no such file.
+        MissingDataError (a FileNotFoundError): no such file and no shipped config of that name.
     """
-    path = Path(path)
+    from dotformer.training.shipped_configs import find_config_file
+
+    path = find_config_file(path)
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
