@@ -1,7 +1,14 @@
-"""dotformer.export: the Marian copy computes the same logits, the CTranslate2 export the same log-probabilities and
-greedy outputs, on tiny random models (with padding, post-LN and pre-LN, ReLU and GELU, with and without biases)."""
+"""dotformer.export: the Marian copy computes the same logits (also saved and loaded back by HF), the CTranslate2
+export the same log-probabilities and greedy outputs, the ONNX graphs (run by onnxruntime) the same logits step by
+step, on tiny random models (with padding, post-LN and pre-LN, ReLU and GELU, with and without biases, odd epsilons);
+``dotformer export`` is run from the outside (a subprocess, a saved checkpoint)."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -110,7 +117,12 @@ def test_marian_generate_equals_greedy():
 
 @pytest.mark.parametrize(
     "overrides, message",
-    [({"norm_first": True}, "post-LN"), ({"arch": "decoder-only", "num_encoder_layers": 0}, "encoder-decoder")],
+    [
+        ({"norm_first": True}, "post-LN"),
+        ({"arch": "decoder-only", "num_encoder_layers": 0}, "encoder-decoder"),
+        ({"layer_norm_eps": 1e-6}, "layer_norm_eps=1e-06"),  # once exported silently with Marian's 1e-5
+        ({"layer_norm_eps": 0.5}, "layer_norm_eps=0.5"),
+    ],
 )
 def test_marian_refuses_what_it_cannot_hold(overrides, message):
     pytest.importorskip("transformers")
@@ -120,10 +132,66 @@ def test_marian_refuses_what_it_cannot_hold(overrides, message):
         to_marian(tiny_model(**overrides))
 
 
+def test_marian_eps_refusal_is_not_vacuous():
+    """Marian's LayerNorms really are fixed at 1e-5: at eps 0.5 a patched copy would compute another function."""
+    pytest.importorskip("transformers")
+    from dotformer.export.marian import MARIAN_LAYER_NORM_EPS, to_marian
+
+    model = tiny_model(layer_norm_eps=0.5)
+    marian = to_marian(tiny_model(layer_norm_eps=MARIAN_LAYER_NORM_EPS))  # same seed, same weights
+    assert {m.eps for m in marian.modules() if isinstance(m, torch.nn.LayerNorm)} == {MARIAN_LAYER_NORM_EPS}
+    src, tgt = padded_source(), torch.tensor([[BOS_ID, 5, 6]] * 4)
+    with torch.no_grad():
+        theirs = marian(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=tgt).logits
+        assert (theirs - model(src, tgt)).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("overrides", [{}, {"share_embeddings": True, "src_vocab_size": TGT_V}, {"tie_output": False}])
+def test_saved_marian_loads_back_with_the_same_logits(tmp_path, overrides):
+    """HF rebuilds Marian's sinusoids (sines first) on load: the export permutes D so that its table is dotformer's."""
+    pytest.importorskip("transformers")
+    from transformers import MarianMTModel
+
+    from dotformer.export.marian import save_marian
+
+    model = tiny_model(seed=4, **overrides)
+    save_marian(model, tmp_path / "marian")
+    marian = MarianMTModel.from_pretrained(str(tmp_path / "marian")).eval()
+    src = padded_source() % model.config.src_vocab_size
+    tgt = torch.tensor([[BOS_ID, 5, 6, 7, 8]] * 4)
+    with torch.no_grad():
+        theirs = marian(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(theirs, model(src, tgt), atol=1e-5, rtol=1e-5)
+    out = marian.generate(
+        input_ids=src,
+        attention_mask=src != PAD_ID,
+        max_new_tokens=10,
+        num_beams=1,
+        do_sample=False,
+        suppress_tokens=[PAD_ID, BOS_ID],
+    )
+    theirs_greedy = []
+    for row in out[:, 1:].tolist():
+        cut = row[: row.index(EOS_ID) + 1] if EOS_ID in row else row
+        theirs_greedy.append([t for t in cut if t != PAD_ID])
+    assert theirs_greedy == reference_greedy(model, src, 10)
+
+
+def test_save_marian_refuses_a_learned_table(tmp_path):
+    pytest.importorskip("transformers")
+    from dotformer.export.marian import save_marian
+
+    with pytest.raises(ConfigError, match="learned"):
+        save_marian(tiny_model(positional="learned", max_len=32), tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+
+
 # -- CTranslate2 --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"activation": "gelu", "bias": False}])
+@pytest.mark.parametrize(
+    "overrides", [{}, {"norm_first": True}, {"activation": "gelu", "bias": False}, {"layer_norm_eps": 0.5}]
+)
 def test_ct2_export_scores_and_greedy_match(tmp_path, overrides):
     ctranslate2 = pytest.importorskip("ctranslate2")
     from dotformer.export.ct2 import export_ctranslate2, id_vocabulary, ids_to_tokens, tokens_to_ids
@@ -186,3 +254,153 @@ def test_ct2_vocabularies(tmp_path):
         export_ctranslate2(model, tmp_path / "x", src_vocab=[*id_vocabulary(SRC_V - 1), "t4"])
     with pytest.raises(ConfigError, match="encoder-decoder"):
         export_ctranslate2(tiny_model(arch="decoder-only", num_encoder_layers=0), tmp_path / "x")
+
+
+def test_ct2_export_never_replaces_a_non_empty_directory(tmp_path):
+    pytest.importorskip("ctranslate2")
+    from dotformer.export.ct2 import export_ctranslate2
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="not empty"):
+        export_ctranslate2(tiny_model(), tmp_path / "mine")
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+    (tmp_path / "empty").mkdir()
+    assert (export_ctranslate2(tiny_model(), tmp_path / "empty") / "model.bin").is_file()
+
+
+# -- ONNX -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"norm_first": True, "activation": "gelu", "bias": False},
+        {"positional": "learned", "max_len": 32, "tie_output": False},
+        {"layer_norm_eps": 0.5},
+    ],
+)
+def test_onnx_graphs_give_dotformers_logits_step_by_step(tmp_path, overrides):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from dotformer.export.onnx import OnnxTranslator, export_onnx
+
+    model = tiny_model(seed=5, **overrides)
+    if overrides.get("positional") == "learned":
+        torch.nn.init.normal_(model.src_embed.position.table.weight)
+        torch.nn.init.normal_(model.tgt_embed.position.table.weight)
+    translator = OnnxTranslator(export_onnx(model, tmp_path / "onnx"))
+    src = padded_source()
+    outputs, step_logits = translator.greedy(src.numpy(), max_steps=12)
+    assert outputs == reference_greedy(model, src, 12)
+    # every step's logits equal the teacher-forced logits of the same prefix (rows fed EOS once finished)
+    steps = len(step_logits)
+    prefix = torch.full((4, steps), EOS_ID)
+    prefix[:, 0] = BOS_ID
+    for row, out in enumerate(outputs):
+        body = out[: steps - 1]
+        prefix[row, 1 : 1 + len(body)] = torch.tensor(body, dtype=torch.int64)
+    with torch.no_grad():
+        ours = model(src, prefix)  # (B, T, V)
+    theirs = torch.from_numpy(__import__("numpy").stack(step_logits, axis=1))  # (B, T, V)
+    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=1e-4)
+    # the memory too, and a different source gives different logits (the comparison is not vacuous)
+    memory = translator.encode(src.numpy())["memory"]
+    torch.testing.assert_close(torch.from_numpy(memory), model.encode(src).memory.detach(), atol=1e-5, rtol=1e-5)
+    other, other_logits = translator.greedy(((src + 1) % SRC_V).clamp(min=4).numpy(), max_steps=1)
+    assert abs(other_logits[0] - step_logits[0]).max() > 1e-3
+
+
+def test_onnx_refuses_what_it_cannot_hold(tmp_path):
+    pytest.importorskip("onnx")
+    from dotformer.export.onnx import export_onnx
+
+    with pytest.raises(ConfigError, match="encoder-decoder"):
+        export_onnx(tiny_model(arch="decoder-only", num_encoder_layers=0), tmp_path / "x")
+
+
+# -- the command line -------------------------------------------------------------------------------------------------
+
+
+def dotformer(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "dotformer", *argv], capture_output=True, text=True, timeout=240, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def checkpoint_dir(tmp_path_factory) -> Path:
+    """A saved checkpoint of a tiny random model with char tokenizers (what ``dotformer train`` writes)."""
+    from dotformer.checkpoint import save_checkpoint
+
+    texts = ["hello world", "attention is all you need", "the quick brown fox"]
+    src_tok, tgt_tok = train_tokenizer("char", texts), train_tokenizer("char", [t.upper() for t in texts])
+    model = tiny_model(seed=6, src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size)
+    path = tmp_path_factory.mktemp("export") / "ck"
+    save_checkpoint(path, model, src_tok, tgt_tok, {"task": "translation"})
+    return path
+
+
+def test_cli_export_onnx_ct2_marian(checkpoint_dir, tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("ctranslate2")
+    pytest.importorskip("transformers")
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.export.onnx import OnnxTranslator
+
+    loaded = load_checkpoint(checkpoint_dir)
+    src = torch.tensor([[*loaded.src_tokenizer.encode("hello"), EOS_ID]])
+    expected = reference_greedy(loaded.model, src, 8)
+    for fmt in ("onnx", "ct2", "marian"):
+        result = dotformer("export", "--to", fmt, str(checkpoint_dir), str(tmp_path / fmt))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"wrote {tmp_path / fmt} ({fmt})\n"
+        assert (tmp_path / fmt / "tokenizer_src.json").read_bytes() == (
+            checkpoint_dir / "tokenizer_src.json"
+        ).read_bytes()
+    outputs, _ = OnnxTranslator(tmp_path / "onnx").greedy(src.numpy(), 8)
+    assert outputs == expected
+
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
+    pieces = [loaded.src_tokenizer.id_to_token(i) for i in src[0].tolist()]
+    (result,) = translator.translate_batch(
+        [pieces],
+        beam_size=1,
+        max_decoding_length=8,
+        min_decoding_length=0,
+        return_end_token=True,
+        suppress_sequences=[["<pad>"], ["<s>"]],
+    )
+    vocab = [loaded.tgt_tokenizer.id_to_token(i) for i in range(loaded.tgt_tokenizer.vocab_size)]
+    assert [vocab.index(t) for t in result.hypotheses[0]] == expected[0]
+
+    from transformers import MarianMTModel
+
+    marian = MarianMTModel.from_pretrained(str(tmp_path / "marian")).eval()
+    tgt = torch.tensor([[BOS_ID, *expected[0][:-1]]])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            marian(input_ids=src, decoder_input_ids=tgt).logits, loaded.model(src, tgt), atol=1e-5, rtol=1e-5
+        )
+
+
+def test_cli_export_refuses_a_non_empty_output_and_bad_models(checkpoint_dir, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    result = dotformer("export", "--to", "onnx", str(checkpoint_dir), str(out))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dotformer export: error: ") and "not empty" in lines[0]
+    assert [p.name for p in out.iterdir()] == ["mine.txt"] and (out / "mine.txt").read_text() == "keep me"
+
+    result = dotformer("export", "--to", "onnx", str(tmp_path / "missing"), str(tmp_path / "new"))
+    assert result.returncode == 2 and "does not exist" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "new").exists()
+    result = dotformer("export", "--to", "ct2", str(checkpoint_dir), str(tmp_path / "q"), "--quantization", "int4x")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "q").exists() and not list(tmp_path.glob(".q.tmp-*"))

@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("dotformer.cli.explain", "print the lesson's worked attention example step by step"),
     "compare": ("dotformer.cli.compare", "measure recurrence against self-attention (the paper's Table 1)"),
     "explore": ("dotformer.cli.explore", "serve or write an HTML attention explorer for a checkpoint"),
+    "export": ("dotformer.cli.export", "write a checkpoint for CTranslate2, Hugging Face Marian or ONNX"),
 }
 
 

@@ -38,6 +38,16 @@ from dotformer.model import Transformer
 from dotformer.multihead import MultiHeadAttention
 from dotformer.quantization import require_float_weights
 
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+
+
+def check_quantization(quantization: str | None) -> None:
+    """Raise :class:`ConfigError` unless ``quantization`` is None or one of :data:`QUANTIZATIONS`."""
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ConfigError(
+            f"unknown CTranslate2 quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}"
+        )
+
 
 def id_vocabulary(size: int) -> list[str]:
     """Token strings for ids 0 .. size-1: the four specials, then ``"t4"``, ``"t5"``, ...
@@ -184,7 +194,7 @@ def export_ctranslate2(
 
     Args:
         model: an encoder-decoder :class:`Transformer`.
-        output_dir: the directory to create (replaced if it exists).
+        output_dir: the directory to create, or an empty one (a non-empty directory is refused, never replaced).
         src_vocab, tgt_vocab: token strings of the ids (default :func:`id_vocabulary`).
         quantization: store the weights quantised (``"int8"``, ``"int8_float32"``, ``"bfloat16"``, ...); None keeps
             float32, which can still run as int8 with ``Translator(..., compute_type="int8")``.
@@ -194,17 +204,15 @@ def export_ctranslate2(
         ``translate_batch([ids_to_tokens(src_ids, vocab), ...])`` where each source ends with ``</s>``, as dotformer's.
 
     Raises:
-        ConfigError: the model or vocabularies cannot be exported (see :func:`transformer_spec`), or the model has
-            int8 linear layers.
+        ConfigError: the model or vocabularies cannot be exported (see :func:`transformer_spec`), the model has
+            int8 linear layers, ``output_dir`` exists and is not empty, or ``quantization`` is unknown.
     """
-    import shutil
+    from dotformer.export.outdir import fresh_output_dir
 
+    check_quantization(quantization)
     require_float_weights(model, "export to CTranslate2 (its own quantization= option quantizes)")
     spec = transformer_spec(model, src_vocab, tgt_vocab)
     spec.optimize(quantization=quantization)
-    output_dir = Path(output_dir)
-    if output_dir.exists():
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True)
-    spec.save(str(output_dir))
-    return output_dir
+    with fresh_output_dir(output_dir) as tmp:
+        spec.save(str(tmp))
+    return Path(output_dir)

@@ -5,8 +5,16 @@ Marian (HF's port of Marian NMT) is the paper's post-LN Transformer: embeddings 
 and are bridged here:
 
 * HF builds Marian's sinusoids with all sines first and all cosines after; dotformer interleaves them (paper §3.5).
-  The positional table is a frozen weight in Marian, so we overwrite it with dotformer's table.
+  HF recomputes that table whenever it loads a model, so overwriting it would not survive ``save_pretrained`` and
+  ``from_pretrained``. Instead the model's D axis is permuted (:func:`sinusoid_permutation`: dotformer's dimensions
+  0, 2, 4, ... then 1, 3, 5, ...): every matrix that reads or writes the residual stream is permuted the same way,
+  LayerNorm does not care about the order of its dimensions, and dotformer's table becomes exactly HF's.
+  A learned positional table is copied too, but it is lost on reload: :func:`save_marian` refuses it.
 * Marian always has biases and a ``final_logits_bias``; a bias-free dotformer model exports zeros.
+
+One cannot be bridged: HF Marian's LayerNorms use torch's default epsilon 1e-5 and ``MarianConfig`` has no field to
+change it, so a model with another ``layer_norm_eps`` is refused (:data:`MARIAN_LAYER_NORM_EPS`) rather than exported
+with a different function; CTranslate2 and ONNX exports carry any epsilon.
 
 The benchmarks use it to run HF ``generate`` on exactly the same model as dotformer's decoder, and the tests check that
 the two give the same logits.
@@ -14,6 +22,7 @@ the two give the same logits.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,17 +37,26 @@ from dotformer.quantization import require_float_weights
 if TYPE_CHECKING:  # transformers is an optional dependency (the "bench" extra)
     from transformers import MarianConfig, MarianMTModel
 
+MARIAN_LAYER_NORM_EPS = 1e-5  # the epsilon of every LayerNorm in HF's MarianMTModel (fixed: not in MarianConfig)
+
 
 def check_exportable(config: ModelConfig) -> None:
-    """Raise :class:`ConfigError` unless ``config`` describes a model Marian can hold: an encoder-decoder with post-LN.
+    """Raise :class:`ConfigError` unless ``config`` describes a model Marian can hold: an encoder-decoder with post-LN
+    and LayerNorm epsilon 1e-5.
 
     Raises:
-        ConfigError: decoder-only or encoder-only architecture, or pre-LN (``norm_first=True``).
+        ConfigError: decoder-only or encoder-only architecture, pre-LN (``norm_first=True``), or a
+            ``layer_norm_eps`` other than :data:`MARIAN_LAYER_NORM_EPS`.
     """
     if config.arch != "encoder-decoder":
         raise ConfigError(f"only encoder-decoder models can be exported to Marian, got arch={config.arch!r}")
     if config.norm_first:
         raise ConfigError("Marian is post-LN: a model with norm_first=True cannot be exported to it")
+    if config.layer_norm_eps != MARIAN_LAYER_NORM_EPS:
+        raise ConfigError(
+            f"ModelConfig.layer_norm_eps={config.layer_norm_eps:g}, but HF Marian's LayerNorms have a fixed epsilon "
+            f"of {MARIAN_LAYER_NORM_EPS:g} (MarianConfig has no field for it): export to ct2 or onnx, which carry it"
+        )
 
 
 def marian_config(config: ModelConfig, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> MarianConfig:
@@ -80,26 +98,47 @@ def marian_config(config: ModelConfig, bos_id: int = BOS_ID, eos_id: int = EOS_I
     )
 
 
+def sinusoid_permutation(d_model: int) -> torch.Tensor:
+    """LongTensor (D,): HF Marian's dimension k is dotformer's dimension ``perm[k]`` (evens, then odds).
+
+    With it ``sinusoidal_positional_encoding(L, D)[:, perm]`` is HF's sines-first table of the same positions.
+    ``torch.argsort(perm)`` maps back (import).
+    """
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
 @torch.no_grad()
-def _copy_linear(target: nn.Linear, source: nn.Linear) -> None:
-    """target.weight <- source.weight (V, D) and target.bias <- source.bias (zeros when the source has none)."""
-    target.weight.copy_(source.weight)
+def _copy_linear(target: nn.Linear, source: nn.Linear, perm: torch.Tensor, reads: bool, writes: bool) -> None:
+    """target <- source, with the input columns permuted if the layer ``reads`` the residual stream and the output
+    rows (and bias) if it ``writes`` it; a missing source bias is copied as zeros."""
+    weight = source.weight
+    if reads:
+        weight = weight[:, perm]
+    bias = source.bias if source.bias is not None else torch.zeros(weight.size(0), dtype=weight.dtype)
+    if writes:
+        weight, bias = weight[perm], bias[perm]
+    target.weight.copy_(weight)
     if target.bias is not None:
-        target.bias.copy_(source.bias if source.bias is not None else torch.zeros_like(target.bias))
+        target.bias.copy_(bias)
 
 
 @torch.no_grad()
-def _copy_norm(target: nn.LayerNorm, source: nn.LayerNorm) -> None:
-    target.weight.copy_(source.weight)
-    target.bias.copy_(source.bias)
+def _copy_norm(target: nn.LayerNorm, source: nn.LayerNorm, perm: torch.Tensor) -> None:
+    target.weight.copy_(source.weight[perm])
+    target.bias.copy_(source.bias[perm])
 
 
-def _copy_attention(target: nn.Module, source: nn.Module) -> None:
-    """W_q, W_k, W_v, W_o -> q_proj, k_proj, v_proj, out_proj."""
-    _copy_linear(target.q_proj, source.W_q)
-    _copy_linear(target.k_proj, source.W_k)
-    _copy_linear(target.v_proj, source.W_v)
-    _copy_linear(target.out_proj, source.W_o)
+def _copy_attention(target: nn.Module, source: nn.Module, perm: torch.Tensor) -> None:
+    """W_q, W_k, W_v (read the stream), W_o (writes it) -> q_proj, k_proj, v_proj, out_proj."""
+    _copy_linear(target.q_proj, source.W_q, perm, reads=True, writes=False)
+    _copy_linear(target.k_proj, source.W_k, perm, reads=True, writes=False)
+    _copy_linear(target.v_proj, source.W_v, perm, reads=True, writes=False)
+    _copy_linear(target.out_proj, source.W_o, perm, reads=False, writes=True)
+
+
+def _copy_feed_forward(target: nn.Module, source: nn.Module, perm: torch.Tensor) -> None:
+    _copy_linear(target.fc1, source.feed_forward.W_1, perm, reads=True, writes=False)
+    _copy_linear(target.fc2, source.feed_forward.W_2, perm, reads=False, writes=True)
 
 
 @torch.no_grad()
@@ -107,13 +146,15 @@ def to_marian(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID) ->
     """A new ``MarianMTModel`` that computes the same function as ``model`` (float32, on CPU, in eval mode).
 
     Args:
-        model: an encoder-decoder :class:`Transformer` with post-LN.
+        model: an encoder-decoder :class:`Transformer` with post-LN and ``layer_norm_eps`` 1e-5.
         bos_id: the id the decoder starts from (Marian's ``decoder_start_token_id``).
         eos_id: the end-of-sentence id that stops ``generate``.
 
     Returns:
         The Marian model; ``marian(input_ids=src, attention_mask=src != pad, decoder_input_ids=tgt_in).logits``
-        equals ``model(src, tgt_in)`` up to float rounding (tested).
+        equals ``model(src, tgt_in)`` up to float rounding (tested), also after ``save_pretrained`` and
+        ``from_pretrained`` for sinusoidal models. Its hidden states are dotformer's with the D axis permuted by
+        :func:`sinusoid_permutation`.
 
     Raises:
         ConfigError: the model cannot be held by Marian (see :func:`check_exportable`), or has int8 linear layers.
@@ -126,27 +167,53 @@ def to_marian(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID) ->
     assert model.src_embed is not None and model.tgt_embed is not None  # encoder-decoder, checked above
     assert model.encoder is not None and model.decoder is not None
     inner = marian.model
+    perm = sinusoid_permutation(config.d_model)
 
-    inner.encoder.embed_tokens.weight.copy_(model.src_embed.token.weight)
-    inner.decoder.embed_tokens.weight.copy_(model.tgt_embed.token.weight)
-    marian.lm_head.weight.copy_(model.generator.weight)
+    inner.encoder.embed_tokens.weight.copy_(model.src_embed.token.weight[:, perm])
+    inner.decoder.embed_tokens.weight.copy_(model.tgt_embed.token.weight[:, perm])
+    marian.lm_head.weight.copy_(model.generator.weight[:, perm])
     marian.final_logits_bias.zero_()
-    inner.encoder.embed_positions.weight.copy_(model.src_embed.position.encoding(config.max_len))
-    inner.decoder.embed_positions.weight.copy_(model.tgt_embed.position.encoding(config.max_len))
+    inner.encoder.embed_positions.weight.copy_(model.src_embed.position.encoding(config.max_len)[:, perm])
+    inner.decoder.embed_positions.weight.copy_(model.tgt_embed.position.encoding(config.max_len)[:, perm])
 
     for theirs, ours in zip(inner.encoder.layers, model.encoder.layers, strict=True):
-        _copy_attention(theirs.self_attn, ours.self_attn)
-        _copy_norm(theirs.self_attn_layer_norm, ours.res_attn.norm)
-        _copy_linear(theirs.fc1, ours.feed_forward.W_1)
-        _copy_linear(theirs.fc2, ours.feed_forward.W_2)
-        _copy_norm(theirs.final_layer_norm, ours.res_ff.norm)
+        _copy_attention(theirs.self_attn, ours.self_attn, perm)
+        _copy_norm(theirs.self_attn_layer_norm, ours.res_attn.norm, perm)
+        _copy_feed_forward(theirs, ours, perm)
+        _copy_norm(theirs.final_layer_norm, ours.res_ff.norm, perm)
     for theirs, ours in zip(inner.decoder.layers, model.decoder.layers, strict=True):
         assert ours.cross_attn is not None and ours.res_cross is not None  # encoder-decoder layers
-        _copy_attention(theirs.self_attn, ours.self_attn)
-        _copy_norm(theirs.self_attn_layer_norm, ours.res_self.norm)
-        _copy_attention(theirs.encoder_attn, ours.cross_attn)
-        _copy_norm(theirs.encoder_attn_layer_norm, ours.res_cross.norm)
-        _copy_linear(theirs.fc1, ours.feed_forward.W_1)
-        _copy_linear(theirs.fc2, ours.feed_forward.W_2)
-        _copy_norm(theirs.final_layer_norm, ours.res_ff.norm)
+        _copy_attention(theirs.self_attn, ours.self_attn, perm)
+        _copy_norm(theirs.self_attn_layer_norm, ours.res_self.norm, perm)
+        _copy_attention(theirs.encoder_attn, ours.cross_attn, perm)
+        _copy_norm(theirs.encoder_attn_layer_norm, ours.res_cross.norm, perm)
+        _copy_feed_forward(theirs, ours, perm)
+        _copy_norm(theirs.final_layer_norm, ours.res_ff.norm, perm)
     return marian
+
+
+def save_marian(model: Transformer, output_dir: str | Path) -> Path:
+    """Write ``model`` as a Hugging Face Marian directory (``config.json``, ``model.safetensors``,
+    ``generation_config.json``) that ``MarianMTModel.from_pretrained`` reads back with the same logits.
+
+    The ids are dotformer's (PAD 0, BOS 1 = decoder start, EOS 2, UNK 3); the caller copies the tokenizers.
+
+    Args:
+        model: as for :func:`to_marian`, with sinusoidal positions.
+        output_dir: the directory to write into (created if needed).
+
+    Returns:
+        ``output_dir``.
+
+    Raises:
+        ConfigError: as :func:`to_marian`, or a learned positional table (HF Marian rebuilds its sinusoids on load).
+    """
+    if model.config.positional != "sinusoidal":
+        raise ConfigError(
+            "ModelConfig.positional='learned': HF Marian has sinusoidal positions only (it rebuilds them on load), "
+            "so a learned table cannot be saved as a Marian model; export to ct2 or onnx instead"
+        )
+    output_dir = Path(output_dir)
+    marian = to_marian(model)
+    marian.save_pretrained(str(output_dir))
+    return output_dir

@@ -1,0 +1,58 @@
+"""``dotformer export``: write a checkpoint's model for another engine (CTranslate2, HF Marian, ONNX)."""
+
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """\
+formats:
+  ct2     a CTranslate2 directory (model.bin, vocabularies = the tokenizers' pieces); --quantization int8 stores int8
+  marian  a Hugging Face MarianMTModel directory (config.json, model.safetensors) with dotformer's ids
+          (PAD 0, BOS 1 = decoder start, EOS 2, UNK 3); needs post-LN, sinusoidal positions, layer_norm_eps 1e-5
+  onnx    encoder.onnx + decoder_step.onnx (one cached step) + onnx_config.json, for onnxruntime and friends
+
+Each output also holds the checkpoint's tokenizer_src.json and tokenizer_tgt.json. OUT must not exist or be empty:
+an export never writes over existing files.
+
+examples:
+  dotformer export --to ct2 runs/bible exported/bible-ct2 --quantization int8
+  dotformer export --to marian runs/bible exported/bible-marian
+  dotformer export --to onnx runs/g2p exported/g2p-onnx
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Format, checkpoint, output directory."""
+    from dotformer.export.checkpoint import FORMATS
+
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--to", required=True, choices=FORMATS, help="the target format")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint or run directory")
+    parser.add_argument("output", metavar="OUT", help="output directory (new, or empty)")
+    parser.add_argument(
+        "--quantization",
+        default=None,
+        metavar="TYPE",
+        help="ct2 only: store weights as int8, int8_float32, float16, bfloat16, ... (default float32)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export, then print where the files are."""
+    from dotformer.export.checkpoint import export_checkpoint
+
+    if args.to == "marian":
+        _quiet_hf_progress_bars()
+    path = export_checkpoint(args.checkpoint, args.output, args.to, args.quantization)
+    print(f"wrote {path} ({args.to})")
+    return 0
+
+
+def _quiet_hf_progress_bars() -> None:
+    """HF draws a progress bar when it writes weights; the CLI prints one line instead."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()

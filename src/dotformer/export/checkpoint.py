@@ -1,0 +1,106 @@
+"""Export a saved checkpoint to another engine's format: what ``dotformer export`` runs.
+
+Every format gets the checkpoint's two tokenizer files (``tokenizer_src.json``, ``tokenizer_tgt.json``) next to the
+model, so that its users can turn text into the ids the model reads and back.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Literal
+
+from dotformer.checkpoint import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE, LoadedCheckpoint, load_checkpoint
+from dotformer.errors import ConfigError, MissingDataError
+from dotformer.export.outdir import check_output_dir, fresh_output_dir
+
+logger = logging.getLogger(__name__)
+
+Format = Literal["ct2", "marian", "onnx"]
+FORMATS: tuple[str, ...] = ("ct2", "marian", "onnx")
+EXTRA_OF_FORMAT = {"ct2": ("ctranslate2", "bench"), "marian": ("transformers", "bench"), "onnx": ("onnx", "onnx")}
+
+
+def require_package(module: str, extra: str, purpose: str) -> None:
+    """Raise :class:`MissingDataError` naming the ``pip install`` to run unless ``module`` can be imported."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingDataError(f'{purpose} needs the {module} package: pip install "dotformer[{extra}]"')
+
+
+def export_checkpoint(
+    checkpoint: str | Path, output_dir: str | Path, to: Format, quantization: str | None = None
+) -> Path:
+    """Write the model of ``checkpoint`` as ``to`` into ``output_dir`` (absent or empty), with its tokenizers.
+
+    Args:
+        checkpoint: a checkpoint or run directory.
+        output_dir: created; an existing non-empty directory is refused before anything is read or written.
+        to: ``"ct2"`` (CTranslate2 directory; vocabularies are the tokenizers' pieces), ``"marian"`` (HF
+            ``MarianMTModel`` directory with dotformer's ids), or ``"onnx"`` (encoder + decoder-step graphs).
+        quantization: CTranslate2 only: store weights as ``int8``, ``int8_float32``, ``float16``, ...
+
+    Returns:
+        ``output_dir``.
+
+    Raises:
+        ConfigError: unknown format, a non-empty ``output_dir``, quantization for another format, or a model the
+            format cannot hold (the message says why).
+        MissingDataError: the format's package is not installed (the message names the extra).
+        CheckpointError: the checkpoint cannot be read.
+    """
+    if to not in FORMATS:
+        raise ConfigError(f"unknown export format {to!r}; choose one of {', '.join(FORMATS)}")
+    if quantization is not None and to != "ct2":
+        raise ConfigError(f"--quantization is for --to ct2 only (got --to {to})")
+    if quantization is not None:
+        from dotformer.export.ct2 import check_quantization
+
+        check_quantization(quantization)
+    check_output_dir(output_dir)
+    module, extra = EXTRA_OF_FORMAT[to]
+    require_package(module, extra, f"exporting to {to}")
+    loaded = load_checkpoint(checkpoint)
+    with fresh_output_dir(output_dir) as tmp:
+        if to == "ct2":
+            _write_ct2(loaded, tmp, quantization)
+        elif to == "marian":
+            from dotformer.export.marian import save_marian
+
+            save_marian(loaded.model, tmp)
+        else:
+            from dotformer.export.onnx import export_onnx
+
+            export_onnx(loaded.model, tmp)
+        shutil.copyfile(loaded.path / SRC_TOKENIZER_FILE, tmp / SRC_TOKENIZER_FILE)
+        shutil.copyfile(loaded.path / TGT_TOKENIZER_FILE, tmp / TGT_TOKENIZER_FILE)
+    return Path(output_dir)
+
+
+def _write_ct2(loaded: LoadedCheckpoint, directory: Path, quantization: str | None) -> None:
+    """CTranslate2 files in ``directory`` (which exists and is empty), with the tokenizers' pieces as vocabularies."""
+    from dotformer.export.ct2 import id_vocabulary, tokenizer_vocabulary, transformer_spec
+
+    config = loaded.config
+    vocabularies = []
+    for side, tokenizer, size in (
+        ("source", loaded.src_tokenizer, config.src_vocab_size),
+        ("target", loaded.tgt_tokenizer, config.tgt_vocab_size),
+    ):
+        pieces = tokenizer_vocabulary(tokenizer)
+        if len(set(pieces)) != len(pieces):
+            logger.warning(
+                "the %s tokenizer shows some pieces alike; the CTranslate2 vocabulary names its ids t4, t5, ... "
+                "instead (map ids with dotformer.export.ct2.ids_to_tokens)",
+                side,
+            )
+            pieces = id_vocabulary(size)
+        vocabularies.append(pieces)
+    from dotformer.quantization import require_float_weights
+
+    require_float_weights(loaded.model, "export to CTranslate2")
+    spec = transformer_spec(loaded.model, *vocabularies)
+    spec.optimize(quantization=quantization)
+    spec.save(str(directory))

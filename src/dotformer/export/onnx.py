@@ -1,0 +1,284 @@
+"""Export a dotformer encoder-decoder as two ONNX graphs: the encoder, and one incremental decoder step.
+
+The decoder step is the cached decoding of :mod:`dotformer.decoding.incremental` spelled out as a pure function, so an
+ONNX runtime (``onnxruntime``, TensorRT, a browser) can run greedy or beam search with a key/value cache:
+
+``encoder.onnx``
+    inputs:  ``src`` (B, S) int64, right-padded with PAD (EOS ends each row, as dotformer's sources)
+    outputs: ``memory`` (B, S, D) float32; ``cross_key_{i}``, ``cross_value_{i}`` (B, H, S, Dh) for every decoder
+    layer i: the cross-attention keys/values of the memory, computed once per sentence.
+
+``decoder_step.onnx``
+    inputs:  ``tokens`` (B, 1) int64, the newest target token (BOS on the first step);
+    ``src_keep`` (B, S) bool, True at real source tokens (``src != PAD``);
+    ``offset`` () int64, the position of ``tokens`` (0 on the first step: the number of cached positions);
+    ``past_key_{i}``, ``past_value_{i}`` (B, H, P, Dh) for every decoder layer (P = ``offset``; P = 0 at first);
+    ``cross_key_{i}``, ``cross_value_{i}`` (B, H, S, Dh) from the encoder graph.
+    outputs: ``logits`` (B, V) float32 of the next token; ``present_key_{i}``, ``present_value_{i}``
+    (B, H, P + 1, Dh), the past of the next step.
+
+Positions are read from a table of ``max_len`` rows stored in the graph (the learned table, or the sinusoids up to
+``max_len``), so the graphs handle sources and outputs of at most ``ModelConfig.max_len`` tokens. B, S and P are
+dynamic axes. The graphs are traced from the model's own modules (``torch.onnx.export``, the TorchScript exporter),
+and the tests check them against dotformer's logits with ``onnxruntime``.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.errors import ConfigError, MissingDataError
+from dotformer.layers import LayerCache
+from dotformer.model import DecoderCache, Transformer
+from dotformer.multihead import KVCache
+from dotformer.quantization import require_float_weights
+
+ENCODER_FILE = "encoder.onnx"
+DECODER_STEP_FILE = "decoder_step.onnx"
+ONNX_CONFIG_FILE = "onnx_config.json"
+OPSET = 17
+
+
+def _position_table(model: Transformer) -> Tensor:
+    """(max_len, D) positional encodings of positions 0 .. max_len - 1 of the target side."""
+    assert model.tgt_embed is not None
+    return model.tgt_embed.position.encoding(model.config.max_len).detach().clone()
+
+
+class EncoderGraph(nn.Module):
+    """src (B, S) -> memory (B, S, D) and every decoder layer's cross-attention keys and values (B, H, S, Dh)."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor) -> tuple[Tensor, ...]:
+        model = self.model
+        assert model.decoder is not None
+        memory = model.encode(src).memory  # (B, S, D)
+        outputs = [memory]
+        for layer in model.decoder.layers:
+            attention = layer.cross_attn
+            assert attention is not None  # encoder-decoder layers
+            outputs.append(attention.split_heads(attention.W_k(memory)))  # (B, H, S, Dh)
+            outputs.append(attention.split_heads(attention.W_v(memory)))  # (B, H, S, Dh)
+        return tuple(outputs)
+
+
+class DecoderStepGraph(nn.Module):
+    """One cached decoder step: (tokens, src_keep, offset, past and cross keys/values) -> logits, present keys/values.
+
+    The target embedding is dotformer's TokenEmbedding (·√D) plus the row ``offset`` of the positional table (a
+    tensor index, so one graph serves every step); the layers are the model's own, run with a
+    :class:`~dotformer.model.DecoderCache` filled from the inputs.
+    """
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+        self.register_buffer("positions", _position_table(model), persistent=False)  # (max_len, D)
+
+    def forward(self, tokens: Tensor, src_keep: Tensor, offset: Tensor, *caches: Tensor) -> tuple[Tensor, ...]:
+        model = self.model
+        assert model.decoder is not None and model.tgt_embed is not None
+        n = len(model.decoder.layers)
+        past, cross = caches[: 2 * n], caches[2 * n :]
+        cache = DecoderCache(
+            layers=[
+                LayerCache(
+                    self_attn=KVCache(past[2 * i], past[2 * i + 1]),  # (B, H, P, Dh)
+                    cross_attn=KVCache(cross[2 * i], cross[2 * i + 1]),  # (B, H, S, Dh)
+                )
+                for i in range(n)
+            ]
+        )
+        x = model.tgt_embed.token(tokens)  # (B, 1, D), already ·√D
+        x = x + self.positions.index_select(0, offset.reshape(1)).to(x.dtype)  # (B, 1, D)
+        B, S = src_keep.shape
+        # Cross-attention reads the cached keys/values; the memory argument is only shape-checked.
+        memory_shape = x.new_zeros(B, S, model.config.d_model)  # (B, S, D), unused by the graph
+        hidden = model.decoder(x, memory_shape, memory_mask=src_keep[:, None, None, :], cache=cache).hidden
+        logits = model.generator(hidden[:, -1])  # (B, V)
+        presents = []
+        for layer_cache in cache.layers:
+            presents += [layer_cache.self_attn.key, layer_cache.self_attn.value]  # (B, H, P + 1, Dh)
+        return (logits, *presents)
+
+
+def _names(prefix: str, count: int) -> list[str]:
+    """["{prefix}_key_0", "{prefix}_value_0", "{prefix}_key_1", ...]."""
+    return [f"{prefix}_{kind}_{i}" for i in range(count) for kind in ("key", "value")]
+
+
+def export_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSET) -> Path:
+    """Write ``encoder.onnx``, ``decoder_step.onnx`` and ``onnx_config.json`` (sizes, ids, input/output names).
+
+    Args:
+        model: an encoder-decoder :class:`Transformer` with float weights (post-LN or pre-LN, any activation).
+        output_dir: an existing empty directory, or a new one (created).
+        opset: the ONNX opset to target.
+
+    Returns:
+        ``output_dir``. See the module docstring for the graphs' inputs and outputs; :func:`greedy_onnx` runs them.
+
+    Raises:
+        ConfigError: not an encoder-decoder, or int8 linear layers.
+        MissingDataError: the ``onnx`` package (needed by ``torch.onnx``) is not installed.
+    """
+    require_float_weights(model, "export to ONNX")
+    c = model.config
+    if c.arch != "encoder-decoder" or model.decoder is None:
+        raise ConfigError(f"only encoder-decoder models can be exported to ONNX, got arch={c.arch!r}")
+    try:
+        import onnx  # noqa: F401 (torch.onnx needs it)
+    except ImportError:
+        raise MissingDataError('exporting to ONNX needs the onnx package: pip install "dotformer[onnx]"') from None
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    was_training = model.training
+    model.eval()
+    n, H, Dh = c.num_decoder_layers, c.num_heads, c.head_dim
+    B, S, P = 2, 5, 3  # example sizes for tracing; every one is a dynamic axis
+    src = torch.full((B, S), 4 % c.src_vocab_size, dtype=torch.int64)
+    src[:, -1] = EOS_ID
+    encoder_outputs = ["memory", *_names("cross", n)]
+    heads_axes = {0: "batch", 2: "source"}
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # tracer warnings about Python checks, which hold for every input
+            torch.onnx.export(
+                EncoderGraph(model),
+                (src,),
+                str(output_dir / ENCODER_FILE),
+                input_names=["src"],
+                output_names=encoder_outputs,
+                dynamic_axes={
+                    "src": {0: "batch", 1: "source"},
+                    "memory": {0: "batch", 1: "source"},
+                    **{name: heads_axes for name in encoder_outputs[1:]},
+                },
+                opset_version=opset,
+                dynamo=False,
+            )
+            past = [torch.zeros(B, H, P, Dh) for _ in range(2 * n)]
+            cross = [torch.zeros(B, H, S, Dh) for _ in range(2 * n)]
+            step_inputs = (
+                torch.full((B, 1), BOS_ID, dtype=torch.int64),
+                torch.ones(B, S, dtype=torch.bool),
+                torch.tensor(P, dtype=torch.int64),
+                *past,
+                *cross,
+            )
+            input_names = ["tokens", "src_keep", "offset", *_names("past", n), *_names("cross", n)]
+            output_names = ["logits", *_names("present", n)]
+            dynamic_axes: dict[str, dict[int, str]] = {"tokens": {0: "batch"}, "src_keep": {0: "batch", 1: "source"}}
+            dynamic_axes.update({name: {0: "batch", 2: "past"} for name in _names("past", n)})
+            dynamic_axes.update({name: heads_axes for name in _names("cross", n)})
+            dynamic_axes.update({"logits": {0: "batch"}})
+            dynamic_axes.update({name: {0: "batch", 2: "past_plus_one"} for name in _names("present", n)})
+            torch.onnx.export(
+                DecoderStepGraph(model),
+                step_inputs,
+                str(output_dir / DECODER_STEP_FILE),
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_axes=dynamic_axes,
+                opset_version=opset,
+                dynamo=False,
+            )
+    finally:
+        model.train(was_training)
+    description = {
+        "format": "dotformer-onnx",
+        "version": 1,
+        "model": c.to_dict(),
+        "max_positions": c.max_len,
+        "ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
+        "encoder": {"file": ENCODER_FILE, "inputs": ["src"], "outputs": encoder_outputs},
+        "decoder_step": {"file": DECODER_STEP_FILE, "inputs": input_names, "outputs": output_names},
+    }
+    (output_dir / ONNX_CONFIG_FILE).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
+    return output_dir
+
+
+class OnnxTranslator:
+    """Runs an exported encoder and decoder step with ``onnxruntime`` (CPU).
+
+    Args:
+        directory: written by :func:`export_onnx`.
+
+    Raises:
+        MissingDataError: ``onnxruntime`` is not installed, or a file is missing.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        try:
+            import onnxruntime
+        except ImportError:
+            raise MissingDataError('running ONNX models needs onnxruntime: pip install "dotformer[onnx]"') from None
+        directory = Path(directory)
+        for name in (ENCODER_FILE, DECODER_STEP_FILE, ONNX_CONFIG_FILE):
+            if not (directory / name).is_file():
+                raise MissingDataError(f"{directory / name} is missing: not a dotformer ONNX export")
+        self.description: dict[str, Any] = json.loads((directory / ONNX_CONFIG_FILE).read_text(encoding="utf-8"))
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        providers = ["CPUExecutionProvider"]
+        self.encoder = onnxruntime.InferenceSession(str(directory / ENCODER_FILE), options, providers=providers)
+        self.step = onnxruntime.InferenceSession(str(directory / DECODER_STEP_FILE), options, providers=providers)
+        model = self.description["model"]
+        self.num_layers = int(model["num_decoder_layers"])
+        self.num_heads = int(model["num_heads"])
+        self.head_dim = int(model["d_model"]) // self.num_heads
+
+    def encode(self, src: Any) -> dict[str, Any]:
+        """src: (B, S) int64 numpy array -> {"memory": (B, S, D), "cross_key_0": (B, H, S, Dh), ...} (numpy)."""
+        names = self.description["encoder"]["outputs"]
+        return dict(zip(names, self.encoder.run(names, {"src": src}), strict=True))
+
+    def greedy(self, src: Any, max_steps: int) -> tuple[list[list[int]], list[Any]]:
+        """Greedy decoding of a (B, S) int64 numpy batch: PAD and BOS never chosen, rows stop at EOS.
+
+        Returns:
+            (outputs, step_logits): per row its ids up to and including the first EOS; and the (B, V) logits of
+            every step (rows that finished keep being fed EOS).
+        """
+        import numpy as np
+
+        B = src.shape[0]
+        encoded = self.encode(src)
+        feeds: dict[str, Any] = {"src_keep": src != PAD_ID}
+        feeds.update({name: value for name, value in encoded.items() if name.startswith("cross_")})
+        for name in _names("past", self.num_layers):
+            feeds[name] = np.zeros((B, self.num_heads, 0, self.head_dim), dtype=np.float32)
+        tokens = np.full((B, 1), BOS_ID, dtype=np.int64)
+        outputs: list[list[int]] = [[] for _ in range(B)]
+        done = [False] * B
+        all_logits = []
+        output_names = self.description["decoder_step"]["outputs"]
+        for step in range(max_steps):
+            feeds["tokens"] = tokens
+            feeds["offset"] = np.array(step, dtype=np.int64)
+            results = dict(zip(output_names, self.step.run(output_names, feeds), strict=True))
+            logits = results["logits"]  # (B, V)
+            all_logits.append(logits)
+            masked = logits.copy()
+            masked[:, [PAD_ID, BOS_ID]] = -np.inf
+            chosen = masked.argmax(-1)  # (B,)
+            for row in range(B):
+                if not done[row]:
+                    outputs[row].append(int(chosen[row]))
+                    done[row] = int(chosen[row]) == EOS_ID
+            tokens = np.where(np.array(done), EOS_ID, chosen)[:, None].astype(np.int64)
+            for past, present in zip(_names("past", self.num_layers), _names("present", self.num_layers), strict=True):
+                feeds[past] = results[present]
+            if all(done):
+                break
+        return outputs, all_logits
