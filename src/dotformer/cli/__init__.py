@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("dotformer.cli.compare", "measure recurrence against self-attention (the paper's Table 1)"),
     "explore": ("dotformer.cli.explore", "serve or write an HTML attention explorer for a checkpoint"),
     "export": ("dotformer.cli.export", "write a checkpoint for CTranslate2, Hugging Face Marian or ONNX"),
+    "serve": ("dotformer.cli.serve", "serve POST /api/translate for a checkpoint on 127.0.0.1"),
 }
 
 

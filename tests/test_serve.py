@@ -1,0 +1,188 @@
+"""dotformer.serve: POST /api/translate gives what dotformer.load(...).translate gives, refuses bad requests with one
+JSON error line (and keeps serving), and ``dotformer serve`` runs from the outside on a random free port of
+127.0.0.1, every call bounded in time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from dotformer import ModelConfig, Transformer
+from dotformer.checkpoint import save_checkpoint
+from dotformer.data.tokenizers import train_tokenizer
+
+TIMEOUT_S = 30
+
+
+@pytest.fixture(scope="module")
+def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random model with symbol tokenizers (its outputs are arbitrary but deterministic)."""
+    texts = ["a1 a2 a3", "a4 a5 a6 a7", "a8 a9"]
+    src_tok, tgt_tok = train_tokenizer("symbol", texts), train_tokenizer("symbol", texts)
+    torch.manual_seed(7)
+    config = ModelConfig.preset("tiny", src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size)
+    path = tmp_path_factory.mktemp("serve") / "ck"
+    save_checkpoint(path, Transformer(config).eval(), src_tok, tgt_tok, {"task": "synthetic"})
+    return path
+
+
+@pytest.fixture(scope="module")
+def translator(checkpoint_dir: Path) -> Any:
+    import dotformer
+
+    return dotformer.load(checkpoint_dir, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def server(translator: Any) -> Iterator[Any]:
+    from dotformer.serve import TranslationServer
+
+    server = TranslationServer(translator, port=0)  # any free port on 127.0.0.1
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(TIMEOUT_S)
+
+
+def post(url: str, body: bytes | str | Any, raw: bool = False) -> tuple[int, dict[str, Any]]:
+    data = body if raw else json.dumps(body).encode("utf-8")
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_listens_on_loopback_only_by_default(server: Any) -> None:
+    assert server.server_address[0] == "127.0.0.1"
+    assert server.url.startswith("http://127.0.0.1:") and server.url.endswith("/api/translate")
+
+
+def test_translate_equals_the_python_api(server: Any, translator: Any) -> None:
+    texts = ["a1 a2 a3", "a5 a6", "", "a9 a8 a7 a6"]
+    status, reply = post(server.url, {"texts": texts, "beam": 3})
+    assert status == 200
+    expected = translator.translate(texts, beam=3, details=True)
+    assert [t["text"] for t in reply["translations"]] == [r.text for r in expected]
+    assert [t["score"] for t in reply["translations"]] == pytest.approx([r.score for r in expected], abs=1e-6)
+    assert [t["finished"] for t in reply["translations"]] == [r.finished for r in expected]
+    assert all("hypotheses" not in t for t in reply["translations"])
+
+    status, greedy = post(server.url, {"texts": texts, "strategy": "greedy"})
+    assert status == 200
+    assert [t["text"] for t in greedy["translations"]] == translator.translate(texts, strategy="greedy")
+
+    status, nbest = post(server.url, {"texts": texts[:2], "beam": 4, "n_best": 3})
+    assert status == 200
+    expected_nbest = translator.translate(texts[:2], beam=4, n_best=3)
+    assert [[h["text"] for h in t["hypotheses"]] for t in nbest["translations"]] == expected_nbest
+    assert [t["text"] for t in nbest["translations"]] == [hyps[0] for hyps in expected_nbest]
+
+
+def test_unknown_symbols_are_counted_not_dropped(server: Any) -> None:
+    status, reply = post(server.url, {"texts": ["a1 zz qq", "a2"]})
+    assert status == 200
+    assert [t["unknown_symbols"] for t in reply["translations"]] == [2, 0]
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ([], "JSON object"),
+        ({"text": "a1"}, "unknown field(s) text"),
+        ({}, '"texts" must be a non-empty list'),
+        ({"texts": []}, '"texts" must be a non-empty list'),
+        ({"texts": "a1 a2"}, '"texts" must be a non-empty list'),
+        ({"texts": ["a1", 3]}, '"texts"[1] is not a string'),
+        ({"texts": ["a1"] * 65}, "at most 64"),
+        ({"texts": ["a1 " * 1000]}, "at most 2000"),
+        ({"texts": ["a1"], "beam": 0}, '"beam" must be an integer from 1 to 16, got 0'),
+        ({"texts": ["a1"], "beam": 17}, "from 1 to 16"),
+        ({"texts": ["a1"], "beam": "4"}, '"beam" must be an integer'),
+        ({"texts": ["a1"], "beam": True}, '"beam" must be an integer'),
+        ({"texts": ["a1"], "beam": 2, "n_best": 3}, '"n_best"=3 cannot exceed "beam"=2'),
+        ({"texts": ["a1"], "strategy": "sample"}, '"strategy" must be one of beam, greedy'),
+        ({"texts": ["a1"], "strategy": "greedy", "beam": 4}, "greedy"),
+    ],
+)
+def test_bad_requests_get_one_json_error(server: Any, body: Any, fragment: str) -> None:
+    status, reply = post(server.url, body)
+    assert status == 400
+    assert set(reply) == {"error"} and fragment in reply["error"] and "\n" not in reply["error"]
+
+
+def test_bad_bodies_and_routes(server: Any) -> None:
+    from dotformer.serve import MAX_BODY_BYTES
+
+    status, reply = post(server.url, b"{not json", raw=True)
+    assert status == 400 and "not UTF-8 JSON" in reply["error"]
+    status, reply = post(server.url, b"\xff\xfe", raw=True)
+    assert status == 400 and "not UTF-8 JSON" in reply["error"]
+    status, reply = post(server.url, b" " * (MAX_BODY_BYTES + 1), raw=True)
+    assert status == 413 and str(MAX_BODY_BYTES) in reply["error"]
+    status, reply = post(server.url.replace("/api/translate", "/api/nothing"), {"texts": ["a1"]})
+    assert status == 404 and "no such endpoint" in reply["error"]
+    with urllib.request.urlopen(server.url.replace("/api/translate", "/api/health"), timeout=TIMEOUT_S) as response:
+        health = json.loads(response.read())
+    assert health["ok"] is True and health["limits"]["max_texts"] == 64
+    # still serving after all of that
+    status, reply = post(server.url, {"texts": ["a1 a2"]})
+    assert status == 200 and len(reply["translations"]) == 1
+
+
+def test_too_long_input_for_a_learned_table_is_a_json_error(tmp_path: Path) -> None:
+    import dotformer
+    from dotformer.serve import translate_request
+
+    tok = train_tokenizer("symbol", ["a1 a2 a3"])
+    torch.manual_seed(0)
+    config = ModelConfig.preset(
+        "tiny", src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, positional="learned", max_len=8
+    )
+    save_checkpoint(tmp_path / "ck", Transformer(config).eval(), tok, tok, {"task": "synthetic"})
+    with pytest.raises(dotformer.DotformerError, match="input 1"):
+        translate_request(dotformer.load(tmp_path / "ck", device="cpu"), {"texts": ["a1 " * 20]})
+
+
+def test_cli_serve_on_a_free_port(checkpoint_dir: Path, translator: Any) -> None:
+    """``dotformer serve --port 0`` from the outside: it prints its URL, answers, and stops when terminated."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "dotformer", "serve", "--checkpoint", str(checkpoint_dir), "--port", "0"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(TIMEOUT_S)
+        assert lines and lines[0].startswith("dotformer serve: POST http://127.0.0.1:"), lines
+        url = lines[0].split()[3]
+        status, reply = post(url, {"texts": ["a1 a2 a3"], "beam": 2})
+        assert status == 200
+        assert reply["translations"][0]["text"] == translator.translate("a1 a2 a3", beam=2)
+    finally:
+        process.terminate()
+        process.wait(TIMEOUT_S)
+
+
+def test_cli_serve_refuses_a_bad_port(checkpoint_dir: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "dotformer", "serve", "--checkpoint", str(checkpoint_dir), "--port", "70000"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=TIMEOUT_S * 4)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "dotformer serve: error: --port must be in 0..65535, got 70000"
