@@ -6,7 +6,10 @@ CI needs the Debian packages ``chromium`` and ``chromium-driver`` for the browse
 
 from __future__ import annotations
 
+import base64
+import io
 import json
+import math
 import shutil
 import socket
 import subprocess
@@ -27,8 +30,8 @@ from dotformer.cli import main
 from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 from dotformer.errors import ConfigError
-from dotformer.explore import ExplorerServer, build_page, maps_to_json, write_page
-from dotformer.explore.data import MAX_TEXT_CHARS
+from dotformer.explore import ExplorerServer, build_page, example_json, maps_to_json, write_page
+from dotformer.explore.data import MAX_TEXT_CHARS, TOP_K
 from dotformer.model import Transformer
 from dotformer.plots import attention_weights
 
@@ -99,14 +102,75 @@ def post(url: str, body: bytes, content_type: str = "application/json") -> tuple
         return error.code, json.loads(error.read())
 
 
-def test_maps_to_json_holds_the_models_weights(loaded: LoadedCheckpoint) -> None:
+def teacher_forced(loaded: LoadedCheckpoint, text: str, target_ids: list[int]) -> dict[str, Any]:
+    """An independent computation: encoder and decoder weights and the softmax of one teacher-forced pass."""
+    model = loaded.model
+    src = torch.tensor([[*loaded.src_tokenizer.encode(text), EOS_ID]])  # (1, S)
+    tgt = torch.tensor([[BOS_ID, *target_ids]])  # (1, T)
+    with torch.no_grad():
+        enc = model.encode(src, need_weights=True)
+        dec = model.decode(tgt, enc.memory, src_mask=model.source_mask(src), need_weights=True)
+        probs = torch.softmax(model(src, tgt)[0].double(), dim=-1).numpy()  # (T, V)
+    return {
+        "encoder": np.stack([w[0].numpy() for w in enc.self_weights]),
+        "decoder_self": np.stack([w[0].numpy() for w in dec.self_weights]),
+        "cross": np.stack([w[0].numpy() for w in dec.cross_weights]),
+        "probs": probs,
+    }
+
+
+def check_steps(steps: list[dict[str, Any]], probs: np.ndarray, scored_ids: list[int], tokenizer: Any) -> None:
+    """Each position's probability and its top-k equal the model's softmax."""
+    assert len(steps) == len(scored_ids) == probs.shape[0]
+    for step, row, token_id in zip(steps, probs, scored_ids, strict=True):
+        assert step["id"] == token_id
+        assert step["p"] == pytest.approx(row[token_id], abs=1e-6)
+        best = np.argsort(-row)[:TOP_K]
+        assert [p for _, p in step["top"]] == pytest.approx(row[best].tolist(), abs=1e-6)
+        assert step["top"][0][0] == (tokenizer.id_to_token(int(best[0])) if best[0] > 3 else step["top"][0][0])
+
+
+def test_maps_to_json_holds_the_models_weights_and_probabilities(loaded: LoadedCheckpoint) -> None:
     maps = attention_weights(loaded, "cat")
-    data = maps_to_json(maps)
+    data = json.loads(json.dumps(example_json(loaded, "cat")))
     assert data["output"] == "K AE1 T" == maps.output_text
     assert (data["layers"], data["heads"]) == (2, 2)
+    assert data["forced"] is False and data["warning"] == "" and data["unknown"] == 0
+    reference = teacher_forced(loaded, "cat", loaded.tgt_tokenizer.encode("K AE1 T"))
     for kind in ("encoder", "decoder_self", "cross"):
         np.testing.assert_allclose(np.array(data["maps"][kind]), maps.kind(kind), atol=5e-5)
+        np.testing.assert_allclose(np.array(data["maps"][kind]), reference[kind], atol=5e-5)
     assert data["src_tokens"] == ["c", "a", "t", "</s>"]
+    assert data["next_tokens"] == ["K", "AE1", "T", "</s>"] == [s["token"] for s in data["steps"]]
+    greedy = [*loaded.tgt_tokenizer.encode("K AE1 T"), EOS_ID]
+    check_steps(data["steps"], reference["probs"], greedy, loaded.tgt_tokenizer)
+    for step in data["steps"]:  # greedy decoding picked the most probable token at every position
+        assert step["top"][0] == [step["token"], step["p"]]
+    assert maps_to_json(maps)["steps"] == []  # without a tokenizer: no names for the alternatives
+
+
+def test_forced_decoding_equals_teacher_forcing(loaded: LoadedCheckpoint) -> None:
+    reference_text = "D AO1 G"  # "cat" force-decoded with the phones of "dog": the model did not choose these
+    data = json.loads(json.dumps(example_json(loaded, "cat", target=reference_text)))
+    ids = loaded.tgt_tokenizer.encode(reference_text)
+    reference = teacher_forced(loaded, "cat", ids)
+    assert data["forced"] is True and data["target"] == reference_text and data["output"] == reference_text
+    assert data["tgt_tokens"] == ["<s>", "D", "AO1", "G"]
+    assert data["next_tokens"] == ["D", "AO1", "G", "</s>"]
+    for kind in ("encoder", "decoder_self", "cross"):
+        np.testing.assert_allclose(np.array(data["maps"][kind]), reference[kind], atol=5e-5)
+    check_steps(data["steps"], reference["probs"], [*ids, EOS_ID], loaded.tgt_tokenizer)
+    assert data["steps"][0]["p"] < 0.5  # the model prefers K for "cat"
+    assert data["steps"][0]["top"][0][0] == "K"
+
+
+def test_unknown_symbols_are_warned_about(loaded: LoadedCheckpoint) -> None:
+    data = example_json(loaded, "日本語")
+    assert data["src_tokens"] == ["<unk>", "<unk>", "<unk>", "</s>"]
+    assert data["unknown"] == 3
+    assert "3 input symbol(s) are not in the source vocabulary and were read as <unk>" in data["warning"]
+    forced = example_json(loaded, "cat", target="K ZZ9 T")
+    assert "1 reference symbol(s) are not in the target vocabulary" in forced["warning"]
 
 
 def test_page_escapes_its_data() -> None:
@@ -122,7 +186,14 @@ def test_server_endpoint(server: ExplorerServer, loaded: LoadedCheckpoint) -> No
     assert '"mode": "serve"' in page and '"source": "dog"' in page
     status, data = post(server.url + "api/attention", json.dumps({"text": "bird"}).encode())
     assert status == 200
-    assert data == json.loads(json.dumps(maps_to_json(attention_weights(loaded, "bird"))))
+    assert data == json.loads(json.dumps(example_json(loaded, "bird")))
+    status, data = post(server.url + "api/attention", json.dumps({"text": "bird", "target": "B ER1 D"}).encode())
+    assert status == 200 and data["forced"] and data["next_tokens"] == ["B", "ER1", "D", "</s>"]
+    status, data = post(server.url + "api/attention", json.dumps({"text": "bird", "target": ""}).encode())
+    assert status == 200 and not data["forced"]  # an empty reference means: decode
+    status, data = post(server.url + "api/attention", json.dumps({"text": "bird", "target": 3}).encode())
+    assert status == 400 and "target" in data["error"]
+    assert post(server.url + "api/attention", b"[1]")[0] == 400
     assert post(server.url + "api/attention", b'{"text": "  "}')[0] == 400
     status, data = post(server.url + "api/attention", json.dumps({"text": "a" * (MAX_TEXT_CHARS + 1)}).encode())
     assert status == 400 and "at most" in data["error"]
@@ -219,6 +290,25 @@ class WebDriver:
             time.sleep(0.05)
         raise AssertionError(f"timed out waiting for: {script}")
 
+    def run_async(self, script: str, *args: Any) -> Any:
+        """Run ``script``; it calls ``arguments[arguments.length - 1](value)`` when done."""
+        return self.session_call("POST", "/execute/async", {"script": script, "args": list(args)})
+
+    def hover(self, css: str) -> None:
+        """Move the mouse to the centre of the element (scrolled into view first), as a user would."""
+        self.run_js("document.querySelector(arguments[0]).scrollIntoView({block: 'center'});", css)
+        move = {"type": "pointerMove", "duration": 0, "origin": {ELEMENT: self.find(css)}, "x": 0, "y": 0}
+        mouse = {"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"}, "actions": [move]}
+        self.session_call("POST", "/actions", {"actions": [mouse]})
+
+    def screenshot(self, path: Path) -> Any:
+        """Save a PNG of the window and return it as an (H, W, 3) uint8 array."""
+        from PIL import Image
+
+        data = base64.b64decode(self.session_call("GET", "/screenshot"))
+        path.write_bytes(data)
+        return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
     def quit(self) -> None:
         self.session_call("DELETE", "")
 
@@ -243,6 +333,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
                 pytest.fail("chromedriver did not start")
             time.sleep(0.1)
         driver = WebDriver(base, tmp_path_factory.mktemp("chromium-profile"))
+        driver.session_call("POST", "/window/rect", {"width": 1300, "height": 1000})
         try:
             yield driver
         finally:
@@ -252,25 +343,100 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
         process.wait(timeout=10)
 
 
-CELLS_JS = """return Array.from(document.querySelectorAll('#heatmap rect.cell')).map(
+CELLS_JS = """return Array.from(document.querySelectorAll(arguments[0] + ' rect.cell')).map(
     r => [Number(r.dataset.row), Number(r.dataset.col), Number(r.dataset.weight)]);"""
 
 
-def check_heatmap(driver: WebDriver, expected: np.ndarray) -> None:
+def check_heatmap(driver: WebDriver, expected: np.ndarray, svg: str = "#heatmap") -> None:
     """The SVG holds one cell per matrix entry, in place, with the matrix's value (rounded to 4 decimals)."""
-    cells = driver.run_js(CELLS_JS)
+    cells = driver.run_js(CELLS_JS, svg)
     rows, cols = expected.shape
     assert len(cells) == rows * cols
     drawn = np.full((rows, cols), np.nan)
     for r, c, w in cells:
         drawn[r, c] = w
-    np.testing.assert_allclose(drawn, expected, atol=5e-5)
+    np.testing.assert_allclose(drawn, expected, atol=1e-4)
+
+
+def page_colour(w: float) -> tuple[int, int, int]:
+    """The page's colour map, white (0) to dark blue (1), rounded as JavaScript's Math.round does."""
+    t = min(1.0, max(0.0, w))
+    return tuple(math.floor(a + (b - a) * t + 0.5) for a, b in ((247, 8), (251, 48), (255, 107)))
+
+
+THUMBS_JS = """return Array.from(document.querySelectorAll('#overview canvas.thumb')).map(canvas => {
+    const c = Number(canvas.dataset.cell), rows = canvas.height / c, cols = canvas.width / c;
+    const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+    const pixels = [];
+    for (let i = 0; i < rows; i++) {
+        const row = [];
+        for (let j = 0; j < cols; j++) {
+            const k = 4 * ((i * c + Math.floor(c / 2)) * canvas.width + j * c + Math.floor(c / 2));
+            row.push([data[k], data[k + 1], data[k + 2]]);
+        }
+        pixels.push(row);
+    }
+    return [Number(canvas.dataset.layer), canvas.dataset.head, pixels];
+});"""
+
+
+def check_overview(driver: WebDriver, weights: np.ndarray) -> None:
+    """Every layer x head thumbnail (and the head mean) paints each cell in the colour of the model's weight."""
+    thumbs = driver.run_js(THUMBS_JS)
+    L, H = weights.shape[:2]
+    assert sorted((layer, head) for layer, head, _ in thumbs) == sorted(
+        (layer, head) for layer in range(L) for head in [*map(str, range(H)), "avg"]
+    )
+    for layer, head, pixels in thumbs:
+        matrix = weights[layer].mean(axis=0) if head == "avg" else weights[layer, int(head)]
+        expected = np.array([[page_colour(w) for w in row] for row in matrix])
+        np.testing.assert_allclose(np.array(pixels), expected, atol=1)  # 4-decimal rounding moves a level at most
+
+
+def texts(driver: WebDriver, css: str) -> list[str]:
+    return driver.run_js("return Array.from(document.querySelectorAll(arguments[0])).map(t => t.textContent);", css)
+
+
+PROBS_JS = """return Array.from(document.querySelectorAll('#probs tr[data-index]')).map(r => [
+    r.querySelector('.tok').textContent, Number(r.querySelector('.p').dataset.p),
+    Array.from(r.querySelectorAll('.alt')).map(a => [a.dataset.token, Number(a.dataset.p)])]);"""
+
+
+def check_probabilities(driver: WebDriver, loaded: LoadedCheckpoint, text: str, scored: list[int]) -> None:
+    """The table's probabilities are the model's softmax of one teacher-forced pass over ``scored``."""
+    probs = teacher_forced(loaded, text, scored[:-1])["probs"]
+    shown = driver.run_js(PROBS_JS)
+    assert len(shown) == len(scored)
+    for (token, p, top), row, token_id in zip(shown, probs, scored, strict=True):
+        assert token == (loaded.tgt_tokenizer.id_to_token(token_id) if token_id > 3 else "</s>")
+        assert p == pytest.approx(row[token_id], abs=1e-6)
+        assert [q for _, q in top] == pytest.approx(np.sort(row)[::-1][:TOP_K].tolist(), abs=1e-6)
+
+
+OVERLAP_JS = """
+const boxes = (css) => Array.from(document.querySelectorAll(css)).map(e => e.getBoundingClientRect());
+const hit = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 &&
+    a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+const rows = boxes('#heatmap .row-label'), cols = boxes('#heatmap .col-label');
+const cells = boxes('#heatmap rect.cell, #heatmap image.cells');
+const grid = {left: Math.min(...cells.map(c => c.left)), right: Math.max(...cells.map(c => c.right)),
+              top: Math.min(...cells.map(c => c.top)), bottom: Math.max(...cells.map(c => c.bottom))};
+const svg = document.getElementById('heatmap').getBoundingClientRect();
+const inside = (b) => b.left >= svg.left - 0.5 && b.right <= svg.right + 0.5 && b.top >= svg.top - 0.5 &&
+    b.bottom <= svg.bottom + 0.5;
+const problems = [];
+[rows, cols].forEach((labels, k) => labels.forEach((b, i) => {
+    if (i && hit(labels[i - 1], b)) problems.push((k ? 'column' : 'row') + ' labels ' + (i - 1) + ' and ' + i);
+    if (hit(b, grid)) problems.push((k ? 'column' : 'row') + ' label ' + i + ' covers the cells');
+    if (!inside(b)) problems.push((k ? 'column' : 'row') + ' label ' + i + ' is cut off');
+}));
+return problems;"""
 
 
 def test_page_in_headless_chromium(
     browser: WebDriver, server: ExplorerServer, loaded: LoadedCheckpoint, tmp_path: Path
 ) -> None:
-    # serve mode: type an input, run it, check the output and the chosen head's map
+    # serve mode: type an input, run it, check the output, the overview, the probabilities and the chosen map
     browser.get(server.url)
     browser.wait_for("return document.body.dataset.ready === '1'")
     browser.type_into("#text", "bird")
@@ -280,21 +446,130 @@ def test_page_in_headless_chromium(
         "const t = document.getElementById('output').textContent; return t === 'B ER1 D' ? t : null;"
     )
     assert expected.output_text == "B ER1 D"
-    browser.click("#layer option[value='1']")
-    browser.click("#head option[value='1']")
+    assert browser.run_js("return document.getElementById('view-overview').offsetHeight > 0;")  # the first view
+    check_overview(browser, expected.cross)
+    check_probabilities(browser, loaded, "bird", [*loaded.tgt_tokenizer.encode("B ER1 D"), EOS_ID])
+    image = browser.screenshot(tmp_path / "overview.png")
+    box = browser.run_js(
+        'const r = document.querySelector(\'#overview canvas.thumb[data-layer="1"][data-head="0"]\')'
+        ".getBoundingClientRect(); return [r.left, r.top, r.width, r.height];"
+    )
+    assert box[2] > 20 and box[3] > 20  # the thumbnail is on screen, in the colour of the model's first weight
+    c = (box[2] - 2) / expected.cross.shape[3]  # CSS pixels per cell (1-pixel border)
+    pixel = image[int(box[1] + 1 + c / 2), int(box[0] + 1 + c / 2)]
+    np.testing.assert_allclose(pixel, page_colour(float(expected.cross[1, 0, 0, 0])), atol=2)
+    assert "attention weight" in texts(browser, "#overview-legend text")  # the colour legend
+
+    browser.click("#overview canvas.thumb[data-layer='1'][data-head='1']")  # opens that head as a map
+    assert browser.run_js("return document.getElementById('view-map').offsetHeight > 0;")
     check_heatmap(browser, expected.cross[1, 1])  # cross-attention is the default kind: (T, S) = (4, 5)
+    assert texts(browser, "#heatmap .row-label") == ["B", "ER1", "D", "</s>"]
+    browser.click("#head option[value='avg']")
+    check_heatmap(browser, expected.cross[1].mean(axis=0))
     browser.click("#kind option[value='encoder']")
+    browser.click("#head option[value='1']")
     check_heatmap(browser, expected.encoder[1, 1])
     browser.click("#head option[value='0']")
     check_heatmap(browser, expected.encoder[1, 0])
-    labels = browser.run_js(
-        "return Array.from(document.querySelectorAll('#heatmap .row-label')).map(t => t.textContent);"
+    assert texts(browser, "#heatmap .row-label") == ["b", "i", "r", "d", "</s>"]
+    assert set(texts(browser, "#heatmap .legend-tick")) == {"0.00", "0.25", "0.50", "0.75", "1.00"}
+    assert browser.run_js(OVERLAP_JS) == []
+
+    # hover: the row and the column of the cell under the mouse are outlined, their labels bold, the value shown
+    browser.hover("#heatmap rect.cell[data-row='2'][data-col='3']")
+    lit = browser.run_js(
+        "return [document.getElementById('heatmap-hl-row').getAttribute('visibility'),"
+        " Array.from(document.querySelectorAll('#heatmap text.hl')).map(t => t.textContent),"
+        " document.getElementById('hover').textContent];"
     )
-    assert labels == ["b", "i", "r", "d", "</s>"]
+    assert lit[0] == "visible" and lit[1] == ["r", "d"]
+    assert lit[2].endswith(f"{expected.encoder[1, 0, 2, 3]:.4f}")
+    browser.screenshot(tmp_path / "map.png")
+
+    # download: the SVG is the drawn map; the PNG is a real image of it
+    markup = browser.run_js("return window.dotformer.svgMarkup(document.getElementById('heatmap'));")
+    assert markup.startswith("<?xml") and markup.count('class="cell"') == 25 and "hl-band" not in markup
+    png = browser.run_async(
+        "const done = arguments[arguments.length - 1];"
+        "window.dotformer.pngDataUrl(document.getElementById('heatmap')).then(done, e => done('error ' + e));"
+    )
+    assert png.startswith("data:image/png;base64,")
+    from PIL import Image
+
+    picture = Image.open(io.BytesIO(base64.b64decode(png.split(",", 1)[1])))
+    width = browser.run_js("return Number(document.getElementById('heatmap').getAttribute('width'));")
+    assert picture.size[0] == round(2 * width)  # drawn at twice the page's size
+
+    # head view: one line per (head, query, key) of weight >= 0.01, heads toggled
+    browser.click("#tabs button[data-view='heads']")
+    browser.click("#kind option[value='cross']")
+    lines_js = """return Array.from(document.querySelectorAll('#headview .hv-line')).map(l => [Number(l.dataset.head),
+        Number(l.dataset.row), Number(l.dataset.col), Number(l.dataset.weight), l.getAttribute('stroke')]);"""
+    lines = browser.run_js(lines_js)
+    weights = expected.cross[1]
+    wanted = {(h, i, j) for h, i, j in zip(*np.nonzero(np.round(weights, 4) >= 0.01), strict=True)}
+    assert {(h, i, j) for h, i, j, _, _ in lines} == wanted
+    for h, i, j, w, _ in lines:
+        assert w == pytest.approx(weights[h, i, j], abs=1e-4)
+    assert len({stroke for h, *_, stroke in lines if h == 0} | {stroke for h, *_, stroke in lines if h == 1}) == 2
+    browser.click("#head-toggles input[data-head='0']")
+    assert {h for h, *_ in browser.run_js(lines_js)} == {1}
+    browser.hover("#headview .hv-left:nth-of-type(1)")
+    browser.screenshot(tmp_path / "heads.png")
+
+    # forced decoding of a reference: the maps and probabilities of teacher forcing
+    browser.type_into("#target", "D AO1 G")
+    browser.click("#run")
+    browser.wait_for("return document.getElementById('output-name').textContent.startsWith('Reference');")
+    forced = teacher_forced(loaded, "bird", loaded.tgt_tokenizer.encode("D AO1 G"))
+    browser.click("#tabs button[data-view='map']")
+    browser.click("#layer option[value='0']")
+    browser.click("#head option[value='1']")
+    check_heatmap(browser, forced["cross"][0, 1])
+    assert texts(browser, "#heatmap .row-label") == ["D", "AO1", "G", "</s>"]
+    check_probabilities(browser, loaded, "bird", [*loaded.tgt_tokenizer.encode("D AO1 G"), EOS_ID])
+    assert browser.run_js("return document.querySelectorAll('#probs tr.miss').length;") >= 1  # the model prefers B
+
+    # two inputs side by side
+    browser.click("#tabs button[data-view='compare']")
+    browser.type_into("#text2", "dog")
+    browser.click("#run2")
+    browser.wait_for("return document.getElementById('cmp-b-title').textContent.startsWith('dog');")
+    check_heatmap(browser, forced["cross"][0, 1], "#cmp-a")
+    check_heatmap(browser, attention_weights(loaded, "dog").cross[0, 1], "#cmp-b")
+    browser.screenshot(tmp_path / "compare.png")
+
+    # symbols outside the vocabulary: the CLI's warning; then a refused input clears the stale output
+    browser.type_into("#target", "")
+    browser.type_into("#text", "日本語")
+    browser.click("#run")
+    warning = browser.wait_for("return document.getElementById('warning').textContent;")
+    assert "3 input symbol(s) are not in the source vocabulary and were read as <unk>" in warning
+    browser.type_into("#text", "a" * (MAX_TEXT_CHARS + 1))
+    browser.click("#run")
+    status = browser.wait_for(
+        "const t = document.getElementById('status').textContent; return t.startsWith('error') ? t : null;"
+    )
+    assert "at most" in status
+    assert browser.run_js(
+        "return [document.getElementById('output').textContent, document.getElementById('warning').textContent,"
+        " document.querySelectorAll('#heatmap rect, #overview canvas, #probs tr, #headview line').length];"
+    ) == ["", "", 0]
+
+    # a long input: labels stay readable and apart; above MAX_SVG_CELLS cells the map is one bitmap
+    long_word = "pneumonoultramicroscopicsilicovolcanoconiosis" * 5  # 225 characters
+    browser.type_into("#text", long_word)
+    browser.click("#run")
+    browser.wait_for("return document.getElementById('output').textContent.length > 0;", timeout=60)
+    browser.click("#kind option[value='encoder']")
+    assert browser.run_js("return document.querySelectorAll('#heatmap image.cells').length;") == 1
+    assert browser.run_js(OVERLAP_JS) == []
+    browser.click("#kind option[value='cross']")
+    assert browser.run_js(OVERLAP_JS) == []
 
     # static page: the embedded examples work, other input explains that it needs serve mode
     page = write_page(loaded, ["cat", "head"], tmp_path / "static.html")
-    browser.get(page.as_uri())
+    browser.get(page.as_uri() + "#map")
     browser.wait_for("return document.body.dataset.ready === '1'")
     assert browser.run_js("return document.getElementById('output').textContent;") == "K AE1 T"
     check_heatmap(browser, attention_weights(loaded, "cat").cross[0, 0])
@@ -304,3 +579,4 @@ def test_page_in_headless_chromium(
     browser.click("#run")
     status = browser.wait_for("return document.getElementById('status').textContent;")
     assert "serve mode" in status
+    assert browser.run_js("return document.querySelectorAll('#heatmap rect.cell').length;") == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -13,6 +14,9 @@ from dotformer.explore.page import DATA_PLACEHOLDER, PAGE_TEMPLATE
 from dotformer.plots.attention import AttentionMaps
 
 MAX_TEXT_CHARS = 1000  # longest input the explorer accepts (serve mode); longer inputs are refused, not cut
+TOP_K = 5  # alternatives listed per output position
+PROB_DIGITS = 6  # decimals of the probabilities on the page
+UNK_LABEL = "<unk>"
 
 
 def rounded(values: np.ndarray, digits: int = 4) -> list[Any]:
@@ -20,22 +24,103 @@ def rounded(values: np.ndarray, digits: int = 4) -> list[Any]:
     return np.round(values.astype(np.float64), digits).tolist()
 
 
-def maps_to_json(maps: AttentionMaps, digits: int = 4) -> dict[str, Any]:
-    """One example for the page: texts, token labels, sizes, and the three kinds of (L, H, rows, cols) maps."""
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of a (T, V) float array, in float64 (the model's distribution over the next token)."""
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    weights = np.exp(shifted)
+    return weights / weights.sum(axis=-1, keepdims=True)
+
+
+def token_steps(maps: AttentionMaps, tgt_tokenizer: Any, k: int = TOP_K) -> list[dict[str, Any]]:
+    """Per decoder position: the token it predicts (or is scored on, when forced), its probability, the top k.
+
+    Returns:
+        T dicts ``{"token": label, "id": int, "p": float, "top": [[label, p], ...]}``, with ``p`` the softmax of
+        ``maps.logits`` (natural exponent, over the whole target vocabulary) rounded to PROB_DIGITS decimals; ``top``
+        is the k most probable tokens, most probable first. Empty when the maps carry no logits.
+    """
+    from dotformer.plots.attention import token_label
+
+    if maps.logits is None or not maps.next_ids:
+        return []
+    probs = softmax(maps.logits)  # (T, V)
+    k = min(k, probs.shape[-1])
+    steps = []
+    for row, token_id in zip(probs, maps.next_ids, strict=True):
+        top = np.argsort(-row, kind="stable")[:k]
+        steps.append(
+            {
+                "token": token_label(tgt_tokenizer, int(token_id)),
+                "id": int(token_id),
+                "p": round(float(row[token_id]), PROB_DIGITS),
+                "top": [[token_label(tgt_tokenizer, int(i)), round(float(row[i]), PROB_DIGITS)] for i in top],
+            }
+        )
+    return steps
+
+
+def unknown_warning(maps: AttentionMaps) -> str:
+    """The line the CLI warns with when source (or forced reference) symbols are outside the vocabulary, or ""."""
+    unknown = maps.src_tokens.count(UNK_LABEL)
+    lines = []
+    if unknown:
+        lines.append(
+            f"{unknown} input symbol(s) are not in the source vocabulary and were read as {UNK_LABEL}: "
+            "the output is not to be trusted"
+        )
+    reference = maps.tgt_tokens.count(UNK_LABEL) if maps.forced else 0
+    if reference:
+        lines.append(f"{reference} reference symbol(s) are not in the target vocabulary and were read as {UNK_LABEL}")
+    return "; ".join(lines)
+
+
+def maps_to_json(
+    maps: AttentionMaps, digits: int = 4, tgt_tokenizer: Any = None, target: str | None = None
+) -> dict[str, Any]:
+    """One example for the page: texts, token labels, sizes, the three kinds of (L, H, rows, cols) maps, and
+    (with ``tgt_tokenizer``) each position's probability and top-k alternatives.
+
+    Args:
+        maps: from :func:`dotformer.plots.attention_weights`.
+        digits: decimals of the attention weights.
+        tgt_tokenizer: the checkpoint's target tokenizer, to name the top-k alternatives (None: no "steps").
+        target: the reference text that was force-decoded (None: greedy decoding).
+    """
     return {
         "source": maps.source_text,
         "output": maps.output_text,
+        "forced": maps.forced,
+        "target": target if maps.forced else None,
         "src_tokens": maps.src_tokens,
         "tgt_tokens": maps.tgt_tokens,
         "out_tokens": maps.out_tokens,
+        "next_tokens": maps.labels("cross")[0],
         "layers": maps.num_layers,
         "heads": maps.num_heads,
+        "unknown": maps.src_tokens.count(UNK_LABEL),
+        "warning": unknown_warning(maps),
+        "steps": token_steps(maps, tgt_tokenizer) if tgt_tokenizer is not None else [],
         "maps": {
             "encoder": rounded(maps.encoder, digits),
             "decoder_self": rounded(maps.decoder_self, digits),
             "cross": rounded(maps.cross, digits),
         },
     }
+
+
+def example_json(loaded: Any, text: str, target: str | None = None) -> dict[str, Any]:
+    """The page's example for one input: decode it greedily (or force-decode ``target``) and describe it.
+
+    Raises:
+        DataError: the text has no tokens. ConfigError: the model is not an encoder-decoder.
+    """
+    from dotformer.decoding.translate import UnknownTokenWarning
+    from dotformer.plots.attention import attention_weights
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnknownTokenWarning)  # the page shows it: the example's "warning"
+        maps = attention_weights(loaded, text, target=target)
+    return maps_to_json(maps, tgt_tokenizer=loaded.tgt_tokenizer, target=target)
 
 
 def build_page(examples: Sequence[dict[str, Any]], mode: Literal["serve", "static"], title: str = "") -> str:
@@ -62,11 +147,10 @@ def write_page(loaded: Any, texts: Sequence[str], path: str | Path) -> Path:
         ConfigError: no texts. DataError: a text has no tokens.
     """
     from dotformer.errors import ConfigError
-    from dotformer.plots.attention import attention_weights
 
     if not texts:
         raise ConfigError("the static page needs at least one example text (--text)")
-    examples = [maps_to_json(attention_weights(loaded, text)) for text in texts]
+    examples = [example_json(loaded, text) for text in texts]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(build_page(examples, "static", model_title(loaded)), encoding="utf-8")

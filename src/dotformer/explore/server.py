@@ -1,7 +1,8 @@
 """The explorer's local web server: the page, and a small JSON endpoint that runs the model.
 
     GET  /                 the page (serve mode), with optional precomputed examples
-    POST /api/attention    {"text": "..."} -> the example JSON of :func:`dotformer.explore.data.maps_to_json`
+    POST /api/attention    {"text": "...", "target": "..." (optional: force-decode this reference)}
+                           -> the example JSON of :func:`dotformer.explore.data.maps_to_json`
     GET  /api/health       {"ok": true}
 
 It listens on 127.0.0.1 only, handles one request at a time (the model is not shared between threads), refuses
@@ -18,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from dotformer.errors import ConfigError, DotformerError
-from dotformer.explore.data import MAX_TEXT_CHARS, build_page, maps_to_json, model_title
+from dotformer.explore.data import MAX_TEXT_CHARS, build_page, example_json, model_title
 
 HOST = "127.0.0.1"  # the explorer never listens on other interfaces
 MAX_BODY_BYTES = 16 * 1024  # largest request body accepted
@@ -38,11 +39,9 @@ class ExplorerServer(HTTPServer):
     """
 
     def __init__(self, loaded: Any, port: int = 8000, examples: Sequence[str] = (), verbose: bool = False) -> None:
-        from dotformer.plots.attention import attention_weights
-
         self.loaded = loaded
         self.verbose = verbose
-        embedded = [maps_to_json(attention_weights(loaded, text)) for text in examples]
+        embedded = [example_json(loaded, text) for text in examples]
         self.page = build_page(embedded, "serve", model_title(loaded)).encode("utf-8")
         try:
             super().__init__((HOST, port), ExplorerHandler)
@@ -54,19 +53,24 @@ class ExplorerServer(HTTPServer):
         """The page's address, e.g. http://127.0.0.1:8000/."""
         return f"http://{HOST}:{self.server_port}/"
 
-    def answer(self, text: Any) -> dict[str, Any]:
-        """The example JSON for one input text.
+    def answer(self, text: Any, target: Any = None) -> dict[str, Any]:
+        """The example JSON for one input text, decoded greedily or with ``target`` force-decoded.
 
         Raises:
-            DotformerError: the text is not a non-empty string of at most MAX_TEXT_CHARS characters, or has no tokens.
+            DotformerError: the text is not a non-empty string of at most MAX_TEXT_CHARS characters, or has no tokens;
+                the target is neither None nor such a string (an empty one means: decode).
         """
-        from dotformer.plots.attention import attention_weights
-
         if not isinstance(text, str) or not text.strip():
             raise ConfigError('send {"text": "..."} with a non-empty text')
         if len(text) > MAX_TEXT_CHARS:
             raise ConfigError(f"the input has {len(text)} characters; the explorer accepts at most {MAX_TEXT_CHARS}")
-        return maps_to_json(attention_weights(self.loaded, text.strip()))
+        if target is not None and not isinstance(target, str):
+            raise ConfigError('"target" must be a string (the reference to force-decode)')
+        if target is not None and len(target) > MAX_TEXT_CHARS:
+            raise ConfigError(
+                f"the reference has {len(target)} characters; the explorer accepts at most {MAX_TEXT_CHARS}"
+            )
+        return example_json(self.loaded, text.strip(), (target or "").strip() or None)
 
 
 class ExplorerHandler(BaseHTTPRequestHandler):
@@ -99,7 +103,7 @@ class ExplorerHandler(BaseHTTPRequestHandler):
             self.send_json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {route}"})
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-        """Run the model on {"text": ...}."""
+        """Run the model on {"text": ..., "target": ...}."""
         if self.path.split("?", 1)[0] != "/api/attention":
             self.send_json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {self.path}"})
             return
@@ -116,7 +120,9 @@ class ExplorerHandler(BaseHTTPRequestHandler):
             self.send_json(HTTPStatus.BAD_REQUEST, {"error": 'the body must be JSON: {"text": "..."}'})
             return
         try:
-            reply = self.server.answer(request.get("text") if isinstance(request, dict) else None)
+            if not isinstance(request, dict):
+                raise ConfigError('the body must be a JSON object: {"text": "..."}')
+            reply = self.server.answer(request.get("text"), request.get("target"))
         except DotformerError as exc:
             self.send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
             return

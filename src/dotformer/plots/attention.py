@@ -50,6 +50,11 @@ class AttentionMaps(NamedTuple):
         encoder: (L, H, S, S) float32 encoder self-attention weights (rows sum to 1).
         decoder_self: (L, H, T, T) float32 decoder self-attention weights (zero above the diagonal).
         cross: (L, H, T, S) float32 cross-attention weights.
+        logits: (T, V) float32 generator logits at each decoder position (before greedy decoding's PAD/BOS mask);
+            ``softmax`` of a row is the model's distribution over the next token.
+        next_ids: T ids, the token each decoder position is read as predicting: the argmax of ``out_tokens`` when
+            the model decoded, the given target followed by EOS when it was teacher-forced (``forced``).
+        forced: True when ``target`` was given (forced decoding of a reference), False for greedy decoding.
     """
 
     source_text: str
@@ -60,6 +65,9 @@ class AttentionMaps(NamedTuple):
     encoder: np.ndarray
     decoder_self: np.ndarray
     cross: np.ndarray
+    logits: np.ndarray | None = None
+    next_ids: tuple[int, ...] = ()
+    forced: bool = False
 
     @property
     def num_layers(self) -> int:
@@ -78,11 +86,14 @@ class AttentionMaps(NamedTuple):
         return {"encoder": self.encoder, "decoder_self": self.decoder_self, "cross": self.cross}[kind]
 
     def labels(self, kind: MapKind) -> tuple[list[str], list[str]]:
-        """(row labels, column labels) of one map kind."""
+        """(row labels, column labels) of one map kind (cross rows: the token each position predicts, or is scored
+        on under forced decoding)."""
         if kind == "encoder":
             return self.src_tokens, self.src_tokens
         if kind == "decoder_self":
             return self.tgt_tokens, self.tgt_tokens
+        if self.forced:  # forced decoding: each row is scored on the reference token that follows, then EOS
+            return [*self.tgt_tokens[1:], SPECIAL_LABELS[EOS]], self.src_tokens
         return self.out_tokens, self.src_tokens
 
 
@@ -134,7 +145,8 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
             src_mask = model.source_mask(src)  # (1, 1, 1, S)
             encoded = model.encode(src, src_mask, need_weights=True)
             decoded = model.decode(tgt_in, encoded.memory, src_mask=src_mask, need_weights=True)
-            logits = model.generator(decoded.hidden)[0]  # (T, V)
+            raw_logits = model.generator(decoded.hidden)[0].float()  # (T, V)
+            logits = raw_logits.clone()
             logits[:, [PAD, BOS]] = -torch.inf  # as greedy decoding: never PAD or BOS
             predicted = logits.argmax(dim=-1).tolist()  # (T,)
     finally:
@@ -152,6 +164,9 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
         encoder=stack(encoded.self_weights),
         decoder_self=stack(decoded.self_weights),
         cross=stack(decoded.cross_weights),
+        logits=raw_logits.cpu().numpy(),
+        next_ids=tuple(predicted if target is None else [*out_ids, EOS]),
+        forced=target is not None,
     )
 
 
