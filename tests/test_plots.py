@@ -119,11 +119,29 @@ def test_attention_maps_equal_the_models_weights(loaded: LoadedCheckpoint) -> No
     assert np.all(np.triu(maps.decoder_self, k=1) == 0)
 
 
-def test_attention_with_a_given_target_is_teacher_forced(loaded: LoadedCheckpoint) -> None:
-    maps = attention_weights(loaded, "dog", target="D AO1 G")
-    assert maps.tgt_tokens == ["<s>", "D", "AO1", "G"]
-    assert maps.output_text == "D AO1 G"
+def test_attention_with_a_given_target_is_teacher_forced(
+    loaded: LoadedCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    maps = attention_weights(loaded, "dog", target="K AE1 T")  # a reference the model would not choose
+    assert maps.tgt_tokens == ["<s>", "K", "AE1", "T"]
+    assert maps.output_text == "K AE1 T" and maps.forced
     assert maps.cross.shape[2:] == (4, 4)
+    src = torch.tensor([[*loaded.src_tokenizer.encode("dog"), EOS_ID]])
+    tgt = torch.tensor([[BOS_ID, *loaded.tgt_tokenizer.encode("K AE1 T")]])
+    with torch.no_grad():  # teacher forcing, computed here: the same weights and logits
+        enc = loaded.model.encode(src, need_weights=True)
+        dec = loaded.model.decode(tgt, enc.memory, src_mask=loaded.model.source_mask(src), need_weights=True)
+        logits = loaded.model(src, tgt)[0]
+    for layer in range(2):
+        np.testing.assert_array_equal(maps.cross[layer], dec.cross_weights[layer][0].numpy())
+    np.testing.assert_allclose(maps.logits, logits.numpy(), rtol=1e-5, atol=1e-5)
+    assert maps.next_ids == (*loaded.tgt_tokenizer.encode("K AE1 T"), EOS_ID)
+    result = plot_attention(maps, tmp_path / "forced.png", kinds=("cross",))
+    assert all(p.row_labels == ["K", "AE1", "T", "</s>"] for p in result.panels)  # rows: the reference, then EOS
+    out = tmp_path / "cli.png"
+    args = ["plot", "attention", "--checkpoint", str(loaded.path), "dog", "--target", "K AE1 T", "--out", str(out)]
+    assert main(args) == 0 and out.is_file()
+    assert "dog -> K AE1 T (forced" in capsys.readouterr().out
 
 
 def test_plot_attention_draws_exactly_the_returned_weights(loaded: LoadedCheckpoint, tmp_path: Path) -> None:

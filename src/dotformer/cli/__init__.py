@@ -65,8 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
+    from dotformer.cli.log import command_logging
+
     try:
-        return int(args.handler(args) or 0)
+        with command_logging(args.command):  # the library's log lines and warnings on stderr
+            return int(args.handler(args) or 0)
     except DotformerError as exc:
         print(f"dotformer {args.command}: error: {exc}", file=sys.stderr)
         return 2

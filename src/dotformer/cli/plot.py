@@ -11,6 +11,7 @@ EPILOG = """\
 examples:
   dotformer plot attention --checkpoint runs/g2p transformer --out attention.png
   dotformer plot attention --checkpoint runs/g2p transformer --layer 1 --head 0 --out head.svg
+  dotformer plot attention --checkpoint runs/g2p transformer --target "T R AE2 N S F AO1 R M ER0" --out forced.png
   dotformer plot positional --d-model 128 --length 100 --out positional.png
   dotformer plot masks --out masks.png
   dotformer plot schedule --d-model 512 --warmup 4000 --out schedule.png
@@ -25,9 +26,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     kinds = parser.add_subparsers(dest="plot_kind", metavar="KIND", required=True)
 
-    attention = kinds.add_parser("attention", help="attention maps of a checkpoint on one input (greedy decoding)")
+    attention = kinds.add_parser(
+        "attention", help="attention maps of a checkpoint on one input (greedy decoding, or --target forced)"
+    )
     attention.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory")
     attention.add_argument("text", metavar="TEXT", help="the input to decode and look inside")
+    attention.add_argument(
+        "--target",
+        metavar="REF",
+        help="force-decode this reference (teacher forcing) instead of the model's greedy output",
+    )
     attention.add_argument(
         "--layer", type=int, default=None, metavar="L", help="only this layer (0-based; default all)"
     )
@@ -77,10 +85,10 @@ def run(args: argparse.Namespace) -> int:
         from dotformer.checkpoint import load_checkpoint
 
         loaded = load_checkpoint(args.checkpoint, device=args.device)
-        maps = plots.attention_weights(loaded, args.text)
+        maps = plots.attention_weights(loaded, args.text, target=args.target)
         kinds = tuple(dict.fromkeys(args.kind)) if args.kind else plots.attention.MAP_KINDS
         result = plots.plot_attention(maps, args.out, layer=args.layer, head=args.head, kinds=kinds)
-        print(f"{maps.source_text} -> {maps.output_text}")
+        print(f"{maps.source_text} -> {maps.output_text}" + (" (forced: the reference given)" if maps.forced else ""))
         print(f"wrote {result.path} ({len(result.panels)} maps)")
     elif args.plot_kind == "positional":
         print(f"wrote {plots.plot_positional(args.d_model, args.length, args.out).path}")

@@ -252,9 +252,11 @@ def plot_attention(
         ax = axes[index // len(heads)][index % len(heads)]
         title = f"{MAP_TITLES[panel.kind]} — layer {panel.layer}, head {panel.head}"
         image = heatmap(ax, panel.weights, panel.row_labels, panel.col_labels, title)
-        ax.set_ylabel(AXIS_NAMES[panel.kind][0], fontsize=7)
+        forced_rows = panel.kind == "cross" and maps.forced
+        ax.set_ylabel("reference token (query)" if forced_rows else AXIS_NAMES[panel.kind][0], fontsize=7)
         ax.set_xlabel(AXIS_NAMES[panel.kind][1], fontsize=7)
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
-    fig.suptitle(f"{maps.source_text!r} → {maps.output_text!r}", fontsize=10)
+    how = " (forced decoding of the reference)" if maps.forced else ""
+    fig.suptitle(f"{maps.source_text!r} → {maps.output_text!r}{how}", fontsize=10)
     return AttentionPlot(save_figure(fig, path), panels)

@@ -1,4 +1,5 @@
-"""What a training run reports: a JSON-lines metrics log, a tqdm progress bar on standard error, optional TensorBoard.
+"""What a training run records: a JSON-lines metrics log and, optionally, TensorBoard event files (the progress shown
+on standard error is :mod:`dotformer.training.progress`).
 
 Each line of ``metrics.jsonl`` is one JSON object with a "split" ("train" or "valid"), the "step", and the numbers
 measured then: train lines have loss and nll per target token, ppl, lr, grad_norm (before clipping), tokens (target
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,48 +53,3 @@ class MetricsLog:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-
-
-class Progress:
-    """A tqdm bar on standard error showing loss, lr, tokens/s and the ETA of the step budget.
-
-    Args:
-        total_steps: the run's step budget when known (for the ETA), else None.
-        initial: steps already done (a resumed run).
-        enabled: False hides it (other ranks, --no-progress).
-    """
-
-    def __init__(self, total_steps: int | None, initial: int, enabled: bool) -> None:
-        self._bar = None
-        if enabled:
-            from tqdm.auto import tqdm
-
-            interactive = sys.stderr.isatty()
-            self._bar = tqdm(
-                total=total_steps,
-                initial=initial,
-                unit="step",
-                file=sys.stderr,
-                dynamic_ncols=True,
-                mininterval=0.5 if interactive else 30.0,
-                leave=True,
-            )
-
-    def update(self, steps: int, loss: float, lr: float, tokens_per_second: float, extra: str = "") -> None:
-        """Advance by ``steps`` and show the latest numbers."""
-        if self._bar is None:
-            return
-        text = f"loss={loss:.3f} lr={lr:.2e} tok/s={tokens_per_second:,.0f}"
-        self._bar.set_postfix_str(text + (f" {extra}" if extra else ""), refresh=False)
-        self._bar.update(steps)
-
-    def write(self, message: str) -> None:
-        """Print a line above the bar (nothing when the bar is disabled)."""
-        if self._bar is not None:
-            self._bar.write(message, file=sys.stderr)
-
-    def close(self) -> None:
-        """Close the bar."""
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None

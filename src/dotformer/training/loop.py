@@ -10,9 +10,9 @@ so accumulation and data parallelism give the same update as one big batch.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import random
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +35,7 @@ from dotformer.training.distributed import (
     setup_distributed,
     teardown_distributed,
 )
-from dotformer.training.logging import MetricsLog, Progress
+from dotformer.training.logging import MetricsLog
 from dotformer.training.loss import label_smoothed_cross_entropy
 from dotformer.training.optim import (
     autocast_dtype,
@@ -43,10 +43,13 @@ from dotformer.training.optim import (
     build_optimizer,
     set_learning_rate,
 )
+from dotformer.training.progress import Budget, Position, Progress
 from dotformer.training.schedule import learning_rate
 
 if TYPE_CHECKING:
     from dotformer.data.tokenizers import Tokenizer
+
+logger = logging.getLogger(__name__)  # "dotformer.training.loop": the data line before training
 
 
 @dataclass(frozen=True)
@@ -482,16 +485,6 @@ class _Trainer:
         flag = torch.tensor([1.0 if spent and self.context.is_main else 0.0], dtype=torch.float64)
         return bool(all_reduce_sum(flag, self.context).item() > 0)
 
-    def total_steps_estimate(self) -> int | None:
-        c = self.config
-        estimates = []
-        if c.max_steps is not None:
-            estimates.append(c.max_steps)
-        if c.max_epochs is not None:
-            per_epoch = math.ceil(self.stream.batches_per_epoch / c.accumulation_steps)
-            estimates.append(math.ceil(c.max_epochs * per_epoch))
-        return min(estimates) if estimates else None
-
     # -- saving ------------------------------------------------------------------------------------------------------
 
     def checkpoint_info(self) -> dict[str, Any]:
@@ -589,7 +582,7 @@ class _Trainer:
             _seed_everything(c.seed + self.context.rank)
         self.check_budget_allows_a_step()
         if self.context.is_main and c.progress:
-            print(self.describe_data(), file=sys.stderr)
+            logger.info(self.describe_data())
         train_model: nn.Module = self.model
         if self.context.distributed:
             device_ids = [self.device] if self.device.type == "cuda" else None
@@ -601,11 +594,11 @@ class _Trainer:
             self.run_dir / "metrics.jsonl" if (main and self.run_dir) else None,
             self.run_dir / "tensorboard" if (main and self.run_dir and c.tensorboard) else None,
         )
-        progress = Progress(self.total_steps_estimate(), self.step, enabled=main and c.progress)
         self.started = time.monotonic()
+        progress = Progress(Budget.of(c), self.position, enabled=main and c.progress)
         cpu_start = time.process_time()  # CPU seconds of this process (all threads): robust to other jobs' load
         start_tokens = self.tokens
-        window_start, window_tokens, window_steps = self.started, 0, 0
+        window_start, window_tokens = self.started, 0
         last: StepResult | None = None
         try:
             while True:
@@ -630,17 +623,16 @@ class _Trainer:
                 self.step += 1
                 self.tokens += last.num_tokens
                 window_tokens += last.num_tokens
-                window_steps += 1
                 now = time.monotonic()
                 if main and (self.step % max(1, c.log_every) == 0 or self.step == 1):
                     speed = window_tokens / max(now - window_start, 1e-9)
-                    progress.update(window_steps, last.loss, last.lr, speed, self.eta_text())
+                    progress.update(last.loss, last.lr, speed)
                     record = {"split": "train", "step": self.step, "epoch": round(self.stream.epochs_done, 4)}
                     record.update(loss=last.loss, nll=last.nll, ppl=math.exp(min(last.nll, 700.0)), lr=last.lr)
                     record.update(grad_norm=last.grad_norm, tokens=last.num_tokens, tokens_per_s=round(speed, 1))
                     record.update(elapsed_s=round(self.elapsed(), 3), cpu_s=round(time.process_time() - cpu_start, 3))
                     log.write(record)
-                    window_start, window_tokens, window_steps = now, 0, 0
+                    window_start, window_tokens = now, 0
                 if c.eval_every and self.step % c.eval_every == 0:
                     self.evaluate(log, progress)
                 if c.save_every and self.step % c.save_every == 0:
@@ -676,13 +668,9 @@ class _Trainer:
         """Training seconds of the whole run: those of the runs resumed from plus this call's."""
         return self.seconds + time.monotonic() - self.started
 
-    def eta_text(self) -> str:
-        """Epoch count, and the minutes left of a max_minutes budget, for the progress bar."""
-        text = f"ep={self.stream.epochs_done:.2f}"
-        if self.config.max_minutes is not None:
-            left = max(0.0, self.config.max_minutes * 60 - self.elapsed())
-            text += f" left={left / 60:.1f}min"
-        return text
+    def position(self) -> Position:
+        """Steps, training seconds and epochs done, for the progress display."""
+        return Position(self.step, self.elapsed(), self.stream.epochs_done)
 
 
 # -- resume helpers ---------------------------------------------------------------------------------------------------
