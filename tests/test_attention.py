@@ -269,3 +269,50 @@ def test_broadcast_shape_follows_torch(a: tuple[int, ...], b: tuple[int, ...]) -
     except RuntimeError:
         expected = None
     assert broadcast_shape(a, b) == expected
+
+
+# -- float16 range, and whatever the masked positions hold (the public bug cases) -----------------------------------
+
+
+def _overflow_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q = 40·1, k = [-40·1; 0], v = [1; 100] (D = 64): Q·Kᵀ = -102400 overflows float16 before the 1/8 scale."""
+    q = 40 * torch.ones(1, 1, 64)
+    k = -40 * torch.ones(1, 2, 64)
+    k[0, 1] = 0
+    v = torch.stack([torch.ones(64), 100 * torch.ones(64)])[None]  # (1, 2, 64)
+    return q, k, v, torch.tensor([[True, False]])
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_float16_reference_scales_before_it_overflows(masked: bool) -> None:
+    q, k, v, mask = _overflow_case()
+    mask = mask if masked else None
+    expected = scaled_dot_product_attention(q, k, v, mask).output  # float32: 1 masked (key 0 only), 100 unmasked
+    assert expected[0, 0, 0].item() == pytest.approx(1.0 if masked else 100.0)
+    for out in (
+        scaled_dot_product_attention(q.half(), k.half(), v.half(), mask).output,
+        fused_attention(q.half()[None], k.half()[None], v.half()[None], mask).squeeze(0),
+    ):
+        assert out.dtype == torch.float16
+        torch.testing.assert_close(out.float(), expected)
+
+
+@pytest.mark.parametrize("path", ["reference", "fused"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("where", ["key", "value", "both"])
+def test_what_masked_keys_and_values_hold_never_reaches_an_output(path: str, bad: float, where: str) -> None:
+    """The issue's case: q, k, v random (1,1,2,4), (1,1,3,4), (1,1,3,4), mask [T, T, F], NaN/inf in the masked key
+    and value: the outputs equal those of clean inputs, and equal the attention over the two real keys alone."""
+    torch.manual_seed(3)
+    q, k, v = torch.randn(1, 1, 2, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4)
+    mask = torch.tensor([True, True, False])[None, None, None, :]  # (1, 1, 1, S)
+    clean = _attend(path, q, k, v, mask)
+    k_bad, v_bad = k.clone(), v.clone()
+    if where in ("key", "both"):
+        k_bad[..., 2, :] = bad
+    if where in ("value", "both"):
+        v_bad[..., 2, :] = bad
+    out = _attend(path, q, k_bad, v_bad, mask)
+    assert bool(out.isfinite().all())
+    torch.testing.assert_close(out, clean)
+    torch.testing.assert_close(out, torch.softmax(q @ k[..., :2, :].mT / 2.0, dim=-1) @ v[..., :2, :])

@@ -210,7 +210,7 @@ def test_beam_rows_sharing_one_memory_row_decode_as_if_it_were_expanded() -> Non
                 expanded.select(index)
                 tokens = tokens[index]
         assert grouped.memory.size(0) == 2 and expanded.memory.size(0) == 4
-        with pytest.raises(ShapeError, match="whole groups of 2 rows"):
+        with pytest.raises(ShapeError, match="each 2 consecutive entries must be rows of one sentence"):
             grouped.select(torch.tensor([1, 2]))  # one row of sentence 0, one of sentence 1
         with pytest.raises(ShapeError, match=r"N = 2 rows per memory row × 2 memory rows"):
             grouped.step(torch.full((3,), BOS_ID))
@@ -218,3 +218,14 @@ def test_beam_rows_sharing_one_memory_row_decode_as_if_it_were_expanded() -> Non
             IncrementalDecoder(model, source.memory, source.src_mask, rows_per_source=0)
         with pytest.raises(ShapeError, match="tgt may hold a multiple of B rows"):
             model.decode(torch.full((5, 1), BOS_ID), source.memory, source.src_mask)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_left_padded_sources_are_refused_not_silently_decoded(strategy: str) -> None:
+    """The issue's case: [[0, 0, 5, 6, 2]] decoded differently from [[5, 6, 2]]: it is refused, naming the row."""
+    model = random_model()
+    config = DecodeConfig(strategy=strategy, max_len_b=4)
+    with pytest.raises(ShapeError, match=r"src must be right-padded .* row 1 .* \[0, 0, 5, 6, 2\]"):
+        decode_batch(model, torch.tensor([[5, 6, 7, 8, 2], [0, 0, 5, 6, 2]]), config)
+    right = decode_batch(model, torch.tensor([[5, 6, 7, 8, 2], [5, 6, 2, 0, 0]]), config)
+    assert right[1][0].tokens == decode_batch(model, torch.tensor([[5, 6, 2]]), config)[0][0].tokens

@@ -72,7 +72,7 @@ def test_future_target_tokens_never_change_earlier_outputs(make_model, arch, nor
     t = data.draw(st.integers(1, T - 1))
     src, tgt = _batch(T=T)
     changed = tgt.clone()
-    changed[:, t:] = torch.randint(0, V, (3, T - t))
+    changed[:, t:] = torch.randint(1, V, (3, T - t))  # no PAD: a PAD before a real token is refused
     src_arg = src if arch == "encoder-decoder" else None
     before, after = model(src_arg, tgt), model(src_arg, changed)
     torch.testing.assert_close(after[:, :t], before[:, :t])
@@ -180,6 +180,74 @@ def test_cache_reorder_follows_beams(make_model):
     torch.testing.assert_close(step, model.decode(tgt[index], memory[index], src_mask[index]).hidden[:, 3:])
 
 
+def test_grouped_cache_reorder_moves_each_sentences_memory_along(make_model):
+    """2 sentences of 2 rows each (beam search's layout: N = 4 target rows over B = 2 memory rows)."""
+    model = make_model()
+    src, tgt = _batch(B=2, lengths=(7, 4))
+    src_mask, memory = model.source_mask(src), model.encode(src).memory
+    rows = torch.randint(4, V, (4, 5))  # (N, T): rows 0, 1 read sentence 0; rows 2, 3 read sentence 1
+    expanded_memory, expanded_mask = memory.repeat_interleave(2, 0), src_mask.repeat_interleave(2, 0)
+    for index in (torch.tensor([1, 0, 3, 2]), torch.tensor([2, 3, 0, 1]), torch.tensor([3, 3, 1, 0]), None):
+        cache = model.new_cache()
+        model.decode(rows[:, :3], memory, src_mask, cache=cache)
+        if index is None:  # drop sentence 0: keep rows 3, 2 of sentence 1
+            index = torch.tensor([3, 2])
+        cache.reorder(index)
+        # Row i now continues row index[i], reads that row's sentence: as if decoded from the expanded memory.
+        sentences = index // 2
+        kept = sentences[::2]
+        step = model.decode(rows[index, 3:], memory[kept], src_mask[kept], cache=cache).hidden
+        full = model.decode(rows[index], expanded_memory[index], expanded_mask[index]).hidden
+        torch.testing.assert_close(step, full[:, 3:])
+    cache = model.new_cache()
+    model.decode(rows[:, :3], memory, src_mask, cache=cache)
+    with pytest.raises(ShapeError, match="each 2 consecutive entries must be rows of one sentence"):
+        cache.reorder(torch.tensor([1, 2, 0, 3]))  # rows 0 and 1 would read another sentence's memory
+    with pytest.raises(ShapeError, match=r"outside the cache's 4 rows"):
+        cache.reorder(torch.tensor([0, 1, 4, 5]))  # was a raw IndexError at the next step
+
+
+@pytest.mark.parametrize("call", ["encode", "decode", "forward", "forward_packed"])
+def test_left_padding_is_refused_at_every_entry_point(make_model, call):
+    """Left padding would shift every position (issue case: encode([[0,0,5,6,2]]) != encode([[5,6,2]]))."""
+    model = make_model()
+    left, right = torch.tensor([[0, 0, 5, 6, 2]]), torch.tensor([[5, 6, 2, 0, 0]])
+    memory, src_mask = model.encode(right).memory, model.source_mask(right)
+    tgt = torch.tensor([[1, 7, 8]])
+    calls = {
+        "encode": lambda ids: model.encode(ids),
+        "decode": lambda ids: model.decode(ids, memory, src_mask),
+        "forward": lambda ids: model(ids, tgt),
+        "forward_packed": lambda ids: model(ids, tgt, packed=True),
+    }
+    name = "tgt" if call == "decode" else "src"
+    with pytest.raises(ShapeError, match=rf"{name} must be right-padded .* row 0 has PAD before a real token"):
+        calls[call](left)
+    calls[call](right)  # right padding is fine
+    if call == "forward":
+        with pytest.raises(ShapeError, match="tgt must be right-padded"):
+            model(right, torch.tensor([[1, 0, 8]]))
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_pad_row_gradient_is_as_documented(make_model, tie):
+    """The lookup gives the PAD row no gradient; tied, the generator's gradient (and only it) reaches the row."""
+    model = make_model(tie_output=tie)
+    src, tgt = _batch()
+    tgt[:, -2:] = 0  # PAD inputs in the target too
+    logits = model(src, tgt)
+    logits.retain_grad()
+    (logits * torch.randn_like(logits)).sum().backward()
+    embedding = model.tgt_embed.token.weight
+    if not tie:
+        assert float(embedding.grad[0].abs().max()) == 0.0
+        return
+    hidden = model.decode(tgt, model.encode(src).memory, model.source_mask(src)).hidden.detach()  # (B, T, D)
+    generator_part = torch.einsum("btd,bt->d", hidden, logits.grad[..., 0])  # ∂/∂W_gen[PAD] = Σ h · ∂L/∂logit_PAD
+    assert float(generator_part.abs().max()) > 0
+    torch.testing.assert_close(embedding.grad[0], generator_part)
+
+
 # -- weights, shapes of other architectures, errors -------------------------------------------------------------------
 
 
@@ -198,11 +266,11 @@ def test_need_weights_returns_every_layers_weights(make_model):
 def test_decoder_only_and_encoder_only_shapes(make_model):
     decoder_only = make_model(arch="decoder-only", num_encoder_layers=0)
     assert decoder_only.encoder is None and decoder_only.src_embed is None
-    assert decoder_only(tgt=torch.randint(0, V, (2, 5))).shape == (2, 5, V)
-    assert decoder_only.decode(torch.randint(0, V, (2, 5)), need_weights=True).cross_weights is None
+    assert decoder_only(tgt=torch.randint(1, V, (2, 5))).shape == (2, 5, V)
+    assert decoder_only.decode(torch.randint(1, V, (2, 5)), need_weights=True).cross_weights is None
     encoder_only = make_model(arch="encoder-only", num_decoder_layers=0)
     assert encoder_only.decoder is None and encoder_only.tgt_embed is None
-    assert encoder_only(torch.randint(0, V, (2, 4))).shape == (2, 4, V)
+    assert encoder_only(torch.randint(1, V, (2, 4))).shape == (2, 4, V)
 
 
 def test_tied_and_shared_embeddings(make_model):

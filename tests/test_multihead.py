@@ -259,3 +259,31 @@ def test_wrong_mask_shape_is_named():
     mha = MultiHeadAttention(8, 2)
     with pytest.raises(ShapeError, match=r"\(2, 1, 1, 4\)"):
         mha(torch.randn(2, 3, 8), torch.randn(2, 5, 8), mask=torch.ones(2, 1, 1, 4, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_what_masked_memory_positions_hold_never_reaches_an_output_on_any_path(bad: float) -> None:
+    """NaN/inf in the padded memory rows: every path (fused, reference, cached, grouped, packed) gives the clean
+    outputs at every query."""
+    from dotformer.packing import Packing
+
+    torch.manual_seed(2)
+    mha = _randomise_biases(MultiHeadAttention(8, 2)).eval()
+    B, S = 2, 4
+    keep = _lengths_mask([4, 2], S)  # (B, S)
+    mask = keep[:, None, None, :]  # (B, 1, 1, S)
+    memory = torch.randn(B, S, 8)
+    dirty = memory.masked_fill(~keep[..., None], bad)
+    x = torch.randn(B, 3, 8)
+    expected = mha(x, memory, mask=mask).output
+    torch.testing.assert_close(mha(x, dirty, mask=mask).output, expected)  # fused
+    torch.testing.assert_close(mha(x, dirty, mask=mask, need_weights=True).output, expected)  # reference
+    cache = KVCache()
+    steps = [mha(x[:, t : t + 1], dirty, mask=mask, cache=cache, static_kv=True).output for t in range(3)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected)  # cached
+    grouped = mha(x.repeat_interleave(2, 0), dirty, mask=mask).output  # 2 query rows per memory row
+    torch.testing.assert_close(grouped, expected.repeat_interleave(2, 0))
+    packing = Packing.from_mask(torch.ones(B, 3, dtype=torch.bool))
+    kv_packing = Packing.from_mask(keep)
+    packed = mha(packing.pack(x), kv_packing.pack(dirty), mask=mask, packing=packing, kv_packing=kv_packing).output
+    torch.testing.assert_close(packed, packing.pack(expected))

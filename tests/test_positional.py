@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dotformer.errors import ShapeError
+from dotformer.errors import ConfigError, ShapeError
 from dotformer.positional import InputEmbedding, PositionalEncoding, TokenEmbedding, sinusoidal_positional_encoding
 
 
@@ -110,8 +110,8 @@ def test_token_ids_out_of_range(tokens):
         TokenEmbedding(10, 4)(tokens)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
-def test_token_ids_must_be_integers(dtype):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool, torch.int8, torch.int16, torch.uint8])
+def test_token_ids_must_be_int64_or_int32(dtype):
     with pytest.raises(ShapeError, match=str(dtype)):
         TokenEmbedding(10, 4)(torch.ones(1, 3, dtype=dtype))
 
@@ -123,3 +123,25 @@ def test_input_embedding_is_scaled_embedding_plus_position():
     torch.testing.assert_close(module(tokens), expected)
     torch.testing.assert_close(module(tokens[:, 2:], offset=2), expected[:, 2:])
     assert module(torch.zeros(2, 0, dtype=torch.long)).shape == (2, 0, 8)
+
+
+def test_int32_ids_give_the_int64_lookup():
+    embed = TokenEmbedding(10, 4)
+    tokens = torch.tensor([[3, 0, 9]])
+    torch.testing.assert_close(embed(tokens.int()), embed(tokens))
+
+
+def test_forward_never_replaces_the_table_and_extend_grows_it_outside():
+    module = PositionalEncoding(6, "sinusoidal", max_len=8)
+    table = module.sinusoids
+    out = module(torch.zeros(1, 3, 6), offset=20)  # beyond the table: computed, not stored
+    torch.testing.assert_close(out[0], sinusoidal_positional_encoding(3, 6, offset=20))
+    assert module.sinusoids is table and module.sinusoids.size(0) == 8
+    module.extend(32)
+    assert module.sinusoids.size(0) == 32
+    torch.testing.assert_close(module.sinusoids, sinusoidal_positional_encoding(32, 6))
+    torch.testing.assert_close(module(torch.zeros(1, 3, 6), offset=20), out)
+    module.extend(4)  # never shrinks
+    assert module.sinusoids.size(0) == 32
+    with pytest.raises(ConfigError, match="max_len=5"):
+        PositionalEncoding(4, "learned", max_len=5).extend(10)

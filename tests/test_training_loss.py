@@ -135,3 +135,23 @@ def test_bad_arguments_are_named(loss_fn) -> None:
         loss_fn(logits, target, 0.1, pad_id=5)
     with pytest.raises(ShapeError, match=r"target ids must lie in \[0, 5\); got min 0, max 7"):
         loss_fn(logits, target.masked_fill(target == 4, 7), 0.1)
+
+
+def test_reference_gradient_is_zero_not_nan_on_pad_rows_with_non_finite_logits() -> None:
+    """The written-out reference must not let 0 · NaN through its backward: it equals the fused gradient."""
+    torch.manual_seed(5)
+    target = torch.tensor([[3, 4, 0, 0], [5, 0, 0, 0]])
+    logits = torch.randn(2, 4, 9)
+    logits[0, 2] = float("nan")
+    logits[1, 1, 0], logits[1, 2, 4], logits[1, 3, 1] = float("inf"), float("-inf"), float("nan")
+    grads = []
+    for loss_fn in (label_smoothed_cross_entropy_reference, label_smoothed_cross_entropy):
+        x = logits.clone().requires_grad_()
+        (grad,) = torch.autograd.grad(loss_fn(x, target, 0.1).loss, x)
+        assert bool(grad.isfinite().all()) and float(grad[target == 0].abs().sum()) == 0.0
+        grads.append(grad)
+    torch.testing.assert_close(grads[0], grads[1])
+    # ... and the real rows' gradient is the closed form p - q.
+    keep = target != 0
+    expected = logits.softmax(-1) - smoothed_target_distribution(target, 9, 0.1)
+    torch.testing.assert_close(grads[0][keep], expected[keep])

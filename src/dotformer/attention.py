@@ -92,6 +92,24 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] |
     return tuple(out)
 
 
+def hide_masked_keys(key: Tensor, value: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Zero the keys and values that no query may attend to (the padding), so that what they hold, NaN and inf
+    included, cannot reach an output: a masked score is replaced, but 0 · NaN in the weighted sum is still NaN.
+
+    Args:
+        key: (..., S, Dk), value: (..., S, Dv). mask: bool broadcastable to (..., T, S), True = may attend, or None.
+
+    Returns:
+        key and value, with zeros at the positions whose mask column is False for every query (unchanged without a
+        mask). A key masked for some queries only (causal masks) is kept: the queries that may see it need it.
+    """
+    if mask is None:
+        return key, value
+    seen = (mask.any(dim=-2) if mask.dim() >= 2 else mask).unsqueeze(-1)  # (..., S, 1) True: some query may see it
+    zero = key.new_zeros(())
+    return torch.where(seen, key, zero), torch.where(seen, value, zero)  # (..., S, Dk), (..., S, Dv)
+
+
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,
@@ -118,13 +136,16 @@ def scaled_dot_product_attention(
 
     The lesson fills masked scores with -inf; a row with every key masked would then be softmax(-inf, ..., -inf) = NaN.
     We fill with the dtype's most negative finite number instead, which gives the same weights for every row that
-    has an allowed key, and zero the weights of rows that have none.
+    has an allowed key, and zero the weights of rows that have none. Keys no query may see (padding) are zeroed
+    first (:func:`hide_masked_keys`), so that a NaN or inf they hold cannot reach an output through 0 · NaN.
     """
     check_attention_shapes(query, key, value, mask)
     d_k = query.size(-1)
+    key, value = hide_masked_keys(key, value, mask)
 
-    # Steps 1-2: every query against every key, then scale by 1/sqrt(d_k) to keep the variance near 1.
-    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)  # (..., T, S)
+    # Steps 1-2: every query against every key, scaled by 1/sqrt(d_k) to keep the variance near 1. Scaling Q before
+    # the product gives the same scores and keeps them in range in float16, where Q·Kᵀ alone may overflow.
+    scores = torch.matmul(query / math.sqrt(d_k), key.transpose(-2, -1))  # (..., T, S)
 
     # Step 3: masked positions get a score so low that softmax gives them weight 0.
     if mask is not None:
@@ -168,4 +189,7 @@ def fused_attention(
     check_attention_shapes(query, key, value, mask)
     if is_causal and mask is not None:
         raise ShapeError("pass an explicit mask or is_causal=True, not both (combine them with masks.causal_mask)")
+    key, value = hide_masked_keys(key, value, mask)
+    if mask is not None and mask.dim() < 2:
+        mask = mask.unsqueeze(0)  # (1, S): the kernel wants a (T, S)-shaped mask
     return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)

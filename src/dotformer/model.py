@@ -11,7 +11,7 @@ The same layers also build a decoder-only language model and an encoder-only seq
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.layers import DecoderLayer, EncoderLayer, LayerCache, LayerSizes
-from dotformer.masks import padding_mask
+from dotformer.masks import check_right_padded, padding_mask
 from dotformer.packing import Packing, pack
 from dotformer.positional import InputEmbedding, TokenEmbedding
 
@@ -57,6 +57,11 @@ def layer_sizes(config: ModelConfig) -> LayerSizes:
     )
 
 
+def embedding_options(config: ModelConfig) -> dict[str, Any]:
+    """The :class:`InputEmbedding` switches of imported models: unscaled embeddings, an embedding LayerNorm."""
+    return {"scale": config.scale_embeddings, "norm": config.embedding_norm, "eps": config.layer_norm_eps}
+
+
 class Encoder(nn.Module):
     """N encoder layers; pre-LN stacks end with a LayerNorm (post-LN layers already end with one)."""
 
@@ -92,10 +97,55 @@ class DecoderCache:
     length: int = 0
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` (LongTensor (B',)) in every layer; beam search follows surviving beams with it."""
+        """Row i continues row ``index[i]`` (LongTensor (N',)) in every layer: beam search follows surviving beams
+        with it, and drops finished sentences.
+
+        A grouped cache (N decoded rows reading B = N / G memory rows: beam search's G beams per sentence, see
+        :meth:`Transformer.decode`) moves its cross-attention rows along: every G consecutive entries of ``index``
+        must be rows of one sentence (g·G … g·G + G - 1, in any order), and that sentence's memory row follows them.
+
+        Raises:
+            ShapeError: an entry of ``index`` is not a row of the cache, or (grouped) ``index`` does not keep whole
+                groups of rows of one sentence (the rows would read another sentence's memory).
+        """
+        if not self.layers or self.layers[0].self_attn.batch_size == 0:
+            return  # nothing cached yet
+        rows, sources = self.layers[0].self_attn.batch_size, self.layers[0].cross_attn.batch_size  # N, B (or 0)
+        check_rows(index, rows)
+        groups = rows // sources if 0 < sources < rows else 1  # G decoded rows per memory row
+        cross_index = index if groups == 1 else group_sources(index, groups)
         for layer in self.layers:
             layer.self_attn.reorder(index)
-            layer.cross_attn.reorder(index)
+            layer.cross_attn.reorder(cross_index)
+
+
+def check_rows(index: Tensor, rows: int) -> None:
+    """Raise :class:`ShapeError` unless ``index`` is a 1-D tensor of row numbers in [0, ``rows``) (a host sync)."""
+    if index.dim() != 1 or index.dtype not in (torch.int64, torch.int32):
+        raise ShapeError(f"a row index must be a 1-D int64 tensor, got {tuple(index.shape)} {index.dtype}")
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= rows):
+        raise ShapeError(f"row index {index.tolist()} has entries outside the cache's {rows} rows [0, {rows})")
+
+
+def group_sources(index: Tensor, groups: int) -> Tensor:
+    """The memory row of each group of ``groups`` consecutive entries of ``index`` (rows of a grouped batch).
+
+    Args:
+        index: (N',) int64 rows of N = B·G rows, row r reading memory row r // G. groups: G.
+
+    Returns:
+        (N' / G,) int64: ``index[::G] // G``.
+
+    Raises:
+        ShapeError: N' is not a multiple of G, or a group mixes rows of different memory rows.
+    """
+    sources = index[::groups] // groups  # (N' / G,)
+    if index.numel() % groups or bool((index.view(-1, groups) // groups != sources[:, None]).any()):
+        raise ShapeError(
+            f"with {groups} rows per sentence, each {groups} consecutive entries must be rows of one sentence "
+            f"(g·{groups} … g·{groups} + {groups - 1}), got {index.tolist()}"
+        )
+    return sources
 
 
 class Decoder(nn.Module):
@@ -166,17 +216,26 @@ class Transformer(nn.Module):
         self.encoder: Encoder | None = None
         self.decoder: Decoder | None = None
         if c.arch in ("encoder-decoder", "encoder-only"):
-            self.src_embed = InputEmbedding(c.src_vocab_size, c.d_model, c.pad_id, c.dropout, c.positional, c.max_len)
+            self.src_embed = InputEmbedding(
+                c.src_vocab_size, c.d_model, c.pad_id, c.dropout, c.positional, c.max_len, **embedding_options(c)
+            )
             self.encoder = Encoder(sizes, c.num_encoder_layers)
         if c.arch in ("encoder-decoder", "decoder-only"):
             shared: TokenEmbedding | None = None
             if c.share_embeddings and self.src_embed is not None:
                 shared = self.src_embed.token
             self.tgt_embed = InputEmbedding(
-                c.tgt_vocab_size, c.d_model, c.pad_id, c.dropout, c.positional, c.max_len, token=shared
+                c.tgt_vocab_size,
+                c.d_model,
+                c.pad_id,
+                c.dropout,
+                c.positional,
+                c.max_len,
+                token=shared,
+                **embedding_options(c),
             )
             self.decoder = Decoder(sizes, c.num_decoder_layers, cross_attention=c.arch == "encoder-decoder")
-        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.generator_bias)
         self.reset_parameters()
         output_embed = self.tgt_embed if self.tgt_embed is not None else self.src_embed
         if c.tie_output and output_embed is not None and output_embed.token.weight.shape == self.generator.weight.shape:
@@ -207,7 +266,8 @@ class Transformer(nn.Module):
         """Encode a batch of source sentences.
 
         Args:
-            src: (B, S) int64 token ids, right-padded with ``config.pad_id``.
+            src: (B, S) int64 token ids, right-padded with ``config.pad_id``. Left padding (PAD before a real token)
+                is refused: positions count from the first column, so it would shift every position.
             src_mask: bool broadcastable to (B, H, S, S); default: the padding mask of ``src``.
             need_weights: also return every layer's (B, H, S, S) self-attention weights.
             packing: run the stack on the real tokens only (``Packing.of_tokens(src, pad_id)``, see
@@ -217,12 +277,14 @@ class Transformer(nn.Module):
             :class:`EncoderOutput` with ``memory`` (B, S, D), or (N_S, D) when packed.
 
         Raises:
-            ConfigError: the model has no encoder. ShapeError: ``src`` is not (B, S) or holds ids outside [0, V).
+            ConfigError: the model has no encoder. ShapeError: ``src`` is not (B, S), is not right-padded, or holds
+                ids outside [0, V).
         """
         if self.encoder is None or self.src_embed is None:
             raise ConfigError(f"a {self.config.arch} model has no encoder")
         if src.dim() != 2:
             raise ShapeError(f"src must be (B, S) token ids, got {tuple(src.shape)}")
+        check_right_padded(src, self.config.pad_id, "src")
         mask = self.source_mask(src) if src_mask is None else src_mask
         x = pack(self.src_embed(src), packing)  # (B, S, D) or (N_S, D)
         return self.encoder(x, mask=mask, need_weights=need_weights, packing=packing)
@@ -241,8 +303,9 @@ class Transformer(nn.Module):
         """Run the decoder over target tokens (teacher forcing) or over the newest tokens (with a cache).
 
         Args:
-            tgt: (B, T) int64 target ids starting with BOS (right-padded), or only the new ids when ``cache`` holds
-                the earlier positions.
+            tgt: (B, T) int64 target ids starting with BOS, right-padded (left padding, a PAD before a real token,
+                is refused: it would shift the positions), or only the new ids when ``cache`` holds the earlier
+                positions (a chunk is checked alone: feed no PAD before real tokens across chunks).
             memory: (B, S, D) the encoder output (None for decoder-only models). ``tgt`` may hold B·G rows, G per
                 sentence (rows g·G … g·G + G - 1 read sentence g: beam search's beams); cross-attention then reads
                 each sentence's keys/values once for its G rows.
@@ -261,12 +324,15 @@ class Transformer(nn.Module):
 
         Raises:
             ConfigError: the model has no decoder, or an encoder-decoder model got no memory.
-            ShapeError: ``tgt`` is not (B, T), or ids outside [0, V), or its rows are not B or a multiple of B.
+            ShapeError: ``tgt`` is not (B, T) or not right-padded, or ids outside [0, V), or its rows are not B or a
+                multiple of B.
         """
         if self.decoder is None or self.tgt_embed is None:
             raise ConfigError(f"a {self.config.arch} model has no decoder")
         if tgt.dim() != 2:
             raise ShapeError(f"tgt must be (B, T) token ids, got {tuple(tgt.shape)}")
+        if tgt.size(1) > 1:  # one new token per row (a decoding step) cannot be left-padded: no host sync
+            check_right_padded(tgt, self.config.pad_id, "tgt")
         if self.encoder is not None and memory is None:
             raise ConfigError("an encoder-decoder model needs the encoder memory to decode")
         if memory is not None:
@@ -313,8 +379,9 @@ class Transformer(nn.Module):
         encoder-only models.
 
         Args:
-            src: (B, S) int64 source ids (encoder-decoder, encoder-only).
-            tgt: (B, T) int64 target input ids, BOS first (encoder-decoder, decoder-only).
+            src: (B, S) int64 source ids, right-padded (encoder-decoder, encoder-only).
+            tgt: (B, T) int64 target input ids, BOS first, right-padded (encoder-decoder, decoder-only). Left padding
+                is refused (ShapeError), as in :meth:`encode` and :meth:`decode`.
             src_mask, tgt_mask: as in :meth:`encode` / :meth:`decode`.
             packed: compute only the real (non-PAD) positions (:mod:`dotformer.packing`): every layer and the
                 generator skip the padding, which is what training wants. Targets must be right-padded, and a
@@ -386,7 +453,8 @@ def expected_num_parameters(config: ModelConfig) -> int:
     attention = 4·D² (+ 4·D biases); FFN = 2·D·F (+ F + D biases); LayerNorm = 2·D;
     encoder layer = attention + FFN + 2 LayerNorms; decoder layer = 2 attentions + FFN + 3 LayerNorms
     (1 attention and 2 LayerNorms without cross-attention); pre-LN adds one LayerNorm per stack;
-    embeddings V·D each (shared once), plus max_len·D per learned positional table; generator V·D unless tied.
+    embeddings V·D each (shared once), plus max_len·D per learned positional table; generator V·D unless tied;
+    ``embedding_norm`` adds a LayerNorm per embedding, ``generator_bias`` V.
     """
     c = config
     D, F = c.d_model, c.d_ff
@@ -406,6 +474,9 @@ def expected_num_parameters(config: ModelConfig) -> int:
         total += c.max_len * D if c.positional == "learned" else 0
         if not (c.share_embeddings and has_encoder):
             total += c.tgt_vocab_size * D
+    embeddings = int(has_encoder) + int(has_decoder)
+    total += embeddings * norm if c.embedding_norm else 0
+    total += c.tgt_vocab_size if c.generator_bias else 0
     out_vocab = c.tgt_vocab_size if has_decoder else c.src_vocab_size
     if not (c.tie_output and out_vocab == c.tgt_vocab_size):
         total += c.tgt_vocab_size * D

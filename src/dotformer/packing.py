@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from dotformer.errors import ShapeError
+from dotformer.masks import check_right_padded
 
 
 @dataclass(frozen=True)
@@ -67,16 +68,9 @@ class Packing:
         """
         if tokens.dim() != 2:
             raise ShapeError(f"packing needs (B, L) token ids, got {tuple(tokens.shape)}")
-        keep = tokens != pad_id  # (B, L)
         if right_padded:
-            gaps = (keep[:, 1:] & ~keep[:, :-1]).any(dim=1)  # (B,) a real token right after a PAD
-            if bool(gaps.any()):
-                row = int(gaps.nonzero()[0, 0])
-                raise ShapeError(
-                    f"packed targets must be right-padded, but row {row} has PAD (id {pad_id}) before a real token: "
-                    f"{tokens[row].tolist()}"
-                )
-        return cls.from_mask(keep)
+            check_right_padded(tokens, pad_id, "packed targets")
+        return cls.from_mask(tokens != pad_id)
 
     @property
     def num_tokens(self) -> int:

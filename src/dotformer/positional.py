@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from dotformer.errors import ShapeError
+from dotformer.errors import ConfigError, ShapeError
 
 
 def sinusoidal_positional_encoding(
@@ -58,8 +58,10 @@ class PositionalEncoding(nn.Module):
 
     Args:
         d_model: D.
-        kind: ``"sinusoidal"`` (any length; the table grows on demand) or ``"learned"`` (``max_len`` rows).
-        max_len: rows of the learned table; the sinusoidal table is precomputed to this length and extended.
+        kind: ``"sinusoidal"`` (any length) or ``"learned"`` (``max_len`` rows).
+        max_len: rows of the learned table; the sinusoidal table is precomputed to this length (a non-persistent
+            buffer). Positions beyond it are computed on the fly, never stored: ``forward`` does not change the
+            module (call :meth:`extend` beforehand to precompute more rows).
 
     Raises (in forward):
         ShapeError: a learned table is asked for positions >= max_len.
@@ -85,9 +87,20 @@ class PositionalEncoding(nn.Module):
                     f"the input is too long for this model (use a shorter input or sinusoidal encodings)"
                 )
             return self.table.weight[offset:end]  # (L, D)
-        if end > self.sinusoids.size(0):
-            self.sinusoids = sinusoidal_positional_encoding(2 * end, self.d_model, device=self.sinusoids.device)
+        if end > self.sinusoids.size(0):  # beyond the table: the same formula, not stored
+            return sinusoidal_positional_encoding(length, self.d_model, offset, device=self.sinusoids.device)
         return self.sinusoids[offset:end]  # (L, D)
+
+    def extend(self, length: int) -> None:
+        """Precompute the sinusoidal table up to ``length`` positions (outside ``forward``; never shrinks it).
+
+        Raises:
+            ConfigError: the table is learned (its size is a parameter: ``max_len``).
+        """
+        if self.kind == "learned":
+            raise ConfigError(f"a learned positional table has max_len={self.max_len} rows and cannot be extended")
+        if length > self.sinusoids.size(0):
+            self.sinusoids = sinusoidal_positional_encoding(length, self.d_model, device=self.sinusoids.device)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """x: (B, L, D) -> x + PE(offset .. offset + L - 1), same shape and dtype."""
@@ -100,12 +113,17 @@ class TokenEmbedding(nn.Module):
     Args:
         vocab_size: V.
         d_model: D.
-        pad_id: the PAD id; its row starts at zero and gets no gradient.
+        pad_id: the PAD id; its row starts at zero and the lookup gives it no gradient (``padding_idx``): untied,
+            it stays zero. Tied to the generator (``ModelConfig.tie_output``), the same row is also PAD's output
+            vector and the generator's gradient trains it (pushing PAD's logit down, as in fairseq and Marian), so
+            it does not stay zero; PAD positions are masked, so its value never reaches a real position.
+        scale: multiply by √D (the paper); False leaves the vectors as looked up (``ModelConfig.scale_embeddings``).
     """
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int = 0) -> None:
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int = 0, scale: bool = True) -> None:
         super().__init__()
         self.d_model = d_model
+        self.scale = math.sqrt(d_model) if scale else 1.0  # √D (§3.4); 1 for models imported unscaled (BERT)
         self.lookup = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
 
     @property
@@ -114,17 +132,18 @@ class TokenEmbedding(nn.Module):
         return self.lookup.weight
 
     def forward(self, tokens: Tensor) -> Tensor:
-        """tokens: (B, L) int64 ids -> (B, L, D) float vectors · √D.
+        """tokens: (B, L) int64 (or int32) ids -> (B, L, D) float vectors · √D.
 
         Raises:
-            ShapeError: ``tokens`` is not an integer tensor, or an id is outside [0, V).
+            ShapeError: ``tokens`` is not int64 or int32 (the id dtypes ``nn.Embedding`` takes), or an id is outside
+                [0, V).
         """
-        if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-            raise ShapeError(f"token ids must be an integer tensor (int64), got dtype {tokens.dtype}")
+        if tokens.dtype not in (torch.int64, torch.int32):
+            raise ShapeError(f"token ids must be an int64 (or int32) tensor, got dtype {tokens.dtype}")
         if tokens.device.type != "cpu":  # e.g. a CUDA lookup would fail with a device-side assert: check first
             self.check_ids(tokens)
         try:
-            return self.lookup(tokens) * math.sqrt(self.d_model)  # (B, L, D)
+            return self.lookup(tokens) * self.scale  # (B, L, D)
         except (IndexError, RuntimeError):  # the CPU lookup checks the ids itself; name them
             self.check_ids(tokens)
             raise
@@ -137,7 +156,11 @@ class TokenEmbedding(nn.Module):
 
 
 class InputEmbedding(nn.Module):
-    """Token embedding · √D + positional encoding, then dropout (paper §3.4, §3.5, §5.4)."""
+    """Token embedding · √D + positional encoding, then dropout (paper §3.4, §3.5, §5.4).
+
+    ``scale=False`` drops the √D and ``norm=True`` adds a LayerNorm before the dropout: BERT's embeddings, for
+    imported models (``ModelConfig.scale_embeddings``, ``ModelConfig.embedding_norm``).
+    """
 
     def __init__(
         self,
@@ -148,12 +171,19 @@ class InputEmbedding(nn.Module):
         positional: Literal["sinusoidal", "learned"] = "sinusoidal",
         max_len: int = 1024,
         token: TokenEmbedding | None = None,
+        scale: bool = True,
+        norm: bool = False,
+        eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        self.token = token if token is not None else TokenEmbedding(vocab_size, d_model, pad_id)
+        self.token = token if token is not None else TokenEmbedding(vocab_size, d_model, pad_id, scale)
         self.position = PositionalEncoding(d_model, positional, max_len)
+        self.norm = nn.LayerNorm(d_model, eps=eps) if norm else None
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """tokens: (B, L) int64 -> (B, L, D); ``offset`` is the position of the first token (decoding with a cache)."""
-        return self.dropout(self.position(self.token(tokens), offset))  # (B, L, D)
+        x = self.position(self.token(tokens), offset)  # (B, L, D)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.dropout(x)  # (B, L, D)

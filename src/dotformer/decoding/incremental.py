@@ -24,7 +24,8 @@ from torch import Tensor
 from dotformer.data.tokenizers import EOS_ID
 from dotformer.decoding.config import DecodeConfig
 from dotformer.errors import ConfigError, ShapeError
-from dotformer.model import Transformer
+from dotformer.masks import check_right_padded
+from dotformer.model import Transformer, check_rows, group_sources
 
 
 class EncodedSource(NamedTuple):
@@ -59,7 +60,8 @@ def check_source(model: Transformer, src: Tensor) -> None:
 
     Raises:
         ConfigError: the model is not an encoder-decoder, or its target vocabulary lacks PAD/BOS/EOS.
-        ShapeError: ``src`` is not (B, S) integer ids, is empty, or is longer than a learned positional table allows.
+        ShapeError: ``src`` is not (B, S) integer ids, is empty, is not right-padded (left padding would shift the
+            positions: it is refused, not supported), or is longer than a learned positional table allows.
     """
     if model.config.arch != "encoder-decoder":
         raise ConfigError(f"decoding needs an encoder-decoder model, this one is {model.config.arch}")
@@ -72,6 +74,7 @@ def check_source(model: Transformer, src: Tensor) -> None:
         raise ShapeError(f"src must be (B, S) integer token ids, got {tuple(src.shape)} {src.dtype}")
     if src.size(0) == 0 or src.size(1) == 0:
         raise ShapeError(f"src must hold at least one sentence of at least one token, got {tuple(src.shape)}")
+    check_right_padded(src, model.config.pad_id, "src")
     limit = model.config.max_len
     if model.config.positional == "learned" and src.size(1) > limit:
         raise ShapeError(
@@ -175,12 +178,11 @@ class IncrementalDecoder:
         one memory row (in any order among themselves).
 
         Raises:
-            ShapeError: with G > 1, ``index`` does not keep whole groups.
+            ShapeError: ``index`` names a row that does not exist, or (G > 1) does not keep whole groups.
         """
         G = self.rows_per_source
-        sources = index if G == 1 else index[::G] // G  # (N' / G,) the memory row of each kept group
-        if G > 1 and (index.numel() % G or bool((index.view(-1, G) // G != sources[:, None]).any())):
-            raise ShapeError(f"select must keep whole groups of {G} rows of one memory row, got rows {index.tolist()}")
+        check_rows(index, self.memory.size(0) * G)
+        sources = index if G == 1 else group_sources(index, G)  # (N' / G,) the memory row of each kept group
         if self.cache is not None:
             for layer in self.cache.layers:
                 layer.self_attn.reorder(index)

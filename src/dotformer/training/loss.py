@@ -67,8 +67,11 @@ def label_smoothed_cross_entropy_reference(
         ConfigError: ``epsilon`` outside [0, 1) or ``pad_id`` outside [0, V).
     """
     V = check_loss_inputs(logits, target, epsilon, pad_id)
-    log_probs = F.log_softmax(logits.float(), dim=-1)  # (B, T, V) float32
     keep = target != pad_id  # (B, T) bool: real target tokens
+    # PAD rows count for nothing; zero their logits first, so an inf or NaN there reaches neither the value nor the
+    # gradient (masking after the log-softmax would leave 0 · NaN in its backward).
+    logits = logits.float().masked_fill(~keep.unsqueeze(-1), 0.0)  # (B, T, V) float32
+    log_probs = F.log_softmax(logits, dim=-1)  # (B, T, V) float32
     gold = log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T) log p(y)
     nll = -gold.masked_fill(~keep, 0.0).sum()
     if epsilon > 0:
