@@ -29,9 +29,15 @@ from typing import Any, Literal, NamedTuple
 
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
-Task = Literal["g2p", "translation", "synthetic"]
-TASKS = ("g2p", "translation", "synthetic")
+Task = Literal["g2p", "translation", "exact", "synthetic"]
+TASKS = ("g2p", "translation", "exact", "synthetic")
+FILE_TASKS = ("g2p", "translation", "exact")  # the tasks a user's file may have ("synthetic" is copy/reverse's)
 NAMED_SPECS = ("cmudict", "bible", "copy", "reverse")
+NAMED_TASKS = {"cmudict": "g2p", "bible": "translation", "copy": "synthetic", "reverse": "synthetic"}
+DELIMITER_NAMES = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " "}
+SOURCE_NAMES = ("source", "src")  # header names found without being asked for (case-insensitive)
+TARGET_NAMES = ("target", "tgt")
+Column = int | str  # a 0-based column number, or a name from the header row
 _BREAK_RUN = re.compile(r"[ \t\r\n]*[\t\r\n][ \t\r\n]*")  # a run of blanks holding a tab or line break
 
 
@@ -48,10 +54,11 @@ class Corpus:
 
     Attributes:
         name: the source, e.g. ``"cmudict"``, ``"bible:SpaRV-KJV"``, ``"data/train.tsv"``.
-        task: ``"g2p"``, ``"translation"`` or ``"synthetic"`` (picks metrics and tokenizers downstream).
+        task: ``"g2p"``, ``"translation"``, ``"exact"`` (a file scored by exact match) or ``"synthetic"`` (copy /
+            reverse, scored by exact match); it picks the metrics and the default tokenizers downstream.
         pairs: the examples, in the source's order.
-        groups: one key per pair that a split must not cut (the word for CMUdict, so all pronunciations of a word
-            land in one split; the book for the Bible), or ``None``.
+        groups: one key per pair that a split must not cut (the word for CMUdict and for g2p files, so all
+            pronunciations of a word land in one split; the book for the Bible), or ``None``.
         report: JSON-serialisable counts: ``report["pairs"]`` kept, ``report["dropped"]`` reason -> count, and
             source-specific details (``limit`` when a limit cut the corpus).
         keep_groups_together: whether :func:`dotformer.data.splits.split_corpus` keeps each group in one split by
@@ -88,13 +95,16 @@ class CorpusOptions:
     # --- every source ---
     limit: int | None = None  # keep only the first `limit` pairs (None = all); recorded in report["limit"] when it cuts
     empty_lines: Literal["skip", "error"] = "skip"  # empty source/target: skip and count it, or raise DataError
-    task: Task | None = None  # task of a file corpus ("g2p", "translation", "synthetic"); None = "translation"
+    task: Task | None = None  # task of a file corpus ("g2p", "translation", "exact"); None = "translation"
     # --- TSV / CSV files ---
     delimiter: str | None = None  # column separator; None = "," for *.csv (with CSV quoting), a tab otherwise
-    source_column: int = 0  # 0-based column holding the source text
-    target_column: int = 1  # 0-based column holding the target text
+    # the columns of the source and target texts: a 0-based number, or a name of the header row; None = columns 0
+    # and 1 of a 2-column file, or the header's "source"/"target" ("src"/"tgt") columns; a file of 3 or more columns
+    # without either is refused (which two columns hold the pair is not guessed)
+    source_column: Column | None = None
+    target_column: Column | None = None
     num_columns: int | None = None  # columns every row must have; None = as many as the first row has
-    header: bool = False  # the first row holds column names and is skipped
+    header: bool | None = None  # the first row holds column names and is skipped; None = yes when a column is named
     # --- CMUdict ---
     strip_stress: bool = False  # drop the stress digits of the vowels (AH0 -> AH); duplicates then are counted, dropped
     # --- Bible (SWORD modules read with pysword) ---
@@ -124,17 +134,31 @@ class CorpusOptions:
             raise ConfigError(f"CorpusOptions.empty_lines must be 'skip' or 'error', got {self.empty_lines!r}")
         if self.task is not None and self.task not in TASKS:
             raise ConfigError(f"CorpusOptions.task must be one of {', '.join(TASKS)} or None, got {self.task!r}")
-        if self.delimiter is not None and (len(self.delimiter) != 1 or self.delimiter in "\r\n"):
-            raise ConfigError(f"CorpusOptions.delimiter must be one character (not a newline), got {self.delimiter!r}")
-        if self.source_column < 0 or self.target_column < 0 or self.source_column == self.target_column:
+        if self.delimiter is not None:
+            object.__setattr__(self, "delimiter", parse_delimiter(self.delimiter, "CorpusOptions.delimiter"))
+        for name in ("source_column", "target_column"):
+            check_column(getattr(self, name), f"CorpusOptions.{name}")
+        if self.source_column is not None and self.source_column == self.target_column:
             raise ConfigError(
-                f"CorpusOptions.source_column={self.source_column} and target_column={self.target_column} must be "
-                f"two different non-negative column numbers"
+                f"CorpusOptions.source_column and target_column are both {self.source_column!r}: the source and the "
+                f"target need two different columns"
             )
-        if self.num_columns is not None and self.num_columns <= max(self.source_column, self.target_column):
+        numbers = [c for c in (self.source_column, self.target_column) if isinstance(c, int)]
+        if self.num_columns is not None and self.num_columns < 2:
             raise ConfigError(
-                f"CorpusOptions.num_columns={self.num_columns} has no column "
-                f"{max(self.source_column, self.target_column)} (columns count from 0)"
+                f"CorpusOptions.num_columns must be at least 2 (a source and a target), got {self.num_columns}"
+            )
+        if self.num_columns is not None and numbers and self.num_columns <= max(numbers):
+            raise ConfigError(
+                f"CorpusOptions.num_columns={self.num_columns} has no column {max(numbers)} (columns count from 0)"
+            )
+        if self.header is None:
+            named = any(isinstance(c, str) for c in (self.source_column, self.target_column))
+            object.__setattr__(self, "header", named)
+        elif not self.header and any(isinstance(c, str) for c in (self.source_column, self.target_column)):
+            raise ConfigError(
+                f"CorpusOptions: columns named {self.source_column!r}/{self.target_column!r} need a header row "
+                f"(header=True), or give column numbers"
             )
         if not self.bible_max_ratio >= 1.0:
             raise ConfigError(f"CorpusOptions.bible_max_ratio must be >= 1, got {self.bible_max_ratio!r}")
@@ -153,6 +177,37 @@ class CorpusOptions:
         if data["hf_data_files"] is not None:
             data["hf_data_files"] = list(data["hf_data_files"])
         return data
+
+
+def parse_delimiter(value: str, where: str = "delimiter") -> str:
+    """One delimiter character from a value or a name: ``"\\t"`` or ``"tab"`` -> a tab, ``"comma"`` -> ``","``,
+    also ``semicolon``, ``pipe``, ``space`` (names are what a shell or a TOML file passes easily).
+
+    Raises:
+        ConfigError: not one character (and not a name), or a line break.
+    """
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be one character, got {value!r}")
+    char = DELIMITER_NAMES.get(value.lower(), value) if len(value) != 1 else value
+    if len(char) != 1 or char in "\r\n":
+        names = ", ".join(name for name in DELIMITER_NAMES if "\\" not in name)
+        raise ConfigError(f"{where} must be one character (not a line break) or one of {names}, got {value!r}")
+    return char
+
+
+def parse_column(value: str | int) -> Column:
+    """A column as given on a command line: digits -> a 0-based number, anything else -> a header name."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return value
+
+
+def check_column(value: Any, where: str) -> None:
+    """Raise ConfigError unless ``value`` is None, a non-negative column number, or a non-empty column name."""
+    if value is None or (isinstance(value, str) and value.strip()):
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{where} must be a column number counting from 0, or a header name, got {value!r}")
 
 
 def load_pairs(spec: str, options: CorpusOptions | None = None) -> Corpus:
@@ -267,3 +322,42 @@ def make_report(read: int, kept: int, dropped: Mapping[str, int], **details: Any
     Every reader keeps ``read == pairs + sum(dropped.values())`` (before a limit, which is recorded apart).
     """
     return {"read": read, "pairs": kept, "dropped": dict(sorted(dropped.items())), **details}
+
+
+def file_groups(task: str, pairs: list[Pair]) -> list[str] | None:
+    """The group keys of a user's file: the source word for ``g2p`` (a word's pronunciations stay in one split,
+    and are its references together), none for other tasks."""
+    return [pair.source for pair in pairs] if task == "g2p" else None
+
+
+def describe_corpus(corpus: Corpus, role: str = "data") -> str:
+    """One line on what was read: ``role``, the name, the columns used, rows read, pairs kept, and every drop.
+
+    Example: ``train data/train.tsv (tsv, source = column 1 "word", target = column 2 "phones"): 1,002 rows read,
+    1,000 pairs kept, 2 dropped (1 blank_line, 1 empty_target)``.
+    """
+    report = corpus.report
+    details = [str(report["format"])] if "format" in report else []
+    columns = report.get("columns")
+    if columns:
+        names = report.get("column_names") or {}
+        for side in ("source", "target"):
+            name = f" {names[side]!r}" if side in names else ""
+            details.append(f"{side} = column {columns[side]}{name}")
+    if report.get("split"):
+        details.append(f"split {report['split']}")
+    head = f"{role} {corpus.name}" + (f" ({', '.join(details)})" if details else "") + f", task {corpus.task}: "
+    read = report.get("read", len(corpus.pairs))
+    kept = report.get("pairs_before_limit", report.get("pairs", len(corpus.pairs)))
+    dropped = report.get("dropped") or {}
+    text = f"{read:,} rows read, {kept:,} pairs kept"
+    total = sum(dropped.values())
+    if total:
+        text += f", {total:,} dropped ({', '.join(f'{n:,} {reason}' for reason, n in dropped.items())})"
+    else:
+        text += ", none dropped"
+    if report.get("whitespace_replaced"):
+        text += f", {report['whitespace_replaced']:,} with tabs or line breaks made spaces"
+    if "limit" in report:
+        text += f"; --limit keeps the first {report['limit']:,}"
+    return head + text

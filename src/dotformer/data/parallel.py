@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from dotformer.data.corpora import Corpus, CorpusOptions, Pair, check_empty, is_empty, make_report
+from dotformer.data.corpora import Corpus, CorpusOptions, Pair, check_empty, file_groups, is_empty, make_report
 from dotformer.data.textio import read_text_lines
 from dotformer.errors import DataError
 
@@ -47,4 +47,6 @@ def load_parallel(source_path: str | Path, target_path: str | Path, options: Cor
         if check_empty(source, target, where, options, dropped):
             pairs.append(Pair(source, target))
     report = make_report(len(sources), len(pairs), dropped, format="parallel")
-    return Corpus(name=f"{source_path},{target_path}", task=options.task or "translation", pairs=pairs, report=report)
+    task = options.task or "translation"
+    name = f"{source_path},{target_path}"
+    return Corpus(name=name, task=task, pairs=pairs, groups=file_groups(task, pairs), report=report)

@@ -1,6 +1,7 @@
 """Tokenizers: text <-> token ids, with the same four special tokens in every vocabulary.
 
-Three kinds, one interface (:class:`Tokenizer`):
+Three kinds to train, one interface (:class:`Tokenizer`); existing tokenizers (a Hugging Face tokenizer.json, a
+sentencepiece .model) are read behind the same interface by :mod:`dotformer.data.pretrained`:
 
 * ``"char"``: one token per character (G2P sources: the letters of a word).
 * ``"symbol"``: one token per whitespace-separated symbol (ARPAbet phones "AH0 B AE1 N", synthetic "a3 b7");
@@ -309,11 +310,14 @@ class TokenizerPair(NamedTuple):
 
 
 def default_kinds(task: str) -> tuple[TokenizerKind, TokenizerKind]:
-    """The (source, target) tokenizer kinds of a task: g2p (char, symbol), synthetic (symbol, symbol), else bpe."""
+    """The (source, target) tokenizer kinds of a task: g2p (char, symbol), synthetic (symbol, symbol), exact
+    (char, char: a file scored by exact match keeps every character, spaces included), else bpe."""
     if task == "g2p":
         return "char", "symbol"
     if task == "synthetic":
         return "symbol", "symbol"
+    if task == "exact":
+        return "char", "char"
     return "bpe", "bpe"
 
 
@@ -351,8 +355,16 @@ def tokenizer_from_dict(data: dict[str, Any], where: str = "tokenizer") -> Token
         DataError: unknown kind or format, or malformed contents (``where`` names the source in the message).
     """
     kind = data.get("kind") if isinstance(data, dict) else None
+    if kind in ("hf", "sentencepiece"):  # an existing tokenizer read from a file (dotformer.data.pretrained)
+        from dotformer.data.pretrained import pretrained_from_dict
+
+        if data.get("format") != FORMAT_VERSION:
+            raise DataError(f"{where}: tokenizer format {data.get('format')!r}, this dotformer reads {FORMAT_VERSION}")
+        return pretrained_from_dict(data, where)
     if kind not in KINDS:
-        raise DataError(f"{where}: unknown tokenizer kind {kind!r}; expected one of {', '.join(KINDS)}")
+        raise DataError(
+            f"{where}: unknown tokenizer kind {kind!r}; expected one of {', '.join(KINDS)}, hf, sentencepiece"
+        )
     if data.get("format") != FORMAT_VERSION:
         raise DataError(f"{where}: tokenizer format {data.get('format')!r}, this dotformer reads {FORMAT_VERSION}")
     field = "hf_tokenizer" if kind == "bpe" else "vocab"

@@ -4,7 +4,8 @@
   or line breaks; a line break inside a field becomes a space, counted in ``report["whitespace_replaced"]``).
 * Any other file is split on the delimiter (a tab by default) with no quoting, so quotes are ordinary characters.
 
-Every row must have the same number of columns (``CorpusOptions.num_columns``, or the first row's count); a blank
+Every row must have the same number of columns (``CorpusOptions.num_columns``, or the first row's count). Which
+columns hold the pair follows :func:`choose_columns`: a file of three or more columns needs them named. A blank
 line is a pair with both sides empty (skipped and counted as ``blank_line``, or an error, by
 ``CorpusOptions.empty_lines``).
 """
@@ -16,8 +17,19 @@ import io
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
-from dotformer.data.corpora import Corpus, CorpusOptions, Pair, check_empty, make_report, one_line
+from dotformer.data.corpora import (
+    SOURCE_NAMES,
+    TARGET_NAMES,
+    Corpus,
+    CorpusOptions,
+    Pair,
+    check_empty,
+    file_groups,
+    make_report,
+    one_line,
+)
 from dotformer.data.textio import read_text, split_lines
 from dotformer.errors import DataError
 
@@ -48,11 +60,13 @@ def load_tsv(path: str | Path, options: CorpusOptions) -> Corpus:
     replaced: Counter[str] = Counter()
     pairs: list[Pair] = []
     expected = options.num_columns
-    header_pending = options.header
+    columns: Columns | None = None
     read = 0
     for line_number, fields in rows:
         where = f"{path}:{line_number}"
         if not any(field.strip() for field in fields):
+            if columns is None and options.header:
+                raise DataError(f"{where}: the header row is blank")
             if options.empty_lines == "error":
                 raise DataError(f"{where}: blank line (CorpusOptions.empty_lines='skip' skips and counts them)")
             dropped["blank_line"] += 1
@@ -60,24 +74,91 @@ def load_tsv(path: str | Path, options: CorpusOptions) -> Corpus:
             continue
         if expected is None:
             expected = len(fields)
-            if expected <= max(options.source_column, options.target_column):
-                raise DataError(
-                    f"{where}: {expected} column(s) with delimiter {delimiter!r}, but the pairs are read from columns "
-                    f"{options.source_column} and {options.target_column} (counting from 0)"
-                )
         if len(fields) != expected:
             raise DataError(f"{where}: {len(fields)} columns, expected {expected} (delimiter {delimiter!r})")
-        if header_pending:  # the first row names the columns; it is checked but is not a pair
-            header_pending = False
-            continue
+        if columns is None:  # the first row says which columns hold the pair; a header row is not a pair
+            columns = choose_columns(fields, options, where, delimiter)
+            if options.header:
+                continue
         read += 1
-        source = one_line(fields[options.source_column], replaced)
-        target = one_line(fields[options.target_column], replaced)
+        source = one_line(fields[columns.source], replaced)
+        target = one_line(fields[columns.target], replaced)
         if check_empty(source, target, where, options, dropped):
             pairs.append(Pair(source, target))
     report = make_report(read, len(pairs), dropped, format="csv" if is_csv else "tsv", delimiter=delimiter)
+    if columns is not None:
+        report["columns"] = {"source": columns.source, "target": columns.target}
+        if columns.names is not None:
+            report["column_names"] = {"source": columns.names[0], "target": columns.names[1]}
     report.update(replaced)
-    return Corpus(name=str(path), task=options.task or "translation", pairs=pairs, report=report)
+    task = options.task or "translation"
+    return Corpus(name=str(path), task=task, pairs=pairs, groups=file_groups(task, pairs), report=report)
+
+
+class Columns(NamedTuple):
+    """Where a file's pairs are: the 0-based source and target column numbers, and their header names if any."""
+
+    source: int
+    target: int
+    names: tuple[str, str] | None
+
+
+def choose_columns(first_row: list[str], options: CorpusOptions, where: str, delimiter: str) -> Columns:
+    """The source and target columns, from the options and the first row (the header when ``options.header``).
+
+    A column is a number (counting from 0) or a header name; with neither, a header's ``source``/``target``
+    (or ``src``/``tgt``) columns are used, else columns 0 and 1 of a 2-column file. A file of 3 or more columns
+    whose pair columns are not named is refused: reading ``id<TAB>word<TAB>phones`` as id -> word would train
+    the wrong task without a word.
+
+    Raises:
+        DataError: ``FILE:LINE: ...`` for a name the header lacks, a number past the last column, or 3+ columns
+            with no columns named.
+    """
+    count = len(first_row)
+    header = [name.strip() for name in first_row] if options.header else None
+    chosen = []
+    for side, value, defaults in (
+        ("source", options.source_column, SOURCE_NAMES),
+        ("target", options.target_column, TARGET_NAMES),
+    ):
+        if isinstance(value, str):
+            assert header is not None  # CorpusOptions requires a header for named columns
+            if value not in header:
+                raise DataError(f"{where}: the header has no column {value!r} for the {side}; it has {header}")
+            chosen.append(header.index(value))
+        elif isinstance(value, int):
+            if value >= count:
+                raise DataError(
+                    f"{where}: {count} column(s) with delimiter {delimiter!r}, but the {side} is read from column "
+                    f"{value} (counting from 0)"
+                )
+            chosen.append(value)
+        else:
+            found = [i for i, name in enumerate(header or []) if name.lower() in defaults]
+            chosen.append(found[0] if found else None)
+    if None in chosen:
+        if count < 2:
+            raise DataError(
+                f"{where}: {count} column(s) with delimiter {delimiter!r}; a pair needs a source and a target column"
+            )
+        if count > 2:
+            listed = f" (header: {header})" if header else ""
+            raise DataError(
+                f"{where}: {count} columns{listed} with delimiter {delimiter!r}: say which hold the source and the "
+                f"target (--source-column/--target-column, a number from 0 or a header name; in TOML [data] "
+                f"source_column/target_column)"
+            )
+        if chosen == [None, None]:
+            chosen = [0, 1]
+        else:  # two columns, one side known: the other side is the other column
+            known = chosen[0] if chosen[0] is not None else 1 - chosen[1]
+            chosen = [known, 1 - known]
+    source, target = chosen
+    if source == target:
+        raise DataError(f"{where}: the source and the target are both column {source}")
+    names = (header[source], header[target]) if header else None
+    return Columns(source, target, names)
 
 
 def _plain_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:

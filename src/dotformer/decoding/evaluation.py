@@ -3,26 +3,34 @@
 * ``g2p``: WER and PER (:func:`dotformer.metrics.g2p_error_rates`), with stress kept and stripped; the references of
   a word are all its pronunciations in the split (pairs are grouped by source).
 * ``translation``: BLEU and chrF with sacrebleu's signatures, on detokenised outputs, one reference per pair.
-* ``synthetic`` (copy / reverse): exact match.
+* ``exact`` (a user's file scored by exact match) and ``synthetic`` (copy / reverse): exact match.
 * every task: perplexity from the teacher-forced NLL of the references (no label smoothing), EOS included.
+
+Outputs cut at the maximum length (no EOS before ``max_len_a * S + max_len_b`` tokens) are counted
+(:func:`count_unfinished`, ``Evaluation.unfinished``) and reported (:func:`unfinished_warning`): their scores are
+not the model's real answer, and a high count means the length limit, not the model, sets the metric.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from dotformer.data.tokenizers import UNK_ID
 from dotformer.decoding.config import DecodeConfig
-from dotformer.decoding.translate import length_sorted_batches, translate
+from dotformer.decoding.translate import Translation, length_sorted_batches, translate
 from dotformer.errors import ConfigError, DataError
 from dotformer.metrics import bleu, chrf, exact_match, g2p_error_rates, perplexity
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.data.corpora import Pair
+    from dotformer.data.tokenizers import Tokenizer
 
-TASKS = ("g2p", "translation", "synthetic")
+TASKS = ("g2p", "translation", "exact", "synthetic")
+METRIC_TASKS = {"g2p": "g2p", "translation": "translation", "exact": "exact", "synthetic": "exact"}
 
 
 class GroupedReferences(NamedTuple):
@@ -54,11 +62,14 @@ class Evaluation:
     """The result of :func:`evaluate_pairs`.
 
     Attributes:
-        task: "g2p", "translation" or "synthetic".
+        task: "g2p", "translation", "exact" or "synthetic".
         metrics: name -> value; percentages for rates and BLEU/chrF (see :mod:`dotformer.metrics`).
         signatures: metric name -> sacrebleu signature (translation only).
         num_pairs: pairs evaluated. num_sources: distinct sources decoded.
         examples: the first few (source, output, references) for a look by eye.
+        unfinished: distinct sources whose scored output was cut at the maximum length (no EOS).
+        hypotheses: the scored output of every pair, in the order of ``pairs`` (a source's output repeated for
+            each of its pairs), as ``--hyps`` writes them.
     """
 
     task: str
@@ -67,15 +78,18 @@ class Evaluation:
     num_pairs: int = 0
     num_sources: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
+    unfinished: int = 0
+    hypotheses: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict of every field."""
+        """A JSON-serialisable dict of every field but ``hypotheses`` (written apart, one per line)."""
         return {
             "task": self.task,
             "metrics": self.metrics,
             "signatures": self.signatures,
             "num_pairs": self.num_pairs,
             "num_sources": self.num_sources,
+            "unfinished": self.unfinished,
             "examples": self.examples,
         }
 
@@ -100,6 +114,79 @@ def limit_sources(pairs: Sequence[Pair], limit: int | None) -> list[Pair]:
         raise ConfigError(f"limit must be a positive number of sources, got {limit}")
     kept = set(group_references(pairs).sources[:limit])
     return [pair for pair in pairs if pair.source in kept]
+
+
+def sample_sources(pairs: Sequence[Pair], limit: int | None, seed: int = 0) -> list[Pair]:
+    """The pairs of ``limit`` distinct sources drawn at random with ``random.Random(seed)`` (all their references
+    kept), in the order of ``pairs``; None, or a limit of at least the number of sources, keeps every pair.
+
+    A seeded sample, not the head of the file: a file sorted alphabetically (CMUdict) has unrepresentative heads.
+
+    Raises:
+        ConfigError: ``limit`` < 1.
+    """
+    if limit is None:
+        return list(pairs)
+    if limit < 1:
+        raise ConfigError(f"limit must be a positive number of sources, got {limit}")
+    sources = group_references(pairs).sources
+    if limit >= len(sources):
+        return list(pairs)
+    kept = set(random.Random(seed).sample(sources, limit))
+    return [pair for pair in pairs if pair.source in kept]
+
+
+def metric_task(task: str) -> str:
+    """The metric family of a task: g2p, translation, or exact (for ``exact`` and the synthetic copy/reverse).
+
+    Raises:
+        ConfigError: unknown task.
+    """
+    if task not in METRIC_TASKS:
+        raise ConfigError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
+    return METRIC_TASKS[task]
+
+
+def check_same_task(checkpoint_task: str, data_task: str, data_name: str, checkpoint: str) -> None:
+    """Raise DataError when test data of one task meets a checkpoint of another (a g2p file, a translation model).
+
+    Raises:
+        DataError: naming both tasks, the data and the checkpoint.
+    """
+    if metric_task(checkpoint_task) != metric_task(data_task):
+        raise DataError(
+            f"{data_name} is {data_task} data, but the checkpoint {checkpoint} was trained for {checkpoint_task}: "
+            f"evaluate it with a {checkpoint_task} checkpoint, or pass the --task of the file"
+        )
+
+
+def unknown_fraction(tokenizer: Tokenizer, texts: Sequence[str]) -> float:
+    """The share of the tokens of ``texts`` that ``tokenizer`` reads as UNK (0.0 for no tokens)."""
+    total = unknown = 0
+    for ids in tokenizer.encode_batch(list(texts)):
+        total += len(ids)
+        unknown += sum(index == UNK_ID for index in ids)
+    return unknown / total if total else 0.0
+
+
+def count_unfinished(outputs: Sequence[Sequence[Translation]]) -> int:
+    """How many inputs' best output was cut at the maximum length (no EOS): ``not outputs[i][0].finished``."""
+    return sum(1 for hyps in outputs if hyps and not hyps[0].finished)
+
+
+def unfinished_warning(count: int, total: int, config: DecodeConfig) -> str | None:
+    """One line for standard error when ``count`` of ``total`` outputs were cut at the maximum length, else None.
+
+    Example: ``3 of 200 outputs (1.5%) were cut at the maximum length (1.0 * source length + 50 tokens) without an
+    end of sentence; raise --max-len-a/--max-len-b to let them finish``.
+    """
+    if not count:
+        return None
+    return (
+        f"{count:,} of {total:,} outputs ({count / total:.1%}) were cut at the maximum length "
+        f"({config.max_len_a:g} * source length + {config.max_len_b} tokens) without an end of sentence; raise "
+        f"--max-len-a/--max-len-b to let them finish"
+    )
 
 
 def teacher_forced_nll(loaded: LoadedCheckpoint, pairs: Sequence[Pair], batch_size: int = 64) -> NLLResult:
@@ -137,7 +224,7 @@ def evaluate_pairs(
     Args:
         loaded: a loaded checkpoint.
         pairs: held-out (source, target) pairs.
-        task: "g2p", "translation" or "synthetic".
+        task: "g2p", "translation", "exact" or "synthetic".
         config: decoding settings (default: beam 4, α = 0.6); only the 1-best output is scored.
         batch_size: sentences decoded (and scored) together.
         progress: progress bar on stderr (None: automatic, see :func:`translate`).
@@ -145,7 +232,8 @@ def evaluate_pairs(
 
     Returns:
         :class:`Evaluation` with metrics: g2p ``wer``, ``per``, ``wer_no_stress``, ``per_no_stress``; translation
-        ``bleu``, ``chrf``; synthetic ``exact_match``; always ``perplexity`` and ``nll_per_token``.
+        ``bleu``, ``chrf``; exact and synthetic ``exact_match``; always ``perplexity`` and ``nll_per_token``; the
+        count of outputs cut at the maximum length (``unfinished``) and every pair's output (``hypotheses``).
 
     Raises:
         ConfigError: unknown task. DataError: no pairs. ShapeError: an input too long for the model.
@@ -158,6 +246,8 @@ def evaluate_pairs(
     grouped = group_references(pairs)
     outputs = translate(loaded, grouped.sources, config, batch_size, progress)
     best = [hyps[0].text if hyps else "" for hyps in outputs]
+    output_of = dict(zip(grouped.sources, best, strict=True))
+    hyps = [output_of[pair.source] for pair in pairs]
     metrics: dict[str, float] = {}
     signatures: dict[str, str] = {}
     if task == "g2p":
@@ -165,8 +255,6 @@ def evaluate_pairs(
         stripped = g2p_error_rates(best, grouped.references, strip_stress=True)
         metrics.update(wer=kept.wer, per=kept.per, wer_no_stress=stripped.wer, per_no_stress=stripped.per)
     else:
-        output_of = dict(zip(grouped.sources, best, strict=True))
-        hyps = [output_of[pair.source] for pair in pairs]
         refs = [pair.target for pair in pairs]
         if task == "translation":
             bleu_result, chrf_result = bleu(hyps, refs), chrf(hyps, refs)
@@ -181,7 +269,8 @@ def evaluate_pairs(
         {"source": s, "output": o, "references": r}
         for s, o, r in zip(grouped.sources[:num_examples], best, grouped.references, strict=False)
     ]
-    return Evaluation(task, metrics, signatures, len(pairs), len(grouped.sources), examples)
+    unfinished = count_unfinished(outputs)
+    return Evaluation(task, metrics, signatures, len(pairs), len(grouped.sources), examples, unfinished, hyps)
 
 
 METRIC_LABELS = {

@@ -1,0 +1,161 @@
+"""From a run's data settings to its three splits and its tokenizers: what ``dotformer train`` reads before training.
+
+Two ways to get the splits:
+
+* **given files**: ``DataConfig.valid`` (and ``test``) name files of their own; nothing is split at random, each split
+  holds exactly its file's pairs (the training file's ``limit`` aside). Without ``test`` there is no test split: a
+  test file is evaluated later with ``dotformer evaluate --data TEST``. ``test`` without ``valid`` draws the
+  validation split from the training file (``valid_fraction``, seeded) and takes the test split from its file.
+* **one corpus**: the deterministic, group-disjoint split of :func:`dotformer.data.splits.split_corpus`.
+
+Every file is read with the same reader options (:meth:`dotformer.training.config.DataConfig.corpus_options`), and
+each gives one line for the screen (:func:`dotformer.data.corpora.describe_corpus`: columns used, rows read, pairs
+kept, every drop counted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from dotformer.data.corpora import NAMED_TASKS, Corpus, describe_corpus, load_pairs
+from dotformer.data.splits import Splits, split_corpus
+from dotformer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dotformer.data.corpora import Pair
+    from dotformer.data.tokenizers import Tokenizer, TokenizerPair
+    from dotformer.training.config import DataConfig
+
+
+@dataclass
+class RunData:
+    """The splits of a run and what reading them said.
+
+    Attributes:
+        corpus: the training corpus (its task is the run's task).
+        splits: train, valid and test pairs; ``splits.info`` is saved as split.json.
+        lines: one line per file read (and one for a missing test split), for standard error.
+    """
+
+    corpus: Corpus
+    splits: Splits
+    lines: list[str] = field(default_factory=list)
+
+
+def read_run_data(data: DataConfig, seed: int) -> RunData:
+    """Read the training corpus, and the valid/test files when given, into the run's splits (module docstring).
+
+    Args:
+        data: the data settings (``dataset``, ``valid``, ``test``, ``task``, reader options, fractions).
+        seed: the seed of a random split.
+
+    Raises:
+        ConfigError: a ``task`` that contradicts a named corpus, ``test_books`` with a given valid file, or valid /
+            test files whose task differs from the training file's.
+        DataError / MissingDataError: a file cannot be read (FILE:LINE in the message).
+    """
+    named_task = NAMED_TASKS.get(data.dataset)
+    compatible = data.task == named_task or (named_task == "synthetic" and data.task == "exact")
+    if data.task is not None and named_task is not None and not compatible:
+        raise ConfigError(f"--task {data.task}: {data.dataset} is a {named_task} corpus; --task is for your own files")
+    corpus = load_pairs(data.dataset, data.corpus_options("train"))
+    lines = [describe_corpus(corpus, "train")]
+    if data.valid is None and data.test is None:
+        test_groups = data.test_books
+        if test_groups and data.dataset == "bible":
+            from dotformer.data.bible import book_ids
+
+            test_groups = tuple(book_ids(test_groups))  # "Matthew", "mk" -> OSIS ids "Matt", "Mark"
+        splits = split_corpus(corpus, seed, data.valid_fraction, data.test_fraction, test_groups)
+        counts = splits.info["counts"]
+        lines[0] += f"; split at random (seed {seed}): {counts['train']:,} / {counts['valid']:,} / {counts['test']:,}"
+        return RunData(corpus, splits, lines)
+    if data.test_books:
+        raise ConfigError("test_books holds Bible books out of a random split; with --valid/--test give files instead")
+    given: dict[str, Corpus] = {}
+    for role in ("valid", "test"):
+        spec = getattr(data, role)
+        if spec is None:
+            continue
+        given[role] = load_pairs(spec, data.corpus_options(role))
+        if given[role].task != corpus.task:
+            raise ConfigError(f"{spec}: task {given[role].task}, but the training data {corpus.name} is {corpus.task}")
+        lines.append(describe_corpus(given[role], role) + _overlap(given[role].pairs, corpus.pairs, role))
+    if "valid" in given:
+        train, valid = list(corpus.pairs), list(given["valid"].pairs)
+        how = {"valid_fraction": None}
+    else:  # a test file, and valid drawn from the training file
+        drawn = split_corpus(corpus, seed, data.valid_fraction, 0.0)
+        train, valid = drawn.train, drawn.valid
+        how = {"valid_fraction": data.valid_fraction}
+        lines.append(f"valid: {len(valid):,} pairs drawn at random (seed {seed}) from {corpus.name}")
+    test = list(given["test"].pairs) if "test" in given else []
+    if "test" not in given:
+        lines.append(
+            "test: none (no --test file): evaluate a test file later with dotformer evaluate --checkpoint RUN "
+            "--data TEST"
+        )
+    info = {
+        "given": {
+            "train": corpus.name,
+            **{role: given[role].name if role in given else None for role in ("valid", "test")},
+        },
+        "seed": seed,
+        **how,
+        "test_fraction": None,
+        "test_groups": None,
+        "keep_groups_together": False,
+        "counts": {"train": len(train), "valid": len(valid), "test": len(test)},
+        "corpus": {"name": corpus.name, "task": corpus.task, "report": corpus.report},
+        **{f"{role}_corpus": {"name": c.name, "report": c.report} for role, c in given.items()},
+    }
+    return RunData(corpus, Splits(train=train, valid=valid, test=test, info=info), lines)
+
+
+def _overlap(pairs: list[Pair], train: list[Pair], role: str) -> str:
+    """``"; 3 of its 120 sources are training sources too"`` when some are, else ``""``."""
+    sources = {pair.source for pair in pairs}
+    shared = len(sources & {pair.source for pair in train})
+    return f"; {shared:,} of its {len(sources):,} sources are training sources too" if shared else ""
+
+
+def make_tokenizers(data: DataConfig, train: list[Pair]) -> TokenizerPair:
+    """The run's tokenizers: read from ``src_tokenizer_file``/``tgt_tokenizer_file`` when given, else trained on
+    the training pairs (kinds, vocabulary size and sharing as resolved in ``data``).
+
+    The same file on both sides gives one shared tokenizer object (and shared embeddings by default).
+
+    Raises:
+        MissingDataError / DataError: a tokenizer file cannot be read. ConfigError: a bad kind or size.
+    """
+    from dotformer.data.pretrained import read_tokenizer_file
+    from dotformer.data.tokenizers import TokenizerPair, train_tokenizer, train_tokenizer_pair
+
+    src_file, tgt_file = data.src_tokenizer_file, data.tgt_tokenizer_file
+    src_vocab = data.vocab_size if data.src_tokenizer == "bpe" else None
+    tgt_vocab = data.vocab_size if data.tgt_tokenizer == "bpe" else None
+    if src_file is None and tgt_file is None:
+        return train_tokenizer_pair(
+            [p.source for p in train],
+            [p.target for p in train],
+            data.src_tokenizer,
+            data.tgt_tokenizer,
+            src_vocab,
+            tgt_vocab,
+            shared=bool(data.shared_vocab),
+        )
+    if src_file is not None and src_file == tgt_file:
+        tokenizer = read_tokenizer_file(src_file)
+        return TokenizerPair(tokenizer, tokenizer)
+    src: Tokenizer = (
+        read_tokenizer_file(src_file)
+        if src_file is not None
+        else train_tokenizer(data.src_tokenizer, [p.source for p in train], src_vocab)
+    )
+    tgt: Tokenizer = (
+        read_tokenizer_file(tgt_file)
+        if tgt_file is not None
+        else train_tokenizer(data.tgt_tokenizer, [p.target for p in train], tgt_vocab)
+    )
+    return TokenizerPair(src, tgt)
