@@ -17,6 +17,8 @@ import argparse
 import sys
 from typing import Any
 
+from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS
+
 # (flag, section, field, argparse keywords); every flag defaults to None = "not given", so that only the flags
 # given on the command line override the config file.
 _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
@@ -95,6 +97,8 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("--test-fraction", "data", "test_fraction", dict(type=float, metavar="F", help="share of pairs in the test "
      "split (default 0.05)")),
 ]  # fmt: skip
+# how to read the files, given valid/test files, tokenizer files, the other corpora's options (cli/data_flags.py)
+_FLAGS += [(flag, "data", field, kwargs) for flag, field, kwargs in [*READER_FLAGS, *TRAIN_DATA_FLAGS]]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

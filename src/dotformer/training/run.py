@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 from dotformer.config import PRESETS, ModelConfig
 from dotformer.errors import CheckpointError, ConfigError, DotformerError
-from dotformer.training.config import DataConfig, TrainConfig
+from dotformer.training.config import DataConfig, TrainConfig, data_table
 
 if TYPE_CHECKING:
     from dotformer.data.tokenizers import Tokenizer
     from dotformer.training.loop import FitResult
 
 SECTIONS = ("model", "train", "data")
-TASK_PRESETS = {"g2p": "small", "translation": "small", "synthetic": "tiny"}  # the model preset of each task
+TASK_PRESETS = {"g2p": "small", "translation": "small", "exact": "small", "synthetic": "tiny"}  # preset per task
 NAMED_TASKS = {"cmudict": "g2p", "bible": "translation", "copy": "synthetic", "reverse": "synthetic"}
 DEFAULT_BPE_VOCAB = 8000
 
@@ -123,7 +123,7 @@ def read_config_file(path: str | Path) -> ConfigSections:
     sections = ConfigSections(
         model=dict(table.get("model", {})),
         train=dict(table.get("train", {})),
-        data=dict(table.get("data", {})),
+        data=data_table(table.get("data", {}), str(path)),  # [data] train = ... is the dataset
         source=str(path),
     )
     check_keys(sections)
@@ -161,9 +161,15 @@ def resolve_data_config(data: DataConfig, task: str) -> DataConfig:
     from dotformer.data.tokenizers import default_kinds
 
     src_default, tgt_default = default_kinds(task)
-    src = data.src_tokenizer or src_default
-    tgt = data.tgt_tokenizer or tgt_default
-    shared = data.shared_vocab if data.shared_vocab is not None else (src == tgt == "bpe")
+    src = None if data.src_tokenizer_file else data.src_tokenizer or src_default  # a side read from a file: no kind
+    tgt = None if data.tgt_tokenizer_file else data.tgt_tokenizer or tgt_default
+    if data.src_tokenizer_file or data.tgt_tokenizer_file:
+        same_file = data.src_tokenizer_file == data.tgt_tokenizer_file
+        if data.shared_vocab and not same_file:
+            raise ConfigError("a shared vocabulary with tokenizer files needs the same file on both sides")
+        shared = same_file
+    else:
+        shared = data.shared_vocab if data.shared_vocab is not None else (src == tgt == "bpe")
     vocab = data.vocab_size if data.vocab_size is not None else (DEFAULT_BPE_VOCAB if "bpe" in (src, tgt) else None)
     if shared and src != tgt:
         raise ConfigError(f"a shared vocabulary needs one tokenizer kind for both sides, got {src} and {tgt}")
@@ -265,14 +271,15 @@ class _Prepared:
     valid_pairs: list
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
+    data_lines: list[str] = field(default_factory=list)  # what reading each file said (printed before training)
 
 
 def _prepare_fresh(
     run_dir: Path, sections: ConfigSections, train_config: TrainConfig, invocation: dict[str, Any], context: Any
 ) -> _Prepared:
-    from dotformer.data.corpora import CorpusOptions, load_pairs
-    from dotformer.data.splits import load_split, save_splits, split_corpus
-    from dotformer.data.tokenizers import load_tokenizer, train_tokenizer_pair
+    from dotformer.data.prepare import make_tokenizers, read_run_data
+    from dotformer.data.splits import load_split, save_splits
+    from dotformer.data.tokenizers import load_tokenizer
     from dotformer.training.distributed import barrier
 
     data_config = DataConfig.from_dict(sections.data, "[data]")
@@ -280,34 +287,14 @@ def _prepare_fresh(
         raise ConfigError(f"{run_dir} already holds a run: pass --resume to continue it, or --out for a new run")
     barrier(context)  # every rank has looked before rank 0 writes
     data_dir = run_dir / "data"
+    data_lines: list[str] = []
     if context.is_main:
-        options = {"limit": data_config.limit, "strip_stress": data_config.strip_stress}
-        if data_config.source_module:
-            options["source_module"] = data_config.source_module
-        if data_config.target_module:
-            options["target_module"] = data_config.target_module
-        corpus = load_pairs(data_config.dataset, CorpusOptions(**options))
+        run_data = read_run_data(data_config, train_config.seed)  # given valid/test files, or a random split
+        corpus, splits = run_data.corpus, run_data.splits
+        data_lines = run_data.lines  # columns used, rows read, pairs kept and dropped, per file
         data_config = resolve_data_config(data_config, corpus.task)
-        test_groups = data_config.test_books
-        if test_groups and data_config.dataset == "bible":
-            from dotformer.data.bible import book_ids
-
-            test_groups = tuple(book_ids(test_groups))  # "Matthew", "mk" -> OSIS ids "Matt", "Mark"
-        splits = split_corpus(
-            corpus, train_config.seed, data_config.valid_fraction, data_config.test_fraction, test_groups
-        )
         save_splits(splits, data_dir)
-        src_vocab = data_config.vocab_size if data_config.src_tokenizer == "bpe" else None
-        tgt_vocab = data_config.vocab_size if data_config.tgt_tokenizer == "bpe" else None
-        tokenizers = train_tokenizer_pair(
-            [p.source for p in splits.train],
-            [p.target for p in splits.train],
-            data_config.src_tokenizer,
-            data_config.tgt_tokenizer,
-            src_vocab,
-            tgt_vocab,
-            shared=bool(data_config.shared_vocab),
-        )
+        tokenizers = make_tokenizers(data_config, splits.train)  # files, or trained on train
         tokenizers.src.save(data_dir / "tokenizer_src.json")
         tokenizers.tgt.save(data_dir / "tokenizer_tgt.json")
         model_config, preset = build_model_config(
@@ -333,7 +320,9 @@ def _prepare_fresh(
         write_json_atomic(run_dir / "run.json", record)
     barrier(context)
     # every rank (rank 0 too) reads what rank 0 wrote, so all train on exactly the same data and vocabularies
-    return _load_prepared(run_dir, _read_run_json(run_dir), train_config, load_split, load_tokenizer)
+    prepared = _load_prepared(run_dir, _read_run_json(run_dir), train_config, load_split, load_tokenizer)
+    prepared.data_lines = data_lines
+    return prepared
 
 
 def _record_sections(record: dict[str, Any]) -> ConfigSections:
@@ -405,6 +394,9 @@ def _train(prepared: _Prepared, run_dir: Path, resume: bool, is_main: bool) -> R
         tgt_tokenizer=p.tgt_tokenizer,
     )
     info = {"task": p.task, "dataset": p.data_config.dataset, "data": p.data_config.to_dict()}
+    if is_main and p.train_config.progress:
+        for line in p.data_lines:
+            print(f"data: {line}", file=sys.stderr)
     result = fit(model, data, p.train_config, run_dir=run_dir, info=info, resume=resume)
     return RunResult(fit=result, run_dir=run_dir, is_main=is_main)
 
