@@ -244,6 +244,37 @@ def test_loss_curves_read_the_training_log(tmp_path: Path) -> None:
         read_loss_curves(tmp_path / "nothing")
 
 
+def test_curves_of_several_runs_have_lr_and_perplexity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = []
+    for name, scale in (("a", 1.0), ("b", 2.0)):
+        run = tmp_path / name
+        run.mkdir()
+        lines = [
+            {"split": "train", "step": 1, "loss": 4.0 * scale, "nll": 3.0, "ppl": 20.0, "lr": 1e-4 * scale},
+            {"split": "train", "step": 2, "loss": 3.5 * scale, "nll": 2.0, "lr": 2e-4 * scale},  # no ppl: exp(nll)
+            {"split": "train", "step": 3, "loss": 3.0 * scale},  # neither lr nor nll
+            {"split": "valid", "step": 3, "loss": 3.2 * scale, "nll": 1.5},
+        ]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        runs.append(run)
+    result = plot_loss_curves(runs, tmp_path / "both.png")
+    assert result.path.is_file() and [c.label for c in result.runs] == ["a", "b"]
+    a, b = result.runs
+    np.testing.assert_allclose(a.train_ppl, [20.0, np.exp(2.0), np.nan])
+    np.testing.assert_allclose(a.valid_ppl, [np.exp(1.5)])
+    np.testing.assert_allclose(b.train_lr, [2e-4, 4e-4, np.nan])
+    np.testing.assert_allclose(b.train_loss, [8.0, 7.0, 6.0])
+    assert result.curves is a  # the single-run view is the first run
+    assert main(["plot", "curves", "--run", str(runs[0]), "--run", str(runs[1]), "--out", str(tmp_path / "c.svg")]) == 0
+    out = capsys.readouterr().out
+    assert "a: 3 train points, 1 validation points; b: 3 train points, 1 validation points" in out
+    same_name = tmp_path / "x" / "a"
+    same_name.mkdir(parents=True)
+    (same_name / "metrics.jsonl").write_text((runs[0] / "metrics.jsonl").read_text())
+    labels = [c.label for c in plot_loss_curves([runs[0], same_name], tmp_path / "d.png").runs]
+    assert labels == [str(runs[0]), str(same_name)]  # two runs named "a": whole paths tell them apart
+
+
 def test_importing_plots_does_not_import_matplotlib() -> None:
     code = "import sys, dotformer.plots, dotformer.explore, dotformer.compare; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

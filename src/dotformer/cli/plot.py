@@ -17,6 +17,7 @@ examples:
   dotformer plot schedule --d-model 512 --warmup 4000 --out schedule.png
   dotformer plot schedule --config configs/g2p.toml --out schedule.png
   dotformer plot curves --run runs/g2p --out curves.png
+  dotformer plot curves --run runs/g2p --run runs/g2p-long --out compare.png
 """
 
 
@@ -58,7 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     masks.add_argument("--out", default="masks.png", metavar="FILE", help=".png or .svg (masks.png)")
 
     schedule = kinds.add_parser("schedule", help="the learning-rate schedule (paper §5.3, Eq. 3)")
-    schedule.add_argument("--config", metavar="FILE.toml", help="a training config file (its [train] schedule)")
+    schedule.add_argument(
+        "--config", metavar="FILE.toml", help="a training config file, or a shipped one by name: g2p (its [train])"
+    )
     schedule.add_argument(
         "--d-model", type=int, default=None, metavar="D", help="model width (512; with --config: its)"
     )
@@ -67,8 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     schedule.add_argument("--steps", type=int, default=None, help="steps drawn (default: 10 × warmup or max_steps)")
     schedule.add_argument("--out", default="schedule.png", metavar="FILE", help=".png or .svg (schedule.png)")
 
-    curves = kinds.add_parser("curves", help="training and validation loss of a run (its metrics.jsonl)")
-    curves.add_argument("--run", required=True, metavar="DIR", help="run directory (or its metrics.jsonl)")
+    curves = kinds.add_parser(
+        "curves", help="loss, perplexity and learning rate of one or more runs, overlaid (their metrics.jsonl)"
+    )
+    curves.add_argument(
+        "--run", required=True, action="append", metavar="DIR", help="run directory or its metrics.jsonl (repeatable)"
+    )
     curves.add_argument("--out", default="curves.png", metavar="FILE", help=".png or .svg (curves.png)")
 
 
@@ -107,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {result.path} (peak lr {curve.lrs.max():.3e} at step {curve.peak_step})")
     else:
         result = plots.plot_loss_curves(args.run, args.out)
-        c = result.curves
-        print(f"wrote {result.path} ({c.train_steps.size} train points, {c.valid_steps.size} validation points)")
+        counts = "; ".join(
+            f"{c.label}: {c.train_steps.size} train points, {c.valid_steps.size} validation points" for c in result.runs
+        )
+        print(f"wrote {result.path} ({counts})")
     return 0
