@@ -18,15 +18,19 @@ from dotformer.compare import (
     GradientProfile,
     RecallModel,
     SequenceLayer,
+    Series,
     analytic_flops,
     analytic_saved_bytes,
     compare,
     count_operations,
+    draw_series,
     format_report,
     gradient_by_distance,
     plot_gradients,
     plot_report,
     table1_rows,
+    tidy_log_axis,
+    timing_note,
 )
 from dotformer.errors import ConfigError
 
@@ -122,6 +126,53 @@ def test_table_json_and_figures(report: CompareReport, tmp_path: Path) -> None:
     assert data["layers"][0]["points"][1]["sequential_steps"] == 12
     assert plot_report(report, tmp_path / "r.png").stat().st_size > 0
     assert plot_gradients(report, tmp_path / "g.svg").stat().st_size > 0
+
+
+def test_figure_tells_equal_lines_and_noisy_timings_apart(report: CompareReport, tmp_path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    series = [Series("Recurrent (LSTM)", [3, 12], [3, 12]), Series("Recurrent (GRU)", [3, 12], [3, 12])]
+    series.append(Series("Self-attention", [3, 12], [1, 1]))
+    assert draw_series(ax, series, {}) == ["GRU = LSTM"]
+    lstm, gru, _ = ax.get_lines()
+    assert lstm.get_linestyle() == "-" and gru.get_linestyle() != "-"  # the second of two equal lines is dashed
+    assert gru.get_markersize() > lstm.get_markersize() and gru.get_markerfacecolor() == "none"  # ... ringed
+    # steps of LSTM and GRU are equal in the measured report: the figure notes it
+    rows = {layer.kind: [p.sequential_steps for p in layer.points] for layer in report.layers}
+    assert rows["lstm"] == rows["gru"]
+    assert "--repeats 1" in format_report(report) and "noise, not a trend" in format_report(report)
+    assert timing_note(CompareReport(CompareConfig(repeats=3), [], 0.0, "", 1)) == ""
+
+
+@pytest.mark.parametrize("limits", [(20.0, 60.0), (1.5, 9.0), (3.0, 3000.0)])
+def test_log_axis_tick_labels_do_not_overlap(limits: tuple[float, float]) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4, 3))
+    canvas = FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.plot(limits, limits)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    tidy_log_axis(ax, "x")
+    tidy_log_axis(ax, "y")
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for axis in (ax.xaxis, ax.yaxis):
+        assert not any(label.get_text() for label in axis.get_minorticklabels() if label.get_visible())
+        low, high = sorted(axis.get_view_interval())
+        shown = [
+            t.label1.get_window_extent(renderer)
+            for t in axis.get_major_ticks()
+            if t.label1.get_visible() and t.label1.get_text() and low <= t.get_loc() <= high
+        ]
+        assert len(shown) >= 2  # a narrow axis still gets numbers
+        assert not any(a.overlaps(b) for i, a in enumerate(shown) for b in shown[i + 1 :])
 
 
 def test_config_validation() -> None:

@@ -31,6 +31,8 @@ from dotformer.plots import (
     positional_data,
     read_loss_curves,
 )
+from dotformer.plots.curves import schedule_title
+from dotformer.plots.positional import WAVE_SAMPLES
 
 WORDS = ["cat", "dog", "bird", "attention", "head"]
 PHONES = ["K AE1 T", "D AO1 G", "B ER1 D", "AH0 T EH1 N SH AH0 N", "HH EH1 D"]
@@ -159,7 +161,7 @@ def test_plot_attention_draws_exactly_the_returned_weights(loaded: LoadedCheckpo
     assert one.path.read_text().lstrip().startswith("<?xml")
     with pytest.raises(ConfigError, match="layer 2 is out of range"):
         plot_attention(maps, tmp_path / "bad.png", layer=2)
-    with pytest.raises(ConfigError, match=".png or .svg"):
+    with pytest.raises(ConfigError, match=r"\.png, \.svg or \.pdf"):
         plot_attention(maps, tmp_path / "bad.jpg")
 
 
@@ -178,6 +180,18 @@ def test_positional_data_is_the_library_encoding(tmp_path: Path) -> None:
     for row in data.dot_products:
         np.testing.assert_allclose(row, expected, atol=1e-9)
     assert data.dot_products[0, 0] == pytest.approx(16.0)  # |PE(p)|² = D / 2
+    assert data.max_curve_difference < 1e-9  # the curves coincide: the figure says so
+    # the waves are the formula sampled finely; at integer positions they are the library's encoding
+    step = data.wave_positions[1] - data.wave_positions[0]
+    assert step == pytest.approx(1 / WAVE_SAMPLES)
+    integer = np.arange(0, data.wave_positions.size, WAVE_SAMPLES)
+    np.testing.assert_allclose(data.wave_positions[integer], np.arange(50))
+    for dim, values in zip(data.wave_dims, data.waves, strict=True):
+        np.testing.assert_allclose(values[integer], data.encoding[:, dim], atol=1e-12)
+        omega = 10000.0 ** (-(dim - dim % 2) / 32)
+        assert np.abs(np.diff(values)).max() <= omega * step + 1e-12  # smooth: no jump larger than the slope allows
+    assert data.wave_dims[:2] == (0, 1)
+    assert plot_positional(8, 10, tmp_path / "pe.pdf").path.read_bytes()[:5] == b"%PDF-"
     assert all(0 <= d < 32 for d in data.wave_dims)
     with pytest.raises(ConfigError):
         positional_data(0, 10)
@@ -209,11 +223,18 @@ def test_schedule_curve_is_the_papers_formula(tmp_path: Path) -> None:
     assert curve.lrs.max() == pytest.approx((512 * 4000) ** -0.5)
     result = plot_schedule([curve, noam_curve(64, 400, steps=8000)], tmp_path / "schedule.png")
     assert result.path.is_file()
+    assert "Eq. 3" in schedule_title(result.curves)
+    assert plot_schedule([curve], tmp_path / "schedule.pdf").path.read_bytes()[:5] == b"%PDF-"
     config = tmp_path / "run.toml"
     config.write_text('[model]\npreset = "tiny"\n[train]\nwarmup_steps = 50\nmax_steps = 200\n')
     from_file = config_curve(config)
     assert from_file.steps.size == 200 and from_file.peak_step == 50
     assert from_file.lrs[49] == pytest.approx((64 * 50) ** -0.5)  # tiny: d_model = 64
+    config.write_text('[train]\nlr_schedule = "inverse_sqrt"\nlr_peak = 1e-3\nwarmup_steps = 10\nmax_steps = 40\n')
+    inverse = config_curve(config)
+    assert inverse.schedule == "inverse_sqrt" and "inverse_sqrt" in inverse.label and "d_model" not in inverse.label
+    assert inverse.lrs[9] == pytest.approx(1e-3) and inverse.lrs[39] == pytest.approx(1e-3 * (10 / 40) ** 0.5)
+    assert "Eq. 3" not in schedule_title([inverse]) and "Eq. 3" not in schedule_title([inverse, curve])
     config.write_text("[train]\nwarmup = 3\n")
     with pytest.raises(ConfigError, match="warmup"):
         config_curve(config)

@@ -1,6 +1,6 @@
 """``dotformer plot``: attention maps, positional encodings, masks, the learning-rate schedule, loss curves.
 
-Every plot is written as PNG or SVG (chosen by the --out extension) and the command prints where.
+Every plot is written as PNG, SVG or PDF (chosen by the --out extension) and the command prints where.
 """
 
 from __future__ import annotations
@@ -48,15 +48,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="which maps (repeatable; default: all three)",
     )
     attention.add_argument("--device", default="cpu", help="where to run the model (cpu)")
-    attention.add_argument("--out", default="attention.png", metavar="FILE", help=".png or .svg (attention.png)")
+    attention.add_argument("--out", default="attention.png", metavar="FILE", help=".png, .svg or .pdf (attention.png)")
 
     positional = kinds.add_parser("positional", help="the sinusoidal positional encoding (paper §3.5)")
     positional.add_argument("--d-model", type=int, default=128, metavar="D", help="encoding width (128)")
     positional.add_argument("--length", type=int, default=100, metavar="N", help="number of positions (100)")
-    positional.add_argument("--out", default="positional.png", metavar="FILE", help=".png or .svg (positional.png)")
+    positional.add_argument(
+        "--out", default="positional.png", metavar="FILE", help=".png, .svg or .pdf (positional.png)"
+    )
 
     masks = kinds.add_parser("masks", help="padding and causal masks of an example batch (paper §3.2.3)")
-    masks.add_argument("--out", default="masks.png", metavar="FILE", help=".png or .svg (masks.png)")
+    masks.add_argument("--out", default="masks.png", metavar="FILE", help=".png, .svg or .pdf (masks.png)")
 
     schedule = kinds.add_parser("schedule", help="the learning-rate schedule (paper §5.3, Eq. 3)")
     schedule.add_argument(
@@ -68,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     schedule.add_argument("--warmup", type=int, default=None, metavar="STEPS", help="warmup steps (4000)")
     schedule.add_argument("--scale", type=float, default=None, help="multiplier of the paper's formula (1.0)")
     schedule.add_argument("--steps", type=int, default=None, help="steps drawn (default: 10 × warmup or max_steps)")
-    schedule.add_argument("--out", default="schedule.png", metavar="FILE", help=".png or .svg (schedule.png)")
+    schedule.add_argument("--out", default="schedule.png", metavar="FILE", help=".png, .svg or .pdf (schedule.png)")
 
     curves = kinds.add_parser(
         "curves", help="loss, perplexity and learning rate of one or more runs, overlaid (their metrics.jsonl)"
@@ -76,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     curves.add_argument(
         "--run", required=True, action="append", metavar="DIR", help="run directory or its metrics.jsonl (repeatable)"
     )
-    curves.add_argument("--out", default="curves.png", metavar="FILE", help=".png or .svg (curves.png)")
+    curves.add_argument("--out", default="curves.png", metavar="FILE", help=".png, .svg or .pdf (curves.png)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,5 +1,5 @@
 """What every plot shares: a matplotlib figure on the Agg canvas (no global backend switch, no display needed),
-saving to PNG or SVG by the file's extension, and a labelled heatmap panel.
+saving to PNG, SVG or PDF by the file's extension, and a labelled heatmap panel.
 
 matplotlib is imported inside the functions, so ``import dotformer.plots`` stays cheap and changes nothing.
 """
@@ -18,18 +18,20 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-FORMATS = (".png", ".svg")  # the file types every plot can be written as (chosen by the output's extension)
+FORMATS = (".png", ".svg", ".pdf")  # the file types every plot can be written as (chosen by the output's extension)
 
 
 def check_output_path(path: str | Path) -> Path:
-    """Return ``path`` as a Path after checking that its extension is .png or .svg.
+    """Return ``path`` as a Path after checking that its extension is .png, .svg or .pdf.
 
     Raises:
         ConfigError: another extension (the message names it and the allowed ones).
     """
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
-        raise ConfigError(f"{path}: plots are written as .png or .svg (chosen by the extension), got {path.suffix!r}")
+        raise ConfigError(
+            f"{path}: plots are written as .png, .svg or .pdf (chosen by the extension), got {path.suffix!r}"
+        )
     return path
 
 
@@ -54,10 +56,10 @@ def new_figure(width_in: float, height_in: float) -> Figure:
 
 
 def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
-    """Write ``fig`` to ``path`` (.png or .svg, parent directories created) and return the path.
+    """Write ``fig`` to ``path`` (.png, .svg or .pdf, parent directories created) and return the path.
 
     Raises:
-        ConfigError: the extension is neither .png nor .svg.
+        ConfigError: the extension is not .png, .svg or .pdf.
     """
     path = check_output_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

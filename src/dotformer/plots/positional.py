@@ -3,7 +3,12 @@ dimensions as waves, and the dot product PE(p)·PE(p+k) as a function of the dis
 
 For an even d_model, PE(p)·PE(p+k) = Σ_i [sin(p·ω_i)·sin((p+k)·ω_i) + cos(p·ω_i)·cos((p+k)·ω_i)] = Σ_i cos(k·ω_i)
 with ω_i = 10000^(-2i/d_model): it depends on the distance k only, not on the position p. The plot draws it for several
-p to show that the curves coincide.
+p to show that the curves coincide (one solid, the others dashed and marked, so that each stays visible, and a note that
+says so with the largest difference between them).
+
+The waves are drawn from the formula at :data:`WAVE_SAMPLES` points per position, so that the fastest dimensions
+(period 2π ≈ 6.3 positions) are smooth curves rather than zig-zags between integer positions; dots mark the integer
+positions, the values the model adds to its embeddings.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from dotformer.errors import ConfigError
 from dotformer.plots.common import check_output_path, heatmap, new_figure, save_figure
 from dotformer.positional import sinusoidal_positional_encoding
 
+WAVE_SAMPLES = 16  # points per position on the drawn waves
+
 
 class PositionalData(NamedTuple):
     """The numbers behind the positional-encoding figure.
@@ -28,6 +35,10 @@ class PositionalData(NamedTuple):
         positions: the start positions p of the dot-product curves.
         distances: (N,) int64, k = 0 .. N-1.
         dot_products: (len(positions), N) float64, PE(p)·PE(p+k) for each p (row) and k (column).
+        wave_positions: (M,) float64, the (fractional) positions the waves are drawn at, 0 .. N-1.
+        waves: (len(wave_dims), M) float64, PE(pos, dim) from the formula at ``wave_positions``
+            (sin(pos·ω) for even dims, cos for odd, ω = 10000^(-2⌊dim/2⌋/D)); at integer positions it equals
+            ``encoding``.
     """
 
     encoding: np.ndarray
@@ -35,6 +46,13 @@ class PositionalData(NamedTuple):
     positions: tuple[int, ...]
     distances: np.ndarray
     dot_products: np.ndarray
+    wave_positions: np.ndarray
+    waves: np.ndarray
+
+    @property
+    def max_curve_difference(self) -> float:
+        """The largest |PE(p)·PE(p+k) - PE(p')·PE(p'+k)| over start positions and distances (0 in exact arithmetic)."""
+        return float(np.ptp(self.dot_products, axis=0).max()) if len(self.positions) > 1 else 0.0
 
 
 class PositionalPlot(NamedTuple):
@@ -76,7 +94,16 @@ def positional_data(
     table_np = table.numpy()
     distances = np.arange(length)
     dots = np.stack([table_np[p : p + length] @ table_np[p] for p in positions])  # (len(positions), N)
-    return PositionalData(table_np[:length].copy(), wave_dims, positions, distances, dots)
+    fine = np.linspace(0.0, length - 1, (length - 1) * WAVE_SAMPLES + 1)  # (M,)
+    waves = np.stack([wave(d_model, dim, fine) for dim in wave_dims]) if wave_dims else np.zeros((0, fine.size))
+    return PositionalData(table_np[:length].copy(), wave_dims, positions, distances, dots, fine, waves)
+
+
+def wave(d_model: int, dim: int, positions: np.ndarray) -> np.ndarray:
+    """PE(pos, dim) of the paper's formula at any (fractional) positions: sin(pos·ω) for even dim, cos for odd,
+    ω = 10000^(-2⌊dim/2⌋/d_model). Returns float64 of the shape of ``positions``."""
+    omega = 10000.0 ** (-(dim - dim % 2) / d_model)
+    return np.sin(positions * omega) if dim % 2 == 0 else np.cos(positions * omega)
 
 
 def plot_positional(
@@ -101,18 +128,44 @@ def plot_positional(
     ax_table.set_title(f"PE(pos, dim), d_model = {d_model}", fontsize=9)
     fig.colorbar(image, ax=ax_table, shrink=0.8)
 
-    for dim in data.wave_dims:
+    for dim, values in zip(data.wave_dims, data.waves, strict=True):
         kind = "sin" if dim % 2 == 0 else "cos"
-        ax_waves.plot(np.arange(length), data.encoding[:, dim], label=f"dim {dim} ({kind})")
-    ax_waves.set_xlabel("position")
+        (line,) = ax_waves.plot(data.wave_positions, values, label=f"dim {dim} ({kind})", linewidth=1)
+        ax_waves.plot(np.arange(length), data.encoding[:, dim], ".", color=line.get_color(), markersize=2.5)
+    ax_waves.set_xlabel("position (dots: the integer positions the model uses)")
     ax_waves.set_ylabel("PE")
     ax_waves.set_title("low dimensions wiggle fast, high ones slowly", fontsize=9)
     ax_waves.legend(fontsize=7, loc="lower left")
 
-    for p, row in zip(data.positions, data.dot_products, strict=True):
-        ax_dots.plot(data.distances, row, label=f"p = {p}", linewidth=2 if p == data.positions[0] else 1)
+    styles = ("-", "--", ":", "-.")
+    markers = (None, "o", "s", "^", "v", "D")
+    every = max(1, length // 8)
+    for index, (p, row) in enumerate(zip(data.positions, data.dot_products, strict=True)):
+        ax_dots.plot(
+            data.distances,
+            row,
+            label=f"p = {p}",
+            linestyle=styles[index % len(styles)],
+            linewidth=3.0 if index == 0 else 1.4,
+            alpha=0.45 if index == 0 else 1.0,
+            marker=markers[index % len(markers)],
+            markevery=(index * every // max(1, len(data.positions)), every),  # markers offset along k per curve
+            markersize=4,
+            markerfacecolor="none",
+        )
     ax_dots.set_xlabel("distance k")
     ax_dots.set_ylabel("PE(p) · PE(p + k)")
     ax_dots.set_title("the dot product depends on the distance only", fontsize=9)
-    ax_dots.legend(fontsize=7)
+    if len(data.positions) > 1:
+        ax_dots.text(
+            0.98,
+            0.97,
+            f"the {len(data.positions)} curves coincide\n(largest difference {data.max_curve_difference:.0e})",
+            transform=ax_dots.transAxes,
+            ha="right",
+            va="top",
+            fontsize=7,
+            bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85, "edgecolor": "#bbb"},
+        )
+    ax_dots.legend(fontsize=7, loc="lower left")
     return PositionalPlot(save_figure(fig, path), data)
