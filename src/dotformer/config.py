@@ -50,6 +50,9 @@ class ModelConfig:
     max_len: int = 1024  # rows of the learned positional table (sinusoidal encodings have no limit)
     share_embeddings: bool = False  # one embedding table for source and target (needs a shared vocabulary)
     tie_output: bool = True  # generator weight = target embedding weight (§3.4 "share the same weight matrix")
+    scale_embeddings: bool = True  # token embeddings · √d_model (§3.4); False: unscaled, as BERT (imported models)
+    embedding_norm: bool = False  # a LayerNorm on embeddings + positions, before dropout (BERT; imported models)
+    generator_bias: bool = False  # a bias on the generator's logits (Marian's final_logits_bias; imported models)
     pad_id: int = 0  # token id of PAD in both vocabularies; padding masks are built from it
     arch: Architecture = "encoder-decoder"  # encoder-decoder (translation), decoder-only (LM), encoder-only
 
