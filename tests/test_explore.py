@@ -10,6 +10,7 @@ import base64
 import io
 import json
 import math
+import re
 import shutil
 import socket
 import subprocess
@@ -173,10 +174,13 @@ def test_unknown_symbols_are_warned_about(loaded: LoadedCheckpoint) -> None:
     assert "1 reference symbol(s) are not in the target vocabulary" in forced["warning"]
 
 
-def test_page_escapes_its_data() -> None:
+def test_page_escapes_its_data_and_needs_no_network() -> None:
     page = build_page([{"source": "</script><script>alert(1)</script>"}], "static")
     assert page.count("</script>") == 2  # the data block's and the program's own
     assert "<\\/script>" in page
+    # offline: no external script, style, font or image; the only URL is the SVG namespace
+    assert not re.search(r"<link|@import|url\(\s*['\"]?https?:|(src|href)\s*=\s*['\"]https?:", page)
+    assert set(re.findall(r"https?://[^\s\"'<>)]+", page)) == {"http://www.w3.org/2000/svg"}
 
 
 def test_server_endpoint(server: ExplorerServer, loaded: LoadedCheckpoint) -> None:

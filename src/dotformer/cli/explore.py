@@ -5,14 +5,21 @@ from __future__ import annotations
 import argparse
 
 EPILOG = """\
-Serve mode (default) runs the model for every input typed in the page; it listens on 127.0.0.1 only and stops on
-Ctrl-C. Write mode (--write FILE.html) saves one self-contained page with the --text examples precomputed (default:
-the first 5 sources of the run's test split); live input then needs serve mode.
+Serve mode (default) runs the model for every input typed in the page, greedily or force-decoding a reference typed
+beside it; it listens on 127.0.0.1 only and stops on Ctrl-C. Write mode (--write FILE.html) saves one self-contained
+page (no network access) with the --text examples precomputed (default: the first 5 sources of the run's test split);
+live input and forced decoding then need serve mode.
+
+The page shows each output token's probability and its top-5 alternatives, and four views of the attention
+weights: Overview (every layer x head of the chosen kind, and the mean over heads), Map (one head, hover to highlight
+a row and a column, download as PNG or SVG), Head view (lines from queries to keys, one colour per head) and Compare
+(two inputs side by side). Add #overview, #map, #heads or #compare to the address to open one.
 
 examples:
   dotformer explore --checkpoint runs/g2p                      # then open http://127.0.0.1:8000/
   dotformer explore --checkpoint runs/g2p --port 8765 --text transformer --text attention
   dotformer explore --checkpoint runs/g2p --write explorer.html --text transformer --text attention
+  chromium --headless --screenshot=overview.png --window-size=1200,860 "file://$PWD/explorer.html#overview"
 """
 
 
