@@ -14,7 +14,10 @@ tokenizers), metrics.jsonl and the checkpoints; the last line printed sums the r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS
@@ -67,6 +70,13 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "1000; always at the end)")),
     ("--keep-last", "train", "keep_last", dict(type=int, metavar="N", help="step checkpoints to keep besides best/ "
      "and last/ (default 3)")),
+    ("--best-metric", "train", "best_metric", dict(choices=["loss", "bleu", "chrf", "wer", "per"], help="what "
+     "picks best/ at each validation pass: the valid loss (default), or BLEU/chrF (higher is better) or WER/PER "
+     "(lower is better) of greedy outputs on the validation split")),
+    ("--valid-decode-limit", "train", "valid_decode_limit", dict(type=int, metavar="N", help="decode only a "
+     "seeded random sample of N validation sources for --best-metric (the same sample at every pass)")),
+    ("--patience", "train", "patience", dict(type=int, metavar="N", help="early stopping: stop when the "
+     "--best-metric has not improved for N validation passes (default 0: never)")),
     ("--log-every", "train", "log_every", dict(type=int, metavar="N", help="steps between lines of metrics.jsonl "
      "(default 10)")),
     ("--progress", "train", "progress", dict(action=argparse.BooleanOptionalAction, help="show the progress bar on "
@@ -115,6 +125,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume", action="store_true", help="continue the run in --out from its last checkpoint (exactly)"
     )
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in --out even if it holds a run: its run.json, data/, checkpoints and metrics are deleted "
+        "first (needed after a run stopped before its first checkpoint)",
+    )
+    parser.add_argument(
+        "--init-from",
+        metavar="CKPT",
+        help="fine-tune: start from this checkpoint's (or run's) weights, tokenizers and model config, with a fresh "
+        "optimizer and learning-rate schedule",
+    )
+    parser.add_argument(
         "--threads", type=int, metavar="N", help="CPU threads of torch's kernels (default: torch's choice, all cores)"
     )
     for flag, _, field, kwargs in _FLAGS:
@@ -125,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     """Build the configs from the file and the flags, train, print a one-line summary."""
     from dotformer.cli.outputs import check_output_dir
     from dotformer.errors import ConfigError
+    from dotformer.training.loop import TrainingInterrupted
     from dotformer.training.run import ConfigSections, read_config_file, train_run
 
     if args.threads is not None:
@@ -151,7 +174,34 @@ def run(args: argparse.Namespace) -> int:
     flag_sections = ConfigSections(**flags, source="command line")
     if args.out is not None:
         check_output_dir(args.out, "--out")
-    result = train_run(file_sections, flag_sections, args.out, resume=args.resume, command=sys.argv)
+    try:
+        with _warnings_as_lines():
+            result = train_run(
+                file_sections,
+                flag_sections,
+                args.out,
+                resume=args.resume,
+                command=sys.argv,
+                overwrite=args.overwrite,
+                init_from=args.init_from,
+            )
+    except TrainingInterrupted as exc:  # a checkpoint was saved first; the message says where and how to go on
+        print(f"dotformer train: {exc}", file=sys.stderr)
+        return 130
     if result.is_main:
         print(result.summary())
     return 0
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """Show the library's warnings as ``dotformer train: warning: ...`` lines on standard error, as they come."""
+    from dotformer.checkpoint import CheckpointWarning
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        print(f"dotformer train: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", CheckpointWarning)
+        warnings.showwarning = show
+        yield

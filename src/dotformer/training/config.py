@@ -47,6 +47,8 @@ _RENAMED_READER_FIELDS = {
     "synthetic_max_len": "max_len",
     "synthetic_seed": "seed",
 }
+BestMetric = Literal["loss", "bleu", "chrf", "wer", "per"]
+BEST_METRICS: tuple[str, ...] = ("loss", "bleu", "chrf", "wer", "per")
 
 _T = TypeVar("_T")
 
@@ -95,11 +97,18 @@ class TrainConfig:
     log_every: int = 10  # steps between train lines in metrics.jsonl (and TensorBoard points)
     progress: bool = True  # show a tqdm progress bar on standard error (rank 0 only)
     tensorboard: bool = False  # also write TensorBoard event files to RUN/tensorboard (needs `tensorboard`)
+    # model selection and early stopping (fairseq's --best-checkpoint-metric and --patience)
+    best_metric: BestMetric = "loss"  # picks best/: valid "loss", or the "bleu", "chrf", "wer", "per" of greedy outputs
+    valid_decode_limit: int | None = None  # decode a seeded sample of N valid sources for best_metric (None: all)
+    patience: int = 0  # stop when the best_metric has not improved for this many validation passes (0: never)
 
     def __post_init__(self) -> None:
         _positive_int(self, "max_tokens", "accumulation_steps")
         _positive_int(self, "max_steps", optional=True)
         _non_negative_int(self, "warmup_steps", "eval_every", "save_every", "log_every", "keep_last", "seed")
+        _non_negative_int(self, "patience")
+        _positive_int(self, "valid_decode_limit", optional=True)
+        _choice(self, "best_metric", BEST_METRICS)
         for name in ("max_minutes", "max_epochs"):
             value = getattr(self, name)
             if value is not None and not (_is_number(value) and value > 0):

@@ -10,10 +10,15 @@ so accumulation and data parallelism give the same update as one big batch.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
+import os
 import random
+import signal
+import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,11 +50,20 @@ from dotformer.training.optim import (
 )
 from dotformer.training.progress import Budget, Position, Progress
 from dotformer.training.schedule import learning_rate
+from dotformer.training.selection import decode_sample, is_improvement, validation_score
 
 if TYPE_CHECKING:
+    from dotformer.data.corpora import Pair
     from dotformer.data.tokenizers import Tokenizer
 
 logger = logging.getLogger(__name__)  # "dotformer.training.loop": the data line before training
+
+FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout")  # ModelConfig fields --init-from may change
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped on SIGINT (Ctrl-C) or SIGTERM after saving a checkpoint; the message says what was kept
+    and how to continue. A KeyboardInterrupt, so that code catching Ctrl-C catches it too."""
 
 
 @dataclass(frozen=True)
@@ -96,12 +110,15 @@ class TrainData:
         train: encoded training pairs (``dotformer.data.batching.encode_pairs``).
         valid: encoded validation pairs (may be empty: no validation).
         src_tokenizer, tgt_tokenizer: saved with every checkpoint.
+        valid_pairs: the validation pairs as text, for a decoding ``best_metric`` (None: rebuilt from ``valid``
+            by detokenising its ids, which loses symbols read as UNK).
     """
 
     train: Sequence[EncodedPair]
     valid: Sequence[EncodedPair]
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
+    valid_pairs: Sequence[Pair] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,10 +133,13 @@ class FitResult:
         tokens: target tokens trained on in total.
         tokens_per_second: target tokens per second in this call.
         train_loss: label-smoothed loss per token of the last step (nan when no step ran).
-        best_valid_loss, best_valid_perplexity, best_step: the best validation pass (None without validation).
+        best_valid_loss, best_valid_perplexity, best_step: the best validation pass by ``best_metric`` (its loss
+            and perplexity; None without validation).
         last_valid: the last validation pass (None without validation).
-        stopped_by: "max_steps", "max_minutes" or "max_epochs".
+        stopped_by: "max_steps", "max_minutes", "max_epochs" or "patience" (early stopping).
         checkpoint: best/ when it exists, else last/ (None without a run directory).
+        best_metric: what chose best/ ("loss", "bleu", "chrf", "wer", "per").
+        best_score: its value at the best pass (None without validation).
     """
 
     steps: int
@@ -135,6 +155,8 @@ class FitResult:
     last_valid: EvalResult | None
     stopped_by: str
     checkpoint: Path | None
+    best_metric: str = "loss"
+    best_score: float | None = None
 
 
 # -- one step ---------------------------------------------------------------------------------------------------------
@@ -328,6 +350,7 @@ def fit(
     run_dir: str | Path | None = None,
     info: dict[str, Any] | None = None,
     resume: bool = False,
+    init_from: str | Path | None = None,
 ) -> FitResult:
     """Train ``model`` on ``data`` until a budget of ``config`` is reached (paper §5).
 
@@ -342,14 +365,23 @@ def fit(
         run_dir: where checkpoints/, best/, last/ and metrics.jsonl go (None: nothing is written, no resuming).
         info: extra JSON facts for every checkpoint's config.json (task, data config, ...).
         resume: continue the run in ``run_dir`` from its newest checkpoint (weights, optimizer, RNG, data position).
+            Damaged newer checkpoints are skipped with a :class:`dotformer.checkpoint.CheckpointWarning` naming them;
+            lines of metrics.jsonl logged after the checkpoint's step are removed (they are logged again).
+        init_from: a checkpoint (or run) whose weights start a fresh run (fine-tuning): a new optimizer, schedule
+            and data position. Its model config must equal the model's (dropout rates aside) and its tokenizers
+            ``data``'s. Ignored when resuming.
 
     Returns:
         :class:`FitResult`.
 
     Raises:
-        ConfigError: no budget, fp16 on CPU, bad device, resume without a run directory.
-        CheckpointError: nothing to resume, a damaged checkpoint, or a model/vocabulary different from the checkpoint's.
-        TrainingError: the budget allows no step, or the loss became NaN/inf (the last good checkpoint is kept).
+        ConfigError: no budget, fp16 on CPU, bad device, resume without a run directory, a decoding best_metric or
+            patience without validation pairs.
+        CheckpointError: nothing to resume, a damaged checkpoint, or a model/vocabulary different from the checkpoint's
+            (the resumed one or ``init_from``; the message names both sides).
+        TrainingError: the budget allows no step (nothing is written), or the loss became NaN/inf (the last good
+            checkpoint is kept).
+        TrainingInterrupted: SIGINT or SIGTERM arrived; a checkpoint of the last finished step was saved first.
     """
     if not config.has_budget:
         raise ConfigError("no training budget: set max_steps, max_minutes or max_epochs (--max-steps, ...)")
@@ -357,7 +389,8 @@ def fit(
         raise ConfigError("resume needs a run directory")
     context = setup_distributed(config.device)
     try:
-        return _Trainer(model, data, config, Path(run_dir) if run_dir else None, info or {}, context).run(resume)
+        trainer = _Trainer(model, data, config, Path(run_dir) if run_dir else None, info or {}, context)
+        return trainer.run(resume, None if init_from is None else Path(init_from))
     finally:
         teardown_distributed(context)
 
@@ -403,6 +436,11 @@ class _Trainer:
         self.last_valid: EvalResult | None = None
         self.saved_step: int | None = None  # the step of the newest checkpoint
         self.evaluated_step: int | None = None  # the step of the newest validation pass
+        self.best_score: float | None = None  # config.best_metric at the best validation pass
+        self.bad_evals = 0  # validation passes since the best one (early stopping after config.patience)
+        self.stop_signal: int | None = None  # SIGINT/SIGTERM received: save and stop after the current step
+        self.decode_pairs: list[Pair] = []  # the validation pairs decoded for a decoding best_metric
+        self.last_train_loss = math.nan  # of the newest step in this call
         self.started = time.monotonic()  # reset when the loop starts
         self.stream = BatchStream(self.sampler, max_epochs=config.max_epochs)
 
@@ -416,7 +454,7 @@ class _Trainer:
                 of processes or other data.
         """
         assert self.run_dir is not None
-        path = ckpt.find_resume_checkpoint(self.run_dir)
+        path, skipped = ckpt.choose_resume_checkpoint(self.run_dir)
         saved_config = ckpt.model_config_of(ckpt.read_json(path / ckpt.CONFIG_FILE), path / ckpt.CONFIG_FILE)
         if saved_config != self.model_config:
             diff = sorted(k for k, v in saved_config.to_dict().items() if self.model_config.to_dict()[k] != v)
@@ -450,6 +488,9 @@ class _Trainer:
             best = state["best_valid_loss"]
             self.best_loss = math.inf if best is None else float(best)
             self.best_perplexity, self.best_step = state["best_valid_perplexity"], state["best_step"]
+            saved_metric = state.get("best_metric", "loss")  # checkpoints of older versions chose by loss
+            self.best_score = state.get("best_score", best) if saved_metric == "loss" else state.get("best_score")
+            self.bad_evals = int(state.get("evals_without_improvement", 0))
             _set_rng_state(state["rng"], self.context)
         except (KeyError, IndexError, TypeError) as exc:
             raise CheckpointError(f"{where} is incomplete or corrupted: {exc!r}") from None
@@ -459,6 +500,59 @@ class _Trainer:
             raise CheckpointError(f"{where} does not fit this model: {exc}") from None
         self.last_checkpoint = path
         self.saved_step = self.step
+        if not self.context.is_main:
+            return
+        if skipped:
+            warnings.warn(
+                f"{'; '.join(skipped)}; resuming from {path} (step {self.step})", ckpt.CheckpointWarning, stacklevel=3
+            )
+        if saved_metric != self.config.best_metric and self.best_score is not None:
+            warnings.warn(
+                f"best/ was chosen by valid {saved_metric} up to step {self.step}; from now on by "
+                f"{self.config.best_metric}: the next validation pass becomes the best one",
+                ckpt.CheckpointWarning,
+                stacklevel=3,
+            )
+            self.best_score, self.bad_evals = None, 0
+        dropped = trim_metrics_log(self.run_dir / "metrics.jsonl", self.step)
+        if dropped:
+            warnings.warn(
+                f"{self.run_dir / 'metrics.jsonl'}: removed {dropped} line(s) logged after step {self.step} "
+                f"(those steps run again from {path})",
+                ckpt.CheckpointWarning,
+                stacklevel=3,
+            )
+
+    def initialise_from(self, path: Path) -> None:
+        """Copy the weights of the checkpoint ``path`` into the model (fine-tuning; optimizer and schedule fresh).
+
+        Raises:
+            CheckpointError: a damaged checkpoint, another model config (dropout rates aside) or another vocabulary;
+                the message names the checkpoint's value and this run's.
+        """
+        path = ckpt.resolve_checkpoint(path)
+        ckpt.verify_checkpoint(path)
+        saved = ckpt.model_config_of(ckpt.read_json(path / ckpt.CONFIG_FILE), path / ckpt.CONFIG_FILE).to_dict()
+        ours = self.model_config.to_dict()
+        diff = [
+            f"{k} {saved[k]!r} there, {ours[k]!r} here" for k in ours if k not in FINE_TUNABLE and saved[k] != ours[k]
+        ]
+        if diff:
+            raise CheckpointError(
+                f"cannot initialise from {path}: its model config differs from this run's: {'; '.join(diff)} "
+                f"(see {path / ckpt.CONFIG_FILE})"
+            )
+        for name, tokenizer, side in (
+            (ckpt.SRC_TOKENIZER_FILE, self.data.src_tokenizer, "source"),
+            (ckpt.TGT_TOKENIZER_FILE, self.data.tgt_tokenizer, "target"),
+        ):
+            saved_tokenizer = ckpt.load_tokenizer_file(path / name)
+            try:
+                check_same_vocabulary(tokenizer, saved_tokenizer, path / name)
+            except CheckpointError as exc:
+                raise CheckpointError(f"cannot initialise from {path}: {side} {exc}") from None
+        ckpt.load_weights_into(self.model, path / ckpt.MODEL_FILE)
+        self.info = {**self.info, "init_from": str(path)}
 
     # -- budgets -----------------------------------------------------------------------------------------------------
 
@@ -476,6 +570,54 @@ class _Trainer:
                 f"the budget allows no step: the run is at epoch {self.stream.epochs_done:.3f}, "
                 f"max_epochs={c.max_epochs}"
             )
+        if c.patience and self.bad_evals >= c.patience:
+            raise TrainingError(
+                f"the run stopped early at step {self.step}: valid {c.best_metric} has not improved for "
+                f"{self.bad_evals} validation passes (patience={c.patience}); pass a larger --patience to go on"
+            )
+
+    def stop_requested(self) -> bool:
+        """True (on every rank) when SIGINT or SIGTERM arrived on any rank."""
+        if not self.context.distributed:
+            return self.stop_signal is not None
+        flag = torch.tensor([0.0 if self.stop_signal is None else 1.0], dtype=torch.float64)
+        return bool(all_reduce_sum(flag, self.context).item() > 0)
+
+    @contextlib.contextmanager
+    def signals_saved(self) -> Any:
+        """Within: the first SIGINT/SIGTERM only asks the loop to save and stop after the current step; a second
+        one interrupts at once (KeyboardInterrupt; checkpoint writes are atomic). Previous handlers are restored."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, frame: Any) -> None:
+            if self.stop_signal is not None:
+                raise KeyboardInterrupt
+            self.stop_signal = signum
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def interrupted(self) -> TrainingInterrupted:
+        """Save the last finished step (if not saved yet) and describe what was kept and how to continue."""
+        name = signal.Signals(self.stop_signal).name if self.stop_signal is not None else "a signal"
+        if self.run_dir is None:
+            return TrainingInterrupted(f"interrupted by {name} at step {self.step}: nothing saved (no run directory)")
+        if self.saved_step != self.step and self.step > 0:
+            self.save()
+        if self.last_checkpoint is None:
+            return TrainingInterrupted(
+                f"interrupted by {name} before the first step: nothing to save; start again with --overwrite"
+            )
+        return TrainingInterrupted(
+            f"interrupted by {name} at step {self.step}: kept {self.last_checkpoint} (step {self.saved_step}, also "
+            f"{self.run_dir / 'last'}); continue with: dotformer train --out {self.run_dir} --resume"
+        )
 
     def time_is_up(self) -> bool:
         """True (on every rank) when the max_minutes budget is spent; rank 0 decides."""
@@ -509,6 +651,9 @@ class _Trainer:
             "best_valid_loss": None if math.isinf(self.best_loss) else self.best_loss,
             "best_valid_perplexity": self.best_perplexity,
             "best_step": self.best_step,
+            "best_metric": self.config.best_metric,
+            "best_score": self.best_score,
+            "evals_without_improvement": self.bad_evals,
             "world_size": self.context.world_size,
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
@@ -532,9 +677,8 @@ class _Trainer:
         if self.run_dir is None or not self.context.is_main:
             return
         d = self.data
-        ckpt.save_checkpoint(
-            self.run_dir / "best", self.model, d.src_tokenizer, d.tgt_tokenizer, self.checkpoint_info()
-        )
+        info = {**self.checkpoint_info(), "best": {"metric": self.config.best_metric, "score": self.best_score}}
+        ckpt.save_checkpoint(self.run_dir / "best", self.model, d.src_tokenizer, d.tgt_tokenizer, info)
 
     def evaluate(self, log: MetricsLog, progress: Progress) -> None:
         self.evaluated_step = self.step
@@ -548,19 +692,46 @@ class _Trainer:
         if result.num_tokens == 0:
             return
         self.last_valid = result
-        improved = result.loss < self.best_loss
+        metric = self.config.best_metric
+        score = result.loss
+        if metric != "loss":
+            d = self.data
+            score = validation_score(self.model, d.src_tokenizer, d.tgt_tokenizer, self.decode_pairs, metric)
+        improved = is_improvement(metric, score, self.best_score)
         if improved:
             self.best_loss, self.best_perplexity, self.best_step = result.loss, result.perplexity, self.step
+            self.best_score, self.bad_evals = score, 0
             self.save_best()
+        else:
+            self.bad_evals += 1
         if self.context.is_main:
             record = {"split": "valid", "step": self.step, "epoch": round(self.stream.epochs_done, 4)}
             record.update(loss=result.loss, nll=result.nll, ppl=result.perplexity, tokens=result.num_tokens)
+            if metric != "loss":
+                record.update({metric: score, "decoded": len({p.source for p in self.decode_pairs})})
             record.update(best=improved, seconds=round(time.monotonic() - started, 3))
             log.write(record)
+            shown = f", {metric} {score:.2f}" if metric != "loss" else ""
             progress.write(
-                f"step {self.step}: valid loss {result.loss:.4f}, ppl {result.perplexity:.3f}"
+                f"step {self.step}: valid loss {result.loss:.4f}, ppl {result.perplexity:.3f}{shown}"
                 + (" (best)" if improved else "")
             )
+
+    def prepare_selection(self) -> None:
+        """Check that a decoding best_metric or patience has validation pairs; pick the pairs to decode."""
+        c = self.config
+        if (c.best_metric != "loss" or c.patience) and not len(self.data.valid):
+            what = f"best_metric {c.best_metric!r}" if c.best_metric != "loss" else f"patience={c.patience}"
+            raise ConfigError(f"{what} needs a validation split, and this run has no validation pairs")
+        if c.best_metric == "loss":
+            return
+        pairs = self.data.valid_pairs
+        if pairs is None:
+            from dotformer.data.corpora import Pair
+
+            src, tgt = self.data.src_tokenizer, self.data.tgt_tokenizer
+            pairs = [Pair(src.decode(e.src), tgt.decode(e.tgt)) for e in self.data.valid]
+        self.decode_pairs = decode_sample(pairs, c.valid_decode_limit, c.seed)
 
     # -- the loop ----------------------------------------------------------------------------------------------------
 
@@ -574,13 +745,20 @@ class _Trainer:
             f" <= {self.config.max_tokens:,} tokens per epoch (this process), {padding_fraction(batches):.1%} padding"
         )
 
-    def run(self, resume: bool) -> FitResult:
+    def run(self, resume: bool, init_from: Path | None = None) -> FitResult:
         c = self.config
+        self.prepare_selection()
+        if self.run_dir is not None and self.context.is_main:
+            ckpt.recover_run_directory(self.run_dir)  # leftovers of a crash: unfinished writes, prunes, renames
+        barrier(self.context)
         if resume:
             self.restore()
         else:
             _seed_everything(c.seed + self.context.rank)
+            if init_from is not None:
+                self.initialise_from(init_from)
         self.check_budget_allows_a_step()
+        first_step = self.step
         if self.context.is_main and c.progress:
             logger.info(self.describe_data())
         train_model: nn.Module = self.model
@@ -596,54 +774,80 @@ class _Trainer:
         )
         self.started = time.monotonic()
         progress = Progress(Budget.of(c), self.position, enabled=main and c.progress)
-        cpu_start = time.process_time()  # CPU seconds of this process (all threads): robust to other jobs' load
         start_tokens = self.tokens
-        window_start, window_tokens = self.started, 0
-        last: StepResult | None = None
         try:
-            while True:
-                if c.max_steps is not None and self.step >= c.max_steps:
-                    stopped_by = "max_steps"
-                    break
-                if self.time_is_up():
-                    stopped_by = "max_minutes"
-                    break
-                batches = self.stream.take(c.accumulation_steps)
-                if not batches:
-                    stopped_by = "max_epochs"
-                    break
-                try:
-                    last = train_step(
-                        train_model, self.optimizer, batches, self.step + 1, c, self.model_config.d_model,
-                        self.model_config.pad_id, self.context, self.scaler, self.amp_dtype, c.packed,
-                    )  # fmt: skip
-                except TrainingError as exc:
-                    kept = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
-                    raise TrainingError(f"{exc}{kept}") from None
-                self.step += 1
-                self.tokens += last.num_tokens
-                window_tokens += last.num_tokens
-                now = time.monotonic()
-                if main and (self.step % max(1, c.log_every) == 0 or self.step == 1):
-                    speed = window_tokens / max(now - window_start, 1e-9)
-                    progress.update(last.loss, last.lr, speed)
-                    record = {"split": "train", "step": self.step, "epoch": round(self.stream.epochs_done, 4)}
-                    record.update(loss=last.loss, nll=last.nll, ppl=math.exp(min(last.nll, 700.0)), lr=last.lr)
-                    record.update(grad_norm=last.grad_norm, tokens=last.num_tokens, tokens_per_s=round(speed, 1))
-                    record.update(elapsed_s=round(self.elapsed(), 3), cpu_s=round(time.process_time() - cpu_start, 3))
-                    log.write(record)
-                    window_start, window_tokens = now, 0
-                if c.eval_every and self.step % c.eval_every == 0:
-                    self.evaluate(log, progress)
-                if c.save_every and self.step % c.save_every == 0:
-                    self.save()
-            if self.evaluated_step != self.step:
-                self.evaluate(log, progress)
-            if self.saved_step != self.step:
-                self.save()
+            with self.signals_saved():
+                stopped_by = self.loop(train_model, log, progress, first_step)
         finally:
             progress.close()
             log.close()
+        return self.result(stopped_by, last_loss=self.last_train_loss, start_tokens=start_tokens)
+
+    def loop(self, train_model: nn.Module, log: MetricsLog, progress: Progress, first_step: int) -> str:
+        """Steps until a budget, early stopping or a signal; the final validation pass and checkpoint. Returns
+        what stopped the run."""
+        c = self.config
+        main = self.context.is_main
+        cpu_start = time.process_time()  # CPU seconds of this process (all threads): robust to other jobs' load
+        window_start, window_tokens = self.started, 0
+        while True:
+            if c.max_steps is not None and self.step >= c.max_steps:
+                stopped_by = "max_steps"
+                break
+            if self.stop_requested():
+                raise self.interrupted()
+            if self.time_is_up():
+                if self.step == first_step:
+                    raise TrainingError(
+                        f"the budget allows no step: max_minutes={c.max_minutes} ({c.max_minutes * 60:.3g} s) ran "
+                        f"out before the first step (after {self.elapsed():.3g} s of training in all); nothing "
+                        f"was saved"
+                    )
+                stopped_by = "max_minutes"
+                break
+            batches = self.stream.take(c.accumulation_steps)
+            if not batches:
+                stopped_by = "max_epochs"
+                break
+            try:
+                last = train_step(
+                    train_model, self.optimizer, batches, self.step + 1, c, self.model_config.d_model,
+                    self.model_config.pad_id, self.context, self.scaler, self.amp_dtype, c.packed,
+                )  # fmt: skip
+            except TrainingError as exc:
+                kept = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
+                raise TrainingError(f"{exc}{kept}") from None
+            self.step += 1
+            self.last_train_loss = last.loss
+            self.tokens += last.num_tokens
+            window_tokens += last.num_tokens
+            now = time.monotonic()
+            if main and (self.step % max(1, c.log_every) == 0 or self.step == 1):
+                speed = window_tokens / max(now - window_start, 1e-9)
+                progress.update(last.loss, last.lr, speed)
+                record = {"split": "train", "step": self.step, "epoch": round(self.stream.epochs_done, 4)}
+                record.update(loss=last.loss, nll=last.nll, ppl=math.exp(min(last.nll, 700.0)), lr=last.lr)
+                record.update(grad_norm=last.grad_norm, tokens=last.num_tokens, tokens_per_s=round(speed, 1))
+                record.update(elapsed_s=round(self.elapsed(), 3), cpu_s=round(time.process_time() - cpu_start, 3))
+                log.write(record)
+                window_start, window_tokens = now, 0
+            if c.eval_every and self.step % c.eval_every == 0:
+                self.evaluate(log, progress)
+            if c.save_every and self.step % c.save_every == 0:
+                self.save()
+            if c.patience and self.bad_evals >= c.patience:
+                stopped_by = "patience"
+                break
+        if self.stop_requested():
+            raise self.interrupted()
+        if self.evaluated_step != self.step:
+            self.evaluate(log, progress)
+        if self.saved_step != self.step:
+            self.save()
+        return stopped_by
+
+    def result(self, stopped_by: str, last_loss: float, start_tokens: int) -> FitResult:
+        """The :class:`FitResult` of the loop that just ended."""
         run_seconds = time.monotonic() - self.started
         checkpoint = None
         if self.run_dir is not None:
@@ -655,13 +859,15 @@ class _Trainer:
             run_seconds=run_seconds,
             tokens=self.tokens,
             tokens_per_second=(self.tokens - start_tokens) / max(run_seconds, 1e-9),
-            train_loss=last.loss if last is not None else math.nan,
+            train_loss=last_loss,
             best_valid_loss=None if math.isinf(self.best_loss) else self.best_loss,
             best_valid_perplexity=self.best_perplexity,
             best_step=self.best_step,
             last_valid=self.last_valid,
             stopped_by=stopped_by,
             checkpoint=checkpoint,
+            best_metric=self.config.best_metric,
+            best_score=self.best_score,
         )
 
     def elapsed(self) -> float:
@@ -674,6 +880,33 @@ class _Trainer:
 
 
 # -- resume helpers ---------------------------------------------------------------------------------------------------
+
+
+def trim_metrics_log(path: Path, step: int) -> int:
+    """Remove the lines of a metrics.jsonl logged after ``step`` (and any line a crash left unfinished), so that a
+    run resumed from the checkpoint of ``step`` logs those steps once. Rewritten atomically (temporary file,
+    rename). Returns the number of lines removed (0: the file is left untouched)."""
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
+        try:
+            record = json.loads(line)
+            keep = line.endswith("\n") and int(record["step"]) <= step
+        except (ValueError, KeyError, TypeError):
+            keep = False
+        if keep:
+            kept.append(line)
+        else:
+            dropped += 1
+    if dropped:
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(kept)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    return dropped
 
 
 def check_same_vocabulary(current: Tokenizer, saved: Tokenizer, path: Path) -> None:

@@ -79,7 +79,11 @@ class RunResult:
             f"trained {f.steps} steps ({f.epochs:.2f} epochs, stopped by {f.stopped_by}) in {f.run_seconds:.1f} s, "
             f"{f.tokens_per_second:,.0f} target tokens/s"
         )
-        if f.best_valid_loss is not None:
+        if f.best_valid_loss is not None and f.best_metric != "loss" and f.best_score is not None:
+            text += (
+                f"; best valid {f.best_metric} {f.best_score:.2f} (loss {f.best_valid_loss:.4f}) at step {f.best_step}"
+            )
+        elif f.best_valid_loss is not None:
             text += (
                 f"; best valid loss {f.best_valid_loss:.4f} (ppl {f.best_valid_perplexity:.3f}) at step {f.best_step}"
             )
@@ -208,6 +212,8 @@ def train_run(
     out_dir: str | Path | None,
     resume: bool = False,
     command: Sequence[str] | None = None,
+    overwrite: bool = False,
+    init_from: str | Path | None = None,
 ) -> RunResult:
     """Prepare data, tokenizers and model from the configs, and train (the work of ``dotformer train``).
 
@@ -217,6 +223,10 @@ def train_run(
         out_dir: the run directory (None: ``runs/<dataset>-<preset>``).
         resume: continue the run in ``out_dir``.
         command: the command line, recorded in run.json.
+        overwrite: start afresh in ``out_dir`` even though it holds a run (its run.json, data/, checkpoints and
+            metrics are deleted first; other files are left alone; a directory that is not a run is refused).
+        init_from: fine-tune: start from this checkpoint's weights, tokenizers and model config
+            (:mod:`dotformer.training.finetune`); a fresh optimizer and schedule. Not with ``resume``.
 
     Returns:
         :class:`RunResult`.
@@ -228,6 +238,9 @@ def train_run(
     """
     from dotformer.training.distributed import setup_distributed, teardown_distributed
 
+    if resume and (overwrite or init_from is not None):
+        flag = "--overwrite" if overwrite else "--init-from"
+        raise ConfigError(f"--resume continues a run as it is: it cannot be combined with {flag}")
     invocation = {
         "command": list(command if command is not None else sys.argv),
         "config_file": None if file_sections.source == "defaults" else file_sections.source,
@@ -255,7 +268,7 @@ def train_run(
         if record is not None:
             prepared = _prepare_resume(run_dir, record, sections, train_config, invocation, context.is_main)
         else:
-            prepared = _prepare_fresh(run_dir, sections, train_config, invocation, context)
+            prepared = _prepare_fresh(run_dir, sections, train_config, invocation, context, overwrite, init_from)
         return _train(prepared, run_dir, resume, context.is_main)
     finally:
         teardown_distributed(context)
@@ -271,21 +284,33 @@ class _Prepared:
     valid_pairs: list
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
+    init_from: Path | None = None
     data_lines: list[str] = field(default_factory=list)  # what reading each file said (printed before training)
 
 
 def _prepare_fresh(
-    run_dir: Path, sections: ConfigSections, train_config: TrainConfig, invocation: dict[str, Any], context: Any
+    run_dir: Path,
+    sections: ConfigSections,
+    train_config: TrainConfig,
+    invocation: dict[str, Any],
+    context: Any,
+    overwrite: bool = False,
+    init_from: str | Path | None = None,
 ) -> _Prepared:
+    from dotformer.checkpoint import clear_run_directory
     from dotformer.data.prepare import make_tokenizers, read_run_data
     from dotformer.data.splits import load_split, save_splits
-    from dotformer.data.tokenizers import load_tokenizer
+    from dotformer.data.tokenizers import TokenizerPair, load_tokenizer
     from dotformer.training.distributed import barrier
+    from dotformer.training.finetune import init_data_config, read_init_source
 
     data_config = DataConfig.from_dict(sections.data, "[data]")
-    if (run_dir / "run.json").exists() or (run_dir / "last").exists():
-        raise ConfigError(f"{run_dir} already holds a run: pass --resume to continue it, or --out for a new run")
+    if not overwrite:
+        check_no_run_there(run_dir)
+    init = read_init_source(init_from, sections.model, sections.data) if init_from is not None else None
     barrier(context)  # every rank has looked before rank 0 writes
+    if overwrite and context.is_main:
+        clear_run_directory(run_dir)
     data_dir = run_dir / "data"
     data_lines: list[str] = []
     if context.is_main:
@@ -294,7 +319,10 @@ def _prepare_fresh(
         data_lines = run_data.lines  # columns used, rows read, pairs kept and dropped, per file
         data_config = resolve_data_config(data_config, corpus.task)
         save_splits(splits, data_dir)
-        tokenizers = make_tokenizers(data_config, splits.train)  # files, or trained on train
+        tokenizers = None if init is None else TokenizerPair(init.src_tokenizer, init.tgt_tokenizer)
+        if init is not None:
+            data_config = init_data_config(data_config, init)
+        tokenizers = tokenizers or make_tokenizers(data_config, splits.train)  # files, or trained on train
         tokenizers.src.save(data_dir / "tokenizer_src.json")
         tokenizers.tgt.save(data_dir / "tokenizer_tgt.json")
         model_config, preset = build_model_config(
@@ -304,6 +332,9 @@ def _prepare_fresh(
             tokenizers.tgt.vocab_size,
             tokenizers.src is tokenizers.tgt,
         )
+        if init is not None:
+            model_config, preset = init.model_config, init.preset or sections.model.get("preset")
+            invocation = {**invocation, "init_from": str(init.path)}
         record = {
             "dataset": data_config.dataset,
             "task": corpus.task,
@@ -321,6 +352,7 @@ def _prepare_fresh(
     barrier(context)
     # every rank (rank 0 too) reads what rank 0 wrote, so all train on exactly the same data and vocabularies
     prepared = _load_prepared(run_dir, _read_run_json(run_dir), train_config, load_split, load_tokenizer)
+    prepared.init_from = None if init is None else init.path
     prepared.data_lines = data_lines
     return prepared
 
@@ -392,12 +424,13 @@ def _train(prepared: _Prepared, run_dir: Path, resume: bool, is_main: bool) -> R
         valid=encode_pairs(p.valid_pairs, p.src_tokenizer, p.tgt_tokenizer),
         src_tokenizer=p.src_tokenizer,
         tgt_tokenizer=p.tgt_tokenizer,
+        valid_pairs=p.valid_pairs,
     )
     info = {"task": p.task, "dataset": p.data_config.dataset, "data": p.data_config.to_dict()}
     if is_main and p.train_config.progress:
         for line in p.data_lines:
             print(f"data: {line}", file=sys.stderr)
-    result = fit(model, data, p.train_config, run_dir=run_dir, info=info, resume=resume)
+    result = fit(model, data, p.train_config, run_dir=run_dir, info=info, resume=resume, init_from=p.init_from)
     return RunResult(fit=result, run_dir=run_dir, is_main=is_main)
 
 
@@ -413,6 +446,24 @@ def _same_or_raise(section: str, saved: dict[str, Any], requested: dict[str, Any
                 f"cannot resume {run_dir}: [{section}] {key} = {value!r} differs from the run's {old!r} "
                 f"({run_dir / 'run.json'}); start a new run with --out instead"
             )
+
+
+def check_no_run_there(run_dir: Path) -> None:
+    """Raise ConfigError when ``run_dir`` already holds a run, naming the flags that go on from there: --resume
+    (it has a checkpoint), --overwrite (start afresh there) or another --out."""
+    from dotformer.checkpoint import is_run_directory, run_has_checkpoint
+
+    if not is_run_directory(run_dir) and not (run_dir / "last").exists():
+        return
+    if run_has_checkpoint(run_dir):
+        raise ConfigError(
+            f"{run_dir} already holds a run: pass --resume to continue it, --overwrite to delete it and start "
+            f"afresh, or another --out for a new run"
+        )
+    raise ConfigError(
+        f"{run_dir} holds a run stopped before its first checkpoint (nothing to resume): pass --overwrite to start "
+        f"afresh there, or another --out"
+    )
 
 
 def _read_run_json(run_dir: Path) -> dict[str, Any]:

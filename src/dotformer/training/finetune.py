@@ -1,0 +1,115 @@
+"""Fine-tuning (``dotformer train --init-from CKPT``): a fresh run that starts from a checkpoint's weights.
+
+The new run takes the checkpoint's tokenizers and model config (its vocabulary is what the weights were trained
+on), a fresh optimizer, learning-rate schedule and data position, and its own data. Flags may change the dropout
+rates; a flag asking for another model size or another tokenizer is refused with one line naming both sides. The
+weights themselves are copied by :func:`dotformer.training.fit` (``init_from=``), which checks them again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from dotformer import checkpoint as ckpt
+from dotformer.config import ModelConfig
+from dotformer.errors import CheckpointError, DotformerError
+from dotformer.training.config import DataConfig
+
+TUNABLE_MODEL_FIELDS = ("dropout", "attention_dropout", "activation_dropout")  # flags may change these
+SIZE_FIELDS = ("d_model", "num_heads", "d_ff", "num_encoder_layers", "num_decoder_layers")
+TOKENIZER_FIELDS = ("src_tokenizer", "tgt_tokenizer", "vocab_size", "shared_vocab")  # taken from the checkpoint
+
+
+class InitSource(NamedTuple):
+    """What a fine-tuning run takes from its checkpoint.
+
+    Attributes:
+        path: the checkpoint directory (a run directory resolves to its best/, else last/).
+        model_config: its ModelConfig with the dropout rates the flags asked for.
+        preset: the checkpoint run's preset name (or None).
+        data: the tokenizer fields of its DataConfig (kinds, vocabulary size, shared vocabulary).
+        src_tokenizer, tgt_tokenizer: its tokenizers (one object when the vocabulary is shared).
+    """
+
+    path: Path
+    model_config: ModelConfig
+    preset: str | None
+    data: dict[str, Any]
+    src_tokenizer: Any
+    tgt_tokenizer: Any
+
+
+def read_init_source(path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
+    """Read the checkpoint of ``--init-from`` and check the requested model and tokenizer fields against it.
+
+    Args:
+        path: a checkpoint or run directory.
+        model_section: the [model] fields asked for (file and flags; "preset" included).
+        data_section: the [data] fields asked for.
+
+    Returns:
+        :class:`InitSource`.
+
+    Raises:
+        CheckpointError: a missing or damaged checkpoint, or a requested model/tokenizer field that differs from the
+            checkpoint's (the message names the field, both values and the checkpoint's config.json).
+    """
+    path = ckpt.resolve_checkpoint(path)
+    ckpt.verify_checkpoint(path)
+    info = ckpt.read_json(path / ckpt.CONFIG_FILE)
+    config = ckpt.model_config_of(info, path / ckpt.CONFIG_FILE)
+    where = path / ckpt.CONFIG_FILE
+    saved_preset = info.get("preset") if isinstance(info.get("preset"), str) else None
+    saved = config.to_dict()
+    changes: dict[str, Any] = {}
+    for key, value in model_section.items():
+        if key == "preset":
+            _check_preset(value, config, path)
+            continue
+        if key in TUNABLE_MODEL_FIELDS:
+            changes[key] = value
+        elif key in saved and saved[key] != value:
+            raise CheckpointError(
+                f"--init-from {path}: model {key} = {value!r} asked for, the checkpoint has {saved[key]!r} ({where}); "
+                f"fine-tuning keeps the checkpoint's shapes"
+            )
+    saved_data = info.get("data") if isinstance(info.get("data"), dict) else {}
+    data = {k: saved_data[k] for k in TOKENIZER_FIELDS if k in saved_data}
+    for key in TOKENIZER_FIELDS:
+        if key in data_section and key in data and data_section[key] != data[key]:
+            raise CheckpointError(
+                f"--init-from {path}: {key} = {data_section[key]!r} asked for, the checkpoint's vocabulary was "
+                f"built with {data[key]!r} ({where}); fine-tuning keeps the checkpoint's tokenizers"
+            )
+    src = ckpt.load_tokenizer_file(path / ckpt.SRC_TOKENIZER_FILE)
+    tgt = ckpt.load_tokenizer_file(path / ckpt.TGT_TOKENIZER_FILE)
+    ckpt.check_vocabulary(config, src, tgt, path)
+    if data.get("shared_vocab"):
+        tgt = src
+    try:
+        config = config.replace(**changes)
+    except DotformerError as exc:
+        raise CheckpointError(f"--init-from {path}: {exc}") from None
+    return InitSource(path, config, saved_preset, data, src, tgt)
+
+
+def _check_preset(preset: str | None, config: ModelConfig, path: Path) -> None:
+    """Raise CheckpointError when the sizes of ``preset`` differ from the checkpoint's ``config``."""
+    if preset is None:
+        return
+    try:
+        wanted = ModelConfig.preset(preset, src_vocab_size=config.src_vocab_size, tgt_vocab_size=config.tgt_vocab_size)
+    except DotformerError as exc:
+        raise CheckpointError(f"--init-from {path}: {exc}") from None
+    for key in SIZE_FIELDS:
+        if getattr(wanted, key) != getattr(config, key):
+            raise CheckpointError(
+                f"--init-from {path}: preset {preset!r} has {key} = {getattr(wanted, key)}, the checkpoint has "
+                f"{getattr(config, key)} ({path / ckpt.CONFIG_FILE}); fine-tuning keeps the checkpoint's shapes"
+            )
+
+
+def init_data_config(data_config: DataConfig, source: InitSource) -> DataConfig:
+    """``data_config`` with the checkpoint's tokenizer fields (so run.json says how the vocabulary was built)."""
+    return data_config.replace(**source.data)
