@@ -20,9 +20,13 @@ SRC_V, TGT_V = 40, 50
 
 
 def tiny_model(seed: int = 0, **overrides) -> Transformer:
+    """A random tiny model; a generator bias (zero at init) is drawn at random too."""
     torch.manual_seed(seed)
     config = ModelConfig.preset("tiny", **{"src_vocab_size": SRC_V, "tgt_vocab_size": TGT_V, **overrides})
-    return Transformer(config).eval()
+    model = Transformer(config).eval()
+    if model.generator.bias is not None:
+        torch.nn.init.normal_(model.generator.bias)
+    return model
 
 
 def padded_source(seed: int = 1) -> torch.Tensor:
@@ -63,6 +67,7 @@ VARIANTS = [
     {"tie_output": False},
     {"activation": "gelu", "bias": False},
     {"positional": "learned", "max_len": 32},
+    {"scale_embeddings": False, "generator_bias": True},  # what imported models may need
 ]
 
 
@@ -122,6 +127,7 @@ def test_marian_generate_equals_greedy():
         ({"arch": "decoder-only", "num_encoder_layers": 0}, "encoder-decoder"),
         ({"layer_norm_eps": 1e-6}, "layer_norm_eps=1e-06"),  # once exported silently with Marian's 1e-5
         ({"layer_norm_eps": 0.5}, "layer_norm_eps=0.5"),
+        ({"embedding_norm": True}, "embedding_norm"),
     ],
 )
 def test_marian_refuses_what_it_cannot_hold(overrides, message):
@@ -190,7 +196,14 @@ def test_save_marian_refuses_a_learned_table(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "overrides", [{}, {"norm_first": True}, {"activation": "gelu", "bias": False}, {"layer_norm_eps": 0.5}]
+    "overrides",
+    [
+        {},
+        {"norm_first": True},
+        {"activation": "gelu", "bias": False},
+        {"layer_norm_eps": 0.5},
+        {"scale_embeddings": False, "generator_bias": True},
+    ],
 )
 def test_ct2_export_scores_and_greedy_match(tmp_path, overrides):
     ctranslate2 = pytest.importorskip("ctranslate2")
@@ -279,6 +292,7 @@ def test_ct2_export_never_replaces_a_non_empty_directory(tmp_path):
         {"norm_first": True, "activation": "gelu", "bias": False},
         {"positional": "learned", "max_len": 32, "tie_output": False},
         {"layer_norm_eps": 0.5},
+        {"scale_embeddings": False, "embedding_norm": True, "generator_bias": True},
     ],
 )
 def test_onnx_graphs_give_dotformers_logits_step_by_step(tmp_path, overrides):

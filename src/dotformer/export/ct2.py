@@ -79,6 +79,8 @@ def tokens_to_ids(tokens: Sequence[str], vocabulary: Sequence[str]) -> list[int]
 def _check(config: ModelConfig, src_vocab: Sequence[str], tgt_vocab: Sequence[str]) -> None:
     if config.arch != "encoder-decoder":
         raise ConfigError(f"only encoder-decoder models can be exported to CTranslate2, got arch={config.arch!r}")
+    if config.embedding_norm:
+        raise ConfigError("ModelConfig.embedding_norm=True: the CTranslate2 export does not carry embedding LayerNorms")
     sides = (("source", src_vocab, config.src_vocab_size), ("target", tgt_vocab, config.tgt_vocab_size))
     for name, vocab, size in sides:
         if len(vocab) != size:
@@ -142,7 +144,7 @@ def transformer_spec(
         activation=activation,
     )
     spec.config.layer_norm_epsilon = config.layer_norm_eps
-    scale = math.sqrt(config.d_model)
+    scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
 
     encoder, decoder = spec.encoder, spec.decoder
     encoder.scale_embeddings = scale

@@ -52,6 +52,8 @@ def check_exportable(config: ModelConfig) -> None:
         raise ConfigError(f"only encoder-decoder models can be exported to Marian, got arch={config.arch!r}")
     if config.norm_first:
         raise ConfigError("Marian is post-LN: a model with norm_first=True cannot be exported to it")
+    if config.embedding_norm:
+        raise ConfigError("ModelConfig.embedding_norm=True: HF Marian has no LayerNorm on its embeddings")
     if config.layer_norm_eps != MARIAN_LAYER_NORM_EPS:
         raise ConfigError(
             f"ModelConfig.layer_norm_eps={config.layer_norm_eps:g}, but HF Marian's LayerNorms have a fixed epsilon "
@@ -89,7 +91,7 @@ def marian_config(config: ModelConfig, bos_id: int = BOS_ID, eos_id: int = EOS_I
         attention_dropout=c.attention_dropout,
         activation_dropout=c.activation_dropout,
         max_position_embeddings=c.max_len,
-        scale_embedding=True,
+        scale_embedding=c.scale_embeddings,
         pad_token_id=c.pad_id,
         bos_token_id=bos_id,
         eos_token_id=eos_id,
@@ -172,7 +174,10 @@ def to_marian(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID) ->
     inner.encoder.embed_tokens.weight.copy_(model.src_embed.token.weight[:, perm])
     inner.decoder.embed_tokens.weight.copy_(model.tgt_embed.token.weight[:, perm])
     marian.lm_head.weight.copy_(model.generator.weight[:, perm])
-    marian.final_logits_bias.zero_()
+    if model.generator.bias is not None:  # (V,) -> (1, V)
+        marian.final_logits_bias.copy_(model.generator.bias[None])
+    else:
+        marian.final_logits_bias.zero_()
     inner.encoder.embed_positions.weight.copy_(model.src_embed.position.encoding(config.max_len)[:, perm])
     inner.decoder.embed_positions.weight.copy_(model.tgt_embed.position.encoding(config.max_len)[:, perm])
 

@@ -75,8 +75,9 @@ class EncoderGraph(nn.Module):
 class DecoderStepGraph(nn.Module):
     """One cached decoder step: (tokens, src_keep, offset, past and cross keys/values) -> logits, present keys/values.
 
-    The target embedding is dotformer's TokenEmbedding (·√D) plus the row ``offset`` of the positional table (a
-    tensor index, so one graph serves every step); the layers are the model's own, run with a
+    The target embedding is :class:`~dotformer.positional.InputEmbedding`'s computation with the position as a tensor
+    (TokenEmbedding, plus the row ``offset`` of the positional table, then the embedding LayerNorm if the model has
+    one), so one graph serves every step; the layers are the model's own, run with a
     :class:`~dotformer.model.DecoderCache` filled from the inputs.
     """
 
@@ -101,6 +102,8 @@ class DecoderStepGraph(nn.Module):
         )
         x = model.tgt_embed.token(tokens)  # (B, 1, D), already ·√D
         x = x + self.positions.index_select(0, offset.reshape(1)).to(x.dtype)  # (B, 1, D)
+        if model.tgt_embed.norm is not None:  # as InputEmbedding.forward (an imported model's embedding LayerNorm)
+            x = model.tgt_embed.norm(x)
         B, S = src_keep.shape
         # Cross-attention reads the cached keys/values; the memory argument is only shape-checked.
         memory_shape = x.new_zeros(B, S, model.config.d_model)  # (B, S, D), unused by the graph

@@ -1,0 +1,49 @@
+"""``dotformer import``: turn another library's model directory into a dotformer checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+
+FORMATS = ("marian",)
+
+EPILOG = """\
+formats:
+  marian  a local Hugging Face Marian directory: config.json, model.safetensors, source.spm, target.spm, vocab.json
+          (what MarianMTModel/MarianTokenizer.save_pretrained write) -> an encoder-decoder checkpoint
+  bert    a local BERT-family encoder directory: config.json, model.safetensors, tokenizer.json (WordPiece)
+          -> an encoder-only checkpoint whose encoder memory is BERT's last hidden state
+
+Weights are read from safetensors only: a directory holding only pytorch_model.bin (a pickle) is refused.
+OUT must not exist or be empty. The checkpoint works with translate, evaluate (--dtype int8), explore and serve.
+
+examples:
+  dotformer import --from marian ~/models/opus-mt-xx-yy runs/imported-marian
+  dotformer translate --checkpoint runs/imported-marian "a sentence to translate"
+  dotformer import --from bert ~/models/bert-tiny runs/imported-bert
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Format, source directory, output checkpoint."""
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--from", dest="source_format", required=True, choices=FORMATS, help="the source format")
+    parser.add_argument("source", metavar="DIR", help="the model directory to read (local files only)")
+    parser.add_argument("output", metavar="OUT", help="the checkpoint directory to write (new, or empty)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Import, then print where the checkpoint is."""
+    from dotformer.export.outdir import check_output_dir
+
+    check_output_dir(args.output)
+    if args.source_format == "marian":
+        from dotformer.imports.marian import import_marian
+
+        path = import_marian(args.source, args.output)
+    else:
+        from dotformer.imports.bert import import_bert
+
+        path = import_bert(args.source, args.output)
+    print(f"wrote {path} (a dotformer checkpoint imported from {args.source_format})")
+    return 0

@@ -1,0 +1,228 @@
+"""dotformer.imports: a Hugging Face Marian directory (random weights, sentencepiece models trained here, saved with
+save_pretrained; no hub) becomes a checkpoint whose tokens, logits and greedy outputs are HF's; translate, evaluate
+--dtype int8 and explore run on it from the command line; pickles are refused."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+spm = pytest.importorskip("sentencepiece")
+
+SOURCES = [
+    "the cat sat on the mat",
+    "a dog ran in the park",
+    "the sun is hot today",
+    "we read a book at night",
+    "birds sing in the morning",
+]
+TARGETS = [
+    "le chat est sur le tapis",
+    "un chien court au parc",
+    "le soleil est chaud",
+    "nous lisons un livre la nuit",
+    "les oiseaux chantent le matin",
+]
+TEXTS = ["the cat ran", "a bird sings at night in the park", "zq the", "", "  we  read  "]
+
+
+def train_spm(texts: list[str]) -> bytes:
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts * 4),
+        model_writer=model,
+        vocab_size=40,
+        model_type="unigram",
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return model.getvalue()
+
+
+def marian_vocab(directory: Path) -> dict[str, int]:
+    """Marian's layout: </s> 0, <unk> 1, the pieces of both spm models, <pad> last."""
+    pieces: list[str] = []
+    for name in ("source", "target"):
+        sp = spm.SentencePieceProcessor(model_proto=(directory / f"{name}.spm").read_bytes())
+        for i in range(sp.get_piece_size()):
+            if not (sp.is_control(i) or sp.is_unknown(i)) and sp.id_to_piece(i) not in pieces:
+                pieces.append(sp.id_to_piece(i))
+    vocab = {"</s>": 0, "<unk>": 1, **{piece: i + 2 for i, piece in enumerate(pieces)}}
+    vocab["<pad>"] = len(vocab)
+    return vocab
+
+
+def make_marian_dir(directory: Path, seed: int = 0, **config: Any) -> tuple[Any, Any]:
+    """Write a random MarianMTModel and its MarianTokenizer into ``directory``; return both."""
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    directory.mkdir(parents=True)
+    (directory / "source.spm").write_bytes(train_spm(SOURCES))
+    (directory / "target.spm").write_bytes(train_spm(TARGETS))
+    vocab = marian_vocab(directory)
+    (directory / "vocab.json").write_text(json.dumps(vocab))
+    tokenizer = MarianTokenizer(
+        str(directory / "source.spm"), str(directory / "target.spm"), str(directory / "vocab.json")
+    )
+    tokenizer.save_pretrained(str(directory))
+    V = len(vocab)
+    fields = dict(
+        vocab_size=V,
+        decoder_vocab_size=V,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=V - 1,
+        eos_token_id=0,
+        decoder_start_token_id=V - 1,
+        forced_eos_token_id=None,
+        scale_embedding=True,
+        activation_function="relu",
+    )
+    fields.update(config)
+    torch.manual_seed(seed)
+    model = MarianMTModel(MarianConfig(**fields)).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():  # a trained-looking model: varied outputs, some short
+            if "layer_norm.weight" in name:
+                parameter.normal_(1.0, 0.1)
+            elif "embed_positions" not in name:
+                parameter.normal_(0.0, 0.2 if parameter.dim() > 1 else 0.05)
+        model.final_logits_bias.normal_(0.0, 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(str(directory))
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from dotformer.imports.marian import import_marian
+
+    root = tmp_path_factory.mktemp("marian")
+    model, tokenizer = make_marian_dir(root / "hf")
+    import_marian(root / "hf", root / "ck")
+    return {"root": root, "hf": root / "hf", "ck": root / "ck", "model": model, "tokenizer": tokenizer}
+
+
+def test_tokens_are_marians_in_dotformers_order(marian: dict[str, Any]) -> None:
+    import dotformer
+
+    translator = dotformer.load(marian["ck"], device="cpu")
+    vocab = json.loads((marian["hf"] / "vocab.json").read_text())
+    piece_of = {i: p for p, i in vocab.items()}
+    tokenizer = marian["tokenizer"]
+    for text in TEXTS:
+        theirs = tokenizer(text).input_ids  # pieces + </s>
+        ours = [*translator.src_tokenizer.encode(text), 2]
+        assert [translator.src_tokenizer.id_to_token(i) for i in ours[:-1]] == [
+            "<unk>" if i == vocab["<unk>"] else piece_of[i] for i in theirs[:-1]
+        ]
+        assert len(ours) == len(theirs)
+    assert translator.src_tokenizer.count_unknown("zq the") == 1  # "zq" is not in the source spm
+    # the target side decodes as MarianTokenizer does
+    ids = tokenizer(text_target="le chat est sur le tapis").input_ids[:-1]
+    ours = translator.tgt_tokenizer.encode("le chat est sur le tapis")
+    assert translator.tgt_tokenizer.decode(ours) == tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def test_logits_and_greedy_outputs_equal_hf(marian: dict[str, Any]) -> None:
+    import dotformer
+    from dotformer.decoding.translate import pad_batch
+
+    translator = dotformer.load(marian["ck"], device="cpu")
+    model, tokenizer = marian["model"], marian["tokenizer"]
+    batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    pad = (
+        model.config.pad_token_id
+    )  # OPUS models' generation configs forbid it (bad_words_ids); dotformer never picks it
+    out = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12, suppress_tokens=[pad])  # (B, 1 + T)
+    theirs = tokenizer.batch_decode(out, skip_special_tokens=True)
+    ours = translator.translate(TEXTS, strategy="greedy", max_len_a=0.0, max_len_b=12)
+    assert ours == theirs
+    assert len(set(theirs)) > 2 and max(len(t) for t in theirs) > 10  # varied, non-trivial outputs
+
+    # teacher-forced logits on HF's own outputs, columns in dotformer's order
+    vocab_size = model.config.vocab_size
+    rows = [vocab_size - 1, vocab_size - 1, 0, 1, *range(2, vocab_size - 1)]  # pad, start, </s>, <unk>, pieces
+    to_ours = {marian_id: i for i, marian_id in enumerate(rows) if i != 1}
+    src = pad_batch([[*translator.src_tokenizer.encode(t), 2] for t in TEXTS])
+    tgt = torch.tensor([[1, *[to_ours[int(t)] for t in row[1:-1]]] for row in out])  # BOS + HF tokens (PAD -> 0)
+    with torch.no_grad():
+        hf_logits = model(**batch, decoder_input_ids=out[:, :-1]).logits  # (B, T, V_marian)
+        our_logits = translator.model(src, tgt)  # (B, T, V_ours)
+    torch.testing.assert_close(our_logits, hf_logits[:, :, rows], atol=1e-4, rtol=1e-4)
+    assert translator.model.config.generator_bias and translator.model.config.scale_embeddings
+
+
+def test_import_refuses_pickles_and_unsupported_models(tmp_path: Path) -> None:
+    from dotformer.errors import CheckpointError, ConfigError
+    from dotformer.imports.marian import import_marian
+
+    make_marian_dir(tmp_path / "swish", activation_function="swish")
+    with pytest.raises(ConfigError, match="activation_function='swish'"):
+        import_marian(tmp_path / "swish", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+    pickled = tmp_path / "pickled"
+    make_marian_dir(pickled)
+    (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")  # never opened: refused by name
+    with pytest.raises(CheckpointError, match="safetensors only"):
+        import_marian(pickled, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# -- the command line -------------------------------------------------------------------------------------------------
+
+
+def dotformer_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "dotformer", *argv], capture_output=True, text=True, timeout=240, env=env
+    )
+
+
+def test_cli_import_then_translate_evaluate_explore(marian: dict[str, Any], tmp_path: Path) -> None:
+    import dotformer
+
+    ck = tmp_path / "ck"
+    result = dotformer_cli("import", "--from", "marian", str(marian["hf"]), str(ck))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"wrote {ck}")
+    expected = dotformer.load(marian["ck"], device="cpu").translate(TEXTS[:2], strategy="greedy")
+
+    result = dotformer_cli("translate", "--checkpoint", str(ck), "--strategy", "greedy", *TEXTS[:2])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == expected
+
+    test_file = tmp_path / "test.tsv"
+    test_file.write_text("".join(f"{s}\t{t}\n" for s, t in zip(SOURCES, TARGETS, strict=True)))
+    result = dotformer_cli("evaluate", "--checkpoint", str(ck), "--data", str(test_file), "--dtype", "int8")
+    assert result.returncode == 0, result.stderr
+    assert "BLEU" in result.stdout
+
+    page = tmp_path / "page.html"
+    result = dotformer_cli("explore", "--checkpoint", str(ck), "--write", str(page), "--text", "the cat")
+    assert result.returncode == 0, result.stderr
+    assert page.stat().st_size > 1000
+
+    result = dotformer_cli("import", "--from", "marian", str(marian["hf"]), str(ck))  # ck is not empty now
+    assert result.returncode == 2
+    assert result.stderr.startswith("dotformer import: error: ") and "not empty" in result.stderr
+    assert result.stderr.count("\n") == 1
