@@ -316,13 +316,21 @@ function drawMap(svg, example, kind, layer, head, readout) {
 }
 
 function paint(canvas, matrix, c) {
+  // each weight as a c x c block of pixels, written straight into the canvas's pixel array (fast for big maps)
   const ctx = canvas.getContext("2d");
+  const image = ctx.createImageData(canvas.width, canvas.height);
+  const data = image.data;
   for (let i = 0; i < matrix.length; i++) {
     for (let j = 0; j < matrix[i].length; j++) {
-      ctx.fillStyle = css(colour(matrix[i][j]));
-      ctx.fillRect(j * c, i * c, c, c);
+      const [r, g, b] = colour(matrix[i][j]);
+      for (let y = i * c; y < (i + 1) * c; y++) {
+        for (let x = j * c, k = 4 * (y * canvas.width + j * c); x < (j + 1) * c; x++, k += 4) {
+          data[k] = r; data[k + 1] = g; data[k + 2] = b; data[k + 3] = 255;
+        }
+      }
     }
   }
+  ctx.putImageData(image, 0, 0);
 }
 
 // -- overview: every layer x head at once ---------------------------------------------------------------------------
@@ -350,7 +358,9 @@ function drawOverview() {
       canvas.className = "thumb"; canvas.dataset.layer = l; canvas.dataset.head = h; canvas.dataset.cell = c;
       canvas.width = cols.length * c; canvas.height = rows.length * c;
       const scale = Math.min(1, THUMB / Math.max(canvas.width, canvas.height));
-      canvas.style.width = canvas.width * scale + "px"; canvas.style.height = canvas.height * scale + "px";
+      // a very long, thin map (10 outputs x 1000 inputs) is stretched to a quarter of the box on its short side
+      canvas.style.width = Math.max(THUMB / 4, canvas.width * scale) + "px";
+      canvas.style.height = Math.max(THUMB / 4, canvas.height * scale) + "px";
       canvas.title = KIND_NAMES[kind] + ", layer " + l + ", " + headName(h);
       if (l === layer && h === head) canvas.classList.add("selected");
       paint(canvas, headMatrix(example, kind, l, h), c);
