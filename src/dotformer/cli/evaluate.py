@@ -142,7 +142,6 @@ def _read_test_file(args: argparse.Namespace, loaded: LoadedCheckpoint, task: st
     data = DataConfig.from_dict({"dataset": args.data, "hf_test_split": split, **reader}, "evaluate flags")
     corpus = load_pairs(args.data, data.corpus_options("test"))
     check_same_task(task, corpus.task, args.data, str(loaded.path))
-    print(f"dotformer evaluate: data: {describe_corpus(corpus, 'test')}", file=sys.stderr)
     normalise = source_normaliser(loaded.info)  # a CMUdict model reads lower-case words
     pairs = [Pair(normalise(pair.source), pair.target) for pair in corpus.pairs]
     targets = [pair.target for pair in pairs]
@@ -152,6 +151,7 @@ def _read_test_file(args: argparse.Namespace, loaded: LoadedCheckpoint, task: st
             f"{args.data}: {share:.0%} of its target tokens are unknown to the checkpoint's target vocabulary: is it "
             f"{task} data, and are the columns right (--source-column/--target-column)?"
         )
+    print(f"dotformer evaluate: data: {describe_corpus(corpus, 'test')}", file=sys.stderr)  # after the checks
     return pairs
 
 
