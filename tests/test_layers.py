@@ -52,13 +52,21 @@ def test_feed_forward_rejects_unknown_activation():
 
 
 def test_residual_post_and_pre_layer_norm():
-    x, y = torch.randn(2, 3, 8), torch.randn(2, 3, 8)
+    """post-LN: LayerNorm(x + Sublayer(x)); pre-LN: x + Sublayer(LayerNorm(x)) (dropout 0), against F.layer_norm."""
+    x = torch.randn(2, 3, 8)
+    w = torch.randn(8, 8)
+
+    def sublayer(h: torch.Tensor) -> torch.Tensor:
+        return h @ w
+
     post = _perturb(Residual(8, dropout=0.0, norm_first=False))
-    assert post.pre(x) is x
-    torch.testing.assert_close(post.post(x, y), post.norm(x + y))
+    norm = post.norm
+    torch.testing.assert_close(post(x, sublayer), F.layer_norm(x + x @ w, (8,), norm.weight, norm.bias, norm.eps))
     pre = _perturb(Residual(8, dropout=0.0, norm_first=True))
-    torch.testing.assert_close(pre.pre(x), pre.norm(x))
-    torch.testing.assert_close(pre.post(x, y), x + y)
+    normed = F.layer_norm(x, (8,), pre.norm.weight, pre.norm.bias, pre.norm.eps)
+    torch.testing.assert_close(pre(x, sublayer), x + normed @ w)
+    with pytest.warns(DeprecationWarning, match="residual\\(x, sublayer\\)"):
+        torch.testing.assert_close(post.post(x, sublayer(post.pre(x))), post(x, sublayer))
 
 
 # -- against torch.nn.TransformerEncoderLayer / TransformerDecoderLayer ----------------------------------------------

@@ -7,10 +7,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dotformer.decoding.cache import KVCache, grouped_cross_attention
 from dotformer.errors import ShapeError
 from dotformer.interop import from_torch_multihead, to_torch_multihead
 from dotformer.masks import causal_mask
-from dotformer.multihead import KVCache, MultiHeadAttention
+from dotformer.multihead import MultiHeadAttention
+from dotformer.packing import Packing, packed_attention
 
 
 def _randomise_biases(mha: MultiHeadAttention) -> MultiHeadAttention:
@@ -180,7 +182,7 @@ def test_grouped_cross_attention_equals_the_expanded_memory():
     mask = _lengths_mask([5, 3], S)[:, None, None, :]  # (B, 1, 1, S)
     expanded_memory, expanded_mask = memory.repeat_interleave(G, 0), mask.repeat_interleave(G, 0)
     query = torch.randn(B * G, 4, 8)
-    grouped = mha(query, memory, mask=mask, need_weights=True)
+    grouped = grouped_cross_attention(mha, query, memory, mask, need_weights=True)
     expected = mha(query, expanded_memory, mask=expanded_mask, need_weights=True)
     torch.testing.assert_close(grouped.output, expected.output)
     torch.testing.assert_close(grouped.weights, expected.weights)  # (B·G, H, T, S)
@@ -195,18 +197,16 @@ def test_grouped_cross_attention_equals_the_expanded_memory():
         assert cache.key is not None and cache.key.size(0) == B
 
 
-def test_grouped_queries_need_cross_attention_and_a_whole_number_of_rows():
+def test_grouped_queries_live_with_decoding_and_need_a_whole_number_of_rows():
     mha = MultiHeadAttention(8, 2)
-    with pytest.raises(ShapeError, match=r"key_value must be \(B=5"):
-        mha(torch.randn(5, 1, 8), torch.randn(2, 3, 8))  # 5 rows cannot be split among 2 sentences
-    with pytest.raises(ShapeError, match="causal attention needs one key/value row per query row"):
-        mha(torch.randn(4, 3, 8), torch.randn(2, 3, 8), is_causal=True)
-    with pytest.raises(ShapeError, match=r"key_value must be \(B=0"):
-        mha(torch.randn(0, 1, 8), torch.randn(2, 3, 8))  # no query rows is not a group of them
+    with pytest.raises(ShapeError, match=r"key_value must be \(B=4.*decoding.cache.grouped_cross_attention"):
+        mha(torch.randn(4, 1, 8), torch.randn(2, 3, 8))  # the lesson's module: one key/value row per query row
+    with pytest.raises(ShapeError, match=r"N = B·G query rows for B memory rows, got query \(5, 1, 8\)"):
+        grouped_cross_attention(mha, torch.randn(5, 1, 8), torch.randn(2, 3, 8))  # 5 rows among 2 sentences
     per_query_row = torch.ones(4, 1, 1, 3, dtype=torch.bool)
     for B in (1, 2):  # a mask of one row per query row, instead of per key/value row
         with pytest.raises(ShapeError, match=f"one row per key/value row \\(B={B}\\)"):
-            mha(torch.randn(4, 1, 8), torch.randn(B, 3, 8), mask=per_query_row)
+            grouped_cross_attention(mha, torch.randn(4, 1, 8), torch.randn(B, 3, 8), per_query_row)
 
 
 # -- dropout, lengths 0 and 1, errors -------------------------------------------------------------------------------
@@ -265,8 +265,6 @@ def test_wrong_mask_shape_is_named():
 def test_what_masked_memory_positions_hold_never_reaches_an_output_on_any_path(bad: float) -> None:
     """NaN/inf in the padded memory rows: every path (fused, reference, cached, grouped, packed) gives the clean
     outputs at every query."""
-    from dotformer.packing import Packing
-
     torch.manual_seed(2)
     mha = _randomise_biases(MultiHeadAttention(8, 2)).eval()
     B, S = 2, 4
@@ -281,9 +279,33 @@ def test_what_masked_memory_positions_hold_never_reaches_an_output_on_any_path(b
     cache = KVCache()
     steps = [mha(x[:, t : t + 1], dirty, mask=mask, cache=cache, static_kv=True).output for t in range(3)]
     torch.testing.assert_close(torch.cat(steps, dim=1), expected)  # cached
-    grouped = mha(x.repeat_interleave(2, 0), dirty, mask=mask).output  # 2 query rows per memory row
+    grouped = grouped_cross_attention(mha, x.repeat_interleave(2, 0), dirty, mask).output  # 2 rows per memory row
     torch.testing.assert_close(grouped, expected.repeat_interleave(2, 0))
     packing = Packing.from_mask(torch.ones(B, 3, dtype=torch.bool))
     kv_packing = Packing.from_mask(keep)
-    packed = mha(packing.pack(x), kv_packing.pack(dirty), mask=mask, packing=packing, kv_packing=kv_packing).output
+    packed, _ = packed_attention(mha, packing.pack(x), kv_packing.pack(dirty), mask, packing, kv_packing)
     torch.testing.assert_close(packed, packing.pack(expected))
+
+
+def test_the_lesson_forward_is_the_papers_dozen_lines() -> None:
+    """project, split heads, attend, concatenate, W_o: the forward's code (no docstring, comments) stays short."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(MultiHeadAttention.forward)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    code = body[1:] if isinstance(body[0], ast.Expr) else body  # without the docstring
+    lines = {n.lineno for stmt in code for n in ast.walk(stmt) if hasattr(n, "lineno")}
+    assert len(lines) <= 12, f"MultiHeadAttention.forward has {len(lines)} code lines"
+
+
+def test_moved_cache_names_still_import_from_their_old_modules() -> None:
+    from dotformer import layers, model, multihead
+    from dotformer.decoding import cache
+
+    assert multihead.KVCache is cache.KVCache
+    assert layers.LayerCache is cache.LayerCache
+    assert model.DecoderCache is cache.DecoderCache
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        multihead.Nope  # noqa: B018

@@ -7,9 +7,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dotformer import ModelConfig, Transformer
 from dotformer.errors import ConfigError, ShapeError
-from dotformer.multihead import KVCache, MultiHeadAttention
-from dotformer.packing import Packing, pack, unpack
+from dotformer.multihead import MultiHeadAttention
+from dotformer.packing import Packing, pack, packed_attention, unpack
 from dotformer.training.loss import label_smoothed_cross_entropy
 
 V = 13  # conftest.make_model's vocabulary
@@ -114,32 +115,31 @@ def test_multihead_attention_packed_equals_padded() -> None:
     x = torch.randn(2, 4, 16)
     mask = keep[:, None, None, :]  # (B, 1, 1, S)
     padded = attention(x, mask=mask).output  # (B, T, D)
-    packed = attention(packing.pack(x), mask=mask, packing=packing).output  # (N, D)
+    packed, _ = packed_attention(attention, packing.pack(x), packing.pack(x), mask, packing, packing)  # (N, D)
     torch.testing.assert_close(packed, padded[keep])
     # cross-attention: packed queries over packed keys/values of another length
     memory = torch.randn(2, 3, 16)
     memory_keep = torch.tensor([[True, True, False], [True, True, True]])
     memory_packing = Packing.from_mask(memory_keep)
     cross = attention(x, memory, mask=memory_keep[:, None, None, :]).output
-    cross_packed = attention(
-        packing.pack(x),
-        memory_packing.pack(memory),
-        mask=memory_keep[:, None, None, :],
-        packing=packing,
-        kv_packing=memory_packing,
-    ).output
+    cross_packed, _ = packed_attention(
+        attention, packing.pack(x), memory_packing.pack(memory), memory_keep[:, None, None, :], packing, memory_packing
+    )
     torch.testing.assert_close(cross_packed, cross[keep])
 
 
 def test_multihead_attention_rejects_bad_packed_inputs() -> None:
     attention = MultiHeadAttention(16, 4)
     packing = Packing.from_mask(torch.tensor([[True, False]]))
-    with pytest.raises(ShapeError, match="packed"):
-        attention(torch.randn(1, 2, 16), packing=packing)  # padded vectors given as packed
-    with pytest.raises(ShapeError, match="packed"):
-        attention(torch.randn(2, 16), packing=packing)  # 2 rows for 1 real token
+    ok = torch.randn(1, 16)
+    with pytest.raises(ShapeError, match=r"query must be packed \(N=1, D\), got \(1, 2, 16\)"):
+        packed_attention(attention, torch.randn(1, 2, 16), ok, None, packing, packing)  # padded vectors as packed
+    with pytest.raises(ShapeError, match=r"key_value must be packed \(N=1, D\), got \(2, 16\)"):
+        packed_attention(attention, ok, torch.randn(2, 16), None, packing, packing)  # 2 rows for 1 real token
+    model = Transformer(ModelConfig.preset("tiny", src_vocab_size=V, tgt_vocab_size=V))
+    src = torch.tensor([[5, 6]])
     with pytest.raises(ConfigError, match="cache"):
-        attention(torch.randn(1, 16), packing=packing, cache=KVCache())
+        model.decode(src, model.encode(src).memory, packing=model.packing_of(src), cache=model.new_cache())
 
 
 def test_packed_targets_must_be_right_padded(make_model) -> None:
@@ -172,3 +172,25 @@ def test_packed_calls_refuse_masks_and_memories_that_do_not_fit(make_model) -> N
     memory = model.encode(src, packing=model.packing_of(src)).memory  # packed (N_S, D)
     with pytest.raises(ShapeError, match="packed: pass memory_packing"):
         model.decode(tgt, memory, model.source_mask(src))
+
+
+def test_packed_weights_equal_the_padded_ones(make_model) -> None:
+    model = make_model()
+    src, tgt = torch.tensor([[5, 6, 7], [5, 6, 0]]), torch.tensor([[4, 5, 6], [4, 7, 0]])
+    src_packing, tgt_packing = model.packing_of(src), model.packing_of(tgt)
+    mask = model.source_mask(src)
+    enc, enc_packed = model.encode(src, need_weights=True), model.encode(src, need_weights=True, packing=src_packing)
+    keep = src != 0
+    torch.testing.assert_close(enc_packed.memory, enc.memory[keep])
+    for w, wp in zip(enc.self_weights, enc_packed.self_weights, strict=True):
+        torch.testing.assert_close(wp.transpose(1, 2)[keep], w.transpose(1, 2)[keep])  # real queries' (H, S) rows
+    dec = model.decode(tgt, enc.memory, mask, need_weights=True)
+    dec_packed = model.decode(
+        tgt, enc_packed.memory, mask, need_weights=True, packing=tgt_packing, memory_packing=src_packing
+    )
+    real = tgt != 0
+    torch.testing.assert_close(dec_packed.hidden, dec.hidden[real])
+    for w, wp in zip(
+        dec.cross_weights + dec.self_weights, dec_packed.cross_weights + dec_packed.self_weights, strict=True
+    ):
+        torch.testing.assert_close(wp.transpose(1, 2)[real], w.transpose(1, 2)[real])  # (N, H, S) rows of real queries

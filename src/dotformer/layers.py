@@ -6,15 +6,28 @@ Shapes follow the legend in :mod:`dotformer.attention`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dotformer.errors import ConfigError
-from dotformer.multihead import KVCache, MultiHeadAttention
-from dotformer.packing import Packing
+from dotformer.multihead import MultiHeadAttention
+
+if TYPE_CHECKING:
+    from dotformer.decoding.cache import LayerCache
+
+
+def __getattr__(name: str) -> Any:
+    """``LayerCache`` lives in :mod:`dotformer.decoding.cache` now; ``dotformer.layers.LayerCache`` stays (PEP 562)."""
+    if name == "LayerCache":
+        from dotformer.decoding.cache import LayerCache
+
+        return LayerCache
+    raise AttributeError(f"module 'dotformer.layers' has no attribute {name!r}")
 
 
 class FeedForward(nn.Module):
@@ -57,13 +70,13 @@ class FeedForward(nn.Module):
 
 
 class Residual(nn.Module):
-    """The wrapper around every sublayer: residual connection, dropout and LayerNorm (paper §3.1, §5.4).
+    """The connection around every sublayer: residual, dropout and LayerNorm (paper §3.1, §5.4).
 
     Post-LN (the paper): ``LayerNorm(x + Dropout(Sublayer(x)))``.
     Pre-LN (``norm_first=True``, Xiong et al. 2020): ``x + Dropout(Sublayer(LayerNorm(x)))``; the stack then needs a
     final LayerNorm, which :class:`dotformer.model.Encoder` and :class:`dotformer.model.Decoder` add.
 
-    Use it in two halves around the sublayer: ``h = res.pre(x)``; ``y = sublayer(h)``; ``x = res.post(x, y)``.
+    Shape: ``residual(x, sublayer)`` with x (B, L, D) (or packed (N, D)) and ``sublayer`` mapping that shape to itself.
     """
 
     def __init__(self, d_model: int, dropout: float = 0.1, norm_first: bool = False, eps: float = 1e-5) -> None:
@@ -72,12 +85,20 @@ class Residual(nn.Module):
         self.norm = nn.LayerNorm(d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
 
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        """(B, L, D) -> (B, L, D): the formula, post-LN or pre-LN."""
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))  # pre-LN
+        return self.norm(x + self.dropout(sublayer(x)))  # post-LN, the paper
+
     def pre(self, x: Tensor) -> Tensor:
-        """The sublayer's input: LayerNorm(x) for pre-LN, x itself for post-LN. (B, L, D) -> (B, L, D)."""
+        """Deprecated: call ``residual(x, sublayer)``. The sublayer's input: LayerNorm(x) pre-LN, else x."""
+        warnings.warn("Residual.pre/post are deprecated: call residual(x, sublayer)", DeprecationWarning, stacklevel=2)
         return self.norm(x) if self.norm_first else x
 
     def post(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
-        """Add the sublayer's output back to its input (and normalise for post-LN). (B, L, D) -> (B, L, D)."""
+        """Deprecated: call ``residual(x, sublayer)``. x + Dropout(sublayer_out), normalised post-LN."""
+        warnings.warn("Residual.pre/post are deprecated: call residual(x, sublayer)", DeprecationWarning, stacklevel=2)
         y = x + self.dropout(sublayer_out)
         return y if self.norm_first else self.norm(y)
 
@@ -116,26 +137,21 @@ class EncoderLayer(nn.Module):
         self.res_attn = Residual(s.d_model, s.dropout, s.norm_first, s.layer_norm_eps)
         self.res_ff = Residual(s.d_model, s.dropout, s.norm_first, s.layer_norm_eps)
 
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, packing: Packing | None = None
-    ) -> EncoderLayerOutput:
-        """x: (B, S, D), or (N, D) packed with ``packing``; mask: bool broadcastable to (B, H, S, S) (usually the
-        (B, 1, 1, S) padding mask).
+    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> EncoderLayerOutput:
+        """x: (B, S, D); mask: bool broadcastable to (B, H, S, S) (usually the (B, 1, 1, S) padding mask).
 
-        Returns x's shape and optionally the (B, H, S, S) self-attention weights.
+        Returns (B, S, D) and optionally the (B, H, S, S) self-attention weights.
         """
-        attn = self.self_attn(self.res_attn.pre(x), mask=mask, need_weights=need_weights, packing=packing)
-        x = self.res_attn.post(x, attn.output)  # (B, S, D)
-        x = self.res_ff.post(x, self.feed_forward(self.res_ff.pre(x)))  # (B, S, D)
-        return EncoderLayerOutput(x, attn.weights)
+        weights = None
 
+        def self_attention(h: Tensor) -> Tensor:
+            nonlocal weights
+            h, weights = self.self_attn(h, mask=mask, need_weights=need_weights)
+            return h
 
-@dataclass
-class LayerCache:
-    """Cached keys/values of one decoder layer: its self-attention (growing) and cross-attention (fixed)."""
-
-    self_attn: KVCache = field(default_factory=KVCache)
-    cross_attn: KVCache = field(default_factory=KVCache)
+        x = self.res_attn(x, self_attention)  # (B, S, D)
+        x = self.res_ff(x, self.feed_forward)  # (B, S, D)
+        return EncoderLayerOutput(x, weights)
 
 
 class DecoderLayerOutput(NamedTuple):
@@ -172,48 +188,37 @@ class DecoderLayer(nn.Module):
         memory_mask: Tensor | None = None,
         cache: LayerCache | None = None,
         need_weights: bool = False,
-        packing: Packing | None = None,
-        memory_packing: Packing | None = None,
     ) -> DecoderLayerOutput:
         """Run one decoder block.
 
         Args:
-            x: (B, T, D) target vectors (the new positions only when decoding with a cache), or (N_T, D) packed.
-            memory: (B, S, D) encoder output (None for a decoder-only block), or (N_S, D) packed.
+            x: (B, T, D) target vectors (the new positions only when decoding with a cache).
+            memory: (B, S, D) encoder output (None for a decoder-only block).
             tgt_mask: optional extra bool mask broadcastable to (B, H, T, T_total), ANDed with the causal mask.
             memory_mask: bool broadcastable to (B, H, T, S), usually the source padding mask (B, 1, 1, S).
-            cache: this layer's key/value cache, updated in place.
+            cache: this layer's key/value cache (:class:`dotformer.decoding.cache.LayerCache`), updated in place.
             need_weights: also return the attention weights.
-            packing, memory_packing: the packings of packed ``x`` and ``memory`` (:mod:`dotformer.packing`).
 
         Returns:
             :class:`DecoderLayerOutput` (``output`` has x's shape).
         """
-        self_cache = cache.self_attn if cache is not None else None
-        attn = self.self_attn(
-            self.res_self.pre(x),
-            mask=tgt_mask,
-            is_causal=True,
-            need_weights=need_weights,
-            cache=self_cache,
-            packing=packing,
-        )
-        x = self.res_self.post(x, attn.output)  # (B, T, D)
-        cross_weights = None
+        if self.cross_attn is not None and memory is None:
+            raise ConfigError("this decoder layer has cross-attention: pass the encoder memory")
+        self_cache, cross_cache = (cache.self_attn, cache.cross_attn) if cache is not None else (None, None)
+        self_weights = cross_weights = None
+
+        def self_attention(h: Tensor) -> Tensor:  # masked: position t sees positions <= t only
+            nonlocal self_weights
+            h, self_weights = self.self_attn(h, None, tgt_mask, True, need_weights, cache=self_cache)
+            return h
+
+        def cross_attention(h: Tensor) -> Tensor:  # queries from the decoder, keys and values from the memory
+            nonlocal cross_weights
+            h, cross_weights = self.cross_attn(h, memory, memory_mask, False, need_weights, cross_cache, static_kv=True)
+            return h
+
+        x = self.res_self(x, self_attention)  # (B, T, D)
         if self.cross_attn is not None and self.res_cross is not None:
-            if memory is None:
-                raise ConfigError("this decoder layer has cross-attention: pass the encoder memory")
-            cross = self.cross_attn(
-                self.res_cross.pre(x),
-                memory,
-                mask=memory_mask,
-                need_weights=need_weights,
-                cache=cache.cross_attn if cache is not None else None,
-                static_kv=True,
-                packing=packing,
-                kv_packing=memory_packing,
-            )
-            x = self.res_cross.post(x, cross.output)  # (B, T, D)
-            cross_weights = cross.weights
-        x = self.res_ff.post(x, self.feed_forward(self.res_ff.pre(x)))  # (B, T, D)
-        return DecoderLayerOutput(x, attn.weights, cross_weights)
+            x = self.res_cross(x, cross_attention)  # (B, T, D)
+        x = self.res_ff(x, self.feed_forward)  # (B, T, D)
+        return DecoderLayerOutput(x, self_weights, cross_weights)

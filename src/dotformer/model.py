@@ -10,18 +10,31 @@ The same layers also build a decoder-only language model and an encoder-only seq
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError, ShapeError
-from dotformer.layers import DecoderLayer, EncoderLayer, LayerCache, LayerSizes
+from dotformer.layers import DecoderLayer, EncoderLayer, LayerSizes
 from dotformer.masks import check_right_padded, padding_mask
-from dotformer.packing import Packing, pack
+from dotformer.packing import Packing, packed_decoder, packed_encoder
 from dotformer.positional import InputEmbedding, TokenEmbedding
+
+if TYPE_CHECKING:
+    from dotformer.decoding.cache import DecoderCache
+
+_MOVED = ("DecoderCache", "check_rows", "group_sources")  # moved to dotformer.decoding.cache; the names stay here
+
+
+def __getattr__(name: str) -> Any:
+    """``dotformer.model.DecoderCache`` (now in :mod:`dotformer.decoding.cache`), imported on first use (PEP 562)."""
+    if name in _MOVED:
+        from dotformer.decoding import cache
+
+        return getattr(cache, name)
+    raise AttributeError(f"module 'dotformer.model' has no attribute {name!r}")
 
 
 class EncoderOutput(NamedTuple):
@@ -70,82 +83,15 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(sizes) for _ in range(num_layers))
         self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
 
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, packing: Packing | None = None
-    ) -> EncoderOutput:
-        """x: (B, S, D) embedded source, or (N_S, D) packed with ``packing``; mask: bool broadcastable to
-        (B, H, S, S). Returns the memory, shaped like x."""
+    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> EncoderOutput:
+        """x: (B, S, D) embedded source; mask: bool broadcastable to (B, H, S, S). Returns the (B, S, D) memory."""
         weights = []
         for layer in self.layers:
-            x, w = layer(x, mask=mask, need_weights=need_weights, packing=packing)  # (B, S, D) or (N_S, D)
+            x, w = layer(x, mask=mask, need_weights=need_weights)  # (B, S, D)
             weights.append(w)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return EncoderOutput(x, tuple(weights) if need_weights else None)
-
-
-@dataclass
-class DecoderCache:
-    """The decoder's key/value cache for incremental decoding: one :class:`LayerCache` per layer.
-
-    Attributes:
-        layers: per-layer caches (self-attention keys/values grow each step; cross-attention ones are fixed).
-        length: number of target positions already decoded (the positional offset of the next token).
-    """
-
-    layers: list[LayerCache] = field(default_factory=list)
-    length: int = 0
-
-    def reorder(self, index: Tensor) -> None:
-        """Row i continues row ``index[i]`` (LongTensor (N',)) in every layer: beam search follows surviving beams
-        with it, and drops finished sentences.
-
-        A grouped cache (N decoded rows reading B = N / G memory rows: beam search's G beams per sentence, see
-        :meth:`Transformer.decode`) moves its cross-attention rows along: every G consecutive entries of ``index``
-        must be rows of one sentence (g·G … g·G + G - 1, in any order), and that sentence's memory row follows them.
-
-        Raises:
-            ShapeError: an entry of ``index`` is not a row of the cache, or (grouped) ``index`` does not keep whole
-                groups of rows of one sentence (the rows would read another sentence's memory).
-        """
-        if not self.layers or self.layers[0].self_attn.batch_size == 0:
-            return  # nothing cached yet
-        rows, sources = self.layers[0].self_attn.batch_size, self.layers[0].cross_attn.batch_size  # N, B (or 0)
-        check_rows(index, rows)
-        groups = rows // sources if 0 < sources < rows else 1  # G decoded rows per memory row
-        cross_index = index if groups == 1 else group_sources(index, groups)
-        for layer in self.layers:
-            layer.self_attn.reorder(index)
-            layer.cross_attn.reorder(cross_index)
-
-
-def check_rows(index: Tensor, rows: int) -> None:
-    """Raise :class:`ShapeError` unless ``index`` is a 1-D tensor of row numbers in [0, ``rows``) (a host sync)."""
-    if index.dim() != 1 or index.dtype not in (torch.int64, torch.int32):
-        raise ShapeError(f"a row index must be a 1-D int64 tensor, got {tuple(index.shape)} {index.dtype}")
-    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= rows):
-        raise ShapeError(f"row index {index.tolist()} has entries outside the cache's {rows} rows [0, {rows})")
-
-
-def group_sources(index: Tensor, groups: int) -> Tensor:
-    """The memory row of each group of ``groups`` consecutive entries of ``index`` (rows of a grouped batch).
-
-    Args:
-        index: (N',) int64 rows of N = B·G rows, row r reading memory row r // G. groups: G.
-
-    Returns:
-        (N' / G,) int64: ``index[::G] // G``.
-
-    Raises:
-        ShapeError: N' is not a multiple of G, or a group mixes rows of different memory rows.
-    """
-    sources = index[::groups] // groups  # (N' / G,)
-    if index.numel() % groups or bool((index.view(-1, groups) // groups != sources[:, None]).any()):
-        raise ShapeError(
-            f"with {groups} rows per sentence, each {groups} consecutive entries must be rows of one sentence "
-            f"(g·{groups} … g·{groups} + {groups - 1}), got {index.tolist()}"
-        )
-    return sources
 
 
 class Decoder(nn.Module):
@@ -164,26 +110,13 @@ class Decoder(nn.Module):
         memory_mask: Tensor | None = None,
         cache: DecoderCache | None = None,
         need_weights: bool = False,
-        packing: Packing | None = None,
-        memory_packing: Packing | None = None,
     ) -> DecoderOutput:
-        """x: (B, T, D) embedded target; memory: (B, S, D); masks as in :meth:`DecoderLayer.forward`. x and memory
-        may be packed ((N_T, D), (N_S, D)) with ``packing`` and ``memory_packing``."""
-        if cache is not None and len(cache.layers) != len(self.layers):
-            cache.layers = [LayerCache() for _ in self.layers]
+        """x: (B, T, D) embedded target; memory: (B, S, D); masks and cache as in :meth:`DecoderLayer.forward`."""
+        layer_caches = cache.for_layers(len(self.layers)) if cache is not None else [None] * len(self.layers)
         self_w, cross_w = [], []
-        for i, layer in enumerate(self.layers):
-            out = layer(
-                x,
-                memory,
-                tgt_mask=tgt_mask,
-                memory_mask=memory_mask,
-                cache=cache.layers[i] if cache is not None else None,
-                need_weights=need_weights,
-                packing=packing,
-                memory_packing=memory_packing,
-            )
-            x = out.output  # (B, T, D) or (N_T, D)
+        for layer, layer_cache in zip(self.layers, layer_caches, strict=True):
+            out = layer(x, memory, tgt_mask, memory_mask, cache=layer_cache, need_weights=need_weights)
+            x = out.output  # (B, T, D)
             self_w.append(out.self_weights)
             cross_w.append(out.cross_weights)
         if self.final_norm is not None:
@@ -286,8 +219,10 @@ class Transformer(nn.Module):
             raise ShapeError(f"src must be (B, S) token ids, got {tuple(src.shape)}")
         check_right_padded(src, self.config.pad_id, "src")
         mask = self.source_mask(src) if src_mask is None else src_mask
-        x = pack(self.src_embed(src), packing)  # (B, S, D) or (N_S, D)
-        return self.encoder(x, mask=mask, need_weights=need_weights, packing=packing)
+        x = self.src_embed(src)  # (B, S, D)
+        if packing is not None:  # the same layers on the real tokens only (dotformer.packing)
+            return EncoderOutput(*packed_encoder(self.encoder, packing.pack(x), mask, packing, need_weights))
+        return self.encoder(x, mask=mask, need_weights=need_weights)
 
     def decode(
         self,
@@ -307,8 +242,9 @@ class Transformer(nn.Module):
                 is refused: it would shift the positions), or only the new ids when ``cache`` holds the earlier
                 positions (a chunk is checked alone: feed no PAD before real tokens across chunks).
             memory: (B, S, D) the encoder output (None for decoder-only models). ``tgt`` may hold B·G rows, G per
-                sentence (rows g·G … g·G + G - 1 read sentence g: beam search's beams); cross-attention then reads
-                each sentence's keys/values once for its G rows.
+                sentence (rows g·G … g·G + G - 1 read sentence g: beam search's beams); with a cache,
+                cross-attention then reads each sentence's keys/values once for its G rows
+                (:func:`dotformer.decoding.cache.grouped_cross_attention`); without one, the memory is expanded.
             src_mask: bool broadcastable to (B, H, T, S), the source padding mask, e.g. ``model.source_mask(src)``
                 (per sentence, B rows, when ``tgt`` has G rows per sentence).
             tgt_mask: optional extra bool mask broadcastable to (B, H, T, T_total), ANDed with the causal mask.
@@ -335,36 +271,56 @@ class Transformer(nn.Module):
             check_right_padded(tgt, self.config.pad_id, "tgt")
         if self.encoder is not None and memory is None:
             raise ConfigError("an encoder-decoder model needs the encoder memory to decode")
-        if memory is not None:
-            if memory_packing is None and memory.dim() != 3:
-                raise ShapeError(f"memory must be (B, S, D), got {tuple(memory.shape)} (packed: pass memory_packing)")
-            memory_batch = memory.size(0) if memory_packing is None else memory_packing.batch_size
-            grouped = memory_packing is None and packing is None
-            rows = tgt.size(0)
-            if memory_batch != rows and not (grouped and 0 < memory_batch < rows and rows % memory_batch == 0):
-                hint = " (tgt may hold a multiple of B rows, G per sentence)" if grouped else ""
-                raise ShapeError(
-                    f"memory holds B={memory_batch} sentences ({tuple(memory.shape)}), tgt {tuple(tgt.shape)} holds "
-                    f"B={rows}: different batch sizes{hint}"
-                )
+        groups = self.check_memory(tgt, memory, packing, memory_packing)
+        if groups > 1 and cache is None:  # G target rows per sentence: each row reads its own copy of the memory
+            memory = memory.repeat_interleave(groups, dim=0) if memory is not None else None  # (B·G, S, D)
+            if src_mask is not None and src_mask.dim() == 4 and src_mask.size(0) > 1:
+                src_mask = src_mask.repeat_interleave(groups, dim=0)  # (B·G, 1, 1, S)
         offset = cache.length if cache is not None else 0
-        x = pack(self.tgt_embed(tgt, offset), packing)  # (B, T, D) or (N_T, D)
-        out = self.decoder(
-            x,
-            memory,
-            tgt_mask=tgt_mask,
-            memory_mask=src_mask,
-            cache=cache,
-            need_weights=need_weights,
-            packing=packing,
-            memory_packing=memory_packing,
-        )
+        x = self.tgt_embed(tgt, offset)  # (B, T, D)
+        if packing is not None:  # the same layers on the real tokens only (dotformer.packing)
+            if cache is not None:
+                raise ConfigError("packed inputs are for training: decode with a cache on the (B, T, D) layout")
+            x = packing.pack(x)  # (N_T, D)
+            return DecoderOutput(
+                *packed_decoder(self.decoder, x, memory, tgt_mask, src_mask, packing, memory_packing, need_weights)
+            )
+        out = self.decoder(x, memory, tgt_mask, src_mask, cache=cache, need_weights=need_weights)
         if cache is not None:
             cache.length += tgt.size(1)
         return out
 
+    def check_memory(
+        self, tgt: Tensor, memory: Tensor | None, packing: Packing | None, memory_packing: Packing | None
+    ) -> int:
+        """Return G, the target rows per memory row (1, or B·G / B for beam search's layout), after checking that
+        ``memory`` fits ``tgt``.
+
+        Raises:
+            ShapeError: the memory is not (B, S, D) (or packed without ``memory_packing``), or holds a number of
+                sentences that is neither tgt's rows nor (unpacked) a divisor of them.
+        """
+        if memory is None:
+            return 1
+        if memory_packing is None and memory.dim() != 3:
+            raise ShapeError(f"memory must be (B, S, D), got {tuple(memory.shape)} (packed: pass memory_packing)")
+        memory_batch = memory.size(0) if memory_packing is None else memory_packing.batch_size
+        grouped = memory_packing is None and packing is None
+        rows = tgt.size(0)
+        if memory_batch == rows:
+            return 1
+        if grouped and 0 < memory_batch < rows and rows % memory_batch == 0:
+            return rows // memory_batch
+        hint = " (tgt may hold a multiple of B rows, G per sentence)" if grouped else ""
+        raise ShapeError(
+            f"memory holds B={memory_batch} sentences ({tuple(memory.shape)}), tgt {tuple(tgt.shape)} holds "
+            f"B={rows}: different batch sizes{hint}"
+        )
+
     def new_cache(self) -> DecoderCache:
-        """An empty :class:`DecoderCache` for incremental decoding."""
+        """An empty :class:`dotformer.decoding.cache.DecoderCache` for incremental decoding."""
+        from dotformer.decoding.cache import DecoderCache  # decoding builds on the model, not the other way round
+
         return DecoderCache()
 
     def forward(
@@ -413,7 +369,7 @@ class Transformer(nn.Module):
             memory_packing = self.source_packing(src, src_mask) if packed else None  # checks a given src_mask
             src_mask = self.source_mask(src) if src_mask is None else src_mask
             memory = self.encode(src, src_mask, packing=memory_packing).memory  # (B, S, D) or (N_S, D)
-        packing = self.packing_of(tgt, right_padded=True) if packed else None  # the causal decoder needs it
+        packing = self.packing_of(tgt) if packed else None  # decode checks that tgt is right-padded
         hidden = self.decode(
             tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask, packing=packing, memory_packing=memory_packing
         ).hidden  # (B, T, D) or (N_T, D)

@@ -22,10 +22,11 @@ import torch
 from torch import Tensor
 
 from dotformer.data.tokenizers import EOS_ID
+from dotformer.decoding.cache import check_rows, group_sources
 from dotformer.decoding.config import DecodeConfig
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.masks import check_right_padded
-from dotformer.model import Transformer, check_rows, group_sources
+from dotformer.model import Transformer
 
 
 class EncodedSource(NamedTuple):
