@@ -96,19 +96,19 @@ def test_translate_reads_stdin_lines(
     assert out.count("\n") == 3  # the empty line is an input too
 
 
-def test_translate_n_best_prints_score_tab_text_groups(
-    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_translate_n_best_prints_id_text_score_lines(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--n-best", "3", "a1 a2", "a5 a6")
     assert status == 0
-    groups = out.split("\n\n")
-    assert groups[-1] == ""  # the output ends with the blank line of the last group
-    assert len(groups) == 3
-    for group, text in zip(groups, ["a1 a2", "a5 a6"], strict=False):
-        lines = [line.split("\t") for line in group.split("\n")]
-        assert len(lines) == 3 and lines[0][1] == text
-        scores = [float(score) for score, _ in lines]
-        assert scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)
+    rows = [line.split(" ||| ") for line in out.splitlines()]
+    assert [row[0] for row in rows] == ["0", "0", "0", "1", "1", "1"]  # N lines per input, 0-based ids, no blank line
+    expected = translate(load_checkpoint(runs["copy"]), ["a1 a2", "a5 a6"], DecodeConfig(n_best=3))
+    for row, hyp in zip(rows, [h for hyps in expected for h in hyps], strict=True):
+        assert row[1] == hyp.text and float(row[2]) == pytest.approx(hyp.score, abs=5e-5)
+    assert rows[0][1] == "a1 a2" and rows[3][1] == "a5 a6"
+    status, _, err = run_cli(
+        capsys, "translate", "--checkpoint", str(runs["copy"]), "--n-best", "2", "--output-format", "text", "a1"
+    )
+    assert status == 2 and err.count("\n") == 1 and "with --n-best 2 use nbest or json" in err
 
 
 def test_translate_sampling_flags(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,7 +131,12 @@ def test_g2p_translate_reads_words_as_the_dictionary_did(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     status, out, err = run_cli(capsys, "translate", "--checkpoint", str(runs["cmudict"]), "Transformer", "attention")
-    assert status == 0 and err == ""  # upper case is read in lower case, as CMUdict words were
+    assert status == 0 and "symbol" not in err  # upper case is read in lower case, as CMUdict words were
+    # the untrained model never ends its outputs: both are cut at the maximum length, one warning line says so
+    assert err == (
+        "dotformer translate: warning: 2 of 2 output(s) reached the maximum output length (--max-len-a 1 x input "
+        "length + --max-len-b 50) before the model ended them and are cut (first: input 1)\n"
+    )
     phones = {"T", "R", "AE1", "N", "S", "F", "AO1", "M", "ER0", "AH0"}
     lines = out.splitlines()
     assert len(lines) == 2 and all(set(line.split()) <= phones for line in lines)
@@ -141,9 +146,13 @@ def test_g2p_translate_reads_words_as_the_dictionary_did(
     ("which", "argv", "message"),
     [
         ("missing", [], "does not exist"),
-        ("learned", ["a1 " * 12], "at most 8"),
+        ("learned", ["a1 " * 12], "input 1: the input has 13 tokens (EOS included), more than --max-input-length 8"),
+        ("learned", ["--max-input-length", "9", "a1"], "--max-input-length 9 exceeds this model's learned positional"),
+        ("copy", ["--buffer-size", "0", "a1"], "--buffer-size must be a positive integer"),
+        ("copy", ["--input", "nothing.txt"], "nothing.txt: no such file"),
+        ("copy", ["--input", "x.txt", "a1"], "either as TEXT arguments or with --input"),
         ("copy", ["--n-best", "5", "a1"], "n_best=5 cannot exceed beam_size=4"),
-        ("copy", ["--device", "tpu:x", "a1"], "--device"),
+        ("copy", ["--device", "tpu:x", "a1"], "device 'tpu:x' is not a device"),
     ],
 )
 def test_user_mistakes_are_one_line_errors(
@@ -164,7 +173,7 @@ def test_bfloat16_decoding_translates_like_float32(runs: dict[str, Path], capsys
     assert status == 0 and "exact match" in out and "100.00%" in out and "bfloat16 weights" in out
     if not torch.cuda.is_available():
         status, out, err = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--dtype", "float16", "a1")
-        assert status == 2 and out == "" and "--dtype float16 needs a CUDA device" in err and err.count("\n") == 1
+        assert status == 2 and out == "" and "dtype float16 needs a CUDA device" in err and err.count("\n") == 1
 
 
 def test_int8_decoding_translates_like_float32(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -176,13 +185,22 @@ def test_int8_decoding_translates_like_float32(runs: dict[str, Path], capsys: py
     assert status == 0 and "100.00%" in out and "int8 weights" in out
     if torch.cuda.is_available():
         status, out, err = run_cli(capsys, "translate", "--checkpoint", checkpoint, "--dtype", "int8", "a1")
-        assert status == 2 and out == "" and "--dtype int8 is for CPU decoding" in err and err.count("\n") == 1
+        assert status == 2 and out == "" and "dtype int8 is for CPU decoding" in err and err.count("\n") == 1
 
 
 def test_help_states_the_output_format(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["translate", "--help"])
-    assert "SCORE<TAB>TEXT" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    for words in (
+        "ID ||| TEXT ||| SCORE",
+        '"finished"',
+        "--buffer-size",
+        "--max-input-length",
+        "U+2028",
+        "<stdin>:LINE",
+    ):
+        assert words in out
 
 
 def test_evaluate_synthetic_reports_exact_match_and_writes_json(
@@ -248,3 +266,182 @@ def test_average_writes_the_mean_of_the_weights(
     for name, tensor in averaged.items():
         assert torch.allclose(tensor, original[name] + 0.5, atol=1e-6), name
     assert load_checkpoint(out_dir).info["averaged_from"][0].endswith("best")
+
+
+# -- translate's input and output: line splitting, encodings, files, formats, streaming, pipes, signals ----------------
+
+SUBPROCESS_TIMEOUT = 60  # seconds: a hanging translate fails its test instead of hanging the suite
+
+
+def feed_stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    """Replace standard input by a binary-backed text stream holding ``data``, as a real pipe would be."""
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+def cli_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "0"}
+
+
+def translate_command(checkpoint: Path, *argv: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "dotformer", "translate", "--checkpoint", str(checkpoint), *argv]
+
+
+def test_only_newlines_split_lines_and_a_bom_is_dropped(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every character str.splitlines() splits on, inside lines; the symbol tokenizer reads them as spaces
+    separators = ["\f", "\v", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+    lines = [f"a1{sep}a2" for sep in separators]
+    data = "\ufeff" + "\r\n".join(lines[:2]) + "\r\n" + "\n".join(lines[2:]) + "\n"
+    feed_stdin(monkeypatch, data.encode("utf-8"))
+    status, out, err = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--strategy", "greedy")
+    assert status == 0 and err == ""  # the BOM is not read as a symbol (no <unk> warning)
+    assert out == "a1 a2\n" * len(separators)  # one output line per input line
+    feed_stdin(monkeypatch, b"a1 a2\na3")  # a last line without "\n" is a line
+    status, out, _ = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--strategy", "greedy")
+    assert status == 0 and out == "a1 a2\na3\n"
+
+
+def test_invalid_utf8_names_the_line_after_writing_the_lines_before(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    feed_stdin(monkeypatch, b"a1 a2\na3 \xff a4\na5\n")
+    status, out, err = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--strategy", "greedy")
+    assert status == 2 and out == "a1 a2\n"
+    assert err == (
+        "dotformer translate: error: <stdin>:2: byte 0xff at byte offset 9 (byte 4 of the line) is not valid UTF-8 "
+        "(invalid start byte) (the outputs of the 1 input(s) before it are written)\n"
+    )
+    source = tmp_path / "bad.txt"
+    source.write_bytes(b"\xc3(\n")
+    status, out, err = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--input", str(source))
+    assert status == 2 and out == "" and err.count("\n") == 1 and f"{source}:1: byte 0xc3 at byte offset 0" in err
+
+
+def test_input_and_output_files(runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    source, target = tmp_path / "in.txt", tmp_path / "sub" / "out.txt"
+    source.write_text("\n".join(COPY_TEXTS) + "\n", encoding="utf-8")
+    argv = ["translate", "--checkpoint", str(runs["copy"]), "--input", str(source), "--output", str(target)]
+    status, out, err = run_cli(capsys, *argv, "--buffer-size", "4")
+    assert status == 0 and out == "" and err == ""
+    expected = [o[0].text for o in translate(load_checkpoint(runs["copy"]), COPY_TEXTS)]
+    assert target.read_text(encoding="utf-8").split("\n") == [*expected, ""]
+    status, _, err = run_cli(capsys, *argv[:-1], str(source))  # --output is --input: refused before any work
+    assert status == 2 and "is the --input file" in err and source.read_text(encoding="utf-8").count("\n") == 6
+    status, _, err = run_cli(capsys, *argv[:-1], str(tmp_path))
+    assert status == 2 and "is a directory" in err and err.count("\n") == 1
+
+
+def test_json_lines_carry_what_the_api_returns(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dotformer
+
+    texts = ["a1 a2", "a3 zz", ""]
+    feed_stdin(monkeypatch, ("\n".join(texts) + "\n").encode("utf-8"))
+    argv = ["translate", "--checkpoint", str(runs["copy"]), "--output-format", "json", "--n-best", "2"]
+    status, out, err = run_cli(capsys, *argv)  # one chunk: batched as the API call below, so scores are equal
+    assert status == 0 and err.count("\n") == 1 and "(first: <stdin>:2, 'a3 zz')" in err
+    rows = [json.loads(line) for line in out.splitlines()]
+    with pytest.warns(UserWarning, match="read as <unk>"):
+        expected = dotformer.load(runs["copy"], device="cpu").translate(texts, n_best=2, details=True)
+    tokenizer = load_checkpoint(runs["copy"]).tgt_tokenizer
+    assert [row["id"] for row in rows] == [0, 1, 2] and [row["source"] for row in rows] == texts
+    for row, result in zip(rows, expected, strict=True):
+        assert set(row) == {"id", "source", "hypotheses"} and len(row["hypotheses"]) == 2
+        for got, hyp in zip(row["hypotheses"], result.hypotheses, strict=True):
+            assert set(got) == {"text", "tokens", "token_ids", "score", "finished"}
+            assert got["text"] == hyp.text and got["token_ids"] == hyp.tokens and got["finished"] == hyp.finished
+            assert got["score"] == hyp.score  # exactly: JSON keeps every digit of a float
+            assert got["tokens"] == [tokenizer.id_to_token(t) for t in hyp.tokens]
+            assert " ".join(got["tokens"]) == got["text"]  # the symbol tokenizer joins its tokens with spaces
+
+
+def test_long_inputs_are_errors_naming_their_line_after_the_lines_before(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    feed_stdin(monkeypatch, b"a1\na2 a3\na1 a2 a3 a4\na5\n")
+    argv = ["translate", "--checkpoint", str(runs["copy"]), "--strategy", "greedy", "--max-input-length", "3"]
+    status, out, err = run_cli(capsys, *argv, "--buffer-size", "2")  # the long line opens the second chunk
+    assert status == 2 and out == "a1\na2 a3\n"
+    assert err == (
+        "dotformer translate: error: <stdin>:3: the input has 5 tokens (EOS included), more than --max-input-length "
+        "3 (default: the model's max_len); shorten it (the outputs of the 2 input(s) before it are written)\n"
+    )
+
+
+def test_translate_streams_each_answer_before_the_next_line_is_written(runs: dict[str, Path]) -> None:
+    import subprocess
+
+    command = translate_command(runs["copy"], "--strategy", "greedy")
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env()
+    ) as process:
+        try:
+            for text in ["a1 a2", "a3 a4 a5", "a7"]:
+                assert process.stdin is not None and process.stdout is not None
+                process.stdin.write((text + "\n").encode())
+                process.stdin.flush()  # the input stays open: the answer must come before end of input
+                answer = read_line_within(process.stdout, SUBPROCESS_TIMEOUT)
+                assert answer == (text + "\n").encode()
+            process.stdin.close()
+            assert process.wait(timeout=SUBPROCESS_TIMEOUT) == 0
+            assert process.stderr is not None and process.stderr.read() == b""
+        finally:
+            process.kill()
+
+
+def read_line_within(stream: io.BufferedReader, timeout: float) -> bytes:
+    """One line from a subprocess's pipe, or a failed test after ``timeout`` seconds (never a hang)."""
+    import threading
+
+    box: list[bytes] = []
+    reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not box:
+        pytest.fail(f"no answer within {timeout} s: translate waits for the end of its input")
+    return box[0]
+
+
+def test_a_closed_pipe_and_ctrl_c_end_cleanly(runs: dict[str, Path], tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    many = tmp_path / "many.txt"
+    many.write_text("a1 a2 a3\n" * 5000, encoding="utf-8")
+    command = translate_command(runs["copy"], "--strategy", "greedy", "--buffer-size", "16")
+    with many.open("rb") as source:  # as `dotformer translate < many.txt | head -1`
+        process = subprocess.Popen(command, stdin=source, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+        try:
+            assert process.stdout is not None and process.stderr is not None
+            assert read_line_within(process.stdout, SUBPROCESS_TIMEOUT) == b"a1 a2 a3\n"
+            process.stdout.close()  # the reader goes away
+            assert process.wait(timeout=SUBPROCESS_TIMEOUT) in (0, 141)
+            assert process.stderr.read() == b""  # no traceback, no "Exception ignored"
+        finally:
+            process.kill()
+            process.wait()
+
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env()
+    ) as process:
+        try:
+            assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+            for text in ["a1 a2", "a3"]:
+                process.stdin.write((text + "\n").encode())
+                process.stdin.flush()
+                assert read_line_within(process.stdout, SUBPROCESS_TIMEOUT) == (text + "\n").encode()
+            process.send_signal(signal.SIGINT)  # Ctrl-C while it waits for more input
+            assert process.wait(timeout=SUBPROCESS_TIMEOUT) == 130
+            assert process.stdout.read() == b""  # everything decoded was already written
+            assert (
+                process.stderr.read()
+                == b"dotformer translate: interrupted after 2 input(s); their outputs are written\n"
+            )
+        finally:
+            process.kill()

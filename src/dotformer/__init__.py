@@ -12,7 +12,11 @@ Read the modules in the lesson's order:
 
 Around the core: :mod:`dotformer.data`, :mod:`dotformer.training`, :mod:`dotformer.decoding`,
 :mod:`dotformer.metrics`, :mod:`dotformer.plots`, :mod:`dotformer.interop` and the ``dotformer`` CLI.
+
+To use a trained model from Python: ``dotformer.load("runs/g2p").translate(["cat", "dog"])`` (:mod:`dotformer.api`).
 """
+
+from typing import Any
 
 from dotformer.attention import AttentionOutput, scaled_dot_product_attention
 from dotformer.config import ModelConfig
@@ -33,6 +37,18 @@ from dotformer.positional import sinusoidal_positional_encoding
 
 __version__ = "0.1.0"
 
+_LAZY = {"load": "dotformer.api", "Translator": "dotformer.api", "TranslationResult": "dotformer.api"}
+
+
+def __getattr__(name: str) -> Any:
+    """``dotformer.load``, ``Translator`` and ``TranslationResult``, imported on first use (PEP 562)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'dotformer' has no attribute {name!r}")
+
+
 __all__ = [
     "AttentionOutput",
     "CheckpointError",
@@ -51,7 +67,10 @@ __all__ = [
     "ShapeError",
     "Transformer",
     "TrainingError",
+    "TranslationResult",
+    "Translator",
     "causal_mask",
+    "load",
     "padding_mask",
     "scaled_dot_product_attention",
     "sinusoidal_positional_encoding",

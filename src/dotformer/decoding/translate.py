@@ -1,8 +1,14 @@
-"""Text in, text out: tokenise, batch by length, decode, detokenise, with a loaded checkpoint.
+"""Text in, text out: normalise, tokenise, batch by length, decode, detokenise, with a loaded checkpoint.
 
-Inputs are sorted by length and cut into batches of ``batch_size`` sentences, so each batch holds sentences of about
-the same length (little padding); the outputs come back in input order. Characters the source vocabulary does not know
-are read as UNK, with one warning per call (an :class:`UnknownTokenWarning`) that counts them; nothing is dropped.
+Inputs are first prepared the way the checkpoint's training sources were (:func:`source_normaliser`, e.g. lower case
+for a CMUdict model), then tokenised; :func:`encode_sources` is the one place that does both, shared by
+:func:`translate`, the Python API (:mod:`dotformer.api`), ``dotformer plot attention`` and ``dotformer explore``.
+
+Inputs are sorted by length and cut into batches of at most ``batch_size`` sentences and ``max_tokens`` padded source
+tokens, so each batch holds sentences of about the same length (little padding) and one very long input is decoded
+alone instead of padding a whole batch; the outputs come back in input order. Characters the source vocabulary does
+not know are read as UNK, with one warning per call (an :class:`UnknownTokenWarning`) that counts them; nothing is
+dropped. An input longer than ``max_input_length`` tokens is refused with an :class:`InputTooLongError` that names it.
 """
 
 from __future__ import annotations
@@ -22,14 +28,30 @@ from dotformer.errors import ConfigError, ShapeError
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
+    from dotformer.config import ModelConfig
     from dotformer.data.tokenizers import Tokenizer
     from dotformer.model import Transformer
 
 PROGRESS_THRESHOLD = 500  # inputs from which translate() shows a progress bar on stderr by default
+DEFAULT_MAX_TOKENS = 8192  # padded source tokens per batch (B × S); a longer input than this is decoded alone
 
 
 class UnknownTokenWarning(UserWarning):
     """Some input characters are not in the source vocabulary and were read as UNK."""
+
+
+class InputTooLongError(ShapeError):
+    """An input has more tokens than the model may read.
+
+    Attributes:
+        index: 0-based position of the first such input in the texts given.
+        length: its number of tokens, EOS included.
+        limit: the most tokens (EOS included) allowed.
+    """
+
+    def __init__(self, message: str, index: int, length: int, limit: int) -> None:
+        super().__init__(message)
+        self.index, self.length, self.limit = index, length, limit
 
 
 class Translation(NamedTuple):
@@ -60,38 +82,95 @@ class EncodedTexts(NamedTuple):
         ids: per text, its token ids followed by EOS.
         unknown: number of UNK tokens over all texts.
         texts_with_unknown: indices of the texts that hold at least one.
+        unknown_counts: per text, its number of UNK tokens.
+        texts: the texts as they were tokenised (after :func:`source_normaliser` when :func:`encode_sources` made them).
     """
 
     ids: list[list[int]]
     unknown: int
     texts_with_unknown: list[int]
+    unknown_counts: list[int]
+    texts: list[str]
+
+
+def default_max_input_length(config: ModelConfig) -> int:
+    """The most source tokens (EOS included) a model reads by default: its positional table's ``max_len``.
+
+    A learned table has exactly ``max_len`` rows; a sinusoidal table is precomputed to ``max_len`` and could be
+    extended, but a model trained on shorter sentences has never seen such positions.
+    """
+    return int(config.max_len)
+
+
+def check_max_input_length(config: ModelConfig, max_input_length: int | None) -> int:
+    """``max_input_length`` checked against the model (None: :func:`default_max_input_length`).
+
+    Raises:
+        ConfigError: not a positive integer, or above a learned positional table's ``max_len``.
+    """
+    if max_input_length is None:
+        return default_max_input_length(config)
+    if not isinstance(max_input_length, int) or isinstance(max_input_length, bool) or max_input_length < 1:
+        raise ConfigError(f"max_input_length must be a positive integer, got {max_input_length!r}")
+    if config.positional == "learned" and max_input_length > config.max_len:
+        raise ConfigError(
+            f"max_input_length {max_input_length} exceeds this model's learned positional table "
+            f"({config.max_len} positions)"
+        )
+    return max_input_length
 
 
 def encode_texts(texts: Sequence[str], tokenizer: Tokenizer, max_len: int | None = None) -> EncodedTexts:
-    """Tokenise source texts and append EOS (the form the model was trained on).
+    """Tokenise source texts as they are and append EOS (the form the model was trained on).
 
     Args:
-        texts: the inputs.
+        texts: the inputs (already normalised: see :func:`encode_sources`).
         tokenizer: the checkpoint's source tokenizer.
         max_len: the most tokens (EOS included) the model reads, or None for no limit.
 
     Raises:
-        ShapeError: a text is longer than ``max_len`` tokens (the message names the first such input, 1-based).
+        InputTooLongError: a text is longer than ``max_len`` tokens (the message names the first one, 1-based).
     """
-    ids, unknown, with_unknown = [], 0, []
+    ids, unknown, with_unknown, counts = [], 0, [], []
     for i, text in enumerate(texts):
         tokens = [*tokenizer.encode(text), EOS_ID]
         if max_len is not None and len(tokens) > max_len:
-            raise ShapeError(
-                f"input {i + 1} has {len(tokens)} tokens (EOS included) but this model reads at most {max_len} "
-                f"(learned positional encoding); shorten it"
+            raise InputTooLongError(
+                f"input {i + 1} has {len(tokens)} tokens (EOS included) but this model reads at most {max_len}; "
+                f"shorten it",
+                i,
+                len(tokens),
+                max_len,
             )
         n = tokenizer.count_unknown(text)
+        counts.append(n)
         if n:
             unknown += n
             with_unknown.append(i)
         ids.append(tokens)
-    return EncodedTexts(ids, unknown, with_unknown)
+    return EncodedTexts(ids, unknown, with_unknown, counts, list(texts))
+
+
+def encode_sources(loaded: Any, texts: Sequence[str], max_len: int | None = None) -> EncodedTexts:
+    """Prepare users' inputs for a checkpoint: normalise them as its training sources were, then tokenise.
+
+    The one path from a user's text to source ids, shared by :func:`translate`, :class:`dotformer.api.Translator`,
+    :func:`dotformer.plots.attention_weights` and the explorer, so they all read an input the same way.
+
+    Args:
+        loaded: a :class:`~dotformer.checkpoint.LoadedCheckpoint` (anything with ``src_tokenizer`` and, optionally,
+            ``info``, the checkpoint's config.json).
+        texts: the inputs as the user wrote them.
+        max_len: the most tokens (EOS included) allowed, or None.
+
+    Returns:
+        :class:`EncodedTexts`; its ``texts`` are the normalised inputs.
+
+    Raises:
+        InputTooLongError: see :func:`encode_texts`.
+    """
+    normalise = source_normaliser(getattr(loaded, "info", None) or {})
+    return encode_texts([normalise(text) for text in texts], loaded.src_tokenizer, max_len)
 
 
 def pad_batch(sequences: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
@@ -103,16 +182,31 @@ def pad_batch(sequences: Sequence[Sequence[int]], device: torch.device | str = "
     return batch.to(device)
 
 
-def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped into batches of at most ``batch_size``, longest first (stable), so a batch pads little.
+def length_sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
+    """Indices grouped into batches, longest first (stable), so a batch pads little.
+
+    A batch holds at most ``batch_size`` indices and, when ``max_tokens`` is given, at most ``max_tokens`` padded
+    tokens (its size times its longest length); an index longer than ``max_tokens`` is a batch of its own.
 
     Raises:
-        ConfigError: ``batch_size`` < 1.
+        ConfigError: ``batch_size`` or ``max_tokens`` < 1.
     """
     if batch_size < 1:
         raise ConfigError(f"batch_size must be a positive integer, got {batch_size}")
+    if max_tokens is not None and max_tokens < 1:
+        raise ConfigError(f"max_tokens must be a positive integer, got {max_tokens}")
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    for i in order:
+        if batches:
+            batch = batches[-1]
+            longest = lengths[batch[0]]  # sorted longest first
+            fits_tokens = max_tokens is None or (len(batch) + 1) * longest <= max_tokens
+            if len(batch) < batch_size and fits_tokens:
+                batch.append(i)
+                continue
+        batches.append([i])
+    return batches
 
 
 def source_normaliser(info: dict[str, Any]) -> Callable[[str], str]:
@@ -136,57 +230,53 @@ def model_device(model: Transformer) -> torch.device:
     return next(model.parameters()).device
 
 
-def warn_unknown(encoded: EncodedTexts, texts: Sequence[str]) -> None:
-    """Issue one :class:`UnknownTokenWarning` summarising the UNK tokens of ``encoded``, if any."""
+def unknown_message(encoded: EncodedTexts, where: Callable[[int], str] | None = None) -> str | None:
+    """The one-line summary of the UNK tokens of ``encoded`` (None when there are none).
+
+    Args:
+        encoded: from :func:`encode_sources`.
+        where: names an input from its 0-based index (default ``input N``, 1-based); the CLI gives ``FILE:LINE``.
+    """
     if not encoded.unknown:
-        return
+        return None
     first = encoded.texts_with_unknown[0]
-    example = texts[first] if len(texts[first]) <= 40 else texts[first][:37] + "..."
-    warnings.warn(
-        f"{encoded.unknown} input symbol(s) in {len(encoded.texts_with_unknown)} of {len(texts)} input(s) are not in "
-        f"the source vocabulary and were read as <unk> (first: input {first + 1}, {example!r})",
-        UnknownTokenWarning,
-        stacklevel=3,
+    text = encoded.texts[first]
+    example = text if len(text) <= 40 else text[:37] + "..."
+    name = where(first) if where is not None else f"input {first + 1}"
+    return (
+        f"{encoded.unknown} input symbol(s) in {len(encoded.texts_with_unknown)} of {len(encoded.ids)} input(s) are "
+        f"not in the source vocabulary and were read as <unk> (first: {name}, {example!r})"
     )
 
 
-def translate(
+def warn_unknown(encoded: EncodedTexts, texts: Sequence[str] | None = None, stacklevel: int = 3) -> None:
+    """Issue one :class:`UnknownTokenWarning` summarising the UNK tokens of ``encoded``, if any.
+
+    ``texts`` is accepted for compatibility and ignored (the message quotes ``encoded.texts``).
+    """
+    message = unknown_message(encoded)
+    if message is not None:
+        warnings.warn(message, UnknownTokenWarning, stacklevel=stacklevel)
+
+
+def decode_encoded(
     loaded: LoadedCheckpoint,
-    texts: Sequence[str],
+    encoded: EncodedTexts,
     config: DecodeConfig | None = None,
     batch_size: int = 64,
     progress: bool | None = None,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
 ) -> list[list[Translation]]:
-    """Decode every text with a loaded checkpoint and return detokenised outputs, in input order.
-
-    Args:
-        loaded: from :func:`dotformer.checkpoint.load_checkpoint` (model, tokenizers, config).
-        texts: source sentences (an empty string is a valid input).
-        config: how to decode (default :class:`DecodeConfig`: beam 4, α = 0.6).
-        batch_size: sentences decoded together (beam search runs batch_size · K decoder rows).
-        progress: show a progress bar on stderr; None shows one from ``PROGRESS_THRESHOLD`` inputs on.
-
-    Returns:
-        Per text, its hypotheses best first (1 for greedy; ``n_best`` for beam and sampling) as :class:`Translation`.
-
-    Raises:
-        ShapeError: an input is longer than the model can read. ConfigError: bad ``batch_size`` or model.
-
-    Warns:
-        UnknownTokenWarning: once, when inputs hold symbols outside the source vocabulary (read as UNK).
-    """
+    """Decode already encoded sources (:func:`encode_sources`); see :func:`translate` for the arguments."""
     from tqdm import tqdm
 
     config = config or DecodeConfig()
     model = loaded.model
-    limit = model.config.max_len if model.config.positional == "learned" else None
-    encoded = encode_texts(texts, loaded.src_tokenizer, limit)
-    warn_unknown(encoded, texts)
     device = model_device(model)
-    batches = length_sorted_batches([len(ids) for ids in encoded.ids], batch_size)
-    results: list[list[Translation]] = [[] for _ in texts]
-    show = progress if progress is not None else len(texts) >= PROGRESS_THRESHOLD
-    with tqdm(total=len(texts), unit="sent", file=sys.stderr, disable=not show, desc="translate") as bar:
+    batches = length_sorted_batches([len(ids) for ids in encoded.ids], batch_size, max_tokens)
+    results: list[list[Translation]] = [[] for _ in encoded.ids]
+    show = progress if progress is not None else len(encoded.ids) >= PROGRESS_THRESHOLD
+    with tqdm(total=len(encoded.ids), unit="sent", file=sys.stderr, disable=not show, desc="translate") as bar:
         for batch in batches:
             src = pad_batch([encoded.ids[i] for i in batch], device)  # (B, S)
             for i, hyps in zip(batch, decode_batch(model, src, config), strict=True):
@@ -195,3 +285,42 @@ def translate(
                 ]
             bar.update(len(batch))
     return results
+
+
+def translate(
+    loaded: LoadedCheckpoint,
+    texts: Sequence[str],
+    config: DecodeConfig | None = None,
+    batch_size: int = 64,
+    progress: bool | None = None,
+    *,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    max_input_length: int | None = None,
+) -> list[list[Translation]]:
+    """Decode every text with a loaded checkpoint and return detokenised outputs, in input order.
+
+    Args:
+        loaded: from :func:`dotformer.checkpoint.load_checkpoint` (model, tokenizers, config).
+        texts: source sentences as a user wrote them (an empty string is a valid input); they are normalised as the
+            checkpoint's training sources were (:func:`source_normaliser`).
+        config: how to decode (default :class:`DecodeConfig`: beam 4, α = 0.6).
+        batch_size: most sentences decoded together (beam search runs batch_size · K decoder rows).
+        progress: show a progress bar on stderr; None shows one from ``PROGRESS_THRESHOLD`` inputs on.
+        max_tokens: most padded source tokens per batch (B × S; None: no limit), so one long input does not pad a
+            whole batch.
+        max_input_length: most tokens (EOS included) an input may have; None: the model's ``max_len``.
+
+    Returns:
+        Per text, its hypotheses best first (1 for greedy; ``n_best`` for beam and sampling) as :class:`Translation`.
+
+    Raises:
+        InputTooLongError: an input is longer than ``max_input_length`` (a :class:`ShapeError`; it names the input).
+        ConfigError: bad ``batch_size``, ``max_tokens``, ``max_input_length`` or model.
+
+    Warns:
+        UnknownTokenWarning: once, when inputs hold symbols outside the source vocabulary (read as UNK).
+    """
+    limit = check_max_input_length(loaded.model.config, max_input_length)
+    encoded = encode_sources(loaded, texts, limit)
+    warn_unknown(encoded)
+    return decode_encoded(loaded, encoded, config, batch_size, progress, max_tokens)

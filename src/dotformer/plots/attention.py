@@ -117,7 +117,9 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
     Args:
         loaded: a :class:`dotformer.checkpoint.LoadedCheckpoint` (anything with ``model``, ``src_tokenizer`` and
             ``tgt_tokenizer``) holding an encoder-decoder Transformer.
-        text: the source text.
+        text: the source text as a user wrote it; it is read exactly as ``dotformer translate`` reads it
+            (:func:`dotformer.decoding.translate.encode_sources`: e.g. lower case for a CMUdict model), and
+            ``source_text`` of the result is that normalised text.
         target: teacher-force this target text instead of the model's greedy output (None: decode).
 
     Returns:
@@ -126,11 +128,19 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
 
     Raises:
         DataError: the text is empty after tokenisation. ConfigError: the model is not an encoder-decoder.
+        InputTooLongError: the text has more tokens than the model's ``max_len``.
+
+    Warns:
+        UnknownTokenWarning: symbols outside the source vocabulary, read as <unk> (the warning of ``translate``).
     """
     model = loaded.model
     if getattr(model, "encoder", None) is None or getattr(model, "decoder", None) is None:
         raise ConfigError("attention maps need an encoder-decoder model (source, target and cross-attention)")
-    src_ids = list(loaded.src_tokenizer.encode(text))
+    from dotformer.decoding.translate import default_max_input_length, encode_sources, warn_unknown
+
+    encoded = encode_sources(loaded, [text], default_max_input_length(model.config))  # normalised as translate does
+    warn_unknown(encoded)
+    text, src_ids = encoded.texts[0], encoded.ids[0][:-1]  # the text as the model reads it; ids without EOS
     if not src_ids:
         raise DataError(f"the input {text!r} has no tokens")
     device = next(model.parameters()).device

@@ -1,0 +1,325 @@
+"""The Python API in five lines: ``dotformer.load(path).translate(texts)``.
+
+    import dotformer
+
+    model = dotformer.load("runs/g2p")                        # a run directory (its best/) or a checkpoint
+    print(model.translate("transformer"))                      # 'T R AE1 N S F AO1 R M ER0'
+    print(model.translate(["cat", "dog"], beam=4, n_best=2))   # [['K AE1 T', ...], ['D AO1 G', ...]]
+    result = model.translate("cat", details=True, attention=True)  # scores, tokens, attention weights
+
+A thin layer over :mod:`dotformer.decoding`: :func:`load` reads the checkpoint onto a device in a dtype (the same
+function ``dotformer translate`` and ``dotformer evaluate`` use), and :meth:`Translator.translate` builds a
+:class:`~dotformer.decoding.DecodeConfig` and calls :func:`~dotformer.decoding.translate.encode_sources` and
+:func:`~dotformer.decoding.translate.decode_encoded`, the path of :func:`dotformer.decoding.translate`; so the API and
+the CLI give the same outputs for the same settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
+
+from dotformer.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+    from dotformer.checkpoint import LoadedCheckpoint
+    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.decoding import DecodeConfig
+    from dotformer.decoding.translate import Translation
+    from dotformer.model import Transformer
+    from dotformer.plots.attention import AttentionMaps
+
+Dtype = Literal["float32", "bfloat16", "float16", "int8"]
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "int8")
+
+
+def resolve_device(name: str | torch.device, dtype: str = "float32") -> str:
+    """``auto`` -> ``cuda`` if available (``cpu`` for int8, whose kernels are CPU-only); other names are checked.
+
+    Raises:
+        ConfigError: not a device name, or CUDA asked for but not available.
+    """
+    import torch
+
+    name = str(name)
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() and dtype != "int8" else "cpu"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"device {name!r} is not a device (cpu, cuda, cuda:N)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {name}: CUDA is not available on this machine")
+    return name
+
+
+def load_checkpoint_for_decoding(
+    path: str | Path, device: str | torch.device = "auto", dtype: str = "float32"
+) -> LoadedCheckpoint:
+    """Load a checkpoint for decoding on ``device`` with its weights cast to ``dtype`` (int8: quantized, CPU only).
+
+    Args:
+        path: a checkpoint directory or a run directory (its best/, else last/).
+        device: "auto" (CUDA if available, else CPU; CPU for int8), "cpu", "cuda", "cuda:N".
+        dtype: "float32", "bfloat16", "float16" (CUDA only) or "int8" (CPU only; PyTorch dynamic quantization).
+
+    Raises:
+        ConfigError: an unknown dtype, float16 on a CPU, int8 on a GPU, or a bad device.
+        CheckpointError: see :func:`dotformer.checkpoint.load_checkpoint`.
+    """
+    import torch
+
+    from dotformer.checkpoint import load_checkpoint
+
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    device = resolve_device(device, dtype)
+    if dtype == "float16" and torch.device(device).type != "cuda":
+        raise ConfigError("dtype float16 needs a CUDA device; on a CPU use bfloat16")
+    if dtype == "int8" and torch.device(device).type != "cpu":
+        raise ConfigError(f"dtype int8 is for CPU decoding (device cpu); on {device} use bfloat16")
+    loaded = load_checkpoint(path, device=device)
+    if dtype == "int8":
+        from dotformer.quantization import quantize_int8
+
+        return dataclasses.replace(loaded, model=quantize_int8(loaded.model))
+    loaded.model.to(getattr(torch, dtype))
+    return loaded
+
+
+class TranslationResult(NamedTuple):
+    """Everything :meth:`Translator.translate` knows about one input (``details=True``).
+
+    Attributes:
+        id: 0-based position of the input in the texts given.
+        source: the input as given.
+        hypotheses: best first (``n_best`` of them), each a :class:`~dotformer.decoding.Translation` with ``text``,
+            ``tokens`` (target ids, no BOS/EOS), ``score`` (log P(Y|X) / lp(|Y|), natural log), ``log_probs`` (one
+            per step) and ``finished`` (False: cut at the maximum output length).
+        unknown_symbols: source symbols read as <unk>.
+        attention: with ``attention=True``, the attention maps of the best hypothesis (teacher-forced on its text,
+            see :func:`dotformer.plots.attention_weights`); else None.
+    """
+
+    id: int
+    source: str
+    hypotheses: list[Translation]
+    unknown_symbols: int
+    attention: AttentionMaps | None = None
+
+    @property
+    def text(self) -> str:
+        """The best hypothesis's text."""
+        return self.hypotheses[0].text
+
+    @property
+    def score(self) -> float:
+        """The best hypothesis's score."""
+        return self.hypotheses[0].score
+
+    @property
+    def finished(self) -> bool:
+        """Whether the best hypothesis ended with EOS (False: cut at the maximum output length)."""
+        return self.hypotheses[0].finished
+
+
+class Translator:
+    """A loaded checkpoint ready to decode: the model, its tokenizers and its task.
+
+    Build one with :func:`load`. Attributes: ``checkpoint`` (the
+    :class:`~dotformer.checkpoint.LoadedCheckpoint`), ``model``, ``src_tokenizer``, ``tgt_tokenizer``, ``task``
+    ("g2p", "translation", "synthetic", ...), ``info`` (the checkpoint's config.json), ``path``, ``device``,
+    ``dtype`` and ``max_input_length`` (tokens, EOS included, an input may have by default).
+    """
+
+    def __init__(self, checkpoint: LoadedCheckpoint, dtype: str = "float32") -> None:
+        from dotformer.decoding.translate import default_max_input_length, model_device
+
+        self.checkpoint = checkpoint
+        self.dtype = dtype
+        self.device = model_device(checkpoint.model)
+        self.max_input_length = default_max_input_length(checkpoint.model.config)
+
+    @property
+    def model(self) -> Transformer:
+        """The :class:`~dotformer.Transformer` (eval mode)."""
+        return self.checkpoint.model
+
+    @property
+    def src_tokenizer(self) -> Tokenizer:
+        """The source tokenizer."""
+        return self.checkpoint.src_tokenizer
+
+    @property
+    def tgt_tokenizer(self) -> Tokenizer:
+        """The target tokenizer."""
+        return self.checkpoint.tgt_tokenizer
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The checkpoint's config.json."""
+        return self.checkpoint.info
+
+    @property
+    def task(self) -> str:
+        """The task the model was trained for (``info["task"]``; "synthetic" when not recorded)."""
+        return str(self.checkpoint.info.get("task", "synthetic"))
+
+    @property
+    def path(self) -> Path:
+        """The checkpoint directory that was read."""
+        return self.checkpoint.path
+
+    def __repr__(self) -> str:
+        where = f"path={str(self.path)!r}, task={self.task!r}"
+        return f"Translator({where}, device={str(self.device)!r}, dtype={self.dtype!r})"
+
+    @overload
+    def translate(
+        self, texts: str, beam: int = ..., n_best: int = ..., *, details: Literal[False] = ..., **options: Any
+    ) -> str | list[str]: ...
+    @overload
+    def translate(
+        self,
+        texts: Sequence[str],
+        beam: int = ...,
+        n_best: int = ...,
+        *,
+        details: Literal[False] = ...,
+        **options: Any,
+    ) -> list[str] | list[list[str]]: ...
+    @overload
+    def translate(
+        self, texts: str, beam: int = ..., n_best: int = ..., *, details: Literal[True], **options: Any
+    ) -> TranslationResult: ...
+    @overload
+    def translate(
+        self, texts: Sequence[str], beam: int = ..., n_best: int = ..., *, details: Literal[True], **options: Any
+    ) -> list[TranslationResult]: ...
+
+    def translate(
+        self,
+        texts: str | Sequence[str],
+        beam: int = 4,
+        n_best: int = 1,
+        *,
+        strategy: str = "beam",
+        length_penalty: float = 0.6,
+        max_len_a: float = 1.0,
+        max_len_b: int = 50,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        config: DecodeConfig | None = None,
+        batch_size: int = 64,
+        max_tokens: int | None = None,
+        max_input_length: int | None = None,
+        progress: bool | None = None,
+        details: bool = False,
+        attention: bool = False,
+    ) -> Any:
+        """Decode one text or a list of texts.
+
+        Args:
+            texts: a string (one input) or a sequence of strings; each is normalised as the checkpoint's training
+                sources were (e.g. lower case for CMUdict) and may be empty.
+            beam: beam size K (strategy "beam"). n_best: hypotheses per input (<= beam; 1 for greedy).
+            strategy: "beam", "greedy" or "sample"; length_penalty (α), max_len_a, max_len_b (most output steps =
+                a · input length + b), temperature, top_k, top_p, seed: see :class:`~dotformer.decoding.DecodeConfig`.
+            config: a ready :class:`~dotformer.decoding.DecodeConfig`; when given it replaces every search argument
+                above (``beam`` ... ``seed``).
+            batch_size: most inputs decoded together. max_tokens: most padded source tokens per batch (default
+                :data:`~dotformer.decoding.translate.DEFAULT_MAX_TOKENS`). max_input_length: most tokens (EOS
+                included) an input may have (default ``self.max_input_length``, the model's ``max_len``).
+                progress: a progress bar on stderr (None: from 500 inputs on).
+            details: return :class:`TranslationResult` (scores, tokens, ``finished``, unknown symbols) instead of
+                texts. attention: also compute each input's attention maps (implies ``details``).
+
+        Returns:
+            ``details`` False: the best text (n_best = 1) or the n_best texts, best first, for a string input; a list
+            of those for a sequence. ``details`` True: a :class:`TranslationResult`, or a list of them.
+
+        Raises:
+            ConfigError: a bad setting (the message names it). InputTooLongError: an input longer than
+            ``max_input_length`` (a ShapeError naming it, 1-based).
+
+        Warns:
+            UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary.
+        """
+        from dotformer.decoding import DecodeConfig
+        from dotformer.decoding.translate import (
+            DEFAULT_MAX_TOKENS,
+            check_max_input_length,
+            decode_encoded,
+            encode_sources,
+            warn_unknown,
+        )
+
+        single = isinstance(texts, str)
+        inputs = [texts] if single else list(texts)
+        if not all(isinstance(t, str) for t in inputs):
+            raise ConfigError("translate() takes a string or a sequence of strings")
+        if config is None:
+            config = DecodeConfig(
+                strategy=strategy,  # type: ignore[arg-type]
+                beam_size=beam,
+                n_best=n_best,
+                length_penalty=length_penalty,
+                max_len_a=max_len_a,
+                max_len_b=max_len_b,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                seed=seed,
+            )
+        limit = check_max_input_length(
+            self.model.config, self.max_input_length if max_input_length is None else max_input_length
+        )
+        encoded = encode_sources(self.checkpoint, inputs, limit)
+        warn_unknown(encoded)
+        tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+        outputs = decode_encoded(self.checkpoint, encoded, config, batch_size, progress, tokens)
+        if not (details or attention):
+            texts_out = [[h.text for h in hyps] for hyps in outputs]
+            flat: list[Any] = [hyps[0] for hyps in texts_out] if config.n_best == 1 else texts_out
+            return flat[0] if single else flat
+        results = [
+            TranslationResult(i, source, hyps, encoded.unknown_counts[i], self._attention(source, hyps, attention))
+            for i, (source, hyps) in enumerate(zip(inputs, outputs, strict=True))
+        ]
+        return results[0] if single else results
+
+    def _attention(self, source: str, hyps: list[Translation], wanted: bool) -> AttentionMaps | None:
+        """The attention maps of the best hypothesis of ``source`` (None when not ``wanted``)."""
+        if not wanted:
+            return None
+        import warnings
+
+        from dotformer.decoding.translate import UnknownTokenWarning
+        from dotformer.plots.attention import attention_weights
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnknownTokenWarning)  # translate() has warned already
+            return attention_weights(self.checkpoint, source, target=hyps[0].text)
+
+
+def load(path: str | Path, device: str | torch.device = "auto", dtype: Dtype = "float32") -> Translator:
+    """Load a checkpoint (or a run directory's best/) for decoding; see :class:`Translator`.
+
+    Args:
+        path: a checkpoint directory, or a run directory (best/, else last/).
+        device: "auto" (CUDA if available, else CPU; CPU for int8), "cpu", "cuda", "cuda:N".
+        dtype: "float32" (default), "bfloat16", "float16" (CUDA only) or "int8" (CPU only).
+
+    Returns:
+        A :class:`Translator`; call ``.translate(texts, beam=4, n_best=1, ...)``.
+
+    Raises:
+        ConfigError: a bad device or dtype. CheckpointError: a missing, corrupted or mismatched checkpoint.
+    """
+    return Translator(load_checkpoint_for_decoding(path, device, dtype), dtype)
