@@ -226,3 +226,86 @@ def test_cli_import_then_translate_evaluate_explore(marian: dict[str, Any], tmp_
     assert result.returncode == 2
     assert result.stderr.startswith("dotformer import: error: ") and "not empty" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+# -- BERT -------------------------------------------------------------------------------------------------------------
+
+BERT_TEXTS = ["the cat sat on the mat", "a dog ran in the park today", "zq", "the sun"]
+
+
+def make_bert_dir(directory: Path, **config: Any) -> tuple[Any, Any]:
+    """A random BertModel and a WordPiece tokenizer.json trained here, saved into ``directory``."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertModel
+
+    directory.mkdir(parents=True)
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer.train_from_iterator(SOURCES * 4, trainers.WordPieceTrainer(vocab_size=80, special_tokens=specials))
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    tokenizer.save(str(directory / "tokenizer.json"))
+    fields = dict(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=40,
+        type_vocab_size=2,
+        pad_token_id=0,
+    )
+    fields.update(config)
+    torch.manual_seed(1)
+    model = BertModel(BertConfig(**fields)).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.normal_(1.0 if "LayerNorm.weight" in name else 0.0, 0.1 if parameter.dim() == 1 else 0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(str(directory))
+    return model, tokenizer
+
+
+def test_bert_last_hidden_state_is_dotformers_memory(tmp_path: Path) -> None:
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.imports.bert import bert_inputs, import_bert
+
+    bert, tokenizer = make_bert_dir(tmp_path / "bert")
+    import_bert(tmp_path / "bert", tmp_path / "ck")
+    loaded = load_checkpoint(tmp_path / "ck")
+    config = loaded.config
+    assert config.arch == "encoder-only" and not config.scale_embeddings and config.embedding_norm
+    assert config.layer_norm_eps == 1e-12
+
+    encodings = tokenizer.encode_batch(BERT_TEXTS)
+    width = max(len(e.ids) for e in encodings)
+    ids = torch.tensor([e.ids + [0] * (width - len(e.ids)) for e in encodings])  # (B, S) [CLS] ... [SEP] [PAD]...
+    keep = ids != 0
+    src = bert_inputs(loaded.src_tokenizer, BERT_TEXTS)
+    assert src.shape == ids.shape and torch.equal(src != 0, keep)
+    with torch.no_grad():
+        theirs = bert(input_ids=ids, attention_mask=keep.long()).last_hidden_state  # (B, S, D)
+        ours = loaded.model.encode(src).memory  # (B, S, D)
+    torch.testing.assert_close(ours[keep], theirs[keep], atol=1e-5, rtol=1e-5)
+    assert loaded.src_tokenizer.count_unknown("zq") >= 1  # BERT's [UNK] is dotformer's UNK
+    with torch.no_grad():  # the token-type row is part of the function: without it the states differ
+        loaded.model.src_embed.position.table.weight.sub_(bert.embeddings.token_type_embeddings.weight[0])
+        assert (loaded.model.encode(src).memory[keep] - theirs[keep]).abs().max() > 1e-2
+
+
+def test_cli_import_bert_and_refusals(tmp_path: Path) -> None:
+    make_bert_dir(tmp_path / "bert")
+    result = dotformer_cli("import", "--from", "bert", str(tmp_path / "bert"), str(tmp_path / "ck"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "ck" / "model.safetensors").is_file()
+
+    make_bert_dir(tmp_path / "relative", position_embedding_type="relative_key")
+    result = dotformer_cli("import", "--from", "bert", str(tmp_path / "relative"), str(tmp_path / "ck2"))
+    assert result.returncode == 2 and "position_embedding_type='relative_key'" in result.stderr
+    assert result.stderr.count("\n") == 1 and not (tmp_path / "ck2").exists()

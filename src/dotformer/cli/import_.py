@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-FORMATS = ("marian",)
+FORMATS = ("marian", "bert")
 
 EPILOG = """\
 formats:
