@@ -154,7 +154,7 @@ const HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8
                       "#bcbd22", "#17becf"];
 const KIND_NAMES = {encoder: "encoder self-attention", decoder_self: "decoder self-attention",
                     cross: "cross-attention"};
-const state = {example: null, second: null, view: "overview", hidden: new Set()};
+const state = {example: null, second: null, view: "overview", hidden: new Set(), requests: 0};
 const $ = (id) => document.getElementById(id);
 const measurer = document.createElement("canvas").getContext("2d");
 
@@ -572,8 +572,14 @@ async function run(event) {
   const text = $("text").value.trim(), target = $("target").value.trim();
   if (!text) { clearResult("type an input first"); return; }
   if (DATA.mode === "serve") {
+    const ticket = ++state.requests;  // only the latest request's reply is shown
     clearResult("running\u2026");
-    try { show(await fetchExample(text, target)); } catch (err) { clearResult(err.message); }
+    try {
+      const example = await fetchExample(text, target);
+      if (ticket === state.requests) show(example);
+    } catch (err) {
+      if (ticket === state.requests) clearResult(err.message);
+    }
     return;
   }
   const found = DATA.examples.find((e) => e.source === text && (!target || e.target === target));
