@@ -131,6 +131,7 @@ def test_crash_between_the_two_renames_leaves_a_readable_copy(tmp_path: Path, mo
     assert [p.name for p in tmp_path.iterdir()] == ["c"]
 
 
+@pytest.mark.filterwarnings("ignore::dotformer.checkpoint.CheckpointWarning")  # some have no manifest
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -222,3 +223,82 @@ def test_run_directories(tmp_path: Path) -> None:
     assert ckpt.run_data_dir(run / "best") == (run / "data").resolve()
     assert ckpt.run_data_dir(run / "checkpoints" / "step_0000030") == (run / "data").resolve()
     assert ckpt.run_data_dir(run) == (run / "data").resolve()
+
+
+def test_a_crash_while_pruning_leaves_no_half_deleted_step_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "run"
+    for step in (10, 20):
+        save(run / "checkpoints" / ckpt.step_dir_name(step), seed=step)
+    real_rmtree = ckpt.shutil.rmtree
+
+    def crash_half_way(path, ignore_errors=False):  # type: ignore[no-untyped-def]
+        next(Path(path).rglob(ckpt.MODEL_FILE)).unlink()  # some files are gone, then the process dies
+        raise KeyboardInterrupt("simulated kill")
+
+    monkeypatch.setattr(ckpt.shutil, "rmtree", crash_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.prune_checkpoints(run / "checkpoints", 1)
+    monkeypatch.setattr(ckpt.shutil, "rmtree", real_rmtree)
+    assert [p.name for p in ckpt.step_checkpoints(run / "checkpoints")] == ["step_0000020"]  # never picked up
+    assert [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".step_0000010.pruned-")]
+    assert any("removed" in a for a in ckpt.recover_run_directory(run))
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_0000020"]
+
+
+def test_recover_run_directory_puts_back_a_checkpoint_renamed_aside(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    old = save(run / "best", seed=3)
+    aside = run / ".best.old-x1"
+    aside.mkdir()
+    (run / "best").rename(aside / "best")  # a kill between the two renames of a replacement
+    (run / ".best.tmp-y2").mkdir()  # and the unfinished new copy
+    (run / ".run.json.tmp-123").write_text("{")
+    (run / "notes.txt").write_text("mine")
+    actions = ckpt.recover_run_directory(run)
+    assert any(a.startswith(f"restored {run / 'best'}") for a in actions)
+    assert sorted(p.name for p in run.iterdir()) == ["best", "notes.txt"]
+    assert same_weights(old, ckpt.load_checkpoint(run / "best").model)
+
+
+def test_a_checkpoint_without_manifest_loads_with_a_warning(tmp_path: Path) -> None:
+    model = save(tmp_path / "c")
+    (tmp_path / "c" / ckpt.MANIFEST_FILE).unlink()
+    with pytest.warns(ckpt.CheckpointWarning, match=r"c has no manifest\.json: its files cannot be checked"):
+        loaded = ckpt.load_checkpoint(tmp_path / "c")
+    assert same_weights(model, loaded.model)
+
+
+def test_choose_resume_checkpoint_names_the_damaged_newer_ones(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    state = {"step": 1}
+    for step in (10, 20):
+        save(run / "checkpoints" / ckpt.step_dir_name(step), seed=step, train_state=state)
+    ckpt.link_checkpoint(run / "checkpoints" / "step_0000020", run / "last")
+    weights = run / "checkpoints" / "step_0000020" / ckpt.MODEL_FILE
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x10
+    weights.write_bytes(bytes(data))  # last/ shares the file
+    point = ckpt.choose_resume_checkpoint(run)
+    assert point.path == run / "checkpoints" / "step_0000010"
+    assert len(point.skipped) == 1 and "step_0000020 failed verification" in point.skipped[0]
+    assert "model.safetensors is corrupted" in point.skipped[0]
+    with pytest.raises(CheckpointError, match=r"stopped before its first checkpoint.*--overwrite"):
+        ckpt.choose_resume_checkpoint(tmp_path / "empty")
+
+
+def test_clear_run_directory_deletes_only_a_runs_own_entries(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    save(run / "last")
+    (run / "run.json").write_text("{}")
+    (run / "data").mkdir()
+    (run / "notes.txt").write_text("mine")
+    assert sorted(p.name for p in ckpt.clear_run_directory(run)) == ["data", "last", "run.json"]
+    assert [p.name for p in run.iterdir()] == ["notes.txt"]
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("x")
+    with pytest.raises(CheckpointError, match="not a dotformer run directory"):
+        ckpt.clear_run_directory(folder)
+    assert [p.name for p in folder.iterdir()] == ["thesis.tex"]

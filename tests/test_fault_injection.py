@@ -240,3 +240,28 @@ def test_a_half_deleted_pruned_checkpoint_is_cleaned_at_the_next_start(tmp_path:
     assert resumed.returncode == 0, resumed.stderr
     assert not aside.exists()
     assert [p.name for p in ckpt.step_checkpoints(run / "checkpoints")] == ["step_0000004", "step_0000006"]
+
+
+# -- the training conveniences, from the outside (issue 11) -----------------------------------------------------------
+
+
+def test_init_from_best_metric_and_patience_on_the_command_line(tmp_path: Path, config: Path) -> None:
+    base = tmp_path / "base"
+    assert train(config, base, "--max-steps", "4").returncode == 0
+    tuned = tmp_path / "tuned"
+    result = train(config, tuned, "--max-steps", "3", "--init-from", str(base), "--best-metric", "chrf",
+                   "--valid-decode-limit", "3", "--patience", "5", "--eval-every", "1")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "best valid chrf" in result.stdout
+    assert json.loads((tuned / "run.json").read_text())["init_from"] == str(base / "best")
+    records = [json.loads(line) for line in (tuned / "metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in records if r["split"] == "valid"]
+    assert [r["step"] for r in valid] == [1, 2, 3] and all(r["decoded"] == 3 and "chrf" in r for r in valid)
+    for extra, words in (
+        (["--preset", "small"], ["preset 'small' has d_model = 256", "the checkpoint has 16"]),
+        (["--tokenizer", "char"], ["src_tokenizer = 'char' asked for", "built with 'symbol'"]),
+        (["--resume"], ["cannot be combined with --init-from"]),
+    ):
+        refused = train(config, tmp_path / "other", "--max-steps", "2", "--init-from", str(base), *extra)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert all(word in refused.stderr for word in words), refused.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,157 @@ def test_no_validation_split_and_metrics_lines(tmp_path: Path) -> None:
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     expected = {"split", "step", "epoch", "loss", "nll", "ppl", "lr", "grad_norm", "tokens", "tokens_per_s"}
     assert expected | {"elapsed_s", "cpu_s"} == set(record)
+
+
+# -- fine-tuning, model selection, early stopping, interruption (issue 11, issue 15) ----------------------------------
+
+
+def valid_records(run_dir: Path) -> list[dict]:
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in lines if r["split"] == "valid"]
+
+
+def test_init_from_copies_the_weights_and_starts_a_fresh_optimizer(tmp_path: Path) -> None:
+    data = tiny_data()
+    vocab = data.src_tokenizer.vocab_size
+    fit(tiny_model(vocab), data, tiny_config(max_steps=5), run_dir=tmp_path / "base")
+    base = ckpt.load_weights(tmp_path / "base" / "last" / ckpt.MODEL_FILE)
+    # one step at a vanishing learning rate: Adam moves each weight by at most ~lr, so the weights stay the base's
+    config = tiny_config(max_steps=1, lr_schedule="constant", lr_peak=1e-12, warmup_steps=0)
+    result = fit(tiny_model(vocab, seed=7), data, config, run_dir=tmp_path / "tuned", init_from=tmp_path / "base")
+    tuned = ckpt.load_weights(tmp_path / "tuned" / "last" / ckpt.MODEL_FILE)
+    assert result.steps == 1  # the step count and schedule start afresh
+    assert all(torch.allclose(base[k], tuned[k], atol=1e-9) for k in base)
+    fresh = tiny_model(vocab, seed=7).state_dict()
+    assert not all(torch.allclose(fresh[k], tuned[k], atol=1e-3) for k in fresh)
+    state = ckpt.load_train_state(tmp_path / "tuned" / "last")
+    assert [float(s["step"]) for s in state["optimizer"]["state"].values()] == [1.0] * len(state["optimizer"]["state"])
+    assert ckpt.load_checkpoint(tmp_path / "tuned" / "last").info["init_from"] == str(tmp_path / "base" / "best")
+
+
+def test_init_from_refuses_another_vocabulary_or_shape_naming_both_sides(tmp_path: Path) -> None:
+    data = tiny_data()
+    vocab = data.src_tokenizer.vocab_size
+    fit(tiny_model(vocab), data, tiny_config(max_steps=1), run_dir=tmp_path / "base")
+    other_tok = train_tokenizer("symbol", ["a0 a1 zz", "q r s"])
+    other = TrainData(data.train, data.valid, data.src_tokenizer, other_tok)
+    with pytest.raises(CheckpointError, match=r"cannot initialise from .*target vocabulary mismatch: .*tokenizer_tgt"):
+        fit(tiny_model(vocab), other, tiny_config(max_steps=1), init_from=tmp_path / "base")
+    wider = Transformer(tiny_model(vocab).config.replace(d_ff=64))
+    with pytest.raises(CheckpointError, match=r"d_ff 32 there, 64 here"):
+        fit(wider, data, tiny_config(max_steps=1), init_from=tmp_path / "base")
+    more_dropout = Transformer(tiny_model(vocab).config.replace(dropout=0.3))  # dropout may change when fine-tuning
+    assert fit(more_dropout, data, tiny_config(max_steps=1), init_from=tmp_path / "base").steps == 1
+
+
+def test_best_metric_chrf_is_the_metric_of_the_greedy_outputs(tmp_path: Path) -> None:
+    """best/ is chosen by chrF; the logged chrF equals sacrebleu's on an independent greedy decoding of the saved
+    model, and best/ is the pass with the highest chrF (the first of equals)."""
+    import sacrebleu
+
+    from dotformer.data.corpora import Pair
+    from dotformer.decoding import DecodeConfig, decode_batch
+    from dotformer.decoding.translate import pad_batch
+
+    data = tiny_data()
+    pairs = [Pair(data.src_tokenizer.decode(e.src), data.tgt_tokenizer.decode(e.tgt)) for e in data.valid]
+    data = TrainData(data.train, data.valid, data.src_tokenizer, data.tgt_tokenizer, valid_pairs=pairs)
+    config = tiny_config(max_steps=8, eval_every=2, save_every=2, keep_last=10, best_metric="chrf")
+    result = fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path)
+    records = valid_records(tmp_path)
+    assert [r["step"] for r in records] == [2, 4, 6, 8] and all(r["decoded"] == len(pairs) for r in records)
+    scores = [r["chrf"] for r in records]
+    best = records[scores.index(max(scores))]
+    assert result.best_metric == "chrf" and result.best_score == best["chrf"] and result.best_step == best["step"]
+    assert [r["best"] for r in records] == [s > max(scores[:i], default=-1.0) for i, s in enumerate(scores)]
+    assert ckpt.load_checkpoint(tmp_path / "best").info["best"] == {"metric": "chrf", "score": best["chrf"]}
+    for record in records:  # an independent decoding of each step's checkpoint
+        model = ckpt.load_checkpoint(tmp_path / "checkpoints" / ckpt.step_dir_name(record["step"])).model
+        src = pad_batch([data.src_tokenizer.encode(p.source) + [2] for p in pairs])
+        hyps = decode_batch(model, src, DecodeConfig(strategy="greedy"))
+        outputs = [data.tgt_tokenizer.decode(h[0].tokens) for h in hyps]
+        expected = sacrebleu.corpus_chrf(outputs, [[p.target for p in pairs]]).score
+        assert record["chrf"] == pytest.approx(expected, abs=1e-9)
+
+
+def test_valid_decode_limit_decodes_a_seeded_sample(tmp_path: Path) -> None:
+    data = tiny_data(num_examples=60)
+    config = tiny_config(max_steps=2, eval_every=1, best_metric="wer", valid_decode_limit=5)
+    fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path)
+    assert [r["decoded"] for r in valid_records(tmp_path)] == [5, 5]
+    assert all(0.0 <= r["wer"] <= 100.0 for r in valid_records(tmp_path))
+
+
+def test_patience_stops_when_the_metric_has_not_improved(tmp_path: Path) -> None:
+    """An untrained copy model gets every word wrong (WER 100%) pass after pass: with patience 2 the run stops at
+    the third pass (the first is the best; ties do not count) and says so; a resume with the same patience is
+    refused, a larger patience goes on."""
+    data = tiny_data()
+    vocab = data.src_tokenizer.vocab_size
+    config = tiny_config(max_steps=50, eval_every=1, save_every=1, best_metric="wer", patience=2, lr_peak=1e-9,
+                         lr_schedule="constant", warmup_steps=0)  # fmt: skip
+    result = fit(tiny_model(vocab), data, config, run_dir=tmp_path)
+    records = valid_records(tmp_path)
+    assert [r["wer"] for r in records] == [100.0, 100.0, 100.0]
+    assert result.stopped_by == "patience" and result.steps == 3 and result.best_step == 1
+    with pytest.raises(TrainingError, match=r"stopped early at step 3: .*patience=2"):
+        fit(tiny_model(vocab), data, config, run_dir=tmp_path, resume=True)
+    more = fit(tiny_model(vocab), data, config.replace(patience=4), run_dir=tmp_path, resume=True)
+    assert more.stopped_by == "patience" and more.steps == 5
+
+
+def test_best_metric_and_patience_need_a_validation_split() -> None:
+    data = tiny_data()
+    data = TrainData(data.train, [], data.src_tokenizer, data.tgt_tokenizer)
+    for changes in ({"best_metric": "bleu"}, {"patience": 3}):
+        with pytest.raises(ConfigError, match="needs a validation split"):
+            fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=1, **changes))
+    with pytest.raises(ConfigError, match="best_metric"):
+        TrainConfig(best_metric="accuracy")
+
+
+def test_a_signal_during_training_saves_the_step_and_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import signal
+
+    data = tiny_data()
+    real = loop.train_step
+    calls = {"n": 0}
+
+    def step_then_signal(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        result = real(*args, **kwargs)
+        if calls["n"] == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives during step 3; the step finishes
+        return result
+
+    monkeypatch.setattr(loop, "train_step", step_then_signal)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(loop.TrainingInterrupted, match=r"SIGTERM at step 3: kept .*step_0000003.*--resume"):
+        fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=50, save_every=100), tmp_path)
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is put back
+    assert ckpt.load_train_state(tmp_path / "last")["step"] == 3
+    assert sorted(train_lines(tmp_path)) == [1, 2, 3]
+
+
+def test_resume_trims_metrics_lines_logged_after_the_checkpoint(tmp_path: Path) -> None:
+    data = tiny_data()
+    vocab = data.src_tokenizer.vocab_size
+    fit(tiny_model(vocab), data, tiny_config(max_steps=4, save_every=2), run_dir=tmp_path)
+    ckpt.link_checkpoint(tmp_path / "checkpoints" / "step_0000002", tmp_path / "last")  # as if killed after step 4
+    for path in ckpt.step_checkpoints(tmp_path / "checkpoints")[1:]:
+        shutil.rmtree(path)
+    with pytest.warns(ckpt.CheckpointWarning, match=r"removed 3 line\(s\) logged after step 2"):  # train 3, 4; valid 4
+        fit(tiny_model(vocab), data, tiny_config(max_steps=5, save_every=2), run_dir=tmp_path, resume=True)
+    steps = [(r["split"], r["step"]) for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())]
+    assert steps == [("train", 1), ("train", 2), ("train", 3), ("train", 4), ("train", 5), ("valid", 5)]
+
+
+def test_trim_metrics_log_drops_later_and_unfinished_lines(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"split": "train", "step": s}) + "\n" for s in (1, 2, 3)]
+    path.write_text("".join(lines) + '{"split": "valid", "st')
+    assert loop.trim_metrics_log(path, 2) == 2
+    assert path.read_text() == "".join(lines[:2])
+    assert loop.trim_metrics_log(path, 2) == 0
+    assert loop.trim_metrics_log(tmp_path / "none.jsonl", 2) == 0

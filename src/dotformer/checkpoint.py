@@ -252,7 +252,8 @@ def recover_run_directory(run_dir: str | Path) -> list[str]:
 
     * a checkpoint that was renamed aside while being replaced (``.NAME.old-*/NAME``) and whose replacement never
       arrived is renamed back to ``NAME``; once ``NAME`` exists, such aside copies are deleted;
-    * unfinished writes (``.NAME.tmp-*``) and interrupted prunes (``.NAME.pruned-*``) are deleted.
+    * unfinished writes (``.NAME.tmp-*``, also of run.json and metrics.jsonl) and interrupted prunes
+      (``.NAME.pruned-*``) are deleted.
 
     Looks at ``run_dir`` (best/, last/) and ``run_dir/checkpoints`` (step_*). Only these hidden leftovers of
     dotformer's own writes are touched.
@@ -265,6 +266,10 @@ def recover_run_directory(run_dir: str | Path) -> list[str]:
         if not parent.is_dir():
             continue
         for leftover in sorted(parent.iterdir()):
+            if re.match(r"^\.(run\.json|metrics\.jsonl)\.tmp-\d+$", leftover.name) and leftover.is_file():
+                leftover.unlink()  # an unfinished atomic rewrite of run.json or metrics.jsonl
+                actions.append(f"removed {leftover}")
+                continue
             match = re.match(r"^\.(.+)\.(tmp|old|pruned)-[^/]+$", leftover.name)
             if match is None or not leftover.is_dir():
                 continue
