@@ -236,3 +236,67 @@ def test_toml_named_columns_and_dropped_pairs_in_the_data_line(files: dict[str, 
     assert "4 rows read, 2 pairs kept, 2 dropped (1 blank_line, 1 empty_target)" in line, line
     assert (root / "toml_run" / "data" / "train.tsv").read_text() == "cab\tK AE1 B\nto\tT AA1\n"
     assert "test: none" in result.stderr
+
+
+def test_tokenizer_files_travel_with_the_checkpoint(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """--src/--tgt-tokenizer-file: a sentencepiece .model and a tokenizer.json trained here, saved with the
+    checkpoint, read back by evaluate after the original files are gone."""
+    spm = pytest.importorskip("sentencepiece")
+    import io
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.cli import main
+
+    root = files["root"] / "tokenizer_files"
+    root.mkdir()
+    rows = [tuple(line.split("\t")) for line in files["train"].read_text().splitlines()]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([s for s, _ in rows]), model_writer=model, vocab_size=20, minloglevel=2
+    )
+    (root / "src.model").write_bytes(model.getvalue())
+    phones = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    phones.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    phones.train_from_iterator([t for _, t in rows], trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    phones.save(str(root / "tgt.json"))
+    run = root / "run"
+    argv = ["train", "--data", str(files["train"]), "--valid", str(files["valid"]), "--task", "g2p",
+            "--preset", "tiny", "--max-steps", "2", "--device", "cpu", "--no-progress", "--out", str(run),
+            "--src-tokenizer-file", str(root / "src.model"),
+            "--tgt-tokenizer-file", str(root / "tgt.json")]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    expected_src = spm.SentencePieceProcessor(model_file=str(root / "src.model")).encode("cab")
+    expected_tgt = phones.encode("K AE1 B").ids
+    (root / "src.model").unlink()
+    (root / "tgt.json").unlink()
+    loaded = load_checkpoint(run)
+    assert (loaded.src_tokenizer.kind, loaded.tgt_tokenizer.kind) == ("sentencepiece", "hf")
+    assert loaded.src_tokenizer.encode("cab") == [i + 4 for i in expected_src]  # default ids: shifted by 4
+    assert loaded.tgt_tokenizer.encode("K AE1 B") == [i + 4 for i in expected_tgt]
+    assert loaded.config.src_vocab_size == 20 + 4 and loaded.config.tgt_vocab_size == phones.get_vocab_size() + 4
+    record = json.loads((run / "run.json").read_text())
+    assert record["data"]["src_tokenizer_file"] == str(root / "src.model") and record["data"]["src_tokenizer"] is None
+    status = main(["evaluate", "--checkpoint", str(run), "--data", str(files["test"]), "--strategy", "greedy",
+                   "--max-len-b", "5", "--device", "cpu"])  # fmt: skip
+    assert status == 0 and "WER" in capsys.readouterr().out
+
+
+def test_hf_reader_options_from_the_config(tmp_path: Path) -> None:
+    pytest.importorskip("datasets")
+    from dotformer.data.prepare import read_run_data
+    from dotformer.training.config import DataConfig
+
+    data = tmp_path / "pairs.jsonl"
+    words = [("uno", "one"), ("dos", "two"), ("tres", "three"), ("cuatro", "four"), ("cinco", "five")]
+    data.write_text("".join(json.dumps({"translation": {"es": s, "en": t}}) + "\n" for s, t in words), "utf-8")
+    config = DataConfig(
+        dataset=f"hf:{data}", valid=f"hf:{data}", source_field="es", target_field="en", hf_split="train[:2]",
+        hf_valid_split="train[2:]", hf_cache_dir=str(tmp_path / "cache"),
+    )  # fmt: skip
+    run_data = read_run_data(config, seed=1)
+    assert [tuple(p) for p in run_data.splits.train] == words[:2]
+    assert [tuple(p) for p in run_data.splits.valid] == words[2:]
+    assert "split train[:2]" in run_data.lines[0] and "split train[2:]" in run_data.lines[1]
