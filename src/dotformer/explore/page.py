@@ -44,7 +44,7 @@ PAGE_TEMPLATE = r"""<!DOCTYPE html>
   form, .controls { margin: 0.6rem 0; display: flex; gap: 0.5rem; flex-wrap: wrap; align-items: center; }
   input[type=text] { flex: 1; min-width: 14rem; padding: 0.35rem; font-size: 1rem; }
   button, select { padding: 0.3rem 0.6rem; font-size: 0.95rem; }
-  select { max-width: 18rem; }
+  #example, #example2 { max-width: 18rem; }
   #output { font-size: 1.1rem; padding: 0.2rem 0.5rem; background: #f3f6fa; border-radius: 4px; }
   #status { color: #a00; min-height: 1.2rem; margin: 0.3rem 0; }
   #warning { color: #7a4b00; background: #fff4d6; border-radius: 4px; padding: 0.2rem 0.5rem; }
