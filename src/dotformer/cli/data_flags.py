@@ -32,6 +32,8 @@ READER_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
      "(default: column 1 of a 2-column file, or the header's target/tgt)")),
     ("--header", "header", dict(action=argparse.BooleanOptionalAction, help="the first row names the columns and is "
      "not a pair (default: yes when a column is given by name)")),
+    ("--num-columns", "num_columns", dict(type=int, metavar="N", help="columns every row of a TSV/CSV file must "
+     "have (default: as many as the first row)")),
     ("--empty-lines", "empty_lines", dict(choices=["skip", "error"], help="a pair with an empty side: skip it and "
      "count it (default) or stop with FILE:LINE")),
     ("--hf-config", "hf_config", dict(metavar="NAME", help="hf: datasets: the configuration, e.g. de-en for "

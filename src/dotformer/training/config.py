@@ -28,6 +28,7 @@ _SAME_NAMED_READER_FIELDS = (
     "source_column",
     "target_column",
     "header",
+    "num_columns",
     "empty_lines",
     "hf_config",
     "source_field",
@@ -175,6 +176,7 @@ class DataConfig:
     source_column: int | str | None = None  # 0-based number or header name (None: 0 of 2 columns, or header "source")
     target_column: int | str | None = None  # 0-based number or header name (None: 1 of 2 columns, or header "target")
     header: bool | None = None  # the first row names the columns (None: yes when a column is given by name)
+    num_columns: int | None = None  # columns every row must have (None: as many as the first row has)
     empty_lines: Literal["skip", "error"] | None = None  # an empty source/target: skip and count (None), or error
     # --- Hugging Face datasets ("hf:NAME_OR_PATH") ---
     hf_config: str | None = None  # the dataset's configuration, e.g. "de-en" for wmt14
