@@ -220,6 +220,17 @@ def test_write_page_and_cli(loaded: LoadedCheckpoint, tmp_path: Path) -> None:
     args = ["explore", "--checkpoint", str(loaded.path), "--write", str(out), "--text", "dog"]
     assert main(args) == 0 and '"output": "D AO1 G"' in out.read_text(encoding="utf-8")
     assert main(["explore", "--checkpoint", str(loaded.path), "--write", str(out)]) == 2  # no examples to embed
+    # forced examples: one --target per --text ('' decodes that one)
+    args += ["--target", "K AE1 T", "--text", "cat", "--target", ""]
+    assert main(args) == 0
+    page = out.read_text(encoding="utf-8")
+    data = json.loads(page[page.index('{"mode"') : page.index("</script>")].replace("<\\/", "</"))
+    assert [(e["source"], e["forced"], e["output"]) for e in data["examples"]] == [
+        ("dog", True, "K AE1 T"),
+        ("cat", False, "K AE1 T"),
+    ]
+    assert data["examples"][0] == json.loads(json.dumps(example_json(loaded, "dog", target="K AE1 T")))
+    assert main([*args, "--target", "extra"]) == 2  # not one per text
 
 
 # -- the page in headless Chromium --------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ examples:
   dotformer explore --checkpoint runs/g2p                      # then open http://127.0.0.1:8000/
   dotformer explore --checkpoint runs/g2p --port 8765 --text transformer --text attention
   dotformer explore --checkpoint runs/g2p --write explorer.html --text transformer --text attention
-  chromium --headless --screenshot=overview.png --window-size=1200,860 "file://$PWD/explorer.html#overview"
+  dotformer explore --checkpoint runs/g2p --write r.html --text read --target "R IY1 D" --text read --target "R EH1 D"
+  chromium --headless --screenshot=overview.png --window-size=1200,1000 "file://$PWD/explorer.html#overview"
 """
 
 
@@ -32,6 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--port", type=int, default=8000, help="serve on 127.0.0.1:PORT (8000)")
     mode.add_argument("--write", metavar="FILE.html", help="write a static page instead of serving")
     parser.add_argument("--text", action="append", default=[], metavar="TEXT", help="an example input (repeatable)")
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=None,
+        metavar="REF",
+        help="force-decode REF for the --text at the same place (one per --text; '' decodes that one)",
+    )
     parser.add_argument("--device", default="cpu", help="where to run the model (cpu)")
     parser.add_argument("--verbose", action="store_true", help="log every request (serve mode)")
 
@@ -59,14 +67,18 @@ def run(args: argparse.Namespace) -> int:
     if args.write:
         check_output_file(args.write, "--write")
     loaded = load_checkpoint(args.checkpoint, device=args.device)
+    if args.target is not None and len(args.target) != len(args.text):
+        raise ConfigError(
+            f"give one --target per --text ({len(args.text)} --text, {len(args.target)} --target); '' decodes that one"
+        )
     texts = args.text or default_examples(args.checkpoint)
     if args.write:
         if not texts:
             raise ConfigError("--write needs example inputs: give --text (the run has no saved test split)")
-        path = write_page(loaded, texts, args.write)
+        path = write_page(loaded, texts, args.write, args.target)
         print(f"wrote {path} ({len(texts)} examples; live input needs serve mode)")
         return 0
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {args.port}")
-    serve(loaded, args.port, texts, verbose=args.verbose)
+    serve(loaded, args.port, texts, verbose=args.verbose, targets=args.target)
     return 0

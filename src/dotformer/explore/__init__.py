@@ -6,7 +6,7 @@ inputs side by side.
 * :func:`serve` / :class:`ExplorerServer` serve the page on 127.0.0.1 with a JSON endpoint that runs the model.
 """
 
-from dotformer.explore.data import build_page, example_json, maps_to_json, write_page
+from dotformer.explore.data import build_page, example_json, examples_json, maps_to_json, write_page
 from dotformer.explore.server import ExplorerServer, serve
 
-__all__ = ["ExplorerServer", "build_page", "example_json", "maps_to_json", "serve", "write_page"]
+__all__ = ["ExplorerServer", "build_page", "example_json", "examples_json", "maps_to_json", "serve", "write_page"]

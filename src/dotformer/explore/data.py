@@ -140,17 +140,41 @@ def model_title(loaded: Any) -> str:
     )
 
 
-def write_page(loaded: Any, texts: Sequence[str], path: str | Path) -> Path:
-    """Decode every text, embed the attention maps in a static page and write it to ``path``.
+def examples_json(
+    loaded: Any, texts: Sequence[str], targets: Sequence[str | None] | None = None
+) -> list[dict[str, Any]]:
+    """The page's examples: each text decoded greedily, or force-decoding the target at the same place.
+
+    Args:
+        targets: None (decode every text), or one reference per text (None or "" decodes that text).
 
     Raises:
-        ConfigError: no texts. DataError: a text has no tokens.
+        ConfigError: targets given, but not one per text. DataError: a text has no tokens.
+    """
+    from dotformer.errors import ConfigError
+
+    if targets is None:
+        targets = [None] * len(texts)
+    if len(targets) != len(texts):
+        raise ConfigError(
+            f"give one --target per --text ({len(texts)} text(s), {len(targets)} target(s)); '' decodes that text"
+        )
+    return [example_json(loaded, text, target or None) for text, target in zip(texts, targets, strict=True)]
+
+
+def write_page(
+    loaded: Any, texts: Sequence[str], path: str | Path, targets: Sequence[str | None] | None = None
+) -> Path:
+    """Decode every text (or force-decode its target), embed the attention maps in a static page, write it to ``path``.
+
+    Raises:
+        ConfigError: no texts, or targets not one per text. DataError: a text has no tokens.
     """
     from dotformer.errors import ConfigError
 
     if not texts:
         raise ConfigError("the static page needs at least one example text (--text)")
-    examples = [example_json(loaded, text) for text in texts]
+    examples = examples_json(loaded, texts, targets)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(build_page(examples, "static", model_title(loaded)), encoding="utf-8")

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from dotformer.errors import ConfigError, DotformerError
-from dotformer.explore.data import MAX_TEXT_CHARS, build_page, example_json, model_title
+from dotformer.explore.data import MAX_TEXT_CHARS, build_page, example_json, examples_json, model_title
 
 HOST = "127.0.0.1"  # the explorer never listens on other interfaces
 MAX_BODY_BYTES = 16 * 1024  # largest request body accepted
@@ -32,16 +32,24 @@ class ExplorerServer(HTTPServer):
         loaded: a LoadedCheckpoint (``model``, ``src_tokenizer``, ``tgt_tokenizer``).
         port: TCP port on 127.0.0.1 (0: any free port; read ``server_port``).
         examples: example texts decoded once at start and embedded in the page.
+        targets: None, or one reference per example to force-decode (None or "": decode that one).
         verbose: log each request on standard error.
 
     Raises:
         ConfigError: the port cannot be bound (in use, or not allowed).
     """
 
-    def __init__(self, loaded: Any, port: int = 8000, examples: Sequence[str] = (), verbose: bool = False) -> None:
+    def __init__(
+        self,
+        loaded: Any,
+        port: int = 8000,
+        examples: Sequence[str] = (),
+        verbose: bool = False,
+        targets: Sequence[str | None] | None = None,
+    ) -> None:
         self.loaded = loaded
         self.verbose = verbose
-        embedded = [example_json(loaded, text) for text in examples]
+        embedded = examples_json(loaded, examples, targets)
         self.page = build_page(embedded, "serve", model_title(loaded)).encode("utf-8")
         try:
             super().__init__((HOST, port), ExplorerHandler)
@@ -135,14 +143,19 @@ class ExplorerHandler(BaseHTTPRequestHandler):
 
 
 def serve(
-    loaded: Any, port: int = 8000, examples: Sequence[str] = (), verbose: bool = False, announce: Any = print
+    loaded: Any,
+    port: int = 8000,
+    examples: Sequence[str] = (),
+    verbose: bool = False,
+    announce: Any = print,
+    targets: Sequence[str | None] | None = None,
 ) -> None:
     """Serve the explorer on 127.0.0.1:``port`` until Ctrl-C (then close the socket and return).
 
     Raises:
-        ConfigError: the port cannot be bound.
+        ConfigError: the port cannot be bound, or targets are not one per example.
     """
-    server = ExplorerServer(loaded, port, examples, verbose)
+    server = ExplorerServer(loaded, port, examples, verbose, targets)
     announce(f"dotformer explore: serving {server.url} (Ctrl-C stops)")
     try:
         server.serve_forever(poll_interval=0.5)
