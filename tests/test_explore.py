@@ -463,6 +463,9 @@ def test_page_in_headless_chromium(
     assert expected.output_text == "B ER1 D"
     assert browser.run_js("return document.getElementById('view-overview').offsetHeight > 0;")  # the first view
     check_overview(browser, expected.cross)
+    browser.click("#kind option[value='decoder_self']")
+    check_overview(browser, expected.decoder_self)
+    browser.click("#kind option[value='cross']")
     check_probabilities(browser, loaded, "bird", [*loaded.tgt_tokenizer.encode("B ER1 D"), EOS_ID])
     image = browser.screenshot(tmp_path / "overview.png")
     box = browser.run_js(
@@ -529,7 +532,12 @@ def test_page_in_headless_chromium(
     assert len({stroke for h, *_, stroke in lines if h == 0} | {stroke for h, *_, stroke in lines if h == 1}) == 2
     browser.click("#head-toggles input[data-head='0']")
     assert {h for h, *_ in browser.run_js(lines_js)} == {1}
-    browser.hover("#headview .hv-left:nth-of-type(1)")
+    browser.hover("#headview .hv-left")  # pointing at the first query shows only its lines
+    shown = browser.run_js(
+        "return Array.from(document.querySelectorAll('#headview .hv-line'))"
+        ".filter(l => getComputedStyle(l).visibility === 'visible').map(l => Number(l.dataset.row));"
+    )
+    assert shown and set(shown) == {0}
     browser.screenshot(tmp_path / "heads.png")
 
     # forced decoding of a reference: the maps and probabilities of teacher forcing
