@@ -309,3 +309,29 @@ def test_cli_import_bert_and_refusals(tmp_path: Path) -> None:
     result = dotformer_cli("import", "--from", "bert", str(tmp_path / "relative"), str(tmp_path / "ck2"))
     assert result.returncode == 2 and "position_embedding_type='relative_key'" in result.stderr
     assert result.stderr.count("\n") == 1 and not (tmp_path / "ck2").exists()
+
+
+@pytest.mark.parametrize("overrides", [{}, {"share_embeddings": False, "src_vocab_size": 40, "generator_bias": True}])
+def test_export_to_marian_then_import_is_the_same_model(tmp_path: Path, overrides: dict[str, Any]) -> None:
+    """dotformer -> save_marian -> read_marian gives back the same config and weights (ids and D axis restored)."""
+    from dotformer import ModelConfig, Transformer
+    from dotformer.export.marian import save_marian
+    from dotformer.imports.marian import read_marian
+
+    torch.manual_seed(3)
+    fields = {"src_vocab_size": 50, "tgt_vocab_size": 50, "share_embeddings": True, **overrides}
+    model = Transformer(ModelConfig.preset("tiny", max_len=64, **fields)).eval()
+    if model.generator.bias is not None:
+        torch.nn.init.normal_(model.generator.bias)
+    save_marian(model, tmp_path / "m")
+    for name, size in (("vocab.json", fields["src_vocab_size"]), ("target_vocab.json", fields["tgt_vocab_size"])):
+        pieces = ["<pad>", "<s>", "</s>", "<unk>", *(f"t{i}" for i in range(4, size))]
+        (tmp_path / "m" / name).write_text(json.dumps({p: i for i, p in enumerate(pieces)}))
+    (tmp_path / "m" / "source.spm").write_bytes(train_spm(SOURCES))
+    (tmp_path / "m" / "target.spm").write_bytes(train_spm(TARGETS))
+    back, _, _ = read_marian(tmp_path / "m")
+    assert back.config == model.config
+    ours, theirs = model.state_dict(), back.state_dict()
+    assert set(ours) == set(theirs)
+    for name in ours:
+        torch.testing.assert_close(theirs[name], ours[name], atol=0, rtol=0, msg=name)

@@ -205,20 +205,24 @@ def save_marian(model: Transformer, output_dir: str | Path) -> Path:
 
     Args:
         model: as for :func:`to_marian`, with sinusoidal positions.
-        output_dir: the directory to write into (created if needed).
+        output_dir: a new directory, or an empty one (a non-empty one is refused: nothing is overwritten).
 
     Returns:
         ``output_dir``.
 
     Raises:
-        ConfigError: as :func:`to_marian`, or a learned positional table (HF Marian rebuilds its sinusoids on load).
+        ConfigError: as :func:`to_marian`, a learned positional table (HF Marian rebuilds its sinusoids on load), or
+            a non-empty ``output_dir``.
     """
     if model.config.positional != "sinusoidal":
         raise ConfigError(
             "ModelConfig.positional='learned': HF Marian has sinusoidal positions only (it rebuilds them on load), "
             "so a learned table cannot be saved as a Marian model; export to ct2 or onnx instead"
         )
-    output_dir = Path(output_dir)
+    from dotformer.export.outdir import check_output_dir, fresh_output_dir
+
+    output_dir = check_output_dir(output_dir)
     marian = to_marian(model)
-    marian.save_pretrained(str(output_dir))
+    with fresh_output_dir(output_dir) as tmp:
+        marian.save_pretrained(str(tmp))
     return output_dir

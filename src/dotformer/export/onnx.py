@@ -125,14 +125,14 @@ def export_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSET) 
 
     Args:
         model: an encoder-decoder :class:`Transformer` with float weights (post-LN or pre-LN, any activation).
-        output_dir: an existing empty directory, or a new one (created).
+        output_dir: a new directory, or an empty one (a non-empty one is refused: nothing is overwritten).
         opset: the ONNX opset to target.
 
     Returns:
-        ``output_dir``. See the module docstring for the graphs' inputs and outputs; :func:`greedy_onnx` runs them.
+        ``output_dir``. See the module docstring for the graphs' inputs and outputs; :class:`OnnxTranslator` runs them.
 
     Raises:
-        ConfigError: not an encoder-decoder, or int8 linear layers.
+        ConfigError: not an encoder-decoder, int8 linear layers, or a non-empty ``output_dir``.
         MissingDataError: the ``onnx`` package (needed by ``torch.onnx``) is not installed.
     """
     require_float_weights(model, "export to ONNX")
@@ -143,8 +143,17 @@ def export_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSET) 
         import onnx  # noqa: F401 (torch.onnx needs it)
     except ImportError:
         raise MissingDataError('exporting to ONNX needs the onnx package: pip install "dotformer[onnx]"') from None
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    from dotformer.export.outdir import check_output_dir, fresh_output_dir
+
+    output_dir = check_output_dir(output_dir)
+    with fresh_output_dir(output_dir) as tmp:
+        _write_onnx(model, tmp, opset)
+    return output_dir
+
+
+def _write_onnx(model: Transformer, output_dir: Path, opset: int) -> None:
+    """The three files of :func:`export_onnx` in ``output_dir`` (which exists)."""
+    c = model.config
     was_training = model.training
     model.eval()
     n, H, Dh = c.num_decoder_layers, c.num_heads, c.head_dim
@@ -208,7 +217,6 @@ def export_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSET) 
         "decoder_step": {"file": DECODER_STEP_FILE, "inputs": input_names, "outputs": output_names},
     }
     (output_dir / ONNX_CONFIG_FILE).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
-    return output_dir
 
 
 class OnnxTranslator:

@@ -20,7 +20,9 @@ What changes on the way, and why the function stays the same:
 
 Refused with one line (:class:`~dotformer.errors.ConfigError` / :class:`~dotformer.errors.CheckpointError`): an
 activation other than ReLU/GELU (OPUS-MT's ``swish``), different encoder/decoder head counts or FFN widths, a
-vocabulary that does not cover the embedding rows, a vocabulary with its own ``<s>``, tensors left over.
+vocabulary that does not cover the embedding rows, a vocabulary whose ``<s>`` is not the decoder start, tensors
+left over. A model written by ``dotformer export --to marian`` (ids 0..3 = ``<pad> <s> </s> <unk>``, ``<s>`` the
+decoder start) comes back with its own ids.
 """
 
 from __future__ import annotations
@@ -62,12 +64,15 @@ class MarianSide:
         piece_of = {index: piece for piece, index in vocab.items()}
         if "<unk>" not in vocab:
             raise CheckpointError(f"{where}: the vocabulary has no <unk>")
-        if "<s>" in vocab:
-            raise ConfigError(f"{where}: the vocabulary has its own <s> (id {vocab['<s>']}), which dotformer reserves")
+        if "<s>" in vocab and vocab["<s>"] != start:
+            raise ConfigError(
+                f"{where}: the vocabulary has its own <s> (id {vocab['<s>']}, not the decoder start {start}), which "
+                f"dotformer reserves for the decoder start"
+            )
         unk = vocab["<unk>"]
         if len({pad, eos, unk}) != 3:
             raise ConfigError(f"{where}: pad ({pad}), eos ({eos}) and <unk> ({unk}) must be three different ids")
-        specials = {pad, eos, unk}
+        specials = {pad, eos, unk} | ({start} if "<s>" in vocab else set())  # <s>: a model dotformer exported
         order = [pad, start, eos, unk, *(i for i in range(size) if i not in specials)]
         self.rows = torch.tensor(order, dtype=torch.int64)
         self.pieces = [*SPECIAL_TOKENS, *(piece_of[i] for i in order[len(SPECIAL_TOKENS) :])]
