@@ -492,7 +492,7 @@ function drawProbs() {
 // -- everything ------------------------------------------------------------------------------------------------------
 function drawCompare() {
   const {kind, layer, head} = choice();
-  const title = (e) => e ? e.source + " \u2192 " + e.output : "";
+  const title = (e) => e ? e.source + " \u2192 " + e.output + (e.forced ? " (forced)" : "") : "";
   $("cmp-a-title").textContent = title(state.example);
   $("cmp-b-title").textContent = state.second ? title(state.second) : "";
   drawMap($("cmp-a"), state.example, kind, layer, head, null);
