@@ -302,3 +302,16 @@ def test_clear_run_directory_deletes_only_a_runs_own_entries(tmp_path: Path) -> 
     with pytest.raises(CheckpointError, match="not a dotformer run directory"):
         ckpt.clear_run_directory(folder)
     assert [p.name for p in folder.iterdir()] == ["thesis.tex"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_checkpoint_directories_follow_the_umask(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        save(tmp_path / "c")
+        (tmp_path / "plain").mkdir()  # what any other output directory gets
+    finally:
+        os.umask(old)
+    mode = (tmp_path / "c").stat().st_mode & 0o777
+    assert mode == 0o777 & ~umask == (tmp_path / "plain").stat().st_mode & 0o777  # not mkdtemp's 0700
+    assert ckpt.current_umask() == old

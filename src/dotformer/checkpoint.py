@@ -186,6 +186,7 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     for stale in parent.glob(f".{target.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
+    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes 0700; a checkpoint follows the umask like other outputs
     try:
         yield tmp
         for file in tmp.iterdir():
@@ -204,6 +205,13 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def current_umask() -> int:
+    """The process's file mode creation mask (e.g. 0o022), read without changing it for longer than two calls."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 def is_replaceable_checkpoint(path: Path) -> bool:
