@@ -78,9 +78,9 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("--patience", "train", "patience", dict(type=int, metavar="N", help="early stopping: stop when the "
      "--best-metric has not improved for N validation passes (default 0: never)")),
     ("--log-every", "train", "log_every", dict(type=int, metavar="N", help="steps between lines of metrics.jsonl "
-     "(default 10)")),
-    ("--progress", "train", "progress", dict(action=argparse.BooleanOptionalAction, help="show the progress bar on "
-     "standard error (default on)")),
+     "and of the progress lines written when standard error is not a terminal (default 10)")),
+    ("--progress", "train", "progress", dict(action=argparse.BooleanOptionalAction, help="show progress against the "
+     "budget on standard error: a bar on a terminal, else one line every --log-every steps (default on)")),
     ("--tensorboard", "train", "tensorboard", dict(action=argparse.BooleanOptionalAction, help="also write "
      "TensorBoard logs to RUN/tensorboard (needs the tensorboard package)")),
     # data
@@ -119,7 +119,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cmudict, bible, copy, reverse, a TSV/CSV file of pairs, or SRC,TGT parallel files "
         "(required unless the config file sets [data] dataset)",
     )
-    parser.add_argument("--config", metavar="FILE.toml", help="config file with [model], [train], [data] sections")
+    parser.add_argument(
+        "--config",
+        metavar="FILE.toml",
+        help="config file with [model], [train], [data] sections, or the name of a shipped one: g2p, g2p-long, bible, "
+        "copy (see configs/)",
+    )
     parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<dataset>-<preset>)")
     parser.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its last checkpoint (exactly)"
