@@ -88,14 +88,14 @@ def spm_tokenizer(spm_path: Path, pieces: list[str]) -> Any:
     model at ``spm_path`` does.
 
     Raises:
-        MissingDataError: sentencepiece (for its model protobuf) is not installed, or the file is missing.
+        MissingDataError: sentencepiece or protobuf (to read the model file) is not installed, or the file is missing.
         CheckpointError: the file is not a sentencepiece Unigram model.
     """
     try:
         from sentencepiece import sentencepiece_model_pb2
     except ImportError:
         raise MissingDataError(
-            'reading Marian .spm files needs sentencepiece: pip install "dotformer[bench]"'
+            'reading Marian .spm files needs sentencepiece and protobuf: pip install "dotformer[bench]"'
         ) from None
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
