@@ -110,6 +110,21 @@ def _check_preset(preset: str | None, config: ModelConfig, path: Path) -> None:
             )
 
 
+def unknown_symbols_warning(examples: Any, source: Path) -> str | None:
+    """A one-line warning when the encoded training ``examples`` (EncodedPair) hold UNK ids: the fine-tuning data
+    has symbols the checkpoint's vocabulary does not know (they are trained as <unk>). None when there are none."""
+    from dotformer.data.tokenizers import UNK_ID
+
+    src = sum(ids.count(UNK_ID) for ids in (e.src for e in examples))
+    tgt = sum(ids.count(UNK_ID) for ids in (e.tgt for e in examples))
+    if not src and not tgt:
+        return None
+    return (
+        f"the training pairs hold {src} source and {tgt} target symbol(s) that the vocabulary of --init-from "
+        f"{source} does not know; they are read as <unk>"
+    )
+
+
 def init_data_config(data_config: DataConfig, source: InitSource) -> DataConfig:
     """``data_config`` with the checkpoint's tokenizer fields (so run.json says how the vocabulary was built)."""
     return data_config.replace(**source.data)
