@@ -170,6 +170,7 @@ def fused_attention(
     mask: Tensor | None = None,
     is_causal: bool = False,
     dropout_p: float = 0.0,
+    keys_hidden: bool = False,
 ) -> Tensor:
     """The same attention through ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient).
 
@@ -179,6 +180,8 @@ def fused_attention(
             ``is_causal`` for a plain causal mask (key j allowed for query i iff j <= i): the flash kernels then run.
         is_causal: apply the causal mask (top-left aligned, as :func:`dotformer.masks.causal_mask` with T == S).
         dropout_p: dropout on the weights (pass 0 at inference).
+        keys_hidden: the caller already zeroed the keys/values no query may see (:func:`hide_masked_keys`), e.g. a
+            decoding cache that did it once for every step, or packed keys whose padding is zeros: skip it.
 
     Returns:
         (B, H, T, Dh) output, equal to :func:`scaled_dot_product_attention`'s (tested), zeros on fully masked rows.
@@ -189,7 +192,8 @@ def fused_attention(
     check_attention_shapes(query, key, value, mask)
     if is_causal and mask is not None:
         raise ShapeError("pass an explicit mask or is_causal=True, not both (combine them with masks.causal_mask)")
-    key, value = hide_masked_keys(key, value, mask)
+    if not keys_hidden:
+        key, value = hide_masked_keys(key, value, mask)
     if mask is not None and mask.dim() < 2:
         mask = mask.unsqueeze(0)  # (1, S): the kernel wants a (T, S)-shaped mask
     return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)

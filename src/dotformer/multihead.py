@@ -131,6 +131,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        keys_hidden: bool = False,
     ) -> AttentionOutput:
         """Attention(Q, K, V) in every head at once: the reference with weights, else the fused kernel (tested equal).
 
@@ -138,6 +139,8 @@ class MultiHeadAttention(nn.Module):
             q: (B, H, T, Dh). k, v: (B, H, S, Dh). mask: bool broadcastable to (B, H, T, S), True = may attend.
             is_causal: add the causal mask, aligned to the last T keys (a cache holds S - T earlier positions).
             need_weights: return the (B, H, T, S) weights.
+            keys_hidden: the fused kernel may skip zeroing the masked keys/values (see
+                :func:`~dotformer.attention.fused_attention`); the reference always does it.
 
         Returns:
             :class:`~dotformer.attention.AttentionOutput`: (B, H, T, Dh) output, weights or None.
@@ -150,7 +153,8 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             return scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=dropout_p)
-        return AttentionOutput(fused_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p), None)
+        out = fused_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p, keys_hidden=keys_hidden)
+        return AttentionOutput(out, None)  # (B, H, T, Dh)
 
     def check_inputs(self, query: Tensor, source: Tensor) -> None:
         """Raise :class:`ShapeError` unless query (B, T, D) and key/value vectors (B, S, D) fit this module.

@@ -156,7 +156,7 @@ def packed_attention(
     q = attention.split_heads(packing.unpack(attention.W_q(query)))  # (B, H, T, Dh), zeros at the padding
     k = attention.split_heads(kv_packing.unpack(attention.W_k(key_value)))  # (B, H, S, Dh)
     v = attention.split_heads(kv_packing.unpack(attention.W_v(key_value)))  # (B, H, S, Dh)
-    heads, weights = attention.attend(q, k, v, mask, is_causal, need_weights)  # (B, H, T, Dh)
+    heads, weights = attention.attend(q, k, v, mask, is_causal, need_weights, keys_hidden=True)  # padding: zeros
     return attention.W_o(packing.pack(attention.merge_heads(heads))), weights  # (N_T, D)
 
 

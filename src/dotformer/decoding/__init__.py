@@ -4,13 +4,14 @@ Read in this order:
 
 1. :mod:`~dotformer.decoding.config`       :class:`DecodeConfig`, the frozen settings (strategy, beam size, α, ...)
 2. :mod:`~dotformer.decoding.hypothesis`   :class:`Hypothesis` and the GNMT length penalty that scores it
-3. :mod:`~dotformer.decoding.incremental`  the decoder run one position at a time with the key/value cache
-4. :mod:`~dotformer.decoding.greedy`       greedy decoding (and the left-to-right loop shared with sampling)
-5. :mod:`~dotformer.decoding.beam`         beam search: :class:`~dotformer.decoding.beam.BeamState`, stopping rule
-6. :mod:`~dotformer.decoding.sampling`     temperature, top-k and top-p sampling
-7. :mod:`~dotformer.decoding.batch`        :func:`decode_batch`, one entry point for the three
-8. :mod:`~dotformer.decoding.translate`    text in, text out with a loaded checkpoint and its tokenizers
-9. :mod:`~dotformer.decoding.evaluation`   decode a held-out split and compute its metrics
+3. :mod:`~dotformer.decoding.cache`        the key/value cache, its beam reorders, grouped cross-attention queries
+4. :mod:`~dotformer.decoding.incremental`  the decoder run one position at a time with the key/value cache
+5. :mod:`~dotformer.decoding.greedy`       greedy decoding (and the left-to-right loop shared with sampling)
+6. :mod:`~dotformer.decoding.beam`         beam search: :class:`~dotformer.decoding.beam.BeamState`, stopping rule
+7. :mod:`~dotformer.decoding.sampling`     temperature, top-k and top-p sampling
+8. :mod:`~dotformer.decoding.batch`        :func:`decode_batch`, one entry point for the three
+9. :mod:`~dotformer.decoding.translate`    text in, text out with a loaded checkpoint and its tokenizers
+10. :mod:`~dotformer.decoding.evaluation`  decode a held-out split and compute its metrics
 """
 
 from dotformer.decoding.batch import decode_batch

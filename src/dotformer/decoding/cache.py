@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from dotformer.attention import hide_masked_keys
 from dotformer.errors import ShapeError
 from dotformer.multihead import MultiHeadOutput
 
@@ -40,11 +41,15 @@ class KVCache:
         value: (B, H, S_cached, Dh) or None before the first step.
         pending: LongTensor (B',) or None: a deferred :meth:`reorder` (row i will be row ``pending[i]`` of ``key``
             and ``value``), carried out by the next :meth:`append` in the same copy that adds the new positions.
+        keys_hidden: a static cache's keys/values were zeroed where its first step's key padding mask hid them
+            (:func:`~dotformer.attention.hide_masked_keys`, once instead of at every step); later steps must pass
+            the same padding mask, as decoding does.
     """
 
     key: Tensor | None = None
     value: Tensor | None = None
     pending: Tensor | None = None
+    keys_hidden: bool = False
 
     @property
     def length(self) -> int:
@@ -99,12 +104,16 @@ class KVCache:
         else:
             k = attention.split_heads(attention.W_k(source))  # (B, H, S_new, Dh)
             v = attention.split_heads(attention.W_v(source))  # (B, H, S_new, Dh)
-            if static_kv:  # read at every step: a contiguous copy reads faster than the transposed view
+            if static_kv:  # read at every step: hide the padding once; a contiguous copy reads faster
+                self.keys_hidden = mask is not None and mask.dim() >= 2 and mask.size(-2) == 1  # a key padding mask
+                if self.keys_hidden:
+                    k, v = hide_masked_keys(k, v, mask)  # (B, H, S, Dh)
                 k, v = k.contiguous(), v.contiguous()
             k, v = self.append(k, v)  # (B, H, S_cached + S_new, Dh)
         if is_causal and q.size(-2) == 1:
             is_causal = False  # one query, aligned to the last key, may see every key: nothing to mask
-        heads, weights = attention.attend(q, k, v, mask, is_causal, need_weights)  # (B, H, T, Dh)
+        hidden = static_kv and self.keys_hidden
+        heads, weights = attention.attend(q, k, v, mask, is_causal, need_weights, keys_hidden=hidden)  # (B, H, T, Dh)
         return MultiHeadOutput(attention.W_o(attention.merge_heads(heads)), weights)  # (B, T, D)
 
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
