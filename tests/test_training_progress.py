@@ -105,6 +105,18 @@ def test_cli_routes_library_logging_to_stderr_and_restores_it(capsys: pytest.Cap
     assert logging.getLogger("dotformer").handlers == []
 
 
+def test_cli_prints_python_warnings_as_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import warnings
+
+    before = warnings.showwarning
+    with command_logging("average"):
+        warnings.warn("checkpoint a/ has no manifest.json:\nits files are not verified", UserWarning, stacklevel=1)
+    assert capsys.readouterr().err == (
+        "dotformer average: warning: checkpoint a/ has no manifest.json: its files are not verified\n"
+    )
+    assert warnings.showwarning is before
+
+
 def test_training_into_a_file_gives_plain_lines_every_log_every_steps(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "dotformer", "train", "--data", "copy", "--limit", "400", "--out", str(tmp_path / "r")]

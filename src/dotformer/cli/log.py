@@ -3,7 +3,8 @@
 The library logs through :mod:`logging` under the logger "dotformer" and configures nothing, so a Python user decides
 what is shown (``logging.getLogger("dotformer").setLevel(logging.WARNING)`` silences the informational lines). The
 command line attaches one handler for the length of a command: INFO lines as they are, warnings as
-``dotformer COMMAND: warning: ...``, written through tqdm so that they appear above a progress bar.
+``dotformer COMMAND: warning: ...``, written through tqdm so that they appear above a progress bar. Python warnings
+(``warnings.warn``, e.g. a checkpoint without a manifest) become the same one line instead of file:line and source.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import warnings
 from collections.abc import Iterator
+from typing import Any, TextIO
 
 LOGGER = "dotformer"
 
@@ -41,14 +44,23 @@ class StderrLineHandler(logging.Handler):
 
 @contextlib.contextmanager
 def command_logging(command: str, level: int = logging.INFO) -> Iterator[logging.Handler]:
-    """Route the "dotformer" logger to standard error while the block runs, then restore it as it was."""
+    """Route the "dotformer" logger and Python warnings to standard error (one line each) while the block runs, then
+    restore both as they were."""
     logger = logging.getLogger(LOGGER)
     handler = StderrLineHandler(command, level)
     previous_level = logger.level
     logger.addHandler(handler)
     logger.setLevel(level)
+
+    def show_warning(message: Any, category: type, filename: str, lineno: int, file: TextIO | None = None,
+                     line: str | None = None) -> None:  # fmt: skip
+        text = " ".join(str(message).splitlines())
+        handler.emit(logging.LogRecord(LOGGER, logging.WARNING, filename, lineno, text, None, None))
+
     try:
-        yield handler
+        with warnings.catch_warnings():  # restores warnings.showwarning afterwards
+            warnings.showwarning = show_warning
+            yield handler
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous_level)
