@@ -268,6 +268,25 @@ def test_a_missing_extra_is_one_line_naming_the_pip_install(
     assert captured.err == f"dotformer {argv[0]}: error: {line}\n"  # one line, no traceback
 
 
+@pytest.mark.parametrize(("task", "module"), [("g2p", "rapidfuzz"), ("translation", "sacrebleu")])
+def test_evaluate_needs_eval_before_it_decodes(
+    task: str, module: str, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing [eval] package stops evaluate at once, not after decoding every test sentence."""
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.data.corpora import Pair
+    from dotformer.decoding import evaluation
+
+    def no_decoding(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("decoded before checking the metrics' packages")
+
+    loaded = load_checkpoint(checkpoint)
+    block(monkeypatch, module)
+    monkeypatch.setattr(evaluation, "translate", no_decoding)
+    with pytest.raises(MissingExtraError, match=rf'needs {module}, .*: pip install "dotformer\[eval\]"$'):
+        evaluation.evaluate_pairs(loaded, [Pair("a1", "a1")], task)
+
+
 def test_a_broken_install_is_not_called_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     """An ImportError from inside an installed package (here: something it needs) shows the real error."""
     from dotformer.extras import require_extra

@@ -53,6 +53,23 @@ class G2PErrorRates(NamedTuple):
     per: float
 
 
+# metric family -> (module, what needs it) of the [eval] extra; see :func:`require_metric_packages`
+METRIC_PACKAGES: dict[str, tuple[tuple[str, str], ...]] = {
+    "g2p": (("rapidfuzz", "WER and PER"),),
+    "translation": (("sacrebleu", "BLEU"),),
+}
+
+
+def require_metric_packages(family: str) -> None:
+    """Check that the metrics of a task family ("g2p", "translation", "exact") can be computed, before any decoding.
+
+    Raises:
+        MissingExtraError: a package of the [eval] extra that they need is not installed.
+    """
+    for module, purpose in METRIC_PACKAGES.get(family, ()):
+        require_extra("eval", module, purpose)
+
+
 def _check_pairs(hyps: Sequence[object], refs: Sequence[object]) -> None:
     if len(hyps) != len(refs):
         raise ShapeError(f"got {len(hyps)} hypotheses but {len(refs)} references; they must pair up")

@@ -22,7 +22,7 @@ from dotformer.data.tokenizers import UNK_ID
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.translate import Translation, length_sorted_batches, translate
 from dotformer.errors import ConfigError, DataError
-from dotformer.metrics import bleu, chrf, exact_match, g2p_error_rates, perplexity
+from dotformer.metrics import bleu, chrf, exact_match, g2p_error_rates, perplexity, require_metric_packages
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
@@ -242,6 +242,7 @@ def evaluate_pairs(
         raise ConfigError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
     if not pairs:
         raise DataError("no pairs to evaluate")
+    require_metric_packages(metric_task(task))  # a missing [eval] package fails now, not after the decoding
     config = config or DecodeConfig()
     grouped = group_references(pairs)
     outputs = translate(loaded, grouped.sources, config, batch_size, progress)
