@@ -445,3 +445,19 @@ def test_a_closed_pipe_and_ctrl_c_end_cleanly(runs: dict[str, Path], tmp_path: P
             )
         finally:
             process.kill()
+
+
+def test_plot_attention_reads_words_as_translate_does(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    from dotformer.decoding.translate import UnknownTokenWarning
+
+    argv = ["plot", "attention", "--checkpoint", str(runs["cmudict"]), "--out", str(tmp_path / "a.svg")]
+    argv += ["--layer", "0", "--head", "0", "--kind", "encoder"]  # one small panel: quick to draw
+    status, out, _ = run_cli(capsys, *argv, "Transformer")
+    translated = translate(load_checkpoint(runs["cmudict"]), ["Transformer"], DecodeConfig(strategy="greedy"))
+    assert status == 0 and out.splitlines()[0] == f"transformer -> {translated[0][0].text}"
+    with pytest.warns(UnknownTokenWarning, match=r"1 input symbol\(s\) in 1 of 1 input\(s\).*'trans!'"):
+        status, out, _ = run_cli(capsys, *argv, "Trans!")
+    assert status == 0 and out.startswith("trans! -> ")

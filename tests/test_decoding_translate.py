@@ -15,7 +15,9 @@ from dotformer.data.tokenizers import EOS_ID, train_tokenizer
 from dotformer.decoding import DecodeConfig, translate
 from dotformer.decoding.evaluation import Evaluation, format_evaluation, group_references, limit_sources
 from dotformer.decoding.translate import (
+    InputTooLongError,
     UnknownTokenWarning,
+    encode_sources,
     encode_texts,
     length_sorted_batches,
     pad_batch,
@@ -109,3 +111,84 @@ def test_format_evaluation_table() -> None:
         "| WER, stress kept | 12.35% |",
         "| perplexity       |   1.50 |",
     ]
+
+
+# -- one long input does not pad a batch; the shared input path of translate, the API, plots and the explorer --------
+
+
+@pytest.mark.parametrize("max_tokens", [None, 1, 7, 20, 1000])
+def test_length_sorted_batches_respect_sentences_and_tokens(max_tokens: int | None) -> None:
+    import random
+
+    rng = random.Random(max_tokens or 0)
+    lengths = [rng.randint(1, 12) for _ in range(50)] + [400]
+    batches = length_sorted_batches(lengths, 8, max_tokens)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))  # each index exactly once
+    for batch in batches:
+        assert 1 <= len(batch) <= 8
+        assert [lengths[i] for i in batch] == sorted((lengths[i] for i in batch), reverse=True)
+        if max_tokens is not None and len(batch) > 1:
+            assert len(batch) * max(lengths[i] for i in batch) <= max_tokens
+    if max_tokens is not None and max_tokens < 400 * 2:
+        assert [50] in batches  # the long one alone
+    with pytest.raises(ConfigError, match="max_tokens"):
+        length_sorted_batches([1], 2, 0)
+
+
+def test_one_long_input_is_decoded_alone_and_outputs_do_not_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    module = sys.modules["dotformer.decoding.translate"]  # the package's name `translate` is the function
+    shapes: list[tuple[int, int]] = []
+    real = module.decode_batch
+
+    def recording(model, src, config):  # type: ignore[no-untyped-def]
+        shapes.append(tuple(src.shape))
+        return real(model, src, config)
+
+    monkeypatch.setattr(module, "decode_batch", recording)
+    loaded = loaded_copy_model()
+    texts = ["a1 a2", "a3", " ".join(["a4"] * 40), "a5 a6 a7", "a0"]
+    config = DecodeConfig(strategy="greedy", max_len_a=0.0, max_len_b=8)
+    budgeted = translate(loaded, texts, config, batch_size=64, max_tokens=16)
+    assert shapes == [(1, 41), (4, 4)]  # the 41-token input alone; the others padded to 4, not to 41
+    shapes.clear()
+    unbounded = translate(loaded, texts, config, batch_size=64, max_tokens=None)
+    assert shapes == [(5, 41)]
+    assert [o[0].text for o in budgeted] == [o[0].text for o in unbounded]
+    assert [o[0].text for o in budgeted][:2] == ["a1 a2", "a3"]
+
+
+def test_encode_sources_normalises_like_the_training_data_and_counts_unknowns() -> None:
+    tokenizer = train_tokenizer("char", ["transformer"])
+    loaded = LoadedCheckpoint(
+        copy_model(), copy_model().config, tokenizer, tokenizer, {"dataset": "cmudict"}, Path(".")
+    )
+    encoded = encode_sources(loaded, ["Transformer", "TRANS4", " art(2)"])
+    assert encoded.texts == ["transformer", "trans4", "art"]
+    assert encoded.ids[0] == [*tokenizer.encode("transformer"), EOS_ID]
+    assert encoded.unknown_counts == [0, 1, 0] and encoded.unknown == 1 and encoded.texts_with_unknown == [1]
+    with pytest.raises(InputTooLongError, match="input 2 has 7 tokens") as caught:
+        encode_sources(loaded, ["art", "trans4"], max_len=6)
+    assert (caught.value.index, caught.value.length, caught.value.limit) == (1, 7, 6)
+    assert isinstance(caught.value, ShapeError) and isinstance(caught.value, ValueError)
+
+
+def test_plot_attention_reads_input_as_translate_does() -> None:
+    from dotformer.plots import attention_weights
+
+    letters = "transformer"
+    tokenizer = train_tokenizer("char", [letters])
+    model = random_model(vocab=12, src_vocab_size=4 + len(set(letters)))
+    loaded = LoadedCheckpoint(model, model.config, tokenizer, tokenizer, {"dataset": "cmudict"}, Path("."))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no unknown-symbol warning: "T" is read as "t"
+        upper, lower = attention_weights(loaded, "Transformer"), attention_weights(loaded, "transformer")
+    assert upper.source_text == "transformer" and "<unk>" not in upper.src_tokens
+    assert upper.src_tokens == lower.src_tokens and upper.output_text == lower.output_text
+    assert (upper.cross == lower.cross).all() and (upper.encoder == lower.encoder).all()
+    expected = [o[0].text for o in translate(loaded, ["Transformer"], DecodeConfig(strategy="greedy"))]
+    assert upper.output_text == expected[0]  # greedy decoding of the same ids
+    with pytest.warns(UnknownTokenWarning, match=r"1 input symbol\(s\) in 1 of 1 input\(s\).*'trans!'"):
+        maps = attention_weights(loaded, "Trans!")
+    assert maps.src_tokens.count("<unk>") == 1

@@ -8,7 +8,10 @@ at once. The decoding itself is :meth:`dotformer.api.Translator.translate`, the 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -456,9 +459,13 @@ def run(args: argparse.Namespace) -> int:
     tally = Tally()
     try:
         for first, lines in chunks:
-            done, error = decode_chunk(translator, lines, first, name, config, output_format, args, limit, out)
-            for result, index in done:
-                tally.add(result, where(name, index + 1))
+            done, error = decode_chunk(translator, lines, first, name, config, args, limit)
+            text = "".join(format_result(r, i, output_format, translator.tgt_tokenizer) for r, i in done)
+            with deferred_interrupt():  # a chunk's outputs are written whole, and counted as written
+                out.write(text.encode("utf-8"))
+                out.flush()
+                for result, index in done:
+                    tally.add(result, where(name, index + 1))
             if error is not None:
                 raise error
     except DataError as exc:  # a bad line (UTF-8, length): say that the outputs before it are kept
@@ -490,16 +497,14 @@ def decode_chunk(
     first: int,
     name: str | None,
     config: DecodeConfig,
-    output_format: str,
     args: argparse.Namespace,
     limit: int,
-    out: IO[bytes],
 ) -> tuple[list[tuple[TranslationResult, int]], Exception | None]:
-    """Decode one chunk (its first line is number ``first``), write and flush its outputs.
+    """Decode one chunk (its first line is number ``first``).
 
     Returns:
         ``(result, 0-based id)`` per decoded input, and None, or a :class:`~dotformer.errors.DataError` naming
-        ``FILE:LINE`` when an input is longer than ``limit`` tokens: the inputs before it are decoded and written.
+        ``FILE:LINE`` when an input is longer than ``limit`` tokens: the inputs before it are decoded.
     """
     import warnings
 
@@ -525,10 +530,36 @@ def decode_chunk(
                 f"--max-input-length {exc.limit} (default: the model's max_len); shorten it"
             )
             results = translator.translate(lines[: exc.index], **options) if exc.index else []
-    done = [(result, first - 1 + i) for i, result in enumerate(results)]
-    out.write("".join(format_result(r, i, output_format, translator.tgt_tokenizer) for r, i in done).encode("utf-8"))
-    out.flush()
-    return done, error
+    return [(result, first - 1 + i) for i, result in enumerate(results)], error
+
+
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[None]:
+    """Hold a Ctrl-C that arrives inside the block until the block ends; a second Ctrl-C interrupts at once.
+
+    Only where Python's own SIGINT handler is installed, in the main thread (elsewhere the block runs as it is).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        yield
+        return
+    received: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        if received:
+            raise KeyboardInterrupt
+        received.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
 
 
 class _TextAsBytes:
