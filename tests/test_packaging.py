@@ -242,6 +242,7 @@ MISSING: list[tuple[str, str, str, Any]] = [
         lambda t: ["train", "--data", "bible", "--max-steps", "1", "--out", f"{t}/r"],
     ),
     ("plots", "matplotlib", "drawing plots", lambda t: ["plot", "positional", "--out", f"{t}/p.png"]),
+    ("plots", "matplotlib", "compare's figures", lambda t: ["compare", "--out", f"{t}/c"]),
     ("eval", "sacrebleu", "BLEU", lambda t: dotformer.metrics.bleu(["a b"], ["a b"])),
     ("eval", "sacrebleu", "chrF", lambda t: dotformer.metrics.chrf(["a b"], ["a b"])),
     ("eval", "rapidfuzz", "WER and PER", lambda t: dotformer.metrics.g2p_error_rates(["A"], [["A"]])),

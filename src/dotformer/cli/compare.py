@@ -92,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from dotformer.compare import compare, format_report, plot_gradients, plot_report
+    from dotformer.extras import require_extra
 
     config = config_from_args(args)
+    require_extra("plots", "matplotlib", "compare's figures")  # before minutes of measuring, not after
     report = compare(config, progress=None if args.quiet else print)
     print(format_report(report))
     out = Path(args.out)
