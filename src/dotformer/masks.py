@@ -79,18 +79,23 @@ def check_right_padded(tokens: Tensor, pad_id: int, name: str = "tokens") -> Non
 
     Positions count from the first column, so a left-padded row would give its real tokens the wrong positions
     (``[PAD, PAD, 5, 6]`` would place 5 at position 2, not 0) and change the outputs: dotformer refuses it.
-    One reduction and a host sync: call it once per batch, at the API edge.
+    One reduction and a host sync: call it once per batch, at the API edge. Inside a ``torch.compile`` graph it is an
+    asynchronous assert instead (a RuntimeError with the same first words, and no graph break).
 
     Args:
         tokens: (B, L) integer ids. pad_id: the PAD id. name: what to call ``tokens`` in the message.
 
     Raises:
         ShapeError: ``tokens`` is not 2-D, or a row has a PAD before a real token (the message names the row).
+        RuntimeError: the latter, inside a compiled graph.
     """
     if tokens.dim() != 2:
         raise ShapeError(f"{name} must be (B, L) token ids, got {tuple(tokens.shape)}")
     keep = tokens != pad_id  # (B, L)
     gaps = (keep[:, 1:] & ~keep[:, :-1]).any(dim=1)  # (B,) a real token right after a PAD
+    if torch.compiler.is_compiling():  # inside a torch.compile graph: the same check, without a host sync
+        torch._assert_async(~gaps.any(), f"{name} must be right-padded (PAD id {pad_id} only after the real tokens)")
+        return
     if bool(gaps.any()):
         row = int(gaps.nonzero()[0, 0])
         raise ShapeError(

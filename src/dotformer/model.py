@@ -356,24 +356,38 @@ class Transformer(nn.Module):
         if arch == "encoder-only":
             if src is None:
                 raise ConfigError("an encoder-only model needs src")
-            packing = self.source_packing(src, src_mask) if packed else None
+            packing = self.packings(src, None, src_mask)[0] if packed else None
             return self.generator(self.encode(src, src_mask, packing=packing).memory)  # (B, S, V) or (N_S, V)
         if tgt is None:
             raise ConfigError("forward needs tgt (the target input ids, starting with BOS)")
-        memory, memory_packing = None, None
+        memory, memory_packing, packing = None, None, None
         if arch == "encoder-decoder":
             if src is None:
                 raise ConfigError("an encoder-decoder model needs src")
             if src.dim() == 2 and tgt.dim() == 2 and src.size(0) != tgt.size(0):
                 raise ShapeError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} hold different batch sizes")
-            memory_packing = self.source_packing(src, src_mask) if packed else None  # checks a given src_mask
+        if packed:  # decode checks that tgt is right-padded
+            memory_packing, packing = self.packings(src if arch == "encoder-decoder" else None, tgt, src_mask)
+        if arch == "encoder-decoder":
+            assert src is not None
             src_mask = self.source_mask(src) if src_mask is None else src_mask
             memory = self.encode(src, src_mask, packing=memory_packing).memory  # (B, S, D) or (N_S, D)
-        packing = self.packing_of(tgt) if packed else None  # decode checks that tgt is right-padded
         hidden = self.decode(
             tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask, packing=packing, memory_packing=memory_packing
         ).hidden  # (B, T, D) or (N_T, D)
         return self.generator(hidden)  # (B, T, V) or (N_T, V)
+
+    @torch.compiler.disable  # data-dependent sizes (nonzero): under torch.compile one graph break, before the layers
+    def packings(
+        self, src: Tensor | None, tgt: Tensor | None, src_mask: Tensor | None = None
+    ) -> tuple[Packing | None, Packing | None]:
+        """The packings of ``forward(packed=True)``: of ``src`` (:meth:`source_packing`) and of ``tgt``, or None.
+
+        Raises:
+            ShapeError: as :meth:`source_packing` and :meth:`packing_of`.
+        """
+        source = self.source_packing(src, src_mask) if src is not None else None
+        return source, (self.packing_of(tgt) if tgt is not None else None)
 
     def source_packing(self, src: Tensor, src_mask: Tensor | None) -> Packing:
         """The packing of ``src``, after checking that ``src_mask`` (if given) hides every PAD key.
