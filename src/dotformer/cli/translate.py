@@ -257,28 +257,31 @@ class StreamLines:
         while not self.eof and self._complete_lines() < size and self._ready():
             self._read()
         lines: list[str] = []
+        pending, start = self.pending, 0  # cut pending once at the end, not once per line
         while len(lines) < size:
-            end = self.pending.find(b"\n")
-            if end < 0 and not (self.eof and self.pending):
+            end = pending.find(b"\n", start)
+            if end < 0 and not (self.eof and start < len(pending)):
                 break
-            raw = self.pending[:end] if end >= 0 else self.pending
-            consumed = end + 1 if end >= 0 else len(self.pending)
-            body = raw[:-1] if raw.endswith(b"\r") and end >= 0 else raw
+            stop = end if end >= 0 else len(pending)
+            body = pending[start:stop]
+            body = body[:-1] if body.endswith(b"\r") else body  # "\r\n"; a last "\r" at the end of input too
             try:
                 lines.append(body.decode("utf-8"))
             except UnicodeDecodeError as exc:
-                self.error = self._decode_error(body, exc)
+                self.error = self._decode_error(body, exc, self.offset + start)
                 break
-            self.pending, self.offset, self.line = self.pending[consumed:], self.offset + consumed, self.line + 1
+            self.line += 1
+            start = stop + 1 if end >= 0 else stop
+        self.pending, self.offset = pending[start:], self.offset + start
         if not lines and self.error is not None:
             raise self.error
         return lines
 
-    def _decode_error(self, body: bytes, exc: UnicodeDecodeError) -> Exception:
+    def _decode_error(self, body: bytes, exc: UnicodeDecodeError, line_offset: int) -> Exception:
         from dotformer.errors import DataError
 
         return DataError(
-            f"{self.name}:{self.line + 1}: byte 0x{body[exc.start]:02x} at byte offset {self.offset + exc.start} "
+            f"{self.name}:{self.line + 1}: byte 0x{body[exc.start]:02x} at byte offset {line_offset + exc.start} "
             f"(byte {exc.start + 1} of the line) is not valid UTF-8 ({exc.reason})"
         )
 
