@@ -26,6 +26,7 @@ from dotformer.errors import (
     DataError,
     DotformerError,
     MissingDataError,
+    MissingExtraError,
     ShapeError,
     TrainingError,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "FeedForward",
     "KVCache",
     "MissingDataError",
+    "MissingExtraError",
     "ModelConfig",
     "MultiHeadAttention",
     "ShapeError",
