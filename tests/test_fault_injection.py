@@ -121,6 +121,22 @@ def wait_until(process: subprocess.Popen[str], deadline: float) -> None:
         time.sleep(0.002)
 
 
+def finished(run: Path, steps: int) -> bool:
+    """True when the run's newest checkpoint is the final one (a kill may come after the last save)."""
+    try:
+        return ckpt.load_train_state(ckpt.find_resume_checkpoint(run))["step"] == steps
+    except ckpt.CheckpointError:
+        return False
+
+
+def assert_same_as_reference(run: Path, reference: Path, steps: int) -> None:
+    assert_every_checkpoint_loadable(run)
+    assert_same_state(reference / "last", run / "last")
+    ra, rb = (tensors(d / "best" / ckpt.MODEL_FILE) for d in (reference, run))
+    assert all(torch.equal(ra[k], rb[k]) for k in ra)
+    assert train_steps(run) == list(range(1, steps + 1))  # replayed steps trimmed: each step logged once
+
+
 def kill_and_resume(tmp_path: Path, config: Path, kills: int, steps: int, seed: int) -> None:
     reference = tmp_path / "reference"
     done = train(config, reference, "--max-steps", str(steps))
@@ -128,12 +144,14 @@ def kill_and_resume(tmp_path: Path, config: Path, kills: int, steps: int, seed: 
     run = tmp_path / "killed"
     rng = random.Random(seed)
     killed = 0
-    while killed < kills:
+    while True:
         log = run / "metrics.jsonl"
         size = log.stat().st_size if log.exists() else -1
         process = subprocess.Popen(next_command(config, run, steps), env=ENV, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True)  # fmt: skip
-        if rng.random() < 0.2:  # during the start: reading data, writing data/ and run.json, restoring
+        if killed == kills:  # the last start runs to the end
+            wait_until(process, time.monotonic() + 600)
+        elif rng.random() < 0.2:  # during the start: reading data, writing data/ and run.json, restoring
             wait_until(process, time.monotonic() + rng.uniform(0.5, 3.5))
         else:  # during training: a step, an evaluation, a checkpoint write, a prune
             while process.poll() is None and (log.stat().st_size if log.exists() else -1) == size:
@@ -145,15 +163,11 @@ def kill_and_resume(tmp_path: Path, config: Path, kills: int, steps: int, seed: 
         _, err = process.communicate()
         assert process.returncode in (0, -signal.SIGKILL), err
         assert_every_checkpoint_loadable(run)
-        if process.returncode == 0:  # the run finished before the kill: start it again, from scratch
+        if process.returncode == 0 or finished(run, steps):  # the run reached its end: compare, start again
+            assert_same_as_reference(run, reference, steps)
+            if killed == kills:
+                break
             ckpt.clear_run_directory(run)
-    final = subprocess.run(next_command(config, run, steps), capture_output=True, text=True, env=ENV, check=False)
-    assert final.returncode == 0, final.stderr
-    assert_every_checkpoint_loadable(run)
-    assert_same_state(reference / "last", run / "last")
-    ra, rb = (tensors(d / "best" / ckpt.MODEL_FILE) for d in (reference, run))
-    assert all(torch.equal(ra[k], rb[k]) for k in ra)
-    assert train_steps(run) == list(range(1, steps + 1))  # replayed steps trimmed: each step logged once
     leftovers = [p for d in (run, run / "checkpoints") for p in d.iterdir() if p.name.startswith(".")]
     assert leftovers == []
 
