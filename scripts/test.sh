@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Set up and run the checks: ruff (lint + format) and the test suite without the slow tests.
 # all: every optional feature (corpora, metrics, plots, TensorBoard, hf: corpora) so its tests run; bench brings the
-# peers (HF transformers, CTranslate2) so the exporter tests run too.
+# peers (HF transformers, CTranslate2) and onnx so the exporter and importer tests run too.
 # Usage: bash scripts/test.sh [PYTEST ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh all,dev,bench sword-text-sparv sword-text-kjv sword-text-web chromium chromium-driver
+bash scripts/setup.sh all,dev,bench,onnx sword-text-sparv sword-text-kjv sword-text-web chromium chromium-driver
 python3 -m ruff check .
 python3 -m ruff format --check .
 # Two test processes on two cores, one torch thread each (small tensors gain nothing from a second thread);
