@@ -91,8 +91,9 @@ def run(args: argparse.Namespace) -> int:
     """Measure, print the tables, write JSON and figures."""
     import json
 
-    from dotformer.compare import compare, format_report, plot_gradients, plot_report
+    from dotformer.compare import compare, format_report
     from dotformer.extras import require_extra
+    from dotformer.plots.compare import plot_gradients, plot_report
 
     config = config_from_args(args)
     require_extra("plots", "matplotlib", "compare's figures")  # before minutes of measuring, not after

@@ -4,6 +4,7 @@
 * :mod:`dotformer.plots.positional` the sinusoidal positional encoding (paper §3.5)
 * :mod:`dotformer.plots.masks`      padding and causal masks of an example batch (§3.2.3)
 * :mod:`dotformer.plots.curves`     the learning-rate schedule (§5.3) and a run's loss curves
+* :mod:`dotformer.plots.compare`    recurrence against self-attention, measured (Table 1; ``dotformer compare``)
 
 Figures are drawn on matplotlib's Agg canvas inside the functions and written as PNG or SVG by extension.
 """
