@@ -100,7 +100,7 @@ def test_crash_while_writing_keeps_the_previous_checkpoint(tmp_path: Path, monke
     def crash(directory: Path) -> None:  # the weights and tokenizers are written, then the process "dies"
         raise KeyboardInterrupt("simulated crash")
 
-    monkeypatch.setattr(ckpt, "_write_manifest", crash)
+    monkeypatch.setattr(ckpt.store, "_write_manifest", crash)  # save_checkpoint lives in dotformer.checkpoint.store
     with pytest.raises(KeyboardInterrupt):
         save(tmp_path / "c", seed=1)
     monkeypatch.undo()

@@ -1,0 +1,137 @@
+"""Checkpoints: safetensors weights, JSON config, tokenizer files and training state; never a pickle.
+
+A checkpoint is a directory::
+
+    model.safetensors        the weights (tied weights stored once; the aliases are in the file's metadata)
+    config.json              {"model": ModelConfig.to_dict(), "task": ..., "data": {...}, "step": ..., ...}
+    tokenizer_src.json       the source tokenizer (dotformer.data.tokenizers)
+    tokenizer_tgt.json       the target tokenizer
+    train_state.safetensors  optional: optimizer moments, RNG states, ... (every tensor of the training state)
+    train_state.json         optional: the rest of the training state (step, epoch, batch index, best metric, ...)
+    manifest.json            size and SHA-256 of every file above, checked on load (truncation, corruption)
+
+A run directory ``runs/NAME/`` holds ``checkpoints/step_XXXXXXX/`` (the last few), ``best/`` (lowest validation
+loss), ``last/`` (the newest), ``data/`` (the saved split), ``metrics.jsonl`` and ``run.json``.
+
+Every directory is written atomically: into a temporary sibling, flushed with fsync, then renamed into place. An
+existing checkpoint is first renamed aside (``.NAME.old-*``) and deleted only once the new one is in place, so a
+crash at any moment leaves either the old or the new checkpoint readable (:func:`resolve_checkpoint` finds an
+aside copy if the crash came between the two renames). ``best/`` and ``last/`` hold hard links to the files of a
+step checkpoint (files are never modified after they are written), or copies where links are not possible.
+
+Loading reads only safetensors and JSON: nothing is unpickled, nothing is executed.
+
+The package, by concern (every name is re-exported here, so ``from dotformer.checkpoint import X`` keeps working):
+
+* :mod:`~dotformer.checkpoint.format`       file names, safetensors weights, JSON, manifest, verification
+* :mod:`~dotformer.checkpoint.atomic`       atomic directory writes, what may be replaced, hard-linked copies
+* :mod:`~dotformer.checkpoint.rundir`       a run's step checkpoints, best/ and last/, resume choice, crash recovery
+* :mod:`~dotformer.checkpoint.train_state`  the training state (tensors + JSON skeleton)
+* :mod:`~dotformer.checkpoint.store`        save_checkpoint / load_checkpoint: a whole checkpoint
+* :mod:`~dotformer.checkpoint.averaging`    averaging the last checkpoints (§6.1)
+"""
+
+import os  # noqa: F401  (tests patch ``dotformer.checkpoint.os.rename`` and ``.shutil.rmtree``)
+import shutil  # noqa: F401
+
+from dotformer.checkpoint.atomic import (
+    atomic_directory,
+    current_umask,
+    is_replaceable_checkpoint,
+    link_checkpoint,
+    refuse_unless_checkpoint,
+)
+from dotformer.checkpoint.averaging import (
+    average_checkpoints,
+)
+from dotformer.checkpoint.format import (
+    CONFIG_FILE,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    SRC_TOKENIZER_FILE,
+    TGT_TOKENIZER_FILE,
+    TRAIN_STATE_JSON,
+    TRAIN_STATE_TENSORS,
+    CheckpointWarning,
+    check_vocabulary,
+    load_tokenizer_file,
+    load_weights,
+    load_weights_into,
+    model_config_of,
+    read_json,
+    require_plain_weights,
+    unwrap_model,
+    verify_checkpoint,
+)
+from dotformer.checkpoint.rundir import (
+    RUN_ENTRIES,
+    STEP_DIR,
+    ResumePoint,
+    choose_resume_checkpoint,
+    clear_run_directory,
+    find_resume_checkpoint,
+    is_run_directory,
+    prune_checkpoints,
+    recover_run_directory,
+    resolve_checkpoint,
+    run_data_dir,
+    run_has_checkpoint,
+    step_checkpoints,
+    step_dir_name,
+)
+from dotformer.checkpoint.store import (
+    LoadedCheckpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from dotformer.checkpoint.train_state import (
+    load_train_state,
+    save_train_state,
+)
+
+__all__ = [
+    "CONFIG_FILE",
+    "CheckpointWarning",
+    "FORMAT_VERSION",
+    "LoadedCheckpoint",
+    "MANIFEST_FILE",
+    "MODEL_FILE",
+    "RUN_ENTRIES",
+    "ResumePoint",
+    "SRC_TOKENIZER_FILE",
+    "STEP_DIR",
+    "TGT_TOKENIZER_FILE",
+    "TRAIN_STATE_JSON",
+    "TRAIN_STATE_TENSORS",
+    "atomic_directory",
+    "average_checkpoints",
+    "check_vocabulary",
+    "choose_resume_checkpoint",
+    "clear_run_directory",
+    "current_umask",
+    "find_resume_checkpoint",
+    "is_replaceable_checkpoint",
+    "is_run_directory",
+    "link_checkpoint",
+    "load_checkpoint",
+    "load_tokenizer_file",
+    "load_train_state",
+    "load_weights",
+    "load_weights_into",
+    "model_config_of",
+    "prune_checkpoints",
+    "read_json",
+    "recover_run_directory",
+    "refuse_unless_checkpoint",
+    "require_plain_weights",
+    "resolve_checkpoint",
+    "run_data_dir",
+    "run_has_checkpoint",
+    "save_checkpoint",
+    "save_train_state",
+    "step_checkpoints",
+    "step_dir_name",
+    "unwrap_model",
+    "verify_checkpoint",
+]

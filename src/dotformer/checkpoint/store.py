@@ -1,0 +1,126 @@
+"""A whole checkpoint written and read back: :func:`save_checkpoint` and :func:`load_checkpoint`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from dotformer.checkpoint.atomic import atomic_directory
+from dotformer.checkpoint.format import (
+    CONFIG_FILE,
+    FORMAT_VERSION,
+    MODEL_FILE,
+    SRC_TOKENIZER_FILE,
+    TGT_TOKENIZER_FILE,
+    _save_weights,
+    _write_json,
+    _write_manifest,
+    check_vocabulary,
+    load_tokenizer_file,
+    load_weights_into,
+    model_config_of,
+    read_json,
+    require_plain_weights,
+    unwrap_model,
+    verify_checkpoint,
+)
+from dotformer.checkpoint.rundir import resolve_checkpoint
+from dotformer.checkpoint.train_state import save_train_state
+from dotformer.config import ModelConfig
+from dotformer.model import Transformer
+
+if TYPE_CHECKING:
+    from dotformer.data.tokenizers import Tokenizer
+
+
+@dataclass
+class LoadedCheckpoint:
+    """A checkpoint read back from disk.
+
+    Attributes:
+        model: the :class:`Transformer`, in eval mode, on the requested device.
+        config: its :class:`ModelConfig`.
+        src_tokenizer, tgt_tokenizer: the tokenizers it was trained with.
+        info: the contents of config.json (model config, task, data config, step, ...).
+        path: the checkpoint directory that was read.
+    """
+
+    model: Transformer
+    config: ModelConfig
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    info: dict[str, Any]
+    path: Path
+
+
+def save_checkpoint(
+    directory: str | Path,
+    model: nn.Module,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    info: dict[str, Any],
+    train_state: dict[str, Any] | None = None,
+) -> Path:
+    """Write a checkpoint directory atomically (temporary sibling, fsync, rename; an old one is replaced safely).
+
+    Args:
+        directory: the checkpoint directory to create or replace.
+        model: a :class:`Transformer` (its ``config`` is saved as ``config.json["model"]``); a DDP or compiled
+            wrapper is unwrapped.
+        src_tokenizer, tgt_tokenizer: saved as tokenizer_src.json and tokenizer_tgt.json.
+        info: JSON-serialisable facts saved in config.json next to "model" (task, data config, step, ...).
+        train_state: optional nested dict of tensors and JSON values (optimizer state, RNG, data position, ...):
+            tensors go to train_state.safetensors, everything else to train_state.json.
+
+    Returns:
+        The checkpoint directory.
+
+    Raises:
+        ConfigError: the model has int8 linear layers (:func:`dotformer.quantization.quantize_int8`) or other
+            packed weights (:func:`~dotformer.checkpoint.format.require_plain_weights`).
+    """
+    directory = Path(directory)
+    model = unwrap_model(model)
+    require_plain_weights(model)  # an int8 copy is for decoding only
+    config = model.config
+    with atomic_directory(directory) as tmp:
+        _save_weights(model, tmp / MODEL_FILE)
+        info = {k: v for k, v in info.items() if k not in ("model", "format_version")}  # the model's own config wins
+        _write_json(tmp / CONFIG_FILE, {"model": config.to_dict(), **info, "format_version": FORMAT_VERSION})
+        src_tokenizer.save(tmp / SRC_TOKENIZER_FILE)
+        tgt_tokenizer.save(tmp / TGT_TOKENIZER_FILE)
+        if train_state is not None:
+            save_train_state(tmp, train_state)
+        _write_manifest(tmp)
+    return directory
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> LoadedCheckpoint:
+    """Read a checkpoint (or a run directory's best/, else last/) back into a model in eval mode.
+
+    Args:
+        path: a checkpoint directory or a run directory.
+        device: where to put the model.
+
+    Returns:
+        :class:`LoadedCheckpoint` (model, config, src_tokenizer, tgt_tokenizer, info, path).
+
+    Raises:
+        CheckpointError: a file is missing, truncated or corrupted, the config is invalid, the tokenizers' vocabulary
+            sizes differ from the config, or the weights do not fit the config. The message names the file.
+    """
+    path = resolve_checkpoint(path)
+    verify_checkpoint(path)
+    info = read_json(path / CONFIG_FILE)
+    config = model_config_of(info, path / CONFIG_FILE)
+    src_tokenizer = load_tokenizer_file(path / SRC_TOKENIZER_FILE)
+    tgt_tokenizer = load_tokenizer_file(path / TGT_TOKENIZER_FILE)
+    check_vocabulary(config, src_tokenizer, tgt_tokenizer, path)
+    model = Transformer(config)
+    load_weights_into(model, path / MODEL_FILE)
+    model.to(device).eval()
+    return LoadedCheckpoint(model, config, src_tokenizer, tgt_tokenizer, info, path)
