@@ -25,10 +25,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dotformer.data.corpora import Pair
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from dotformer.data.types import Pair
 from dotformer.errors import ConfigError, DataError
-from dotformer.masks import padding_mask
 
 
 class EncodedPair(NamedTuple):
@@ -66,7 +65,6 @@ class Batch:
         src: (B, S) int64, source ids + EOS, right-padded with PAD.
         tgt_in: (B, T) int64, BOS + target ids, right-padded (the decoder's input).
         tgt_out: (B, T) int64, target ids + EOS, right-padded (the labels; PAD positions are ignored by the loss).
-        src_mask: (B, 1, 1, S) bool, True at real source tokens (:func:`dotformer.masks.padding_mask`).
         num_src_tokens: real source tokens, EOS included.
         num_tgt_tokens: real target labels, EOS included (the loss normaliser).
         indices: (B,) position of each row's example in the sampler's example list (to restore input order).
@@ -75,10 +73,15 @@ class Batch:
     src: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
-    src_mask: Tensor
     num_src_tokens: int
     num_tgt_tokens: int
     indices: list[int]
+
+    @property
+    def src_mask(self) -> Tensor:
+        """(B, 1, 1, S) bool, True at real source tokens: the key-padding mask the model builds itself from ``src``
+        (``Transformer.source_mask``); kept for callers that read it, computed on demand."""
+        return (self.src != PAD_ID)[:, None, None, :]  # (B, 1, 1, S)
 
     @property
     def size(self) -> int:
@@ -92,12 +95,11 @@ class Batch:
             src=self.src.to(device, non_blocking=non_blocking),
             tgt_in=self.tgt_in.to(device, non_blocking=non_blocking),
             tgt_out=self.tgt_out.to(device, non_blocking=non_blocking),
-            src_mask=self.src_mask.to(device, non_blocking=non_blocking),
         )
 
 
 def collate(examples: Sequence[EncodedPair], indices: Sequence[int] | None = None) -> Batch:
-    """Pad examples into a :class:`Batch` (shapes in its docstring); the padding mask is built here, once.
+    """Pad examples into a :class:`Batch` (shapes in its docstring).
 
     Args:
         examples: B >= 1 encoded pairs.
@@ -121,7 +123,6 @@ def collate(examples: Sequence[EncodedPair], indices: Sequence[int] | None = Non
         src=src,
         tgt_in=torch.tensor(tgt_in_rows, dtype=torch.int64),  # (B, T)
         tgt_out=torch.tensor(tgt_out_rows, dtype=torch.int64),  # (B, T)
-        src_mask=padding_mask(src, PAD_ID),  # (B, 1, 1, S)
         num_src_tokens=sum(len(example.src) + 1 for example in examples),
         num_tgt_tokens=sum(len(example.tgt) + 1 for example in examples),
         indices=list(range(len(examples))) if indices is None else [int(i) for i in indices],

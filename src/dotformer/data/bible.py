@@ -42,8 +42,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dotformer.data.corpora import Corpus, CorpusOptions, Pair, make_report
 from dotformer.data.osis import strip_osis_many
+from dotformer.data.types import Corpus, CorpusOptions, Pair, make_report
 from dotformer.errors import ConfigError, DataError, MissingDataError
 from dotformer.extras import require_extra
 

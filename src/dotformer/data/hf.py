@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.corpora import Corpus, CorpusOptions, Pair, check_empty, file_groups, make_report, one_line
+from dotformer.data.types import Corpus, CorpusOptions, Pair, check_empty, file_groups, make_report, one_line
 from dotformer.errors import DataError, MissingDataError
 from dotformer.extras import require_extra
 

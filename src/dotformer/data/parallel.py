@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from dotformer.data.corpora import Corpus, CorpusOptions, Pair, check_empty, file_groups, is_empty, make_report
 from dotformer.data.textio import read_text_lines
+from dotformer.data.types import Corpus, CorpusOptions, Pair, check_empty, file_groups, is_empty, make_report
 from dotformer.errors import DataError
 
 

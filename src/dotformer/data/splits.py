@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dotformer.data.corpora import Corpus, Pair
 from dotformer.data.textio import read_text, split_lines
+from dotformer.data.types import Corpus, Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 SPLIT_NAMES = ("train", "valid", "test")

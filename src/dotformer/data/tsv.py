@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from dotformer.data.corpora import (
+from dotformer.data.textio import read_text, split_lines
+from dotformer.data.types import (
     SOURCE_NAMES,
     TARGET_NAMES,
     Corpus,
@@ -30,7 +31,6 @@ from dotformer.data.corpora import (
     make_report,
     one_line,
 )
-from dotformer.data.textio import read_text, split_lines
 from dotformer.errors import DataError
 
 
