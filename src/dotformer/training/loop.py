@@ -1,105 +1,65 @@
-"""The training loop: one optimizer step (:func:`train_step`), a validation pass (:func:`evaluate_loss`), and
-:func:`fit`, which runs steps under a budget with evaluation, checkpoints, logging and exact resumption.
+"""The training loop: :func:`fit` runs optimizer steps under a budget, with evaluation, checkpoints, logging and
+exact resumption (its trainer is the state of one call).
 
-One step (paper §5): for each of ``accumulation_steps`` batches, forward with teacher forcing, label-smoothed loss
-(§5.4), backward; then clip the gradient norm, set the learning rate of the step (§5.3, Eq. 3) and take an Adam step.
-The loss is normalised once by the number of real target tokens of the whole step (all micro-batches, all ranks),
-so accumulation and data parallelism give the same update as one big batch.
+The pieces it puts together: the step (:mod:`~dotformer.training.step`: :func:`train_step`, :func:`evaluate_loss`),
+the batch stream (:mod:`~dotformer.training.stream`), the resume state (:mod:`~dotformer.training.state`) and the stop
+checks (:mod:`~dotformer.training.stopping`). Their public names are importable from here too, as before.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import math
-import os
-import random
-import signal
-import threading
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from dotformer import checkpoint as ckpt
-from dotformer.data.batching import Batch, BatchSampler, EncodedPair, SamplerPosition, collate, padding_fraction
-from dotformer.errors import CheckpointError, ConfigError, DataError, TrainingError
+from dotformer.data.batching import Batch, BatchSampler, EncodedPair, padding_fraction
+from dotformer.errors import ConfigError, TrainingError
 from dotformer.training.config import TrainConfig
-from dotformer.training.distributed import (
-    DistContext,
-    all_gather_tensor,
-    all_reduce_sum,
-    barrier,
-    setup_distributed,
-    teardown_distributed,
-)
+from dotformer.training.distributed import DistContext, barrier, setup_distributed, teardown_distributed
 from dotformer.training.logging import MetricsLog
-from dotformer.training.loss import label_smoothed_cross_entropy
-from dotformer.training.optim import (
-    autocast_dtype,
-    build_grad_scaler,
-    build_optimizer,
-    set_learning_rate,
-)
+from dotformer.training.optim import autocast_dtype, build_grad_scaler, build_optimizer
 from dotformer.training.progress import Budget, Position, Progress
-from dotformer.training.schedule import learning_rate
 from dotformer.training.selection import decode_sample, is_improvement, validation_score
+from dotformer.training.state import (
+    FINE_TUNABLE,
+    ResumeState,
+    check_same_vocabulary,
+    seed_everything,
+    trim_metrics_log,
+)
+from dotformer.training.step import EvalResult, StepResult, evaluate_loss, gold_tokens, train_step
+from dotformer.training.stopping import Stopping, TrainingInterrupted
+from dotformer.training.stream import BatchStream
 
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
     from dotformer.data.tokenizers import Tokenizer
 
+__all__ = [  # fit's interface, and the names of the modules split off that were imported from here before
+    "FINE_TUNABLE",
+    "BatchStream",
+    "EvalResult",
+    "FitResult",
+    "StepResult",
+    "TrainData",
+    "TrainingInterrupted",
+    "check_same_vocabulary",
+    "evaluate_loss",
+    "fit",
+    "gold_tokens",
+    "train_step",
+    "trim_metrics_log",
+]
+
 logger = logging.getLogger(__name__)  # "dotformer.training.loop": the data line before training
-
-FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout")  # ModelConfig fields --init-from may change
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Training stopped on SIGINT (Ctrl-C) or SIGTERM after saving a checkpoint; the message says what was kept
-    and how to continue. A KeyboardInterrupt, so that code catching Ctrl-C catches it too."""
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What one optimizer step measured (over all micro-batches and all ranks).
-
-    Attributes:
-        step: the step number (from 1).
-        loss: label-smoothed loss per target token (float, nats).
-        nll: negative log-likelihood per target token (float, nats); exp(nll) is the perplexity.
-        num_tokens: real (non-PAD) target tokens in the step.
-        lr: the learning rate used.
-        grad_norm: global L2 norm of the gradient before clipping (inf/nan when fp16 overflowed).
-    """
-
-    step: int
-    loss: float
-    nll: float
-    num_tokens: int
-    lr: float
-    grad_norm: float
-
-
-@dataclass(frozen=True)
-class EvalResult:
-    """Validation numbers, per real target token.
-
-    Attributes:
-        loss: label-smoothed loss per token (nats). nll: negative log-likelihood per token (nats).
-        perplexity: exp(nll). num_tokens: real target tokens evaluated.
-    """
-
-    loss: float
-    nll: float
-    perplexity: float
-    num_tokens: int
 
 
 @dataclass
@@ -159,190 +119,6 @@ class FitResult:
     best_score: float | None = None
 
 
-# -- one step ---------------------------------------------------------------------------------------------------------
-
-
-def gold_tokens(batch: Batch, packed: bool, pad_id: int) -> Tensor:
-    """The labels matching ``model(src, tgt_in, packed=packed)``: (B, T) ``tgt_out``, or (N_T,) its entries at
-    the non-PAD positions of ``tgt_in`` (the same positions as ``tgt_out``'s, one shift apart)."""
-    return batch.tgt_out[batch.tgt_in != pad_id] if packed else batch.tgt_out
-
-
-def train_step(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batches: Sequence[Batch],
-    step: int,
-    config: TrainConfig,
-    d_model: int,
-    pad_id: int = 0,
-    context: DistContext | None = None,
-    scaler: torch.amp.GradScaler | None = None,
-    amp_dtype: torch.dtype | None = None,
-    packed: bool = True,
-) -> StepResult:
-    """One optimizer step over ``batches`` (gradient accumulation), normalised by the global target token count.
-
-    Args:
-        model: the Transformer, or its DDP/compiled wrapper; called as ``model(src, tgt_in, packed=packed)``.
-        optimizer: from :func:`dotformer.training.optim.build_optimizer`.
-        batches: the micro-batches of this step on this rank (src (B, S), tgt_in (B, T), tgt_out (B, T) int64).
-        step: the step number from 1; sets the learning rate.
-        config: label smoothing, clip norm and schedule.
-        d_model: D, for the noam schedule.
-        pad_id: PAD id of the targets (ignored by the loss).
-        context: the distributed context (None: one process).
-        scaler: a GradScaler for fp16, else None. amp_dtype: autocast dtype (None: float32).
-        packed: compute the layers and the generator on the real target tokens only (:mod:`dotformer.packing`);
-            same loss and gradients as on the padded batch, less work.
-
-    Returns:
-        :class:`StepResult`.
-
-    Raises:
-        TrainingError: the loss is NaN or infinite (the parameters are left unchanged), or the step has no tokens.
-    """
-    context = context or DistContext()
-    device = next(iter(model.parameters())).device
-    lr = learning_rate(step, config, d_model)
-    set_learning_rate(optimizer, lr)
-    model.train()
-    local_tokens = sum(int(b.num_tgt_tokens) for b in batches)
-    global_tokens = int(all_reduce_sum(torch.tensor([float(local_tokens)], dtype=torch.float64), context).item())
-    if global_tokens == 0:
-        raise TrainingError(f"step {step}: the batches hold no target tokens")
-    scale = context.world_size / global_tokens  # DDP averages over ranks; this turns it into a global token mean
-    optimizer.zero_grad(set_to_none=True)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    nll_sum = torch.zeros((), dtype=torch.float64, device=device)
-    for i, batch in enumerate(batches):
-        batch = batch.to(device)
-        last = i == len(batches) - 1
-        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
-        with sync:
-            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                logits = model(batch.src, batch.tgt_in, packed=packed)  # (B, T, V) or (N_T, V)
-            gold = gold_tokens(batch, packed, pad_id)  # (B, T) or (N_T,)
-            sums = label_smoothed_cross_entropy(logits, gold, config.label_smoothing, pad_id)
-            objective = sums.loss * scale
-            (scaler.scale(objective) if scaler is not None else objective).backward()
-        loss_sum += sums.loss.detach().double()
-        nll_sum += sums.nll.double()
-    totals = all_reduce_sum(torch.stack([loss_sum, nll_sum]), context).cpu()
-    loss, nll = totals[0].item() / global_tokens, totals[1].item() / global_tokens
-    if not (math.isfinite(loss) and math.isfinite(nll)):
-        optimizer.zero_grad(set_to_none=True)
-        raise TrainingError(f"step {step}: the training loss is {loss} (lr {lr:.3g}); stopped before the update")
-    if scaler is not None:
-        scaler.unscale_(optimizer)
-    max_norm = config.clip_norm if config.clip_norm > 0 else math.inf
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    if scaler is not None:
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        optimizer.step()
-    return StepResult(step, loss, nll, global_tokens, lr, float(grad_norm))
-
-
-def evaluate_loss(
-    model: nn.Module,
-    batches: Sequence[Batch],
-    label_smoothing: float = 0.1,
-    pad_id: int = 0,
-    context: DistContext | None = None,
-    amp_dtype: torch.dtype | None = None,
-    packed: bool = True,
-) -> EvalResult:
-    """Loss, NLL and perplexity per target token over ``batches`` (this rank's shard; summed over ranks).
-
-    Runs in eval mode (no dropout) without gradients and restores the model's previous mode.
-
-    Args:
-        model: the Transformer (not the DDP wrapper). batches: validation batches.
-        label_smoothing: ε_ls of the reported loss. pad_id: the target PAD id.
-        context: the distributed context. amp_dtype: autocast dtype (None: float32).
-        packed: skip the padding (:mod:`dotformer.packing`); the same figures, faster.
-
-    Returns:
-        :class:`EvalResult`; loss, nll and perplexity are nan when there are no target tokens.
-    """
-    context = context or DistContext()
-    device = next(iter(model.parameters())).device
-    was_training = model.training
-    model.eval()
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss, nll, tokens
-    with torch.no_grad():
-        for batch in batches:
-            batch = batch.to(device)
-            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                logits = model(batch.src, batch.tgt_in, packed=packed)  # (B, T, V) or (N_T, V)
-            sums = label_smoothed_cross_entropy(logits, gold_tokens(batch, packed, pad_id), label_smoothing, pad_id)
-            totals += torch.stack([sums.loss.double(), sums.nll.double(), sums.num_tokens.double()])
-    model.train(was_training)
-    loss_sum, nll_sum, tokens = all_reduce_sum(totals, context).tolist()
-    if tokens == 0:
-        return EvalResult(math.nan, math.nan, math.nan, 0)
-    nll = nll_sum / tokens
-    return EvalResult(loss_sum / tokens, nll, math.exp(min(nll, 700.0)), int(tokens))
-
-
-# -- the data position ------------------------------------------------------------------------------------------------
-
-
-class BatchStream:
-    """Micro-batches in order, epoch after epoch, from a BatchSampler; remembers (epoch, batch index).
-
-    The position is the next batch to read: saving it and starting a new stream there resumes the data order
-    exactly (the sampler's batches are a pure function of (seed, epoch)). Batches are collated as they are taken.
-    """
-
-    def __init__(self, sampler: Any, epoch: int = 0, index: int = 0, max_epochs: float | None = None) -> None:
-        self.sampler = sampler
-        self.epoch = epoch
-        self.index = index
-        self.max_epochs = max_epochs
-        self._indices: list[list[int]] = []
-        self._indices_epoch = -1
-
-    def _epoch_indices(self) -> list[list[int]]:
-        if self._indices_epoch != self.epoch:
-            self._indices = self.sampler.batch_indices(self.epoch)
-            self._indices_epoch = self.epoch
-            if not self._indices:
-                raise TrainingError("the training split gives no batches")
-        return self._indices
-
-    @property
-    def batches_per_epoch(self) -> int:
-        """Number of batches of the current epoch on this rank."""
-        return len(self._epoch_indices())
-
-    @property
-    def epochs_done(self) -> float:
-        """Passes over the data so far (fractional)."""
-        return self.epoch + self.index / self.batches_per_epoch
-
-    def exhausted(self) -> bool:
-        """True when the epoch budget is used up."""
-        return self.max_epochs is not None and self.epochs_done >= self.max_epochs - 1e-12
-
-    def take(self, count: int) -> list[Batch]:
-        """Up to ``count`` next batches (fewer, or none, when the epoch budget ends)."""
-        out: list[Batch] = []
-        while len(out) < count and not self.exhausted():
-            indices = self._epoch_indices()
-            rows = indices[self.index]
-            out.append(collate([self.sampler.examples[i] for i in rows], rows))
-            self.index += 1
-            if self.index == len(indices):
-                self.epoch, self.index = self.epoch + 1, 0
-        return out
-
-
-# -- fit --------------------------------------------------------------------------------------------------------------
-
-
 def fit(
     model: nn.Module,
     data: TrainData,
@@ -395,8 +171,10 @@ def fit(
         teardown_distributed(context)
 
 
-class _Trainer:
-    """The state of one :func:`fit` call (kept private: fit's arguments are the interface)."""
+class _Trainer(ResumeState, Stopping):
+    """The state of one :func:`fit` call (kept private: fit's arguments are the interface). Saving and resuming
+    come from :class:`~dotformer.training.state.ResumeState`, the stop checks from
+    :class:`~dotformer.training.stopping.Stopping`; here: validation and the loop."""
 
     def __init__(
         self,
@@ -444,241 +222,7 @@ class _Trainer:
         self.started = time.monotonic()  # reset when the loop starts
         self.stream = BatchStream(self.sampler, max_epochs=config.max_epochs)
 
-    # -- resume ------------------------------------------------------------------------------------------------------
-
-    def restore(self) -> None:
-        """Load weights, optimizer, scaler, RNG states, counters and data position from the run's newest checkpoint.
-
-        Raises:
-            CheckpointError: nothing to resume, damaged files, another model config or vocabulary, another number
-                of processes or other data.
-        """
-        assert self.run_dir is not None
-        path, skipped = ckpt.choose_resume_checkpoint(self.run_dir)
-        saved_config = ckpt.model_config_of(ckpt.read_json(path / ckpt.CONFIG_FILE), path / ckpt.CONFIG_FILE)
-        if saved_config != self.model_config:
-            diff = sorted(k for k, v in saved_config.to_dict().items() if self.model_config.to_dict()[k] != v)
-            raise CheckpointError(
-                f"cannot resume from {path}: its model config differs in {', '.join(diff)} "
-                f"(see {path / ckpt.CONFIG_FILE})"
-            )
-        for name, tokenizer in (
-            (ckpt.SRC_TOKENIZER_FILE, self.data.src_tokenizer),
-            (ckpt.TGT_TOKENIZER_FILE, self.data.tgt_tokenizer),
-        ):
-            check_same_vocabulary(tokenizer, ckpt.load_tokenizer_file(path / name), path / name)
-        ckpt.load_weights_into(self.model, path / ckpt.MODEL_FILE)
-        state = ckpt.load_train_state(path)
-        where = path / ckpt.TRAIN_STATE_JSON
-        try:
-            world_size = int(state["world_size"])
-            if world_size != self.context.world_size:
-                raise CheckpointError(
-                    f"cannot resume from {path}: it was written by {world_size} processes, this run has "
-                    f"{self.context.world_size} (the data position and dropout RNG are per process)"
-                )
-            try:
-                self.stream.epoch, self.stream.index = self.sampler.load_state_dict(state["data"])
-            except DataError as exc:
-                raise CheckpointError(f"cannot resume from {path}: {exc}") from None
-            self.optimizer.load_state_dict(state["optimizer"])
-            if self.scaler is not None and state.get("scaler"):
-                self.scaler.load_state_dict(state["scaler"])
-            self.step, self.seconds, self.tokens = int(state["step"]), float(state["seconds"]), int(state["tokens"])
-            best = state["best_valid_loss"]
-            self.best_loss = math.inf if best is None else float(best)
-            self.best_perplexity, self.best_step = state["best_valid_perplexity"], state["best_step"]
-            saved_metric = state.get("best_metric", "loss")  # checkpoints of older versions chose by loss
-            self.best_score = state.get("best_score", best) if saved_metric == "loss" else state.get("best_score")
-            self.bad_evals = int(state.get("evals_without_improvement", 0))
-            _set_rng_state(state["rng"], self.context)
-        except (KeyError, IndexError, TypeError) as exc:
-            raise CheckpointError(f"{where} is incomplete or corrupted: {exc!r}") from None
-        except ValueError as exc:  # e.g. optimizer state of other shapes
-            if isinstance(exc, CheckpointError):
-                raise
-            raise CheckpointError(f"{where} does not fit this model: {exc}") from None
-        self.last_checkpoint = path
-        self.saved_step = self.step
-        if not self.context.is_main:
-            return
-        if skipped:
-            warnings.warn(
-                f"{'; '.join(skipped)}; resuming from {path} (step {self.step})", ckpt.CheckpointWarning, stacklevel=3
-            )
-        if saved_metric != self.config.best_metric and self.best_score is not None:
-            warnings.warn(
-                f"best/ was chosen by valid {saved_metric} up to step {self.step}; from now on by "
-                f"{self.config.best_metric}: the next validation pass becomes the best one",
-                ckpt.CheckpointWarning,
-                stacklevel=3,
-            )
-            self.best_score, self.bad_evals = None, 0
-        dropped = trim_metrics_log(self.run_dir / "metrics.jsonl", self.step)
-        if dropped:
-            warnings.warn(
-                f"{self.run_dir / 'metrics.jsonl'}: removed {dropped} line(s) logged after step {self.step} "
-                f"(those steps run again from {path})",
-                ckpt.CheckpointWarning,
-                stacklevel=3,
-            )
-
-    def initialise_from(self, path: Path) -> None:
-        """Copy the weights of the checkpoint ``path`` into the model (fine-tuning; optimizer and schedule fresh).
-
-        Raises:
-            CheckpointError: a damaged checkpoint, another model config (dropout rates aside) or another vocabulary;
-                the message names the checkpoint's value and this run's.
-        """
-        path = ckpt.resolve_checkpoint(path)
-        ckpt.verify_checkpoint(path)
-        saved = ckpt.model_config_of(ckpt.read_json(path / ckpt.CONFIG_FILE), path / ckpt.CONFIG_FILE).to_dict()
-        ours = self.model_config.to_dict()
-        diff = [
-            f"{k} {saved[k]!r} there, {ours[k]!r} here" for k in ours if k not in FINE_TUNABLE and saved[k] != ours[k]
-        ]
-        if diff:
-            raise CheckpointError(
-                f"cannot initialise from {path}: its model config differs from this run's: {'; '.join(diff)} "
-                f"(see {path / ckpt.CONFIG_FILE})"
-            )
-        for name, tokenizer, side in (
-            (ckpt.SRC_TOKENIZER_FILE, self.data.src_tokenizer, "source"),
-            (ckpt.TGT_TOKENIZER_FILE, self.data.tgt_tokenizer, "target"),
-        ):
-            saved_tokenizer = ckpt.load_tokenizer_file(path / name)
-            try:
-                check_same_vocabulary(tokenizer, saved_tokenizer, path / name)
-            except CheckpointError as exc:
-                raise CheckpointError(f"cannot initialise from {path}: {side} {exc}") from None
-        ckpt.load_weights_into(self.model, path / ckpt.MODEL_FILE)
-        self.info = {**self.info, "init_from": str(path)}
-
-    # -- budgets -----------------------------------------------------------------------------------------------------
-
-    def check_budget_allows_a_step(self) -> None:
-        c = self.config
-        if c.max_steps is not None and self.step >= c.max_steps:
-            raise TrainingError(f"the budget allows no step: the run is at step {self.step}, max_steps={c.max_steps}")
-        if c.max_minutes is not None and self.seconds >= c.max_minutes * 60:
-            raise TrainingError(
-                f"the budget allows no step: the run has trained {self.seconds / 60:.2f} minutes, "
-                f"max_minutes={c.max_minutes}"
-            )
-        if self.stream.exhausted():
-            raise TrainingError(
-                f"the budget allows no step: the run is at epoch {self.stream.epochs_done:.3f}, "
-                f"max_epochs={c.max_epochs}"
-            )
-        if c.patience and self.bad_evals >= c.patience:
-            raise TrainingError(
-                f"the run stopped early at step {self.step}: valid {c.best_metric} has not improved for "
-                f"{self.bad_evals} validation passes (patience={c.patience}); pass a larger --patience to go on"
-            )
-
-    def stop_requested(self) -> bool:
-        """True (on every rank) when SIGINT or SIGTERM arrived on any rank."""
-        if not self.context.distributed:
-            return self.stop_signal is not None
-        flag = torch.tensor([0.0 if self.stop_signal is None else 1.0], dtype=torch.float64)
-        return bool(all_reduce_sum(flag, self.context).item() > 0)
-
-    @contextlib.contextmanager
-    def signals_saved(self) -> Any:
-        """Within: the first SIGINT/SIGTERM only asks the loop to save and stop after the current step; a second
-        one interrupts at once (KeyboardInterrupt; checkpoint writes are atomic). Previous handlers are restored."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def on_signal(signum: int, frame: Any) -> None:
-            if self.stop_signal is not None:
-                raise KeyboardInterrupt
-            self.stop_signal = signum
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    def interrupted(self) -> TrainingInterrupted:
-        """Save the last finished step (if not saved yet) and describe what was kept and how to continue."""
-        name = signal.Signals(self.stop_signal).name if self.stop_signal is not None else "a signal"
-        if self.run_dir is None:
-            return TrainingInterrupted(f"interrupted by {name} at step {self.step}: nothing saved (no run directory)")
-        if self.saved_step != self.step and self.step > 0:
-            self.save()
-        if self.last_checkpoint is None:
-            return TrainingInterrupted(
-                f"interrupted by {name} before the first step: nothing to save; start again with --overwrite"
-            )
-        return TrainingInterrupted(
-            f"interrupted by {name} at step {self.step}: kept {self.last_checkpoint} (step {self.saved_step}, also "
-            f"{self.run_dir / 'last'}); continue with: dotformer train --out {self.run_dir} --resume"
-        )
-
-    def time_is_up(self) -> bool:
-        """True (on every rank) when the max_minutes budget is spent; rank 0 decides."""
-        if self.config.max_minutes is None:
-            return False
-        spent = self.elapsed() >= self.config.max_minutes * 60
-        flag = torch.tensor([1.0 if spent and self.context.is_main else 0.0], dtype=torch.float64)
-        return bool(all_reduce_sum(flag, self.context).item() > 0)
-
-    # -- saving ------------------------------------------------------------------------------------------------------
-
-    def checkpoint_info(self) -> dict[str, Any]:
-        from dotformer import __version__
-
-        return {
-            **self.info,
-            "train": self.config.to_dict(),
-            "step": self.step,
-            "epoch": self.stream.epochs_done,
-            "valid": None if self.last_valid is None else self.last_valid.__dict__,
-            "dotformer_version": __version__,
-        }
-
-    def train_state(self) -> dict[str, Any]:
-        """Everything besides the weights that exact resumption needs (collective: call on every rank)."""
-        return {
-            "step": self.step,
-            "data": self.sampler.state_dict(SamplerPosition(self.stream.epoch, self.stream.index)),
-            "seconds": self.elapsed(),
-            "tokens": self.tokens,
-            "best_valid_loss": None if math.isinf(self.best_loss) else self.best_loss,
-            "best_valid_perplexity": self.best_perplexity,
-            "best_step": self.best_step,
-            "best_metric": self.config.best_metric,
-            "best_score": self.best_score,
-            "evals_without_improvement": self.bad_evals,
-            "world_size": self.context.world_size,
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "rng": _get_rng_state(self.context),
-        }
-
-    def save(self) -> None:
-        """Write checkpoints/step_N, point last/ at it, drop old step checkpoints (rank 0 writes)."""
-        state = self.train_state()  # every rank joins the RNG gather
-        if self.run_dir is not None and self.context.is_main:
-            path = self.run_dir / "checkpoints" / ckpt.step_dir_name(self.step)
-            d = self.data
-            ckpt.save_checkpoint(path, self.model, d.src_tokenizer, d.tgt_tokenizer, self.checkpoint_info(), state)
-            ckpt.link_checkpoint(path, self.run_dir / "last")
-            ckpt.prune_checkpoints(self.run_dir / "checkpoints", max(1, self.config.keep_last))
-            self.last_checkpoint = path
-        self.saved_step = self.step
-        barrier(self.context)
-
-    def save_best(self) -> None:
-        if self.run_dir is None or not self.context.is_main:
-            return
-        d = self.data
-        info = {**self.checkpoint_info(), "best": {"metric": self.config.best_metric, "score": self.best_score}}
-        ckpt.save_checkpoint(self.run_dir / "best", self.model, d.src_tokenizer, d.tgt_tokenizer, info)
+    # -- validation --------------------------------------------------------------------------------------------------
 
     def evaluate(self, log: MetricsLog, progress: Progress) -> None:
         self.evaluated_step = self.step
@@ -754,7 +298,7 @@ class _Trainer:
         if resume:
             self.restore()
         else:
-            _seed_everything(c.seed + self.context.rank)
+            seed_everything(c.seed + self.context.rank)
             if init_from is not None:
                 self.initialise_from(init_from)
         self.check_budget_allows_a_step()
@@ -877,88 +421,3 @@ class _Trainer:
     def position(self) -> Position:
         """Steps, training seconds and epochs done, for the progress display."""
         return Position(self.step, self.elapsed(), self.stream.epochs_done)
-
-
-# -- resume helpers ---------------------------------------------------------------------------------------------------
-
-
-def trim_metrics_log(path: Path, step: int) -> int:
-    """Remove the lines of a metrics.jsonl logged after ``step`` (and any line a crash left unfinished), so that a
-    run resumed from the checkpoint of ``step`` logs those steps once. Rewritten atomically (temporary file,
-    rename). Returns the number of lines removed (0: the file is left untouched)."""
-    if not path.is_file():
-        return 0
-    kept, dropped = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
-        try:
-            record = json.loads(line)
-            keep = line.endswith("\n") and int(record["step"]) <= step
-        except (ValueError, KeyError, TypeError):
-            keep = False
-        if keep:
-            kept.append(line)
-        else:
-            dropped += 1
-    if dropped:
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(kept)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    return dropped
-
-
-def check_same_vocabulary(current: Tokenizer, saved: Tokenizer, path: Path) -> None:
-    """Raise CheckpointError unless two tokenizers have the same tokens under the same ids."""
-    if current.vocab_size != saved.vocab_size:
-        raise CheckpointError(
-            f"vocabulary mismatch: {path} has {saved.vocab_size} tokens, this run's tokenizer has {current.vocab_size}"
-        )
-    for i in range(current.vocab_size):
-        if current.id_to_token(i) != saved.id_to_token(i):
-            raise CheckpointError(
-                f"vocabulary mismatch: token {i} is {saved.id_to_token(i)!r} in {path}, "
-                f"{current.id_to_token(i)!r} in this run"
-            )
-
-
-# -- random number generators -----------------------------------------------------------------------------------------
-
-
-def _seed_everything(seed: int) -> None:
-    """Seed torch (CPU and CUDA), Python's random and NumPy's global generator."""
-    torch.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-
-
-def _get_rng_state(context: DistContext) -> dict[str, Any]:
-    """The generators' states: torch CPU (and CUDA) per rank as uint8 tensors; Python and NumPy as lists (rank 0)."""
-    torch_states = all_gather_tensor(torch.get_rng_state(), context)
-    cuda_states = None
-    if context.device.type == "cuda":
-        cuda_states = all_gather_tensor(torch.cuda.get_rng_state(context.device), context)
-    version, internal, gauss = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "torch": torch_states,
-        "cuda": cuda_states,
-        "python": [version, list(internal), gauss],
-        "numpy": [name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)],
-    }
-
-
-def _set_rng_state(state: dict[str, Any], context: DistContext) -> None:
-    """Inverse of :func:`_get_rng_state`; each rank takes its own torch states."""
-    torch.set_rng_state(_as_byte_tensor(state["torch"][context.rank]))
-    if state.get("cuda") is not None and context.device.type == "cuda":
-        torch.cuda.set_rng_state(_as_byte_tensor(state["cuda"][context.rank]), context.device)
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-
-
-def _as_byte_tensor(value: Tensor) -> Tensor:
-    return value.to(dtype=torch.uint8, device="cpu").contiguous()
