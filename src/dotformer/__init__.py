@@ -33,16 +33,21 @@ from dotformer.errors import (
 from dotformer.layers import DecoderLayer, EncoderLayer, FeedForward
 from dotformer.masks import causal_mask, padding_mask
 from dotformer.model import Decoder, Encoder, Transformer
-from dotformer.multihead import KVCache, MultiHeadAttention
+from dotformer.multihead import MultiHeadAttention
 from dotformer.positional import sinusoidal_positional_encoding
 
 __version__ = "0.1.0"
 
-_LAZY = {"load": "dotformer.api", "Translator": "dotformer.api", "TranslationResult": "dotformer.api"}
+_LAZY = {
+    "KVCache": "dotformer.decoding.cache",  # decoding (and its tokenizers) load only when asked for
+    "load": "dotformer.api",
+    "Translator": "dotformer.api",
+    "TranslationResult": "dotformer.api",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """``dotformer.load``, ``Translator`` and ``TranslationResult``, imported on first use (PEP 562)."""
+    """``dotformer.load``, ``Translator``, ``TranslationResult`` and ``KVCache``, imported on first use (PEP 562)."""
     if name in _LAZY:
         import importlib
 

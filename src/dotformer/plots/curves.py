@@ -72,7 +72,7 @@ def config_curve(path: str | Path, steps: int | None = None, d_model: int | None
     """
     from dotformer.config import PRESETS
     from dotformer.training.config import TrainConfig
-    from dotformer.training.run import NAMED_TASKS, TASK_PRESETS, read_config_file
+    from dotformer.training.config_files import NAMED_TASKS, TASK_PRESETS, read_config_file
     from dotformer.training.schedule import learning_rate
 
     sections = read_config_file(path)

@@ -13,50 +13,51 @@ Config precedence, lowest first: built-in defaults (with per-task choices: token
 sections ``[model]``, ``[train]``, ``[data]``, then command-line flags. On ``--resume`` the run's own run.json takes
 the place of the defaults and the config file; the model and data may not change (CheckpointError), the recipe and
 budgets may.
+
+The parts, one concern each (their names are re-exported here): :mod:`~dotformer.training.config_files` (TOML
+files, layering, key checks), :mod:`~dotformer.training.preparation` (data, tokenizers, model config for a fresh,
+fine-tuned or resumed run), :mod:`~dotformer.training.records` (run.json, versions).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import json
-import os
-import platform
-import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from dotformer.config import PRESETS, ModelConfig
-from dotformer.errors import CheckpointError, ConfigError, DotformerError
-from dotformer.training.config import DataConfig, TrainConfig, data_table
+from dotformer.errors import ConfigError
+from dotformer.training.config import TrainConfig
+from dotformer.training.config_files import (
+    NAMED_TASKS,
+    SECTIONS,
+    TASK_PRESETS,
+    ConfigSections,
+    check_keys,
+    merge,
+    read_config_file,
+)
+from dotformer.training.preparation import (
+    DEFAULT_BPE_VOCAB,
+    _prepare_fresh,
+    _prepare_resume,
+    _Prepared,
+    build_model_config,
+    default_run_dir,
+    resolve_data_config,
+)
+from dotformer.training.records import (
+    _jsonable,
+    _read_run_json,
+    _record_sections,
+    check_no_run_there,
+    versions,
+    write_json_atomic,
+)
 
 if TYPE_CHECKING:
-    from dotformer.data.tokenizers import Tokenizer
     from dotformer.training.loop import FitResult
-
-SECTIONS = ("model", "train", "data")
-TASK_PRESETS = {"g2p": "small", "translation": "small", "exact": "small", "synthetic": "tiny"}  # preset per task
-NAMED_TASKS = {"cmudict": "g2p", "bible": "translation", "copy": "synthetic", "reverse": "synthetic"}
-DEFAULT_BPE_VOCAB = 8000
-
-
-@dataclass(frozen=True)
-class ConfigSections:
-    """The raw ``[model]``, ``[train]`` and ``[data]`` tables of a config file (or of flags, or of run.json).
-
-    Attributes:
-        model: ModelConfig fields (without the vocabulary sizes) plus an optional "preset".
-        train: TrainConfig fields. data: DataConfig fields.
-        source: where they came from, for error messages.
-    """
-
-    model: dict[str, Any] = field(default_factory=dict)
-    train: dict[str, Any] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)
-    source: str = "defaults"
 
 
 @dataclass(frozen=True)
@@ -88,122 +89,6 @@ class RunResult:
                 f"; best valid loss {f.best_valid_loss:.4f} (ppl {f.best_valid_perplexity:.3f}) at step {f.best_step}"
             )
         return text + f"; checkpoint: {f.checkpoint}"
-
-
-# -- config files ------------------------------------------------------------------------------------------------------
-
-
-def read_config_file(path: str | Path) -> ConfigSections:
-    """Read a TOML config file with the sections ``[model]``, ``[train]``, ``[data]`` (all optional).
-
-    ``path`` is a file, or the name of a config shipped with the package (``"g2p"``: see
-    :mod:`dotformer.training.shipped_configs`).
-
-    Raises:
-        ConfigError: not TOML, an unknown section, or an unknown key (the message names the file and the key).
-        MissingDataError (a FileNotFoundError): no such file and no shipped config of that name.
-    """
-    from dotformer.training.shipped_configs import find_config_file
-
-    path = find_config_file(path)
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ModuleNotFoundError:
-            raise ConfigError("reading TOML config files needs Python 3.11 or the tomli package") from None
-    with open(path, "rb") as f:
-        try:
-            table = tomllib.load(f)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    unknown = sorted(set(table) - set(SECTIONS))
-    if unknown:
-        raise ConfigError(f"{path}: unknown section or key {unknown[0]!r} (sections: [model], [train], [data])")
-    for name in SECTIONS:
-        if name in table and not isinstance(table[name], dict):
-            raise ConfigError(f"{path}: {name} must be a table, [{name}]")
-    sections = ConfigSections(
-        model=dict(table.get("model", {})),
-        train=dict(table.get("train", {})),
-        data=data_table(table.get("data", {}), str(path)),  # [data] train = ... is the dataset
-        source=str(path),
-    )
-    check_keys(sections)
-    return sections
-
-
-def check_keys(sections: ConfigSections) -> None:
-    """Raise ConfigError naming the first unknown key of a section and the file it came from."""
-    model_keys = {f.name for f in dataclasses.fields(ModelConfig)} - {"src_vocab_size", "tgt_vocab_size"} | {"preset"}
-    known = {
-        "model": model_keys,
-        "train": {f.name for f in dataclasses.fields(TrainConfig)},
-        "data": {f.name for f in dataclasses.fields(DataConfig)},
-    }
-    for name in SECTIONS:
-        for key in getattr(sections, name):
-            if key not in known[name]:
-                raise ConfigError(
-                    f"{sections.source}: unknown key {key!r} in [{name}] (known: {', '.join(sorted(known[name]))})"
-                )
-
-
-def merge(*layers: ConfigSections) -> ConfigSections:
-    """Later layers override earlier ones, key by key within each section."""
-    merged: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
-    for layer in layers:
-        for name in SECTIONS:
-            merged[name].update(getattr(layer, name))
-    return ConfigSections(**merged, source=layers[-1].source if layers else "defaults")
-
-
-def resolve_data_config(data: DataConfig, task: str) -> DataConfig:
-    """Fill the task-dependent defaults: tokenizer kinds (char -> symbol for g2p, symbol for synthetic tasks, BPE
-    otherwise), a shared vocabulary for BPE on both sides, and 8000 BPE tokens."""
-    from dotformer.data.tokenizers import default_kinds
-
-    src_default, tgt_default = default_kinds(task)
-    src = None if data.src_tokenizer_file else data.src_tokenizer or src_default  # a side read from a file: no kind
-    tgt = None if data.tgt_tokenizer_file else data.tgt_tokenizer or tgt_default
-    if data.src_tokenizer_file or data.tgt_tokenizer_file:
-        same_file = data.src_tokenizer_file == data.tgt_tokenizer_file
-        if data.shared_vocab and not same_file:
-            raise ConfigError("a shared vocabulary with tokenizer files needs the same file on both sides")
-        shared = same_file
-    else:
-        shared = data.shared_vocab if data.shared_vocab is not None else (src == tgt == "bpe")
-    vocab = data.vocab_size if data.vocab_size is not None else (DEFAULT_BPE_VOCAB if "bpe" in (src, tgt) else None)
-    if shared and src != tgt:
-        raise ConfigError(f"a shared vocabulary needs one tokenizer kind for both sides, got {src} and {tgt}")
-    return data.replace(src_tokenizer=src, tgt_tokenizer=tgt, shared_vocab=shared, vocab_size=vocab)
-
-
-def build_model_config(model_section: dict[str, Any], task: str, src_vocab: int, tgt_vocab: int, shared: bool):
-    """The ModelConfig: preset (the section's "preset", else the task's) + the section's fields + vocabularies.
-
-    Embeddings are shared (§3.4) by default when the vocabulary is shared.
-
-    Raises:
-        ConfigError: an unknown preset or an invalid field.
-    """
-    section = dict(model_section)
-    preset = section.pop("preset", None) or TASK_PRESETS.get(task, "small")
-    if preset not in PRESETS:
-        raise ConfigError(f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    section.setdefault("share_embeddings", shared)
-    return ModelConfig.preset(preset, src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, **section), preset
-
-
-def default_run_dir(dataset: str, preset: str | None) -> Path:
-    """``runs/<dataset>-<preset>``, with the dataset reduced to a file-name-safe stem."""
-    stem = Path(dataset.split(",")[0]).stem if ("/" in dataset or "." in dataset) else dataset
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem) or "run"
-    return Path("runs") / f"{stem}-{preset or 'auto'}"
-
-
-# -- the run ----------------------------------------------------------------------------------------------------------
 
 
 def train_run(
@@ -274,141 +159,6 @@ def train_run(
         teardown_distributed(context)
 
 
-@dataclass
-class _Prepared:
-    model_config: ModelConfig
-    train_config: TrainConfig
-    data_config: DataConfig
-    task: str
-    train_pairs: list
-    valid_pairs: list
-    src_tokenizer: Tokenizer
-    tgt_tokenizer: Tokenizer
-    init_from: Path | None = None
-    data_lines: list[str] = field(default_factory=list)  # what reading each file said (printed before training)
-
-
-def _prepare_fresh(
-    run_dir: Path,
-    sections: ConfigSections,
-    train_config: TrainConfig,
-    invocation: dict[str, Any],
-    context: Any,
-    overwrite: bool = False,
-    init_from: str | Path | None = None,
-) -> _Prepared:
-    from dotformer.checkpoint import clear_run_directory
-    from dotformer.data.prepare import make_tokenizers, read_run_data
-    from dotformer.data.splits import load_split, save_splits
-    from dotformer.data.tokenizers import TokenizerPair, load_tokenizer
-    from dotformer.training.distributed import barrier
-    from dotformer.training.finetune import init_data_config, read_init_source
-
-    data_config = DataConfig.from_dict(sections.data, "[data]")
-    if not overwrite:
-        check_no_run_there(run_dir)
-    init = read_init_source(init_from, sections.model, sections.data) if init_from is not None else None
-    barrier(context)  # every rank has looked before rank 0 writes
-    if overwrite and context.is_main:
-        clear_run_directory(run_dir)
-    data_dir = run_dir / "data"
-    data_lines: list[str] = []
-    if context.is_main:
-        run_data = read_run_data(data_config, train_config.seed)  # given valid/test files, or a random split
-        corpus, splits = run_data.corpus, run_data.splits
-        data_lines = run_data.lines  # columns used, rows read, pairs kept and dropped, per file
-        data_config = resolve_data_config(data_config, corpus.task)
-        save_splits(splits, data_dir)
-        tokenizers = None if init is None else TokenizerPair(init.src_tokenizer, init.tgt_tokenizer)
-        if init is not None:
-            data_config = init_data_config(data_config, init)
-        tokenizers = tokenizers or make_tokenizers(data_config, splits.train)  # files, or trained on train
-        tokenizers.src.save(data_dir / "tokenizer_src.json")
-        tokenizers.tgt.save(data_dir / "tokenizer_tgt.json")
-        model_config, preset = build_model_config(
-            sections.model,
-            corpus.task,
-            tokenizers.src.vocab_size,
-            tokenizers.tgt.vocab_size,
-            tokenizers.src is tokenizers.tgt,
-        )
-        if init is not None:
-            model_config, preset = init.model_config, init.preset or sections.model.get("preset")
-            invocation = {**invocation, "init_from": str(init.path)}
-        record = {
-            "dataset": data_config.dataset,
-            "task": corpus.task,
-            "corpus": {"name": corpus.name, "report": corpus.report},
-            "preset": preset,
-            "model": model_config.to_dict(),
-            "train": train_config.to_dict(),
-            "data": data_config.to_dict(),
-            "versions": versions(),
-            **invocation,
-            "created": _now(),
-            "world_size": context.world_size,
-        }
-        write_json_atomic(run_dir / "run.json", record)
-    barrier(context)
-    # every rank (rank 0 too) reads what rank 0 wrote, so all train on exactly the same data and vocabularies
-    prepared = _load_prepared(run_dir, _read_run_json(run_dir), train_config, load_split, load_tokenizer)
-    prepared.init_from = None if init is None else init.path
-    prepared.data_lines = data_lines
-    return prepared
-
-
-def _record_sections(record: dict[str, Any]) -> ConfigSections:
-    """The configs of a run.json as config sections (the model without its vocabulary sizes, with its preset)."""
-    model = {k: v for k, v in record["model"].items() if k not in ("src_vocab_size", "tgt_vocab_size")}
-    model["preset"] = record.get("preset")
-    return ConfigSections(model=model, train=dict(record["train"]), data=dict(record["data"]), source="run.json")
-
-
-def _prepare_resume(
-    run_dir: Path,
-    record: dict[str, Any],
-    sections: ConfigSections,
-    train_config: TrainConfig,
-    invocation: dict[str, Any],
-    is_main: bool,
-) -> _Prepared:
-    from dotformer.data.splits import load_split
-    from dotformer.data.tokenizers import load_tokenizer
-
-    saved_model = {**record["model"], "preset": record.get("preset")}
-    _same_or_raise("model", saved_model, sections.model, run_dir)
-    _same_or_raise("data", record["data"], sections.data, run_dir)
-    if is_main:
-        record.setdefault("resumes", []).append(
-            {**invocation, "time": _now(), "train": train_config.to_dict(), "versions": versions()}
-        )
-        write_json_atomic(run_dir / "run.json", record)
-    return _load_prepared(run_dir, record, train_config, load_split, load_tokenizer)
-
-
-def _load_prepared(run_dir: Path, record: dict[str, Any], train_config: TrainConfig, load_split, load_tokenizer):
-    data_dir = run_dir / "data"
-    src = load_tokenizer(data_dir / "tokenizer_src.json")
-    tgt = load_tokenizer(data_dir / "tokenizer_tgt.json")
-    if record["data"].get("shared_vocab"):
-        tgt = src  # one vocabulary object, as when it was trained
-    try:
-        model_config = ModelConfig.from_dict(record["model"])
-        data_config = DataConfig.from_dict(record["data"], str(run_dir / "run.json"))
-    except DotformerError as exc:
-        raise CheckpointError(f"{run_dir / 'run.json'}: {exc}") from None
-    return _Prepared(
-        model_config=model_config,
-        train_config=train_config,
-        data_config=data_config,
-        task=record["task"],
-        train_pairs=load_split(data_dir, "train"),
-        valid_pairs=load_split(data_dir, "valid"),
-        src_tokenizer=src,
-        tgt_tokenizer=tgt,
-    )
-
-
 def _train(prepared: _Prepared, run_dir: Path, resume: bool, is_main: bool) -> RunResult:
     import torch
 
@@ -443,84 +193,21 @@ def _train(prepared: _Prepared, run_dir: Path, resume: bool, is_main: bool) -> R
     return RunResult(fit=result, run_dir=run_dir, is_main=is_main)
 
 
-def _same_or_raise(section: str, saved: dict[str, Any], requested: dict[str, Any], run_dir: Path) -> None:
-    for key, value in requested.items():
-        old = saved.get(key)
-        if isinstance(old, list):
-            old = tuple(old)
-        if isinstance(value, list):
-            value = tuple(value)
-        if old != value:
-            raise CheckpointError(
-                f"cannot resume {run_dir}: [{section}] {key} = {value!r} differs from the run's {old!r} "
-                f"({run_dir / 'run.json'}); start a new run with --out instead"
-            )
-
-
-def check_no_run_there(run_dir: Path) -> None:
-    """Raise ConfigError when ``run_dir`` already holds a run, naming the flags that go on from there: --resume
-    (it has a checkpoint), --overwrite (start afresh there) or another --out."""
-    from dotformer.checkpoint import is_run_directory, run_has_checkpoint
-
-    if not is_run_directory(run_dir) and not (run_dir / "last").exists():
-        return
-    if run_has_checkpoint(run_dir):
-        raise ConfigError(
-            f"{run_dir} already holds a run: pass --resume to continue it, --overwrite to delete it and start "
-            f"afresh, or another --out for a new run"
-        )
-    raise ConfigError(
-        f"{run_dir} holds a run stopped before its first checkpoint (nothing to resume): pass --overwrite to start "
-        f"afresh there, or another --out"
-    )
-
-
-def _read_run_json(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "run.json"
-    if not path.is_file():
-        raise CheckpointError(f"nothing to resume: {path} does not exist")
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path} is corrupted: {exc}") from None
-    for key in ("model", "train", "data", "task"):
-        if key not in record:
-            raise CheckpointError(f"{path} is corrupted: no {key!r} entry")
-    return record
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` via a temporary file and a rename (never a half-written file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def versions() -> dict[str, str]:
-    """Versions of Python, dotformer and the libraries that shape the results."""
-    import numpy
-    import tokenizers
-    import torch
-
-    from dotformer import __version__
-
-    return {
-        "dotformer": __version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "tokenizers": tokenizers.__version__,
-        "platform": platform.platform(),
-    }
-
-
-def _jsonable(section: dict[str, Any]) -> dict[str, Any]:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in section.items()}
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+__all__ = [
+    "ConfigSections",
+    "DEFAULT_BPE_VOCAB",
+    "NAMED_TASKS",
+    "RunResult",
+    "SECTIONS",
+    "TASK_PRESETS",
+    "build_model_config",
+    "check_keys",
+    "check_no_run_there",
+    "default_run_dir",
+    "merge",
+    "read_config_file",
+    "resolve_data_config",
+    "train_run",
+    "versions",
+    "write_json_atomic",
+]

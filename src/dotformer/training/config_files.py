@@ -1,0 +1,106 @@
+"""Training config files: the TOML tables ``[model]``, ``[train]``, ``[data]`` read, checked and layered.
+
+Config precedence, lowest first: built-in defaults (with per-task choices: tokenizers, preset), the config file's
+sections, then command-line flags (:func:`merge`). :data:`TASK_PRESETS` and :data:`NAMED_TASKS` say which model
+preset and task ``dotformer train`` picks for a dataset (also read by ``dotformer plot schedule``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dotformer.config import ModelConfig
+from dotformer.data.types import NAMED_TASKS
+from dotformer.errors import ConfigError
+from dotformer.training.config import DataConfig, TrainConfig, data_table
+
+SECTIONS = ("model", "train", "data")
+TASK_PRESETS = {"g2p": "small", "translation": "small", "exact": "small", "synthetic": "tiny"}  # preset per task
+
+
+@dataclass(frozen=True)
+class ConfigSections:
+    """The raw ``[model]``, ``[train]`` and ``[data]`` tables of a config file (or of flags, or of run.json).
+
+    Attributes:
+        model: ModelConfig fields (without the vocabulary sizes) plus an optional "preset".
+        train: TrainConfig fields. data: DataConfig fields.
+        source: where they came from, for error messages.
+    """
+
+    model: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    source: str = "defaults"
+
+
+def read_config_file(path: str | Path) -> ConfigSections:
+    """Read a TOML config file with the sections ``[model]``, ``[train]``, ``[data]`` (all optional).
+
+    ``path`` is a file, or the name of a config shipped with the package (``"g2p"``: see
+    :mod:`dotformer.training.shipped_configs`).
+
+    Raises:
+        ConfigError: not TOML, an unknown section, or an unknown key (the message names the file and the key).
+        MissingDataError (a FileNotFoundError): no such file and no shipped config of that name.
+    """
+    from dotformer.training.shipped_configs import find_config_file
+
+    path = find_config_file(path)
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise ConfigError("reading TOML config files needs Python 3.11 or the tomli package") from None
+    with open(path, "rb") as f:
+        try:
+            table = tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    unknown = sorted(set(table) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown section or key {unknown[0]!r} (sections: [model], [train], [data])")
+    for name in SECTIONS:
+        if name in table and not isinstance(table[name], dict):
+            raise ConfigError(f"{path}: {name} must be a table, [{name}]")
+    sections = ConfigSections(
+        model=dict(table.get("model", {})),
+        train=dict(table.get("train", {})),
+        data=data_table(table.get("data", {}), str(path)),  # [data] train = ... is the dataset
+        source=str(path),
+    )
+    check_keys(sections)
+    return sections
+
+
+def check_keys(sections: ConfigSections) -> None:
+    """Raise ConfigError naming the first unknown key of a section and the file it came from."""
+    model_keys = {f.name for f in dataclasses.fields(ModelConfig)} - {"src_vocab_size", "tgt_vocab_size"} | {"preset"}
+    known = {
+        "model": model_keys,
+        "train": {f.name for f in dataclasses.fields(TrainConfig)},
+        "data": {f.name for f in dataclasses.fields(DataConfig)},
+    }
+    for name in SECTIONS:
+        for key in getattr(sections, name):
+            if key not in known[name]:
+                raise ConfigError(
+                    f"{sections.source}: unknown key {key!r} in [{name}] (known: {', '.join(sorted(known[name]))})"
+                )
+
+
+def merge(*layers: ConfigSections) -> ConfigSections:
+    """Later layers override earlier ones, key by key within each section."""
+    merged: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    for layer in layers:
+        for name in SECTIONS:
+            merged[name].update(getattr(layer, name))
+    return ConfigSections(**merged, source=layers[-1].source if layers else "defaults")
+
+
+__all__ = ["NAMED_TASKS", "SECTIONS", "TASK_PRESETS", "ConfigSections", "check_keys", "merge", "read_config_file"]
