@@ -9,11 +9,36 @@ signals), :mod:`~dotformer.training.distributed`, :mod:`~dotformer.training.logg
 Checkpoints live in :mod:`dotformer.checkpoint`.
 """
 
-from dotformer.training.config import DataConfig, TrainConfig
-from dotformer.training.loop import FitResult, TrainData, fit
-from dotformer.training.loss import LossSums, label_smoothed_cross_entropy
-from dotformer.training.schedule import inverse_sqrt_lr, learning_rate, noam_lr
-from dotformer.training.step import EvalResult, StepResult, evaluate_loss, train_step
+from typing import Any
+
+# Each public name and the module that holds it, imported on first use (PEP 562): ``import dotformer.training.loss``
+# (or :mod:`dotformer.scoring`, which needs it) does not load the loop, checkpoints and data batching with it.
+_LAZY = {
+    "DataConfig": "dotformer.training.config",
+    "TrainConfig": "dotformer.training.config",
+    "FitResult": "dotformer.training.loop",
+    "TrainData": "dotformer.training.loop",
+    "fit": "dotformer.training.loop",
+    "LossSums": "dotformer.training.loss",
+    "label_smoothed_cross_entropy": "dotformer.training.loss",
+    "inverse_sqrt_lr": "dotformer.training.schedule",
+    "learning_rate": "dotformer.training.schedule",
+    "noam_lr": "dotformer.training.schedule",
+    "EvalResult": "dotformer.training.step",
+    "StepResult": "dotformer.training.step",
+    "evaluate_loss": "dotformer.training.step",
+    "train_step": "dotformer.training.step",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of ``__all__``, imported from their modules on first use."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'dotformer.training' has no attribute {name!r}")
+
 
 __all__ = [
     "DataConfig",
