@@ -12,10 +12,9 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from dotformer.errors import ConfigError, DataError, MissingDataError
+from dotformer.errors import ConfigError, DataError
 
 Task = Literal["g2p", "translation", "exact", "synthetic"]
 TASKS = ("g2p", "translation", "exact", "synthetic")
@@ -196,57 +195,6 @@ def check_column(value: Any, where: str) -> None:
         return
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ConfigError(f"{where} must be a column number counting from 0, or a header name, got {value!r}")
-
-
-def load_pairs(spec: str, options: CorpusOptions | None = None) -> Corpus:
-    """Read the corpus named by ``spec`` (see the module docstring for the specs) and apply ``options.limit``.
-
-    Raises:
-        MissingDataError: a file, package or SWORD module is missing (the message says how to get it).
-        DataError: a malformed file (FILE:LINE in the message), or a corpus with no pairs left.
-        ConfigError: options that the source cannot use.
-    """
-    options = options or CorpusOptions()
-    corpus = _read(spec, options)
-    corpus = apply_limit(corpus, options.limit)
-    if not corpus.pairs:
-        raise DataError(f"{spec}: no pairs left to train on (report: {corpus.report})")
-    return corpus
-
-
-def _read(spec: str, options: CorpusOptions) -> Corpus:
-    """Dispatch ``spec`` to its reader (imported here, so that pysword or datasets load only when used)."""
-    if spec == "cmudict":
-        from dotformer.data.cmudict import load_cmudict
-
-        return load_cmudict(options)
-    if spec == "bible":
-        from dotformer.data.bible import load_bible
-
-        return load_bible(options)
-    if spec in ("copy", "reverse"):
-        from dotformer.data.synthetic import load_synthetic
-
-        return load_synthetic(spec, options)
-    if spec.startswith("hf:"):
-        from dotformer.data.hf import load_hf
-
-        return load_hf(spec[3:], options)
-    if Path(spec).is_file():
-        from dotformer.data.tsv import load_tsv
-
-        return load_tsv(spec, options)
-    if "," in spec:
-        from dotformer.data.parallel import load_parallel
-
-        source_path, _, target_path = spec.partition(",")
-        if "," in target_path:
-            raise DataError(f"{spec}: parallel files are given as exactly two paths, 'SOURCE,TARGET'")
-        return load_parallel(source_path, target_path, options)
-    raise MissingDataError(
-        f"{spec}: no such file, and not a corpus name; a corpus is one of {', '.join(NAMED_SPECS)}, "
-        f"'hf:NAME_OR_PATH', a TSV/CSV file, or 'SOURCE_FILE,TARGET_FILE'"
-    )
 
 
 def apply_limit(corpus: Corpus, limit: int | None) -> Corpus:
