@@ -22,7 +22,7 @@ from dotformer import Transformer
 from dotformer.api import TranslationResult, Translator
 from dotformer.checkpoint import load_checkpoint, save_checkpoint
 from dotformer.cli import main
-from dotformer.data.tokenizers import train_tokenizer
+from dotformer.data.tokenizers import EOS_ID, train_tokenizer
 from dotformer.decoding import DecodeConfig, translate
 from dotformer.decoding.translate import InputTooLongError, UnknownTokenWarning
 from dotformer.errors import ConfigError, ShapeError
@@ -167,3 +167,22 @@ def test_importing_dotformer_loads_no_checkpoint_machinery() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
+
+
+def test_empty_and_blank_inputs_give_empty_outputs_in_the_api_and_serve(checkpoints: dict[str, Path]) -> None:
+    from dotformer.decoding.batch import decode_batch
+    from dotformer.decoding.translate import pad_batch
+    from dotformer.serve import translate_request
+
+    model = dotformer.load(checkpoints["g2p"], device="cpu")  # untrained: a decoded bare EOS is a made-up output
+    (made_up,) = decode_batch(model.model, pad_batch([[EOS_ID]]), DecodeConfig(max_len_b=4))
+    assert made_up[0].tokens  # so the empty outputs below cannot come from the model
+    assert model.translate(["", "   ", " \t "], max_len_b=4) == ["", "", ""]
+    assert model.translate("", n_best=2, max_len_b=4) == [""]
+    for result in model.translate(["", "  "], details=True, max_len_b=4):
+        assert result.text == "" and result.finished and result.unknown_symbols == 0
+        assert [(h.tokens, h.score) for h in result.hypotheses] == [([], 0.0)]
+    reply = translate_request(model, {"texts": ["", " "]})
+    assert reply == {
+        "translations": [{"text": "", "score": 0.0, "finished": True, "unknown_symbols": 0}] * 2,
+    }

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from dotformer import Transformer
 from dotformer.checkpoint import load_checkpoint, save_checkpoint
 from dotformer.cli import main
-from dotformer.data.tokenizers import train_tokenizer
+from dotformer.data.tokenizers import EOS_ID, train_tokenizer
 from dotformer.decoding import DecodeConfig, translate
 from dotformer.metrics import bleu
 
@@ -352,7 +352,8 @@ def test_json_lines_carry_what_the_api_returns(
     tokenizer = load_checkpoint(runs["copy"]).tgt_tokenizer
     assert [row["id"] for row in rows] == [0, 1, 2] and [row["source"] for row in rows] == texts
     for row, result in zip(rows, expected, strict=True):
-        assert set(row) == {"id", "source", "hypotheses"} and len(row["hypotheses"]) == 2
+        assert set(row) == {"id", "source", "hypotheses"}
+        assert len(row["hypotheses"]) == (1 if row["source"] == "" else 2)  # an empty source has one, empty output
         for got, hyp in zip(row["hypotheses"], result.hypotheses, strict=True):
             assert set(got) == {"text", "tokens", "token_ids", "score", "finished"}
             assert got["text"] == hyp.text and got["token_ids"] == hyp.tokens and got["finished"] == hyp.finished
@@ -495,3 +496,37 @@ def test_stream_lines_do_not_depend_on_how_the_bytes_arrive(step: int) -> None:
     assert bad.read_chunk(10) == ["a1", "b2"]  # the lines before the bad one first
     with pytest.raises(DataError, match=r"^in\.txt:3: byte 0xe9 at byte offset 11 \(byte 6 of the line\)"):
         bad.read_chunk(10)
+
+
+def test_empty_and_blank_lines_give_empty_outputs_in_every_format(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = ["art", "", "   ", "tea"]
+    argv = ["translate", "--checkpoint", str(runs["cmudict"]), "--max-len-b", "4"]  # an untrained, random model
+    from dotformer.decoding.batch import decode_batch
+    from dotformer.decoding.translate import pad_batch
+
+    loaded = load_checkpoint(runs["cmudict"])
+    outputs = [o[0].text for o in translate(loaded, ["art", "tea"], DecodeConfig(max_len_b=4))]
+    (made_up,) = decode_batch(loaded.model, pad_batch([[EOS_ID]]), DecodeConfig(max_len_b=4))  # the model on ""
+    assert made_up[0].tokens and made_up[0].score < 0  # so the outputs below cannot come from the model
+
+    def not_cut(err: str) -> bool:  # no <unk>; at most "art" and "tea" cut at 4 steps, never the empty lines
+        return "<unk>" not in err and ("" if err == "" else "2 of 4 output(s) reached") in err
+
+    feed_stdin(monkeypatch, ("\n".join(lines) + "\n").encode("utf-8"))
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 0 and not_cut(err)
+    assert out == f"{outputs[0]}\n\n\n{outputs[1]}\n"
+    feed_stdin(monkeypatch, ("\n".join(lines) + "\n").encode("utf-8"))
+    status, out, err = run_cli(capsys, *argv, "--n-best", "2")
+    assert status == 0 and not_cut(err)
+    rows = [line for line in out.splitlines() if line.startswith(("1 |||", "2 |||"))]
+    assert rows == ["1 |||  ||| 0.0000", "2 |||  ||| 0.0000"]
+    feed_stdin(monkeypatch, ("\n".join(lines) + "\n").encode("utf-8"))
+    status, out, err = run_cli(capsys, *argv, "--output-format", "json")
+    assert status == 0 and not_cut(err)
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [row["source"] for row in rows] == lines
+    for row in rows[1:3]:
+        assert row["hypotheses"] == [{"text": "", "tokens": [], "token_ids": [], "score": 0.0, "finished": True}]

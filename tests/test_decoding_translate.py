@@ -192,3 +192,40 @@ def test_plot_attention_reads_input_as_translate_does() -> None:
     with pytest.warns(UnknownTokenWarning, match=r"1 input symbol\(s\) in 1 of 1 input\(s\).*'trans!'"):
         maps = attention_weights(loaded, "Trans!")
     assert maps.src_tokens.count("<unk>") == 1
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_empty_and_blank_sources_give_empty_outputs_without_the_model(
+    monkeypatch: pytest.MonkeyPatch, strategy: str
+) -> None:
+    import sys
+
+    module = sys.modules["dotformer.decoding.translate"]
+    rows: list[list[list[int]]] = []
+    real = module.decode_batch
+
+    def recording(model, src, config):  # type: ignore[no-untyped-def]
+        rows.append(src.tolist())
+        return real(model, src, config)
+
+    monkeypatch.setattr(module, "decode_batch", recording)
+    tokenizer = train_tokenizer("char", ["cat dog"])
+    model = random_model(vocab=12)  # a random model: a real decode of [EOS] gives a long, made-up output
+    loaded = LoadedCheckpoint(model, model.config, tokenizer, tokenizer, {}, Path("."))
+    (real_empty,) = real(model, pad_batch([[EOS_ID]]), DecodeConfig(strategy="greedy"))
+    assert real_empty[0].tokens  # so the test would fail if "" were given to the model
+    texts = ["cat", "", "   ", "\t", "dog"]
+    config = DecodeConfig(strategy=strategy, n_best=2 if strategy == "beam" else 1, max_len_b=5)  # type: ignore[arg-type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the spaces are not <unk>
+        outputs = translate(loaded, texts, config)
+    for i in (1, 2, 3):
+        assert len(outputs[i]) == 1
+        (hyp,) = outputs[i]
+        assert (hyp.text, hyp.tokens, hyp.score, hyp.finished) == ("", [], 0.0, True)
+    assert outputs[0][0].score < 0 and outputs[4][0].score < 0  # the others decoded by the model
+    assert sorted(r for batch in rows for r in batch) == sorted(
+        [[*tokenizer.encode("cat"), EOS_ID], [*tokenizer.encode("dog"), EOS_ID]]
+    )
+    encoded = encode_sources(loaded, ["  ", "c a"])
+    assert encoded.ids[0] == [EOS_ID] and encoded.unknown_counts == [0, 0]

@@ -123,6 +123,8 @@ def check_max_input_length(config: ModelConfig, max_input_length: int | None) ->
 def encode_texts(texts: Sequence[str], tokenizer: Tokenizer, max_len: int | None = None) -> EncodedTexts:
     """Tokenise source texts as they are and append EOS (the form the model was trained on).
 
+    An empty or whitespace-only text (:func:`is_empty_source`) becomes ``[EOS]`` with no unknown symbol.
+
     Args:
         texts: the inputs (already normalised: see :func:`encode_sources`).
         tokenizer: the checkpoint's source tokenizer.
@@ -133,6 +135,10 @@ def encode_texts(texts: Sequence[str], tokenizer: Tokenizer, max_len: int | None
     """
     ids, unknown, with_unknown, counts = [], 0, [], []
     for i, text in enumerate(texts):
+        if is_empty_source(text):  # whitespace only: read as the empty input (no <unk> for its spaces)
+            ids.append([EOS_ID])
+            counts.append(0)
+            continue
         tokens = [*tokenizer.encode(text), EOS_ID]
         if max_len is not None and len(tokens) > max_len:
             raise InputTooLongError(
@@ -259,6 +265,16 @@ def warn_unknown(encoded: EncodedTexts, texts: Sequence[str] | None = None, stac
         warnings.warn(message, UnknownTokenWarning, stacklevel=stacklevel)
 
 
+def empty_translation() -> Translation:
+    """The output of an empty source: no tokens, score 0, finished (its one log-probability stands for the EOS)."""
+    return Translation("", [], 0.0, [0.0])
+
+
+def is_empty_source(text: str) -> bool:
+    """True for an empty or whitespace-only source text: it has nothing to translate, so its output is empty."""
+    return not text.strip()
+
+
 def decode_encoded(
     loaded: LoadedCheckpoint,
     encoded: EncodedTexts,
@@ -267,16 +283,28 @@ def decode_encoded(
     progress: bool | None = None,
     max_tokens: int | None = DEFAULT_MAX_TOKENS,
 ) -> list[list[Translation]]:
-    """Decode already encoded sources (:func:`encode_sources`); see :func:`translate` for the arguments."""
+    """Decode already encoded sources (:func:`encode_sources`); see :func:`translate` for the arguments.
+
+    An empty or whitespace-only source (:func:`is_empty_source`) is not given to the model: its output is
+    :func:`empty_translation`, alone (one hypothesis whatever ``n_best``).
+    """
     from tqdm import tqdm
 
     config = config or DecodeConfig()
     model = loaded.model
     device = model_device(model)
-    batches = length_sorted_batches([len(ids) for ids in encoded.ids], batch_size, max_tokens)
     results: list[list[Translation]] = [[] for _ in encoded.ids]
+    empty = [i for i, text in enumerate(encoded.texts) if is_empty_source(text)]
+    for i in empty:
+        results[i] = [empty_translation()]
+    todo = sorted(set(range(len(encoded.ids))) - set(empty))
+    batches = [
+        [todo[j] for j in batch]
+        for batch in length_sorted_batches([len(encoded.ids[i]) for i in todo], batch_size, max_tokens)
+    ]
     show = progress if progress is not None else len(encoded.ids) >= PROGRESS_THRESHOLD
     with tqdm(total=len(encoded.ids), unit="sent", file=sys.stderr, disable=not show, desc="translate") as bar:
+        bar.update(len(empty))
         for batch in batches:
             src = pad_batch([encoded.ids[i] for i in batch], device)  # (B, S)
             for i, hyps in zip(batch, decode_batch(model, src, config), strict=True):
@@ -301,8 +329,9 @@ def translate(
 
     Args:
         loaded: from :func:`dotformer.checkpoint.load_checkpoint` (model, tokenizers, config).
-        texts: source sentences as a user wrote them (an empty string is a valid input); they are normalised as the
-            checkpoint's training sources were (:func:`source_normaliser`).
+        texts: source sentences as a user wrote them; they are normalised as the checkpoint's training sources were
+            (:func:`source_normaliser`). An empty or whitespace-only text is valid: its output is the empty
+            :func:`empty_translation` (score 0, finished, one hypothesis), found without running the model.
         config: how to decode (default :class:`DecodeConfig`: beam 4, α = 0.6).
         batch_size: most sentences decoded together (beam search runs batch_size · K decoder rows).
         progress: show a progress bar on stderr; None shows one from ``PROGRESS_THRESHOLD`` inputs on.
