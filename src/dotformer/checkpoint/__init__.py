@@ -89,8 +89,10 @@ from dotformer.checkpoint.train_state import (
     load_train_state,
     save_train_state,
 )
+from dotformer.errors import CheckpointError  # raised by every function here
 
 __all__ = [
+    "CheckpointError",
     "CONFIG_FILE",
     "CheckpointWarning",
     "FORMAT_VERSION",
