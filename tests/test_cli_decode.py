@@ -331,7 +331,7 @@ def test_input_and_output_files(runs: dict[str, Path], capsys: pytest.CaptureFix
     expected = [o[0].text for o in translate(load_checkpoint(runs["copy"]), COPY_TEXTS)]
     assert target.read_text(encoding="utf-8").split("\n") == [*expected, ""]
     status, _, err = run_cli(capsys, *argv[:-1], str(source))  # --output is --input: refused before any work
-    assert status == 2 and "is the --input file" in err and source.read_text(encoding="utf-8").count("\n") == 6
+    assert status == 2 and "is a file this command reads" in err and source.read_text(encoding="utf-8").count("\n") == 6
     status, _, err = run_cli(capsys, *argv[:-1], str(tmp_path))
     assert status == 2 and "is a directory" in err and err.count("\n") == 1
 

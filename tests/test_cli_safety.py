@@ -198,3 +198,50 @@ def test_closed_pipe_ends_quietly(run_dir: Path) -> None:
     assert result.stdout.count("\n") == 1
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
     assert "status=141" in result.stderr or "status=0" in result.stderr, result.stderr
+
+
+def test_outputs_never_overwrite_an_input_a_checkpoint_or_a_run(run_dir: Path, tmp_path: Path) -> None:
+    """A new user's findings: --hyps/--json/--output over the test file, run.json or a checkpoint's weights."""
+    test_file = tmp_path / "test.tsv"
+    test_file.write_text("a1 a2\ta1 a2\nb3\tb3\n", encoding="utf-8")
+    run_before, test_before = snapshot(run_dir), test_file.read_bytes()
+    evaluate = ["evaluate", "--checkpoint", str(run_dir), "--data", str(test_file), "--task", "exact"]
+    cases = [
+        ([*evaluate, "--hyps", str(test_file)], "evaluate", "reads"),
+        ([*evaluate, "--json", str(test_file)], "evaluate", "reads"),
+        ([*evaluate, "--json", str(run_dir / "run.json")], "evaluate", "part of the run"),
+        ([*evaluate, "--hyps", str(run_dir / "best" / "model.safetensors")], "evaluate", "inside the checkpoint"),
+        ([*evaluate, "--hyps", str(run_dir / "data" / "new.txt")], "evaluate", "part of the run"),
+        (
+            ["translate", "--checkpoint", str(run_dir), "--output", str(run_dir / "best" / "config.json"), "a1"],
+            "translate",
+            "inside the checkpoint",
+        ),  # fmt: skip
+        (
+            ["translate", "--checkpoint", str(run_dir), "--input", str(test_file), "--output", str(test_file)],
+            "translate",
+            "reads",
+        ),  # fmt: skip
+        (
+            ["average", "--overwrite", "--out", str(run_dir / "last"), str(run_dir / "best")],
+            "average",
+            "part of the run",
+        ),
+        (
+            ["average", "--overwrite", "--out", str(run_dir / "best"), str(run_dir / "last")],
+            "average",
+            "part of the run",
+        ),
+        (["train", *QUICK, "--max-steps", "1", "--out", str(run_dir / "best")], "train", "part of the run"),
+    ]
+    for step in ckpt.step_checkpoints(run_dir / "checkpoints"):
+        cases.append((["average", "--overwrite", "--out", str(step), str(run_dir / "best")], "average", "part of"))
+    for argv, command, fragment in cases:
+        assert_one_error_line(dotformer(*argv), command, fragment)
+    assert snapshot(run_dir) == run_before and test_file.read_bytes() == test_before
+    # a new file beside the run's own is fine (scripts/g2p.sh writes RUN/test_metrics.json)
+    result = dotformer(*evaluate, "--json", str(run_dir / "test_metrics.json"), "--hyps", str(run_dir / "test.hyp"))
+    assert result.returncode == 0, result.stderr
+    assert (run_dir / "test.hyp").read_text(encoding="utf-8").count("\n") == 2
+    for name in ("test_metrics.json", "test.hyp"):
+        (run_dir / name).unlink()

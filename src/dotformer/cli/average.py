@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,10 +34,11 @@ def run(args: argparse.Namespace) -> int:
         resolve_checkpoint,
         save_checkpoint,
     )
+    from dotformer.cli.outputs import check_output_dir
     from dotformer.data.tokenizers import load_tokenizer
     from dotformer.errors import CheckpointError
 
-    out = Path(args.out)
+    out = check_output_dir(args.out, "--out")  # never a run's best/, last/ or step checkpoints: training owns them
     if out.exists() or out.is_symlink():
         refuse_unless_checkpoint(out)  # a run directory, a user's folder or a file: never replaced
         if not args.overwrite and any(out.iterdir()):

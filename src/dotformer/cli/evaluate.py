@@ -59,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the outputs, load, read the pairs, decode, score, print and write; returns 0."""
     import json
+    from pathlib import Path
 
     from dotformer.cli.outputs import check_output_file
     from dotformer.decoding.evaluation import (
@@ -77,8 +78,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give --data FILE (a test file) or --split (the run's saved split), not both")
     if args.data is None and reader_values(args):
         raise ConfigError(f"{', '.join(_flag(f) for f in reader_values(args))} read a --data file; none was given")
-    outputs = {flag: check_output_file(path, flag) for flag, path in (("--json", args.json), ("--hyps", args.hyps))
-               if path}  # fmt: skip
+    read = tuple(args.data.split(",")) if args.data else ()  # a TSV, or SRC,TGT files
+    wanted = (("--json", args.json), ("--hyps", args.hyps))
+    outputs = {flag: check_output_file(path, flag, read) for flag, path in wanted if path}
+    if args.json and args.hyps and Path(args.json).resolve() == Path(args.hyps).resolve():
+        raise ConfigError(f"--json and --hyps name one file ({args.json}); give two")
     loaded = load_for_decoding(args)
     task = loaded.info.get("task")
     if task is None:

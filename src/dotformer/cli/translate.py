@@ -408,9 +408,7 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
 
             raise MissingDataError(f"{path}: no such file")
     if args.output is not None and args.output != "-":
-        check_output_file(args.output, "--output")
-        if args.input not in (None, "-") and Path(args.output).resolve() == Path(args.input).resolve():
-            raise ConfigError(f"--output {args.output} is the --input file: it would be overwritten while read")
+        check_output_file(args.output, "--output", (args.input,))
     return output_format
 
 
