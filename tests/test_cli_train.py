@@ -10,6 +10,7 @@ import torch
 
 from dotformer import checkpoint as ckpt
 from dotformer.cli import main
+from dotformer.config import PRESETS
 
 
 @pytest.fixture(autouse=True)
@@ -68,6 +69,26 @@ def test_config_file_and_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str
     record = json.loads((tmp_path / "r" / "run.json").read_text())
     assert record["dataset"] == "reverse" and record["model"]["d_ff"] == 32 and record["train"]["max_tokens"] == 512
     assert record["model"]["num_decoder_layers"] == 1 and record["train"]["max_steps"] == 2
+
+
+def test_a_preset_flag_replaces_the_config_files_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--config FILE --preset tiny``: the tiny shape, not the file's sizes under a tiny label (a new user's find)."""
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[data]\ndataset = "copy"\nlimit = 100\n[model]\nd_model = 32\nnum_heads = 2\nd_ff = 48\nnorm_first = true\n'
+        "[train]\nmax_steps = 1\nprogress = false\n"
+    )
+    out = tmp_path / "r"
+    assert main(["train", "--config", str(config), "--preset", "tiny", "--dropout", "0.2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    record = json.loads((out / "run.json").read_text())
+    tiny = PRESETS["tiny"]
+    assert record["preset"] == "tiny"
+    for key in ("d_model", "num_heads", "d_ff", "num_encoder_layers", "num_decoder_layers"):
+        assert record["model"][key] == tiny[key], key
+    assert record["model"]["dropout"] == 0.2  # a flag still wins over the preset
+    assert record["model"]["norm_first"] is True  # a field the preset does not define carries over
+    assert ckpt.load_checkpoint(out).config.d_model == tiny["d_model"]
 
 
 @pytest.mark.parametrize(

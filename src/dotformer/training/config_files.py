@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dotformer.config import ModelConfig
+from dotformer.config import PRESETS, ModelConfig
 from dotformer.data.types import NAMED_TASKS
 from dotformer.errors import ConfigError
 from dotformer.training.config import DataConfig, TrainConfig, data_table
@@ -95,9 +95,18 @@ def check_keys(sections: ConfigSections) -> None:
 
 
 def merge(*layers: ConfigSections) -> ConfigSections:
-    """Later layers override earlier ones, key by key within each section."""
+    """Later layers override earlier ones, key by key within each section.
+
+    A later layer's model ``preset`` names a whole shape: it also replaces the earlier layers' values of the fields
+    that preset defines (``--config g2p --preset tiny`` trains the tiny model, not g2p.toml's d_model with a tiny
+    label); fields the preset does not define (``norm_first``, ``activation``, ...) carry over.
+    """
     merged: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
     for layer in layers:
+        preset = layer.model.get("preset")
+        if preset in PRESETS:
+            for key in PRESETS[preset]:
+                merged["model"].pop(key, None)
         for name in SECTIONS:
             merged[name].update(getattr(layer, name))
     return ConfigSections(**merged, source=layers[-1].source if layers else "defaults")
