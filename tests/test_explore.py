@@ -603,3 +603,49 @@ def test_page_in_headless_chromium(
     status = browser.wait_for("return document.getElementById('status').textContent;")
     assert "serve mode" in status
     assert browser.run_js("return document.querySelectorAll('#heatmap rect.cell').length;") == 0
+
+
+def test_forced_targets_are_normalised_and_unknown_symbols_named_as_plot_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import warnings
+
+    from dotformer.decoding.translate import UnknownTokenWarning
+    from dotformer.explore.data import examples_json
+
+    src_tok = train_tokenizer("char", ["read"])
+    tgt_tok = train_tokenizer("symbol", ["R IY D", "R EH D"])  # a --strip-stress run: no stress digits
+    torch.manual_seed(0)
+    config = ModelConfig(
+        src_vocab_size=src_tok.vocab_size,
+        tgt_vocab_size=tgt_tok.vocab_size,
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        dropout=0.0,
+    )
+    info = {"task": "g2p", "dataset": "cmudict", "data": {"dataset": "cmudict", "strip_stress": True}}
+    save_checkpoint(tmp_path / "g2p", Transformer(config).eval(), src_tok, tgt_tok, info)
+    loaded = load_checkpoint(tmp_path / "g2p")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (data,) = examples_json(loaded, ["read"], ["R IY1 D"])
+    assert data["tgt_tokens"] == ["<s>", "R", "IY", "D"] and data["output"] == "R IY D" and data["warning"] == ""
+    with pytest.warns(UnknownTokenWarning, match=r"2 target symbol\(s\) .*<unk>: ZH ") as record:
+        first, second = examples_json(loaded, ["read", "read"], ["R ZH1 D", "ZH0 EH1 D"])
+    assert len([w for w in record if w.category is UnknownTokenWarning]) == 1  # once for all the examples
+    assert first["tgt_tokens"] == ["<s>", "R", "<unk>", "D"] and first["output"] == "R <unk> D"
+    assert second["tgt_tokens"] == ["<s>", "<unk>", "EH", "D"]
+    assert first["warning"] == "1 reference symbol(s) are not in the target vocabulary and were read as <unk>: ZH"
+    with pytest.warns(UnknownTokenWarning, match=r"<unk>: ZH "):  # plot reads the same target the same way
+        plotted = attention_weights(loaded, "read", target="R ZH1 D")
+    assert plotted.tgt_tokens == first["tgt_tokens"] and plotted.output_text == first["output"]
+    page = tmp_path / "page.html"
+    argv = ["explore", "--checkpoint", str(tmp_path / "g2p"), "--write", str(page), "--text", "read"]
+    assert main([*argv, "--target", "R IY1 D"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main([*argv, "--target", "R ZH1 D"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("target vocabulary") == 1 and "<unk>: ZH " in err

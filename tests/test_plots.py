@@ -314,3 +314,55 @@ def test_cli_plots(loaded: LoadedCheckpoint, tmp_path: Path, capsys: pytest.Capt
     assert main(["plot", "curves", "--run", str(tmp_path / "none"), "--out", str(tmp_path / "c.png")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("dotformer plot: error:") for line in err)
+
+
+def stressless_checkpoint(directory: Path, strip_stress: bool = True) -> LoadedCheckpoint:
+    """An untrained CMUdict-like checkpoint whose target vocabulary has no stress digits (a --strip-stress run)."""
+    src_tok = train_tokenizer("char", ["transformer read"])
+    tgt_tok = train_tokenizer("symbol", ["T R AE N S F AO M ER", "R IY D"])
+    torch.manual_seed(0)
+    config = ModelConfig(
+        src_vocab_size=src_tok.vocab_size,
+        tgt_vocab_size=tgt_tok.vocab_size,
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        dropout=0.0,
+    )
+    info = {"task": "g2p", "dataset": "cmudict", "data": {"dataset": "cmudict", "strip_stress": strip_stress}}
+    save_checkpoint(directory, Transformer(config).eval(), src_tok, tgt_tok, info)
+    return load_checkpoint(directory)
+
+
+def test_forced_targets_are_normalised_as_the_training_targets_and_unknown_symbols_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import warnings
+
+    from dotformer.decoding.translate import UnknownTokenWarning
+
+    loaded = stressless_checkpoint(tmp_path / "g2p")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # AE1 is read as AE: nothing unknown
+        maps = attention_weights(loaded, "trans", target="T R AE1 N S")
+    assert maps.tgt_tokens == ["<s>", "T", "R", "AE", "N", "S"] and maps.output_text == "T R AE N S"
+    assert maps.next_ids == (*loaded.tgt_tokenizer.encode("T R AE N S"), EOS_ID)
+    with pytest.warns(UnknownTokenWarning, match=r"2 target symbol\(s\) .* <unk>: ZH, Q ") as record:
+        maps = attention_weights(loaded, "trans", target="T ZH1 AE1 Q")
+    assert len([w for w in record if w.category is UnknownTokenWarning]) == 1
+    assert maps.tgt_tokens == ["<s>", "T", "<unk>", "AE", "<unk>"] and maps.output_text == "T <unk> AE <unk>"
+    assert maps.labels("cross")[0] == ["T", "<unk>", "AE", "<unk>", "</s>"]  # never dropped
+    kept = stressless_checkpoint(tmp_path / "kept", strip_stress=False)  # a run that kept stress: AE1 is unknown
+    with pytest.warns(UnknownTokenWarning, match=r"1 target symbol\(s\) .*: AE1 "):
+        assert attention_weights(kept, "trans", target="T AE1").output_text == "T <unk>"
+    out = tmp_path / "cross.png"
+    argv = ["plot", "attention", "--checkpoint", str(tmp_path / "g2p"), "trans", "--kind", "cross", "--out", str(out)]
+    assert main([*argv, "--target", "T R AE1 N S"]) == 0
+    captured = capsys.readouterr()
+    assert "trans -> T R AE N S (forced" in captured.out and "warning" not in captured.err
+    assert main([*argv, "--target", "T R ZH1 N S"]) == 0
+    captured = capsys.readouterr()
+    assert "trans -> T R <unk> N S (forced" in captured.out
+    assert captured.err.count("target vocabulary") == 1 and "<unk>: ZH " in captured.err

@@ -231,6 +231,71 @@ def source_normaliser(info: dict[str, Any]) -> Callable[[str], str]:
     return str
 
 
+def target_normaliser(info: dict[str, Any]) -> Callable[[str], str]:
+    """How to prepare a target a user gives (a forced reference) the way the checkpoint's training targets were.
+
+    The twin of :func:`source_normaliser`: a CMUdict model trained with ``strip_stress`` (config.json
+    ``info["data"]["strip_stress"]``) read phones without stress digits, so "T R AE1 N S" becomes "T R AE N S";
+    other targets are read as they are.
+
+    Args:
+        info: the checkpoint's config.json.
+    """
+    data = info.get("data") or {}
+    if info.get("dataset") == "cmudict" and isinstance(data, dict) and data.get("strip_stress"):
+        from dotformer.data.cmudict import strip_stress
+
+        return lambda text: " ".join(strip_stress(phone) for phone in text.split())
+    return str
+
+
+class EncodedTarget(NamedTuple):
+    """A user's target text as target ids (for forced decoding).
+
+    Attributes:
+        text: the target after :func:`target_normaliser`, with each unknown symbol shown as ``<unk>``.
+        ids: its token ids (no BOS, no EOS); an unknown symbol is ``UNK_ID``, never dropped.
+        unknown: the symbols outside the target vocabulary, in order (``"<unk>"`` where a tokenizer cannot name them).
+    """
+
+    text: str
+    ids: list[int]
+    unknown: list[str]
+
+
+def encode_target(loaded: Any, text: str) -> EncodedTarget:
+    """Normalise a user's target as the checkpoint's training targets were, then tokenise it (the one path, shared
+    by ``dotformer plot attention --target`` and ``dotformer explore --target``).
+
+    Args:
+        loaded: anything with ``tgt_tokenizer`` and, optionally, ``info`` (config.json).
+        text: the target as the user wrote it.
+    """
+    from dotformer.data.tokenizers import UNK_ID
+
+    tokenizer = loaded.tgt_tokenizer
+    text = target_normaliser(getattr(loaded, "info", None) or {})(text)
+    ids = list(tokenizer.encode(text))
+    split, join = getattr(tokenizer, "split", None), getattr(tokenizer, "join", None)
+    pieces = split(text) if callable(split) and callable(join) else None
+    if pieces is None or len(pieces) != len(ids):  # a tokenizer that cannot name its pieces (BPE)
+        return EncodedTarget(text, ids, ["<unk>"] * ids.count(UNK_ID))
+    unknown = [piece for piece, index in zip(pieces, ids, strict=True) if index == UNK_ID]
+    shown = [piece if index != UNK_ID else "<unk>" for piece, index in zip(pieces, ids, strict=True)]
+    return EncodedTarget(join(shown), ids, unknown)
+
+
+def unknown_target_message(unknown: Sequence[str]) -> str | None:
+    """The one-line warning for target symbols outside the target vocabulary (None when there are none)."""
+    if not unknown:
+        return None
+    names = ", ".join(dict.fromkeys(unknown))
+    return (
+        f"{len(unknown)} target symbol(s) are not in the target vocabulary and were read as <unk>: {names} "
+        f"(after normalising the target as the training targets were)"
+    )
+
+
 def model_device(model: Transformer) -> torch.device:
     """The device of the model's parameters."""
     return next(model.parameters()).device

@@ -59,8 +59,11 @@ def token_steps(maps: AttentionMaps, tgt_tokenizer: Any, k: int = TOP_K) -> list
     return steps
 
 
-def unknown_warning(maps: AttentionMaps) -> str:
-    """The line the CLI warns with when source (or forced reference) symbols are outside the vocabulary, or ""."""
+def unknown_warning(maps: AttentionMaps, reference_symbols: Sequence[str] = ()) -> str:
+    """The line the CLI warns with when source (or forced reference) symbols are outside the vocabulary, or "".
+
+    ``reference_symbols``: the forced reference's symbols outside the target vocabulary, named in the line.
+    """
     unknown = maps.src_tokens.count(UNK_LABEL)
     lines = []
     if unknown:
@@ -70,12 +73,19 @@ def unknown_warning(maps: AttentionMaps) -> str:
         )
     reference = maps.tgt_tokens.count(UNK_LABEL) if maps.forced else 0
     if reference:
-        lines.append(f"{reference} reference symbol(s) are not in the target vocabulary and were read as {UNK_LABEL}")
+        names = f": {', '.join(dict.fromkeys(reference_symbols))}" if reference_symbols else ""
+        lines.append(
+            f"{reference} reference symbol(s) are not in the target vocabulary and were read as {UNK_LABEL}{names}"
+        )
     return "; ".join(lines)
 
 
 def maps_to_json(
-    maps: AttentionMaps, digits: int = 4, tgt_tokenizer: Any = None, target: str | None = None
+    maps: AttentionMaps,
+    digits: int = 4,
+    tgt_tokenizer: Any = None,
+    target: str | None = None,
+    reference_unknown: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One example for the page: texts, token labels, sizes, the three kinds of (L, H, rows, cols) maps, and
     (with ``tgt_tokenizer``) each position's probability and top-k alternatives.
@@ -85,6 +95,7 @@ def maps_to_json(
         digits: decimals of the attention weights.
         tgt_tokenizer: the checkpoint's target tokenizer, to name the top-k alternatives (None: no "steps").
         target: the reference text that was force-decoded (None: greedy decoding).
+        reference_unknown: its symbols outside the target vocabulary (named in "warning").
     """
     return {
         "source": maps.source_text,
@@ -98,7 +109,7 @@ def maps_to_json(
         "layers": maps.num_layers,
         "heads": maps.num_heads,
         "unknown": maps.src_tokens.count(UNK_LABEL),
-        "warning": unknown_warning(maps),
+        "warning": unknown_warning(maps, reference_unknown),
         "steps": token_steps(maps, tgt_tokenizer) if tgt_tokenizer is not None else [],
         "maps": {
             "encoder": rounded(maps.encoder, digits),
@@ -114,13 +125,14 @@ def example_json(loaded: Any, text: str, target: str | None = None) -> dict[str,
     Raises:
         DataError: the text has no tokens. ConfigError: the model is not an encoder-decoder.
     """
-    from dotformer.decoding.translate import UnknownTokenWarning
+    from dotformer.decoding.translate import UnknownTokenWarning, encode_target
     from dotformer.plots.attention import attention_weights
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnknownTokenWarning)  # the page shows it: the example's "warning"
         maps = attention_weights(loaded, text, target=target)
-    return maps_to_json(maps, tgt_tokenizer=loaded.tgt_tokenizer, target=target)
+    unknown = encode_target(loaded, target).unknown if target is not None else []
+    return maps_to_json(maps, tgt_tokenizer=loaded.tgt_tokenizer, target=target, reference_unknown=unknown)
 
 
 def build_page(examples: Sequence[dict[str, Any]], mode: Literal["serve", "static"], title: str = "") -> str:
@@ -146,7 +158,11 @@ def examples_json(
     """The page's examples: each text decoded greedily, or force-decoding the target at the same place.
 
     Args:
-        targets: None (decode every text), or one reference per text (None or "" decodes that text).
+        targets: None (decode every text), or one reference per text (None or "" decodes that text); each is
+            normalised as the checkpoint's training targets were (stress digits stripped where the run stripped them).
+
+    Warns:
+        UnknownTokenWarning: once, naming the targets' symbols outside the target vocabulary (read as <unk>).
 
     Raises:
         ConfigError: targets given, but not one per text. DataError: a text has no tokens.
@@ -159,6 +175,11 @@ def examples_json(
         raise ConfigError(
             f"give one --target per --text ({len(texts)} text(s), {len(targets)} target(s)); '' decodes that text"
         )
+    from dotformer.decoding.translate import UnknownTokenWarning, encode_target, unknown_target_message
+
+    unknown = [symbol for target in targets if target for symbol in encode_target(loaded, target).unknown]
+    if (message := unknown_target_message(unknown)) is not None:  # once for all the examples, as plot does
+        warnings.warn(message, UnknownTokenWarning, stacklevel=2)
     return [example_json(loaded, text, target or None) for text, target in zip(texts, targets, strict=True)]
 
 

@@ -42,7 +42,8 @@ class AttentionMaps(NamedTuple):
 
     Attributes:
         source_text: the input text.
-        output_text: the model's greedy output, detokenised.
+        output_text: the model's greedy output, detokenised; when forced, the normalised target with each symbol
+            outside the target vocabulary shown as "<unk>".
         src_tokens: S labels: the source tokens, then "</s>".
         tgt_tokens: T labels of the decoder's input positions: "<s>", then the output tokens.
         out_tokens: T labels: the token the model predicts (argmax, PAD and BOS excluded as in greedy decoding) at
@@ -120,7 +121,10 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
         text: the source text as a user wrote it; it is read exactly as ``dotformer translate`` reads it
             (:func:`dotformer.decoding.translate.encode_sources`: e.g. lower case for a CMUdict model), and
             ``source_text`` of the result is that normalised text.
-        target: teacher-force this target text instead of the model's greedy output (None: decode).
+        target: teacher-force this target text instead of the model's greedy output (None: decode); it is
+            normalised as the checkpoint's training targets were (:func:`dotformer.decoding.translate.encode_target`:
+            stress digits stripped for a CMUdict model trained with ``strip_stress``); a symbol outside the target
+            vocabulary is read as <unk> (``output_text`` shows it so), never dropped.
 
     Returns:
         :class:`AttentionMaps` with arrays equal to ``model.encode(src, need_weights=True).self_weights`` and
@@ -131,12 +135,20 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
         InputTooLongError: the text has more tokens than the model's ``max_len``.
 
     Warns:
-        UnknownTokenWarning: symbols outside the source vocabulary, read as <unk> (the warning of ``translate``).
+        UnknownTokenWarning: symbols outside the source vocabulary, read as <unk> (the warning of ``translate``);
+            and, once, target symbols outside the target vocabulary (the message names them).
     """
     model = loaded.model
     if getattr(model, "encoder", None) is None or getattr(model, "decoder", None) is None:
         raise ConfigError("attention maps need an encoder-decoder model (source, target and cross-attention)")
-    from dotformer.decoding.translate import default_max_input_length, encode_sources, warn_unknown
+    from dotformer.decoding.translate import (
+        UnknownTokenWarning,
+        default_max_input_length,
+        encode_sources,
+        encode_target,
+        unknown_target_message,
+        warn_unknown,
+    )
 
     encoded = encode_sources(loaded, [text], default_max_input_length(model.config))  # normalised as translate does
     warn_unknown(encoded)
@@ -145,7 +157,12 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
         raise DataError(f"the input {text!r} has no tokens")
     device = next(model.parameters()).device
     src = torch.tensor([src_ids + [EOS]], dtype=torch.int64, device=device)  # (1, S)
-    out_ids = greedy_output_ids(model, src) if target is None else list(loaded.tgt_tokenizer.encode(target))
+    forced = encode_target(loaded, target) if target is not None else None  # normalised as the training targets
+    if forced is not None and (message := unknown_target_message(forced.unknown)) is not None:
+        import warnings
+
+        warnings.warn(message, UnknownTokenWarning, stacklevel=2)
+    out_ids = greedy_output_ids(model, src) if forced is None else forced.ids
     tgt_in = torch.tensor([[BOS, *out_ids]], dtype=torch.int64, device=device)  # (1, T)
 
     was_training = model.training
@@ -167,7 +184,7 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
 
     return AttentionMaps(
         source_text=text,
-        output_text=loaded.tgt_tokenizer.decode(out_ids),
+        output_text=loaded.tgt_tokenizer.decode(out_ids) if forced is None else forced.text,
         src_tokens=[token_label(loaded.src_tokenizer, i) for i in src[0].tolist()],
         tgt_tokens=[token_label(loaded.tgt_tokenizer, i) for i in tgt_in[0].tolist()],
         out_tokens=[token_label(loaded.tgt_tokenizer, i) for i in predicted],
