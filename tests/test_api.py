@@ -179,8 +179,8 @@ def test_empty_and_blank_inputs_give_empty_outputs_in_the_api_and_serve(checkpoi
     assert made_up[0].tokens  # so the empty outputs below cannot come from the model
     assert model.translate(["", "   ", " \t "], max_len_b=4) == ["", "", ""]
     assert model.translate("", n_best=2, max_len_b=4) == [""]
-    for result in model.translate(["", "  "], details=True, max_len_b=4):
-        assert result.text == "" and result.finished and result.unknown_symbols == 0
+    for result in model.translate(["", "  "], details=True, max_len_b=4, attention=True):
+        assert result.text == "" and result.finished and result.unknown_symbols == 0 and result.attention is None
         assert [(h.tokens, h.score) for h in result.hypotheses] == [([], 0.0)]
     reply = translate_request(model, {"texts": ["", " "]})
     assert reply == {

@@ -99,10 +99,11 @@ class TranslationResult(NamedTuple):
         source: the input as given.
         hypotheses: best first (``n_best`` of them), each a :class:`~dotformer.decoding.Translation` with ``text``,
             ``tokens`` (target ids, no BOS/EOS), ``score`` (log P(Y|X) / lp(|Y|), natural log), ``log_probs`` (one
-            per step) and ``finished`` (False: cut at the maximum output length).
+            per step) and ``finished`` (False: cut at the maximum output length); an empty or whitespace-only source
+            has one, empty hypothesis (score 0, finished), found without the model.
         unknown_symbols: source symbols read as <unk>.
         attention: with ``attention=True``, the attention maps of the best hypothesis (teacher-forced on its text,
-            see :func:`dotformer.plots.attention_weights`); else None.
+            see :func:`dotformer.plots.attention_weights`); else None (and None for an empty source).
     """
 
     id: int
@@ -295,8 +296,11 @@ class Translator:
         return results[0] if single else results
 
     def _attention(self, source: str, hyps: list[Translation], wanted: bool) -> AttentionMaps | None:
-        """The attention maps of the best hypothesis of ``source`` (None when not ``wanted``)."""
-        if not wanted:
+        """The attention maps of the best hypothesis of ``source`` (None when not ``wanted``, or for an empty or
+        whitespace-only source, which the model does not read)."""
+        from dotformer.decoding.translate import is_empty_source
+
+        if not wanted or is_empty_source(source):
             return None
         import warnings
 
