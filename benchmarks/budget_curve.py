@@ -79,7 +79,9 @@ def evaluate(checkpoint: str, beam: int, split: str, json_path: Path, threads: i
         str(json_path),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:  # the progress bar is dropped; an error is shown whole
+        raise SystemExit(f"evaluating {checkpoint} failed:\n{done.stderr}")
     return json.loads(json_path.read_text(encoding="utf-8"))
 
 
@@ -120,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/budget_curve.json"), help="JSON written")
     parser.add_argument("--plot", type=Path, default=None, help="PNG/SVG of the curve (optional)")
     parser.add_argument("--title", default=None, help="plot title (default: the run directory)")
+    parser.add_argument("--reuse", action="store_true", help="reuse a checkpoint's metrics JSON from an earlier call")
     args = parser.parse_args(argv)
 
     points, steps = train_points(args.run), checkpoint_steps(args.run)
@@ -130,9 +133,13 @@ def main(argv: list[str] | None = None) -> int:
         if row is None:
             print(f"{minutes:g} min: no step checkpoint saved within that budget", file=sys.stderr)
             continue
-        result = evaluate(
-            row["checkpoint"], args.beam, args.split, args.out.with_suffix(f".{row['step']}.json"), args.threads
-        )
+        if rows and rows[-1]["step"] == row["step"]:
+            print(f"{minutes:g} min: the same checkpoint as {rows[-1]['minutes']:g} min (step {row['step']})")
+            continue
+        json_path = args.out.with_suffix(f".{row['step']}.json")
+        result = json.loads(json_path.read_text()) if args.reuse and json_path.is_file() else None
+        if result is None or result.get("decode", {}).get("beam_size") != args.beam:
+            result = evaluate(row["checkpoint"], args.beam, args.split, json_path, args.threads)
         row["metrics"] = {k: v for k, v in result["metrics"].items() if k in METRIC_KEYS}
         rows.append(row)
         shown = "  ".join(f"{k} {v:.2f}" for k, v in row["metrics"].items())
