@@ -155,7 +155,11 @@ def test_logits_and_greedy_outputs_equal_hf(marian: dict[str, Any]) -> None:
     out = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12, suppress_tokens=[pad])  # (B, 1 + T)
     theirs = tokenizer.batch_decode(out, skip_special_tokens=True)
     ours = translator.translate(TEXTS, strategy="greedy", max_len_a=0.0, max_len_b=12)
-    assert ours == theirs
+    # an empty input is answered "" without running the model (dotformer.decoding.translate); HF decodes it
+    assert [o for o, t in zip(ours, TEXTS, strict=True) if t.strip()] == [
+        h for h, t in zip(theirs, TEXTS, strict=True) if t.strip()
+    ]
+    assert [o for o, t in zip(ours, TEXTS, strict=True) if not t.strip()] == [""]
     assert len(set(theirs)) > 2 and max(len(t) for t in theirs) > 10  # varied, non-trivial outputs
 
     # teacher-forced logits on HF's own outputs, columns in dotformer's order
