@@ -42,13 +42,22 @@ def checkpoint_steps(run: Path) -> dict[int, Path]:
 
 
 def pick(run: Path, minutes: float, points: list[dict[str, Any]], steps: dict[int, Path]) -> dict[str, Any] | None:
-    """The newest step checkpoint within ``minutes`` of training, with the run's figures at that step."""
-    elapsed_at = {row["step"]: row for row in points}
-    eligible = [s for s in steps if s in elapsed_at and elapsed_at[s]["elapsed_s"] <= minutes * 60 + 1e-6]
+    """The newest step checkpoint within ``minutes`` of training, with the run's figures at that step.
+
+    A checkpoint's time is that of the first logged step at or after it (lines come every ``log_every`` steps); the
+    final checkpoint of a run, saved after its last logged line, takes that line's time.
+    """
+    if not points:
+        return None
+
+    def row_of(step: int) -> dict[str, Any]:
+        return next((r for r in points if r["step"] >= step), points[-1])
+
+    eligible = [s for s in steps if row_of(s)["elapsed_s"] <= minutes * 60]
     if not eligible:
         return None
     step = max(eligible)
-    row = elapsed_at[step]
+    row = row_of(step)
     window = [r["tokens_per_s"] for r in points if r["step"] <= step]
     return {
         "minutes": minutes,
@@ -101,7 +110,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
             for x, y in zip(minutes, values, strict=True):
                 ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
     ax.set_xscale("log")
-    ax.set_xticks(minutes, [f"{m:g}" for m in minutes])
+    ax.set_xticks(minutes, [f"{m:.0f}\n{r['step']:,} steps" for m, r in zip(minutes, rows, strict=True)])
     ax.minorticks_off()
     ax.set_xlabel("training minutes (1 CPU thread)")
     ax.set_ylabel("%")
