@@ -219,6 +219,7 @@ class StreamLines:
     def _read(self) -> None:
         """One read of at most READ_SIZE bytes (a pipe returns what has arrived; it blocks only when nothing has)."""
         read = getattr(self.stream, "read1", None) or self.stream.read
+        self._wait_readable()
         data = read(READ_SIZE)
         if not data:
             self.eof = True
@@ -227,6 +228,23 @@ class StreamLines:
             if self.pending.startswith(BOM):
                 self.pending, self.offset = self.pending[len(BOM) :], self.offset + len(BOM)
             self.bom_checked = True
+
+    def _wait_readable(self) -> None:
+        """Wait until the input can be read, waking every 0.25 s.
+
+        A Ctrl-C may be delivered to another thread of the process (torch's); Python then runs its handler in the
+        main thread only when that thread next runs bytecode, which a read blocked in the kernel never does. Waiting
+        in short ``select`` calls lets the KeyboardInterrupt through within 0.25 s. ``read1`` of a buffered stream
+        (all reads here ask for more than its buffer) leaves nothing buffered, so the file descriptor tells the truth.
+        """
+        try:
+            fd = self.stream.fileno()
+            import select
+
+            while not select.select([fd], [], [], 0.25)[0]:
+                pass
+        except (AttributeError, OSError, ValueError, TypeError):
+            return  # in-memory streams, or a descriptor select cannot watch: read as it is
 
     def _ready(self) -> bool:
         """Whether more input can be read at once (in-memory streams: always; pipes and terminals: ask select)."""
