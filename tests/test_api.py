@@ -162,7 +162,7 @@ def test_importing_dotformer_loads_no_checkpoint_machinery() -> None:
         "import sys, dotformer\n"
         "assert 'dotformer.api' not in sys.modules and 'dotformer.checkpoint' not in sys.modules\n"
         "from dotformer import load, Translator\n"
-        "assert load.__module__ == 'dotformer.api' and 'load' in dotformer.__all__\n"
+        "assert load.__module__ == 'dotformer.api.translator' and 'load' in dotformer.__all__\n"
         "print('ok')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
@@ -170,9 +170,9 @@ def test_importing_dotformer_loads_no_checkpoint_machinery() -> None:
 
 
 def test_empty_and_blank_inputs_give_empty_outputs_in_the_api_and_serve(checkpoints: dict[str, Path]) -> None:
+    from dotformer.api.serve import translate_request
     from dotformer.decoding.batch import decode_batch
     from dotformer.decoding.translate import pad_batch
-    from dotformer.serve import translate_request
 
     model = dotformer.load(checkpoints["g2p"], device="cpu")  # untrained: a decoded bare EOS is a made-up output
     (made_up,) = decode_batch(model.model, pad_batch([[EOS_ID]]), DecodeConfig(max_len_b=4))

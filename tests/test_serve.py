@@ -1,5 +1,5 @@
-"""dotformer.serve: POST /api/translate gives what dotformer.load(...).translate gives, refuses bad requests with one
-JSON error line (and keeps serving), and ``dotformer serve`` runs from the outside on a random free port of
+"""dotformer.api.serve: POST /api/translate gives what dotformer.load(...).translate gives, refuses bad requests with
+one JSON error line (and keeps serving), and ``dotformer serve`` runs from the outside on a random free port of
 127.0.0.1, every call bounded in time."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def translator(checkpoint_dir: Path) -> Any:
 
 @pytest.fixture(scope="module")
 def server(translator: Any) -> Iterator[Any]:
-    from dotformer.serve import TranslationServer
+    from dotformer.api.serve import TranslationServer
 
     server = TranslationServer(translator, port=0)  # any free port on 127.0.0.1
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -128,7 +128,7 @@ def test_bad_requests_get_one_json_error(server: Any, body: Any, fragment: str) 
 
 
 def test_bad_bodies_and_routes(server: Any) -> None:
-    from dotformer.serve import MAX_BODY_BYTES
+    from dotformer.api.serve import MAX_BODY_BYTES
 
     status, reply = post(server.url, b"{not json", raw=True)
     assert status == 400 and "not UTF-8 JSON" in reply["error"]
@@ -148,7 +148,7 @@ def test_bad_bodies_and_routes(server: Any) -> None:
 
 def test_too_long_input_for_a_learned_table_is_a_json_error(tmp_path: Path) -> None:
     import dotformer
-    from dotformer.serve import translate_request
+    from dotformer.api.serve import translate_request
 
     tok = train_tokenizer("symbol", ["a1 a2 a3"])
     torch.manual_seed(0)

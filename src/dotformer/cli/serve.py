@@ -19,7 +19,7 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Checkpoint, address, device and dtype."""
-    from dotformer.serve import HOST
+    from dotformer.api.serve import HOST
 
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -41,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, then serve until Ctrl-C."""
     from dotformer.api import load
+    from dotformer.api.serve import serve
     from dotformer.errors import ConfigError
-    from dotformer.serve import serve
 
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {args.port}")
