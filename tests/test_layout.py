@@ -20,7 +20,7 @@ TANGLES = [
         "import dotformer.decoding.evaluation",
         ["dotformer.training.loop", "dotformer.training.step", "dotformer.checkpoint", "dotformer.data.batching"],
     ),
-    ("import dotformer.scoring", ["dotformer.training.loop", "dotformer.data"]),
+    ("import dotformer.metrics.scoring", ["dotformer.training.loop", "dotformer.data"]),
     (
         "from dotformer.plots.curves import config_curve; config_curve('g2p', steps=3)",
         ["dotformer.training.run", "dotformer.training.loop", "dotformer.checkpoint"],
@@ -48,7 +48,7 @@ DIRECT_IMPORTS = [
     ([f"data/{name}.py" for name in READERS], ["dotformer.data.corpora"]),
     (["data/types.py"], ["dotformer.data.corpora", *(f"dotformer.data.{name}" for name in READERS)]),
     (["plots/curves.py"], ["dotformer.training.run"]),
-    (["decoding/evaluation.py", "scoring.py"], ["dotformer.training.loop", "dotformer.training.step"]),
+    (["decoding/evaluation.py", "metrics/scoring.py"], ["dotformer.training.loop", "dotformer.training.step"]),
 ]
 
 
@@ -78,7 +78,8 @@ def test_the_import_probe_sees_imports() -> None:
     """The static probe finds a function-level import (so an empty result above means something)."""
     assert "dotformer.checkpoint.store.save_checkpoint" not in imported_modules(SRC / "data/batching.py")
     assert "dotformer.data.types.Pair" in imported_modules(SRC / "data/batching.py")
-    assert "dotformer.scoring.evaluate_loss" in imported_modules(SRC / "decoding/evaluation.py")  # inside a function
+    evaluation = imported_modules(SRC / "decoding/evaluation.py")
+    assert "dotformer.metrics.scoring.evaluate_loss" in evaluation  # imported inside a function
 
 
 CHECKPOINT_NAMES = {

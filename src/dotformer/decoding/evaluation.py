@@ -192,14 +192,14 @@ def unfinished_warning(count: int, total: int, config: DecodeConfig) -> str | No
 def teacher_forced_nll(loaded: LoadedCheckpoint, pairs: Sequence[Pair], batch_size: int = 64) -> NLLResult:
     """Summed NLL of each pair's target given its source, teacher-forced (no label smoothing, eval mode).
 
-    Uses :func:`dotformer.scoring.evaluate_loss` with label smoothing 0 over batches of ``batch_size`` pairs
+    Uses :func:`dotformer.metrics.scoring.evaluate_loss` with label smoothing 0 over batches of ``batch_size`` pairs
     sorted by length.
 
     Raises:
         DataError: no pairs.
     """
     from dotformer.data.batching import collate, encode_pairs, example_length
-    from dotformer.scoring import evaluate_loss
+    from dotformer.metrics.scoring import evaluate_loss
 
     if not pairs:
         raise DataError("no pairs to score")

@@ -12,7 +12,7 @@ Checkpoints live in :mod:`dotformer.checkpoint`.
 from typing import Any
 
 # Each public name and the module that holds it, imported on first use (PEP 562): ``import dotformer.training.loss``
-# (or :mod:`dotformer.scoring`, which needs it) does not load the loop, checkpoints and data batching with it.
+# (or :mod:`dotformer.metrics.scoring`, which needs it) does not load the loop, checkpoints and data batching with it.
 _LAZY = {
     "DataConfig": "dotformer.training.config",
     "TrainConfig": "dotformer.training.config",

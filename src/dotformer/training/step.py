@@ -1,5 +1,5 @@
 """One optimizer step (:func:`train_step`), the training a student reads; the validation pass (:func:`evaluate_loss`)
-is :mod:`dotformer.scoring`'s, re-exported here.
+is :mod:`dotformer.metrics.scoring`'s, re-exported here.
 
 One step (paper §5): for each of ``accumulation_steps`` batches, forward with teacher forcing, label-smoothed loss
 (§5.4), backward; then clip the gradient norm, set the learning rate of the step (§5.3, Eq. 3) and take an Adam step.
@@ -19,7 +19,7 @@ from torch import nn
 
 from dotformer.data.batching import Batch
 from dotformer.errors import TrainingError
-from dotformer.scoring import EvalResult, evaluate_loss, gold_tokens  # the validation pass, shared with decoding
+from dotformer.metrics.scoring import EvalResult, evaluate_loss, gold_tokens  # the validation pass (shared)
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext, all_reduce_sum
 from dotformer.training.loss import label_smoothed_cross_entropy
