@@ -3,8 +3,8 @@
 One random dotformer model (seeded) is copied into a HF ``MarianMTModel`` (:func:`dotformer.export.marian.to_marian`)
 and exported to CTranslate2 (:func:`dotformer.export.ct2.export_ctranslate2`), so every system runs the same
 function; greedy outputs are compared (``agree`` = fraction of sentences whose tokens equal dotformer's).
-``dotformer_int8`` is the same model with int8 linear layers (:func:`dotformer.quantization.quantize_int8`, what
-``--dtype int8`` decodes with); its outputs may differ from the float32 ones by rounding.
+``dotformer_int8`` is the same model with int8 linear layers (:func:`dotformer.decoding.quantization.quantize_int8`,
+what ``--dtype int8`` decodes with); its outputs may differ from the float32 ones by rounding.
 
 Every system decodes the same batch of B source sentences (lengths drawn in [0.6·S, S], each ending with EOS) for at
 most ``new_tokens`` tokens, never emitting PAD or BOS (dotformer forbids them; HF gets ``suppress_tokens``, CTranslate2
@@ -39,7 +39,7 @@ from peers import BOS, EOS, PAD, make_batch
 
 from dotformer import ModelConfig, Transformer
 from dotformer.decoding import DecodeConfig, decode_batch
-from dotformer.quantization import quantize_int8
+from dotformer.decoding.quantization import quantize_int8
 
 Tokens = list[list[int]]  # one output per sentence, EOS included when generated, no BOS/PAD
 

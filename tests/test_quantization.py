@@ -8,7 +8,7 @@ from torch import nn
 
 from dotformer import ConfigError, ModelConfig, Transformer
 from dotformer.decoding import DecodeConfig, decode_batch
-from dotformer.quantization import count_int8_linears, quantize_int8
+from dotformer.decoding.quantization import count_int8_linears, quantize_int8
 
 
 def tiny_model(seed: int = 0) -> Transformer:

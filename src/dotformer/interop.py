@@ -41,11 +41,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.layers import DecoderLayer, EncoderLayer
 from dotformer.model import Transformer
 from dotformer.multihead import MultiHeadAttention
-from dotformer.quantization import require_float_weights
 
 
 class _Pair(NamedTuple):

@@ -1,5 +1,7 @@
-"""Moved to :mod:`dotformer.metrics.scoring`. This old path still works, with a DeprecationWarning naming the new one
-(:mod:`dotformer._moved`)."""
+"""Moved to :mod:`dotformer.metrics.scoring`.
+
+This old path still works, with a DeprecationWarning naming the new one (:mod:`dotformer._moved`).
+"""
 
 from dotformer import _moved
 

@@ -84,7 +84,7 @@ def load_checkpoint_for_decoding(
         raise ConfigError(f"dtype int8 is for CPU decoding (device cpu); on {device} use bfloat16")
     loaded = load_checkpoint(path, device=device)
     if dtype == "int8":
-        from dotformer.quantization import quantize_int8
+        from dotformer.decoding.quantization import quantize_int8
 
         return dataclasses.replace(loaded, model=quantize_int8(loaded.model))
     loaded.model.to(getattr(torch, dtype))

@@ -182,8 +182,8 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 def require_plain_weights(model: nn.Module) -> None:
     """Raise :class:`ConfigError` unless every entry of ``model``'s state dict is a plain (not quantized) tensor.
 
-    A checkpoint stores float weights only: int8 copies (:func:`dotformer.quantization.quantize_int8`) hold packed
-    parameters (tuples, dtypes) in their state dict, and are for decoding only.
+    A checkpoint stores float weights only: int8 copies (:func:`dotformer.decoding.quantization.quantize_int8`) hold
+    packed parameters (tuples, dtypes) in their state dict, and are for decoding only.
     """
     for name, value in model.state_dict().items():
         if not isinstance(value, Tensor) or value.is_quantized:

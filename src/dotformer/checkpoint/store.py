@@ -80,7 +80,7 @@ def save_checkpoint(
         The checkpoint directory.
 
     Raises:
-        ConfigError: the model has int8 linear layers (:func:`dotformer.quantization.quantize_int8`) or other
+        ConfigError: the model has int8 linear layers (:func:`dotformer.decoding.quantization.quantize_int8`) or other
             packed weights (:func:`~dotformer.checkpoint.format.require_plain_weights`).
     """
     directory = Path(directory)

@@ -12,6 +12,7 @@ Read in this order:
 8. :mod:`~dotformer.decoding.batch`        :func:`decode_batch`, one entry point for the three
 9. :mod:`~dotformer.decoding.translate`    text in, text out with a loaded checkpoint and its tokenizers
 10. :mod:`~dotformer.decoding.evaluation`  decode a held-out split and compute its metrics
+11. :mod:`~dotformer.decoding.quantization` int8 linear layers for faster decoding on a CPU (not in the paper)
 """
 
 from dotformer.decoding.batch import decode_batch

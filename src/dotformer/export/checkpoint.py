@@ -98,7 +98,7 @@ def _write_ct2(loaded: LoadedCheckpoint, directory: Path, quantization: str | No
             )
             pieces = id_vocabulary(size)
         vocabularies.append(pieces)
-    from dotformer.quantization import require_float_weights
+    from dotformer.decoding.quantization import require_float_weights
 
     require_float_weights(loaded.model, "export to CTranslate2")
     spec = transformer_spec(loaded.model, *vocabularies)

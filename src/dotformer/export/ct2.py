@@ -33,10 +33,10 @@ import torch
 
 from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
+from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
 from dotformer.model import Transformer
 from dotformer.multihead import MultiHeadAttention
-from dotformer.quantization import require_float_weights
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 

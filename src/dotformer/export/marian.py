@@ -30,9 +30,9 @@ from torch import nn
 
 from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import BOS_ID, EOS_ID
+from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
 from dotformer.model import Transformer
-from dotformer.quantization import require_float_weights
 
 if TYPE_CHECKING:  # transformers is an optional dependency (the "bench" extra)
     from transformers import MarianConfig, MarianMTModel
