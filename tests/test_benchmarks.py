@@ -73,7 +73,7 @@ def test_forward_flops_match_torch_flop_counter(bench):
 
 def test_torch_peer_computes_the_paper_model(bench):
     """With dotformer's weights, TorchSeq2Seq's logits equal dotformer's at every real target position."""
-    from dotformer.interop import to_torch_transformer
+    from dotformer.export.torch_nn import to_torch_transformer
 
     peers = bench("peers")
     config = tiny_config()

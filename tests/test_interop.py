@@ -1,4 +1,4 @@
-"""dotformer.interop: weights to and from torch.nn.MultiheadAttention and torch.nn.Transformer, and its errors."""
+"""dotformer.export.torch_nn: weights to and from torch.nn.MultiheadAttention and torch.nn.Transformer; its errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from dotformer.errors import ConfigError, ShapeError
-from dotformer.interop import (
+from dotformer.export.torch_nn import (
     from_torch_multihead,
     load_from_torch_transformer,
     to_torch_multihead,

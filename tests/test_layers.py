@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from dotformer.errors import ConfigError
-from dotformer.interop import to_torch_transformer
+from dotformer.export.torch_nn import to_torch_transformer
 from dotformer.layers import DecoderLayer, EncoderLayer, FeedForward, LayerSizes, Residual
 from dotformer.masks import causal_mask
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from dotformer import ModelConfig, Transformer
 from dotformer.errors import ConfigError, ShapeError
-from dotformer.interop import to_torch_transformer
+from dotformer.export.torch_nn import to_torch_transformer
 from dotformer.model import expected_num_parameters
 
 V = 13  # the tiny models' vocabulary (conftest.make_model)

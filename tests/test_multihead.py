@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from dotformer.decoding.cache import KVCache, grouped_cross_attention
 from dotformer.errors import ShapeError
-from dotformer.interop import from_torch_multihead, to_torch_multihead
+from dotformer.export.torch_nn import from_torch_multihead, to_torch_multihead
 from dotformer.masks import causal_mask
 from dotformer.multihead import MultiHeadAttention
 from dotformer.packing import Packing, packed_attention

@@ -73,7 +73,7 @@ def test_int8_models_cannot_be_saved_or_exported(tmp_path) -> None:
     from dotformer.checkpoint import save_checkpoint
     from dotformer.data.tokenizers import train_tokenizer
     from dotformer.export.ct2 import export_ctranslate2
-    from dotformer.interop import to_torch_transformer
+    from dotformer.export.torch_nn import to_torch_transformer
 
     quantized = quantize_int8(tiny_model())
     tokenizer = train_tokenizer("char", ["abc"])

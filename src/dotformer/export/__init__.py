@@ -6,6 +6,8 @@
 * :mod:`dotformer.export.ct2`: write a CTranslate2 model directory (float32, or int8 and friends at load time).
 * :mod:`dotformer.export.onnx`: an encoder graph and an incremental decoder-step graph (with its key/value cache as
   inputs and outputs), and :class:`~dotformer.export.onnx.OnnxTranslator` to run them with onnxruntime.
+* :mod:`dotformer.export.torch_nn`: weights to and from PyTorch's own ``torch.nn.Transformer`` and
+  ``torch.nn.MultiheadAttention``, in memory, both ways (the tests check dotformer against PyTorch with it).
 * :mod:`dotformer.export.checkpoint`: what ``dotformer export --to ct2|marian|onnx CHECKPOINT OUT`` runs (the model
   plus the checkpoint's tokenizer files). :mod:`dotformer.export.outdir`: outputs are never written over existing files.
 
