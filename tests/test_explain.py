@@ -1,4 +1,4 @@
-"""Tests of dotformer.explain: the lesson's numbers, the library's function, a user's JSON problem."""
+"""Tests of dotformer.explore.explain: the lesson's numbers, the library's function, a user's JSON problem."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from dotformer import scaled_dot_product_attention
 from dotformer.cli import main
 from dotformer.errors import DataError, ShapeError
-from dotformer.explain import (
+from dotformer.explore.explain import (
     AttentionInput,
     attention_steps,
     explain_json,

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the explanation."""
-    from dotformer.explain import explain_json, explain_lesson
+    from dotformer.explore.explain import explain_json, explain_lesson
 
     print(explain_json(args.json) if args.json else explain_lesson())
     return 0
