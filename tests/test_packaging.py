@@ -33,8 +33,7 @@ import dotformer
 import dotformer.metrics
 from dotformer.cli import main as cli_main
 from dotformer.data.corpora import load_pairs
-from dotformer.errors import MissingExtraError
-from dotformer.extras import EXTRAS
+from dotformer.errors import EXTRAS, MissingExtraError
 from dotformer.training.logging import MetricsLog
 from dotformer.training.shipped_configs import find_config_file, shipped_config_dir, shipped_config_names
 
@@ -100,7 +99,7 @@ def test_wheel_metadata_declares_only_the_core_and_one_extra_per_feature(wheel: 
     assert tomli.marker.evaluate({"python_version": "3.10"}) and not tomli.marker.evaluate({"python_version": "3.11"})
     extras = set(meta.get_all("Provides-Extra"))
     assert set(EXTRAS) | {"all", "dev", "bench"} <= extras
-    for extra, modules in EXTRAS.items():  # dotformer.extras names the same packages as the metadata
+    for extra, modules in EXTRAS.items():  # dotformer.errors.EXTRAS names the same packages as the metadata
         assert requirement_names(requirements, extra) - core == {canonicalize_name(m) for m in modules}, extra
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     (everything,) = pyproject["project"]["optional-dependencies"]["all"]
@@ -289,7 +288,7 @@ def test_evaluate_needs_eval_before_it_decodes(
 
 def test_a_broken_install_is_not_called_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     """An ImportError from inside an installed package (here: something it needs) shows the real error."""
-    from dotformer.extras import require_extra
+    from dotformer.errors import require_extra
 
     def broken(name: str, *args: Any, **kwargs: Any) -> Any:
         raise ModuleNotFoundError("No module named 'kiwisolver'", name="kiwisolver")

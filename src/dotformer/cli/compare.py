@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from dotformer.compare import compare, format_report
-    from dotformer.extras import require_extra
+    from dotformer.errors import require_extra
     from dotformer.plots.compare import plot_gradients, plot_report
 
     config = config_from_args(args)

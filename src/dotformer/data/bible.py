@@ -44,8 +44,7 @@ from typing import Any, NamedTuple
 
 from dotformer.data.osis import strip_osis_many
 from dotformer.data.types import Corpus, CorpusOptions, Pair, make_report
-from dotformer.errors import ConfigError, DataError, MissingDataError
-from dotformer.extras import require_extra
+from dotformer.errors import ConfigError, DataError, MissingDataError, require_extra
 
 
 class KnownModule(NamedTuple):

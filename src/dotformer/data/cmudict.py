@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from dotformer.data.types import Corpus, CorpusOptions, Pair, make_report
-from dotformer.extras import require_extra
+from dotformer.errors import require_extra
 
 _VARIANT = re.compile(r"\(\d+\)$")  # "read(2)" -> "read"
 _STRESS = re.compile(r"[012]$")  # "AH0" -> "AH"

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dotformer.data.types import Corpus, CorpusOptions, Pair, check_empty, file_groups, make_report, one_line
-from dotformer.errors import DataError, MissingDataError
-from dotformer.extras import require_extra
+from dotformer.errors import DataError, MissingDataError, require_extra
 
 _BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 

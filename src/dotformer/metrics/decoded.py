@@ -23,8 +23,7 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from dotformer.errors import DataError, ShapeError
-from dotformer.extras import require_extra
+from dotformer.errors import DataError, ShapeError, require_extra
 
 STRESS = re.compile(r"\d+$")  # the stress digit(s) that end an ARPAbet vowel: AH0, EY1, ER2
 

@@ -44,7 +44,7 @@ def new_figure(width_in: float, height_in: float) -> Figure:
     Raises:
         MissingExtraError: matplotlib is not installed (``pip install "dotformer[plots]"``).
     """
-    from dotformer.extras import require_extra
+    from dotformer.errors import require_extra
 
     require_extra("plots", "matplotlib", "drawing plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dotformer.extras import require_extra
+from dotformer.errors import require_extra
 
 
 class MetricsLog:
