@@ -7,11 +7,16 @@ Read the modules in the lesson's order:
 3. :mod:`dotformer.multihead`  multi-head attention: W_q, W_k, W_v, split, attend, concat, W_o (§3.2.2), KV cache
 4. :mod:`dotformer.positional` token embeddings ×√d_model and sinusoidal positional encoding (§3.4, §3.5)
 5. :mod:`dotformer.layers`     feed-forward network, residual + LayerNorm, encoder and decoder layers (§3.1, §3.3)
-6. :mod:`dotformer.model`      encoder and decoder stacks, the generator, the whole Transformer (§3)
-7. :mod:`dotformer.config`     the frozen configuration dataclasses with the paper's presets (Table 3)
+6. :mod:`dotformer.stacks`     the encoder and decoder stacks: N layers each (§3.1)
+7. :mod:`dotformer.model`      the whole Transformer: embeddings, stacks, generator; encode, decode, forward (§3)
+8. :mod:`dotformer.config`     the frozen configuration dataclasses with the paper's presets (Table 3)
 
-Around the core: :mod:`dotformer.data`, :mod:`dotformer.training`, :mod:`dotformer.decoding`,
-:mod:`dotformer.metrics`, :mod:`dotformer.plots`, :mod:`dotformer.interop` and the ``dotformer`` CLI.
+Beside them at the top: :mod:`dotformer.packing` (training skips the padding, applied around the lesson's modules)
+and :mod:`dotformer.errors` (the exceptions, and the message for a missing optional package). The tooling lives in
+subpackages: :mod:`dotformer.data`, :mod:`dotformer.training`, :mod:`dotformer.checkpoint`, :mod:`dotformer.decoding`
+(int8 included), :mod:`dotformer.metrics`, :mod:`dotformer.api` (Python and HTTP), :mod:`dotformer.export` and
+:mod:`dotformer.imports` (other engines, ``torch.nn`` included), :mod:`dotformer.plots`, :mod:`dotformer.explore`,
+:mod:`dotformer.compare` and :mod:`dotformer.cli` (the ``dotformer`` command).
 
 To use a trained model from Python: ``dotformer.load("runs/g2p").translate(["cat", "dog"])`` (:mod:`dotformer.api`).
 """
@@ -32,9 +37,10 @@ from dotformer.errors import (
 )
 from dotformer.layers import DecoderLayer, EncoderLayer, FeedForward
 from dotformer.masks import causal_mask, padding_mask
-from dotformer.model import Decoder, Encoder, Transformer
+from dotformer.model import Transformer
 from dotformer.multihead import MultiHeadAttention
 from dotformer.positional import sinusoidal_positional_encoding
+from dotformer.stacks import Decoder, Encoder
 
 __version__ = "0.1.0"
 

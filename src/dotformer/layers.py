@@ -74,7 +74,7 @@ class Residual(nn.Module):
 
     Post-LN (the paper): ``LayerNorm(x + Dropout(Sublayer(x)))``.
     Pre-LN (``norm_first=True``, Xiong et al. 2020): ``x + Dropout(Sublayer(LayerNorm(x)))``; the stack then needs a
-    final LayerNorm, which :class:`dotformer.model.Encoder` and :class:`dotformer.model.Decoder` add.
+    final LayerNorm, which :class:`dotformer.stacks.Encoder` and :class:`dotformer.stacks.Decoder` add.
 
     Shape: ``residual(x, sublayer)`` with x (B, L, D) (or packed (N, D)) and ``sublayer`` mapping that shape to itself.
     """

@@ -1,26 +1,27 @@
-"""The encoder and decoder stacks and the whole Transformer (paper §3, Figure 1).
+"""The whole Transformer (paper §3, Figure 1): embeddings, the encoder and decoder stacks, the generator.
 
     memory = Encoder(Embed(src) · √D + PE)                         N encoder layers
     hidden = Decoder(Embed(tgt) · √D + PE, memory)                  N decoder layers
     logits = hidden · W_genᵀ,  P(next token) = softmax(logits)      the generator (§3.4)
 
-The same layers also build a decoder-only language model and an encoder-only sequence encoder
-(``ModelConfig.arch``). Shapes follow the legend in :mod:`dotformer.attention`.
+The stacks are :mod:`dotformer.stacks`. The same layers also build a decoder-only language model and an encoder-only
+sequence encoder (``ModelConfig.arch``). Shapes follow the legend in :mod:`dotformer.attention`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError, ShapeError
-from dotformer.layers import DecoderLayer, EncoderLayer, LayerSizes
+from dotformer.layers import LayerSizes
 from dotformer.masks import check_right_padded, padding_mask
 from dotformer.packing import Packing, packed_decoder, packed_encoder
 from dotformer.positional import InputEmbedding, TokenEmbedding
+from dotformer.stacks import Decoder, DecoderOutput, Encoder, EncoderOutput  # importable from here too, as before
 
 if TYPE_CHECKING:
     from dotformer.decoding.cache import DecoderCache
@@ -35,23 +36,6 @@ def __getattr__(name: str) -> Any:
 
         return getattr(cache, name)
     raise AttributeError(f"module 'dotformer.model' has no attribute {name!r}")
-
-
-class EncoderOutput(NamedTuple):
-    """memory: (B, S, D) the encoder's output ((N_S, D) when packed); self_weights: per layer (B, H, S, S), when
-    asked for."""
-
-    memory: Tensor
-    self_weights: tuple[Tensor, ...] | None
-
-
-class DecoderOutput(NamedTuple):
-    """hidden: (B, T, D) before the generator ((N_T, D) when packed); self_weights: per layer (B, H, T, T_total);
-    cross_weights: per layer (B, H, T, S). Weights are None unless asked for."""
-
-    hidden: Tensor
-    self_weights: tuple[Tensor, ...] | None
-    cross_weights: tuple[Tensor, ...] | None
 
 
 def layer_sizes(config: ModelConfig) -> LayerSizes:
@@ -73,57 +57,6 @@ def layer_sizes(config: ModelConfig) -> LayerSizes:
 def embedding_options(config: ModelConfig) -> dict[str, Any]:
     """The :class:`InputEmbedding` switches of imported models: unscaled embeddings, an embedding LayerNorm."""
     return {"scale": config.scale_embeddings, "norm": config.embedding_norm, "eps": config.layer_norm_eps}
-
-
-class Encoder(nn.Module):
-    """N encoder layers; pre-LN stacks end with a LayerNorm (post-LN layers already end with one)."""
-
-    def __init__(self, sizes: LayerSizes, num_layers: int) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(sizes) for _ in range(num_layers))
-        self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
-
-    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> EncoderOutput:
-        """x: (B, S, D) embedded source; mask: bool broadcastable to (B, H, S, S). Returns the (B, S, D) memory."""
-        weights = []
-        for layer in self.layers:
-            x, w = layer(x, mask=mask, need_weights=need_weights)  # (B, S, D)
-            weights.append(w)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return EncoderOutput(x, tuple(weights) if need_weights else None)
-
-
-class Decoder(nn.Module):
-    """N decoder layers (masked self-attention, cross-attention, FFN); pre-LN stacks end with a LayerNorm."""
-
-    def __init__(self, sizes: LayerSizes, num_layers: int, cross_attention: bool = True) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(sizes, cross_attention) for _ in range(num_layers))
-        self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
-
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor | None = None,
-        tgt_mask: Tensor | None = None,
-        memory_mask: Tensor | None = None,
-        cache: DecoderCache | None = None,
-        need_weights: bool = False,
-    ) -> DecoderOutput:
-        """x: (B, T, D) embedded target; memory: (B, S, D); masks and cache as in :meth:`DecoderLayer.forward`."""
-        layer_caches = cache.for_layers(len(self.layers)) if cache is not None else [None] * len(self.layers)
-        self_w, cross_w = [], []
-        for layer, layer_cache in zip(self.layers, layer_caches, strict=True):
-            out = layer(x, memory, tgt_mask, memory_mask, cache=layer_cache, need_weights=need_weights)
-            x = out.output  # (B, T, D)
-            self_w.append(out.self_weights)
-            cross_w.append(out.cross_weights)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        if not need_weights:
-            return DecoderOutput(x, None, None)
-        return DecoderOutput(x, tuple(self_w), tuple(cross_w) if memory is not None else None)
 
 
 class Transformer(nn.Module):

@@ -13,7 +13,7 @@ of the result again. The padding positions the masks hide are the only ones pack
 outputs are the same as without packing (tested).
 
 Packing is applied around the lesson's modules, not threaded through them: :func:`packed_encoder` and
-:func:`packed_decoder` run an :class:`~dotformer.model.Encoder` / :class:`~dotformer.model.Decoder` stack layer by
+:func:`packed_decoder` run an :class:`~dotformer.stacks.Encoder` / :class:`~dotformer.stacks.Decoder` stack layer by
 layer with the layers' own sublayers and residual connections, calling :func:`packed_attention` where the lesson's
 layer calls its attention. ``Transformer.encode(packing=...)``, ``decode(packing=...)`` and ``forward(packed=True)``
 use them.
@@ -34,8 +34,8 @@ from dotformer.masks import check_right_padded
 
 if TYPE_CHECKING:
     from dotformer.layers import DecoderLayer, EncoderLayer
-    from dotformer.model import Decoder, Encoder
     from dotformer.multihead import MultiHeadAttention
+    from dotformer.stacks import Decoder, Encoder
 
 Weights = tuple[Tensor, ...] | None  # one (B, H, T, S) tensor per layer, when asked for
 
@@ -163,7 +163,7 @@ def packed_attention(
 def packed_encoder(
     encoder: Encoder, x: Tensor, mask: Tensor | None, packing: Packing, need_weights: bool = False
 ) -> tuple[Tensor, Weights]:
-    """:meth:`Encoder.forward <dotformer.model.Encoder.forward>` on packed (N_S, D) vectors; returns the packed
+    """:meth:`Encoder.forward <dotformer.stacks.Encoder.forward>` on packed (N_S, D) vectors; returns the packed
     (N_S, D) memory and the per-layer weights (None unless asked for).
 
     Raises:
@@ -204,7 +204,7 @@ def packed_decoder(
     memory_packing: Packing | None,
     need_weights: bool = False,
 ) -> tuple[Tensor, Weights, Weights]:
-    """:meth:`Decoder.forward <dotformer.model.Decoder.forward>` on packed (N_T, D) vectors and an (N_S, D) memory
+    """:meth:`Decoder.forward <dotformer.stacks.Decoder.forward>` on packed (N_T, D) vectors and an (N_S, D) memory
     packed with ``memory_packing`` (or a (B, S, D) one without it); returns the packed (N_T, D) hidden states and the
     per-layer self- and cross-attention weights (None unless asked for).
 

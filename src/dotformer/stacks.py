@@ -1,0 +1,88 @@
+"""The encoder and decoder stacks: N identical layers each (paper §3.1, the two halves of Figure 1).
+
+    memory = Encoder(x)    N encoder layers over the embedded source x (B, S, D)
+    hidden = Decoder(y)    N decoder layers over the embedded target y (B, T, D), each reading the memory
+
+Each layer is :class:`~dotformer.layers.EncoderLayer` or :class:`~dotformer.layers.DecoderLayer`; the stacks only run
+them in turn, collect the attention weights when asked, and (pre-LN) end with a LayerNorm. :mod:`dotformer.model`
+puts them between the embeddings and the generator. Shapes follow the legend in :mod:`dotformer.attention`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from torch import Tensor, nn
+
+from dotformer.layers import DecoderLayer, EncoderLayer, LayerSizes
+
+if TYPE_CHECKING:
+    from dotformer.decoding.cache import DecoderCache
+
+
+class EncoderOutput(NamedTuple):
+    """memory: (B, S, D) the encoder's output ((N_S, D) when packed); self_weights: per layer (B, H, S, S), when
+    asked for."""
+
+    memory: Tensor
+    self_weights: tuple[Tensor, ...] | None
+
+
+class DecoderOutput(NamedTuple):
+    """hidden: (B, T, D) before the generator ((N_T, D) when packed); self_weights: per layer (B, H, T, T_total);
+    cross_weights: per layer (B, H, T, S). Weights are None unless asked for."""
+
+    hidden: Tensor
+    self_weights: tuple[Tensor, ...] | None
+    cross_weights: tuple[Tensor, ...] | None
+
+
+class Encoder(nn.Module):
+    """N encoder layers; pre-LN stacks end with a LayerNorm (post-LN layers already end with one)."""
+
+    def __init__(self, sizes: LayerSizes, num_layers: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(sizes) for _ in range(num_layers))
+        self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> EncoderOutput:
+        """x: (B, S, D) embedded source; mask: bool broadcastable to (B, H, S, S). Returns the (B, S, D) memory."""
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, mask=mask, need_weights=need_weights)  # (B, S, D)
+            weights.append(w)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return EncoderOutput(x, tuple(weights) if need_weights else None)
+
+
+class Decoder(nn.Module):
+    """N decoder layers (masked self-attention, cross-attention, FFN); pre-LN stacks end with a LayerNorm."""
+
+    def __init__(self, sizes: LayerSizes, num_layers: int, cross_attention: bool = True) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(sizes, cross_attention) for _ in range(num_layers))
+        self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
+    ) -> DecoderOutput:
+        """x: (B, T, D) embedded target; memory: (B, S, D); masks and cache as in :meth:`DecoderLayer.forward`."""
+        layer_caches = cache.for_layers(len(self.layers)) if cache is not None else [None] * len(self.layers)
+        self_w, cross_w = [], []
+        for layer, layer_cache in zip(self.layers, layer_caches, strict=True):
+            out = layer(x, memory, tgt_mask, memory_mask, cache=layer_cache, need_weights=need_weights)
+            x = out.output  # (B, T, D)
+            self_w.append(out.self_weights)
+            cross_w.append(out.cross_weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if not need_weights:
+            return DecoderOutput(x, None, None)
+        return DecoderOutput(x, tuple(self_w), tuple(cross_w) if memory is not None else None)
