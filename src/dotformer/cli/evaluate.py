@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from dotformer.cli.data_flags import add_reader_arguments, reader_values
-from dotformer.cli.translate import add_decoding_arguments, decode_config_from_args, load_for_decoding
+from dotformer.cli.decode_flags import add_decoding_arguments, decode_config_from_args, load_for_decoding
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
