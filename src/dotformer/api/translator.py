@@ -9,7 +9,7 @@
 
 A thin layer over :mod:`dotformer.decoding`: :func:`load` reads the checkpoint onto a device in a dtype (the same
 function ``dotformer translate`` and ``dotformer evaluate`` use), and :meth:`Translator.translate` builds a
-:class:`~dotformer.decoding.DecodeConfig` and calls :func:`~dotformer.decoding.translate.encode_sources` and
+:class:`~dotformer.decoding.DecodeConfig` and calls :func:`~dotformer.decoding.inputs.encode_sources` and
 :func:`~dotformer.decoding.translate.decode_encoded`, the path of :func:`dotformer.decoding.translate`; so the API and
 the CLI give the same outputs for the same settings.
 """
@@ -138,7 +138,8 @@ class Translator:
     """
 
     def __init__(self, checkpoint: LoadedCheckpoint, dtype: str = "float32") -> None:
-        from dotformer.decoding.translate import default_max_input_length, model_device
+        from dotformer.decoding.inputs import default_max_input_length
+        from dotformer.decoding.translate import model_device
 
         self.checkpoint = checkpoint
         self.dtype = dtype
@@ -253,13 +254,8 @@ class Translator:
             UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary.
         """
         from dotformer.decoding import DecodeConfig
-        from dotformer.decoding.translate import (
-            DEFAULT_MAX_TOKENS,
-            check_max_input_length,
-            decode_encoded,
-            encode_sources,
-            warn_unknown,
-        )
+        from dotformer.decoding.inputs import check_max_input_length, encode_sources, warn_unknown
+        from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, decode_encoded
 
         single = isinstance(texts, str)
         inputs = [texts] if single else list(texts)
@@ -298,13 +294,13 @@ class Translator:
     def _attention(self, source: str, hyps: list[Translation], wanted: bool) -> AttentionMaps | None:
         """The attention maps of the best hypothesis of ``source`` (None when not ``wanted``, or for an empty or
         whitespace-only source, which the model does not read)."""
-        from dotformer.decoding.translate import is_empty_source
+        from dotformer.decoding.inputs import is_empty_source
 
         if not wanted or is_empty_source(source):
             return None
         import warnings
 
-        from dotformer.decoding.translate import UnknownTokenWarning
+        from dotformer.decoding.inputs import UnknownTokenWarning
         from dotformer.plots.attention import attention_weights
 
         with warnings.catch_warnings():

@@ -130,7 +130,7 @@ def _read_test_file(args: argparse.Namespace, loaded: LoadedCheckpoint, task: st
     from dotformer.cli.data_flags import READER_FLAGS
     from dotformer.data.corpora import NAMED_TASKS, Pair, describe_corpus, load_pairs
     from dotformer.decoding.evaluation import check_same_task, metric_task, unknown_fraction
-    from dotformer.decoding.translate import source_normaliser
+    from dotformer.decoding.inputs import source_normaliser
     from dotformer.errors import DataError
     from dotformer.training.config import DataConfig
 

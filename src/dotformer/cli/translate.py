@@ -266,7 +266,7 @@ def decode_chunk(
     """
     import warnings
 
-    from dotformer.decoding.translate import InputTooLongError, UnknownTokenWarning
+    from dotformer.decoding.inputs import InputTooLongError, UnknownTokenWarning
     from dotformer.errors import DataError
 
     error: Exception | None = None

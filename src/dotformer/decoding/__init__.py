@@ -10,9 +10,10 @@ Read in this order:
 6. :mod:`~dotformer.decoding.beam`         beam search: :class:`~dotformer.decoding.beam.BeamState`, stopping rule
 7. :mod:`~dotformer.decoding.sampling`     temperature, top-k and top-p sampling
 8. :mod:`~dotformer.decoding.batch`        :func:`decode_batch`, one entry point for the three
-9. :mod:`~dotformer.decoding.translate`    text in, text out with a loaded checkpoint and its tokenizers
-10. :mod:`~dotformer.decoding.evaluation`  decode a held-out split and compute its metrics
-11. :mod:`~dotformer.decoding.quantization` int8 linear layers for faster decoding on a CPU (not in the paper)
+9. :mod:`~dotformer.decoding.inputs`       a user's text as source ids: normalised, tokenised, length checked
+10. :mod:`~dotformer.decoding.translate`   text in, text out with a loaded checkpoint and its tokenizers
+11. :mod:`~dotformer.decoding.evaluation`  decode a held-out split and compute its metrics
+12. :mod:`~dotformer.decoding.quantization` int8 linear layers for faster decoding on a CPU (not in the paper)
 """
 
 from dotformer.decoding.batch import decode_batch

@@ -125,7 +125,7 @@ def example_json(loaded: Any, text: str, target: str | None = None) -> dict[str,
     Raises:
         DataError: the text has no tokens. ConfigError: the model is not an encoder-decoder.
     """
-    from dotformer.decoding.translate import UnknownTokenWarning, encode_target
+    from dotformer.decoding.inputs import UnknownTokenWarning, encode_target
     from dotformer.plots.attention import attention_weights
 
     with warnings.catch_warnings():
@@ -175,7 +175,7 @@ def examples_json(
         raise ConfigError(
             f"give one --target per --text ({len(texts)} text(s), {len(targets)} target(s)); '' decodes that text"
         )
-    from dotformer.decoding.translate import UnknownTokenWarning, encode_target, unknown_target_message
+    from dotformer.decoding.inputs import UnknownTokenWarning, encode_target, unknown_target_message
 
     unknown = [symbol for target in targets if target for symbol in encode_target(loaded, target).unknown]
     if (message := unknown_target_message(unknown)) is not None:  # once for all the examples, as plot does

@@ -119,10 +119,10 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
         loaded: a :class:`dotformer.checkpoint.LoadedCheckpoint` (anything with ``model``, ``src_tokenizer`` and
             ``tgt_tokenizer``) holding an encoder-decoder Transformer.
         text: the source text as a user wrote it; it is read exactly as ``dotformer translate`` reads it
-            (:func:`dotformer.decoding.translate.encode_sources`: e.g. lower case for a CMUdict model), and
+            (:func:`dotformer.decoding.inputs.encode_sources`: e.g. lower case for a CMUdict model), and
             ``source_text`` of the result is that normalised text.
         target: teacher-force this target text instead of the model's greedy output (None: decode); it is
-            normalised as the checkpoint's training targets were (:func:`dotformer.decoding.translate.encode_target`:
+            normalised as the checkpoint's training targets were (:func:`dotformer.decoding.inputs.encode_target`:
             stress digits stripped for a CMUdict model trained with ``strip_stress``); a symbol outside the target
             vocabulary is read as <unk> (``output_text`` shows it so), never dropped.
 
@@ -141,7 +141,7 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
     model = loaded.model
     if getattr(model, "encoder", None) is None or getattr(model, "decoder", None) is None:
         raise ConfigError("attention maps need an encoder-decoder model (source, target and cross-attention)")
-    from dotformer.decoding.translate import (
+    from dotformer.decoding.inputs import (
         UnknownTokenWarning,
         default_max_input_length,
         encode_sources,

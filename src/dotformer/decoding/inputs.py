@@ -1,0 +1,260 @@
+"""A user's text as the model's ids: normalise, tokenise, check the length, count the unknown symbols.
+
+Inputs are first prepared the way the checkpoint's training sources were (:func:`source_normaliser`, e.g. lower case
+for a CMUdict model), then tokenised with EOS appended; :func:`encode_sources` is the one place that does both,
+shared by :func:`dotformer.decoding.translate`, the Python API (:mod:`dotformer.api`), ``dotformer plot attention``
+and ``dotformer explore``. Characters the source vocabulary does not know are read as UNK and counted (one
+:class:`UnknownTokenWarning` per call says how many); nothing is dropped. An input longer than ``max_input_length``
+tokens is refused with an :class:`InputTooLongError` that names it. A reference to force-decode goes the same way
+through :func:`encode_target`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from dotformer.data.tokenizers import EOS_ID
+from dotformer.errors import ConfigError, ShapeError
+
+if TYPE_CHECKING:
+    from dotformer.config import ModelConfig
+    from dotformer.data.tokenizers import Tokenizer
+
+
+class UnknownTokenWarning(UserWarning):
+    """Some input characters are not in the source vocabulary and were read as UNK."""
+
+
+class InputTooLongError(ShapeError):
+    """An input has more tokens than the model may read.
+
+    Attributes:
+        index: 0-based position of the first such input in the texts given.
+        length: its number of tokens, EOS included.
+        limit: the most tokens (EOS included) allowed.
+    """
+
+    def __init__(self, message: str, index: int, length: int, limit: int) -> None:
+        super().__init__(message)
+        self.index, self.length, self.limit = index, length, limit
+
+
+class EncodedTexts(NamedTuple):
+    """Source texts as token ids ready for the encoder.
+
+    Attributes:
+        ids: per text, its token ids followed by EOS.
+        unknown: number of UNK tokens over all texts.
+        texts_with_unknown: indices of the texts that hold at least one.
+        unknown_counts: per text, its number of UNK tokens.
+        texts: the texts as they were tokenised (after :func:`source_normaliser` when :func:`encode_sources` made them).
+    """
+
+    ids: list[list[int]]
+    unknown: int
+    texts_with_unknown: list[int]
+    unknown_counts: list[int]
+    texts: list[str]
+
+
+def default_max_input_length(config: ModelConfig) -> int:
+    """The most source tokens (EOS included) a model reads by default: its positional table's ``max_len``.
+
+    A learned table has exactly ``max_len`` rows; a sinusoidal table is precomputed to ``max_len`` and could be
+    extended, but a model trained on shorter sentences has never seen such positions.
+    """
+    return int(config.max_len)
+
+
+def check_max_input_length(config: ModelConfig, max_input_length: int | None) -> int:
+    """``max_input_length`` checked against the model (None: :func:`default_max_input_length`).
+
+    Raises:
+        ConfigError: not a positive integer, or above a learned positional table's ``max_len``.
+    """
+    if max_input_length is None:
+        return default_max_input_length(config)
+    if not isinstance(max_input_length, int) or isinstance(max_input_length, bool) or max_input_length < 1:
+        raise ConfigError(f"max_input_length must be a positive integer, got {max_input_length!r}")
+    if config.positional == "learned" and max_input_length > config.max_len:
+        raise ConfigError(
+            f"max_input_length {max_input_length} exceeds this model's learned positional table "
+            f"({config.max_len} positions)"
+        )
+    return max_input_length
+
+
+def encode_texts(texts: Sequence[str], tokenizer: Tokenizer, max_len: int | None = None) -> EncodedTexts:
+    """Tokenise source texts as they are and append EOS (the form the model was trained on).
+
+    An empty or whitespace-only text (:func:`is_empty_source`) becomes ``[EOS]`` with no unknown symbol.
+
+    Args:
+        texts: the inputs (already normalised: see :func:`encode_sources`).
+        tokenizer: the checkpoint's source tokenizer.
+        max_len: the most tokens (EOS included) the model reads, or None for no limit.
+
+    Raises:
+        InputTooLongError: a text is longer than ``max_len`` tokens (the message names the first one, 1-based).
+    """
+    ids, unknown, with_unknown, counts = [], 0, [], []
+    for i, text in enumerate(texts):
+        if is_empty_source(text):  # whitespace only: read as the empty input (no <unk> for its spaces)
+            ids.append([EOS_ID])
+            counts.append(0)
+            continue
+        tokens = [*tokenizer.encode(text), EOS_ID]
+        if max_len is not None and len(tokens) > max_len:
+            raise InputTooLongError(
+                f"input {i + 1} has {len(tokens)} tokens (EOS included) but this model reads at most {max_len}; "
+                f"shorten it",
+                i,
+                len(tokens),
+                max_len,
+            )
+        n = tokenizer.count_unknown(text)
+        counts.append(n)
+        if n:
+            unknown += n
+            with_unknown.append(i)
+        ids.append(tokens)
+    return EncodedTexts(ids, unknown, with_unknown, counts, list(texts))
+
+
+def encode_sources(loaded: Any, texts: Sequence[str], max_len: int | None = None) -> EncodedTexts:
+    """Prepare users' inputs for a checkpoint: normalise them as its training sources were, then tokenise.
+
+    The one path from a user's text to source ids, shared by :func:`translate`, :class:`dotformer.api.Translator`,
+    :func:`dotformer.plots.attention_weights` and the explorer, so they all read an input the same way.
+
+    Args:
+        loaded: a :class:`~dotformer.checkpoint.LoadedCheckpoint` (anything with ``src_tokenizer`` and, optionally,
+            ``info``, the checkpoint's config.json).
+        texts: the inputs as the user wrote them.
+        max_len: the most tokens (EOS included) allowed, or None.
+
+    Returns:
+        :class:`EncodedTexts`; its ``texts`` are the normalised inputs.
+
+    Raises:
+        InputTooLongError: see :func:`encode_texts`.
+    """
+    normalise = source_normaliser(getattr(loaded, "info", None) or {})
+    return encode_texts([normalise(text) for text in texts], loaded.src_tokenizer, max_len)
+
+
+def source_normaliser(info: dict[str, Any]) -> Callable[[str], str]:
+    """How to prepare a user's input the way the checkpoint's training sources were prepared.
+
+    A CMUdict G2P model read lower-case words (:func:`dotformer.data.cmudict.normalise_word`), so "Transformer"
+    becomes "transformer"; other corpora were read as they are, and so are their inputs.
+
+    Args:
+        info: the checkpoint's config.json (``info["dataset"]`` names the corpus).
+    """
+    if info.get("dataset") == "cmudict":
+        from dotformer.data.cmudict import normalise_word
+
+        return normalise_word
+    return str
+
+
+def target_normaliser(info: dict[str, Any]) -> Callable[[str], str]:
+    """How to prepare a target a user gives (a forced reference) the way the checkpoint's training targets were.
+
+    The twin of :func:`source_normaliser`: a CMUdict model trained with ``strip_stress`` (config.json
+    ``info["data"]["strip_stress"]``) read phones without stress digits, so "T R AE1 N S" becomes "T R AE N S";
+    other targets are read as they are.
+
+    Args:
+        info: the checkpoint's config.json.
+    """
+    data = info.get("data") or {}
+    if info.get("dataset") == "cmudict" and isinstance(data, dict) and data.get("strip_stress"):
+        from dotformer.data.cmudict import strip_stress
+
+        return lambda text: " ".join(strip_stress(phone) for phone in text.split())
+    return str
+
+
+class EncodedTarget(NamedTuple):
+    """A user's target text as target ids (for forced decoding).
+
+    Attributes:
+        text: the target after :func:`target_normaliser`, with each unknown symbol shown as ``<unk>``.
+        ids: its token ids (no BOS, no EOS); an unknown symbol is ``UNK_ID``, never dropped.
+        unknown: the symbols outside the target vocabulary, in order (``"<unk>"`` where a tokenizer cannot name them).
+    """
+
+    text: str
+    ids: list[int]
+    unknown: list[str]
+
+
+def encode_target(loaded: Any, text: str) -> EncodedTarget:
+    """Normalise a user's target as the checkpoint's training targets were, then tokenise it (the one path, shared
+    by ``dotformer plot attention --target`` and ``dotformer explore --target``).
+
+    Args:
+        loaded: anything with ``tgt_tokenizer`` and, optionally, ``info`` (config.json).
+        text: the target as the user wrote it.
+    """
+    from dotformer.data.tokenizers import UNK_ID
+
+    tokenizer = loaded.tgt_tokenizer
+    text = target_normaliser(getattr(loaded, "info", None) or {})(text)
+    ids = list(tokenizer.encode(text))
+    split, join = getattr(tokenizer, "split", None), getattr(tokenizer, "join", None)
+    pieces = split(text) if callable(split) and callable(join) else None
+    if pieces is None or len(pieces) != len(ids):  # a tokenizer that cannot name its pieces (BPE)
+        return EncodedTarget(text, ids, ["<unk>"] * ids.count(UNK_ID))
+    unknown = [piece for piece, index in zip(pieces, ids, strict=True) if index == UNK_ID]
+    shown = [piece if index != UNK_ID else "<unk>" for piece, index in zip(pieces, ids, strict=True)]
+    return EncodedTarget(join(shown), ids, unknown)
+
+
+def unknown_target_message(unknown: Sequence[str]) -> str | None:
+    """The one-line warning for target symbols outside the target vocabulary (None when there are none)."""
+    if not unknown:
+        return None
+    names = ", ".join(dict.fromkeys(unknown))
+    return (
+        f"{len(unknown)} target symbol(s) are not in the target vocabulary and were read as <unk>: {names} "
+        f"(after normalising the target as the training targets were)"
+    )
+
+
+def unknown_message(encoded: EncodedTexts, where: Callable[[int], str] | None = None) -> str | None:
+    """The one-line summary of the UNK tokens of ``encoded`` (None when there are none).
+
+    Args:
+        encoded: from :func:`encode_sources`.
+        where: names an input from its 0-based index (default ``input N``, 1-based); the CLI gives ``FILE:LINE``.
+    """
+    if not encoded.unknown:
+        return None
+    first = encoded.texts_with_unknown[0]
+    text = encoded.texts[first]
+    example = text if len(text) <= 40 else text[:37] + "..."
+    name = where(first) if where is not None else f"input {first + 1}"
+    return (
+        f"{encoded.unknown} input symbol(s) in {len(encoded.texts_with_unknown)} of {len(encoded.ids)} input(s) are "
+        f"not in the source vocabulary and were read as <unk> (first: {name}, {example!r})"
+    )
+
+
+def warn_unknown(encoded: EncodedTexts, texts: Sequence[str] | None = None, stacklevel: int = 3) -> None:
+    """Issue one :class:`UnknownTokenWarning` summarising the UNK tokens of ``encoded``, if any.
+
+    ``texts`` is accepted for compatibility and ignored (the message quotes ``encoded.texts``).
+    """
+    message = unknown_message(encoded)
+    if message is not None:
+        warnings.warn(message, UnknownTokenWarning, stacklevel=stacklevel)
+
+
+def is_empty_source(text: str) -> bool:
+    """True for an empty or whitespace-only source text: it has nothing to translate, so its output is empty."""
+    return not text.strip()
