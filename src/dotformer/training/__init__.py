@@ -4,9 +4,9 @@ gradient accumulation, mixed precision, data parallelism, checkpoints and exact 
 Read in this order: :mod:`~dotformer.training.config` (TrainConfig, DataConfig), :mod:`~dotformer.training.loss`,
 :mod:`~dotformer.training.schedule`, :mod:`~dotformer.training.optim`, :mod:`~dotformer.training.step`
 (train_step, evaluate_loss), :mod:`~dotformer.training.loop` (fit; with :mod:`~dotformer.training.stream`, the batch
-stream, :mod:`~dotformer.training.state`, the resume state, and :mod:`~dotformer.training.stopping`, budgets and
-signals), :mod:`~dotformer.training.distributed`, :mod:`~dotformer.training.logging`.
-Checkpoints live in :mod:`dotformer.checkpoint`.
+stream, :mod:`~dotformer.training.state`, the resume state, :mod:`~dotformer.training.stopping`, budgets and
+signals, and :mod:`~dotformer.training.validation`, the validation pass), :mod:`~dotformer.training.distributed`,
+:mod:`~dotformer.training.logging`. Checkpoints live in :mod:`dotformer.checkpoint`.
 """
 
 from typing import Any

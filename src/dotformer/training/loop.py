@@ -2,8 +2,9 @@
 exact resumption (its trainer is the state of one call).
 
 The pieces it puts together: the step (:mod:`~dotformer.training.step`: :func:`train_step`, :func:`evaluate_loss`),
-the batch stream (:mod:`~dotformer.training.stream`), the resume state (:mod:`~dotformer.training.state`) and the stop
-checks (:mod:`~dotformer.training.stopping`). Their public names are importable from here too, as before.
+the batch stream (:mod:`~dotformer.training.stream`), the resume state (:mod:`~dotformer.training.state`), the stop
+checks (:mod:`~dotformer.training.stopping`) and the validation pass (:mod:`~dotformer.training.validation`). Their
+public names are importable from here too, as before.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from dotformer.training.distributed import DistContext, barrier, setup_distribut
 from dotformer.training.logging import MetricsLog
 from dotformer.training.optim import autocast_dtype, build_grad_scaler, build_optimizer
 from dotformer.training.progress import Budget, Position, Progress
-from dotformer.training.selection import decode_sample, is_improvement, validation_score
 from dotformer.training.state import (
     FINE_TUNABLE,
     ResumeState,
@@ -38,6 +38,7 @@ from dotformer.training.state import (
 from dotformer.training.step import EvalResult, StepResult, evaluate_loss, gold_tokens, train_step
 from dotformer.training.stopping import Stopping, TrainingInterrupted
 from dotformer.training.stream import BatchStream
+from dotformer.training.validation import Validation
 
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
@@ -171,10 +172,11 @@ def fit(
         teardown_distributed(context)
 
 
-class _Trainer(ResumeState, Stopping):
+class _Trainer(ResumeState, Stopping, Validation):
     """The state of one :func:`fit` call (kept private: fit's arguments are the interface). Saving and resuming
     come from :class:`~dotformer.training.state.ResumeState`, the stop checks from
-    :class:`~dotformer.training.stopping.Stopping`; here: validation and the loop."""
+    :class:`~dotformer.training.stopping.Stopping`, the validation pass from
+    :class:`~dotformer.training.validation.Validation`; here: the loop."""
 
     def __init__(
         self,
@@ -221,61 +223,6 @@ class _Trainer(ResumeState, Stopping):
         self.last_train_loss = math.nan  # of the newest step in this call
         self.started = time.monotonic()  # reset when the loop starts
         self.stream = BatchStream(self.sampler, max_epochs=config.max_epochs)
-
-    # -- validation --------------------------------------------------------------------------------------------------
-
-    def evaluate(self, log: MetricsLog, progress: Progress) -> None:
-        self.evaluated_step = self.step
-        if not self.valid_batches and not self.context.distributed:
-            return
-        started = time.monotonic()
-        result = evaluate_loss(
-            self.model, self.valid_batches, self.config.label_smoothing, self.model_config.pad_id, self.context,
-            self.amp_dtype, self.config.packed,
-        )  # fmt: skip
-        if result.num_tokens == 0:
-            return
-        self.last_valid = result
-        metric = self.config.best_metric
-        score = result.loss
-        if metric != "loss":
-            d = self.data
-            score = validation_score(self.model, d.src_tokenizer, d.tgt_tokenizer, self.decode_pairs, metric)
-        improved = is_improvement(metric, score, self.best_score)
-        if improved:
-            self.best_loss, self.best_perplexity, self.best_step = result.loss, result.perplexity, self.step
-            self.best_score, self.bad_evals = score, 0
-            self.save_best()
-        else:
-            self.bad_evals += 1
-        if self.context.is_main:
-            record = {"split": "valid", "step": self.step, "epoch": round(self.stream.epochs_done, 4)}
-            record.update(loss=result.loss, nll=result.nll, ppl=result.perplexity, tokens=result.num_tokens)
-            if metric != "loss":
-                record.update({metric: score, "decoded": len({p.source for p in self.decode_pairs})})
-            record.update(best=improved, seconds=round(time.monotonic() - started, 3))
-            log.write(record)
-            shown = f", {metric} {score:.2f}" if metric != "loss" else ""
-            progress.write(
-                f"step {self.step}: valid loss {result.loss:.4f}, ppl {result.perplexity:.3f}{shown}"
-                + (" (best)" if improved else "")
-            )
-
-    def prepare_selection(self) -> None:
-        """Check that a decoding best_metric or patience has validation pairs; pick the pairs to decode."""
-        c = self.config
-        if (c.best_metric != "loss" or c.patience) and not len(self.data.valid):
-            what = f"best_metric {c.best_metric!r}" if c.best_metric != "loss" else f"patience={c.patience}"
-            raise ConfigError(f"{what} needs a validation split, and this run has no validation pairs")
-        if c.best_metric == "loss":
-            return
-        pairs = self.data.valid_pairs
-        if pairs is None:
-            from dotformer.data.corpora import Pair
-
-            src, tgt = self.data.src_tokenizer, self.data.tgt_tokenizer
-            pairs = [Pair(src.decode(e.src), tgt.decode(e.tgt)) for e in self.data.valid]
-        self.decode_pairs = decode_sample(pairs, c.valid_decode_limit, c.seed)
 
     # -- the loop ----------------------------------------------------------------------------------------------------
 
