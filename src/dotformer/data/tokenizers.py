@@ -6,10 +6,10 @@ sentencepiece .model) are read behind the same interface by :mod:`dotformer.data
 * ``"char"``: one token per character (G2P sources: the letters of a word).
 * ``"symbol"``: one token per whitespace-separated symbol (ARPAbet phones "AH0 B AE1 N", synthetic "a3 b7");
   decoding joins the symbols with single spaces.
-* ``"bpe"``: byte-level BPE trained with Hugging Face ``tokenizers`` (translation). The byte-level pre-tokenizer
-  maps every UTF-8 byte to a symbol of a 256-symbol base alphabet and no normaliser is applied, so
-  ``decode(encode(x)) == x`` for every string, spaces, tabs and accents included, and no text has unknown
-  tokens. Pieces are shown decoded (``" the"``, ``"crió"``), not in the byte alphabet (``"Ġthe"``, ``"criÃ³"``);
+* ``"bpe"``: byte-level BPE trained with Hugging Face ``tokenizers`` (translation; :mod:`dotformer.data.bpe`).
+  The byte-level pre-tokenizer maps every UTF-8 byte to a symbol of a 256-symbol base alphabet and no normaliser is
+  applied, so ``decode(encode(x)) == x`` for every string, spaces, tabs and accents included, and no text has
+  unknown tokens. Pieces are shown decoded (``" the"``, ``"crió"``), not in the byte alphabet (``"Ġthe"``, ``"criÃ³"``);
   a piece that holds only part of a multi-byte character shows its bytes as ``\\xNN``.
 
 Ids 0..3 are always ``<pad>``, ``<s>`` (BOS), ``</s>`` (EOS), ``<unk>``; ``encode`` adds no BOS/EOS (batching
@@ -36,10 +36,21 @@ DEFAULT_BPE_VOCAB_SIZE = 8000
 BYTE_ALPHABET_SIZE = 256
 TokenizerKind = Literal["char", "symbol", "bpe"]
 KINDS = ("char", "symbol", "bpe")
+_BPE_NAMES = ("BPETokenizer", "byte_level_alphabet")  # in dotformer.data.bpe, which builds on this module
+
+
+def __getattr__(name: str) -> Any:
+    """``BPETokenizer`` and ``byte_level_alphabet`` (now in :mod:`dotformer.data.bpe`), imported on first use."""
+    if name in _BPE_NAMES:
+        from dotformer.data import bpe
+
+        return getattr(bpe, name)
+    raise AttributeError(f"module 'dotformer.data.tokenizers' has no attribute {name!r}")
 
 
 class Tokenizer(ABC):
-    """Text <-> ids. Subclasses: :class:`CharTokenizer`, :class:`SymbolTokenizer`, :class:`BPETokenizer`."""
+    """Text <-> ids. Subclasses: :class:`CharTokenizer`, :class:`SymbolTokenizer`,
+    :class:`~dotformer.data.bpe.BPETokenizer`."""
 
     kind: ClassVar[str]
 
@@ -180,69 +191,6 @@ class SymbolTokenizer(VocabularyTokenizer):
         return " ".join(pieces)
 
 
-class BPETokenizer(Tokenizer):
-    """Byte-level BPE (Sennrich et al. 2016, as in GPT-2) on Hugging Face ``tokenizers``; exact round trips.
-
-    Args:
-        hf_tokenizer: a ``tokenizers.Tokenizer`` with a BPE model, byte-level pre-tokenizer and decoder, and the
-            four specials at ids 0..3 (as :func:`train_tokenizer` builds it).
-
-    Raises:
-        DataError: the specials are not at ids 0..3.
-    """
-
-    kind = "bpe"
-
-    def __init__(self, hf_tokenizer: Any) -> None:
-        for index, token in enumerate(SPECIAL_TOKENS):
-            if hf_tokenizer.token_to_id(token) != index:
-                raise DataError(f"BPE tokenizer must have {token} at id {index}, has {hf_tokenizer.token_to_id(token)}")
-        hf_tokenizer.encode_special_tokens = True  # "<s>" typed in a text is text, not BOS (not saved by HF)
-        self._hf = hf_tokenizer
-        self._byte_of = {char: byte for byte, char in enumerate(byte_level_alphabet())}
-
-    @property
-    def vocab_size(self) -> int:
-        return self._hf.get_vocab_size(with_added_tokens=True)
-
-    def encode(self, text: str) -> list[int]:
-        return self._hf.encode(text, add_special_tokens=False).ids
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [encoding.ids for encoding in self._hf.encode_batch(list(texts), add_special_tokens=False)]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        ids = [int(index) for index in ids]
-        for index in ids:
-            self._check_id(index)
-        return self._hf.decode([index for index in ids if index >= NUM_SPECIAL], skip_special_tokens=False)
-
-    def id_to_token(self, index: int) -> str:
-        """The piece as text: ``" the"``, ``"crió"``; a piece holding part of a multi-byte character shows the
-        incomplete bytes as ``\\xNN`` escapes (``"cri\\xc3"``)."""
-        self._check_id(int(index))
-        token = self._hf.id_to_token(int(index))
-        if int(index) < NUM_SPECIAL:
-            return token
-        return bytes(self._byte_of[char] for char in token).decode("utf-8", errors="backslashreplace")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "format": FORMAT_VERSION, "hf_tokenizer": json.loads(self._hf.to_str())}
-
-
-def byte_level_alphabet() -> list[str]:
-    """The 256 symbols that stand for the bytes 0..255 in byte-level BPE (GPT-2's table, used by HF tokenizers).
-
-    Printable Latin-1 bytes stand for themselves ("a" for 0x61, "ó" for 0xF3); the others (controls, space,
-    0x7F-0xA0, 0xAD) are moved to U+0100 and up in byte order, so the space 0x20 is "Ġ" (U+0120).
-    """
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    symbols = {byte: chr(byte) for byte in printable}
-    moved = [byte for byte in range(BYTE_ALPHABET_SIZE) if byte not in symbols]
-    symbols.update({byte: chr(BYTE_ALPHABET_SIZE + offset) for offset, byte in enumerate(moved)})
-    return [symbols[byte] for byte in range(BYTE_ALPHABET_SIZE)]
-
-
 def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], vocab_size: int | None = None) -> Tokenizer:
     """Build a vocabulary from training texts.
 
@@ -266,7 +214,9 @@ def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], vocab_size: int |
     if not texts:
         raise DataError(f"cannot train a {kind} tokenizer on no texts")
     if kind == "bpe":
-        return _train_bpe(texts, DEFAULT_BPE_VOCAB_SIZE if vocab_size is None else vocab_size)
+        from dotformer.data.bpe import train_bpe
+
+        return train_bpe(texts, DEFAULT_BPE_VOCAB_SIZE if vocab_size is None else vocab_size)
     if vocab_size is not None and vocab_size <= NUM_SPECIAL:
         raise ConfigError(f"vocab_size must exceed the {NUM_SPECIAL} special tokens, got {vocab_size}")
     tokenizer_class = CharTokenizer if kind == "char" else SymbolTokenizer
@@ -279,27 +229,6 @@ def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], vocab_size: int |
     if vocab_size is not None:
         ranked = ranked[: vocab_size - NUM_SPECIAL]
     return tokenizer_class([*SPECIAL_TOKENS, *ranked])
-
-
-def _train_bpe(texts: list[str], vocab_size: int) -> BPETokenizer:
-    """Train byte-level BPE with Hugging Face ``tokenizers`` (specials first, then the 256 bytes, then merges)."""
-    minimum = NUM_SPECIAL + BYTE_ALPHABET_SIZE + 1
-    if vocab_size < minimum:
-        raise ConfigError(f"bpe vocab_size must be at least {minimum} (4 specials + 256 bytes + 1), got {vocab_size}")
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    hf_tokenizer = HFTokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK_ID]))
-    hf_tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    hf_tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    hf_tokenizer.train_from_iterator(texts, trainer=trainer)
-    return BPETokenizer(hf_tokenizer)
 
 
 class TokenizerPair(NamedTuple):
@@ -355,18 +284,16 @@ def tokenizer_from_dict(data: dict[str, Any], where: str = "tokenizer") -> Token
         DataError: unknown kind or format, or malformed contents (``where`` names the source in the message).
     """
     kind = data.get("kind") if isinstance(data, dict) else None
-    if kind in ("hf", "sentencepiece"):  # an existing tokenizer read from a file (dotformer.data.pretrained)
-        from dotformer.data.pretrained import pretrained_from_dict
-
-        if data.get("format") != FORMAT_VERSION:
-            raise DataError(f"{where}: tokenizer format {data.get('format')!r}, this dotformer reads {FORMAT_VERSION}")
-        return pretrained_from_dict(data, where)
-    if kind not in KINDS:
+    if kind not in (*KINDS, "hf", "sentencepiece"):
         raise DataError(
             f"{where}: unknown tokenizer kind {kind!r}; expected one of {', '.join(KINDS)}, hf, sentencepiece"
         )
     if data.get("format") != FORMAT_VERSION:
         raise DataError(f"{where}: tokenizer format {data.get('format')!r}, this dotformer reads {FORMAT_VERSION}")
+    if kind in ("hf", "sentencepiece"):  # an existing tokenizer read from a file (dotformer.data.pretrained)
+        from dotformer.data.pretrained import pretrained_from_dict
+
+        return pretrained_from_dict(data, where)
     field = "hf_tokenizer" if kind == "bpe" else "vocab"
     if field not in data:
         raise DataError(f"{where}: the {kind} tokenizer lacks its {field!r} field")
@@ -379,16 +306,9 @@ def tokenizer_from_dict(data: dict[str, Any], where: str = "tokenizer") -> Token
             return tokenizer_class(vocab)
         except DataError as exc:
             raise DataError(f"{where}: {exc}") from None
-    from tokenizers import Tokenizer as HFTokenizer
+    from dotformer.data.bpe import bpe_from_json
 
-    try:
-        hf_tokenizer = HFTokenizer.from_str(json.dumps(data["hf_tokenizer"]))
-    except Exception as exc:  # tokenizers raises a plain Exception on a malformed tokenizer.json
-        raise DataError(f"{where}: cannot rebuild the BPE tokenizer ({type(exc).__name__}: {exc})") from None
-    try:
-        return BPETokenizer(hf_tokenizer)
-    except DataError as exc:
-        raise DataError(f"{where}: {exc}") from None
+    return bpe_from_json(data["hf_tokenizer"], where)
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
