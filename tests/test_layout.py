@@ -57,8 +57,8 @@ MAX_LINES = 400  # a module longer than this gets split by concern
 
 
 def test_the_top_of_the_package_is_the_lesson() -> None:
-    """Every top-level module is a lesson module, one beside them, or a three-line forward of a moved module's old
-    path (:mod:`dotformer._moved`); tooling lives in subpackages."""
+    """Every top-level module is a lesson module, one beside them, or the forward of a moved module's old path
+    (:mod:`dotformer._moved`); tooling lives in subpackages."""
     old_paths = {old.removeprefix("dotformer."): new for old, new in MOVED.items()}
     allowed = {*LESSON, *BESIDE, *PACKAGE, *old_paths}
     top = {path.stem for path in SRC.glob("*.py")}
