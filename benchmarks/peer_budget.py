@@ -3,13 +3,36 @@
 What it does, one system after the other (never both at once: they would share the cores):
 
 1. **dotformer**, through its real command line: ``python -m dotformer train --config CONFIG --out WORK/dotformer
-   --max-minutes M --threads T --no-progress``, then ``python -m dotformer evaluate --checkpoint WORK/dotformer --split
-   test --json WORK/dotformer_test.json`` (beam 4, its defaults). The run writes the split (``data/train.tsv``,
-   ``valid.tsv``, ``test.tsv``) and the tokenizers (``data/tokenizer_src.json``, ``tokenizer_tgt.json``).
+   --max-minutes M --threads T --no-progress``, then ``python -m dotformer average --out WORK/dotformer/averaged
+   <the last K of WORK/dotformer/checkpoints/step_*>`` and ``python -m dotformer evaluate --checkpoint
+   WORK/dotformer/averaged --split test --json WORK/dotformer_test.json`` (beam 4, its defaults; ``evaluate`` finds the
+   run's ``data/test.tsv`` from a checkpoint directory inside the run, as it does for ``best/``). The run writes the
+   split (``data/train.tsv``, ``valid.tsv``, ``test.tsv``) and the tokenizers (``data/tokenizer_src.json``,
+   ``tokenizer_tgt.json``). With ``--average-last 0`` (or 1) there is no averaging and ``evaluate --checkpoint
+   WORK/dotformer`` tests the run's ``best/``.
 2. **HF Marian** (``transformers.MarianMTModel``), built from a ``MarianConfig`` of the same shape as the dotformer
    run's model (its ``run.json``), random init, trained in this process on exactly those TSV files, encoded with exactly
    those tokenizers, for the same M minutes on the same T threads, then decoded with HF ``generate`` and scored with
-   dotformer's own metric functions on the same test pairs (the same seeded ``--limit`` sample, if any).
+   dotformer's own metric functions on the same test pairs (the same seeded ``--limit`` sample, if any), with the
+   weights chosen the same way (the mean of its last K snapshots, or its best validation pass's).
+
+Which weights are tested (``--average-last K``, default 5), and why: the README's main job (``scripts/g2p.sh``)
+trains, averages the last 5 saved checkpoints (``dotformer average``, the paper's §6.1 trick: the mean of the last
+few points of the optimiser's path is a better model than any one of them) and evaluates the average, so this
+benchmark compares the two systems that way, on equal terms:
+
+* dotformer saves a checkpoint every ``save_every`` steps of its config (and one at the end) and keeps the last
+  ``keep_last``; the benchmark averages the last K of ``checkpoints/step_*`` (``--keep-last K`` is passed when the
+  config keeps fewer). Writing them is inside its training clock.
+* Marian keeps in memory a CPU copy of its weights at the very same steps (every ``save_every`` steps of the run's
+  ``run.json``, and the final step) and tests the element-wise mean of the last K copies (float64 sums, as
+  ``dotformer average``). That is what Marian NMT's own users get from its exponential smoothing of the weights
+  (``--exponential-smoothing``): a model that is an average over the last stretch of training, not its last or best
+  single point. HF has neither, so the benchmark does the averaging for it. The copies cost time inside the budget,
+  as dotformer's checkpoint writes do: they are made inside the training clock.
+* Fewer than K saved points (a short run) averages those there are; the JSON and the table record which weights were
+  tested (``averaged last 5``, ``best``) and the averaged steps. ``--save-every N`` overrides the config's interval for
+  both systems (short test runs).
 
 Run::
 
@@ -17,6 +40,7 @@ Run::
     python benchmarks/peer_budget.py --task bible --minutes 20 --test-books Matt,Mark,Luke,John \\
         --out benchmarks/results/peer_budget_bible.json
     python benchmarks/peer_budget.py --task g2p --max-steps 5 --limit 20 --corpus-limit 3000   # a smoke run
+    python benchmarks/peer_budget.py --task g2p --max-steps 6 --save-every 2 --limit 20 --corpus-limit 3000
 
 Both budgets are training wall-clock time as ``dotformer train`` counts it: from the first step to the last, the
 validation passes included; data preparation, model construction and the test decoding are outside it. ``--max-steps``
@@ -44,9 +68,11 @@ Marian's settings, and why (Marian NMT's transformer recipe, as far as it fits a
   same ``max_tokens`` (4096 padded tokens) and seed, so Marian sees the very batches dotformer sees, in the same order.
   Marian computes them padded (HF has no packing); dotformer skips the padding, as ``dotformer train`` does.
 * Validation: label-smoothed loss on the valid split every ``eval_every`` steps of the config (500) and at the end; the
-  best pass's weights are the ones tested, as dotformer's ``best/`` (Marian keeps them in memory: no disk writes).
-* Left out: Marian NMT's exponential smoothing of the weights (its 1e-4 averages over ~10,000 steps, more than a run
-  holds) and everything a 1-GPU-hour recipe adds beyond the above.
+  best pass is logged (and kept in memory, as dotformer writes ``best/``); its weights are the ones tested with
+  ``--average-last 0``, as dotformer's ``best/``.
+* Weight averaging in place of Marian NMT's exponential smoothing (whose 1e-4 factor averages over ~10,000 steps,
+  more than a run holds): the mean of the last K snapshots above. Left out: everything a 1-GPU-hour recipe adds
+  beyond the above.
 * Decoding: beam 4, length penalty 0.6 as HF applies it (score / length^0.6: Marian NMT's ``--normalize 0.6``;
   dotformer's is GNMT's ((5 + L) / 6)^0.6), ``early_stopping="never"`` (stop only when no alive beam can still win,
   dotformer's rule), PAD and BOS suppressed (dotformer forbids them), at most floor(1.0 · S + 50) new tokens for a
@@ -57,7 +83,8 @@ No tuning sweep of Marian at the full budget has been run by this script's autho
 options above are there for one.
 
 Output: a Markdown table on standard output and ``--out`` JSON (machine, commit, load before each run, settings, both
-systems' steps, epochs, tokens/s, minutes, metrics, test sizes, the gaps against the issue's targets).
+systems' steps, epochs, tokens/s, minutes, the weights tested, metrics, test sizes, the gaps against the issue's
+targets).
 """
 
 from __future__ import annotations
@@ -70,6 +97,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -144,6 +172,8 @@ class SystemResult:
     num_sources: int  # distinct test sources decoded
     num_pairs: int  # test pairs scored
     unfinished: int  # outputs cut at the maximum length
+    weights: str = "best"  # which weights were tested: "best" or "averaged last K"
+    averaged_steps: list[int] | None = None  # the steps whose weights were averaged (None: not averaged)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -178,6 +208,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work-dir", type=Path, default=None, help="runs go here (default benchmarks/out/peer_budget_T)")
     p.add_argument("--out", type=Path, default=None, help="JSON results (default benchmarks/out/peer_budget_T.json)")
     p.add_argument("--reuse-dotformer", action="store_true", help="keep WORK/dotformer and its evaluation if there")
+    p.add_argument(
+        "--average-last",
+        type=int,
+        default=5,
+        metavar="K",
+        help="test the mean of the last K saved weights of each system (default 5, as scripts/g2p.sh);\n"
+        "0 or 1: no averaging, dotformer's best/ and Marian's best validation pass",
+    )
+    p.add_argument(
+        "--save-every",
+        type=int,
+        default=None,
+        metavar="N",
+        help="dotformer train --save-every N, and Marian's snapshot interval (default: the config's)",
+    )
     p.add_argument("--marian-lr-peak", type=float, default=None, help="Marian's peak LR (default: the config's)")
     p.add_argument("--marian-warmup", type=int, default=None, help="Marian's warmup steps (default: the config's)")
     p.add_argument("--marian-clip-norm", type=float, default=None, help="Marian's clip norm (default: the config's)")
@@ -192,15 +237,39 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if args.minutes <= 0:
         p.error(f"--minutes must be positive, got {args.minutes}")
+    if args.average_last < 0:
+        p.error(f"--average-last must be at least 0, got {args.average_last}")
+    if args.save_every is not None and args.save_every < 0:
+        p.error(f"--save-every must be at least 0, got {args.save_every}")
     return args
+
+
+def averaging(args: argparse.Namespace) -> bool:
+    """True when the last ``--average-last`` saved weights are averaged (K >= 2), False for the best weights."""
+    return args.average_last >= 2
 
 
 # -- dotformer: the command line -----------------------------------------------------------------------------------
 
 
+DOTFORMER_CLI = [sys.executable, "-m", "dotformer"]
+
+
+def config_keep_last(config: str) -> int:
+    """The ``keep_last`` of a dotformer config (the shipped one of that name), or TrainConfig's default."""
+    from dotformer.training.config import TrainConfig
+    from dotformer.training.config_files import read_config_file
+
+    return int(read_config_file(config).train.get("keep_last", TrainConfig().keep_last))
+
+
 def dotformer_commands(args: argparse.Namespace, work: Path) -> tuple[list[str], list[str]]:
-    """The ``dotformer train`` and ``dotformer evaluate`` command lines (run with this Python)."""
-    cli = [sys.executable, "-m", "dotformer"]
+    """The ``dotformer train`` and ``dotformer evaluate`` command lines (run with this Python).
+
+    With averaging, evaluate tests ``WORK/dotformer/averaged`` (see :func:`average_command`), else the run (its
+    ``best/``); either way ``--split test`` reads the run's ``data/test.tsv``.
+    """
+    cli = DOTFORMER_CLI
     train = [*cli, "train", "--config", TASKS[args.task].config, "--out", str(work / "dotformer"), "--overwrite"]
     train += ["--max-minutes", f"{args.minutes:g}", "--threads", str(args.threads), "--device", args.device]
     train += ["--no-progress"]
@@ -210,11 +279,38 @@ def dotformer_commands(args: argparse.Namespace, work: Path) -> tuple[list[str],
         train += ["--limit", str(args.corpus_limit)]
     if args.test_books:
         train += ["--test-books", args.test_books]
-    evaluate = [*cli, "evaluate", "--checkpoint", str(work / "dotformer"), "--split", "test", "--device", args.device]
+    if args.save_every is not None:
+        train += ["--save-every", str(args.save_every)]
+    if averaging(args) and config_keep_last(TASKS[args.task].config) < args.average_last:
+        train += ["--keep-last", str(args.average_last)]  # else the older ones are pruned before they are averaged
+    checkpoint = work / "dotformer" / "averaged" if averaging(args) else work / "dotformer"
+    evaluate = [*cli, "evaluate", "--checkpoint", str(checkpoint), "--split", "test", "--device", args.device]
     evaluate += ["--json", str(work / "dotformer_test.json"), "--hyps", str(work / "dotformer_test.hyp")]
     if args.limit is not None:
         evaluate += ["--limit", str(args.limit), "--seed", "0"]
     return train, evaluate
+
+
+def average_command(work: Path, k: int) -> tuple[list[str], list[int]]:
+    """``dotformer average --overwrite --out WORK/dotformer/averaged`` of the last ``k`` step checkpoints of the run
+    (all of them if it saved fewer), and their steps.
+
+    Raises:
+        SystemExit: the run saved no step checkpoint.
+    """
+    from dotformer.checkpoint import step_checkpoints
+
+    paths = step_checkpoints(work / "dotformer" / "checkpoints")[-k:]  # oldest first, as `ls -d ... | tail -n K`
+    if not paths:
+        raise SystemExit(f"peer_budget: {work / 'dotformer' / 'checkpoints'} holds no step_* checkpoint to average")
+    out = work / "dotformer" / "averaged"
+    command = [*DOTFORMER_CLI, "average", "--overwrite", "--out", str(out), *map(str, paths)]
+    return command, [int(path.name.removeprefix("step_")) for path in paths]
+
+
+def weights_label(averaged_steps: Sequence[int] | None) -> str:
+    """``"averaged last K"`` (K the number of weights averaged) or ``"best"``."""
+    return "best" if averaged_steps is None else f"averaged last {len(averaged_steps)}"
 
 
 def run_command(command: list[str], threads: int) -> None:
@@ -228,8 +324,9 @@ def run_command(command: list[str], threads: int) -> None:
         )
 
 
-def dotformer_result(work: Path, sampler: BatchSampler) -> SystemResult:
-    """The dotformer run's figures: training from ``last/train_state.json``, test from evaluate's JSON."""
+def dotformer_result(work: Path, sampler: BatchSampler, averaged_steps: list[int] | None) -> SystemResult:
+    """The dotformer run's figures: training from ``last/train_state.json``, test from evaluate's JSON (of the
+    average of the checkpoints of ``averaged_steps``, or of ``best/`` when None)."""
     state = json.loads((work / "dotformer" / "last" / "train_state.json").read_text())
     evaluation = json.loads((work / "dotformer_test.json").read_text())
     position = state["data"]  # the next batch: (epoch, index)
@@ -246,7 +343,13 @@ def dotformer_result(work: Path, sampler: BatchSampler) -> SystemResult:
         num_sources=int(evaluation["num_sources"]),
         num_pairs=int(evaluation["num_pairs"]),
         unfinished=int(evaluation.get("unfinished", 0)),
-        extra={"decode": evaluation.get("decode"), "signatures": evaluation.get("signatures", {})},
+        weights=weights_label(averaged_steps),
+        averaged_steps=averaged_steps,
+        extra={
+            "checkpoint": evaluation.get("checkpoint"),
+            "decode": evaluation.get("decode"),
+            "signatures": evaluation.get("signatures", {}),
+        },
     )
 
 
@@ -320,6 +423,32 @@ def marian_valid(model: nn.Module, batches: Sequence[Batch], label_smoothing: fl
     return {"loss": loss / tokens, "nll": nll / tokens, "tokens": int(tokens)}
 
 
+def cpu_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A CPU copy of ``model``'s state dict (tied names copied once and kept shared, as a checkpoint stores them)."""
+    copies: dict[tuple[int, torch.Size], torch.Tensor] = {}
+    weights = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tensor.shape)
+        if key not in copies:
+            copies[key] = tensor.detach().to("cpu", copy=True)
+        weights[name] = copies[key]
+    return weights
+
+
+def mean_weights(snapshots: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of state dicts, as ``dotformer average`` computes it: floating tensors summed in float64
+    and cast back, other tensors taken from the last."""
+    last = snapshots[-1]
+    mean = {}
+    for name, tensor in last.items():
+        if tensor.is_floating_point():
+            total = torch.stack([snapshot[name].double() for snapshot in snapshots]).sum(0)
+            mean[name] = (total / len(snapshots)).to(tensor.dtype)
+        else:
+            mean[name] = tensor
+    return mean
+
+
 def train_marian(
     model: nn.Module,
     sampler: BatchSampler,
@@ -328,11 +457,18 @@ def train_marian(
     minutes: float,
     max_steps: int | None,
     device: str,
+    save_every: int = 0,
+    average_last: int = 0,
 ) -> dict[str, Any]:
-    """Train until ``minutes`` of wall-clock (validation included) or ``max_steps``; load the best pass's weights.
+    """Train until ``minutes`` of wall-clock (validation included) or ``max_steps``; load the weights to test.
+
+    With ``average_last`` K >= 2, a CPU copy of the weights is kept at every ``save_every`` steps (dotformer's
+    checkpoint steps; 0: none) and at the final step, the copying inside the clock (as dotformer's checkpoint writes
+    are), and the mean of the last K copies is loaded; otherwise the best validation pass's weights.
 
     Returns:
-        steps, epochs, seconds, target_tokens, stopped_by, best_step, best_valid_loss, and the validation log.
+        steps, epochs, seconds, target_tokens, stopped_by, best_step, best_valid_loss, the validation log, and
+        averaged_steps (the steps of the averaged copies; None: the best weights were loaded).
     """
     fused = device.split(":")[0] in ("cpu", "cuda")
     optimizer = torch.optim.Adam(
@@ -341,6 +477,8 @@ def train_marian(
     step, tokens, epochs = 0, 0, 0.0
     best: dict[str, Any] = {"loss": math.inf, "step": None, "weights": None}
     log: list[dict[str, Any]] = []
+    averaging = average_last >= 2
+    snapshots: deque[tuple[int, dict[str, torch.Tensor]]] = deque(maxlen=max(1, average_last))
     started = time.monotonic()
 
     def validate() -> None:
@@ -378,10 +516,19 @@ def train_marian(
         tokens += batch.num_tgt_tokens
         if settings.eval_every and step % settings.eval_every == 0:
             validate()
+        if averaging and save_every and step % save_every == 0:
+            snapshots.append((step, cpu_weights(model)))
     if not log or log[-1]["step"] != step:
         validate()
+    if averaging and (not snapshots or snapshots[-1][0] != step):
+        snapshots.append((step, cpu_weights(model)))  # the final step's, as dotformer's last save
     seconds = time.monotonic() - started
-    model.load_state_dict(best["weights"])
+    if averaging:
+        averaged_steps: list[int] | None = [at for at, _ in snapshots]
+        model.load_state_dict(mean_weights([weights for _, weights in snapshots]))
+    else:
+        averaged_steps = None
+        model.load_state_dict(best["weights"])
     model.eval()
     return {
         "steps": step,
@@ -392,6 +539,7 @@ def train_marian(
         "best_step": best["step"],
         "best_valid_loss": best["loss"],
         "valid_log": log,
+        "averaged_steps": averaged_steps,
     }
 
 
@@ -471,14 +619,26 @@ def run_marian(
     args: argparse.Namespace,
     work: Path,
 ) -> SystemResult:
-    """Build, train, decode and score Marian; save its best weights and test outputs under ``WORK/marian``."""
+    """Build, train, decode and score Marian; save its tested weights (the average, or the best) and test outputs
+    under ``WORK/marian``."""
     from transformers.utils import logging as hf_logging
 
     model = build_marian(run.model_config, settings.seed).to(args.device)
     inner = model.get_decoder().embed_tokens.weight
     tied = model.get_output_embeddings().weight.data_ptr() == inner.data_ptr()
     shared = model.get_encoder().embed_tokens.weight.data_ptr() == inner.data_ptr()
-    trained = train_marian(model, sampler, valid_batches, settings, args.minutes, args.max_steps, args.device)
+    save_every = run.record["train"]["save_every"]  # dotformer's checkpoint interval (--save-every included)
+    trained = train_marian(
+        model,
+        sampler,
+        valid_batches,
+        settings,
+        args.minutes,
+        args.max_steps,
+        args.device,
+        save_every,
+        args.average_last,
+    )
     sources = group_references(test_pairs).sources
     outputs = marian_translate(model, sources, run, settings, args.device)
     output_of = {source: text for source, (text, _) in zip(sources, outputs, strict=True)}
@@ -490,6 +650,7 @@ def run_marian(
     (work / "marian_test.hyp").write_text("".join(output_of[pair.source] + "\n" for pair in test_pairs))
     extra = {
         "stopped_by": trained["stopped_by"],
+        "snapshot_every": save_every,
         "valid_log": trained["valid_log"],
         "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "tied_output": tied,
@@ -507,6 +668,8 @@ def run_marian(
         num_sources=len(sources),
         num_pairs=len(test_pairs),
         unfinished=sum(not finished for _, finished in outputs),
+        weights=weights_label(trained["averaged_steps"]),
+        averaged_steps=trained["averaged_steps"],
         extra=extra,
     )
 
@@ -518,11 +681,17 @@ def table_rows(task: str, results: Sequence[SystemResult]) -> tuple[list[dict[st
     """The rows and columns of the Markdown table."""
     spec = TASKS[task]
     names = {"wer": "WER %", "per": "PER %", "bleu": "BLEU", "chrf": "chrF"}
-    columns = ["system", "steps", "epochs", "tgt tokens/s", "minutes"]
+    columns = ["system", "weights", "steps", "epochs", "tgt tokens/s", "minutes"]
     columns += [names[m] for m in spec.metrics] + ["ppl", f"test {spec.unit}", "test pairs", "unfinished"]
     rows = []
     for r in results:
-        row = {"system": r.system, "steps": r.steps, "epochs": r.epochs, "tgt tokens/s": round(r.tokens_per_second)}
+        row = {
+            "system": r.system,
+            "weights": r.weights,
+            "steps": r.steps,
+            "epochs": r.epochs,
+            "tgt tokens/s": round(r.tokens_per_second),
+        }
         row.update({"minutes": r.seconds / 60, "ppl": r.metrics.get("perplexity")})
         row.update({names[m]: r.metrics[m] for m in spec.metrics})
         row.update({f"test {spec.unit}": r.num_sources, "test pairs": r.num_pairs, "unfinished": r.unfinished})
@@ -550,10 +719,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     train_cmd, eval_cmd = dotformer_commands(args, work)
 
     load_before = {"dotformer": machine["load_average_1m"]}
-    reused = args.reuse_dotformer and (work / "dotformer_test.json").is_file()
+    reused = args.reuse_dotformer and (work / "dotformer" / "last" / "train_state.json").is_file()
     if not reused:
         run_command(train_cmd, args.threads)
-        run_command(eval_cmd, args.threads)
     run = load_run(work / "dotformer")
     train_config = run.record["train"]
     budget = (train_config["max_minutes"], train_config["max_steps"])
@@ -562,6 +730,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"peer_budget: {work / 'dotformer'} was trained with --max-minutes {budget[0]} --max-steps {budget[1]}, "
             f"not {args.minutes:g} / {args.max_steps}: drop --reuse-dotformer or give its budget"
         )
+    if reused and args.save_every is not None and train_config["save_every"] != args.save_every:
+        raise SystemExit(
+            f"peer_budget: {work / 'dotformer'} saved every {train_config['save_every']} steps, not "
+            f"--save-every {args.save_every}: drop --reuse-dotformer or give its interval"
+        )
+    average_cmd, averaged_steps = average_command(work, args.average_last) if averaging(args) else (None, None)
+    tested = {"average_last": args.average_last, "averaged_steps": averaged_steps, "limit": args.limit}
+    marker = work / "dotformer_test_weights.json"  # which weights dotformer_test.json is of
+    evaluation_reused = (
+        reused
+        and (work / "dotformer_test.json").is_file()
+        and marker.is_file()
+        and json.loads(marker.read_text()) == tested
+    )
+    if not evaluation_reused:  # a reused run is averaged and evaluated again unless it was with these settings
+        marker.unlink(missing_ok=True)
+        if average_cmd is not None:
+            run_command(average_cmd, args.threads)
+        run_command(eval_cmd, args.threads)
+        marker.write_text(json.dumps(tested) + "\n")
     test_pairs = sample_sources(run.test, args.limit, seed=0)  # evaluate --limit N --seed 0 draws this sample
     settings = MarianSettings(
         lr_peak=train_config["lr_peak"] if args.marian_lr_peak is None else args.marian_lr_peak,
@@ -578,7 +766,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sampler = BatchSampler(examples, settings.max_tokens, settings.seed)  # dotformer's training batches and order
     valid_examples: list[EncodedPair] = encode_pairs(run.valid, run.src_tokenizer, run.tgt_tokenizer)
     valid_batches = BatchSampler(valid_examples, settings.max_tokens, settings.seed, shuffle=False).batches(0)
-    dotformer = dotformer_result(work, sampler)
+    dotformer = dotformer_result(work, sampler, averaged_steps)
 
     load_before["marian"] = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     print(f"$ marian: {settings}", flush=True)
@@ -593,6 +781,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     check = target_check(args.task, dotformer, marian)
     print()
     print(format_table(rows, columns))
+    print(
+        "\nWeights tested: "
+        + "; ".join(
+            f"{r.system} {r.weights}" + (f" (steps {r.averaged_steps})" if r.averaged_steps else "")
+            for r in (dotformer, marian)
+        )
+        + "."
+    )
     verb = "met" if check["met"] else "NOT met"
     same = (settings.warmup_steps, settings.lr_peak) == (train_config["warmup_steps"], train_config["lr_peak"])
     whose = "the dotformer config's" if same else "given by flags, not the dotformer config's"
@@ -609,7 +805,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": machine,
         "load_average_1m_before": load_before,
         "budget": {"minutes": args.minutes, "max_steps": args.max_steps, "threads": args.threads},
-        "dotformer_commands": {"train": train_cmd[1:], "evaluate": eval_cmd[1:], "reused": reused},
+        "weights": {
+            "average_last": args.average_last,
+            "save_every": train_config["save_every"],
+            "keep_last": train_config.get("keep_last"),
+            "tested": {r.system: r.weights for r in (dotformer, marian)},
+        },
+        "dotformer_commands": {
+            "train": train_cmd[1:],
+            "average": average_cmd[1:] if average_cmd is not None else None,
+            "evaluate": eval_cmd[1:],
+            "reused": reused,
+            "evaluation_reused": evaluation_reused,
+        },
         "data": {
             "config": spec.config,
             "test_books": args.test_books,

@@ -1,4 +1,5 @@
-"""benchmarks/peer_budget.py end to end on a tiny budget: dotformer (its CLI) then HF Marian on the same G2P split."""
+"""benchmarks/peer_budget.py end to end on a tiny budget: dotformer (its CLI) then HF Marian on the same G2P split,
+testing the average of the last saved weights of each (the default), then, reusing that dotformer run, the best."""
 
 from __future__ import annotations
 
@@ -17,21 +18,37 @@ pytest.importorskip("rapidfuzz")
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "peer_budget.py"
 
 
-def test_peer_budget_runs_both_systems_on_the_same_test_set(tmp_path: Path) -> None:
-    out = tmp_path / "peer_budget.json"
-    work = tmp_path / "work"
-    command = [sys.executable, str(SCRIPT), "--task", "g2p", "--max-steps", "5", "--limit", "20"]
-    command += ["--corpus-limit", "3000", "--threads", "1", "--work-dir", str(work), "--out", str(out)]
+def run_benchmark(work: Path, out: Path, *flags: str) -> tuple[str, dict]:
+    """Run the script on 6 steps (a checkpoint every 2) of a 3000-pair CMUdict; its stdout and JSON."""
+    command = [sys.executable, str(SCRIPT), "--task", "g2p", "--max-steps", "6", "--save-every", "2", "--limit", "20"]
+    command += ["--corpus-limit", "3000", "--threads", "1", "--work-dir", str(work), "--out", str(out), *flags]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "| dotformer" in done.stdout and "| marian" in done.stdout  # the table
-    result = json.loads(out.read_text())
+    return done.stdout, json.loads(out.read_text())
+
+
+def test_peer_budget_runs_both_systems_on_the_same_test_set(tmp_path: Path) -> None:
+    out = tmp_path / "peer_budget.json"
+    work = tmp_path / "work"
+    stdout, result = run_benchmark(work, out)  # --average-last 5 (the default) of checkpoints at steps 2, 4, 6
     systems = result["systems"]
     assert set(systems) == {"dotformer", "marian"}
+    # both tested the mean of their weights at the steps dotformer saved: 2, 4 and 6 (fewer than 5 were saved)
+    assert result["weights"]["average_last"] == 5 and result["weights"]["save_every"] == 2
+    assert result["weights"]["tested"] == {"dotformer": "averaged last 3", "marian": "averaged last 3"}
     for name, system in systems.items():
-        assert system["steps"] == 5, name
+        assert system["weights"] == "averaged last 3" and system["averaged_steps"] == [2, 4, 6], name
+    assert "| dotformer | averaged last 3" in stdout and "| marian    | averaged last 3" in stdout
+    average = result["dotformer_commands"]["average"]  # the command line after the Python executable
+    assert average[:5] == ["-m", "dotformer", "average", "--overwrite", "--out"]
+    assert [Path(a).name for a in average[6:]] == ["step_0000002", "step_0000004", "step_0000006"]
+    assert Path(systems["dotformer"]["extra"]["checkpoint"]).resolve() == (work / "dotformer" / "averaged").resolve()
+    assert "averaged_from" in json.loads((work / "dotformer" / "averaged" / "config.json").read_text())
+    for name, system in systems.items():
+        assert system["steps"] == 6, name
         assert 0 < system["epochs"] < 1 and system["target_tokens"] > 0 and system["seconds"] > 0, name
         metrics = system["metrics"]
         for key in ("wer", "per", "perplexity"):
@@ -48,3 +65,15 @@ def test_peer_budget_runs_both_systems_on_the_same_test_set(tmp_path: Path) -> N
     # both wrote one output line per test pair, for the same pairs
     for name in ("dotformer", "marian"):
         assert len((work / f"{name}_test.hyp").read_text().splitlines()) == dotformer["num_pairs"]
+
+    # --average-last 0: the best weights, as before; the dotformer run is reused, only evaluated again (best/)
+    _, best = run_benchmark(work, out, "--average-last", "0", "--reuse-dotformer")
+    assert best["dotformer_commands"]["reused"] and not best["dotformer_commands"]["evaluation_reused"]
+    assert best["dotformer_commands"]["average"] is None and best["systems"]["marian"]["best_step"] == 6
+    for name, system in best["systems"].items():
+        assert system["weights"] == "best" and system["averaged_steps"] is None, name
+        assert math.isfinite(system["metrics"]["wer"]), name
+        assert math.isfinite(system["metrics"]["perplexity"]), name
+    assert (
+        Path(best["systems"]["dotformer"]["extra"]["checkpoint"]).resolve() == (work / "dotformer" / "best").resolve()
+    )
