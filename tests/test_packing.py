@@ -205,6 +205,7 @@ def test_compiled_packed_forward_breaks_only_at_the_packings_and_recompiles_boun
     model = make_model()
     torch._dynamo.reset()
     counters.clear()
+    model.keep_packings_eager()  # what train --compile does
     compiled = torch.compile(model, backend="eager")  # Dynamo only: graph breaks and recompiles are its doing
     generator = torch.Generator().manual_seed(0)
     for i in range(6):

@@ -310,7 +310,14 @@ class Transformer(nn.Module):
         ).hidden  # (B, T, D) or (N_T, D)
         return self.generator(hidden)  # (B, T, V) or (N_T, V)
 
-    @torch.compiler.disable  # data-dependent sizes (nonzero): under torch.compile one graph break, before the layers
+    def keep_packings_eager(self) -> None:
+        """Call before ``torch.compile(model)``: :meth:`packings` (data-dependent sizes) then runs outside the graph.
+
+        One graph break, before the layers. Not a decorator: ``torch.compiler.disable`` imports ``torch._dynamo``
+        (~1.5 s added to the start of every command that imports the model and never compiles).
+        """
+        self.packings = torch.compiler.disable(self.packings)  # type: ignore[method-assign]
+
     def packings(
         self, src: Tensor | None, tgt: Tensor | None, src_mask: Tensor | None = None
     ) -> tuple[Packing | None, Packing | None]:

@@ -257,6 +257,7 @@ class _Trainer(ResumeState, Stopping, Validation):
             device_ids = [self.device] if self.device.type == "cuda" else None
             train_model = nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids)
         if c.compile:
+            self.model.keep_packings_eager()
             train_model = torch.compile(train_model)
         main = self.context.is_main
         log = MetricsLog(
