@@ -28,8 +28,7 @@ export OMP_NUM_THREADS=1
 score() { dotformer evaluate --checkpoint "$1" --split valid --json "$2" >>"$out.eval.log" 2>&1; }
 score "$out/last" "$out/last.json"
 for k in 5 10; do
-  mapfile -t last < <(find "$out/checkpoints" -maxdepth 1 -name 'step_*' | sort | tail -n "$k")
-  dotformer average --out "$out/avg$k" "${last[@]}" >>"$out.eval.log"
+  dotformer average --last "$k" --out "$out/avg$k" "$out" >>"$out.eval.log"
   score "$out/avg$k" "$out/avg$k.json"
 done
 python3 - "$out" "$name" "$*" <<'PY'

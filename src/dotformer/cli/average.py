@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,6 +17,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="replace --out if it is already a checkpoint (never a run or any other directory)",
     )
     parser.add_argument(
+        "--last",
+        type=int,
+        default=None,
+        metavar="K",
+        help="average the last K step checkpoints (RUN/checkpoints/step_*) of the one run directory given",
+    )
+    parser.add_argument(
         "checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint directories of one model (e.g. the last 5)"
     )
 
@@ -25,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     Raises:
         CheckpointError: --out exists and is not a checkpoint (never replaced), or is one and --overwrite is not
-            given; the checkpoints are not of one model.
+            given; the checkpoints are not of one model; --last names no run with step checkpoints.
     """
     from dotformer.checkpoint import (
         average_checkpoints,
@@ -33,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         refuse_unless_checkpoint,
         resolve_checkpoint,
         save_checkpoint,
+        step_checkpoints,
     )
     from dotformer.cli.outputs import check_output_dir
     from dotformer.data.tokenizers import load_tokenizer
@@ -43,7 +52,14 @@ def run(args: argparse.Namespace) -> int:
         refuse_unless_checkpoint(out)  # a run directory, a user's folder or a file: never replaced
         if not args.overwrite and any(out.iterdir()):
             raise CheckpointError(f"{out} already holds a checkpoint: pass --overwrite to replace it")
-    paths = [resolve_checkpoint(p) for p in args.checkpoints]
+    if args.last is not None:
+        if args.last < 1 or len(args.checkpoints) != 1:
+            raise CheckpointError("--last K needs K >= 1 and one run directory")
+        paths = step_checkpoints(Path(args.checkpoints[0]) / "checkpoints")[-args.last :]
+        if not paths:
+            raise CheckpointError(f"{args.checkpoints[0]}/checkpoints holds no step_* checkpoint")
+    else:
+        paths = [resolve_checkpoint(p) for p in args.checkpoints]
     state = average_checkpoints(paths)  # checks that every checkpoint has the same model config
     loaded = load_checkpoint(paths[-1])
     for path in paths[:-1]:
