@@ -19,10 +19,9 @@ if [ "${1:-}" = "--quick" ]; then
   extra=(--no-progress --eval-every 50)
   limit=(--limit 300)
 fi
-rm -rf "$out"
-dotformer train --config configs/g2p.toml --out "$out" "${budget[@]}" "${extra[@]}"
+dotformer train --config configs/g2p.toml --out "$out" --overwrite "${budget[@]}" "${extra[@]}"
 # The paper's final models average the last checkpoints (§6.1); g2p.toml saves one every 200 steps.
-dotformer average --last 5 --out "$out/averaged" "$out"
+dotformer average --overwrite --last 5 --out "$out/averaged" "$out"
 dotformer evaluate --checkpoint "$out/averaged" --split test "${limit[@]}" --json "$out/test_metrics.json"
 echo "Some held-out words and the model's pronunciation:"
 words=$(cut -f1 "$out/data/test.tsv" | awk '!seen[$0]++' | awk 'NR % 700 == 1 && ++n <= 8')

@@ -302,6 +302,10 @@ def test_clear_run_directory_deletes_only_a_runs_own_entries(tmp_path: Path) -> 
     with pytest.raises(CheckpointError, match="not a dotformer run directory"):
         ckpt.clear_run_directory(folder)
     assert [p.name for p in folder.iterdir()] == ["thesis.tex"]
+    empty = tmp_path / "empty"  # nothing to delete, nothing to refuse: a fresh --out made by hand
+    empty.mkdir()
+    assert ckpt.clear_run_directory(empty) == [] and empty.is_dir()
+    assert ckpt.clear_run_directory(tmp_path / "missing") == []
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])

@@ -51,9 +51,13 @@ def test_g2p_main_job_quick(tmp_path: Path) -> None:
 def test_bible_main_job_quick(tmp_path: Path) -> None:
     out = tmp_path / "bible"
     run(["bash", "scripts/bible.sh", "--quick"], tmp_path, OUT=str(out))
-    payload = json.loads((out / "test_metrics.json").read_text())
-    names = " ".join(payload["metrics"]).lower()
-    assert "bleu" in names and "chrf" in names
+    # both held-out sets: the test split is a whole book (--quick holds out Exodus), the valid split random verses
+    split = json.loads((out / "data" / "split.json").read_text())
+    assert split["test_groups"] == ["Exod"] and split["counts"]["test"] > 1000 and split["counts"]["valid"] > 0
+    for name in ("test_metrics.json", "verses_metrics.json"):
+        payload = json.loads((out / name).read_text())
+        assert payload["checkpoint"] == str(out / "last"), name
+        assert {"bleu", "chrf"} <= set(payload["metrics"]), name
 
 
 def test_copy_task_reaches_exact_match(tmp_path: Path) -> None:
