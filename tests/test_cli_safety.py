@@ -245,3 +245,14 @@ def test_outputs_never_overwrite_an_input_a_checkpoint_or_a_run(run_dir: Path, t
     assert (run_dir / "test.hyp").read_text(encoding="utf-8").count("\n") == 2
     for name in ("test_metrics.json", "test.hyp"):
         (run_dir / name).unlink()
+
+
+def test_decoding_threads(run_dir: Path) -> None:
+    one = dotformer("translate", "--checkpoint", str(run_dir), "--device", "cpu", "--threads", "1", "a1 b2")
+    default = dotformer("translate", "--checkpoint", str(run_dir), "--device", "cpu", "a1 b2")
+    assert one.returncode == 0 and one.stdout == default.stdout and one.stdout.count("\n") == 1, one.stderr
+    for command in ("translate", "evaluate"):
+        result = dotformer(
+            command, "--checkpoint", str(run_dir), "--threads", "0", *(["a1"] * (command == "translate"))
+        )
+        assert_one_error_line(result, command, "--threads must be positive, got 0")

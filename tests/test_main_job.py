@@ -43,6 +43,18 @@ def test_g2p_main_job_quick(tmp_path: Path) -> None:
     assert json.loads((out / "test_metrics.json").read_text())["checkpoint"] == str(out / "averaged")
 
 
+@pytest.mark.parametrize("script", ["g2p.sh", "bible.sh"])
+def test_a_main_job_never_deletes_an_out_that_is_not_a_run(tmp_path: Path, script: str) -> None:
+    mine = tmp_path / "thesis"
+    mine.mkdir()
+    (mine / "chapter1.tex").write_text("months of work")
+    env = {**os.environ, "DOTFORMER_SKIP_SETUP": "1", "OUT": str(mine)}
+    proc = subprocess.run(["bash", f"scripts/{script}", "--quick"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "not a dotformer run directory" in proc.stderr, proc.stderr[-2000:]
+    assert [p.name for p in mine.iterdir()] == ["chapter1.tex"]
+    assert (mine / "chapter1.tex").read_text() == "months of work"
+
+
 @pytest.mark.skipif(
     not Path("/usr/share/sword/mods.d/spaRV1909eb.conf").exists()
     or not Path("/usr/share/sword/mods.d/engKJV2006eb.conf").exists(),

@@ -1,5 +1,6 @@
 """The flags that say how to decode, shared by ``dotformer translate`` and ``dotformer evaluate``: the checkpoint,
-the device and dtype, the batch size and the search (greedy, beam, sampling), and the :class:`DecodeConfig` they make.
+the device, CPU threads and dtype, the batch size and the search (greedy, beam, sampling), and the
+:class:`DecodeConfig` they make.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags shared by ``translate`` and ``evaluate``: checkpoint, device, batch size and the search."""
     parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory (run: best/)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    add_threads_argument(parser)
     parser.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16", "int8"],
@@ -41,6 +43,30 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=None, metavar="K", help="sample from the K likeliest tokens")
     parser.add_argument("--top-p", type=float, default=None, metavar="P", help="nucleus sampling mass P in (0, 1]")
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (0)")
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """``--threads N``: the CPU threads of torch's kernels (``train``, ``translate``, ``evaluate``)."""
+    parser.add_argument(
+        "--threads", type=int, metavar="N", help="CPU threads of torch's kernels (default: torch's choice, all cores)"
+    )
+
+
+def apply_threads(threads: int | None) -> None:
+    """``torch.set_num_threads(threads)`` unless ``None``.
+
+    Raises:
+        ConfigError: ``threads`` is not positive.
+    """
+    if threads is None:
+        return
+    from dotformer.errors import ConfigError
+
+    if threads <= 0:
+        raise ConfigError(f"--threads must be positive, got {threads}")
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 def decode_config_from_args(args: argparse.Namespace, n_best: int = 1) -> DecodeConfig:
@@ -84,12 +110,14 @@ def resolve_device(name: str) -> str:
 
 
 def load_for_decoding(args: argparse.Namespace) -> LoadedCheckpoint:
-    """Load ``--checkpoint`` on ``--device`` with its weights cast to ``--dtype`` (int8: quantized, CPU only).
+    """Load ``--checkpoint`` on ``--device`` with its weights cast to ``--dtype`` (int8: quantized, CPU only), on
+    ``--threads`` CPU threads when given.
 
     Raises:
-        ConfigError: float16 asked for on a CPU, int8 on a GPU, or a bad device. CheckpointError: see
-        ``load_checkpoint``.
+        ConfigError: float16 asked for on a CPU, int8 on a GPU, a bad device, or ``--threads`` below 1.
+        CheckpointError: see ``load_checkpoint``.
     """
     from dotformer.api import load_checkpoint_for_decoding
 
+    apply_threads(getattr(args, "threads", None))
     return load_checkpoint_for_decoding(args.checkpoint, args.device, args.dtype)

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS
+from dotformer.cli.decode_flags import add_threads_argument, apply_threads
 
 # (flag, section, field, argparse keywords); every flag defaults to None = "not given", so that only the flags
 # given on the command line override the config file.
@@ -141,9 +142,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fine-tune: start from this checkpoint's (or run's) weights, tokenizers and model config, with a fresh "
         "optimizer and learning-rate schedule",
     )
-    parser.add_argument(
-        "--threads", type=int, metavar="N", help="CPU threads of torch's kernels (default: torch's choice, all cores)"
-    )
+    add_threads_argument(parser)
     for flag, _, field, kwargs in _FLAGS:
         parser.add_argument(flag, dest=f"opt_{field}", default=None, **kwargs)
 
@@ -151,16 +150,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build the configs from the file and the flags, train, print a one-line summary."""
     from dotformer.cli.outputs import check_output_dir
-    from dotformer.errors import ConfigError
     from dotformer.training.loop import TrainingInterrupted
     from dotformer.training.run import ConfigSections, read_config_file, train_run
 
-    if args.threads is not None:
-        if args.threads <= 0:
-            raise ConfigError(f"--threads must be positive, got {args.threads}")
-        import torch
-
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     file_sections = read_config_file(args.config) if args.config else ConfigSections()
     flags: dict[str, dict[str, Any]] = {"model": {}, "train": {}, "data": {}}
     for _, section, field, _ in _FLAGS:
