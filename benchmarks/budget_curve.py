@@ -138,9 +138,9 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str, labels: dict[str, s
                 for x, y in zip(minutes, values, strict=True):
                     ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
     ax.set_xscale("log")
-    ax.set_xticks(minutes, [f"{m:.0f}\n{r['step']:,} steps" for m, r in zip(minutes, rows, strict=True)])
+    ax.set_xticks(minutes, [f"{m:.0f}\n{r['step']:,}" for m, r in zip(minutes, rows, strict=True)], fontsize=8)
     ax.minorticks_off()
-    ax.set_xlabel("training minutes")
+    ax.set_xlabel("training minutes, steps")
     ax.set_ylabel("%")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
