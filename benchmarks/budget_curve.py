@@ -75,8 +75,9 @@ def pick(run: Path, minutes: float, points: list[dict[str, Any]], steps: dict[in
     }
 
 
-def average(run: Path, step: int, steps: dict[int, Path], k: int) -> tuple[str, list[int]]:
-    """Average the ``k`` newest step checkpoints at or before ``step`` into ``RUN/curve/avgK_step_S``.
+def average(run: Path, step: int, steps: dict[int, Path], k: int, reuse: bool) -> tuple[str, list[int]]:
+    """Average the ``k`` newest step checkpoints at or before ``step`` into ``RUN/curve/avgK_step_S`` (with
+    ``reuse``, an average written there by an earlier call is kept).
 
     Returns:
         The averaged checkpoint's directory and the steps averaged (one step: that checkpoint, not averaged).
@@ -85,6 +86,8 @@ def average(run: Path, step: int, steps: dict[int, Path], k: int) -> tuple[str, 
     if len(chosen) == 1:
         return str(steps[step]), chosen
     out = run / "curve" / f"avg{k}_step_{step}"
+    if reuse and (out / "config.json").is_file():
+        return str(out), chosen
     command = [sys.executable, "-m", "dotformer", "average", "--overwrite", "--out", str(out)]
     done = subprocess.run(command + [str(steps[s]) for s in chosen], capture_output=True, text=True)
     if done.returncode != 0:
@@ -181,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{minutes:g} min: the same checkpoint as {rows[-1]['minutes']:g} min (step {row['step']})")
             continue
         if args.average > 1:
-            row["checkpoint"], row["averaged_steps"] = average(args.run, row["step"], steps, args.average)
+            row["checkpoint"], row["averaged_steps"] = average(args.run, row["step"], steps, args.average, args.reuse)
         row["metrics_by_split"] = {}
         for split in splits:
             json_path = args.out.with_suffix(f".{split}.{row['step']}.avg{args.average}.json")

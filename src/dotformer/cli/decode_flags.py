@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from dotformer.cli.threads import add_threads_argument, apply_threads
+
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.decoding import DecodeConfig
@@ -43,30 +45,6 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=None, metavar="K", help="sample from the K likeliest tokens")
     parser.add_argument("--top-p", type=float, default=None, metavar="P", help="nucleus sampling mass P in (0, 1]")
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (0)")
-
-
-def add_threads_argument(parser: argparse.ArgumentParser) -> None:
-    """``--threads N``: the CPU threads of torch's kernels (``train``, ``translate``, ``evaluate``)."""
-    parser.add_argument(
-        "--threads", type=int, metavar="N", help="CPU threads of torch's kernels (default: torch's choice, all cores)"
-    )
-
-
-def apply_threads(threads: int | None) -> None:
-    """``torch.set_num_threads(threads)`` unless ``None``.
-
-    Raises:
-        ConfigError: ``threads`` is not positive.
-    """
-    if threads is None:
-        return
-    from dotformer.errors import ConfigError
-
-    if threads <= 0:
-        raise ConfigError(f"--threads must be positive, got {threads}")
-    import torch
-
-    torch.set_num_threads(threads)
 
 
 def decode_config_from_args(args: argparse.Namespace, n_best: int = 1) -> DecodeConfig:
@@ -119,5 +97,5 @@ def load_for_decoding(args: argparse.Namespace) -> LoadedCheckpoint:
     """
     from dotformer.api import load_checkpoint_for_decoding
 
-    apply_threads(getattr(args, "threads", None))
+    apply_threads(args.threads)
     return load_checkpoint_for_decoding(args.checkpoint, args.device, args.dtype)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS
-from dotformer.cli.decode_flags import add_threads_argument, apply_threads
+from dotformer.cli.threads import add_threads_argument, apply_threads
 
 # (flag, section, field, argparse keywords); every flag defaults to None = "not given", so that only the flags
 # given on the command line override the config file.
