@@ -428,8 +428,15 @@ def test_a_closed_pipe_and_ctrl_c_end_cleanly(runs: dict[str, Path], tmp_path: P
             process.kill()
             process.wait()
 
+    # Ctrl-C reaches a foreground job; a shell starts a background job (`pytest ... &`) with SIGINT ignored, and
+    # Python keeps an ignored SIGINT ignored: the child gets the terminal's default, whatever this process has.
     with subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env()
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 (no threads in the child)
     ) as process:
         try:
             assert process.stdin is not None and process.stdout is not None and process.stderr is not None
