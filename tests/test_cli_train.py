@@ -46,9 +46,15 @@ def test_smoke_run_then_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert record["flags"]["data"] == {"limit": 200, "dataset": "copy"} and record["config_file"] is None
     loaded = ckpt.load_checkpoint(run)
     assert loaded.src_tokenizer.decode(loaded.src_tokenizer.encode("a1 a2")) == "a1 a2"
-    assert main(["train", *QUICK, "--max-steps", "35", "--out", str(run), "--resume"]) == 0
+    resume = ["--max-steps", "35", "--out", str(run), "--resume", "--lr-cooldown", "0.5", "--log-every", "1"]
+    assert main(["train", *QUICK, *resume]) == 0  # a longer budget, and a cooldown over its second half
     assert capsys.readouterr().out.startswith("trained 35 steps")
-    assert json.loads((run / "run.json").read_text())["resumes"][0]["train"]["max_steps"] == 35
+    resumed = json.loads((run / "run.json").read_text())["resumes"][0]["train"]
+    assert resumed["max_steps"] == 35 and resumed["lr_cooldown"] == 0.5
+    lrs = {r["step"]: r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "lr" in r}
+    # still in noam's warmup (linear in the step): step 35 has 35/30 of step 30's rate, times the cooldown's factor
+    # (1/35 of the budget left before it, over the final half: 2/35); step 30 ran before the cooldown was asked for
+    assert lrs[35] == pytest.approx(lrs[30] * 35 / 30 * 2 / 35, rel=1e-6)
     # a changed data or model config cannot resume
     err = one_error_line(capsys, [*QUICK, "--max-steps", "40", "--out", str(run), "--resume", "--vocab-size", "99"])
     assert "vocab_size" in err and "run.json" in err

@@ -235,6 +235,12 @@ def test_schedule_curve_is_the_papers_formula(tmp_path: Path) -> None:
     assert inverse.schedule == "inverse_sqrt" and "inverse_sqrt" in inverse.label and "d_model" not in inverse.label
     assert inverse.lrs[9] == pytest.approx(1e-3) and inverse.lrs[39] == pytest.approx(1e-3 * (10 / 40) ** 0.5)
     assert "Eq. 3" not in schedule_title([inverse]) and "Eq. 3" not in schedule_title([inverse, curve])
+    config.write_text(
+        '[train]\nlr_schedule = "constant"\nlr_peak = 1e-3\nwarmup_steps = 0\nmax_steps = 40\nlr_cooldown = 0.25\n'
+    )
+    cooled = config_curve(config)  # the trainer's rates (tests/test_training_loop.py checks those in metrics.jsonl)
+    assert "cooldown 0.25" in cooled.label and cooled.lrs[29] == pytest.approx(1e-3)  # step 30: 11/40 left
+    assert cooled.lrs[30:].tolist() == pytest.approx([1e-3 * (40 - s) / 10 for s in range(30, 40)])  # 10/40 ... 1/40
     config.write_text("[train]\nwarmup = 3\n")
     with pytest.raises(ConfigError, match="warmup"):
         config_curve(config)

@@ -136,6 +136,63 @@ def test_resume_continues_exactly(tmp_path: Path) -> None:
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+def train_lrs(run_dir: Path) -> dict[int, float]:
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["lr"] for r in lines if r["split"] == "train"}
+
+
+def test_a_cooldown_takes_the_lr_linearly_to_zero_over_the_final_fraction_of_the_budget(tmp_path: Path) -> None:
+    """lr_cooldown = 0.25 of 16 steps: steps 1-12 have the schedule's rate, steps 13-16 (the budget left before
+    each: 4/16 ... 1/16) 4/4 ... 1/4 of it; an epoch budget counts the same way, and a resumed run continues it."""
+    data = tiny_data()
+    vocab = data.src_tokenizer.vocab_size
+    config = tiny_config(max_steps=16, lr_cooldown=0.25, lr_schedule="constant", lr_peak=1e-3, warmup_steps=0)
+    fit(tiny_model(vocab), data, config, run_dir=tmp_path / "steps")
+    lrs = train_lrs(tmp_path / "steps")
+    expected = {s: 1e-3 * min(1.0, (16 - (s - 1)) / 16 / 0.25) for s in range(1, 17)}
+    assert lrs == pytest.approx(expected) and lrs[12] == pytest.approx(1e-3) and lrs[16] == pytest.approx(2.5e-4)
+
+    # as a run interrupted at step 7 (a shorter budget would cool down its own end)
+    fit(tiny_model(vocab), data, config.replace(max_steps=7, lr_cooldown=0.0), run_dir=tmp_path / "parts")
+    fit(tiny_model(vocab), data, config, run_dir=tmp_path / "parts", resume=True)
+    assert train_lrs(tmp_path / "parts") == pytest.approx(lrs)
+    assert train_lines(tmp_path / "parts") == pytest.approx(train_lines(tmp_path / "steps"), abs=1e-6)
+
+    epochs = fit(tiny_model(vocab), data, config.replace(max_steps=None, max_epochs=4.0), run_dir=tmp_path / "e")
+    per_epoch = epochs.steps // 4
+    by_epoch = train_lrs(tmp_path / "e")
+    assert by_epoch[3 * per_epoch] == pytest.approx(1e-3)  # the last step before the final quarter
+    assert by_epoch[epochs.steps] == pytest.approx(1e-3 / per_epoch)  # the last step: 1/per_epoch of the rate
+    assert all(by_epoch[s] > by_epoch[s + 1] for s in range(3 * per_epoch + 1, epochs.steps))
+
+
+def test_a_cooldown_by_the_clock_ends_near_zero(tmp_path: Path) -> None:
+    data = tiny_data()
+    config = tiny_config(max_minutes=0.03, lr_cooldown=0.5, lr_schedule="constant", lr_peak=1e-3, warmup_steps=0)
+    result = fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path)
+    lrs = train_lrs(tmp_path)
+    values = [lrs[s] for s in sorted(lrs)]
+    assert result.stopped_by == "max_minutes" and values[0] <= 1e-3 and values[0] > values[-1] >= 0
+    assert values[-1] < 0.5e-3  # the last step began in the final quarter of the budget (a step takes milliseconds)
+    assert all(a >= b for a, b in zip(values, values[1:], strict=False))  # the clock only moves on
+
+
+def test_the_last_checkpoint_knows_the_final_validation_pass(tmp_path: Path) -> None:
+    """Step 6 is saved by save_every before the final validation pass runs: last/ is written again after it, so
+    that its best_step and valid loss are the final pass's (a resume compares the next pass with the true best)."""
+    data = tiny_data()
+    config = tiny_config(max_steps=6, save_every=3, eval_every=4, lr_schedule="constant", lr_peak=3e-3)
+    fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path)
+    passes = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    passes = [r for r in passes if r["split"] == "valid"]
+    assert [r["step"] for r in passes] == [4, 6]
+    best = min(passes, key=lambda r: r["loss"])
+    state = ckpt.load_train_state(tmp_path / "last")
+    assert state["step"] == 6 and state["best_step"] == best["step"]
+    assert state["best_valid_loss"] == pytest.approx(best["loss"])
+    assert ckpt.load_checkpoint(tmp_path / "last").info["valid"]["loss"] == pytest.approx(passes[-1]["loss"])
+
+
 def test_budgets_count_from_the_start_of_the_run(tmp_path: Path) -> None:
     data = tiny_data()
     vocab = data.src_tokenizer.vocab_size

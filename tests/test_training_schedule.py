@@ -8,7 +8,7 @@ import pytest
 
 from dotformer.errors import ConfigError
 from dotformer.training.config import TrainConfig
-from dotformer.training.schedule import constant_lr, inverse_sqrt_lr, learning_rate, noam_lr
+from dotformer.training.schedule import constant_lr, cooldown_factor, inverse_sqrt_lr, learning_rate, noam_lr
 
 
 def test_noam_known_values() -> None:
@@ -53,3 +53,17 @@ def test_bad_arguments() -> None:
         TrainConfig(lr_schedule="noam", warmup_steps=0)
     with pytest.raises(ConfigError):
         TrainConfig(lr_schedule="cosine")  # type: ignore[arg-type]
+
+
+def test_cooldown_factor_falls_linearly_over_the_final_fraction() -> None:
+    assert cooldown_factor(1.0, 0.0) == cooldown_factor(0.0, 0.0) == 1.0  # no cooldown
+    assert cooldown_factor(1.0, 0.2) == cooldown_factor(0.2, 0.2) == 1.0  # before and at its start
+    assert cooldown_factor(0.1, 0.2) == pytest.approx(0.5)  # half-way through it
+    assert cooldown_factor(0.05, 0.25) == pytest.approx(0.2)
+    assert cooldown_factor(0.0, 0.2) == 0.0 and cooldown_factor(-0.01, 0.2) == 0.0  # at the end (and a clock past it)
+    assert cooldown_factor(0.3, 1.0) == pytest.approx(0.3)  # the whole run: linear decay from the start
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ConfigError, match="cooldown"):
+            cooldown_factor(0.5, bad)
+        with pytest.raises(ConfigError, match="lr_cooldown"):
+            TrainConfig(lr_cooldown=bad)

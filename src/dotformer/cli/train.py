@@ -50,6 +50,8 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("--lr-peak", "train", "lr_peak", dict(type=float, metavar="LR", help="peak learning rate of the inverse_sqrt "
      "and constant schedules (default 5e-4)")),
     ("--warmup", "train", "warmup_steps", dict(type=int, metavar="N", help="linear warmup steps (paper: 4000)")),
+    ("--lr-cooldown", "train", "lr_cooldown", dict(type=float, metavar="F", help="let the learning rate fall "
+     "linearly to 0 over the final fraction F of the budget (steps, minutes or epochs; e.g. 0.2; default 0: none)")),
     ("--label-smoothing", "train", "label_smoothing", dict(type=float, metavar="EPS", help="label smoothing ε "
      "(paper §5.4: 0.1; 0 disables)")),
     ("--clip-norm", "train", "clip_norm", dict(type=float, metavar="X", help="clip the gradient L2 norm to X "

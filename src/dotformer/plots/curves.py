@@ -65,7 +65,8 @@ def config_curve(path: str | Path, steps: int | None = None, d_model: int | None
 
     The width is ``d_model`` if given, else ``[model] d_model``, else the d_model of ``[model] preset``, else of the
     preset ``dotformer train`` picks for ``[data] dataset`` (tiny for copy/reverse, small otherwise).
-    ``steps`` defaults to ``[train] max_steps``, else 10 × warmup.
+    ``steps`` defaults to ``[train] max_steps``, else 10 × warmup. A ``lr_cooldown`` is drawn over the final
+    fraction of ``max_steps`` when the config has one (a budget in minutes or epochs has no step count to draw).
 
     Raises:
         ConfigError: not TOML, an unknown key, or an invalid [train] value. FileNotFoundError: no such file.
@@ -73,7 +74,7 @@ def config_curve(path: str | Path, steps: int | None = None, d_model: int | None
     from dotformer.config import PRESETS
     from dotformer.training.config import TrainConfig
     from dotformer.training.config_files import NAMED_TASKS, TASK_PRESETS, read_config_file
-    from dotformer.training.schedule import learning_rate
+    from dotformer.training.schedule import cooldown_factor, learning_rate
 
     sections = read_config_file(path)
     train = TrainConfig.from_dict(sections.train, source=f"{path} [train]")
@@ -88,6 +89,10 @@ def config_curve(path: str | Path, steps: int | None = None, d_model: int | None
         label = f"{Path(path).name}: noam, d_model={d_model}, warmup={train.warmup_steps}"
     else:  # the peak is given, d_model plays no part
         label = f"{Path(path).name}: {train.lr_schedule}, peak {train.lr_peak:g}, warmup={train.warmup_steps}"
+    if train.lr_cooldown and train.max_steps is not None:  # the budget left before step s: (max_steps - s + 1) / max
+        left = (train.max_steps - xs + 1) / train.max_steps
+        lrs = lrs * np.array([cooldown_factor(float(f), train.lr_cooldown) for f in left])
+        label += f", cooldown {train.lr_cooldown:g}"
     return ScheduleCurve(label, xs, lrs, train.lr_schedule)
 
 

@@ -82,6 +82,7 @@ class TrainConfig:
     lr_scale: float = 1.0  # noam: lr = lr_scale · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
     lr_peak: float = 5e-4  # inverse_sqrt and constant: the learning rate reached at the end of warmup
     warmup_steps: int = 4000  # steps of linear warmup (paper: 4000)
+    lr_cooldown: float = 0.0  # the final fraction of the budget over which the lr falls linearly to 0 (0: none)
     # regularisation (§5.4)
     label_smoothing: float = 0.1  # ε_ls; 0 gives plain cross-entropy
     clip_norm: float = 1.0  # clip the global gradient L2 norm to this value; 0 disables clipping (the paper's)
@@ -123,6 +124,8 @@ class TrainConfig:
         for name in ("weight_decay", "clip_norm"):
             if not (_is_number(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ConfigError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        if not (_is_number(self.lr_cooldown) and 0.0 <= self.lr_cooldown <= 1.0):
+            raise ConfigError(f"TrainConfig.lr_cooldown must be in [0, 1], got {self.lr_cooldown!r}")
         if not (_is_number(self.label_smoothing) and 0.0 <= self.label_smoothing < 1.0):
             raise ConfigError(f"TrainConfig.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
         _choice(self, "lr_schedule", ("noam", "inverse_sqrt", "constant"))

@@ -28,6 +28,7 @@ from dotformer.training.distributed import DistContext, barrier, setup_distribut
 from dotformer.training.logging import MetricsLog
 from dotformer.training.optim import autocast_dtype, build_grad_scaler, build_optimizer
 from dotformer.training.progress import Budget, Position, Progress
+from dotformer.training.schedule import cooldown_factor
 from dotformer.training.state import (
     FINE_TUNABLE,
     ResumeState,
@@ -297,6 +298,7 @@ class _Trainer(ResumeState, Stopping, Validation):
                     )
                 stopped_by = "max_minutes"
                 break
+            lr_factor = cooldown_factor(self.budget_left(), c.lr_cooldown) if c.lr_cooldown else 1.0  # before it
             batches = self.stream.take(c.accumulation_steps)
             if not batches:
                 stopped_by = "max_epochs"
@@ -304,7 +306,7 @@ class _Trainer(ResumeState, Stopping, Validation):
             try:
                 last = train_step(
                     train_model, self.optimizer, batches, self.step + 1, c, self.model_config.d_model,
-                    self.model_config.pad_id, self.context, self.scaler, self.amp_dtype, c.packed,
+                    self.model_config.pad_id, self.context, self.scaler, self.amp_dtype, c.packed, lr_factor,
                 )  # fmt: skip
             except TrainingError as exc:
                 kept = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
@@ -332,9 +334,10 @@ class _Trainer(ResumeState, Stopping, Validation):
                 break
         if self.stop_requested():
             raise self.interrupted()
+        saved_before_its_evaluation = self.saved_step == self.step and self.evaluated_step != self.step
         if self.evaluated_step != self.step:
             self.evaluate(log, progress)
-        if self.saved_step != self.step:
+        if self.saved_step != self.step or saved_before_its_evaluation:  # last/ carries the final pass's best
             self.save()
         return stopped_by
 

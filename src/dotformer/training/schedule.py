@@ -11,6 +11,13 @@ The "inverse_sqrt" variant of fairseq names the peak directly:
              = peak · √(warmup / step)         after
 
 Steps count from 1 (the first optimizer update); step 0 has lr 0.
+
+A cooldown (``lr_cooldown`` = c > 0; not in the paper) multiplies any of them by a factor that falls linearly to 0
+over the final fraction c of the run's budget (steps, minutes or epochs, whichever runs out first): the
+"warmup-stable-decay" / trapezoidal schedules of later work. At a fixed budget it lands the weights in a lower point
+of the loss than a learning rate still at 1/√step does, which checkpoint averaging only approximates:
+
+    factor = min(1, left / c)        left: the fraction of the budget not yet spent, in [0, 1]
 """
 
 from __future__ import annotations
@@ -72,8 +79,26 @@ def constant_lr(step: int, peak: float, warmup: int) -> float:
     return peak * min(1.0, step / warmup) if warmup else peak
 
 
+def cooldown_factor(left: float, cooldown: float) -> float:
+    """The cooldown's multiplier of the learning rate: min(1, left / cooldown), 1.0 when ``cooldown`` is 0.
+
+    Args:
+        left: the fraction of the budget not yet spent (1 at the start, 0 at the end; clamped to [0, 1]).
+        cooldown: the final fraction of the budget over which the learning rate falls linearly to 0, in [0, 1].
+
+    Raises:
+        ConfigError: ``cooldown`` outside [0, 1].
+    """
+    if not 0.0 <= cooldown <= 1.0:
+        raise ConfigError(f"cooldown_factor needs 0 <= cooldown <= 1; got {cooldown=}")
+    if cooldown == 0.0:
+        return 1.0
+    return min(1.0, max(0.0, left) / cooldown)
+
+
 def learning_rate(step: int, config: TrainConfig, d_model: int) -> float:
-    """The learning rate of ``config.lr_schedule`` at ``step`` (from 1) for a model of width ``d_model``."""
+    """The learning rate of ``config.lr_schedule`` at ``step`` (from 1) for a model of width ``d_model``, before
+    any cooldown (:func:`cooldown_factor`, which the training loop applies from the budget left)."""
     if config.lr_schedule == "noam":
         return noam_lr(step, d_model, config.warmup_steps, config.lr_scale)
     if config.lr_schedule == "inverse_sqrt":

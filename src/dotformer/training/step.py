@@ -60,6 +60,7 @@ def train_step(
     scaler: torch.amp.GradScaler | None = None,
     amp_dtype: torch.dtype | None = None,
     packed: bool = True,
+    lr_factor: float = 1.0,
 ) -> StepResult:
     """One optimizer step over ``batches`` (gradient accumulation), normalised by the global target token count.
 
@@ -75,6 +76,8 @@ def train_step(
         scaler: a GradScaler for fp16, else None. amp_dtype: autocast dtype (None: float32).
         packed: compute the layers and the generator on the real target tokens only (:mod:`dotformer.packing`);
             same loss and gradients as on the padded batch, less work.
+        lr_factor: multiplies the schedule's learning rate (the cooldown's
+            :func:`~dotformer.training.schedule.cooldown_factor`; 1.0: none).
 
     Returns:
         :class:`StepResult`.
@@ -84,7 +87,7 @@ def train_step(
     """
     context = context or DistContext()
     device = next(iter(model.parameters())).device
-    lr = learning_rate(step, config, d_model)
+    lr = learning_rate(step, config, d_model) * lr_factor
     set_learning_rate(optimizer, lr)
     model.train()
     local_tokens = sum(int(b.num_tgt_tokens) for b in batches)

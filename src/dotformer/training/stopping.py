@@ -1,5 +1,5 @@
 """When a run stops before its end: budgets that allow no step, SIGINT/SIGTERM (save the finished step, then stop),
-and the max_minutes clock, agreed on by every rank."""
+and the max_minutes clock, agreed on by every rank; the fraction of the budget left (the cooldown's clock)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 
 class Stopping:
-    """The stop checks of :func:`dotformer.training.loop.fit`'s trainer, which mixes this class in and sets the
-    attributes below (and ``save()``, ``elapsed()``)."""
+    """The stop checks of :func:`dotformer.training.loop.fit`'s trainer, and the budget left that its cooldown
+    reads; the trainer mixes this class in and sets the attributes below (and ``save()``, ``elapsed()``)."""
 
     config: TrainConfig
     context: DistContext
@@ -99,6 +99,22 @@ class Stopping:
             f"interrupted by {name} at step {self.step}: kept {self.last_checkpoint} (step {self.saved_step}, also "
             f"{self.run_dir / 'last'}); continue with: dotformer train --out {self.run_dir} --resume"
         )
+
+    def budget_left(self) -> float:
+        """The fraction of the budget not yet spent, in [0, 1]: the least of the steps, minutes and epochs left
+        (each over its budget; a budget not set counts as 1), the same on every rank (rank 0's clock decides)."""
+        c = self.config
+        left = [1.0]
+        if c.max_steps is not None:
+            left.append((c.max_steps - self.step) / c.max_steps)
+        if c.max_epochs is not None:
+            left.append((c.max_epochs - self.stream.epochs_done) / c.max_epochs)
+        if c.max_minutes is not None:
+            clock = 1.0 - self.elapsed() / (c.max_minutes * 60) if self.context.is_main else 0.0
+            if self.context.distributed:
+                clock = all_reduce_sum(torch.tensor([clock], dtype=torch.float64), self.context).item()
+            left.append(clock)
+        return min(1.0, max(0.0, min(left)))
 
     def time_is_up(self) -> bool:
         """True (on every rank) when the max_minutes budget is spent; rank 0 decides."""
