@@ -281,6 +281,25 @@ def test_tied_and_shared_embeddings(make_model):
     assert untied.generator.weight is not untied.tgt_embed.token.weight
 
 
+@pytest.mark.parametrize("init_std", [None, 0.02])
+def test_initialisation_is_as_documented(init_std):
+    """Default: Xavier-uniform linears (std √(2 / (fan_in + fan_out))), N(0, 1/D) embeddings; init_std σ: N(0, σ²)
+    for both; zero biases and PAD rows either way, and the tied generator is the embedding."""
+    torch.manual_seed(0)
+    config = ModelConfig.preset("small", src_vocab_size=4000, tgt_vocab_size=4000, share_embeddings=True)
+    model = Transformer(config.replace(init_std=init_std))
+    ffn_in = next(m for n, m in model.named_modules() if isinstance(m, nn.Linear) and m.weight.shape == (1024, 256))
+    expected_linear = (2 / (256 + 1024)) ** 0.5 if init_std is None else init_std
+    assert ffn_in.weight.std().item() == pytest.approx(expected_linear, rel=0.02)
+    assert ffn_in.bias.abs().max().item() == 0.0
+    embedding = model.src_embed.token.weight
+    assert embedding[1:].std().item() == pytest.approx(256**-0.5 if init_std is None else init_std, rel=0.02)
+    assert embedding[config.pad_id].abs().max().item() == 0.0 and model.generator.weight is embedding
+    for bad in (0.0, -0.02, True):
+        with pytest.raises(ConfigError, match="init_std"):
+            config.replace(init_std=bad)
+
+
 def test_errors_name_the_problem(make_model):
     model = make_model()
     src, tgt = _batch()

@@ -53,6 +53,7 @@ class ModelConfig:
     scale_embeddings: bool = True  # token embeddings · √d_model (§3.4); False: unscaled, as BERT (imported models)
     embedding_norm: bool = False  # a LayerNorm on embeddings + positions, before dropout (BERT; imported models)
     generator_bias: bool = False  # a bias on the generator's logits (Marian's final_logits_bias; imported models)
+    init_std: float | None = None  # None: Xavier-uniform linears, N(0, 1/D) embeddings; σ: N(0, σ²) for all (HF's 0.02)
     pad_id: int = 0  # token id of PAD in both vocabularies; padding masks are built from it
     arch: Architecture = "encoder-decoder"  # encoder-decoder (translation), decoder-only (LM), encoder-only
 
@@ -96,6 +97,10 @@ class ModelConfig:
                 f"ModelConfig.share_embeddings needs one vocabulary: src_vocab_size={self.src_vocab_size} "
                 f"!= tgt_vocab_size={self.tgt_vocab_size}"
             )
+        if self.init_std is not None and not (
+            isinstance(self.init_std, (int, float)) and not isinstance(self.init_std, bool) and self.init_std > 0
+        ):
+            raise ConfigError(f"ModelConfig.init_std must be a positive number or None, got {self.init_std!r}")
         if not 0 <= self.pad_id < self.tgt_vocab_size:
             raise ConfigError(f"ModelConfig.pad_id={self.pad_id} is outside the target vocabulary")
 

@@ -69,7 +69,9 @@ class Transformer(nn.Module):
     Initialisation (documented choice): every weight matrix of a linear layer is Xavier/Glorot-uniform with zero
     bias, as in the Annotated Transformer and ``torch.nn.Transformer``; token embeddings are N(0, D^-1/2) with a zero
     PAD row (as in fairseq), so that after the ·√D scaling they have unit variance, which also suits the tied
-    generator. LayerNorms start at weight 1, bias 0.
+    generator. LayerNorms start at weight 1, bias 0. With ``config.init_std`` = σ every linear and embedding weight is
+    N(0, σ²) instead (zero biases and PAD rows), as BERT and HF's Marian (σ = 0.02): smaller residual branches and
+    embeddings at the start, which measured faster early on the Bible pair (benchmarks/RESULTS.md, session 7).
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -108,14 +110,19 @@ class Transformer(nn.Module):
             self.generator.weight = output_embed.token.lookup.weight
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform linear weights, zero biases, N(0, D^-1/2) embeddings with zero PAD rows."""
+        """Xavier-uniform linear weights, zero biases, N(0, D^-1/2) embeddings with zero PAD rows (``init_std`` = σ:
+        N(0, σ²) weights for both)."""
+        std = self.config.init_std
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
+                if std is None:
+                    nn.init.xavier_uniform_(module.weight)
+                else:
+                    nn.init.normal_(module.weight, mean=0.0, std=std)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
+                nn.init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5 if std is None else std)
                 if module.padding_idx is not None:
                     with torch.no_grad():
                         module.weight[module.padding_idx].zero_()
