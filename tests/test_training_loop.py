@@ -60,9 +60,9 @@ def tiny_config(**changes: object) -> TrainConfig:
     return TrainConfig(**{**base, **changes})  # type: ignore[arg-type]
 
 
-def train_lines(run_dir: Path) -> dict[int, float]:
+def train_lines(run_dir: Path, field: str = "loss") -> dict[int, float]:
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in lines if r["split"] == "train"}
+    return {r["step"]: r[field] for r in lines if r["split"] == "train"}
 
 
 def test_one_train_step_decreases_the_loss_on_copy() -> None:
@@ -136,11 +136,6 @@ def test_resume_continues_exactly(tmp_path: Path) -> None:
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
-def train_lrs(run_dir: Path) -> dict[int, float]:
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["lr"] for r in lines if r["split"] == "train"}
-
-
 def test_a_cooldown_takes_the_lr_linearly_to_zero_over_the_final_fraction_of_the_budget(tmp_path: Path) -> None:
     """lr_cooldown = 0.25 of 16 steps: steps 1-12 have the schedule's rate, steps 13-16 (the budget left before
     each: 4/16 ... 1/16) 4/4 ... 1/4 of it; an epoch budget counts the same way, and a resumed run continues it."""
@@ -148,19 +143,19 @@ def test_a_cooldown_takes_the_lr_linearly_to_zero_over_the_final_fraction_of_the
     vocab = data.src_tokenizer.vocab_size
     config = tiny_config(max_steps=16, lr_cooldown=0.25, lr_schedule="constant", lr_peak=1e-3, warmup_steps=0)
     fit(tiny_model(vocab), data, config, run_dir=tmp_path / "steps")
-    lrs = train_lrs(tmp_path / "steps")
+    lrs = train_lines(tmp_path / "steps", "lr")
     expected = {s: 1e-3 * min(1.0, (16 - (s - 1)) / 16 / 0.25) for s in range(1, 17)}
     assert lrs == pytest.approx(expected) and lrs[12] == pytest.approx(1e-3) and lrs[16] == pytest.approx(2.5e-4)
 
     # as a run interrupted at step 7 (a shorter budget would cool down its own end)
     fit(tiny_model(vocab), data, config.replace(max_steps=7, lr_cooldown=0.0), run_dir=tmp_path / "parts")
     fit(tiny_model(vocab), data, config, run_dir=tmp_path / "parts", resume=True)
-    assert train_lrs(tmp_path / "parts") == pytest.approx(lrs)
+    assert train_lines(tmp_path / "parts", "lr") == pytest.approx(lrs)
     assert train_lines(tmp_path / "parts") == pytest.approx(train_lines(tmp_path / "steps"), abs=1e-6)
 
     epochs = fit(tiny_model(vocab), data, config.replace(max_steps=None, max_epochs=4.0), run_dir=tmp_path / "e")
     per_epoch = epochs.steps // 4
-    by_epoch = train_lrs(tmp_path / "e")
+    by_epoch = train_lines(tmp_path / "e", "lr")
     assert by_epoch[3 * per_epoch] == pytest.approx(1e-3)  # the last step before the final quarter
     assert by_epoch[epochs.steps] == pytest.approx(1e-3 / per_epoch)  # the last step: 1/per_epoch of the rate
     assert all(by_epoch[s] > by_epoch[s + 1] for s in range(3 * per_epoch + 1, epochs.steps))
@@ -170,7 +165,7 @@ def test_a_cooldown_by_the_clock_ends_near_zero(tmp_path: Path) -> None:
     data = tiny_data()
     config = tiny_config(max_minutes=0.03, lr_cooldown=0.5, lr_schedule="constant", lr_peak=1e-3, warmup_steps=0)
     result = fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path)
-    lrs = train_lrs(tmp_path)
+    lrs = train_lines(tmp_path, "lr")
     values = [lrs[s] for s in sorted(lrs)]
     assert result.stopped_by == "max_minutes" and values[0] <= 1e-3 and values[0] > values[-1] >= 0
     assert values[-1] < 0.5e-3  # the last step began in the final quarter of the budget (a step takes milliseconds)

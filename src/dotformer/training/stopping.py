@@ -14,6 +14,7 @@ import torch
 from dotformer.errors import TrainingError
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext, all_reduce_sum
+from dotformer.training.progress import Budget, budget_fraction
 from dotformer.training.stream import BatchStream
 
 
@@ -24,7 +25,8 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 class Stopping:
     """The stop checks of :func:`dotformer.training.loop.fit`'s trainer, and the budget left that its cooldown
-    reads; the trainer mixes this class in and sets the attributes below (and ``save()``, ``elapsed()``)."""
+    reads; the trainer mixes this class in and sets the attributes below (and ``save()``, ``elapsed()``,
+    ``position()``)."""
 
     config: TrainConfig
     context: DistContext
@@ -101,20 +103,15 @@ class Stopping:
         )
 
     def budget_left(self) -> float:
-        """The fraction of the budget not yet spent, in [0, 1]: the least of the steps, minutes and epochs left
-        (each over its budget; a budget not set counts as 1), the same on every rank (rank 0's clock decides)."""
-        c = self.config
-        left = [1.0]
-        if c.max_steps is not None:
-            left.append((c.max_steps - self.step) / c.max_steps)
-        if c.max_epochs is not None:
-            left.append((c.max_epochs - self.stream.epochs_done) / c.max_epochs)
-        if c.max_minutes is not None:
-            clock = 1.0 - self.elapsed() / (c.max_minutes * 60) if self.context.is_main else 0.0
-            if self.context.distributed:
-                clock = all_reduce_sum(torch.tensor([clock], dtype=torch.float64), self.context).item()
-            left.append(clock)
-        return min(1.0, max(0.0, min(left)))
+        """The fraction of the budget not yet spent, in [0, 1] (1 - the progress display's
+        :func:`~dotformer.training.progress.budget_fraction`: the nearest limit counts), the same on every rank
+        (rank 0's clock decides)."""
+        used = budget_fraction(Budget.of(self.config), self.position())
+        left = 1.0 if used is None else 1.0 - used
+        if self.context.distributed:
+            mine = torch.tensor([left if self.context.is_main else 0.0], dtype=torch.float64)
+            left = all_reduce_sum(mine, self.context).item()
+        return left
 
     def time_is_up(self) -> bool:
         """True (on every rank) when the max_minutes budget is spent; rank 0 decides."""
