@@ -83,3 +83,29 @@ def test_copy_task_reaches_exact_match(tmp_path: Path) -> None:
     report = tmp_path / "copy.json"
     run([*prefix, "evaluate", "--checkpoint", str(out), "--split", "test", "--json", str(report)], tmp_path)
     assert json.loads(report.read_text())["metrics"]["exact_match"] == pytest.approx(100.0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not Path("/usr/share/sword/mods.d/spaRV1909eb.conf").exists(),
+    reason="the Bible modules are not installed: apt-get install -y sword-text-sparv sword-text-kjv",
+)
+def test_gpu_script_prepares_the_files_and_runs_from_them(tmp_path: Path) -> None:
+    data, out = tmp_path / "gpu_data", tmp_path / "gpu"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    proc = subprocess.run(["bash", "scripts/gpu.sh", "prepare"], cwd=ROOT, env={**os.environ, "GPU_DATA": str(mine)},
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 2 and "was not written by" in proc.stderr and not any(mine.iterdir())
+    run(["bash", "scripts/gpu.sh", "prepare"], tmp_path, GPU_DATA=str(data))
+    for job in ("g2p", "bible"):
+        for name in ("train.tsv", "valid.tsv", "test.tsv", "tokenizer_src.json", "tokenizer_tgt.json"):
+            assert (data / job / name).stat().st_size > 0, (job, name)
+    assert list((data / "wheels").glob("rapidfuzz-*-cp312-*.whl"))
+    run(["bash", "scripts/gpu.sh", "run"], tmp_path, GPU_DATA=str(data), OUT=str(out), SMOKE="1")
+    # the base model trained on exactly the prepared Bible pairs, with their one shared vocabulary
+    assert (out / "bible-base" / "data" / "test.tsv").read_bytes() == (data / "bible" / "test.tsv").read_bytes()
+    assert json.loads((out / "bible-base" / "run.json").read_text())["model"]["d_model"] == 512
+    for name in ("bible_test.json", "bible_valid.json", "g2p_test.json", "gpu.json"):
+        assert (out / name).is_file(), name
+    assert "wer" in json.loads((out / "g2p_test.json").read_text())["metrics"]

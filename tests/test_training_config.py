@@ -88,6 +88,16 @@ def test_config_files(tmp_path: Path) -> None:
         read_config_file(path)
 
 
+def test_a_later_tokenizer_file_replaces_the_earlier_kind_and_back() -> None:
+    file = ConfigSections(data={"dataset": "bible", "src_tokenizer": "bpe", "tgt_tokenizer": "bpe", "vocab_size": 8})
+    flags = ConfigSections(data={"src_tokenizer_file": "tok.json", "tgt_tokenizer_file": "tok.json"})
+    merged = merge(file, flags)
+    assert merged.data == {"dataset": "bible", "vocab_size": 8, **flags.data}
+    back = merge(merged, ConfigSections(data={"tgt_tokenizer": "char"}))
+    assert back.data == {"dataset": "bible", "vocab_size": 8, "src_tokenizer_file": "tok.json", "tgt_tokenizer": "char"}
+    DataConfig.from_dict(merged.data)  # the file and the kind of one side together would raise
+
+
 def test_shipped_configs_are_valid() -> None:
     root = Path(__file__).resolve().parent.parent / "configs"
     for name in ("copy", "g2p", "bible"):

@@ -94,12 +94,23 @@ def check_keys(sections: ConfigSections) -> None:
                 )
 
 
+# [data] keys that say one thing two ways: a layer that gives one drops the other from the layers below it
+DATA_RIVALS = {
+    "src_tokenizer": "src_tokenizer_file",
+    "src_tokenizer_file": "src_tokenizer",
+    "tgt_tokenizer": "tgt_tokenizer_file",
+    "tgt_tokenizer_file": "tgt_tokenizer",
+}
+
+
 def merge(*layers: ConfigSections) -> ConfigSections:
     """Later layers override earlier ones, key by key within each section.
 
     A later layer's model ``preset`` names a whole shape: it also replaces the earlier layers' values of the fields
     that preset defines (``--config g2p --preset tiny`` trains the tiny model, not g2p.toml's d_model with a tiny
-    label); fields the preset does not define (``norm_first``, ``activation``, ...) carry over.
+    label); fields the preset does not define (``norm_first``, ``activation``, ...) carry over. Likewise a later
+    layer's tokenizer file replaces the earlier layers' tokenizer kind of that side, and the other way round
+    (``--config bible --src-tokenizer-file tok.json`` reads the file instead of training bible.toml's BPE).
     """
     merged: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
     for layer in layers:
@@ -107,6 +118,9 @@ def merge(*layers: ConfigSections) -> ConfigSections:
         if preset in PRESETS:
             for key in PRESETS[preset]:
                 merged["model"].pop(key, None)
+        for key, rival in DATA_RIVALS.items():
+            if key in layer.data:
+                merged["data"].pop(rival, None)
         for name in SECTIONS:
             merged[name].update(getattr(layer, name))
     return ConfigSections(**merged, source=layers[-1].source if layers else "defaults")
