@@ -154,6 +154,13 @@ def test_test_without_valid_draws_valid_from_train(tmp_path: Path) -> None:
     assert data.splits.test == load_pairs(test).pairs
 
 
+def test_test_books_beside_given_files_name_the_books_and_the_way_out(tmp_path: Path) -> None:
+    train, valid = _pairs_file(tmp_path / "train.tsv", 30), _pairs_file(tmp_path / "valid.tsv", 5, 100)
+    with pytest.raises(ConfigError, match=r"test_books \(Ruth,Jude\) .*\(--test-books '' clears"):
+        read_run_data(DataConfig(dataset=train, valid=valid, test_books=("Ruth", "Jude")), seed=1)
+    assert read_run_data(DataConfig(dataset=train, valid=valid, test_books=()), seed=1).splits.test == []
+
+
 def test_overlap_with_training_sources_is_said(tmp_path: Path) -> None:
     train, test = _pairs_file(tmp_path / "train.tsv", 10), _pairs_file(tmp_path / "test.tsv", 4, 8)
     data = read_run_data(DataConfig(dataset=train, valid=test), seed=1)

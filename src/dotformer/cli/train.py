@@ -104,7 +104,7 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("--target-module", "data", "target_module", dict(metavar="MOD", help="bible: SWORD module of the target side "
      "(default KJV)")),
     ("--test-books", "data", "test_books", dict(metavar="B1,B2", help="bible: comma-separated books held out as the "
-     "test split: OSIS ids, names or abbreviations, e.g. Matt,Mark or Matthew,Mark")),
+     "test split: OSIS ids, names or abbreviations, e.g. Matt,Mark or Matthew,Mark ('' clears a config's books)")),
     ("--valid-fraction", "data", "valid_fraction", dict(type=float, metavar="F", help="share of pairs in the "
      "validation split (default 0.05)")),
     ("--test-fraction", "data", "test_fraction", dict(type=float, metavar="F", help="share of pairs in the test "

@@ -72,7 +72,10 @@ def read_run_data(data: DataConfig, seed: int) -> RunData:
         lines[0] += f"; split at random (seed {seed}): {counts['train']:,} / {counts['valid']:,} / {counts['test']:,}"
         return RunData(corpus, splits, lines)
     if data.test_books:
-        raise ConfigError("test_books holds Bible books out of a random split; with --valid/--test give files instead")
+        raise ConfigError(
+            f"test_books ({','.join(data.test_books)}) holds Bible books out of a random split, and --valid/--test "
+            f"give the splits as files: drop one (--test-books '' clears a config file's books)"
+        )
     given: dict[str, Corpus] = {}
     for role in ("valid", "test"):
         spec = getattr(data, role)
