@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,6 +72,19 @@ def test_progress_bar_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None
     assert captured.out == "" and "2/2" in captured.err
     translate(loaded_copy_model(), ["a1", "a2"], DecodeConfig(strategy="greedy"))  # small inputs: no bar
     assert capsys.readouterr().err == ""
+
+
+def test_the_default_bar_is_for_a_terminal_only(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = importlib.import_module("dotformer.decoding.translate")  # the module, not the function it exports
+
+    monkeypatch.setattr(module, "PROGRESS_THRESHOLD", 2)
+    translate(loaded_copy_model(), ["a1", "a2"], DecodeConfig(strategy="greedy"))  # stderr is captured: no tty
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(module, "_is_terminal", lambda stream: True)
+    translate(loaded_copy_model(), ["a1", "a2"], DecodeConfig(strategy="greedy"))
+    assert "2/2" in capsys.readouterr().err
 
 
 def test_an_input_too_long_for_a_learned_table_is_named() -> None:

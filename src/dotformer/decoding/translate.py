@@ -70,6 +70,16 @@ __all__ = [
 ]
 
 PROGRESS_THRESHOLD = 500  # inputs from which translate() shows a progress bar on stderr by default
+
+
+def _is_terminal(stream: object) -> bool:
+    """Whether ``stream`` (sys.stderr, which may be None or closed) is a terminal."""
+    try:
+        return bool(stream is not None and stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
+
+
 DEFAULT_MAX_TOKENS = 8192  # padded source tokens per batch (B × S); a longer input than this is decoded alone
 
 
@@ -167,8 +177,9 @@ def decode_encoded(
         [todo[j] for j in batch]
         for batch in length_sorted_batches([len(encoded.ids[i]) for i in todo], batch_size, max_tokens)
     ]
-    show = progress if progress is not None else len(encoded.ids) >= PROGRESS_THRESHOLD
-    with tqdm(total=len(encoded.ids), unit="sent", file=sys.stderr, disable=not show, desc="translate") as bar:
+    if progress is None:  # a bar's redraws are for a terminal, not for a log file or a pipe
+        progress = len(encoded.ids) >= PROGRESS_THRESHOLD and _is_terminal(sys.stderr)
+    with tqdm(total=len(encoded.ids), unit="sent", file=sys.stderr, disable=not progress, desc="translate") as bar:
         bar.update(len(empty))
         for batch in batches:
             src = pad_batch([encoded.ids[i] for i in batch], device)  # (B, S)
@@ -199,7 +210,8 @@ def translate(
             :func:`empty_translation` (score 0, finished, one hypothesis), found without running the model.
         config: how to decode (default :class:`DecodeConfig`: beam 4, α = 0.6).
         batch_size: most sentences decoded together (beam search runs batch_size · K decoder rows).
-        progress: show a progress bar on stderr; None shows one from ``PROGRESS_THRESHOLD`` inputs on.
+        progress: show a progress bar on stderr; None shows one from ``PROGRESS_THRESHOLD`` inputs on when stderr
+            is a terminal.
         max_tokens: most padded source tokens per batch (B × S; None: no limit), so one long input does not pad a
             whole batch.
         max_input_length: most tokens (EOS included) an input may have; None: the model's ``max_len``.
