@@ -77,8 +77,8 @@ run() {
       --src-tokenizer-file "$data/$1/tokenizer_src.json" --tgt-tokenizer-file "$tgt"
   }
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee "$out/gpu.txt" || true
-  # shellcheck disable=SC2046  # files() prints flags and paths without spaces
   # --test-books '': the test split is the file of bible.toml's held-out books, no longer drawn from the corpus
+  # shellcheck disable=SC2046  # files() prints flags and paths without spaces
   "${dotformer[@]}" train --config configs/bible.toml $(files bible) --test-books '' --task translation --preset base --amp bf16 \
     --max-tokens 16384 --out "$out/bible-base" --overwrite --save-every 0 --no-progress "${bible_budget[@]}"
   "${dotformer[@]}" evaluate --checkpoint "$out/bible-base/last" --split test "${limit[@]}" --json "$out/bible_test.json"

@@ -70,6 +70,7 @@ __all__ = [
 ]
 
 PROGRESS_THRESHOLD = 500  # inputs from which translate() shows a progress bar on stderr by default
+DEFAULT_MAX_TOKENS = 8192  # padded source tokens per batch (B × S); a longer input than this is decoded alone
 
 
 def _is_terminal(stream: object) -> bool:
@@ -78,9 +79,6 @@ def _is_terminal(stream: object) -> bool:
         return bool(stream is not None and stream.isatty())  # type: ignore[attr-defined]
     except (AttributeError, ValueError):
         return False
-
-
-DEFAULT_MAX_TOKENS = 8192  # padded source tokens per batch (B × S); a longer input than this is decoded alone
 
 
 class Translation(NamedTuple):
