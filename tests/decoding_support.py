@@ -48,14 +48,28 @@ def random_sources(count: int, generator: torch.Generator, min_len: int = 1, max
     return [torch.randint(low, high, (n,), generator=generator).tolist() for n in lengths]
 
 
-@functools.lru_cache(maxsize=1)
+EXACT_COPY_STEPS = 800  # enough for exact_copy_model() to copy every text the decoding tests ask for
+
+
+@functools.lru_cache(maxsize=2)
 def copy_model(steps: int = 300) -> Transformer:
     """A tiny model trained for ``steps`` Adam steps to copy its input (a few seconds on 2 CPU cores); eval mode.
 
-    Copies about 90 % of length 1-6 sequences of 8 symbols exactly; its outputs end with EOS.
+    At 300 steps it copies about 95 % of length 1-6 sequences of 8 symbols exactly (its outputs end with EOS);
+    which ones it misses depends on the CPU's float rounding, so tests that need exact copies of given texts use
+    :func:`exact_copy_model`.
     """
     with single_thread():
         return train_copy_model(steps)
+
+
+def exact_copy_model() -> Transformer:
+    """The copy model trained for ``EXACT_COPY_STEPS`` steps: 99 % of random length 1-6 sequences copied exactly.
+
+    With 300 steps an AMD EPYC VM got "a4 a7 a2 a6 a6 a1" for "a4 a7 a2 a5 a6 a1" where an Intel Xeon copied it:
+    tests that assert exact copies of fixed texts need this margin on every CPU.
+    """
+    return copy_model(EXACT_COPY_STEPS)
 
 
 def train_copy_model(steps: int) -> Transformer:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from decoding_support import copy_model, random_model, single_thread, tiny_config
+from decoding_support import exact_copy_model, random_model, single_thread, tiny_config
 from safetensors.torch import load_file
 
 from dotformer import Transformer
@@ -51,7 +51,7 @@ def write_run(
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
-    model = copy_model()
+    model = exact_copy_model()  # the copy, translation and g2p runs assert exact copies
     copy_pairs = [(t, t) for t in COPY_TEXTS]
     g2p_pairs = [("a1 a2", "a1 a2"), ("a1 a2", "a3 a4"), ("a5 a6 a7", "a5 a6")]
     learned = random_model(vocab=12, positional="learned", max_len=8)
