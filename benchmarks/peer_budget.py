@@ -8,18 +8,21 @@ What it does, one system after the other (never both at once: they would share t
    WORK/dotformer/averaged --split test --json WORK/dotformer_test.json`` (beam 4, its defaults; ``evaluate`` finds the
    run's ``data/test.tsv`` from a checkpoint directory inside the run, as it does for ``best/``). The run writes the
    split (``data/train.tsv``, ``valid.tsv``, ``test.tsv``) and the tokenizers (``data/tokenizer_src.json``,
-   ``tokenizer_tgt.json``). With ``--average-last 0`` (or 1) there is no averaging and ``evaluate --checkpoint
-   WORK/dotformer`` tests the run's ``best/``.
+   ``tokenizer_tgt.json``). With ``--average-last 1`` there is no averaging and ``evaluate --checkpoint
+   WORK/dotformer/last`` tests the run's last weights; with ``--average-last 0``, ``evaluate --checkpoint
+   WORK/dotformer`` tests its ``best/``.
 2. **HF Marian** (``transformers.MarianMTModel``), built from a ``MarianConfig`` of the same shape as the dotformer
    run's model (its ``run.json``), random init, trained in this process on exactly those TSV files, encoded with exactly
    those tokenizers, for the same M minutes on the same T threads, then decoded with HF ``generate`` and scored with
    dotformer's own metric functions on the same test pairs (the same seeded ``--limit`` sample, if any), with the
-   weights chosen the same way (the mean of its last K snapshots, or its best validation pass's).
+   weights chosen the same way (the mean of its last K snapshots, its last weights, or its best validation pass's).
 
-Which weights are tested (``--average-last K``, default 5), and why: the README's main job (``scripts/g2p.sh``)
-trains, averages the last 5 saved checkpoints (``dotformer average``, the paper's §6.1 trick: the mean of the last
-few points of the optimiser's path is a better model than any one of them) and evaluates the average, so this
-benchmark compares the two systems that way, on equal terms:
+Which weights are tested (``--average-last K``), and why: each system is tested the way the task's config is meant to
+be used. A config that cools the learning rate down to 0 at the end of the budget (``lr_cooldown`` > 0: g2p.toml
+since session 11, what ``scripts/g2p.sh`` evaluates) is tested on its **last** weights (default K = 1), and Marian
+cools down the same way; otherwise (bible.toml) the default is K = 5: the mean of the last 5 saved checkpoints
+(``dotformer average``, the paper's §6.1 trick: the mean of the last few points of the optimiser's path is a better
+model than any one of them). Either way both systems are tested alike:
 
 * dotformer saves a checkpoint every ``save_every`` steps of its config (and one at the end) and keeps the last
   ``keep_last``; the benchmark averages the last K of ``checkpoints/step_*`` (``--keep-last K`` is passed when the
@@ -31,8 +34,8 @@ benchmark compares the two systems that way, on equal terms:
   single point. HF has neither, so the benchmark does the averaging for it. The copies cost time inside the budget,
   as dotformer's checkpoint writes do: they are made inside the training clock.
 * Fewer than K saved points (a short run) averages those there are; the JSON and the table record which weights were
-  tested (``averaged last 5``, ``best``) and the averaged steps. ``--save-every N`` overrides the config's interval for
-  both systems (short test runs).
+  tested (``averaged last 5``, ``last``, ``best``) and the averaged steps. ``--save-every N`` overrides the config's
+  interval for both systems (short test runs).
 
 Run::
 
@@ -59,7 +62,9 @@ Marian's settings, and why (Marian NMT's transformer recipe, as far as it fits a
   NMT's warmup of 16,000 steps and peak 3e-4: a 10-minute G2P budget is ~1,500 steps on this CPU, so the learning rate
   would still be rising, at a tenth of its peak, when the run ends. Marian takes the dotformer config's warmup and peak
   instead (G2P: 200 steps, 2e-3; Bible: 500 steps, 1e-3), tuned for these budgets (``--marian-warmup``,
-  ``--marian-lr-peak`` try others).
+  ``--marian-lr-peak`` try others). The config's cooldown too (g2p.toml's ``lr_cooldown = 0.25``): the rate times
+  :func:`dotformer.training.schedule.cooldown_factor` of the budget left before each step (minutes, steps or epochs,
+  the nearest limit), as ``dotformer train`` computes it.
 * Label smoothing 0.1 with ``F.cross_entropy(..., label_smoothing=0.1, ignore_index=PAD)``, what HF users write (a
   Marian model's own ``labels=`` loss has no smoothing); loss summed and divided by the batch's target tokens.
 * Gradient norm clipped at the dotformer config's 1.0 (Marian NMT's recipe uses 5; at these high short-budget peaks
@@ -116,7 +121,8 @@ from dotformer.data.types import Pair
 from dotformer.decoding.evaluation import group_references, sample_sources
 from dotformer.decoding.translate import source_normaliser
 from dotformer.metrics import bleu, chrf, g2p_error_rates, perplexity
-from dotformer.training.schedule import inverse_sqrt_lr
+from dotformer.training.progress import Budget, Position, budget_fraction
+from dotformer.training.schedule import cooldown_factor, inverse_sqrt_lr
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,8 @@ class MarianSettings:
     max_tokens: int  # padded tokens per batch (dotformer's BatchSampler budget)
     seed: int  # batch order (the sampler's) and torch's initial weights and dropout
     eval_every: int  # steps between validation passes (0: only at the end)
+    lr_cooldown: float = 0.0  # the final fraction of the budget over which the rate falls linearly to 0 (0: none)
+    max_epochs: float | None = None  # the config's epoch limit (a limit of the cooldown's budget, as dotformer's)
     beam: int = 4  # beam size of generate
     length_penalty: float = 0.6  # HF's: score / length^α
     max_len_a: float = 1.0  # at most floor(a · S + b) new tokens (dotformer's rule)
@@ -172,7 +180,7 @@ class SystemResult:
     num_sources: int  # distinct test sources decoded
     num_pairs: int  # test pairs scored
     unfinished: int  # outputs cut at the maximum length
-    weights: str = "best"  # which weights were tested: "best" or "averaged last K"
+    weights: str = "best"  # which weights were tested: "best", "last" or "averaged last K"
     averaged_steps: list[int] | None = None  # the steps whose weights were averaged (None: not averaged)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -211,10 +219,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--average-last",
         type=int,
-        default=5,
+        default=None,
         metavar="K",
-        help="test the mean of the last K saved weights of each system (default 5, as scripts/g2p.sh);\n"
-        "0 or 1: no averaging, dotformer's best/ and Marian's best validation pass",
+        help="test the mean of the last K saved weights of each system; 1: the last weights;\n"
+        "0: dotformer's best/ and Marian's best validation pass (default: 1 when the config has an\n"
+        "lr_cooldown, as scripts/g2p.sh tests g2p.toml's last checkpoint, else 5)",
     )
     p.add_argument(
         "--save-every",
@@ -237,6 +246,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if args.minutes <= 0:
         p.error(f"--minutes must be positive, got {args.minutes}")
+    if args.average_last is None:
+        args.average_last = default_average_last(TASKS[args.task].config)
     if args.average_last < 0:
         p.error(f"--average-last must be at least 0, got {args.average_last}")
     if args.save_every is not None and args.save_every < 0:
@@ -244,9 +255,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def default_average_last(config: str) -> int:
+    """``--average-last``'s default for a shipped config: 1 (its last weights) when it cools the learning rate down to
+    0 at the end of the budget (``lr_cooldown`` > 0), else 5."""
+    from dotformer.training.config import TrainConfig
+    from dotformer.training.config_files import read_config_file
+
+    return 1 if float(read_config_file(config).train.get("lr_cooldown", TrainConfig().lr_cooldown)) > 0 else 5
+
+
 def averaging(args: argparse.Namespace) -> bool:
-    """True when the last ``--average-last`` saved weights are averaged (K >= 2), False for the best weights."""
+    """True when the last ``--average-last`` saved weights are averaged (K >= 2); else the last (1) or best (0)."""
     return args.average_last >= 2
+
+
+def tested_weights(average_last: int) -> str:
+    """Which weights ``--average-last K`` tests: "averaged", "last" or "best"."""
+    return "averaged" if average_last >= 2 else "last" if average_last == 1 else "best"
 
 
 # -- dotformer: the command line -----------------------------------------------------------------------------------
@@ -266,8 +291,8 @@ def config_keep_last(config: str) -> int:
 def dotformer_commands(args: argparse.Namespace, work: Path) -> tuple[list[str], list[str]]:
     """The ``dotformer train`` and ``dotformer evaluate`` command lines (run with this Python).
 
-    With averaging, evaluate tests ``WORK/dotformer/averaged`` (see :func:`average_command`), else the run (its
-    ``best/``); either way ``--split test`` reads the run's ``data/test.tsv``.
+    With averaging, evaluate tests ``WORK/dotformer/averaged`` (see :func:`average_command`), with K = 1 the run's
+    ``last/``, with K = 0 the run (its ``best/``); either way ``--split test`` reads the run's ``data/test.tsv``.
     """
     cli = DOTFORMER_CLI
     train = [*cli, "train", "--config", TASKS[args.task].config, "--out", str(work / "dotformer"), "--overwrite"]
@@ -283,7 +308,9 @@ def dotformer_commands(args: argparse.Namespace, work: Path) -> tuple[list[str],
         train += ["--save-every", str(args.save_every)]
     if averaging(args) and config_keep_last(TASKS[args.task].config) < args.average_last:
         train += ["--keep-last", str(args.average_last)]  # else the older ones are pruned before they are averaged
-    checkpoint = work / "dotformer" / "averaged" if averaging(args) else work / "dotformer"
+    checkpoint = (
+        work / "dotformer" / {"averaged": "averaged", "last": "last", "best": ""}[tested_weights(args.average_last)]
+    )
     evaluate = [*cli, "evaluate", "--checkpoint", str(checkpoint), "--split", "test", "--device", args.device]
     evaluate += ["--json", str(work / "dotformer_test.json"), "--hyps", str(work / "dotformer_test.hyp")]
     if args.limit is not None:
@@ -308,9 +335,9 @@ def average_command(work: Path, k: int) -> tuple[list[str], list[int]]:
     return command, [int(path.name.removeprefix("step_")) for path in paths]
 
 
-def weights_label(averaged_steps: Sequence[int] | None) -> str:
-    """``"averaged last K"`` (K the number of weights averaged) or ``"best"``."""
-    return "best" if averaged_steps is None else f"averaged last {len(averaged_steps)}"
+def weights_label(averaged_steps: Sequence[int] | None, average_last: int) -> str:
+    """``"averaged last K"`` (K the number of weights averaged), ``"last"`` or ``"best"`` (``--average-last`` 1, 0)."""
+    return tested_weights(average_last) if averaged_steps is None else f"averaged last {len(averaged_steps)}"
 
 
 def run_command(command: list[str], threads: int) -> None:
@@ -324,9 +351,11 @@ def run_command(command: list[str], threads: int) -> None:
         )
 
 
-def dotformer_result(work: Path, sampler: BatchSampler, averaged_steps: list[int] | None) -> SystemResult:
+def dotformer_result(
+    work: Path, sampler: BatchSampler, averaged_steps: list[int] | None, average_last: int
+) -> SystemResult:
     """The dotformer run's figures: training from ``last/train_state.json``, test from evaluate's JSON (of the
-    average of the checkpoints of ``averaged_steps``, or of ``best/`` when None)."""
+    average of the checkpoints of ``averaged_steps``, or when None of ``last/`` or ``best/``: ``average_last`` 1, 0)."""
     state = json.loads((work / "dotformer" / "last" / "train_state.json").read_text())
     evaluation = json.loads((work / "dotformer_test.json").read_text())
     position = state["data"]  # the next batch: (epoch, index)
@@ -343,7 +372,7 @@ def dotformer_result(work: Path, sampler: BatchSampler, averaged_steps: list[int
         num_sources=int(evaluation["num_sources"]),
         num_pairs=int(evaluation["num_pairs"]),
         unfinished=int(evaluation.get("unfinished", 0)),
-        weights=weights_label(averaged_steps),
+        weights=weights_label(averaged_steps, average_last),
         averaged_steps=averaged_steps,
         extra={
             "checkpoint": evaluation.get("checkpoint"),
@@ -449,6 +478,17 @@ def mean_weights(snapshots: Sequence[dict[str, torch.Tensor]]) -> dict[str, torc
     return mean
 
 
+def marian_lr(settings: MarianSettings, budget: Budget, done: Position) -> float:
+    """The learning rate of the next update after ``done`` (steps, seconds, epochs done): warmup, then 1/√step
+    (``inverse_sqrt``), times the cooldown factor of the budget left (1 when ``settings.lr_cooldown`` is 0), as
+    ``dotformer train`` computes it before each update."""
+    lr = inverse_sqrt_lr(done.step + 1, settings.lr_peak, settings.warmup_steps)
+    if settings.lr_cooldown:
+        used = budget_fraction(budget, done)
+        lr *= cooldown_factor(1.0 if used is None else 1.0 - used, settings.lr_cooldown)
+    return lr
+
+
 def train_marian(
     model: nn.Module,
     sampler: BatchSampler,
@@ -464,11 +504,13 @@ def train_marian(
 
     With ``average_last`` K >= 2, a CPU copy of the weights is kept at every ``save_every`` steps (dotformer's
     checkpoint steps; 0: none) and at the final step, the copying inside the clock (as dotformer's checkpoint writes
-    are), and the mean of the last K copies is loaded; otherwise the best validation pass's weights.
+    are), and the mean of the last K copies is loaded; with K = 1 the last weights stay; with K = 0 the best
+    validation pass's weights are loaded. The learning rate follows ``settings`` (warmup, 1/√step, and the cooldown
+    over the final ``lr_cooldown`` of the budget: ``minutes``, ``max_steps`` or the config's ``max_epochs``).
 
     Returns:
         steps, epochs, seconds, target_tokens, stopped_by, best_step, best_valid_loss, the validation log, and
-        averaged_steps (the steps of the averaged copies; None: the best weights were loaded).
+        averaged_steps (the steps of the averaged copies; None: the last or the best weights were tested).
     """
     fused = device.split(":")[0] in ("cpu", "cuda")
     optimizer = torch.optim.Adam(
@@ -479,6 +521,7 @@ def train_marian(
     log: list[dict[str, Any]] = []
     averaging = average_last >= 2
     snapshots: deque[tuple[int, dict[str, torch.Tensor]]] = deque(maxlen=max(1, average_last))
+    budget = Budget(max_steps, minutes, settings.max_epochs)
     started = time.monotonic()
 
     def validate() -> None:
@@ -500,7 +543,7 @@ def train_marian(
             break
         epochs, batch = next(batches)
         batch = batch.to(device)
-        lr = inverse_sqrt_lr(step + 1, settings.lr_peak, settings.warmup_steps)
+        lr = marian_lr(settings, budget, Position(step, time.monotonic() - started, epochs))
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
@@ -528,7 +571,8 @@ def train_marian(
         model.load_state_dict(mean_weights([weights for _, weights in snapshots]))
     else:
         averaged_steps = None
-        model.load_state_dict(best["weights"])
+        if average_last == 0:
+            model.load_state_dict(best["weights"])
     model.eval()
     return {
         "steps": step,
@@ -619,8 +663,8 @@ def run_marian(
     args: argparse.Namespace,
     work: Path,
 ) -> SystemResult:
-    """Build, train, decode and score Marian; save its tested weights (the average, or the best) and test outputs
-    under ``WORK/marian``."""
+    """Build, train, decode and score Marian; save its tested weights (the average, the last or the best) and test
+    outputs under ``WORK/marian``."""
     from transformers.utils import logging as hf_logging
 
     model = build_marian(run.model_config, settings.seed).to(args.device)
@@ -668,7 +712,7 @@ def run_marian(
         num_sources=len(sources),
         num_pairs=len(test_pairs),
         unfinished=sum(not finished for _, finished in outputs),
-        weights=weights_label(trained["averaged_steps"]),
+        weights=weights_label(trained["averaged_steps"], args.average_last),
         averaged_steps=trained["averaged_steps"],
         extra=extra,
     )
@@ -761,12 +805,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_tokens=train_config["max_tokens"],
         seed=train_config["seed"],
         eval_every=train_config["eval_every"],
+        lr_cooldown=float(train_config.get("lr_cooldown", 0.0)),
+        max_epochs=train_config.get("max_epochs"),
     )
     examples = encode_pairs(run.train, run.src_tokenizer, run.tgt_tokenizer)
     sampler = BatchSampler(examples, settings.max_tokens, settings.seed)  # dotformer's training batches and order
     valid_examples: list[EncodedPair] = encode_pairs(run.valid, run.src_tokenizer, run.tgt_tokenizer)
     valid_batches = BatchSampler(valid_examples, settings.max_tokens, settings.seed, shuffle=False).batches(0)
-    dotformer = dotformer_result(work, sampler, averaged_steps)
+    dotformer = dotformer_result(work, sampler, averaged_steps, args.average_last)
 
     load_before["marian"] = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     print(f"$ marian: {settings}", flush=True)

@@ -1,5 +1,6 @@
 """benchmarks/peer_budget.py end to end on a tiny budget: dotformer (its CLI) then HF Marian on the same G2P split,
-testing the average of the last saved weights of each (the default), then, reusing that dotformer run, the best."""
+testing the average of the last saved weights of each, then, reusing that dotformer run, the best and the last (the
+default for g2p.toml, whose learning rate cools down to 0); and Marian's learning rate against dotformer's schedule."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def run_benchmark(work: Path, out: Path, *flags: str) -> tuple[str, dict]:
 def test_peer_budget_runs_both_systems_on_the_same_test_set(tmp_path: Path) -> None:
     out = tmp_path / "peer_budget.json"
     work = tmp_path / "work"
-    stdout, result = run_benchmark(work, out)  # --average-last 5 (the default) of checkpoints at steps 2, 4, 6
+    stdout, result = run_benchmark(work, out, "--average-last", "5")  # of checkpoints at steps 2, 4, 6
     systems = result["systems"]
     assert set(systems) == {"dotformer", "marian"}
     # both tested the mean of their weights at the steps dotformer saved: 2, 4 and 6 (fewer than 5 were saved)
@@ -77,3 +78,42 @@ def test_peer_budget_runs_both_systems_on_the_same_test_set(tmp_path: Path) -> N
     assert (
         Path(best["systems"]["dotformer"]["extra"]["checkpoint"]).resolve() == (work / "dotformer" / "best").resolve()
     )
+
+    # the default for g2p.toml (lr_cooldown 0.25): the last weights of both, the run reused
+    _, last = run_benchmark(work, out, "--reuse-dotformer")
+    assert last["weights"]["average_last"] == 1 and last["dotformer_commands"]["average"] is None
+    assert last["marian_settings"]["lr_cooldown"] == 0.25
+    for name, system in last["systems"].items():
+        assert system["weights"] == "last" and system["averaged_steps"] is None, name
+    assert (
+        Path(last["systems"]["dotformer"]["extra"]["checkpoint"]).resolve() == (work / "dotformer" / "last").resolve()
+    )
+
+
+def test_marian_learning_rate_is_dotformers_schedule_with_its_cooldown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Marian's rate before each update equals the curve dotformer draws of g2p.toml's schedule at a 400-step budget
+    (warmup 200, peak 2e-3, 1/sqrt(step), the cooldown over the last 100 steps: a hundredth of it at the last)."""
+    import importlib.util
+
+    from dotformer.plots.curves import config_curve
+    from dotformer.training.shipped_configs import find_config_file
+
+    spec = importlib.util.spec_from_file_location("peer_budget", SCRIPT)
+    peer = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # the script imports benchmarks/common.py
+    monkeypatch.setitem(sys.modules, "peer_budget", peer)
+    spec.loader.exec_module(peer)
+    config = tmp_path / "g2p400.toml"
+    config.write_text(find_config_file("g2p").read_text() + "max_steps = 400\n")
+    curve = config_curve(config)
+    settings = peer.MarianSettings(2e-3, 200, 1.0, 0.1, (0.9, 0.98), 1e-9, 1024, 1, 0, lr_cooldown=0.25)
+    budget = peer.Budget(max_steps=400, max_minutes=10.0, max_epochs=100.0)
+    ours = [peer.marian_lr(settings, budget, peer.Position(step, 0.0, 0.0)) for step in range(400)]
+    assert ours == pytest.approx(list(curve.lrs), rel=1e-12)
+    assert ours[199] == pytest.approx(2e-3) and ours[-1] == pytest.approx(2e-3 * (200 / 400) ** 0.5 / 100)
+    # by time: half the minutes gone, no steps: the cooldown has not begun; 90% gone: 0.4 of the rate
+    plain = peer.inverse_sqrt_lr(101, 2e-3, 200)
+    assert peer.marian_lr(settings, budget, peer.Position(100, 300.0, 0.0)) == pytest.approx(plain)
+    assert peer.marian_lr(settings, budget, peer.Position(100, 540.0, 0.0)) == pytest.approx(0.4 * plain)
