@@ -9,8 +9,8 @@ target tokens/s reached by then::
     python benchmarks/budget_curve.py --run runs/g2p-long --minutes 10,30,60,120 --beam 4 --average 5 \\
         --out benchmarks/out/g2p_curve.json --plot docs/images/g2p_curve.png
 
-With ``--average K`` each point is what ``scripts/g2p.sh`` ships at that budget: the mean of the K newest step
-checkpoints saved within it (``dotformer average``, paper §6.1), written to ``RUN/curve/avgK_step_S`` and evaluated
+With ``--average K`` each point is what averaging ships at that budget (the README's 2-hour curves): the mean of
+the K newest step checkpoints saved within it (``dotformer average``, paper §6.1), written to ``RUN/curve/avgK_step_S`` and evaluated
 there (fewer than K saved by then: those there are). ``--split valid`` scores the run's valid split instead, e.g. the
 random verses of a Bible run whose test split is whole held-out books (``--test-books``): nothing in training is
 chosen by them when step or averaged checkpoints are evaluated (only ``best/`` is picked by the valid loss).

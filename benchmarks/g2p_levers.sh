@@ -2,8 +2,9 @@
 # The levers of the 10-minute G2P default, each trained and scored the same way (benchmarks/RESULTS.md, "Levers").
 #
 #   bash benchmarks/g2p_levers.sh NAME STEPS SAVE_EVERY [dotformer train flags...]
-#   bash benchmarks/g2p_levers.sh old 1080 100 --dropout 0.1 --max-tokens 4096          # the session-4 default
-#   bash benchmarks/g2p_levers.sh tok1k 4320 200 --dropout 0 --max-tokens 1024          # today's default
+#   bash benchmarks/g2p_levers.sh old 1080 100 --dropout 0.1 --max-tokens 4096 --lr-cooldown 0   # session 4's
+#   bash benchmarks/g2p_levers.sh tok1k 4600 200 --lr-cooldown 0     # session 5-10's default (test its avg5)
+#   bash benchmarks/g2p_levers.sh cool25 4600 200                    # today's (g2p.toml's cooldown: test its last)
 #
 # Trains configs/g2p.toml with the given flags for STEPS optimizer steps on one torch thread (fixed steps, so the
 # figure does not depend on the machine's load; compare levers that change the cost of a step at equal tokens:
@@ -14,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$#" -lt 3 ]; then
-  sed -n 2,13p "$0" >&2
+  sed -n 2,14p "$0" >&2
   exit 2
 fi
 name=$1 steps=$2 save=$3
