@@ -10,10 +10,11 @@ target tokens/s reached by then::
         --out benchmarks/out/g2p_curve.json --plot docs/images/g2p_curve.png
 
 With ``--average K`` each point is what averaging ships at that budget (the README's 2-hour curves): the mean of
-the K newest step checkpoints saved within it (``dotformer average``, paper §6.1), written to ``RUN/curve/avgK_step_S`` and evaluated
-there (fewer than K saved by then: those there are). ``--split valid`` scores the run's valid split instead, e.g. the
-random verses of a Bible run whose test split is whole held-out books (``--test-books``): nothing in training is
-chosen by them when step or averaged checkpoints are evaluated (only ``best/`` is picked by the valid loss).
+the K newest step checkpoints saved within it (``dotformer average``, paper §6.1), written to
+``RUN/curve/avgK_step_S`` and evaluated there (fewer than K saved by then: those there are). ``--split valid``
+scores the run's valid split instead, e.g. the random verses of a Bible run whose test split is whole held-out
+books (``--test-books``): nothing in training is chosen by them when step or averaged checkpoints are evaluated
+(only ``best/`` is picked by the valid loss).
 
 The budgets are training time as the run counted it (validation passes and checkpoint writes excluded), on the
 machine and under the load the run had: give the tokens/s beside every figure.
