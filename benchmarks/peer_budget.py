@@ -258,20 +258,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def default_average_last(config: str) -> int:
     """``--average-last``'s default for a shipped config: 1 (its last weights) when it cools the learning rate down to
     0 at the end of the budget (``lr_cooldown`` > 0), else 5."""
-    from dotformer.training.config import TrainConfig
-    from dotformer.training.config_files import read_config_file
+    return 1 if float(config_train_value(config, "lr_cooldown")) > 0 else 5
 
-    return 1 if float(read_config_file(config).train.get("lr_cooldown", TrainConfig().lr_cooldown)) > 0 else 5
+
+def tested_weights(average_last: int) -> str:
+    """Which weights ``--average-last K`` tests: "averaged" (K >= 2), "last" (1) or "best" (0)."""
+    return "averaged" if average_last >= 2 else "last" if average_last == 1 else "best"
 
 
 def averaging(args: argparse.Namespace) -> bool:
     """True when the last ``--average-last`` saved weights are averaged (K >= 2); else the last (1) or best (0)."""
-    return args.average_last >= 2
-
-
-def tested_weights(average_last: int) -> str:
-    """Which weights ``--average-last K`` tests: "averaged", "last" or "best"."""
-    return "averaged" if average_last >= 2 else "last" if average_last == 1 else "best"
+    return tested_weights(args.average_last) == "averaged"
 
 
 # -- dotformer: the command line -----------------------------------------------------------------------------------
@@ -280,12 +277,12 @@ def tested_weights(average_last: int) -> str:
 DOTFORMER_CLI = [sys.executable, "-m", "dotformer"]
 
 
-def config_keep_last(config: str) -> int:
-    """The ``keep_last`` of a dotformer config (the shipped one of that name), or TrainConfig's default."""
+def config_train_value(config: str, name: str) -> Any:
+    """The ``[train] name`` of a dotformer config (the shipped one of that name), or TrainConfig's default."""
     from dotformer.training.config import TrainConfig
     from dotformer.training.config_files import read_config_file
 
-    return int(read_config_file(config).train.get("keep_last", TrainConfig().keep_last))
+    return read_config_file(config).train.get(name, getattr(TrainConfig(), name))
 
 
 def dotformer_commands(args: argparse.Namespace, work: Path) -> tuple[list[str], list[str]]:
@@ -306,11 +303,10 @@ def dotformer_commands(args: argparse.Namespace, work: Path) -> tuple[list[str],
         train += ["--test-books", args.test_books]
     if args.save_every is not None:
         train += ["--save-every", str(args.save_every)]
-    if averaging(args) and config_keep_last(TASKS[args.task].config) < args.average_last:
+    if averaging(args) and int(config_train_value(TASKS[args.task].config, "keep_last")) < args.average_last:
         train += ["--keep-last", str(args.average_last)]  # else the older ones are pruned before they are averaged
-    checkpoint = (
-        work / "dotformer" / {"averaged": "averaged", "last": "last", "best": ""}[tested_weights(args.average_last)]
-    )
+    weights = tested_weights(args.average_last)
+    checkpoint = work / "dotformer" / ("" if weights == "best" else weights)  # the run itself picks its best/
     evaluate = [*cli, "evaluate", "--checkpoint", str(checkpoint), "--split", "test", "--device", args.device]
     evaluate += ["--json", str(work / "dotformer_test.json"), "--hyps", str(work / "dotformer_test.hyp")]
     if args.limit is not None:
@@ -519,7 +515,7 @@ def train_marian(
     step, tokens, epochs = 0, 0, 0.0
     best: dict[str, Any] = {"loss": math.inf, "step": None, "weights": None}
     log: list[dict[str, Any]] = []
-    averaging = average_last >= 2
+    averaging = tested_weights(average_last) == "averaged"
     snapshots: deque[tuple[int, dict[str, torch.Tensor]]] = deque(maxlen=max(1, average_last))
     budget = Budget(max_steps, minutes, settings.max_epochs)
     started = time.monotonic()
@@ -571,7 +567,7 @@ def train_marian(
         model.load_state_dict(mean_weights([weights for _, weights in snapshots]))
     else:
         averaged_steps = None
-        if average_last == 0:
+        if tested_weights(average_last) == "best":
             model.load_state_dict(best["weights"])
     model.eval()
     return {

@@ -113,7 +113,7 @@ def test_marian_learning_rate_is_dotformers_schedule_with_its_cooldown(
     ours = [peer.marian_lr(settings, budget, peer.Position(step, 0.0, 0.0)) for step in range(400)]
     assert ours == pytest.approx(list(curve.lrs), rel=1e-12)
     assert ours[199] == pytest.approx(2e-3) and ours[-1] == pytest.approx(2e-3 * (200 / 400) ** 0.5 / 100)
-    # by time: half the minutes gone, no steps: the cooldown has not begun; 90% gone: 0.4 of the rate
+    # by time: half the minutes gone (a quarter of the steps): the cooldown has not begun; 90% gone: 0.4 of the rate
     plain = peer.inverse_sqrt_lr(101, 2e-3, 200)
     assert peer.marian_lr(settings, budget, peer.Position(100, 300.0, 0.0)) == pytest.approx(plain)
     assert peer.marian_lr(settings, budget, peer.Position(100, 540.0, 0.0)) == pytest.approx(0.4 * plain)
