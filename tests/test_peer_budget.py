@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 pytest.importorskip("rapidfuzz")
@@ -95,16 +96,10 @@ def test_marian_learning_rate_is_dotformers_schedule_with_its_cooldown(
 ) -> None:
     """Marian's rate before each update equals the curve dotformer draws of g2p.toml's schedule at a 400-step budget
     (warmup 200, peak 2e-3, 1/sqrt(step), the cooldown over the last 100 steps: a hundredth of it at the last)."""
-    import importlib.util
-
     from dotformer.plots.curves import config_curve
     from dotformer.training.shipped_configs import find_config_file
 
-    spec = importlib.util.spec_from_file_location("peer_budget", SCRIPT)
-    peer = importlib.util.module_from_spec(spec)
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # the script imports benchmarks/common.py
-    monkeypatch.setitem(sys.modules, "peer_budget", peer)
-    spec.loader.exec_module(peer)
+    peer = load_peer_budget(monkeypatch)
     config = tmp_path / "g2p400.toml"
     config.write_text(find_config_file("g2p").read_text() + "max_steps = 400\n")
     curve = config_curve(config)
@@ -117,3 +112,104 @@ def test_marian_learning_rate_is_dotformers_schedule_with_its_cooldown(
     plain = peer.inverse_sqrt_lr(101, 2e-3, 200)
     assert peer.marian_lr(settings, budget, peer.Position(100, 300.0, 0.0)) == pytest.approx(plain)
     assert peer.marian_lr(settings, budget, peer.Position(100, 540.0, 0.0)) == pytest.approx(0.4 * plain)
+
+
+def load_peer_budget(monkeypatch: pytest.MonkeyPatch):
+    """benchmarks/peer_budget.py as a module (it imports benchmarks/common.py, so its folder goes on the path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("peer_budget", SCRIPT)
+    peer = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    monkeypatch.setitem(sys.modules, "peer_budget", peer)
+    spec.loader.exec_module(peer)
+    return peer
+
+
+class FixedBatches:
+    """The two methods of BatchSampler that ``train_marian`` calls, over a fixed list of batches (each epoch)."""
+
+    def __init__(self, batches: list) -> None:
+        self.batches = batches
+
+    def num_batches(self, epoch: int) -> int:
+        return len(self.batches)
+
+    def iter_batches(self, epoch: int):
+        return iter(self.batches)
+
+
+def random_batches(count: int, src_vocab: int, tgt_vocab: int, seed: int) -> list:
+    """``count`` batches of 4 pairs, right-padded, 2 to 8 tokens a side: src = x + EOS, tgt_in = BOS + y,
+    tgt_out = y + EOS."""
+    from dotformer.data.batching import Batch
+    from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+
+    g = torch.Generator().manual_seed(seed)
+
+    def ids(vocab: int) -> torch.Tensor:  # (L,) 2 <= L <= 8, no special ids
+        return torch.randint(4, vocab, (int(torch.randint(2, 9, (1,), generator=g)),), generator=g)
+
+    batches = []
+    for _ in range(count):
+        xs = [ids(src_vocab) for _ in range(4)]
+        ys = [ids(tgt_vocab) for _ in range(4)]
+        src = torch.full((4, max(len(x) for x in xs) + 1), PAD_ID)
+        tgt_in = torch.full((4, max(len(y) for y in ys) + 1), PAD_ID)
+        tgt_out = tgt_in.clone()
+        for row, (x, y) in enumerate(zip(xs, ys, strict=True)):
+            src[row, : len(x)], src[row, len(x)] = x, EOS_ID
+            tgt_in[row, 0], tgt_in[row, 1 : len(y) + 1] = BOS_ID, y
+            tgt_out[row, : len(y)], tgt_out[row, len(y)] = y, EOS_ID
+        sizes = sum(len(x) + 1 for x in xs), sum(len(y) + 1 for y in ys)
+        batches.append(Batch(src, tgt_in, tgt_out, sizes[0], sizes[1], list(range(4))))
+    return batches
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["g2p-like tables", "bible-like shared table"])
+def test_marian_from_dotformers_weights_follows_dotformers_training(monkeypatch: pytest.MonkeyPatch, shared) -> None:
+    """The peer comparison is fair to the step: HF Marian given dotformer's initial weights (dropout 0, label
+    smoothing 0), trained by peer_budget.py's own loop on the same batches, lands where dotformer's ``train_step``
+    lands after 12 Adam steps (warmup, 1/sqrt(step), clipping), though training moved the logits by far more; so at
+    equal steps the two differ only by the draw of the initial weights and the dropout masks."""
+    from dotformer.config import ModelConfig
+    from dotformer.data.tokenizers import PAD_ID
+    from dotformer.export.marian import to_marian
+    from dotformer.model import Transformer
+    from dotformer.training.config import TrainConfig
+    from dotformer.training.optim import build_optimizer
+    from dotformer.training.step import train_step
+
+    peer = load_peer_budget(monkeypatch)
+    src_vocab, tgt_vocab = (30, 30) if shared else (30, 20)
+    config = ModelConfig.preset(
+        "tiny", src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, dropout=0.0, share_embeddings=shared
+    )
+    torch.manual_seed(0)
+    ours = Transformer(config)
+    marian = to_marian(ours).train()
+    batches = random_batches(12, src_vocab, tgt_vocab, seed=1)
+    probe = random_batches(1, src_vocab, tgt_vocab, seed=2)[0]
+
+    def our_logits() -> torch.Tensor:
+        ours.eval()
+        with torch.no_grad():
+            return ours(probe.src, probe.tgt_in)  # (B, T, V)
+
+    before = our_logits()
+    train = TrainConfig(lr_schedule="inverse_sqrt", lr_peak=3e-3, warmup_steps=4, label_smoothing=0.0, clip_norm=1.0)
+    optimizer = build_optimizer(ours, train)
+    for step, batch in enumerate(batches, start=1):
+        train_step(ours, optimizer, [batch], step, train, config.d_model, pad_id=PAD_ID)
+    after = our_logits()
+
+    settings = peer.MarianSettings(3e-3, 4, 1.0, 0.0, (0.9, 0.98), 1e-9, 64, 0, 0)
+    peer.train_marian(
+        marian, FixedBatches(batches), [probe], settings, minutes=60.0, max_steps=12, device="cpu", average_last=1
+    )
+    with torch.no_grad():
+        theirs = peer.marian_logits(marian.eval(), probe)
+    real = probe.tgt_out != PAD_ID  # (B, T) the positions the loss reads
+    moved = (after - before)[real].abs().max()
+    assert moved > 1.0  # training changed the logits by nats ...
+    torch.testing.assert_close(theirs[real], after[real], atol=5e-4, rtol=0)  # ... and both the same way
