@@ -33,6 +33,14 @@ from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 from dotformer.errors import ConfigError
 from dotformer.explore import ExplorerServer, build_page, example_json, maps_to_json, write_page
 from dotformer.explore.data import MAX_TEXT_CHARS, TOP_K
+from dotformer.explore.page import (
+    DATA_PLACEHOLDER,
+    SCRIPTS,
+    SCRIPTS_PLACEHOLDER,
+    STYLE_PLACEHOLDER,
+    page_template,
+    static_text,
+)
 from dotformer.model import Transformer
 from dotformer.plots import attention_weights
 
@@ -176,11 +184,42 @@ def test_unknown_symbols_are_warned_about(loaded: LoadedCheckpoint) -> None:
 
 def test_page_escapes_its_data_and_needs_no_network() -> None:
     page = build_page([{"source": "</script><script>alert(1)</script>"}], "static")
-    assert page.count("</script>") == 2  # the data block's and the program's own
+    assert page.count("</script>") == 1 + len(SCRIPTS)  # the data block's and the program's own
     assert "<\\/script>" in page
     # offline: no external script, style, font or image; the only URL is the SVG namespace
     assert not re.search(r"<link|@import|url\(\s*['\"]?https?:|(src|href)\s*=\s*['\"]https?:", page)
     assert set(re.findall(r"https?://[^\s\"'<>)]+", page)) == {"http://www.w3.org/2000/svg"}
+
+
+STATIC = Path(__file__).resolve().parent.parent / "src" / "dotformer" / "explore" / "static"
+NODE = shutil.which("node")
+
+
+def test_page_is_the_static_files_inline() -> None:
+    markup = static_text("explorer.html")
+    for placeholder in (DATA_PLACEHOLDER, STYLE_PLACEHOLDER, SCRIPTS_PLACEHOLDER):
+        assert markup.count(placeholder) == 1, placeholder
+    assert sorted(p.name for p in STATIC.iterdir()) == sorted(["explorer.html", "explorer.css", *SCRIPTS])
+    template = page_template()
+    assert "__DOTFORMER_" not in template.replace(DATA_PLACEHOLDER, "")  # every other placeholder filled
+    style = static_text("explorer.css")
+    assert f"<style>\n{style}</style>" in template and "</" not in style
+    starts = [template.index(f"<script>\n{static_text(name)}</script>\n") for name in SCRIPTS]
+    assert starts == sorted(starts) and starts[0] > template.index(DATA_PLACEHOLDER)  # in order, after the data
+    for name in SCRIPTS:  # inline, a script must not hold "</script" (it would end the element early)
+        assert "</script" not in static_text(name).lower()
+        assert static_text(name).startswith("// ") and '\n"use strict";\n' in static_text(name)
+
+
+@pytest.mark.skipif(NODE is None, reason="node not found: install the Debian package nodejs for the syntax check")
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_page_scripts_pass_nodes_syntax_check(name: str, tmp_path: Path) -> None:
+    script = STATIC / name
+    proc = subprocess.run([NODE, "--check", str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    broken = tmp_path / "broken.js"  # the check can fail: one bracket missing is a syntax error
+    broken.write_text(script.read_text(encoding="utf-8").replace("{", "", 1), encoding="utf-8")
+    assert subprocess.run([NODE, "--check", str(broken)], capture_output=True, timeout=60).returncode != 0
 
 
 def test_server_endpoint(server: ExplorerServer, loaded: LoadedCheckpoint) -> None:

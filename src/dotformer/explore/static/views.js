@@ -1,11 +1,7 @@
-"""The explorer page's views, inputs and downloads, in JavaScript: drawing the chosen view, showing an example or a
-refusal, the requests to ``POST api/attention``, PNG/SVG downloads, and the page's start (``init``).
+// The explorer page's views, inputs and downloads: drawing the chosen view, showing an example or a refusal, the
+// requests to POST api/attention, PNG/SVG downloads, and the page's start (init). It calls the functions of draw.js.
+"use strict";
 
-:mod:`dotformer.explore.page` puts it in the page's one ``<script>``, after :mod:`dotformer.explore.page_draw`, whose
-functions it calls. It starts with the blank line that follows the drawing code.
-"""
-
-VIEWS_SCRIPT = r"""
 // -- everything ------------------------------------------------------------------------------------------------------
 function drawCompare() {
   const {kind, layer, head} = choice();
@@ -216,4 +212,3 @@ function init() {
   document.body.setAttribute("data-ready", "1");
 }
 init();
-"""
