@@ -487,12 +487,20 @@ const problems = [];
 return problems;"""
 
 
+SHOWN_JS = """return arguments[0].map(css => {
+    const e = document.querySelector(css);
+    return e.getClientRects().length > 0 && getComputedStyle(e).visibility === 'visible';
+});"""
+
+
 def test_page_in_headless_chromium(
     browser: WebDriver, server: ExplorerServer, loaded: LoadedCheckpoint, tmp_path: Path
 ) -> None:
     # serve mode: type an input, run it, check the output, the overview, the probabilities and the chosen map
     browser.get(server.url)
     browser.wait_for("return document.body.dataset.ready === '1'")
+    assert browser.run_js(SHOWN_JS, ["#run", "#target", "#example"]) == [True, True, True]  # live: all of them
+    assert browser.run_js("return ['text', 'text2'].map(id => document.getElementById(id).readOnly);") == [False] * 2
     browser.type_into("#text", "bird")
     browser.click("#run")
     expected = attention_weights(loaded, "bird")
@@ -637,11 +645,63 @@ def test_page_in_headless_chromium(
     check_heatmap(browser, attention_weights(loaded, "cat").cross[0, 0])
     browser.click("#example option[value='1']")
     assert browser.run_js("return document.getElementById('output').textContent;") == "HH EH1 D"
-    browser.type_into("#text", "zebra")
-    browser.click("#run")
+    # no model behind it: no Run buttons, no reference field, read-only inputs, and one line that says why
+    assert browser.run_js(SHOWN_JS, ["#run", "#target", "#example", "#text"]) == [False, False, True, True]
+    note = browser.run_js("return document.getElementById('mode-note').textContent;")
+    assert note == (
+        "Static page: choose one of its 2 precomputed examples from the list. Live input and forced decoding need "
+        "serve mode (dotformer explore --checkpoint DIR)."
+    )
+    lines = "const r = document.createRange(); r.selectNodeContents(document.getElementById('mode-note'));"
+    assert browser.run_js(lines + "return r.getClientRects().length;") == 1  # one line at the test's window size
+    browser.click("#tabs button[data-view='compare']")
+    assert browser.run_js(SHOWN_JS, ["#run2", "#example2", "#text2"]) == [False, True, True]
+    read_only = "return ['text', 'text2'].map(id => document.getElementById(id).readOnly);"
+    assert browser.run_js(read_only) == [True, True]
+    browser.click("#tabs button[data-view='map']")
+    # an input that still reaches the form (Enter in the field) explains that it needs serve mode
+    browser.run_js("document.getElementById('text').value = 'zebra'; document.getElementById('form').requestSubmit();")
     status = browser.wait_for("return document.getElementById('status').textContent;")
     assert "serve mode" in status
     assert browser.run_js("return document.querySelectorAll('#heatmap rect.cell').length;") == 0
+
+
+VISIBLE_JS = """window.scrollTo(0, 0);
+const fits = (e) => { const r = e.getBoundingClientRect();
+    return r.width > 0 && r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight && r.right <= innerWidth; };
+return [arguments[0].map(css => fits(document.querySelector(css))), innerWidth, innerHeight,
+    document.getElementById('probs').getBoundingClientRect().top >=
+    document.querySelector('.view.active').getBoundingClientRect().bottom];"""
+
+
+def test_views_are_on_the_first_screen_at_1200_by_1000(
+    browser: WebDriver, server: ExplorerServer, tmp_path: Path
+) -> None:
+    """The views sit right below the inputs, the probabilities below the views: on a 1200 x 1000 window the map
+    and both compared maps of a 9-token reference are whole on the first screen, without scrolling."""
+    reference = "B ER1 D D AO1 G K AE1 T"
+    browser.session_call("POST", "/window/rect", {"width": 1200, "height": 1000})
+    try:
+        browser.get(server.url + "#map")
+        browser.wait_for("return document.body.dataset.ready === '1'")
+        browser.type_into("#text", "bird")
+        browser.type_into("#target", reference)
+        browser.click("#run")
+        browser.wait_for(f"return document.getElementById('output').textContent === {json.dumps(reference)};")
+        assert len(texts(browser, "#heatmap .row-label")) == 10 and len(texts(browser, "#probs tr[data-index]")) == 10
+        shown, width, height, probs_below = browser.run_js(VISIBLE_JS, ["#heatmap", "#view-map"])
+        browser.screenshot(tmp_path / "map-1200.png")
+        assert width <= 1200 and height <= 1000
+        assert shown == [True, True] and probs_below
+        browser.click("#tabs button[data-view='compare']")
+        browser.type_into("#text2", "dog")
+        browser.click("#run2")
+        browser.wait_for("return document.getElementById('cmp-b-title').textContent.startsWith('dog');")
+        shown, *_, probs_below = browser.run_js(VISIBLE_JS, ["#cmp-a", "#cmp-b", "#view-compare"])
+        browser.screenshot(tmp_path / "compare-1200.png")
+        assert shown == [True, True, True] and probs_below
+    finally:
+        browser.session_call("POST", "/window/rect", {"width": 1300, "height": 1000})
 
 
 def test_forced_targets_are_normalised_and_unknown_symbols_named_as_plot_does(

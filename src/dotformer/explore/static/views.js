@@ -157,8 +157,12 @@ function init() {
   $("model").textContent = DATA.title || "";
   $("mode-note").textContent = DATA.mode === "serve"
     ? "Live: each input runs the model on the local server (greedy decoding, or forced decoding of a reference)."
-    : "Static page: " + DATA.examples.length + " precomputed examples. Live input and forced decoding need serve " +
-      "mode (dotformer explore --checkpoint DIR).";
+    : "Static page: choose one of its " + DATA.examples.length + " precomputed examples from the list. Live input " +
+      "and forced decoding need serve mode (dotformer explore --checkpoint DIR).";
+  if (DATA.mode !== "serve") {  // no model behind the page: the lists choose; a typed input or a reference cannot run
+    for (const id of ["target", "run", "run2"]) $(id).hidden = true;
+    for (const id of ["text", "text2"]) $(id).readOnly = true;
+  }
   for (const id of ["example", "example2"]) {
     const select = $(id);
     clear(select);
