@@ -5,9 +5,12 @@
 # Usage: bash scripts/test.sh [PYTEST ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh all,dev,bench,onnx sword-text-sparv sword-text-kjv sword-text-web chromium chromium-driver
+bash scripts/setup.sh all,dev,bench,onnx sword-text-sparv sword-text-kjv sword-text-web chromium chromium-driver nodejs
 python3 -m ruff check .
 python3 -m ruff format --check .
+# The explorer page's JavaScript (package data, inlined into the page): a syntax check of each file.
+if command -v node >/dev/null; then for js in src/dotformer/explore/static/*.js; do node --check "$js"; done
+else echo "test: node not found: no JavaScript syntax check (install the Debian package nodejs)" >&2; fi
 # Two test processes on two cores, one torch thread each (small tensors gain nothing from a second thread);
 # worksteal lets the idle process take queued tests while the other runs the long copy-task test.
 export OMP_NUM_THREADS=1

@@ -33,6 +33,14 @@ from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 from dotformer.errors import ConfigError
 from dotformer.explore import ExplorerServer, build_page, example_json, maps_to_json, write_page
 from dotformer.explore.data import MAX_TEXT_CHARS, TOP_K
+from dotformer.explore.page import (
+    DATA_PLACEHOLDER,
+    SCRIPTS,
+    SCRIPTS_PLACEHOLDER,
+    STYLE_PLACEHOLDER,
+    page_template,
+    static_text,
+)
 from dotformer.model import Transformer
 from dotformer.plots import attention_weights
 
@@ -176,11 +184,42 @@ def test_unknown_symbols_are_warned_about(loaded: LoadedCheckpoint) -> None:
 
 def test_page_escapes_its_data_and_needs_no_network() -> None:
     page = build_page([{"source": "</script><script>alert(1)</script>"}], "static")
-    assert page.count("</script>") == 2  # the data block's and the program's own
+    assert page.count("</script>") == 1 + len(SCRIPTS)  # the data block's and the program's own
     assert "<\\/script>" in page
     # offline: no external script, style, font or image; the only URL is the SVG namespace
     assert not re.search(r"<link|@import|url\(\s*['\"]?https?:|(src|href)\s*=\s*['\"]https?:", page)
     assert set(re.findall(r"https?://[^\s\"'<>)]+", page)) == {"http://www.w3.org/2000/svg"}
+
+
+STATIC = Path(__file__).resolve().parent.parent / "src" / "dotformer" / "explore" / "static"
+NODE = shutil.which("node")
+
+
+def test_page_is_the_static_files_inline() -> None:
+    markup = static_text("explorer.html")
+    for placeholder in (DATA_PLACEHOLDER, STYLE_PLACEHOLDER, SCRIPTS_PLACEHOLDER):
+        assert markup.count(placeholder) == 1, placeholder
+    assert sorted(p.name for p in STATIC.iterdir()) == sorted(["explorer.html", "explorer.css", *SCRIPTS])
+    template = page_template()
+    assert "__DOTFORMER_" not in template.replace(DATA_PLACEHOLDER, "")  # every other placeholder filled
+    style = static_text("explorer.css")
+    assert f"<style>\n{style}</style>" in template and "</" not in style
+    starts = [template.index(f"<script>\n{static_text(name)}</script>\n") for name in SCRIPTS]
+    assert starts == sorted(starts) and starts[0] > template.index(DATA_PLACEHOLDER)  # in order, after the data
+    for name in SCRIPTS:  # inline, a script must not hold "</script" (it would end the element early)
+        assert "</script" not in static_text(name).lower()
+        assert static_text(name).startswith("// ") and '\n"use strict";\n' in static_text(name)
+
+
+@pytest.mark.skipif(NODE is None, reason="node not found: install the Debian package nodejs for the syntax check")
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_page_scripts_pass_nodes_syntax_check(name: str, tmp_path: Path) -> None:
+    script = STATIC / name
+    proc = subprocess.run([NODE, "--check", str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    broken = tmp_path / "broken.js"  # the check can fail: one bracket missing is a syntax error
+    broken.write_text(script.read_text(encoding="utf-8").replace("{", "", 1), encoding="utf-8")
+    assert subprocess.run([NODE, "--check", str(broken)], capture_output=True, timeout=60).returncode != 0
 
 
 def test_server_endpoint(server: ExplorerServer, loaded: LoadedCheckpoint) -> None:
@@ -448,12 +487,20 @@ const problems = [];
 return problems;"""
 
 
+SHOWN_JS = """return arguments[0].map(css => {
+    const e = document.querySelector(css);
+    return e.getClientRects().length > 0 && getComputedStyle(e).visibility === 'visible';
+});"""
+
+
 def test_page_in_headless_chromium(
     browser: WebDriver, server: ExplorerServer, loaded: LoadedCheckpoint, tmp_path: Path
 ) -> None:
     # serve mode: type an input, run it, check the output, the overview, the probabilities and the chosen map
     browser.get(server.url)
     browser.wait_for("return document.body.dataset.ready === '1'")
+    assert browser.run_js(SHOWN_JS, ["#run", "#target", "#example"]) == [True, True, True]  # live: all of them
+    assert browser.run_js("return ['text', 'text2'].map(id => document.getElementById(id).readOnly);") == [False] * 2
     browser.type_into("#text", "bird")
     browser.click("#run")
     expected = attention_weights(loaded, "bird")
@@ -598,11 +645,63 @@ def test_page_in_headless_chromium(
     check_heatmap(browser, attention_weights(loaded, "cat").cross[0, 0])
     browser.click("#example option[value='1']")
     assert browser.run_js("return document.getElementById('output').textContent;") == "HH EH1 D"
-    browser.type_into("#text", "zebra")
-    browser.click("#run")
+    # no model behind it: no Run buttons, no reference field, read-only inputs, and one line that says why
+    assert browser.run_js(SHOWN_JS, ["#run", "#target", "#example", "#text"]) == [False, False, True, True]
+    note = browser.run_js("return document.getElementById('mode-note').textContent;")
+    assert note == (
+        "Static page: choose one of its 2 precomputed examples from the list. Live input and forced decoding need "
+        "serve mode (dotformer explore --checkpoint DIR)."
+    )
+    lines = "const r = document.createRange(); r.selectNodeContents(document.getElementById('mode-note'));"
+    assert browser.run_js(lines + "return r.getClientRects().length;") == 1  # one line at the test's window size
+    browser.click("#tabs button[data-view='compare']")
+    assert browser.run_js(SHOWN_JS, ["#run2", "#example2", "#text2"]) == [False, True, True]
+    read_only = "return ['text', 'text2'].map(id => document.getElementById(id).readOnly);"
+    assert browser.run_js(read_only) == [True, True]
+    browser.click("#tabs button[data-view='map']")
+    # an input that still reaches the form (Enter in the field) explains that it needs serve mode
+    browser.run_js("document.getElementById('text').value = 'zebra'; document.getElementById('form').requestSubmit();")
     status = browser.wait_for("return document.getElementById('status').textContent;")
     assert "serve mode" in status
     assert browser.run_js("return document.querySelectorAll('#heatmap rect.cell').length;") == 0
+
+
+VISIBLE_JS = """window.scrollTo(0, 0);
+const fits = (e) => { const r = e.getBoundingClientRect();
+    return r.width > 0 && r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight && r.right <= innerWidth; };
+return [arguments[0].map(css => fits(document.querySelector(css))), innerWidth, innerHeight,
+    document.getElementById('probs').getBoundingClientRect().top >=
+    document.querySelector('.view.active').getBoundingClientRect().bottom];"""
+
+
+def test_views_are_on_the_first_screen_at_1200_by_1000(
+    browser: WebDriver, server: ExplorerServer, tmp_path: Path
+) -> None:
+    """The views sit right below the inputs, the probabilities below the views: on a 1200 x 1000 window the map
+    and both compared maps of a 9-token reference are whole on the first screen, without scrolling."""
+    reference = "B ER1 D D AO1 G K AE1 T"
+    browser.session_call("POST", "/window/rect", {"width": 1200, "height": 1000})
+    try:
+        browser.get(server.url + "#map")
+        browser.wait_for("return document.body.dataset.ready === '1'")
+        browser.type_into("#text", "bird")
+        browser.type_into("#target", reference)
+        browser.click("#run")
+        browser.wait_for(f"return document.getElementById('output').textContent === {json.dumps(reference)};")
+        assert len(texts(browser, "#heatmap .row-label")) == 10 and len(texts(browser, "#probs tr[data-index]")) == 10
+        shown, width, height, probs_below = browser.run_js(VISIBLE_JS, ["#heatmap", "#view-map"])
+        browser.screenshot(tmp_path / "map-1200.png")
+        assert width <= 1200 and height <= 1000
+        assert shown == [True, True] and probs_below
+        browser.click("#tabs button[data-view='compare']")
+        browser.type_into("#text2", "dog")
+        browser.click("#run2")
+        browser.wait_for("return document.getElementById('cmp-b-title').textContent.startsWith('dog');")
+        shown, *_, probs_below = browser.run_js(VISIBLE_JS, ["#cmp-a", "#cmp-b", "#view-compare"])
+        browser.screenshot(tmp_path / "compare-1200.png")
+        assert shown == [True, True, True] and probs_below
+    finally:
+        browser.session_call("POST", "/window/rect", {"width": 1300, "height": 1000})
 
 
 def test_forced_targets_are_normalised_and_unknown_symbols_named_as_plot_does(

@@ -118,6 +118,14 @@ def test_wheel_ships_the_configs_the_marker_and_the_license(wheel: Path) -> None
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "configs/"))]
 
 
+def test_wheel_ships_the_explorer_pages_static_files(wheel: Path) -> None:
+    static = ROOT / "src" / "dotformer" / "explore" / "static"
+    with zipfile.ZipFile(wheel) as z:
+        shipped = {n: z.read(n) for n in z.namelist() if n.startswith("dotformer/explore/static/")}
+    assert {"explorer.html", "explorer.css", "draw.js", "views.js"} <= {Path(n).name for n in shipped}
+    assert shipped == {f"dotformer/explore/static/{f.name}": f.read_bytes() for f in static.iterdir()}
+
+
 def test_configs_are_one_copy_and_found_by_name() -> None:
     link = ROOT / "src" / "dotformer" / "configs"
     assert link.is_symlink() and link.resolve() == (ROOT / "configs").resolve()
@@ -216,6 +224,21 @@ def test_core_environment_decodes_a_checkpoint_and_trains_with_a_shipped_config(
     assert plot.returncode == 2 and plot.stdout == ""
     hint = 'pip install "dotformer[plots]"'
     assert plot.stderr == f"dotformer plot: error: drawing plots needs matplotlib, which is not installed: {hint}\n"
+
+
+def test_core_environment_writes_the_explorer_page_from_the_installed_files(
+    core_env: Path, checkpoint: Path, tmp_path: Path
+) -> None:
+    from dotformer.explore.page import SCRIPTS, static_text
+
+    source = (checkpoint.parent / "data" / "test.tsv").read_text(encoding="utf-8").splitlines()[0].split("\t")[0]
+    page = tmp_path / "page.html"
+    explore = [str(core_env / "dotformer"), "explore", "--checkpoint", str(checkpoint), "--write", str(page)]
+    run([*explore, "--text", source], tmp_path)
+    text = page.read_text(encoding="utf-8")
+    for name in ("explorer.css", *SCRIPTS):  # read from the wheel's site-packages/dotformer/explore/static/
+        assert static_text(name) in text, name
+    assert "__DOTFORMER_" not in text and '"mode": "static"' in text
 
 
 def block(monkeypatch: pytest.MonkeyPatch, module: str) -> None:

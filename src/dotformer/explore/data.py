@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dotformer.explore.page import DATA_PLACEHOLDER, PAGE_TEMPLATE
+from dotformer.explore.page import DATA_PLACEHOLDER, page_template
 from dotformer.plots.attention import AttentionMaps
 
 MAX_TEXT_CHARS = 1000  # longest input the explorer accepts (serve mode); longer inputs are refused, not cut
@@ -139,7 +139,7 @@ def build_page(examples: Sequence[dict[str, Any]], mode: Literal["serve", "stati
     """The HTML page with ``{"mode", "title", "examples"}`` embedded as JSON (``</`` escaped for the script tag)."""
     payload = json.dumps({"mode": mode, "title": title, "examples": list(examples)}, ensure_ascii=False)
     payload = payload.replace("</", "<\\/")  # a "</script>" inside a token must not end the script element
-    return PAGE_TEMPLATE.replace(DATA_PLACEHOLDER, payload)
+    return page_template().replace(DATA_PLACEHOLDER, payload)
 
 
 def model_title(loaded: Any) -> str:

@@ -1,11 +1,7 @@
-"""The explorer page's views, inputs and downloads, in JavaScript: drawing the chosen view, showing an example or a
-refusal, the requests to ``POST api/attention``, PNG/SVG downloads, and the page's start (``init``).
+// The explorer page's views, inputs and downloads: drawing the chosen view, showing an example or a refusal, the
+// requests to POST api/attention, PNG/SVG downloads, and the page's start (init). It calls the functions of draw.js.
+"use strict";
 
-:mod:`dotformer.explore.page` puts it in the page's one ``<script>``, after :mod:`dotformer.explore.page_draw`, whose
-functions it calls. It starts with the blank line that follows the drawing code.
-"""
-
-VIEWS_SCRIPT = r"""
 // -- everything ------------------------------------------------------------------------------------------------------
 function drawCompare() {
   const {kind, layer, head} = choice();
@@ -161,8 +157,12 @@ function init() {
   $("model").textContent = DATA.title || "";
   $("mode-note").textContent = DATA.mode === "serve"
     ? "Live: each input runs the model on the local server (greedy decoding, or forced decoding of a reference)."
-    : "Static page: " + DATA.examples.length + " precomputed examples. Live input and forced decoding need serve " +
-      "mode (dotformer explore --checkpoint DIR).";
+    : "Static page: choose one of its " + DATA.examples.length + " precomputed examples from the list. Live input " +
+      "and forced decoding need serve mode (dotformer explore --checkpoint DIR).";
+  if (DATA.mode !== "serve") {  // no model behind the page: the lists choose; a typed input or a reference cannot run
+    for (const id of ["target", "run", "run2"]) $(id).hidden = true;
+    for (const id of ["text", "text2"]) $(id).readOnly = true;
+  }
   for (const id of ["example", "example2"]) {
     const select = $(id);
     clear(select);
@@ -216,4 +216,3 @@ function init() {
   document.body.setAttribute("data-ready", "1");
 }
 init();
-"""

@@ -1,11 +1,6 @@
-"""The explorer page's drawing code, in JavaScript: shared constants and helpers, the colour scale and legend, one
-map as SVG, the overview's thumbnails, the head view, the probabilities table.
-
-:mod:`dotformer.explore.page` puts it in the page's one ``<script>``, before :mod:`dotformer.explore.page_views`
-(which calls it). ``__MAX_SVG_CELLS__`` is filled in there.
-"""
-
-DRAW_SCRIPT = r""""use strict";
+// The explorer page's drawing code: shared constants and helpers, the colour scale and legend, one map as SVG,
+// the overview's thumbnails, the head view, the probabilities table. The page runs it before views.js, which calls it.
+"use strict";
 const DATA = JSON.parse(document.getElementById("dotformer-data").textContent);
 const NS = "http://www.w3.org/2000/svg";
 const FONT = "ui-monospace, Menlo, Consolas, monospace";
@@ -13,7 +8,7 @@ const FONT_PX = 12;
 const MAX_LABEL = 18;          // characters of a token label drawn; the full label is in its tooltip
 const HEAD_VIEW_MIN = 0.01;    // the head view draws lines of weight >= this
 const THUMB = 120;             // overview thumbnails fit in THUMB x THUMB CSS pixels
-const MAX_SVG_CELLS = __MAX_SVG_CELLS__;
+const MAX_SVG_CELLS = 40000;
 const HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                       "#bcbd22", "#17becf"];
 const KIND_NAMES = {encoder: "encoder self-attention", decoder_self: "decoder self-attention",
@@ -352,4 +347,3 @@ function drawProbs() {
     });
   });
 }
-"""
