@@ -44,10 +44,14 @@ def reader_dir(tmp_path: Path) -> Iterator[Path]:
     from dotformer.data.tokenizers import train_tokenizer
 
     letters = train_tokenizer("char", ["abcdefghijklmnopqrstuvwxyz'"])
-    phones = train_tokenizer("symbol", ["AA AE AH AO AW AY B CH D DH EH ER EY F G HH IH IY JH K L M N NG OW OY P R S SH T"])
+    phones = train_tokenizer(
+        "symbol", ["AA AE AH AO AW AY B CH D DH EH ER EY F G HH IH IY JH K L M N NG OW OY P R S SH T"]
+    )
     torch.manual_seed(0)
     config = ModelConfig.preset("tiny", src_vocab_size=letters.vocab_size, tgt_vocab_size=phones.vocab_size)
-    save_checkpoint(tmp_path / "runs/g2p/last", Transformer(config).eval(), letters, phones, {"task": "g2p", "dataset": "cmudict"})
+    save_checkpoint(
+        tmp_path / "runs/g2p/last", Transformer(config).eval(), letters, phones, {"task": "g2p", "dataset": "cmudict"}
+    )
     cwd = os.getcwd()
     threads = torch.get_num_threads()
     os.chdir(tmp_path)
