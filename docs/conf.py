@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))  # document this tree's code, installed or not
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # docs/docstrings.py
 
-import dotformer  # noqa: E402
-
 from docstrings import tidy_docstring  # noqa: E402
+
+import dotformer  # noqa: E402
 
 project = "dotformer"
 author = "dotformer authors"
