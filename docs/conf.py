@@ -56,6 +56,23 @@ html_title = f"dotformer {release}"
 html_static_path: list[str] = []
 
 
+# The hand-written pages: every Python reference on them must resolve (the docstrings' own references are looser:
+# ``Tensor``, ``Path`` and the like have no page here).
+WRITTEN_PAGES = {"index", "lesson", "guide", "benchmarks", "api/index"}
+
+
+def check_written_reference(app, env, node, contnode):  # noqa: ANN001, ANN201
+    """Warn (an error under -W) about a Python reference of a hand-written page that names nothing documented."""
+    if node.get("refdomain") == "py" and env.docname in WRITTEN_PAGES:
+        from sphinx.util import logging
+
+        logging.getLogger(__name__).warning(
+            "%s: reference to %s %r not found", env.docname, node.get("reftype"), node.get("reftarget"), location=node
+        )
+    return None
+
+
 def setup(app):  # noqa: ANN001, ANN201
     """Read the docstrings as plain text where they are not reStructuredText (see docs/docstrings.py)."""
     app.connect("autodoc-process-docstring", tidy_docstring, priority=600)  # after napoleon (500)
+    app.connect("missing-reference", check_written_reference)
