@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dotformer import ModelConfig, Transformer
-from dotformer.errors import ConfigError, ShapeError
 from dotformer.decoding.cache import DecoderCache
+from dotformer.errors import ConfigError, ShapeError
 from dotformer.multihead import MultiHeadAttention, pack, unpack
 from dotformer.packing import Packing
 from dotformer.training.loss import label_smoothed_cross_entropy

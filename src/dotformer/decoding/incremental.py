@@ -1,8 +1,8 @@
 """Incremental decoding: the decoder run one target position at a time, with the key/value cache (paper §3.2.3).
 
 At step t the decoder needs the self-attention keys/values of positions 0..t and the cross-attention keys/values of
-the source. With a :class:`~dotformer.decoding.cache.DecoderCache`, the model keeps both: each step projects only the newest
-token and appends its keys/values, and the source's keys/values are projected once, on the first step. Without a
+the source. With a :class:`~dotformer.decoding.cache.DecoderCache`, the model keeps both: each step projects only the
+newest token and appends its keys/values, and the source's keys/values are projected once, on the first step. Without a
 cache (``use_cache=False``) every step runs the decoder over the whole prefix again: the same numbers, slower.
 
 Beam search and batched sampling decode N = B·K rows (K rows per sentence). Beam search keeps the memory at B rows:
