@@ -398,3 +398,25 @@ def test_big_model_has_the_papers_213_million_parameters():
     assert count == expected_num_parameters(config) == _distinct_parameter_count(model)
     assert count == _paper_count(1024, 4096, 6, 37000) == 214_245_376
     assert abs(count - 213e6) / 213e6 < 0.05
+
+
+def test_a_per_sentence_mask_is_refused_when_the_batch_size_equals_the_heads(make_model):
+    """The Annotated Transformer's (B, 1, S) source mask with B == H would be read as one mask per head."""
+    model = make_model()  # H = 4
+    src, tgt = _batch(B=4, lengths=(7, 4, 1, 2))
+    with pytest.raises(ShapeError, match=r"mask \(4, 1, 7\) .*\(B, 1, 1, S\)"):
+        model(src, tgt, src_mask=(src != 0)[:, None, :])
+    torch.testing.assert_close(model(src, tgt, src_mask=(src != 0)[:, None, None, :]), model(src, tgt))
+
+
+@pytest.mark.parametrize("name", ["silu", "swish"])
+def test_silu_feed_forward(make_model, name):
+    """FFN(x) = SiLU(x·W_1 + b_1)·W_2 + b_2 with SiLU(z) = z·σ(z); "swish" is stored as "silu"."""
+    model = make_model(activation=name)
+    assert model.config.activation == "silu"
+    assert ModelConfig.from_dict(model.config.to_dict()).activation == "silu"
+    ffn = model.encoder.layers[0].feed_forward
+    x = torch.randn(2, 3, model.config.d_model)
+    torch.testing.assert_close(ffn(x), torch.nn.functional.silu(ffn.W_1(x)) @ ffn.W_2.weight.T + ffn.W_2.bias)
+    src, tgt = _batch()
+    assert model(src, tgt).isfinite().all()

@@ -285,3 +285,12 @@ def test_what_masked_memory_positions_hold_never_reaches_an_output_on_any_path(b
     kv_packing = Packing.from_mask(keep)
     packed, _ = mha(packing.pack(x), kv_packing.pack(dirty), mask, packing=packing, kv_packing=kv_packing)
     torch.testing.assert_close(packed, packing.pack(expected))
+
+
+def test_a_per_sentence_mask_without_a_head_dim_is_a_shape_error():
+    """One head: a (B, T, S) mask used to end in an unclear RuntimeError from the kernel."""
+    mha = MultiHeadAttention(8, 1)
+    mask = torch.ones(2, 3, 5, dtype=torch.bool)
+    for need_weights in (False, True):
+        with pytest.raises(ShapeError, match=r"mask \(2, 3, 5\) .*\(B, 1, T, S\)"):
+            mha(torch.randn(2, 3, 8), torch.randn(2, 5, 8), mask, need_weights=need_weights)
