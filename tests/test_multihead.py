@@ -173,7 +173,7 @@ def test_cache_with_a_different_batch_size_is_a_shape_error():
         mha(torch.randn(1, 1, 8), torch.randn(1, 5, 8), cache=static)
 
 
-def test_grouped_cross_attention_equals_the_expanded_memory():
+def test_grouped_queries_equal_the_expanded_memory():
     """N = B·G query rows reading B memory rows (beam search) == each query row reading its own copy of the memory."""
     torch.manual_seed(0)
     mha = _randomise_biases(MultiHeadAttention(8, 2)).eval()
