@@ -153,7 +153,8 @@ class MultiHeadAttention(nn.Module):
             need_weights: return the (B, H, T, S) weights (uses the reference attention instead of the fused kernel).
             cache: decoding step by step: the keys/values of earlier steps, updated in place; a cache may also read
                 G query rows against one key/value row (beam search's beams of one sentence).
-            packing: the :class:`Layout` of ``query`` (a :class:`dotformer.packing.Packing`: (N_T, D) real tokens).
+            packing: the :class:`Layout` of ``query`` (a :class:`dotformer.packing.Packing`: (N_T, D) real tokens);
+                with a cache, the cache's :meth:`KeyValueCache.layout` is used instead (decoding is not packed).
             kv_packing: the :class:`Layout` of ``key_value`` (self-attention: pass ``packing`` again).
 
         Returns:
