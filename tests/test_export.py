@@ -291,7 +291,7 @@ def test_ct2_export_never_replaces_a_non_empty_directory(tmp_path):
         {},
         {"norm_first": True, "activation": "gelu", "bias": False},
         {"positional": "learned", "max_len": 32, "tie_output": False},
-        {"layer_norm_eps": 0.5},
+        {"layer_norm_eps": 0.5, "activation": "silu"},
         {"scale_embeddings": False, "embedding_norm": True, "generator_bias": True},
     ],
 )

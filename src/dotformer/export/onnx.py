@@ -20,7 +20,10 @@ ONNX runtime (``onnxruntime``, TensorRT, a browser) can run greedy or beam searc
 Positions are read from a table of ``max_len`` rows stored in the graph (the learned table, or the sinusoids up to
 ``max_len``), so the graphs handle sources and outputs of at most ``ModelConfig.max_len`` tokens. B, S and P are
 dynamic axes. The graphs are traced from the model's own modules (``torch.onnx.export``, the TorchScript exporter),
-and the tests check them against dotformer's logits with ``onnxruntime``.
+and the tests check them against dotformer's logits with ``onnxruntime``: the encoder graph is
+``Transformer.encode`` and each cross-attention's :meth:`~dotformer.multihead.MultiHeadAttention.keys_values`, the
+step graph is ``Transformer.decode`` with a :class:`~dotformer.decoding.cache.DecoderCache` filled from the inputs
+and the offset as a tensor.
 """
 
 from __future__ import annotations
@@ -34,22 +37,15 @@ import torch
 from torch import Tensor, nn
 
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.decoding.cache import DecoderCache, KVCache, LayerCache
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError, MissingDataError
-from dotformer.layers import LayerCache
-from dotformer.model import DecoderCache, Transformer
-from dotformer.multihead import KVCache
+from dotformer.model import Transformer
 
 ENCODER_FILE = "encoder.onnx"
 DECODER_STEP_FILE = "decoder_step.onnx"
 ONNX_CONFIG_FILE = "onnx_config.json"
 OPSET = 17
-
-
-def _position_table(model: Transformer) -> Tensor:
-    """(max_len, D) positional encodings of positions 0 .. max_len - 1 of the target side."""
-    assert model.tgt_embed is not None
-    return model.tgt_embed.position.encoding(model.config.max_len).detach().clone()
 
 
 class EncoderGraph(nn.Module):
@@ -67,47 +63,39 @@ class EncoderGraph(nn.Module):
         for layer in model.decoder.layers:
             attention = layer.cross_attn
             assert attention is not None  # encoder-decoder layers
-            outputs.append(attention.split_heads(attention.W_k(memory)))  # (B, H, S, Dh)
-            outputs.append(attention.split_heads(attention.W_v(memory)))  # (B, H, S, Dh)
+            outputs.extend(attention.keys_values(memory))  # K·W_k, V·W_v: (B, H, S, Dh) each
         return tuple(outputs)
 
 
 class DecoderStepGraph(nn.Module):
     """One cached decoder step: (tokens, src_keep, offset, past and cross keys/values) -> logits, present keys/values.
 
-    The target embedding is :class:`~dotformer.positional.InputEmbedding`'s computation with the position as a tensor
-    (TokenEmbedding, plus the row ``offset`` of the positional table, then the embedding LayerNorm if the model has
-    one), so one graph serves every step; the layers are the model's own, run with a
-    :class:`~dotformer.model.DecoderCache` filled from the inputs.
+    ``Transformer.decode`` itself, with a :class:`~dotformer.decoding.cache.DecoderCache` filled from the inputs and
+    the position ``offset`` as a tensor (the embedding reads that row of its positional table), so one graph serves
+    every step.
     """
 
     def __init__(self, model: Transformer) -> None:
         super().__init__()
         self.model = model
-        self.register_buffer("positions", _position_table(model), persistent=False)  # (max_len, D)
 
     def forward(self, tokens: Tensor, src_keep: Tensor, offset: Tensor, *caches: Tensor) -> tuple[Tensor, ...]:
         model = self.model
-        assert model.decoder is not None and model.tgt_embed is not None
+        assert model.decoder is not None
         n = len(model.decoder.layers)
         past, cross = caches[: 2 * n], caches[2 * n :]
-        cache = DecoderCache(
-            layers=[
-                LayerCache(
-                    self_attn=KVCache(past[2 * i], past[2 * i + 1]),  # (B, H, P, Dh)
-                    cross_attn=KVCache(cross[2 * i], cross[2 * i + 1]),  # (B, H, S, Dh)
-                )
-                for i in range(n)
-            ]
-        )
-        x = model.tgt_embed.token(tokens)  # (B, 1, D), already ·√D
-        x = x + self.positions.index_select(0, offset.reshape(1)).to(x.dtype)  # (B, 1, D)
-        if model.tgt_embed.norm is not None:  # as InputEmbedding.forward (an imported model's embedding LayerNorm)
-            x = model.tgt_embed.norm(x)
+        layers = [
+            LayerCache(
+                self_attn=KVCache(past[2 * i], past[2 * i + 1]),  # (B, H, P, Dh)
+                cross_attn=KVCache(cross[2 * i], cross[2 * i + 1], static=True),  # (B, H, S, Dh)
+            )
+            for i in range(n)
+        ]
+        cache = DecoderCache(layers, length=offset)
         B, S = src_keep.shape
         # Cross-attention reads the cached keys/values; the memory argument is only shape-checked.
-        memory_shape = x.new_zeros(B, S, model.config.d_model)  # (B, S, D), unused by the graph
-        hidden = model.decoder(x, memory_shape, memory_mask=src_keep[:, None, None, :], cache=cache).hidden
+        memory_shape = torch.zeros(B, S, model.config.d_model)  # (B, S, D), unused by the graph
+        hidden = model.decode(tokens, memory_shape, src_keep[:, None, None, :], cache=cache).hidden  # (B, 1, D)
         logits = model.generator(hidden[:, -1])  # (B, V)
         presents = []
         for layer_cache in cache.layers:
