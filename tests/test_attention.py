@@ -301,8 +301,8 @@ def test_float16_reference_scales_before_it_overflows(masked: bool) -> None:
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("where", ["key", "value", "both"])
 def test_what_masked_keys_and_values_hold_never_reaches_an_output(path: str, bad: float, where: str) -> None:
-    """The issue's case: q, k, v random (1,1,2,4), (1,1,3,4), (1,1,3,4), mask [T, T, F], NaN/inf in the masked key
-    and value: the outputs equal those of clean inputs, and equal the attention over the two real keys alone."""
+    """A masked key holding garbage: q, k, v random (1,1,2,4), (1,1,3,4), (1,1,3,4), mask [T, T, F], NaN/inf in the
+    masked key and value: the outputs equal those of clean inputs, and equal the attention over the two real keys."""
     torch.manual_seed(3)
     q, k, v = torch.randn(1, 1, 2, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4)
     mask = torch.tensor([True, True, False])[None, None, None, :]  # (1, 1, 1, S)

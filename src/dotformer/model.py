@@ -64,7 +64,7 @@ class Transformer(nn.Module):
     PAD row (as in fairseq), so that after the ·√D scaling they have unit variance, which also suits the tied
     generator. LayerNorms start at weight 1, bias 0. With ``config.init_std`` = σ every linear and embedding weight is
     N(0, σ²) instead (zero biases and PAD rows), as BERT and HF's Marian (σ = 0.02): smaller residual branches and
-    embeddings at the start, which measured faster early on the Bible pair (benchmarks/RESULTS.md, session 7).
+    embeddings at the start, which measured faster early on the Bible pair (docs/benchmarks.md).
     """
 
     def __init__(self, config: ModelConfig) -> None:
