@@ -34,11 +34,10 @@ import torch
 from torch import Tensor, nn
 
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.decoding.cache import DecoderCache, KVCache, LayerCache
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError, MissingDataError
-from dotformer.layers import LayerCache
-from dotformer.model import DecoderCache, Transformer
-from dotformer.multihead import KVCache
+from dotformer.model import Transformer
 
 ENCODER_FILE = "encoder.onnx"
 DECODER_STEP_FILE = "decoder_step.onnx"
