@@ -174,12 +174,16 @@ class Converter(ABC):
         self.copy_ffn(ours.feed_forward, theirs, names.ffn)
         self.copy_norm(norms["ffn"], join(theirs, names.norms["ffn"]))
 
-    def copy_stack(self, ours: Encoder | Decoder, names: LayerNames) -> None:
-        """Every layer of a stack, then its final LayerNorm (pre-LN) when both sides have one."""
+    def copy_stack(self, stack: str, ours: Encoder | Decoder, names: LayerNames) -> None:
+        """Every layer of ``stack`` (``"encoder"``, ``"decoder"``), then its final LayerNorm."""
         for i, layer in enumerate(ours.layers):
             self.copy_layer(layer, names, names.path.format(i=i))
-        if ours.final_norm is not None and names.final_norm is not None:
-            self.copy_norm(ours.final_norm, names.final_norm)
+        self.copy_final_norm(stack, ours.final_norm, names.final_norm)
+
+    def copy_final_norm(self, stack: str, ours: nn.LayerNorm | None, theirs: str | None) -> None:
+        """A stack's final LayerNorm (pre-LN), when both sides have one."""
+        if ours is not None and theirs is not None:
+            self.copy_norm(ours, theirs)
 
     def copy_stacks(self, model: Transformer) -> None:
         """The encoder and decoder stacks the engine has (``model`` must have them too)."""
@@ -187,4 +191,4 @@ class Converter(ABC):
             ours = getattr(model, stack)
             if ours is None:
                 raise ConfigError(f"the engine has a {stack}, this {model.config.arch} model none")
-            self.copy_stack(ours, names)
+            self.copy_stack(stack, ours, names)
