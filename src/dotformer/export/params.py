@@ -101,12 +101,14 @@ class EngineNames:
         layers: ``encoder``, ``decoder`` -> :class:`LayerNames` (only the stacks the engine has).
         embeddings: ``src``, ``tgt`` -> the token tables.
         positions: ``src``, ``tgt`` -> the positional tables.
+        embedding_norms: ``src``, ``tgt`` -> the LayerNorms of the embeddings (``ModelConfig.embedding_norm``).
         generator: the output projection; None when the engine has none.
     """
 
     layers: Mapping[str, LayerNames]
     embeddings: Mapping[str, str] = field(default_factory=dict)
     positions: Mapping[str, str] = field(default_factory=dict)
+    embedding_norms: Mapping[str, str] = field(default_factory=dict)
     generator: str | None = None
 
 
