@@ -181,3 +181,29 @@ def test_the_import_graph_sees_the_package() -> None:
 def test_no_import_cycles() -> None:
     """No module imports, through any chain, a module that imports it (in a function or for a type included)."""
     assert import_cycles(import_graph()) == []
+
+
+MAX_FUNCTION_LINES = 40  # code lines of one function in the converters, its docstring not counted
+
+
+def code_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The lines from a function's first statement after its docstring to its last."""
+    body = function.body
+    if (
+        isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
+        body = body[1:]
+    return body[-1].end_lineno - body[0].lineno + 1 if body else 0  # type: ignore[operator]
+
+
+def test_converter_functions_are_short() -> None:
+    """Exporters and importers are per-layer helpers over one parameter map (export/params.py), not long readers."""
+    lengths = {}
+    for path in [*(SRC / "export").glob("*.py"), *(SRC / "imports").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lengths[f"{path.relative_to(SRC)}:{node.name}"] = code_lines(node)
+    assert lengths["export/params.py:copy_layer"] > 5  # the probe sees functions
+    assert {name: n for name, n in lengths.items() if n > MAX_FUNCTION_LINES} == {}

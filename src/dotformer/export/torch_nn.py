@@ -118,6 +118,9 @@ def _check_attention_sizes(mha: MultiHeadAttention, torch_mha: nn.MultiheadAtten
         )
 
 
+TORCH_PROJECTIONS = {"in_proj": ("q", "k", "v"), "out_proj": ("o",)}  # names in an nn.MultiheadAttention
+
+
 def _torch_layer(stack: str, cross: bool) -> LayerNames:
     """torch's names in one layer of ``stack``: q, k, v stacked in ``in_proj_weight`` (3·D, D); a decoder layer's
     norms are norm1, norm2, norm3 (self, cross, feed-forward), an encoder layer's norm1, norm2."""
@@ -133,7 +136,6 @@ def _torch_layer(stack: str, cross: bool) -> LayerNames:
     )
 
 
-TORCH_PROJECTIONS = {"in_proj": ("q", "k", "v"), "out_proj": ("o",)}  # names in an nn.MultiheadAttention
 TORCH_NAMES = EngineNames(
     layers={"encoder": _torch_layer("encoder", cross=False), "decoder": _torch_layer("decoder", cross=True)}
 )  # torch.nn.Transformer has no embeddings or generator
