@@ -119,7 +119,7 @@ from dotformer.data.splits import load_split
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, load_tokenizer
 from dotformer.data.types import Pair
 from dotformer.decoding.evaluation import group_references, sample_sources
-from dotformer.decoding.translate import source_normaliser
+from dotformer.decoding.inputs import source_normaliser
 from dotformer.metrics import bleu, chrf, g2p_error_rates, perplexity
 from dotformer.training.progress import Budget, Position, budget_fraction
 from dotformer.training.schedule import cooldown_factor, inverse_sqrt_lr
