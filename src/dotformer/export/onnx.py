@@ -141,70 +141,66 @@ def export_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSET) 
 
 def _write_onnx(model: Transformer, output_dir: Path, opset: int) -> None:
     """The three files of :func:`export_onnx` in ``output_dir`` (which exists)."""
-    c = model.config
     was_training = model.training
     model.eval()
-    n, H, Dh = c.num_decoder_layers, c.num_heads, c.head_dim
-    B, S, P = 2, 5, 3  # example sizes for tracing; every one is a dynamic axis
-    src = torch.full((B, S), 4 % c.src_vocab_size, dtype=torch.int64)
-    src[:, -1] = EOS_ID
-    encoder_outputs = ["memory", *_names("cross", n)]
-    heads_axes = {0: "batch", 2: "source"}
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # tracer warnings about Python checks, which hold for every input
-            torch.onnx.export(
-                EncoderGraph(model),
-                (src,),
-                str(output_dir / ENCODER_FILE),
-                input_names=["src"],
-                output_names=encoder_outputs,
-                dynamic_axes={
-                    "src": {0: "batch", 1: "source"},
-                    "memory": {0: "batch", 1: "source"},
-                    **{name: heads_axes for name in encoder_outputs[1:]},
-                },
-                opset_version=opset,
-                dynamo=False,
-            )
-            past = [torch.zeros(B, H, P, Dh) for _ in range(2 * n)]
-            cross = [torch.zeros(B, H, S, Dh) for _ in range(2 * n)]
-            step_inputs = (
-                torch.full((B, 1), BOS_ID, dtype=torch.int64),
-                torch.ones(B, S, dtype=torch.bool),
-                torch.tensor(P, dtype=torch.int64),
-                *past,
-                *cross,
-            )
-            input_names = ["tokens", "src_keep", "offset", *_names("past", n), *_names("cross", n)]
-            output_names = ["logits", *_names("present", n)]
-            dynamic_axes: dict[str, dict[int, str]] = {"tokens": {0: "batch"}, "src_keep": {0: "batch", 1: "source"}}
-            dynamic_axes.update({name: {0: "batch", 2: "past"} for name in _names("past", n)})
-            dynamic_axes.update({name: heads_axes for name in _names("cross", n)})
-            dynamic_axes.update({"logits": {0: "batch"}})
-            dynamic_axes.update({name: {0: "batch", 2: "past_plus_one"} for name in _names("present", n)})
-            torch.onnx.export(
-                DecoderStepGraph(model),
-                step_inputs,
-                str(output_dir / DECODER_STEP_FILE),
-                input_names=input_names,
-                output_names=output_names,
-                dynamic_axes=dynamic_axes,
-                opset_version=opset,
-                dynamo=False,
-            )
+            encoder_outputs = _export_encoder(model, output_dir / ENCODER_FILE, opset)
+            step_inputs, step_outputs = _export_decoder_step(model, output_dir / DECODER_STEP_FILE, opset)
     finally:
         model.train(was_training)
     description = {
         "format": "dotformer-onnx",
         "version": 1,
-        "model": c.to_dict(),
-        "max_positions": c.max_len,
+        "model": model.config.to_dict(),
+        "max_positions": model.config.max_len,
         "ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
         "encoder": {"file": ENCODER_FILE, "inputs": ["src"], "outputs": encoder_outputs},
-        "decoder_step": {"file": DECODER_STEP_FILE, "inputs": input_names, "outputs": output_names},
+        "decoder_step": {"file": DECODER_STEP_FILE, "inputs": step_inputs, "outputs": step_outputs},
     }
     (output_dir / ONNX_CONFIG_FILE).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
+
+
+TRACE_B, TRACE_S, TRACE_P = 2, 5, 3  # example batch, source and past lengths for tracing; each is a dynamic axis
+HEADS_AXES = {0: "batch", 2: "source"}  # the cross-attention keys/values (B, H, S, Dh)
+
+
+def _export_encoder(model: Transformer, path: Path, opset: int) -> list[str]:
+    """Trace :class:`EncoderGraph` into ``path``; return its output names (the memory, then the cross keys/values)."""
+    c = model.config
+    src = torch.full((TRACE_B, TRACE_S), 4 % c.src_vocab_size, dtype=torch.int64)  # (B, S)
+    src[:, -1] = EOS_ID
+    outputs = ["memory", *_names("cross", c.num_decoder_layers)]
+    axes = {"src": {0: "batch", 1: "source"}, "memory": {0: "batch", 1: "source"}}
+    axes.update({name: HEADS_AXES for name in outputs[1:]})
+    torch.onnx.export(
+        EncoderGraph(model), (src,), str(path), input_names=["src"], output_names=outputs, dynamic_axes=axes,
+        opset_version=opset, dynamo=False,
+    )  # fmt: skip
+    return outputs
+
+
+def _export_decoder_step(model: Transformer, path: Path, opset: int) -> tuple[list[str], list[str]]:
+    """Trace :class:`DecoderStepGraph` into ``path``; return its input and output names."""
+    c = model.config
+    n, B, S, P = c.num_decoder_layers, TRACE_B, TRACE_S, TRACE_P
+    past = [torch.zeros(B, c.num_heads, P, c.head_dim) for _ in range(2 * n)]  # (B, H, P, Dh) each
+    cross = [torch.zeros(B, c.num_heads, S, c.head_dim) for _ in range(2 * n)]  # (B, H, S, Dh) each
+    tokens = torch.full((B, 1), BOS_ID, dtype=torch.int64)  # (B, 1)
+    inputs = (tokens, torch.ones(B, S, dtype=torch.bool), torch.tensor(P, dtype=torch.int64), *past, *cross)
+    input_names = ["tokens", "src_keep", "offset", *_names("past", n), *_names("cross", n)]
+    output_names = ["logits", *_names("present", n)]
+    axes: dict[str, dict[int, str]] = {"tokens": {0: "batch"}, "src_keep": {0: "batch", 1: "source"}}
+    axes.update({name: {0: "batch", 2: "past"} for name in _names("past", n)})
+    axes.update({name: HEADS_AXES for name in _names("cross", n)})
+    axes.update({"logits": {0: "batch"}})
+    axes.update({name: {0: "batch", 2: "past_plus_one"} for name in _names("present", n)})
+    torch.onnx.export(
+        DecoderStepGraph(model), inputs, str(path), input_names=input_names, output_names=output_names,
+        dynamic_axes=axes, opset_version=opset, dynamo=False,
+    )  # fmt: skip
+    return input_names, output_names
 
 
 class OnnxTranslator:
