@@ -26,9 +26,9 @@ input:  the TEXT arguments, or else --input FILE, or else standard input: one te
         empty text, read as the model's special tokens alone). UTF-8; lines end at "\\n" or "\\r\\n". No input at
         all is an error.
 output: standard output or --output FILE; --output-format (default: jsonl for a FILE ending in .jsonl, else npy):
-          npy    one float32 matrix (N, D), row i for input line i (numpy.load reads it). With --output FILE,
-                 FILE.json beside it names the pooling: {"pooling", "normalized", "count", "dim", "checkpoint"}.
-                 Binary .npy is not written to a terminal.
+          npy    one float32 matrix (N, D), row i for input i (numpy.load reads it). With --output FILE, FILE.json
+                 beside it (vectors.npy -> vectors.npy.json) names how the rows were made: {"pooling",
+                 "normalized", "count", "dim", "dtype", "checkpoint"}. Binary .npy is not written to a terminal.
           jsonl  one JSON object per input: {"id", "text", "pooling", "normalized", "embedding": [D floats]}
         ID is the input's 0-based index.
 pooling: mean (the encoder's memory averaged over the real tokens, padding excluded) or cls (the first token: BERT's
