@@ -337,3 +337,26 @@ def test_cli_through_a_shell_pipe(bert: dict[str, Any], tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     expected = load(bert["ck"]).embed(["a bird", "we read"], normalize=True)
     np.testing.assert_array_equal(np.load(target), expected)
+
+
+def test_cli_writes_no_binary_to_a_terminal(bert: dict[str, Any]) -> None:
+    """``.npy`` bytes would garble a terminal: refused in one line; JSON lines are text and go there."""
+    import pty
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "dotformer", "embed", "--checkpoint", str(bert["ck"]), "a bird"]
+    for extra, status in (([], 2), (["--output-format", "jsonl"], 0)):
+        leader, follower = pty.openpty()
+        try:
+            result = subprocess.run(
+                [*command, *extra], stdout=follower, stderr=subprocess.PIPE, text=True, timeout=240, env=env
+            )
+        finally:
+            os.close(follower)
+            os.close(leader)
+        assert result.returncode == status, result.stderr
+        if status == 2:
+            assert result.stderr == (
+                "dotformer embed: error: a .npy matrix is binary: redirect standard output, give --output FILE or "
+                "use jsonl\n"
+            )
