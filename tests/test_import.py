@@ -164,14 +164,15 @@ def test_logits_and_greedy_outputs_equal_hf(marian: dict[str, Any]) -> None:
 
     # teacher-forced logits on HF's own outputs, columns in dotformer's order
     vocab_size = model.config.vocab_size
-    rows = [vocab_size - 1, vocab_size - 1, 0, 1, *range(2, vocab_size - 1)]  # pad, start, </s>, <unk>, pieces
-    to_ours = {marian_id: i for i, marian_id in enumerate(rows) if i != 1}
+    rows = [vocab_size - 1, 0, 1, *range(2, vocab_size - 1)]  # dotformer's 1..: start (= pad), </s>, <unk>, pieces
+    to_ours = {marian_id: i + 1 for i, marian_id in enumerate(rows)}
     src = pad_batch([[*translator.src_tokenizer.encode(t), 2] for t in TEXTS])
-    tgt = torch.tensor([[1, *[to_ours[int(t)] for t in row[1:-1]]] for row in out])  # BOS + HF tokens (PAD -> 0)
+    tgt = torch.tensor([[to_ours[int(t)] for t in row[:-1]] for row in out])  # HF's pad is dotformer's BOS here
+    tgt[:, 1:][out[:, 1:-1] == pad] = 0  # HF pads finished rows: dotformer's PAD
     with torch.no_grad():
         hf_logits = model(**batch, decoder_input_ids=out[:, :-1]).logits  # (B, T, V_marian)
         our_logits = translator.model(src, tgt)  # (B, T, V_ours)
-    torch.testing.assert_close(our_logits, hf_logits[:, :, rows], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(our_logits[:, :, 1:], hf_logits[:, :, rows], atol=1e-4, rtol=1e-4)
     assert translator.model.config.generator_bias and translator.model.config.scale_embeddings
 
 
@@ -179,9 +180,9 @@ def test_import_refuses_pickles_and_unsupported_models(tmp_path: Path) -> None:
     from dotformer.errors import CheckpointError, ConfigError
     from dotformer.imports.marian import import_marian
 
-    make_marian_dir(tmp_path / "swish", activation_function="swish")
-    with pytest.raises(ConfigError, match="activation_function='swish'"):
-        import_marian(tmp_path / "swish", tmp_path / "out")
+    make_marian_dir(tmp_path / "tanh", activation_function="tanh")
+    with pytest.raises(ConfigError, match="activation_function='tanh'"):
+        import_marian(tmp_path / "tanh", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
     pickled = tmp_path / "pickled"
@@ -339,3 +340,186 @@ def test_export_to_marian_then_import_is_the_same_model(tmp_path: Path, override
     assert set(ours) == set(theirs)
     for name in ours:
         torch.testing.assert_close(theirs[name], ours[name], atol=0, rtol=0, msg=name)
+
+
+# -- OPUS-MT: a config identical in every field to a published model's ------------------------------------------------
+
+# Helsinki-NLP/opus-mt-en-de's config.json, field for field, with only the sizes shrunk (vocabulary and pad ids are
+# this directory's; the published model has 58101 ids, pad 58100)
+OPUS_MT_CONFIG: dict[str, Any] = {
+    "_num_labels": 3,
+    "activation_dropout": 0.0,
+    "activation_function": "swish",
+    "add_bias_logits": False,
+    "add_final_layer_norm": False,
+    "architectures": ["MarianMTModel"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 0,
+    "classif_dropout": 0.0,
+    "classifier_dropout": 0.0,
+    "d_model": 32,
+    "decoder_attention_heads": 4,
+    "decoder_ffn_dim": 64,
+    "decoder_layerdrop": 0.0,
+    "decoder_layers": 2,
+    "dropout": 0.1,
+    "encoder_attention_heads": 4,
+    "encoder_ffn_dim": 64,
+    "encoder_layerdrop": 0.0,
+    "encoder_layers": 2,
+    "eos_token_id": 0,
+    "forced_eos_token_id": 0,
+    "gradient_checkpointing": False,
+    "id2label": {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"},
+    "init_std": 0.02,
+    "is_encoder_decoder": True,
+    "label2id": {"LABEL_0": 0, "LABEL_1": 1, "LABEL_2": 2},
+    "max_length": 512,
+    "max_position_embeddings": 512,
+    "model_type": "marian",
+    "normalize_before": False,
+    "normalize_embedding": False,
+    "num_beams": 4,
+    "num_hidden_layers": 2,
+    "scale_embedding": True,
+    "share_encoder_decoder_embeddings": True,
+    "static_position_embeddings": True,
+    "use_cache": True,
+}
+OPUS_MT_GENERATION = {"bos_token_id": 0, "eos_token_id": 0, "forced_eos_token_id": 0, "max_length": 512, "num_beams": 4}
+
+
+def make_opus_dir(directory: Path, seed: int = 5) -> tuple[Any, Any]:
+    """An OPUS-MT-shaped directory: :data:`OPUS_MT_CONFIG` (pad = decoder start = the last id, forbidden by
+    bad_words_ids), its generation config, random weights whose outputs end within a few tokens."""
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
+
+    directory.mkdir(parents=True)
+    (directory / "source.spm").write_bytes(train_spm(SOURCES))
+    (directory / "target.spm").write_bytes(train_spm(TARGETS))
+    vocab = marian_vocab(directory)
+    (directory / "vocab.json").write_text(json.dumps(vocab))
+    tokenizer = MarianTokenizer(
+        str(directory / "source.spm"), str(directory / "target.spm"), str(directory / "vocab.json")
+    )
+    tokenizer.save_pretrained(str(directory))
+    V = len(vocab)
+    ids = {"vocab_size": V, "decoder_vocab_size": V, "pad_token_id": V - 1, "decoder_start_token_id": V - 1}
+    fields = {**OPUS_MT_CONFIG, **ids, "bad_words_ids": [[V - 1]]}
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MarianMTModel(MarianConfig(**fields)).eval()
+        model.generation_config = GenerationConfig(
+            **OPUS_MT_GENERATION, pad_token_id=V - 1, decoder_start_token_id=V - 1, bad_words_ids=[[V - 1]]
+        )
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "layer_norm.weight" in name:
+                parameter.normal_(1.0, 0.1)
+            elif "embed_positions" not in name:
+                parameter.normal_(0.0, 0.2 if parameter.dim() > 1 else 0.05)
+        model.final_logits_bias.normal_(0.0, 0.5)
+        model.final_logits_bias[0, V - 1] += 1.0  # the pad/start logit is large: counting it twice would show
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(str(directory))
+    saved = json.loads((directory / "config.json").read_text())  # newer transformers drop generation fields here
+    (directory / "config.json").write_text(json.dumps({**saved, **fields}, indent=2))  # the published file holds them
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def opus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from dotformer.imports.marian import import_marian
+
+    root = tmp_path_factory.mktemp("opus")
+    model, tokenizer = make_opus_dir(root / "hf")
+    import_marian(root / "hf", root / "ck")
+    return {"root": root, "hf": root / "hf", "ck": root / "ck", "model": model, "tokenizer": tokenizer}
+
+
+def test_opus_config_is_the_published_ones(opus: dict[str, Any]) -> None:
+    saved = json.loads((opus["hf"] / "config.json").read_text())
+    for name, value in OPUS_MT_CONFIG.items():
+        assert saved[name] == value, name
+    generation = json.loads((opus["hf"] / "generation_config.json").read_text())
+    V = saved["vocab_size"]
+    assert generation["bad_words_ids"] == [[V - 1]] and generation["decoder_start_token_id"] == V - 1
+    assert generation["num_beams"] == 4
+
+
+def test_opus_logits_and_log_probabilities_equal_hf(opus: dict[str, Any]) -> None:
+    import dotformer
+    from dotformer.data.tokenizers import BOS_ID, PAD_ID
+    from dotformer.decoding.translate import pad_batch
+
+    translator = dotformer.load(opus["ck"], device="cpu")
+    model, tokenizer = opus["model"], opus["tokenizer"]
+    assert translator.model.config.activation == "silu"
+    V, pad = model.config.vocab_size, model.config.pad_token_id
+    rows = [pad, 0, 1, *range(2, V - 1)]  # dotformer's BOS, EOS, UNK, pieces: Marian's ids; dotformer's PAD is new
+    to_ours = {marian_id: i + 1 for i, marian_id in enumerate(rows)}
+    batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    out = model.generate(**batch, num_beams=1, max_new_tokens=12)  # (B, 1 + T), starts with pad
+    src = pad_batch([[*translator.src_tokenizer.encode(t), 2] for t in TEXTS])
+    tgt = torch.tensor([[to_ours[int(t)] for t in row[:-1]] for row in out])
+    tgt[:, 1:][out[:, 1:-1] == pad] = PAD_ID  # HF pads rows that ended early
+    assert (tgt[:, 0] == BOS_ID).all()
+    with torch.no_grad():
+        theirs = model(**batch, decoder_input_ids=out[:, :-1]).logits  # (B, T, V)
+        ours = translator.model(src, tgt)  # (B, T, V + 1)
+    keep = tgt != PAD_ID  # (B, T) real positions
+    torch.testing.assert_close(ours[:, :, 1:][keep], theirs[:, :, rows][keep], atol=1e-5, rtol=1e-5)
+    log_probs = ours.log_softmax(-1)
+    torch.testing.assert_close(
+        log_probs[:, :, 1:][keep], theirs.log_softmax(-1)[:, :, rows][keep], atol=1e-5, rtol=1e-5
+    )
+    assert (log_probs[:, :, PAD_ID] < -1000).all()  # dotformer's PAD: never a second copy of the pad row
+    assert theirs.softmax(-1)[:, :, pad][keep].max() > 0.05  # the pad's probability is not negligible here
+
+
+def test_opus_greedy_and_beam_equal_hf_generate(opus: dict[str, Any]) -> None:
+    import dotformer
+
+    translator = dotformer.load(opus["ck"], device="cpu")
+    model, tokenizer = opus["model"], opus["tokenizer"]
+    texts = [t for t in TEXTS if t.strip()]  # an empty input is answered "" without running the model
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    # the model's own generation config, but a short length limit: a random model's outputs may run on, and
+    # forced_eos_token_id would then force an EOS dotformer's limit does not add
+    short = {"max_new_tokens": 12, "forced_eos_token_id": None}
+    with torch.no_grad():
+        greedy = model.generate(**batch, num_beams=1, **short)
+        beam = model.generate(**batch, length_penalty=0.0, **short)  # num_beams=4; dotformer's α = 0 ranks the same
+    limit = {"max_len_a": 0.0, "max_len_b": 12}
+    ours_greedy = translator.translate(texts, strategy="greedy", **limit)
+    ours_beam = translator.translate(texts, beam=4, length_penalty=0.0, **limit)
+    assert ours_greedy == tokenizer.batch_decode(greedy, skip_special_tokens=True)
+    assert ours_beam == tokenizer.batch_decode(beam, skip_special_tokens=True)
+    assert ours_beam != ours_greedy and len({*ours_beam, *ours_greedy}) > 2  # the searches differ; varied outputs
+
+
+def test_opus_round_trip_is_bit_for_bit(opus: dict[str, Any], tmp_path: Path) -> None:
+    """import -> export --to marian -> import: the same config and weights, bit for bit."""
+    import shutil
+
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.export.marian import save_marian
+    from dotformer.imports.marian import read_marian
+
+    loaded = load_checkpoint(opus["ck"])
+    save_marian(loaded.model, tmp_path / "m")
+    for name, tokenizer in (("vocab.json", loaded.src_tokenizer), ("target_vocab.json", loaded.tgt_tokenizer)):
+        pieces = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
+        (tmp_path / "m" / name).write_text(json.dumps({p: i for i, p in enumerate(pieces)}))
+    for name in ("source.spm", "target.spm"):
+        shutil.copyfile(opus["hf"] / name, tmp_path / "m" / name)
+    back, src_tokenizer, _ = read_marian(tmp_path / "m")
+    assert back.config == loaded.model.config
+    ours, theirs = loaded.model.state_dict(), back.state_dict()
+    assert set(ours) == set(theirs)
+    for name in ours:
+        assert torch.equal(theirs[name], ours[name]), name
+    for text in TEXTS:
+        assert src_tokenizer.encode(text).ids == loaded.src_tokenizer.encode(text)

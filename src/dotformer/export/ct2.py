@@ -14,7 +14,24 @@ sinusoidal table (interleaved sin/cos)  ``encoder/decoder.position_encodings.enc
 ``res_*.norm``                         the ``layer_norm`` of the sublayer (post-LN: after the residual sum)
 ``feed_forward.W_1, W_2``              ``ffn.linear_0, linear_1``
 ``generator``                          ``decoder.projection``
+``feed_forward.activation``            ``activation``: ``RELU``, ``GELU``, ``SWISH`` (SiLU)
 =====================================  ====================================================
+
+The exported model decodes as dotformer does with CTranslate2's *default* options, because the rules dotformer's
+search applies are carried by the model itself:
+
+* ``config.json`` says ``add_source_eos: true``: CTranslate2 appends ``</s>`` to every source, as dotformer's
+  tokenizers do, so callers pass the pieces alone.
+* The projection's bias is :data:`~dotformer.export.params.SUPPRESSED_LOGIT` for PAD and BOS (dotformer never
+  generates them; CTranslate2 reads no suppression rule from a model directory, and its ``suppress_sequences`` is a
+  per-call option). The probabilities CTranslate2 reports are therefore dotformer's renormalised over the tokens
+  other than PAD and BOS: the same greedy outputs, log-probabilities higher by ``-log(1 - p_PAD - p_BOS)`` a step.
+* A sinusoidal model carries :data:`CT2_POSITIONS` positions (or ``max_len``, if larger), enough for
+  CTranslate2's default ``max_input_length`` (1024) and ``max_decoding_length`` (256); longer inputs need a model
+  re-exported with a larger ``ModelConfig.max_len``. A learned table stops at ``max_len``, as dotformer does.
+
+One rule the model cannot carry: CTranslate2's default ``min_decoding_length=1`` forbids an empty output, which
+dotformer allows; pass ``min_decoding_length=0`` to get dotformer's output where it is empty.
 
 CTranslate2 speaks in token *strings*: we register a vocabulary whose i-th string stands for id i
 (:func:`id_vocabulary`; specials ``<pad> <s> </s> <unk>`` at ids 0-3 as in the contract), and
@@ -33,11 +50,14 @@ import torch
 from torch import nn
 
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
-from dotformer.export.params import Converter, EngineNames, LayerNames, embedding_params, locate
+from dotformer.export.params import SUPPRESSED_LOGIT, Converter, EngineNames, LayerNames, embedding_params, locate
 from dotformer.model import Transformer
+
+CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}  # dotformer's -> common_spec.Activation
+CT2_POSITIONS = 1024  # positional rows exported for a sinusoidal model: CTranslate2's default max_input_length
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
@@ -82,6 +102,11 @@ def _check(config: ModelConfig, src_vocab: Sequence[str], tgt_vocab: Sequence[st
         raise ConfigError(f"only encoder-decoder models can be exported to CTranslate2, got arch={config.arch!r}")
     if config.embedding_norm:
         raise ConfigError("ModelConfig.embedding_norm=True: the CTranslate2 export does not carry embedding LayerNorms")
+    if config.activation not in CT2_ACTIVATIONS:
+        raise ConfigError(
+            f"ModelConfig.activation={config.activation!r}: CTranslate2's Transformer has "
+            f"{', '.join(CT2_ACTIVATIONS)} only"
+        )
     sides = (("source", src_vocab, config.src_vocab_size), ("target", tgt_vocab, config.tgt_vocab_size))
     for name, vocab, size in sides:
         if len(vocab) != size:
@@ -143,28 +168,43 @@ class SpecWriter(Converter):
         target.gamma, target.beta = _tensor(ours.weight), _tensor(ours.bias)
 
     def copy_embeddings(self, model: Transformer) -> None:
-        """Token tables, the positional tables up to ``max_len`` (×√D is CTranslate2's ``scale_embeddings``)."""
+        """Token tables, the positional tables (×√D is CTranslate2's ``scale_embeddings``): ``max_len`` rows of a
+        learned table, :func:`exported_positions` rows of sinusoids."""
         scale = math.sqrt(model.config.d_model) if model.config.scale_embeddings else 1.0
         for side, embedding in embedding_params(model).items():
             locate(self.spec, self.names.embeddings[side]).weight = _tensor(embedding.weight)
         for side, embed in (("src", model.src_embed), ("tgt", model.tgt_embed)):
             assert embed is not None  # encoder-decoder, checked
-            positions = embed.position.encoding(model.config.max_len)  # (max_len, D)
+            positions = embed.position.encoding(exported_positions(model.config))  # (L, D)
             locate(self.spec, self.names.positions[side]).encodings = _tensor(positions)
         self.spec.encoder.scale_embeddings = self.spec.decoder.scale_embeddings = scale
 
     def copy_model(self, model: Transformer) -> None:
-        """Embeddings, both stacks (and their final norms, pre-LN), the generator."""
+        """Embeddings, both stacks (and their final norms, pre-LN), the generator with PAD and BOS suppressed."""
         self.copy_embeddings(model)
         self.copy_stacks(model)
         self.copy_linear([model.generator], self.names.generator or "", ("generator",))
+        projection = locate(self.spec, self.names.generator or "")
+        bias = (
+            _tensor(model.generator.bias)
+            if model.generator.bias is not None
+            else torch.zeros(model.config.tgt_vocab_size)
+        )
+        bias[[PAD_ID, BOS_ID]] = SUPPRESSED_LOGIT  # (V,): never generated, with CTranslate2's default options
+        projection.bias = bias
+
+
+def exported_positions(config: ModelConfig) -> int:
+    """Rows of the positional tables written: ``max_len`` for a learned table, at least :data:`CT2_POSITIONS`
+    for sinusoids (which have no limit in dotformer)."""
+    return config.max_len if config.positional == "learned" else max(config.max_len, CT2_POSITIONS)
 
 
 def _empty_spec(config: ModelConfig) -> Any:
     """A ``TransformerSpec`` of ``config``'s shape, with its switches set and no weights yet."""
     from ctranslate2.specs import common_spec, transformer_spec
 
-    activation = common_spec.Activation.RELU if config.activation == "relu" else common_spec.Activation.GELU
+    activation = getattr(common_spec.Activation, CT2_ACTIVATIONS[config.activation])  # checked by _check
     spec = transformer_spec.TransformerSpec.from_config(
         (config.num_encoder_layers, config.num_decoder_layers),
         config.num_heads,
@@ -181,14 +221,14 @@ def transformer_spec(
     """Build the ``ctranslate2.specs.TransformerSpec`` holding ``model``'s weights (float32) and vocabularies.
 
     Args:
-        model: an encoder-decoder :class:`Transformer` (post-LN or pre-LN, ReLU or GELU, any positional table).
+        model: an encoder-decoder :class:`Transformer` (post-LN or pre-LN, ReLU, GELU or SiLU, any positional table).
         src_vocab, tgt_vocab: the token strings of ids 0..V-1 (unique, specials first); default :func:`id_vocabulary`.
 
     Returns:
         The validated spec; ``spec.save(directory)`` writes it.
 
     Raises:
-        ConfigError: not an encoder-decoder, or a vocabulary does not fit the model.
+        ConfigError: not an encoder-decoder, an activation CTranslate2 lacks, or a vocabulary does not fit the model.
     """
     config = model.config
     src_vocab = list(src_vocab) if src_vocab is not None else id_vocabulary(config.src_vocab_size)
@@ -202,6 +242,7 @@ def transformer_spec(
     spec.config.bos_token = SPECIAL_TOKENS[BOS_ID]
     spec.config.eos_token = SPECIAL_TOKENS[EOS_ID]
     spec.config.decoder_start_token = SPECIAL_TOKENS[BOS_ID]  # dotformer's decoder starts from BOS
+    spec.config.add_source_eos = True  # CTranslate2 appends </s> to each source, as dotformer's tokenizers do
     spec.validate()
     return spec
 
@@ -224,7 +265,8 @@ def export_ctranslate2(
 
     Returns:
         The output directory. Load it with ``ctranslate2.Translator(str(path), device="cpu")`` and translate with
-        ``translate_batch([ids_to_tokens(src_ids, vocab), ...])`` where each source ends with ``</s>``, as dotformer's.
+        ``translate_batch([ids_to_tokens(src_ids, vocab), ...])`` where each source is the pieces *without* ``</s>``
+        (the model's ``add_source_eos`` appends it); the default options decode as dotformer does (module docstring).
 
     Raises:
         ConfigError: the model or vocabularies cannot be exported (see :func:`transformer_spec`), the model has

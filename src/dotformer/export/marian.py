@@ -12,6 +12,10 @@ and are bridged here:
   A learned positional table is copied too, but it is lost on reload: :func:`save_marian` refuses it.
 * Marian always has biases and a ``final_logits_bias``; a bias-free dotformer model exports zeros.
 
+dotformer's search never generates PAD or BOS; the model's ``generation_config`` carries that rule
+(:func:`generation_rules`: ``bad_words_ids`` [[PAD], [BOS]], as OPUS-MT's forbid their pad), with the decoder start,
+EOS and a maximum length, so that HF ``generate()`` with its default options decodes as dotformer does.
+
 One cannot be bridged: HF Marian's LayerNorms use torch's default epsilon 1e-5 and ``MarianConfig`` has no field to
 change it, so a model with another ``layer_norm_eps`` is refused (:data:`MARIAN_LAYER_NORM_EPS`) rather than exported
 with a different function; CTranslate2 and ONNX exports carry any epsilon.
@@ -30,7 +34,7 @@ import torch
 from torch import nn
 
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import BOS_ID, EOS_ID
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
 from dotformer.export.params import (
@@ -45,7 +49,7 @@ from dotformer.export.params import (
 from dotformer.model import Transformer
 
 if TYPE_CHECKING:  # transformers is an optional dependency (the "bench" extra)
-    from transformers import MarianConfig, MarianMTModel
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # the epsilon of every LayerNorm in HF's MarianMTModel (fixed: not in MarianConfig)
 
@@ -96,7 +100,7 @@ def marian_config(config: ModelConfig, bos_id: int = BOS_ID, eos_id: int = EOS_I
         decoder_attention_heads=c.num_heads,
         encoder_ffn_dim=c.d_ff,
         decoder_ffn_dim=c.d_ff,
-        activation_function=c.activation,
+        activation_function=c.activation,  # "relu", "gelu" or "silu": all three are HF activations
         dropout=c.dropout,
         attention_dropout=c.attention_dropout,
         activation_dropout=c.activation_dropout,
@@ -107,6 +111,25 @@ def marian_config(config: ModelConfig, bos_id: int = BOS_ID, eos_id: int = EOS_I
         eos_token_id=eos_id,
         decoder_start_token_id=bos_id,
         forced_eos_token_id=None,
+    )
+
+
+def generation_rules(config: ModelConfig, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> GenerationConfig:
+    """HF's ``GenerationConfig`` holding dotformer's decoding rules: start from ``bos_id``, stop at ``eos_id``, never
+    generate PAD or BOS (``bad_words_ids``, which sets their scores to -inf without renormalising, as dotformer's
+    search does), at most ``max_len`` positions (Marian's sinusoidal table), greedy unless the caller asks otherwise.
+    """
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        decoder_start_token_id=bos_id,
+        bos_token_id=bos_id,
+        eos_token_id=eos_id,
+        pad_token_id=config.pad_id,
+        bad_words_ids=[[PAD_ID], [bos_id]],
+        max_length=config.max_len,
+        num_beams=1,
+        do_sample=False,
     )
 
 
@@ -192,7 +215,8 @@ class MarianWriter(Converter):
 
 @torch.no_grad()
 def to_marian(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> MarianMTModel:
-    """A new ``MarianMTModel`` that computes the same function as ``model`` (float32, on CPU, in eval mode).
+    """A new ``MarianMTModel`` that computes the same function as ``model`` (float32, on CPU, in eval mode), with
+    dotformer's decoding rules as its generation config (:func:`generation_rules`).
 
     Args:
         model: an encoder-decoder :class:`Transformer` with post-LN and ``layer_norm_eps`` 1e-5.
@@ -212,6 +236,7 @@ def to_marian(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID) ->
 
     require_float_weights(model, "export to HF Marian")
     marian = MarianMTModel(marian_config(model.config, bos_id, eos_id)).eval()
+    marian.generation_config = generation_rules(model.config, bos_id, eos_id)
     writer = MarianWriter(marian, sinusoid_permutation(model.config.d_model))
     writer.copy_embeddings(model)
     writer.copy_stacks(model)
@@ -220,7 +245,8 @@ def to_marian(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID) ->
 
 def save_marian(model: Transformer, output_dir: str | Path) -> Path:
     """Write ``model`` as a Hugging Face Marian directory (``config.json``, ``model.safetensors``,
-    ``generation_config.json``) that ``MarianMTModel.from_pretrained`` reads back with the same logits.
+    ``generation_config.json``) that ``MarianMTModel.from_pretrained`` reads back with the same logits, and whose
+    ``generate()`` with default options gives dotformer's greedy outputs.
 
     The ids are dotformer's (PAD 0, BOS 1 = decoder start, EOS 2, UNK 3); the caller copies the tokenizers.
 

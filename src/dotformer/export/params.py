@@ -37,6 +37,7 @@ from dotformer.model import Transformer
 from dotformer.multihead import MultiHeadAttention
 from dotformer.stacks import Decoder, Encoder
 
+SUPPRESSED_LOGIT = -1e4  # generator bias of a token never to be generated: exp(-1e4) is 0 in float32 and float16
 READS_STREAM = ("q", "k", "v", "in")  # linear layers whose input is the (B, ·, D) residual stream
 WRITES_STREAM = ("o", "out")  # linear layers whose output is added to it
 

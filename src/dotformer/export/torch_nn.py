@@ -35,7 +35,7 @@ Differences to know about:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -275,12 +275,21 @@ def from_torch_multihead(torch_mha: nn.MultiheadAttention) -> MultiHeadAttention
 
 
 def _torch_activation_name(activation: object) -> str | None:
-    """ "relu" / "gelu" for the activations a torch Transformer layer may hold, else None."""
+    """ "relu" / "gelu" / "silu" for the activations a torch Transformer layer may hold, else None."""
     if activation is F.relu or isinstance(activation, nn.ReLU):
         return "relu"
     if activation is F.gelu or (isinstance(activation, nn.GELU) and activation.approximate == "none"):
         return "gelu"
+    if activation is F.silu or isinstance(activation, nn.SiLU):
+        return "silu"
     return None
+
+
+def _torch_activation(name: str) -> str | Callable[[Tensor], Tensor]:
+    """What ``nn.Transformer``'s ``activation=`` takes for dotformer's ``name``: its own strings "relu" and "gelu",
+    the callable ``F.silu`` for SiLU (torch has no string for it; a callable runs the same layers, off the fused
+    fast path)."""
+    return F.silu if name == "silu" else name
 
 
 def _check_torch_layer(layer: nn.Module, c: ModelConfig, name: str) -> None:
@@ -368,7 +377,7 @@ def _empty_torch_transformer(c: ModelConfig, device: torch.device, dtype: torch.
         "nhead": c.num_heads,
         "dim_feedforward": c.d_ff,
         "dropout": c.dropout,
-        "activation": c.activation,
+        "activation": _torch_activation(c.activation),
         "layer_norm_eps": c.layer_norm_eps,
         "batch_first": True,
         "norm_first": c.norm_first,

@@ -7,10 +7,16 @@ The directory is what ``MarianMTModel.save_pretrained`` and ``MarianTokenizer.sa
 What changes on the way, and why the function stays the same:
 
 * Ids. dotformer's ids 0..3 are ``<pad> <s> </s> <unk>``; Marian's come from vocab.json (typically ``</s>`` 0,
-  ``<unk>`` 1, ``<pad>`` last) and its decoder starts from ``decoder_start_token_id`` (the PAD token). The import
-  reorders the embedding rows (and the generator's rows and bias): dotformer's PAD and BOS rows are Marian's PAD
-  and decoder-start rows, EOS and UNK are Marian's ``</s>`` and ``<unk>``, the other pieces follow in Marian's order.
-  dotformer never generates PAD or BOS, as Marian's ``generate`` never generates PAD.
+  ``<unk>`` 1, ``<pad>`` last) and its decoder starts from ``decoder_start_token_id``. The import reorders the
+  embedding rows (and the generator's rows and bias): dotformer's BOS row is Marian's decoder-start row, EOS and UNK
+  are Marian's ``</s>`` and ``<unk>``, the other pieces follow in Marian's order. OPUS-MT models start the decoder
+  with their pad token: that row becomes dotformer's BOS (the one token that starts the decoder), and dotformer's PAD
+  gets a row of its own that is no copy of a real output: zeros, with the generator bias
+  :data:`~dotformer.export.params.SUPPRESSED_LOGIT` (probability 0), so that the softmax counts Marian's pad logit
+  once, as HF's does: the log-probabilities are HF's, not lower by log(1 + p_pad). A model whose PAD differs from
+  its decoder start (dotformer's own export) keeps its PAD row. dotformer never generates PAD or BOS, as the OPUS-MT
+  generation configs forbid their pad (``bad_words_ids``).
+* Activation. HF's ``swish`` (OPUS-MT's) and ``silu`` are one function, dotformer's ``"silu"``.
 * The D axis. HF's sinusoids put all sines first, dotformer interleaves them; the import permutes every matrix that
   reads or writes the residual stream (:func:`dotformer.export.marian.sinusoid_permutation`, inverted), so dotformer's
   own table gives Marian's positions. LayerNorm does not care about the order of its dimensions.
@@ -19,7 +25,7 @@ What changes on the way, and why the function stays the same:
   checkpoint (:class:`dotformer.data.pretrained.HFFileTokenizer`); it segments as ``MarianTokenizer`` does (tested).
 
 Refused with one line (:class:`~dotformer.errors.ConfigError` / :class:`~dotformer.errors.CheckpointError`): an
-activation other than ReLU/GELU (OPUS-MT's ``swish``), different encoder/decoder head counts or FFN widths, a
+activation other than ReLU, GELU and SiLU/swish, different encoder/decoder head counts or FFN widths, a
 vocabulary that does not cover the embedding rows, a vocabulary whose ``<s>`` is not the decoder start, tensors
 left over. A model written by ``dotformer export --to marian`` (ids 0..3 = ``<pad> <s> </s> <unk>``, ``<s>`` the
 decoder start) comes back with its own ids.
@@ -37,6 +43,7 @@ from torch import Tensor
 from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import SPECIAL_TOKENS, UNK_ID
 from dotformer.errors import CheckpointError, ConfigError, MissingDataError
+from dotformer.export.params import SUPPRESSED_LOGIT
 from dotformer.imports.common import (
     Copier,
     TensorReader,
@@ -49,7 +56,8 @@ from dotformer.model import Transformer
 
 logger = logging.getLogger(__name__)
 
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu"}  # HF name -> dotformer's (HF "gelu" is the exact erf GELU)
+# HF name -> dotformer's (HF "gelu" is the exact erf GELU; "swish", OPUS-MT's name, is SiLU)
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "silu", "swish": "silu"}
 UNSEEN_PIECE_PENALTY = 100.0  # score below the spm's lowest for vocabulary pieces this side's spm never produces
 
 
@@ -57,7 +65,8 @@ class MarianSide:
     """One side's vocabulary: Marian's ids in dotformer's order.
 
     Attributes:
-        rows: (V_ours,) LongTensor: dotformer id i is Marian id ``rows[i]``.
+        rows: (V_ours,) LongTensor: dotformer id i is Marian id ``rows[i]``; ``rows[PAD_ID]`` is ``marian_size``
+            (a row of its own, :func:`_rows`) when Marian's pad is its decoder start.
         marian_size: V_marian, the number of Marian's ids (its embedding rows).
         pieces: dotformer id -> piece string (the four specials first).
     """
@@ -82,7 +91,8 @@ class MarianSide:
         if len({pad, eos, unk}) != 3:
             raise ConfigError(f"{where}: pad ({pad}), eos ({eos}) and <unk> ({unk}) must be three different ids")
         specials = {pad, eos, unk} | ({start} if "<s>" in vocab else set())  # <s>: a model dotformer exported
-        order = [pad, start, eos, unk, *(i for i in range(size) if i not in specials)]
+        own_pad = size if pad == start else pad  # pad as decoder start: BOS takes its row, PAD one of its own
+        order = [own_pad, start, eos, unk, *(i for i in range(size) if i not in specials)]
         self.rows = torch.tensor(order, dtype=torch.int64)
         self.pieces = [*SPECIAL_TOKENS, *(piece_of[i] for i in order[len(SPECIAL_TOKENS) :])]
 
@@ -245,7 +255,7 @@ def _vocabularies(directory: Path, hf: dict[str, Any]) -> tuple[MarianSide, Mari
 
 class MarianTables(NamedTuple):
     """The tables outside the layers: token embeddings and generator (V_marian, D) in Marian's id order, and the
-    generator's bias (V_ours,) in dotformer's."""
+    generator's bias (V_ours,) in dotformer's (:data:`~dotformer.export.params.SUPPRESSED_LOGIT` for an own PAD)."""
 
     src: Tensor
     tgt: Tensor
@@ -272,6 +282,7 @@ def _tables(source: TensorSource, tgt_side: MarianSide, directory: Path) -> Mari
     generator = source.find(f"{names.generator}.weight")
     logits_bias = source.find("final_logits_bias")
     bias = logits_bias.reshape(-1) if logits_bias is not None else torch.zeros(tgt_side.marian_size)
+    bias = torch.cat([bias, bias.new_full((1,), SUPPRESSED_LOGIT)])  # (V_marian + 1,): the own PAD row's, last
     return MarianTables(src, tgt, generator if generator is not None else tgt, bias[tgt_side.rows])
 
 
@@ -331,7 +342,7 @@ class MarianReader(TensorReader):
 
 
 def _rows(table: Tensor, side: MarianSide, name: str) -> Tensor:
-    """(V_marian, D) -> (V_ours, D): the rows in dotformer's id order."""
+    """(V_marian, D) -> (V_ours, D): the rows in dotformer's id order (zeros for an own PAD row)."""
     if table.size(0) != side.marian_size:
         raise CheckpointError(f"the {name} have {table.size(0)} rows, config.json says {side.marian_size}")
-    return table[side.rows]
+    return torch.cat([table, table.new_zeros(1, table.size(1))])[side.rows]  # row V_marian: an own PAD's zeros
