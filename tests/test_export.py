@@ -5,6 +5,7 @@ step, on tiny random models (with padding, post-LN and pre-LN, ReLU and GELU, wi
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -70,6 +71,7 @@ VARIANTS = [
     {"activation": "gelu", "bias": False},
     {"positional": "learned", "max_len": 32},
     {"scale_embeddings": False, "generator_bias": True},  # what imported models may need
+    {"activation": "silu"},  # OPUS-MT's "swish"
 ]
 
 
@@ -205,6 +207,7 @@ def test_save_marian_refuses_a_learned_table(tmp_path):
         {"activation": "gelu", "bias": False},
         {"layer_norm_eps": 0.5},
         {"scale_embeddings": False, "generator_bias": True},
+        {"activation": "silu"},
     ],
 )
 def test_ct2_export_scores_and_greedy_match(tmp_path, overrides):
@@ -215,15 +218,17 @@ def test_ct2_export_scores_and_greedy_match(tmp_path, overrides):
     translator = ctranslate2.Translator(str(export_ctranslate2(model, tmp_path / "ct2")), device="cpu")
     src_vocab, tgt_vocab = id_vocabulary(SRC_V), id_vocabulary(TGT_V)
     src = padded_source()
-    batch = [ids_to_tokens([t for t in row if t != PAD_ID], src_vocab) for row in src.tolist()]
+    batch = [ids_to_tokens([t for t in row if t not in (PAD_ID, EOS_ID)], src_vocab) for row in src.tolist()]
 
-    # log-probabilities of a given target, EOS included
+    # log-probabilities of a given target, EOS included: dotformer's over the tokens it can generate (the export
+    # suppresses PAD and BOS in the model), the source's </s> added by CTranslate2 (add_source_eos)
     target = [[5, 6, 7], [8], [9, 10, 11, 12], [13, 14]]
     scored = translator.score_batch(batch, [ids_to_tokens(t, tgt_vocab) for t in target])
     with torch.no_grad():
         for i, tokens in enumerate(target):
             row = src[i : i + 1, : int((src[i] != PAD_ID).sum())]
-            log_probs = model(row, torch.tensor([[BOS_ID, *tokens]])).log_softmax(-1)[0]  # (T, V)
+            logits = model(row, torch.tensor([[BOS_ID, *tokens]]))[0]  # (T, V)
+            log_probs = logits.index_fill(-1, torch.tensor([PAD_ID, BOS_ID]), float("-inf")).log_softmax(-1)
             ours = [log_probs[t, y].item() for t, y in enumerate([*tokens, EOS_ID])]
             assert scored[i].log_probs == pytest.approx(ours, abs=1e-4)
 
@@ -472,15 +477,8 @@ def test_cli_export_onnx_ct2_marian(checkpoint_dir, tmp_path):
     import ctranslate2
 
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
-    pieces = [loaded.src_tokenizer.id_to_token(i) for i in src[0].tolist()]
-    (result,) = translator.translate_batch(
-        [pieces],
-        beam_size=1,
-        max_decoding_length=8,
-        min_decoding_length=0,
-        return_end_token=True,
-        suppress_sequences=[["<pad>"], ["<s>"]],
-    )
+    pieces = [loaded.src_tokenizer.id_to_token(i) for i in src[0, :-1].tolist()]  # the model adds </s>
+    (result,) = translator.translate_batch([pieces], beam_size=1, max_decoding_length=8, return_end_token=True)
     vocab = [loaded.tgt_tokenizer.id_to_token(i) for i in range(loaded.tgt_tokenizer.vocab_size)]
     assert [vocab.index(t) for t in result.hypotheses[0]] == expected[0]
 
@@ -510,3 +508,119 @@ def test_cli_export_refuses_a_non_empty_output_and_bad_models(checkpoint_dir, tm
     result = dotformer("export", "--to", "ct2", str(checkpoint_dir), str(tmp_path / "q"), "--quantization", "int4x")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert not (tmp_path / "q").exists() and not list(tmp_path.glob(".q.tmp-*"))
+
+
+# -- the engines' default options -------------------------------------------------------------------------------------
+
+
+def near_tie_model() -> Transformer:
+    """A random model whose PAD and BOS are often the argmax when not forbidden; EOS a little likelier (a few outputs
+    are empty, the others run on to the length limits)."""
+    model = tiny_model(seed=7, max_len=64, generator_bias=True)
+    with torch.no_grad():
+        model.generator.bias.zero_()
+        model.generator.bias[EOS_ID] = 2.0
+        model.generator.bias[[PAD_ID, BOS_ID]] = 0.5  # ... and PAD and BOS likelier still: a missing rule shows
+    return model
+
+
+def sources(count: int = 50) -> list[list[int]]:
+    """``count`` random sources of 3 to 10 ids, without EOS."""
+    g = torch.Generator().manual_seed(11)
+    return [
+        torch.randint(4, SRC_V, (int(torch.randint(3, 11, (), generator=g)),), generator=g).tolist()
+        for _ in range(count)
+    ]
+
+
+def dotformer_greedy(model: Transformer, rows: list[list[int]], steps: int) -> list[list[int]]:
+    """dotformer's greedy outputs (EOS included) of each source (EOS appended, as dotformer's tokenizers do)."""
+    return [reference_greedy(model, torch.tensor([[*row, EOS_ID]]), steps)[0] for row in rows]
+
+
+def test_saved_marian_generates_dotformers_greedy_outputs_with_default_options(tmp_path):
+    pytest.importorskip("transformers")
+    from transformers import MarianMTModel
+
+    from dotformer.export.marian import save_marian
+
+    model = near_tie_model()
+    save_marian(model, tmp_path / "marian")
+    marian = MarianMTModel.from_pretrained(str(tmp_path / "marian")).eval()
+    rows = sources()
+    ours = dotformer_greedy(model, rows, 63)  # HF's max_length (max_len = 64) counts the decoder start
+
+    def generate(**options) -> list[list[int]]:
+        outputs = []
+        for row in rows:
+            with torch.no_grad():
+                out = marian.generate(input_ids=torch.tensor([[*row, EOS_ID]]), **options)[0, 1:].tolist()
+            outputs.append(out[: out.index(EOS_ID) + 1] if EOS_ID in out else out)
+        return outputs
+
+    assert generate() == ours  # the model's generation config: greedy, BOS start, PAD/BOS forbidden, max length
+    rules = json.loads((tmp_path / "marian" / "generation_config.json").read_text())
+    assert rules["bad_words_ids"] == [[PAD_ID], [BOS_ID]] and rules["decoder_start_token_id"] == BOS_ID
+    assert rules["eos_token_id"] == EOS_ID and rules["max_length"] == 64
+
+
+def test_ct2_translates_dotformers_greedy_outputs_with_default_options(tmp_path):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from dotformer.export.ct2 import CT2_POSITIONS, export_ctranslate2, id_vocabulary, ids_to_tokens, tokens_to_ids
+
+    model = near_tie_model()
+    translator = ctranslate2.Translator(str(export_ctranslate2(model, tmp_path / "ct2")), device="cpu")
+    src_vocab, tgt_vocab = id_vocabulary(SRC_V), id_vocabulary(TGT_V)
+    rows = sources()
+    ours = dotformer_greedy(model, rows, 63)
+    # every option CTranslate2's default but the search (its default is a beam of 2); sources without </s>
+    results = translator.translate_batch([ids_to_tokens(row, src_vocab) for row in rows], beam_size=1)
+    theirs = [tokens_to_ids(r.hypotheses[0], tgt_vocab) for r in results]
+    # CTranslate2's default min_decoding_length=1 forbids an empty output, which dotformer allows (documented)
+    # and its default max_decoding_length is 256: outputs that run on are compared over dotformer's 63 steps
+    kept = [(t[: len(o)], o) for t, o in zip(theirs, ours, strict=True) if len(o) > 1]
+    assert len(kept) >= 40 and all(t == o for t, o in kept)
+    with torch.no_grad():  # the suppression rule is in the model: a hand-made -inf would not be needed
+        raw = [reference_greedy(model, torch.tensor([[*row, EOS_ID]]), 63)[0] for row in rows[:1]]
+    assert raw == ours[:1]
+
+    # positions past max_len: a long source and a long output decode (the sinusoids go on to CT2_POSITIONS)
+    long_source = [4 + i % (SRC_V - 4) for i in range(200)]
+    (result,) = translator.translate_batch(
+        [ids_to_tokens(long_source, src_vocab)], beam_size=1, min_decoding_length=100, max_decoding_length=120
+    )
+    assert len(result.hypotheses[0]) >= 100 and CT2_POSITIONS >= 1024
+    expected = reference_greedy(model, torch.tensor([[*long_source, EOS_ID]]), 1)[0]
+    assert tokens_to_ids(result.hypotheses[0][:1], tgt_vocab) == [t for t in expected if t != EOS_ID][
+        :1
+    ] or expected == [EOS_ID]
+
+
+def test_ct2_refuses_what_it_cannot_hold(tmp_path):
+    pytest.importorskip("ctranslate2")
+    from dotformer.export.ct2 import transformer_spec
+
+    config = ModelConfig.preset("tiny", src_vocab_size=SRC_V, tgt_vocab_size=TGT_V)
+    model = Transformer(config)
+    object.__setattr__(model.config, "activation", "tanh")  # a config no engine has: refused, never mapped
+    with pytest.raises(ConfigError, match="activation='tanh'"):
+        transformer_spec(model)
+
+
+def test_torch_transformer_takes_silu():
+    from dotformer.export.torch_nn import load_from_torch_transformer, to_torch_transformer
+
+    model = tiny_model(seed=8, activation="silu")
+    theirs = to_torch_transformer(model).eval()
+    assert theirs.encoder.layers[0].activation is torch.nn.functional.silu
+    src = padded_source()
+    x = model.src_embed(src)
+    with torch.no_grad():
+        expected = model.encode(src).memory
+        got = theirs.encoder(x, src_key_padding_mask=src == PAD_ID)
+    keep = src != PAD_ID
+    torch.testing.assert_close(got[keep], expected[keep], atol=1e-5, rtol=1e-5)
+    back = load_from_torch_transformer(tiny_model(seed=9, activation="silu"), theirs)
+    assert back.config.activation == "silu"
+    with pytest.raises(ConfigError, match="activation"):
+        load_from_torch_transformer(tiny_model(seed=9, activation="gelu"), theirs)
