@@ -559,14 +559,28 @@ def test_saved_marian_generates_dotformers_greedy_outputs_with_default_options(t
         return outputs
 
     assert generate() == ours  # the model's generation config: greedy, BOS start, PAD/BOS forbidden, max length
+    from transformers import GenerationConfig
+
+    marian.generation_config = GenerationConfig(  # the same without the rule against PAD and BOS
+        decoder_start_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID, max_length=64
+    )
+    without_rule = generate()
+    assert sum(a != b for a, b in zip(without_rule, ours, strict=True)) >= 2  # the rule matters on this model
+    assert sum(out.count(PAD_ID) + out.count(BOS_ID) for out in without_rule) > 10
     rules = json.loads((tmp_path / "marian" / "generation_config.json").read_text())
     assert rules["bad_words_ids"] == [[PAD_ID], [BOS_ID]] and rules["decoder_start_token_id"] == BOS_ID
     assert rules["eos_token_id"] == EOS_ID and rules["max_length"] == 64
 
 
-def test_ct2_translates_dotformers_greedy_outputs_with_default_options(tmp_path):
+def test_ct2_translates_dotformers_greedy_outputs_with_default_options(tmp_path, monkeypatch):
     ctranslate2 = pytest.importorskip("ctranslate2")
-    from dotformer.export.ct2 import CT2_POSITIONS, export_ctranslate2, id_vocabulary, ids_to_tokens, tokens_to_ids
+    from dotformer.export.ct2 import (
+        CT2_POSITIONS,
+        export_ctranslate2,
+        id_vocabulary,
+        ids_to_tokens,
+        tokens_to_ids,
+    )
 
     model = near_tie_model()
     translator = ctranslate2.Translator(str(export_ctranslate2(model, tmp_path / "ct2")), device="cpu")
@@ -580,20 +594,22 @@ def test_ct2_translates_dotformers_greedy_outputs_with_default_options(tmp_path)
     # and its default max_decoding_length is 256: outputs that run on are compared over dotformer's 63 steps
     kept = [(t[: len(o)], o) for t, o in zip(theirs, ours, strict=True) if len(o) > 1]
     assert len(kept) >= 40 and all(t == o for t, o in kept)
-    with torch.no_grad():  # the suppression rule is in the model: a hand-made -inf would not be needed
-        raw = [reference_greedy(model, torch.tensor([[*row, EOS_ID]]), 63)[0] for row in rows[:1]]
-    assert raw == ours[:1]
 
-    # positions past max_len: a long source and a long output decode (the sinusoids go on to CT2_POSITIONS)
+    # the same export with the projection's own bias (no suppression) emits PAD and BOS: the rule matters here
+    monkeypatch.setattr("dotformer.export.ct2.SUPPRESSED_LOGIT", 0.5)  # the bias near_tie_model gives PAD and BOS
+    export_ctranslate2(model, tmp_path / "bare")
+    bare = ctranslate2.Translator(str(tmp_path / "bare"), device="cpu")
+    results = bare.translate_batch([ids_to_tokens(row, src_vocab) for row in rows], beam_size=1)
+    assert sum(token in ("<pad>", "<s>") for r in results for token in r.hypotheses[0]) > 10
+
+    # positions past max_len (64): a source of 200 and an output of 100 tokens, as dotformer decodes them
     long_source = [4 + i % (SRC_V - 4) for i in range(200)]
     (result,) = translator.translate_batch(
-        [ids_to_tokens(long_source, src_vocab)], beam_size=1, min_decoding_length=100, max_decoding_length=120
+        [ids_to_tokens(long_source, src_vocab)], beam_size=1, max_decoding_length=100
     )
-    assert len(result.hypotheses[0]) >= 100 and CT2_POSITIONS >= 1024
-    expected = reference_greedy(model, torch.tensor([[*long_source, EOS_ID]]), 1)[0]
-    assert tokens_to_ids(result.hypotheses[0][:1], tgt_vocab) == [t for t in expected if t != EOS_ID][
-        :1
-    ] or expected == [EOS_ID]
+    expected = reference_greedy(model, torch.tensor([[*long_source, EOS_ID]]), 100)[0]
+    assert len(expected) == 100 and EOS_ID not in expected and CT2_POSITIONS >= 1024
+    assert tokens_to_ids(result.hypotheses[0], tgt_vocab) == expected
 
 
 def test_ct2_refuses_what_it_cannot_hold(tmp_path):
