@@ -127,7 +127,7 @@ def ct2_system(
         str(model_dir), device="cpu", compute_type=compute_type, intra_threads=torch.get_num_threads()
     )
     src_vocab, tgt_vocab = id_vocabulary(config.src_vocab_size), id_vocabulary(config.tgt_vocab_size)
-    batch = [ids_to_tokens([t for t in row if t != PAD], src_vocab) for row in src.tolist()]
+    batch = [ids_to_tokens([t for t in row if t != PAD][:-1], src_vocab) for row in src.tolist()]  # the model adds </s>
 
     def run() -> Tokens:
         results = translator.translate_batch(
