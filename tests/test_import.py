@@ -523,3 +523,23 @@ def test_opus_round_trip_is_bit_for_bit(opus: dict[str, Any], tmp_path: Path) ->
         assert torch.equal(theirs[name], ours[name]), name
     for text in TEXTS:
         assert src_tokenizer.encode(text).ids == loaded.src_tokenizer.encode(text)
+
+
+def test_opus_bad_words_other_than_pad_are_named(
+    opus: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import shutil
+
+    from dotformer.imports.marian import read_marian
+
+    with caplog.at_level(logging.WARNING, logger="dotformer.imports.marian"):
+        read_marian(opus["hf"])  # OPUS-MT's rule (the pad) is dotformer's own: nothing to say
+    assert not caplog.records
+    shutil.copytree(opus["hf"], tmp_path / "m")
+    generation = json.loads((tmp_path / "m" / "generation_config.json").read_text())
+    generation["bad_words_ids"] = [*generation["bad_words_ids"], [7]]
+    (tmp_path / "m" / "generation_config.json").write_text(json.dumps(generation))
+    with caplog.at_level(logging.WARNING, logger="dotformer.imports.marian"):
+        read_marian(tmp_path / "m")
+    assert len(caplog.records) == 1 and "bad_words_ids forbids 7" in caplog.records[0].getMessage()

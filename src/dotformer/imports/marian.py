@@ -222,6 +222,7 @@ def read_marian(directory: Path) -> tuple[Transformer, Any, Any]:
     hf = read_hf_config(directory)
     _check_config(hf, directory / "config.json")
     src_side, tgt_side, separate = _vocabularies(directory, hf)
+    _warn_other_bad_words(directory, hf)
     source = TensorSource(read_safetensors(directory), directory, prefixes=("model.", ""))
     tables = _tables(source, tgt_side, directory)
     share = not separate and torch.equal(tables.src, tables.tgt)
@@ -236,6 +237,23 @@ def read_marian(directory: Path) -> tuple[Transformer, Any, Any]:
     src_tokenizer = spm_tokenizer(directory / "source.spm", src_side.pieces)
     tgt_tokenizer = spm_tokenizer(directory / "target.spm", tgt_side.pieces)
     return model, src_tokenizer, tgt_tokenizer
+
+
+def _warn_other_bad_words(directory: Path, hf: dict[str, Any]) -> None:
+    """Log a warning when the generation config forbids tokens other than the pad and the decoder start (OPUS-MT's
+    ``bad_words_ids`` forbid the pad, which is dotformer's BOS here): dotformer's search forbids PAD and BOS only."""
+    file = directory / "generation_config.json"
+    generation = read_json_file(file) if file.is_file() else hf
+    banned = generation.get("bad_words_ids") or [] if isinstance(generation, dict) else []
+    allowed = {hf.get("pad_token_id"), hf.get("decoder_start_token_id")}
+    others = sorted({int(ids[0]) for ids in banned if isinstance(ids, list) and len(ids) == 1} - allowed)
+    longer = [ids for ids in banned if not (isinstance(ids, list) and len(ids) == 1)]
+    if others or longer:
+        logger.warning(
+            "%s: bad_words_ids forbids %s; dotformer's search forbids only PAD and BOS, so these stay possible",
+            file if file.is_file() else directory / "config.json",
+            ", ".join([*(str(i) for i in others), *(str(ids) for ids in longer)]),
+        )
 
 
 def _vocabularies(directory: Path, hf: dict[str, Any]) -> tuple[MarianSide, MarianSide, bool]:
