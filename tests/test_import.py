@@ -543,3 +543,56 @@ def test_opus_bad_words_other_than_pad_are_named(
     with caplog.at_level(logging.WARNING, logger="dotformer.imports.marian"):
         read_marian(tmp_path / "m")
     assert len(caplog.records) == 1 and "bad_words_ids forbids 7" in caplog.records[0].getMessage()
+
+
+# -- fine-tuning an imported model ------------------------------------------------------------------------------------
+
+WORDS = {"the": "le", "cat": "chat", "dog": "chien", "sun": "soleil", "park": "parc", "book": "livre", "hot": "chaud"}
+
+
+def word_pairs(count: int, seed: int) -> list[tuple[str, str]]:
+    """Random 2-5 word sentences and their word-by-word translations (pieces both spm models know)."""
+    g = torch.Generator().manual_seed(seed)
+    english = list(WORDS)
+    pairs = []
+    for _ in range(count):
+        words = [
+            english[int(i)]
+            for i in torch.randint(len(english), (int(torch.randint(2, 6, (), generator=g)),), generator=g)
+        ]
+        pairs.append((" ".join(words), " ".join(WORDS[w] for w in words)))
+    return pairs
+
+
+def test_fine_tune_an_imported_model_keeps_its_tokenizers_and_learns(opus: dict[str, Any], tmp_path: Path) -> None:
+    import dotformer
+
+    held_out = word_pairs(30, seed=2)
+    train = [pair for pair in word_pairs(300, seed=1) if pair not in held_out]  # held out: never trained on
+    (tmp_path / "mine.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in train))
+    (tmp_path / "held.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in held_out))
+
+    def held_out_nll(checkpoint: Path) -> float:
+        out = tmp_path / f"{checkpoint.parent.name}-{checkpoint.name}.json"
+        args = ["--checkpoint", str(checkpoint), "--data", str(tmp_path / "held.tsv"), "--json", str(out)]
+        result = dotformer_cli("evaluate", *args, "--strategy", "greedy", "--max-len-b", "5")
+        assert result.returncode == 0, result.stderr
+        return json.loads(out.read_text())["metrics"]["nll_per_token"]
+
+    before = held_out_nll(opus["ck"])
+    recipe = ["--lr-schedule", "inverse_sqrt", "--lr-peak", "3e-4", "--warmup", "10", "--max-steps", "60"]
+    run = tmp_path / "run"
+    result = dotformer_cli(
+        "train", "--init-from", str(opus["ck"]), "--data", str(tmp_path / "mine.tsv"), "--out", str(run), *recipe
+    )
+    assert result.returncode == 0, result.stderr
+    after = held_out_nll(run / "last")
+    assert after < before - 0.5, (before, after)
+
+    imported, tuned = dotformer.load(opus["ck"], device="cpu"), dotformer.load(run / "last", device="cpu")
+    assert tuned.model.config == imported.model.config  # the shape, the activation, the ids
+    for text in [*TEXTS, *(s for s, _ in held_out[:5])]:  # each side keeps its own sentencepiece segmenter
+        assert tuned.src_tokenizer.encode(text) == imported.src_tokenizer.encode(text)
+    for text in [*TARGETS, *(t for _, t in held_out[:5])]:
+        assert tuned.tgt_tokenizer.encode(text) == imported.tgt_tokenizer.encode(text)
+    assert tuned.tgt_tokenizer.encode("le chat") != tuned.src_tokenizer.encode("le chat")

@@ -203,7 +203,12 @@ def import_marian(directory: str | Path, output: str | Path) -> Path:
 
     directory, output = Path(directory), check_output_dir(output)
     model, src_tokenizer, tgt_tokenizer = read_marian(directory)
-    info = {"task": "translation", "imported_from": {"format": "hf-marian", "path": str(directory.resolve())}}
+    info: dict[str, Any] = {
+        "task": "translation",
+        "imported_from": {"format": "hf-marian", "path": str(directory.resolve())},
+        # two segmenters (source.spm, target.spm) over one id space: a fine-tune (train --init-from) keeps both
+        "data": {"shared_vocab": False},
+    }
     src = HFFileTokenizer(src_tokenizer, str(directory / "source.spm"))
     tgt = HFFileTokenizer(tgt_tokenizer, str(directory / "target.spm"))
     with fresh_output_dir(output) as tmp:
