@@ -121,8 +121,11 @@ def marian(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"root": root, "hf": root / "hf", "ck": root / "ck", "model": model, "tokenizer": tokenizer}
 
 
-def test_tokens_are_marians_in_dotformers_order(marian: dict[str, Any]) -> None:
+@pytest.mark.parametrize("kind", ["marian", "opus"])
+def test_tokens_are_marians_in_dotformers_order(kind: str, request: pytest.FixtureRequest) -> None:
     import dotformer
+
+    marian = request.getfixturevalue(kind)
 
     translator = dotformer.load(marian["ck"], device="cpu")
     vocab = json.loads((marian["hf"] / "vocab.json").read_text())
