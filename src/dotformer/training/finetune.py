@@ -8,6 +8,8 @@ weights themselves are copied by :func:`dotformer.training.fit` (``init_from=``)
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -110,19 +112,64 @@ def _check_preset(preset: str | None, config: ModelConfig, path: Path) -> None:
             )
 
 
-def unknown_symbols_warning(examples: Any, source: Path) -> str | None:
-    """A one-line warning when the encoded training ``examples`` (EncodedPair) hold UNK ids: the fine-tuning data
-    has symbols the checkpoint's vocabulary does not know (they are trained as <unk>). None when there are none."""
-    from dotformer.data.tokenizers import UNK_ID
+class UnknownSymbols(NamedTuple):
+    """The pieces of some texts that a vocabulary does not know.
 
-    src = sum(ids.count(UNK_ID) for ids in (e.src for e in examples))
-    tgt = sum(ids.count(UNK_ID) for ids in (e.tgt for e in examples))
-    if not src and not tgt:
-        return None
-    return (
-        f"the training pairs hold {src} source and {tgt} target symbol(s) that the vocabulary of --init-from "
-        f"{source} does not know; they are read as <unk>"
+    Attributes:
+        count: how many pieces in all encode to ``<unk>``.
+        examples: the most frequent of them, most frequent first (empty when the tokenizer cannot name its pieces,
+            e.g. a Hugging Face tokenizer file).
+    """
+
+    count: int
+    examples: list[str]
+
+
+def unknown_symbols(texts: Iterable[str], tokenizer: Any, num_examples: int = 3) -> UnknownSymbols:
+    """Count the pieces of ``texts`` that ``tokenizer`` reads as ``<unk>``, and name the most frequent ones."""
+    from dotformer.data.tokenizers import NUM_SPECIAL, UNK_ID, VocabularyTokenizer
+
+    texts = list(texts)
+    if isinstance(tokenizer, VocabularyTokenizer):  # char and symbol: the pieces are there to name
+        known = set(tokenizer.vocab[NUM_SPECIAL:])
+        missing = Counter(piece for text in texts for piece in tokenizer.split(text) if piece not in known)
+        return UnknownSymbols(sum(missing.values()), [piece for piece, _ in missing.most_common(num_examples)])
+    count = sum(ids.count(UNK_ID) for ids in tokenizer.encode_batch(texts))
+    return UnknownSymbols(count, [])
+
+
+def check_known_symbols(pairs: Sequence[Any], src_tokenizer: Any, tgt_tokenizer: Any, source: Path) -> None:
+    """Refuse fine-tuning data with symbols that the checkpoint's vocabulary does not know.
+
+    Fine-tuning keeps the checkpoint's tokenizers (its embedding rows are what the weights learned), so an unknown
+    symbol would be trained as ``<unk>``: data in another alphabet or phone set would train on ``<unk>`` alone.
+
+    Args:
+        pairs: the training and validation pairs (``.source``, ``.target``).
+        src_tokenizer, tgt_tokenizer: the checkpoint's tokenizers.
+        source: the checkpoint, named in the message.
+
+    Raises:
+        CheckpointError: one line: how many source and target symbols are unknown, the most frequent of each, and
+            what to do instead.
+    """
+    src = unknown_symbols((p.source for p in pairs), src_tokenizer)
+    tgt = unknown_symbols((p.target for p in pairs), tgt_tokenizer)
+    if not src.count and not tgt.count:
+        return
+    raise CheckpointError(
+        f"--init-from {source}: the training and validation pairs hold {_described(src, 'source')} and "
+        f"{_described(tgt, 'target')} that the checkpoint's vocabulary does not know (fine-tuning would train on "
+        f"<unk> in their place): fine-tune on data written in the checkpoint's symbols, or train without "
+        f"--init-from to build a vocabulary from these pairs"
     )
+
+
+def _described(unknown: UnknownSymbols, side: str) -> str:
+    """``"900 source symbols (e.g. 'ж', 'ы', 'ц')"``, ``"1 target symbol"``, ``"0 target symbols"``."""
+    noun = "symbol" if unknown.count == 1 else "symbols"
+    examples = f" (e.g. {', '.join(repr(piece) for piece in unknown.examples)})" if unknown.examples else ""
+    return f"{unknown.count:,} {side} {noun}{examples}"
 
 
 def init_data_config(data_config: DataConfig, source: InitSource) -> DataConfig:

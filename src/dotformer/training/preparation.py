@@ -103,15 +103,13 @@ def _prepare_fresh(
     from dotformer.data.splits import load_split, save_splits
     from dotformer.data.tokenizers import TokenizerPair, load_tokenizer
     from dotformer.training.distributed import barrier
-    from dotformer.training.finetune import init_data_config, read_init_source
+    from dotformer.training.finetune import check_known_symbols, init_data_config, read_init_source
 
     data_config = DataConfig.from_dict(sections.data, "[data]")
     if not overwrite:
         check_no_run_there(run_dir)
     init = read_init_source(init_from, sections.model, sections.data) if init_from is not None else None
     barrier(context)  # every rank has looked before rank 0 writes
-    if overwrite and context.is_main:
-        clear_run_directory(run_dir)
     data_dir = run_dir / "data"
     data_lines: list[str] = []
     if context.is_main:
@@ -119,10 +117,13 @@ def _prepare_fresh(
         corpus, splits = run_data.corpus, run_data.splits
         data_lines = run_data.lines  # columns used, rows read, pairs kept and dropped, per file
         data_config = resolve_data_config(data_config, corpus.task)
-        save_splits(splits, data_dir)
         tokenizers = None if init is None else TokenizerPair(init.src_tokenizer, init.tgt_tokenizer)
-        if init is not None:
+        if init is not None:  # before anything is written: data the checkpoint cannot read is refused
+            check_known_symbols([*splits.train, *splits.valid], init.src_tokenizer, init.tgt_tokenizer, init.path)
             data_config = init_data_config(data_config, init)
+        if overwrite:  # the old run goes only once the new one's data has been read and accepted
+            clear_run_directory(run_dir)
+        save_splits(splits, data_dir)
         tokenizers = tokenizers or make_tokenizers(data_config, splits.train)  # files, or trained on train
         tokenizers.src.save(data_dir / "tokenizer_src.json")
         tokenizers.tgt.save(data_dir / "tokenizer_tgt.json")

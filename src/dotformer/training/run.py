@@ -176,15 +176,6 @@ def _train(prepared: _Prepared, run_dir: Path, resume: bool, is_main: bool) -> R
         tgt_tokenizer=p.tgt_tokenizer,
         valid_pairs=p.valid_pairs,
     )
-    if p.init_from is not None and is_main:
-        import warnings
-
-        from dotformer.checkpoint import CheckpointWarning
-        from dotformer.training.finetune import unknown_symbols_warning
-
-        message = unknown_symbols_warning(data.train, p.init_from)
-        if message:
-            warnings.warn(message, CheckpointWarning, stacklevel=2)
     info = {"task": p.task, "dataset": p.data_config.dataset, "data": p.data_config.to_dict()}
     if is_main and p.train_config.progress:
         for line in p.data_lines:
