@@ -119,7 +119,8 @@ def train_run(
     Raises:
         ConfigError: bad configs, a missing dataset, an existing run without --resume.
         CheckpointError: --resume with nothing to resume, or with a model or data config that differs from the run's.
-        DataError / MissingDataError: the corpus cannot be read. TrainingError: see :func:`fit`.
+        DataError / MissingDataError: the corpus cannot be read. MissingExtraError: an option's package is not
+            installed (:func:`check_requirements`, before anything is read or written). TrainingError: see :func:`fit`.
     """
     from dotformer.training.distributed import setup_distributed, teardown_distributed
 
@@ -148,6 +149,7 @@ def train_run(
     train_config = TrainConfig.from_dict(sections.train, f"{file_sections.source} [train]")
     if not train_config.has_budget:
         raise ConfigError("no training budget: pass --max-steps, --max-minutes or --max-epochs (or set one in [train])")
+    check_requirements(train_config)
     context = setup_distributed(train_config.device)
     try:
         if record is not None:
@@ -157,6 +159,30 @@ def train_run(
         return _train(prepared, run_dir, resume, context.is_main)
     finally:
         teardown_distributed(context)
+
+
+# what an option needs beyond the core: TrainConfig field, value -> (extra, module, the option as the user wrote it)
+_OPTION_NEEDS: dict[tuple[str, object], tuple[str, str, str]] = {
+    ("best_metric", "wer"): ("eval", "rapidfuzz", "--best-metric wer"),
+    ("best_metric", "per"): ("eval", "rapidfuzz", "--best-metric per"),
+    ("best_metric", "bleu"): ("eval", "sacrebleu", "--best-metric bleu"),
+    ("best_metric", "chrf"): ("eval", "sacrebleu", "--best-metric chrf"),
+    ("tensorboard", True): ("tensorboard", "tensorboard", "--tensorboard"),
+}
+
+
+def check_requirements(config: TrainConfig) -> None:
+    """Check before any data is read or step is taken that the packages the options ask for are installed, so that
+    a missing one does not stop the run at its first validation pass (or first log line) with nothing saved.
+
+    Raises:
+        MissingExtraError: one line naming the option, the missing package and the ``pip install`` that brings it.
+    """
+    from dotformer.errors import require_extra
+
+    for (name, value), (extra, module, option) in _OPTION_NEEDS.items():
+        if getattr(config, name) == value:
+            require_extra(extra, module, option)
 
 
 def _train(prepared: _Prepared, run_dir: Path, resume: bool, is_main: bool) -> RunResult:
@@ -192,6 +218,7 @@ __all__ = [
     "SECTIONS",
     "TASK_PRESETS",
     "build_model_config",
+    "check_requirements",
     "check_keys",
     "check_no_run_there",
     "default_run_dir",
