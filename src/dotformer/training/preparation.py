@@ -6,6 +6,8 @@ data and vocabularies.
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +27,10 @@ from dotformer.training.records import (
 )
 
 if TYPE_CHECKING:
+    from dotformer.data.splits import Splits
     from dotformer.data.tokenizers import Tokenizer
 
+logger = logging.getLogger(__name__)  # "dotformer.training.preparation": warnings about the data before training
 
 DEFAULT_BPE_VOCAB = 8000
 
@@ -75,6 +79,39 @@ def default_run_dir(dataset: str, preset: str | None) -> Path:
     return Path("runs") / f"{stem}-{preset or 'auto'}"
 
 
+def leakage_warnings(splits: Splits, data: DataConfig) -> list[str]:
+    """One line per given valid/test file that shares sources with the training split (its scores would measure
+    recall of trained pairs, not generalisation); the file named, and said when it is the training file itself.
+
+    Splits drawn at random from one corpus are disjoint by construction and give no line.
+    """
+    train_sources = {pair.source for pair in splits.train}
+    lines = []
+    for role in ("valid", "test"):
+        spec = getattr(data, role)
+        if spec is None:
+            continue
+        sources = {pair.source for pair in getattr(splits, role)}
+        shared = len(sources & train_sources)
+        if not shared:
+            continue
+        same = " (the training file itself)" if _same_file(spec, data.dataset) else ""
+        lines.append(
+            f"--{role} {spec}{same}: {shared:,} of its {len(sources):,} sources are training sources too, so its "
+            f"{'scores' if role == 'test' else 'loss and best/'} measure recall of trained pairs, not "
+            f"generalisation: give {role} pairs that are not in the training data"
+        )
+    return lines
+
+
+def _same_file(a: str, b: str) -> bool:
+    """True when the paths ``a`` and ``b`` are one existing file (also through ``../`` or a link)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
 @dataclass
 class _Prepared:
     model_config: ModelConfig
@@ -116,6 +153,8 @@ def _prepare_fresh(
         run_data = read_run_data(data_config, train_config.seed)  # given valid/test files, or a random split
         corpus, splits = run_data.corpus, run_data.splits
         data_lines = run_data.lines  # columns used, rows read, pairs kept and dropped, per file
+        for line in leakage_warnings(splits, data_config):  # on standard error with --no-progress too
+            logger.warning(line)
         data_config = resolve_data_config(data_config, corpus.task)
         tokenizers = None if init is None else TokenizerPair(init.src_tokenizer, init.tgt_tokenizer)
         if init is not None:  # before anything is written: data the checkpoint cannot read is refused
