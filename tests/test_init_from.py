@@ -28,11 +28,13 @@ def one_thread():
 
 
 def g2p_file(path: Path, letters: str, phone_case: str, seed: int, count: int = 60) -> Path:
-    """Words of ``letters`` and one phone per letter (``A`` for "a", or ``a`` with phone_case "lower")."""
+    """Words of ``letters`` and one phone per letter (``P0`` for "a", or ``p0`` with phone_case "lower"); the words of
+    an even seed have 2-4 letters, of an odd one 5-7 (a training and a validation file share none)."""
     rng = random.Random(seed)
     rows = []
+    shortest = 2 if seed % 2 == 0 else 5
     for _ in range(count):
-        word = "".join(rng.choice(letters) for _ in range(rng.randint(2, 5)))
+        word = "".join(rng.choice(letters) for _ in range(rng.randint(shortest, shortest + 2)))
         phones = " ".join(str(LATIN.index(c) if c in LATIN else letters.index(c)) for c in word)
         phones = " ".join(f"P{p}" if phone_case == "upper" else f"p{p}" for p in phones.split())
         rows.append(f"{word}\t{phones}\n")
@@ -100,12 +102,13 @@ def test_overwrite_keeps_the_old_run_when_the_new_data_is_refused(
     base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     known = g2p_file(tmp_path / "known.tsv", LATIN, "upper", 6)
+    known_valid = g2p_file(tmp_path / "known_valid.tsv", LATIN, "upper", 7)
     out = tmp_path / "tuned"
-    assert main(train_args(known, known, out, "--init-from", str(base))) == 0
+    assert main(train_args(known, known_valid, out, "--init-from", str(base))) == 0
     before = (out / "run.json").read_bytes()
     capsys.readouterr()
-    foreign = g2p_file(tmp_path / "foreign.tsv", CYRILLIC, "upper", 7)
-    assert main(train_args(foreign, foreign, out, "--init-from", str(base), "--overwrite")) == 2
+    foreign = g2p_file(tmp_path / "foreign.tsv", CYRILLIC, "upper", 8)
+    assert main(train_args(foreign, known_valid, out, "--init-from", str(base), "--overwrite")) == 2
     assert "does not know" in capsys.readouterr().err
     assert (out / "run.json").read_bytes() == before and (out / "last").is_dir()
 

@@ -104,6 +104,36 @@ def leakage_warnings(splits: Splits, data: DataConfig) -> list[str]:
     return lines
 
 
+def epoch_steps_of(config: TrainConfig, examples: list, world_size: int = 1) -> int:
+    """Optimizer steps in one epoch of the encoded ``examples`` (EncodedPair) on each of ``world_size`` processes."""
+    from dotformer.data.batching import BatchSampler
+    from dotformer.training.warmup import steps_per_epoch
+
+    sampler = BatchSampler(examples, config.max_tokens, config.seed, rank=0, world_size=world_size)
+    return steps_per_epoch(len(sampler.batch_indices(0)), config.accumulation_steps)
+
+
+def _fit_warmup(config: TrainConfig, train_pairs: list, tokenizers: Any, world_size: int) -> TrainConfig:
+    """``config`` with the default warmup fitted to a budget of known steps (:func:`~dotformer.training.warmup.
+    scaled_warmup`), said in one line; unchanged when the budget's steps are unknown or many."""
+    from dotformer.data.batching import encode_pairs
+    from dotformer.training.warmup import WARMUP_FRACTION, known_steps, scaled_warmup
+
+    epoch_steps = None
+    if config.max_epochs is not None:
+        epoch_steps = epoch_steps_of(config, encode_pairs(train_pairs, tokenizers.src, tokenizers.tgt), world_size)
+    warmup = scaled_warmup(config, epoch_steps)
+    if warmup == config.warmup_steps:
+        return config
+    if config.progress:
+        logger.info(
+            f"warmup: {warmup:,} step{'s' if warmup != 1 else ''}, {WARMUP_FRACTION:.0%} of the budget's "
+            f"{known_steps(config, epoch_steps):,} "
+            f"(the recipe's {config.warmup_steps:,} would not end in time; --warmup N sets it)"
+        )
+    return config.replace(warmup_steps=warmup)
+
+
 def _same_file(a: str, b: str) -> bool:
     """True when the paths ``a`` and ``b`` are one existing file (also through ``../`` or a link)."""
     try:
@@ -134,6 +164,7 @@ def _prepare_fresh(
     context: Any,
     overwrite: bool = False,
     init_from: str | Path | None = None,
+    explicit_warmup: bool = True,
 ) -> _Prepared:
     from dotformer.checkpoint import clear_run_directory
     from dotformer.data.prepare import make_tokenizers, read_run_data
@@ -153,17 +184,20 @@ def _prepare_fresh(
         run_data = read_run_data(data_config, train_config.seed)  # given valid/test files, or a random split
         corpus, splits = run_data.corpus, run_data.splits
         data_lines = run_data.lines  # columns used, rows read, pairs kept and dropped, per file
+        if init is not None:  # before anything is written: data the checkpoint cannot read is refused
+            check_known_symbols([*splits.train, *splits.valid], init.src_tokenizer, init.tgt_tokenizer, init.path)
         for line in leakage_warnings(splits, data_config):  # on standard error with --no-progress too
             logger.warning(line)
         data_config = resolve_data_config(data_config, corpus.task)
         tokenizers = None if init is None else TokenizerPair(init.src_tokenizer, init.tgt_tokenizer)
-        if init is not None:  # before anything is written: data the checkpoint cannot read is refused
-            check_known_symbols([*splits.train, *splits.valid], init.src_tokenizer, init.tgt_tokenizer, init.path)
+        if init is not None:
             data_config = init_data_config(data_config, init)
         if overwrite:  # the old run goes only once the new one's data has been read and accepted
             clear_run_directory(run_dir)
         save_splits(splits, data_dir)
         tokenizers = tokenizers or make_tokenizers(data_config, splits.train)  # files, or trained on train
+        if not explicit_warmup:
+            train_config = _fit_warmup(train_config, splits.train, tokenizers, context.world_size)
         tokenizers.src.save(data_dir / "tokenizer_src.json")
         tokenizers.tgt.save(data_dir / "tokenizer_tgt.json")
         model_config, preset = build_model_config(
@@ -192,7 +226,9 @@ def _prepare_fresh(
         write_json_atomic(run_dir / "run.json", record)
     barrier(context)
     # every rank (rank 0 too) reads what rank 0 wrote, so all train on exactly the same data and vocabularies
-    prepared = _load_prepared(run_dir, _read_run_json(run_dir), train_config, load_split, load_tokenizer)
+    record = _read_run_json(run_dir)
+    train_config = TrainConfig.from_dict(record["train"], str(run_dir / "run.json"))  # rank 0's warmup on every rank
+    prepared = _load_prepared(run_dir, record, train_config, load_split, load_tokenizer)
     prepared.init_from = None if init is None else init.path
     prepared.data_lines = data_lines
     return prepared

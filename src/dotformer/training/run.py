@@ -9,8 +9,12 @@ Run directory layout::
     RUN/metrics.jsonl     one JSON object per logged step and per validation pass
     RUN/checkpoints/step_XXXXXXX/, RUN/last/, RUN/best/    checkpoints (see dotformer.checkpoint)
 
-Config precedence, lowest first: built-in defaults (with per-task choices: tokenizers, preset), the config file's
-sections ``[model]``, ``[train]``, ``[data]``, then command-line flags. On ``--resume`` the run's own run.json takes
+Config precedence, lowest first: built-in defaults (with per-task choices: tokenizers, preset), the task's defaults
+(the ``[model]`` and ``[train]`` of its shipped config: g2p for g2p and exact, bible for translation; see
+:func:`~dotformer.training.config_files.task_defaults`), the config file's sections ``[model]``, ``[train]``,
+``[data]``, then command-line flags. A warmup that neither the file nor a flag sets is fitted to a budget of known
+steps, and a warmup longer than the budget can reach is warned about before step 1
+(:mod:`~dotformer.training.warmup`). On ``--resume`` the run's own run.json takes
 the place of the defaults and the config file; the model and data may not change (CheckpointError), the recipe and
 budgets may.
 
@@ -21,6 +25,7 @@ fine-tuned or resumed run), :mod:`~dotformer.training.records` (run.json, versio
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +42,7 @@ from dotformer.training.config_files import (
     check_keys,
     merge,
     read_config_file,
+    task_defaults,
 )
 from dotformer.training.preparation import (
     DEFAULT_BPE_VOCAB,
@@ -45,6 +51,7 @@ from dotformer.training.preparation import (
     _Prepared,
     build_model_config,
     default_run_dir,
+    epoch_steps_of,
     resolve_data_config,
 )
 from dotformer.training.records import (
@@ -58,6 +65,8 @@ from dotformer.training.records import (
 
 if TYPE_CHECKING:
     from dotformer.training.loop import FitResult
+
+logger = logging.getLogger(__name__)  # "dotformer.training.run": warnings about the recipe before step 1
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,10 @@ def train_run(
     }
     sections = merge(file_sections, flag_sections)
     dataset = sections.data.get("dataset")
+    if dataset and not resume:  # the task's model and recipe under the file's and the flags' (config_files.py)
+        task = sections.data.get("task") or NAMED_TASKS.get(dataset, "translation")
+        sections = merge(task_defaults(task, fine_tuning=init_from is not None), file_sections, flag_sections)
+    explicit_warmup = any("warmup_steps" in layer.train for layer in (file_sections, flag_sections))
     if out_dir is None:
         if not dataset:
             raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
@@ -155,8 +168,10 @@ def train_run(
         if record is not None:
             prepared = _prepare_resume(run_dir, record, sections, train_config, invocation, context.is_main)
         else:
-            prepared = _prepare_fresh(run_dir, sections, train_config, invocation, context, overwrite, init_from)
-        return _train(prepared, run_dir, resume, context.is_main)
+            prepared = _prepare_fresh(
+                run_dir, sections, train_config, invocation, context, overwrite, init_from, explicit_warmup
+            )
+        return _train(prepared, run_dir, resume, context.is_main, context.device.type, context.world_size)
     finally:
         teardown_distributed(context)
 
@@ -185,12 +200,15 @@ def check_requirements(config: TrainConfig) -> None:
             require_extra(extra, module, option)
 
 
-def _train(prepared: _Prepared, run_dir: Path, resume: bool, is_main: bool) -> RunResult:
+def _train(
+    prepared: _Prepared, run_dir: Path, resume: bool, is_main: bool, device_type: str = "cpu", world_size: int = 1
+) -> RunResult:
     import torch
 
     from dotformer.data.batching import encode_pairs
     from dotformer.model import Transformer
     from dotformer.training.loop import TrainData, fit
+    from dotformer.training.warmup import peak_flops, warmup_warning
 
     p = prepared
     torch.manual_seed(p.train_config.seed)  # the model's initial weights
@@ -202,6 +220,13 @@ def _train(prepared: _Prepared, run_dir: Path, resume: bool, is_main: bool) -> R
         tgt_tokenizer=p.tgt_tokenizer,
         valid_pairs=p.valid_pairs,
     )
+    if is_main and not resume:  # a resumed run was warned about when it started
+        c = p.train_config
+        epoch_steps = epoch_steps_of(c, data.train, world_size) if c.max_epochs is not None else None
+        flops = peak_flops(device_type, torch.get_num_threads())
+        message = warmup_warning(c, epoch_steps, model.num_parameters(), flops)
+        if message:
+            logger.warning(message)
     info = {"task": p.task, "dataset": p.data_config.dataset, "data": p.data_config.to_dict()}
     if is_main and p.train_config.progress:
         for line in p.data_lines:
