@@ -3,6 +3,7 @@ written; data it knows fine-tunes as before."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -124,3 +125,82 @@ def test_unknown_symbols_are_counted_and_the_most_frequent_named() -> None:
                        r"symbols \(e\.g\. 'C'\) that the checkpoint's vocabulary does not know"):  # fmt: skip
         check_known_symbols(pairs, chars, phones, Path("ck"))
     check_known_symbols(pairs[:1], chars, phones, Path("ck"))
+
+
+# -- --extend-vocab ---------------------------------------------------------------------------------------------------
+
+
+def test_extend_vocab_adds_the_new_symbols_and_fine_tunes(
+    base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dotformer import checkpoint as ckpt
+
+    train = g2p_file(tmp_path / "mine.tsv", LATIN + "жз", "lower", 2)  # two new letters, all-new phones
+    valid = g2p_file(tmp_path / "mine_valid.tsv", LATIN, "upper", 3)
+    out = tmp_path / "tuned"
+    assert main(train_args(train, valid, out, "--init-from", str(base), "--extend-vocab")) == 0, capsys.readouterr()
+    old, new = ckpt.load_checkpoint(base / "best"), ckpt.load_checkpoint(out / "last")
+    for side in ("src_tokenizer", "tgt_tokenizer"):
+        before, after = getattr(old, side).vocab, getattr(new, side).vocab
+        assert after[: len(before)] == before and len(after) > len(before)  # the old ids unchanged
+    assert set(new.src_tokenizer.vocab) - set(old.src_tokenizer.vocab) == {"ж", "з"}
+    assert {f"p{i}" for i in range(8)} <= set(new.tgt_tokenizer.vocab) - set(old.tgt_tokenizer.vocab)
+    assert new.config.src_vocab_size == new.src_tokenizer.vocab_size
+    assert new.config.tgt_vocab_size == new.tgt_tokenizer.vocab_size
+    assert new.info["init_from"] == str(base / "best")
+    assert json.loads((out / "run.json").read_text())["extend_vocab"] is True
+
+
+def test_extended_weights_keep_the_checkpoints_rows_and_a_fresh_models_new_rows(base: Path) -> None:
+    from dotformer import checkpoint as ckpt
+    from dotformer.model import Transformer
+    from dotformer.training.finetune import extend_vocabulary, load_extended_weights, read_init_source
+
+    source = read_init_source(base, {}, {})
+    extended, added_src, added_tgt = extend_vocabulary(source, [Pair("abж", "P0 P1 Q"), Pair("з", "R Q")])
+    assert (added_src, added_tgt) == (2, 2)
+    assert extended.src_tokenizer.vocab[-2:] == ["ж", "з"] and extended.tgt_tokenizer.vocab[-2:] == ["Q", "R"]
+    torch.manual_seed(5)
+    model = Transformer(extended.model_config)
+    fresh = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    load_extended_weights(model, source.path)
+    saved = ckpt.load_weights(source.path / ckpt.MODEL_FILE)
+    grown = 0
+    for name, tensor in model.state_dict().items():
+        rows = saved[name].shape[0] if saved[name].dim() else None
+        if saved[name].shape == tensor.shape:
+            assert torch.equal(tensor, saved[name]), name
+        else:
+            grown += 1
+            assert torch.equal(tensor[:rows], saved[name]) and torch.equal(tensor[rows:], fresh[name][rows:]), name
+    assert grown >= 3  # the source and target embeddings and the output projection
+
+
+def test_extend_vocab_refuses_bpe_and_needs_init_from(
+    base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dotformer.data.tokenizers import train_tokenizer
+    from dotformer.training.finetune import extend_vocabulary, read_init_source
+
+    source = read_init_source(base, {}, {})
+    bpe = train_tokenizer("bpe", ["abc abd", "bcd"], 300)
+    with pytest.raises(CheckpointError, match=r"--extend-vocab: the source vocabulary of .* is bpe; only char and"):
+        extend_vocabulary(source._replace(src_tokenizer=bpe), [Pair("ab", "P0")])
+    train = g2p_file(tmp_path / "mine.tsv", LATIN, "upper", 2)
+    assert main(train_args(train, train, tmp_path / "x", "--extend-vocab")) == 2
+    assert capsys.readouterr().err == (
+        "dotformer train: error: --extend-vocab extends the vocabulary of a checkpoint: it needs --init-from CKPT\n"
+    )
+
+
+def test_a_shared_vocabulary_grows_once_by_both_sides_symbols(base: Path) -> None:
+    from dotformer.training.finetune import extend_vocabulary, read_init_source
+
+    shared = SymbolTokenizer(["<pad>", "<s>", "</s>", "<unk>", "a", "B"])
+    source = read_init_source(base, {}, {})
+    config = source.model_config.replace(src_vocab_size=6, tgt_vocab_size=6)
+    source = source._replace(src_tokenizer=shared, tgt_tokenizer=shared, model_config=config)
+    extended, added_src, added_tgt = extend_vocabulary(source, [Pair("a c", "B D D"), Pair("c", "a")])
+    assert extended.src_tokenizer is extended.tgt_tokenizer and (added_src, added_tgt) == (2, 0)
+    assert extended.src_tokenizer.vocab[4:] == ["a", "B", "D", "c"]  # the new ones most frequent first
+    assert extended.model_config.src_vocab_size == extended.model_config.tgt_vocab_size == 8

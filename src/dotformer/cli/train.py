@@ -148,6 +148,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fine-tune: start from this checkpoint's (or run's) weights, tokenizers and model config, with a fresh "
         "optimizer and learning-rate schedule",
     )
+    parser.add_argument(
+        "--extend-vocab",
+        action="store_true",
+        help="with --init-from: add the symbols of the data that the checkpoint's char/symbol vocabulary does not "
+        "know, with new embedding and output rows (without it such data is an error)",
+    )
     add_threads_argument(parser)
     for flag, _, field, kwargs in _FLAGS:
         parser.add_argument(flag, dest=f"opt_{field}", default=None, **kwargs)
@@ -188,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
                 command=sys.argv,
                 overwrite=args.overwrite,
                 init_from=args.init_from,
+                extend_vocab=args.extend_vocab,
             )
     except TrainingInterrupted as exc:  # a checkpoint was saved first; the message says where and how to go on
         print(f"dotformer train: {exc}", file=sys.stderr)

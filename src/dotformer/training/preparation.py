@@ -153,6 +153,7 @@ class _Prepared:
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     init_from: Path | None = None
+    extend_vocab: bool = False  # the init_from checkpoint's vocabularies were extended: its weights are copied by rows
     data_lines: list[str] = field(default_factory=list)  # what reading each file said (printed before training)
 
 
@@ -165,13 +166,14 @@ def _prepare_fresh(
     overwrite: bool = False,
     init_from: str | Path | None = None,
     explicit_warmup: bool = True,
+    extend_vocab: bool = False,
 ) -> _Prepared:
     from dotformer.checkpoint import clear_run_directory
     from dotformer.data.prepare import make_tokenizers, read_run_data
     from dotformer.data.splits import load_split, save_splits
     from dotformer.data.tokenizers import TokenizerPair, load_tokenizer
     from dotformer.training.distributed import barrier
-    from dotformer.training.finetune import check_known_symbols, init_data_config, read_init_source
+    from dotformer.training.finetune import check_known_symbols, extend_vocabulary, init_data_config, read_init_source
 
     data_config = DataConfig.from_dict(sections.data, "[data]")
     if not overwrite:
@@ -184,7 +186,14 @@ def _prepare_fresh(
         run_data = read_run_data(data_config, train_config.seed)  # given valid/test files, or a random split
         corpus, splits = run_data.corpus, run_data.splits
         data_lines = run_data.lines  # columns used, rows read, pairs kept and dropped, per file
-        if init is not None:  # before anything is written: data the checkpoint cannot read is refused
+        if init is not None and extend_vocab:  # new symbols get new rows
+            init, added_src, added_tgt = extend_vocabulary(init, [*splits.train, *splits.valid])
+            if train_config.progress:
+                logger.info(
+                    f"vocabulary: {added_src:,} source and {added_tgt:,} target symbols added to those of {init.path}"
+                    f" (their embedding and output rows start as a fresh model's)"
+                )
+        elif init is not None:  # before anything is written: data the checkpoint cannot read is refused
             check_known_symbols([*splits.train, *splits.valid], init.src_tokenizer, init.tgt_tokenizer, init.path)
         for line in leakage_warnings(splits, data_config):  # on standard error with --no-progress too
             logger.warning(line)
@@ -209,7 +218,7 @@ def _prepare_fresh(
         )
         if init is not None:
             model_config, preset = init.model_config, init.preset or sections.model.get("preset")
-            invocation = {**invocation, "init_from": str(init.path)}
+            invocation = {**invocation, "init_from": str(init.path), **({"extend_vocab": True} if extend_vocab else {})}
         record = {
             "dataset": data_config.dataset,
             "task": corpus.task,
@@ -230,6 +239,7 @@ def _prepare_fresh(
     train_config = TrainConfig.from_dict(record["train"], str(run_dir / "run.json"))  # rank 0's warmup on every rank
     prepared = _load_prepared(run_dir, record, train_config, load_split, load_tokenizer)
     prepared.init_from = None if init is None else init.path
+    prepared.extend_vocab = extend_vocab and init is not None
     prepared.data_lines = data_lines
     return prepared
 

@@ -108,6 +108,7 @@ def train_run(
     command: Sequence[str] | None = None,
     overwrite: bool = False,
     init_from: str | Path | None = None,
+    extend_vocab: bool = False,
 ) -> RunResult:
     """Prepare data, tokenizers and model from the configs, and train (the work of ``dotformer train``).
 
@@ -120,7 +121,10 @@ def train_run(
         overwrite: start afresh in ``out_dir`` even though it holds a run (its run.json, data/, checkpoints and
             metrics are deleted first; other files are left alone; a directory that is not a run is refused).
         init_from: fine-tune: start from this checkpoint's weights, tokenizers and model config
-            (:mod:`dotformer.training.finetune`); a fresh optimizer and schedule. Not with ``resume``.
+            (:mod:`dotformer.training.finetune`); a fresh optimizer and schedule. Not with ``resume``. Data with
+            symbols the checkpoint's vocabulary does not know is refused (CheckpointError), unless
+        extend_vocab: with ``init_from``: append those symbols to the checkpoint's char/symbol vocabularies; their
+            embedding and output rows start as a fresh model's, every other weight is the checkpoint's.
 
     Returns:
         :class:`RunResult`.
@@ -136,6 +140,8 @@ def train_run(
     if resume and (overwrite or init_from is not None):
         flag = "--overwrite" if overwrite else "--init-from"
         raise ConfigError(f"--resume continues a run as it is: it cannot be combined with {flag}")
+    if extend_vocab and init_from is None:
+        raise ConfigError("--extend-vocab extends the vocabulary of a checkpoint: it needs --init-from CKPT")
     invocation = {
         "command": list(command if command is not None else sys.argv),
         "config_file": None if file_sections.source == "defaults" else file_sections.source,
@@ -169,7 +175,15 @@ def train_run(
             prepared = _prepare_resume(run_dir, record, sections, train_config, invocation, context.is_main)
         else:
             prepared = _prepare_fresh(
-                run_dir, sections, train_config, invocation, context, overwrite, init_from, explicit_warmup
+                run_dir,
+                sections,
+                train_config,
+                invocation,
+                context,
+                overwrite,
+                init_from,
+                explicit_warmup,
+                extend_vocab,
             )
         return _train(prepared, run_dir, resume, context.is_main, context.device.type, context.world_size)
     finally:
@@ -228,10 +242,17 @@ def _train(
         if message:
             logger.warning(message)
     info = {"task": p.task, "dataset": p.data_config.dataset, "data": p.data_config.to_dict()}
+    init_from = p.init_from
+    if p.extend_vocab and init_from is not None:  # the grown tables: copied here by rows, not by fit's strict copy
+        from dotformer.training.finetune import load_extended_weights
+
+        load_extended_weights(model, init_from)
+        info["init_from"] = str(init_from)
+        init_from = None
     if is_main and p.train_config.progress:
         for line in p.data_lines:
             print(f"data: {line}", file=sys.stderr)
-    result = fit(model, data, p.train_config, run_dir=run_dir, info=info, resume=resume, init_from=p.init_from)
+    result = fit(model, data, p.train_config, run_dir=run_dir, info=info, resume=resume, init_from=init_from)
     return RunResult(fit=result, run_dir=run_dir, is_main=is_main)
 
 
