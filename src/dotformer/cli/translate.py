@@ -141,9 +141,10 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
     """Validate the flags of this command before any work; returns the output format.
 
     Raises:
-        ConfigError: a bad value, TEXT arguments with --input, --output naming the input, text format with n-best.
+        ConfigError: a bad value, TEXT arguments with --input, --output naming the input (or the file on standard
+            input), text format with n-best.
     """
-    from dotformer.cli.outputs import check_output_file
+    from dotformer.cli.outputs import check_not_stdin, check_output_file
     from dotformer.errors import ConfigError
 
     for flag, value in (("--buffer-size", args.buffer_size), ("--max-tokens", args.max_tokens)):
@@ -166,6 +167,8 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
             raise MissingDataError(f"{path}: no such file")
     if args.output is not None and args.output != "-":
         check_output_file(args.output, "--output", (args.input,))
+        if not args.texts and args.input in (None, "-"):
+            check_not_stdin(args.output, "--output")
     return output_format
 
 
