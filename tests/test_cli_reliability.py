@@ -57,11 +57,15 @@ def test_output_over_the_file_on_standard_input_is_refused(checkpoint_dir: Path,
         if "sub" in output:
             (tmp_path / "sub").mkdir(exist_ok=True)
         with open(words, "rb") as stdin:
-            result = dotformer("translate", "--checkpoint", str(checkpoint_dir), "--output", output, stdin=stdin, cwd=tmp_path)
+            result = dotformer(
+                "translate", "--checkpoint", str(checkpoint_dir), "--output", output, stdin=stdin, cwd=tmp_path
+            )
         assert_one_error_line(result, "translate", f"--output {output}", "standard input")
         assert words.read_text(encoding="utf-8") == "a1 a2\na3\n"
     # another file, or standard input from a pipe, still works
     with open(words, "rb") as stdin:
-        result = dotformer("translate", "--checkpoint", str(checkpoint_dir), "--output", "out.txt", stdin=stdin, cwd=tmp_path)
+        result = dotformer(
+            "translate", "--checkpoint", str(checkpoint_dir), "--output", "out.txt", stdin=stdin, cwd=tmp_path
+        )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 2
