@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -280,3 +281,17 @@ def test_the_help_states_the_limits() -> None:
         assert re.search(rf"\b{value}\b", EPILOG), value
     assert f"within {serve.REQUEST_DEADLINE_S:g} s" in EPILOG and f"over {serve.REQUEST_TIMEOUT_S:g} s" in EPILOG
     assert f"up to {serve.LISTEN_BACKLOG} connections" in EPILOG and f"({serve.DEFAULT_WORKERS})" in EPILOG
+
+
+def test_the_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/serve_load.py --quick: a table row per number of clients, every request answered, none reset."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    serve_load = importlib.import_module("serve_load")
+    payload = serve_load.main(["--quick", "--threads", "1", "--out", str(tmp_path / "serve_load.json")])
+    assert json.loads((tmp_path / "serve_load.json").read_text()) == json.loads(json.dumps(payload))
+    assert [row["clients"] for row in payload["rows"]] == [1, 4]
+    for row in payload["rows"]:
+        assert row["ok"] == row["requests"] == row["clients"] * 3 and row["resets"] == 0
+        assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["max_ms"]
