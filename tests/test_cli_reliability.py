@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -69,3 +70,73 @@ def test_output_over_the_file_on_standard_input_is_refused(checkpoint_dir: Path,
         )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 2
+
+
+@pytest.mark.parametrize("failure", ["safetensors", "oserror"])
+def test_export_on_a_full_disk_is_one_line(
+    checkpoint_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    failure: str,
+) -> None:
+    """``export --to marian`` on a full disk ended in a raw SafetensorError traceback: one line, nothing left behind."""
+    pytest.importorskip("transformers")
+    import transformers.modeling_utils
+
+    from dotformer.cli import main
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        if failure == "oserror":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "out" / "model.safetensors"))
+        from safetensors import SafetensorError
+
+        raise SafetensorError(f"Error while serializing: IoError({os.strerror(errno.ENOSPC)} (os error 28))")
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full_disk)
+    assert main(["export", "--to", "marian", str(checkpoint_dir), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dotformer export: error: ") and "Traceback" not in err
+    assert "No space left on device" in err and "model.safetensors" in err
+    assert list(tmp_path.iterdir()) == []  # no OUT, no temporary directory
+
+
+def test_import_reads_the_projects_own_marian_export(checkpoint_dir: Path, tmp_path: Path) -> None:
+    """``dotformer import --from marian`` said "vocab.json is missing" for ``dotformer export --to marian``'s output;
+    the round trip now gives back the same weights, tokenizers and translations."""
+    pytest.importorskip("transformers")
+    import dotformer
+
+    exported, imported = tmp_path / "exported", tmp_path / "imported"
+    assert dotformer_cli_ok("export", "--to", "marian", str(checkpoint_dir), str(exported))
+    assert not (exported / "vocab.json").exists()
+    assert dotformer_cli_ok("import", "--from", "marian", str(exported), str(imported))
+    original, back = dotformer.load(checkpoint_dir, device="cpu"), dotformer.load(imported, device="cpu")
+    assert back.model.config == original.model.config
+    ours, theirs = original.model.state_dict(), back.model.state_dict()
+    assert set(ours) == set(theirs)
+    for name in ours:
+        torch.testing.assert_close(theirs[name], ours[name], atol=0, rtol=0, msg=name)
+    texts = ["a1 a2 a3", "a9 a4", "a5"]
+    assert back.translate(texts, details=True) == original.translate(texts, details=True)
+    assert back.src_tokenizer.encode("a1 a9") == original.src_tokenizer.encode("a1 a9")
+    assert back.info["imported_from"]["format"] == "dotformer-marian-export"
+
+
+def dotformer_cli_ok(*argv: str) -> bool:
+    result = dotformer(*argv)
+    assert result.returncode == 0, result.stderr
+    return True
+
+
+def test_out_under_a_regular_file_names_the_file(checkpoint_dir: Path, tmp_path: Path) -> None:
+    """Export/import with OUT under a regular file said "File exists: fx/notes.txt"."""
+    pytest.importorskip("transformers")
+    (tmp_path / "fx").mkdir()
+    (tmp_path / "fx" / "notes.txt").write_text("notes\n")
+    expected = "its parent fx/notes.txt is a file, not a directory"
+    result = dotformer("export", "--to", "marian", str(checkpoint_dir), "fx/notes.txt/out", cwd=tmp_path)
+    assert_one_error_line(result, "export", "output fx/notes.txt/out:", expected)
+    result = dotformer("import", "--from", "marian", str(checkpoint_dir), "fx/notes.txt/out", cwd=tmp_path)
+    assert_one_error_line(result, "import", "output fx/notes.txt/out:", expected)
+    assert (tmp_path / "fx" / "notes.txt").read_text() == "notes\n"

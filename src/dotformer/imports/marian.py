@@ -22,7 +22,8 @@ Refused with one line (:class:`~dotformer.errors.ConfigError` / :class:`~dotform
 activation other than ReLU/GELU (OPUS-MT's ``swish``), different encoder/decoder head counts or FFN widths, a
 vocabulary that does not cover the embedding rows, a vocabulary whose ``<s>`` is not the decoder start, tensors
 left over. A model written by ``dotformer export --to marian`` (ids 0..3 = ``<pad> <s> </s> <unk>``, ``<s>`` the
-decoder start) comes back with its own ids.
+decoder start) comes back with its own ids; its directory has no ``vocab.json`` or ``.spm`` files but the
+checkpoint's own ``tokenizer_src.json`` and ``tokenizer_tgt.json``, which the import reads instead.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from dotformer.checkpoint.format import TGT_TOKENIZER_FILE
 from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import SPECIAL_TOKENS, UNK_ID
 from dotformer.errors import CheckpointError, ConfigError, MissingDataError
@@ -173,13 +175,16 @@ def import_marian(directory: str | Path, output: str | Path) -> Path:
     """
     from dotformer.checkpoint import save_checkpoint
     from dotformer.data.pretrained import HFFileTokenizer
+    from dotformer.data.tokenizers import Tokenizer
     from dotformer.export.outdir import check_output_dir, fresh_output_dir
 
     directory, output = Path(directory), check_output_dir(output)
     model, src_tokenizer, tgt_tokenizer = read_marian(directory)
-    info = {"task": "translation", "imported_from": {"format": "hf-marian", "path": str(directory.resolve())}}
-    src = HFFileTokenizer(src_tokenizer, str(directory / "source.spm"))
-    tgt = HFFileTokenizer(tgt_tokenizer, str(directory / "target.spm"))
+    own = isinstance(src_tokenizer, Tokenizer)  # a dotformer export: its own tokenizers came back
+    origin = {"format": "dotformer-marian-export" if own else "hf-marian", "path": str(directory.resolve())}
+    info = {"task": "translation", "imported_from": origin}
+    src = src_tokenizer if own else HFFileTokenizer(src_tokenizer, str(directory / "source.spm"))
+    tgt = tgt_tokenizer if own else HFFileTokenizer(tgt_tokenizer, str(directory / "target.spm"))
     with fresh_output_dir(output) as tmp:
         save_checkpoint(tmp, model, src, tgt, info)
     return output
@@ -201,11 +206,17 @@ def read_marian(directory: Path) -> tuple[Transformer, Any, Any]:
     V_tgt = int(hf.get("decoder_vocab_size") or V_src)
     pad, eos = int(hf["pad_token_id"]), int(hf["eos_token_id"])
     start = int(hf.get("decoder_start_token_id", pad) if hf.get("decoder_start_token_id") is not None else pad)
-    vocab = read_json_file(directory / "vocab.json")
+    own = dotformer_export_tokenizers(directory, V_src, V_tgt)
     target_vocab_file = directory / "target_vocab.json"
-    separate = not hf.get("share_encoder_decoder_embeddings", True) and target_vocab_file.is_file()
+    if own is None:
+        vocab = read_json_file(directory / "vocab.json")
+        separate = not hf.get("share_encoder_decoder_embeddings", True) and target_vocab_file.is_file()
+    else:  # dotformer's own ids: the vocabularies are the identity
+        vocab = _id_vocabulary(V_src)
+        separate = V_src != V_tgt or not hf.get("share_encoder_decoder_embeddings", True)
+        target_vocab_file = directory / TGT_TOKENIZER_FILE
     src_side = MarianSide(vocab, V_src, pad, start, eos, directory / "vocab.json")
-    tgt_vocab = read_json_file(target_vocab_file) if separate else vocab
+    tgt_vocab = (read_json_file(target_vocab_file) if own is None else _id_vocabulary(V_tgt)) if separate else vocab
     tgt_side = MarianSide(
         tgt_vocab, V_tgt, pad, start, eos, target_vocab_file if separate else directory / "vocab.json"
     )
@@ -302,9 +313,38 @@ def read_marian(directory: Path) -> tuple[Transformer, Any, Any]:
     copier.check_all_filled()
     source.check_all_used(ignore=lambda name: name.endswith("embed_positions.weight"))  # HF rebuilds them on load
 
+    if own is not None:
+        return model, *own
     src_tokenizer = spm_tokenizer(directory / "source.spm", src_side.pieces)
     tgt_tokenizer = spm_tokenizer(directory / "target.spm", tgt_side.pieces)
     return model, src_tokenizer, tgt_tokenizer
+
+
+def dotformer_export_tokenizers(directory: Path, src_size: int, tgt_size: int) -> tuple[Any, Any] | None:
+    """The tokenizers of a directory written by ``dotformer export --to marian`` (no ``vocab.json``, but the
+    checkpoint's ``tokenizer_src.json`` and ``tokenizer_tgt.json``, over dotformer's own ids), or None for another
+    Marian directory.
+
+    Raises:
+        CheckpointError: a tokenizer file is damaged, or its vocabulary size is not the model's.
+    """
+    from dotformer.checkpoint.format import SRC_TOKENIZER_FILE, load_tokenizer_file
+
+    files = (directory / SRC_TOKENIZER_FILE, directory / TGT_TOKENIZER_FILE)
+    if (directory / "vocab.json").is_file() or not all(file.is_file() for file in files):
+        return None
+    tokenizers = tuple(load_tokenizer_file(file) for file in files)
+    for file, tokenizer, size in zip(files, tokenizers, (src_size, tgt_size), strict=True):
+        if tokenizer.vocab_size != size:
+            raise CheckpointError(f"{file} has {tokenizer.vocab_size} tokens; config.json says {size}")
+    return tokenizers[0], tokenizers[1]
+
+
+def _id_vocabulary(size: int) -> dict[str, int]:
+    """dotformer's ids as a Marian vocabulary: the four specials, then one name per id."""
+    return {
+        piece: i for i, piece in enumerate([*SPECIAL_TOKENS, *(f"<id{i}>" for i in range(len(SPECIAL_TOKENS), size))])
+    }
 
 
 def _rows(table: Tensor, side: MarianSide, size: int, name: str) -> Tensor:
