@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -140,3 +141,94 @@ def test_out_under_a_regular_file_names_the_file(checkpoint_dir: Path, tmp_path:
     result = dotformer("import", "--from", "marian", str(checkpoint_dir), "fx/notes.txt/out", cwd=tmp_path)
     assert_one_error_line(result, "import", "output fx/notes.txt/out:", expected)
     assert (tmp_path / "fx" / "notes.txt").read_text() == "notes\n"
+
+
+def tiny_checkpoint(path: Path, texts: list[str], eos_bias: float | None = None, **fields: object) -> Path:
+    """A random tiny model over the symbols of ``texts``; ``eos_bias`` added to EOS's logit (negative: never ends)."""
+    from dotformer.data.tokenizers import EOS_ID
+
+    tok = train_tokenizer("symbol", texts)
+    torch.manual_seed(0)
+    extra = {"generator_bias": True} if eos_bias is not None else {}
+    config = ModelConfig.preset("tiny", src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, **extra, **fields)
+    model = Transformer(config).eval()
+    if eos_bias is not None:
+        with torch.no_grad():
+            model.generator.bias[EOS_ID] = eos_bias
+    save_checkpoint(path, model, tok, tok, {"task": "g2p"})
+    return path
+
+
+def test_an_output_cut_by_a_learned_table_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An output cut at a learned positional table's 8 positions was blamed on --max-len-a/--max-len-b (whose limit,
+    1 x 2 + 50 = 52 steps, it never reached)."""
+    from dotformer.cli import main
+
+    learned = tiny_checkpoint(tmp_path / "learned", ["k a t"], eos_bias=-30.0, positional="learned", max_len=8)
+    assert main(["translate", "--checkpoint", str(learned), "--device", "cpu", "k"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.split()) == 8  # the table's 8 positions, no more
+    assert err.strip() == (
+        "dotformer translate: warning: 1 of 1 output(s) reached this model's learned positional table (8 positions, "
+        "the most any output can have) before the model ended them and are cut (first: input 1); "
+        "--max-len-a/--max-len-b cannot lengthen them"
+    )
+    # a cut by the flags is still blamed on the flags
+    assert main(["translate", "--checkpoint", str(learned), "--device", "cpu", "--max-len-b", "3", "k"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.split()) == 5 and "(--max-len-a 1 x input length + --max-len-b 3)" in err  # 1 x 2 + 3
+    assert "positional table" not in err
+    # evaluate says the same
+    test_file = tmp_path / "test.tsv"
+    test_file.write_text("k a\tk a\nt\tt\n", encoding="utf-8")
+    argv = ["evaluate", "--checkpoint", str(learned), "--device", "cpu", "--data", str(test_file), "--task", "g2p"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (
+        "dotformer evaluate: warning: 2 of 2 outputs (100.0%) were cut without an end of sentence: they reached this "
+        "model's learned positional table (8 positions), the most any output can have (--max-len-a/--max-len-b "
+        "cannot lengthen them)"
+    )
+
+
+def test_unfinished_warning_parts() -> None:
+    from dotformer.decoding import DecodeConfig
+    from dotformer.decoding.evaluation import count_cut_by_table, unfinished_warning
+    from dotformer.decoding.translate import Translation
+
+    def cut(n: int) -> list[Translation]:  # no EOS: one log-probability per token
+        return [Translation("x " * n, list(range(4, 4 + n)), -1.0, [-0.1] * n)]
+
+    done = [Translation("x", [4], -1.0, [-0.1, -0.1])]  # one token, then EOS
+    learned = ModelConfig.preset("tiny", src_vocab_size=9, tgt_vocab_size=9, positional="learned", max_len=8)
+    sinusoidal = ModelConfig.preset("tiny", src_vocab_size=9, tgt_vocab_size=9, max_len=8)
+    outputs = [cut(8), cut(5), done, cut(8)]
+    assert count_cut_by_table(outputs, learned) == 2 and count_cut_by_table(outputs, sinusoidal) == 0
+    line = unfinished_warning(3, 4, DecodeConfig(max_len_b=5), at_table=2, table=8)
+    assert line == (
+        "3 of 4 outputs (75.0%) were cut at the maximum length (1 * source length + 5 tokens) without an end of "
+        "sentence; raise --max-len-a/--max-len-b to let them finish (2 of them reached this model's learned "
+        "positional table (8 positions), the most any output can have: --max-len-a/--max-len-b cannot lengthen them)"
+    )
+
+
+def test_evaluate_shows_stress_rows_only_for_data_with_stress(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``evaluate`` printed "stress kept" and "stress stripped" rows on data without stress digits."""
+    from dotformer.cli import main
+
+    plain = tiny_checkpoint(tmp_path / "plain", ["k a t d o g AE1 T"], eos_bias=5.0)
+    test_file = tmp_path / "test.tsv"
+    test_file.write_text("k a t\tk a t\nd o g\td o g\n", encoding="utf-8")
+    json_path = tmp_path / "m.json"
+    argv = ["evaluate", "--checkpoint", str(plain), "--device", "cpu", "--data", str(test_file), "--task", "g2p"]
+    assert main([*argv, "--json", str(json_path)]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
+    assert rows == ["metric", "WER", "PER", "perplexity", "NLL per token (nats)"]
+    assert set(json.loads(json_path.read_text())["metrics"]) == {"wer", "per", "perplexity", "nll_per_token"}
+    test_file.write_text("k a t\tk AE1 T\n", encoding="utf-8")
+    assert main(argv) == 0
+    rows = [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert rows[1:5] == ["WER, stress kept", "PER, stress kept", "WER, stress stripped", "PER, stress stripped"]
