@@ -232,3 +232,23 @@ def test_evaluate_shows_stress_rows_only_for_data_with_stress(
     assert main(argv) == 0
     rows = [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert rows[1:5] == ["WER, stress kept", "PER, stress kept", "WER, stress stripped", "PER, stress stripped"]
+
+
+def test_a_negative_column_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--source-column -1`` was read as a header name ("the header has no column '-1'")."""
+    from dotformer.cli import main
+
+    data = tmp_path / "t.tsv"
+    data.write_text("a b\tb a\nc\tc\n", encoding="utf-8")
+    checkpoint = tiny_checkpoint(tmp_path / "ck", ["a b c"])
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--data", str(data), "--target-column", "-2"]) == 2
+    assert capsys.readouterr().err == (
+        "dotformer evaluate: error: --target-column -2: a column is a number counting from 0 (the first column is 0) "
+        "or a header name; negative numbers do not count from the end\n"
+    )
+    argv = ["train", "--data", str(data), "--source-column", "-1", "--max-steps", "1", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "source_column must be a column number counting from 0" in err and "-1" in err
+    assert "header" not in err.split("got")[-1]  # not read as the name of a header column
+    assert not (tmp_path / "r").exists()
