@@ -252,3 +252,19 @@ def test_a_negative_column_is_refused(tmp_path: Path, capsys: pytest.CaptureFixt
     assert err.count("\n") == 1 and "source_column must be a column number counting from 0" in err and "-1" in err
     assert "header" not in err.split("got")[-1]  # not read as the name of a header column
     assert not (tmp_path / "r").exists()
+
+
+def test_the_schedule_of_g2p_draws_its_cooldown() -> None:
+    """``plot schedule --config g2p`` drew no cooldown though the config sets lr_cooldown = 0.25 (its budget is in
+    minutes, so the cooldown is drawn over the last quarter of the steps drawn: 10 x warmup = 2,000)."""
+    from dotformer.plots import config_curve
+
+    curve = config_curve("g2p")
+    assert curve.steps[-1] == 2000
+    assert "cooldown 0.25 (drawn as if the budget ended at step 2,000)" in curve.label
+    peak, warmup = 2e-3, 200
+    assert curve.lrs[1499] == pytest.approx(peak * (warmup / 1500) ** 0.5)  # step 1,500: 501/2000 left, no cooldown
+    assert curve.lrs[1749] == pytest.approx(peak * (warmup / 1750) ** 0.5 * (251 / 2000) / 0.25)  # halfway down
+    assert curve.lrs[-1] == pytest.approx(peak * (warmup / 2000) ** 0.5 * (1 / 2000) / 0.25)  # nearly 0
+    longer = config_curve("g2p", steps=4000)
+    assert longer.lrs[2999] > 0.9 * peak * (warmup / 3000) ** 0.5  # the cooldown moves with the steps drawn
