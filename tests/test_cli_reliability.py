@@ -268,3 +268,28 @@ def test_the_schedule_of_g2p_draws_its_cooldown() -> None:
     assert curve.lrs[-1] == pytest.approx(peak * (warmup / 2000) ** 0.5 * (1 / 2000) / 0.25)  # nearly 0
     longer = config_curve("g2p", steps=4000)
     assert longer.lrs[2999] > 0.9 * peak * (warmup / 3000) ** 0.5  # the cooldown moves with the steps drawn
+
+
+def test_bpe_on_single_words_gets_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Training on words without ``--task`` built an 8,000-token BPE vocabulary on single words without a word."""
+    import random
+
+    from dotformer.cli import main
+
+    rng = random.Random(0)
+    words = sorted({"".join(rng.choice("abcdefgh") for _ in range(rng.randint(3, 8))) for _ in range(300)})
+    data = tmp_path / "words.tsv"
+    data.write_text("".join(f"{w}\t{' '.join(w.upper())}\n" for w in words), encoding="utf-8")
+    quick = ["--data", str(data), "--preset", "tiny", "--max-steps", "1", "--no-progress", "--device", "cpu"]
+    assert main(["train", *quick, "--out", str(tmp_path / "bpe")]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "single words" in line]
+    trained = len((tmp_path / "bpe" / "data" / "train.tsv").read_text(encoding="utf-8").splitlines())
+    assert 200 < trained < len(words)  # the training split (the rest is validation and test)
+    assert notes == [
+        f"dotformer train: warning: the texts are single words ({trained} of {trained} training sources) and get a "
+        f"BPE vocabulary of up to 8,000 pieces learned from them, so many words are a piece of their own and a new "
+        f"word splits into rare pieces; for words to pronunciations use --task g2p (characters -> phone symbols), "
+        f"for words to words --task exact, or give a smaller --vocab-size"
+    ]
+    assert main(["train", *quick, "--task", "g2p", "--out", str(tmp_path / "g2p")]) == 0
+    assert "single words" not in capsys.readouterr().err
