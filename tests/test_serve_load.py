@@ -295,3 +295,25 @@ def test_the_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     for row in payload["rows"]:
         assert row["ok"] == row["requests"] == row["clients"] * 3 and row["resets"] == 0
         assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["max_ms"]
+
+
+def test_stopping_drops_a_client_still_sending(translator: Any) -> None:
+    """A server stopped while a client trickles its request closes that connection at once (the process does not
+    wait out the client's 30 s deadline)."""
+    from dotformer.api.serve import TranslationServer
+
+    server = TranslationServer(translator, port=0, request_timeout=30.0, request_deadline=60.0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    with socket.create_connection(server.server_address[:2], timeout=TIMEOUT_S) as slow:
+        slow.sendall(b"POST /api/translate HTTP/1.1\r\n")
+        for _ in range(1000):  # until a worker holds the connection (bounded)
+            if server.open_connections:
+                break
+            time.sleep(0.005)
+        assert len(server.open_connections) == 1
+        server.shutdown()
+        server.server_close()
+        slow.settimeout(10.0)  # far below the 30 s the server would otherwise wait for the next byte
+        assert slow.recv(1024) == b""
+    thread.join(TIMEOUT_S)

@@ -27,8 +27,11 @@ while it runs. Ctrl-C stops the server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
+import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -227,6 +230,8 @@ class TranslationServer(HTTPServer):
         self.request_timeout, self.request_deadline = float(request_timeout), float(request_deadline)
         self.turns = FairTurns()
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dotformer-serve")
+        self.open_connections: set[Any] = set()  # the sockets being served, closed at once when the server stops
+        self.connections_lock = threading.Lock()
         try:
             super().__init__((host, port), TranslationHandler)
         except OSError as exc:
@@ -261,11 +266,15 @@ class TranslationServer(HTTPServer):
         self.pool.submit(self._serve_connection, request, client_address)
 
     def _serve_connection(self, request: Any, client_address: Any) -> None:
+        with self.connections_lock:
+            self.open_connections.add(request)
         try:
             self.finish_request(request, client_address)
         except Exception:  # noqa: BLE001 (one connection's failure must not end its worker)
             self.handle_error(request, client_address)
         finally:
+            with self.connections_lock:
+                self.open_connections.discard(request)
             self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -279,9 +288,14 @@ class TranslationServer(HTTPServer):
             logger.error("request from %s failed: %s: %s", client_address, type(error).__name__, error)
 
     def server_close(self) -> None:
-        """Close the socket and stop the workers (requests in progress finish; queued ones are dropped)."""
+        """Close the socket and stop the workers: connections waiting for a worker are dropped, and so are the ones
+        being read (a slow client does not hold the process); a chunk being decoded finishes first."""
         super().server_close()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        with self.connections_lock:
+            for connection in self.open_connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
 
 
 class TranslationHandler(BaseHTTPRequestHandler):
