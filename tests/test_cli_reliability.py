@@ -71,6 +71,9 @@ def test_output_over_the_file_on_standard_input_is_refused(checkpoint_dir: Path,
         )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 2
+    with open(os.devnull, "rb") as stdin:  # a device is not a file that can be emptied
+        result = dotformer("translate", "--checkpoint", str(checkpoint_dir), "--output", os.devnull, stdin=stdin)
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.parametrize("failure", ["safetensors", "oserror"])

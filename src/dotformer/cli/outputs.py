@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from dotformer.errors import ConfigError
@@ -44,7 +45,8 @@ def check_output_file(path: str | Path, flag: str, inputs: tuple[str | Path | No
 
 def check_not_stdin(path: str | Path, flag: str) -> None:
     """Refuse an output file that is the command's standard input (``--output F < F``): opening it for writing would
-    empty it before it is read. The two are compared by device and inode, so any name of the file is caught.
+    empty it before it is read. The two are compared by device and inode, so any name of the file is caught; only a
+    regular file can be lost this way (``--output /dev/null < /dev/null`` is fine).
 
     Raises:
         ConfigError: naming ``flag`` and the path.
@@ -53,7 +55,7 @@ def check_not_stdin(path: str | Path, flag: str) -> None:
         stdin, target = os.fstat(0), os.stat(path)
     except OSError:  # no standard input, or no such file yet: nothing to destroy
         return
-    if (stdin.st_dev, stdin.st_ino) == (target.st_dev, target.st_ino):
+    if stat.S_ISREG(stdin.st_mode) and (stdin.st_dev, stdin.st_ino) == (target.st_dev, target.st_ino):
         raise ConfigError(
             f"{flag} {path} is the file on standard input: it would be emptied before it is read (choose another path)"
         )
