@@ -193,7 +193,7 @@ def test_work_above_the_limit_is_refused(server: Any) -> None:
 
 
 def test_chunks_cover_every_text_once() -> None:
-    from dotformer.api.serve import chunk_by_work
+    from dotformer.api.endpoint import chunk_by_work
 
     assert chunk_by_work([3, 3, 3, 3], 6) == [range(0, 2), range(2, 4)]
     assert chunk_by_work([10, 1, 1], 4) == [range(0, 1), range(1, 3)]  # a text above the chunk is a chunk alone
