@@ -111,36 +111,67 @@ def test_many_clients_at_once_get_every_answer(server: Any, translator: Any) -> 
     assert len(results) == CLIENTS * REQUESTS and all(results)
 
 
-def test_a_trickling_client_is_dropped_and_holds_no_one(server: Any) -> None:
-    """A client that sends one byte every 0.2 s (each pause under the idle timeout) is dropped at the deadline;
-    while it trickles, other clients are answered."""
-    slow = socket.create_connection(server.server_address[:2], timeout=TIMEOUT_S)
-    request = b'POST /api/translate HTTP/1.1\r\nContent-Length: 200\r\n\r\n{"texts": ["a1"]}' + b" " * 200
-    sent, answered_while_slow = 0, []
-    dropped = False
-    try:
-        for byte in request[:60]:  # 60 bytes x 0.2 s = 12 s if never dropped; the deadline is 1.5 s
-            try:
-                slow.sendall(bytes([byte]))
-            except (BrokenPipeError, ConnectionResetError):
-                dropped = True
-                break
-            sent += 1
-            if sent == 3:
-                answered_while_slow.append(post(server.url, {"texts": ["a1 a2"], "strategy": "greedy"})[0])
-            slow.settimeout(0.2)
-            try:
-                slow.recv(1024)  # returns only when the server lets go (the end of the connection)
-            except TimeoutError:
-                continue
-            except ConnectionResetError:
-                pass
-            dropped = True
-            break
-    finally:
-        slow.close()
-    assert answered_while_slow == [200]
+def trickle(sock: socket.socket, data: bytes, until: threading.Event | None = None) -> tuple[int, bool]:
+    """Send ``data`` one byte every 0.2 s until the server lets go (or ``until`` is set); (bytes sent, dropped)."""
+    sent = 0
+    for byte in data:
+        if until is not None and until.is_set():
+            return sent, False
+        try:
+            sock.sendall(bytes([byte]))
+        except (BrokenPipeError, ConnectionResetError):
+            return sent, True
+        sent += 1
+        sock.settimeout(0.2)
+        try:
+            sock.recv(1024)  # returns only when the server lets go (the end of the connection)
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            pass
+        return sent, True
+    return sent, False
+
+
+SLOW_REQUEST = b'POST /api/translate HTTP/1.1\r\nContent-Length: 200\r\n\r\n{"texts": ["a1"]}' + b" " * 200
+
+
+def test_a_trickling_client_is_dropped_at_the_deadline(server: Any) -> None:
+    """A client that sends one byte every 0.2 s (each pause under the 1 s idle timeout) is dropped at the 1.5 s
+    deadline, long before its 60 bytes (12 s) are sent."""
+    with socket.create_connection(server.server_address[:2], timeout=TIMEOUT_S) as slow:
+        sent, dropped = trickle(slow, SLOW_REQUEST[:60])
     assert dropped and sent < 60
+    assert post(server.url, {"texts": ["a1"], "strategy": "greedy"})[0] == 200
+
+
+def test_a_trickling_client_holds_no_one(translator: Any) -> None:
+    """While a client trickles its request (a server whose deadline it stays within), another client is answered:
+    the slow one is still connected when the answer comes."""
+    from dotformer.api.serve import TranslationServer
+
+    server = TranslationServer(translator, port=0, workers=2, request_timeout=5.0, request_deadline=120.0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    answered, answers = threading.Event(), []
+
+    def other_client() -> None:
+        answers.append(post(server.url, {"texts": ["a1 a2"], "strategy": "greedy"})[0])
+        answered.set()
+
+    try:
+        with socket.create_connection(server.server_address[:2], timeout=TIMEOUT_S) as slow:
+            slow.sendall(SLOW_REQUEST[:2])
+            other = threading.Thread(target=other_client, daemon=True)
+            other.start()
+            sent, dropped = trickle(slow, SLOW_REQUEST[2:], until=answered)  # at most 250 bytes x 0.2 s = 50 s
+            other.join(TIMEOUT_S)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(TIMEOUT_S)
+    assert answers == [200]
+    assert not dropped and sent < len(SLOW_REQUEST) - 2  # answered while the slow client was still sending
 
 
 def test_a_slow_body_gets_a_json_timeout(server: Any) -> None:
