@@ -348,3 +348,14 @@ def test_stopping_drops_a_client_still_sending(translator: Any) -> None:
         slow.settimeout(10.0)  # far below the 30 s the server would otherwise wait for the next byte
         assert slow.recv(1024) == b""
     thread.join(TIMEOUT_S)
+
+
+def test_serve_refuses_no_workers_or_threads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dotformer.cli import main
+
+    for flag, message in (
+        ("--workers", "--workers must be positive, got 0"),
+        ("--threads", "--threads must be positive, got 0"),
+    ):
+        assert main(["serve", "--checkpoint", str(tmp_path / "none"), flag, "0"]) == 2
+        assert capsys.readouterr().err == f"dotformer serve: error: {message}\n"
