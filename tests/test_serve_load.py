@@ -359,3 +359,24 @@ def test_serve_refuses_no_workers_or_threads(tmp_path: Path, capsys: pytest.Capt
     ):
         assert main(["serve", "--checkpoint", str(tmp_path / "none"), flag, "0"]) == 2
         assert capsys.readouterr().err == f"dotformer serve: error: {message}\n"
+
+
+def test_the_request_that_held_the_server_is_refused_at_once(translator: Any) -> None:
+    """64 texts of 1,000 characters at beam 16 (inside the text limits) held a server for 91.6 s: its work, 64 x
+    335 source tokens (334 symbols and EOS) x 16 = 343,040, is over the default limit, refused before any decoding."""
+    from dotformer.api.serve import MAX_REQUEST_WORK, RequestError, translate_request
+
+    class NoDecoding:
+        checkpoint, max_input_length = translator.checkpoint, translator.max_input_length
+
+        def translate(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("a refused request must not be decoded")
+
+    text = ("a1 " * 334)[:1000]
+    assert len(text) == 1000
+    with pytest.raises(RequestError) as refused:
+        translate_request(NoDecoding(), {"texts": [text] * 64, "beam": 16})
+    assert refused.value.status == 413
+    assert str(refused.value).startswith(
+        f"the request asks for 343040 source tokens x beam; one request takes at most {MAX_REQUEST_WORK}"
+    )
