@@ -100,7 +100,10 @@ def run(args: argparse.Namespace) -> int:
         f"task {task}, {search}, {args.dtype} weights"
     )
     print(format_evaluation(evaluation))
-    warning = unfinished_warning(evaluation.unfinished, evaluation.num_sources, config)
+    table = loaded.model.config.max_len
+    warning = unfinished_warning(
+        evaluation.unfinished, evaluation.num_sources, config, evaluation.unfinished_at_table, table
+    )
     if warning:
         print(f"dotformer evaluate: warning: {warning}", file=sys.stderr)
     if "--hyps" in outputs:

@@ -15,12 +15,17 @@ kept, every drop counted).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dotformer.data.corpora import NAMED_TASKS, Corpus, describe_corpus, load_pairs
 from dotformer.data.splits import Splits, split_corpus
 from dotformer.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+SINGLE_WORD_SHARE = 0.9  # a side whose training texts are single words this often gets a note when BPE reads it
 
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
@@ -131,6 +136,9 @@ def make_tokenizers(data: DataConfig, train: list[Pair]) -> TokenizerPair:
     src_file, tgt_file = data.src_tokenizer_file, data.tgt_tokenizer_file
     src_vocab = data.vocab_size if data.src_tokenizer == "bpe" else None
     tgt_vocab = data.vocab_size if data.tgt_tokenizer == "bpe" else None
+    note = bpe_on_words_note(data, train)
+    if note is not None:
+        logger.warning(note)
     if src_file is None and tgt_file is None:
         return train_tokenizer_pair(
             [p.source for p in train],
@@ -155,3 +163,32 @@ def make_tokenizers(data: DataConfig, train: list[Pair]) -> TokenizerPair:
         else train_tokenizer(data.tgt_tokenizer, [p.target for p in train], tgt_vocab)
     )
     return TokenizerPair(src, tgt)
+
+
+def bpe_on_words_note(data: DataConfig, train: list[Pair]) -> str | None:
+    """One line when a BPE vocabulary is to be learned from texts that are single words (at least
+    :data:`SINGLE_WORD_SHARE` of a side's training texts have no space), else None.
+
+    BPE (the default of ``translation``, the task of a file without ``--task``) merges pieces inside words: on single
+    words its vocabulary (8,000 pieces by default) holds many whole words, and a new word falls apart into rare
+    pieces. Words to pronunciations is ``--task g2p`` (characters -> phone symbols), a word to a word ``--task exact``.
+    """
+    from dotformer.data.tokenizers import DEFAULT_BPE_VOCAB_SIZE
+
+    sides = []
+    for side, kind, given, texts in (
+        ("source", data.src_tokenizer, data.src_tokenizer_file, [p.source for p in train]),
+        ("target", data.tgt_tokenizer, data.tgt_tokenizer_file, [p.target for p in train]),
+    ):
+        words = sum(1 for text in texts if len(text.split()) == 1)
+        if kind == "bpe" and given is None and texts and words >= SINGLE_WORD_SHARE * len(texts):
+            sides.append(f"{words:,} of {len(texts):,} training {side}s")
+    if not sides:
+        return None
+    size = DEFAULT_BPE_VOCAB_SIZE if data.vocab_size is None else data.vocab_size
+    return (
+        f"the texts are single words ({' and '.join(sides)}) and get a BPE vocabulary of up to {size:,} pieces "
+        f"learned from them, so many words are a piece of their own and a new word splits into rare pieces; for "
+        f"words to pronunciations use --task g2p (characters -> phone symbols), for words to words --task exact, or "
+        f"give a smaller --vocab-size"
+    )
