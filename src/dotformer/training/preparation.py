@@ -102,7 +102,7 @@ def _prepare_fresh(
     from dotformer.data.prepare import make_tokenizers, read_run_data
     from dotformer.data.splits import load_split, save_splits
     from dotformer.data.tokenizers import TokenizerPair, load_tokenizer
-    from dotformer.training.distributed import barrier
+    from dotformer.training.distributed import barrier, check_shared_file
     from dotformer.training.finetune import init_data_config, read_init_source
 
     data_config = DataConfig.from_dict(sections.data, "[data]")
@@ -151,6 +151,7 @@ def _prepare_fresh(
         }
         write_json_atomic(run_dir / "run.json", record)
     barrier(context)
+    check_shared_file(run_dir / "run.json", "--out", context)
     # every rank (rank 0 too) reads what rank 0 wrote, so all train on exactly the same data and vocabularies
     prepared = _load_prepared(run_dir, _read_run_json(run_dir), train_config, load_split, load_tokenizer)
     prepared.init_from = None if init is None else init.path
