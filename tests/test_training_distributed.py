@@ -198,3 +198,27 @@ def test_torchrun_cli(tmp_path: Path) -> None:
     assert done.stdout.count("trained 4 steps") == 1  # rank 0 alone prints
     state = ckpt.load_train_state(tmp_path / "run" / "last")
     assert state["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_torchrun_with_an_out_directory_per_machine_says_so_on_every_rank(tmp_path: Path) -> None:
+    """Two machines without a shared file system, simulated: each torchrun process is given its own --out. Every
+    rank says in one line that --out must be one shared directory and exits with 2 (no gloo error)."""
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(
+        "import os, sys\nfrom dotformer.cli import main\n"
+        "sys.exit(main(sys.argv[1:] + ['--out', os.environ['OUT_BASE'] + os.environ['RANK']]))\n"
+    )
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(launcher)]
+    command += ["train", "--data", "copy", "--preset", "tiny", "--limit", "100", "--max-steps", "2"]
+    command += ["--no-progress", "--device", "cpu"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OUT_BASE": str(tmp_path / "machine")}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode != 0
+    for rank in (0, 1):
+        line = (
+            f"dotformer train: error: --out {tmp_path / f'machine{rank}'} must be the same shared directory on every "
+            "machine: rank 1 cannot read the run.json that rank 0 wrote there"
+        )
+        assert line in done.stderr.splitlines(), done.stderr[-3000:]
+    assert "exitcode  : 2" in done.stderr and "gloo" not in done.stderr.lower()  # torchrun's report of each rank

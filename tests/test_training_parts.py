@@ -143,3 +143,36 @@ def test_counts_in_messages() -> None:
 def test_the_state_counts_the_time_of_earlier_runs() -> None:
     state = TrainState(seconds=100.0)
     assert 100.0 <= state.elapsed() < 200.0 and math.isnan(state.train_loss) and math.isinf(state.best_loss)
+
+
+def test_the_metrics_log_has_its_own_cadence(tmp_path: Path) -> None:
+    """metrics_every sets the train lines of metrics.jsonl (first step always), log_every only the progress lines."""
+    import json
+
+    from dotformer.training.loop import fit
+
+    data = tiny_data()
+    for every, steps in ((1, list(range(1, 10))), (4, [1, 4, 8])):
+        run = tmp_path / f"every{every}"
+        config = tiny_config(max_steps=9, log_every=5, metrics_every=every)
+        fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=run)
+        lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in lines if r["split"] == "train"] == steps
+    from dotformer.errors import ConfigError
+    from dotformer.training.config import TrainConfig
+
+    with pytest.raises(ConfigError, match="metrics_every"):
+        TrainConfig(metrics_every=-1)
+
+
+def test_the_summary_counts_steps_in_words() -> None:
+    from dotformer.training.loop import FitResult
+    from dotformer.training.run import RunResult
+
+    def summary(steps: int, best_step: int | None) -> str:
+        fit = FitResult(steps, 1.0, 2.0, 2.0, 10, 5.0, 1.0, 1.0 if best_step else None, 2.7, best_step, None,
+                        "max_steps", Path("r/last"))  # fmt: skip
+        return RunResult(fit, Path("r"), True).summary()
+
+    assert summary(1, None).startswith("trained 1 step (1.00 epochs, stopped by max_steps)")
+    assert summary(1320, 1320).startswith("trained 1,320 steps (") and "at step 1,320;" in summary(1320, 1320)
