@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from test_training_loop import tiny_config, tiny_data, tiny_model
 
 import dotformer.training
 from dotformer import checkpoint as ckpt
@@ -22,7 +23,6 @@ from dotformer.training.selection import select_best
 from dotformer.training.state import TrainState
 from dotformer.training.stopping import TrainingInterrupted, check_budget_allows_a_step, stop_before_step
 from dotformer.training.stream import BatchStream
-from tests.test_training_loop import tiny_config, tiny_data, tiny_model
 
 TRAINING = Path(dotformer.training.__file__).parent
 PLAIN_BASES = {"object", "Protocol", "NamedTuple"}
