@@ -116,8 +116,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {result.path} (peak lr {curve.lrs.max():.3e} at step {curve.peak_step})")
     else:
         result = plots.plot_loss_curves(args.run, args.out)
+        from dotformer.training.progress import count
+
         counts = "; ".join(
-            f"{c.label}: {c.train_steps.size} train points, {c.valid_steps.size} validation points" for c in result.runs
+            f"{c.label}: {count(c.train_steps.size, 'train point')}, {count(c.valid_steps.size, 'validation point')}"
+            for c in result.runs
         )
         print(f"wrote {result.path} ({counts})")
     return 0

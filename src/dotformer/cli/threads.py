@@ -1,4 +1,4 @@
-"""``--threads N``, the CPU threads of torch's kernels, for the commands that compute (train, translate, evaluate, serve)."""
+"""``--threads N``, the CPU threads of torch's kernels, for the commands that compute (train, translate, serve, ...)."""
 
 from __future__ import annotations
 

@@ -84,8 +84,11 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "seeded random sample of N validation sources for --best-metric (the same sample at every pass)")),
     ("--patience", "train", "patience", dict(type=int, metavar="N", help="early stopping: stop when the "
      "--best-metric has not improved for N validation passes (default 0: never)")),
-    ("--log-every", "train", "log_every", dict(type=int, metavar="N", help="steps between lines of metrics.jsonl "
-     "and of the progress lines written when standard error is not a terminal (default 10)")),
+    ("--log-every", "train", "log_every", dict(type=int, metavar="N", help="steps between the progress lines "
+     "written when standard error is not a terminal (default 10; metrics.jsonl has --metrics-every)")),
+    ("--metrics-every", "train", "metrics_every", dict(type=int, metavar="N", help="steps between the train lines "
+     "of RUN/metrics.jsonl and TensorBoard points, what `dotformer plot curves` draws (default 1: every step; "
+     "the first step is always logged)")),
     ("--progress", "train", "progress", dict(action=argparse.BooleanOptionalAction, help="show progress against the "
      "budget on standard error: a bar on a terminal, else one line every --log-every steps (default on)")),
     ("--tensorboard", "train", "tensorboard", dict(action=argparse.BooleanOptionalAction, help="also write "
@@ -162,8 +165,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build the configs from the file and the flags, train, print a one-line summary."""
     from dotformer.cli.outputs import check_output_dir
-    from dotformer.training.loop import TrainingInterrupted
     from dotformer.training.run import ConfigSections, read_config_file, train_run
+    from dotformer.training.stopping import TrainingInterrupted
 
     apply_threads(args.threads)
     file_sections = read_config_file(args.config) if args.config else ConfigSections()

@@ -172,7 +172,7 @@ def _prepare_fresh(
     from dotformer.data.prepare import make_tokenizers, read_run_data
     from dotformer.data.splits import load_split, save_splits
     from dotformer.data.tokenizers import TokenizerPair, load_tokenizer
-    from dotformer.training.distributed import barrier
+    from dotformer.training.distributed import barrier, check_shared_file
     from dotformer.training.finetune import check_known_symbols, extend_vocabulary, init_data_config, read_init_source
 
     data_config = DataConfig.from_dict(sections.data, "[data]")
@@ -234,6 +234,7 @@ def _prepare_fresh(
         }
         write_json_atomic(run_dir / "run.json", record)
     barrier(context)
+    check_shared_file(run_dir / "run.json", "--out", context)
     # every rank (rank 0 too) reads what rank 0 wrote, so all train on exactly the same data and vocabularies
     record = _read_run_json(run_dir)
     train_config = TrainConfig.from_dict(record["train"], str(run_dir / "run.json"))  # rank 0's warmup on every rank

@@ -54,6 +54,7 @@ from dotformer.training.preparation import (
     epoch_steps_of,
     resolve_data_config,
 )
+from dotformer.training.progress import count
 from dotformer.training.records import (
     _jsonable,
     _read_run_json,
@@ -86,16 +87,16 @@ class RunResult:
         """One line: steps, time, tokens/s, best validation loss/perplexity, where the checkpoint is."""
         f = self.fit
         text = (
-            f"trained {f.steps} steps ({f.epochs:.2f} epochs, stopped by {f.stopped_by}) in {f.run_seconds:.1f} s, "
+            f"trained {count(f.steps, 'step')} ({f.epochs:.2f} epochs, stopped by {f.stopped_by}) in "
+            f"{f.run_seconds:.1f} s, "
             f"{f.tokens_per_second:,.0f} target tokens/s"
         )
         if f.best_valid_loss is not None and f.best_metric != "loss" and f.best_score is not None:
-            text += (
-                f"; best valid {f.best_metric} {f.best_score:.2f} (loss {f.best_valid_loss:.4f}) at step {f.best_step}"
-            )
+            text += f"; best valid {f.best_metric} {f.best_score:.2f} (loss {f.best_valid_loss:.4f})"
+            text += f" at step {f.best_step:,}"
         elif f.best_valid_loss is not None:
             text += (
-                f"; best valid loss {f.best_valid_loss:.4f} (ppl {f.best_valid_perplexity:.3f}) at step {f.best_step}"
+                f"; best valid loss {f.best_valid_loss:.4f} (ppl {f.best_valid_perplexity:.3f}) at step {f.best_step:,}"
             )
         return text + f"; checkpoint: {f.checkpoint}"
 
