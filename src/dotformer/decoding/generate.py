@@ -26,6 +26,15 @@ import torch
 from torch import Tensor
 
 from dotformer.data.tokenizers import EOS_ID
+from dotformer.decoding.beam import (
+    advance,
+    finalise_at_max_len,
+    flatten_beam_dim,
+    hypotheses,
+    initial_state,
+    is_done,
+    unflatten_beam_dim,
+)
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.greedy import pick_most_likely
 from dotformer.decoding.hypothesis import forbid_special_tokens
@@ -212,9 +221,6 @@ def left_to_right(
 def beam_generate(context: ContextWindow, prompt: Tensor, config: DecodeConfig) -> list[Generation]:
     """Beam search over the continuations of one prompt: K beams, each ending at EOS (the line end) or at
     ``config.max_len_b`` tokens, with :mod:`dotformer.decoding.beam`'s step, stopping rule and length penalty."""
-    from dotformer.decoding.beam import advance, finalise_at_max_len, flatten_beam_dim, hypotheses, initial_state
-    from dotformer.decoding.beam import is_done, unflatten_beam_dim
-
     K, alpha = config.beam_size, config.length_penalty
     state = initial_state(torch.tensor([config.max_len_b], device=prompt.device), K)
     step_log_probs = forbid_special_tokens(context.feed(prompt)).expand(K, -1)  # (K, V): beams 1..K-1 start at -inf
