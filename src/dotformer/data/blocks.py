@@ -19,7 +19,7 @@ evaluation o = 0 and a last, shorter block reads the tail, so every token after 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,12 +159,11 @@ class BlockSampler(BatchSampler):
             batches.append([count])  # the shorter last block (evaluation only)
         return batches
 
-    def iter_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
-        """This rank's batches of ``epoch`` from position ``start``, collated one at a time (for resuming)."""
+    def make_batch(self, indices: Sequence[int], epoch: int) -> Batch:
+        """The batch of blocks ``indices`` of ``epoch`` (one entry of :meth:`batch_indices`)."""
         T, o, full = self.stream.block_size, self.offset(epoch), self.num_blocks(epoch)
-        for indices in self.batch_indices(epoch)[start:]:
-            length = T if indices[0] < full else len(self.stream) - 1 - full * T  # the tail block is shorter
-            yield collate_blocks(self.stream.ids, [o + j * T for j in indices], length, indices)
+        length = T if indices[0] < full else len(self.stream) - 1 - full * T  # the tail block is shorter
+        return collate_blocks(self.stream.ids, [o + j * T for j in indices], length, indices)
 
 
 def sampler_for(

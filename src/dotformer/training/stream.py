@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dotformer.data.batching import Batch, collate
+from dotformer.data.batching import Batch
 from dotformer.errors import TrainingError
 
 
@@ -51,7 +51,7 @@ class BatchStream:
         while len(out) < count and not self.exhausted():
             indices = self._epoch_indices()
             rows = indices[self.index]
-            out.append(collate([self.sampler.examples[i] for i in rows], rows))
+            out.append(self.sampler.make_batch(rows, self.epoch))
             self.index += 1
             if self.index == len(indices):
                 self.epoch, self.index = self.epoch + 1, 0
