@@ -1,0 +1,121 @@
+"""The language model end to end through the command line and the API: train --task lm (and resume), generate,
+evaluate, Translator.generate; one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import dotformer
+from dotformer.cli import main
+from dotformer.training.lm_config import LMDataConfig, is_lm_config_file, read_lm_config_file
+
+WORDS = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "light", "darkness", "water", "spirit"]
+TINY = ["--preset", "tiny", "--block-size", "16", "--max-tokens", "64", "--no-progress", "--eval-every", "2"]
+
+
+def write_corpus(path: Path, lines: int = 300) -> Path:
+    text = "".join(" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 5)) + "\n" for i in range(lines))
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny language model trained 3 steps (then resumed to 4) through the CLI."""
+    root = tmp_path_factory.mktemp("lm")
+    corpus = write_corpus(root / "corpus.txt")
+    out = root / "run"
+    assert main(["train", "--task", "lm", "--data", str(corpus), "--out", str(out), "--max-steps", "3", *TINY]) == 0
+    assert main(["train", "--task", "lm", "--out", str(out), "--resume", "--max-steps", "4", "--no-progress"]) == 0
+    return out
+
+
+def test_training_writes_a_decoder_only_run(run_dir: Path) -> None:
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["task"] == "lm" and record["model"]["arch"] == "decoder-only"
+    assert record["model"]["max_len"] == 16 and record["data"]["block_size"] == 16
+    assert record["train"]["label_smoothing"] == 0.0 and len(record["resumes"]) == 1
+    lines = {name: (run_dir / "data" / f"{name}.txt").read_text().splitlines() for name in ("train", "valid", "test")}
+    assert sum(len(v) for v in lines.values()) == 300 and all(lines.values())
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert max(steps) == 4
+    config = json.loads((run_dir / "last" / "config.json").read_text())
+    assert config["task"] == "lm"
+
+
+def test_generate_cli_is_seeded_and_equals_the_api(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["generate", "--checkpoint", str(run_dir), "--prompt", "in the", "--max-new-tokens", "12", "--seed", "4"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0
+    assert capsys.readouterr().out == first
+    lm = dotformer.load(run_dir, device="cpu")
+    assert first == "in the" + lm.generate("in the", max_new_tokens=12, seed=4) + "\n"
+    samples = lm.generate("god", n=3, max_new_tokens=8, top_k=3, seed=1)
+    assert isinstance(samples, list) and len(samples) == 3
+    assert lm.generate("god", strategy="greedy", max_new_tokens=8) == lm.generate(
+        "god", strategy="greedy", max_new_tokens=8, use_cache=False
+    )
+
+
+def test_generate_reads_prompts_from_stdin(
+    run_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("light\nwater\n"))
+    assert main(["generate", "--checkpoint", str(run_dir), "--greedy", "--max-new-tokens", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("light") and "\nwater" in out
+    assert main(["generate", "--checkpoint", str(run_dir), "--prompt", "in", "--beam", "3", "--n", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[:1] == ["# beam 1"]
+
+
+def test_evaluate_reports_bits_per_character(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    metrics = run_dir / "m.json"
+    assert main(["evaluate", "--checkpoint", str(run_dir), "--split", "valid", "--json", str(metrics)]) == 0
+    out = capsys.readouterr().out
+    assert "bits/char" in out and "perplexity" in out
+    scored = json.loads(metrics.read_text())
+    assert scored["bits_per_character"] == pytest.approx(scored["nats_per_token"] / math.log(2))  # char tokens
+    best = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in best if r["split"] == "valid" and r["best"]][-1]
+    assert scored["nats_per_token"] == pytest.approx(valid["nll"], rel=1e-5)  # the training loop's figure
+
+
+def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus = write_corpus(tmp_path / "c.txt", 40)
+    cases = [
+        (["generate", "--checkpoint", str(run_dir), "--prompt", "x", "--top-p", "0"], "top_p"),
+        (["generate", "--checkpoint", str(run_dir), "--max-new-tokens", "0", "--prompt", "x"], "max_new_tokens"),
+        (["train", "--task", "lm", "--data", str(corpus), "--delimiter", "tab", "--max-steps", "1"], "delimiter"),
+        (["train", "--task", "lm", "--data", str(tmp_path / "none.txt"), "--max-steps", "1"], "no such file"),
+        (["train", "--task", "lm", "--data", str(corpus), "--out", str(run_dir), "--max-steps", "1"], "--resume"),
+        (["train", "--task", "lm", "--data", str(corpus), "--block-size", "1", "--max-steps", "1"], "block_size"),
+    ]
+    for argv, words in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], (argv, err)
+
+
+def test_generate_refuses_a_translation_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "copy"
+    assert main(["train", "--data", "copy", "--preset", "tiny", "--max-steps", "1", "--out", str(out),
+                 "--no-progress", "--synthetic-examples", "50"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["generate", "--checkpoint", str(out), "--prompt", "a1"]) == 2
+    assert "dotformer translate" in capsys.readouterr().err
+
+
+def test_the_shipped_config_is_a_language_model() -> None:
+    assert is_lm_config_file("lm-bible") and not is_lm_config_file("bible")
+    sections = read_lm_config_file("lm-bible")
+    data = LMDataConfig.from_section(sections.data)
+    assert data.tokenizer == "char" and 64 <= data.block_size <= 128 and data.test_books
+    assert sections.model["d_model"] == 128 and sections.model["num_decoder_layers"] == 4
+    assert sections.model["num_heads"] == 4 and sections.train["max_minutes"] == 10
