@@ -6,7 +6,7 @@
     printf 'In the beginning\\nJesus wept' | dotformer generate --checkpoint runs/lm --greedy --max-new-tokens 80
 
 Each prompt (``--prompt``, else one per line of standard input) is printed followed by its continuation; with
-``--n`` above 1, each sample starts with a ``# sample I`` line. On a terminal a single continuation is printed token
+``--n`` above 1, each sample starts with a ``# sample I`` line. Prompt i (from 0) draws with ``--seed`` + i. On a terminal a single continuation is printed token
 by token as it is produced.
 """
 
@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = load_checkpoint_for_decoding(args.checkpoint, args.device)
     prompts = [args.prompt] if args.prompt is not None else [line.rstrip("\r\n") for line in sys.stdin]
     stream = sys.stdout.isatty() and args.n == 1 and strategy != "beam"
-    for prompt in prompts:
+    for i, prompt in enumerate(prompts):
+        config = config.replace(seed=args.seed + i)  # prompt i draws with seed + i: the same prompts, the same text
         if stream:
             print(prompt, end="", flush=True)
             generate_text(checkpoint, prompt, config, on_text=lambda piece: print(piece, end="", flush=True))
