@@ -119,3 +119,25 @@ def test_the_shipped_config_is_a_language_model() -> None:
     assert data.tokenizer == "char" and 64 <= data.block_size <= 128 and data.test_books
     assert sections.model["d_model"] == 128 and sections.model["num_decoder_layers"] == 4
     assert sections.model["num_heads"] == 4 and sections.train["max_minutes"] == 10
+
+
+def test_attention_maps_of_a_language_model_are_causal(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+    import torch
+
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.plots.lm_attention import lm_attention_weights
+
+    loaded = load_checkpoint(run_dir, device="cpu")
+    maps = lm_attention_weights(loaded, "in the")
+    assert maps.decoder_self.shape == (2, 4, 7, 7) and maps.tgt_tokens[0] == "</s>"  # a line end, then 6 chars
+    assert np.allclose(np.triu(maps.decoder_self, k=1), 0.0)  # the causal mask: nothing above the diagonal
+    assert np.allclose(maps.decoder_self.sum(-1), 1.0, atol=1e-5)
+    with torch.no_grad():
+        ids = torch.tensor([[2, *loaded.tgt_tokenizer.encode("in the")]])
+        expected = loaded.model.decode(ids, need_weights=True).self_weights[1][0]
+    assert np.allclose(maps.decoder_self[1], expected.numpy(), atol=1e-6)
+    out = run_dir / "attention.png"
+    assert main(["plot", "attention", "--checkpoint", str(run_dir), "in the", "--out", str(out)]) == 0
+    assert out.is_file() and "(8 maps)" in capsys.readouterr().out  # 2 layers × 4 heads
+    assert main(["plot", "attention", "--checkpoint", str(run_dir), "in", "--target", "x", "--out", str(out)]) == 2
