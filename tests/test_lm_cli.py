@@ -141,3 +141,29 @@ def test_attention_maps_of_a_language_model_are_causal(run_dir: Path, capsys: py
     assert main(["plot", "attention", "--checkpoint", str(run_dir), "in the", "--out", str(out)]) == 0
     assert out.is_file() and "(8 maps)" in capsys.readouterr().out  # 2 layers × 4 heads
     assert main(["plot", "attention", "--checkpoint", str(run_dir), "in", "--target", "x", "--out", str(out)]) == 2
+
+
+def test_resuming_continues_exactly(tmp_path: Path) -> None:
+    """2 steps, then a resume to 4, end with the weights of 4 steps in one go (the same blocks, RNG and schedule)."""
+    from safetensors.torch import load_file
+
+    corpus = write_corpus(tmp_path / "c.txt")
+    common = ["--task", "lm", "--data", str(corpus), *TINY, "--dropout", "0.1"]
+    assert main(["train", *common, "--out", str(tmp_path / "a"), "--max-steps", "4"]) == 0
+    assert main(["train", *common, "--out", str(tmp_path / "b"), "--max-steps", "2"]) == 0
+    assert main(["train", "--task", "lm", "--out", str(tmp_path / "b"), "--resume", "--max-steps", "4"]) == 0
+    a, b = (load_file(str(tmp_path / run / "last" / "model.safetensors")) for run in ("a", "b"))
+    assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
+
+
+def test_a_bpe_language_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus = write_corpus(tmp_path / "c.txt")
+    out = tmp_path / "bpe"
+    argv = ["train", "--task", "lm", "--data", str(corpus), "--tokenizer", "bpe", "--vocab-size", "300"]
+    assert main([*argv, *TINY, "--out", str(out), "--max-steps", "2"]) == 0
+    assert json.loads((out / "run.json").read_text())["data"]["tokenizer"] == "bpe"
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(out), "--split", "valid", "--json", str(out / "m.json")]) == 0
+    scored = json.loads((out / "m.json").read_text())
+    assert scored["characters"] > scored["tokens"]  # a BPE token spells several characters
+    assert scored["bits_per_character"] < scored["bits_per_token"]
