@@ -141,3 +141,31 @@ def test_a_uniform_model_scores_log2_v_bits_per_character(make_model) -> None:
     assert score.tokens == 3 + 4 + 2 + 3 - 1  # every token after the first, line ends included
     assert score.characters == score.tokens  # one character per token
     assert score.bits_per_character == pytest.approx(math.log2(13), rel=1e-6)
+
+
+def kjv_installed() -> bool:
+    from dotformer.data import bible
+    from dotformer.errors import MissingDataError
+
+    try:
+        return bible.resolve_module("KJV", bible.find_modules(bible.sword_libraries())) is not None
+    except MissingDataError:
+        return False
+
+
+@pytest.mark.skipif(not kjv_installed(), reason="needs pysword and the KJV module (apt-get install -y sword-text-kjv)")
+def test_the_kjv_as_text_held_out_by_books() -> None:
+    from dotformer.data.text import check_books, read_text_corpus
+
+    corpus = read_text_corpus("bible")
+    assert corpus.lines[0] == "In the beginning God created the heaven and the earth."
+    assert corpus.groups[0] == "Gen" and corpus.groups[-1] == "Rev" and corpus.report["module"] == "engKJV2006eb"
+    assert all(line.strip() for line in corpus.lines)
+    books = check_books(corpus, ["Ruth", "jonah"])
+    assert books == ["Ruth", "Jonah"]
+    splits = split_text(corpus, seed=1, valid_fraction=0.02, test_fraction=0.0, test_groups=books)
+    assert len(splits.test) == 85 + 48  # Ruth 85 verses, Jonah 48
+    assert splits.test[0].startswith("Now it came to pass in the days when the judges ruled")
+    assert not set(splits.info["valid_groups"]) & {"Ruth", "Jonah"}
+    with pytest.raises(ConfigError, match="not a Bible"):
+        check_books(TextCorpus("t.txt", ["a"], ["lines 1-100"], {"format": "text"}), ["Ruth"])
