@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The levers of the 10-minute G2P default, each trained and scored the same way (benchmarks/RESULTS.md, "Levers").
+# The levers of the 10-minute G2P default, each trained and scored the same way (docs/benchmarks.md, "Levers").
 #
 #   bash benchmarks/g2p_levers.sh NAME STEPS SAVE_EVERY [dotformer train flags...]
-#   bash benchmarks/g2p_levers.sh old 1080 100 --dropout 0.1 --max-tokens 4096 --lr-cooldown 0   # session 4's
-#   bash benchmarks/g2p_levers.sh tok1k 4600 200 --lr-cooldown 0     # session 5-10's default (test its avg5)
-#   bash benchmarks/g2p_levers.sh cool25 4600 200                    # today's (g2p.toml's cooldown: test its last)
+#   bash benchmarks/g2p_levers.sh old 1080 100 --dropout 0.1 --max-tokens 4096 --lr-cooldown 0   # the 4096-token recipe
+#   bash benchmarks/g2p_levers.sh tok1k 4600 200 --lr-cooldown 0     # without the cooldown (test its avg5)
+#   bash benchmarks/g2p_levers.sh cool25 4600 200                    # g2p.toml as shipped (its cooldown: test its last)
 #
 # Trains configs/g2p.toml with the given flags for STEPS optimizer steps on one torch thread (fixed steps, so the
 # figure does not depend on the machine's load; compare levers that change the cost of a step at equal tokens:

@@ -18,8 +18,8 @@ What it does, one system after the other (never both at once: they would share t
    weights chosen the same way (the mean of its last K snapshots, its last weights, or its best validation pass's).
 
 Which weights are tested (``--average-last K``), and why: each system is tested the way the task's config is meant to
-be used. A config that cools the learning rate down to 0 at the end of the budget (``lr_cooldown`` > 0: g2p.toml
-since session 11, what ``scripts/g2p.sh`` evaluates) is tested on its **last** weights (default K = 1), and Marian
+be used. A config that cools the learning rate down to 0 at the end of the budget (``lr_cooldown`` > 0: g2p.toml,
+whose last checkpoint ``scripts/g2p.sh`` evaluates) is tested on its **last** weights (default K = 1), and Marian
 cools down the same way; otherwise (bible.toml) the default is K = 5: the mean of the last 5 saved checkpoints
 (``dotformer average``, the paper's §6.1 trick: the mean of the last few points of the optimiser's path is a better
 model than any one of them). Either way both systems are tested alike:
@@ -88,8 +88,8 @@ No tuning sweep of Marian at the full budget has been run by this script's autho
 options above are there for one.
 
 Output: a Markdown table on standard output and ``--out`` JSON (machine, commit, load before each run, settings, both
-systems' steps, epochs, tokens/s, minutes, the weights tested, metrics, test sizes, the gaps against the issue's
-targets).
+systems' steps, epochs, tokens/s, minutes, the weights tested, metrics, test sizes, the gaps against each
+task's target).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ from dotformer.data.splits import load_split
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, load_tokenizer
 from dotformer.data.types import Pair
 from dotformer.decoding.evaluation import group_references, sample_sources
-from dotformer.decoding.translate import source_normaliser
+from dotformer.decoding.inputs import source_normaliser
 from dotformer.metrics import bleu, chrf, g2p_error_rates, perplexity
 from dotformer.training.progress import Budget, Position, budget_fraction
 from dotformer.training.schedule import cooldown_factor, inverse_sqrt_lr
@@ -127,13 +127,13 @@ from dotformer.training.schedule import cooldown_factor, inverse_sqrt_lr
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One job of the issue: which shipped config, which budget, which metrics."""
+    """One job of the comparison: which shipped config, which budget, which metrics."""
 
     config: str  # shipped dotformer config name (configs/NAME.toml)
-    minutes: float  # the issue's budget
+    minutes: float  # the training budget of each system
     metrics: tuple[str, ...]  # the headline metrics, in table order
     lower_is_better: bool  # WER/PER (True) or BLEU/chrF (False)
-    target_gap: float  # the issue's target: dotformer better by at least this much on metrics[0]
+    target_gap: float  # the target: dotformer better by at least this much on metrics[0]
     unit: str  # what one test source is
 
 
@@ -740,7 +740,7 @@ def table_rows(task: str, results: Sequence[SystemResult]) -> tuple[list[dict[st
 
 
 def target_check(task: str, dotformer: SystemResult, marian: SystemResult) -> dict[str, Any]:
-    """dotformer's lead on the headline metric against the issue's target (positive: dotformer better)."""
+    """dotformer's lead on the headline metric against the task's target (positive: dotformer better)."""
     spec = TASKS[task]
     metric = spec.metrics[0]
     lead = marian.metrics[metric] - dotformer.metrics[metric]

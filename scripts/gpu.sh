@@ -8,7 +8,7 @@
 #
 #   bash scripts/gpu.sh prepare        # where setup.sh can install the corpora: writes gpu_data/ (14 MB)
 #   bash scripts/gpu.sh run            # on the GPU machine, from the repository root: results in $OUT or runs/gpu
-#   BIBLE_MINUTES=10 G2P_MINUTES=10 BENCH_SECONDS=340 bash scripts/gpu.sh run   # the budgets of issue #12
+#   BIBLE_MINUTES=10 G2P_MINUTES=10 BENCH_SECONDS=340 bash scripts/gpu.sh run   # 10 + 10 minutes of training
 #   SMOKE=1 bash scripts/gpu.sh run    # a few steps of each on whatever device there is (a check of the script)
 #
 # Defaults (3 + 2 minutes of training, 150 s of benchmarks, ~8 minutes in all with the evaluations) fit a 15-minute

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Set up and run the checks: ruff (lint + format) and the test suite without the slow tests.
+# Set up and run the checks: ruff (lint + format), the test suite without the slow tests, and the documentation build.
 # all: every optional feature (corpora, metrics, plots, TensorBoard, hf: corpora) so its tests run; bench brings the
-# peers (HF transformers, CTranslate2) and onnx so the exporter and importer tests run too.
+# peers (HF transformers, CTranslate2) and onnx so the exporter and importer tests run too; docs brings Sphinx.
 # Usage: bash scripts/test.sh [PYTEST ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh all,dev,bench,onnx sword-text-sparv sword-text-kjv sword-text-web chromium chromium-driver nodejs
+bash scripts/setup.sh all,dev,bench,onnx,docs sword-text-sparv sword-text-kjv sword-text-web chromium chromium-driver nodejs
 python3 -m ruff check .
 python3 -m ruff format --check .
 # The explorer page's JavaScript (package data, inlined into the page): a syntax check of each file.
@@ -15,3 +15,5 @@ else echo "test: node not found: no JavaScript syntax check (install the Debian 
 # worksteal lets the idle process take queued tests while the other runs the long copy-task test.
 export OMP_NUM_THREADS=1
 python3 -m pytest -q -m "not slow" -n 2 --dist worksteal "$@"
+# The documentation: warnings are errors, so a broken reference or docstring fails here (its snippets run in pytest).
+python3 -m sphinx -W --keep-going -q -b html docs docs/_build/html

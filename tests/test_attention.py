@@ -301,8 +301,8 @@ def test_float16_reference_scales_before_it_overflows(masked: bool) -> None:
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("where", ["key", "value", "both"])
 def test_what_masked_keys_and_values_hold_never_reaches_an_output(path: str, bad: float, where: str) -> None:
-    """The issue's case: q, k, v random (1,1,2,4), (1,1,3,4), (1,1,3,4), mask [T, T, F], NaN/inf in the masked key
-    and value: the outputs equal those of clean inputs, and equal the attention over the two real keys alone."""
+    """A masked key holding garbage: q, k, v random (1,1,2,4), (1,1,3,4), (1,1,3,4), mask [T, T, F], NaN/inf in the
+    masked key and value: the outputs equal those of clean inputs, and equal the attention over the two real keys."""
     torch.manual_seed(3)
     q, k, v = torch.randn(1, 1, 2, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4)
     mask = torch.tensor([True, True, False])[None, None, None, :]  # (1, 1, 1, S)
@@ -316,3 +316,55 @@ def test_what_masked_keys_and_values_hold_never_reaches_an_output(path: str, bad
     assert bool(out.isfinite().all())
     torch.testing.assert_close(out, clean)
     torch.testing.assert_close(out, torch.softmax(q @ k[..., :2, :].mT / 2.0, dim=-1) @ v[..., :2, :])
+
+
+# -- masks are read as (B, H, T, S), never widened or shifted onto the heads ----------------------------------------
+
+
+def test_a_per_sentence_mask_without_a_head_dim_is_refused() -> None:
+    """A (B, T, S) mask with one head broadcast together with (B, 1, T, S) scores to a (B, B, T, S) result."""
+    B, T, S = 3, 2, 4
+    q, k, v = torch.randn(B, 1, T, 8), torch.randn(B, 1, S, 8), torch.randn(B, 1, S, 8)
+    mask = torch.ones(B, T, S, dtype=torch.bool)
+    for call in (scaled_dot_product_attention, fused_attention):
+        with pytest.raises(ShapeError, match=r"mask \(3, 2, 4\) .* scores \(3, 1, 2, 4\).*\(B, 1, T, S\)"):
+            call(q, k, v, mask)
+    # The same mask with its head dim is read per sentence.
+    out = scaled_dot_product_attention(q, k, v, mask[:, None]).output
+    assert out.shape == (B, 1, T, 8)
+
+
+def test_a_mask_with_the_batch_size_in_the_head_dim_is_refused_not_read_per_head() -> None:
+    """B == H: a per-sentence (B, 1, S) mask would broadcast as (1, B, 1, S), one mask per head, silently."""
+    B = H = 2
+    q, k, v = torch.randn(B, H, 3, 4), torch.randn(B, H, 5, 4), torch.randn(B, H, 5, 4)
+    per_sentence = torch.tensor([[True] * 5, [True, True, False, False, False]])[:, None, :]  # (B, 1, S)
+    for call in (scaled_dot_product_attention, fused_attention):
+        with pytest.raises(ShapeError, match=r"mask \(2, 1, 5\) .*head dim.*\(B, 1, 1, S\)"):
+            call(q, k, v, per_sentence)
+    # Masks that broadcast to every (B, H) unambiguously stay accepted: (S,), (T, S), (1, T, S), (B, 1, 1, S).
+    for mask in (per_sentence[0, 0], per_sentence[0].expand(3, 5), per_sentence[:1], per_sentence[:, None]):
+        fused_attention(q, k, v, mask)
+
+
+def test_a_mask_may_not_widen_the_scores() -> None:
+    q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
+    mask = torch.ones(4, 1, 1, 5, dtype=torch.bool)  # 4 sentences' masks for 1 sentence's scores
+    for call in (scaled_dot_product_attention, fused_attention):
+        with pytest.raises(
+            ShapeError, match=r"mask \(4, 1, 1, 5\) does not broadcast to the scores' shape \(1, 2, 3, 5\)"
+        ):
+            call(q, k, v, mask)
+
+
+@pytest.mark.parametrize("dtype, bound", [(torch.bfloat16, 0.25), (torch.float16, 0.03)])
+def test_the_reference_computes_in_float32_for_half_precision_inputs(dtype: torch.dtype, bound: float) -> None:
+    """Scores and softmax in bfloat16/float16 were ~40x (bf16) / ~75x (fp16) further from float64 than the kernel."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 64, 32).mul(10).to(dtype) for _ in range(3))
+    exact = scaled_dot_product_attention(q.double(), k.double(), v.double())
+    out, weights = scaled_dot_product_attention(q, k, v)
+    assert out.dtype == dtype and weights is not None and weights.dtype == dtype
+    error = float((out.double() - exact.output).abs().max())
+    fused_error = float((fused_attention(q, k, v).double() - exact.output).abs().max())
+    assert error <= bound and error <= 2 * fused_error + 1e-3, (error, fused_error)

@@ -136,7 +136,7 @@ def test_bpe_round_trips_exactly_and_pieces_read_as_text():
 def test_byte_level_alphabet_matches_hugging_face():
     from tokenizers import pre_tokenizers
 
-    from dotformer.data.tokenizers import byte_level_alphabet
+    from dotformer.data.bpe import byte_level_alphabet
 
     alphabet = byte_level_alphabet()
     assert sorted(alphabet) == sorted(pre_tokenizers.ByteLevel.alphabet())

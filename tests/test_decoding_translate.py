@@ -15,15 +15,14 @@ from dotformer.data.corpora import Pair
 from dotformer.data.tokenizers import EOS_ID, train_tokenizer
 from dotformer.decoding import DecodeConfig, translate
 from dotformer.decoding.evaluation import Evaluation, format_evaluation, group_references, limit_sources
-from dotformer.decoding.translate import (
+from dotformer.decoding.inputs import (
     InputTooLongError,
     UnknownTokenWarning,
     encode_sources,
     encode_texts,
-    length_sorted_batches,
-    pad_batch,
     source_normaliser,
 )
+from dotformer.decoding.translate import length_sorted_batches, pad_batch
 from dotformer.errors import ConfigError, ShapeError
 
 SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"

@@ -709,7 +709,7 @@ def test_forced_targets_are_normalised_and_unknown_symbols_named_as_plot_does(
 ) -> None:
     import warnings
 
-    from dotformer.decoding.translate import UnknownTokenWarning
+    from dotformer.decoding.inputs import UnknownTokenWarning
     from dotformer.explore.data import examples_json
 
     src_tok = train_tokenizer("char", ["read"])

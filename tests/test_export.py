@@ -9,12 +9,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from dotformer import ConfigError, ModelConfig, Transformer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+from dotformer.export.params import Converter, EngineNames, join, locate
 
 SRC_V, TGT_V = 40, 50
 
@@ -282,6 +284,96 @@ def test_ct2_export_never_replaces_a_non_empty_directory(tmp_path):
     assert (export_ctranslate2(tiny_model(), tmp_path / "empty") / "model.bin").is_file()
 
 
+# -- the one parameter map ---------------------------------------------------------------------------------------
+
+
+def engine_tables() -> dict[str, Any]:
+    from dotformer.export.ct2 import CT2_NAMES
+    from dotformer.export.marian import MARIAN_NAMES
+    from dotformer.export.torch_nn import TORCH_NAMES
+    from dotformer.imports.bert import BERT_NAMES
+
+    return {"ct2": CT2_NAMES, "marian": MARIAN_NAMES, "torch": TORCH_NAMES, "bert": BERT_NAMES}
+
+
+@pytest.mark.parametrize("engine", ["ct2", "marian", "torch", "bert"])
+def test_every_engine_names_each_role_of_a_layer_once(engine):
+    """Every engine table holds q, k, v, o of each attention sublayer once (alone or stacked), in and out of the
+    feed-forward, and a LayerNorm per sublayer."""
+    names = engine_tables()[engine]
+    assert set(names.layers) <= {"encoder", "decoder"} and "encoder" in names.layers
+    for layer in names.layers.values():
+        assert "{i}" in layer.path
+        assert set(layer.projections) == set(layer.attention)
+        for projections in layer.projections.values():
+            assert sorted(role for roles in projections.values() for role in roles) == ["k", "o", "q", "v"]
+        assert sorted(layer.ffn) == ["in", "out"]
+        assert set(layer.norms) == {*layer.attention, "ffn"}
+    if "decoder" in names.layers:
+        assert sorted(names.layers["decoder"].attention) == ["cross", "self"]
+
+
+class Recorder(Converter):
+    """A Converter that records what the walk hands over: dotformer's parameters and the engine's names."""
+
+    def __init__(self, names: EngineNames) -> None:
+        super().__init__(names)
+        self.ours: list[int] = []
+        self.theirs: list[str] = []
+
+    def copy_linear(self, ours, theirs, roles):
+        assert len(ours) == len(roles)
+        self.ours += [id(p) for linear in ours for p in linear.parameters()]
+        self.theirs.append(theirs)
+
+    def copy_norm(self, ours, theirs):
+        self.ours += [id(p) for p in ours.parameters()]
+        self.theirs.append(theirs)
+
+
+@pytest.mark.parametrize("engine", ["ct2", "marian", "torch"])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_walk_hands_over_every_stack_parameter_once(engine, norm_first):
+    names = engine_tables()[engine]
+    model = tiny_model(norm_first=norm_first)
+    recorder = Recorder(names)
+    recorder.copy_stacks(model)
+    assert model.encoder is not None and model.decoder is not None
+    stacks = [*model.encoder.parameters(), *model.decoder.parameters()]
+    final_norms = [
+        id(p) for stack in (model.encoder, model.decoder) if stack.final_norm for p in stack.final_norm.parameters()
+    ]
+    expected = sorted(id(p) for p in stacks)
+    if engine == "marian":  # post-LN only: no final norms
+        expected = sorted(i for i in expected if i not in final_norms)
+    assert sorted(recorder.ours) == expected
+    assert len(set(recorder.theirs)) == len(recorder.theirs)  # each engine name once
+    example = {  # the second decoder layer's cross-attention keys
+        "ct2": "decoder.layer.1.attention.linear.1",  # stacked with the values
+        "marian": "decoder.layers.1.encoder_attn.k_proj",
+        "torch": "decoder.layers.1.multihead_attn.in_proj",  # stacked with the queries and values
+    }
+    assert example[engine] in recorder.theirs
+
+
+def test_the_walk_refuses_a_layer_that_lacks_the_engines_sublayer():
+    decoder_names = engine_tables()["marian"].layers["decoder"]
+    model = tiny_model(arch="decoder-only")
+    with pytest.raises(ConfigError, match="self attention, the engine's layer self/cross"):
+        Recorder(EngineNames(layers={"decoder": decoder_names})).copy_stacks(model)
+    with pytest.raises(ConfigError, match="has a encoder"):
+        Recorder(engine_tables()["ct2"]).copy_stacks(model)
+
+
+def test_locate_and_join_follow_dotted_paths():
+    tree = torch.nn.Module()
+    tree.layers = torch.nn.ModuleList([torch.nn.Linear(2, 3), torch.nn.Linear(3, 4)])
+    assert locate(tree, "layers.1") is tree.layers[1]
+    assert locate({"a": 1}, "") == {"a": 1}
+    assert locate(type("Spec", (), {"linear": ["x", "y"]}), "linear.-1") == "y"
+    assert join("", "encoder", "", "norm") == "encoder.norm"
+
+
 # -- ONNX -----------------------------------------------------------------------------------------------------------
 
 
@@ -291,7 +383,7 @@ def test_ct2_export_never_replaces_a_non_empty_directory(tmp_path):
         {},
         {"norm_first": True, "activation": "gelu", "bias": False},
         {"positional": "learned", "max_len": 32, "tie_output": False},
-        {"layer_norm_eps": 0.5},
+        {"layer_norm_eps": 0.5, "activation": "silu"},
         {"scale_embeddings": False, "embedding_norm": True, "generator_bias": True},
     ],
 )

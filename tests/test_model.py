@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from dotformer import ModelConfig, Transformer
+from dotformer.decoding.cache import DecoderCache
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.export.torch_nn import to_torch_transformer
 from dotformer.model import expected_num_parameters
@@ -156,12 +157,12 @@ def test_cached_one_token_at_a_time_equals_full_decode(make_model, overrides):
         src_mask = model.source_mask(src)
         memory = model.encode(src).memory
     full = model.decode(tgt, memory, src_mask, need_weights=True)
-    cache = model.new_cache()
+    cache = DecoderCache()
     steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache) for t in range(tgt.size(1))]
     assert cache.length == tgt.size(1)
     torch.testing.assert_close(torch.cat([s.hidden for s in steps], dim=1), full.hidden)
     # Two chunks, with weights, also agree; the last chunk's weights are the bottom rows of the full ones.
-    cache = model.new_cache()
+    cache = DecoderCache()
     model.decode(tgt[:, :4], memory, src_mask, cache=cache)
     last = model.decode(tgt[:, 4:], memory, src_mask, cache=cache, need_weights=True)
     torch.testing.assert_close(last.hidden, full.hidden[:, 4:])
@@ -172,7 +173,7 @@ def test_cache_reorder_follows_beams(make_model):
     model = make_model()
     src, tgt = _batch()
     src_mask, memory = model.source_mask(src), model.encode(src).memory
-    cache = model.new_cache()
+    cache = DecoderCache()
     model.decode(tgt[:, :3], memory, src_mask, cache=cache)
     index = torch.tensor([1, 1, 0])
     cache.reorder(index)
@@ -188,7 +189,7 @@ def test_grouped_cache_reorder_moves_each_sentences_memory_along(make_model):
     rows = torch.randint(4, V, (4, 5))  # (N, T): rows 0, 1 read sentence 0; rows 2, 3 read sentence 1
     expanded_memory, expanded_mask = memory.repeat_interleave(2, 0), src_mask.repeat_interleave(2, 0)
     for index in (torch.tensor([1, 0, 3, 2]), torch.tensor([2, 3, 0, 1]), torch.tensor([3, 3, 1, 0]), None):
-        cache = model.new_cache()
+        cache = DecoderCache()
         model.decode(rows[:, :3], memory, src_mask, cache=cache)
         if index is None:  # drop sentence 0: keep rows 3, 2 of sentence 1
             index = torch.tensor([3, 2])
@@ -199,7 +200,7 @@ def test_grouped_cache_reorder_moves_each_sentences_memory_along(make_model):
         step = model.decode(rows[index, 3:], memory[kept], src_mask[kept], cache=cache).hidden
         full = model.decode(rows[index], expanded_memory[index], expanded_mask[index]).hidden
         torch.testing.assert_close(step, full[:, 3:])
-    cache = model.new_cache()
+    cache = DecoderCache()
     model.decode(rows[:, :3], memory, src_mask, cache=cache)
     with pytest.raises(ShapeError, match="each 2 consecutive entries must be rows of one sentence"):
         cache.reorder(torch.tensor([1, 2, 0, 3]))  # rows 0 and 1 would read another sentence's memory
@@ -397,3 +398,25 @@ def test_big_model_has_the_papers_213_million_parameters():
     assert count == expected_num_parameters(config) == _distinct_parameter_count(model)
     assert count == _paper_count(1024, 4096, 6, 37000) == 214_245_376
     assert abs(count - 213e6) / 213e6 < 0.05
+
+
+def test_a_per_sentence_mask_is_refused_when_the_batch_size_equals_the_heads(make_model):
+    """The Annotated Transformer's (B, 1, S) source mask with B == H would be read as one mask per head."""
+    model = make_model()  # H = 4
+    src, tgt = _batch(B=4, lengths=(7, 4, 1, 2))
+    with pytest.raises(ShapeError, match=r"mask \(4, 1, 7\) .*\(B, 1, 1, S\)"):
+        model(src, tgt, src_mask=(src != 0)[:, None, :])
+    torch.testing.assert_close(model(src, tgt, src_mask=(src != 0)[:, None, None, :]), model(src, tgt))
+
+
+@pytest.mark.parametrize("name", ["silu", "swish"])
+def test_silu_feed_forward(make_model, name):
+    """FFN(x) = SiLU(x·W_1 + b_1)·W_2 + b_2 with SiLU(z) = z·σ(z); "swish" is stored as "silu"."""
+    model = make_model(activation=name)
+    assert model.config.activation == "silu"
+    assert ModelConfig.from_dict(model.config.to_dict()).activation == "silu"
+    ffn = model.encoder.layers[0].feed_forward
+    x = torch.randn(2, 3, model.config.d_model)
+    torch.testing.assert_close(ffn(x), torch.nn.functional.silu(ffn.W_1(x)) @ ffn.W_2.weight.T + ffn.W_2.bias)
+    src, tgt = _batch()
+    assert model(src, tgt).isfinite().all()

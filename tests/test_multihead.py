@@ -1,4 +1,4 @@
-"""Multi-head attention against torch.nn.MultiheadAttention, its KV cache, dropout, and its errors."""
+"""Multi-head attention against torch.nn.MultiheadAttention, its KV cache and layouts, dropout, and its errors."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dotformer.decoding.cache import KVCache, grouped_cross_attention
+from dotformer.decoding.cache import GroupedRows, KVCache
 from dotformer.errors import ShapeError
 from dotformer.export.torch_nn import from_torch_multihead, to_torch_multihead
 from dotformer.masks import causal_mask
 from dotformer.multihead import MultiHeadAttention
-from dotformer.packing import Packing, packed_attention
+from dotformer.packing import Packing
 
 
 def _randomise_biases(mha: MultiHeadAttention) -> MultiHeadAttention:
@@ -118,12 +118,12 @@ def test_self_attention_cache_in_chunks_with_weights_equals_full():
 def test_static_cache_computes_cross_keys_once():
     mha = MultiHeadAttention(8, 2).eval()
     memory = torch.randn(2, 5, 8)
-    cache = KVCache()
-    mha(torch.randn(2, 1, 8), memory, cache=cache, static_kv=True)
+    cache = KVCache(static=True)
+    mha(torch.randn(2, 1, 8), memory, cache=cache)
     key = cache.key
     x = torch.randn(2, 1, 8)
     # A different key_value on later steps is ignored: the cached projections are reused.
-    out = mha(x, torch.zeros(2, 5, 8), cache=cache, static_kv=True).output
+    out = mha(x, torch.zeros(2, 5, 8), cache=cache).output
     assert cache.key is key and cache.length == 5
     torch.testing.assert_close(out, mha(x, memory).output)
 
@@ -167,13 +167,13 @@ def test_cache_with_a_different_batch_size_is_a_shape_error():
     mha(torch.randn(3, 1, 8), is_causal=True, cache=cache)
     with pytest.raises(ShapeError, match=r"\(3, 2, 1, 4\).*\(1, 2, 1, 4\)"):
         mha(torch.randn(1, 1, 8), is_causal=True, cache=cache)
-    static = KVCache()
-    mha(torch.randn(3, 1, 8), torch.randn(3, 5, 8), cache=static, static_kv=True)
+    static = KVCache(static=True)
+    mha(torch.randn(3, 1, 8), torch.randn(3, 5, 8), cache=static)
     with pytest.raises(ShapeError, match="batch size 3"):
-        mha(torch.randn(1, 1, 8), torch.randn(1, 5, 8), cache=static, static_kv=True)
+        mha(torch.randn(1, 1, 8), torch.randn(1, 5, 8), cache=static)
 
 
-def test_grouped_cross_attention_equals_the_expanded_memory():
+def test_grouped_queries_equal_the_expanded_memory():
     """N = B·G query rows reading B memory rows (beam search) == each query row reading its own copy of the memory."""
     torch.manual_seed(0)
     mha = _randomise_biases(MultiHeadAttention(8, 2)).eval()
@@ -182,31 +182,31 @@ def test_grouped_cross_attention_equals_the_expanded_memory():
     mask = _lengths_mask([5, 3], S)[:, None, None, :]  # (B, 1, 1, S)
     expanded_memory, expanded_mask = memory.repeat_interleave(G, 0), mask.repeat_interleave(G, 0)
     query = torch.randn(B * G, 4, 8)
-    grouped = grouped_cross_attention(mha, query, memory, mask, need_weights=True)
+    grouped = mha(query, memory, mask, need_weights=True, packing=GroupedRows(B, G))
     expected = mha(query, expanded_memory, mask=expanded_mask, need_weights=True)
     torch.testing.assert_close(grouped.output, expected.output)
     torch.testing.assert_close(grouped.weights, expected.weights)  # (B·G, H, T, S)
     assert float(grouped.weights.detach()[3:6, :, :, 3:].abs().max()) == 0.0  # rows of sentence 1 never see its padding
     # With a static cache of B rows, step after step (the keys/values are projected on the first step only).
-    cache, expanded_cache = KVCache(), KVCache()
+    cache, expanded_cache = KVCache(static=True), KVCache(static=True)
     for step in range(2):
         x = query[:, step : step + 1]  # (B·G, 1, D)
-        out = mha(x, memory, mask=mask, cache=cache, static_kv=True).output
-        ref = mha(x, expanded_memory, mask=expanded_mask, cache=expanded_cache, static_kv=True).output
+        out = mha(x, memory, mask=mask, cache=cache).output
+        ref = mha(x, expanded_memory, mask=expanded_mask, cache=expanded_cache).output
         torch.testing.assert_close(out, ref)
         assert cache.key is not None and cache.key.size(0) == B
 
 
-def test_grouped_queries_live_with_decoding_and_need_a_whole_number_of_rows():
+def test_grouped_queries_need_a_layout_and_a_whole_number_of_rows():
     mha = MultiHeadAttention(8, 2)
-    with pytest.raises(ShapeError, match=r"key_value must be \(B=4.*decoding.cache.grouped_cross_attention"):
-        mha(torch.randn(4, 1, 8), torch.randn(2, 3, 8))  # the lesson's module: one key/value row per query row
-    with pytest.raises(ShapeError, match=r"N = B·G query rows for B memory rows, got query \(5, 1, 8\)"):
-        grouped_cross_attention(mha, torch.randn(5, 1, 8), torch.randn(2, 3, 8))  # 5 rows among 2 sentences
+    with pytest.raises(ShapeError, match=r"key_value must be \(B=4, S, D=8\), got \(2, 3, 8\)"):
+        mha(torch.randn(4, 1, 8), torch.randn(2, 3, 8))  # without a layout: one key/value row per query row
+    with pytest.raises(ShapeError, match=r"N = B·G query rows for B key/value rows, got query \(5, 1, 8\)"):
+        mha(torch.randn(5, 1, 8), torch.randn(2, 3, 8), cache=KVCache(static=True))  # 5 rows among 2 sentences
     per_query_row = torch.ones(4, 1, 1, 3, dtype=torch.bool)
     for B in (1, 2):  # a mask of one row per query row, instead of per key/value row
-        with pytest.raises(ShapeError, match=f"one row per key/value row \\(B={B}\\)"):
-            grouped_cross_attention(mha, torch.randn(4, 1, 8), torch.randn(B, 3, 8), per_query_row)
+        with pytest.raises(ShapeError, match=r"mask \(4, 1, 1, 3\)"):
+            mha(torch.randn(4, 1, 8), torch.randn(B, 3, 8), per_query_row, cache=KVCache(static=True))
 
 
 # -- dropout, lengths 0 and 1, errors -------------------------------------------------------------------------------
@@ -276,36 +276,21 @@ def test_what_masked_memory_positions_hold_never_reaches_an_output_on_any_path(b
     expected = mha(x, memory, mask=mask).output
     torch.testing.assert_close(mha(x, dirty, mask=mask).output, expected)  # fused
     torch.testing.assert_close(mha(x, dirty, mask=mask, need_weights=True).output, expected)  # reference
-    cache = KVCache()
-    steps = [mha(x[:, t : t + 1], dirty, mask=mask, cache=cache, static_kv=True).output for t in range(3)]
+    cache = KVCache(static=True)
+    steps = [mha(x[:, t : t + 1], dirty, mask=mask, cache=cache).output for t in range(3)]
     torch.testing.assert_close(torch.cat(steps, dim=1), expected)  # cached
-    grouped = grouped_cross_attention(mha, x.repeat_interleave(2, 0), dirty, mask).output  # 2 rows per memory row
+    grouped = mha(x.repeat_interleave(2, 0), dirty, mask, packing=GroupedRows(B, 2)).output  # 2 rows per memory row
     torch.testing.assert_close(grouped, expected.repeat_interleave(2, 0))
     packing = Packing.from_mask(torch.ones(B, 3, dtype=torch.bool))
     kv_packing = Packing.from_mask(keep)
-    packed, _ = packed_attention(mha, packing.pack(x), kv_packing.pack(dirty), mask, packing, kv_packing)
+    packed, _ = mha(packing.pack(x), kv_packing.pack(dirty), mask, packing=packing, kv_packing=kv_packing)
     torch.testing.assert_close(packed, packing.pack(expected))
 
 
-def test_the_lesson_forward_is_the_papers_dozen_lines() -> None:
-    """project, split heads, attend, concatenate, W_o: the forward's code (no docstring, comments) stays short."""
-    import ast
-    import inspect
-    import textwrap
-
-    tree = ast.parse(textwrap.dedent(inspect.getsource(MultiHeadAttention.forward)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    code = body[1:] if isinstance(body[0], ast.Expr) else body  # without the docstring
-    lines = {n.lineno for stmt in code for n in ast.walk(stmt) if hasattr(n, "lineno")}
-    assert len(lines) <= 12, f"MultiHeadAttention.forward has {len(lines)} code lines"
-
-
-def test_moved_cache_names_still_import_from_their_old_modules() -> None:
-    from dotformer import layers, model, multihead
-    from dotformer.decoding import cache
-
-    assert multihead.KVCache is cache.KVCache
-    assert layers.LayerCache is cache.LayerCache
-    assert model.DecoderCache is cache.DecoderCache
-    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        multihead.Nope  # noqa: B018
+def test_a_per_sentence_mask_without_a_head_dim_is_a_shape_error():
+    """One head: a (B, T, S) mask used to end in an unclear RuntimeError from the kernel."""
+    mha = MultiHeadAttention(8, 1)
+    mask = torch.ones(2, 3, 5, dtype=torch.bool)
+    for need_weights in (False, True):
+        with pytest.raises(ShapeError, match=r"mask \(2, 3, 5\) .*\(B, 1, T, S\)"):
+            mha(torch.randn(2, 3, 8), torch.randn(2, 5, 8), mask, need_weights=need_weights)

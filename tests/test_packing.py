@@ -8,9 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dotformer import ModelConfig, Transformer
+from dotformer.decoding.cache import DecoderCache
 from dotformer.errors import ConfigError, ShapeError
-from dotformer.multihead import MultiHeadAttention
-from dotformer.packing import Packing, pack, packed_attention, unpack
+from dotformer.multihead import MultiHeadAttention, pack, unpack
+from dotformer.packing import Packing
 from dotformer.training.loss import label_smoothed_cross_entropy
 
 V = 13  # conftest.make_model's vocabulary
@@ -115,15 +116,16 @@ def test_multihead_attention_packed_equals_padded() -> None:
     x = torch.randn(2, 4, 16)
     mask = keep[:, None, None, :]  # (B, 1, 1, S)
     padded = attention(x, mask=mask).output  # (B, T, D)
-    packed, _ = packed_attention(attention, packing.pack(x), packing.pack(x), mask, packing, packing)  # (N, D)
+    packed, _ = attention(packing.pack(x), mask=mask, packing=packing, kv_packing=packing)  # (N, D)
     torch.testing.assert_close(packed, padded[keep])
     # cross-attention: packed queries over packed keys/values of another length
     memory = torch.randn(2, 3, 16)
     memory_keep = torch.tensor([[True, True, False], [True, True, True]])
     memory_packing = Packing.from_mask(memory_keep)
     cross = attention(x, memory, mask=memory_keep[:, None, None, :]).output
-    cross_packed, _ = packed_attention(
-        attention, packing.pack(x), memory_packing.pack(memory), memory_keep[:, None, None, :], packing, memory_packing
+    memory_mask = memory_keep[:, None, None, :]  # (B, 1, 1, S)
+    cross_packed, _ = attention(
+        packing.pack(x), memory_packing.pack(memory), memory_mask, False, False, None, packing, memory_packing
     )
     torch.testing.assert_close(cross_packed, cross[keep])
 
@@ -132,14 +134,16 @@ def test_multihead_attention_rejects_bad_packed_inputs() -> None:
     attention = MultiHeadAttention(16, 4)
     packing = Packing.from_mask(torch.tensor([[True, False]]))
     ok = torch.randn(1, 16)
-    with pytest.raises(ShapeError, match=r"query must be packed \(N=1, D\), got \(1, 2, 16\)"):
-        packed_attention(attention, torch.randn(1, 2, 16), ok, None, packing, packing)  # padded vectors as packed
-    with pytest.raises(ShapeError, match=r"key_value must be packed \(N=1, D\), got \(2, 16\)"):
-        packed_attention(attention, ok, torch.randn(2, 16), None, packing, packing)  # 2 rows for 1 real token
+    with pytest.raises(ShapeError, match=r"query must be packed \(N_T, D\) with D=16, got \(1, 2, 16\)"):
+        attention(torch.randn(1, 2, 16), ok, packing=packing, kv_packing=packing)  # padded vectors as packed
+    with pytest.raises(ShapeError, match=r"cannot unpack \(2, 16\): expected \(N=1"):
+        attention(ok, torch.randn(2, 16), packing=packing, kv_packing=packing)  # 2 rows for 1 real token
+    with pytest.raises(ShapeError, match=r"key_value must be packed \(N_S, D=16\), got \(1, 16\) from B=2"):
+        attention(ok, ok, packing=packing, kv_packing=Packing.from_mask(torch.ones(2, 1, dtype=torch.bool)))
     model = Transformer(ModelConfig.preset("tiny", src_vocab_size=V, tgt_vocab_size=V))
     src = torch.tensor([[5, 6]])
     with pytest.raises(ConfigError, match="cache"):
-        model.decode(src, model.encode(src).memory, packing=model.packing_of(src), cache=model.new_cache())
+        model.decode(src, model.encode(src).memory, packing=model.packing_of(src), cache=DecoderCache())
 
 
 def test_packed_targets_must_be_right_padded(make_model) -> None:

@@ -347,7 +347,7 @@ def test_forced_targets_are_normalised_as_the_training_targets_and_unknown_symbo
 ) -> None:
     import warnings
 
-    from dotformer.decoding.translate import UnknownTokenWarning
+    from dotformer.decoding.inputs import UnknownTokenWarning
 
     loaded = stressless_checkpoint(tmp_path / "g2p")
     with warnings.catch_warnings():

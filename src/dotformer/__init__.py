@@ -42,7 +42,7 @@ from dotformer.multihead import MultiHeadAttention
 from dotformer.positional import sinusoidal_positional_encoding
 from dotformer.stacks import Decoder, Encoder
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {
     "KVCache": "dotformer.decoding.cache",  # decoding (and its tokenizers) load only when asked for

@@ -48,9 +48,12 @@ class AttentionOutput(NamedTuple):
 def check_attention_shapes(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> None:
     """Raise :class:`ShapeError` unless query (..., T, Dk), key (..., S, Dk), value (..., S, Dv) and mask fit together.
 
-    The mask must be boolean and broadcastable to (..., T, S), where (...) is the broadcast of query's and key's
-    leading (batch, head) dims; with a mask, leading dims that do not broadcast are a ShapeError too (without one,
-    the attention kernel reports them).
+    The mask must be boolean and broadcastable TO the scores' shape (..., T, S), where (...) is the broadcast of
+    query's and key's leading (batch, head) dims: it may not widen the scores. A mask with fewer dims than the scores
+    but more than (T, S) must have size 1 in its leading dims: a per-sentence (B, T, S) or (B, 1, S) mask would
+    otherwise be read as one mask per head (B against H); give it its head dim, (B, 1, T, S) or (B, 1, 1, S).
+    With a mask, leading dims that do not broadcast are a ShapeError too (without one, the attention kernel reports
+    them).
     """
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
         raise ShapeError(
@@ -70,9 +73,16 @@ def check_attention_shapes(query: Tensor, key: Tensor, value: Tensor, mask: Tens
         if batch is None:
             raise ShapeError(f"query {tuple(query.shape)} and key {tuple(key.shape)} have batch dims that differ")
         scores_shape = (*batch, query.shape[-2], key.shape[-2])
-        if broadcast_shape(tuple(mask.shape), scores_shape) is None:
+        if 2 < mask.dim() < len(scores_shape) and any(size != 1 for size in mask.shape[:-2]):
             raise ShapeError(
-                f"mask {tuple(mask.shape)} does not broadcast to the scores' shape {scores_shape} (..., T, S)"
+                f"mask {tuple(mask.shape)} has {mask.dim()} dims for scores {scores_shape} (B, H, T, S): its first "
+                f"dim would be read as the heads; give a per-sentence mask its head dim: (B, 1, T, S), or "
+                f"(B, 1, 1, S) for padding"
+            )
+        if broadcast_shape(tuple(mask.shape), scores_shape) != scores_shape:
+            raise ShapeError(
+                f"mask {tuple(mask.shape)} does not broadcast to the scores' shape {scores_shape} (B, H, T, S): "
+                f"expected e.g. (B, 1, T, S) per sentence or (B, 1, 1, S) for padding"
             )
 
 
@@ -127,9 +137,10 @@ def scaled_dot_product_attention(
         dropout_p: dropout probability applied to the weights (0 at inference).
 
     Returns:
-        :class:`AttentionOutput` with ``output`` (..., T, Dv) and ``weights`` (..., T, S), in the input dtype.
-        A query row whose mask allows no key gets all-zero weights and a zero output (never NaN), with finite
-        gradients.
+        :class:`AttentionOutput` with ``output`` (..., T, Dv) and ``weights`` (..., T, S), in the input dtype. Scores,
+        softmax and the weighted sum are computed in float32 at least (bfloat16/float16 inputs are upcast), as the
+        fused kernels accumulate. A query row whose mask allows no key gets all-zero weights and a zero output (never
+        NaN), with finite gradients.
 
     Raises:
         ShapeError: the shapes do not fit together (the message names them).
@@ -140,8 +151,10 @@ def scaled_dot_product_attention(
     first (:func:`hide_masked_keys`), so that a NaN or inf they hold cannot reach an output through 0 · NaN.
     """
     check_attention_shapes(query, key, value, mask)
-    d_k = query.size(-1)
+    d_k, dtype = query.size(-1), value.dtype
     key, value = hide_masked_keys(key, value, mask)
+    wide = torch.promote_types(dtype, torch.float32)  # half precision loses the small weights' digits: use float32
+    query, key, value = query.to(wide), key.to(wide), value.to(wide)
 
     # Steps 1-2: every query against every key, scaled by 1/sqrt(d_k) to keep the variance near 1. Scaling Q before
     # the product gives the same scores and keeps them in range in float16, where Q·Kᵀ alone may overflow.
@@ -160,7 +173,7 @@ def scaled_dot_product_attention(
 
     # Step 5: each output is the weighted sum of the values.
     output = torch.matmul(weights, value)  # (..., T, Dv)
-    return AttentionOutput(output, weights)
+    return AttentionOutput(output.to(dtype), weights.to(dtype))
 
 
 def fused_attention(

@@ -42,7 +42,7 @@ class ModelConfig:
     dropout: float = 0.1  # P_drop on sublayer outputs and on embedding + positional sums (§5.4)
     attention_dropout: float = 0.0  # dropout on attention weights (the paper: none; tensor2tensor: 0.1 optional)
     activation_dropout: float = 0.0  # dropout inside the FFN, after the activation (the paper: none; costly on CPUs)
-    activation: Literal["relu", "gelu"] = "relu"  # FFN non-linearity: ReLU as in the paper, GELU as in BERT/GPT
+    activation: Literal["relu", "gelu", "silu"] = "relu"  # FFN non-linearity: ReLU (paper), GELU (BERT), SiLU ("swish")
     norm_first: bool = False  # False: post-LN, LayerNorm(x + Sublayer(x)) as in the paper; True: pre-LN
     layer_norm_eps: float = 1e-5  # epsilon inside every LayerNorm
     bias: bool = True  # biases in the attention projections and the FFN
@@ -76,8 +76,10 @@ class ModelConfig:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ConfigError(f"ModelConfig.{name} must be in [0, 1), got {value!r}")
-        if self.activation not in ("relu", "gelu"):
-            raise ConfigError(f"ModelConfig.activation must be 'relu' or 'gelu', got {self.activation!r}")
+        if self.activation == "swish":  # SiLU's other name (Marian's): stored as "silu"
+            object.__setattr__(self, "activation", "silu")
+        if self.activation not in ("relu", "gelu", "silu"):
+            raise ConfigError(f"ModelConfig.activation must be 'relu', 'gelu' or 'silu', got {self.activation!r}")
         if self.positional not in ("sinusoidal", "learned"):
             raise ConfigError(f"ModelConfig.positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         if self.arch not in ("encoder-decoder", "decoder-only", "encoder-only"):

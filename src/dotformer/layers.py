@@ -6,37 +6,44 @@ Shapes follow the legend in :mod:`dotformer.attention`.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Literal, NamedTuple, Protocol
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dotformer.errors import ConfigError
-from dotformer.multihead import MultiHeadAttention
+from dotformer.multihead import KeyValueCache, Layout, MultiHeadAttention
 
-if TYPE_CHECKING:
-    from dotformer.decoding.cache import LayerCache
+Activation = Literal["relu", "gelu", "silu"]
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
 
-def __getattr__(name: str) -> Any:
-    """``LayerCache`` lives in :mod:`dotformer.decoding.cache` now; ``dotformer.layers.LayerCache`` stays (PEP 562)."""
-    if name == "LayerCache":
-        from dotformer.decoding.cache import LayerCache
+class LayerKeyValues(Protocol):
+    """One decoder layer's decoding caches (e.g. :class:`dotformer.decoding.cache.LayerCache`)."""
 
-        return LayerCache
-    raise AttributeError(f"module 'dotformer.layers' has no attribute {name!r}")
+    @property
+    def self_attn(self) -> KeyValueCache:
+        """The self-attention's keys/values, growing by the new positions at every step."""
+        ...
+
+    @property
+    def cross_attn(self) -> KeyValueCache:
+        """The cross-attention's keys/values of the memory, projected on the first step."""
+        ...
 
 
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x·W_1 + b_1)·W_2 + b_2, the same two linear maps at every position (paper §3.3, Eq. 2).
 
+    With another activation f: FFN(x) = f(x·W_1 + b_1)·W_2 + b_2, where GELU(z) = z·Φ(z) (Φ the standard normal
+    CDF, BERT and GPT) and SiLU(z) = z·σ(z) (σ the logistic sigmoid; "swish", Marian's OPUS-MT models).
+
     Args:
         d_model: D, input and output width.
         d_ff: F, inner width (2048 in the paper's base model).
-        activation: ``"relu"`` (the paper) or ``"gelu"``.
+        activation: ``"relu"`` (the paper), ``"gelu"`` or ``"silu"``.
         dropout: dropout on the inner activations during training.
         bias: whether W_1 and W_2 have biases.
 
@@ -50,13 +57,13 @@ class FeedForward(nn.Module):
         self,
         d_model: int,
         d_ff: int,
-        activation: Literal["relu", "gelu"] = "relu",
+        activation: Activation = "relu",
         dropout: float = 0.0,
         bias: bool = True,
     ) -> None:
         super().__init__()
-        if activation not in ("relu", "gelu"):
-            raise ConfigError(f"FeedForward activation must be 'relu' or 'gelu', got {activation!r}")
+        if activation not in ACTIVATIONS:
+            raise ConfigError(f"FeedForward activation must be 'relu', 'gelu' or 'silu', got {activation!r}")
         self.activation = activation
         self.W_1 = nn.Linear(d_model, d_ff, bias=bias)
         self.W_2 = nn.Linear(d_ff, d_model, bias=bias)
@@ -65,7 +72,7 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """(B, L, D) -> (B, L, D)."""
         hidden = self.W_1(x)  # (B, L, F)
-        hidden = F.relu(hidden) if self.activation == "relu" else F.gelu(hidden)
+        hidden = ACTIVATIONS[self.activation](hidden)  # (B, L, F)
         return self.W_2(self.dropout(hidden))  # (B, L, D)
 
 
@@ -91,17 +98,6 @@ class Residual(nn.Module):
             return x + self.dropout(sublayer(self.norm(x)))  # pre-LN
         return self.norm(x + self.dropout(sublayer(x)))  # post-LN, the paper
 
-    def pre(self, x: Tensor) -> Tensor:
-        """Deprecated: call ``residual(x, sublayer)``. The sublayer's input: LayerNorm(x) pre-LN, else x."""
-        warnings.warn("Residual.pre/post are deprecated: call residual(x, sublayer)", DeprecationWarning, stacklevel=2)
-        return self.norm(x) if self.norm_first else x
-
-    def post(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
-        """Deprecated: call ``residual(x, sublayer)``. x + Dropout(sublayer_out), normalised post-LN."""
-        warnings.warn("Residual.pre/post are deprecated: call residual(x, sublayer)", DeprecationWarning, stacklevel=2)
-        y = x + self.dropout(sublayer_out)
-        return y if self.norm_first else self.norm(y)
-
 
 @dataclass(frozen=True)
 class LayerSizes:
@@ -113,7 +109,7 @@ class LayerSizes:
     dropout: float = 0.1  # on sublayer outputs
     attention_dropout: float = 0.0  # on attention weights
     activation_dropout: float = 0.0  # inside the FFN, after the activation
-    activation: Literal["relu", "gelu"] = "relu"  # FFN non-linearity
+    activation: Activation = "relu"  # FFN non-linearity
     norm_first: bool = False  # pre-LN instead of the paper's post-LN
     layer_norm_eps: float = 1e-5  # LayerNorm epsilon
     bias: bool = True  # biases in projections and FFN
@@ -137,16 +133,19 @@ class EncoderLayer(nn.Module):
         self.res_attn = Residual(s.d_model, s.dropout, s.norm_first, s.layer_norm_eps)
         self.res_ff = Residual(s.d_model, s.dropout, s.norm_first, s.layer_norm_eps)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> EncoderLayerOutput:
-        """x: (B, S, D); mask: bool broadcastable to (B, H, S, S) (usually the (B, 1, 1, S) padding mask).
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, packing: Layout | None = None
+    ) -> EncoderLayerOutput:
+        """x: (B, S, D) (or (N_S, D) packed with ``packing``, :mod:`dotformer.packing`); mask: bool broadcastable to
+        (B, H, S, S) (usually the (B, 1, 1, S) padding mask).
 
-        Returns (B, S, D) and optionally the (B, H, S, S) self-attention weights.
+        Returns x's shape and optionally the (B, H, S, S) self-attention weights.
         """
         weights = None
 
         def self_attention(h: Tensor) -> Tensor:
             nonlocal weights
-            h, weights = self.self_attn(h, mask=mask, need_weights=need_weights)
+            h, weights = self.self_attn(h, mask=mask, need_weights=need_weights, packing=packing, kv_packing=packing)
             return h
 
         x = self.res_attn(x, self_attention)  # (B, S, D)
@@ -186,18 +185,22 @@ class DecoderLayer(nn.Module):
         memory: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
-        cache: LayerCache | None = None,
+        cache: LayerKeyValues | None = None,
         need_weights: bool = False,
+        packing: Layout | None = None,
+        memory_packing: Layout | None = None,
     ) -> DecoderLayerOutput:
         """Run one decoder block.
 
         Args:
-            x: (B, T, D) target vectors (the new positions only when decoding with a cache).
-            memory: (B, S, D) encoder output (None for a decoder-only block).
+            x: (B, T, D) target vectors (the new positions only when decoding with a cache), or (N_T, D) packed
+                with ``packing`` (:mod:`dotformer.packing`).
+            memory: (B, S, D) encoder output (None for a decoder-only block), or (N_S, D) with ``memory_packing``.
             tgt_mask: optional extra bool mask broadcastable to (B, H, T, T_total), ANDed with the causal mask.
             memory_mask: bool broadcastable to (B, H, T, S), usually the source padding mask (B, 1, 1, S).
-            cache: this layer's key/value cache (:class:`dotformer.decoding.cache.LayerCache`), updated in place.
+            cache: this layer's key/value caches (:class:`dotformer.decoding.cache.LayerCache`), updated in place.
             need_weights: also return the attention weights.
+            packing, memory_packing: the :class:`~dotformer.multihead.Layout` of ``x`` and of ``memory``, or None.
 
         Returns:
             :class:`DecoderLayerOutput` (``output`` has x's shape).
@@ -209,12 +212,14 @@ class DecoderLayer(nn.Module):
 
         def self_attention(h: Tensor) -> Tensor:  # masked: position t sees positions <= t only
             nonlocal self_weights
-            h, self_weights = self.self_attn(h, None, tgt_mask, True, need_weights, cache=self_cache)
+            h, self_weights = self.self_attn(h, None, tgt_mask, True, need_weights, self_cache, packing, packing)
             return h
 
         def cross_attention(h: Tensor) -> Tensor:  # queries from the decoder, keys and values from the memory
             nonlocal cross_weights
-            h, cross_weights = self.cross_attn(h, memory, memory_mask, False, need_weights, cross_cache, static_kv=True)
+            h, cross_weights = self.cross_attn(
+                h, memory, memory_mask, False, need_weights, cross_cache, packing, memory_packing
+            )
             return h
 
         x = self.res_self(x, self_attention)  # (B, T, D)

@@ -10,7 +10,7 @@ sequence encoder (``ModelConfig.arch``). Shapes follow the legend in :mod:`dotfo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -19,23 +19,16 @@ from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.layers import LayerSizes
 from dotformer.masks import check_right_padded, padding_mask
-from dotformer.packing import Packing, packed_decoder, packed_encoder
+from dotformer.multihead import pack
+from dotformer.packing import Packing
 from dotformer.positional import InputEmbedding, TokenEmbedding
-from dotformer.stacks import Decoder, DecoderOutput, Encoder, EncoderOutput  # importable from here too, as before
-
-if TYPE_CHECKING:
-    from dotformer.decoding.cache import DecoderCache
-
-_MOVED = ("DecoderCache", "check_rows", "group_sources")  # moved to dotformer.decoding.cache; the names stay here
+from dotformer.stacks import Decoder, DecoderOutput, Encoder, EncoderOutput, StackKeyValues
 
 
-def __getattr__(name: str) -> Any:
-    """``dotformer.model.DecoderCache`` (now in :mod:`dotformer.decoding.cache`), imported on first use (PEP 562)."""
-    if name in _MOVED:
-        from dotformer.decoding import cache
+class DecoderKeyValues(StackKeyValues, Protocol):
+    """The decoding cache :meth:`Transformer.decode` takes (:class:`dotformer.decoding.cache.DecoderCache`)."""
 
-        return getattr(cache, name)
-    raise AttributeError(f"module 'dotformer.model' has no attribute {name!r}")
+    length: int | Tensor  # target positions already decoded: the position of the next token
 
 
 def layer_sizes(config: ModelConfig) -> LayerSizes:
@@ -71,7 +64,7 @@ class Transformer(nn.Module):
     PAD row (as in fairseq), so that after the ·√D scaling they have unit variance, which also suits the tied
     generator. LayerNorms start at weight 1, bias 0. With ``config.init_std`` = σ every linear and embedding weight is
     N(0, σ²) instead (zero biases and PAD rows), as BERT and HF's Marian (σ = 0.02): smaller residual branches and
-    embeddings at the start, which measured faster early on the Bible pair (benchmarks/RESULTS.md, session 7).
+    embeddings at the start, which measured faster early on the Bible pair (docs/benchmarks.md).
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -159,10 +152,8 @@ class Transformer(nn.Module):
             raise ShapeError(f"src must be (B, S) token ids, got {tuple(src.shape)}")
         check_right_padded(src, self.config.pad_id, "src")
         mask = self.source_mask(src) if src_mask is None else src_mask
-        x = self.src_embed(src)  # (B, S, D)
-        if packing is not None:  # the same layers on the real tokens only (dotformer.packing)
-            return EncoderOutput(*packed_encoder(self.encoder, packing.pack(x), mask, packing, need_weights))
-        return self.encoder(x, mask=mask, need_weights=need_weights)
+        x = pack(self.src_embed(src), packing)  # (B, S, D), or (N_S, D): the real tokens only (dotformer.packing)
+        return self.encoder(x, mask, need_weights, packing)
 
     def decode(
         self,
@@ -170,7 +161,7 @@ class Transformer(nn.Module):
         memory: Tensor | None = None,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
-        cache: DecoderCache | None = None,
+        cache: DecoderKeyValues | None = None,
         need_weights: bool = False,
         packing: Packing | None = None,
         memory_packing: Packing | None = None,
@@ -183,12 +174,13 @@ class Transformer(nn.Module):
                 positions (a chunk is checked alone: feed no PAD before real tokens across chunks).
             memory: (B, S, D) the encoder output (None for decoder-only models). ``tgt`` may hold B·G rows, G per
                 sentence (rows g·G … g·G + G - 1 read sentence g: beam search's beams); with a cache,
-                cross-attention then reads each sentence's keys/values once for its G rows
-                (:func:`dotformer.decoding.cache.grouped_cross_attention`); without one, the memory is expanded.
+                cross-attention then reads each sentence's keys/values once for its G rows (the cache's
+                :meth:`~dotformer.multihead.KeyValueCache.layout`); without one, the memory is expanded.
             src_mask: bool broadcastable to (B, H, T, S), the source padding mask, e.g. ``model.source_mask(src)``
                 (per sentence, B rows, when ``tgt`` has G rows per sentence).
             tgt_mask: optional extra bool mask broadcastable to (B, H, T, T_total), ANDed with the causal mask.
-            cache: a :class:`DecoderCache` from :meth:`new_cache`, updated in place.
+            cache: a :class:`dotformer.decoding.cache.DecoderCache` (``DecoderCache()``, empty at first), updated in
+                place.
             need_weights: also return the weights of every layer.
             packing: run the stack on the real target tokens only (``Packing.of_tokens(tgt, pad_id)``); ``tgt`` must
                 be right-padded, and ``hidden`` is then (N_T, D).
@@ -217,15 +209,10 @@ class Transformer(nn.Module):
             if src_mask is not None and src_mask.dim() == 4 and src_mask.size(0) > 1:
                 src_mask = src_mask.repeat_interleave(groups, dim=0)  # (B·G, 1, 1, S)
         offset = cache.length if cache is not None else 0
-        x = self.tgt_embed(tgt, offset)  # (B, T, D)
-        if packing is not None:  # the same layers on the real tokens only (dotformer.packing)
-            if cache is not None:
-                raise ConfigError("packed inputs are for training: decode with a cache on the (B, T, D) layout")
-            x = packing.pack(x)  # (N_T, D)
-            return DecoderOutput(
-                *packed_decoder(self.decoder, x, memory, tgt_mask, src_mask, packing, memory_packing, need_weights)
-            )
-        out = self.decoder(x, memory, tgt_mask, src_mask, cache=cache, need_weights=need_weights)
+        if packing is not None and cache is not None:
+            raise ConfigError("packed inputs are for training: decode with a cache on the (B, T, D) layout")
+        x = pack(self.tgt_embed(tgt, offset), packing)  # (B, T, D), or (N_T, D): the real tokens only
+        out = self.decoder(x, memory, tgt_mask, src_mask, cache, need_weights, packing, memory_packing)
         if cache is not None:
             cache.length += tgt.size(1)
         return out
@@ -256,12 +243,6 @@ class Transformer(nn.Module):
             f"memory holds B={memory_batch} sentences ({tuple(memory.shape)}), tgt {tuple(tgt.shape)} holds "
             f"B={rows}: different batch sizes{hint}"
         )
-
-    def new_cache(self) -> DecoderCache:
-        """An empty :class:`dotformer.decoding.cache.DecoderCache` for incremental decoding."""
-        from dotformer.decoding.cache import DecoderCache  # decoding builds on the model, not the other way round
-
-        return DecoderCache()
 
     def forward(
         self,

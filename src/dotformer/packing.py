@@ -7,16 +7,13 @@ sentences of mixed lengths 10-30 % of it is spent on PAD positions whose results
 
 Packing removes that waste (the "remove padding" trick of FasterTransformer and of variable-length flash attention):
 the real tokens of the batch are gathered into one (N, D) tensor, N = number of real tokens, and stay packed through
-the whole stack. Only attention, which mixes positions, needs the (B, L) layout: it scatters its projected queries,
-keys and values back into zero-padded (B, H, L, Dh) tensors, attends with the usual masks, and gathers the real rows
-of the result again. The padding positions the masks hide are the only ones packing drops, so the real positions'
-outputs are the same as without packing (tested).
-
-Packing is applied around the lesson's modules, not threaded through them: :func:`packed_encoder` and
-:func:`packed_decoder` run an :class:`~dotformer.stacks.Encoder` / :class:`~dotformer.stacks.Decoder` stack layer by
-layer with the layers' own sublayers and residual connections, calling :func:`packed_attention` where the lesson's
-layer calls its attention. ``Transformer.encode(packing=...)``, ``decode(packing=...)`` and ``forward(packed=True)``
-use them.
+the whole stack. Only attention, which mixes positions, needs the (B, L) layout: a :class:`Packing` is the
+:class:`~dotformer.multihead.Layout` that :meth:`MultiHeadAttention.forward
+<dotformer.multihead.MultiHeadAttention.forward>` unpacks its projected queries, keys and values with (zeros at the
+padding), and packs its result with again. The layers and stacks run unchanged on (N, D) tensors and pass the packing
+down to their attention. The padding positions the masks hide are the only ones packing drops, so the real positions'
+outputs are the same as without packing (tested). ``Transformer.encode(packing=...)``, ``decode(packing=...)`` and
+``forward(packed=True)`` use it.
 
 Shapes follow the legend in :mod:`dotformer.attention`; N = number of real (non-PAD) tokens in the batch.
 """
@@ -24,20 +21,13 @@ Shapes follow the legend in :mod:`dotformer.attention`; N = number of real (non-
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from dotformer.errors import ConfigError, ShapeError
+from dotformer.errors import ShapeError
 from dotformer.masks import check_right_padded
-
-if TYPE_CHECKING:
-    from dotformer.layers import DecoderLayer, EncoderLayer
-    from dotformer.multihead import MultiHeadAttention
-    from dotformer.stacks import Decoder, Encoder
-
-Weights = tuple[Tensor, ...] | None  # one (B, H, T, S) tensor per layer, when asked for
 
 
 @dataclass(frozen=True)
@@ -54,6 +44,7 @@ class Packing:
     index: Tensor
     batch_size: int
     length: int
+    dims: ClassVar[int] = 2  # the caller's vectors are (N, D)
 
     @classmethod
     def from_mask(cls, keep: Tensor) -> Packing:
@@ -112,165 +103,6 @@ class Packing:
         padded = x.new_zeros((self.batch_size * self.length, *x.shape[1:]))  # (B·L, ...)
         return padded.index_copy(0, self.index, x).view(self.batch_size, self.length, *x.shape[1:])  # (B, L, ...)
 
-
-def pack(x: Tensor, packing: Packing | None) -> Tensor:
-    """(B, L, ...) -> (N, ...) with ``packing``; ``x`` itself when ``packing`` is None (the padded layout)."""
-    return x if packing is None else packing.pack(x)
-
-
-def unpack(x: Tensor, packing: Packing | None) -> Tensor:
-    """(N, ...) -> (B, L, ...) with ``packing``; ``x`` itself when ``packing`` is None (the padded layout)."""
-    return x if packing is None else packing.unpack(x)
-
-
-def packed_attention(
-    attention: MultiHeadAttention,
-    query: Tensor,
-    key_value: Tensor,
-    mask: Tensor | None,
-    packing: Packing,
-    kv_packing: Packing,
-    is_causal: bool = False,
-    need_weights: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """``attention``'s forward on packed vectors: the projections on the real tokens, attention on the (B, L) layout.
-
-    Args:
-        attention: the :class:`~dotformer.multihead.MultiHeadAttention` whose weights are used.
-        query: (N_T, D) packed with ``packing``. key_value: (N_S, D) packed with ``kv_packing``.
-        mask: bool broadcastable to (B, H, T, S); it must hide the padding keys (the padding mask, and the causal mask
-            over right-padded targets, do), which packing drops. is_causal, need_weights: as in the module's forward.
-
-    Returns:
-        (N_T, D) output, packed like ``query``, and the (B, H, T, S) weights or None.
-
-    Raises:
-        ShapeError: ``query`` or ``key_value`` are not (N, D) for their packings, or the batch sizes differ.
-    """
-    check_packed(query, packing, "query")
-    check_packed(key_value, kv_packing, "key_value")
-    if kv_packing.batch_size != packing.batch_size:
-        raise ShapeError(
-            f"key_value is packed from B={kv_packing.batch_size} sentences, query from B={packing.batch_size}"
-        )
-    q = attention.split_heads(packing.unpack(attention.W_q(query)))  # (B, H, T, Dh), zeros at the padding
-    k = attention.split_heads(kv_packing.unpack(attention.W_k(key_value)))  # (B, H, S, Dh)
-    v = attention.split_heads(kv_packing.unpack(attention.W_v(key_value)))  # (B, H, S, Dh)
-    heads, weights = attention.attend(q, k, v, mask, is_causal, need_weights, keys_hidden=True)  # padding: zeros
-    return attention.W_o(packing.pack(attention.merge_heads(heads))), weights  # (N_T, D)
-
-
-def packed_encoder(
-    encoder: Encoder, x: Tensor, mask: Tensor | None, packing: Packing, need_weights: bool = False
-) -> tuple[Tensor, Weights]:
-    """:meth:`Encoder.forward <dotformer.stacks.Encoder.forward>` on packed (N_S, D) vectors; returns the packed
-    (N_S, D) memory and the per-layer weights (None unless asked for).
-
-    Raises:
-        ShapeError: ``x`` is not (N_S, D) for this packing.
-    """
-    check_packed(x, packing, "source vectors")
-    weights = []
-    for layer in encoder.layers:
-        x, w = packed_encoder_layer(layer, x, mask, packing, need_weights)  # (N_S, D)
-        weights.append(w)
-    if encoder.final_norm is not None:
-        x = encoder.final_norm(x)
-    return x, tuple(weights) if need_weights else None
-
-
-def packed_encoder_layer(
-    layer: EncoderLayer, x: Tensor, mask: Tensor | None, packing: Packing, need_weights: bool = False
-) -> tuple[Tensor, Tensor | None]:
-    """:meth:`EncoderLayer.forward <dotformer.layers.EncoderLayer.forward>` on packed (N_S, D) vectors."""
-    weights = None
-
-    def self_attention(h: Tensor) -> Tensor:
-        nonlocal weights
-        h, weights = packed_attention(layer.self_attn, h, h, mask, packing, packing, need_weights=need_weights)
-        return h
-
-    x = layer.res_attn(x, self_attention)  # (N_S, D)
-    return layer.res_ff(x, layer.feed_forward), weights  # (N_S, D)
-
-
-def packed_decoder(
-    decoder: Decoder,
-    x: Tensor,
-    memory: Tensor | None,
-    tgt_mask: Tensor | None,
-    memory_mask: Tensor | None,
-    packing: Packing,
-    memory_packing: Packing | None,
-    need_weights: bool = False,
-) -> tuple[Tensor, Weights, Weights]:
-    """:meth:`Decoder.forward <dotformer.stacks.Decoder.forward>` on packed (N_T, D) vectors and an (N_S, D) memory
-    packed with ``memory_packing`` (or a (B, S, D) one without it); returns the packed (N_T, D) hidden states and the
-    per-layer self- and cross-attention weights (None unless asked for).
-
-    Raises:
-        ShapeError: ``x`` or ``memory`` do not fit their packings. ConfigError: a cross-attention decoder got no memory.
-    """
-    check_packed(x, packing, "target vectors")
-    if memory is not None and memory_packing is None:  # a padded (B, S, D) memory: every position counts as real
-        memory_packing = Packing(torch.arange(memory.size(0) * memory.size(1), device=memory.device), *memory.shape[:2])
-        memory = memory.flatten(0, 1)  # (B·S, D)
-    if memory is not None and memory_packing is not None:
-        check_packed(memory, memory_packing, "memory")
-    self_w, cross_w = [], []
-    for layer in decoder.layers:
-        x, sw, cw = packed_decoder_layer(
-            layer, x, memory, tgt_mask, memory_mask, packing, memory_packing, need_weights
-        )  # (N_T, D)
-        self_w.append(sw)
-        cross_w.append(cw)
-    if decoder.final_norm is not None:
-        x = decoder.final_norm(x)
-    if not need_weights:
-        return x, None, None
-    return x, tuple(self_w), tuple(cross_w) if memory is not None else None
-
-
-def packed_decoder_layer(
-    layer: DecoderLayer,
-    x: Tensor,
-    memory: Tensor | None,
-    tgt_mask: Tensor | None,
-    memory_mask: Tensor | None,
-    packing: Packing,
-    memory_packing: Packing | None,
-    need_weights: bool = False,
-) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """:meth:`DecoderLayer.forward <dotformer.layers.DecoderLayer.forward>` on packed (N_T, D) vectors.
-
-    Raises:
-        ConfigError: the layer has cross-attention and no (packed) memory was given.
-    """
-    cross_attn = layer.cross_attn
-    if cross_attn is not None and (memory is None or memory_packing is None):
-        raise ConfigError("this decoder layer has cross-attention: pass the encoder memory")
-    self_weights = cross_weights = None
-
-    def self_attention(h: Tensor) -> Tensor:  # masked: position t sees positions <= t only
-        nonlocal self_weights
-        h, self_weights = packed_attention(layer.self_attn, h, h, tgt_mask, packing, packing, True, need_weights)
-        return h
-
-    def cross_attention(h: Tensor) -> Tensor:
-        nonlocal cross_weights
-        assert cross_attn is not None and memory is not None and memory_packing is not None
-        h, cross_weights = packed_attention(
-            cross_attn, h, memory, memory_mask, packing, memory_packing, need_weights=need_weights
-        )
-        return h
-
-    x = layer.res_self(x, self_attention)  # (N_T, D)
-    if layer.res_cross is not None:
-        x = layer.res_cross(x, cross_attention)  # (N_T, D)
-    return layer.res_ff(x, layer.feed_forward), self_weights, cross_weights  # (N_T, D)
-
-
-def check_packed(x: Tensor, packing: Packing, name: str) -> None:
-    """Raise :class:`ShapeError` unless ``x`` is (N, D) with N = ``packing.num_tokens``."""
-    if x.dim() != 2 or x.size(0) != packing.num_tokens:
-        raise ShapeError(f"{name} must be packed (N={packing.num_tokens}, D), got {tuple(x.shape)}")
+    def pack_weights(self, weights: Tensor) -> Tensor:
+        """Attention weights stay in the padded (B, H, T, S) layout: returned as they are."""
+        return weights

@@ -77,8 +77,15 @@ class PositionalEncoding(nn.Module):
         else:
             self.register_buffer("sinusoids", sinusoidal_positional_encoding(max_len, d_model), persistent=False)
 
-    def encoding(self, length: int, offset: int = 0) -> Tensor:
-        """(L, D) encodings of positions ``offset .. offset + L - 1``."""
+    def encoding(self, length: int, offset: int | Tensor = 0) -> Tensor:
+        """(L, D) encodings of positions ``offset .. offset + L - 1``.
+
+        ``offset`` may be a 0-d int64 tensor (a traced graph's input, :mod:`dotformer.export.onnx`): the rows are then
+        gathered from the table (learned, or sinusoids precomputed to ``max_len``), without a range check.
+        """
+        if isinstance(offset, Tensor):
+            rows = offset + torch.arange(length, device=offset.device)  # (L,)
+            return (self.table.weight if self.kind == "learned" else self.sinusoids).index_select(0, rows)  # (L, D)
         end = offset + length
         if self.kind == "learned":
             if end > self.max_len:
@@ -102,7 +109,7 @@ class PositionalEncoding(nn.Module):
         if length > self.sinusoids.size(0):
             self.sinusoids = sinusoidal_positional_encoding(length, self.d_model, device=self.sinusoids.device)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
         """x: (B, L, D) -> x + PE(offset .. offset + L - 1), same shape and dtype."""
         return x + self.encoding(x.size(1), offset).to(x.dtype)  # (B, L, D)
 
@@ -181,8 +188,9 @@ class InputEmbedding(nn.Module):
         self.norm = nn.LayerNorm(d_model, eps=eps) if norm else None
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
-        """tokens: (B, L) int64 -> (B, L, D); ``offset`` is the position of the first token (decoding with a cache)."""
+    def forward(self, tokens: Tensor, offset: int | Tensor = 0) -> Tensor:
+        """tokens: (B, L) int64 -> (B, L, D); ``offset`` is the position of the first token (decoding with a cache;
+        a 0-d tensor in a traced graph)."""
         x = self.position(self.token(tokens), offset)  # (B, L, D)
         if self.norm is not None:
             x = self.norm(x)

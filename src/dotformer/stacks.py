@@ -10,14 +10,21 @@ puts them between the embeddings and the generator. Shapes follow the legend in 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
 
 from torch import Tensor, nn
 
-from dotformer.layers import DecoderLayer, EncoderLayer, LayerSizes
+from dotformer.layers import DecoderLayer, EncoderLayer, LayerKeyValues, LayerSizes
+from dotformer.multihead import Layout
 
-if TYPE_CHECKING:
-    from dotformer.decoding.cache import DecoderCache
+
+class StackKeyValues(Protocol):
+    """The decoder's decoding caches, one per layer (e.g. :class:`dotformer.decoding.cache.DecoderCache`)."""
+
+    def for_layers(self, num_layers: int) -> Sequence[LayerKeyValues]:
+        """The caches of the ``num_layers`` layers, in order."""
+        ...
 
 
 class EncoderOutput(NamedTuple):
@@ -45,11 +52,14 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(sizes) for _ in range(num_layers))
         self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> EncoderOutput:
-        """x: (B, S, D) embedded source; mask: bool broadcastable to (B, H, S, S). Returns the (B, S, D) memory."""
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, packing: Layout | None = None
+    ) -> EncoderOutput:
+        """x: (B, S, D) embedded source (or (N_S, D) packed with ``packing``); mask: bool broadcastable to
+        (B, H, S, S). Returns the memory, shaped as x."""
         weights = []
         for layer in self.layers:
-            x, w = layer(x, mask=mask, need_weights=need_weights)  # (B, S, D)
+            x, w = layer(x, mask, need_weights, packing)  # (B, S, D)
             weights.append(w)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -70,14 +80,17 @@ class Decoder(nn.Module):
         memory: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
-        cache: DecoderCache | None = None,
+        cache: StackKeyValues | None = None,
         need_weights: bool = False,
+        packing: Layout | None = None,
+        memory_packing: Layout | None = None,
     ) -> DecoderOutput:
-        """x: (B, T, D) embedded target; memory: (B, S, D); masks and cache as in :meth:`DecoderLayer.forward`."""
+        """x: (B, T, D) embedded target; memory: (B, S, D); masks, cache and packings as in
+        :meth:`DecoderLayer.forward`."""
         layer_caches = cache.for_layers(len(self.layers)) if cache is not None else [None] * len(self.layers)
         self_w, cross_w = [], []
         for layer, layer_cache in zip(self.layers, layer_caches, strict=True):
-            out = layer(x, memory, tgt_mask, memory_mask, cache=layer_cache, need_weights=need_weights)
+            out = layer(x, memory, tgt_mask, memory_mask, layer_cache, need_weights, packing, memory_packing)
             x = out.output  # (B, T, D)
             self_w.append(out.self_weights)
             cross_w.append(out.cross_weights)

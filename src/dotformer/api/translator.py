@@ -306,6 +306,42 @@ class Translator:
         ]
         return results[0] if single else results
 
+    def embed(
+        self,
+        texts: str | Sequence[str],
+        *,
+        pooling: str = "mean",
+        normalize: bool = False,
+        batch_size: int = 64,
+        max_tokens: int | None = None,
+        max_input_length: int | None = None,
+    ) -> Any:
+        """Sentence embeddings: the encoder's memory pooled per text (:mod:`dotformer.api.embedding`).
+
+        Args:
+            texts: a string or a sequence of strings. pooling: "mean" (real tokens, padding excluded) or "cls"
+                (the first token). normalize: L2-normalise each vector. batch_size, max_tokens: batching by
+                texts and padded tokens. max_input_length: most tokens a text may have (default the model's).
+
+        Returns:
+            float32 numpy array: (N, D) for a sequence, (D,) for a string.
+
+        Raises:
+            ConfigError: an unknown pooling or a decoder-only model. InputTooLongError: a text too long.
+        """
+        from dotformer.api.embedding import embed_texts
+        from dotformer.decoding.inputs import check_max_input_length
+
+        single = isinstance(texts, str)
+        inputs = [texts] if single else list(texts)
+        if not all(isinstance(t, str) for t in inputs):
+            raise ConfigError("embed() takes a string or a sequence of strings")
+        limit = check_max_input_length(
+            self.model.config, self.max_input_length if max_input_length is None else max_input_length
+        )
+        vectors = embed_texts(self.checkpoint, inputs, pooling, normalize, batch_size, max_tokens, limit)
+        return vectors[0] if single else vectors
+
     def _attention(self, source: str, hyps: list[Translation], wanted: bool) -> AttentionMaps | None:
         """The attention maps of the best hypothesis of ``source`` (None when not ``wanted``, or for an empty or
         whitespace-only source, which the model does not read)."""

@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("dotformer.cli.export", "write a checkpoint for CTranslate2, Hugging Face Marian or ONNX"),
     "serve": ("dotformer.cli.serve", "serve POST /api/translate for a checkpoint on 127.0.0.1"),
     "import": ("dotformer.cli.import_", "turn a Hugging Face Marian or BERT directory into a checkpoint"),
+    "embed": ("dotformer.cli.embed", "sentence embeddings (mean or CLS pooling) from a checkpoint's encoder"),
 }
 
 

@@ -64,18 +64,18 @@ from dotformer.compare.layers import (
     analytic_saved_bytes,
 )
 from dotformer.compare.report import (
+    PAPER_TABLE1,
     CompareReport,
     LayerReport,
     LengthPoint,
     compare,
+    table1_rows,
 )
 from dotformer.compare.table import (
     NOISY_REPEATS,
-    PAPER_TABLE1,
     format_bytes,
     format_report,
     markdown_table,
-    table1_rows,
     timing_note,
 )
 from dotformer.plots.compare import (

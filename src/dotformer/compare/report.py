@@ -16,7 +16,6 @@ from dotformer.compare.config import LAYER_NAMES, CompareConfig
 from dotformer.compare.gradients import GradientProfile, measure_gradients
 from dotformer.compare.instrumentation import Timed, count_operations, time_and_memory
 from dotformer.compare.layers import SequenceLayer, analytic_flops, analytic_saved_bytes
-from dotformer.compare.table import table1_rows
 from dotformer.errors import ConfigError
 
 
@@ -168,3 +167,44 @@ def compare(config: CompareConfig, progress: Callable[[str], None] | None = None
         " + cuda.max_memory_allocated" if device.type == "cuda" else ""
     )
     return CompareReport(config, reports, time.perf_counter() - started, method, torch.get_num_threads())
+
+
+PAPER_TABLE1 = {  # Vaswani et al. 2017, Table 1 (n: sequence length, d: representation dimension)
+    "recurrent": ("O(n·d²)", "O(n)", "O(n)"),
+    "attention": ("O(n²·d)", "O(1)", "O(1)"),
+}
+
+
+def table1_rows(report: CompareReport) -> list[dict[str, str]]:
+    """One row per layer: the paper's O(·) entries with the measured figures beside them."""
+    rows = []
+    for layer in report.layers:
+        family = "attention" if layer.kind.startswith("attention") else "recurrent"
+        complexity, sequential, path = PAPER_TABLE1[family]
+        counted = [p for p in layer.points if p.flops is not None]
+        timed = [p for p in layer.points if p.min_ms is not None]
+        measured_complexity = []
+        if counted:
+            p = counted[-1]
+            measured_complexity.append(f"{p.flops:.2e} FLOPs at n={p.n} (formula {p.analytic_flops:.2e})")
+        exponent = layer.time_exponent()
+        if exponent is not None and timed:
+            measured_complexity.append(f"time ∝ n^{exponent:.2f} up to n={timed[-1].n}")
+        steps = [p for p in layer.points if p.sequential_steps is not None]
+        measured_steps = ", ".join(f"n={p.n}: {p.sequential_steps}" for p in (steps[0], steps[-1])) if steps else "-"
+        measured_path = "-"
+        if layer.gradients is not None:
+            g = layer.gradients
+            n = len(g.distances)
+            measured_path = f"‖∂y_n/∂x_1‖/‖∂y_n/∂x_n‖ at n={n}: {GradientProfile.ratio(g.random_init):.1e} (random)"
+            if g.trained is not None:
+                measured_path += f", {GradientProfile.ratio(g.trained):.1e} (trained)"
+        rows.append(
+            {
+                "Layer type": layer.name,
+                "Complexity per layer": f"{complexity}: " + ("; ".join(measured_complexity) or "-"),
+                "Sequential operations": f"{sequential}: {measured_steps}",
+                "Maximum path length": f"{path}: {measured_path}",
+            }
+        )
+    return rows

@@ -1,56 +1,13 @@
-"""The paper's Table 1 with the measured figures beside its O(·) entries, and the text report (Markdown tables)."""
+"""The text report of :func:`~dotformer.compare.report.compare`: Table 1 and the measurements as Markdown tables."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dotformer.compare.gradients import GradientProfile
-
-if TYPE_CHECKING:
-    from dotformer.compare.report import CompareReport
+from dotformer.compare.report import CompareReport, table1_rows
 
 NOISY_REPEATS = 3  # below this many timed calls per point, time exponents are noise on a busy machine
-
-PAPER_TABLE1 = {  # Vaswani et al. 2017, Table 1 (n: sequence length, d: representation dimension)
-    "recurrent": ("O(n·d²)", "O(n)", "O(n)"),
-    "attention": ("O(n²·d)", "O(1)", "O(1)"),
-}
-
-
-def table1_rows(report: CompareReport) -> list[dict[str, str]]:
-    """One row per layer: the paper's O(·) entries with the measured figures beside them."""
-    rows = []
-    for layer in report.layers:
-        family = "attention" if layer.kind.startswith("attention") else "recurrent"
-        complexity, sequential, path = PAPER_TABLE1[family]
-        counted = [p for p in layer.points if p.flops is not None]
-        timed = [p for p in layer.points if p.min_ms is not None]
-        measured_complexity = []
-        if counted:
-            p = counted[-1]
-            measured_complexity.append(f"{p.flops:.2e} FLOPs at n={p.n} (formula {p.analytic_flops:.2e})")
-        exponent = layer.time_exponent()
-        if exponent is not None and timed:
-            measured_complexity.append(f"time ∝ n^{exponent:.2f} up to n={timed[-1].n}")
-        steps = [p for p in layer.points if p.sequential_steps is not None]
-        measured_steps = ", ".join(f"n={p.n}: {p.sequential_steps}" for p in (steps[0], steps[-1])) if steps else "-"
-        measured_path = "-"
-        if layer.gradients is not None:
-            g = layer.gradients
-            n = len(g.distances)
-            measured_path = f"‖∂y_n/∂x_1‖/‖∂y_n/∂x_n‖ at n={n}: {GradientProfile.ratio(g.random_init):.1e} (random)"
-            if g.trained is not None:
-                measured_path += f", {GradientProfile.ratio(g.trained):.1e} (trained)"
-        rows.append(
-            {
-                "Layer type": layer.name,
-                "Complexity per layer": f"{complexity}: " + ("; ".join(measured_complexity) or "-"),
-                "Sequential operations": f"{sequential}: {measured_steps}",
-                "Maximum path length": f"{path}: {measured_path}",
-            }
-        )
-    return rows
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:

@@ -36,16 +36,6 @@ DEFAULT_BPE_VOCAB_SIZE = 8000
 BYTE_ALPHABET_SIZE = 256
 TokenizerKind = Literal["char", "symbol", "bpe"]
 KINDS = ("char", "symbol", "bpe")
-_BPE_NAMES = ("BPETokenizer", "byte_level_alphabet")  # in dotformer.data.bpe, which builds on this module
-
-
-def __getattr__(name: str) -> Any:
-    """``BPETokenizer`` and ``byte_level_alphabet`` (now in :mod:`dotformer.data.bpe`), imported on first use."""
-    if name in _BPE_NAMES:
-        from dotformer.data import bpe
-
-        return getattr(bpe, name)
-    raise AttributeError(f"module 'dotformer.data.tokenizers' has no attribute {name!r}")
 
 
 class Tokenizer(ABC):

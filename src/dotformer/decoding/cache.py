@@ -1,40 +1,64 @@
 """The key/value cache of incremental decoding (paper §3.2.3), and beam search's grouped cross-attention queries.
 
 Decoding step by step, the decoder's attention would project the keys and values of every earlier position again at
-every step. A :class:`KVCache` keeps them: self-attention appends the newest position's keys/values, cross-attention
-projects the encoder memory once, on the first step. :class:`MultiHeadAttention` hands a call with a cache to
-:meth:`KVCache.attend`, which runs the same formula (the module's own projections and
-:meth:`~dotformer.multihead.MultiHeadAttention.attend`) on the cached keys/values; the lesson's forward never sees the
-cache.
+every step. A :class:`KVCache` keeps them: it is the :class:`~dotformer.multihead.KeyValueCache` that
+:meth:`MultiHeadAttention.forward <dotformer.multihead.MultiHeadAttention.forward>` hands each step's new keys/values
+to (``update``) and gets every step's back from. Self-attention appends the newest positions; cross-attention
+(``static``) projects the encoder memory once, on the first step, and is ``fixed`` afterwards.
 
-Beam search decodes N = B·G rows, G beams per sentence, that read B memory rows: cross-attention then takes the G rows
-of a sentence as G·T queries of its memory row (:func:`grouped_cross_attention`), so each sentence's keys/values are
-projected and read once instead of G times. :meth:`DecoderCache.reorder` follows the surviving beams, moving each
-sentence's cross-attention row with its beams. Shapes follow the legend in :mod:`dotformer.attention`.
+Beam search decodes N = B·G rows, G beams per sentence, that read B memory rows: a static cache then reads the G rows
+of a sentence as G·T queries of its memory row (:class:`GroupedRows`, the :class:`~dotformer.multihead.Layout` its
+``layout`` returns), so each sentence's keys/values are projected and read once instead of G times.
+:meth:`DecoderCache.reorder` follows the surviving beams, moving each sentence's cross-attention row with its beams.
+Shapes follow the legend in :mod:`dotformer.attention`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from dotformer.attention import hide_masked_keys
 from dotformer.errors import ShapeError
-from dotformer.multihead import MultiHeadOutput
 
-if TYPE_CHECKING:
-    from dotformer.multihead import MultiHeadAttention
+
+@dataclass(frozen=True)
+class GroupedRows:
+    """G query rows per key/value row: rows g·G … g·G + G - 1 of (N, T, ...) read key/value row g, N = B·G.
+
+    As a :class:`~dotformer.multihead.Layout` it views the G rows of a sentence as one row of G·T queries (a reshape,
+    no copy): the result equals attending from each row to its own copy of the keys/values (tested).
+
+    Attributes:
+        batch_size: B, the key/value rows. groups: G.
+    """
+
+    batch_size: int
+    groups: int
+    dims: ClassVar[int] = 3  # the caller's vectors are (N, T, D)
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """(B·G, T, ...) -> (B, G·T, ...)."""
+        return x.reshape(self.batch_size, -1, *x.shape[2:])  # (B, G·T, ...)
+
+    def pack(self, x: Tensor) -> Tensor:
+        """(B, G·T, ...) -> (B·G, T, ...)."""
+        return x.reshape(self.batch_size * self.groups, -1, *x.shape[2:])  # (B·G, T, ...)
+
+    def pack_weights(self, weights: Tensor) -> Tensor:
+        """(B, H, G·T, S) -> (B·G, H, T, S): each row's own weights."""
+        return weights.unflatten(2, (self.groups, -1)).transpose(1, 2).flatten(0, 1)  # (B·G, H, T, S)
 
 
 @dataclass
 class KVCache:
     """Keys and values already projected, kept between decoding steps (one per attention module and sentence batch).
 
-    Self-attention appends the new step's keys/values; cross-attention (``static_kv``) computes the memory's once and
-    reuses them.
+    Self-attention appends the new step's keys/values; cross-attention (``static``) computes the memory's once and
+    reuses them. The :class:`~dotformer.multihead.KeyValueCache` of :class:`~dotformer.multihead.MultiHeadAttention`.
 
     Attributes:
         key: (B, H, S_cached, Dh) or None before the first step.
@@ -44,12 +68,20 @@ class KVCache:
         keys_hidden: a static cache's keys/values were zeroed where its first step's key padding mask hid them
             (:func:`~dotformer.attention.hide_masked_keys`, once instead of at every step); later steps must pass
             the same padding mask, as decoding does.
+        static: the keys/values do not change between steps (cross-attention): they are projected on the first step
+            only and the cache is :attr:`fixed` afterwards.
     """
 
     key: Tensor | None = None
     value: Tensor | None = None
     pending: Tensor | None = None
     keys_hidden: bool = False
+    static: bool = False
+
+    @property
+    def fixed(self) -> bool:
+        """A static cache that holds its keys/values: the next step projects none."""
+        return self.static and self.key is not None
 
     @property
     def length(self) -> int:
@@ -63,58 +95,47 @@ class KVCache:
             return self.pending.numel()
         return 0 if self.key is None else self.key.size(0)
 
-    def attend(
-        self,
-        attention: MultiHeadAttention,
-        query: Tensor,
-        source: Tensor,
-        mask: Tensor | None,
-        is_causal: bool,
-        need_weights: bool,
-        static_kv: bool,
-    ) -> MultiHeadOutput:
-        """``attention``'s forward with this cache: project the new positions only (MultiHeadAttention calls this).
+    def layout(self, query: Tensor, key_value: Tensor) -> GroupedRows | None:
+        """None when each query row reads its own cached row; :class:`GroupedRows` when a static cache's B rows are
+        read by N = B·G query rows (beam search).
 
         Args:
-            attention: the module whose projections and attention are used.
-            query: (N, T, D) the new positions' vectors; N = B, or N = B·G for grouped cross-attention queries.
-            source: (B, S, D) the vectors to project keys/values from (self-attention: ``query``; cross-attention:
-                the memory, projected on the first call only when ``static_kv``).
-            mask: bool broadcastable to (B, H, T, S_total), True = may attend (grouped: one row per memory row).
-            is_causal: the causal mask, aligned to the last T keys (a single query may see every key: no mask).
-            need_weights: also return the (N, H, T, S_total) weights (reference attention).
-            static_kv: the keys/values do not change between steps (cross-attention).
-
-        Returns:
-            :class:`~dotformer.multihead.MultiHeadOutput`: (N, T, D) output and optionally the weights.
+            query: (N, T, D) the new positions' vectors. key_value: (B, S, D) (self-attention: ``query``).
 
         Raises:
-            ShapeError: the inputs do not fit the cache or the module (the message names the shapes).
+            ShapeError: the query rows are neither the cached rows nor a multiple of them (the message names both).
         """
-        cached = static_kv and self.key is not None and self.value is not None  # the memory's keys/values held
-        kv_rows = self.batch_size if cached else source.size(0)
-        if static_kv and 0 < kv_rows < query.size(0):  # G query rows per memory row: beam search
-            return grouped_cross_attention(attention, query, source, mask, self, need_weights)
-        attention.check_inputs(query, source)
-        if cached and self.batch_size != query.size(0):
-            raise ShapeError(f"the cache holds keys for batch size {self.batch_size}, the query has {query.size(0)}")
-        q = attention.split_heads(attention.W_q(query))  # (B, H, T, Dh)
-        if cached:
-            k, v = self.settled()  # (B, H, S, Dh), projected on the first step
-        else:
-            k = attention.split_heads(attention.W_k(source))  # (B, H, S_new, Dh)
-            v = attention.split_heads(attention.W_v(source))  # (B, H, S_new, Dh)
-            if static_kv:  # read at every step: hide the padding once; a contiguous copy reads faster
-                self.keys_hidden = mask is not None and mask.dim() >= 2 and mask.size(-2) == 1  # a key padding mask
-                if self.keys_hidden:
-                    k, v = hide_masked_keys(k, v, mask)  # (B, H, S, Dh)
-                k, v = k.contiguous(), v.contiguous()
-            k, v = self.append(k, v)  # (B, H, S_cached + S_new, Dh)
-        if is_causal and q.size(-2) == 1:
-            is_causal = False  # one query, aligned to the last key, may see every key: nothing to mask
-        hidden = static_kv and self.keys_hidden
-        heads, weights = attention.attend(q, k, v, mask, is_causal, need_weights, keys_hidden=hidden)  # (B, H, T, Dh)
-        return MultiHeadOutput(attention.W_o(attention.merge_heads(heads)), weights)  # (B, T, D)
+        rows, kv_rows = query.size(0), self.batch_size if self.fixed else key_value.size(0)
+        if rows == kv_rows or not self.static or query.dim() != 3:
+            return None  # one query row per key/value row (MultiHeadAttention checks the shapes)
+        if self.fixed and not 0 < kv_rows < rows:
+            raise ShapeError(f"the cache holds keys for batch size {kv_rows}, the query has {rows}")
+        if kv_rows <= 0 or rows % kv_rows:
+            raise ShapeError(
+                f"grouped queries need N = B·G query rows for B key/value rows, got query {tuple(query.shape)} "
+                f"for {kv_rows} key/value rows"
+            )
+        return GroupedRows(kv_rows, rows // kv_rows)
+
+    def update(self, key: Tensor | None, value: Tensor | None, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Add the new (B, H, T_new, Dh) keys/values and return all (B, H, S, Dh) held (a fixed cache: its own).
+
+        A static cache's first update zeroes once the keys its key padding mask ``mask`` ((B, 1, 1, S)) hides
+        (:attr:`keys_hidden`) and keeps contiguous copies, which every later step reads faster.
+
+        Raises:
+            ShapeError: the new keys do not fit the held ones, or a cache that is not fixed got no keys.
+        """
+        if self.fixed:
+            return self.settled()  # (B, H, S, Dh), projected on the first step
+        if key is None or value is None:
+            raise ShapeError("the cache holds no keys/values yet: pass the new ones")
+        if self.static:  # read at every step: hide the padding once; a contiguous copy reads faster
+            self.keys_hidden = is_key_padding_mask(mask, key)
+            if self.keys_hidden:
+                key, value = hide_masked_keys(key, value, mask)  # (B, H, S, Dh)
+            key, value = key.contiguous(), value.contiguous()
+        return self.append(key, value)  # (B, H, S_cached + T_new, Dh)
 
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Add (B, H, T_new, Dh) keys/values after the cached ones; return the full (B, H, S_cached + T_new, Dh).
@@ -184,74 +205,28 @@ class KVCache:
         self.pending = None
 
 
-def grouped_cross_attention(
-    attention: MultiHeadAttention,
-    query: Tensor,
-    memory: Tensor,
-    mask: Tensor | None = None,
-    cache: KVCache | None = None,
-    need_weights: bool = False,
-) -> MultiHeadOutput:
-    """Cross-attention from N = B·G query rows to B memory rows: rows g·G … g·G + G - 1 all read memory row g.
-
-    Beam search's G beams of a sentence share its memory: attending with them as the G·T queries of that row
-    projects and reads its keys/values once instead of G times. Equal to ``attention(query, memory expanded to N
-    rows)`` (tested).
-
-    Args:
-        attention: the cross-attention module.
-        query: (N, T, D), N = B·G.
-        memory: (B, S, D) (ignored once ``cache`` holds the memory's keys/values: a static cache of B rows).
-        mask: bool broadcastable to (B, H, G·T, S), one row per memory row (the source padding mask (B, 1, 1, S)).
-        cache: optional static cache of the memory's keys/values (filled on the first call).
-        need_weights: also return the (N, H, T, S) weights.
-
-    Returns:
-        :class:`~dotformer.multihead.MultiHeadOutput`: (N, T, D) output, optionally (N, H, T, S) weights.
-
-    Raises:
-        ShapeError: N is not a multiple of the memory's B rows, or the mask has one row per query row.
-    """
-    B = cache.batch_size if cache is not None and cache.key is not None else memory.size(0)
-    N, T = query.size(0), query.size(1)
-    if B <= 0 or N % B or memory.dim() != 3:
-        raise ShapeError(
-            f"grouped queries need N = B·G query rows for B memory rows, got query {tuple(query.shape)} "
-            f"and memory {tuple(memory.shape)}"
-        )
-    G = N // B
-    if mask is not None and mask.dim() == 4 and mask.size(0) not in (1, B):
-        raise ShapeError(
-            f"with {G} query rows per key/value row the mask must have one row per key/value row "
-            f"(B={B}) or 1, got mask {tuple(mask.shape)} for query {tuple(query.shape)}"
-        )
-    rows = query.reshape(B, G * T, query.size(-1))  # (B, G·T, D): a sentence's G rows as G·T queries
-    out = attention(rows, memory, mask, need_weights=need_weights, cache=cache, static_kv=True)
-    weights = out.weights
-    if weights is not None:  # (B, H, G·T, S) -> (B·G, H, T, S)
-        weights = weights.unflatten(2, (G, T)).transpose(1, 2).flatten(0, 1)
-    return MultiHeadOutput(out.output.reshape(N, T, query.size(-1)), weights)  # (N, T, D)
-
-
 @dataclass
 class LayerCache:
     """Cached keys/values of one decoder layer: its self-attention (growing) and cross-attention (fixed)."""
 
     self_attn: KVCache = field(default_factory=KVCache)
-    cross_attn: KVCache = field(default_factory=KVCache)
+    cross_attn: KVCache = field(default_factory=lambda: KVCache(static=True))
 
 
 @dataclass
 class DecoderCache:
     """The decoder's key/value cache for incremental decoding: one :class:`LayerCache` per layer.
 
+    ``DecoderCache()`` is an empty one, for :meth:`~dotformer.model.Transformer.decode` to fill.
+
     Attributes:
         layers: per-layer caches (self-attention keys/values grow each step; cross-attention ones are fixed).
-        length: number of target positions already decoded (the positional offset of the next token).
+        length: number of target positions already decoded (the positional offset of the next token; a 0-d tensor
+            in a traced graph).
     """
 
     layers: list[LayerCache] = field(default_factory=list)
-    length: int = 0
+    length: int | Tensor = 0
 
     def for_layers(self, num_layers: int) -> list[LayerCache]:
         """The per-layer caches of a decoder of ``num_layers`` layers (created, empty, on the first step)."""
@@ -281,6 +256,19 @@ class DecoderCache:
         for layer in self.layers:
             layer.self_attn.reorder(index)
             layer.cross_attn.reorder(cross_index)
+
+
+def is_key_padding_mask(mask: Tensor | None, key: Tensor) -> bool:
+    """Whether ``mask`` is a (B, 1, 1, S) (or (1, 1, 1, S)) key padding mask for (B, H, S, Dh) keys, the same for
+    every query: a static cache may then zero the keys it hides once, for every step."""
+    return (
+        mask is not None
+        and mask.dim() == key.dim()
+        and mask.size(-2) == 1
+        and mask.size(-1) == key.size(-2)
+        and mask.size(0) in (1, key.size(0))
+        and all(size == 1 for size in mask.shape[1:-1])
+    )
 
 
 def check_rows(index: Tensor, rows: int) -> None:

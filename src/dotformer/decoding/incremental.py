@@ -1,8 +1,8 @@
 """Incremental decoding: the decoder run one target position at a time, with the key/value cache (paper §3.2.3).
 
 At step t the decoder needs the self-attention keys/values of positions 0..t and the cross-attention keys/values of
-the source. With a :class:`~dotformer.model.DecoderCache`, the model keeps both: each step projects only the newest
-token and appends its keys/values, and the source's keys/values are projected once, on the first step. Without a
+the source. With a :class:`~dotformer.decoding.cache.DecoderCache`, the model keeps both: each step projects only the
+newest token and appends its keys/values, and the source's keys/values are projected once, on the first step. Without a
 cache (``use_cache=False``) every step runs the decoder over the whole prefix again: the same numbers, slower.
 
 Beam search and batched sampling decode N = B·K rows (K rows per sentence). Beam search keeps the memory at B rows:
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from dotformer.data.tokenizers import EOS_ID
-from dotformer.decoding.cache import check_rows, group_sources
+from dotformer.decoding.cache import DecoderCache, check_rows, group_sources
 from dotformer.decoding.config import DecodeConfig
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.masks import check_right_padded
@@ -130,7 +130,7 @@ class IncrementalDecoder:
         self.memory = memory  # (N / G, S, D)
         self.src_mask = src_mask  # (N / G, 1, 1, S)
         self.rows_per_source = rows_per_source
-        self.cache = model.new_cache() if use_cache else None
+        self.cache = DecoderCache() if use_cache else None
         self.prefix: Tensor | None = None  # (N, t) the tokens fed so far, kept only without a cache
 
     def step(self, tokens: Tensor) -> Tensor:

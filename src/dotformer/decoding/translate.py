@@ -1,10 +1,10 @@
 """Text in, text out: normalise, tokenise, batch by length, decode, detokenise, with a loaded checkpoint.
 
-Inputs become ids as :mod:`dotformer.decoding.inputs` says (:func:`encode_sources`: normalised as the checkpoint's
-training sources were, tokenised, checked against ``max_input_length``, unknown symbols counted; its names are
-importable from here too). They are then sorted by length and cut into batches of at most ``batch_size`` sentences
-and ``max_tokens`` padded source tokens, so each batch holds sentences of about the same length (little padding) and
-one very long input is decoded alone instead of padding a whole batch; the outputs come back in input order.
+Inputs become ids as :mod:`dotformer.decoding.inputs` says (:func:`~dotformer.decoding.inputs.encode_sources`:
+normalised as the checkpoint's training sources were, tokenised, checked against ``max_input_length``, unknown symbols
+counted). They are then sorted by length and cut into batches of at most ``batch_size`` sentences and ``max_tokens``
+padded source tokens, so each batch holds sentences of about the same length (little padding) and one very long input
+is decoded alone instead of padding a whole batch; the outputs come back in input order.
 """
 
 from __future__ import annotations
@@ -19,21 +19,11 @@ from torch import Tensor
 from dotformer.data.tokenizers import PAD_ID
 from dotformer.decoding.batch import decode_batch
 from dotformer.decoding.config import DecodeConfig
-from dotformer.decoding.inputs import (  # the input side; importable from here too, as before it moved
-    EncodedTarget,
+from dotformer.decoding.inputs import (
     EncodedTexts,
-    InputTooLongError,
-    UnknownTokenWarning,
     check_max_input_length,
-    default_max_input_length,
     encode_sources,
-    encode_target,
-    encode_texts,
     is_empty_source,
-    source_normaliser,
-    target_normaliser,
-    unknown_message,
-    unknown_target_message,
     warn_unknown,
 )
 from dotformer.errors import ConfigError
@@ -44,29 +34,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
-    "EncodedTarget",
-    "EncodedTexts",
-    "InputTooLongError",
     "PROGRESS_THRESHOLD",
     "Translation",
-    "UnknownTokenWarning",
-    "check_max_input_length",
     "decode_encoded",
-    "default_max_input_length",
     "empty_translation",
-    "encode_sources",
-    "encode_target",
-    "encode_texts",
-    "is_empty_source",
     "length_sorted_batches",
     "model_device",
     "pad_batch",
-    "source_normaliser",
-    "target_normaliser",
     "translate",
-    "unknown_message",
-    "unknown_target_message",
-    "warn_unknown",
 ]
 
 PROGRESS_THRESHOLD = 500  # inputs from which translate() shows a progress bar on stderr by default
@@ -204,8 +179,9 @@ def translate(
     Args:
         loaded: from :func:`dotformer.checkpoint.load_checkpoint` (model, tokenizers, config).
         texts: source sentences as a user wrote them; they are normalised as the checkpoint's training sources were
-            (:func:`source_normaliser`). An empty or whitespace-only text is valid: its output is the empty
-            :func:`empty_translation` (score 0, finished, one hypothesis), found without running the model.
+            (:func:`~dotformer.decoding.inputs.source_normaliser`). An empty or whitespace-only text is valid: its
+            output is the empty :func:`empty_translation` (score 0, finished, one hypothesis), found without running
+            the model.
         config: how to decode (default :class:`DecodeConfig`: beam 4, α = 0.6).
         batch_size: most sentences decoded together (beam search runs batch_size · K decoder rows).
         progress: show a progress bar on stderr; None shows one from ``PROGRESS_THRESHOLD`` inputs on when stderr

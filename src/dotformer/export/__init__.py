@@ -11,6 +11,8 @@
 * :mod:`dotformer.export.checkpoint`: what ``dotformer export --to ct2|marian|onnx CHECKPOINT OUT`` runs (the model
   plus the checkpoint's tokenizer files). :mod:`dotformer.export.outdir`: outputs are never written over existing files.
 
+Every exporter and importer walks one map of dotformer's parameters (:mod:`dotformer.export.params`: the roles of
+each kind of layer, each engine a table of its names for them, one :class:`~dotformer.export.params.Converter` walk).
 The reverse direction (HF Marian and BERT directories into checkpoints) is :mod:`dotformer.imports`. The engines are
 optional packages (``pip install -e ".[bench]"``, ``".[onnx]"``); they are imported inside the functions that use them.
 """

@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
+from dotformer.export.params import Converter, EngineNames, LayerNames, embedding_params, locate
 from dotformer.model import Transformer
-from dotformer.multihead import MultiHeadAttention
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
@@ -91,25 +92,87 @@ def _check(config: ModelConfig, src_vocab: Sequence[str], tgt_vocab: Sequence[st
             raise ConfigError(f"the {name} vocabulary must start with {SPECIAL_TOKENS}, got {tuple(vocab[:4])}")
 
 
-def _set_linear(spec, weights: Sequence[torch.nn.Linear]) -> None:
-    """spec.weight <- the weights stacked on the output axis (fused projections); the same for biases if any."""
-    spec.weight = torch.cat([w.weight.detach() for w in weights]).float().cpu()
-    if weights[0].bias is not None:
-        spec.bias = torch.cat([w.bias.detach() for w in weights]).float().cpu()
+def _layer_names(stack: str, cross: bool) -> LayerNames:
+    """CTranslate2's names in one layer of ``stack``: q, k, v fused into one (3D, D) matrix for self-attention; for
+    cross-attention q alone and k, v fused (2D, D); the output projection last."""
+    attention = {"self": "self_attention", **({"cross": "attention"} if cross else {})}
+    projections = {
+        "self": {"linear.0": ("q", "k", "v"), "linear.1": ("o",)},
+        "cross": {"linear.0": ("q",), "linear.1": ("k", "v"), "linear.2": ("o",)},
+    }
+    norms = {sublayer: f"{name}.layer_norm" for sublayer, name in attention.items()}
+    return LayerNames(
+        path=f"{stack}.layer.{{i}}",
+        attention=attention,
+        projections={sublayer: projections[sublayer] for sublayer in attention},
+        ffn={"in": "ffn.linear_0", "out": "ffn.linear_1"},
+        norms={**norms, "ffn": "ffn.layer_norm"},
+        final_norm=f"{stack}.layer_norm",
+    )
 
 
-def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
-    spec.gamma = norm.weight.detach().float().cpu()
-    spec.beta = norm.bias.detach().float().cpu()
+CT2_NAMES = EngineNames(
+    layers={"encoder": _layer_names("encoder", cross=False), "decoder": _layer_names("decoder", cross=True)},
+    embeddings={"src": "encoder.embeddings.0", "tgt": "decoder.embeddings"},
+    positions={"src": "encoder.position_encodings", "tgt": "decoder.position_encodings"},
+    generator="decoder.projection",
+)
 
 
-def _set_attention(spec, attention: MultiHeadAttention, self_attention: bool) -> None:
-    if self_attention:
-        _set_linear(spec.linear[0], [attention.W_q, attention.W_k, attention.W_v])
-    else:
-        _set_linear(spec.linear[0], [attention.W_q])
-        _set_linear(spec.linear[1], [attention.W_k, attention.W_v])
-    _set_linear(spec.linear[-1], [attention.W_o])
+def _tensor(parameter: torch.Tensor) -> torch.Tensor:
+    """A parameter as CTranslate2 takes it: float32 on the CPU, out of autograd."""
+    return parameter.detach().float().cpu()
+
+
+class SpecWriter(Converter):
+    """Writes a dotformer model's weights into a ``TransformerSpec`` (the spec's names: :data:`CT2_NAMES`)."""
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__(CT2_NAMES)
+        self.spec = spec
+
+    def copy_linear(self, ours: Sequence[nn.Linear], theirs: str, roles: tuple[str, ...]) -> None:
+        """spec.weight <- the weights stacked on the output axis (fused projections); the same for biases if any."""
+        target = locate(self.spec, theirs)
+        target.weight = torch.cat([_tensor(linear.weight) for linear in ours])
+        if ours[0].bias is not None:
+            target.bias = torch.cat([_tensor(linear.bias) for linear in ours])
+
+    def copy_norm(self, ours: nn.LayerNorm, theirs: str) -> None:
+        target = locate(self.spec, theirs)
+        target.gamma, target.beta = _tensor(ours.weight), _tensor(ours.bias)
+
+    def copy_embeddings(self, model: Transformer) -> None:
+        """Token tables, the positional tables up to ``max_len`` (×√D is CTranslate2's ``scale_embeddings``)."""
+        scale = math.sqrt(model.config.d_model) if model.config.scale_embeddings else 1.0
+        for side, embedding in embedding_params(model).items():
+            locate(self.spec, self.names.embeddings[side]).weight = _tensor(embedding.weight)
+        for side, embed in (("src", model.src_embed), ("tgt", model.tgt_embed)):
+            assert embed is not None  # encoder-decoder, checked
+            positions = embed.position.encoding(model.config.max_len)  # (max_len, D)
+            locate(self.spec, self.names.positions[side]).encodings = _tensor(positions)
+        self.spec.encoder.scale_embeddings = self.spec.decoder.scale_embeddings = scale
+
+    def copy_model(self, model: Transformer) -> None:
+        """Embeddings, both stacks (and their final norms, pre-LN), the generator."""
+        self.copy_embeddings(model)
+        self.copy_stacks(model)
+        self.copy_linear([model.generator], self.names.generator or "", ("generator",))
+
+
+def _empty_spec(config: ModelConfig) -> Any:
+    """A ``TransformerSpec`` of ``config``'s shape, with its switches set and no weights yet."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    activation = common_spec.Activation.RELU if config.activation == "relu" else common_spec.Activation.GELU
+    spec = transformer_spec.TransformerSpec.from_config(
+        (config.num_encoder_layers, config.num_decoder_layers),
+        config.num_heads,
+        pre_norm=config.norm_first,
+        activation=activation,
+    )
+    spec.config.layer_norm_epsilon = config.layer_norm_eps
+    return spec
 
 
 def transformer_spec(
@@ -127,54 +190,12 @@ def transformer_spec(
     Raises:
         ConfigError: not an encoder-decoder, or a vocabulary does not fit the model.
     """
-    from ctranslate2.specs import common_spec, transformer_spec
-
     config = model.config
     src_vocab = list(src_vocab) if src_vocab is not None else id_vocabulary(config.src_vocab_size)
     tgt_vocab = list(tgt_vocab) if tgt_vocab is not None else id_vocabulary(config.tgt_vocab_size)
     _check(config, src_vocab, tgt_vocab)
-    assert model.src_embed is not None and model.tgt_embed is not None  # encoder-decoder, checked above
-    assert model.encoder is not None and model.decoder is not None
-
-    activation = common_spec.Activation.RELU if config.activation == "relu" else common_spec.Activation.GELU
-    spec = transformer_spec.TransformerSpec.from_config(
-        (config.num_encoder_layers, config.num_decoder_layers),
-        config.num_heads,
-        pre_norm=config.norm_first,
-        activation=activation,
-    )
-    spec.config.layer_norm_epsilon = config.layer_norm_eps
-    scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
-
-    encoder, decoder = spec.encoder, spec.decoder
-    encoder.scale_embeddings = scale
-    encoder.embeddings[0].weight = model.src_embed.token.weight.detach().float().cpu()
-    encoder.position_encodings.encodings = model.src_embed.position.encoding(config.max_len).detach().float().cpu()
-    for layer_spec, layer in zip(encoder.layer, model.encoder.layers, strict=True):
-        _set_attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
-        _set_norm(layer_spec.self_attention.layer_norm, layer.res_attn.norm)
-        _set_linear(layer_spec.ffn.linear_0, [layer.feed_forward.W_1])
-        _set_linear(layer_spec.ffn.linear_1, [layer.feed_forward.W_2])
-        _set_norm(layer_spec.ffn.layer_norm, layer.res_ff.norm)
-    if model.encoder.final_norm is not None:
-        _set_norm(encoder.layer_norm, model.encoder.final_norm)
-
-    decoder.scale_embeddings = scale
-    decoder.embeddings.weight = model.tgt_embed.token.weight.detach().float().cpu()
-    decoder.position_encodings.encodings = model.tgt_embed.position.encoding(config.max_len).detach().float().cpu()
-    for layer_spec, layer in zip(decoder.layer, model.decoder.layers, strict=True):
-        assert layer.cross_attn is not None and layer.res_cross is not None  # encoder-decoder layers
-        _set_attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
-        _set_norm(layer_spec.self_attention.layer_norm, layer.res_self.norm)
-        _set_attention(layer_spec.attention, layer.cross_attn, self_attention=False)
-        _set_norm(layer_spec.attention.layer_norm, layer.res_cross.norm)
-        _set_linear(layer_spec.ffn.linear_0, [layer.feed_forward.W_1])
-        _set_linear(layer_spec.ffn.linear_1, [layer.feed_forward.W_2])
-        _set_norm(layer_spec.ffn.layer_norm, layer.res_ff.norm)
-    if model.decoder.final_norm is not None:
-        _set_norm(decoder.layer_norm, model.decoder.final_norm)
-    _set_linear(decoder.projection, [model.generator])
-
+    spec = _empty_spec(config)
+    SpecWriter(spec).copy_model(model)
     spec.register_source_vocabulary(src_vocab)
     spec.register_target_vocabulary(tgt_vocab)
     spec.config.unk_token = SPECIAL_TOKENS[UNK_ID]

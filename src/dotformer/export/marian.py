@@ -22,6 +22,7 @@ the two give the same logits.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,15 @@ from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import BOS_ID, EOS_ID
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
+from dotformer.export.params import (
+    READS_STREAM,
+    WRITES_STREAM,
+    Converter,
+    EngineNames,
+    LayerNames,
+    embedding_params,
+    locate,
+)
 from dotformer.model import Transformer
 
 if TYPE_CHECKING:  # transformers is an optional dependency (the "bench" extra)
@@ -109,38 +119,75 @@ def sinusoid_permutation(d_model: int) -> torch.Tensor:
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
-@torch.no_grad()
-def _copy_linear(target: nn.Linear, source: nn.Linear, perm: torch.Tensor, reads: bool, writes: bool) -> None:
-    """target <- source, with the input columns permuted if the layer ``reads`` the residual stream and the output
-    rows (and bias) if it ``writes`` it; a missing source bias is copied as zeros."""
-    weight = source.weight
-    if reads:
-        weight = weight[:, perm]
-    bias = source.bias if source.bias is not None else torch.zeros(weight.size(0), dtype=weight.dtype)
-    if writes:
-        weight, bias = weight[perm], bias[perm]
-    target.weight.copy_(weight)
-    if target.bias is not None:
-        target.bias.copy_(bias)
+def _marian_layer(stack: str, cross: bool) -> LayerNames:
+    """HF Marian's names in one layer of ``stack`` (``encoder_attn``: the decoder's cross-attention)."""
+    attention = {"self": "self_attn", **({"cross": "encoder_attn"} if cross else {})}
+    projections = {"q_proj": ("q",), "k_proj": ("k",), "v_proj": ("v",), "out_proj": ("o",)}
+    return LayerNames(
+        path=f"{stack}.layers.{{i}}",
+        attention=attention,
+        projections={sublayer: projections for sublayer in attention},
+        ffn={"in": "fc1", "out": "fc2"},
+        norms={**{sublayer: f"{name}_layer_norm" for sublayer, name in attention.items()}, "ffn": "final_layer_norm"},
+    )
 
 
-@torch.no_grad()
-def _copy_norm(target: nn.LayerNorm, source: nn.LayerNorm, perm: torch.Tensor) -> None:
-    target.weight.copy_(source.weight[perm])
-    target.bias.copy_(source.bias[perm])
+# names under MarianMTModel.model, the generator's beside it (MarianMTModel.lm_head); post-LN: no final norms
+MARIAN_NAMES = EngineNames(
+    layers={"encoder": _marian_layer("encoder", cross=False), "decoder": _marian_layer("decoder", cross=True)},
+    embeddings={"src": "encoder.embed_tokens", "tgt": "decoder.embed_tokens"},
+    positions={"src": "encoder.embed_positions", "tgt": "decoder.embed_positions"},
+    generator="lm_head",
+)
 
 
-def _copy_attention(target: nn.Module, source: nn.Module, perm: torch.Tensor) -> None:
-    """W_q, W_k, W_v (read the stream), W_o (writes it) -> q_proj, k_proj, v_proj, out_proj."""
-    _copy_linear(target.q_proj, source.W_q, perm, reads=True, writes=False)
-    _copy_linear(target.k_proj, source.W_k, perm, reads=True, writes=False)
-    _copy_linear(target.v_proj, source.W_v, perm, reads=True, writes=False)
-    _copy_linear(target.out_proj, source.W_o, perm, reads=False, writes=True)
+class MarianWriter(Converter):
+    """Copies a dotformer model into a ``MarianMTModel``, with the D axis permuted by :func:`sinusoid_permutation`.
 
+    Args:
+        marian: the HF model to fill (its ``model`` holds the names of :data:`MARIAN_NAMES`).
+        perm: (D,) the permutation.
+    """
 
-def _copy_feed_forward(target: nn.Module, source: nn.Module, perm: torch.Tensor) -> None:
-    _copy_linear(target.fc1, source.feed_forward.W_1, perm, reads=True, writes=False)
-    _copy_linear(target.fc2, source.feed_forward.W_2, perm, reads=False, writes=True)
+    def __init__(self, marian: MarianMTModel, perm: torch.Tensor) -> None:
+        super().__init__(MARIAN_NAMES)
+        self.marian, self.perm = marian, perm
+
+    @torch.no_grad()
+    def copy_linear(self, ours: Sequence[nn.Linear], theirs: str, roles: tuple[str, ...]) -> None:
+        """target <- source, with the input columns permuted if the layer reads the residual stream and the output
+        rows (and bias) if it writes it; a missing source bias is copied as zeros."""
+        (source,), target = ours, locate(self.marian.model, theirs)
+        weight = source.weight
+        if roles[0] in READS_STREAM:
+            weight = weight[:, self.perm]
+        bias = source.bias if source.bias is not None else torch.zeros(weight.size(0), dtype=weight.dtype)
+        if roles[0] in WRITES_STREAM:
+            weight, bias = weight[self.perm], bias[self.perm]
+        target.weight.copy_(weight)
+        if target.bias is not None:
+            target.bias.copy_(bias)
+
+    @torch.no_grad()
+    def copy_norm(self, ours: nn.LayerNorm, theirs: str) -> None:
+        target = locate(self.marian.model, theirs)
+        target.weight.copy_(ours.weight[self.perm])
+        target.bias.copy_(ours.bias[self.perm])
+
+    @torch.no_grad()
+    def copy_embeddings(self, model: Transformer) -> None:
+        """Token tables, generator (and ``final_logits_bias``), positional tables: their D axis permuted."""
+        inner, perm, max_len = self.marian.model, self.perm, model.config.max_len
+        for side, embedding in embedding_params(model).items():
+            locate(inner, self.names.embeddings[side]).weight.copy_(embedding.weight[:, perm])
+        locate(self.marian, self.names.generator or "").weight.copy_(model.generator.weight[:, perm])
+        if model.generator.bias is not None:  # (V,) -> (1, V)
+            self.marian.final_logits_bias.copy_(model.generator.bias[None])
+        else:
+            self.marian.final_logits_bias.zero_()
+        for side, embed in (("src", model.src_embed), ("tgt", model.tgt_embed)):
+            assert embed is not None  # encoder-decoder, checked
+            locate(inner, self.names.positions[side]).weight.copy_(embed.position.encoding(max_len)[:, perm])
 
 
 @torch.no_grad()
@@ -164,36 +211,10 @@ def to_marian(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID) ->
     from transformers import MarianMTModel
 
     require_float_weights(model, "export to HF Marian")
-    config = model.config
-    marian = MarianMTModel(marian_config(config, bos_id, eos_id)).eval()
-    assert model.src_embed is not None and model.tgt_embed is not None  # encoder-decoder, checked above
-    assert model.encoder is not None and model.decoder is not None
-    inner = marian.model
-    perm = sinusoid_permutation(config.d_model)
-
-    inner.encoder.embed_tokens.weight.copy_(model.src_embed.token.weight[:, perm])
-    inner.decoder.embed_tokens.weight.copy_(model.tgt_embed.token.weight[:, perm])
-    marian.lm_head.weight.copy_(model.generator.weight[:, perm])
-    if model.generator.bias is not None:  # (V,) -> (1, V)
-        marian.final_logits_bias.copy_(model.generator.bias[None])
-    else:
-        marian.final_logits_bias.zero_()
-    inner.encoder.embed_positions.weight.copy_(model.src_embed.position.encoding(config.max_len)[:, perm])
-    inner.decoder.embed_positions.weight.copy_(model.tgt_embed.position.encoding(config.max_len)[:, perm])
-
-    for theirs, ours in zip(inner.encoder.layers, model.encoder.layers, strict=True):
-        _copy_attention(theirs.self_attn, ours.self_attn, perm)
-        _copy_norm(theirs.self_attn_layer_norm, ours.res_attn.norm, perm)
-        _copy_feed_forward(theirs, ours, perm)
-        _copy_norm(theirs.final_layer_norm, ours.res_ff.norm, perm)
-    for theirs, ours in zip(inner.decoder.layers, model.decoder.layers, strict=True):
-        assert ours.cross_attn is not None and ours.res_cross is not None  # encoder-decoder layers
-        _copy_attention(theirs.self_attn, ours.self_attn, perm)
-        _copy_norm(theirs.self_attn_layer_norm, ours.res_self.norm, perm)
-        _copy_attention(theirs.encoder_attn, ours.cross_attn, perm)
-        _copy_norm(theirs.encoder_attn_layer_norm, ours.res_cross.norm, perm)
-        _copy_feed_forward(theirs, ours, perm)
-        _copy_norm(theirs.final_layer_norm, ours.res_ff.norm, perm)
+    marian = MarianMTModel(marian_config(model.config, bos_id, eos_id)).eval()
+    writer = MarianWriter(marian, sinusoid_permutation(model.config.d_model))
+    writer.copy_embeddings(model)
+    writer.copy_stacks(model)
     return marian
 
 

@@ -20,7 +20,10 @@ ONNX runtime (``onnxruntime``, TensorRT, a browser) can run greedy or beam searc
 Positions are read from a table of ``max_len`` rows stored in the graph (the learned table, or the sinusoids up to
 ``max_len``), so the graphs handle sources and outputs of at most ``ModelConfig.max_len`` tokens. B, S and P are
 dynamic axes. The graphs are traced from the model's own modules (``torch.onnx.export``, the TorchScript exporter),
-and the tests check them against dotformer's logits with ``onnxruntime``.
+and the tests check them against dotformer's logits with ``onnxruntime``: the encoder graph is
+``Transformer.encode`` and each cross-attention's :meth:`~dotformer.multihead.MultiHeadAttention.keys_values`, the
+step graph is ``Transformer.decode`` with a :class:`~dotformer.decoding.cache.DecoderCache` filled from the inputs
+and the offset as a tensor.
 """
 
 from __future__ import annotations
@@ -34,22 +37,15 @@ import torch
 from torch import Tensor, nn
 
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.decoding.cache import DecoderCache, KVCache, LayerCache
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError, MissingDataError
-from dotformer.layers import LayerCache
-from dotformer.model import DecoderCache, Transformer
-from dotformer.multihead import KVCache
+from dotformer.model import Transformer
 
 ENCODER_FILE = "encoder.onnx"
 DECODER_STEP_FILE = "decoder_step.onnx"
 ONNX_CONFIG_FILE = "onnx_config.json"
 OPSET = 17
-
-
-def _position_table(model: Transformer) -> Tensor:
-    """(max_len, D) positional encodings of positions 0 .. max_len - 1 of the target side."""
-    assert model.tgt_embed is not None
-    return model.tgt_embed.position.encoding(model.config.max_len).detach().clone()
 
 
 class EncoderGraph(nn.Module):
@@ -67,47 +63,39 @@ class EncoderGraph(nn.Module):
         for layer in model.decoder.layers:
             attention = layer.cross_attn
             assert attention is not None  # encoder-decoder layers
-            outputs.append(attention.split_heads(attention.W_k(memory)))  # (B, H, S, Dh)
-            outputs.append(attention.split_heads(attention.W_v(memory)))  # (B, H, S, Dh)
+            outputs.extend(attention.keys_values(memory))  # K·W_k, V·W_v: (B, H, S, Dh) each
         return tuple(outputs)
 
 
 class DecoderStepGraph(nn.Module):
     """One cached decoder step: (tokens, src_keep, offset, past and cross keys/values) -> logits, present keys/values.
 
-    The target embedding is :class:`~dotformer.positional.InputEmbedding`'s computation with the position as a tensor
-    (TokenEmbedding, plus the row ``offset`` of the positional table, then the embedding LayerNorm if the model has
-    one), so one graph serves every step; the layers are the model's own, run with a
-    :class:`~dotformer.model.DecoderCache` filled from the inputs.
+    ``Transformer.decode`` itself, with a :class:`~dotformer.decoding.cache.DecoderCache` filled from the inputs and
+    the position ``offset`` as a tensor (the embedding reads that row of its positional table), so one graph serves
+    every step.
     """
 
     def __init__(self, model: Transformer) -> None:
         super().__init__()
         self.model = model
-        self.register_buffer("positions", _position_table(model), persistent=False)  # (max_len, D)
 
     def forward(self, tokens: Tensor, src_keep: Tensor, offset: Tensor, *caches: Tensor) -> tuple[Tensor, ...]:
         model = self.model
-        assert model.decoder is not None and model.tgt_embed is not None
+        assert model.decoder is not None
         n = len(model.decoder.layers)
         past, cross = caches[: 2 * n], caches[2 * n :]
-        cache = DecoderCache(
-            layers=[
-                LayerCache(
-                    self_attn=KVCache(past[2 * i], past[2 * i + 1]),  # (B, H, P, Dh)
-                    cross_attn=KVCache(cross[2 * i], cross[2 * i + 1]),  # (B, H, S, Dh)
-                )
-                for i in range(n)
-            ]
-        )
-        x = model.tgt_embed.token(tokens)  # (B, 1, D), already ·√D
-        x = x + self.positions.index_select(0, offset.reshape(1)).to(x.dtype)  # (B, 1, D)
-        if model.tgt_embed.norm is not None:  # as InputEmbedding.forward (an imported model's embedding LayerNorm)
-            x = model.tgt_embed.norm(x)
+        layers = [
+            LayerCache(
+                self_attn=KVCache(past[2 * i], past[2 * i + 1]),  # (B, H, P, Dh)
+                cross_attn=KVCache(cross[2 * i], cross[2 * i + 1], static=True),  # (B, H, S, Dh)
+            )
+            for i in range(n)
+        ]
+        cache = DecoderCache(layers, length=offset)
         B, S = src_keep.shape
         # Cross-attention reads the cached keys/values; the memory argument is only shape-checked.
-        memory_shape = x.new_zeros(B, S, model.config.d_model)  # (B, S, D), unused by the graph
-        hidden = model.decoder(x, memory_shape, memory_mask=src_keep[:, None, None, :], cache=cache).hidden
+        memory_shape = torch.zeros(B, S, model.config.d_model)  # (B, S, D), unused by the graph
+        hidden = model.decode(tokens, memory_shape, src_keep[:, None, None, :], cache=cache).hidden  # (B, 1, D)
         logits = model.generator(hidden[:, -1])  # (B, V)
         presents = []
         for layer_cache in cache.layers:
@@ -159,70 +147,66 @@ def export_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSET) 
 
 def _write_onnx(model: Transformer, output_dir: Path, opset: int) -> None:
     """The three files of :func:`export_onnx` in ``output_dir`` (which exists)."""
-    c = model.config
     was_training = model.training
     model.eval()
-    n, H, Dh = c.num_decoder_layers, c.num_heads, c.head_dim
-    B, S, P = 2, 5, 3  # example sizes for tracing; every one is a dynamic axis
-    src = torch.full((B, S), 4 % c.src_vocab_size, dtype=torch.int64)
-    src[:, -1] = EOS_ID
-    encoder_outputs = ["memory", *_names("cross", n)]
-    heads_axes = {0: "batch", 2: "source"}
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # tracer warnings about Python checks, which hold for every input
-            torch.onnx.export(
-                EncoderGraph(model),
-                (src,),
-                str(output_dir / ENCODER_FILE),
-                input_names=["src"],
-                output_names=encoder_outputs,
-                dynamic_axes={
-                    "src": {0: "batch", 1: "source"},
-                    "memory": {0: "batch", 1: "source"},
-                    **{name: heads_axes for name in encoder_outputs[1:]},
-                },
-                opset_version=opset,
-                dynamo=False,
-            )
-            past = [torch.zeros(B, H, P, Dh) for _ in range(2 * n)]
-            cross = [torch.zeros(B, H, S, Dh) for _ in range(2 * n)]
-            step_inputs = (
-                torch.full((B, 1), BOS_ID, dtype=torch.int64),
-                torch.ones(B, S, dtype=torch.bool),
-                torch.tensor(P, dtype=torch.int64),
-                *past,
-                *cross,
-            )
-            input_names = ["tokens", "src_keep", "offset", *_names("past", n), *_names("cross", n)]
-            output_names = ["logits", *_names("present", n)]
-            dynamic_axes: dict[str, dict[int, str]] = {"tokens": {0: "batch"}, "src_keep": {0: "batch", 1: "source"}}
-            dynamic_axes.update({name: {0: "batch", 2: "past"} for name in _names("past", n)})
-            dynamic_axes.update({name: heads_axes for name in _names("cross", n)})
-            dynamic_axes.update({"logits": {0: "batch"}})
-            dynamic_axes.update({name: {0: "batch", 2: "past_plus_one"} for name in _names("present", n)})
-            torch.onnx.export(
-                DecoderStepGraph(model),
-                step_inputs,
-                str(output_dir / DECODER_STEP_FILE),
-                input_names=input_names,
-                output_names=output_names,
-                dynamic_axes=dynamic_axes,
-                opset_version=opset,
-                dynamo=False,
-            )
+            encoder_outputs = _export_encoder(model, output_dir / ENCODER_FILE, opset)
+            step_inputs, step_outputs = _export_decoder_step(model, output_dir / DECODER_STEP_FILE, opset)
     finally:
         model.train(was_training)
     description = {
         "format": "dotformer-onnx",
         "version": 1,
-        "model": c.to_dict(),
-        "max_positions": c.max_len,
+        "model": model.config.to_dict(),
+        "max_positions": model.config.max_len,
         "ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
         "encoder": {"file": ENCODER_FILE, "inputs": ["src"], "outputs": encoder_outputs},
-        "decoder_step": {"file": DECODER_STEP_FILE, "inputs": input_names, "outputs": output_names},
+        "decoder_step": {"file": DECODER_STEP_FILE, "inputs": step_inputs, "outputs": step_outputs},
     }
     (output_dir / ONNX_CONFIG_FILE).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
+
+
+TRACE_B, TRACE_S, TRACE_P = 2, 5, 3  # example batch, source and past lengths for tracing; each is a dynamic axis
+HEADS_AXES = {0: "batch", 2: "source"}  # the cross-attention keys/values (B, H, S, Dh)
+
+
+def _export_encoder(model: Transformer, path: Path, opset: int) -> list[str]:
+    """Trace :class:`EncoderGraph` into ``path``; return its output names (the memory, then the cross keys/values)."""
+    c = model.config
+    src = torch.full((TRACE_B, TRACE_S), 4 % c.src_vocab_size, dtype=torch.int64)  # (B, S)
+    src[:, -1] = EOS_ID
+    outputs = ["memory", *_names("cross", c.num_decoder_layers)]
+    axes = {"src": {0: "batch", 1: "source"}, "memory": {0: "batch", 1: "source"}}
+    axes.update({name: HEADS_AXES for name in outputs[1:]})
+    torch.onnx.export(
+        EncoderGraph(model), (src,), str(path), input_names=["src"], output_names=outputs, dynamic_axes=axes,
+        opset_version=opset, dynamo=False,
+    )  # fmt: skip
+    return outputs
+
+
+def _export_decoder_step(model: Transformer, path: Path, opset: int) -> tuple[list[str], list[str]]:
+    """Trace :class:`DecoderStepGraph` into ``path``; return its input and output names."""
+    c = model.config
+    n, B, S, P = c.num_decoder_layers, TRACE_B, TRACE_S, TRACE_P
+    past = [torch.zeros(B, c.num_heads, P, c.head_dim) for _ in range(2 * n)]  # (B, H, P, Dh) each
+    cross = [torch.zeros(B, c.num_heads, S, c.head_dim) for _ in range(2 * n)]  # (B, H, S, Dh) each
+    tokens = torch.full((B, 1), BOS_ID, dtype=torch.int64)  # (B, 1)
+    inputs = (tokens, torch.ones(B, S, dtype=torch.bool), torch.tensor(P, dtype=torch.int64), *past, *cross)
+    input_names = ["tokens", "src_keep", "offset", *_names("past", n), *_names("cross", n)]
+    output_names = ["logits", *_names("present", n)]
+    axes: dict[str, dict[int, str]] = {"tokens": {0: "batch"}, "src_keep": {0: "batch", 1: "source"}}
+    axes.update({name: {0: "batch", 2: "past"} for name in _names("past", n)})
+    axes.update({name: HEADS_AXES for name in _names("cross", n)})
+    axes.update({"logits": {0: "batch"}})
+    axes.update({name: {0: "batch", 2: "past_plus_one"} for name in _names("present", n)})
+    torch.onnx.export(
+        DecoderStepGraph(model), inputs, str(path), input_names=input_names, output_names=output_names,
+        dynamic_axes=axes, opset_version=opset, dynamo=False,
+    )  # fmt: skip
+    return input_names, output_names
 
 
 class OnnxTranslator:

@@ -35,16 +35,20 @@ Differences to know about:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError, ShapeError
+from dotformer.export.params import Converter, EngineNames, LayerNames, join, locate
 from dotformer.layers import DecoderLayer, EncoderLayer
 from dotformer.model import Transformer
 from dotformer.multihead import MultiHeadAttention
+from dotformer.stacks import Decoder, Encoder
 
 
 class _Pair(NamedTuple):
@@ -100,12 +104,11 @@ def _check_torch_multihead(torch_mha: nn.MultiheadAttention, name: str) -> None:
         )
 
 
-def _multihead_pairs(mha: MultiHeadAttention, torch_mha: nn.MultiheadAttention, name: str) -> list[_Pair]:
-    """W_q, W_k, W_v (D, D) <-> the three (D, D) thirds of ``in_proj_weight`` (3·D, D); biases likewise;
-    W_o <-> ``out_proj``.
+def _check_attention_sizes(mha: MultiHeadAttention, torch_mha: nn.MultiheadAttention, name: str) -> None:
+    """Raise ShapeError unless the two attentions have the same D and H (and torch's kdim = vdim = D).
 
     Raises:
-        ShapeError: D or H differ, or kdim/vdim != D. ConfigError: bias_k/bias_v, add_zero_attn, bias mismatch.
+        ShapeError: D or H differ, or kdim/vdim != D. ConfigError: bias_k/bias_v or add_zero_attn.
     """
     _check_torch_multihead(torch_mha, name)
     if torch_mha.embed_dim != mha.d_model or torch_mha.num_heads != mha.num_heads:
@@ -113,22 +116,110 @@ def _multihead_pairs(mha: MultiHeadAttention, torch_mha: nn.MultiheadAttention, 
             f"{name}: dotformer attention has D={mha.d_model}, H={mha.num_heads} but the torch one has "
             f"embed_dim={torch_mha.embed_dim}, num_heads={torch_mha.num_heads}"
         )
-    assert torch_mha.in_proj_weight is not None  # checked above
-    w_q, w_k, w_v = torch_mha.in_proj_weight.chunk(3, dim=0)  # 3 × (D, D) views
-    pairs = [
-        _Pair(mha.W_q.weight, w_q, name + ".in_proj_weight[q]"),
-        _Pair(mha.W_k.weight, w_k, name + ".in_proj_weight[k]"),
-        _Pair(mha.W_v.weight, w_v, name + ".in_proj_weight[v]"),
-        _Pair(mha.W_o.weight, torch_mha.out_proj.weight, name + ".out_proj.weight"),
-    ]
-    b_q = b_k = b_v = None
-    if torch_mha.in_proj_bias is not None:
-        b_q, b_k, b_v = torch_mha.in_proj_bias.chunk(3, dim=0)  # 3 × (D,) views
-    pairs += _bias_pair(mha.W_q.bias, b_q, name + ".in_proj_bias[q]")
-    pairs += _bias_pair(mha.W_k.bias, b_k, name + ".in_proj_bias[k]")
-    pairs += _bias_pair(mha.W_v.bias, b_v, name + ".in_proj_bias[v]")
-    pairs += _bias_pair(mha.W_o.bias, torch_mha.out_proj.bias, name + ".out_proj.bias")
-    return pairs
+
+
+TORCH_PROJECTIONS = {"in_proj": ("q", "k", "v"), "out_proj": ("o",)}  # names in an nn.MultiheadAttention
+
+
+def _torch_layer(stack: str, cross: bool) -> LayerNames:
+    """torch's names in one layer of ``stack``: q, k, v stacked in ``in_proj_weight`` (3·D, D); a decoder layer's
+    norms are norm1, norm2, norm3 (self, cross, feed-forward), an encoder layer's norm1, norm2."""
+    attention = {"self": "self_attn", **({"cross": "multihead_attn"} if cross else {})}
+    norms = [*attention, "ffn"]
+    return LayerNames(
+        path=f"{stack}.layers.{{i}}",
+        attention=attention,
+        projections={sublayer: TORCH_PROJECTIONS for sublayer in attention},
+        ffn={"in": "linear1", "out": "linear2"},
+        norms={sublayer: f"norm{k}" for k, sublayer in enumerate(norms, start=1)},
+        final_norm=f"{stack}.norm",
+    )
+
+
+TORCH_NAMES = EngineNames(
+    layers={"encoder": _torch_layer("encoder", cross=False), "decoder": _torch_layer("decoder", cross=True)}
+)  # torch.nn.Transformer has no embeddings or generator
+
+
+class _TorchPairs(Converter):
+    """Pairs dotformer's tensors with a torch module's (names: :data:`TORCH_NAMES`), checking the structures on the
+    way; :func:`_apply_` then copies them in the one direction.
+
+    Args:
+        root: the torch module (an ``nn.Transformer`` or an ``nn.MultiheadAttention``).
+        to_torch: the direction (LayerNorm biases that torch lacks are zeroed on the way in, checked on the way out).
+        label: the name of ``root`` in messages ("" for a transformer: names start at its stacks).
+        config: the dotformer model's config, to check each torch layer's switches against.
+    """
+
+    def __init__(self, root: nn.Module, to_torch: bool, label: str = "", config: ModelConfig | None = None) -> None:
+        super().__init__(TORCH_NAMES)
+        self.root, self.to_torch, self.label, self.config = root, to_torch, label, config
+        self.pairs: list[_Pair] = []
+
+    def copy_linear(self, ours: Sequence[nn.Linear], theirs: str, roles: tuple[str, ...]) -> None:
+        """One linear layer, or W_q, W_k, W_v <-> the three (D, D) thirds of ``in_proj_weight`` (biases likewise)."""
+        parent, _, last = theirs.rpartition(".")
+        if last != "in_proj":
+            module, name = locate(self.root, theirs), join(self.label, theirs)
+            self.pairs += _linear_pairs(ours[0], module, name)
+            return
+        module, name = locate(self.root, parent), join(self.label, parent)
+        weights = module.in_proj_weight.chunk(len(roles), dim=0)  # 3 × (D, D) views
+        biases = [None] * len(roles) if module.in_proj_bias is None else module.in_proj_bias.chunk(len(roles), dim=0)
+        for linear, role, weight in zip(ours, roles, weights, strict=True):
+            self.pairs.append(_Pair(linear.weight, weight, f"{name}.in_proj_weight[{role}]"))
+        for linear, role, bias in zip(ours, roles, biases, strict=True):
+            self.pairs += _bias_pair(linear.bias, bias, f"{name}.in_proj_bias[{role}]")
+
+    def copy_norm(self, ours: nn.LayerNorm, theirs: str) -> None:
+        self.pairs += _norm_pairs(ours, locate(self.root, theirs), join(self.label, theirs), self.to_torch)
+
+    def copy_attention(self, ours: MultiHeadAttention, theirs: str, projections: Mapping[str, tuple[str, ...]]) -> None:
+        _check_attention_sizes(ours, locate(self.root, theirs), join(self.label, theirs))
+        super().copy_attention(ours, theirs, projections)
+
+    def copy_layer(self, ours: EncoderLayer | DecoderLayer, names: LayerNames, theirs: str) -> None:
+        assert self.config is not None  # a whole transformer
+        _check_torch_layer(locate(self.root, theirs), self.config, theirs)
+        super().copy_layer(ours, names, theirs)
+
+    def copy_stack(self, stack: str, ours: Encoder | Decoder, names: LayerNames) -> None:
+        """The layers, as many on both sides, then the final norms.
+
+        Raises:
+            ConfigError: the layer counts differ.
+        """
+        theirs = locate(self.root, stack)
+        if len(theirs.layers) != len(ours.layers):
+            raise ConfigError(
+                f"{stack}: the torch model has {len(theirs.layers)} layers, the dotformer model {len(ours.layers)}"
+            )
+        super().copy_stack(stack, ours, names)
+
+    def copy_final_norm(self, stack: str, ours: nn.LayerNorm | None, theirs: str | None) -> None:
+        """Pre-LN has final norms on both sides, post-LN none (``nn.Transformer`` builds them unless told not to).
+
+        Raises:
+            ConfigError: one side has a final norm and the other none (torch's is ignored when exporting to it).
+        """
+        has_norm = locate(self.root, stack).norm is not None
+        if ours is not None and not has_norm:
+            raise ConfigError(f"{stack}: the pre-LN dotformer model has a final LayerNorm, the torch one none")
+        if ours is None and has_norm and not self.to_torch:
+            raise ConfigError(
+                f"{stack}: the torch model has a final LayerNorm ({stack}.norm) after post-LN layers, "
+                f"which a post-LN dotformer model does not have; set torch_transformer.{stack}.norm = None "
+                f"if it should not be there, or use norm_first=True on both sides"
+            )
+        super().copy_final_norm(stack, ours, theirs)
+
+
+def _attention_pairs(mha: MultiHeadAttention, torch_mha: nn.MultiheadAttention, to_torch: bool) -> list[_Pair]:
+    """W_q, W_k, W_v <-> the thirds of ``in_proj_weight`` (3·D, D), biases likewise; W_o <-> ``out_proj``."""
+    pairs = _TorchPairs(torch_mha, to_torch, label="attention")
+    pairs.copy_attention(mha, "", TORCH_PROJECTIONS)
+    return pairs.pairs
 
 
 def to_torch_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
@@ -153,7 +244,7 @@ def to_torch_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
         device=weight.device,
         dtype=weight.dtype,
     )
-    _apply_(_multihead_pairs(mha, torch_mha, "attention"), to_torch=True)
+    _apply_(_attention_pairs(mha, torch_mha, to_torch=True), to_torch=True)
     return torch_mha.train(mha.training)
 
 
@@ -176,7 +267,7 @@ def from_torch_multihead(torch_mha: nn.MultiheadAttention) -> MultiHeadAttention
     mha = MultiHeadAttention(
         torch_mha.embed_dim, torch_mha.num_heads, dropout=torch_mha.dropout, bias=torch_mha.in_proj_bias is not None
     ).to(device=weight.device, dtype=weight.dtype)
-    _apply_(_multihead_pairs(mha, torch_mha, "attention"), to_torch=False)
+    _apply_(_attention_pairs(mha, torch_mha, to_torch=False), to_torch=False)
     return mha.train(torch_mha.training)
 
 
@@ -192,9 +283,8 @@ def _torch_activation_name(activation: object) -> str | None:
     return None
 
 
-def _check_torch_layer(layer: nn.Module, model: Transformer, name: str) -> None:
+def _check_torch_layer(layer: nn.Module, c: ModelConfig, name: str) -> None:
     """The switches of a torch encoder/decoder layer must match the config (sizes are checked while pairing)."""
-    c = model.config
     norm_first = bool(getattr(layer, "norm_first", False))
     if norm_first != c.norm_first:
         raise ConfigError(f"{name}: torch norm_first={norm_first} but ModelConfig.norm_first={c.norm_first}")
@@ -223,34 +313,6 @@ def _linear_pairs(ours: nn.Linear, theirs: nn.Linear, name: str) -> list[_Pair]:
     return [_Pair(ours.weight, theirs.weight, name + ".weight"), *_bias_pair(ours.bias, theirs.bias, name + ".bias")]
 
 
-def _encoder_layer_pairs(
-    ours: EncoderLayer, theirs: nn.TransformerEncoderLayer, name: str, to_torch: bool
-) -> list[_Pair]:
-    return [
-        *_multihead_pairs(ours.self_attn, theirs.self_attn, name + ".self_attn"),
-        *_linear_pairs(ours.feed_forward.W_1, theirs.linear1, name + ".linear1"),
-        *_linear_pairs(ours.feed_forward.W_2, theirs.linear2, name + ".linear2"),
-        *_norm_pairs(ours.res_attn.norm, theirs.norm1, name + ".norm1", to_torch),
-        *_norm_pairs(ours.res_ff.norm, theirs.norm2, name + ".norm2", to_torch),
-    ]
-
-
-def _decoder_layer_pairs(
-    ours: DecoderLayer, theirs: nn.TransformerDecoderLayer, name: str, to_torch: bool
-) -> list[_Pair]:
-    if ours.cross_attn is None or ours.res_cross is None:
-        raise ConfigError(f"{name}: a decoder layer without cross-attention has no torch.nn.TransformerDecoderLayer")
-    return [
-        *_multihead_pairs(ours.self_attn, theirs.self_attn, name + ".self_attn"),
-        *_multihead_pairs(ours.cross_attn, theirs.multihead_attn, name + ".multihead_attn"),
-        *_linear_pairs(ours.feed_forward.W_1, theirs.linear1, name + ".linear1"),
-        *_linear_pairs(ours.feed_forward.W_2, theirs.linear2, name + ".linear2"),
-        *_norm_pairs(ours.res_self.norm, theirs.norm1, name + ".norm1", to_torch),
-        *_norm_pairs(ours.res_cross.norm, theirs.norm2, name + ".norm2", to_torch),
-        *_norm_pairs(ours.res_ff.norm, theirs.norm3, name + ".norm3", to_torch),
-    ]
-
-
 def _transformer_pairs(model: Transformer, torch_transformer: nn.Transformer, to_torch: bool) -> list[_Pair]:
     """Every parameter pair of the encoder and decoder stacks, after checking that the structures match.
 
@@ -261,31 +323,9 @@ def _transformer_pairs(model: Transformer, torch_transformer: nn.Transformer, to
     c = model.config
     if c.arch != "encoder-decoder" or model.encoder is None or model.decoder is None:
         raise ConfigError(f"torch.nn.Transformer is an encoder-decoder; this model is {c.arch!r}")
-    pairs: list[_Pair] = []
-    stacks = (
-        ("encoder", model.encoder, torch_transformer.encoder, _encoder_layer_pairs),
-        ("decoder", model.decoder, torch_transformer.decoder, _decoder_layer_pairs),
-    )
-    for stack_name, ours, theirs, layer_pairs in stacks:
-        if len(theirs.layers) != len(ours.layers):
-            raise ConfigError(
-                f"{stack_name}: the torch model has {len(theirs.layers)} layers, the dotformer model {len(ours.layers)}"
-            )
-        for i, (our_layer, their_layer) in enumerate(zip(ours.layers, theirs.layers, strict=True)):
-            name = f"{stack_name}.layers.{i}"
-            _check_torch_layer(their_layer, model, name)
-            pairs += layer_pairs(our_layer, their_layer, name, to_torch)
-        if ours.final_norm is not None:
-            if theirs.norm is None:
-                raise ConfigError(f"{stack_name}: the pre-LN dotformer model has a final LayerNorm, the torch one none")
-            pairs += _norm_pairs(ours.final_norm, theirs.norm, f"{stack_name}.norm", to_torch)
-        elif theirs.norm is not None and not to_torch:
-            raise ConfigError(
-                f"{stack_name}: the torch model has a final LayerNorm ({stack_name}.norm) after post-LN layers, "
-                f"which a post-LN dotformer model does not have; set torch_transformer.{stack_name}.norm = None "
-                f"if it should not be there, or use norm_first=True on both sides"
-            )
-    return pairs
+    pairs = _TorchPairs(torch_transformer, to_torch, config=c)
+    pairs.copy_stacks(model)
+    return pairs.pairs
 
 
 def to_torch_transformer(model: Transformer) -> nn.Transformer:
@@ -314,7 +354,15 @@ def to_torch_transformer(model: Transformer) -> nn.Transformer:
     if c.arch != "encoder-decoder":
         raise ConfigError(f"torch.nn.Transformer is an encoder-decoder; this model is {c.arch!r}")
     weight = next(model.parameters())
-    factory = {"device": weight.device, "dtype": weight.dtype}
+    torch_model = _empty_torch_transformer(c, weight.device, weight.dtype)
+    _apply_(_transformer_pairs(model, torch_model, to_torch=True), to_torch=True)
+    return torch_model.train(model.training)
+
+
+def _empty_torch_transformer(c: ModelConfig, device: torch.device, dtype: torch.dtype) -> nn.Transformer:
+    """A ``torch.nn.Transformer`` (``batch_first=True``) of ``c``'s shape and switches, with final norms for pre-LN
+    only (post-LN layers already end in a LayerNorm)."""
+    factory = {"device": device, "dtype": dtype}
     sizes = {
         "d_model": c.d_model,
         "nhead": c.num_heads,
@@ -327,7 +375,7 @@ def to_torch_transformer(model: Transformer) -> nn.Transformer:
         "bias": c.bias,
     }
 
-    def final_norm() -> nn.LayerNorm | None:  # post-LN layers already end in a LayerNorm: no final one
+    def final_norm() -> nn.LayerNorm | None:
         return nn.LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.bias, **factory) if c.norm_first else None
 
     encoder = nn.TransformerEncoder(
@@ -337,7 +385,7 @@ def to_torch_transformer(model: Transformer) -> nn.Transformer:
         enable_nested_tensor=False,  # keep padded positions computed as dotformer does (no nested-tensor fast path)
     )
     decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**sizes, **factory), c.num_decoder_layers, final_norm())
-    torch_model = nn.Transformer(
+    return nn.Transformer(
         **sizes,
         num_encoder_layers=c.num_encoder_layers,
         num_decoder_layers=c.num_decoder_layers,
@@ -345,8 +393,6 @@ def to_torch_transformer(model: Transformer) -> nn.Transformer:
         custom_decoder=decoder,
         **factory,
     )
-    _apply_(_transformer_pairs(model, torch_model, to_torch=True), to_torch=True)
-    return torch_model.train(model.training)
 
 
 def load_from_torch_transformer(model: Transformer, torch_transformer: nn.Transformer) -> Transformer:

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
 from dotformer.errors import CheckpointError, ConfigError
-from dotformer.imports.common import Copier, TensorSource, read_hf_config, read_safetensors
+from dotformer.export.params import EngineNames, LayerNames
+from dotformer.imports.common import Copier, TensorReader, TensorSource, read_hf_config, read_safetensors
 from dotformer.model import Transformer
 
 logger = logging.getLogger(__name__)
@@ -65,16 +66,54 @@ def import_bert(directory: str | Path, output: str | Path) -> Path:
     return output
 
 
+BERT_NAMES = EngineNames(
+    layers={
+        "encoder": LayerNames(
+            path="encoder.layer.{i}",
+            attention={"self": "attention"},
+            projections={
+                "self": {"self.query": ("q",), "self.key": ("k",), "self.value": ("v",), "output.dense": ("o",)}
+            },
+            ffn={"in": "intermediate.dense", "out": "output.dense"},
+            norms={"self": "attention.output.LayerNorm", "ffn": "output.LayerNorm"},
+        )
+    },
+    embeddings={"src": "embeddings.word_embeddings"},
+    positions={"src": "embeddings.position_embeddings"},
+    embedding_norms={"src": "embeddings.LayerNorm"},
+)  # BertModel's names (the pooler and heads are not imported); post-LN: no final norm
+TOKEN_TYPES = "embeddings.token_type_embeddings"  # BERT's segment vectors; dotformer reads segment 0 only
+
+
 def read_bert(directory: Path) -> tuple[Transformer, Any]:
     """The encoder-only dotformer model (eval mode) and its :class:`HFFileTokenizer` from a BERT directory.
 
     Raises:
         as :func:`import_bert`.
     """
-    from dotformer.data.pretrained import HFFileTokenizer, read_tokenizer_file
-
     hf = read_hf_config(directory)
-    where = directory / "config.json"
+    activation = _check_config(hf, directory / "config.json")
+    tokenizer, rows = _vocabulary(directory, int(hf["vocab_size"]), int(hf.get("pad_token_id") or 0))
+    config = _model_config(hf, activation)
+    source = TensorSource(read_safetensors(directory), directory, prefixes=("", "bert."))
+    model = Transformer(config).eval()
+    reader = BertReader(BERT_NAMES, source, Copier(model))
+    reader.copy_embeddings(model, rows)
+    reader.copy_stacks(model)
+    reader.copier.check_all_filled()
+    skipped = sorted(name for name in source.tensors if name not in source.used and _not_imported(name))
+    if skipped:
+        logger.info("not imported (not part of the last hidden state): %s", ", ".join(skipped))
+    source.check_all_used(ignore=_not_imported)
+    return model, tokenizer
+
+
+def _check_config(hf: dict[str, Any], where: Path) -> str:
+    """The activation of a BERT ``config.json`` dotformer can hold.
+
+    Raises:
+        ConfigError: not a BERT model, relative position embeddings, an activation other than GELU/ReLU.
+    """
     if hf.get("model_type") not in BERT_TYPES:
         raise ConfigError(f"{where}: model_type is {hf.get('model_type')!r}, not one of {', '.join(BERT_TYPES)}")
     if hf.get("position_embedding_type", "absolute") != "absolute":
@@ -82,35 +121,51 @@ def read_bert(directory: Path) -> tuple[Transformer, Any]:
     activation = hf.get("hidden_act", "gelu")
     if activation not in ("gelu", "relu"):
         raise ConfigError(f"{where}: hidden_act={activation!r}; dotformer's feed-forward has relu and gelu only")
+    return str(activation)
+
+
+def _vocabulary(directory: Path, V: int, pad: int) -> tuple[Any, Tensor]:
+    """The :class:`HFFileTokenizer` of ``tokenizer.json`` and (V + 4,) LongTensor: dotformer id i is BERT id
+    ``rows[i]`` (PAD, BOS, EOS, UNK are BERT's [PAD], [CLS], [SEP], [UNK]; then BERT's ids in order).
+
+    Raises:
+        CheckpointError: not a BERT tokenizer.json, not of ``V`` tokens, or without [CLS], [SEP] or [UNK].
+    """
+    from tokenizers import Tokenizer as HFTokenizer
+
+    from dotformer.data.pretrained import HFFileTokenizer, read_tokenizer_file
+
     tokenizer_file = directory / "tokenizer.json"
     tokenizer = read_tokenizer_file(tokenizer_file)
     if not isinstance(tokenizer, HFFileTokenizer) or tokenizer.offset != NUM_SPECIAL:
         raise CheckpointError(f"{tokenizer_file}: expected a BERT tokenizer.json ([PAD] first, not dotformer's ids)")
-    from tokenizers import Tokenizer as HFTokenizer
-
     hf_tokenizer = HFTokenizer.from_file(str(tokenizer_file))  # read_tokenizer_file has checked it
-    V, D = int(hf["vocab_size"]), int(hf["hidden_size"])
     if tokenizer.vocab_size != V + NUM_SPECIAL:
         raise CheckpointError(f"{tokenizer_file} has {tokenizer.vocab_size - NUM_SPECIAL} tokens, config.json {V}")
     specials = [
-        int(hf.get("pad_token_id") or 0),
+        pad,
         _special_id(hf_tokenizer, ("[CLS]", "<s>"), tokenizer_file),
         _special_id(hf_tokenizer, ("[SEP]", "</s>"), tokenizer_file),
         _special_id(hf_tokenizer, ("[UNK]", "<unk>"), tokenizer_file),
     ]
-    rows = torch.tensor([*specials, *range(V)], dtype=torch.int64)  # dotformer id i is BERT id rows[i]
+    return tokenizer, torch.tensor([*specials, *range(V)], dtype=torch.int64)
 
-    config = ModelConfig(
+
+def _model_config(hf: dict[str, Any], activation: str) -> ModelConfig:
+    """The encoder-only dotformer config of a BERT ``config.json``: post-LN, learned positions, no √D scaling, a
+    LayerNorm on the embeddings, the generator tied to them."""
+    V = int(hf["vocab_size"])
+    return ModelConfig(
         src_vocab_size=V + NUM_SPECIAL,
         tgt_vocab_size=V + NUM_SPECIAL,
-        d_model=D,
+        d_model=int(hf["hidden_size"]),
         num_heads=int(hf["num_attention_heads"]),
         d_ff=int(hf["intermediate_size"]),
         num_encoder_layers=int(hf["num_hidden_layers"]),
         num_decoder_layers=0,
         dropout=float(hf.get("hidden_dropout_prob", 0.1)),
         attention_dropout=float(hf.get("attention_probs_dropout_prob", 0.1)),
-        activation=activation,
+        activation=activation,  # type: ignore[arg-type]
         norm_first=False,
         layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
         positional="learned",
@@ -121,55 +176,46 @@ def read_bert(directory: Path) -> tuple[Transformer, Any]:
         scale_embeddings=False,
         embedding_norm=True,
     )
-    source = TensorSource(read_safetensors(directory), directory, prefixes=("", "bert."))
-    model = Transformer(config).eval()
-    assert model.src_embed is not None and model.encoder is not None and model.src_embed.norm is not None
-    copier = Copier(model)
-    embed = model.src_embed
-    words = source.get("embeddings.word_embeddings.weight", (V, D))
-    copier.copy(embed.token.weight, words[rows], "embeddings.word_embeddings")
-    positions = source.get("embeddings.position_embeddings.weight", (config.max_len, D))
-    types = source.find("embeddings.token_type_embeddings.weight")
-    segment = types[0] if types is not None else torch.zeros(D)  # (D,) type 0, the one segment dotformer reads
-    copier.copy(embed.position.table.weight, positions + segment, "embeddings.position_embeddings + token_type[0]")
-    _norm(copier, source, embed.norm, "embeddings.LayerNorm", D)
-    for i, layer in enumerate(model.encoder.layers):
-        prefix = f"encoder.layer.{i}"
-        for ours, theirs in (("W_q", "query"), ("W_k", "key"), ("W_v", "value")):
-            _linear(copier, source, getattr(layer.self_attn, ours), f"{prefix}.attention.self.{theirs}")
-        _linear(copier, source, layer.self_attn.W_o, f"{prefix}.attention.output.dense")
-        _norm(copier, source, layer.res_attn.norm, f"{prefix}.attention.output.LayerNorm", D)
-        _linear(copier, source, layer.feed_forward.W_1, f"{prefix}.intermediate.dense")
-        _linear(copier, source, layer.feed_forward.W_2, f"{prefix}.output.dense")
-        _norm(copier, source, layer.res_ff.norm, f"{prefix}.output.LayerNorm", D)
-    copier.check_all_filled()
-    skipped = sorted(name for name in source.tensors if name not in source.used and _not_imported(name))
-    if skipped:
-        logger.info("not imported (not part of the last hidden state): %s", ", ".join(skipped))
-    source.check_all_used(ignore=_not_imported)
-    return model, tokenizer
+
+
+class BertReader(TensorReader):
+    """Copies a BERT checkpoint into dotformer's encoder by :data:`BERT_NAMES` (LayerNorms may be TF's
+    ``gamma``/``beta``)."""
+
+    def copy_norm(self, ours: nn.LayerNorm, theirs: str) -> None:
+        """``theirs.weight``/``.gamma`` and ``theirs.bias``/``.beta`` (D,).
+
+        Raises:
+            CheckpointError: missing, or of another shape.
+        """
+        D = ours.weight.size(0)
+        for part, tf_part in (("weight", "gamma"), ("bias", "beta")):
+            tensor = self.source.find(f"{theirs}.{part}", f"{theirs}.{tf_part}")
+            if tensor is None:
+                raise CheckpointError(f"{self.source.where}: the weights have no tensor {theirs}.{part}")
+            if tuple(tensor.shape) != (D,):
+                raise CheckpointError(
+                    f"{self.source.where}: {theirs}.{part} has shape {tuple(tensor.shape)}, expected ({D},)"
+                )
+            self.copier.copy(getattr(ours, part), tensor, f"{theirs}.{part}")
+
+    def copy_embeddings(self, model: Transformer, rows: Tensor) -> None:
+        """Word embeddings (rows in dotformer's id order), positions + token type 0, the embedding LayerNorm."""
+        embed = model.src_embed
+        assert embed is not None and embed.norm is not None
+        (V, D), names = embed.token.weight.shape, self.names
+        words = self.source.get(names.embeddings["src"] + ".weight", (V - NUM_SPECIAL, D))
+        self.copier.copy(embed.token.weight, words[rows], names.embeddings["src"])
+        positions = self.source.get(names.positions["src"] + ".weight", (model.config.max_len, D))
+        types = self.source.find(TOKEN_TYPES + ".weight")
+        segment = types[0] if types is not None else torch.zeros(D)  # (D,) type 0, the one segment dotformer reads
+        self.copier.copy(embed.position.table.weight, positions + segment, f"{names.positions['src']} + token_type[0]")
+        self.copy_norm(embed.norm, names.embedding_norms["src"])
 
 
 def _not_imported(name: str) -> bool:
     bare = name.removeprefix("bert.")
     return bare.startswith(NOT_IMPORTED)
-
-
-def _linear(copier: Copier, source: TensorSource, target: torch.nn.Linear, name: str) -> None:
-    copier.copy(target.weight, source.get(name + ".weight", tuple(target.weight.shape)), name)
-    if target.bias is None:
-        raise ConfigError(f"{name}: dotformer layer without bias")
-    copier.copy(target.bias, source.get(name + ".bias", (target.weight.size(0),)), name + ".bias")
-
-
-def _norm(copier: Copier, source: TensorSource, target: torch.nn.LayerNorm, name: str, D: int) -> None:
-    for part in ("weight", "bias"):
-        tensor = source.find(f"{name}.{part}", f"{name}.{'gamma' if part == 'weight' else 'beta'}")
-        if tensor is None:
-            raise CheckpointError(f"{source.where}: the weights have no tensor {name}.{part}")
-        if tuple(tensor.shape) != (D,):
-            raise CheckpointError(f"{source.where}: {name}.{part} has shape {tuple(tensor.shape)}, expected ({D},)")
-        copier.copy(getattr(target, part), tensor, f"{name}.{part}")
 
 
 def bert_inputs(tokenizer: Any, texts: Sequence[str]) -> Tensor:

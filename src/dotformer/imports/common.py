@@ -1,17 +1,19 @@
-"""What every importer shares: reading a Hugging Face directory (config.json, safetensors only), copying tensors into
-a dotformer model with every weight accounted for, and writing the checkpoint."""
+"""What every importer shares: reading a Hugging Face directory (config.json, safetensors only), and copying its
+tensors into a dotformer model layer by layer (:class:`TensorReader`, the walk of :mod:`dotformer.export.params`)
+with every tensor and every parameter accounted for."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from dotformer.errors import CheckpointError
+from dotformer.errors import CheckpointError, ConfigError
+from dotformer.export.params import READS_STREAM, Converter, EngineNames
 
 PICKLE_NAMES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
 
@@ -158,3 +160,46 @@ class Copier:
         for name, parameter in self.model.named_parameters():
             if id(parameter) not in self.filled:
                 raise CheckpointError(f"the import left dotformer parameter {name} unset")
+
+
+class TensorReader(Converter):
+    """Copies a checkpoint's flat tensors (``NAME.weight``, ``NAME.bias``) into a dotformer model, by an engine's names.
+
+    Args:
+        names: the engine's names for dotformer's parameters (:mod:`dotformer.export.params`).
+        source: the checkpoint's tensors.
+        copier: the copier of the model being filled.
+        perm: (D,) LongTensor or None: dotformer's dimension j is the checkpoint's ``perm[j]`` (HF Marian's
+            sines-first D axis); every tensor that reads or writes the residual stream is permuted by it.
+    """
+
+    def __init__(self, names: EngineNames, source: TensorSource, copier: Copier, perm: Tensor | None = None) -> None:
+        super().__init__(names)
+        self.source, self.copier, self.perm = source, copier, perm
+
+    def copy_linear(self, ours: Sequence[nn.Linear], theirs: str, roles: tuple[str, ...]) -> None:
+        """One linear layer: ``theirs.weight`` (out, in), ``theirs.bias`` (out,), permuted on the D side.
+
+        Raises:
+            CheckpointError: a tensor is missing or of another shape. ConfigError: the dotformer layer has no bias.
+        """
+        (target,) = ours
+        shape = tuple(target.weight.shape)
+        weight = self.source.get(theirs + ".weight", shape)
+        if target.bias is None:
+            raise ConfigError(f"{theirs}: dotformer layer without bias")
+        bias = self.source.get(theirs + ".bias", (shape[0],))
+        if self.perm is not None and roles[0] in READS_STREAM:
+            weight = weight[:, self.perm]
+        elif self.perm is not None:
+            weight, bias = weight[self.perm], bias[self.perm]
+        self.copier.copy(target.weight, weight, theirs)
+        self.copier.copy(target.bias, bias, theirs + ".bias")
+
+    def copy_norm(self, ours: nn.LayerNorm, theirs: str) -> None:
+        """``theirs.weight`` and ``theirs.bias`` (D,), permuted."""
+        shape = tuple(ours.weight.shape)
+        for part in ("weight", "bias"):
+            tensor = self.source.get(f"{theirs}.{part}", shape)
+            tensor = tensor[self.perm] if self.perm is not None else tensor
+            self.copier.copy(getattr(ours, part), tensor, theirs if part == "weight" else f"{theirs}.bias")

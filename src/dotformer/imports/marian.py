@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -37,7 +37,14 @@ from torch import Tensor
 from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import SPECIAL_TOKENS, UNK_ID
 from dotformer.errors import CheckpointError, ConfigError, MissingDataError
-from dotformer.imports.common import Copier, TensorSource, read_hf_config, read_json_file, read_safetensors
+from dotformer.imports.common import (
+    Copier,
+    TensorReader,
+    TensorSource,
+    read_hf_config,
+    read_json_file,
+    read_safetensors,
+)
 from dotformer.model import Transformer
 
 logger = logging.getLogger(__name__)
@@ -51,10 +58,12 @@ class MarianSide:
 
     Attributes:
         rows: (V_ours,) LongTensor: dotformer id i is Marian id ``rows[i]``.
+        marian_size: V_marian, the number of Marian's ids (its embedding rows).
         pieces: dotformer id -> piece string (the four specials first).
     """
 
     def __init__(self, vocab: dict[str, int], size: int, pad: int, start: int, eos: int, where: Path) -> None:
+        self.marian_size = size  # V_marian, the rows of Marian's tables
         ids = sorted(vocab.values())
         if ids != list(range(size)):
             raise CheckpointError(
@@ -97,7 +106,7 @@ def spm_tokenizer(spm_path: Path, pieces: list[str]) -> Any:
         raise MissingDataError(
             'reading Marian .spm files needs sentencepiece and protobuf: pip install "dotformer[bench]"'
         ) from None
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import Tokenizer, models
 
     if not spm_path.is_file():
         raise MissingDataError(f"{spm_path} is missing (the Marian directory's sentencepiece model)")
@@ -119,7 +128,15 @@ def spm_tokenizer(spm_path: Path, pieces: list[str]) -> Any:
     vocab[: len(SPECIAL_TOKENS)] = [(token, floor) for token in SPECIAL_TOKENS]
     tokenizer = Tokenizer(models.Unigram(vocab, unk_id=UNK_ID, byte_fallback=False))
     tokenizer.add_special_tokens(list(SPECIAL_TOKENS))  # never produced from text (encode_special_tokens is set)
-    spec = proto.normalizer_spec
+    _set_spm_normalizer(tokenizer, proto.normalizer_spec)
+    return tokenizer
+
+
+def _set_spm_normalizer(tokenizer: Any, spec: Any) -> None:
+    """Give ``tokenizer`` the normaliser, pre-tokenizer and decoder of a sentencepiece ``normalizer_spec``: its
+    precompiled character map, whitespace rules and dummy prefix."""
+    from tokenizers import Regex, decoders, normalizers, pre_tokenizers
+
     steps = []
     if spec.precompiled_charsmap:
         steps.append(normalizers.Precompiled(spec.precompiled_charsmap))
@@ -137,7 +154,6 @@ def spm_tokenizer(spm_path: Path, pieces: list[str]) -> Any:
         )
     else:
         tokenizer.decoder = decoders.Replace("▁", " ")
-    return tokenizer
 
 
 def _check_config(hf: dict[str, Any], where: Path) -> None:
@@ -191,44 +207,84 @@ def read_marian(directory: Path) -> tuple[Transformer, Any, Any]:
     Raises:
         as :func:`import_marian`.
     """
-    from dotformer.export.marian import MARIAN_LAYER_NORM_EPS, sinusoid_permutation
+    from dotformer.export.marian import MARIAN_NAMES, sinusoid_permutation
 
     hf = read_hf_config(directory)
-    where = directory / "config.json"
-    _check_config(hf, where)
-    D = int(hf["d_model"])
+    _check_config(hf, directory / "config.json")
+    src_side, tgt_side, separate = _vocabularies(directory, hf)
+    source = TensorSource(read_safetensors(directory), directory, prefixes=("model.", ""))
+    tables = _tables(source, tgt_side, directory)
+    share = not separate and torch.equal(tables.src, tables.tgt)
+    model = Transformer(_model_config(hf, src_side, tgt_side, share, tables)).eval()
+    inv = torch.argsort(sinusoid_permutation(model.config.d_model))  # dotformer dimension j is HF's dimension inv[j]
+    reader = MarianReader(MARIAN_NAMES, source, Copier(model), inv)
+    reader.copy_embeddings(model, tables, src_side, tgt_side)
+    reader.copy_stacks(model)
+    reader.copier.check_all_filled()
+    source.check_all_used(ignore=lambda name: name.endswith("embed_positions.weight"))  # HF rebuilds them on load
+
+    src_tokenizer = spm_tokenizer(directory / "source.spm", src_side.pieces)
+    tgt_tokenizer = spm_tokenizer(directory / "target.spm", tgt_side.pieces)
+    return model, src_tokenizer, tgt_tokenizer
+
+
+def _vocabularies(directory: Path, hf: dict[str, Any]) -> tuple[MarianSide, MarianSide, bool]:
+    """Both sides' vocabularies in dotformer's order, and whether they are separate (``target_vocab.json``)."""
     V_src = int(hf["vocab_size"])
     V_tgt = int(hf.get("decoder_vocab_size") or V_src)
     pad, eos = int(hf["pad_token_id"]), int(hf["eos_token_id"])
     start = int(hf.get("decoder_start_token_id", pad) if hf.get("decoder_start_token_id") is not None else pad)
-    vocab = read_json_file(directory / "vocab.json")
-    target_vocab_file = directory / "target_vocab.json"
+    vocab_file, target_vocab_file = directory / "vocab.json", directory / "target_vocab.json"
+    vocab = read_json_file(vocab_file)
     separate = not hf.get("share_encoder_decoder_embeddings", True) and target_vocab_file.is_file()
-    src_side = MarianSide(vocab, V_src, pad, start, eos, directory / "vocab.json")
+    src_side = MarianSide(vocab, V_src, pad, start, eos, vocab_file)
     tgt_vocab = read_json_file(target_vocab_file) if separate else vocab
-    tgt_side = MarianSide(
-        tgt_vocab, V_tgt, pad, start, eos, target_vocab_file if separate else directory / "vocab.json"
-    )
+    tgt_side = MarianSide(tgt_vocab, V_tgt, pad, start, eos, target_vocab_file if separate else vocab_file)
+    return src_side, tgt_side, separate
 
-    source = TensorSource(read_safetensors(directory), directory, prefixes=("model.", ""))
+
+class MarianTables(NamedTuple):
+    """The tables outside the layers: token embeddings and generator (V_marian, D) in Marian's id order, and the
+    generator's bias (V_ours,) in dotformer's."""
+
+    src: Tensor
+    tgt: Tensor
+    generator: Tensor
+    bias: Tensor
+
+
+def _tables(source: TensorSource, tgt_side: MarianSide, directory: Path) -> MarianTables:
+    """The embeddings (``shared`` when a side has none of its own), ``lm_head`` (the decoder's embeddings when
+    absent) and ``final_logits_bias`` (zeros when absent).
+
+    Raises:
+        CheckpointError: no token embeddings.
+    """
+    from dotformer.export.marian import MARIAN_NAMES
+
+    names = MARIAN_NAMES
     shared = source.find("shared.weight")
-    enc_emb = source.find("encoder.embed_tokens.weight")
-    dec_emb = source.find("decoder.embed_tokens.weight")
-    enc_emb = enc_emb if enc_emb is not None else shared
-    dec_emb = dec_emb if dec_emb is not None else shared
-    if enc_emb is None or dec_emb is None:
+    src, tgt = (source.find(names.embeddings[side] + ".weight") for side in ("src", "tgt"))
+    src = src if src is not None else shared
+    tgt = tgt if tgt is not None else shared
+    if src is None or tgt is None:
         raise CheckpointError(f"{directory}: the weights have no token embeddings (model.shared.weight)")
-    lm_head = source.find("lm_head.weight")
-    lm_head = lm_head if lm_head is not None else dec_emb
+    generator = source.find(f"{names.generator}.weight")
     logits_bias = source.find("final_logits_bias")
-    bias = logits_bias.reshape(-1) if logits_bias is not None else torch.zeros(V_tgt)
-    bias_ours = bias[tgt_side.rows]
-    share = not separate and torch.equal(enc_emb, dec_emb)
+    bias = logits_bias.reshape(-1) if logits_bias is not None else torch.zeros(tgt_side.marian_size)
+    return MarianTables(src, tgt, generator if generator is not None else tgt, bias[tgt_side.rows])
 
-    config = ModelConfig(
+
+def _model_config(
+    hf: dict[str, Any], src_side: MarianSide, tgt_side: MarianSide, share: bool, tables: MarianTables
+) -> ModelConfig:
+    """The dotformer config of a Marian ``config.json``: post-LN, sinusoidal, Marian's fixed epsilon, biases."""
+    from dotformer.export.marian import MARIAN_LAYER_NORM_EPS
+
+    return ModelConfig(
         src_vocab_size=src_side.size,
         tgt_vocab_size=tgt_side.size,
-        d_model=D,
+        d_model=int(hf["d_model"]),
         num_heads=int(hf["encoder_attention_heads"]),
         d_ff=int(hf["encoder_ffn_dim"]),
         num_encoder_layers=int(hf["encoder_layers"]),
@@ -243,72 +299,39 @@ def read_marian(directory: Path) -> tuple[Transformer, Any, Any]:
         positional="sinusoidal",
         max_len=int(hf.get("max_position_embeddings", 512)),
         share_embeddings=share,
-        tie_output=torch.equal(lm_head, dec_emb),
+        tie_output=torch.equal(tables.generator, tables.tgt),
         pad_id=0,
         arch="encoder-decoder",
         scale_embeddings=bool(hf.get("scale_embedding", False)),
-        generator_bias=bool(bias_ours.ne(0).any()),
+        generator_bias=bool(tables.bias.ne(0).any()),
     )
-    model = Transformer(config).eval()
-    assert model.src_embed is not None and model.tgt_embed is not None
-    assert model.encoder is not None and model.decoder is not None
-    inv = torch.argsort(sinusoid_permutation(D))  # dotformer dimension j is HF's dimension inv[j]
-    copier = Copier(model)
-    copier.copy(model.src_embed.token.weight, _rows(enc_emb, src_side, V_src, "embeddings")[:, inv], "src embed")
-    if not share:
-        copier.copy(model.tgt_embed.token.weight, _rows(dec_emb, tgt_side, V_tgt, "decoder embeddings")[:, inv], "tgt")
-    if not config.tie_output:
-        copier.copy(model.generator.weight, _rows(lm_head, tgt_side, V_tgt, "lm_head")[:, inv], "lm_head")
-    if model.generator.bias is not None:
-        copier.copy(model.generator.bias, bias_ours, "final_logits_bias")
-
-    def linear(target: torch.nn.Linear, name: str, reads: bool) -> None:
-        shape = tuple(target.weight.shape)
-        weight, b = source.get(name + ".weight", shape), source.get(name + ".bias", (shape[0],))
-        if reads:
-            weight = weight[:, inv]
-        else:
-            weight, b = weight[inv], b[inv]
-        copier.copy(target.weight, weight, name)
-        assert target.bias is not None
-        copier.copy(target.bias, b, name + ".bias")
-
-    def norm(target: torch.nn.LayerNorm, name: str) -> None:
-        copier.copy(target.weight, source.get(name + ".weight", (D,))[inv], name)
-        copier.copy(target.bias, source.get(name + ".bias", (D,))[inv], name + ".bias")
-
-    def attention(target: Any, name: str) -> None:
-        for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj")):
-            linear(getattr(target, ours), f"{name}.{theirs}", reads=True)
-        linear(target.W_o, f"{name}.out_proj", reads=False)
-
-    for i, layer in enumerate(model.encoder.layers):
-        prefix = f"encoder.layers.{i}"
-        attention(layer.self_attn, prefix + ".self_attn")
-        norm(layer.res_attn.norm, prefix + ".self_attn_layer_norm")
-        linear(layer.feed_forward.W_1, prefix + ".fc1", reads=True)
-        linear(layer.feed_forward.W_2, prefix + ".fc2", reads=False)
-        norm(layer.res_ff.norm, prefix + ".final_layer_norm")
-    for i, layer in enumerate(model.decoder.layers):
-        prefix = f"decoder.layers.{i}"
-        assert layer.cross_attn is not None and layer.res_cross is not None
-        attention(layer.self_attn, prefix + ".self_attn")
-        norm(layer.res_self.norm, prefix + ".self_attn_layer_norm")
-        attention(layer.cross_attn, prefix + ".encoder_attn")
-        norm(layer.res_cross.norm, prefix + ".encoder_attn_layer_norm")
-        linear(layer.feed_forward.W_1, prefix + ".fc1", reads=True)
-        linear(layer.feed_forward.W_2, prefix + ".fc2", reads=False)
-        norm(layer.res_ff.norm, prefix + ".final_layer_norm")
-    copier.check_all_filled()
-    source.check_all_used(ignore=lambda name: name.endswith("embed_positions.weight"))  # HF rebuilds them on load
-
-    src_tokenizer = spm_tokenizer(directory / "source.spm", src_side.pieces)
-    tgt_tokenizer = spm_tokenizer(directory / "target.spm", tgt_side.pieces)
-    return model, src_tokenizer, tgt_tokenizer
 
 
-def _rows(table: Tensor, side: MarianSide, size: int, name: str) -> Tensor:
+class MarianReader(TensorReader):
+    """Copies a Marian checkpoint into dotformer: the layers by :data:`~dotformer.export.marian.MARIAN_NAMES` with
+    the D axis permuted back; the tables' rows in dotformer's id order."""
+
+    def copy_embeddings(
+        self, model: Transformer, tables: MarianTables, src_side: MarianSide, tgt_side: MarianSide
+    ) -> None:
+        """Token embeddings (the target's unless shared), the generator (unless tied) and its bias.
+
+        Raises:
+            CheckpointError: a table's rows are not the vocabulary's size.
+        """
+        assert model.src_embed is not None and model.tgt_embed is not None
+        inv, copy = self.perm, self.copier.copy
+        copy(model.src_embed.token.weight, _rows(tables.src, src_side, "embeddings")[:, inv], "src embed")
+        if not model.config.share_embeddings:
+            copy(model.tgt_embed.token.weight, _rows(tables.tgt, tgt_side, "decoder embeddings")[:, inv], "tgt")
+        if not model.config.tie_output:
+            copy(model.generator.weight, _rows(tables.generator, tgt_side, "lm_head")[:, inv], "lm_head")
+        if model.generator.bias is not None:
+            copy(model.generator.bias, tables.bias, "final_logits_bias")
+
+
+def _rows(table: Tensor, side: MarianSide, name: str) -> Tensor:
     """(V_marian, D) -> (V_ours, D): the rows in dotformer's id order."""
-    if table.size(0) != size:
-        raise CheckpointError(f"the {name} have {table.size(0)} rows, config.json says {size}")
+    if table.size(0) != side.marian_size:
+        raise CheckpointError(f"the {name} have {table.size(0)} rows, config.json says {side.marian_size}")
     return table[side.rows]

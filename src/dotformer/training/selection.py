@@ -86,7 +86,8 @@ def validation_score(
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.decoding.config import DecodeConfig
     from dotformer.decoding.evaluation import group_references
-    from dotformer.decoding.translate import UnknownTokenWarning, translate
+    from dotformer.decoding.inputs import UnknownTokenWarning
+    from dotformer.decoding.translate import translate
     from dotformer.errors import DataError
     from dotformer.metrics import bleu, chrf, g2p_error_rates
 

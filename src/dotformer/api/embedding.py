@@ -1,0 +1,209 @@
+"""Sentence embeddings from an encoder: pool the encoder's memory into one vector per text.
+
+    vectors = dotformer.load("runs/bert").embed(["a sentence", "another"], pooling="mean", normalize=True)  # (N, D)
+
+The encoder reads each text as the model was trained to read it, and its memory (B, S, D) is pooled over the real
+tokens of each row:
+
+* **mean** pooling: the average of the memory rows of the text's real tokens, padding excluded,
+  ``e = Σ_s m_s · keep_s / Σ_s keep_s`` (the special tokens the model reads count as real tokens, as in HF's
+  ``attention_mask``);
+* **cls** pooling: the first token's row, ``e = m_0``.
+
+With ``normalize`` each vector is divided by its L2 norm (``e / max(‖e‖₂, 1e-12)``, so a zero vector stays zero), and
+the dot product of two vectors is then their cosine similarity.
+
+Inputs. An encoder-only model (an imported BERT) reads ``[BOS] ids [EOS]``, BERT's ``[CLS] ... [SEP]``
+(:func:`dotformer.imports.bert.bert_inputs`), so its CLS pooling is BERT's ``[CLS]`` vector; an encoder-decoder
+model's encoder reads ``ids [EOS]``, the source it was trained on (:func:`dotformer.decoding.inputs.encode_sources`),
+so its first token is the text's first token. A decoder-only model has no encoder and is refused. Texts are
+normalised as the checkpoint's training sources were, and batched longest first by padded tokens
+(:func:`dotformer.decoding.translate.length_sorted_batches`); padding never reaches a vector, so a text's vector does
+not depend on the texts batched with it (up to float rounding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from dotformer.data.tokenizers import BOS_ID, PAD_ID
+from dotformer.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from torch import Tensor
+
+    from dotformer.decoding.inputs import EncodedTexts
+
+POOLINGS: tuple[str, ...] = ("mean", "cls")
+NORM_EPS = 1e-12  # the smallest norm divided by in L2 normalisation (torch.nn.functional.normalize's default)
+
+
+def check_pooling(pooling: str) -> str:
+    """``pooling`` if it is one of :data:`POOLINGS`.
+
+    Raises:
+        ConfigError: any other value.
+    """
+    if pooling not in POOLINGS:
+        raise ConfigError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
+    return pooling
+
+
+def check_has_encoder(loaded: Any) -> None:
+    """Refuse a checkpoint without an encoder (decoder-only).
+
+    Raises:
+        ConfigError: naming the architecture and what embeds.
+    """
+    arch = loaded.model.config.arch
+    if arch == "decoder-only":
+        raise ConfigError(
+            f"{loaded.path}: a decoder-only model has no encoder to embed with; use an encoder-only checkpoint "
+            "(dotformer import --from bert) or an encoder-decoder one"
+        )
+
+
+def embedding_inputs(loaded: Any, texts: Sequence[str], max_input_length: int | None = None) -> EncodedTexts:
+    """The texts as the encoder reads them (module docstring): ``[BOS] ids [EOS]`` for an encoder-only model,
+    ``ids [EOS]`` for an encoder-decoder one.
+
+    Args:
+        loaded: a :class:`~dotformer.checkpoint.LoadedCheckpoint` (model, src_tokenizer, info, path).
+        texts: the inputs as the user wrote them (normalised here as the training sources were).
+        max_input_length: the most tokens (BOS and EOS included) an input may have, or None for no limit.
+
+    Raises:
+        InputTooLongError: an input has more than ``max_input_length`` tokens (the message names it, 1-based).
+    """
+    from dotformer.decoding.inputs import InputTooLongError, encode_sources
+
+    encoded = encode_sources(loaded, texts, None)
+    if loaded.model.config.arch == "encoder-only":
+        encoded = encoded._replace(ids=[[BOS_ID, *ids] for ids in encoded.ids])
+    if max_input_length is not None:
+        for i, ids in enumerate(encoded.ids):
+            if len(ids) > max_input_length:
+                raise InputTooLongError(
+                    f"input {i + 1} has {len(ids)} tokens (special tokens included) but this model reads at most "
+                    f"{max_input_length}; shorten it",
+                    i,
+                    len(ids),
+                    max_input_length,
+                )
+    return encoded
+
+
+def pool(memory: Tensor, keep: Tensor, pooling: str) -> Tensor:
+    """Pool the encoder's memory into one vector per row (module docstring).
+
+    Args:
+        memory: (B, S, D) float encoder output.
+        keep: (B, S) bool, True at the real tokens (right-padded: each row's first token is real).
+        pooling: "mean" or "cls".
+
+    Returns:
+        (B, D) float32.
+
+    Raises:
+        ConfigError: an unknown pooling.
+    """
+    check_pooling(pooling)
+    memory = memory.float()
+    if pooling == "cls":
+        return memory[:, 0]  # (B, D)
+    summed = memory.masked_fill(~keep.unsqueeze(-1), 0.0).sum(dim=1)  # (B, D) over the real tokens only
+    return summed / keep.sum(dim=1, keepdim=True).clamp(min=1).float()  # (B, D)
+
+
+def l2_normalize(vectors: Tensor) -> Tensor:
+    """(N, D) -> (N, D): each row divided by its L2 norm (at least :data:`NORM_EPS`; a zero row stays zero)."""
+    return vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=NORM_EPS)
+
+
+def embed_encoded(
+    loaded: Any,
+    ids: Sequence[Sequence[int]],
+    pooling: str = "mean",
+    normalize: bool = False,
+    batch_size: int = 64,
+    max_tokens: int | None = None,
+) -> np.ndarray:
+    """Encode token id lists in batches and pool each one; see :func:`embed_texts`.
+
+    Args:
+        loaded: a :class:`~dotformer.checkpoint.LoadedCheckpoint` with an encoder.
+        ids: per text, the ids the encoder reads (:func:`embedding_inputs`), each non-empty.
+        pooling, normalize, batch_size, max_tokens: see :func:`embed_texts`.
+
+    Returns:
+        (N, D) float32 numpy array, row i for ``ids[i]``.
+
+    Raises:
+        ConfigError: an unknown pooling, a decoder-only model, ``batch_size`` or ``max_tokens`` < 1.
+    """
+    import numpy as np
+    import torch
+
+    from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, length_sorted_batches, model_device, pad_batch
+
+    check_pooling(pooling)
+    check_has_encoder(loaded)
+    model = loaded.model
+    device = model_device(model)
+    vectors = torch.zeros(len(ids), model.config.d_model, dtype=torch.float32)  # (N, D)
+    tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    with torch.inference_mode():
+        for batch in length_sorted_batches([len(row) for row in ids], batch_size, tokens):
+            src = pad_batch([ids[i] for i in batch], device)  # (B, S)
+            memory = model.encode(src).memory  # (B, S, D)
+            pooled = pool(memory, src != PAD_ID, pooling)  # (B, D) float32
+            vectors[batch] = pooled.cpu()
+    if normalize:
+        vectors = l2_normalize(vectors)
+    return np.ascontiguousarray(vectors.numpy(), dtype=np.float32)
+
+
+def embed_texts(
+    loaded: Any,
+    texts: Sequence[str],
+    pooling: str = "mean",
+    normalize: bool = False,
+    batch_size: int = 64,
+    max_tokens: int | None = None,
+    max_input_length: int | None = None,
+) -> np.ndarray:
+    """One vector per text: the encoder's memory pooled over the text's real tokens (module docstring).
+
+    Args:
+        loaded: a :class:`~dotformer.checkpoint.LoadedCheckpoint` with an encoder (encoder-only or
+            encoder-decoder).
+        texts: the inputs; an empty text is read as the special tokens alone.
+        pooling: "mean" (over the real tokens, padding excluded) or "cls" (the first token).
+        normalize: divide each vector by its L2 norm.
+        batch_size: most texts encoded together. max_tokens: most padded tokens per batch (default
+            :data:`~dotformer.decoding.translate.DEFAULT_MAX_TOKENS`); a longer text is encoded alone.
+        max_input_length: most tokens (special tokens included) a text may have, or None for no limit.
+
+    Returns:
+        (N, D) float32 numpy array, row i for ``texts[i]`` (N = 0 for no texts).
+
+    Raises:
+        ConfigError: an unknown pooling, a decoder-only model, a bad batch size. InputTooLongError: a text longer
+        than ``max_input_length``.
+
+    Warns:
+        UnknownTokenWarning: once per call when texts hold symbols outside the source vocabulary.
+    """
+    import numpy as np
+
+    from dotformer.decoding.inputs import warn_unknown
+
+    check_pooling(pooling)
+    check_has_encoder(loaded)
+    if not texts:
+        return np.zeros((0, loaded.model.config.d_model), dtype=np.float32)
+    encoded = embedding_inputs(loaded, texts, max_input_length)
+    warn_unknown(encoded, stacklevel=4)
+    return embed_encoded(loaded, encoded.ids, pooling, normalize, batch_size, max_tokens)

@@ -1,0 +1,246 @@
+"""``dotformer embed``: one sentence embedding per input line, written as a ``.npy`` matrix or as JSON lines.
+
+The pooling and batching are :mod:`dotformer.api.embedding`, the path of ``dotformer.load(path).embed(texts)``; this
+module reads the lines, checks the flags and writes the vectors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from dotformer.api.embedding import POOLINGS
+from dotformer.cli.threads import add_threads_argument
+
+if TYPE_CHECKING:
+    import numpy as np
+
+OUTPUT_FORMATS = ("npy", "jsonl")
+SIDECAR_SUFFIX = ".json"  # vectors.npy -> vectors.npy.json names the pooling of a .npy file
+
+EPILOG = """\
+input:  the TEXT arguments, or else --input FILE, or else standard input: one text per line (an empty line is an
+        empty text, read as the model's special tokens alone). UTF-8; lines end at "\\n" or "\\r\\n". No input at
+        all is an error.
+output: standard output or --output FILE; --output-format (default: jsonl for a FILE ending in .jsonl, else npy):
+          npy    one float32 matrix (N, D), row i for input i (numpy.load reads it). With --output FILE, FILE.json
+                 beside it (vectors.npy -> vectors.npy.json) names how the rows were made: {"pooling",
+                 "normalized", "count", "dim", "dtype", "checkpoint"}. Binary .npy is not written to a terminal.
+          jsonl  one JSON object per input: {"id", "text", "pooling", "normalized", "embedding": [D floats]}
+        ID is the input's 0-based index.
+pooling: mean (the encoder's memory averaged over the real tokens, padding excluded) or cls (the first token: BERT's
+        [CLS]); --normalize divides each vector by its L2 norm (dot products are then cosine similarities).
+        An imported BERT (encoder-only) reads "[CLS] text [SEP]"; an encoder-decoder model's encoder reads its
+        source as in translate ("text </s>"). A decoder-only model has no encoder and is refused.
+
+examples:
+  dotformer import --from bert ~/models/my-bert runs/bert
+  dotformer embed --checkpoint runs/bert --normalize < sentences.txt > vectors.npy
+  dotformer embed --checkpoint runs/bert --pooling cls --input sentences.txt --output vectors.jsonl
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``dotformer embed``."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory (run: best/)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    add_threads_argument(parser)
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16", "int8"],
+        default="float32",
+        help="precision of the weights (vectors are pooled and written in float32)",
+    )
+    parser.add_argument(
+        "--pooling",
+        default="mean",
+        metavar="{" + ",".join(POOLINGS) + "}",
+        help="mean over the real tokens (default) or the first token",
+    )
+    parser.add_argument("--normalize", action="store_true", help="L2-normalise each vector")
+    parser.add_argument("--batch-size", type=int, default=64, metavar="B", help="texts encoded together (64)")
+    parser.add_argument("--max-tokens", type=int, default=None, metavar="N", help="most padded tokens per batch (8192)")
+    parser.add_argument(
+        "--max-input-length",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most tokens (special tokens included) an input may have (default: the model's max_len)",
+    )
+    parser.add_argument("--input", default=None, metavar="FILE", help="read the inputs from FILE (default: stdin)")
+    parser.add_argument("--output", default=None, metavar="FILE", help="write the vectors to FILE (default: stdout)")
+    parser.add_argument(
+        "--output-format",
+        default=None,
+        metavar="{npy,jsonl}",
+        help="npy (a float32 matrix) or jsonl (one object per input); default: from --output's suffix, else npy",
+    )
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to embed (default: lines of stdin)")
+
+
+def check_arguments(args: argparse.Namespace) -> str:
+    """Validate the flags before loading anything; returns the output format.
+
+    Raises:
+        ConfigError: an unknown pooling or format, a bad number, TEXT arguments with --input, a bad --output.
+        MissingDataError: --input names no file.
+    """
+    from dotformer.api.embedding import check_pooling
+    from dotformer.cli.outputs import check_output_file
+    from dotformer.errors import ConfigError, MissingDataError
+
+    check_pooling(args.pooling)
+    for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be a positive integer, got {value}")
+    if args.max_input_length is not None and args.max_input_length < 1:
+        raise ConfigError(f"--max-input-length must be a positive integer, got {args.max_input_length}")
+    if args.texts and args.input is not None:
+        raise ConfigError("give the inputs either as TEXT arguments or with --input FILE, not both")
+    to_file = args.output not in (None, "-")
+    output_format = args.output_format
+    if output_format is None:
+        output_format = "jsonl" if to_file and str(args.output).endswith(".jsonl") else "npy"
+    if output_format not in OUTPUT_FORMATS:
+        raise ConfigError(f"--output-format {output_format!r} is not one of {', '.join(OUTPUT_FORMATS)}")
+    if args.input not in (None, "-"):
+        path = Path(args.input)
+        if path.is_dir():
+            raise ConfigError(f"--input {path} is a directory; give a file")
+        if not path.is_file():
+            raise MissingDataError(f"{path}: no such file")
+    if to_file:
+        check_output_file(args.output, "--output", (args.input,))
+        if output_format == "npy":
+            check_output_file(str(args.output) + SIDECAR_SUFFIX, "--output (its pooling file)", (args.input,))
+    elif output_format == "npy" and _is_terminal(sys.stdout):
+        raise ConfigError("a .npy matrix is binary: redirect standard output, give --output FILE or use jsonl")
+    return output_format
+
+
+def read_texts(args: argparse.Namespace) -> tuple[list[str], str | None]:
+    """The inputs and where they come from (None: TEXT arguments; else a file name or ``<stdin>``).
+
+    Raises:
+        DataError: a line is not UTF-8, or there is no input at all.
+    """
+    from dotformer.cli.lines import StreamLines, binary_stdin
+    from dotformer.errors import DataError
+
+    if args.texts:
+        return list(args.texts), None
+    from_file = args.input not in (None, "-")
+    name = args.input if from_file else "<stdin>"
+    stream = open(args.input, "rb") if from_file else binary_stdin()  # noqa: SIM115 (closed below)
+    try:
+        texts = [line for _, lines in StreamLines(stream, name).chunks(1 << 12) for line in lines]
+    finally:
+        if from_file:
+            stream.close()
+    if not texts:
+        raise DataError(f"{name}: no input lines to embed")
+    return texts, name
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the inputs, embed them, write the vectors. Returns 0."""
+    from dotformer.api import Translator
+    from dotformer.cli.decode_flags import load_for_decoding
+    from dotformer.decoding.inputs import InputTooLongError
+    from dotformer.errors import ConfigError, DataError
+
+    output_format = check_arguments(args)
+    texts, name = read_texts(args)
+    translator = Translator(load_for_decoding(args), args.dtype)
+    try:
+        vectors = translator.embed(
+            texts,
+            pooling=args.pooling,
+            normalize=args.normalize,
+            batch_size=args.batch_size,
+            max_tokens=args.max_tokens,
+            max_input_length=args.max_input_length,
+        )
+    except InputTooLongError as exc:
+        where = f"input {exc.index + 1}" if name is None else f"{name}:{exc.index + 1}"
+        raise DataError(
+            f"{where}: the input has {exc.length} tokens (special tokens included), more than --max-input-length "
+            f"{exc.limit} (default: the model's max_len); shorten it"
+        ) from None
+    payload = npy_bytes(vectors) if output_format == "npy" else jsonl_text(texts, vectors, args.pooling, args.normalize)
+    if args.output in (None, "-"):
+        out: Any = getattr(sys.stdout, "buffer", None)
+        if out is None:  # a text stream without bytes underneath: JSON lines go as text, a .npy cannot
+            if output_format == "npy":
+                raise ConfigError("standard output here takes text only: give --output FILE or use jsonl")
+            sys.stdout.write(payload.decode("utf-8"))
+        else:
+            out.write(payload)
+        sys.stdout.flush()
+        return 0
+    path = Path(args.output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(payload)
+    if output_format == "npy":
+        sidecar = Path(str(path) + SIDECAR_SUFFIX)
+        sidecar.write_text(sidecar_text(vectors, args.pooling, args.normalize, translator), encoding="utf-8")
+    shown = f"{path} (pooling in {path}{SIDECAR_SUFFIX})" if output_format == "npy" else str(path)
+    print(f"wrote {shown}: {vectors.shape[0]} x {vectors.shape[1]} float32, {args.pooling} pooling"
+          f"{', L2-normalised' if args.normalize else ''}")  # fmt: skip
+    return 0
+
+
+def npy_bytes(vectors: np.ndarray) -> bytes:
+    """The (N, D) float32 matrix in numpy's .npy format."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, vectors.astype(np.float32, copy=False), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def jsonl_text(texts: list[str], vectors: np.ndarray, pooling: str, normalize: bool) -> bytes:
+    """One JSON object per input, UTF-8: ``{"id", "text", "pooling", "normalized", "embedding"}``.
+
+    Each float32 is written as the shortest decimal that reads back to the same float32.
+    """
+    from dotformer.cli.lines import json_line
+
+    lines = (
+        json_line({"id": i, "text": text, "pooling": pooling, "normalized": normalize, "embedding": _floats(vector)})
+        + "\n"
+        for i, (text, vector) in enumerate(zip(texts, vectors, strict=True))
+    )
+    return "".join(lines).encode("utf-8")
+
+
+def _floats(vector: np.ndarray) -> list[float]:
+    """(D,) float32 -> D Python floats, each the shortest decimal of its float32 (``0.1``, not ``0.10000000149``)."""
+    return [float(str(value)) for value in vector]
+
+
+def sidecar_text(vectors: np.ndarray, pooling: str, normalize: bool, translator: Any) -> str:
+    """The JSON beside a .npy file that names how its rows were made."""
+    import json
+
+    fields = {
+        "pooling": pooling,
+        "normalized": normalize,
+        "count": int(vectors.shape[0]),
+        "dim": int(vectors.shape[1]),
+        "dtype": "float32",
+        "checkpoint": str(translator.path),
+    }
+    return json.dumps(fields, indent=2) + "\n"
+
+
+def _is_terminal(stream: IO[Any] | None) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (AttributeError, ValueError):
+        return False

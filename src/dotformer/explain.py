@@ -1,8 +1,0 @@
-"""Moved to :mod:`dotformer.explore.explain`.
-
-This old path still works, with a DeprecationWarning naming the new one (:mod:`dotformer._moved`).
-"""
-
-from dotformer import _moved
-
-__getattr__ = _moved.forward(__name__)

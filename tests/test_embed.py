@@ -1,0 +1,362 @@
+"""Sentence embeddings (dotformer.api.embedding, ``dotformer embed``): an imported BERT (random weights, a WordPiece
+tokenizer trained here, saved with save_pretrained; no hub) gives HF ``AutoModel`` + the same pooling within 1e-5;
+a text's vector does not depend on its batch; an encoder-decoder checkpoint pools its encoder's memory; the command
+writes .npy and JSON lines that read back equal to the API; bad input is one line and exit status 2."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dotformer.cli import main
+from dotformer.errors import ConfigError
+
+pytest.importorskip("transformers")
+
+CORPUS = [
+    "the cat sat on the mat",
+    "a dog ran in the park",
+    "the sun is hot today",
+    "we read a book at night",
+    "birds sing in the morning",
+]
+# Mixed lengths in one batch, so the shorter rows are padded; "zq" holds unknown symbols; "" is [CLS] [SEP] alone.
+TEXTS = [
+    "the cat sat on the mat while a dog ran in the park",
+    "a bird",
+    "we read",
+    "zq the sun",
+    "birds sing in the morning at night",
+    "",
+]
+
+
+def make_bert_dir(directory: Path) -> None:
+    """A random BertModel (weights drawn wide, so that tokens differ) and a WordPiece tokenizer.json, saved here."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertModel
+
+    directory.mkdir(parents=True)
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer.train_from_iterator(CORPUS * 4, trainers.WordPieceTrainer(vocab_size=80, special_tokens=specials))
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = BertConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=40,
+        type_vocab_size=2,
+        pad_token_id=0,
+    )
+    torch.manual_seed(2)
+    model = BertModel(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.normal_(1.0 if "LayerNorm.weight" in name else 0.0, 0.1 if parameter.dim() == 1 else 0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(str(directory))
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The HF directory, its dotformer import, and HF's last hidden states and attention mask for TEXTS."""
+    from tokenizers import Tokenizer
+    from transformers import AutoModel
+
+    from dotformer.imports.bert import import_bert
+
+    root = tmp_path_factory.mktemp("bert")
+    make_bert_dir(root / "hf")
+    import_bert(root / "hf", root / "ck")
+    tokenizer = Tokenizer.from_file(str(root / "hf" / "tokenizer.json"))
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+    encodings = tokenizer.encode_batch(TEXTS)
+    ids = torch.tensor([e.ids for e in encodings])  # (B, S) [CLS] ... [SEP] [PAD] ...
+    mask = torch.tensor([e.attention_mask for e in encodings])  # (B, S) 1 = real token
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = AutoModel.from_pretrained(str(root / "hf")).eval()
+    with torch.no_grad():
+        hidden = hf(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, S, D)
+    return {"hf": root / "hf", "ck": root / "ck", "hidden": hidden, "mask": mask}
+
+
+def hf_pooling(hidden: torch.Tensor, mask: torch.Tensor, pooling: str, normalize: bool) -> np.ndarray:
+    """The pooling as users write it over HF's outputs: masked mean or the [CLS] row, then F.normalize."""
+    if pooling == "mean":
+        weights = mask.unsqueeze(-1).to(hidden.dtype)  # (B, S, 1)
+        vectors = (hidden * weights).sum(dim=1) / weights.sum(dim=1)  # (B, D)
+    else:
+        vectors = hidden[:, 0]  # (B, D)
+    if normalize:
+        vectors = F.normalize(vectors, p=2, dim=-1)
+    return vectors.numpy()
+
+
+def load(path: Path) -> Any:
+    import dotformer
+
+    return dotformer.load(path, device="cpu")
+
+
+# -- the API against HF -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_embed_equals_hf_automodel_and_the_same_pooling(bert: dict[str, Any], pooling: str, normalize: bool) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "zq" is read as [UNK], as HF reads it
+        ours = load(bert["ck"]).embed(TEXTS, pooling=pooling, normalize=normalize)
+    assert isinstance(ours, np.ndarray) and ours.dtype == np.float32 and ours.shape == (len(TEXTS), 32)
+    theirs = hf_pooling(bert["hidden"], bert["mask"], pooling, normalize)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=1e-5)
+    if normalize:
+        np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore::dotformer.decoding.inputs.UnknownTokenWarning")
+def test_mean_pooling_excludes_the_padding(bert: dict[str, Any]) -> None:
+    """The padded rows' vectors differ from a mean over all S positions: padding would have counted."""
+    ours = load(bert["ck"]).embed(TEXTS[:3])
+    hidden, mask = bert["hidden"][:3], bert["mask"][:3]
+    assert (mask == 0).any(dim=1).tolist() == [False, True, True]
+    over_all = hidden.mean(dim=1).numpy()  # (3, D) padding included
+    assert np.abs(ours[1:] - over_all[1:]).max() > 1e-2
+    np.testing.assert_allclose(ours[0], over_all[0], atol=1e-5)  # the longest row has no padding
+
+
+@pytest.mark.filterwarnings("ignore::dotformer.decoding.inputs.UnknownTokenWarning")
+def test_cls_and_mean_differ_and_a_string_gives_one_vector(bert: dict[str, Any]) -> None:
+    model = load(bert["ck"])
+    mean, cls = model.embed(TEXTS[:2]), model.embed(TEXTS[:2], pooling="cls")
+    assert np.abs(mean - cls).max() > 1e-2
+    one = model.embed(TEXTS[1], pooling="cls")
+    assert one.shape == (32,)
+    np.testing.assert_array_equal(one, model.embed([TEXTS[1]], pooling="cls")[0])
+    assert model.embed([]).shape == (0, 32)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_a_texts_vector_does_not_depend_on_its_batch(bert: dict[str, Any], pooling: str) -> None:
+    model = load(bert["ck"])
+    texts = [*TEXTS, *(t + " the cat" for t in TEXTS)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        together = model.embed(texts, pooling=pooling)
+        alone = np.stack([model.embed([t], pooling=pooling)[0] for t in texts])
+        by_tokens = model.embed(texts, pooling=pooling, max_tokens=24)  # a few texts per batch
+        by_two = model.embed(texts, pooling=pooling, batch_size=2)
+    for other in (alone, by_tokens, by_two):
+        np.testing.assert_allclose(together, other, atol=1e-6, rtol=1e-6)
+
+
+def test_bad_settings_are_refused(bert: dict[str, Any]) -> None:
+    from dotformer.decoding.inputs import InputTooLongError
+
+    model = load(bert["ck"])
+    with pytest.raises(ConfigError, match="pooling 'max' is not one of mean, cls"):
+        model.embed(["a"], pooling="max")
+    with pytest.raises(InputTooLongError, match="input 2 has 5 tokens") as caught:
+        model.embed(["a", "a a a"], max_input_length=4)  # [CLS] a a a [SEP]
+    assert (caught.value.index, caught.value.limit) == (1, 4)
+    with pytest.raises(ConfigError, match="learned positional table"):
+        model.embed(["a"], max_input_length=41)
+    with pytest.raises(ConfigError, match="batch_size"):
+        model.embed(["a"], batch_size=0)
+
+
+# -- encoder-decoder and decoder-only checkpoints ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def seq2seq(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny random encoder-decoder checkpoint (characters to words) and a decoder-only one."""
+    from dotformer import ModelConfig, Transformer
+    from dotformer.checkpoint import save_checkpoint
+    from dotformer.data.tokenizers import train_tokenizer
+
+    root = tmp_path_factory.mktemp("seq2seq")
+    letters = train_tokenizer("char", ["abcdefghijklmnopqrstuvwxyz "])
+    words = train_tokenizer("symbol", CORPUS)
+    torch.manual_seed(0)
+    sizes = dict(d_model=32, num_heads=4, d_ff=64, dropout=0.0)
+    config = ModelConfig(src_vocab_size=letters.vocab_size, tgt_vocab_size=words.vocab_size, **sizes)
+    save_checkpoint(root / "enc-dec", Transformer(config).eval(), letters, words, {"task": "translation"})
+    lm = ModelConfig(
+        src_vocab_size=words.vocab_size,
+        tgt_vocab_size=words.vocab_size,
+        arch="decoder-only",
+        num_encoder_layers=0,
+        **sizes,
+    )
+    save_checkpoint(root / "lm", Transformer(lm).eval(), words, words, {"task": "lm"})
+    return {"enc-dec": root / "enc-dec", "lm": root / "lm"}
+
+
+def test_an_encoder_decoder_checkpoint_pools_its_encoders_memory(seq2seq: dict[str, Path]) -> None:
+    from dotformer.data.tokenizers import EOS_ID
+
+    model = load(seq2seq["enc-dec"])
+    texts = ["the cat", "a much longer text"]
+    with torch.no_grad():
+        memories = [
+            model.model.encode(torch.tensor([[*model.src_tokenizer.encode(t), EOS_ID]])).memory[0] for t in texts
+        ]
+    np.testing.assert_allclose(model.embed(texts), np.stack([m.mean(0).numpy() for m in memories]), atol=1e-5)
+    np.testing.assert_allclose(model.embed(texts, pooling="cls"), np.stack([m[0].numpy() for m in memories]), atol=1e-5)
+
+
+def test_a_decoder_only_checkpoint_is_refused(seq2seq: dict[str, Path]) -> None:
+    with pytest.raises(ConfigError, match="a decoder-only model has no encoder to embed with"):
+        load(seq2seq["lm"]).embed(["the cat"])
+
+
+# -- the command ------------------------------------------------------------------------------------------------------
+
+
+def run_cli(
+    capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch, *argv: str, stdin: bytes = b""
+) -> tuple[int, bytes, str]:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+    status = main(list(argv))
+    captured = capsysbinary.readouterr()
+    return status, captured.out, captured.err.decode("utf-8")
+
+
+def test_cli_writes_npy_and_jsonl_equal_to_the_api(
+    bert: dict[str, Any], tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ck = str(bert["ck"])
+    lines = "".join(t + "\n" for t in TEXTS).encode("utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = load(bert["ck"]).embed(TEXTS, pooling="cls", normalize=True)
+
+    status, out, err = run_cli(capsysbinary, monkeypatch, "embed", "--checkpoint", ck, "--pooling", "cls",
+                               "--normalize", stdin=lines)  # fmt: skip
+    assert status == 0, err
+    np.testing.assert_array_equal(np.load(io.BytesIO(out)), expected)
+    assert "<unk>" in err and err.count("\n") == 1  # "zq": one warning line
+
+    source = tmp_path / "texts.txt"
+    source.write_bytes(lines)
+    jsonl = tmp_path / "out" / "vectors.jsonl"
+    argv = ["embed", "--checkpoint", ck, "--pooling", "cls", "--normalize", "--input", str(source)]
+    status, out, err = run_cli(capsysbinary, monkeypatch, *argv, "--output", str(jsonl))
+    assert status == 0, err
+    assert out.decode().startswith(f"wrote {jsonl}: 6 x 32 float32, cls pooling, L2-normalised")
+    records = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
+    assert [(r["id"], r["text"], r["pooling"], r["normalized"]) for r in records] == [
+        (i, t, "cls", True) for i, t in enumerate(TEXTS)
+    ]
+    np.testing.assert_array_equal(np.array([r["embedding"] for r in records], dtype=np.float32), expected)
+
+    npy = tmp_path / "vectors.npy"
+    status, out, err = run_cli(capsysbinary, monkeypatch, "embed", "--checkpoint", ck, "--input", str(source),
+                               "--output", str(npy))  # fmt: skip
+    assert status == 0, err
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        np.testing.assert_array_equal(np.load(npy), load(bert["ck"]).embed(TEXTS))
+    sidecar = json.loads((tmp_path / "vectors.npy.json").read_text())
+    assert sidecar["pooling"] == "mean" and sidecar["normalized"] is False
+    assert (sidecar["count"], sidecar["dim"], sidecar["dtype"]) == (6, 32, "float32")
+
+    status, out, _ = run_cli(capsysbinary, monkeypatch, "embed", "--checkpoint", ck, "--output-format", "jsonl",
+                             "a bird", "we read")  # fmt: skip
+    assert status == 0
+    vectors = [json.loads(line)["embedding"] for line in out.decode().splitlines()]
+    np.testing.assert_array_equal(np.array(vectors, dtype=np.float32), load(bert["ck"]).embed(["a bird", "we read"]))
+
+
+@pytest.mark.parametrize(
+    ("which", "argv", "stdin", "message"),
+    [
+        ("bert", [], b"", "<stdin>: no input lines to embed"),
+        ("bert", ["--pooling", "max"], b"a\n", "pooling 'max' is not one of mean, cls"),
+        ("bert", ["--output-format", "csv"], b"a\n", "--output-format 'csv' is not one of npy, jsonl"),
+        ("bert", ["--max-input-length", "4"], b"a\na a a\n", "<stdin>:2: the input has 5 tokens"),
+        ("lm", [], b"the cat\n", "a decoder-only model has no encoder to embed with"),
+    ],
+)
+def test_cli_errors_are_one_line_and_exit_2(
+    bert: dict[str, Any],
+    seq2seq: dict[str, Path],
+    capsysbinary: pytest.CaptureFixture[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    which: str,
+    argv: list[str],
+    stdin: bytes,
+    message: str,
+) -> None:
+    checkpoint = bert["ck"] if which == "bert" else seq2seq["lm"]
+    status, out, err = run_cli(capsysbinary, monkeypatch, "embed", "--checkpoint", str(checkpoint), *argv, stdin=stdin)
+    assert status == 2 and out == b""
+    assert err.startswith("dotformer embed: error: ") and message in err
+    assert err.count("\n") == 1
+
+
+def test_cli_through_a_shell_pipe(bert: dict[str, Any], tmp_path: Path) -> None:
+    """``dotformer embed --checkpoint CK < lines > vectors.npy`` as a user types it."""
+    source, target = tmp_path / "lines.txt", tmp_path / "vectors.npy"
+    source.write_text("a bird\nwe read\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    with source.open("rb") as stdin, target.open("wb") as stdout:
+        result = subprocess.run(
+            [sys.executable, "-m", "dotformer", "embed", "--checkpoint", str(bert["ck"]), "--normalize"],
+            stdin=stdin,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=240,
+            env=env,
+        )
+    assert result.returncode == 0, result.stderr
+    expected = load(bert["ck"]).embed(["a bird", "we read"], normalize=True)
+    np.testing.assert_array_equal(np.load(target), expected)
+
+
+def test_cli_writes_no_binary_to_a_terminal(bert: dict[str, Any]) -> None:
+    """``.npy`` bytes would garble a terminal: refused in one line; JSON lines are text and go there."""
+    import pty
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "dotformer", "embed", "--checkpoint", str(bert["ck"]), "a bird"]
+    for extra, status in (([], 2), (["--output-format", "jsonl"], 0)):
+        leader, follower = pty.openpty()
+        try:
+            result = subprocess.run(
+                [*command, *extra], stdout=follower, stderr=subprocess.PIPE, text=True, timeout=240, env=env
+            )
+        finally:
+            os.close(follower)
+            os.close(leader)
+        assert result.returncode == status, result.stderr
+        if status == 2:
+            assert result.stderr == (
+                "dotformer embed: error: a .npy matrix is binary: redirect standard output, give --output FILE or "
+                "use jsonl\n"
+            )
