@@ -422,8 +422,8 @@ def test_onnx_refuses_what_it_cannot_hold(tmp_path):
     pytest.importorskip("onnx")
     from dotformer.export.onnx import export_onnx
 
-    with pytest.raises(ConfigError, match="only models with a decoder"):
-        export_onnx(tiny_model(arch="encoder-only", num_decoder_layers=0), tmp_path / "x")
+    with pytest.raises(ConfigError, match="encoder-decoder"):
+        export_onnx(tiny_model(arch="decoder-only", num_encoder_layers=0), tmp_path / "x")
 
 
 # -- the command line -------------------------------------------------------------------------------------------------

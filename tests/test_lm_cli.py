@@ -167,3 +167,11 @@ def test_a_bpe_language_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     scored = json.loads((out / "m.json").read_text())
     assert scored["characters"] > scored["tokens"]  # a BPE token spells several characters
     assert scored["bits_per_character"] < scored["bits_per_token"]
+
+
+def test_export_to_onnx_writes_the_cached_step(run_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnx")
+    out = tmp_path / "onnx"
+    assert main(["export", "--to", "onnx", str(run_dir), str(out)]) == 0
+    assert (out / "lm_step.onnx").is_file() and (out / "tokenizer_tgt.json").is_file()
+    assert json.loads((out / "onnx_config.json").read_text())["lm_step"]["inputs"][:2] == ["tokens", "offset"]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from dotformer import ModelConfig, Transformer
+from dotformer.decoding.cache import DecoderCache
 from dotformer.decoding.generate import run_decoder
 
 V = 17
@@ -19,12 +20,11 @@ V = 17
 def test_the_onnx_step_gives_dotformers_logits(tmp_path, overrides) -> None:
     pytest.importorskip("onnx")
     onnxruntime = pytest.importorskip("onnxruntime")
-    from dotformer.export.onnx import export_onnx
-    from dotformer.export.onnx_lm import LM_STEP_FILE
+    from dotformer.export.onnx_lm import LM_STEP_FILE, export_lm_onnx
 
     config = ModelConfig.preset("tiny", src_vocab_size=V, tgt_vocab_size=V, arch="decoder-only", max_len=32)
     model = Transformer(config.replace(**overrides)).eval()
-    export_onnx(model, tmp_path / "lm")
+    export_lm_onnx(model, tmp_path / "lm")
     description = json.loads((tmp_path / "lm" / "onnx_config.json").read_text())
     assert description["lm_step"]["file"] == LM_STEP_FILE
     session = onnxruntime.InferenceSession(str(tmp_path / "lm" / LM_STEP_FILE), providers=["CPUExecutionProvider"])
@@ -33,7 +33,7 @@ def test_the_onnx_step_gives_dotformers_logits(tmp_path, overrides) -> None:
     feeds = {
         f"past_{kind}_{i}": np.zeros((2, 4, 0, 16), dtype=np.float32) for i in range(2) for kind in ("key", "value")
     }
-    cache = model.new_cache()
+    cache = DecoderCache()
     new, offset = prompt, 0
     with torch.inference_mode():
         for _ in range(4):
@@ -46,3 +46,13 @@ def test_the_onnx_step_gives_dotformers_logits(tmp_path, overrides) -> None:
             feeds = {name.replace("present", "past"): value for name, value in out.items() if name != "logits"}
             new = expected.argmax(-1, keepdim=True)  # (B, 1) the next token
     assert out["present_key_0"].shape == (2, 4, offset, 16)
+
+
+def test_export_lm_onnx_refuses_a_translation_model(tmp_path) -> None:
+    pytest.importorskip("onnx")
+    from dotformer.errors import ConfigError
+    from dotformer.export.onnx_lm import export_lm_onnx
+
+    model = Transformer(ModelConfig.preset("tiny", src_vocab_size=V, tgt_vocab_size=V))
+    with pytest.raises(ConfigError, match="decoder-only"):
+        export_lm_onnx(model, tmp_path / "x")

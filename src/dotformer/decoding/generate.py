@@ -35,6 +35,7 @@ from dotformer.decoding.beam import (
     is_done,
     unflatten_beam_dim,
 )
+from dotformer.decoding.cache import DecoderCache
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.greedy import pick_most_likely
 from dotformer.decoding.hypothesis import forbid_special_tokens
@@ -45,7 +46,6 @@ from dotformer.model import Transformer
 
 if TYPE_CHECKING:
     from dotformer.data.tokenizers import Tokenizer
-    from dotformer.decoding.cache import DecoderCache
 
 TokenCallback = Callable[[Tensor], None]  # called with the (N,) int64 tokens of every step, as they are chosen
 
@@ -88,7 +88,8 @@ def generation_config(
 
 def run_decoder(model: Transformer, tokens: Tensor, cache: DecoderCache | None) -> Tensor:
     """The model's one use of the decoder here: (N, T) int64 new tokens -> (N, V) float32 log-probabilities of the
-    token after the last one; ``cache`` (from ``model.new_cache()``) holds the earlier positions and is updated."""
+    token after the last one; ``cache`` (a :class:`DecoderCache`, empty at first) holds the earlier positions and
+    is updated."""
     hidden = model.decode(tokens, cache=cache).hidden[:, -1]  # (N, D)
     return model.generator(hidden).float().log_softmax(dim=-1)  # (N, V)
 
@@ -128,7 +129,7 @@ class ContextWindow:
         if not self.use_cache:
             return run_decoder(self.model, self.tokens[:, self.start :], None)
         if self.cache is None:
-            self.cache, self.cached_to = self.model.new_cache(), self.start
+            self.cache, self.cached_to = DecoderCache(), self.start
         log_probs = run_decoder(self.model, self.tokens[:, self.cached_to :], self.cache)
         self.cached_to = t
         return log_probs

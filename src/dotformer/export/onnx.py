@@ -112,8 +112,7 @@ def export_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSET) 
     """Write ``encoder.onnx``, ``decoder_step.onnx`` and ``onnx_config.json`` (sizes, ids, input/output names).
 
     Args:
-        model: an encoder-decoder :class:`Transformer` with float weights (post-LN or pre-LN, any activation); a
-            decoder-only one is written as one cached step instead (:mod:`dotformer.export.onnx_lm`).
+        model: an encoder-decoder :class:`Transformer` with float weights (post-LN or pre-LN, any activation).
         output_dir: a new directory, or an empty one (a non-empty one is refused: nothing is overwritten).
         opset: the ONNX opset to target.
 
@@ -121,13 +120,13 @@ def export_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSET) 
         ``output_dir``. See the module docstring for the graphs' inputs and outputs; :class:`OnnxTranslator` runs them.
 
     Raises:
-        ConfigError: an encoder-only model, int8 linear layers, or a non-empty ``output_dir``.
+        ConfigError: not an encoder-decoder, int8 linear layers, or a non-empty ``output_dir``.
         MissingDataError: the ``onnx`` package (needed by ``torch.onnx``) is not installed.
     """
     require_float_weights(model, "export to ONNX")
     c = model.config
-    if c.arch == "encoder-only" or model.decoder is None:
-        raise ConfigError(f"only models with a decoder can be exported to ONNX, got arch={c.arch!r}")
+    if c.arch != "encoder-decoder" or model.decoder is None:
+        raise ConfigError(f"only encoder-decoder models can be exported to ONNX, got arch={c.arch!r}")
     try:
         import onnx  # noqa: F401 (torch.onnx needs it)
     except ImportError:
@@ -136,12 +135,7 @@ def export_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSET) 
 
     output_dir = check_output_dir(output_dir)
     with fresh_output_dir(output_dir) as tmp:
-        if c.arch == "decoder-only":  # a language model: one cached step (dotformer.export.onnx_lm)
-            from dotformer.export.onnx_lm import write_lm_onnx
-
-            write_lm_onnx(model, tmp, opset)
-        else:
-            _write_onnx(model, tmp, opset)
+        _write_onnx(model, tmp, opset)
     return output_dir
 
 

@@ -8,9 +8,9 @@
     ``present_value_{i}`` (B, H, P + T, Dh), the past of the next call.
 
 The step is :func:`dotformer.decoding.generate.run_decoder` with a cache, spelled out as a pure function, traced from
-the model's own modules as the translation step of :mod:`dotformer.export.onnx`; positions come from a table of
-``max_len`` rows stored in the graph. B, T and P are dynamic axes; the tests check the graph against dotformer's
-logits with ``onnxruntime``.
+the model's own modules as the translation step of :mod:`dotformer.export.onnx`; positions are rows of the
+model's positional table (at most ``max_len``). B, T and P are dynamic axes; the tests check the graph against
+dotformer's logits with ``onnxruntime``.
 """
 
 from __future__ import annotations
@@ -24,32 +24,31 @@ from torch import Tensor, nn
 
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from dotformer.decoding.cache import DecoderCache, KVCache, LayerCache
-from dotformer.export.onnx import ONNX_CONFIG_FILE, OPSET, _names, _position_table
+from dotformer.errors import ConfigError, MissingDataError
+from dotformer.export.onnx import ONNX_CONFIG_FILE, OPSET, _names
 from dotformer.model import Transformer
 
 LM_STEP_FILE = "lm_step.onnx"
 
 
 class LMStepGraph(nn.Module):
-    """(tokens, offset, past keys/values) -> (logits of the next token, present keys/values)."""
+    """(tokens, offset, past keys/values) -> (logits of the next token, present keys/values).
+
+    ``Transformer.decode`` itself, with a :class:`~dotformer.decoding.cache.DecoderCache` filled from the inputs and
+    the position ``offset`` as a tensor, as the translation step graph of :mod:`dotformer.export.onnx`.
+    """
 
     def __init__(self, model: Transformer) -> None:
         super().__init__()
         self.model = model
-        self.register_buffer("positions", _position_table(model), persistent=False)  # (max_len, D)
 
     def forward(self, tokens: Tensor, offset: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
         model = self.model
-        assert model.decoder is not None and model.tgt_embed is not None
+        assert model.decoder is not None
         n = len(model.decoder.layers)
-        cache = DecoderCache(layers=[LayerCache(self_attn=KVCache(past[2 * i], past[2 * i + 1])) for i in range(n)])
-        T = tokens.size(1)
-        x = model.tgt_embed.token(tokens)  # (B, T, D), already ·√D
-        where = offset.reshape(1) + torch.arange(T, device=tokens.device)  # (T,) the positions of the new tokens
-        x = x + self.positions.index_select(0, where).to(x.dtype)  # (B, T, D)
-        if model.tgt_embed.norm is not None:
-            x = model.tgt_embed.norm(x)
-        hidden = model.decoder(x, None, cache=cache).hidden  # (B, T, D)
+        layers = [LayerCache(self_attn=KVCache(past[2 * i], past[2 * i + 1])) for i in range(n)]  # (B, H, P, Dh)
+        cache = DecoderCache(layers, length=offset)
+        hidden = model.decode(tokens, cache=cache).hidden  # (B, T, D)
         logits = model.generator(hidden[:, -1])  # (B, V)
         presents = []
         for layer_cache in cache.layers:
@@ -57,9 +56,39 @@ class LMStepGraph(nn.Module):
         return (logits, *presents)
 
 
-def write_lm_onnx(model: Transformer, output_dir: Path, opset: int = OPSET) -> None:
-    """``lm_step.onnx`` and ``onnx_config.json`` in ``output_dir`` (which exists; :func:`export_onnx` checks the
-    model and the directory and calls this for a decoder-only model)."""
+def export_lm_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSET) -> Path:
+    """Write ``lm_step.onnx`` and ``onnx_config.json`` (sizes, ids, input/output names) for a language model.
+
+    Args:
+        model: a decoder-only :class:`Transformer` with float weights.
+        output_dir: a new directory, or an empty one (a non-empty one is refused: nothing is overwritten).
+        opset: the ONNX opset to target.
+
+    Returns:
+        ``output_dir``; see the module docstring for the graph's inputs and outputs.
+
+    Raises:
+        ConfigError: not decoder-only, int8 linear layers, or a non-empty ``output_dir``.
+        MissingDataError: the ``onnx`` package (needed by ``torch.onnx``) is not installed.
+    """
+    from dotformer.decoding.quantization import require_float_weights
+    from dotformer.export.outdir import check_output_dir, fresh_output_dir
+
+    require_float_weights(model, "export to ONNX")
+    if model.config.arch != "decoder-only":
+        raise ConfigError(f"export_lm_onnx writes a decoder-only model, got arch={model.config.arch!r} (export_onnx)")
+    try:
+        import onnx  # noqa: F401 (torch.onnx needs it)
+    except ImportError:
+        raise MissingDataError('exporting to ONNX needs the onnx package: pip install "dotformer[onnx]"') from None
+    output_dir = check_output_dir(output_dir)
+    with fresh_output_dir(output_dir) as tmp:
+        _write_lm_onnx(model, tmp, opset)
+    return output_dir
+
+
+def _write_lm_onnx(model: Transformer, output_dir: Path, opset: int) -> None:
+    """The two files of :func:`export_lm_onnx` in ``output_dir`` (which exists)."""
     c = model.config
     was_training = model.training
     model.eval()
