@@ -161,12 +161,6 @@ def test_test_books_beside_given_files_name_the_books_and_the_way_out(tmp_path: 
     assert read_run_data(DataConfig(dataset=train, valid=valid, test_books=()), seed=1).splits.test == []
 
 
-def test_overlap_with_training_sources_is_said(tmp_path: Path) -> None:
-    train, test = _pairs_file(tmp_path / "train.tsv", 10), _pairs_file(tmp_path / "test.tsv", 4, 8)
-    data = read_run_data(DataConfig(dataset=train, valid=test), seed=1)
-    assert "2 of its 4 sources are training sources too" in data.lines[1]
-
-
 def test_a_task_that_contradicts_a_named_corpus() -> None:
     with pytest.raises(ConfigError, match="cmudict is a g2p corpus"):
         read_run_data(DataConfig(dataset="cmudict", task="translation"), seed=1)

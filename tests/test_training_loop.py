@@ -452,12 +452,3 @@ def test_trim_metrics_log_drops_later_and_unfinished_lines(tmp_path: Path) -> No
     assert path.read_text() == "".join(lines[:2])
     assert loop.trim_metrics_log(path, 2) == 0
     assert loop.trim_metrics_log(tmp_path / "none.jsonl", 2) == 0
-
-
-def test_fine_tuning_data_with_unknown_symbols_is_named() -> None:
-    from dotformer.data.batching import EncodedPair
-    from dotformer.training.finetune import unknown_symbols_warning
-
-    assert unknown_symbols_warning([EncodedPair([4, 5], [6])], Path("ck")) is None
-    message = unknown_symbols_warning([EncodedPair([3, 5, 3], [6]), EncodedPair([4], [3])], Path("ck"))
-    assert message is not None and "2 source and 1 target symbol(s)" in message and "--init-from ck" in message

@@ -7,8 +7,9 @@
     torchrun --nproc_per_node=2 $(which dotformer) train --data cmudict --max-epochs 10   # data parallel
 
 Flags override the config file (``--config FILE.toml`` with sections [model], [train], [data]), which overrides the
-defaults. The run directory (``--out``, default ``runs/<dataset>-<preset>``) gets run.json, data/ (the split and the
-tokenizers), metrics.jsonl and the checkpoints; the last line printed sums the run up.
+task's defaults (the model and recipe of its shipped config: ``g2p`` for g2p and exact, ``bible`` for translation),
+which override the built-in ones. The run directory (``--out``, default ``runs/<dataset>-<preset>``) gets run.json,
+data/ (the split and the tokenizers), metrics.jsonl and the checkpoints; the last line printed sums the run up.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from dotformer.cli.train_lm import add_lm_arguments, is_lm_run, run_lm
 _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
     # model
     ("--preset", "model", "preset", dict(choices=["tiny", "small", "base", "big"], help="model size preset "
-     "(paper Table 3 base/big; tiny and small for CPUs); default: small, tiny for copy/reverse")),
+     "(paper Table 3 base/big; tiny and small for CPUs); default: the model of the task's shipped config (g2p and "
+     "exact: configs/g2p.toml, d_model 128; translation: configs/bible.toml, small), tiny for copy/reverse")),
     ("--dropout", "model", "dropout", dict(type=float, metavar="P", help="dropout on sublayer outputs and embeddings "
      "(paper §5.4: 0.1)")),
     # budgets
@@ -41,7 +43,7 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "training split in total (fractions allowed)")),
     # recipe
     ("--max-tokens", "train", "max_tokens", dict(type=int, metavar="N", help="padded tokens per batch per process "
-     "(default 4096)")),
+     "(default: the task's config: 1024 for g2p and exact, 4096 for translation; 4096 for copy/reverse)")),
     ("--accumulate", "train", "accumulation_steps", dict(type=int, metavar="K", help="batches per optimizer step "
      "(gradient accumulation; default 1)")),
     ("--lr-schedule", "train", "lr_schedule", dict(choices=["noam", "inverse_sqrt", "constant"], help="noam: the "
@@ -50,7 +52,9 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "(default 1)")),
     ("--lr-peak", "train", "lr_peak", dict(type=float, metavar="LR", help="peak learning rate of the inverse_sqrt "
      "and constant schedules (default 5e-4)")),
-    ("--warmup", "train", "warmup_steps", dict(type=int, metavar="N", help="linear warmup steps (paper: 4000)")),
+    ("--warmup", "train", "warmup_steps", dict(type=int, metavar="N", help="linear warmup steps (paper: 4000; "
+     "default: the task's config, 200 for g2p, 500 for translation, at most a tenth of a --max-steps or "
+     "--max-epochs budget; a warmup the budget cannot reach is warned about before step 1)")),
     ("--lr-cooldown", "train", "lr_cooldown", dict(type=float, metavar="F", help="let the learning rate fall "
      "linearly to 0 over the final fraction F of the budget (steps, minutes or epochs; e.g. 0.2; default 0: none)")),
     ("--label-smoothing", "train", "label_smoothing", dict(type=float, metavar="EPS", help="label smoothing ε "
@@ -145,6 +149,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fine-tune: start from this checkpoint's (or run's) weights, tokenizers and model config, with a fresh "
         "optimizer and learning-rate schedule",
     )
+    parser.add_argument(
+        "--extend-vocab",
+        action="store_true",
+        help="with --init-from: add the symbols of the data that the checkpoint's char/symbol vocabulary does not "
+        "know, with new embedding and output rows (without it such data is an error)",
+    )
     add_threads_argument(parser)
     add_lm_arguments(parser)
     for flag, _, field, kwargs in _FLAGS:
@@ -193,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
                 command=sys.argv,
                 overwrite=args.overwrite,
                 init_from=args.init_from,
+                extend_vocab=args.extend_vocab,
             )
     except TrainingInterrupted as exc:  # a checkpoint was saved first; the message says where and how to go on
         print(f"dotformer train: {exc}", file=sys.stderr)

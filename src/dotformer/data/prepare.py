@@ -84,7 +84,7 @@ def read_run_data(data: DataConfig, seed: int) -> RunData:
         given[role] = load_pairs(spec, data.corpus_options(role))
         if given[role].task != corpus.task:
             raise ConfigError(f"{spec}: task {given[role].task}, but the training data {corpus.name} is {corpus.task}")
-        lines.append(describe_corpus(given[role], role) + _overlap(given[role].pairs, corpus.pairs, role))
+        lines.append(describe_corpus(given[role], role))
     if "valid" in given:
         train, valid = list(corpus.pairs), list(given["valid"].pairs)
         how = {"valid_fraction": None}
@@ -114,13 +114,6 @@ def read_run_data(data: DataConfig, seed: int) -> RunData:
         **{f"{role}_corpus": {"name": c.name, "report": c.report} for role, c in given.items()},
     }
     return RunData(corpus, Splits(train=train, valid=valid, test=test, info=info), lines)
-
-
-def _overlap(pairs: list[Pair], train: list[Pair], role: str) -> str:
-    """``"; 3 of its 120 sources are training sources too"`` when some are, else ``""``."""
-    sources = {pair.source for pair in pairs}
-    shared = len(sources & {pair.source for pair in train})
-    return f"; {shared:,} of its {len(sources):,} sources are training sources too" if shared else ""
 
 
 def make_tokenizers(data: DataConfig, train: list[Pair]) -> TokenizerPair:
