@@ -175,3 +175,14 @@ def test_export_to_onnx_writes_the_cached_step(run_dir: Path, tmp_path: Path) ->
     assert main(["export", "--to", "onnx", str(run_dir), str(out)]) == 0
     assert (out / "lm_step.onnx").is_file() and (out / "tokenizer_tgt.json").is_file()
     assert json.loads((out / "onnx_config.json").read_text())["lm_step"]["inputs"][:2] == ["tokens", "offset"]
+
+
+def test_streamed_pieces_add_up_to_the_text(run_dir: Path) -> None:
+    from dotformer.api.generation import generate_text, generation_settings
+    from dotformer.checkpoint import load_checkpoint
+
+    loaded = load_checkpoint(run_dir, device="cpu")
+    pieces: list[str] = []
+    config = generation_settings(30, "sample", seed=2)
+    (text,) = generate_text(loaded, "light", config, on_text=pieces.append)
+    assert len(pieces) > 1 and "".join(pieces) == text
