@@ -6,8 +6,8 @@
     printf 'In the beginning\\nJesus wept' | dotformer generate --checkpoint runs/lm --greedy --max-new-tokens 80
 
 Each prompt (``--prompt``, else one per line of standard input) is printed followed by its continuation; with
-``--n`` above 1, each sample starts with a ``# sample I`` line. Prompt i (from 0) draws with ``--seed`` + i. On a terminal a single continuation is printed token
-by token as it is produced.
+``--n`` above 1, each sample starts with a ``# sample I`` line. Prompt i (from 0) draws with ``--seed`` + i. On a
+terminal a single continuation is printed token by token as it is produced.
 """
 
 from __future__ import annotations
