@@ -183,6 +183,21 @@ class Translator:
         """The checkpoint directory that was read."""
         return self.checkpoint.path
 
+    def generate(self, prompt: str = "", n: int = 1, **settings: Any) -> str | list[str]:
+        """Continue ``prompt`` with a language model (a ``task = "lm"`` checkpoint): the new text, without the prompt.
+
+        Settings: ``max_new_tokens`` (200), ``strategy`` ("sample", "greedy" or "beam"), ``temperature``, ``top_k``,
+        ``top_p``, ``seed``, ``beam_size``, ``use_cache`` (:func:`dotformer.api.generation.generation_settings`).
+        Returns one string, or a list of ``n`` (samples in draw order, beams best first) when ``n`` > 1.
+
+        Raises:
+            ConfigError: not a language model, or a setting out of range.
+        """
+        from dotformer.api.generation import generate_text, generation_settings
+
+        texts = generate_text(self.checkpoint, prompt, generation_settings(n=n, **settings))
+        return texts if n > 1 else texts[0]
+
     def __repr__(self) -> str:
         where = f"path={str(self.path)!r}, task={self.task!r}"
         return f"Translator({where}, device={str(self.device)!r}, dtype={self.dtype!r})"

@@ -32,9 +32,9 @@ def comma_list(text: str) -> tuple[str, ...]:
 
 # how to read a file of pairs: train and evaluate
 READER_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
-    ("--task", "task", dict(choices=list(FILE_TASKS), help="the task of your own files: g2p (WER/PER; a word's "
+    ("--task", "task", dict(choices=[*FILE_TASKS, "lm"], help="the task of your own files: g2p (WER/PER; a word's "
      "pronunciations are its references; char -> symbol tokenizers), translation (BLEU/chrF; BPE; the default), "
-     "exact (exact match; char -> char)")),
+     "exact (exact match; char -> char), lm (train: a language model on plain text or --data bible[:WEB])")),
     ("--delimiter", "delimiter", dict(metavar="C", help="column separator of a TSV/CSV file: one character or tab, "
      "comma, semicolon, pipe, space (default: comma for .csv, else tab)")),
     ("--source-column", "source_column", dict(type=column_flag, metavar="COL", help="column of the source text: a "

@@ -23,6 +23,7 @@ from typing import Any
 
 from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS
 from dotformer.cli.threads import add_threads_argument, apply_threads
+from dotformer.cli.train_lm import add_lm_arguments, is_lm_run, run_lm
 
 # (flag, section, field, argparse keywords); every flag defaults to None = "not given", so that only the flags
 # given on the command line override the config file.
@@ -158,6 +159,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "know, with new embedding and output rows (without it such data is an error)",
     )
     add_threads_argument(parser)
+    add_lm_arguments(parser)
     for flag, _, field, kwargs in _FLAGS:
         parser.add_argument(flag, dest=f"opt_{field}", default=None, **kwargs)
 
@@ -169,7 +171,6 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.training.stopping import TrainingInterrupted
 
     apply_threads(args.threads)
-    file_sections = read_config_file(args.config) if args.config else ConfigSections()
     flags: dict[str, dict[str, Any]] = {"model": {}, "train": {}, "data": {}}
     for _, section, field, _ in _FLAGS:
         value = getattr(args, f"opt_{field}")
@@ -184,9 +185,17 @@ def run(args: argparse.Namespace) -> int:
         data["test_books"] = tuple(book.strip() for book in data["test_books"].split(",") if book.strip())
     if args.data is not None:
         data["dataset"] = args.data
-    flag_sections = ConfigSections(**flags, source="command line")
     if args.out is not None:
         check_output_dir(args.out, "--out")
+    if is_lm_run(args):  # a language model on text: its own data section, the same training
+        try:
+            with _warnings_as_lines():
+                return run_lm(args, flags)
+        except TrainingInterrupted as exc:
+            print(f"dotformer train: {exc}", file=sys.stderr)
+            return 130
+    file_sections = read_config_file(args.config) if args.config else ConfigSections()
+    flag_sections = ConfigSections(**flags, source="command line")
     try:
         with _warnings_as_lines():
             result = train_run(

@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from dotformer import checkpoint as ckpt
-from dotformer.data.batching import Batch, BatchSampler, EncodedPair, padding_fraction
+from dotformer.data.batching import Batch, EncodedPair, padding_fraction
+from dotformer.data.blocks import TokenStream, sampler_for
 from dotformer.errors import ConfigError, TrainingError
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext, barrier, setup_distributed, teardown_distributed
@@ -59,15 +60,16 @@ class TrainData:
     """The encoded examples and tokenizers that :func:`fit` trains on.
 
     Attributes:
-        train: encoded training pairs (``dotformer.data.batching.encode_pairs``).
-        valid: encoded validation pairs (may be empty: no validation).
+        train: encoded training pairs (``dotformer.data.batching.encode_pairs``), or a language model's text
+            (:class:`~dotformer.data.blocks.TokenStream`: batched in contiguous blocks).
+        valid: encoded validation pairs, or text (may be empty: no validation).
         src_tokenizer, tgt_tokenizer: saved with every checkpoint.
         valid_pairs: the validation pairs as text, for a decoding ``best_metric`` (None: rebuilt from ``valid``
             by detokenising its ids, which loses symbols read as UNK).
     """
 
-    train: Sequence[EncodedPair]
-    valid: Sequence[EncodedPair]
+    train: Sequence[EncodedPair] | TokenStream
+    valid: Sequence[EncodedPair] | TokenStream
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     valid_pairs: Sequence[Pair] | None = None
@@ -240,12 +242,12 @@ def set_up(
     recipe = StepRecipe.of(
         config, model.config.pad_id, context, build_grad_scaler(config.amp, context.device), amp_dtype
     )
-    sampler = BatchSampler(data.train, config.max_tokens, config.seed)  # the global order; the stream deals it
+    sampler = sampler_for(data.train, config.max_tokens, config.seed)  # the global order; the stream deals it
     stream = BatchStream(sampler, max_epochs=config.max_epochs, rank=context.rank, world_size=context.world_size)
     valid_batches: list[Batch] = []
     if len(data.valid):
         # evaluation needs no equal batch counts (one all-reduce at the end): each rank takes every world-th batch
-        valid = BatchSampler(data.valid, config.max_tokens, config.seed, shuffle=False)
+        valid = sampler_for(data.valid, config.max_tokens, config.seed, shuffle=False)
         valid_batches = valid.batches(0)[context.rank :: context.world_size]
     decode = pairs_to_decode(data, config)
     return Setup(model, optimizer, recipe, config, data, stream, valid_batches, decode, run_dir, info)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from dotformer.data.batching import Batch, collate
+from dotformer.data.batching import Batch
 from dotformer.data.tokenizers import PAD_ID
 from dotformer.errors import TrainingError
 
@@ -23,7 +23,7 @@ class BatchStream:
     of the next global batch), the same on every rank.
 
     Saving the position and starting a new stream there resumes the data order exactly (the sampler's batches are a
-    pure function of (seed, epoch)). Batches are collated as they are taken.
+    pure function of (seed, epoch)). Batches are collated as they are taken (``sampler.make_batch``).
 
     Args:
         sampler: a :class:`dotformer.data.batching.BatchSampler` of world size 1 (the global order).
@@ -66,7 +66,7 @@ class BatchStream:
     def own_batches(self, epoch: int) -> list[Batch]:
         """The batches of ``epoch`` this rank trains on when every step is whole (for the line before training)."""
         indices = self.sampler.batch_indices(epoch)[self.rank :: self.world_size]
-        return [collate([self.sampler.examples[i] for i in rows], rows) for rows in indices]
+        return [self.sampler.make_batch(rows, epoch) for rows in indices]
 
     @property
     def epochs_done(self) -> float:
@@ -84,16 +84,16 @@ class BatchStream:
         A rank whose share of the budget's last, short step is empty gets one batch whose targets are all padding:
         it takes part in the gradient average (every rank must) and adds nothing to the loss or the gradient.
         """
-        taken: list[list[int]] = []
+        taken: list[tuple[list[int], int]] = []  # (example indices, epoch) of each batch
         while len(taken) < count * self.world_size and not self.exhausted():
             indices = self._epoch_indices()
-            taken.append(indices[self.index])
+            taken.append((indices[self.index], self.epoch))
             self.index += 1
             if self.index == len(indices):
                 self.epoch, self.index = self.epoch + 1, 0
-        mine = [collate([self.sampler.examples[i] for i in rows], rows) for rows in taken[self.rank :: self.world_size]]
+        mine = [self.sampler.make_batch(rows, epoch) for rows, epoch in taken[self.rank :: self.world_size]]
         if taken and not mine:
-            mine = [_no_targets(collate([self.sampler.examples[i] for i in taken[0]], taken[0]))]
+            mine = [_no_targets(self.sampler.make_batch(*taken[0]))]
         return mine
 
 
