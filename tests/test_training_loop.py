@@ -311,7 +311,7 @@ def test_no_validation_split_and_metrics_lines(tmp_path: Path) -> None:
     assert expected | {"elapsed_s", "cpu_s"} == set(record)
 
 
-# -- fine-tuning, model selection, early stopping, interruption (issue 11, issue 15) ----------------------------------
+# -- fine-tuning, model selection, early stopping, interruption ----------------------------------------------------
 
 
 def valid_records(run_dir: Path) -> list[dict]:
