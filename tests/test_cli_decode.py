@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from decoding_support import exact_copy_model, random_model, single_thread, tiny_config
+from decoding_support import random_model, single_thread, tiny_config
 from safetensors.torch import load_file
+from scripted_model import copy_model
 
 from dotformer import Transformer
 from dotformer.checkpoint import load_checkpoint, save_checkpoint
@@ -51,7 +52,7 @@ def write_run(
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
-    model = exact_copy_model()  # the copy, translation and g2p runs assert exact copies
+    model = copy_model()  # hand-set: it copies every input exactly, so the copy, translation and g2p runs can assert it
     copy_pairs = [(t, t) for t in COPY_TEXTS]
     g2p_pairs = [("a1 a2", "a1 a2"), ("a1 a2", "a3 a4"), ("a5 a6 a7", "a5 a6")]
     learned = random_model(vocab=12, positional="learned", max_len=8)
@@ -168,7 +169,7 @@ def test_bfloat16_decoding_translates_like_float32(runs: dict[str, Path], capsys
     checkpoint = str(runs["copy"])
     status, out, err = run_cli(capsys, "translate", "--checkpoint", checkpoint, "--dtype", "bfloat16", *COPY_TEXTS)
     assert status == 0 and err == ""
-    assert out.splitlines() == COPY_TEXTS  # the trained copy model is confident enough for bf16 weights
+    assert out.splitlines() == COPY_TEXTS  # the copy model's margin outlasts bf16 rounding
     status, out, _ = run_cli(capsys, "evaluate", "--checkpoint", str(runs["copy"]), "--dtype", "bfloat16")
     assert status == 0 and "exact match" in out and "100.00%" in out and "bfloat16 weights" in out
     if not torch.cuda.is_available():
@@ -180,7 +181,7 @@ def test_int8_decoding_translates_like_float32(runs: dict[str, Path], capsys: py
     checkpoint = str(runs["copy"])
     status, out, err = run_cli(capsys, "translate", "--checkpoint", checkpoint, "--dtype", "int8", *COPY_TEXTS)
     assert status == 0 and err == ""
-    assert out.splitlines() == COPY_TEXTS  # int8 rounding does not change a confident model's outputs
+    assert out.splitlines() == COPY_TEXTS  # int8 rounding does not undo a margin of 4 logits
     status, out, _ = run_cli(capsys, "evaluate", "--checkpoint", checkpoint, "--dtype", "int8", "--strategy", "greedy")
     assert status == 0 and "100.00%" in out and "int8 weights" in out
     if torch.cuda.is_available():
@@ -217,7 +218,7 @@ def test_evaluate_synthetic_reports_exact_match_and_writes_json(
     assert payload["task"] == "synthetic" and payload["split"] == "test" and payload["num_pairs"] == 6
     assert payload["dtype"] == "float32"
     assert payload["metrics"]["exact_match"] == pytest.approx(expected)
-    assert 1.0 <= payload["metrics"]["perplexity"] < 3.0  # a trained copy model is nearly certain
+    assert 1.0 <= payload["metrics"]["perplexity"] < 3.0  # the copy model gives its answer p > 0.8
 
 
 def test_evaluate_g2p_groups_references_by_word(
