@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import CLI_TIMEOUT_S
 from decoding_support import single_thread, tiny_config
 from scripted_model import copy_model
 
@@ -167,7 +168,9 @@ def test_importing_dotformer_loads_no_checkpoint_machinery() -> None:
         "assert load.__module__ == 'dotformer.api.translator' and 'load' in dotformer.__all__\n"
         "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False
+    )
     assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
 
 

@@ -182,7 +182,7 @@ def test_closed_pipe_ends_quietly(run_dir: Path, cli: Cli) -> None:
 
 
 def test_outputs_never_overwrite_an_input_a_checkpoint_or_a_run(run_dir: Path, tmp_path: Path, cli: Cli) -> None:
-    """A new user's findings: --hyps/--json/--output over the test file, run.json or a checkpoint's weights."""
+    """--hyps/--json/--output never write over the test file, run.json or a checkpoint's weights."""
     test_file = tmp_path / "test.tsv"
     test_file.write_text("a1 a2\ta1 a2\nb3\tb3\n", encoding="utf-8")
     run_before, test_before = snapshot(run_dir), test_file.read_bytes()

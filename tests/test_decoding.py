@@ -223,7 +223,7 @@ def test_beam_rows_sharing_one_memory_row_decode_as_if_it_were_expanded() -> Non
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])
 def test_left_padded_sources_are_refused_not_silently_decoded(strategy: str) -> None:
-    """The issue's case: [[0, 0, 5, 6, 2]] decoded differently from [[5, 6, 2]]: it is refused, naming the row."""
+    """[[0, 0, 5, 6, 2]] would decode differently from [[5, 6, 2]] (positions shift): it is refused, naming the row."""
     model = random_model()
     config = DecodeConfig(strategy=strategy, max_len_b=4)
     with pytest.raises(ShapeError, match=r"src must be right-padded .* row 1 .* \[0, 0, 5, 6, 2\]"):

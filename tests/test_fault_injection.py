@@ -1,6 +1,6 @@
 """Training under faults, from the outside: ``dotformer train`` in a subprocess on real files, killed with SIGKILL at
 random points, interrupted with SIGINT/SIGTERM, resumed from a corrupted newest checkpoint, refused a budget that
-allows no step, and restarted over a run that died before its first checkpoint (issue 15, items 5, 6, 8, 9, 12).
+allows no step, and restarted over a run that died before its first checkpoint.
 
 The kill test checks what matters after a crash: every checkpoint directory under the run is loadable or absent at
 every moment, and the resumed run ends bit-identical (weights, optimizer moments, best/) to one that was never
@@ -225,7 +225,7 @@ def test_a_corrupted_newest_checkpoint_is_named_on_resume(tmp_path: Path, config
 
 def test_no_step_budget_is_refused_and_a_run_without_checkpoint_offers_overwrite(tmp_path: Path, config: Path) -> None:
     run = tmp_path / "run"
-    result = train(config, run, "--max-minutes", "1e-9")  # issue 15 item 6
+    result = train(config, run, "--max-minutes", "1e-9")  # a budget that allows no step
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "allows no step" in errors[0] and "max_minutes=1e-09" in errors[0], result.stderr
@@ -264,7 +264,7 @@ def test_a_half_deleted_pruned_checkpoint_is_cleaned_at_the_next_start(tmp_path:
     assert [p.name for p in ckpt.step_checkpoints(run / "checkpoints")] == ["step_0000004", "step_0000006"]
 
 
-# -- the training conveniences, from the outside (issue 11) -----------------------------------------------------------
+# -- the training conveniences, from the outside --------------------------------------------------------------------
 
 
 def test_init_from_best_metric_and_patience_on_the_command_line(tmp_path: Path, config: Path) -> None:
