@@ -1,6 +1,6 @@
-"""Small models and inputs for the decoding tests: a tiny random Transformer, and the copy model whose weights are set
-by hand (:mod:`scripted_model`: it copies every source exactly, on any processor, so its outputs are known).
+"""Helpers of the decoding tests: a tiny random Transformer, copy-task sources, padding, teacher-forced log-probs.
 
+The copy model, whose outputs the tests know exactly, has weights set by hand: :mod:`scripted_model`.
 Not a test module: ``tests/test_decoding*.py``, ``tests/test_api.py`` and ``tests/test_cli_decode.py`` import it.
 """
 
