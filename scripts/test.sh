@@ -3,8 +3,8 @@
 # all: every optional feature (corpora, metrics, plots, TensorBoard, hf: corpora) so its tests run; bench brings the
 # peers (HF transformers, CTranslate2) and onnx so the exporter and importer tests run too.
 # Usage: bash scripts/test.sh [PYTEST ARGS...]
-#   bash scripts/test.sh               the checks and every test not marked slow (a few minutes; no test depends on the
-#                                      machine's speed or load: fixed step budgets, no tight time limits)
+#   bash scripts/test.sh               the checks and every test not marked slow; none depends on the machine's speed
+#                                      or load (fixed step budgets, time limits that only a hung command reaches)
 #   bash scripts/test.sh -m slow       the slow tests alone (a later -m wins): the copy task trained to 100% exact
 #                                      match, pip installing into a fresh virtual environment, 40 kills of a training,
 #                                      torchrun, the GPU script
