@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from decoding_support import copy_model, random_model, single_thread
+from decoding_support import random_model, single_thread
+from scripted_model import copy_model
 
 from dotformer.checkpoint import LoadedCheckpoint
 from dotformer.data.corpora import Pair

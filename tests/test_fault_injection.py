@@ -14,12 +14,12 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import Cli
 
 from dotformer import checkpoint as ckpt
 
@@ -40,7 +40,8 @@ log_every = 1
 progress = false
 """
 PAIRS = 80  # a copy task written as a TSV file: "s3 s1 s7<TAB>s3 s1 s7"
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+CLI = Cli()  # the conftest fixture's runner: its command, environment and time limit
+ENV = CLI.env(PYTHONWARNINGS="ignore::DeprecationWarning")
 
 
 @pytest.fixture
@@ -56,13 +57,12 @@ def config(tmp_path: Path) -> Path:
 
 def train_command(config: Path, out: Path, *extra: str) -> list[str]:
     data = ["--data", str(config.parent / "pairs.tsv"), "--tokenizer", "symbol"]
-    return [sys.executable, "-m", "dotformer", "train", *data, "--config", str(config), "--out", str(out),
-            "--threads", "1", *extra]  # fmt: skip
+    return CLI.command("train", *data, "--config", str(config), "--out", str(out), "--threads", "1", *extra)
 
 
-def train(config: Path, out: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def train(config: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        train_command(config, out, *extra), capture_output=True, text=True, env=ENV, timeout=timeout, check=False
+        train_command(config, out, *extra), capture_output=True, text=True, env=ENV, timeout=CLI.timeout_s, check=False
     )
 
 
@@ -150,7 +150,7 @@ def kill_and_resume(tmp_path: Path, config: Path, kills: int, steps: int, seed: 
         process = subprocess.Popen(next_command(config, run, steps), env=ENV, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True)  # fmt: skip
         if killed == kills:  # the last start runs to the end
-            wait_until(process, time.monotonic() + 600)
+            wait_until(process, time.monotonic() + CLI.timeout_s)
         elif rng.random() < 0.2:  # during the start: reading data, writing data/ and run.json, restoring
             wait_until(process, time.monotonic() + rng.uniform(0.5, 3.5))
         else:  # during training: a step, an evaluation, a checkpoint write, a prune
@@ -189,7 +189,7 @@ def test_a_signal_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path, conf
     while process.poll() is None and not ((run / "metrics.jsonl").exists() and len(train_steps(run)) >= 5):
         time.sleep(0.02)
     process.send_signal(signum)
-    out, err = process.communicate(timeout=60)
+    out, err = process.communicate(timeout=CLI.timeout_s)
     assert process.returncode == 130, err
     lines = [line for line in err.splitlines() if "interrupted" in line]
     assert len(lines) == 1 and "--resume" in lines[0] and signal.Signals(signum).name in lines[0], err
@@ -225,7 +225,7 @@ def test_a_corrupted_newest_checkpoint_is_named_on_resume(tmp_path: Path, config
 
 def test_no_step_budget_is_refused_and_a_run_without_checkpoint_offers_overwrite(tmp_path: Path, config: Path) -> None:
     run = tmp_path / "run"
-    result = train(config, run, "--max-minutes", "1e-9")  # a budget too small for one step
+    result = train(config, run, "--max-minutes", "1e-9")  # a budget that allows no step
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "allows no step" in errors[0] and "max_minutes=1e-09" in errors[0], result.stderr

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import CLI_TIMEOUT_S
 from safetensors.torch import load_file, save_file
 
 from dotformer import checkpoint as ckpt
@@ -193,7 +194,7 @@ def test_torchrun_cli(tmp_path: Path) -> None:
     command += ["-m", "dotformer", "train", "--data", "copy", "--preset", "tiny", "--limit", "300"]
     command += ["--max-steps", "4", "--out", str(tmp_path / "run"), "--no-progress", "--device", "cpu"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=CLI_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("trained 4 steps") == 1  # rank 0 alone prints
     state = ckpt.load_train_state(tmp_path / "run" / "last")
