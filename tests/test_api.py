@@ -24,7 +24,8 @@ from dotformer import Transformer
 from dotformer.api import TranslationResult, Translator
 from dotformer.checkpoint import load_checkpoint, save_checkpoint
 from dotformer.cli import main
-from dotformer.data.tokenizers import EOS_ID, train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import EOS_ID
 from dotformer.decoding import DecodeConfig, translate
 from dotformer.decoding.inputs import InputTooLongError, UnknownTokenWarning
 from dotformer.errors import ConfigError, ShapeError

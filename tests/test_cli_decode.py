@@ -17,7 +17,8 @@ from scripted_model import copy_model
 from dotformer import Transformer
 from dotformer.checkpoint import load_checkpoint, save_checkpoint
 from dotformer.cli import main
-from dotformer.data.tokenizers import EOS_ID, train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import EOS_ID
 from dotformer.decoding import DecodeConfig, translate
 from dotformer.metrics import bleu
 

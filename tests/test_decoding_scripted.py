@@ -49,7 +49,7 @@ def test_the_log_probabilities_depend_on_the_previous_token() -> None:
 
 def test_the_model_is_a_checkpointable_transformer_with_a_learned_table(tmp_path) -> None:
     from dotformer.checkpoint import load_checkpoint, save_checkpoint
-    from dotformer.data.tokenizers import train_tokenizer
+    from dotformer.data.tokenizer_files import train_tokenizer
 
     tokenizer = train_tokenizer("symbol", ["a0 a1 a2 a3 a4 a5 a6 a7"])
     save_checkpoint(tmp_path / "copy", copy_model(), tokenizer, tokenizer, {"task": "synthetic"})

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from dotformer import ConfigError, ModelConfig, Transformer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.export.params import Converter, EngineNames, join, locate
 
 SRC_V, TGT_V = 40, 50

@@ -92,7 +92,7 @@ def assert_every_checkpoint_loadable(run: Path) -> None:
     """Every checkpoint directory of the run (step_*, last/, best/) is absent or loads completely; once run.json
     is written, the saved split and tokenizers in data/ (written before it) load too."""
     from dotformer.data.splits import load_split
-    from dotformer.data.tokenizers import load_tokenizer
+    from dotformer.data.tokenizer_files import load_tokenizer
 
     if (run / "run.json").exists():
         json.loads((run / "run.json").read_text())

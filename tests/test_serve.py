@@ -19,7 +19,7 @@ from conftest import CLI_TIMEOUT_S, Cli
 
 from dotformer import ModelConfig, Transformer
 from dotformer.checkpoint import save_checkpoint
-from dotformer.data.tokenizers import train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
 
 TIMEOUT_S = CLI_TIMEOUT_S  # every wait is bounded, by a limit only a hung server reaches
 

@@ -20,13 +20,14 @@ from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
 from dotformer.data.batching import BatchSampler, collate, encode_pairs, example_length
 from dotformer.data.corpora import CorpusOptions, load_pairs
-from dotformer.data.tokenizers import train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.errors import ConfigError
 from dotformer.model import Transformer
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext
-from dotformer.training.loop import TrainData, fit
+from dotformer.training.loop import fit
 from dotformer.training.optim import build_optimizer, set_learning_rate
+from dotformer.training.state import TrainData
 from dotformer.training.step import StepRecipe, train_step
 
 STEPS = 3
