@@ -52,9 +52,11 @@ def test_smoke_run_then_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str
     resumed = json.loads((run / "run.json").read_text())["resumes"][0]["train"]
     assert resumed["max_steps"] == 35 and resumed["lr_cooldown"] == 0.5
     lrs = {r["step"]: r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "lr" in r}
-    # still in noam's warmup (linear in the step): step 35 has 35/30 of step 30's rate, times the cooldown's factor
-    # (1/35 of the budget left before it, over the final half: 2/35); step 30 ran before the cooldown was asked for
-    assert lrs[35] == pytest.approx(lrs[30] * 35 / 30 * 2 / 35, rel=1e-6)
+    # the default warmup is fitted to the 30 steps (3 steps), so past it noam falls as 1/√step: step 35 has √(30/35) of
+    # step 30's rate, times the cooldown's factor (1/35 of the budget left before it, over the final half: 2/35);
+    # step 30 ran before the cooldown was asked for
+    assert json.loads((run / "run.json").read_text())["train"]["warmup_steps"] == 3
+    assert lrs[35] == pytest.approx(lrs[30] * (30 / 35) ** 0.5 * 2 / 35, rel=1e-6)
     # a changed data or model config cannot resume
     err = one_error_line(capsys, [*QUICK, "--max-steps", "40", "--out", str(run), "--resume", "--vocab-size", "99"])
     assert "vocab_size" in err and "run.json" in err
@@ -78,7 +80,7 @@ def test_config_file_and_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_a_preset_flag_replaces_the_config_files_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``--config FILE --preset tiny``: the tiny shape, not the file's sizes under a tiny label (a new user's find)."""
+    """``--config FILE --preset tiny``: the tiny shape, not the file's sizes under a tiny label."""
     config = tmp_path / "c.toml"
     config.write_text(
         '[data]\ndataset = "copy"\nlimit = 100\n[model]\nd_model = 32\nnum_heads = 2\nd_ff = 48\nnorm_first = true\n'

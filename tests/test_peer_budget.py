@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import CLI_TIMEOUT_S
 
 pytest.importorskip("transformers")
 pytest.importorskip("rapidfuzz")
@@ -25,7 +26,7 @@ def run_benchmark(work: Path, out: Path, *flags: str) -> tuple[str, dict]:
     command = [sys.executable, str(SCRIPT), "--task", "g2p", "--max-steps", "6", "--save-every", "2", "--limit", "20"]
     command += ["--corpus-limit", "3000", "--threads", "1", "--work-dir", str(work), "--out", str(out), *flags]
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        command, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "| dotformer" in done.stdout and "| marian" in done.stdout  # the table
@@ -177,8 +178,9 @@ def test_marian_from_dotformers_weights_follows_dotformers_training(monkeypatch:
     from dotformer.export.marian import to_marian
     from dotformer.model import Transformer
     from dotformer.training.config import TrainConfig
-    from dotformer.training.optim import build_optimizer
-    from dotformer.training.step import train_step
+    from dotformer.training.optim import build_optimizer, set_learning_rate
+    from dotformer.training.schedule import learning_rate
+    from dotformer.training.step import StepRecipe, train_step
 
     peer = load_peer_budget(monkeypatch)
     src_vocab, tgt_vocab = (30, 30) if shared else (30, 20)
@@ -200,7 +202,8 @@ def test_marian_from_dotformers_weights_follows_dotformers_training(monkeypatch:
     train = TrainConfig(lr_schedule="inverse_sqrt", lr_peak=3e-3, warmup_steps=4, label_smoothing=0.0, clip_norm=1.0)
     optimizer = build_optimizer(ours, train)
     for step, batch in enumerate(batches, start=1):
-        train_step(ours, optimizer, [batch], step, train, config.d_model, pad_id=PAD_ID)
+        set_learning_rate(optimizer, learning_rate(step, train, config.d_model))
+        train_step(ours, optimizer, [batch], StepRecipe.of(train, pad_id=PAD_ID))
     after = our_logits()
 
     settings = peer.MarianSettings(3e-3, 4, 1.0, 0.0, (0.9, 0.98), 1e-9, 64, 0, 0)

@@ -15,7 +15,8 @@ import torch
 from dotformer import ModelConfig, Transformer, causal_mask, padding_mask, sinusoidal_positional_encoding
 from dotformer.checkpoint import LoadedCheckpoint, load_checkpoint, save_checkpoint
 from dotformer.cli import main
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from dotformer.decoding import DecodeConfig, greedy_decode
 from dotformer.errors import ConfigError, DataError, MissingDataError
 from dotformer.plots import (
@@ -294,7 +295,7 @@ def test_curves_of_several_runs_have_lr_and_perplexity(tmp_path: Path, capsys: p
     assert result.curves is a  # the single-run view is the first run
     assert main(["plot", "curves", "--run", str(runs[0]), "--run", str(runs[1]), "--out", str(tmp_path / "c.svg")]) == 0
     out = capsys.readouterr().out
-    assert "a: 3 train points, 1 validation points; b: 3 train points, 1 validation points" in out
+    assert "a: 3 train points, 1 validation point; b: 3 train points, 1 validation point" in out
     same_name = tmp_path / "x" / "a"
     same_name.mkdir(parents=True)
     (same_name / "metrics.jsonl").write_text((runs[0] / "metrics.jsonl").read_text())

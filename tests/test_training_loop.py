@@ -14,15 +14,21 @@ from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
 from dotformer.data.batching import collate, encode_pairs
 from dotformer.data.corpora import CorpusOptions, load_pairs
-from dotformer.data.tokenizers import train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.errors import CheckpointError, ConfigError, MissingExtraError, TrainingError
+from dotformer.metrics.scoring import evaluate_loss
 from dotformer.model import Transformer
 from dotformer.training import loop
 from dotformer.training import step as step_module
 from dotformer.training.config import TrainConfig
-from dotformer.training.loop import TrainData, evaluate_loss, fit, train_step
+from dotformer.training.loop import fit
 from dotformer.training.loss import LossSums
-from dotformer.training.optim import build_optimizer
+from dotformer.training.optim import build_optimizer, set_learning_rate
+from dotformer.training.resume import trim_metrics_log
+from dotformer.training.schedule import learning_rate
+from dotformer.training.state import TrainData
+from dotformer.training.step import StepRecipe, StepResult, train_step
+from dotformer.training.stopping import TrainingInterrupted
 
 
 @pytest.fixture(autouse=True)
@@ -60,6 +66,12 @@ def tiny_config(**changes: object) -> TrainConfig:
     return TrainConfig(**{**base, **changes})  # type: ignore[arg-type]
 
 
+def one_step(model: Transformer, optimizer: torch.optim.Optimizer, batches: list, config: TrainConfig) -> StepResult:
+    """Step 1 of ``config``'s schedule, as the loop takes it: the learning rate set, then :func:`train_step`."""
+    set_learning_rate(optimizer, learning_rate(1, config, model.config.d_model))
+    return train_step(model, optimizer, batches, StepRecipe.of(config))
+
+
 def train_lines(run_dir: Path, field: str = "loss") -> dict[int, float]:
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r[field] for r in lines if r["split"] == "train"}
@@ -72,7 +84,7 @@ def test_one_train_step_decreases_the_loss_on_copy() -> None:
     config = tiny_config(lr_schedule="constant", lr_peak=3e-3, warmup_steps=0, max_steps=1)
     optimizer = build_optimizer(model, config)
     before = evaluate_loss(model, [batch], config.label_smoothing)
-    step = train_step(model, optimizer, [batch], 1, config, d_model=16)
+    step = one_step(model, optimizer, [batch], config)
     after = evaluate_loss(model, [batch], config.label_smoothing)
     assert step.loss == pytest.approx(before.loss, rel=1e-5)  # the step reports the loss before its update
     assert step.num_tokens == batch.num_tgt_tokens == before.num_tokens
@@ -91,7 +103,7 @@ def test_accumulation_equals_one_big_batch() -> None:
     for batches in ([collate(examples)], [collate(examples[:3]), collate(examples[3:])]):
         model = tiny_model(data.src_tokenizer.vocab_size, dropout=0.0)
         optimizer = build_optimizer(model, config)
-        step = train_step(model, optimizer, batches, 1, config, d_model=16)
+        step = one_step(model, optimizer, batches, config)
         grads = torch.cat([p.grad.flatten() for p in model.parameters()])
         results.append((step, grads, torch.cat([p.detach().flatten() for p in model.parameters()])))
     (one, grads_one, params_one), (two, grads_two, params_two) = results
@@ -224,7 +236,7 @@ def test_a_packed_step_equals_a_padded_step() -> None:
     results, grads = [], []
     for packed in (False, True):
         model = tiny_model(data.src_tokenizer.vocab_size, dropout=0.0)
-        results.append(train_step(model, build_optimizer(model, config), [batch], 1, config, 16, packed=packed))
+        results.append(one_step(model, build_optimizer(model, config), [batch], config.replace(packed=packed)))
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     padded, packed_result = results
     assert packed_result.loss == pytest.approx(padded.loss, rel=1e-6)
@@ -300,7 +312,7 @@ def test_no_validation_split_and_metrics_lines(tmp_path: Path) -> None:
     assert expected | {"elapsed_s", "cpu_s"} == set(record)
 
 
-# -- fine-tuning, model selection, early stopping, interruption (issue 11, issue 15) ----------------------------------
+# -- fine-tuning, model selection, early stopping, interruption ----------------------------------------------------
 
 
 def valid_records(run_dir: Path) -> list[dict]:
@@ -424,7 +436,7 @@ def test_a_signal_during_training_saves_the_step_and_raises(tmp_path: Path, monk
 
     monkeypatch.setattr(loop, "train_step", step_then_signal)
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(loop.TrainingInterrupted, match=r"SIGTERM at step 3: kept .*step_0000003.*--resume"):
+    with pytest.raises(TrainingInterrupted, match=r"SIGTERM at step 3: kept .*step_0000003.*--resume"):
         fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=50, save_every=100), tmp_path)
     assert signal.getsignal(signal.SIGTERM) is before  # the handler is put back
     assert ckpt.load_train_state(tmp_path / "last")["step"] == 3
@@ -438,7 +450,7 @@ def test_resume_trims_metrics_lines_logged_after_the_checkpoint(tmp_path: Path) 
     ckpt.link_checkpoint(tmp_path / "checkpoints" / "step_0000002", tmp_path / "last")  # as if killed after step 4
     for path in ckpt.step_checkpoints(tmp_path / "checkpoints")[1:]:
         shutil.rmtree(path)
-    with pytest.warns(ckpt.CheckpointWarning, match=r"removed 3 line\(s\) logged after step 2"):  # train 3, 4; valid 4
+    with pytest.warns(ckpt.CheckpointWarning, match=r"removed 3 lines logged after step 2"):  # train 3, 4; valid 4
         fit(tiny_model(vocab), data, tiny_config(max_steps=5, save_every=2), run_dir=tmp_path, resume=True)
     steps = [(r["split"], r["step"]) for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())]
     assert steps == [("train", 1), ("train", 2), ("train", 3), ("train", 4), ("train", 5), ("valid", 5)]
@@ -448,16 +460,7 @@ def test_trim_metrics_log_drops_later_and_unfinished_lines(tmp_path: Path) -> No
     path = tmp_path / "metrics.jsonl"
     lines = [json.dumps({"split": "train", "step": s}) + "\n" for s in (1, 2, 3)]
     path.write_text("".join(lines) + '{"split": "valid", "st')
-    assert loop.trim_metrics_log(path, 2) == 2
+    assert trim_metrics_log(path, 2) == 2
     assert path.read_text() == "".join(lines[:2])
-    assert loop.trim_metrics_log(path, 2) == 0
-    assert loop.trim_metrics_log(tmp_path / "none.jsonl", 2) == 0
-
-
-def test_fine_tuning_data_with_unknown_symbols_is_named() -> None:
-    from dotformer.data.batching import EncodedPair
-    from dotformer.training.finetune import unknown_symbols_warning
-
-    assert unknown_symbols_warning([EncodedPair([4, 5], [6])], Path("ck")) is None
-    message = unknown_symbols_warning([EncodedPair([3, 5, 3], [6]), EncodedPair([4], [3])], Path("ck"))
-    assert message is not None and "2 source and 1 target symbol(s)" in message and "--init-from ck" in message
+    assert trim_metrics_log(path, 2) == 0
+    assert trim_metrics_log(tmp_path / "none.jsonl", 2) == 0

@@ -10,6 +10,7 @@ outputs for the same settings.
 
 from dotformer.api.translator import (
     DTYPES,
+    ArgumentTypeError,
     Dtype,
     TranslationResult,
     Translator,
@@ -20,6 +21,7 @@ from dotformer.api.translator import (
 
 __all__ = [
     "DTYPES",
+    "ArgumentTypeError",
     "Dtype",
     "TranslationResult",
     "Translator",

@@ -17,7 +17,8 @@ the CLI give the same outputs for the same settings.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
@@ -32,6 +33,12 @@ if TYPE_CHECKING:
     from dotformer.decoding.translate import Translation
     from dotformer.model import Transformer
     from dotformer.plots.attention import AttentionMaps
+
+
+class ArgumentTypeError(ConfigError, TypeError):
+    """An argument of the Python API has the wrong type (e.g. ``translate(None)``, ``load(None)``); both a
+    :class:`~dotformer.errors.ConfigError` and a :class:`TypeError`."""
+
 
 Dtype = Literal["float32", "bfloat16", "float16", "int8"]
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "int8")
@@ -176,6 +183,21 @@ class Translator:
         """The checkpoint directory that was read."""
         return self.checkpoint.path
 
+    def generate(self, prompt: str = "", n: int = 1, **settings: Any) -> str | list[str]:
+        """Continue ``prompt`` with a language model (a ``task = "lm"`` checkpoint): the new text, without the prompt.
+
+        Settings: ``max_new_tokens`` (200), ``strategy`` ("sample", "greedy" or "beam"), ``temperature``, ``top_k``,
+        ``top_p``, ``seed``, ``beam_size``, ``use_cache`` (:func:`dotformer.api.generation.generation_settings`).
+        Returns one string, or a list of ``n`` (samples in draw order, beams best first) when ``n`` > 1.
+
+        Raises:
+            ConfigError: not a language model, or a setting out of range.
+        """
+        from dotformer.api.generation import generate_text, generation_settings
+
+        texts = generate_text(self.checkpoint, prompt, generation_settings(n=n, **settings))
+        return texts if n > 1 else texts[0]
+
     def __repr__(self) -> str:
         where = f"path={str(self.path)!r}, task={self.task!r}"
         return f"Translator({where}, device={str(self.device)!r}, dtype={self.dtype!r})"
@@ -206,17 +228,17 @@ class Translator:
     def translate(
         self,
         texts: str | Sequence[str],
-        beam: int = 4,
+        beam: int | None = None,
         n_best: int = 1,
         *,
         strategy: str = "beam",
         length_penalty: float = 0.6,
         max_len_a: float = 1.0,
         max_len_b: int = 50,
-        temperature: float = 1.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int = 0,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
         config: DecodeConfig | None = None,
         batch_size: int = 64,
         max_tokens: int | None = None,
@@ -230,11 +252,13 @@ class Translator:
         Args:
             texts: a string (one input) or a sequence of strings; each is normalised as the checkpoint's training
                 sources were (e.g. lower case for CMUdict) and may be empty.
-            beam: beam size K (strategy "beam"). n_best: hypotheses per input (<= beam; 1 for greedy).
+            beam: beam size K (strategy "beam" only; default 4). n_best: hypotheses per input (<= beam; 1 for
+                greedy).
             strategy: "beam", "greedy" or "sample"; length_penalty (α), max_len_a, max_len_b (most output steps =
-                a · input length + b), temperature, top_k, top_p, seed: see :class:`~dotformer.decoding.DecodeConfig`.
+                a · input length + b), temperature (1.0), top_k (0), top_p (1.0), seed (0): see
+                :class:`~dotformer.decoding.DecodeConfig`; the last four apply to strategy "sample" only.
             config: a ready :class:`~dotformer.decoding.DecodeConfig`; when given it replaces every search argument
-                above (``beam`` ... ``seed``).
+                above (``beam`` ... ``seed``), and ``beam`` or a sampling argument beside it is refused.
             batch_size: most inputs decoded together. max_tokens: most padded source tokens per batch (default
                 :data:`~dotformer.decoding.translate.DEFAULT_MAX_TOKENS`). max_input_length: most tokens (EOS
                 included) an input may have (default ``self.max_input_length``, the model's ``max_len``).
@@ -247,8 +271,10 @@ class Translator:
             of those for a sequence. ``details`` True: a :class:`TranslationResult`, or a list of them.
 
         Raises:
-            ConfigError: a bad setting (the message names it). InputTooLongError: an input longer than
-            ``max_input_length`` (a ShapeError naming it, 1-based).
+            ArgumentTypeError: ``texts`` is not a string or a sequence of strings (e.g. None, 123).
+            ConfigError: a bad setting (the message names it), ``beam`` without beam search, a sampling argument
+            (``temperature``, ``top_k``, ``top_p``, ``seed``) without sampling. InputTooLongError: an input longer
+            than ``max_input_length`` (a ShapeError naming it, 1-based).
 
         Warns:
             UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary.
@@ -258,21 +284,30 @@ class Translator:
         from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, decode_encoded
 
         single = isinstance(texts, str)
-        inputs = [texts] if single else list(texts)
-        if not all(isinstance(t, str) for t in inputs):
-            raise ConfigError("translate() takes a string or a sequence of strings")
+        inputs = [texts] if single else _text_list(texts)
+        sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+        given = [name for name, value in sampling.items() if value is not None]
+        if config is not None and (given or beam is not None):
+            named = ", ".join(["beam"] * (beam is not None) + given)
+            raise ConfigError(f"translate(): config= replaces the search arguments; leave out {named}")
         if config is None:
+            if given and strategy != "sample":
+                raise ConfigError(
+                    f"translate(): {', '.join(given)} only apply to strategy='sample', not strategy={strategy!r}"
+                )
+            if beam is not None and strategy != "beam":
+                raise ConfigError(f"translate(): beam only applies to strategy='beam', not strategy={strategy!r}")
             config = DecodeConfig(
                 strategy=strategy,  # type: ignore[arg-type]
-                beam_size=beam,
+                beam_size=4 if beam is None else beam,
                 n_best=n_best,
                 length_penalty=length_penalty,
                 max_len_a=max_len_a,
                 max_len_b=max_len_b,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                seed=seed,
+                temperature=1.0 if temperature is None else temperature,
+                top_k=0 if top_k is None else top_k,
+                top_p=1.0 if top_p is None else top_p,
+                seed=0 if seed is None else seed,
             )
         limit = check_max_input_length(
             self.model.config, self.max_input_length if max_input_length is None else max_input_length
@@ -344,6 +379,23 @@ class Translator:
             return attention_weights(self.checkpoint, source, target=hyps[0].text)
 
 
+def _text_list(texts: Any) -> list[str]:
+    """``texts`` as a list of strings.
+
+    Raises:
+        ArgumentTypeError: not a string or a sequence of strings (the message names the type, or the first bad item).
+    """
+    if texts is None or isinstance(texts, bytes | bytearray) or not isinstance(texts, Sequence | Iterable):
+        raise ArgumentTypeError(f"translate() takes a string or a sequence of strings, got {type(texts).__name__}")
+    inputs = list(texts)
+    for i, text in enumerate(inputs):
+        if not isinstance(text, str):
+            raise ArgumentTypeError(
+                f"translate() takes a string or a sequence of strings; item {i} is {type(text).__name__}"
+            )
+    return inputs
+
+
 def load(path: str | Path, device: str | torch.device = "auto", dtype: Dtype = "float32") -> Translator:
     """Load a checkpoint (or a run directory's best/) for decoding; see :class:`Translator`.
 
@@ -356,6 +408,11 @@ def load(path: str | Path, device: str | torch.device = "auto", dtype: Dtype = "
         A :class:`Translator`; call ``.translate(texts, beam=4, n_best=1, ...)``.
 
     Raises:
+        ArgumentTypeError: ``path`` is not a str or a path (e.g. None).
         ConfigError: a bad device or dtype. CheckpointError: a missing, corrupted or mismatched checkpoint.
     """
+    if not isinstance(path, str | os.PathLike):
+        raise ArgumentTypeError(
+            f"load() takes the path of a checkpoint or run directory (str or Path), got {type(path).__name__}"
+        )
     return Translator(load_checkpoint_for_decoding(path, device, dtype), dtype)

@@ -18,8 +18,12 @@ from dotformer.errors import DotformerError
 # subcommand name -> (module, one-line help). Modules are imported when the parser is built, and import nothing heavy
 # at module level.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("dotformer.cli.train", "train a Transformer on real pairs (CMUdict, Bible, TSV, parallel files)"),
+    "train": (
+        "dotformer.cli.train",
+        "train a Transformer on real pairs (CMUdict, Bible, TSV, parallel files) or text (--task lm)",
+    ),
     "translate": ("dotformer.cli.translate", "decode inputs with a trained checkpoint (greedy, beam, sampling)"),
+    "generate": ("dotformer.cli.generate", "continue prompts with a language model (sampling, greedy, beam)"),
     "evaluate": ("dotformer.cli.evaluate", "metrics (BLEU/chrF or WER/PER, perplexity) on a held-out split"),
     "average": ("dotformer.cli.average", "average the weights of several checkpoints"),
     "plot": ("dotformer.cli.plot", "draw attention maps, positional encodings, masks, schedules, curves"),

@@ -13,6 +13,18 @@ from typing import Any
 from dotformer.data.corpora import FILE_TASKS, parse_column
 
 
+def column_flag(text: str) -> int | str:
+    """``--source-column``/``--target-column``: digits -> a 0-based number, anything else -> a header name.
+
+    A negative number ``-N`` becomes the int -N, which :func:`reader_values` refuses in one line naming the flag,
+    rather than being read as the name of a header column.
+    """
+    stripped = text.strip()
+    if stripped.startswith("-") and stripped[1:].isdigit():
+        return int(stripped)  # refused by the data options' check, in one line naming the flag
+    return parse_column(text)
+
+
 def comma_list(text: str) -> tuple[str, ...]:
     """``"a.jsonl,b.jsonl"`` -> ``("a.jsonl", "b.jsonl")`` (empty items dropped)."""
     return tuple(item.strip() for item in text.split(",") if item.strip())
@@ -20,15 +32,15 @@ def comma_list(text: str) -> tuple[str, ...]:
 
 # how to read a file of pairs: train and evaluate
 READER_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
-    ("--task", "task", dict(choices=list(FILE_TASKS), help="the task of your own files: g2p (WER/PER; a word's "
+    ("--task", "task", dict(choices=[*FILE_TASKS, "lm"], help="the task of your own files: g2p (WER/PER; a word's "
      "pronunciations are its references; char -> symbol tokenizers), translation (BLEU/chrF; BPE; the default), "
-     "exact (exact match; char -> char)")),
+     "exact (exact match; char -> char), lm (train: a language model on plain text or --data bible[:WEB])")),
     ("--delimiter", "delimiter", dict(metavar="C", help="column separator of a TSV/CSV file: one character or tab, "
      "comma, semicolon, pipe, space (default: comma for .csv, else tab)")),
-    ("--source-column", "source_column", dict(type=parse_column, metavar="COL", help="column of the source text: a "
-     "number counting from 0, or a header name (default: column 0 of a 2-column file, or the header's "
-     "source/src); a file of 3+ columns needs it")),
-    ("--target-column", "target_column", dict(type=parse_column, metavar="COL", help="column of the target text "
+    ("--source-column", "source_column", dict(type=column_flag, metavar="COL", help="column of the source text: a "
+     "number counting from 0 (not negative), or a header name (default: column 0 of a 2-column file, or the "
+     "header's source/src); a file of 3+ columns needs it")),
+    ("--target-column", "target_column", dict(type=column_flag, metavar="COL", help="column of the target text "
      "(default: column 1 of a 2-column file, or the header's target/tgt)")),
     ("--header", "header", dict(action=argparse.BooleanOptionalAction, help="the first row names the columns and is "
      "not a pair (default: yes when a column is given by name)")),
@@ -90,6 +102,19 @@ def add_reader_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def reader_values(args: argparse.Namespace) -> dict[str, Any]:
-    """The :data:`READER_FLAGS` given on the command line, as DataConfig field -> value."""
+    """The :data:`READER_FLAGS` given on the command line, as DataConfig field -> value.
+
+    Raises:
+        ConfigError: a negative ``--source-column``/``--target-column`` (columns count from 0, not from the end).
+    """
     values = {field: getattr(args, f"opt_{field}", None) for _, field, _ in READER_FLAGS}
+    for flag, field in (("--source-column", "source_column"), ("--target-column", "target_column")):
+        value = values.get(field)
+        if isinstance(value, int) and value < 0:
+            from dotformer.errors import ConfigError
+
+            raise ConfigError(
+                f"{flag} {value}: a column is a number counting from 0 (the first column is 0) or a header name; "
+                f"negative numbers do not count from the end"
+            )
     return {field: value for field, value in values.items() if value is not None}

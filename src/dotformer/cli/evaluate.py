@@ -33,6 +33,9 @@ examples:
   dotformer evaluate --checkpoint runs/g2p --data test.tsv --hyps test.hyp --json test_metrics.json
   dotformer evaluate --checkpoint runs/g2p --split test --beam 4 --limit 500 --seed 1
   dotformer evaluate --checkpoint best/ --data ids.tsv --source-column word --target-column phones --header
+
+language models (dotformer train --task lm): perplexity, nats and bits per token and bits per character of the run's
+held-out text (--split test or valid) or of a text file (--data FILE), scored in blocks of the training block size.
 """
 
 
@@ -85,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--json and --hyps name one file ({args.json}); give two")
     loaded = load_for_decoding(args)
     task = loaded.info.get("task")
+    if task == "lm":  # a language model: perplexity and bits per character of text, nothing decoded
+        from dotformer.cli.evaluate_lm import evaluate_lm
+
+        return evaluate_lm(args, loaded, outputs)
     if task is None:
         raise CheckpointError(f"{loaded.path}/config.json records no task (g2p, translation, exact or synthetic)")
     if args.data is not None:
@@ -100,7 +107,10 @@ def run(args: argparse.Namespace) -> int:
         f"task {task}, {search}, {args.dtype} weights"
     )
     print(format_evaluation(evaluation))
-    warning = unfinished_warning(evaluation.unfinished, evaluation.num_sources, config)
+    table = loaded.model.config.max_len
+    warning = unfinished_warning(
+        evaluation.unfinished, evaluation.num_sources, config, evaluation.unfinished_at_table, table
+    )
     if warning:
         print(f"dotformer evaluate: warning: {warning}", file=sys.stderr)
     if "--hyps" in outputs:

@@ -44,9 +44,27 @@ def run(args: argparse.Namespace) -> int:
 
     if args.to == "marian":
         _quiet_hf_progress_bars()
-    path = export_checkpoint(args.checkpoint, args.output, args.to, args.quantization)
+    try:
+        path = export_checkpoint(args.checkpoint, args.output, args.to, args.quantization)
+    except _safetensors_error() as exc:  # a failed write (a full disk): safetensors' own exception type
+        from dotformer.errors import CheckpointError
+
+        reason = " ".join(str(exc).split())
+        raise CheckpointError(
+            f"could not write {args.output}/model.safetensors: {reason} (nothing was written)"
+        ) from None
     print(f"wrote {path} ({args.to})")
     return 0
+
+
+def _safetensors_error() -> type[Exception]:
+    """``safetensors.SafetensorError``, the type safetensors raises for I/O errors such as ENOSPC (or a type never
+    raised when safetensors is not installed)."""
+    try:
+        from safetensors import SafetensorError
+    except ImportError:
+        return type("NoSafetensorError", (Exception,), {})
+    return SafetensorError
 
 
 def _quiet_hf_progress_bars() -> None:

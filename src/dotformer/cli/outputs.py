@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from dotformer.errors import ConfigError
@@ -39,6 +41,24 @@ def check_output_file(path: str | Path, flag: str, inputs: tuple[str | Path | No
     if reason is not None:
         raise ConfigError(f"{flag} {path} {reason}: refusing to overwrite it (choose another path)")
     return path
+
+
+def check_not_stdin(path: str | Path, flag: str) -> None:
+    """Refuse an output file that is the command's standard input (``--output F < F``): opening it for writing would
+    empty it before it is read. The two are compared by device and inode, so any name of the file is caught; only a
+    regular file can be lost this way (``--output /dev/null < /dev/null`` is fine).
+
+    Raises:
+        ConfigError: naming ``flag`` and the path.
+    """
+    try:
+        stdin, target = os.fstat(0), os.stat(path)
+    except OSError:  # no standard input, or no such file yet: nothing to destroy
+        return
+    if stat.S_ISREG(stdin.st_mode) and (stdin.st_dev, stdin.st_ino) == (target.st_dev, target.st_ino):
+        raise ConfigError(
+            f"{flag} {path} is the file on standard input: it would be emptied before it is read (choose another path)"
+        )
 
 
 def _protected(resolved: Path) -> str | None:

@@ -94,8 +94,15 @@ def run(args: argparse.Namespace) -> int:
         from dotformer.checkpoint import load_checkpoint
 
         loaded = load_checkpoint(args.checkpoint, device=args.device)
-        maps = plots.attention_weights(loaded, args.text, target=args.target)
-        kinds = tuple(dict.fromkeys(args.kind)) if args.kind else plots.attention.MAP_KINDS
+        if loaded.model.config.arch == "decoder-only":  # a language model: its causal self-attention over the text
+            from dotformer.plots.lm_attention import LM_MAP_KINDS, lm_attention_weights
+
+            if args.target is not None or (args.kind and set(args.kind) - set(LM_MAP_KINDS)):
+                raise ConfigError("a language model has decoder self-attention only: no --target, --kind decoder_self")
+            maps, kinds = lm_attention_weights(loaded, args.text), LM_MAP_KINDS
+        else:
+            maps = plots.attention_weights(loaded, args.text, target=args.target)
+            kinds = tuple(dict.fromkeys(args.kind)) if args.kind else plots.attention.MAP_KINDS
         result = plots.plot_attention(maps, args.out, layer=args.layer, head=args.head, kinds=kinds)
         print(f"{maps.source_text} -> {maps.output_text}" + (" (forced: the reference given)" if maps.forced else ""))
         print(f"wrote {result.path} ({len(result.panels)} maps)")
@@ -116,8 +123,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {result.path} (peak lr {curve.lrs.max():.3e} at step {curve.peak_step})")
     else:
         result = plots.plot_loss_curves(args.run, args.out)
+        from dotformer.training.progress import count
+
         counts = "; ".join(
-            f"{c.label}: {c.train_steps.size} train points, {c.valid_steps.size} validation points" for c in result.runs
+            f"{c.label}: {count(c.train_steps.size, 'train point')}, {count(c.valid_steps.size, 'validation point')}"
+            for c in result.runs
         )
         print(f"wrote {result.path} ({counts})")
     return 0

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import argparse
 
+from dotformer.cli.threads import add_threads_argument, apply_threads
+
 EPILOG = """\
-The server listens on 127.0.0.1 (this machine only) unless --host says otherwise, answers one request at a time,
-and stops on Ctrl-C. A request is a JSON object {"texts": [...], "beam": 4, "n_best": 1, "strategy": "beam"} (only
-"texts" is required); the reply is {"translations": [{"text", "score", "finished", "unknown_symbols"}, ...]}.
-Bad requests get HTTP 400 (413: body too large) and {"error": "..."}. GET /api/health shows the limits.
+The server listens on 127.0.0.1 (this machine only) unless --host says otherwise and stops on Ctrl-C. A request is
+a JSON object {"texts": [...], "beam": 4, "n_best": 1, "strategy": "beam"} (only "texts" is required); the reply is
+{"translations": [{"text", "score", "finished", "unknown_symbols"}, ...]}. Bad requests, malformed HTTP included,
+get HTTP 400 (408: body too slow, 413: body or work too large) and {"error": "..."}. GET /api/health shows the limits.
+
+limits: --workers connections are served at once (16), each by its own thread, so a slow client never holds the
+others; one request must arrive within 30 s with no pause over 10 s, or the client is dropped; up to 128 connections
+wait to be accepted. A request holds at most 64 texts of at most 2000 characters, beam at most 16, and at most 16384
+source tokens x beam (beam 1 for greedy) in all. The model decodes 1024 source tokens x beam at a time, requests
+taking turns first come, first served, so a large request does not hold back the small ones.
 
 examples:
   dotformer serve --checkpoint runs/g2p --port 8080
@@ -18,8 +26,8 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Checkpoint, address, device and dtype."""
-    from dotformer.api.serve import HOST
+    """Checkpoint, address, device, dtype, workers and CPU threads."""
+    from dotformer.api.serve import DEFAULT_WORKERS, HOST
 
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -35,6 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("float32", "bfloat16", "float16", "int8"),
         help="weights for decoding (float32)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        metavar="N",
+        help=f"connections served at once, each by its own thread ({DEFAULT_WORKERS}); more wait their turn",
+    )
+    add_threads_argument(parser)
     parser.add_argument("--verbose", action="store_true", help="log every request on stderr")
 
 
@@ -46,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {args.port}")
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be positive, got {args.workers}")
+    apply_threads(args.threads)
     translator = load(args.checkpoint, device=args.device, dtype=args.dtype)
-    serve(translator, args.port, args.host, verbose=args.verbose, announce=lambda line: print(line, flush=True))
+    announce = lambda line: print(line, flush=True)  # noqa: E731
+    serve(translator, args.port, args.host, verbose=args.verbose, announce=announce, workers=args.workers)
     return 0

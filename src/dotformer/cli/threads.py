@@ -1,4 +1,4 @@
-"""``--threads N``, the CPU threads of torch's kernels, for the commands that compute (train, translate, evaluate)."""
+"""``--threads N``, the CPU threads of torch's kernels, for the commands that compute (train, translate, serve, ...)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 
 
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
-    """``--threads N``: the CPU threads of torch's kernels (``train``, ``translate``, ``evaluate``)."""
+    """``--threads N``: the CPU threads of torch's kernels (``train``, ``translate``, ``evaluate``, ``serve``)."""
     parser.add_argument(
         "--threads", type=int, metavar="N", help="CPU threads of torch's kernels (default: torch's choice, all cores)"
     )

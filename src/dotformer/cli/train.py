@@ -7,8 +7,9 @@
     torchrun --nproc_per_node=2 $(which dotformer) train --data cmudict --max-epochs 10   # data parallel
 
 Flags override the config file (``--config FILE.toml`` with sections [model], [train], [data]), which overrides the
-defaults. The run directory (``--out``, default ``runs/<dataset>-<preset>``) gets run.json, data/ (the split and the
-tokenizers), metrics.jsonl and the checkpoints; the last line printed sums the run up.
+task's defaults (the model and recipe of its shipped config: ``g2p`` for g2p and exact, ``bible`` for translation),
+which override the built-in ones. The run directory (``--out``, default ``runs/<dataset>-<preset>``) gets run.json,
+data/ (the split and the tokenizers), metrics.jsonl and the checkpoints; the last line printed sums the run up.
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ from typing import Any
 
 from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS
 from dotformer.cli.threads import add_threads_argument, apply_threads
+from dotformer.cli.train_lm import add_lm_arguments, is_lm_run, run_lm
 
 # (flag, section, field, argparse keywords); every flag defaults to None = "not given", so that only the flags
 # given on the command line override the config file.
 _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
     # model
     ("--preset", "model", "preset", dict(choices=["tiny", "small", "base", "big"], help="model size preset "
-     "(paper Table 3 base/big; tiny and small for CPUs); default: small, tiny for copy/reverse")),
+     "(paper Table 3 base/big; tiny and small for CPUs); default: the model of the task's shipped config (g2p and "
+     "exact: configs/g2p.toml, d_model 128; translation: configs/bible.toml, small), tiny for copy/reverse")),
     ("--dropout", "model", "dropout", dict(type=float, metavar="P", help="dropout on sublayer outputs and embeddings "
      "(paper §5.4: 0.1)")),
     # budgets
@@ -40,7 +43,7 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "training split in total (fractions allowed)")),
     # recipe
     ("--max-tokens", "train", "max_tokens", dict(type=int, metavar="N", help="padded tokens per batch per process "
-     "(default 4096)")),
+     "(default: the task's config: 1024 for g2p and exact, 4096 for translation; 4096 for copy/reverse)")),
     ("--accumulate", "train", "accumulation_steps", dict(type=int, metavar="K", help="batches per optimizer step "
      "(gradient accumulation; default 1)")),
     ("--lr-schedule", "train", "lr_schedule", dict(choices=["noam", "inverse_sqrt", "constant"], help="noam: the "
@@ -49,7 +52,9 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "(default 1)")),
     ("--lr-peak", "train", "lr_peak", dict(type=float, metavar="LR", help="peak learning rate of the inverse_sqrt "
      "and constant schedules (default 5e-4)")),
-    ("--warmup", "train", "warmup_steps", dict(type=int, metavar="N", help="linear warmup steps (paper: 4000)")),
+    ("--warmup", "train", "warmup_steps", dict(type=int, metavar="N", help="linear warmup steps (paper: 4000; "
+     "default: the task's config, 200 for g2p, 500 for translation, at most a tenth of a --max-steps or "
+     "--max-epochs budget; a warmup the budget cannot reach is warned about before step 1)")),
     ("--lr-cooldown", "train", "lr_cooldown", dict(type=float, metavar="F", help="let the learning rate fall "
      "linearly to 0 over the final fraction F of the budget (steps, minutes or epochs; e.g. 0.2; default 0: none)")),
     ("--label-smoothing", "train", "label_smoothing", dict(type=float, metavar="EPS", help="label smoothing ε "
@@ -80,8 +85,11 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "seeded random sample of N validation sources for --best-metric (the same sample at every pass)")),
     ("--patience", "train", "patience", dict(type=int, metavar="N", help="early stopping: stop when the "
      "--best-metric has not improved for N validation passes (default 0: never)")),
-    ("--log-every", "train", "log_every", dict(type=int, metavar="N", help="steps between lines of metrics.jsonl "
-     "and of the progress lines written when standard error is not a terminal (default 10)")),
+    ("--log-every", "train", "log_every", dict(type=int, metavar="N", help="steps between the progress lines "
+     "written when standard error is not a terminal (default 10; metrics.jsonl has --metrics-every)")),
+    ("--metrics-every", "train", "metrics_every", dict(type=int, metavar="N", help="steps between the train lines "
+     "of RUN/metrics.jsonl and TensorBoard points, what `dotformer plot curves` draws (default 1: every step; "
+     "the first step is always logged)")),
     ("--progress", "train", "progress", dict(action=argparse.BooleanOptionalAction, help="show progress against the "
      "budget on standard error: a bar on a terminal, else one line every --log-every steps (default on)")),
     ("--tensorboard", "train", "tensorboard", dict(action=argparse.BooleanOptionalAction, help="also write "
@@ -144,7 +152,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fine-tune: start from this checkpoint's (or run's) weights, tokenizers and model config, with a fresh "
         "optimizer and learning-rate schedule",
     )
+    parser.add_argument(
+        "--extend-vocab",
+        action="store_true",
+        help="with --init-from: add the symbols of the data that the checkpoint's char/symbol vocabulary does not "
+        "know, with new embedding and output rows (without it such data is an error)",
+    )
     add_threads_argument(parser)
+    add_lm_arguments(parser)
     for flag, _, field, kwargs in _FLAGS:
         parser.add_argument(flag, dest=f"opt_{field}", default=None, **kwargs)
 
@@ -152,11 +167,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build the configs from the file and the flags, train, print a one-line summary."""
     from dotformer.cli.outputs import check_output_dir
-    from dotformer.training.loop import TrainingInterrupted
     from dotformer.training.run import ConfigSections, read_config_file, train_run
+    from dotformer.training.stopping import TrainingInterrupted
 
     apply_threads(args.threads)
-    file_sections = read_config_file(args.config) if args.config else ConfigSections()
     flags: dict[str, dict[str, Any]] = {"model": {}, "train": {}, "data": {}}
     for _, section, field, _ in _FLAGS:
         value = getattr(args, f"opt_{field}")
@@ -171,9 +185,17 @@ def run(args: argparse.Namespace) -> int:
         data["test_books"] = tuple(book.strip() for book in data["test_books"].split(",") if book.strip())
     if args.data is not None:
         data["dataset"] = args.data
-    flag_sections = ConfigSections(**flags, source="command line")
     if args.out is not None:
         check_output_dir(args.out, "--out")
+    if is_lm_run(args):  # a language model on text: its own data section, the same training
+        try:
+            with _warnings_as_lines():
+                return run_lm(args, flags)
+        except TrainingInterrupted as exc:
+            print(f"dotformer train: {exc}", file=sys.stderr)
+            return 130
+    file_sections = read_config_file(args.config) if args.config else ConfigSections()
+    flag_sections = ConfigSections(**flags, source="command line")
     try:
         with _warnings_as_lines():
             result = train_run(
@@ -184,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
                 command=sys.argv,
                 overwrite=args.overwrite,
                 init_from=args.init_from,
+                extend_vocab=args.extend_vocab,
             )
     except TrainingInterrupted as exc:  # a checkpoint was saved first; the message says where and how to go on
         print(f"dotformer train: {exc}", file=sys.stderr)

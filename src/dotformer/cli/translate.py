@@ -47,7 +47,8 @@ long inputs: an input of more than --max-input-length tokens (EOS included; defa
         error naming its line, after the outputs of the lines before it are written. Inputs are decoded in batches
         of at most --batch-size sentences and --max-tokens padded tokens, so one long line does not pad a batch.
 warnings (standard error, one line each, at the end): characters the model's vocabulary does not know (read as
-        <unk>), and outputs cut at the maximum output length (--max-len-a, --max-len-b) before the model ended them.
+        <unk>), and outputs cut at the maximum output length (--max-len-a, --max-len-b) or at the length of a learned
+        positional table before the model ended them.
 A closed output pipe (| head -1) ends quietly; Ctrl-C ends with the outputs of every decoded chunk written.
 
 examples:
@@ -107,6 +108,8 @@ class Tally:
     unknown: int = 0
     with_unknown: list[tuple[str, str]] = field(default_factory=list)  # (where, text) of each input with <unk>
     cut: list[str] = field(default_factory=list)  # where each cut output's input is
+    table: int | None = None  # the positions of the model's learned positional table (None: sinusoidal)
+    cut_by_table: list[str] = field(default_factory=list)  # where each output cut by that table's length is
 
     def add(self, result: TranslationResult, where: str) -> None:
         self.inputs += 1
@@ -114,7 +117,8 @@ class Tally:
             self.unknown += result.unknown_symbols
             self.with_unknown.append((where, result.source))
         if not result.finished:
-            self.cut.append(where)
+            at_table = self.table is not None and len(result.hypotheses[0].tokens) >= self.table
+            (self.cut_by_table if at_table else self.cut).append(where)
 
     def warnings(self, config: DecodeConfig) -> list[str]:
         lines = []
@@ -131,6 +135,12 @@ class Tally:
                 f"{config.max_len_a:g} x input length + --max-len-b {config.max_len_b}) before the model ended them "
                 f"and are cut (first: {self.cut[0]})"
             )
+        if self.cut_by_table:
+            lines.append(
+                f"{len(self.cut_by_table)} of {self.inputs} output(s) reached this model's learned positional table "
+                f"({self.table} positions, the most any output can have) before the model ended them and are cut "
+                f"(first: {self.cut_by_table[0]}); --max-len-a/--max-len-b cannot lengthen them"
+            )
         return lines
 
 
@@ -141,9 +151,10 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
     """Validate the flags of this command before any work; returns the output format.
 
     Raises:
-        ConfigError: a bad value, TEXT arguments with --input, --output naming the input, text format with n-best.
+        ConfigError: a bad value, TEXT arguments with --input, --output naming the input (or the file on standard
+            input), text format with n-best.
     """
-    from dotformer.cli.outputs import check_output_file
+    from dotformer.cli.outputs import check_not_stdin, check_output_file
     from dotformer.errors import ConfigError
 
     for flag, value in (("--buffer-size", args.buffer_size), ("--max-tokens", args.max_tokens)):
@@ -166,6 +177,8 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
             raise MissingDataError(f"{path}: no such file")
     if args.output is not None and args.output != "-":
         check_output_file(args.output, "--output", (args.input,))
+        if not args.texts and args.input in (None, "-"):
+            check_not_stdin(args.output, "--output")
     return output_format
 
 
@@ -214,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
         close.append(out)
     else:
         out = getattr(sys.stdout, "buffer", None) or TextAsBytes(sys.stdout)
-    tally = Tally()
+    model_config = translator.model.config
+    tally = Tally(table=model_config.max_len if model_config.positional == "learned" else None)
     try:
         for first, lines in chunks:
             done, error = decode_chunk(translator, lines, first, name, config, args, limit)

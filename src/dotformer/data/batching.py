@@ -279,7 +279,11 @@ class BatchSampler:
     def iter_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` from position ``start``, collated one at a time (for resuming)."""
         for indices in self.batch_indices(epoch)[start:]:
-            yield collate([self.examples[i] for i in indices], indices)
+            yield self.make_batch(indices, epoch)
+
+    def make_batch(self, indices: Sequence[int], epoch: int) -> Batch:
+        """The collated batch of the examples ``indices`` of ``epoch`` (one entry of :meth:`batch_indices`)."""
+        return collate([self.examples[i] for i in indices], indices)
 
     def state_dict(self, position: SamplerPosition) -> dict[str, Any]:
         """What a checkpoint stores to resume at ``position``: the position and a fingerprint of the data."""

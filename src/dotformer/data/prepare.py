@@ -15,6 +15,7 @@ kept, every drop counted).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,9 +23,14 @@ from dotformer.data.corpora import NAMED_TASKS, Corpus, describe_corpus, load_pa
 from dotformer.data.splits import Splits, split_corpus
 from dotformer.errors import ConfigError
 
+logger = logging.getLogger(__name__)
+
+SINGLE_WORD_SHARE = 0.9  # a side whose training texts are single words this often gets a note when BPE reads it
+
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
-    from dotformer.data.tokenizers import Tokenizer, TokenizerPair
+    from dotformer.data.tokenizer_files import TokenizerPair
+    from dotformer.data.tokenizers import Tokenizer
     from dotformer.training.config import DataConfig
 
 
@@ -84,7 +90,7 @@ def read_run_data(data: DataConfig, seed: int) -> RunData:
         given[role] = load_pairs(spec, data.corpus_options(role))
         if given[role].task != corpus.task:
             raise ConfigError(f"{spec}: task {given[role].task}, but the training data {corpus.name} is {corpus.task}")
-        lines.append(describe_corpus(given[role], role) + _overlap(given[role].pairs, corpus.pairs, role))
+        lines.append(describe_corpus(given[role], role))
     if "valid" in given:
         train, valid = list(corpus.pairs), list(given["valid"].pairs)
         how = {"valid_fraction": None}
@@ -116,13 +122,6 @@ def read_run_data(data: DataConfig, seed: int) -> RunData:
     return RunData(corpus, Splits(train=train, valid=valid, test=test, info=info), lines)
 
 
-def _overlap(pairs: list[Pair], train: list[Pair], role: str) -> str:
-    """``"; 3 of its 120 sources are training sources too"`` when some are, else ``""``."""
-    sources = {pair.source for pair in pairs}
-    shared = len(sources & {pair.source for pair in train})
-    return f"; {shared:,} of its {len(sources):,} sources are training sources too" if shared else ""
-
-
 def make_tokenizers(data: DataConfig, train: list[Pair]) -> TokenizerPair:
     """The run's tokenizers: read from ``src_tokenizer_file``/``tgt_tokenizer_file`` when given, else trained on
     the training pairs (kinds, vocabulary size and sharing as resolved in ``data``).
@@ -132,12 +131,14 @@ def make_tokenizers(data: DataConfig, train: list[Pair]) -> TokenizerPair:
     Raises:
         MissingDataError / DataError: a tokenizer file cannot be read. ConfigError: a bad kind or size.
     """
-    from dotformer.data.pretrained import read_tokenizer_file
-    from dotformer.data.tokenizers import TokenizerPair, train_tokenizer, train_tokenizer_pair
+    from dotformer.data.tokenizer_files import TokenizerPair, read_tokenizer_file, train_tokenizer, train_tokenizer_pair
 
     src_file, tgt_file = data.src_tokenizer_file, data.tgt_tokenizer_file
     src_vocab = data.vocab_size if data.src_tokenizer == "bpe" else None
     tgt_vocab = data.vocab_size if data.tgt_tokenizer == "bpe" else None
+    note = bpe_on_words_note(data, train)
+    if note is not None:
+        logger.warning(note)
     if src_file is None and tgt_file is None:
         return train_tokenizer_pair(
             [p.source for p in train],
@@ -162,3 +163,32 @@ def make_tokenizers(data: DataConfig, train: list[Pair]) -> TokenizerPair:
         else train_tokenizer(data.tgt_tokenizer, [p.target for p in train], tgt_vocab)
     )
     return TokenizerPair(src, tgt)
+
+
+def bpe_on_words_note(data: DataConfig, train: list[Pair]) -> str | None:
+    """One line when a BPE vocabulary is to be learned from texts that are single words (at least
+    :data:`SINGLE_WORD_SHARE` of a side's training texts have no space), else None.
+
+    BPE (the default of ``translation``, the task of a file without ``--task``) merges pieces inside words: on single
+    words its vocabulary (8,000 pieces by default) holds many whole words, and a new word falls apart into rare
+    pieces. Words to pronunciations is ``--task g2p`` (characters -> phone symbols), a word to a word ``--task exact``.
+    """
+    from dotformer.data.tokenizers import DEFAULT_BPE_VOCAB_SIZE
+
+    sides = []
+    for side, kind, given, texts in (
+        ("source", data.src_tokenizer, data.src_tokenizer_file, [p.source for p in train]),
+        ("target", data.tgt_tokenizer, data.tgt_tokenizer_file, [p.target for p in train]),
+    ):
+        words = sum(1 for text in texts if len(text.split()) == 1)
+        if kind == "bpe" and given is None and texts and words >= SINGLE_WORD_SHARE * len(texts):
+            sides.append(f"{words:,} of {len(texts):,} training {side}s")
+    if not sides:
+        return None
+    size = DEFAULT_BPE_VOCAB_SIZE if data.vocab_size is None else data.vocab_size
+    return (
+        f"the texts are single words ({' and '.join(sides)}) and get a BPE vocabulary of up to {size:,} pieces "
+        f"learned from them, so many words are a piece of their own and a new word splits into rare pieces; for "
+        f"words to pronunciations use --task g2p (characters -> phone symbols), for words to words --task exact, or "
+        f"give a smaller --vocab-size"
+    )

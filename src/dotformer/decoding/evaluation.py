@@ -22,10 +22,19 @@ from dotformer.data.tokenizers import UNK_ID
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.translate import Translation, length_sorted_batches, translate
 from dotformer.errors import ConfigError, DataError
-from dotformer.metrics import bleu, chrf, exact_match, g2p_error_rates, perplexity, require_metric_packages
+from dotformer.metrics import (
+    bleu,
+    chrf,
+    exact_match,
+    g2p_error_rates,
+    has_stress_digits,
+    perplexity,
+    require_metric_packages,
+)
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
+    from dotformer.config import ModelConfig
     from dotformer.data.corpora import Pair
     from dotformer.data.tokenizers import Tokenizer
 
@@ -68,6 +77,8 @@ class Evaluation:
         num_pairs: pairs evaluated. num_sources: distinct sources decoded.
         examples: the first few (source, output, references) for a look by eye.
         unfinished: distinct sources whose scored output was cut at the maximum length (no EOS).
+        unfinished_at_table: of those, the ones cut by the model's learned positional table
+            (:func:`count_cut_by_table`).
         hypotheses: the scored output of every pair, in the order of ``pairs`` (a source's output repeated for
             each of its pairs), as ``--hyps`` writes them.
     """
@@ -80,6 +91,7 @@ class Evaluation:
     examples: list[dict[str, Any]] = field(default_factory=list)
     unfinished: int = 0
     hypotheses: list[str] = field(default_factory=list)
+    unfinished_at_table: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict of every field but ``hypotheses`` (written apart, one per line)."""
@@ -90,6 +102,7 @@ class Evaluation:
             "num_pairs": self.num_pairs,
             "num_sources": self.num_sources,
             "unfinished": self.unfinished,
+            "unfinished_at_table": self.unfinished_at_table,
             "examples": self.examples,
         }
 
@@ -174,19 +187,43 @@ def count_unfinished(outputs: Sequence[Sequence[Translation]]) -> int:
     return sum(1 for hyps in outputs if hyps and not hyps[0].finished)
 
 
-def unfinished_warning(count: int, total: int, config: DecodeConfig) -> str | None:
+def count_cut_by_table(outputs: Sequence[Sequence[Translation]], model_config: ModelConfig) -> int:
+    """How many inputs' best output was cut by the model's learned positional table (0 for sinusoidal positions):
+    unfinished with as many tokens as the table has positions, so that no --max-len-a/--max-len-b lengthens it."""
+    if model_config.positional != "learned":
+        return 0
+    table = model_config.max_len
+    return sum(1 for hyps in outputs if hyps and not hyps[0].finished and len(hyps[0].tokens) >= table)
+
+
+def unfinished_warning(
+    count: int, total: int, config: DecodeConfig, at_table: int = 0, table: int | None = None
+) -> str | None:
     """One line for standard error when ``count`` of ``total`` outputs were cut at the maximum length, else None.
 
     Example: ``3 of 200 outputs (1.5%) were cut at the maximum length (1.0 * source length + 50 tokens) without an
-    end of sentence; raise --max-len-a/--max-len-b to let them finish``.
+    end of sentence; raise --max-len-a/--max-len-b to let them finish``. ``at_table`` of the ``count`` were cut by a
+    learned positional table of ``table`` positions (:func:`count_cut_by_table`): the line says so, since no flag
+    lengthens those.
     """
     if not count:
         return None
-    return (
+    by_table = (
+        f"{at_table:,} of them reached this model's learned positional table ({table} positions), the most any output "
+        f"can have: --max-len-a/--max-len-b cannot lengthen them"
+    )
+    if at_table == count:
+        return (
+            f"{count:,} of {total:,} outputs ({count / total:.1%}) were cut without an end of sentence: they reached "
+            f"this model's learned positional table ({table} positions), the most any output can have "
+            f"(--max-len-a/--max-len-b cannot lengthen them)"
+        )
+    line = (
         f"{count:,} of {total:,} outputs ({count / total:.1%}) were cut at the maximum length "
         f"({config.max_len_a:g} * source length + {config.max_len_b} tokens) without an end of sentence; raise "
         f"--max-len-a/--max-len-b to let them finish"
     )
+    return f"{line} ({by_table})" if at_table else line
 
 
 def teacher_forced_nll(loaded: LoadedCheckpoint, pairs: Sequence[Pair], batch_size: int = 64) -> NLLResult:
@@ -231,7 +268,8 @@ def evaluate_pairs(
         num_examples: how many examples to keep in the result.
 
     Returns:
-        :class:`Evaluation` with metrics: g2p ``wer``, ``per``, ``wer_no_stress``, ``per_no_stress``; translation
+        :class:`Evaluation` with metrics: g2p ``wer``, ``per`` and, when the references or outputs hold stress
+        digits, ``wer_no_stress``, ``per_no_stress``; translation
         ``bleu``, ``chrf``; exact and synthetic ``exact_match``; always ``perplexity`` and ``nll_per_token``; the
         count of outputs cut at the maximum length (``unfinished``) and every pair's output (``hypotheses``).
 
@@ -253,8 +291,10 @@ def evaluate_pairs(
     signatures: dict[str, str] = {}
     if task == "g2p":
         kept = g2p_error_rates(best, grouped.references, strip_stress=False)
-        stripped = g2p_error_rates(best, grouped.references, strip_stress=True)
-        metrics.update(wer=kept.wer, per=kept.per, wer_no_stress=stripped.wer, per_no_stress=stripped.per)
+        metrics.update(wer=kept.wer, per=kept.per)
+        if has_stress_digits([*best, *(r for refs in grouped.references for r in refs)]):
+            stripped = g2p_error_rates(best, grouped.references, strip_stress=True)
+            metrics.update(wer_no_stress=stripped.wer, per_no_stress=stripped.per)
     else:
         refs = [pair.target for pair in pairs]
         if task == "translation":
@@ -271,7 +311,8 @@ def evaluate_pairs(
         for s, o, r in zip(grouped.sources[:num_examples], best, grouped.references, strict=False)
     ]
     unfinished = count_unfinished(outputs)
-    return Evaluation(task, metrics, signatures, len(pairs), len(grouped.sources), examples, unfinished, hyps)
+    at_table = count_cut_by_table(outputs, loaded.model.config)
+    return Evaluation(task, metrics, signatures, len(pairs), len(grouped.sources), examples, unfinished, hyps, at_table)
 
 
 METRIC_LABELS = {
@@ -288,10 +329,17 @@ METRIC_LABELS = {
 
 
 def format_evaluation(evaluation: Evaluation) -> str:
-    """A plain-text table of the metrics (Markdown syntax), then the sacrebleu signatures if any."""
+    """A plain-text table of the metrics (Markdown syntax), then the sacrebleu signatures if any.
+
+    WER and PER are labelled "stress kept" and "stress stripped" only when both are there (the data or the outputs
+    hold stress digits); otherwise they are plain "WER" and "PER".
+    """
     rows = [("metric", "value")]
+    stress = "wer_no_stress" in evaluation.metrics
     for key, value in evaluation.metrics.items():
         label, unit = METRIC_LABELS.get(key, (key, ""))
+        if key in ("wer", "per") and not stress:
+            label = label.split(",")[0]
         rows.append((label, f"{value:.2f}{unit}"))
     width = max(len(name) for name, _ in rows)
     value_width = max(len(value) for _, value in rows)

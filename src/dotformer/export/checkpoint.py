@@ -70,6 +70,10 @@ def export_checkpoint(
             from dotformer.export.marian import save_marian
 
             save_marian(loaded.model, tmp)
+        elif loaded.config.arch == "decoder-only":  # a language model: one cached step
+            from dotformer.export.onnx_lm import export_lm_onnx
+
+            export_lm_onnx(loaded.model, tmp)
         else:
             from dotformer.export.onnx import export_onnx
 

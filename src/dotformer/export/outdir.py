@@ -21,11 +21,16 @@ def check_output_dir(path: str | Path) -> Path:
     """``path`` as a Path, after checking it is absent or an empty directory.
 
     Raises:
-        ConfigError: ``path`` is a file, or a directory that is not empty.
+        ConfigError: ``path`` is a file, a directory that is not empty, or under a regular file.
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"output {path} exists and is not a directory; choose a new path")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"output {path}: its parent {parent} is a file, not a directory; choose another path")
+            break
     if path.is_dir() and any(path.iterdir()):
         raise ConfigError(f"output directory {path} exists and is not empty; choose a new or empty directory")
     return path

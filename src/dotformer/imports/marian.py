@@ -28,7 +28,8 @@ Refused with one line (:class:`~dotformer.errors.ConfigError` / :class:`~dotform
 activation other than ReLU, GELU and SiLU/swish, different encoder/decoder head counts or FFN widths, a
 vocabulary that does not cover the embedding rows, a vocabulary whose ``<s>`` is not the decoder start, tensors
 left over. A model written by ``dotformer export --to marian`` (ids 0..3 = ``<pad> <s> </s> <unk>``, ``<s>`` the
-decoder start) comes back with its own ids.
+decoder start) comes back with its own ids; its directory has no ``vocab.json`` or ``.spm`` files but the
+checkpoint's own ``tokenizer_src.json`` and ``tokenizer_tgt.json``, which the import reads instead.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from dotformer.checkpoint.format import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE
 from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import SPECIAL_TOKENS, UNK_ID
 from dotformer.errors import CheckpointError, ConfigError, MissingDataError
@@ -199,18 +201,18 @@ def import_marian(directory: str | Path, output: str | Path) -> Path:
     """
     from dotformer.checkpoint import save_checkpoint
     from dotformer.data.pretrained import HFFileTokenizer
+    from dotformer.data.tokenizers import Tokenizer
     from dotformer.export.outdir import check_output_dir, fresh_output_dir
 
     directory, output = Path(directory), check_output_dir(output)
     model, src_tokenizer, tgt_tokenizer = read_marian(directory)
-    info: dict[str, Any] = {
-        "task": "translation",
-        "imported_from": {"format": "hf-marian", "path": str(directory.resolve())},
-        # two segmenters (source.spm, target.spm) over one id space: a fine-tune (train --init-from) keeps both
-        "data": {"shared_vocab": False},
-    }
-    src = HFFileTokenizer(src_tokenizer, str(directory / "source.spm"))
-    tgt = HFFileTokenizer(tgt_tokenizer, str(directory / "target.spm"))
+    own = isinstance(src_tokenizer, Tokenizer)  # a dotformer export: its own tokenizers came back
+    origin = {"format": "dotformer-marian-export" if own else "hf-marian", "path": str(directory.resolve())}
+    # two tokenizers (source.spm and target.spm segment differently over one id space; a dotformer export's two
+    # files): a fine-tune (train --init-from) keeps both rather than one for both sides
+    info: dict[str, Any] = {"task": "translation", "imported_from": origin, "data": {"shared_vocab": False}}
+    src = src_tokenizer if own else HFFileTokenizer(src_tokenizer, str(directory / "source.spm"))
+    tgt = tgt_tokenizer if own else HFFileTokenizer(tgt_tokenizer, str(directory / "target.spm"))
     with fresh_output_dir(output) as tmp:
         save_checkpoint(tmp, model, src, tgt, info)
     return output
@@ -226,7 +228,8 @@ def read_marian(directory: Path) -> tuple[Transformer, Any, Any]:
 
     hf = read_hf_config(directory)
     _check_config(hf, directory / "config.json")
-    src_side, tgt_side, separate = _vocabularies(directory, hf)
+    own = dotformer_export_tokenizers(directory, *_vocabulary_sizes(hf))  # a dotformer export's own tokenizers
+    src_side, tgt_side, separate = _vocabularies(directory, hf, own is not None)
     _warn_other_bad_words(directory, hf)
     source = TensorSource(read_safetensors(directory), directory, prefixes=("model.", ""))
     tables = _tables(source, tgt_side, directory)
@@ -238,7 +241,8 @@ def read_marian(directory: Path) -> tuple[Transformer, Any, Any]:
     reader.copy_stacks(model)
     reader.copier.check_all_filled()
     source.check_all_used(ignore=lambda name: name.endswith("embed_positions.weight"))  # HF rebuilds them on load
-
+    if own is not None:
+        return model, *own
     src_tokenizer = spm_tokenizer(directory / "source.spm", src_side.pieces)
     tgt_tokenizer = spm_tokenizer(directory / "target.spm", tgt_side.pieces)
     return model, src_tokenizer, tgt_tokenizer
@@ -261,12 +265,23 @@ def _warn_other_bad_words(directory: Path, hf: dict[str, Any]) -> None:
         )
 
 
-def _vocabularies(directory: Path, hf: dict[str, Any]) -> tuple[MarianSide, MarianSide, bool]:
-    """Both sides' vocabularies in dotformer's order, and whether they are separate (``target_vocab.json``)."""
+def _vocabulary_sizes(hf: dict[str, Any]) -> tuple[int, int]:
+    """V_src and V_tgt of a Marian ``config.json`` (one shared size unless ``decoder_vocab_size`` says otherwise)."""
     V_src = int(hf["vocab_size"])
-    V_tgt = int(hf.get("decoder_vocab_size") or V_src)
+    return V_src, int(hf.get("decoder_vocab_size") or V_src)
+
+
+def _vocabularies(directory: Path, hf: dict[str, Any], own: bool) -> tuple[MarianSide, MarianSide, bool]:
+    """Both sides' vocabularies in dotformer's order, and whether they are separate (``target_vocab.json``); with
+    ``own`` (a dotformer export) the ids are dotformer's and each vocabulary is the identity."""
+    V_src, V_tgt = _vocabulary_sizes(hf)
     pad, eos = int(hf["pad_token_id"]), int(hf["eos_token_id"])
     start = int(hf.get("decoder_start_token_id", pad) if hf.get("decoder_start_token_id") is not None else pad)
+    if own:  # dotformer's own ids: the vocabularies are the identity
+        separate = V_src != V_tgt or not hf.get("share_encoder_decoder_embeddings", True)
+        src_side = MarianSide(_id_vocabulary(V_src), V_src, pad, start, eos, directory / SRC_TOKENIZER_FILE)
+        tgt_side = MarianSide(_id_vocabulary(V_tgt), V_tgt, pad, start, eos, directory / TGT_TOKENIZER_FILE)
+        return src_side, tgt_side if separate else src_side, separate
     vocab_file, target_vocab_file = directory / "vocab.json", directory / "target_vocab.json"
     vocab = read_json_file(vocab_file)
     separate = not hf.get("share_encoder_decoder_embeddings", True) and target_vocab_file.is_file()
@@ -362,6 +377,33 @@ class MarianReader(TensorReader):
             copy(model.generator.weight, _rows(tables.generator, tgt_side, "lm_head")[:, inv], "lm_head")
         if model.generator.bias is not None:
             copy(model.generator.bias, tables.bias, "final_logits_bias")
+
+
+def dotformer_export_tokenizers(directory: Path, src_size: int, tgt_size: int) -> tuple[Any, Any] | None:
+    """The tokenizers of a directory written by ``dotformer export --to marian`` (no ``vocab.json``, but the
+    checkpoint's ``tokenizer_src.json`` and ``tokenizer_tgt.json``, over dotformer's own ids), or None for another
+    Marian directory.
+
+    Raises:
+        CheckpointError: a tokenizer file is damaged, or its vocabulary size is not the model's.
+    """
+    from dotformer.checkpoint.format import load_tokenizer_file
+
+    files = (directory / SRC_TOKENIZER_FILE, directory / TGT_TOKENIZER_FILE)
+    if (directory / "vocab.json").is_file() or not all(file.is_file() for file in files):
+        return None
+    tokenizers = tuple(load_tokenizer_file(file) for file in files)
+    for file, tokenizer, size in zip(files, tokenizers, (src_size, tgt_size), strict=True):
+        if tokenizer.vocab_size != size:
+            raise CheckpointError(f"{file} has {tokenizer.vocab_size} tokens; config.json says {size}")
+    return tokenizers[0], tokenizers[1]
+
+
+def _id_vocabulary(size: int) -> dict[str, int]:
+    """dotformer's ids as a Marian vocabulary: the four specials, then one name per id."""
+    return {
+        piece: i for i, piece in enumerate([*SPECIAL_TOKENS, *(f"<id{i}>" for i in range(len(SPECIAL_TOKENS), size))])
+    }
 
 
 def _rows(table: Tensor, side: MarianSide, name: str) -> Tensor:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from dotformer.errors import DataError, ShapeError, require_extra
@@ -140,6 +140,16 @@ def closest_reference(hyp: list[str], refs: Sequence[list[str]]) -> tuple[int, l
         if best_distance < 0 or distance < best_distance:
             best_distance, best_ref = distance, ref
     return best_distance, best_ref
+
+
+def has_stress_digits(pronunciations: Iterable[str]) -> bool:
+    """Whether any phone of ``pronunciations`` ends in a stress digit (:data:`STRESS`): without one, the error rates
+    with stress kept and stripped are the same numbers.
+
+    >>> has_stress_digits(["K AE1 T"]), has_stress_digits(["k a t", "d o g"])
+    (True, False)
+    """
+    return any(STRESS.search(phone) for text in pronunciations for phone in text.split())
 
 
 def g2p_error_rates(hyps: Sequence[str], refs: Sequence[Sequence[str]], strip_stress: bool = False) -> G2PErrorRates:

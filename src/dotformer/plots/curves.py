@@ -66,7 +66,8 @@ def config_curve(path: str | Path, steps: int | None = None, d_model: int | None
     The width is ``d_model`` if given, else ``[model] d_model``, else the d_model of ``[model] preset``, else of the
     preset ``dotformer train`` picks for ``[data] dataset`` (tiny for copy/reverse, small otherwise).
     ``steps`` defaults to ``[train] max_steps``, else 10 × warmup. A ``lr_cooldown`` is drawn over the final
-    fraction of ``max_steps`` when the config has one (a budget in minutes or epochs has no step count to draw).
+    fraction of ``max_steps``; a budget in minutes or epochs has no step count before the run, so its cooldown is
+    drawn as if the budget ended at the last step drawn (the label says so).
 
     Raises:
         ConfigError: not TOML, an unknown key, or an invalid [train] value. FileNotFoundError: no such file.
@@ -89,10 +90,13 @@ def config_curve(path: str | Path, steps: int | None = None, d_model: int | None
         label = f"{Path(path).name}: noam, d_model={d_model}, warmup={train.warmup_steps}"
     else:  # the peak is given, d_model plays no part
         label = f"{Path(path).name}: {train.lr_schedule}, peak {train.lr_peak:g}, warmup={train.warmup_steps}"
-    if train.lr_cooldown and train.max_steps is not None:  # the budget left before step s: (max_steps - s + 1) / max
-        left = (train.max_steps - xs + 1) / train.max_steps
+    if train.lr_cooldown:  # the budget left before step s: (budget - s + 1) / budget
+        budget = train.max_steps if train.max_steps is not None else steps
+        left = (budget - xs + 1) / budget
         lrs = lrs * np.array([cooldown_factor(float(f), train.lr_cooldown) for f in left])
         label += f", cooldown {train.lr_cooldown:g}"
+        if train.max_steps is None:  # a budget of minutes or epochs: its steps are not known before the run
+            label += f" (drawn as if the budget ended at step {steps:,})"
     return ScheduleCurve(label, xs, lrs, train.lr_schedule)
 
 

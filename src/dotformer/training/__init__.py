@@ -3,9 +3,11 @@ gradient accumulation, mixed precision, data parallelism, checkpoints and exact 
 
 Read in this order: :mod:`~dotformer.training.config` (TrainConfig, DataConfig), :mod:`~dotformer.training.loss`,
 :mod:`~dotformer.training.schedule`, :mod:`~dotformer.training.optim`, :mod:`~dotformer.training.step`
-(train_step, evaluate_loss), :mod:`~dotformer.training.loop` (fit; with :mod:`~dotformer.training.stream`, the batch
-stream, :mod:`~dotformer.training.state`, the resume state, :mod:`~dotformer.training.stopping`, budgets and
-signals, and :mod:`~dotformer.training.validation`, the validation pass), :mod:`~dotformer.training.distributed`,
+(train_step and its StepRecipe), :mod:`~dotformer.training.loop` (fit and train_loop over a TrainState; with
+:mod:`~dotformer.training.state`, the state and the setup, :mod:`~dotformer.training.stream`, the batch stream,
+:mod:`~dotformer.training.stopping`, budgets and signals, :mod:`~dotformer.training.validation` and
+:mod:`~dotformer.training.selection`, the validation pass and best/, :mod:`~dotformer.training.saving` and
+:mod:`~dotformer.training.resume`, checkpoints written and read back), :mod:`~dotformer.training.distributed`,
 :mod:`~dotformer.training.logging`. Checkpoints live in :mod:`dotformer.checkpoint`.
 """
 
@@ -17,16 +19,19 @@ _LAZY = {
     "DataConfig": "dotformer.training.config",
     "TrainConfig": "dotformer.training.config",
     "FitResult": "dotformer.training.loop",
-    "TrainData": "dotformer.training.loop",
+    "TrainData": "dotformer.training.state",
     "fit": "dotformer.training.loop",
     "LossSums": "dotformer.training.loss",
     "label_smoothed_cross_entropy": "dotformer.training.loss",
     "inverse_sqrt_lr": "dotformer.training.schedule",
     "learning_rate": "dotformer.training.schedule",
     "noam_lr": "dotformer.training.schedule",
-    "EvalResult": "dotformer.training.step",
+    "EvalResult": "dotformer.metrics.scoring",
+    "StepRecipe": "dotformer.training.step",
     "StepResult": "dotformer.training.step",
-    "evaluate_loss": "dotformer.training.step",
+    "TrainState": "dotformer.training.state",
+    "TrainingInterrupted": "dotformer.training.stopping",
+    "evaluate_loss": "dotformer.metrics.scoring",
     "train_step": "dotformer.training.step",
 }
 
@@ -45,9 +50,12 @@ __all__ = [
     "EvalResult",
     "FitResult",
     "LossSums",
+    "StepRecipe",
     "StepResult",
     "TrainConfig",
     "TrainData",
+    "TrainState",
+    "TrainingInterrupted",
     "evaluate_loss",
     "fit",
     "inverse_sqrt_lr",

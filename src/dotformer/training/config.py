@@ -96,7 +96,8 @@ class TrainConfig:
     eval_every: int = 500  # steps between validation passes (and "best" checkpoint updates); 0: only at the end
     save_every: int = 1000  # steps between checkpoints (one is also written at the end); 0: only at the end
     keep_last: int = 3  # step checkpoints kept in checkpoints/ (older ones deleted); best/ and last/ are extra
-    log_every: int = 10  # steps between train lines in metrics.jsonl (and TensorBoard points)
+    log_every: int = 10  # steps between progress lines on standard error (off a terminal)
+    metrics_every: int = 1  # steps between train lines in metrics.jsonl and TensorBoard points (1: every step)
     progress: bool = True  # show a tqdm progress bar on standard error (rank 0 only)
     tensorboard: bool = False  # also write TensorBoard event files to RUN/tensorboard (needs `tensorboard`)
     # model selection and early stopping (fairseq's --best-checkpoint-metric and --patience)
@@ -108,6 +109,7 @@ class TrainConfig:
         _positive_int(self, "max_tokens", "accumulation_steps")
         _positive_int(self, "max_steps", optional=True)
         _non_negative_int(self, "warmup_steps", "eval_every", "save_every", "log_every", "keep_last", "seed")
+        _non_negative_int(self, "metrics_every")
         _non_negative_int(self, "patience")
         _positive_int(self, "valid_decode_limit", optional=True)
         _choice(self, "best_metric", BEST_METRICS)

@@ -1,7 +1,8 @@
 """Training config files: the TOML tables ``[model]``, ``[train]``, ``[data]`` read, checked and layered.
 
-Config precedence, lowest first: built-in defaults (with per-task choices: tokenizers, preset), the config file's
-sections, then command-line flags (:func:`merge`). :data:`TASK_PRESETS` and :data:`NAMED_TASKS` say which model
+Config precedence, lowest first: built-in defaults (with per-task choices: tokenizers, preset), the task's defaults
+(:func:`task_defaults`: the model and recipe of the task's shipped config), the config file's sections, then
+command-line flags (:func:`merge`). :data:`TASK_PRESETS` and :data:`NAMED_TASKS` say which model
 preset and task ``dotformer train`` picks for a dataset (also read by ``dotformer plot schedule``).
 """
 
@@ -19,6 +20,9 @@ from dotformer.training.config import DataConfig, TrainConfig, data_table
 
 SECTIONS = ("model", "train", "data")
 TASK_PRESETS = {"g2p": "small", "translation": "small", "exact": "small", "synthetic": "tiny"}  # preset per task
+# task -> the shipped config whose [model] and [train] are the task's defaults (its [data] names its own corpus)
+TASK_RECIPES = {"g2p": "g2p", "exact": "g2p", "translation": "bible"}
+BUDGETS = ("max_steps", "max_minutes", "max_epochs")  # never a default: a run's length is the user's choice
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,25 @@ def read_config_file(path: str | Path) -> ConfigSections:
     return sections
 
 
+def task_defaults(task: str, fine_tuning: bool = False) -> ConfigSections:
+    """The defaults of a task, between the built-in defaults and the config file: the ``[model]`` and ``[train]``
+    tables of the shipped config of :data:`TASK_RECIPES` (g2p and exact: ``g2p``; translation: ``bible``), without
+    its budgets. So ``dotformer train --data mine.tsv --task g2p --max-minutes 10`` trains the model and recipe that
+    ``--config g2p`` trains, sized for a few minutes on a CPU, rather than the paper's base recipe (4,096-token
+    batches, 4,000 warmup steps) that would not leave its warmup in that time. Synthetic tasks have none.
+
+    Args:
+        task: "g2p", "translation", "exact" or "synthetic".
+        fine_tuning: ``--init-from``: only the recipe (the model is the checkpoint's, dropout included).
+    """
+    name = TASK_RECIPES.get(task)
+    if name is None:
+        return ConfigSections(source="defaults")
+    recipe = read_config_file(name)
+    train = {key: value for key, value in recipe.train.items() if key not in BUDGETS}
+    return ConfigSections(model={} if fine_tuning else dict(recipe.model), train=train, source="defaults")
+
+
 def check_keys(sections: ConfigSections) -> None:
     """Raise ConfigError naming the first unknown key of a section and the file it came from."""
     model_keys = {f.name for f in dataclasses.fields(ModelConfig)} - {"src_vocab_size", "tgt_vocab_size"} | {"preset"}
@@ -126,4 +149,15 @@ def merge(*layers: ConfigSections) -> ConfigSections:
     return ConfigSections(**merged, source=layers[-1].source if layers else "defaults")
 
 
-__all__ = ["NAMED_TASKS", "SECTIONS", "TASK_PRESETS", "ConfigSections", "check_keys", "merge", "read_config_file"]
+__all__ = [
+    "BUDGETS",
+    "NAMED_TASKS",
+    "SECTIONS",
+    "TASK_PRESETS",
+    "TASK_RECIPES",
+    "ConfigSections",
+    "check_keys",
+    "merge",
+    "read_config_file",
+    "task_defaults",
+]

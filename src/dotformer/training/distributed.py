@@ -12,8 +12,10 @@ gradient equals that of one process seeing the whole batch, whatever the token c
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -133,3 +135,27 @@ def barrier(context: DistContext) -> None:
     """Wait for every process (no-op in a single process)."""
     if context.distributed:
         dist.barrier()
+
+
+def check_shared_file(path: Path, flag: str, context: DistContext) -> None:
+    """Check that every rank reads the file rank 0 has just written at ``path`` (a directory given by ``flag`` that
+    all machines share); collective: call on every rank after rank 0 wrote and a barrier.
+
+    Raises:
+        ConfigError: on every rank, when some rank finds no such file or another one (each machine given its own
+            directory): one line naming the ranks and the flag.
+    """
+    if not context.distributed:
+        return
+    try:
+        digest = int.from_bytes(hashlib.sha256(path.read_bytes()).digest()[:7], "big")  # fits an int64
+    except OSError:
+        digest = -1
+    digests = all_gather_tensor(torch.tensor([digest], dtype=torch.int64), context)
+    others = [rank for rank, value in enumerate(digests) if int(value.item()) != int(digests[0].item())]
+    if others:
+        ranks = ", ".join(str(rank) for rank in others)
+        raise ConfigError(
+            f"{flag} {path.parent} must be the same shared directory on every machine: rank{'s' * (len(others) > 1)} "
+            f"{ranks} cannot read the {path.name} that rank 0 wrote there"
+        )

@@ -4,10 +4,17 @@ The new run takes the checkpoint's tokenizers and model config (its vocabulary i
 on), a fresh optimizer, learning-rate schedule and data position, and its own data. Flags may change the dropout
 rates; a flag asking for another model size or another tokenizer is refused with one line naming both sides. The
 weights themselves are copied by :func:`dotformer.training.fit` (``init_from=``), which checks them again.
+
+Data with symbols the checkpoint's vocabulary does not know is refused (:func:`check_known_symbols`), unless the user
+asks to extend the vocabulary (``--extend-vocab``, :func:`extend_vocabulary`): char and symbol vocabularies grow by
+the new symbols at the end (the old ids unchanged), and :func:`load_extended_weights` copies the checkpoint's tables
+into the first rows of the larger ones.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -110,19 +117,133 @@ def _check_preset(preset: str | None, config: ModelConfig, path: Path) -> None:
             )
 
 
-def unknown_symbols_warning(examples: Any, source: Path) -> str | None:
-    """A one-line warning when the encoded training ``examples`` (EncodedPair) hold UNK ids: the fine-tuning data
-    has symbols the checkpoint's vocabulary does not know (they are trained as <unk>). None when there are none."""
-    from dotformer.data.tokenizers import UNK_ID
+class UnknownSymbols(NamedTuple):
+    """The pieces of some texts that a vocabulary does not know.
 
-    src = sum(ids.count(UNK_ID) for ids in (e.src for e in examples))
-    tgt = sum(ids.count(UNK_ID) for ids in (e.tgt for e in examples))
-    if not src and not tgt:
-        return None
-    return (
-        f"the training pairs hold {src} source and {tgt} target symbol(s) that the vocabulary of --init-from "
-        f"{source} does not know; they are read as <unk>"
+    Attributes:
+        count: how many pieces in all encode to ``<unk>``.
+        examples: the most frequent of them, most frequent first (empty when the tokenizer cannot name its pieces,
+            e.g. a Hugging Face tokenizer file).
+    """
+
+    count: int
+    examples: list[str]
+
+
+def unknown_symbols(texts: Iterable[str], tokenizer: Any, num_examples: int = 3) -> UnknownSymbols:
+    """Count the pieces of ``texts`` that ``tokenizer`` reads as ``<unk>``, and name the most frequent ones."""
+    from dotformer.data.tokenizers import NUM_SPECIAL, UNK_ID, VocabularyTokenizer
+
+    texts = list(texts)
+    if isinstance(tokenizer, VocabularyTokenizer):  # char and symbol: the pieces are there to name
+        known = set(tokenizer.vocab[NUM_SPECIAL:])
+        missing = Counter(piece for text in texts for piece in tokenizer.split(text) if piece not in known)
+        return UnknownSymbols(sum(missing.values()), [piece for piece, _ in missing.most_common(num_examples)])
+    count = sum(ids.count(UNK_ID) for ids in tokenizer.encode_batch(texts))
+    return UnknownSymbols(count, [])
+
+
+def check_known_symbols(pairs: Sequence[Any], src_tokenizer: Any, tgt_tokenizer: Any, source: Path) -> None:
+    """Refuse fine-tuning data with symbols that the checkpoint's vocabulary does not know.
+
+    Fine-tuning keeps the checkpoint's tokenizers (its embedding rows are what the weights learned), so an unknown
+    symbol would be trained as ``<unk>``: data in another alphabet or phone set would train on ``<unk>`` alone.
+
+    Args:
+        pairs: the training and validation pairs (``.source``, ``.target``).
+        src_tokenizer, tgt_tokenizer: the checkpoint's tokenizers.
+        source: the checkpoint, named in the message.
+
+    Raises:
+        CheckpointError: one line: how many source and target symbols are unknown, the most frequent of each, and
+            what to do instead.
+    """
+    src = unknown_symbols((p.source for p in pairs), src_tokenizer)
+    tgt = unknown_symbols((p.target for p in pairs), tgt_tokenizer)
+    if not src.count and not tgt.count:
+        return
+    raise CheckpointError(
+        f"--init-from {source}: the training and validation pairs hold {_described(src, 'source')} and "
+        f"{_described(tgt, 'target')} that the checkpoint's vocabulary does not know (fine-tuning would train on "
+        f"<unk> in their place): pass --extend-vocab to add them (char and symbol vocabularies), fine-tune on data "
+        f"written in the checkpoint's symbols, or train without --init-from to build a vocabulary from these pairs"
     )
+
+
+def _described(unknown: UnknownSymbols, side: str) -> str:
+    """``"900 source symbols (e.g. 'ж', 'ы', 'ц')"``, ``"1 target symbol"``, ``"0 target symbols"``."""
+    noun = "symbol" if unknown.count == 1 else "symbols"
+    examples = f" (e.g. {', '.join(repr(piece) for piece in unknown.examples)})" if unknown.examples else ""
+    return f"{unknown.count:,} {side} {noun}{examples}"
+
+
+def extend_vocabulary(source: InitSource, pairs: Sequence[Any]) -> tuple[InitSource, int, int]:
+    """``--extend-vocab``: the checkpoint's tokenizers with the unknown symbols of ``pairs`` appended (the old ids
+    unchanged; the new ones most frequent first), and its model config with the larger vocabularies.
+
+    Returns:
+        (the extended source, symbols added to the source side, to the target side); one shared vocabulary grows
+        once, by the symbols of both sides (counted on the source side).
+
+    Raises:
+        CheckpointError: a side whose tokenizer is not char or symbol (BPE merges and tokenizer files cannot grow).
+    """
+    shared = source.src_tokenizer is source.tgt_tokenizer
+    if shared:
+        texts = [text for p in pairs for text in (p.source, p.target)]
+        src = _extended(source.src_tokenizer, texts, "the shared", source.path)
+        tgt = src
+    else:
+        src = _extended(source.src_tokenizer, [p.source for p in pairs], "the source", source.path)
+        tgt = _extended(source.tgt_tokenizer, [p.target for p in pairs], "the target", source.path)
+    config = source.model_config.replace(src_vocab_size=src.vocab_size, tgt_vocab_size=tgt.vocab_size)
+    added_src = src.vocab_size - source.src_tokenizer.vocab_size
+    added_tgt = 0 if shared else tgt.vocab_size - source.tgt_tokenizer.vocab_size
+    return source._replace(model_config=config, src_tokenizer=src, tgt_tokenizer=tgt), added_src, added_tgt
+
+
+def _extended(tokenizer: Any, texts: Sequence[str], side: str, path: Path) -> Any:
+    """``tokenizer`` with the pieces of ``texts`` it does not know appended (itself when it knows them all)."""
+    from dotformer.data.tokenizers import NUM_SPECIAL, VocabularyTokenizer
+
+    if not isinstance(tokenizer, VocabularyTokenizer):
+        raise CheckpointError(
+            f"--extend-vocab: {side} vocabulary of --init-from {path} is {tokenizer.kind}; only char and symbol "
+            f"vocabularies can grow (new BPE merges would change how known words split)"
+        )
+    known = set(tokenizer.vocab[NUM_SPECIAL:])
+    counts = Counter(piece for text in texts for piece in tokenizer.split(text) if piece not in known)
+    if not counts:
+        return tokenizer
+    new = sorted(counts, key=lambda piece: (-counts[piece], piece))
+    return type(tokenizer)([*tokenizer.vocab, *new])
+
+
+def load_extended_weights(model: Any, path: Path) -> None:
+    """Copy the checkpoint's weights into ``model`` whose vocabularies are larger (:func:`extend_vocabulary`): every
+    tensor whole, except the vocabulary tables (embeddings, output projection), whose first rows are copied and whose
+    new rows keep the model's own initialisation (as a fresh model's).
+
+    Raises:
+        CheckpointError: a tensor missing, unexpected, or of another shape than a vocabulary table grown by rows.
+    """
+    import torch
+
+    saved = ckpt.load_weights(path / ckpt.MODEL_FILE)
+    state = model.state_dict()
+    if set(saved) != set(state):
+        raise CheckpointError(f"--extend-vocab: {path / ckpt.MODEL_FILE} does not fit the model's tensors")
+    with torch.no_grad():
+        for name, tensor in saved.items():
+            target = state[name]
+            same = tensor.shape == target.shape
+            grown = tensor.dim() == target.dim() and tensor.shape[1:] == target.shape[1:]
+            if not same and not (grown and tensor.shape[0] < target.shape[0]):
+                raise CheckpointError(
+                    f"--extend-vocab: {path / ckpt.MODEL_FILE}: tensor {name} has shape {tuple(tensor.shape)}, "
+                    f"the extended model needs {tuple(target.shape)}"
+                )
+            target[: tensor.shape[0]].copy_(tensor)
 
 
 def init_data_config(data_config: DataConfig, source: InitSource) -> DataConfig:

@@ -1,10 +1,11 @@
-"""The training loop: :func:`fit` runs optimizer steps under a budget, with evaluation, checkpoints, logging and
-exact resumption (its trainer is the state of one call).
+"""The training loop: :func:`fit` sets a run up, and :func:`train_loop` runs optimizer steps under a budget, with
+validation, checkpoints, logging and exact resumption.
 
-The pieces it puts together: the step (:mod:`~dotformer.training.step`: :func:`train_step`, :func:`evaluate_loss`),
-the batch stream (:mod:`~dotformer.training.stream`), the resume state (:mod:`~dotformer.training.state`), the stop
-checks (:mod:`~dotformer.training.stopping`) and the validation pass (:mod:`~dotformer.training.validation`). Their
-public names are importable from here too, as before.
+Read :func:`train_loop` first: one screen over one :class:`~dotformer.training.state.TrainState`. What it calls is
+one plain function each: the step (:func:`~dotformer.training.step.train_step`), the stop checks
+(:mod:`~dotformer.training.stopping`), validation and the choice of ``best/`` (:mod:`~dotformer.training.validation`,
+:mod:`~dotformer.training.selection`), saving and resuming (:mod:`~dotformer.training.saving`,
+:mod:`~dotformer.training.resume`); the batches come from :mod:`~dotformer.training.stream`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,66 +21,35 @@ import torch
 from torch import nn
 
 from dotformer import checkpoint as ckpt
-from dotformer.data.batching import Batch, BatchSampler, EncodedPair, padding_fraction
+from dotformer.data.batching import Batch, padding_fraction
+from dotformer.data.blocks import sampler_for
 from dotformer.errors import ConfigError, TrainingError
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext, barrier, setup_distributed, teardown_distributed
 from dotformer.training.logging import MetricsLog
-from dotformer.training.optim import autocast_dtype, build_grad_scaler, build_optimizer
-from dotformer.training.progress import Budget, Position, Progress
-from dotformer.training.schedule import cooldown_factor
-from dotformer.training.state import (
-    FINE_TUNABLE,
-    ResumeState,
-    check_same_vocabulary,
-    seed_everything,
-    trim_metrics_log,
+from dotformer.training.optim import autocast_dtype, build_grad_scaler, build_optimizer, set_learning_rate
+from dotformer.training.progress import Budget, Progress, TokenRate
+from dotformer.training.resume import initialise_from, restore
+from dotformer.training.saving import save, seed_everything
+from dotformer.training.schedule import cooldown_factor, learning_rate
+from dotformer.training.state import Setup, TrainData, TrainState
+from dotformer.training.step import StepRecipe, StepResult, train_step
+from dotformer.training.stopping import (
+    budget_left,
+    check_budget_allows_a_step,
+    interrupted,
+    position,
+    signals_caught,
+    stop_before_step,
+    stop_requested,
 )
-from dotformer.training.step import EvalResult, StepResult, evaluate_loss, gold_tokens, train_step
-from dotformer.training.stopping import Stopping, TrainingInterrupted
 from dotformer.training.stream import BatchStream
-from dotformer.training.validation import Validation
+from dotformer.training.validation import pairs_to_decode, validate
 
 if TYPE_CHECKING:
-    from dotformer.data.corpora import Pair
-    from dotformer.data.tokenizers import Tokenizer
-
-__all__ = [  # fit's interface, and the names of the modules split off that were imported from here before
-    "FINE_TUNABLE",
-    "BatchStream",
-    "EvalResult",
-    "FitResult",
-    "StepResult",
-    "TrainData",
-    "TrainingInterrupted",
-    "check_same_vocabulary",
-    "evaluate_loss",
-    "fit",
-    "gold_tokens",
-    "train_step",
-    "trim_metrics_log",
-]
+    from dotformer.metrics.scoring import EvalResult
 
 logger = logging.getLogger(__name__)  # "dotformer.training.loop": the data line before training
-
-
-@dataclass
-class TrainData:
-    """The encoded examples and tokenizers that :func:`fit` trains on.
-
-    Attributes:
-        train: encoded training pairs (``dotformer.data.batching.encode_pairs``).
-        valid: encoded validation pairs (may be empty: no validation).
-        src_tokenizer, tgt_tokenizer: saved with every checkpoint.
-        valid_pairs: the validation pairs as text, for a decoding ``best_metric`` (None: rebuilt from ``valid``
-            by detokenising its ids, which loses symbols read as UNK).
-    """
-
-    train: Sequence[EncodedPair]
-    valid: Sequence[EncodedPair]
-    src_tokenizer: Tokenizer
-    tgt_tokenizer: Tokenizer
-    valid_pairs: Sequence[Pair] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,9 +101,9 @@ def fit(
 ) -> FitResult:
     """Train ``model`` on ``data`` until a budget of ``config`` is reached (paper §5).
 
-    Under ``torchrun`` every process calls this with the same arguments: each trains on its shard of the batches,
-    gradients are averaged, and only rank 0 writes. Budgets (max_steps, max_minutes, max_epochs) count from the start
-    of the run, resumed runs included.
+    Under ``torchrun`` every process calls this with the same arguments: each trains on its share of every step's
+    batches (:mod:`~dotformer.training.stream`), gradients are averaged, and only rank 0 writes. Budgets
+    (max_steps, max_minutes, max_epochs) count from the start of the run, resumed runs included.
 
     Args:
         model: a :class:`dotformer.model.Transformer` (moved to the training device in place).
@@ -167,208 +136,179 @@ def fit(
         raise ConfigError("resume needs a run directory")
     context = setup_distributed(config.device)
     try:
-        trainer = _Trainer(model, data, config, Path(run_dir) if run_dir else None, info or {}, context)
-        return trainer.run(resume, None if init_from is None else Path(init_from))
+        setup = set_up(model, data, config, Path(run_dir) if run_dir else None, dict(info or {}), context)
+        state = TrainState()
+        start(setup, state, resume, None if init_from is None else Path(init_from))
+        return train_loop(setup, state)
     finally:
         teardown_distributed(context)
 
 
-class _Trainer(ResumeState, Stopping, Validation):
-    """The state of one :func:`fit` call (kept private: fit's arguments are the interface). Saving and resuming
-    come from :class:`~dotformer.training.state.ResumeState`, the stop checks from
-    :class:`~dotformer.training.stopping.Stopping`, the validation pass from
-    :class:`~dotformer.training.validation.Validation`; here: the loop."""
+def train_loop(setup: Setup, state: TrainState) -> FitResult:
+    """Steps from ``state`` until a budget, early stopping or a signal; then the final validation pass and checkpoint.
 
-    def __init__(
-        self,
-        model: nn.Module,
-        data: TrainData,
-        config: TrainConfig,
-        run_dir: Path | None,
-        info: dict[str, Any],
-        context: DistContext,
-    ) -> None:
-        self.config = config
-        self.data = data
-        self.run_dir = run_dir
-        self.info = info
-        self.context = context
-        self.device = context.device
-        self.amp_dtype = autocast_dtype(config.amp, self.device)
-        self.model = model.to(self.device)
-        self.model_config = model.config
-        self.optimizer = build_optimizer(self.model, config)
-        self.scaler = build_grad_scaler(config.amp, self.device)
-        rank, world = context.rank, context.world_size
-        self.sampler = BatchSampler(data.train, config.max_tokens, config.seed, rank=rank, world_size=world)
-        self.valid_batches: list[Batch] = []
-        if len(data.valid):
-            # evaluation needs no equal batch counts (one all-reduce at the end): each rank takes every world-th batch
-            valid = BatchSampler(data.valid, config.max_tokens, config.seed, shuffle=False)
-            self.valid_batches = valid.batches(0)[rank::world]
-        # counters, restored on resume
-        self.step = 0
-        self.seconds = 0.0
-        self.tokens = 0
-        self.best_loss = math.inf
-        self.best_perplexity: float | None = None
-        self.best_step: int | None = None
-        self.last_checkpoint: Path | None = None
-        self.last_valid: EvalResult | None = None
-        self.saved_step: int | None = None  # the step of the newest checkpoint
-        self.evaluated_step: int | None = None  # the step of the newest validation pass
-        self.best_score: float | None = None  # config.best_metric at the best validation pass
-        self.bad_evals = 0  # validation passes since the best one (early stopping after config.patience)
-        self.stop_signal: int | None = None  # SIGINT/SIGTERM received: save and stop after the current step
-        self.decode_pairs: list[Pair] = []  # the validation pairs decoded for a decoding best_metric
-        self.last_train_loss = math.nan  # of the newest step in this call
-        self.started = time.monotonic()  # reset when the loop starts
-        self.stream = BatchStream(self.sampler, max_epochs=config.max_epochs)
+    Each step: the stop checks, the learning rate of the step (the schedule, times the cooldown's factor), this
+    rank's micro-batches, :func:`train_step`, the counters, a progress line every ``log_every`` steps and a
+    metrics line every ``metrics_every``, a validation pass every ``eval_every`` and a checkpoint every
+    ``save_every``. Collective under torchrun: every rank runs it.
+    """
+    c, main, optimizer = setup.config, setup.context.is_main, setup.optimizer
+    model = training_model(setup)
+    log = metrics_log(setup)
+    state.started = time.monotonic()
+    progress = Progress(Budget.of(c), lambda: position(setup, state), enabled=main and c.progress)
+    first_step, first_tokens, cpu_start = state.step, state.tokens, time.process_time()
+    shown, logged = TokenRate(state.started), TokenRate(state.started)  # speeds of progress and metrics lines
+    try:
+        with signals_caught(state):
+            while True:
+                stopped_by = stop_before_step(setup, state, first_step)
+                if stopped_by is not None:
+                    break
+                lr_factor = cooldown_factor(budget_left(setup, state), c.lr_cooldown) if c.lr_cooldown else 1.0
+                batches = setup.stream.take(c.accumulation_steps)
+                if not batches:
+                    stopped_by = "max_epochs"
+                    break
+                set_learning_rate(optimizer, learning_rate(state.step + 1, c, setup.model.config.d_model) * lr_factor)
+                try:
+                    last = train_step(model, optimizer, batches, setup.recipe)
+                except TrainingError as exc:
+                    kept = f"; the last good checkpoint is {state.last_checkpoint}" if state.last_checkpoint else ""
+                    raise TrainingError(f"step {state.step + 1:,}: {exc}{kept}") from None
+                state.step, state.tokens, state.train_loss = state.step + 1, state.tokens + last.num_tokens, last.loss
+                shown.add(last.num_tokens)
+                logged.add(last.num_tokens)
+                if main and (state.step % max(1, c.log_every) == 0 or state.step == 1):
+                    progress.update(last.loss, last.lr, shown.read())
+                if main and (state.step % max(1, c.metrics_every) == 0 or state.step == 1):
+                    log.write(train_record(setup, state, last, logged.read(), time.process_time() - cpu_start))
+                if c.eval_every and state.step % c.eval_every == 0:
+                    validate(setup, state, log, progress)
+                if c.save_every and state.step % c.save_every == 0:
+                    save(setup, state)
+                if c.patience and state.evals_without_gain >= c.patience:
+                    stopped_by = "patience"
+                    break
+            if stop_requested(state, setup.context):
+                raise interrupted(setup, state)
+            saved_before_its_validation = state.saved_step == state.step and state.evaluated_step != state.step
+            if state.evaluated_step != state.step:
+                validate(setup, state, log, progress)
+            if state.saved_step != state.step or saved_before_its_validation:  # last/ carries the final pass's best
+                save(setup, state)
+    finally:
+        progress.close()
+        log.close()
+    return result(setup, state, stopped_by, first_tokens)
 
-    # -- the loop ----------------------------------------------------------------------------------------------------
 
-    def describe_data(self) -> str:
-        """One line before training: pair counts, vocabulary sizes, parameters, batches per epoch, padding fraction."""
-        batches = self.sampler.batches(self.stream.epoch)
-        return (
-            f"data: {len(self.data.train):,} train / {len(self.data.valid):,} valid pairs;"
-            f" vocabulary {self.data.src_tokenizer.vocab_size:,} -> {self.data.tgt_tokenizer.vocab_size:,};"
-            f" model {self.model.num_parameters():,} parameters; {len(batches):,} batches of"
-            f" <= {self.config.max_tokens:,} tokens per epoch (this process), {padding_fraction(batches):.1%} padding"
-        )
+def set_up(
+    model: nn.Module, data: TrainData, config: TrainConfig, run_dir: Path | None, info: dict[str, Any],
+    context: DistContext,
+) -> Setup:  # fmt: skip
+    """The model on its device, the optimizer, the step's recipe, the batches; the pairs a decoding metric decodes.
 
-    def run(self, resume: bool, init_from: Path | None = None) -> FitResult:
-        c = self.config
-        self.prepare_selection()
-        if self.run_dir is not None and self.context.is_main:
-            ckpt.recover_run_directory(self.run_dir)  # leftovers of a crash: unfinished writes, prunes, renames
-        barrier(self.context)
-        if resume:
-            self.restore()
-        else:
-            seed_everything(c.seed + self.context.rank)
-            if init_from is not None:
-                self.initialise_from(init_from)
-        self.check_budget_allows_a_step()
-        first_step = self.step
-        if self.context.is_main and c.progress:
-            logger.info(self.describe_data())
-        train_model: nn.Module = self.model
-        if self.context.distributed:
-            device_ids = [self.device] if self.device.type == "cuda" else None
-            train_model = nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids)
-        if c.compile:
-            self.model.keep_packings_eager()
-            train_model = torch.compile(train_model)
-        main = self.context.is_main
-        log = MetricsLog(
-            self.run_dir / "metrics.jsonl" if (main and self.run_dir) else None,
-            self.run_dir / "tensorboard" if (main and self.run_dir and c.tensorboard) else None,
-        )
-        self.started = time.monotonic()
-        progress = Progress(Budget.of(c), self.position, enabled=main and c.progress)
-        start_tokens = self.tokens
-        try:
-            with self.signals_saved():
-                stopped_by = self.loop(train_model, log, progress, first_step)
-        finally:
-            progress.close()
-            log.close()
-        return self.result(stopped_by, last_loss=self.last_train_loss, start_tokens=start_tokens)
+    Raises:
+        ConfigError: fp16 on a CPU, a decoding best_metric or patience without validation pairs.
+        DataError: an example longer than max_tokens.
+    """
+    amp_dtype = autocast_dtype(config.amp, context.device)
+    model = model.to(context.device)
+    optimizer = build_optimizer(model, config)
+    recipe = StepRecipe.of(
+        config, model.config.pad_id, context, build_grad_scaler(config.amp, context.device), amp_dtype
+    )
+    sampler = sampler_for(data.train, config.max_tokens, config.seed)  # the global order; the stream deals it
+    stream = BatchStream(sampler, max_epochs=config.max_epochs, rank=context.rank, world_size=context.world_size)
+    valid_batches: list[Batch] = []
+    if len(data.valid):
+        # evaluation needs no equal batch counts (one all-reduce at the end): each rank takes every world-th batch
+        valid = sampler_for(data.valid, config.max_tokens, config.seed, shuffle=False)
+        valid_batches = valid.batches(0)[context.rank :: context.world_size]
+    decode = pairs_to_decode(data, config)
+    return Setup(model, optimizer, recipe, config, data, stream, valid_batches, decode, run_dir, info)
 
-    def loop(self, train_model: nn.Module, log: MetricsLog, progress: Progress, first_step: int) -> str:
-        """Steps until a budget, early stopping or a signal; the final validation pass and checkpoint. Returns
-        what stopped the run."""
-        c = self.config
-        main = self.context.is_main
-        cpu_start = time.process_time()  # CPU seconds of this process (all threads): robust to other jobs' load
-        window_start, window_tokens = self.started, 0
-        while True:
-            if c.max_steps is not None and self.step >= c.max_steps:
-                stopped_by = "max_steps"
-                break
-            if self.stop_requested():
-                raise self.interrupted()
-            if self.time_is_up():
-                if self.step == first_step:
-                    raise TrainingError(
-                        f"the budget allows no step: max_minutes={c.max_minutes} ({c.max_minutes * 60:.3g} s) ran "
-                        f"out before the first step (after {self.elapsed():.3g} s of training in all); nothing "
-                        f"was saved"
-                    )
-                stopped_by = "max_minutes"
-                break
-            lr_factor = cooldown_factor(self.budget_left(), c.lr_cooldown) if c.lr_cooldown else 1.0  # before it
-            batches = self.stream.take(c.accumulation_steps)
-            if not batches:
-                stopped_by = "max_epochs"
-                break
-            try:
-                last = train_step(
-                    train_model, self.optimizer, batches, self.step + 1, c, self.model_config.d_model,
-                    self.model_config.pad_id, self.context, self.scaler, self.amp_dtype, c.packed, lr_factor,
-                )  # fmt: skip
-            except TrainingError as exc:
-                kept = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
-                raise TrainingError(f"{exc}{kept}") from None
-            self.step += 1
-            self.last_train_loss = last.loss
-            self.tokens += last.num_tokens
-            window_tokens += last.num_tokens
-            now = time.monotonic()
-            if main and (self.step % max(1, c.log_every) == 0 or self.step == 1):
-                speed = window_tokens / max(now - window_start, 1e-9)
-                progress.update(last.loss, last.lr, speed)
-                record = {"split": "train", "step": self.step, "epoch": round(self.stream.epochs_done, 4)}
-                record.update(loss=last.loss, nll=last.nll, ppl=math.exp(min(last.nll, 700.0)), lr=last.lr)
-                record.update(grad_norm=last.grad_norm, tokens=last.num_tokens, tokens_per_s=round(speed, 1))
-                record.update(elapsed_s=round(self.elapsed(), 3), cpu_s=round(time.process_time() - cpu_start, 3))
-                log.write(record)
-                window_start, window_tokens = now, 0
-            if c.eval_every and self.step % c.eval_every == 0:
-                self.evaluate(log, progress)
-            if c.save_every and self.step % c.save_every == 0:
-                self.save()
-            if c.patience and self.bad_evals >= c.patience:
-                stopped_by = "patience"
-                break
-        if self.stop_requested():
-            raise self.interrupted()
-        saved_before_its_evaluation = self.saved_step == self.step and self.evaluated_step != self.step
-        if self.evaluated_step != self.step:
-            self.evaluate(log, progress)
-        if self.saved_step != self.step or saved_before_its_evaluation:  # last/ carries the final pass's best
-            self.save()
-        return stopped_by
 
-    def result(self, stopped_by: str, last_loss: float, start_tokens: int) -> FitResult:
-        """The :class:`FitResult` of the loop that just ended."""
-        run_seconds = time.monotonic() - self.started
-        checkpoint = None
-        if self.run_dir is not None:
-            checkpoint = self.run_dir / "best" if (self.run_dir / "best").is_dir() else self.run_dir / "last"
-        return FitResult(
-            steps=self.step,
-            epochs=self.stream.epochs_done,
-            seconds=self.elapsed(),
-            run_seconds=run_seconds,
-            tokens=self.tokens,
-            tokens_per_second=(self.tokens - start_tokens) / max(run_seconds, 1e-9),
-            train_loss=last_loss,
-            best_valid_loss=None if math.isinf(self.best_loss) else self.best_loss,
-            best_valid_perplexity=self.best_perplexity,
-            best_step=self.best_step,
-            last_valid=self.last_valid,
-            stopped_by=stopped_by,
-            checkpoint=checkpoint,
-            best_metric=self.config.best_metric,
-            best_score=self.best_score,
-        )
+def start(setup: Setup, state: TrainState, resume: bool, init_from: Path | None) -> None:
+    """Bring ``state`` (and the model, optimizer and stream) to the first step: recover the run directory after a
+    crash, then resume, or seed and maybe copy ``init_from``'s weights; check the budget allows a step."""
+    context, c = setup.context, setup.config
+    if setup.run_dir is not None and context.is_main:
+        ckpt.recover_run_directory(setup.run_dir)  # leftovers of a crash: unfinished writes, prunes, renames
+    barrier(context)
+    if resume:
+        restore(setup, state)
+    else:
+        seed_everything(c.seed + context.rank)
+        if init_from is not None:
+            initialise_from(setup, init_from)
+    check_budget_allows_a_step(setup, state)
+    if context.is_main and c.progress:
+        logger.info(describe_data(setup))
 
-    def elapsed(self) -> float:
-        """Training seconds of the whole run: those of the runs resumed from plus this call's."""
-        return self.seconds + time.monotonic() - self.started
 
-    def position(self) -> Position:
-        """Steps, training seconds and epochs done, for the progress display."""
-        return Position(self.step, self.elapsed(), self.stream.epochs_done)
+def describe_data(setup: Setup) -> str:
+    """One line before training: pair counts, vocabulary sizes, parameters, batches per epoch, padding fraction."""
+    d, c = setup.data, setup.config
+    batches = setup.stream.own_batches(setup.stream.epoch)
+    return (
+        f"data: {len(d.train):,} train / {len(d.valid):,} valid pairs;"
+        f" vocabulary {d.src_tokenizer.vocab_size:,} -> {d.tgt_tokenizer.vocab_size:,};"
+        f" model {setup.model.num_parameters():,} parameters; {len(batches):,} batches of"
+        f" <= {c.max_tokens:,} tokens per epoch (this process), {padding_fraction(batches):.1%} padding"
+    )
+
+
+def training_model(setup: Setup) -> nn.Module:
+    """What the steps run through: the model, wrapped in DistributedDataParallel across ranks, compiled if asked."""
+    model: nn.Module = setup.model
+    if setup.context.distributed:
+        device_ids = [setup.context.device] if setup.context.device.type == "cuda" else None
+        model = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+    if setup.config.compile:
+        setup.model.keep_packings_eager()
+        model = torch.compile(model)
+    return model
+
+
+def metrics_log(setup: Setup) -> MetricsLog:
+    """RUN/metrics.jsonl (and RUN/tensorboard) on rank 0; a log that keeps nothing elsewhere."""
+    run_dir = setup.run_dir if setup.context.is_main else None
+    tensorboard = run_dir / "tensorboard" if run_dir and setup.config.tensorboard else None
+    return MetricsLog(run_dir / "metrics.jsonl" if run_dir else None, tensorboard)
+
+
+def train_record(setup: Setup, state: TrainState, last: StepResult, speed: float, cpu_seconds: float) -> dict[str, Any]:
+    """The metrics.jsonl line of the step just taken (see :mod:`~dotformer.training.logging`)."""
+    record = {"split": "train", "step": state.step, "epoch": round(setup.stream.epochs_done, 4)}
+    record.update(loss=last.loss, nll=last.nll, ppl=math.exp(min(last.nll, 700.0)), lr=last.lr)
+    record.update(grad_norm=last.grad_norm, tokens=last.num_tokens, tokens_per_s=round(speed, 1))
+    record.update(elapsed_s=round(state.elapsed(), 3), cpu_s=round(cpu_seconds, 3))
+    return record
+
+
+def result(setup: Setup, state: TrainState, stopped_by: str, first_tokens: int) -> FitResult:
+    """The :class:`FitResult` of the loop that just ended."""
+    run_seconds = time.monotonic() - state.started
+    checkpoint = None
+    if setup.run_dir is not None:
+        best = setup.run_dir / "best"
+        checkpoint = best if best.is_dir() else setup.run_dir / "last"
+    return FitResult(
+        steps=state.step,
+        epochs=setup.stream.epochs_done,
+        seconds=state.elapsed(),
+        run_seconds=run_seconds,
+        tokens=state.tokens,
+        tokens_per_second=(state.tokens - first_tokens) / max(run_seconds, 1e-9),
+        train_loss=state.train_loss,
+        best_valid_loss=None if math.isinf(state.best_loss) else state.best_loss,
+        best_valid_perplexity=state.best_perplexity,
+        best_step=state.best_step,
+        last_valid=state.last_valid,
+        stopped_by=stopped_by,
+        checkpoint=checkpoint,
+        best_metric=setup.config.best_metric,
+        best_score=state.best_score,
+    )

@@ -6,7 +6,7 @@ time left is the smallest of the estimates: exact for a time budget, from this c
 A run stopped by its budget ends at 100%; one stopped early (patience, Ctrl-C) shows where it was.
 
 On a terminal the bar redraws at most twice a second; when standard error is a file or a pipe, each update (every
-``log_every`` steps) is one newline-terminated line, e.g.::
+``log_every`` steps; the metrics log has its own ``metrics_every``) is one newline-terminated line, e.g.::
 
     train: step 120/2,500 (4.8%), 0:00:24 elapsed, ~0:08:03 left, loss 3.214, lr 1.20e-03, 12,345 tok/s, epoch 0.12
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -67,6 +68,35 @@ def seconds_left(budget: Budget, start: Position, now: Position) -> float | None
     if budget.max_epochs is not None and now.epochs > start.epochs and spent > 0:
         estimates.append((budget.max_epochs - now.epochs) * spent / (now.epochs - start.epochs))
     return max(0.0, min(estimates)) if estimates else None
+
+
+def count(number: int, noun: str, plural: str | None = None) -> str:
+    """A count and its noun, with thousands separators and the noun's number right: ``count(1, "step") ==
+    "1 step"``, ``count(1320, "step") == "1,320 steps"``; ``plural`` for nouns not made plural by an "s"."""
+    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
+
+
+class TokenRate:
+    """Target tokens per second between two readings (the speed of a progress line or a metrics line).
+
+    Args:
+        start: ``time.monotonic()`` when counting began (default: now).
+    """
+
+    def __init__(self, start: float | None = None) -> None:
+        self.start = time.monotonic() if start is None else start
+        self.tokens = 0
+
+    def add(self, tokens: int) -> None:
+        """Count the tokens of one more step."""
+        self.tokens += tokens
+
+    def read(self) -> float:
+        """Tokens per second since the previous reading (or the start); starts a new window."""
+        now = time.monotonic()
+        rate = self.tokens / max(now - self.start, 1e-9)
+        self.start, self.tokens = now, 0
+        return rate
 
 
 def clock(seconds: float) -> str:

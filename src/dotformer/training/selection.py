@@ -24,7 +24,9 @@ from dotformer.errors import ConfigError
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
     from dotformer.data.tokenizers import Tokenizer
+    from dotformer.metrics.scoring import EvalResult
     from dotformer.model import Transformer
+    from dotformer.training.state import TrainState
 
 LOWER_IS_BETTER = {"loss": True, "wer": True, "per": True, "bleu": False, "chrf": False}
 
@@ -40,6 +42,23 @@ def is_improvement(metric: str, score: float, best: float | None) -> bool:
     if best is None:
         return True
     return score < best if LOWER_IS_BETTER[metric] else score > best
+
+
+def select_best(state: TrainState, metric: str, score: float, result: EvalResult) -> bool:
+    """Count one validation pass of ``score`` (``metric``; ``result``: its loss) in ``state``: a new best sets the
+    best loss, perplexity, step and score and clears the count of passes without gain; any other pass adds one to
+    it (early stopping reads it). Returns True for a new best.
+
+    Raises:
+        ConfigError: an unknown metric.
+    """
+    improved = is_improvement(metric, score, state.best_score)
+    if improved:
+        state.best_loss, state.best_perplexity, state.best_step = result.loss, result.perplexity, state.step
+        state.best_score, state.evals_without_gain = score, 0
+    else:
+        state.evals_without_gain += 1
+    return improved
 
 
 def decode_sample(pairs: Sequence[Pair], limit: int | None, seed: int) -> list[Pair]:

@@ -1,25 +1,52 @@
-"""The batch stream of a run: micro-batches in order, epoch after epoch, with the position to resume from."""
+"""The batch stream of a run: micro-batches in order, epoch after epoch, with the position to resume from.
+
+Every rank walks the same global order of batches (the sampler's, for one process): a step takes the next
+``accumulation_steps × world_size`` batches, across an epoch's end when it comes, and rank r trains on those at
+r, r + world_size, ... of them. So N processes with ``accumulation_steps`` A see, step by step, the batches one
+process sees with A·N, and their update is the same (the loss is normalised by the step's global token count).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from dotformer.data.batching import Batch, collate
+import torch
+
+from dotformer.data.batching import Batch
+from dotformer.data.tokenizers import PAD_ID
 from dotformer.errors import TrainingError
 
 
 class BatchStream:
-    """Micro-batches in order, epoch after epoch, from a BatchSampler; remembers (epoch, batch index).
+    """Micro-batches in the global order, epoch after epoch, from a one-process BatchSampler; remembers (epoch, index
+    of the next global batch), the same on every rank.
 
-    The position is the next batch to read: saving it and starting a new stream there resumes the data order
-    exactly (the sampler's batches are a pure function of (seed, epoch)). Batches are collated as they are taken.
+    Saving the position and starting a new stream there resumes the data order exactly (the sampler's batches are a
+    pure function of (seed, epoch)). Batches are collated as they are taken (``sampler.make_batch``).
+
+    Args:
+        sampler: a :class:`dotformer.data.batching.BatchSampler` of world size 1 (the global order).
+        epoch, index: the position of the next batch.
+        max_epochs: the epoch budget (None: none).
+        rank, world_size: this process's place among the ranks that share each step.
     """
 
-    def __init__(self, sampler: Any, epoch: int = 0, index: int = 0, max_epochs: float | None = None) -> None:
+    def __init__(
+        self,
+        sampler: Any,
+        epoch: int = 0,
+        index: int = 0,
+        max_epochs: float | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
         self.sampler = sampler
         self.epoch = epoch
         self.index = index
         self.max_epochs = max_epochs
+        self.rank = rank
+        self.world_size = world_size
         self._indices: list[list[int]] = []
         self._indices_epoch = -1
 
@@ -33,8 +60,13 @@ class BatchStream:
 
     @property
     def batches_per_epoch(self) -> int:
-        """Number of batches of the current epoch on this rank."""
+        """Number of batches of the current epoch, all ranks together."""
         return len(self._epoch_indices())
+
+    def own_batches(self, epoch: int) -> list[Batch]:
+        """The batches of ``epoch`` this rank trains on when every step is whole (for the line before training)."""
+        indices = self.sampler.batch_indices(epoch)[self.rank :: self.world_size]
+        return [self.sampler.make_batch(rows, epoch) for rows in indices]
 
     @property
     def epochs_done(self) -> float:
@@ -46,13 +78,25 @@ class BatchStream:
         return self.max_epochs is not None and self.epochs_done >= self.max_epochs - 1e-12
 
     def take(self, count: int) -> list[Batch]:
-        """Up to ``count`` next batches (fewer, or none, when the epoch budget ends)."""
-        out: list[Batch] = []
-        while len(out) < count and not self.exhausted():
+        """This rank's share of the next ``count × world_size`` batches (fewer when the epoch budget ends; none when
+        it has ended).
+
+        A rank whose share of the budget's last, short step is empty gets one batch whose targets are all padding:
+        it takes part in the gradient average (every rank must) and adds nothing to the loss or the gradient.
+        """
+        taken: list[tuple[list[int], int]] = []  # (example indices, epoch) of each batch
+        while len(taken) < count * self.world_size and not self.exhausted():
             indices = self._epoch_indices()
-            rows = indices[self.index]
-            out.append(collate([self.sampler.examples[i] for i in rows], rows))
+            taken.append((indices[self.index], self.epoch))
             self.index += 1
             if self.index == len(indices):
                 self.epoch, self.index = self.epoch + 1, 0
-        return out
+        mine = [self.sampler.make_batch(rows, epoch) for rows, epoch in taken[self.rank :: self.world_size]]
+        if taken and not mine:
+            mine = [_no_targets(self.sampler.make_batch(*taken[0]))]
+        return mine
+
+
+def _no_targets(batch: Batch) -> Batch:
+    """``batch`` with every label PAD: the loss and its gradient are zero, the forward and backward still run."""
+    return dataclasses.replace(batch, tgt_out=torch.full_like(batch.tgt_out, PAD_ID), num_tgt_tokens=0)

@@ -1,0 +1,111 @@
+"""Text in, text out for a language-model checkpoint: the glue that ``dotformer generate`` and
+``dotformer.load(path).generate(prompt)`` share, so both give the same text for the same settings.
+
+    import dotformer
+
+    lm = dotformer.load("runs/lm")
+    print(lm.generate("In the beginning", max_new_tokens=200, top_k=20, seed=1))
+    print(lm.generate("And God said", n=3, temperature=0.8))        # three samples
+    print(lm.generate("Blessed are the", strategy="beam"))          # the most likely end of the line
+
+A prompt is read as the start of a line (the text stream before it ends with a line end), each of its own line
+breaks an EOS; the continuation's EOS tokens come back as line breaks (:func:`dotformer.decoding.generate
+.generated_text`). The model reads at most its training block size of tokens at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dotformer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dotformer.checkpoint import LoadedCheckpoint
+    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.decoding.config import DecodeConfig
+
+TextCallback = Callable[[str], None]  # called with each new piece of the first continuation's text
+
+
+def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
+    """``[EOS] + ids`` of ``prompt``, its line breaks as EOS: the model continues it as the start of a line."""
+    from dotformer.data.tokenizers import EOS_ID
+
+    ids = [EOS_ID]
+    for i, line in enumerate(prompt.split("\n")):
+        if i:
+            ids.append(EOS_ID)
+        ids.extend(tokenizer.encode(line))
+    return ids
+
+
+def context_window(checkpoint: LoadedCheckpoint) -> int:
+    """The most tokens the model reads at once: the block size it trained on (``info["data"]["block_size"]``),
+    else its ``max_len``."""
+    data = checkpoint.info.get("data") or {}
+    block = data.get("block_size") if isinstance(data, dict) else None
+    return int(block) if block else checkpoint.model.config.max_len
+
+
+def generate_text(
+    checkpoint: LoadedCheckpoint, prompt: str, config: DecodeConfig, on_text: TextCallback | None = None
+) -> list[str]:
+    """The continuations of ``prompt`` (without the prompt), one per sample or beam, as text.
+
+    Args:
+        checkpoint: a loaded decoder-only checkpoint. prompt: the text to continue.
+        config: from :func:`dotformer.decoding.generate.generation_config`.
+        on_text: called with each new piece of the first row's text as it is produced (greedy and sampling).
+
+    Raises:
+        ConfigError: the checkpoint is not a language model. ShapeError: see :func:`generate`.
+    """
+    from dotformer.decoding.generate import generate, generated_text
+
+    if checkpoint.model.config.arch != "decoder-only":
+        raise ConfigError(
+            f"{checkpoint.path} is a {checkpoint.model.config.arch} model: generate continues text with a language "
+            f"model (dotformer train --task lm); translate it with dotformer translate"
+        )
+    tokenizer = checkpoint.tgt_tokenizer
+    on_token = None
+    if on_text is not None:
+        produced: list[int] = []
+        shown = [0]  # characters of the first row's text passed on so far
+
+        def on_token(tokens: Any) -> None:
+            produced.append(int(tokens[0]))
+            text = generated_text(tokenizer, produced)
+            if len(text) > shown[0] and not text.endswith("\ufffd"):  # a byte piece waits for the rest of its char
+                on_text(text[shown[0] :])
+                shown[0] = len(text)
+
+    ids = encode_prompt(tokenizer, prompt)
+    generations = generate(checkpoint.model, ids, config, context_window(checkpoint), on_token)
+    return [generated_text(tokenizer, g.tokens) for g in generations]
+
+
+def generation_settings(
+    max_new_tokens: int = 200,
+    strategy: str = "sample",
+    n: int = 1,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    beam_size: int | None = None,
+    use_cache: bool = True,
+) -> DecodeConfig:
+    """The :class:`DecodeConfig` of the API's and the CLI's keyword arguments (see :func:`generation_config`).
+
+    Raises:
+        ConfigError: a value out of range (the message names it).
+    """
+    from dotformer.decoding.generate import generation_config
+
+    extra: dict[str, Any] = {} if beam_size is None else {"beam_size": beam_size}
+    return generation_config(
+        max_new_tokens, strategy, n, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+        use_cache=use_cache, **extra,
+    )  # fmt: skip

@@ -1,0 +1,185 @@
+"""Language-model batches: the text as one stream of tokens, cut into contiguous blocks, no padding.
+
+A language model learns P(x_t | x_<t) over running text, as nanoGPT and fairseq's language-modelling task batch it:
+every line's tokens followed by EOS (the line end: ``</s>`` stands for the newline) make one long stream, and a
+block of T tokens is read from any position of it, across line ends:
+
+    stream   x_0 x_1 x_2 ... x_{N-1}
+    block j  tgt_in  = x[o + jT : o + jT + T]          (the decoder's input)
+             tgt_out = x[o + jT + 1 : o + jT + T + 1]  (the labels: the input shifted left by one)
+
+Every label is a real token, so there is no PAD and no BOS; ``src`` is an empty (B, 0) tensor (a decoder-only model
+reads none), and a :class:`~dotformer.data.batching.Batch` of blocks goes through the same ``train_step`` as a batch
+of pairs. :class:`BlockSampler` is a :class:`~dotformer.data.batching.BatchSampler` over blocks: its order is a pure
+function of (seed, epoch), it shards across ranks and resumes from a :class:`SamplerPosition` the same way. In
+training each epoch starts its blocks at a seeded offset o in [0, T), so block boundaries move between epochs; in
+evaluation o = 0 and a last, shorter block reads the tail, so every token after the first is scored exactly once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dotformer.data.batching import Batch, BatchSampler, EncodedPair
+from dotformer.data.tokenizers import EOS_ID, Tokenizer
+from dotformer.errors import ConfigError, DataError
+
+
+@dataclass(frozen=True)
+class TokenStream:
+    """A text as one stream of token ids, and the block length T to read it in.
+
+    Attributes:
+        ids: (N,) int64, every line's ids followed by EOS.
+        block_size: T, tokens per block (the context the model trains on).
+    """
+
+    ids: Tensor
+    block_size: int
+
+    def __len__(self) -> int:
+        """N, the tokens of the stream."""
+        return int(self.ids.numel())
+
+
+def encode_text(lines: Sequence[str], tokenizer: Tokenizer, block_size: int) -> TokenStream:
+    """The :class:`TokenStream` of ``lines``: each line's ids, then EOS (its line end).
+
+    Raises:
+        ConfigError: ``block_size`` < 1.
+    """
+    if block_size < 1:
+        raise ConfigError(f"block_size must be a positive number of tokens, got {block_size}")
+    ids: list[int] = []
+    for line_ids in tokenizer.encode_batch(list(lines)):
+        ids.extend(line_ids)
+        ids.append(EOS_ID)
+    return TokenStream(torch.tensor(ids, dtype=torch.int64), block_size)
+
+
+def collate_blocks(stream: Tensor, starts: Sequence[int], length: int, indices: Sequence[int]) -> Batch:
+    """The :class:`Batch` of blocks ``stream[s : s + length]`` (inputs) and ``stream[s + 1 : s + length + 1]``
+    (labels) for each start s: tgt_in, tgt_out (B, length) int64, src (B, 0)."""
+    rows = torch.tensor(list(starts), dtype=torch.int64)[:, None] + torch.arange(length + 1)  # (B, T + 1)
+    window = stream[rows]  # (B, T + 1)
+    return Batch(
+        src=torch.zeros(len(starts), 0, dtype=torch.int64),  # (B, 0): a decoder-only model reads no source
+        tgt_in=window[:, :-1].contiguous(),  # (B, T)
+        tgt_out=window[:, 1:].contiguous(),  # (B, T)
+        num_src_tokens=0,
+        num_tgt_tokens=len(starts) * length,
+        indices=[int(i) for i in indices],
+    )
+
+
+class BlockSampler(BatchSampler):
+    """Batches of ``max_tokens // block_size`` contiguous blocks of a :class:`TokenStream` (at least one).
+
+    The interface, the sharding across ranks (``remainder``) and resuming (:meth:`state_dict`,
+    ``iter_batches(epoch, start)``) are :class:`BatchSampler`'s; what differs is what is batched. Per epoch in
+    training: the offset o and the order of the blocks come from ``numpy.random.default_rng([seed, epoch])``; the
+    blocks are x[o + jT : o + jT + T + 1] for j = 0 .. ⌊(N - 1 - o) / T⌋ - 1, and the last batch may hold fewer
+    blocks. In evaluation (``shuffle=False``) o = 0, the blocks keep their order, and the tail shorter than T
+    forms a last batch of one shorter block.
+
+    Args:
+        stream: the tokens and T.
+        max_tokens: tokens per batch (B = max(1, max_tokens // T) blocks).
+        seed, shuffle, rank, world_size, remainder: as :class:`BatchSampler`.
+
+    Raises:
+        ConfigError: an argument out of range. DataError: the stream is too short for one block of training.
+    """
+
+    def __init__(
+        self,
+        stream: TokenStream,
+        max_tokens: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
+        remainder: str = "pad",
+    ) -> None:
+        if max_tokens <= 0:
+            raise ConfigError(f"max_tokens must be positive, got {max_tokens}")
+        if seed < 0:
+            raise ConfigError(f"seed must be non-negative, got {seed}")
+        if world_size <= 0 or not 0 <= rank < world_size:
+            raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        if remainder not in ("pad", "drop"):
+            raise ConfigError(f"remainder must be 'pad' or 'drop', got {remainder!r}")
+        T = stream.block_size
+        if shuffle and len(stream) < 2 * T + 1:
+            raise DataError(
+                f"the training text has {len(stream)} tokens: too few for blocks of {T} tokens at every offset "
+                f"(needs at least {2 * T + 1}); lower the block size or give more text"
+            )
+        if len(stream) < 2:
+            raise DataError(f"the text has {len(stream)} token(s): nothing to predict")
+        self.stream = stream
+        self.examples: list[EncodedPair] = []  # BatchSampler's list of pairs: blocks are cut from the stream instead
+        self.max_tokens = max_tokens
+        self.seed, self.shuffle, self.rank, self.world_size = seed, shuffle, rank, world_size
+        self.remainder = remainder
+        self.blocks_per_batch = max(1, max_tokens // T)
+        self.num_filtered = 0
+        digest = hashlib.sha256(stream.ids.numpy().tobytes())
+        digest.update(repr((T, max_tokens, seed, shuffle, world_size, remainder)).encode())
+        self._fingerprint = digest.hexdigest()[:16]
+
+    def offset(self, epoch: int) -> int:
+        """o, the position of the first block of ``epoch`` (0 in evaluation)."""
+        if not self.shuffle:
+            return 0
+        return int(np.random.default_rng([self.seed, epoch]).integers(self.stream.block_size))
+
+    def num_blocks(self, epoch: int) -> int:
+        """Full blocks of ``epoch`` (blocks of exactly T tokens; evaluation adds one shorter tail block)."""
+        return (len(self.stream) - 1 - self.offset(epoch)) // self.stream.block_size
+
+    def all_batches_indices(self, epoch: int) -> list[list[int]]:
+        """Block numbers j of every batch of the epoch, for all ranks, in order (before sharding)."""
+        count = self.num_blocks(epoch)
+        order = np.arange(count)
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, epoch])
+            rng.integers(self.stream.block_size)  # the offset's draw, so the order is the same in every call
+            order = rng.permutation(count)
+        B = self.blocks_per_batch
+        batches = [order[i : i + B].tolist() for i in range(0, count, B)]
+        tail = len(self.stream) - 1 - count * self.stream.block_size
+        if not self.shuffle and tail > 0:
+            batches.append([count])  # the shorter last block (evaluation only)
+        return batches
+
+    def make_batch(self, indices: Sequence[int], epoch: int) -> Batch:
+        """The batch of blocks ``indices`` of ``epoch`` (one entry of :meth:`batch_indices`)."""
+        T, o, full = self.stream.block_size, self.offset(epoch), self.num_blocks(epoch)
+        length = T if indices[0] < full else len(self.stream) - 1 - full * T  # the tail block is shorter
+        return collate_blocks(self.stream.ids, [o + j * T for j in indices], length, indices)
+
+
+def sampler_for(
+    examples: Sequence[EncodedPair] | TokenStream,
+    max_tokens: int,
+    seed: int = 0,
+    shuffle: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
+) -> BatchSampler:
+    """The sampler of a training loop's examples: :class:`BlockSampler` for a :class:`TokenStream` (a language
+    model), :class:`BatchSampler` for encoded pairs.
+
+    Raises:
+        ConfigError, DataError: as the sampler's constructor.
+    """
+    if isinstance(examples, TokenStream):
+        return BlockSampler(examples, max_tokens, seed, shuffle, rank, world_size)
+    return BatchSampler(examples, max_tokens, seed, shuffle, rank, world_size)

@@ -1,0 +1,157 @@
+"""Plain text for language models: a file's lines, or the verses of one English Bible, and their held-out splits.
+
+A language model reads text, not pairs. A :class:`TextCorpus` is the text as lines in reading order, each with a
+group key: the OSIS book of a Bible verse ("Gen", "Matt"), or a piece of ``PIECE_LINES`` consecutive lines of a file.
+Splits hold out whole groups (whole books, or whole pieces of a file), so no held-out line has its neighbours in the
+training text: the Bible translation job holds out its test books the same way. The dealing itself is
+:func:`dotformer.data.splits.split_indices`'s (seeded, whole groups), so both jobs split alike.
+
+Datasets: ``"bible"`` (the King James Version), ``"bible:WEB"`` (the World English Bible) or ``"bible:MODULE"`` for
+any installed SWORD module (:mod:`dotformer.data.bible` reads them), or the path of a UTF-8 text file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dotformer.data.textio import read_text_lines
+from dotformer.data.types import Corpus, Pair
+from dotformer.errors import ConfigError, DataError, MissingDataError
+
+PIECE_LINES = 100  # lines of a file held out together (a file has no books)
+DEFAULT_BIBLE_MODULE = "KJV"
+
+
+@dataclass
+class TextCorpus:
+    """Text in reading order.
+
+    Attributes:
+        name: the source, e.g. ``"bible:KJV"`` or ``"corpus.txt"``.
+        lines: the lines (verses), without line ends; empty lines of a file are kept (paragraph breaks).
+        groups: one key per line, what a split keeps together (OSIS book, or ``"lines 1-100"``).
+        report: JSON-serialisable facts (lines, characters, module).
+
+    Raises:
+        DataError: ``groups`` and ``lines`` differ in length.
+    """
+
+    name: str
+    lines: list[str]
+    groups: list[str]
+    report: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.groups) != len(self.lines):
+            raise DataError(f"text {self.name}: {len(self.groups)} group keys for {len(self.lines)} lines")
+
+
+@dataclass(frozen=True)
+class TextSplits:
+    """The train, valid and test lines (each in reading order) and how they were made (``info``, JSON)."""
+
+    train: list[str]
+    valid: list[str]
+    test: list[str]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def read_text_corpus(dataset: str, sword_path: str | None = None) -> TextCorpus:
+    """Read ``"bible"``, ``"bible:MODULE"`` or a UTF-8 text file (see the module docstring).
+
+    Raises:
+        MissingDataError: no such file, pysword missing, or the Bible module not installed (with the apt-get line).
+        DataError: an empty file or invalid UTF-8 (FILE:LINE).
+    """
+    if dataset == "bible" or dataset.startswith("bible:"):
+        module = dataset.partition(":")[2] or DEFAULT_BIBLE_MODULE
+        return read_bible_text(module, sword_path)
+    return read_file_text(dataset)
+
+
+def read_file_text(path: str | Path) -> TextCorpus:
+    """A text file's lines, grouped in pieces of :data:`PIECE_LINES` lines.
+
+    Raises:
+        MissingDataError: no such file. DataError: empty, or not UTF-8 (FILE:LINE).
+    """
+    lines = read_text_lines(path)
+    starts = [i // PIECE_LINES * PIECE_LINES for i in range(len(lines))]
+    groups = [f"lines {start + 1}-{start + PIECE_LINES}" for start in starts]
+    report = {"format": "text", "lines": len(lines), "characters": sum(len(line) for line in lines)}
+    return TextCorpus(str(path), lines, groups, report)
+
+
+def read_bible_text(module: str = DEFAULT_BIBLE_MODULE, sword_path: str | None = None) -> TextCorpus:
+    """Every non-empty verse of one SWORD module in canonical order, one verse a line, grouped by OSIS book.
+
+    Raises:
+        MissingDataError: pysword is not installed, or the module is not (the message gives the apt-get line).
+        DataError: the module cannot be read.
+    """
+    from dotformer.data.bible import _missing_message, find_modules, read_verses, resolve_module, sword_libraries
+
+    libraries = sword_libraries(sword_path)
+    info = resolve_module(module, find_modules(libraries))
+    if info is None:
+        raise MissingDataError(_missing_message([module], (module,), libraries))
+    verses = [(ref.book, text) for ref, text in read_verses(info).items() if text.strip()]
+    lines = [text for _, text in verses]
+    report = {"format": "bible", "module": info.module_id, "lines": len(lines)}
+    report["characters"] = sum(len(line) for line in lines)
+    return TextCorpus(f"bible:{module}", lines, [book for book, _ in verses], report)
+
+
+def split_text(
+    corpus: TextCorpus,
+    seed: int,
+    valid_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    test_groups: list[str] | tuple[str, ...] | None = None,
+) -> TextSplits:
+    """Deal whole groups to test, valid and train with :func:`dotformer.data.splits.split_indices`.
+
+    Args:
+        corpus: the text.
+        seed: the shuffling seed of the groups.
+        valid_fraction, test_fraction: shares of the lines (a split may overshoot by less than one group).
+        test_groups: groups held out as the test split (Bible books as OSIS ids); ``test_fraction`` is then unused.
+
+    Raises:
+        ConfigError: bad fractions, or unknown test groups (the message lists the known ones).
+        DataError: the training split would be empty.
+    """
+    from dotformer.data.splits import split_indices
+
+    # split_indices deals the positions of a Corpus by group; the lines stand in as targets of source-less pairs
+    stand_in = Corpus(corpus.name, "exact", [Pair("", line) for line in corpus.lines], list(corpus.groups))
+    indices = split_indices(stand_in, seed, valid_fraction, test_fraction, test_groups, keep_groups_together=True)
+    info = {
+        "corpus": corpus.name,
+        "seed": seed,
+        "valid_fraction": valid_fraction,
+        "test_fraction": test_fraction,
+        "test_groups": list(test_groups or []),
+        "valid_groups": sorted({corpus.groups[i] for i in indices.valid}),
+        "lines": {"train": len(indices.train), "valid": len(indices.valid), "test": len(indices.test)},
+    }
+    lines = corpus.lines
+    return TextSplits([lines[i] for i in indices.train], [lines[i] for i in indices.valid],
+                      [lines[i] for i in indices.test], info)  # fmt: skip
+
+
+def check_books(corpus: TextCorpus, books: list[str] | tuple[str, ...]) -> list[str]:
+    """OSIS ids of ``books`` (names, ids or abbreviations) for a Bible corpus.
+
+    Raises:
+        ConfigError: the corpus is not a Bible, or a name matches no book.
+    """
+    if not books:
+        return []
+    if corpus.report.get("format") != "bible":
+        raise ConfigError(f"test books hold out Bible books; {corpus.name} is not a Bible (use --test FILE)")
+    from dotformer.data.bible import book_ids
+
+    return book_ids(list(books))

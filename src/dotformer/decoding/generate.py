@@ -1,0 +1,247 @@
+"""Generation from a decoder-only language model: continue a prompt one token at a time (the lesson's decoder alone).
+
+    P(x_t | x_<t) = softmax(generator(Decoder(Embed(x_<t) · √D + PE)))     the same decoder, no encoder memory
+
+The prompt is read in one call (its keys/values fill the cache), then each step feeds the newest token. What picks
+the token is the translation decoder's: the argmax (greedy), a draw from the tempered, top-k / top-p filtered
+distribution (:func:`dotformer.decoding.sampling.sampling_picker`), or beam search's step
+(:mod:`dotformer.decoding.beam`). The text is one stream of lines: EOS stands for a line end, so sampling and greedy
+decoding run on across lines for ``max_new_tokens`` tokens, while beam search, whose hypotheses end at EOS, finds the
+best completion of the current line.
+
+A model sees at most ``window`` tokens (the block size it was trained on: its positions beyond that were never
+trained). When the text outgrows the window, the window jumps forward to keep the newest ``window // 2`` tokens, and
+the cache is refilled from them; without a cache every step recomputes the window. Both see exactly the same
+tokens, so cached and uncached generation give the same tokens (tested). The length limit and the search settings
+are a :class:`~dotformer.decoding.config.DecodeConfig` (:func:`generation_config`). Shapes follow the legend in
+:mod:`dotformer.attention`; N = rows generated together (``n`` samples, or K beams, of one prompt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+from torch import Tensor
+
+from dotformer.data.tokenizers import EOS_ID
+from dotformer.decoding.beam import (
+    advance,
+    finalise_at_max_len,
+    flatten_beam_dim,
+    hypotheses,
+    initial_state,
+    is_done,
+    unflatten_beam_dim,
+)
+from dotformer.decoding.cache import DecoderCache
+from dotformer.decoding.config import DecodeConfig
+from dotformer.decoding.greedy import pick_most_likely
+from dotformer.decoding.hypothesis import forbid_special_tokens
+from dotformer.decoding.incremental import inference
+from dotformer.decoding.sampling import sampling_picker
+from dotformer.errors import ConfigError, ShapeError
+from dotformer.model import Transformer
+
+if TYPE_CHECKING:
+    from dotformer.data.tokenizers import Tokenizer
+
+TokenCallback = Callable[[Tensor], None]  # called with the (N,) int64 tokens of every step, as they are chosen
+
+
+class Generation(NamedTuple):
+    """One continuation of a prompt.
+
+    Attributes:
+        tokens: the new token ids (EOS = a line end), without the prompt.
+        log_probs: the model's natural-log probability of each (temperature 1, no filter), one per token.
+    """
+
+    tokens: list[int]
+    log_probs: list[float]
+
+    @property
+    def score(self) -> float:
+        """The summed log-probability of the new tokens."""
+        return float(sum(self.log_probs))
+
+
+def generation_config(
+    max_new_tokens: int = 200, strategy: str = "sample", n: int = 1, **fields: object
+) -> DecodeConfig:
+    """The :class:`DecodeConfig` of generating ``max_new_tokens`` tokens (``n`` samples, or the ``n`` best beams).
+
+    Other fields (temperature, top_k, top_p, seed, beam_size, length_penalty, use_cache) pass through; beam search's
+    length penalty defaults to 0 (rank by summed log-probability).
+
+    Raises:
+        ConfigError: ``max_new_tokens`` < 1, or a field out of range (the message names it).
+    """
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    fields.setdefault("length_penalty", 0.0)
+    if strategy == "beam":
+        fields.setdefault("beam_size", max(4, n))
+    return DecodeConfig(strategy=strategy, n_best=n, max_len_a=0.0, max_len_b=max_new_tokens, **fields)  # type: ignore[arg-type]
+
+
+def run_decoder(model: Transformer, tokens: Tensor, cache: DecoderCache | None) -> Tensor:
+    """The model's one use of the decoder here: (N, T) int64 new tokens -> (N, V) float32 log-probabilities of the
+    token after the last one; ``cache`` (a :class:`DecoderCache`, empty at first) holds the earlier positions and
+    is updated."""
+    hidden = model.decode(tokens, cache=cache).hidden[:, -1]  # (N, D)
+    return model.generator(hidden).float().log_softmax(dim=-1)  # (N, V)
+
+
+class ContextWindow:
+    """The tokens of N rows and the model's view of them: the newest ``window`` tokens at most (see the module
+    docstring), with or without the key/value cache.
+
+    Args:
+        model: a decoder-only :class:`Transformer` (in eval mode).
+        window: W, the most tokens the model reads at once (≥ 2).
+        use_cache: keep keys/values between steps, or recompute the window every step.
+    """
+
+    def __init__(self, model: Transformer, window: int, use_cache: bool = True) -> None:
+        self.model = model
+        self.window = window
+        self.use_cache = use_cache
+        self.tokens: Tensor | None = None  # (N, t) every token so far, prompt included
+        self.start = 0  # the first position in view
+        self.cache: DecoderCache | None = None
+        self.cached_to = 0  # positions start .. cached_to - 1 are in the cache
+
+    def feed(self, new: Tensor) -> Tensor:
+        """Append (N, T_new) int64 tokens to every row; return the (N, V) float32 log-probabilities of the next one.
+
+        Raises:
+            ShapeError: ``new`` has a different number of rows than the tokens so far.
+        """
+        if self.tokens is not None and new.size(0) != self.tokens.size(0):
+            raise ShapeError(f"{new.size(0)} rows of new tokens for {self.tokens.size(0)} rows generated so far")
+        self.tokens = new if self.tokens is None else torch.cat([self.tokens, new], dim=1)  # (N, t)
+        t = self.tokens.size(1)
+        if t - self.start > self.window:  # the window jumps: keep the newest W // 2 tokens (of a long prompt: W)
+            self.start = t - (self.window if t == new.size(1) else self.window // 2)
+            self.cache = None
+        if not self.use_cache:
+            return run_decoder(self.model, self.tokens[:, self.start :], None)
+        if self.cache is None:
+            self.cache, self.cached_to = DecoderCache(), self.start
+        log_probs = run_decoder(self.model, self.tokens[:, self.cached_to :], self.cache)
+        self.cached_to = t
+        return log_probs
+
+    def reorder(self, index: Tensor) -> None:
+        """Row i continues row ``index[i]`` ((N',) int64): beam search follows its beams with it."""
+        if self.tokens is not None:
+            self.tokens = self.tokens.index_select(0, index)  # (N', t)
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+
+def check_prompt(model: Transformer, prompt: Sequence[int]) -> Tensor:
+    """(1, P) int64 prompt ids, checked: ``[EOS]`` for an empty prompt (a line starts).
+
+    Raises:
+        ConfigError: the model is not decoder-only. ShapeError: an id outside the vocabulary.
+    """
+    if model.config.arch != "decoder-only":
+        raise ConfigError(f"generate needs a decoder-only language model, this one is {model.config.arch}")
+    ids = list(prompt) or [EOS_ID]
+    bad = [i for i in ids if not 0 <= i < model.config.tgt_vocab_size]
+    if bad:
+        raise ShapeError(f"prompt ids {bad[:5]} are outside the vocabulary [0, {model.config.tgt_vocab_size})")
+    device = next(iter(model.parameters())).device
+    return torch.tensor([ids], dtype=torch.int64, device=device)  # (1, P)
+
+
+def generate(
+    model: Transformer,
+    prompt: Sequence[int],
+    config: DecodeConfig | None = None,
+    window: int | None = None,
+    on_token: TokenCallback | None = None,
+) -> list[Generation]:
+    """Continue ``prompt`` (token ids; empty: start a new line) with a decoder-only model.
+
+    Args:
+        model: a decoder-only :class:`Transformer` (its training flag is restored afterwards).
+        prompt: the prompt's ids (no BOS: the text stream has none).
+        config: from :func:`generation_config`: strategy, ``n_best`` samples (or beams returned), the new-token limit
+            ``max_len_b``, temperature / top-k / top-p / seed, ``use_cache``.
+        window: the most tokens the model reads at once (default ``model.config.max_len``; give the block size).
+        on_token: called with the (N,) tokens of every greedy or sampling step, as they are chosen (streaming).
+
+    Returns:
+        ``n_best`` generations: for sampling in draw order, for beam search best first (each ends at the line's
+        end or at the limit). The same seed, prompt and settings give the same tokens.
+
+    Raises:
+        ConfigError: not a decoder-only model, or a window < 2. ShapeError: prompt ids outside the vocabulary.
+    """
+    config = config or generation_config()
+    window = window or model.config.max_len
+    if window < 2:
+        raise ConfigError(f"the context window must hold at least 2 tokens, got {window}")
+    ids = check_prompt(model, prompt)  # (1, P)
+    with inference(model):
+        context = ContextWindow(model, window, config.use_cache)
+        if config.strategy == "beam":
+            return beam_generate(context, ids, config)
+        return left_to_right(context, ids, config, on_token)
+
+
+def left_to_right(
+    context: ContextWindow, prompt: Tensor, config: DecodeConfig, on_token: TokenCallback | None
+) -> list[Generation]:
+    """Greedy decoding or sampling of ``config.n_best`` rows for ``config.max_len_b`` new tokens each."""
+    N, steps = config.n_best, config.max_len_b
+    if config.strategy == "greedy":
+        pick = pick_most_likely
+    else:
+        generator = torch.Generator(device=prompt.device)
+        generator.manual_seed(config.seed)
+        pick = sampling_picker(config, generator)
+    tokens = torch.zeros(N, steps, dtype=torch.int64, device=prompt.device)  # (N, steps)
+    log_probs = torch.zeros(N, steps, dtype=torch.float32, device=prompt.device)  # (N, steps)
+    step_log_probs = forbid_special_tokens(context.feed(prompt.expand(N, -1)))  # (N, V)
+    for t in range(steps):
+        token = pick(step_log_probs)  # (N,)
+        tokens[:, t] = token
+        log_probs[:, t] = step_log_probs.gather(1, token[:, None]).squeeze(1)
+        if on_token is not None:
+            on_token(token)
+        if t + 1 < steps:
+            step_log_probs = forbid_special_tokens(context.feed(token[:, None]))  # (N, V)
+    return [Generation(row, lp) for row, lp in zip(tokens.tolist(), log_probs.tolist(), strict=True)]
+
+
+def beam_generate(context: ContextWindow, prompt: Tensor, config: DecodeConfig) -> list[Generation]:
+    """Beam search over the continuations of one prompt: K beams, each ending at EOS (the line end) or at
+    ``config.max_len_b`` tokens, with :mod:`dotformer.decoding.beam`'s step, stopping rule and length penalty."""
+    K, alpha = config.beam_size, config.length_penalty
+    state = initial_state(torch.tensor([config.max_len_b], device=prompt.device), K)
+    step_log_probs = forbid_special_tokens(context.feed(prompt)).expand(K, -1)  # (K, V): beams 1..K-1 start at -inf
+    context.reorder(torch.zeros(K, dtype=torch.int64, device=prompt.device))  # K rows, all holding the prompt
+    while True:
+        state, origin = advance(state, unflatten_beam_dim(step_log_probs, K), alpha)
+        state, at_limit = finalise_at_max_len(state, alpha)
+        if bool(is_done(state, at_limit, alpha).all()):
+            break
+        context.reorder(flatten_beam_dim(origin))  # (K,) the beam each new beam grew from
+        step_log_probs = forbid_special_tokens(context.feed(state.alive_tokens[0, :, -1:]))  # (K, V)
+    return [Generation(h.tokens, h.log_probs) for h in hypotheses(state, 0, config.n_best, alpha)]
+
+
+def generated_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
+    """The text of generated ids: each EOS a line end, the pieces between decoded by ``tokenizer``."""
+    lines: list[list[int]] = [[]]
+    for token in ids:
+        if token == EOS_ID:
+            lines.append([])
+        else:
+            lines[-1].append(int(token))
+    return "\n".join(tokenizer.decode(line) for line in lines)

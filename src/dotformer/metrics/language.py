@@ -1,0 +1,116 @@
+"""How well a language model predicts held-out text: nats per token, perplexity, bits per character.
+
+For a text x_1 … x_N scored by teacher forcing, with L = -Σ ln P(x_t | x_<t) summed over the N scored tokens:
+
+    nats per token   L / N                  (the training loss without label smoothing)
+    perplexity       exp(L / N)             (:func:`dotformer.metrics.decoded.perplexity`)
+    bits per token   L / (N · ln 2)
+    bits per char    L / (C · ln 2)         C = the characters those tokens spell (each line end counts as one)
+
+Perplexity depends on the tokenizer (a BPE token holds several characters); bits per character does not, so it
+compares a character model with a BPE one, or with another library's model of the same text (nanoGPT's
+Shakespeare character model reaches about 1.88 nats = 2.7 bits per character).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dotformer.errors import ConfigError, DataError
+from dotformer.metrics.decoded import perplexity
+
+if TYPE_CHECKING:
+    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.model import Transformer
+
+
+@dataclass(frozen=True)
+class LanguageModelScore:
+    """The summed NLL of a scored text and what it was summed over.
+
+    Attributes:
+        nll_sum: L, natural-log negative log-likelihood summed over the scored tokens (nats).
+        tokens: N, tokens scored. characters: C, characters they spell (line ends included).
+
+    Raises:
+        DataError: no tokens, negative counts, or a negative or non-finite ``nll_sum``.
+    """
+
+    nll_sum: float
+    tokens: int
+    characters: int
+
+    def __post_init__(self) -> None:
+        if self.tokens < 1 or self.characters < 0:
+            raise DataError(f"a language-model score needs tokens >= 1 and characters >= 0, got {self}")
+        if not math.isfinite(self.nll_sum) or self.nll_sum < 0:
+            raise DataError(f"a language-model score needs a finite non-negative summed NLL, got {self.nll_sum}")
+
+    @property
+    def nats_per_token(self) -> float:
+        """L / N."""
+        return self.nll_sum / self.tokens
+
+    @property
+    def perplexity(self) -> float:
+        """exp(L / N) (``math.inf`` on overflow)."""
+        return perplexity(self.nll_sum, self.tokens)
+
+    @property
+    def bits_per_token(self) -> float:
+        """L / (N · ln 2)."""
+        return self.nll_sum / (self.tokens * math.log(2))
+
+    @property
+    def bits_per_character(self) -> float:
+        """L / (C · ln 2) (nan when C = 0)."""
+        return self.nll_sum / (self.characters * math.log(2)) if self.characters else math.nan
+
+    def to_dict(self) -> dict[str, float | int]:
+        """Every figure, JSON-serialisable."""
+        return {
+            "nll_sum": self.nll_sum,
+            "tokens": self.tokens,
+            "characters": self.characters,
+            "nats_per_token": self.nats_per_token,
+            "perplexity": self.perplexity,
+            "bits_per_token": self.bits_per_token,
+            "bits_per_character": self.bits_per_character,
+        }
+
+
+def score_text(
+    model: Transformer, lines: Sequence[str], tokenizer: Tokenizer, block_size: int, max_tokens: int = 4096
+) -> LanguageModelScore:
+    """Score ``lines`` (read as one stream, each line ending in EOS) with a decoder-only model, block by block.
+
+    The stream is cut into blocks of ``block_size`` tokens from its start (and a shorter last one), as evaluation
+    batches it (:class:`~dotformer.data.blocks.BlockSampler`): every token after the first is scored once, with the
+    tokens since the start of its block as context.
+
+    Args:
+        model: a decoder-only :class:`Transformer`. lines: the text. tokenizer: the model's.
+        block_size: T, the context (at most what the model was trained on). max_tokens: tokens per batch.
+
+    Returns:
+        :class:`LanguageModelScore` over the N - 1 scored tokens and the characters they spell.
+
+    Raises:
+        ConfigError: the model is not decoder-only, or a bad block size. DataError: fewer than 2 tokens.
+    """
+    from dotformer.data.blocks import BlockSampler, encode_text
+    from dotformer.data.tokenizers import EOS_ID
+    from dotformer.metrics.scoring import evaluate_loss
+
+    if model.config.arch != "decoder-only":
+        raise ConfigError(f"bits per character score a decoder-only language model, this one is {model.config.arch}")
+    stream = encode_text(lines, tokenizer, block_size)
+    batches = BlockSampler(stream, max_tokens, shuffle=False).batches(0)
+    result = evaluate_loss(model, batches, label_smoothing=0.0, pad_id=model.config.pad_id, packed=False)
+    first = int(stream.ids[0])
+    unscored = 1 if first == EOS_ID else len(tokenizer.decode([first]))  # the first token has no context
+    characters = sum(len(line) + 1 for line in lines) - unscored
+    return LanguageModelScore(result.nll * result.num_tokens, result.num_tokens, characters)

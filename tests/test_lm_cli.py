@@ -1,0 +1,188 @@
+"""The language model end to end through the command line and the API: train --task lm (and resume), generate,
+evaluate, Translator.generate; one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import dotformer
+from dotformer.cli import main
+from dotformer.training.lm_config import LMDataConfig, is_lm_config_file, read_lm_config_file
+
+WORDS = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "light", "darkness", "water", "spirit"]
+TINY = ["--preset", "tiny", "--block-size", "16", "--max-tokens", "64", "--no-progress", "--eval-every", "2"]
+
+
+def write_corpus(path: Path, lines: int = 300) -> Path:
+    text = "".join(" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 5)) + "\n" for i in range(lines))
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny language model trained 3 steps (then resumed to 4) through the CLI."""
+    root = tmp_path_factory.mktemp("lm")
+    corpus = write_corpus(root / "corpus.txt")
+    out = root / "run"
+    assert main(["train", "--task", "lm", "--data", str(corpus), "--out", str(out), "--max-steps", "3", *TINY]) == 0
+    assert main(["train", "--task", "lm", "--out", str(out), "--resume", "--max-steps", "4", "--no-progress"]) == 0
+    return out
+
+
+def test_training_writes_a_decoder_only_run(run_dir: Path) -> None:
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["task"] == "lm" and record["model"]["arch"] == "decoder-only"
+    assert record["model"]["max_len"] == 16 and record["data"]["block_size"] == 16
+    assert record["train"]["label_smoothing"] == 0.0 and len(record["resumes"]) == 1
+    lines = {name: (run_dir / "data" / f"{name}.txt").read_text().splitlines() for name in ("train", "valid", "test")}
+    assert sum(len(v) for v in lines.values()) == 300 and all(lines.values())
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert max(steps) == 4
+    config = json.loads((run_dir / "last" / "config.json").read_text())
+    assert config["task"] == "lm"
+
+
+def test_generate_cli_is_seeded_and_equals_the_api(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["generate", "--checkpoint", str(run_dir), "--prompt", "in the", "--max-new-tokens", "12", "--seed", "4"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0
+    assert capsys.readouterr().out == first
+    lm = dotformer.load(run_dir, device="cpu")
+    assert first == "in the" + lm.generate("in the", max_new_tokens=12, seed=4) + "\n"
+    samples = lm.generate("god", n=3, max_new_tokens=8, top_k=3, seed=1)
+    assert isinstance(samples, list) and len(samples) == 3
+    assert lm.generate("god", strategy="greedy", max_new_tokens=8) == lm.generate(
+        "god", strategy="greedy", max_new_tokens=8, use_cache=False
+    )
+
+
+def test_generate_reads_prompts_from_stdin(
+    run_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("light\nwater\n"))
+    assert main(["generate", "--checkpoint", str(run_dir), "--greedy", "--max-new-tokens", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("light") and "\nwater" in out
+    assert main(["generate", "--checkpoint", str(run_dir), "--prompt", "in", "--beam", "3", "--n", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[:1] == ["# beam 1"]
+
+
+def test_evaluate_reports_bits_per_character(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    metrics = run_dir / "m.json"
+    assert main(["evaluate", "--checkpoint", str(run_dir), "--split", "valid", "--json", str(metrics)]) == 0
+    out = capsys.readouterr().out
+    assert "bits/char" in out and "perplexity" in out
+    scored = json.loads(metrics.read_text())
+    assert scored["bits_per_character"] == pytest.approx(scored["nats_per_token"] / math.log(2))  # char tokens
+    best = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in best if r["split"] == "valid" and r["best"]][-1]
+    assert scored["nats_per_token"] == pytest.approx(valid["nll"], rel=1e-5)  # the training loop's figure
+
+
+def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus = write_corpus(tmp_path / "c.txt", 40)
+    cases = [
+        (["generate", "--checkpoint", str(run_dir), "--prompt", "x", "--top-p", "0"], "top_p"),
+        (["generate", "--checkpoint", str(run_dir), "--max-new-tokens", "0", "--prompt", "x"], "max_new_tokens"),
+        (["train", "--task", "lm", "--data", str(corpus), "--delimiter", "tab", "--max-steps", "1"], "delimiter"),
+        (["train", "--task", "lm", "--data", str(tmp_path / "none.txt"), "--max-steps", "1"], "no such file"),
+        (["train", "--task", "lm", "--data", str(corpus), "--out", str(run_dir), "--max-steps", "1"], "--resume"),
+        (["train", "--task", "lm", "--data", str(corpus), "--block-size", "1", "--max-steps", "1"], "block_size"),
+    ]
+    for argv, words in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], (argv, err)
+
+
+def test_generate_refuses_a_translation_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "copy"
+    assert main(["train", "--data", "copy", "--preset", "tiny", "--max-steps", "1", "--out", str(out),
+                 "--no-progress", "--synthetic-examples", "50"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["generate", "--checkpoint", str(out), "--prompt", "a1"]) == 2
+    assert "dotformer translate" in capsys.readouterr().err
+
+
+def test_the_shipped_config_is_a_language_model() -> None:
+    assert is_lm_config_file("lm-bible") and not is_lm_config_file("bible")
+    sections = read_lm_config_file("lm-bible")
+    data = LMDataConfig.from_section(sections.data)
+    assert data.tokenizer == "char" and 64 <= data.block_size <= 128 and data.test_books
+    assert sections.model["d_model"] == 128 and sections.model["num_decoder_layers"] == 4
+    assert sections.model["num_heads"] == 4 and sections.train["max_minutes"] == 10
+
+
+def test_attention_maps_of_a_language_model_are_causal(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+    import torch
+
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.plots.lm_attention import lm_attention_weights
+
+    loaded = load_checkpoint(run_dir, device="cpu")
+    maps = lm_attention_weights(loaded, "in the")
+    assert maps.decoder_self.shape == (2, 4, 7, 7) and maps.tgt_tokens[0] == "</s>"  # a line end, then 6 chars
+    assert np.allclose(np.triu(maps.decoder_self, k=1), 0.0)  # the causal mask: nothing above the diagonal
+    assert np.allclose(maps.decoder_self.sum(-1), 1.0, atol=1e-5)
+    with torch.no_grad():
+        ids = torch.tensor([[2, *loaded.tgt_tokenizer.encode("in the")]])
+        expected = loaded.model.decode(ids, need_weights=True).self_weights[1][0]
+    assert np.allclose(maps.decoder_self[1], expected.numpy(), atol=1e-6)
+    out = run_dir / "attention.png"
+    assert main(["plot", "attention", "--checkpoint", str(run_dir), "in the", "--out", str(out)]) == 0
+    assert out.is_file() and "(8 maps)" in capsys.readouterr().out  # 2 layers × 4 heads
+    assert main(["plot", "attention", "--checkpoint", str(run_dir), "in", "--target", "x", "--out", str(out)]) == 2
+
+
+def test_resuming_continues_exactly(tmp_path: Path) -> None:
+    """2 steps, then a resume to 4, end with the weights of 4 steps in one go (the same blocks, RNG and schedule)."""
+    from safetensors.torch import load_file
+
+    corpus = write_corpus(tmp_path / "c.txt")
+    common = ["--task", "lm", "--data", str(corpus), *TINY, "--dropout", "0.1"]
+    assert main(["train", *common, "--out", str(tmp_path / "a"), "--max-steps", "4"]) == 0
+    assert main(["train", *common, "--out", str(tmp_path / "b"), "--max-steps", "2"]) == 0
+    assert main(["train", "--task", "lm", "--out", str(tmp_path / "b"), "--resume", "--max-steps", "4"]) == 0
+    a, b = (load_file(str(tmp_path / run / "last" / "model.safetensors")) for run in ("a", "b"))
+    assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
+
+
+def test_a_bpe_language_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus = write_corpus(tmp_path / "c.txt")
+    out = tmp_path / "bpe"
+    argv = ["train", "--task", "lm", "--data", str(corpus), "--tokenizer", "bpe", "--vocab-size", "300"]
+    assert main([*argv, *TINY, "--out", str(out), "--max-steps", "2"]) == 0
+    assert json.loads((out / "run.json").read_text())["data"]["tokenizer"] == "bpe"
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(out), "--split", "valid", "--json", str(out / "m.json")]) == 0
+    scored = json.loads((out / "m.json").read_text())
+    assert scored["characters"] > scored["tokens"]  # a BPE token spells several characters
+    assert scored["bits_per_character"] < scored["bits_per_token"]
+
+
+def test_export_to_onnx_writes_the_cached_step(run_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnx")
+    out = tmp_path / "onnx"
+    assert main(["export", "--to", "onnx", str(run_dir), str(out)]) == 0
+    assert (out / "lm_step.onnx").is_file() and (out / "tokenizer_tgt.json").is_file()
+    assert json.loads((out / "onnx_config.json").read_text())["lm_step"]["inputs"][:2] == ["tokens", "offset"]
+
+
+def test_streamed_pieces_add_up_to_the_text(run_dir: Path) -> None:
+    from dotformer.api.generation import generate_text, generation_settings
+    from dotformer.checkpoint import load_checkpoint
+
+    loaded = load_checkpoint(run_dir, device="cpu")
+    pieces: list[str] = []
+    config = generation_settings(30, "sample", seed=2)
+    (text,) = generate_text(loaded, "light", config, on_text=pieces.append)
+    assert len(pieces) > 1 and "".join(pieces) == text

@@ -1,0 +1,172 @@
+"""Language-model data: text read and split by whole groups, the token stream, contiguous blocks without padding."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from dotformer.data.batching import BatchSampler, EncodedPair, SamplerPosition
+from dotformer.data.blocks import BlockSampler, TokenStream, encode_text, sampler_for
+from dotformer.data.text import PIECE_LINES, TextCorpus, read_file_text, split_text
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import EOS_ID, PAD_ID
+from dotformer.errors import ConfigError, DataError
+from dotformer.metrics.language import LanguageModelScore, score_text
+
+
+def stream_of(n: int, block: int) -> TokenStream:
+    """A stream whose token at position i is 4 + i (distinct ids, so positions can be read back from tokens)."""
+    return TokenStream(torch.arange(4, 4 + n, dtype=torch.int64), block)
+
+
+def test_encode_text_ends_every_line_with_eos() -> None:
+    tokenizer = train_tokenizer("char", ["ab", "ba c"])
+    stream = encode_text(["ab", "", "c"], tokenizer, 4)
+    a, b, c = (tokenizer.encode(ch)[0] for ch in "abc")
+    assert stream.ids.tolist() == [a, b, EOS_ID, EOS_ID, c, EOS_ID]
+    assert len(stream) == 6 and stream.block_size == 4
+
+
+def test_evaluation_blocks_cover_the_text_once_in_order_without_padding() -> None:
+    stream = stream_of(103, 10)  # 102 labels: 10 full blocks and a tail of 2
+    sampler = BlockSampler(stream, max_tokens=30, shuffle=False)
+    batches = sampler.batches(0)
+    inputs = torch.cat([row for batch in batches for row in batch.tgt_in])
+    labels = torch.cat([row for batch in batches for row in batch.tgt_out])
+    assert inputs.tolist() == stream.ids[:-1].tolist()
+    assert labels.tolist() == stream.ids[1:].tolist()
+    assert [tuple(b.tgt_in.shape) for b in batches] == [(3, 10), (3, 10), (3, 10), (1, 10), (1, 2)]
+    assert all(b.src.shape == (b.size, 0) and b.num_src_tokens == 0 for b in batches)
+    assert all(bool((b.tgt_in != PAD_ID).all()) and b.num_tgt_tokens == b.tgt_out.numel() for b in batches)
+
+
+def test_training_blocks_are_contiguous_and_cover_the_text_after_the_epoch_offset() -> None:
+    stream = stream_of(200, 16)
+    sampler = BlockSampler(stream, max_tokens=64, seed=3)
+    offsets = set()
+    for epoch in range(4):
+        o = sampler.offset(epoch)
+        offsets.add(o)
+        batches = sampler.batches(epoch)
+        starts = sorted(int(row[0]) - 4 for b in batches for row in b.tgt_in)
+        n = sampler.num_blocks(epoch)
+        assert n == (200 - 1 - o) // 16 and starts == [o + 16 * j for j in range(n)]  # every block once
+        for b in batches:
+            assert bool((b.tgt_out == b.tgt_in + 1).all())  # the labels are the next tokens of the stream
+            assert bool((b.tgt_in[:, 1:] - b.tgt_in[:, :-1] == 1).all())  # contiguous within a block
+    assert len(offsets) > 1  # block boundaries move between epochs
+
+
+def test_order_is_seeded_and_resumable() -> None:
+    stream = stream_of(500, 8)
+    a, b = BlockSampler(stream, 32, seed=5), BlockSampler(stream, 32, seed=5)
+    assert a.batch_indices(2) == b.batch_indices(2)
+    assert a.batch_indices(0) != a.batch_indices(1)
+    assert a.batch_indices(0) != BlockSampler(stream, 32, seed=6).batch_indices(0)
+    full = [batch.tgt_in for batch in a.iter_batches(1)]
+    tail = [batch.tgt_in for batch in b.iter_batches(1, start=3)]
+    assert all(torch.equal(x, y) for x, y in zip(full[3:], tail, strict=True))
+    state = a.state_dict(SamplerPosition(1, 3))
+    assert b.load_state_dict(state) == SamplerPosition(1, 3)
+    with pytest.raises(DataError, match="fingerprint"):
+        BlockSampler(stream_of(500, 16), 32, seed=5).load_state_dict(state)
+
+
+def test_ranks_share_the_batches() -> None:
+    stream = stream_of(300, 8)
+    whole = BlockSampler(stream, 16, seed=1).batch_indices(0)
+    ranks = [BlockSampler(stream, 16, seed=1, rank=r, world_size=2).batch_indices(0) for r in (0, 1)]
+    padded = whole + whole[: len(whole) % 2]  # an odd count repeats the first batch, as BatchSampler's "pad"
+    assert ranks == [padded[0::2], padded[1::2]]
+    assert sorted(sum(ranks[0] + ranks[1], [])) == sorted(sum(padded, []))
+
+
+def test_sampler_for_picks_by_example_type() -> None:
+    assert isinstance(sampler_for(stream_of(50, 4), 16), BlockSampler)
+    pairs = [EncodedPair([4, 5], [6]), EncodedPair([7], [8, 9])]
+    assert type(sampler_for(pairs, 16)) is BatchSampler
+
+
+def test_bad_streams_and_settings_are_refused() -> None:
+    with pytest.raises(DataError, match="too few"):
+        BlockSampler(stream_of(20, 16), 64)
+    with pytest.raises(ConfigError, match="block_size"):
+        encode_text(["a"], train_tokenizer("char", ["a"]), 0)
+    with pytest.raises(ConfigError, match="max_tokens"):
+        BlockSampler(stream_of(100, 4), 0)
+
+
+def test_file_text_is_held_out_in_whole_pieces(tmp_path: Path) -> None:
+    path = tmp_path / "t.txt"
+    path.write_text("".join(f"line {i}\n" for i in range(1000)), encoding="utf-8")
+    corpus = read_file_text(path)
+    assert len(corpus.lines) == 1000 and corpus.groups[0] == f"lines 1-{PIECE_LINES}"
+    splits = split_text(corpus, seed=1, valid_fraction=0.1, test_fraction=0.2)
+    assert (len(splits.train), len(splits.valid), len(splits.test)) == (700, 100, 200)
+    for held_out in (splits.valid, splits.test):
+        numbers = [int(line.split()[1]) for line in held_out]
+        assert all(n % PIECE_LINES == 0 for n in numbers[::PIECE_LINES])  # whole pieces, from their first line
+    assert sorted(splits.train + splits.valid + splits.test) == sorted(corpus.lines)
+    assert split_text(corpus, seed=1, valid_fraction=0.1, test_fraction=0.2) == splits
+
+
+def test_test_groups_are_held_out_whole() -> None:
+    corpus = TextCorpus("t", [f"v{i}" for i in range(12)], ["Gen"] * 4 + ["Ruth"] * 4 + ["Matt"] * 4)
+    splits = split_text(corpus, seed=0, valid_fraction=0.3, test_fraction=0.0, test_groups=["Ruth"])
+    assert splits.test == ["v4", "v5", "v6", "v7"]
+    assert len(splits.valid) == 4 and splits.info["valid_groups"] in (["Gen"], ["Matt"])
+    with pytest.raises(ConfigError, match="Jude"):
+        split_text(corpus, seed=0, test_groups=["Jude"])
+
+
+def test_language_model_score_worked_example() -> None:
+    score = LanguageModelScore(nll_sum=3 * math.log(2), tokens=3, characters=6)
+    assert score.nats_per_token == pytest.approx(math.log(2))
+    assert score.perplexity == pytest.approx(2.0)
+    assert score.bits_per_token == pytest.approx(1.0)
+    assert score.bits_per_character == pytest.approx(0.5)
+    with pytest.raises(DataError):
+        LanguageModelScore(nll_sum=-1.0, tokens=3, characters=6)
+
+
+def test_a_uniform_model_scores_log2_v_bits_per_character(make_model) -> None:
+    """A model whose logits are all equal puts 1/V on every token: log2(V) bits per character-token."""
+    model = make_model(arch="decoder-only", tie_output=False)
+    torch.nn.init.zeros_(model.generator.weight)
+    tokenizer = train_tokenizer("char", ["abcdefghi"])  # 4 specials + 9 letters = the tiny model's 13
+    lines = ["abc", "defg", "hi"]
+    score = score_text(model, lines, tokenizer, block_size=4, max_tokens=8)
+    assert score.tokens == 3 + 4 + 2 + 3 - 1  # every token after the first, line ends included
+    assert score.characters == score.tokens  # one character per token
+    assert score.bits_per_character == pytest.approx(math.log2(13), rel=1e-6)
+
+
+def kjv_installed() -> bool:
+    from dotformer.data import bible
+    from dotformer.errors import MissingDataError
+
+    try:
+        return bible.resolve_module("KJV", bible.find_modules(bible.sword_libraries())) is not None
+    except MissingDataError:
+        return False
+
+
+@pytest.mark.skipif(not kjv_installed(), reason="needs pysword and the KJV module (apt-get install -y sword-text-kjv)")
+def test_the_kjv_as_text_held_out_by_books() -> None:
+    from dotformer.data.text import check_books, read_text_corpus
+
+    corpus = read_text_corpus("bible")
+    assert corpus.lines[0] == "In the beginning God created the heaven and the earth."
+    assert corpus.groups[0] == "Gen" and corpus.groups[-1] == "Rev" and corpus.report["module"] == "engKJV2006eb"
+    assert all(line.strip() for line in corpus.lines)
+    books = check_books(corpus, ["Ruth", "jonah"])
+    assert books == ["Ruth", "Jonah"]
+    splits = split_text(corpus, seed=1, valid_fraction=0.02, test_fraction=0.0, test_groups=books)
+    assert len(splits.test) == 85 + 48  # Ruth 85 verses, Jonah 48
+    assert splits.test[0].startswith("Now it came to pass in the days when the judges ruled")
+    assert not set(splits.info["valid_groups"]) & {"Ruth", "Jonah"}
+    with pytest.raises(ConfigError, match="not a Bible"):
+        check_books(TextCorpus("t.txt", ["a"], ["lines 1-100"], {"format": "text"}), ["Ruth"])
