@@ -592,3 +592,20 @@ def test_fine_tune_an_imported_model_keeps_its_tokenizers_and_learns(
     for text in [*TARGETS, *(t for _, t in held_out[:5])]:
         assert tuned.tgt_tokenizer.encode(text) == imported.tgt_tokenizer.encode(text)
     assert tuned.tgt_tokenizer.encode("le chat") != tuned.src_tokenizer.encode("le chat")
+
+
+def test_opus_cli_round_trip_is_bit_for_bit(opus: dict[str, Any], tmp_path: Path, cli: Cli) -> None:
+    """dotformer import -> export --to marian -> import, from the command line: weights, config and tokenizers."""
+    from dotformer.checkpoint import load_checkpoint
+
+    exported, back = tmp_path / "exported", tmp_path / "back"
+    assert cli("export", "--to", "marian", str(opus["ck"]), str(exported)).returncode == 0
+    result = cli("import", "--from", "marian", str(exported), str(back))
+    assert result.returncode == 0, result.stderr
+    first, second = load_checkpoint(opus["ck"]), load_checkpoint(back)
+    assert second.config == first.config
+    ours, theirs = first.model.state_dict(), second.model.state_dict()
+    assert set(ours) == set(theirs) and all(torch.equal(theirs[name], ours[name]) for name in ours)
+    for text in [*TEXTS, *TARGETS]:
+        assert second.src_tokenizer.encode(text) == first.src_tokenizer.encode(text)
+        assert second.tgt_tokenizer.encode(text) == first.tgt_tokenizer.encode(text)
