@@ -21,7 +21,7 @@ The exported model decodes as dotformer does with CTranslate2's *default* option
 search applies are carried by the model itself:
 
 * ``config.json`` says ``add_source_eos: true``: CTranslate2 appends ``</s>`` to every source, as dotformer's
-  tokenizers do, so callers pass the pieces alone.
+  decoding does, so callers pass the pieces alone.
 * The projection's bias is :data:`~dotformer.export.params.SUPPRESSED_LOGIT` for PAD and BOS (dotformer never
   generates them; CTranslate2 reads no suppression rule from a model directory, and its ``suppress_sequences`` is a
   per-call option). The probabilities CTranslate2 reports are therefore dotformer's renormalised over the tokens
@@ -242,7 +242,7 @@ def transformer_spec(
     spec.config.bos_token = SPECIAL_TOKENS[BOS_ID]
     spec.config.eos_token = SPECIAL_TOKENS[EOS_ID]
     spec.config.decoder_start_token = SPECIAL_TOKENS[BOS_ID]  # dotformer's decoder starts from BOS
-    spec.config.add_source_eos = True  # CTranslate2 appends </s> to each source, as dotformer's tokenizers do
+    spec.config.add_source_eos = True  # CTranslate2 appends </s> to each source, as dotformer's decoding does
     spec.validate()
     return spec
 
