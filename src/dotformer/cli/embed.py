@@ -45,7 +45,6 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer embed``."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory (run: best/)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")

@@ -41,7 +41,6 @@ held-out text (--split test or valid) or of a text file (--data FILE), scored in
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer evaluate``."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     add_decoding_arguments(parser)
     parser.add_argument(

@@ -30,7 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from dotformer.api.serve import DEFAULT_WORKERS, HOST
 
     parser.epilog = EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory")
     parser.add_argument("--port", type=int, default=8080, help="TCP port (8080; 0 = any free port, printed)")
     parser.add_argument(

@@ -43,12 +43,13 @@ output: one line per input, in input order, on standard output or --output FILE 
                  "score", "finished"}, ...]}
         ID is the input's 0-based index. SCORE is log P(output | input) / ((5 + length) / 6)^alpha (natural log,
         length in tokens including the end of sentence; higher is better).
-long inputs: an input of more than --max-input-length tokens (EOS included; default: the model's max_len) is an
+lengths: an input of more than --max-input-length tokens (EOS included; default: the model's max_len) is an
         error naming its line, after the outputs of the lines before it are written. Inputs are decoded in batches
         of at most --batch-size sentences and --max-tokens padded tokens, so one long line does not pad a batch.
-warnings (standard error, one line each, at the end): characters the model's vocabulary does not know (read as
+warnings: one line each on standard error, at the end: characters the model's vocabulary does not know (read as
         <unk>), and outputs cut at the maximum output length (--max-len-a, --max-len-b) or at the length of a learned
         positional table before the model ended them.
+
 A closed output pipe (| head -1) ends quietly; Ctrl-C ends with the outputs of every decoded chunk written.
 
 examples:
@@ -61,7 +62,6 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer translate``."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     add_decoding_arguments(parser)
     parser.add_argument("--n-best", type=int, default=1, metavar="N", help="outputs per input (1)")
