@@ -556,7 +556,10 @@ def test_train_leads_with_the_most_used_flags(monkeypatch, capsys) -> None:
 
 @pytest.mark.parametrize(
     ("command", "flags"),
-    [("translate", ["--checkpoint", "--beam"]), ("evaluate", ["--checkpoint", "--data", "--split"])],
+    [
+        ("translate", ["--checkpoint", "--n-best", "--input", "--output"]),
+        ("evaluate", ["--checkpoint", "--data", "--split"]),
+    ],
 )
 def test_decoding_commands_lead_with_the_checkpoint(command, flags, monkeypatch, capsys) -> None:
     lead = _lead_section(_help([command], 80, monkeypatch, capsys))

@@ -63,7 +63,9 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer translate``."""
     parser.epilog = EPILOG
-    add_decoding_arguments(parser)
+    parser.usage = "%(prog)s --checkpoint DIR [...] [TEXT ...]"
+    add_decoding_arguments(parser)  # --checkpoint leads, then the groups "decoding" and "device and speed"
+    batching = parser.add_argument_group("batching and long inputs")
     parser.add_argument("--n-best", type=int, default=1, metavar="N", help="outputs per input (1)")
     parser.add_argument("--input", default=None, metavar="FILE", help="read the inputs from FILE (default: stdin)")
     parser.add_argument("--output", default=None, metavar="FILE", help="write the outputs to FILE (default: stdout)")
@@ -74,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="text (best output), nbest (ID ||| TEXT ||| SCORE) or json (one object per input); "
         "default: text, or nbest with --n-best N > 1",
     )
-    parser.add_argument(
+    batching.add_argument(
         "--buffer-size",
         type=int,
         default=DEFAULT_BUFFER_SIZE,
@@ -82,14 +84,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"most input lines decoded before their outputs are written ({DEFAULT_BUFFER_SIZE}); fewer when "
         "no more input has arrived yet",
     )
-    parser.add_argument(
+    batching.add_argument(
         "--max-tokens",
         type=int,
         default=None,
         metavar="N",
         help="most padded source tokens per batch (8192): a long input is decoded in a smaller batch",
     )
-    parser.add_argument(
+    batching.add_argument(
         "--max-input-length",
         type=int,
         default=None,
