@@ -143,11 +143,28 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     "speed": ("--amp", "--compile", "--packed", "--threads"),
     "output": ("--log-every", "--metrics-every", "--progress", "--tensorboard"),
 }  # fmt: skip
+_HELP_ORDER = {flag: i for i, flag in enumerate([*_LEAD, *(flag for flags in _GROUPS.values() for flag in flags)])}
+
+EPILOG = """\
+Flags override the config file, which overrides the task's defaults (the model and recipe of its shipped config:
+g2p for g2p and exact, bible for translation). The run directory gets run.json, data/ (the split and the
+tokenizers), metrics.jsonl and the checkpoints (best/, last/, checkpoints/step_N/); the last line printed sums the
+run up.
+
+examples:
+  dotformer train --data cmudict --max-epochs 10
+  dotformer train --data bible --config configs/bible.toml --out runs/bible --max-minutes 60
+  dotformer train --data pairs.tsv --out runs/mine --max-minutes 30
+  dotformer train --data copy --preset tiny --out runs/copy --resume --max-steps 600
+  dotformer train --task lm --data corpus.txt --out runs/lm --max-minutes 10
+  torchrun --nproc_per_node=2 $(which dotformer) train --data cmudict --max-epochs 10
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer train``: the most used first, the rest in the titled groups of :data:`_GROUPS`."""
     parser.usage = "%(prog)s [--data DATASET] [--config FILE] [--out DIR] [...]"
+    parser.epilog = EPILOG
     groups = {title: parser.add_argument_group(title) for title in _GROUPS}
     group_of = {flag: groups[title] for title, flags in _GROUPS.items() for flag in flags}
     parser.add_argument(
@@ -186,7 +203,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_threads_argument(group_of["--threads"])
     add_lm_arguments(group_of["--block-size"])
-    for flag, _, field, kwargs in sorted(_FLAGS, key=lambda entry: entry[0] not in _LEAD):  # the lead's first
+    for flag, _, field, kwargs in sorted(_FLAGS, key=lambda entry: _HELP_ORDER.get(entry[0], len(_HELP_ORDER))):
         group_of.get(flag, parser).add_argument(flag, dest=f"opt_{field}", default=None, **kwargs)
 
 
