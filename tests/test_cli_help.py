@@ -522,6 +522,13 @@ def test_help_exits_0_and_fits_the_width(command, columns, monkeypatch, capsys) 
     assert too_long == []
 
 
+@pytest.mark.parametrize("command", ["", *COMMANDS])
+def test_help_of_a_narrow_terminal_keeps_every_word(command, monkeypatch, capsys) -> None:
+    narrow = _help(command.split(), 30, monkeypatch, capsys)
+    wide = _help(command.split(), 200, monkeypatch, capsys)
+    assert narrow.split() == wide.split()
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_flags_are_unchanged(command) -> None:
     parser = _parsers()[command]
