@@ -191,7 +191,8 @@ def test_int8_decoding_translates_like_float32(runs: dict[str, Path], capsys: py
         assert status == 2 and out == "" and "dtype int8 is for CPU decoding" in err and err.count("\n") == 1
 
 
-def test_help_states_the_output_format(capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_states_the_output_format(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")  # the help is filled to the terminal's width: fix it, so no phrase is split
     with pytest.raises(SystemExit):
         main(["translate", "--help"])
     out = capsys.readouterr().out

@@ -16,11 +16,16 @@ if TYPE_CHECKING:
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags shared by ``translate`` and ``evaluate``: checkpoint, device, batch size and the search."""
+    """The flags shared by ``translate`` and ``evaluate``: checkpoint, device, batch size and the search.
+
+    ``--checkpoint`` leads the help; the search's flags follow under "decoding", the rest under "device and speed".
+    """
     parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory (run: best/)")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    add_threads_argument(parser)
-    parser.add_argument(
+    search = parser.add_argument_group("decoding")
+    speed = parser.add_argument_group("device and speed")
+    speed.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    add_threads_argument(speed)
+    speed.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16", "int8"],
         default="float32",
@@ -29,22 +34,22 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "stores the linear layers' weights in 8 bits and multiplies in integers, 1.2-3.5x faster on this "
         "project's CPU; its outputs may differ slightly from float32's, and with --batch-size (default float32)",
     )
-    parser.add_argument("--batch-size", type=int, default=64, metavar="B", help="sentences decoded together (64)")
-    parser.add_argument(
+    speed.add_argument("--batch-size", type=int, default=64, metavar="B", help="sentences decoded together (64)")
+    search.add_argument(
         "--strategy", choices=["greedy", "beam", "sample"], default="beam", help="search strategy (default: beam)"
     )
-    parser.add_argument("--beam", type=int, default=None, metavar="K", help="beam size (default 4, the paper's)")
-    parser.add_argument(
+    search.add_argument("--beam", type=int, default=None, metavar="K", help="beam size (default 4, the paper's)")
+    search.add_argument(
         "--length-penalty", type=float, default=0.6, metavar="ALPHA", help="GNMT length penalty alpha (0.6)"
     )
-    parser.add_argument(
+    search.add_argument(
         "--max-len-a", type=float, default=1.0, metavar="A", help="max output length = A * input length + B (1.0)"
     )
-    parser.add_argument("--max-len-b", type=int, default=50, metavar="B", help="see --max-len-a (50)")
-    parser.add_argument("--temperature", type=float, default=None, metavar="T", help="sampling temperature (1.0)")
-    parser.add_argument("--top-k", type=int, default=None, metavar="K", help="sample from the K likeliest tokens")
-    parser.add_argument("--top-p", type=float, default=None, metavar="P", help="nucleus sampling mass P in (0, 1]")
-    parser.add_argument("--seed", type=int, default=None, help="sampling seed (0)")
+    search.add_argument("--max-len-b", type=int, default=50, metavar="B", help="see --max-len-a (50)")
+    search.add_argument("--temperature", type=float, default=None, metavar="T", help="sampling temperature (1.0)")
+    search.add_argument("--top-k", type=int, default=None, metavar="K", help="sample from the K likeliest tokens")
+    search.add_argument("--top-p", type=float, default=None, metavar="P", help="nucleus sampling mass P in (0, 1]")
+    search.add_argument("--seed", type=int, default=None, help="sampling seed (0)")
 
 
 def decode_config_from_args(args: argparse.Namespace, n_best: int = 1) -> DecodeConfig:

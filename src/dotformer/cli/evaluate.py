@@ -41,9 +41,9 @@ held-out text (--split test or valid) or of a text file (--data FILE), scored in
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer evaluate``."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    add_decoding_arguments(parser)
+    parser.usage = "%(prog)s --checkpoint DIR [--data FILE] [--split SPLIT] [...]"
+    add_decoding_arguments(parser)  # --checkpoint leads, then the groups "decoding" and "device and speed"
     parser.add_argument(
         "--data",
         default=None,

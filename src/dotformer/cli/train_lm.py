@@ -21,7 +21,7 @@ from typing import Any
 from dotformer.training.lm_config import LM_TASK
 
 
-def add_lm_arguments(parser: argparse.ArgumentParser) -> None:
+def add_lm_arguments(parser: argparse._ActionsContainer) -> None:
     """``--block-size``, the one flag only a language model reads."""
     parser.add_argument(
         "--block-size", dest="opt_block_size", type=int, default=None, metavar="T",
