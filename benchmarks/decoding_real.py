@@ -9,7 +9,7 @@ Systems (each pronounces the same words, greedy and beam 4):
 
 * ``dotformer`` / ``dotformer_int8``: :func:`dotformer.decoding.translate.translate`, float32 and with int8 linear
   layers (:func:`dotformer.decoding.quantization.quantize_int8`, what ``--dtype int8`` decodes with), batches of
-  ``--batch-size`` words (``--batch-sizes`` adds rows at other sizes: the batch-size lever);
+  ``--batch-size`` words (``--batch-sizes`` adds both dotformer and CTranslate2 at other sizes: the batch-size lever);
 * ``ct2_float32`` / ``ct2_int8``: ``ctranslate2.Translator.translate_batch`` on the exported model
   (``compute_type`` float32 / int8, one thread, ``max_batch_size`` = the batch size), each source ending with
   ``</s>`` as dotformer's do;
@@ -298,8 +298,8 @@ def rows_of(
         rows.append(row)
     by_name = {r["system"]: r for r in rows}
     for row in rows:
-        ours = row["system"].split("@")[0]
-        peer = by_name.get(PEER.get(ours, ""))
+        ours, at, size = row["system"].partition("@")
+        peer = by_name.get(PEER.get(ours, "") + at + size)  # the peer at the same batch size
         if ours.startswith("dotformer") and peer is not None:
             row["peer"] = peer["system"]
             row["cpu_ratio"] = row["cpu_words_per_s"] / peer["cpu_words_per_s"]
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--words-file", default=None, help="words, one per line (default: the run's test split)")
     parser.add_argument("--words", type=int, default=2000, help="how many words to pronounce")
     parser.add_argument("--batch-size", type=int, default=64, help="words per batch, every system")
-    parser.add_argument("--batch-sizes", default="", help="extra in-process dotformer batch sizes, e.g. 256,1024")
+    parser.add_argument("--batch-sizes", default="", help="extra in-process batch sizes (dotformer and ct2): 256,1024")
     parser.add_argument("--searches", default="greedy,beam4", help="comma-separated: greedy, beam4")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (each runs every system once)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (CTranslate2 always gets one)")
@@ -347,6 +347,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for size in extra:
                 systems[f"dotformer@{size}"] = dotformer_system(job, beam, size, int8=False)
                 systems[f"dotformer_int8@{size}"] = dotformer_system(job, beam, size, int8=True)
+                systems[f"ct2_float32@{size}"] = ct2_system(job, beam, size, "float32")
+                systems[f"ct2_int8@{size}"] = ct2_system(job, beam, size, "int8")
             if not args.no_hf:
                 systems["hf_generate"] = hf_system(job, beam, args.batch_size)
             rows += rows_of("in-process", search, len(job.words), *interleaved(systems, args.rounds, children=False))
