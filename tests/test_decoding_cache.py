@@ -1,5 +1,5 @@
-"""The decoding loop's speed levers give the same numbers as the plain path: the preallocated cache written in place,
-the padding mask left out when it hides nothing, and a model already in eval mode left alone."""
+"""The decoding loop's speed levers give the same numbers as the plain path: the padding mask left out when it hides
+nothing, and a model already in eval mode left alone."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from decoding_support import pad, random_model, single_thread, sources_of_mixed_
 
 from dotformer.data.tokenizers import BOS_ID
 from dotformer.decoding import DecodeConfig, decode_batch
-from dotformer.decoding.cache import DecoderCache, KVCache
 from dotformer.decoding.incremental import IncrementalDecoder, attention_mask, encode_source, inference
 
 
@@ -19,45 +18,6 @@ from dotformer.decoding.incremental import IncrementalDecoder, attention_mask, e
 def _one_thread() -> Iterator[None]:
     with single_thread():
         yield
-
-
-def steps(B: int = 3, H: int = 2, T: int = 20, Dh: int = 4, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """T steps of one new (B, H, 1, Dh) key and value each."""
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(B, H, 1, Dh, generator=g), torch.randn(B, H, 1, Dh, generator=g)) for _ in range(T)]
-
-
-def test_a_preallocated_cache_holds_what_concatenation_holds_and_writes_in_place() -> None:
-    plain, prealloc = KVCache(), KVCache(preallocate=True)
-    for t, (k, v) in enumerate(steps(T=40)):  # past the first room of 16 positions, twice
-        pk, pv = plain.update(k, v)
-        qk, qv = prealloc.update(k, v)
-        assert torch.equal(pk, qk) and torch.equal(pv, qv)
-        assert prealloc.length == t + 1
-        assert prealloc.buffers is not None and qk.data_ptr() == prealloc.buffers[0].data_ptr()  # a view, no copy
-    room = prealloc.buffers[0]
-    prealloc.update(*steps(T=1, seed=1)[0])
-    assert prealloc.buffers[0] is room  # room left: written into the same buffer
-
-
-def test_a_preallocated_cache_follows_dropped_rows_and_deferred_reorders() -> None:
-    plain, prealloc = KVCache(), KVCache(preallocate=True)
-    history = steps(B=4, T=6)
-    for k, v in history[:3]:
-        plain.update(k, v)
-        prealloc.update(k, v)
-    keep = torch.tensor([3, 1])
-    plain.reorder(keep)
-    prealloc.reorder(keep)  # rows dropped now (greedy): the room moves with them
-    assert torch.equal(plain.key, prealloc.key) and torch.equal(plain.value, prealloc.value)
-    follow = torch.tensor([1, 1])
-    for k, v in history[3:]:
-        k, v = k[:2], v[:2]
-        plain.reorder(follow, defer=True)
-        prealloc.reorder(follow, defer=True)  # beam search's deferred reorder: carried out by the append
-        pk, pv = plain.update(k, v)
-        qk, qv = prealloc.update(k, v)
-        assert torch.equal(pk, qk) and torch.equal(pv, qv)
 
 
 def test_the_padding_mask_is_left_out_only_when_it_hides_nothing() -> None:
@@ -68,12 +28,11 @@ def test_the_padding_mask_is_left_out_only_when_it_hides_nothing() -> None:
     assert attention_mask(padded) is padded
 
 
-def decode_steps(model, src: torch.Tensor, preallocate: bool, mask_left_out: bool, count: int = 20) -> torch.Tensor:
-    """``count`` greedy steps' (count, N, V) log-probabilities, with or without the levers."""
+def decode_steps(model, src: torch.Tensor, mask_left_out: bool, count: int = 20) -> torch.Tensor:
+    """``count`` greedy steps' (count, N, V) log-probabilities, with the padding mask left out or not."""
     with inference(model):
         source = encode_source(model, src, DecodeConfig(strategy="greedy"))
         decoder = IncrementalDecoder(model, source.memory, source.src_mask)
-        decoder.cache = DecoderCache(preallocate=preallocate)
         if not mask_left_out:
             decoder.attend_mask = source.src_mask
         tokens, out = torch.full((src.size(0),), BOS_ID), []
@@ -89,8 +48,8 @@ def test_the_levers_give_bitwise_the_same_log_probabilities() -> None:
     unpadded = pad([[5, 6, 7, 2], [8, 9, 4, 2], [4, 4, 5, 2]])  # the mask hides nothing: it is left out
     mixed = pad(sources_of_mixed_lengths())
     for src in (unpadded, mixed):
-        plain = decode_steps(model, src, preallocate=False, mask_left_out=False)
-        fast = decode_steps(model, src, preallocate=True, mask_left_out=True)
+        plain = decode_steps(model, src, mask_left_out=False)
+        fast = decode_steps(model, src, mask_left_out=True)
         assert torch.equal(plain, fast)
 
 

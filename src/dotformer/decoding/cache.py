@@ -70,10 +70,6 @@ class KVCache:
             the same padding mask, as decoding does.
         static: the keys/values do not change between steps (cross-attention): they are projected on the first step
             only and the cache is :attr:`fixed` afterwards.
-        preallocate: keep the keys/values in (B, H, C, Dh) buffers with room for later steps (C doubles when full)
-            and write each step's into its slot in place: :attr:`key`/:attr:`value` are then views of the first
-            S_cached positions. An append without a reorder (greedy decoding, sampling) copies only the new
-            positions instead of every cached one; a deferred reorder (beam search) still copies each row once.
     """
 
     key: Tensor | None = None
@@ -81,8 +77,6 @@ class KVCache:
     pending: Tensor | None = None
     keys_hidden: bool = False
     static: bool = False
-    preallocate: bool = False
-    buffers: tuple[Tensor, Tensor] | None = field(default=None, repr=False)  # (B, H, C, Dh) storage of key, value
 
     @property
     def fixed(self) -> bool:
@@ -157,33 +151,13 @@ class KVCache:
                 f"the cache holds keys of shape {held} (B, H, S, Dh); new keys {tuple(key.shape)} "
                 f"do not fit (a different batch size? use cache.reorder(index) to follow beams)"
             )
-        if self.preallocate and self.pending is None:
-            return self.write(key, value)  # (B, H, S_cached + T_new, Dh) views of the buffers
         if self.key is None or self.value is None:
             self.key, self.value = key, value
             return self.key, self.value
-        self.buffers = None  # the reordered rows go to a new tensor of the exact size
         rows = self.pending
         self.key = self._extend(self.key, key, rows)  # (B, H, S_cached + T_new, Dh)
         self.value = self._extend(self.value, value, rows)  # (B, H, S_cached + T_new, Dh)
         self.pending = None
-        return self.key, self.value
-
-    def write(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Write the new (B, H, T_new, Dh) keys/values into their slots of the buffers (allocated, or twice as long,
-        when they have no room: the held positions are copied once then) and return views of every held one."""
-        S, T = self.length, key.size(-2)
-        if self.buffers is None or self.buffers[0].size(-2) < S + T:
-            capacity = max(16, 2 * (S + T))
-            grown = [new.new_empty(*new.shape[:2], capacity, new.size(-1)) for new in (key, value)]  # (B, H, C, Dh)
-            if self.key is not None and self.value is not None:
-                grown[0][:, :, :S] = self.key
-                grown[1][:, :, :S] = self.value
-            self.buffers = (grown[0], grown[1])
-        key_buffer, value_buffer = self.buffers
-        key_buffer[:, :, S : S + T] = key
-        value_buffer[:, :, S : S + T] = value
-        self.key, self.value = key_buffer[:, :, : S + T], value_buffer[:, :, : S + T]  # (B, H, S + T, Dh) views
         return self.key, self.value
 
     @staticmethod
@@ -226,16 +200,8 @@ class KVCache:
     def settle(self) -> None:
         """Carry out a pending (deferred) reorder now."""
         if self.pending is not None and self.key is not None and self.value is not None:
-            if self.buffers is not None:  # keep the kept rows' room for later steps
-                S = self.length
-                self.buffers = (
-                    self.buffers[0].index_select(0, self.pending),
-                    self.buffers[1].index_select(0, self.pending),
-                )
-                self.key, self.value = self.buffers[0][:, :, :S], self.buffers[1][:, :, :S]  # (B', H, S, Dh) views
-            else:
-                self.key = self.key.index_select(0, self.pending)
-                self.value = self.value.index_select(0, self.pending)
+            self.key = self.key.index_select(0, self.pending)
+            self.value = self.value.index_select(0, self.pending)
         self.pending = None
 
 
@@ -257,19 +223,15 @@ class DecoderCache:
         layers: per-layer caches (self-attention keys/values grow each step; cross-attention ones are fixed).
         length: number of target positions already decoded (the positional offset of the next token; a 0-d tensor
             in a traced graph).
-        preallocate: the layers' self-attention caches keep room for later steps and write each step in place
-            (:attr:`KVCache.preallocate`), for decoding loops that append without reordering.
     """
 
     layers: list[LayerCache] = field(default_factory=list)
     length: int | Tensor = 0
-    preallocate: bool = False
 
     def for_layers(self, num_layers: int) -> list[LayerCache]:
-        """The per-layer caches of a decoder of ``num_layers`` layers (created, empty, on the first step); with
-        ``preallocate``, the self-attention caches write each step in place (:attr:`KVCache.preallocate`)."""
+        """The per-layer caches of a decoder of ``num_layers`` layers (created, empty, on the first step)."""
         if len(self.layers) != num_layers:
-            self.layers = [LayerCache(KVCache(preallocate=self.preallocate)) for _ in range(num_layers)]
+            self.layers = [LayerCache() for _ in range(num_layers)]
         return self.layers
 
     def reorder(self, index: Tensor) -> None:

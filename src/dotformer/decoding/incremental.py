@@ -139,9 +139,7 @@ class IncrementalDecoder:
         self.src_mask = src_mask  # (N / G, 1, 1, S)
         self.attend_mask = attention_mask(src_mask)  # the mask cross-attention reads: None when it hides nothing
         self.rows_per_source = rows_per_source
-        # Rows that only grow (greedy, sampling) write each step into preallocated room; beam search reorders its
-        # rows at every step, which copies every row anyway (deferred into the append: one copy per step).
-        self.cache = DecoderCache(preallocate=rows_per_source == 1) if use_cache else None
+        self.cache = DecoderCache() if use_cache else None
         self.prefix: Tensor | None = None  # (N, t) the tokens fed so far, kept only without a cache
 
     def step(self, tokens: Tensor) -> Tensor:
