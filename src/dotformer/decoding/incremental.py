@@ -46,7 +46,15 @@ class EncodedSource(NamedTuple):
 
 @contextlib.contextmanager
 def inference(model: Transformer) -> Iterator[None]:
-    """Run ``model`` in eval mode (dropout off) without autograd, then restore its training flag."""
+    """Run ``model`` in eval mode (dropout off) without autograd, then restore its training flag.
+
+    A model already in eval mode everywhere (a loaded checkpoint) is left alone: setting the flag on every module
+    twice per batch costs more than a small model's decoding step.
+    """
+    if not any(module.training for module in model.modules()):
+        with torch.inference_mode():
+            yield
+        return
     was_training = model.training
     model.eval()
     try:
@@ -129,6 +137,7 @@ class IncrementalDecoder:
         self.model = model
         self.memory = memory  # (N / G, S, D)
         self.src_mask = src_mask  # (N / G, 1, 1, S)
+        self.attend_mask = attention_mask(src_mask)  # the mask cross-attention reads: None when it hides nothing
         self.rows_per_source = rows_per_source
         self.cache = DecoderCache() if use_cache else None
         self.prefix: Tensor | None = None  # (N, t) the tokens fed so far, kept only without a cache
@@ -152,10 +161,10 @@ class IncrementalDecoder:
             )
         new = tokens[:, None]  # (N, 1)
         if self.cache is not None:
-            hidden = self.model.decode(new, self.memory, self.src_mask, cache=self.cache).hidden  # (N, 1, D)
+            hidden = self.model.decode(new, self.memory, self.attend_mask, cache=self.cache).hidden  # (N, 1, D)
         else:
             self.prefix = new if self.prefix is None else torch.cat([self.prefix, new], dim=1)  # (N, t + 1)
-            hidden = self.model.decode(self.prefix, self.memory, self.src_mask).hidden  # (N, t + 1, D)
+            hidden = self.model.decode(self.prefix, self.memory, self.attend_mask).hidden  # (N, t + 1, D)
         logits = self.model.generator(hidden[:, -1])  # (N, V)
         return logits.float().log_softmax(dim=-1)  # (N, V)
 
@@ -192,3 +201,11 @@ class IncrementalDecoder:
             self.prefix = self.prefix.index_select(0, index)  # (N', t)
         self.memory = self.memory.index_select(0, sources)  # (N' / G, S, D)
         self.src_mask = self.src_mask.index_select(0, sources)  # (N' / G, 1, 1, S)
+        if self.attend_mask is not None:
+            self.attend_mask = attention_mask(self.src_mask)
+
+
+def attention_mask(src_mask: Tensor) -> Tensor | None:
+    """The (B, 1, 1, S) bool source padding mask, or None when it hides no key (a batch of equally long sources, as
+    length-sorted batches mostly are): attention then skips applying it, with the same result (a host sync)."""
+    return None if bool(src_mask.all()) else src_mask

@@ -1,0 +1,377 @@
+"""Decoding the real job: a trained G2P checkpoint pronouncing CMUdict test words, dotformer against CTranslate2 and HF.
+
+The model is a trained checkpoint (``--checkpoint``; without one, the G2P default is trained briefly first:
+``dotformer train --config g2p --max-steps N --threads 1``). The same weights are exported with
+``dotformer export --to ct2`` and ``--to marian``, so every system computes the same function. The words are the
+checkpoint run's own test split (``data/test.tsv``: words never seen in training), or ``--words-file``.
+
+Systems (each pronounces the same words, greedy and beam 4):
+
+* ``dotformer`` / ``dotformer_int8``: :func:`dotformer.decoding.translate.translate`, float32 and with int8 linear
+  layers (:func:`dotformer.decoding.quantization.quantize_int8`, what ``--dtype int8`` decodes with), batches of
+  ``--batch-size`` words (``--batch-sizes`` adds both dotformer and CTranslate2 at other sizes: the batch-size lever);
+* ``ct2_float32`` / ``ct2_int8``: ``ctranslate2.Translator.translate_batch`` on the exported model
+  (``compute_type`` float32 / int8, one thread, ``max_batch_size`` = the batch size), each source ending with
+  ``</s>`` as dotformer's do;
+* ``hf_generate``: HF ``MarianMTModel.generate`` on the exported Marian copy, length-sorted batches (in-process only).
+
+Two views of the job:
+
+* in-process: from the list of words to the list of pronunciations (tokenising included), model loaded beforehand;
+* whole command: ``dotformer translate --input FILE`` (start-up, loading and writing included) against a script that
+  loads CTranslate2 and decodes the same words (given as tokens, so it pays no tokeniser).
+
+Figures: words/s from wall time and from CPU time (``time.process_time`` in-process, the children's
+``getrusage`` for commands). Runs are interleaved in rotating order (A B C, B C A, ...), medians over ``--rounds``;
+``cpu_ratio`` / ``wall_ratio`` = dotformer's words/s over the peer of the same precision (ct2 float32 for float32,
+ct2 int8 for int8, HF for ``hf_generate``), where > 1 means dotformer is faster. Use one thread (``--threads 1``,
+the default) on a loaded machine and read the CPU-time ratio: other processes inflate wall time.
+``agree`` = fraction of words whose output equals dotformer float32's (beam search uses each system's own length
+normalisation: dotformer GNMT α = 0.6, CTranslate2 and HF their own with 0.6, so a few beam outputs may differ).
+
+Run: ``python benchmarks/decoding_real.py --checkpoint runs/g2p`` (``--quick`` for a 1-2 minute check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from common import command_line, default_output_dir, format_table, machine_info, write_json
+
+Outputs = list[str]  # one pronunciation per word
+
+CT2_SCRIPT = """
+import sys, ctranslate2
+model, compute_type, beam, batch, src, out = sys.argv[1:7]
+translator = ctranslate2.Translator(model, device="cpu", compute_type=compute_type, intra_threads=1, inter_threads=1)
+batch_tokens = [line.split() for line in open(src, encoding="utf-8")]
+results = translator.translate_batch(batch_tokens, beam_size=int(beam), max_batch_size=int(batch),
+    max_decoding_length=max(map(len, batch_tokens)) + 50, min_decoding_length=0, max_input_length=0,
+    length_penalty=0.6 if int(beam) > 1 else 1.0, suppress_sequences=[["<pad>"], ["<s>"]])
+with open(out, "w", encoding="utf-8") as f:
+    f.writelines(" ".join(r.hypotheses[0]) + "\\n" for r in results)
+"""
+
+
+def dotformer_cli() -> list[str]:
+    """The ``dotformer`` command of this Python (the tree on PYTHONPATH)."""
+    return [sys.executable, "-m", "dotformer"]
+
+
+def run_quiet(args: list[str]) -> None:
+    """Run a command; raise with its stderr if it fails."""
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{done.stderr[-2000:]}")
+
+
+def train_g2p(out: Path, steps: int) -> Path:
+    """Train the G2P default for ``steps`` steps on one thread; return the run directory."""
+    print(f"training the G2P default for {steps} steps into {out} ...", flush=True)
+    run_quiet(
+        [*dotformer_cli(), "train", "--config", "g2p", "--out", str(out), "--max-steps", str(steps)]
+        + ["--threads", "1", "--no-progress"]
+    )
+    return out
+
+
+def test_words(checkpoint: Path, words_file: str | None, limit: int) -> list[str]:
+    """The first ``limit`` words of ``words_file`` (one per line, or the first column of a TSV), else of the
+    checkpoint run's ``data/test.tsv``."""
+    if words_file is None:
+        run = checkpoint if (checkpoint / "data").is_dir() else checkpoint.parent
+        path = run / "data" / "test.tsv"
+        if not path.is_file():
+            raise SystemExit(f"no test split at {path}: pass --words-file")
+    else:
+        path = Path(words_file)
+    words = [line.split("\t")[0].strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return words[:limit]
+
+
+@dataclasses.dataclass
+class Job:
+    """Everything the systems share: the checkpoint, its exports, the words and their source tokens."""
+
+    checkpoint: Path
+    ct2_dir: Path
+    marian_dir: Path
+    words: list[str]
+    src_tokens: list[list[str]]  # per word, its source pieces ending with </s> (what CTranslate2 reads)
+    workdir: Path
+
+
+def prepare(args: argparse.Namespace, workdir: Path) -> Job:
+    """Train (if needed) and export the checkpoint, read the words and tokenise them as dotformer does."""
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.decoding.translate import encode_sources
+
+    checkpoint = Path(args.checkpoint) if args.checkpoint else train_g2p(workdir / "g2p", args.train_steps)
+    ct2_dir, marian_dir = workdir / "ct2", workdir / "marian"
+    run_quiet([*dotformer_cli(), "export", "--to", "ct2", str(checkpoint), str(ct2_dir)])
+    run_quiet([*dotformer_cli(), "export", "--to", "marian", str(checkpoint), str(marian_dir)])
+    words = test_words(checkpoint, args.words_file, args.words)
+    loaded = load_checkpoint(checkpoint)
+    encoded = encode_sources(loaded, words)
+    pieces = [[loaded.src_tokenizer.id_to_token(i) for i in ids] for ids in encoded.ids]  # EOS last: "</s>"
+    return Job(checkpoint, ct2_dir, marian_dir, words, pieces, workdir)
+
+
+def dotformer_system(job: Job, beam: int, batch_size: int, int8: bool) -> Callable[[], Outputs]:
+    """:func:`translate` of the checkpoint (float32, or int8 linear layers)."""
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.decoding import DecodeConfig
+    from dotformer.decoding.quantization import quantize_int8
+    from dotformer.decoding.translate import translate
+
+    loaded = load_checkpoint(job.checkpoint)
+    if int8:
+        loaded = dataclasses.replace(loaded, model=quantize_int8(loaded.model))
+    config = DecodeConfig(strategy="greedy") if beam == 1 else DecodeConfig(strategy="beam", beam_size=beam)
+
+    def run() -> Outputs:
+        return [t[0].text for t in translate(loaded, job.words, config, batch_size=batch_size, progress=False)]
+
+    return run
+
+
+def ct2_system(job: Job, beam: int, batch_size: int, compute_type: str) -> Callable[[], Outputs]:
+    """CTranslate2's ``translate_batch`` on the export, one thread."""
+    import ctranslate2
+
+    from dotformer.checkpoint import load_checkpoint
+
+    tgt = load_checkpoint(job.checkpoint).tgt_tokenizer
+    index = {tgt.id_to_token(i): i for i in range(tgt.vocab_size)}
+    translator = ctranslate2.Translator(
+        str(job.ct2_dir), device="cpu", compute_type=compute_type, intra_threads=1, inter_threads=1
+    )
+    longest = max(map(len, job.src_tokens))
+
+    def run() -> Outputs:
+        results = translator.translate_batch(
+            job.src_tokens,
+            beam_size=beam,
+            max_batch_size=batch_size,
+            max_decoding_length=longest + 50,  # dotformer's limit: input length + 50 (paper §6.1)
+            min_decoding_length=0,
+            max_input_length=0,
+            length_penalty=0.6 if beam > 1 else 1.0,
+            suppress_sequences=[["<pad>"], ["<s>"]],
+        )
+        return [tgt.decode([index[p] for p in r.hypotheses[0]]) for r in results]
+
+    return run
+
+
+def hf_system(job: Job, beam: int, batch_size: int) -> Callable[[], Outputs]:
+    """HF ``generate`` on the Marian export, length-sorted batches of ``batch_size`` words."""
+    from transformers import MarianMTModel
+
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.decoding.translate import encode_sources, length_sorted_batches, pad_batch
+
+    loaded = load_checkpoint(job.checkpoint)
+    marian = MarianMTModel.from_pretrained(str(job.marian_dir)).eval()
+    pad, bos, eos = 0, 1, 2
+
+    def run() -> Outputs:
+        encoded = encode_sources(loaded, job.words)
+        outputs = [""] * len(job.words)
+        for batch in length_sorted_batches([len(ids) for ids in encoded.ids], batch_size):
+            src = pad_batch([encoded.ids[i] for i in batch], "cpu")  # (B, S)
+            with torch.inference_mode():
+                out = marian.generate(
+                    input_ids=src,
+                    attention_mask=src != pad,
+                    max_new_tokens=src.size(1) + 50,
+                    num_beams=beam,
+                    do_sample=False,
+                    **({"length_penalty": 0.6, "early_stopping": False} if beam > 1 else {}),
+                    suppress_tokens=[pad, bos],
+                    pad_token_id=pad,
+                    eos_token_id=eos,
+                    decoder_start_token_id=bos,
+                )
+            for i, row in zip(batch, out.tolist(), strict=True):
+                ids = [t for t in row[1:] if t not in (pad, eos)]
+                outputs[i] = loaded.tgt_tokenizer.decode(ids)
+        return outputs
+
+    return run
+
+
+def command_systems(job: Job, beam: int, batch_size: int) -> dict[str, Callable[[], Outputs]]:
+    """Whole commands: ``dotformer translate --input`` (float32, int8) and a CTranslate2 script (float32, int8)."""
+    words_file, tokens_file = job.workdir / "words.txt", job.workdir / "tokens.txt"
+    words_file.write_text("".join(w + "\n" for w in job.words), encoding="utf-8")
+    tokens_file.write_text("".join(" ".join(t) + "\n" for t in job.src_tokens), encoding="utf-8")
+    script = job.workdir / "ct2_decode.py"
+    script.write_text(CT2_SCRIPT, encoding="utf-8")
+    strategy = ["--strategy", "greedy"] if beam == 1 else ["--strategy", "beam", "--beam", str(beam)]
+
+    def read(path: Path) -> Outputs:
+        return path.read_text(encoding="utf-8").splitlines()
+
+    def ours(dtype: str) -> Callable[[], Outputs]:
+        out = job.workdir / f"out_dotformer_{dtype}.txt"
+        args = [*dotformer_cli(), "translate", "--checkpoint", str(job.checkpoint), "--device", "cpu", "--threads"]
+        args += ["1", "--dtype", dtype, "--batch-size", str(batch_size), *strategy]
+        args += ["--input", str(words_file), "--output", str(out)]
+        return lambda: (run_quiet(args), read(out))[1]
+
+    def theirs(compute_type: str) -> Callable[[], Outputs]:
+        out = job.workdir / f"out_ct2_{compute_type}.txt"
+        args = [sys.executable, str(script), str(job.ct2_dir), compute_type, str(beam), str(batch_size)]
+        args += [str(tokens_file), str(out)]
+        return lambda: (run_quiet(args), read(out))[1]
+
+    return {
+        "dotformer": ours("float32"),
+        "dotformer_int8": ours("int8"),
+        "ct2_float32": theirs("float32"),
+        "ct2_int8": theirs("int8"),
+    }
+
+
+def children_cpu_s() -> float:
+    """CPU seconds used so far by finished child processes (user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def interleaved(
+    systems: dict[str, Callable[[], Outputs]], rounds: int, children: bool
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, Outputs]]:
+    """Run every system once untimed (its outputs kept), then ``rounds`` rounds in rotating order.
+
+    Returns:
+        Per system: wall seconds and CPU seconds of each timed run (this process's, or the children's for
+        commands), and its outputs.
+    """
+    outputs = {name: run() for name, run in systems.items()}
+    names = list(systems)
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    clock = children_cpu_s if children else time.process_time
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            start, start_cpu = time.perf_counter(), clock()
+            systems[name]()
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(clock() - start_cpu)
+    return wall, cpu, outputs
+
+
+PEER = {"dotformer": "ct2_float32", "dotformer_int8": "ct2_int8"}
+
+
+def rows_of(
+    mode: str, search: str, words: int, wall: dict[str, list[float]], cpu: dict[str, list[float]], outputs: dict
+) -> list[dict[str, Any]]:
+    """One row per system: words/s by wall and CPU time, agreement with dotformer float32, ratios to the peer."""
+    rows = []
+    for name in wall:
+        row = {
+            "mode": mode,
+            "search": search,
+            "system": name,
+            "words_per_s": words / statistics.median(wall[name]),
+            "cpu_words_per_s": words / statistics.median(cpu[name]),
+            "agree": sum(a == b for a, b in zip(outputs[name], outputs["dotformer"], strict=True)) / words,
+            "wall_s": wall[name],
+            "cpu_s": cpu[name],
+        }
+        rows.append(row)
+    by_name = {r["system"]: r for r in rows}
+    for row in rows:
+        ours, at, size = row["system"].partition("@")
+        peer = by_name.get(PEER.get(ours, "") + at + size)  # the peer at the same batch size
+        if ours.startswith("dotformer") and peer is not None:
+            row["peer"] = peer["system"]
+            row["cpu_ratio"] = row["cpu_words_per_s"] / peer["cpu_words_per_s"]
+            row["wall_ratio"] = row["words_per_s"] / peer["words_per_s"]
+        if row["system"] == "hf_generate":
+            row["peer"] = "dotformer"
+            row["cpu_ratio"] = by_name["dotformer"]["cpu_words_per_s"] / row["cpu_words_per_s"]
+            row["wall_ratio"] = by_name["dotformer"]["words_per_s"] / row["words_per_s"]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Parse the command line, run the benchmark, print the table and write ``out/decoding_real.json``."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--checkpoint", default=None, help="a trained checkpoint or run directory (default: train)")
+    parser.add_argument("--train-steps", type=int, default=1500, help="steps of the G2P default when training")
+    parser.add_argument("--words-file", default=None, help="words, one per line (default: the run's test split)")
+    parser.add_argument("--words", type=int, default=2000, help="how many words to pronounce")
+    parser.add_argument("--batch-size", type=int, default=64, help="words per batch, every system")
+    parser.add_argument("--batch-sizes", default="", help="extra in-process batch sizes (dotformer and ct2): 256,1024")
+    parser.add_argument("--searches", default="greedy,beam4", help="comma-separated: greedy, beam4")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds (each runs every system once)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (CTranslate2 always gets one)")
+    parser.add_argument("--no-hf", action="store_true", help="skip HF generate")
+    parser.add_argument("--no-command", action="store_true", help="skip the whole-command runs")
+    parser.add_argument("--quick", action="store_true", help="300 words, 2 rounds, greedy only, no HF")
+    parser.add_argument("--out", default=str(default_output_dir() / "decoding_real.json"))
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # the commands' threads
+    torch.set_num_threads(args.threads)
+    if args.quick:
+        args.words, args.rounds, args.searches, args.no_hf = min(args.words, 300), 2, "greedy", True
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="dotformer_decoding_real_") as tmp:
+        job = prepare(args, Path(tmp))
+        extra = [int(b) for b in args.batch_sizes.split(",") if b]
+        for search in args.searches.split(","):
+            beam = 1 if search == "greedy" else int(search.removeprefix("beam"))
+            systems = {
+                "dotformer": dotformer_system(job, beam, args.batch_size, int8=False),
+                "dotformer_int8": dotformer_system(job, beam, args.batch_size, int8=True),
+                "ct2_float32": ct2_system(job, beam, args.batch_size, "float32"),
+                "ct2_int8": ct2_system(job, beam, args.batch_size, "int8"),
+            }
+            for size in extra:
+                systems[f"dotformer@{size}"] = dotformer_system(job, beam, size, int8=False)
+                systems[f"dotformer_int8@{size}"] = dotformer_system(job, beam, size, int8=True)
+                systems[f"ct2_float32@{size}"] = ct2_system(job, beam, size, "float32")
+                systems[f"ct2_int8@{size}"] = ct2_system(job, beam, size, "int8")
+            if not args.no_hf:
+                systems["hf_generate"] = hf_system(job, beam, args.batch_size)
+            rows += rows_of("in-process", search, len(job.words), *interleaved(systems, args.rounds, children=False))
+            if not args.no_command:
+                commands = command_systems(job, beam, args.batch_size)
+                rows += rows_of("command", search, len(job.words), *interleaved(commands, args.rounds, children=True))
+    columns = ["mode", "search", "system", "words_per_s", "cpu_words_per_s", "peer", "cpu_ratio", "wall_ratio"]
+    print(format_table(rows, [*columns, "agree"]))
+    print(
+        f"{len(job.words)} words, batch size {args.batch_size}, {args.threads} thread(s); ratio > 1: dotformer faster"
+    )
+    payload = {
+        "benchmark": "decoding_real",
+        "command": command_line(),
+        "machine": machine_info("cpu"),
+        "checkpoint": str(args.checkpoint or f"G2P default trained {args.train_steps} steps"),
+        "words": len(job.words),
+        "batch_size": args.batch_size,
+        "rows": rows,
+    }
+    write_json(args.out, payload)
+    print(f"wrote {args.out}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
