@@ -107,7 +107,9 @@ def test_the_training_log_and_curves_show_bits_per_character(
     assert list(drawn) == pytest.approx([r["bits_per_char"] for r in valid])
 
 
-def test_the_data_line_counts_tokens_and_blocks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_data_line_counts_tokens_and_blocks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
     corpus = write_corpus(tmp_path / "c.txt")
     argv = ["train", "--task", "lm", "--data", str(corpus), "--out", str(tmp_path / "r"), "--max-steps", "1"]
     with caplog.at_level("INFO", logger="dotformer.training.loop"):
@@ -116,6 +118,9 @@ def test_the_data_line_counts_tokens_and_blocks(tmp_path: Path, caplog: pytest.L
     train = json.loads((tmp_path / "r" / "run.json").read_text())
     assert "valid tokens, blocks of 16 tokens;" in line and "pairs" not in line and "0.0% padding" in line
     assert train["model"]["tgt_vocab_size"] and f"vocabulary {train['model']['tgt_vocab_size']};" in line
+    summary = capsys.readouterr().out.strip().splitlines()[-1]  # the run's last line: the valid bits per character
+    (valid,) = [json.loads(r) for r in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines() if '"valid"' in r]
+    assert summary.endswith(f"; valid {valid['bits_per_char']:.3f} bits/char")
 
 
 def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
