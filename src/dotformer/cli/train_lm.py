@@ -61,7 +61,7 @@ def valid_bits_per_character(run_dir: Path, nats_per_token: float | None) -> flo
     the NLL without label smoothing): nats · scored tokens / (scored characters · ln 2)."""
     from dotformer.checkpoint import TGT_TOKENIZER_FILE
     from dotformer.data.blocks import encode_text
-    from dotformer.data.tokenizers import load_tokenizer
+    from dotformer.data.tokenizer_files import load_tokenizer
     from dotformer.metrics.language import LanguageModelScore, scored_characters
     from dotformer.training.lm_run import load_text_split
 
