@@ -47,7 +47,8 @@ def test_the_pages_have_snippets() -> None:
 
 @pytest.fixture
 def reader_dir(tmp_path: Path) -> Iterator[Path]:
-    """A working directory with ``runs/g2p/last``: a small untrained letters-to-phones checkpoint."""
+    """A working directory with ``runs/g2p/last``: a small untrained letters-to-phones checkpoint; and
+    ``runs/lm-bible/best``, a small untrained character language model with lm-bible's block size."""
     from dotformer import ModelConfig, Transformer
     from dotformer.checkpoint import save_checkpoint
     from dotformer.data.tokenizer_files import train_tokenizer
@@ -61,6 +62,12 @@ def reader_dir(tmp_path: Path) -> Iterator[Path]:
     save_checkpoint(
         tmp_path / "runs/g2p/last", Transformer(config).eval(), letters, phones, {"task": "g2p", "dataset": "cmudict"}
     )
+    text = train_tokenizer("char", ["In the beginning God created the heaven and the earth. LORD:;,"])
+    lm = ModelConfig.preset(
+        "tiny", src_vocab_size=text.vocab_size, tgt_vocab_size=text.vocab_size, arch="decoder-only", max_len=128
+    )
+    info = {"task": "lm", "dataset": "bible", "data": {"block_size": 128}}
+    save_checkpoint(tmp_path / "runs/lm-bible/best", Transformer(lm).eval(), text, text, info)
     cwd = os.getcwd()
     threads = torch.get_num_threads()
     os.chdir(tmp_path)

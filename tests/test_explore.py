@@ -749,3 +749,113 @@ def test_forced_targets_are_normalised_and_unknown_symbols_named_as_plot_does(
     assert main([*argv, "--target", "R ZH1 D"]) == 0
     err = capsys.readouterr().err
     assert err.count("target vocabulary") == 1 and "<unk>: ZH " in err
+
+
+LM_LINES = ["in the beginning", "the light", "and the darkness"]
+
+
+@pytest.fixture(scope="module")
+def lm_checkpoint(one_thread: None, tmp_path_factory: pytest.TempPathFactory) -> LoadedCheckpoint:
+    """A 2-layer, 2-head character language model (random weights) saved as a run: its test text in data/."""
+    tokenizer = train_tokenizer("char", LM_LINES)
+    torch.manual_seed(0)
+    config = ModelConfig(
+        src_vocab_size=tokenizer.vocab_size,
+        tgt_vocab_size=tokenizer.vocab_size,
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        num_decoder_layers=2,
+        dropout=0.0,
+        arch="decoder-only",
+        max_len=24,
+    )
+    run = tmp_path_factory.mktemp("explore-lm") / "run"
+    (run / "data").mkdir(parents=True)
+    (run / "data" / "test.txt").write_text("x" * 40 + "\n\nthe light\nin the\nlight\n", encoding="utf-8")
+    save_checkpoint(run / "best", Transformer(config), tokenizer, tokenizer, {"task": "lm", "data": {"block_size": 24}})
+    return load_checkpoint(run / "best")
+
+
+def lm_self_attention(loaded: LoadedCheckpoint, text: str) -> np.ndarray:
+    """An independent computation: the decoder's self-attention over a line end and the text's ids, (L, H, T, T)."""
+    ids = torch.tensor([[EOS_ID, *loaded.tgt_tokenizer.encode(text)]])
+    with torch.no_grad():
+        decoded = loaded.model.decode(ids, need_weights=True)
+    return np.stack([w[0].numpy() for w in decoded.self_weights])
+
+
+def test_a_language_models_example_is_its_causal_self_attention(lm_checkpoint: LoadedCheckpoint) -> None:
+    data = json.loads(json.dumps(example_json(lm_checkpoint, "the light")))
+    assert data["lm"] is True and data["kinds"] == ["decoder_self"] and not data["forced"]
+    assert data["tgt_tokens"] == ["</s>", *"the light"] and data["src_tokens"] == []
+    maps = np.array(data["maps"]["decoder_self"])
+    assert maps.shape == (2, 2, 10, 10)
+    np.testing.assert_allclose(maps, lm_self_attention(lm_checkpoint, "the light"), atol=5e-5)
+    assert np.all(np.triu(maps, k=1) == 0.0) and np.all(np.diagonal(maps, axis1=2, axis2=3) > 0)  # the mask
+    assert len(data["steps"]) == 10
+    with pytest.raises(ConfigError, match="no reference"):
+        example_json(lm_checkpoint, "the", target="light")
+    with pytest.raises(ConfigError, match="at most 24"):
+        example_json(lm_checkpoint, "x" * 30)
+    translation = example_json.__globals__["MAP_KINDS"]
+    assert tuple(translation) == ("cross", "encoder", "decoder_self")
+
+
+def test_a_language_models_default_examples_fit_its_window(lm_checkpoint: LoadedCheckpoint, tmp_path: Path) -> None:
+    from dotformer.cli.explore import default_examples
+
+    run = lm_checkpoint.path.parent
+    assert default_examples(str(run), 2, loaded=lm_checkpoint) == ["the light", "in the"]  # 40 chars: too long
+    out = tmp_path / "lm.html"
+    assert main(["explore", "--checkpoint", str(run), "--write", str(out)]) == 0  # the test lines that fit
+    page = out.read_text(encoding="utf-8")
+    assert '"lm": true' in page and "a language model (decoder only)" in page
+    assert [f'"source": "{line}"' in page for line in ("the light", "in the", "light", "x" * 40)] == [True] * 3 + [
+        False
+    ]
+    assert main(["explore", "--checkpoint", str(run), "--write", str(out), "--text", "x" * 30]) == 2  # too long
+
+
+def test_a_language_model_in_headless_chromium(
+    browser: WebDriver, lm_checkpoint: LoadedCheckpoint, tmp_path: Path
+) -> None:
+    explorer = ExplorerServer(lm_checkpoint, port=0, examples=["in the"])
+    thread = threading.Thread(target=explorer.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        browser.get(explorer.url + "#map")
+        browser.wait_for("return document.body.dataset.ready === '1'")
+        # one kind of map, no reference field: a language model reads its own text
+        assert browser.run_js("return Array.from(document.querySelectorAll('#kind option')).map(o => o.value);") == [
+            "decoder_self"
+        ]
+        assert browser.run_js(SHOWN_JS, ["#run", "#target", "#text"]) == [True, False, True]
+        check_heatmap(browser, lm_self_attention(lm_checkpoint, "in the")[0, 0])
+        browser.type_into("#text", "the light")
+        browser.click("#run")
+        browser.wait_for("return document.querySelectorAll('#heatmap .row-label').length === 10 ? true : null;")
+        weights = lm_self_attention(lm_checkpoint, "the light")
+        browser.click("#layer option[value='1']")
+        browser.click("#head option[value='1']")
+        check_heatmap(browser, weights[1, 1])
+        cells = browser.run_js(CELLS_JS, "#heatmap")
+        assert all(w == 0.0 for r, c, w in cells if c > r) and all(w > 0 for r, c, w in cells if c == r)
+        # the mask is visible: every cell above the diagonal is painted white, the colour of weight 0
+        fills = browser.run_js(
+            "return Array.from(document.querySelectorAll('#heatmap rect.cell')).filter("
+            "r => Number(r.dataset.col) > Number(r.dataset.row)).map(r => r.getAttribute('fill'));"
+        )
+        assert fills and set(fills) == {"rgb({},{},{})".format(*page_colour(0.0))}
+        assert texts(browser, "#heatmap .row-label") == ["</s>", *"the light"]
+        caption = browser.run_js("return document.getElementById('caption').textContent;")
+        assert caption.startswith("decoder self-attention, layer 1, head 1: rows text (query) (10)")
+        assert caption.endswith("zeros above the diagonal: the causal mask")
+        check_overview(browser, weights)
+        header = texts(browser, "#probs th")
+        assert header[1] == "likeliest next token" and len(texts(browser, "#probs tr[data-index]")) == 10
+        browser.screenshot(tmp_path / "lm-map.png")
+    finally:
+        explorer.shutdown()
+        explorer.server_close()
+        thread.join(timeout=5)

@@ -85,6 +85,42 @@ def test_evaluate_reports_bits_per_character(run_dir: Path, capsys: pytest.Captu
     best = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     valid = [r for r in best if r["split"] == "valid" and r["best"]][-1]
     assert scored["nats_per_token"] == pytest.approx(valid["nll"], rel=1e-5)  # the training loop's figure
+    assert scored["bits_per_character"] == pytest.approx(valid["bits_per_char"], rel=1e-5)
+    assert scored["bits_per_token"] == pytest.approx(valid["bits_per_token"], rel=1e-5)
+
+
+def test_the_training_log_and_curves_show_bits_per_character(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dotformer.plots import curves as curves_module
+
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in records if r["split"] == "valid"]
+    assert valid and all(r["bits_per_token"] == pytest.approx(r["nll"] / math.log(2)) for r in valid)
+    assert all("bits_per_char" not in r for r in records if r["split"] == "train")
+    figures = []
+    monkeypatch.setattr(curves_module, "save_figure", lambda fig, path: figures.append(fig) or Path(path))
+    assert main(["plot", "curves", "--run", str(run_dir), "--out", str(tmp_path / "c.png")]) == 0
+    panel = figures[0].axes[3]
+    assert panel.get_title().startswith("bits per character")
+    drawn = panel.lines[0].get_ydata()
+    assert list(drawn) == pytest.approx([r["bits_per_char"] for r in valid])
+
+
+def test_the_data_line_counts_tokens_and_blocks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = write_corpus(tmp_path / "c.txt")
+    argv = ["train", "--task", "lm", "--data", str(corpus), "--out", str(tmp_path / "r"), "--max-steps", "1"]
+    with caplog.at_level("INFO", logger="dotformer.training.loop"):
+        assert main([*argv, *[a for a in TINY if a != "--no-progress"]]) == 0
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("data: ")]
+    train = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert "valid tokens, blocks of 16 tokens;" in line and "pairs" not in line and "0.0% padding" in line
+    assert train["model"]["tgt_vocab_size"] and f"vocabulary {train['model']['tgt_vocab_size']};" in line
+    summary = capsys.readouterr().out.strip().splitlines()[-1]  # the run's last line: the valid bits per character
+    (valid,) = [json.loads(r) for r in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines() if '"valid"' in r]
+    assert summary.endswith(f"; valid {valid['bits_per_char']:.3f} bits/char")
 
 
 def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -167,6 +203,8 @@ def test_a_bpe_language_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     scored = json.loads((out / "m.json").read_text())
     assert scored["characters"] > scored["tokens"]  # a BPE token spells several characters
     assert scored["bits_per_character"] < scored["bits_per_token"]
+    (valid,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"valid"' in line]
+    assert valid["bits_per_char"] == pytest.approx(scored["bits_per_character"], rel=1e-5)  # C counted the same
 
 
 def test_export_to_onnx_writes_the_cached_step(run_dir: Path, tmp_path: Path) -> None:

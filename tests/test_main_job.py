@@ -1,7 +1,8 @@
 """Smoke tests of the README's main jobs, end to end through the scripts and the CLI, on small budgets.
 
-They run the real scripts (``scripts/g2p.sh --quick``, ``scripts/bible.sh --quick``) with set-up skipped (the test
-environment is installed already): fixed step budgets, so they end with the same checks however busy the machine is.
+They run the real scripts (``scripts/g2p.sh --quick``, ``scripts/bible.sh --quick``, ``scripts/lm.sh --quick``) with
+set-up skipped (the test environment is installed already): fixed step budgets, so they end with the same checks
+however busy the machine is.
 The copy task trained to 100% exact match is a measurement of learning, not a smoke test: it is marked ``slow``
 (``bash scripts/test.sh -m slow``).
 """
@@ -45,7 +46,7 @@ def test_g2p_main_job_quick(tmp_path: Path) -> None:
     assert json.loads((out / "last" / "config.json").read_text())["step"] == 150
 
 
-@pytest.mark.parametrize("script", ["g2p.sh", "bible.sh"])
+@pytest.mark.parametrize("script", ["g2p.sh", "bible.sh", "lm.sh"])
 def test_a_main_job_never_deletes_an_out_that_is_not_a_run(tmp_path: Path, script: str) -> None:
     mine = tmp_path / "thesis"
     mine.mkdir()
@@ -79,6 +80,26 @@ def test_bible_main_job_quick(tmp_path: Path) -> None:
         payload = json.loads((out / name).read_text())
         assert payload["checkpoint"] == str(out / "last"), name
         assert {"bleu", "chrf"} <= set(payload["metrics"]), name
+
+
+@pytest.mark.skipif(
+    not Path("/usr/share/sword/mods.d/engKJV2006eb.conf").exists(),
+    reason="the KJV module is not installed: apt-get install -y sword-text-kjv",
+)
+def test_lm_main_job_quick(tmp_path: Path) -> None:
+    out = tmp_path / "lm"
+    proc = run(["bash", "scripts/lm.sh", "--quick"], tmp_path, OUT=str(out))
+    lines = proc.stdout.splitlines()
+    samples = lines.index("Samples (top-k 20, temperature 0.8):")
+    assert lines[samples + 1].startswith("In the beginning")  # each sample follows its prompt
+    # the last lines: the held-out books (what was scored, then the figures, bits per character among them)
+    assert lines[-3].startswith("Held-out books") and "448 lines" in lines[-2] and "bits/char" in lines[-1]
+    scored = json.loads((out / "test_metrics.json").read_text())
+    assert scored["bits_per_character"] == pytest.approx(float(lines[-1].split("bits/char")[1]), abs=1e-4)
+    split = json.loads((out / "data" / "split.json").read_text())
+    assert split["test_groups"] == ["Ruth", "Joel", "Jonah", "Hag", "Titus", "Phlm", "Jas", "Jude"]
+    valid = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"valid"' in line]
+    assert valid and valid[-1]["bits_per_char"] > 0
 
 
 @pytest.mark.slow

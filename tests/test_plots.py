@@ -303,6 +303,25 @@ def test_curves_of_several_runs_have_lr_and_perplexity(tmp_path: Path, capsys: p
     assert labels == [str(runs[0]), str(same_name)]  # two runs named "a": whole paths tell them apart
 
 
+def test_curves_of_a_language_model_add_bits_per_character(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dotformer.plots import curves as curves_module
+
+    figures: list = []
+    monkeypatch.setattr(curves_module, "save_figure", lambda fig, path: figures.append(fig) or Path(path))
+    lm, pairs = tmp_path / "lm", tmp_path / "pairs"
+    for run, extra in ((lm, {"bits_per_char": 2.5}), (pairs, {})):
+        run.mkdir()
+        lines = [{"split": "train", "step": 1, "loss": 3.0}, {"split": "valid", "step": 1, "loss": 2.0, **extra}]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert len(plot_loss_curves(pairs, tmp_path / "p.png").curves.valid_bpc) == 1
+    assert np.isnan(read_loss_curves(pairs).valid_bpc).all() and len(figures[0].axes) == 3  # translation: 3 panels
+    result = plot_loss_curves([pairs, lm], tmp_path / "both.png")
+    np.testing.assert_array_equal(result.runs[1].valid_bpc, [2.5])
+    panel = figures[1].axes[3]
+    assert panel.get_title() == "bits per character (validation)"
+    assert [list(line.get_ydata()) for line in panel.lines] == [[2.5]]  # only the language model's
+
+
 def test_importing_plots_does_not_import_matplotlib() -> None:
     code = "import sys, dotformer.plots, dotformer.explore, dotformer.compare; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
 EPILOG = """\
 Serve mode (default) runs the model for every input typed in the page, greedily or force-decoding a reference typed
@@ -15,11 +17,16 @@ weights: Overview (every layer x head of the chosen kind, and the mean over head
 a row and a column, download as PNG or SVG), Head view (lines from queries to keys, one colour per head) and Compare
 (two inputs side by side). Add #overview, #map, #heads or #compare to the address to open one.
 
+A language model (a checkpoint of `dotformer train --task lm`) shows its causal self-attention over the text typed
+(each token reads itself and the tokens before it: zeros above the diagonal, the lesson's mask) and each position's
+likeliest next token; the default examples are the first lines of its test text that fit in its window.
+
 examples:
   dotformer explore --checkpoint runs/g2p                      # then open http://127.0.0.1:8000/
   dotformer explore --checkpoint runs/g2p --port 8765 --text transformer --text attention
   dotformer explore --checkpoint runs/g2p --write explorer.html --text transformer --text attention
   dotformer explore --checkpoint runs/g2p --write r.html --text read --target "R IY1 D" --text read --target "R EH1 D"
+  dotformer explore --checkpoint runs/lm-bible --text "In the beginning God created"
   chromium --headless --screenshot=overview.png --window-size=1200,1000 "file://$PWD/explorer.html#overview"
 """
 
@@ -43,17 +50,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="log every request (serve mode)")
 
 
-def default_examples(checkpoint: str, count: int = 5) -> list[str]:
-    """The first ``count`` sources of the run's saved test split, or [] when the run has none."""
+def default_examples(checkpoint: str, count: int = 5, loaded: Any = None) -> list[str]:
+    """The first ``count`` sources of the run's saved test split, or [] when the run has none; for a language model
+    (``loaded`` decoder-only) the first ``count`` test lines that fit in its window."""
     from dotformer.checkpoint import run_data_dir
     from dotformer.data.splits import load_split
     from dotformer.errors import DotformerError
 
     try:
+        if loaded is not None and loaded.model.config.arch == "decoder-only":
+            return lm_examples(loaded, run_data_dir(checkpoint), count)
         pairs = load_split(run_data_dir(checkpoint), "test")
     except (DotformerError, OSError):
         return []
     return [pair.source for pair in pairs[:count]]
+
+
+def lm_examples(loaded: Any, data_dir: Path, count: int) -> list[str]:
+    """The first ``count`` non-empty lines of a language model's saved test text that fit in its window (a line
+    end first, as the explorer reads a text)."""
+    from dotformer.api.generation import context_window
+    from dotformer.training.lm_run import load_text_split
+
+    window = context_window(loaded)
+    fitting = (line for line in load_text_split(data_dir, "test") if line.strip())
+    fitting = (line for line in fitting if len(loaded.tgt_tokenizer.encode(line)) + 1 <= window)
+    return [line for line, _ in zip(fitting, range(count), strict=False)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"give one --target per --text ({len(args.text)} --text, {len(args.target)} --target); '' decodes that one"
         )
-    texts = args.text or default_examples(args.checkpoint)
+    texts = args.text or default_examples(args.checkpoint, loaded=loaded)
     if args.write:
         if not texts:
             raise ConfigError("--write needs example inputs: give --text (the run has no saved test split)")

@@ -6,10 +6,12 @@ import argparse
 
 EPILOG = """\
 formats:
-  ct2     a CTranslate2 directory (model.bin, vocabularies = the tokenizers' pieces); --quantization int8 stores int8
+  ct2     a CTranslate2 directory (model.bin, vocabularies = the tokenizers' pieces); --quantization int8 stores int8;
+          a language model (--task lm) becomes CTranslate2's decoder-only model, run by ctranslate2.Generator
   marian  a Hugging Face MarianMTModel directory (config.json, model.safetensors) with dotformer's ids
           (PAD 0, BOS 1 = decoder start, EOS 2, UNK 3); needs post-LN, sinusoidal positions, layer_norm_eps 1e-5
   onnx    encoder.onnx + decoder_step.onnx (one cached step) + onnx_config.json, for onnxruntime and friends
+          (a language model: lm_step.onnx)
 
 Each output also holds the checkpoint's tokenizer_src.json and tokenizer_tgt.json. OUT must not exist or be empty:
 an export never writes over existing files.

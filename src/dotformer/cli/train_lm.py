@@ -13,7 +13,6 @@ text's bits per character.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,17 +60,16 @@ def valid_bits_per_character(run_dir: Path, nats_per_token: float | None) -> flo
     """Bits per character of the run's validation text at ``nats_per_token`` (the best validation loss, which is
     the NLL without label smoothing): nats · scored tokens / (scored characters · ln 2)."""
     from dotformer.checkpoint import TGT_TOKENIZER_FILE
+    from dotformer.data.blocks import encode_text
     from dotformer.data.tokenizer_files import load_tokenizer
-    from dotformer.data.tokenizers import EOS_ID
+    from dotformer.metrics.language import LanguageModelScore, scored_characters
     from dotformer.training.lm_run import load_text_split
 
     if nats_per_token is None:
         return None
-    lines = load_text_split(run_dir / "data", "valid")
     tokenizer = load_tokenizer(run_dir / "data" / TGT_TOKENIZER_FILE)
-    ids = [i for line in tokenizer.encode_batch(lines) for i in (*line, EOS_ID)]
-    if len(ids) < 2:
+    stream = encode_text(load_text_split(run_dir / "data", "valid"), tokenizer, block_size=1)
+    if len(stream) < 2:
         return None
-    first = 1 if ids[0] == EOS_ID else len(tokenizer.decode([ids[0]]))
-    characters = sum(len(line) + 1 for line in lines) - first
-    return nats_per_token * (len(ids) - 1) / (characters * math.log(2))
+    scored = len(stream) - 1  # every token but the first
+    return LanguageModelScore(nats_per_token * scored, scored, scored_characters(stream, tokenizer)).bits_per_character

@@ -38,10 +38,13 @@ class TokenStream:
     Attributes:
         ids: (N,) int64, every line's ids followed by EOS.
         block_size: T, tokens per block (the context the model trains on).
+        characters: C, the characters the text spells, each line end counted as one (0: not known); with the
+            tokenizer it gives bits per character (:func:`dotformer.metrics.language.scored_characters`).
     """
 
     ids: Tensor
     block_size: int
+    characters: int = 0
 
     def __len__(self) -> int:
         """N, the tokens of the stream."""
@@ -60,7 +63,8 @@ def encode_text(lines: Sequence[str], tokenizer: Tokenizer, block_size: int) -> 
     for line_ids in tokenizer.encode_batch(list(lines)):
         ids.extend(line_ids)
         ids.append(EOS_ID)
-    return TokenStream(torch.tensor(ids, dtype=torch.int64), block_size)
+    characters = sum(len(line) + 1 for line in lines)
+    return TokenStream(torch.tensor(ids, dtype=torch.int64), block_size, characters)
 
 
 def collate_blocks(stream: Tensor, starts: Sequence[int], length: int, indices: Sequence[int]) -> Batch:

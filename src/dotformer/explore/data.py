@@ -1,4 +1,8 @@
-"""The explorer's data: attention maps as JSON, and the page with its data embedded."""
+"""The explorer's data: attention maps as JSON, and the page with its data embedded.
+
+A translation model's example holds three kinds of map (encoder, decoder self, cross); a language model's (a
+decoder-only checkpoint) holds its causal self-attention over the text only, "kinds" says which, and "lm" is true.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,13 @@ import numpy as np
 
 from dotformer.explore.page import DATA_PLACEHOLDER, page_template
 from dotformer.plots.attention import AttentionMaps
+from dotformer.plots.lm_attention import LM_MAP_KINDS as LM_KINDS
 
 MAX_TEXT_CHARS = 1000  # longest input the explorer accepts (serve mode); longer inputs are refused, not cut
 TOP_K = 5  # alternatives listed per output position
 PROB_DIGITS = 6  # decimals of the probabilities on the page
 UNK_LABEL = "<unk>"
+MAP_KINDS = ("cross", "encoder", "decoder_self")  # a translation model's maps, in the page's order
 
 
 def rounded(values: np.ndarray, digits: int = 4) -> list[Any]:
@@ -86,9 +92,10 @@ def maps_to_json(
     tgt_tokenizer: Any = None,
     target: str | None = None,
     reference_unknown: Sequence[str] = (),
+    kinds: Sequence[str] = MAP_KINDS,
 ) -> dict[str, Any]:
-    """One example for the page: texts, token labels, sizes, the three kinds of (L, H, rows, cols) maps, and
-    (with ``tgt_tokenizer``) each position's probability and top-k alternatives.
+    """One example for the page: texts, token labels, sizes, the three kinds of (L, H, rows, cols) maps, the kinds
+    the page offers, and (with ``tgt_tokenizer``) each position's probability and top-k alternatives.
 
     Args:
         maps: from :func:`dotformer.plots.attention_weights`.
@@ -96,8 +103,11 @@ def maps_to_json(
         tgt_tokenizer: the checkpoint's target tokenizer, to name the top-k alternatives (None: no "steps").
         target: the reference text that was force-decoded (None: greedy decoding).
         reference_unknown: its symbols outside the target vocabulary (named in "warning").
+        kinds: the map kinds the page offers (a language model: ``("decoder_self",)``, and "lm" is true).
     """
     return {
+        "kinds": list(kinds),
+        "lm": tuple(kinds) == LM_KINDS,
         "source": maps.source_text,
         "output": maps.output_text,
         "forced": maps.forced,
@@ -120,13 +130,24 @@ def maps_to_json(
 
 
 def example_json(loaded: Any, text: str, target: str | None = None) -> dict[str, Any]:
-    """The page's example for one input: decode it greedily (or force-decode ``target``) and describe it.
+    """The page's example for one input: decode it greedily (or force-decode ``target``) and describe it; a language
+    model reads the text itself (its causal self-attention, and its likeliest next token at each position).
 
     Raises:
-        DataError: the text has no tokens. ConfigError: the model is not an encoder-decoder.
+        DataError: the text has no tokens. ConfigError: a target for a language model, or a text longer than its
+            window.
     """
     from dotformer.decoding.inputs import UnknownTokenWarning, encode_target
     from dotformer.plots.attention import attention_weights
+
+    if is_language_model(loaded):
+        from dotformer.errors import ConfigError
+        from dotformer.plots.lm_attention import lm_attention_weights
+
+        if target is not None:
+            raise ConfigError("a language model reads its text as it is: there is no reference to force-decode")
+        maps = lm_attention_weights(loaded, text)
+        return maps_to_json(maps, tgt_tokenizer=loaded.tgt_tokenizer, kinds=LM_KINDS)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnknownTokenWarning)  # the page shows it: the example's "warning"
@@ -135,9 +156,17 @@ def example_json(loaded: Any, text: str, target: str | None = None) -> dict[str,
     return maps_to_json(maps, tgt_tokenizer=loaded.tgt_tokenizer, target=target, reference_unknown=unknown)
 
 
-def build_page(examples: Sequence[dict[str, Any]], mode: Literal["serve", "static"], title: str = "") -> str:
-    """The HTML page with ``{"mode", "title", "examples"}`` embedded as JSON (``</`` escaped for the script tag)."""
-    payload = json.dumps({"mode": mode, "title": title, "examples": list(examples)}, ensure_ascii=False)
+def is_language_model(loaded: Any) -> bool:
+    """Whether a loaded checkpoint is a decoder-only language model."""
+    return loaded.model.config.arch == "decoder-only"
+
+
+def build_page(
+    examples: Sequence[dict[str, Any]], mode: Literal["serve", "static"], title: str = "", lm: bool = False
+) -> str:
+    """The HTML page with ``{"mode", "title", "lm", "examples"}`` embedded as JSON (``</`` escaped for the script
+    tag); ``lm``: the page explores a language model (no reference field)."""
+    payload = json.dumps({"mode": mode, "title": title, "lm": lm, "examples": list(examples)}, ensure_ascii=False)
     payload = payload.replace("</", "<\\/")  # a "</script>" inside a token must not end the script element
     return page_template().replace(DATA_PLACEHOLDER, payload)
 
@@ -146,6 +175,11 @@ def model_title(loaded: Any) -> str:
     """A one-line description of a loaded checkpoint for the page header."""
     config = loaded.model.config
     where = getattr(loaded, "path", "")
+    if is_language_model(loaded):
+        return (
+            f"checkpoint {where}: a language model (decoder only), d_model={config.d_model}, "
+            f"heads={config.num_heads}, layers={config.num_decoder_layers}"
+        )
     return (
         f"checkpoint {where}: d_model={config.d_model}, heads={config.num_heads}, "
         f"layers={config.num_encoder_layers}+{config.num_decoder_layers}"
@@ -198,5 +232,6 @@ def write_page(
     examples = examples_json(loaded, texts, targets)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(build_page(examples, "static", model_title(loaded)), encoding="utf-8")
+    page = build_page(examples, "static", model_title(loaded), is_language_model(loaded))
+    path.write_text(page, encoding="utf-8")
     return path

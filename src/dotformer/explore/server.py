@@ -1,7 +1,8 @@
 """The explorer's local web server: the page, and a small JSON endpoint that runs the model.
 
     GET  /                 the page (serve mode), with optional precomputed examples
-    POST /api/attention    {"text": "...", "target": "..." (optional: force-decode this reference)}
+    POST /api/attention    {"text": "...", "target": "..." (optional: force-decode this reference; not for a
+                           language model, which reads the text itself)}
                            -> the example JSON of :func:`dotformer.explore.data.maps_to_json`
     GET  /api/health       {"ok": true}
 
@@ -19,7 +20,14 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from dotformer.errors import ConfigError, DotformerError
-from dotformer.explore.data import MAX_TEXT_CHARS, build_page, example_json, examples_json, model_title
+from dotformer.explore.data import (
+    MAX_TEXT_CHARS,
+    build_page,
+    example_json,
+    examples_json,
+    is_language_model,
+    model_title,
+)
 
 HOST = "127.0.0.1"  # the explorer never listens on other interfaces
 MAX_BODY_BYTES = 16 * 1024  # largest request body accepted
@@ -50,7 +58,7 @@ class ExplorerServer(HTTPServer):
         self.loaded = loaded
         self.verbose = verbose
         embedded = examples_json(loaded, examples, targets)
-        self.page = build_page(embedded, "serve", model_title(loaded)).encode("utf-8")
+        self.page = build_page(embedded, "serve", model_title(loaded), is_language_model(loaded)).encode("utf-8")
         try:
             super().__init__((HOST, port), ExplorerHandler)
         except OSError as exc:

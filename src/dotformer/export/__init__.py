@@ -3,7 +3,8 @@
 * :mod:`dotformer.export.marian`: copy the weights into a Hugging Face ``MarianMTModel`` (same architecture: post-LN,
   sinusoidal positions, scaled embeddings), so that ``generate`` and the HF ecosystem can run the model;
   :func:`~dotformer.export.marian.save_marian` writes it as a directory ``from_pretrained`` reads back.
-* :mod:`dotformer.export.ct2`: write a CTranslate2 model directory (float32, or int8 and friends at load time).
+* :mod:`dotformer.export.ct2`: write a CTranslate2 model directory (float32, or int8 and friends at load time);
+  :mod:`dotformer.export.ct2_lm`: a language model as CTranslate2's decoder-only model (``ctranslate2.Generator``).
 * :mod:`dotformer.export.onnx`: an encoder graph and an incremental decoder-step graph (with its key/value cache as
   inputs and outputs), and :class:`~dotformer.export.onnx.OnnxTranslator` to run them with onnxruntime.
 * :mod:`dotformer.export.torch_nn`: weights to and from PyTorch's own ``torch.nn.Transformer`` and

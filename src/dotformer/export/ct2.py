@@ -231,6 +231,10 @@ def transformer_spec(
         ConfigError: not an encoder-decoder, an activation CTranslate2 lacks, or a vocabulary does not fit the model.
     """
     config = model.config
+    if config.arch == "decoder-only":  # a language model: CTranslate2's decoder-only spec (ctranslate2.Generator)
+        from dotformer.export.ct2_lm import language_model_spec
+
+        return language_model_spec(model, tgt_vocab)
     src_vocab = list(src_vocab) if src_vocab is not None else id_vocabulary(config.src_vocab_size)
     tgt_vocab = list(tgt_vocab) if tgt_vocab is not None else id_vocabulary(config.tgt_vocab_size)
     _check(config, src_vocab, tgt_vocab)

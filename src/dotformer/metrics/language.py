@@ -23,6 +23,7 @@ from dotformer.errors import ConfigError, DataError
 from dotformer.metrics.decoded import perplexity
 
 if TYPE_CHECKING:
+    from dotformer.data.blocks import TokenStream
     from dotformer.data.tokenizers import Tokenizer
     from dotformer.model import Transformer
 
@@ -102,7 +103,6 @@ def score_text(
         ConfigError: the model is not decoder-only, or a bad block size. DataError: fewer than 2 tokens.
     """
     from dotformer.data.blocks import BlockSampler, encode_text
-    from dotformer.data.tokenizers import EOS_ID
     from dotformer.metrics.scoring import evaluate_loss
 
     if model.config.arch != "decoder-only":
@@ -110,7 +110,21 @@ def score_text(
     stream = encode_text(lines, tokenizer, block_size)
     batches = BlockSampler(stream, max_tokens, shuffle=False).batches(0)
     result = evaluate_loss(model, batches, label_smoothing=0.0, pad_id=model.config.pad_id, packed=False)
+    return LanguageModelScore(result.nll * result.num_tokens, result.num_tokens, scored_characters(stream, tokenizer))
+
+
+def scored_characters(stream: TokenStream, tokenizer: Tokenizer) -> int:
+    """C of bits per character: the characters the scored tokens of ``stream`` spell, i.e. all of the text's
+    (``stream.characters``, line ends included) but those of its first token, which has no context and is never
+    scored (an EOS spells one: the line end).
+
+    Raises:
+        DataError: an empty stream.
+    """
+    from dotformer.data.tokenizers import EOS_ID
+
+    if len(stream) == 0:
+        raise DataError("an empty text has no characters to score")
     first = int(stream.ids[0])
-    unscored = 1 if first == EOS_ID else len(tokenizer.decode([first]))  # the first token has no context
-    characters = sum(len(line) + 1 for line in lines) - unscored
-    return LanguageModelScore(result.nll * result.num_tokens, result.num_tokens, characters)
+    unscored = 1 if first == EOS_ID else len(tokenizer.decode([first]))
+    return max(0, stream.characters - unscored)

@@ -2,8 +2,8 @@
 
 The schedule comes from :mod:`dotformer.training.schedule` (the functions the trainer calls); the curves from each
 run's ``metrics.jsonl``, one JSON object per line with a "split" ("train" or "valid"), the "step" and the numbers
-measured then (see :mod:`dotformer.training.logging`): loss, perplexity and learning rate against the step, several
-runs overlaid in one colour each.
+measured then (see :mod:`dotformer.training.logging`): loss, perplexity and learning rate against the step, and a
+language model's bits per character of its validation text, several runs overlaid in one colour each.
 """
 
 from __future__ import annotations
@@ -180,6 +180,8 @@ class LossCurves(NamedTuple):
         train_ppl, valid_ppl: (N,), (M,) perplexity per target token: the logged "ppl" (or "perplexity"), else
             exp(nll) where an NLL was logged, else NaN.
         label: the run's name in legends (its directory name).
+        valid_bpc: (M,) a language model's bits per character of the validation text ("bits_per_char"; NaN where
+            not logged: a translation run).
     """
 
     source: Path
@@ -193,6 +195,7 @@ class LossCurves(NamedTuple):
     train_ppl: np.ndarray
     valid_ppl: np.ndarray
     label: str
+    valid_bpc: np.ndarray
 
 
 def metrics_file(run: str | Path) -> Path:
@@ -256,8 +259,8 @@ def read_loss_curves(run: str | Path, label: str | None = None) -> LossCurves:
         MissingDataError: no metrics file. DataError: a line is not a JSON object (FILE:LINE), or no line has a loss.
     """
     path = metrics_file(run)
-    # per split: (step, loss, nll, lr, ppl)
-    points: dict[str, list[tuple[int, float, float, float, float]]] = {"train": [], "valid": []}
+    # per split: (step, loss, nll, lr, ppl, bits per char)
+    points: dict[str, list[tuple[int, float, float, float, float, float]]] = {"train": [], "valid": []}
     fields_used: list[str] = []
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
@@ -273,7 +276,8 @@ def read_loss_curves(run: str | Path, label: str | None = None) -> LossCurves:
             if split not in points or not isinstance(step, int) or loss is None:
                 continue
             nll, lr = record_number(record, "nll"), record_number(record, "lr", "learning_rate")
-            points[split].append((step, loss[1], nll, lr, record_perplexity(record)))
+            bpc = record_number(record, "bits_per_char")
+            points[split].append((step, loss[1], nll, lr, record_perplexity(record), bpc))
             fields_used.append(loss[0])
     if not fields_used:
         raise DataError(f"{path}: no line has a step and a loss (fields looked for: {', '.join(LOSS_FIELDS)})")
@@ -293,6 +297,7 @@ def read_loss_curves(run: str | Path, label: str | None = None) -> LossCurves:
         train_ppl=column("train", 4),
         valid_ppl=column("valid", 4),
         label=label if label is not None else (path.parent.name if path.name == "metrics.jsonl" else path.stem),
+        valid_bpc=column("valid", 5),
     )
 
 
@@ -324,7 +329,8 @@ def plot_loss_curves(runs: str | Path | Sequence[str | Path], path: str | Path) 
     """Draw the loss, perplexity and learning rate of one or more runs against the optimizer step, overlaid.
 
     Three panels: loss per target token (train solid, validation dashed with markers), perplexity (log scale;
-    validation, and train faint) and learning rate. Each run has one colour; a quantity a run did not log is left out.
+    validation, and train faint) and learning rate; a fourth, bits per character of the validation text, when a
+    run is a language model that logged them. Each run has one colour; a quantity a run did not log is left out.
 
     Args:
         runs: a run directory (or its metrics.jsonl), or several.
@@ -338,8 +344,10 @@ def plot_loss_curves(runs: str | Path | Sequence[str | Path], path: str | Path) 
     if not run_list:
         raise ConfigError("plot curves needs at least one run (--run DIR)")
     all_curves = [read_loss_curves(r, label) for r, label in zip(run_list, run_labels(run_list), strict=True)]
-    fig = new_figure(14, 4)
-    ax_loss, ax_ppl, ax_lr = fig.subplots(1, 3)
+    language = any(np.isfinite(curves.valid_bpc).any() for curves in all_curves)
+    fig = new_figure(18.5 if language else 14, 4)
+    axes = fig.subplots(1, 4 if language else 3)
+    ax_loss, ax_ppl, ax_lr = axes[:3]
     colours = [f"C{i % 10}" for i in range(len(all_curves))]
     for curves, colour in zip(all_curves, colours, strict=True):
         name = curves.label
@@ -356,12 +364,18 @@ def plot_loss_curves(runs: str | Path | Sequence[str | Path], path: str | Path) 
         steps, lr = _finite(curves.train_steps, curves.train_lr)
         if lr.size:
             ax_lr.plot(steps, lr, color=colour, label=name)
+        steps, bpc = _finite(curves.valid_steps, curves.valid_bpc)
+        if language and bpc.size:
+            axes[3].plot(steps, bpc, "o--", color=colour, label=f"{name} valid")
     field = all_curves[0].field
-    for ax, ylabel, title in (
+    panels = [
         (ax_loss, f"{field} per target token (nats)", "loss"),
         (ax_ppl, "perplexity (exp of NLL per token)", "perplexity"),
         (ax_lr, "learning rate", "learning rate"),
-    ):
+    ]
+    if language:
+        panels.append((axes[3], "bits per character (NLL / ln 2 per character)", "bits per character (validation)"))
+    for ax, ylabel, title in panels:
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=9)

@@ -7,7 +7,8 @@ measured then. Train lines come every ``metrics_every`` steps (default 1: every 
 target token, ppl, lr, grad_norm (before clipping), tokens (target tokens of the step), tokens_per_s (since the
 previous line), elapsed_s (training seconds of the whole run) and cpu_s (CPU seconds of this process since this call
 started, all threads); valid lines have loss, nll, ppl, tokens, best (a new best validation loss) and seconds (the
-pass's duration). A resumed run appends to the same file.
+pass's duration), and for a language model bits_per_token and bits_per_char (nll / ln 2 per token, and per
+character of the validation text: :mod:`dotformer.metrics.language`). A resumed run appends to the same file.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from torch import nn
 
 from dotformer import checkpoint as ckpt
 from dotformer.data.batching import Batch, padding_fraction
-from dotformer.data.blocks import sampler_for
+from dotformer.data.blocks import TokenStream, sampler_for
 from dotformer.errors import ConfigError, TrainingError
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext, barrier, setup_distributed, teardown_distributed
@@ -249,12 +249,19 @@ def start(setup: Setup, state: TrainState, resume: bool, init_from: Path | None)
 
 
 def describe_data(setup: Setup) -> str:
-    """One line before training: pair counts, vocabulary sizes, parameters, batches per epoch, padding fraction."""
+    """One line before training: pair counts (a language model's tokens and blocks), vocabulary sizes, parameters,
+    batches per epoch, padding fraction."""
     d, c = setup.data, setup.config
     batches = setup.stream.own_batches(setup.stream.epoch)
+    if isinstance(d.train, TokenStream):
+        T = d.train.block_size
+        counts = f"{len(d.train):,} train / {len(d.valid):,} valid tokens, blocks of {T:,} tokens"
+        vocabulary = f"vocabulary {d.tgt_tokenizer.vocab_size:,}"
+    else:
+        counts = f"{len(d.train):,} train / {len(d.valid):,} valid pairs"
+        vocabulary = f"vocabulary {d.src_tokenizer.vocab_size:,} -> {d.tgt_tokenizer.vocab_size:,}"
     return (
-        f"data: {len(d.train):,} train / {len(d.valid):,} valid pairs;"
-        f" vocabulary {d.src_tokenizer.vocab_size:,} -> {d.tgt_tokenizer.vocab_size:,};"
+        f"data: {counts}; {vocabulary};"
         f" model {setup.model.num_parameters():,} parameters; {len(batches):,} batches of"
         f" <= {c.max_tokens:,} tokens per epoch (this process), {padding_fraction(batches):.1%} padding"
     )

@@ -1,9 +1,11 @@
 """The validation pass of the training loop: the loss on the validation batches, the score that picks ``best/``
 (the loss, or a decoding metric: :mod:`~dotformer.training.selection`), and the patience count of early stopping.
+A language model's pass also logs bits per token and per character of the validation text.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,7 @@ from dotformer.training.state import Setup, TrainState
 
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
+    from dotformer.metrics.scoring import EvalResult
     from dotformer.training.state import TrainData
 
 
@@ -47,15 +50,33 @@ def validate(setup: Setup, state: TrainState, log: MetricsLog, progress: Progres
     if context.is_main:
         record = {"split": "valid", "step": state.step, "epoch": round(setup.stream.epochs_done, 4)}
         record.update(loss=result.loss, nll=result.nll, ppl=result.perplexity, tokens=result.num_tokens)
+        language = language_figures(setup, result)
+        record.update(language)
         if metric != "loss":
             record.update({metric: score, "decoded": len({p.source for p in setup.decode_pairs})})
         record.update(best=improved, seconds=round(time.monotonic() - started, 3))
         log.write(record)
         shown = f", {metric} {score:.2f}" if metric != "loss" else ""
+        if language:
+            shown += f", {language['bits_per_char']:.3f} bits/char"
         progress.write(
             f"step {state.step:,}: valid loss {result.loss:.4f}, ppl {result.perplexity:.3f}{shown}"
             + (" (best)" if improved else "")
         )
+
+
+def language_figures(setup: Setup, result: EvalResult) -> dict[str, float]:
+    """A language model's figures of a validation pass: bits per token and bits per character of the validation text
+    (:mod:`dotformer.metrics.language`, from the pass's NLL); empty for pairs, or a text of unknown length."""
+    from dotformer.data.blocks import TokenStream
+    from dotformer.metrics.language import LanguageModelScore, scored_characters
+
+    valid = setup.data.valid
+    if not isinstance(valid, TokenStream) or not valid.characters or not math.isfinite(result.nll):
+        return {}
+    characters = scored_characters(valid, setup.data.tgt_tokenizer)
+    score = LanguageModelScore(result.nll * result.num_tokens, result.num_tokens, characters)
+    return {"bits_per_char": score.bits_per_character, "bits_per_token": score.bits_per_token}
 
 
 def pairs_to_decode(data: TrainData, config: TrainConfig) -> list[Pair]:

@@ -13,6 +13,9 @@ const HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8
                       "#bcbd22", "#17becf"];
 const KIND_NAMES = {encoder: "encoder self-attention", decoder_self: "decoder self-attention",
                     cross: "cross-attention"};
+const KIND_OPTIONS = {cross: "cross-attention (target \u2192 source)", encoder: "encoder self-attention",
+                      decoder_self: "decoder self-attention"};  // the kind list; a language model's is its own
+const LM_KIND_OPTION = "causal self-attention (the text)";
 const state = {example: null, second: null, view: "overview", hidden: new Set(), requests: 0};
 const $ = (id) => document.getElementById(id);
 const measurer = document.createElement("canvas").getContext("2d");
@@ -53,6 +56,9 @@ function setOptions(select, values, names) {
 
 function labelsFor(example, kind) {
   if (kind === "encoder") return [example.src_tokens, example.src_tokens, "source (query)", "source (key)"];
+  if (kind === "decoder_self" && example.lm) {
+    return [example.tgt_tokens, example.tgt_tokens, "text (query)", "text (key)"];
+  }
   if (kind === "decoder_self") {
     return [example.tgt_tokens, example.tgt_tokens, "target input (query)", "target input (key)"];
   }
@@ -327,7 +333,7 @@ function drawProbs() {
   const example = state.example;
   if (!example || !example.steps) return;
   const head = table.insertRow();
-  [ "#", example.forced ? "reference token" : "output token", "probability",
+  [ "#", example.lm ? "likeliest next token" : example.forced ? "reference token" : "output token", "probability",
     "top-" + (example.steps[0] ? example.steps[0].top.length : 0) + " (the model's softmax)"].forEach((name) => {
     const th = document.createElement("th"); th.textContent = name; head.appendChild(th);
   });

@@ -20,7 +20,8 @@ function drawAll() {
   if (example) {
     const [rows, cols, rowName, colName] = labelsFor(example, kind);
     $("caption").textContent = KIND_NAMES[kind] + ", layer " + layer + ", " + headName(head) + ": rows " + rowName +
-      " (" + rows.length + "), columns " + colName + " (" + cols.length + "); each row sums to 1";
+      " (" + rows.length + "), columns " + colName + " (" + cols.length + "); each row sums to 1" +
+      (example.lm ? "; zeros above the diagonal: the causal mask" : "");
   } else {
     $("caption").textContent = "";
   }
@@ -49,12 +50,18 @@ function clearResult(message) {
 function show(example) {
   state.example = example;
   state.hidden.clear();
-  $("output-name").textContent = example.forced ? "Reference (forced)" : "Output";
+  $("output-name").textContent = example.lm ? "Text and its likeliest next token" :
+    example.forced ? "Reference (forced)" : "Output";
   $("output").textContent = example.output;
-  $("decoding-note").textContent = example.forced
+  $("decoding-note").textContent = example.lm
+    ? "language model: each token attends to itself and the tokens before it (the causal mask: zeros above the " +
+      "diagonal); the table gives the likeliest next token at each position"
+    : example.forced
     ? "forced decoding: the decoder reads this reference (teacher forcing); the table gives the probability of " +
       "each reference token and what the model would have chosen"
     : "greedy decoding";
+  const kinds = example.kinds || Object.keys(KIND_OPTIONS);
+  setOptions($("kind"), kinds, kinds.map((k) => example.lm ? LM_KIND_OPTION : KIND_OPTIONS[k]));
   $("status").textContent = "";
   $("warning").textContent = example.warning || "";
   setOptions($("layer"), [...Array(example.layers).keys()], [...Array(example.layers).keys()].map((l) => "layer " + l));
@@ -156,9 +163,12 @@ function save(name, url) {
 function init() {
   $("model").textContent = DATA.title || "";
   $("mode-note").textContent = DATA.mode === "serve"
-    ? "Live: each input runs the model on the local server (greedy decoding, or forced decoding of a reference)."
+    ? (DATA.lm
+      ? "Live: each text runs the language model on the local server (its causal self-attention)."
+      : "Live: each input runs the model on the local server (greedy decoding, or forced decoding of a reference).")
     : "Static page: choose one of its " + DATA.examples.length + " precomputed examples from the list. Live input " +
       "and forced decoding need serve mode (dotformer explore --checkpoint DIR).";
+  if (DATA.lm) $("target").hidden = true;  // a language model reads the text itself: no reference to force-decode
   if (DATA.mode !== "serve") {  // no model behind the page: the lists choose; a typed input or a reference cannot run
     for (const id of ["target", "run", "run2"]) $(id).hidden = true;
     for (const id of ["text", "text2"]) $(id).readOnly = true;

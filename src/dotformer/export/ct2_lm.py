@@ -1,0 +1,117 @@
+"""Write a dotformer language model (decoder-only) as a CTranslate2 model directory, run by ``ctranslate2.Generator``.
+
+CTranslate2 describes a GPT-style model with ``ctranslate2.specs.TransformerDecoderModelSpec``: one decoder stack
+without encoder attention, its embeddings, positions and output projection. The lesson's decoder alone maps onto it
+with the names of :mod:`dotformer.export.ct2` (the same :class:`~dotformer.export.ct2.SpecWriter` copies the
+weights; only the decoder's names are used):
+
+=====================================  ====================================================
+dotformer                              CTranslate2 decoder-only spec
+=====================================  ====================================================
+``tgt_embed.token`` (·√D)              ``decoder.embeddings`` with ``scale_embeddings``
+sinusoidal or learned table             ``decoder.position_encodings.encodings`` (``max_len`` rows)
+``self_attn.W_q, W_k, W_v`` / ``W_o``  ``self_attention.linear[0]`` (fused (3D, D)) / ``linear[1]``
+``res_*.norm``, ``decoder.final_norm``  each sublayer's ``layer_norm``; ``decoder.layer_norm`` (pre-LN only)
+``feed_forward.W_1, W_2``              ``ffn.linear_0, linear_1``
+``generator``                          ``decoder.projection``
+=====================================  ====================================================
+
+The vocabulary is one list (the tokenizer's pieces, or ``t4``, ``t5``, ... when pieces look alike); ``</s>`` is both
+the end token and dotformer's line end. A prompt is read as dotformer reads it (a line end first:
+:func:`dotformer.api.generation.encode_prompt`) and goes to ``Generator.generate_batch`` or ``forward_batch`` as token
+strings (:func:`~dotformer.export.ct2.ids_to_tokens`). CTranslate2 stops greedy decoding at ``</s>`` unless told
+otherwise (``end_token``), where dotformer's sampling runs on across line ends; and it knows no window: a text longer
+than ``max_len`` (the positions the model has) is refused there, where ``dotformer generate`` slides its window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from dotformer.config import ModelConfig
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
+from dotformer.errors import ConfigError
+from dotformer.export.ct2 import CT2_NAMES, SpecWriter, _layer_names, _tensor, id_vocabulary
+from dotformer.export.params import EngineNames, embedding_params, locate
+from dotformer.model import Transformer
+
+CT2_LM_NAMES = EngineNames(
+    layers={"decoder": _layer_names("decoder", cross=False)},  # the decoder alone: no encoder attention
+    embeddings={"tgt": CT2_NAMES.embeddings["tgt"]},
+    positions={"tgt": CT2_NAMES.positions["tgt"]},
+    generator=CT2_NAMES.generator,
+)
+ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}  # CTranslate2's names (SWISH is x·σ(x), SiLU)
+
+
+class LanguageModelSpecWriter(SpecWriter):
+    """:class:`~dotformer.export.ct2.SpecWriter` over a ``TransformerDecoderModelSpec``: the decoder's names only
+    (:data:`CT2_LM_NAMES`), one token table and one positional table."""
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self.names = CT2_LM_NAMES
+
+    def copy_embeddings(self, model: Transformer) -> None:
+        """The token table, the positional table up to ``max_len`` (×√D is ``scale_embeddings``)."""
+        assert model.tgt_embed is not None  # every model has a decoder
+        config = model.config
+        locate(self.spec, self.names.embeddings["tgt"]).weight = _tensor(embedding_params(model)["tgt"].weight)
+        positions = model.tgt_embed.position.encoding(config.max_len)  # (max_len, D)
+        locate(self.spec, self.names.positions["tgt"]).encodings = _tensor(positions)
+        self.spec.decoder.scale_embeddings = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
+
+
+def check_language_model(config: ModelConfig, vocabulary: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` unless ``config`` and ``vocabulary`` fit CTranslate2's decoder-only spec."""
+    if config.arch != "decoder-only":
+        raise ConfigError(f"the CTranslate2 language-model spec holds a decoder-only model, got arch={config.arch!r}")
+    if config.embedding_norm:
+        raise ConfigError("ModelConfig.embedding_norm=True: the CTranslate2 export does not carry embedding LayerNorms")
+    if config.activation not in ACTIVATIONS:
+        raise ConfigError(f"CTranslate2 has no {config.activation!r} activation")
+    if len(vocabulary) != config.tgt_vocab_size:
+        raise ConfigError(f"the vocabulary has {len(vocabulary)} tokens but the model has {config.tgt_vocab_size}")
+    if len(set(vocabulary)) != len(vocabulary):
+        raise ConfigError("the vocabulary has duplicate token strings; CTranslate2 needs unique ones")
+    if tuple(vocabulary[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+        raise ConfigError(f"the vocabulary must start with {SPECIAL_TOKENS}, got {tuple(vocabulary[:4])}")
+
+
+def language_model_spec(model: Transformer, vocabulary: Sequence[str] | None = None) -> Any:
+    """Build the ``ctranslate2.specs.TransformerDecoderModelSpec`` holding ``model``'s weights (float32).
+
+    Args:
+        model: a decoder-only :class:`Transformer` (post-LN or pre-LN, ReLU, GELU or SiLU, sinusoidal or learned
+            positions).
+        vocabulary: the token strings of ids 0..V-1 (unique, specials first); default
+            :func:`~dotformer.export.ct2.id_vocabulary`.
+
+    Returns:
+        The validated spec; ``spec.save(directory)`` writes it (``ctranslate2.Generator(directory)`` loads it).
+
+    Raises:
+        ConfigError: not decoder-only, embedding norms, or a vocabulary that does not fit the model.
+    """
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    config = model.config
+    vocabulary = list(vocabulary) if vocabulary is not None else id_vocabulary(config.tgt_vocab_size)
+    check_language_model(config, vocabulary)
+    spec = transformer_spec.TransformerDecoderModelSpec.from_config(
+        config.num_decoder_layers,
+        config.num_heads,
+        pre_norm=config.norm_first,
+        activation=getattr(common_spec.Activation, ACTIVATIONS[config.activation]),
+        no_final_norm=model.decoder.final_norm is None,
+    )
+    spec.config.layer_norm_epsilon = config.layer_norm_eps
+    LanguageModelSpecWriter(spec).copy_model(model)
+    spec.register_vocabulary(vocabulary)
+    spec.config.unk_token = SPECIAL_TOKENS[UNK_ID]
+    spec.config.bos_token = SPECIAL_TOKENS[BOS_ID]
+    spec.config.eos_token = SPECIAL_TOKENS[EOS_ID]
+    spec.validate()
+    return spec
