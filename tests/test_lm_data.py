@@ -170,3 +170,16 @@ def test_the_kjv_as_text_held_out_by_books() -> None:
     assert not set(splits.info["valid_groups"]) & {"Ruth", "Jonah"}
     with pytest.raises(ConfigError, match="not a Bible"):
         check_books(TextCorpus("t.txt", ["a"], ["lines 1-100"], {"format": "text"}), ["Ruth"])
+
+
+def test_a_short_file_is_cut_in_smaller_pieces_so_it_splits(tmp_path: Path) -> None:
+    path = tmp_path / "short.txt"
+    path.write_text("".join(f"line {i}\n" for i in range(100)), encoding="utf-8")
+    corpus = read_file_text(path)
+    assert corpus.groups[0] == "lines 1-10" and len(set(corpus.groups)) == 10
+    splits = split_text(corpus, seed=1)  # the defaults: 5% valid, 5% test, whole pieces
+    assert (len(splits.train), len(splits.valid), len(splits.test)) == (80, 10, 10)
+    two = tmp_path / "two.txt"
+    two.write_text("a line\nanother line\n", encoding="utf-8")
+    with pytest.raises(DataError, match="no lines left for training .2 lines in 2 held-out pieces"):
+        split_text(read_file_text(two), seed=1, valid_fraction=0.5, test_fraction=0.5)

@@ -20,7 +20,8 @@ from dotformer.data.textio import read_text_lines
 from dotformer.data.types import Corpus, Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
-PIECE_LINES = 100  # lines of a file held out together (a file has no books)
+PIECE_LINES = 100  # lines of a file held out together at most (a file has no books)
+MIN_PIECES = 10  # a short file is cut in at least this many pieces, so its valid and test splits leave it most
 DEFAULT_BIBLE_MODULE = "KJV"
 
 
@@ -72,14 +73,16 @@ def read_text_corpus(dataset: str, sword_path: str | None = None) -> TextCorpus:
 
 
 def read_file_text(path: str | Path) -> TextCorpus:
-    """A text file's lines, grouped in pieces of :data:`PIECE_LINES` lines.
+    """A text file's lines, grouped in pieces of :data:`PIECE_LINES` lines (fewer in a file shorter than
+    :data:`MIN_PIECES` such pieces: at least :data:`MIN_PIECES` pieces, or one line each).
 
     Raises:
         MissingDataError: no such file. DataError: empty, or not UTF-8 (FILE:LINE).
     """
     lines = read_text_lines(path)
-    starts = [i // PIECE_LINES * PIECE_LINES for i in range(len(lines))]
-    groups = [f"lines {start + 1}-{start + PIECE_LINES}" for start in starts]
+    piece = max(1, min(PIECE_LINES, len(lines) // MIN_PIECES))
+    starts = [i // piece * piece for i in range(len(lines))]
+    groups = [f"lines {start + 1}-{min(start + piece, len(lines))}" for start in starts]
     report = {"format": "text", "lines": len(lines), "characters": sum(len(line) for line in lines)}
     return TextCorpus(str(path), lines, groups, report)
 
@@ -127,7 +130,14 @@ def split_text(
 
     # split_indices deals the positions of a Corpus by group; the lines stand in as targets of source-less pairs
     stand_in = Corpus(corpus.name, "exact", [Pair("", line) for line in corpus.lines], list(corpus.groups))
-    indices = split_indices(stand_in, seed, valid_fraction, test_fraction, test_groups, keep_groups_together=True)
+    try:
+        indices = split_indices(stand_in, seed, valid_fraction, test_fraction, test_groups, keep_groups_together=True)
+    except DataError:
+        raise DataError(
+            f"{corpus.name}: no lines left for training ({len(corpus.lines)} lines in {len(set(corpus.groups))} "
+            f"held-out pieces; valid_fraction={valid_fraction}, test_fraction={test_fraction}): give a longer text, "
+            f"or --valid and --test files"
+        ) from None
     info = {
         "corpus": corpus.name,
         "seed": seed,
