@@ -235,6 +235,8 @@ class Translator:
         length_penalty: float = 0.6,
         max_len_a: float = 1.0,
         max_len_b: int = 50,
+        min_len_a: float = 0.0,
+        min_len_b: int = 0,
         temperature: float | None = None,
         top_k: int | None = None,
         top_p: float | None = None,
@@ -246,6 +248,7 @@ class Translator:
         progress: bool | None = None,
         details: bool = False,
         attention: bool = False,
+        prefix: str | Sequence[str | None] | None = None,
     ) -> Any:
         """Decode one text or a list of texts.
 
@@ -255,7 +258,8 @@ class Translator:
             beam: beam size K (strategy "beam" only; default 4). n_best: hypotheses per input (<= beam; 1 for
                 greedy).
             strategy: "beam", "greedy" or "sample"; length_penalty (α), max_len_a, max_len_b (most output steps =
-                a · input length + b), temperature (1.0), top_k (0), top_p (1.0), seed (0): see
+                a · input length + b), min_len_a, min_len_b (fewest output tokens before the end = a · input length +
+                b; 0 by default), temperature (1.0), top_k (0), top_p (1.0), seed (0): see
                 :class:`~dotformer.decoding.DecodeConfig`; the last four apply to strategy "sample" only.
             config: a ready :class:`~dotformer.decoding.DecodeConfig`; when given it replaces every search argument
                 above (``beam`` ... ``seed``), and ``beam`` or a sampling argument beside it is refused.
@@ -265,6 +269,9 @@ class Translator:
                 progress: a progress bar on stderr (None: from 500 inputs on).
             details: return :class:`TranslationResult` (scores, tokens, ``finished``, unknown symbols) instead of
                 texts. attention: also compute each input's attention maps (implies ``details``).
+            prefix: the start every output of the input must have, written as outputs are (a string for a string
+                input; a sequence with one string or None per text for a sequence): its tokens are forced, scored
+                and kept in the output (fairseq's prefix, CTranslate2's ``target_prefix``).
 
         Returns:
             ``details`` False: the best text (n_best = 1) or the n_best texts, best first, for a string input; a list
@@ -281,7 +288,7 @@ class Translator:
         """
         from dotformer.decoding import DecodeConfig
         from dotformer.decoding.inputs import check_max_input_length, encode_sources, warn_unknown
-        from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, decode_encoded
+        from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, decode_encoded, encode_prefixes
 
         single = isinstance(texts, str)
         inputs = [texts] if single else _text_list(texts)
@@ -304,6 +311,8 @@ class Translator:
                 length_penalty=length_penalty,
                 max_len_a=max_len_a,
                 max_len_b=max_len_b,
+                min_len_a=min_len_a,
+                min_len_b=min_len_b,
                 temperature=1.0 if temperature is None else temperature,
                 top_k=0 if top_k is None else top_k,
                 top_p=1.0 if top_p is None else top_p,
@@ -315,7 +324,10 @@ class Translator:
         encoded = encode_sources(self.checkpoint, inputs, limit)
         warn_unknown(encoded)
         tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-        outputs = decode_encoded(self.checkpoint, encoded, config, batch_size, progress, tokens)
+        prefixes = (
+            None if prefix is None else encode_prefixes(self.checkpoint, _prefix_list(prefix, single, len(inputs)))
+        )
+        outputs = decode_encoded(self.checkpoint, encoded, config, batch_size, progress, tokens, prefixes)
         if not (details or attention):
             texts_out = [[h.text for h in hyps] for hyps in outputs]
             flat: list[Any] = [hyps[0] for hyps in texts_out] if config.n_best == 1 else texts_out
@@ -377,6 +389,23 @@ class Translator:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UnknownTokenWarning)  # translate() has warned already
             return attention_weights(self.checkpoint, source, target=hyps[0].text)
+
+
+def _prefix_list(prefix: Any, single: bool, count: int) -> list[str | None]:
+    """``prefix=`` of :meth:`Translator.translate` as one entry per text.
+
+    Raises:
+        ArgumentTypeError: a sequence for a string input, a string for a sequence, or not one entry per text.
+    """
+    if single:
+        if not isinstance(prefix, str):
+            raise ArgumentTypeError(f"translate(): prefix= for one text is a string, got {type(prefix).__name__}")
+        return [prefix]
+    if isinstance(prefix, str) or not isinstance(prefix, Sequence):
+        raise ArgumentTypeError("translate(): prefix= for a list of texts is a list with one string or None per text")
+    if len(prefix) != count:
+        raise ArgumentTypeError(f"translate(): {len(prefix)} prefixes for {count} texts; give one per text")
+    return list(prefix)
 
 
 def _text_list(texts: Any) -> list[str]:

@@ -41,6 +41,17 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-len-a", type=float, default=1.0, metavar="A", help="max output length = A * input length + B (1.0)"
     )
     parser.add_argument("--max-len-b", type=int, default=50, metavar="B", help="see --max-len-a (50)")
+    parser.add_argument(
+        "--min-len",
+        "--min-len-b",
+        dest="min_len_b",
+        type=int,
+        default=0,
+        metavar="N",
+        help="fewest output tokens before the end of sentence: the end is forbidden until then (0); with "
+        "--min-len-a A the minimum is A * input length + N; --max-len-a/-b win where they are lower",
+    )
+    parser.add_argument("--min-len-a", type=float, default=0.0, metavar="A", help="see --min-len (0.0)")
     parser.add_argument("--temperature", type=float, default=None, metavar="T", help="sampling temperature (1.0)")
     parser.add_argument("--top-k", type=int, default=None, metavar="K", help="sample from the K likeliest tokens")
     parser.add_argument("--top-p", type=float, default=None, metavar="P", help="nucleus sampling mass P in (0, 1]")
@@ -69,6 +80,8 @@ def decode_config_from_args(args: argparse.Namespace, n_best: int = 1) -> Decode
         length_penalty=args.length_penalty,
         max_len_a=args.max_len_a,
         max_len_b=args.max_len_b,
+        min_len_a=args.min_len_a,
+        min_len_b=args.min_len_b,
         temperature=args.temperature if args.temperature is not None else 1.0,
         top_k=args.top_k if args.top_k is not None else 0,
         top_p=args.top_p if args.top_p is not None else 1.0,

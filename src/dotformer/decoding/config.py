@@ -34,6 +34,8 @@ class DecodeConfig:
     length_penalty: float = 0.6  # α of the GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α; 0 ranks by summed log-prob
     max_len_a: float = 1.0  # maximum output length = floor(max_len_a * source length + max_len_b) decoding steps
     max_len_b: int = 50  # (§6.1: "input length + 50"); steps count the final EOS, see ``max_output_length``
+    min_len_a: float = 0.0  # minimum output length = floor(min_len_a * source length + min_len_b) tokens before EOS
+    min_len_b: int = 0  # (fairseq's --min-len); EOS is forbidden until then, the maximum length wins over it
     temperature: float = 1.0  # sampling: logits are divided by it before the softmax (< 1 sharper, > 1 flatter)
     top_k: int = 0  # sampling: keep only the k most likely tokens (0 = no limit)
     top_p: float = 1.0  # sampling: keep the smallest set of tokens whose probability reaches p (1.0 = no limit)
@@ -62,6 +64,10 @@ class DecodeConfig:
             raise ConfigError(f"DecodeConfig.max_len_a must be a finite number >= 0, got {self.max_len_a!r}")
         if not isinstance(self.max_len_b, int) or isinstance(self.max_len_b, bool) or self.max_len_b < 0:
             raise ConfigError(f"DecodeConfig.max_len_b must be a non-negative integer, got {self.max_len_b!r}")
+        if not math.isfinite(self.min_len_a) or self.min_len_a < 0:
+            raise ConfigError(f"DecodeConfig.min_len_a must be a finite number >= 0, got {self.min_len_a!r}")
+        if not isinstance(self.min_len_b, int) or isinstance(self.min_len_b, bool) or self.min_len_b < 0:
+            raise ConfigError(f"DecodeConfig.min_len_b must be a non-negative integer, got {self.min_len_b!r}")
         if not math.isfinite(self.temperature) or self.temperature <= 0:
             raise ConfigError(f"DecodeConfig.temperature must be a finite number > 0, got {self.temperature!r}")
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
@@ -78,6 +84,14 @@ class DecodeConfig:
         its EOS, and a hypothesis cut at the limit has exactly ``max_output_length`` tokens and no EOS. At least 1.
         """
         return max(1, math.floor(self.max_len_a * source_length + self.max_len_b))
+
+    def min_output_length(self, source_length: int) -> int:
+        """The fewest tokens before EOS for a source of ``source_length`` tokens (its EOS included, PAD excluded).
+
+        EOS is forbidden until the output has this many tokens; an output cut at :meth:`max_output_length` may still
+        be shorter (the maximum wins). 0 by default: no minimum.
+        """
+        return max(0, math.floor(self.min_len_a * source_length + self.min_len_b))
 
     def replace(self, **changes: Any) -> DecodeConfig:
         """A copy with some fields changed, validated again."""

@@ -37,11 +37,13 @@ class EncodedSource(NamedTuple):
         src_mask: (B, 1, 1, S) bool, True at real (non-PAD) source tokens.
         max_len: (B,) int64, the most decoding steps for each sentence (EOS included), from
             :meth:`DecodeConfig.max_output_length` of its unpadded length, capped by a learned positional table.
+        min_len: (B,) int64, the fewest tokens before EOS for each sentence (:meth:`DecodeConfig.min_output_length`).
     """
 
     memory: Tensor
     src_mask: Tensor
     max_len: Tensor
+    min_len: Tensor
 
 
 @contextlib.contextmanager
@@ -98,7 +100,13 @@ def encode_source(model: Transformer, src: Tensor, config: DecodeConfig) -> Enco
     limits = [config.max_output_length(n) for n in lengths]
     if model.config.positional == "learned":  # step t reads position t; the table has max_len rows
         limits = [min(n, model.config.max_len) for n in limits]
-    return EncodedSource(memory, src_mask, torch.tensor(limits, dtype=torch.int64, device=src.device))
+    minimums = [config.min_output_length(n) for n in lengths]
+    return EncodedSource(
+        memory,
+        src_mask,
+        torch.tensor(limits, dtype=torch.int64, device=src.device),
+        torch.tensor(minimums, dtype=torch.int64, device=src.device),
+    )
 
 
 def expand_rows(x: Tensor, copies: int) -> Tensor:
