@@ -118,3 +118,88 @@ def test_cli_inline_prefix_and_prefix_file(
         capsys, "translate", "--checkpoint", str(checkpoint), "--prefix-file", str(prefixes), "a1", "a2", "a3"
     )
     assert status == 2 and "input 3: no prefix for this input" in err
+
+
+def set_score_checkpoint(root: Path, scores: list[float]) -> Path:
+    model = random_model(vocab=len(scores), tie_output=False, generator_bias=True)
+    with torch.no_grad():
+        model.generator.weight.zero_()
+        model.generator.bias.copy_(torch.tensor(scores))
+    symbols = train_tokenizer("symbol", [SYMBOLS])
+    save_checkpoint(root, model, symbols, symbols, {"task": "synthetic"})
+    return root
+
+
+@pytest.fixture(scope="module")
+def random_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    symbols = train_tokenizer("symbol", [SYMBOLS])
+    path = tmp_path_factory.mktemp("random") / "checkpoint"
+    model = random_model(vocab=12, seed=4, generator_bias=True)
+    with torch.no_grad():
+        model.generator.bias[3] = -100.0  # no <unk> in the outputs, so their texts give back their tokens
+    save_checkpoint(path, model, symbols, symbols, {"task": "synthetic"})
+    return path
+
+
+@pytest.mark.parametrize("layer", [-1, 0])
+def test_alignments_are_the_argmax_of_the_head_averaged_cross_attention(random_checkpoint: Path, layer: int) -> None:
+    from dotformer.plots import attention_weights
+
+    translator = dotformer.load(random_checkpoint, device="cpu")
+    texts = ["a1 a2 a3", "a4 a0", "a7"]
+    results = translator.translate(texts, n_best=2, max_len_b=6, alignments=True, alignment_layer=layer)
+    for text, result in zip(texts, results, strict=True):
+        for hyp in result.hypotheses:
+            maps = attention_weights(translator.checkpoint, text, target=hyp.text)
+            mean = torch.tensor(maps.cross[layer]).mean(dim=0)  # (T, S), over the heads
+            if mean.size(1) > 1:
+                mean[:, -1] = float("-inf")  # the source's EOS is not an alignment target
+            expected = [(int(mean[j].argmax()), j) for j in range(len(hyp.tokens))]
+            assert hyp.alignment == expected
+
+
+def test_alignment_lines_and_json(random_checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    translator = dotformer.load(random_checkpoint, device="cpu")
+    expected = translator.translate(["a1 a2", "a3"], max_len_b=3, alignments=True)
+    status, out, _ = run_cli(
+        capsys, "translate", "--checkpoint", str(random_checkpoint), "--max-len-b", "3", "--alignments", "a1 a2", "a3"
+    )
+    lines = out.splitlines()
+    assert status == 0 and lines[0::2] == [r.text for r in expected]
+    assert lines[1::2] == [
+        f"A-{i}\t" + " ".join(f"{s}-{t}" for s, t in r.hypotheses[0].alignment) for i, r in enumerate(expected)
+    ]
+    status, out, _ = run_cli(
+        capsys,
+        "translate",
+        "--checkpoint",
+        str(random_checkpoint),
+        "--max-len-b",
+        "3",
+        "--alignments",
+        "--output-format",
+        "json",
+        "a1 a2",
+    )
+    import json
+
+    assert json.loads(out)["hypotheses"][0]["alignment"] == [list(p) for p in expected[0].hypotheses[0].alignment]
+    status, _, err = run_cli(
+        capsys, "translate", "--checkpoint", str(random_checkpoint), "--alignments", "--alignment-layer", "2", "a1"
+    )
+    assert status == 2 and "alignment layer 2 does not exist: this model has 2 decoder layers" in err
+
+
+def test_replace_unk_copies_the_aligned_source_symbol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scores = [0.0, 0.0, 4.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # EOS first, then <unk> (id 3)
+    checkpoint = set_score_checkpoint(tmp_path / "unk", scores)
+    translator = dotformer.load(checkpoint, device="cpu")
+    plain = translator.translate("a1 a2 a4", min_len_b=2, details=True, alignments=True)
+    assert plain.hypotheses[0].tokens == [3, 3] and plain.text == ""  # <unk> is not written
+    sources = ["a1", "a2", "a4"]
+    replaced = translator.translate("a1 a2 a4", min_len_b=2, replace_unk=True)
+    assert replaced == " ".join(sources[s] for s, _ in plain.hypotheses[0].alignment)
+    status, out, _ = run_cli(
+        capsys, "translate", "--checkpoint", str(checkpoint), "--min-len", "2", "--replace-unk", "a1 a2 a4"
+    )
+    assert status == 0 and out == replaced + "\n"

@@ -249,6 +249,9 @@ class Translator:
         details: bool = False,
         attention: bool = False,
         prefix: str | Sequence[str | None] | None = None,
+        alignments: bool = False,
+        alignment_layer: int = -1,
+        replace_unk: bool = False,
     ) -> Any:
         """Decode one text or a list of texts.
 
@@ -272,6 +275,10 @@ class Translator:
             prefix: the start every output of the input must have, written as outputs are (a string for a string
                 input; a sequence with one string or None per text for a sequence): its tokens are forced, scored
                 and kept in the output (fairseq's prefix, CTranslate2's ``target_prefix``).
+            alignments: give each hypothesis an ``alignment``, one (source index, output index) pair per output token
+                from decoder layer ``alignment_layer``'s cross-attention averaged over heads (-1: the last; see
+                :mod:`dotformer.decoding.alignment`); implies ``details``. replace_unk: replace each <unk> of an output
+                by the source piece it aligns to (char and symbol vocabularies).
 
         Returns:
             ``details`` False: the best text (n_best = 1) or the n_best texts, best first, for a string input; a list
@@ -313,6 +320,9 @@ class Translator:
                 max_len_b=max_len_b,
                 min_len_a=min_len_a,
                 min_len_b=min_len_b,
+                alignments=alignments,
+                alignment_layer=alignment_layer,
+                replace_unk=replace_unk,
                 temperature=1.0 if temperature is None else temperature,
                 top_k=0 if top_k is None else top_k,
                 top_p=1.0 if top_p is None else top_p,
@@ -328,7 +338,7 @@ class Translator:
             None if prefix is None else encode_prefixes(self.checkpoint, _prefix_list(prefix, single, len(inputs)))
         )
         outputs = decode_encoded(self.checkpoint, encoded, config, batch_size, progress, tokens, prefixes)
-        if not (details or attention):
+        if not (details or attention or config.alignments):
             texts_out = [[h.text for h in hyps] for hyps in outputs]
             flat: list[Any] = [hyps[0] for hyps in texts_out] if config.n_best == 1 else texts_out
             return flat[0] if single else flat

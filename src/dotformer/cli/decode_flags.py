@@ -52,6 +52,24 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "--min-len-a A the minimum is A * input length + N; --max-len-a/-b win where they are lower",
     )
     parser.add_argument("--min-len-a", type=float, default=0.0, metavar="A", help="see --min-len (0.0)")
+    parser.add_argument(
+        "--alignments",
+        action="store_true",
+        help='after each output, an "A-ID<TAB>S-T ..." line (json: an "alignment" list): output token T attends most '
+        "to source token S (0-based), in --alignment-layer's cross-attention averaged over the heads",
+    )
+    parser.add_argument(
+        "--alignment-layer",
+        type=int,
+        default=-1,
+        metavar="L",
+        help="the decoder layer whose cross-attention aligns (0-based; -1, the default, is the last)",
+    )
+    parser.add_argument(
+        "--replace-unk",
+        action="store_true",
+        help="replace each <unk> of an output by the source symbol it aligns to (char or symbol vocabularies)",
+    )
     parser.add_argument("--temperature", type=float, default=None, metavar="T", help="sampling temperature (1.0)")
     parser.add_argument("--top-k", type=int, default=None, metavar="K", help="sample from the K likeliest tokens")
     parser.add_argument("--top-p", type=float, default=None, metavar="P", help="nucleus sampling mass P in (0, 1]")
@@ -82,6 +100,9 @@ def decode_config_from_args(args: argparse.Namespace, n_best: int = 1) -> Decode
         max_len_b=args.max_len_b,
         min_len_a=args.min_len_a,
         min_len_b=args.min_len_b,
+        alignments=args.alignments,
+        alignment_layer=args.alignment_layer,
+        replace_unk=args.replace_unk,
         temperature=args.temperature if args.temperature is not None else 1.0,
         top_k=args.top_k if args.top_k is not None else 0,
         top_p=args.top_p if args.top_p is not None else 1.0,

@@ -40,6 +40,9 @@ class DecodeConfig:
     top_k: int = 0  # sampling: keep only the k most likely tokens (0 = no limit)
     top_p: float = 1.0  # sampling: keep the smallest set of tokens whose probability reaches p (1.0 = no limit)
     seed: int = 0  # sampling: seed of the random generator; the same seed gives the same samples
+    alignments: bool = False  # also align each output token to the source token it attended to most
+    alignment_layer: int = -1  # the decoder layer whose cross-attention (averaged over heads) aligns; -1 = the last
+    replace_unk: bool = False  # replace each <unk> of the output by the source piece it aligns to
     use_cache: bool = True  # reuse keys/values between steps; False recomputes the whole prefix (for tests, benchmarks)
 
     def __post_init__(self) -> None:
@@ -74,6 +77,8 @@ class DecodeConfig:
             raise ConfigError(f"DecodeConfig.top_k must be a non-negative integer (0 = off), got {self.top_k!r}")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"DecodeConfig.top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        if not isinstance(self.alignment_layer, int) or isinstance(self.alignment_layer, bool):
+            raise ConfigError(f"DecodeConfig.alignment_layer must be an integer, got {self.alignment_layer!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ConfigError(f"DecodeConfig.seed must be an integer, got {self.seed!r}")
 

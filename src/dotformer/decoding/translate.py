@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor
 
-from dotformer.data.tokenizers import PAD_ID
+from dotformer.data.tokenizers import PAD_ID, UNK_ID
+from dotformer.decoding.alignment import check_alignment_layer, hard_alignments, replace_unknown_pieces
 from dotformer.decoding.batch import decode_batch
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.inputs import (
@@ -65,12 +66,15 @@ class Translation(NamedTuple):
         tokens: output token ids (no BOS, no EOS).
         score: log P(Y | X) / lp(|Y|), natural log (see :class:`~dotformer.decoding.Hypothesis`).
         log_probs: per-step log-probabilities (EOS included when the output finished).
+        alignment: with ``DecodeConfig.alignments`` (or ``replace_unk``), one ``(source index, output index)`` pair
+            per output token (:mod:`dotformer.decoding.alignment`); else None.
     """
 
     text: str
     tokens: list[int]
     score: float
     log_probs: list[float]
+    alignment: list[tuple[int, int]] | None = None
 
     @property
     def finished(self) -> bool:
@@ -153,10 +157,14 @@ def decode_encoded(
     device = model_device(model)
     if prefixes is not None:
         check_prefixes(prefixes, encoded, config)
+    if config.replace_unk:
+        check_replace_unk(loaded)
+    if config.alignments or config.replace_unk:
+        check_alignment_layer(model, config.alignment_layer)
     results: list[list[Translation]] = [[] for _ in encoded.ids]
     empty = [i for i, text in enumerate(encoded.texts) if is_empty_source(text) and not (prefixes and prefixes[i])]
     for i in empty:
-        results[i] = [empty_translation()]
+        results[i] = [empty_translation()._replace(alignment=[] if config.alignments else None)]
     todo = sorted(set(range(len(encoded.ids))) - set(empty))
     batches = [
         [todo[j] for j in batch]
@@ -173,8 +181,52 @@ def decode_encoded(
                 results[i] = [
                     Translation(loaded.tgt_tokenizer.decode(h.tokens), h.tokens, h.score, h.log_probs) for h in hyps
                 ]
+            if config.alignments or config.replace_unk:
+                add_alignments(loaded, encoded, batch, results, config)
             bar.update(len(batch))
     return results
+
+
+def check_replace_unk(loaded: LoadedCheckpoint) -> None:
+    """Raise unless both tokenizers split text into pieces that can be copied (char or symbol vocabularies).
+
+    Raises:
+        ConfigError: a byte-level BPE tokenizer (it has no <unk> to replace).
+    """
+    from dotformer.data.tokenizers import VocabularyTokenizer
+
+    for side, tokenizer in (("source", loaded.src_tokenizer), ("target", loaded.tgt_tokenizer)):
+        if not isinstance(tokenizer, VocabularyTokenizer):
+            raise ConfigError(
+                f"replace_unk needs char or symbol tokenizers; the {side} tokenizer is {tokenizer.kind}, which has "
+                f"no <unk> to replace"
+            )
+
+
+def add_alignments(
+    loaded: LoadedCheckpoint,
+    encoded: EncodedTexts,
+    batch: Sequence[int],
+    results: list[list[Translation]],
+    config: DecodeConfig,
+) -> None:
+    """Align every hypothesis of the inputs ``batch`` (in place), and replace its <unk> pieces when asked."""
+    rows = [(i, k) for i in batch for k in range(len(results[i]))]
+    alignments = hard_alignments(
+        loaded.model,
+        [encoded.ids[i] for i, _ in rows],
+        [results[i][k].tokens for i, k in rows],
+        config.alignment_layer,
+    )
+    for (i, k), alignment in zip(rows, alignments, strict=True):
+        hyp = results[i][k]._replace(alignment=alignment if config.alignments else None)
+        if config.replace_unk and UNK_ID in hyp.tokens:
+            source_pieces = loaded.src_tokenizer.split(encoded.texts[i])  # type: ignore[attr-defined]
+            target = loaded.tgt_tokenizer
+            pieces = [target.id_to_token(t) for t in hyp.tokens]
+            replaced = replace_unknown_pieces(pieces, hyp.tokens, alignment, source_pieces)
+            hyp = hyp._replace(text=target.join(replaced))  # type: ignore[attr-defined]
+        results[i][k] = hyp
 
 
 def check_prefixes(prefixes: Sequence[Sequence[int]], encoded: EncodedTexts, config: DecodeConfig) -> None:
