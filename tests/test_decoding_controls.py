@@ -81,7 +81,7 @@ def test_cli_min_len(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> No
     status, out, _ = run_cli(capsys, "translate", "--checkpoint", str(checkpoint), "--min-len", "3", "a1", "a2 a3")
     assert status == 0 and out == "a3 a3 a3\na3 a3 a3\n"
     status, out, _ = run_cli(
-        capsys, "translate", "--checkpoint", str(checkpoint), "--min-len-a", "1", "--min-len-b", "0", "a1", "a2 a3"
+        capsys, "translate", "--checkpoint", str(checkpoint), "--min-len-a", "1", "--min-len", "0", "a1", "a2 a3"
     )
     assert status == 0 and out == "a3 a3\na3 a3 a3\n"
 

@@ -293,41 +293,19 @@ class Translator:
         Warns:
             UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary.
         """
-        from dotformer.decoding import DecodeConfig
+        arguments = dict(locals())  # the decoding options by name, as given
         from dotformer.decoding.inputs import check_max_input_length, encode_sources, warn_unknown
+        from dotformer.decoding.options import OPTION_NAMES, decode_config
         from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, decode_encoded, encode_prefixes
 
         single = isinstance(texts, str)
         inputs = [texts] if single else _text_list(texts)
-        sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
-        given = [name for name, value in sampling.items() if value is not None]
-        if config is not None and (given or beam is not None):
-            named = ", ".join(["beam"] * (beam is not None) + given)
-            raise ConfigError(f"translate(): config= replaces the search arguments; leave out {named}")
+        given = [name for name in ("beam", "temperature", "top_k", "top_p", "seed") if arguments[name] is not None]
+        if config is not None and given:
+            raise ConfigError(f"translate(): config= replaces the search arguments; leave out {', '.join(given)}")
         if config is None:
-            if given and strategy != "sample":
-                raise ConfigError(
-                    f"translate(): {', '.join(given)} only apply to strategy='sample', not strategy={strategy!r}"
-                )
-            if beam is not None and strategy != "beam":
-                raise ConfigError(f"translate(): beam only applies to strategy='beam', not strategy={strategy!r}")
-            config = DecodeConfig(
-                strategy=strategy,  # type: ignore[arg-type]
-                beam_size=4 if beam is None else beam,
-                n_best=n_best,
-                length_penalty=length_penalty,
-                max_len_a=max_len_a,
-                max_len_b=max_len_b,
-                min_len_a=min_len_a,
-                min_len_b=min_len_b,
-                alignments=alignments,
-                alignment_layer=alignment_layer,
-                replace_unk=replace_unk,
-                temperature=1.0 if temperature is None else temperature,
-                top_k=0 if top_k is None else top_k,
-                top_p=1.0 if top_p is None else top_p,
-                seed=0 if seed is None else seed,
-            )
+            values = {name: arguments[name] for name in OPTION_NAMES if name != "prefix"}
+            config = decode_config(values, _api_misplaced)
         limit = check_max_input_length(
             self.model.config, self.max_input_length if max_input_length is None else max_input_length
         )
@@ -399,6 +377,13 @@ class Translator:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UnknownTokenWarning)  # translate() has warned already
             return attention_weights(self.checkpoint, source, target=hyps[0].text)
+
+
+def _api_misplaced(options: list[Any], wanted: str, strategy: str) -> str:
+    """``translate(): temperature only apply to strategy='sample', not strategy='beam'``."""
+    from dotformer.decoding.options import misplaced_message
+
+    return f"translate(): {misplaced_message(options, wanted, strategy)}"
 
 
 def _prefix_list(prefix: Any, single: bool, count: int) -> list[str | None]:

@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer evaluate``."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    add_decoding_arguments(parser)
+    add_decoding_arguments(parser, exclude=("n_best", "prefix", "alignments", "alignment_layer"))
     parser.add_argument(
         "--data",
         default=None,

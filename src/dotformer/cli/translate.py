@@ -64,7 +64,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     add_decoding_arguments(parser)
-    parser.add_argument("--n-best", type=int, default=1, metavar="N", help="outputs per input (1)")
     parser.add_argument("--input", default=None, metavar="FILE", help="read the inputs from FILE (default: stdin)")
     parser.add_argument("--output", default=None, metavar="FILE", help="write the outputs to FILE (default: stdout)")
     parser.add_argument(
@@ -96,13 +95,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="most tokens (EOS included) an input may have; a longer one is an error naming its line "
         "(default: the model's max_len)",
-    )
-    parser.add_argument(
-        "--prefix-file",
-        default=None,
-        metavar="FILE",
-        help="one target prefix per input line (an empty line: none): each output starts with its prefix, whose "
-        "tokens are forced, scored and kept in the output",
     )
     parser.add_argument(
         "--inline-prefix",
@@ -176,12 +168,12 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
         raise ConfigError(f"--max-input-length must be a positive integer, got {args.max_input_length}")
     if args.texts and args.input is not None:
         raise ConfigError("give the inputs either as TEXT arguments or with --input FILE, not both")
-    if args.prefix_file is not None and args.inline_prefix:
+    if args.prefix is not None and args.inline_prefix:
         raise ConfigError("give the prefixes either with --prefix-file FILE or with --inline-prefix, not both")
-    if args.prefix_file is not None and not Path(args.prefix_file).is_file():
+    if args.prefix is not None and not Path(args.prefix).is_file():
         from dotformer.errors import MissingDataError
 
-        raise MissingDataError(f"--prefix-file {args.prefix_file}: no such file")
+        raise MissingDataError(f"--prefix-file {args.prefix}: no such file")
     output_format = args.output_format or ("text" if n_best == 1 else "nbest")
     if output_format == "text" and n_best > 1:
         raise ConfigError(f"--output-format text writes one output per input; with --n-best {n_best} use nbest or json")
@@ -224,8 +216,8 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.api import Translator
     from dotformer.errors import DataError
 
-    config = decode_config_from_args(args, n_best=args.n_best)
-    output_format = check_arguments(args, args.n_best)
+    config = decode_config_from_args(args)
+    output_format = check_arguments(args, config.n_best)
     translator = Translator(load_for_decoding(args), args.dtype)
     limit = input_limit(args, translator)
 
@@ -245,12 +237,12 @@ def run(args: argparse.Namespace) -> int:
         close.append(out)
     else:
         out = getattr(sys.stdout, "buffer", None) or TextAsBytes(sys.stdout)
-    prefix_lines = read_prefix_file(args.prefix_file) if args.prefix_file is not None else None
+    prefix_lines = read_prefix_file(args.prefix) if args.prefix is not None else None
     model_config = translator.model.config
     tally = Tally(table=model_config.max_len if model_config.positional == "learned" else None)
     try:
         for first, lines in chunks:
-            lines, prefixes = split_prefixes(lines, first, name, args.inline_prefix, prefix_lines, args.prefix_file)
+            lines, prefixes = split_prefixes(lines, first, name, args.inline_prefix, prefix_lines, args.prefix)
             done, error = decode_chunk(translator, lines, first, name, config, args, limit, prefixes)
             text = "".join(format_result(r, i, output_format, translator.tgt_tokenizer) for r, i in done)
             with deferred_interrupt():  # a chunk's outputs are written whole, and counted as written
@@ -262,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
                 raise error
         if prefix_lines is not None and len(prefix_lines) != tally.inputs:
             raise DataError(
-                f"--prefix-file {args.prefix_file} has {len(prefix_lines)} line(s) for {tally.inputs} input(s): "
+                f"--prefix-file {args.prefix} has {len(prefix_lines)} line(s) for {tally.inputs} input(s): "
                 f"give one prefix per input"
             )
     except DataError as exc:  # a bad line (UTF-8, length): say that the outputs before it are kept
