@@ -98,6 +98,30 @@ def load_checkpoint_for_decoding(
     return loaded
 
 
+def load_ensemble_for_decoding(
+    paths: Sequence[str | Path], device: str | torch.device = "auto", dtype: str = "float32"
+) -> LoadedCheckpoint:
+    """Load several checkpoints as one :class:`~dotformer.decoding.ensemble.Ensemble` (the first one's tokenizers
+    and info; see :func:`load_checkpoint_for_decoding` for ``device`` and ``dtype``).
+
+    Raises:
+        ConfigError: the checkpoints' tokenizers differ, or see :class:`~dotformer.decoding.ensemble.Ensemble`.
+        CheckpointError: see :func:`dotformer.checkpoint.load_checkpoint`.
+    """
+    from dotformer.decoding.ensemble import Ensemble
+
+    loaded = [load_checkpoint_for_decoding(path, device, dtype) for path in paths]
+    first = loaded[0]
+    for other in loaded[1:]:
+        for side in ("src_tokenizer", "tgt_tokenizer"):
+            if getattr(other, side).to_dict() != getattr(first, side).to_dict():
+                raise ConfigError(
+                    f"{other.path} and {first.path} have different {side.split('_')[0]} vocabularies: an ensemble's "
+                    f"checkpoints must share their tokenizers"
+                )
+    return dataclasses.replace(first, model=Ensemble([c.model for c in loaded]))
+
+
 class TranslationResult(NamedTuple):
     """Everything :meth:`Translator.translate` knows about one input (``details=True``).
 
@@ -376,7 +400,12 @@ class Translator:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UnknownTokenWarning)  # translate() has warned already
-            return attention_weights(self.checkpoint, source, target=hyps[0].text)
+            from dotformer.decoding.ensemble import Ensemble
+
+            checkpoint = self.checkpoint
+            if isinstance(checkpoint.model, Ensemble):  # an ensemble shows its first model's attention
+                checkpoint = dataclasses.replace(checkpoint, model=checkpoint.model.models[0])
+            return attention_weights(checkpoint, source, target=hyps[0].text)
 
 
 def _api_misplaced(options: list[Any], wanted: str, strategy: str) -> str:
@@ -420,11 +449,14 @@ def _text_list(texts: Any) -> list[str]:
     return inputs
 
 
-def load(path: str | Path, device: str | torch.device = "auto", dtype: Dtype = "float32") -> Translator:
+def load(
+    path: str | Path | Sequence[str | Path], device: str | torch.device = "auto", dtype: Dtype = "float32"
+) -> Translator:
     """Load a checkpoint (or a run directory's best/) for decoding; see :class:`Translator`.
 
     Args:
-        path: a checkpoint directory, or a run directory (best/, else last/).
+        path: a checkpoint directory, or a run directory (best/, else last/); a list of them: an ensemble
+            (:mod:`dotformer.decoding.ensemble`, same vocabularies).
         device: "auto" (CUDA if available, else CPU; CPU for int8), "cpu", "cuda", "cuda:N".
         dtype: "float32" (default), "bfloat16", "float16" (CUDA only) or "int8" (CPU only).
 
@@ -435,6 +467,8 @@ def load(path: str | Path, device: str | torch.device = "auto", dtype: Dtype = "
         ArgumentTypeError: ``path`` is not a str or a path (e.g. None).
         ConfigError: a bad device or dtype. CheckpointError: a missing, corrupted or mismatched checkpoint.
     """
+    if isinstance(path, list | tuple) and path and all(isinstance(p, str | os.PathLike) for p in path):
+        return Translator(load_ensemble_for_decoding(path, device, dtype), dtype)
     if not isinstance(path, str | os.PathLike):
         raise ArgumentTypeError(
             f"load() takes the path of a checkpoint or run directory (str or Path), got {type(path).__name__}"

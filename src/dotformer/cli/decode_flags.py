@@ -20,7 +20,14 @@ if TYPE_CHECKING:
 def add_decoding_arguments(parser: argparse.ArgumentParser, exclude: Collection[str] = ()) -> None:
     """The flags shared by ``translate`` and ``evaluate``: checkpoint, device, batch size and the decoding options
     (:mod:`dotformer.decoding.options`) but those named in ``exclude``."""
-    parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory (run: best/)")
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        action="append",
+        metavar="DIR",
+        help="checkpoint or run directory (run: best/); repeated, an ensemble: the models' distributions are averaged "
+        "at every step (same vocabularies; alignments come from the first)",
+    )
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     add_threads_argument(parser)
     parser.add_argument(
@@ -95,7 +102,10 @@ def load_for_decoding(args: argparse.Namespace) -> LoadedCheckpoint:
         ConfigError: float16 asked for on a CPU, int8 on a GPU, a bad device, or ``--threads`` below 1.
         CheckpointError: see ``load_checkpoint``.
     """
-    from dotformer.api import load_checkpoint_for_decoding
+    from dotformer.api import load_checkpoint_for_decoding, load_ensemble_for_decoding
 
     apply_threads(args.threads)
-    return load_checkpoint_for_decoding(args.checkpoint, args.device, args.dtype)
+    paths = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
+    if len(paths) == 1:
+        return load_checkpoint_for_decoding(paths[0], args.device, args.dtype)
+    return load_ensemble_for_decoding(paths, args.device, args.dtype)

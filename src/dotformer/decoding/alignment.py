@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from dotformer.data.tokenizers import BOS_ID, UNK_ID
+from dotformer.data.tokenizers import BOS_ID, PAD_ID, UNK_ID
 from dotformer.decoding.incremental import inference
 from dotformer.errors import ConfigError
 from dotformer.model import Transformer
@@ -46,7 +46,7 @@ def hard_alignments(
     """Align each output token to a source token (see the module docstring).
 
     Args:
-        model: an encoder-decoder :class:`Transformer`.
+        model: an encoder-decoder :class:`Transformer` (an ensemble: its first model).
         sources: per row, the source ids ending with EOS.
         outputs: per row, the output ids (no BOS, no EOS).
         layer: the decoder layer whose cross-attention is read (-1: the last).
@@ -57,14 +57,16 @@ def hard_alignments(
     Raises:
         ConfigError: ``layer`` is not a decoder layer of the model.
     """
-    from dotformer.decoding.translate import model_device, pad_batch
+    from dotformer.decoding.ensemble import Ensemble
 
+    if isinstance(model, Ensemble):  # an ensemble aligns with its first model
+        model = model.models[0]
     index = check_alignment_layer(model, layer)
     if not sources:
         return []
-    device = model_device(model)
-    src = pad_batch(sources, device)  # (R, S)
-    tgt = pad_batch([[BOS_ID, *out] for out in outputs], device)  # (R, T)
+    device = next(model.parameters()).device
+    src = right_padded(sources, device)  # (R, S)
+    tgt = right_padded([[BOS_ID, *out] for out in outputs], device)  # (R, T)
     with inference(model):
         src_mask = model.source_mask(src)  # (R, 1, 1, S)
         memory = model.encode(src, src_mask).memory  # (R, S, D)
@@ -75,6 +77,12 @@ def hard_alignments(
         eos = (positions[None, :] == (lengths - 1)[:, None]) & (lengths[:, None] > 1)  # (R, S) the EOS, if not alone
         best = mean.masked_fill(eos[:, None, :], float("-inf")).argmax(dim=-1).tolist()  # (R, T)
     return [[(best[r][j], j) for j in range(len(out))] for r, out in enumerate(outputs)]
+
+
+def right_padded(rows: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
+    """Id lists as a (R, L) int64 tensor right-padded with PAD, L = the longest list."""
+    width = max(len(row) for row in rows)
+    return torch.tensor([[*row, *[PAD_ID] * (width - len(row))] for row in rows], dtype=torch.int64, device=device)
 
 
 def format_alignment(alignment: Alignment) -> str:
