@@ -42,7 +42,8 @@ import torch.nn.functional as F
 from common import command_line, format_table, git_commit, machine_info, write_json
 
 from dotformer.data.blocks import BlockSampler, TokenStream, encode_text
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, load_tokenizer
+from dotformer.data.tokenizer_files import load_tokenizer
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.training.config import TrainConfig
 from dotformer.training.lm_run import load_text_split
 from dotformer.training.optim import build_optimizer

@@ -116,7 +116,8 @@ from torch import nn
 from dotformer.config import ModelConfig
 from dotformer.data.batching import Batch, BatchSampler, EncodedPair, encode_pairs
 from dotformer.data.splits import load_split
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, load_tokenizer
+from dotformer.data.tokenizer_files import load_tokenizer
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from dotformer.data.types import Pair
 from dotformer.decoding.evaluation import group_references, sample_sources
 from dotformer.decoding.inputs import source_normaliser

@@ -3,6 +3,11 @@
 # all: every optional feature (corpora, metrics, plots, TensorBoard, hf: corpora) so its tests run; bench brings the
 # peers (HF transformers, CTranslate2) and onnx so the exporter and importer tests run too; docs brings Sphinx.
 # Usage: bash scripts/test.sh [PYTEST ARGS...]
+#   bash scripts/test.sh               the checks and every test not marked slow; none depends on the machine's speed
+#                                      or load (fixed step budgets, time limits that only a hung command reaches)
+#   bash scripts/test.sh -m slow       the slow tests alone (a later -m wins): the copy task trained to 100% exact
+#                                      match, pip installing into a fresh virtual environment, 40 kills of a training,
+#                                      torchrun, the GPU script
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh all,dev,bench,onnx,docs sword-text-sparv sword-text-kjv sword-text-web chromium chromium-driver nodejs
@@ -12,7 +17,7 @@ python3 -m ruff format --check .
 if command -v node >/dev/null; then for js in src/dotformer/explore/static/*.js; do node --check "$js"; done
 else echo "test: node not found: no JavaScript syntax check (install the Debian package nodejs)" >&2; fi
 # Two test processes on two cores, one torch thread each (small tensors gain nothing from a second thread);
-# worksteal lets the idle process take queued tests while the other runs the long copy-task test.
+# worksteal lets the idle process take queued tests while the other runs a main job's end-to-end test.
 export OMP_NUM_THREADS=1
 python3 -m pytest -q -m "not slow" -n 2 --dist worksteal "$@"
 # The documentation: warnings are errors, so a broken reference or docstring fails here (its snippets run in pytest).

@@ -1,8 +1,13 @@
-"""Shared fixtures: a fixed random seed for every test, and a factory of tiny models."""
+"""Shared fixtures: a fixed random seed for every test, a factory of tiny models, and the command line run in a
+subprocess."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +35,52 @@ def make_model() -> Callable[..., Transformer]:
     return build
 
 
+# A limit that only a hung command reaches: the CLI tests' commands take seconds, and a busy machine (other jobs on
+# every core) makes them slower, never this slow.
+CLI_TIMEOUT_S = 1800
+
+
+class Cli:
+    """``dotformer ARGS`` run from the outside: ``python -m dotformer`` in a subprocess, as a user runs it.
+
+    The child gets one torch thread (tiny models gain nothing from more, and tests run side by side) and a buffered
+    standard output (``PYTHONUNBUFFERED=0``), as in a user's shell, so a command that must answer line by line has to
+    flush for itself. :meth:`command` and :meth:`env` serve tests that start the process themselves (``Popen``).
+    """
+
+    timeout_s = CLI_TIMEOUT_S
+
+    def command(self, *argv: str) -> list[str]:
+        """The argument list that runs ``dotformer *argv`` with this interpreter."""
+        return [sys.executable, "-m", "dotformer", *argv]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The child's environment: this one, one torch thread, buffered output, plus ``extra``."""
+        return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "0", **extra}
+
+    def __call__(
+        self, *argv: str, stdin: str | None = None, cwd: Path | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``dotformer *argv`` to its end; stdout and stderr captured as text, the exit status not checked."""
+        return subprocess.run(
+            self.command(*argv),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=self.env(**(env or {})),
+            cwd=cwd,
+            timeout=self.timeout_s,
+            check=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def cli() -> Cli:
+    """``cli("train", ...)`` runs ``dotformer train ...`` in a subprocess (:class:`Cli`)."""
+    return Cli()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the main job's end-to-end tests first: with ``-n 2`` the longest test then overlaps all the others."""
+    """Run the main jobs' end-to-end tests first: with ``-n 2`` the longest tests then overlap all the others."""
     first = ("test_copy_task_reaches_exact_match", "test_g2p_main_job_quick", "test_bible_main_job_quick")
     items.sort(key=lambda item: first.index(item.name) if item.name in first else len(first))

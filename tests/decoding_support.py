@@ -1,16 +1,16 @@
-"""Small models for the decoding tests: a tiny random Transformer and a tiny Transformer trained on the copy task.
+"""Helpers of the decoding tests: a tiny random Transformer, copy-task sources, padding, teacher-forced log-probs.
 
-Not a test module: ``tests/test_decoding*.py`` and ``tests/test_cli_decode.py`` import it.
+The copy model, whose outputs the tests know exactly, has weights set by hand: :mod:`scripted_model`.
+Not a test module: ``tests/test_decoding*.py``, ``tests/test_api.py`` and ``tests/test_cli_decode.py`` import it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
 
 import torch
-import torch.nn.functional as F
+from scripted_model import VOCAB as COPY_VOCAB
 from torch import Tensor
 
 from dotformer import ModelConfig, Transformer
@@ -18,7 +18,6 @@ from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding import Hypothesis
 
 COPY_SYMBOLS = range(4, 12)  # token ids of the copy task's symbols (after PAD, BOS, EOS, UNK)
-COPY_VOCAB = 12
 COPY_MAX_LEN = 6  # longest copy-task sequence (symbols, EOS not counted)
 
 
@@ -46,51 +45,6 @@ def random_sources(count: int, generator: torch.Generator, min_len: int = 1, max
     lengths = torch.randint(min_len, max_len + 1, (count,), generator=generator).tolist()
     low, high = COPY_SYMBOLS.start, COPY_SYMBOLS.stop
     return [torch.randint(low, high, (n,), generator=generator).tolist() for n in lengths]
-
-
-EXACT_COPY_STEPS = 1200  # enough for exact_copy_model() to copy every text the decoding tests ask for
-
-
-@functools.lru_cache(maxsize=2)
-def copy_model(steps: int = 300) -> Transformer:
-    """A tiny model trained for ``steps`` Adam steps to copy its input (a few seconds on 2 CPU cores); eval mode.
-
-    At 300 steps it copies about 95 % of length 1-6 sequences of 8 symbols exactly (its outputs end with EOS);
-    which ones it misses depends on the CPU's float rounding, so tests that need exact copies of given texts use
-    :func:`exact_copy_model`.
-    """
-    with single_thread():
-        return train_copy_model(steps)
-
-
-def exact_copy_model() -> Transformer:
-    """The copy model trained for ``EXACT_COPY_STEPS`` steps: 99 % of random length 1-6 sequences copied exactly.
-
-    With 300 steps an AMD EPYC VM got "a4 a7 a2 a6 a6 a1" for "a4 a7 a2 a5 a6 a1" where an Intel Xeon copied it;
-    with 800, session 11's EPYC got "a3 a3 a4 a4" for "a3 a3 a0 a4" (6 decoding tests failed), 1,200 copies all:
-    tests that assert exact copies of fixed texts need this margin on every CPU.
-    """
-    return copy_model(EXACT_COPY_STEPS)
-
-
-def train_copy_model(steps: int) -> Transformer:
-    """Train a fresh tiny model on the copy task for ``steps`` steps of 32 sequences."""
-    torch.manual_seed(0)
-    model = Transformer(tiny_config(COPY_VOCAB))
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
-    generator = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(steps):
-        seqs = random_sources(32, generator, max_len=COPY_MAX_LEN)
-        src = pad([s + [EOS_ID] for s in seqs])  # (B, S)
-        tgt_in = pad([[BOS_ID] + s for s in seqs])  # (B, T)
-        tgt_out = pad([s + [EOS_ID] for s in seqs])  # (B, T)
-        logits = model(src, tgt_in)  # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, COPY_VOCAB), tgt_out.reshape(-1), ignore_index=PAD_ID)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
 
 
 @contextlib.contextmanager

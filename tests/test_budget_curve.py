@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import Cli
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPT = BENCHMARKS / "budget_curve.py"
@@ -33,12 +33,12 @@ def test_pick_takes_the_newest_checkpoint_within_the_budget(curve, tmp_path: Pat
     assert curve.pick(tmp_path, 4.0, points, steps)["step"] == 45
 
 
-def test_curve_of_a_tiny_run_with_averaging(tmp_path: Path) -> None:
+def test_curve_of_a_tiny_run_with_averaging(tmp_path: Path, cli: Cli) -> None:
     run = tmp_path / "copy"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    train = [sys.executable, "-m", "dotformer", "train", "--config", "copy", "--out", str(run), "--no-progress"]
+    env = cli.env()
+    train = ["train", "--config", "copy", "--out", str(run), "--no-progress"]
     train += ["--max-steps", "6", "--save-every", "2", "--keep-last", "10", "--synthetic-examples", "400"]
-    done = subprocess.run(train + ["--threads", "1", "--log-every", "1"], capture_output=True, text=True, env=env)
+    done = cli(*train, "--threads", "1", "--log-every", "1")
     assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "curve.json"
     command = [sys.executable, str(SCRIPT), "--run", str(run), "--minutes", "1000", "--average", "2", "--beam", "2"]
@@ -52,7 +52,7 @@ def test_curve_of_a_tiny_run_with_averaging(tmp_path: Path) -> None:
         "--plot",
         str(tmp_path / "c.png"),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=cli.timeout_s)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["average"] == 2 and result["split"] == "test,valid" and len(result["rows"]) == 1

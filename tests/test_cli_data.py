@@ -4,24 +4,16 @@ subprocesses on real TSV files, metrics recomputed from the ``--hyps`` file, and
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import Cli
 
 LETTERS = {"a": "AE1", "b": "B", "c": "K", "d": "D", "e": "EH1", "g": "G", "i": "IH1", "k": "K", "o": "AA1", "t": "T"}
-
-
-def dotformer(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "dotformer", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
-    )
 
 
 def one_error_line(result: subprocess.CompletedProcess[str], command: str) -> str:
@@ -64,9 +56,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def run(files: dict[str, Path]) -> Iterator[Path]:
+def run(files: dict[str, Path], cli: Cli) -> Iterator[Path]:
     out = files["root"] / "run"
-    result = dotformer(
+    result = cli(
         "train", "--data", str(files["train"]), "--valid", str(files["valid"]), "--test", str(files["test"]),
         "--task", "g2p", "--preset", "tiny", "--max-steps", "80", "--max-tokens", "600", "--lr-schedule", "constant",
         "--lr-peak", "3e-3", "--warmup", "10", "--eval-every", "0", "--device", "cpu", "--threads", "1",
@@ -121,9 +113,11 @@ def error_rates(pairs: list[tuple[str, str]], hyps: list[str]) -> tuple[float, f
     return 100 * wrong / len(by_word), 100 * distance / length
 
 
-def test_evaluate_a_separate_test_file_against_an_independent_computation(files: dict[str, Path], run: Path) -> None:
+def test_evaluate_a_separate_test_file_against_an_independent_computation(
+    files: dict[str, Path], run: Path, cli: Cli
+) -> None:
     out = files["root"] / "eval"
-    result = dotformer(
+    result = cli(
         "evaluate", "--checkpoint", str(run), "--data", str(files["other_test"]), "--beam", "2",
         "--hyps", str(out / "test.hyp"), "--json", str(out / "metrics.json"), "--device", "cpu",
     )  # fmt: skip
@@ -140,18 +134,18 @@ def test_evaluate_a_separate_test_file_against_an_independent_computation(files:
     # the same checkpoint copied out of its run directory gives the same numbers
     elsewhere = files["root"] / "copied" / "model"
     shutil.copytree(run / "best", elsewhere)
-    again = dotformer(
+    again = cli(
         "evaluate", "--checkpoint", str(elsewhere), "--data", str(files["other_test"]), "--beam", "2",
         "--json", str(out / "copied.json"), "--device", "cpu",
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert json.loads((out / "copied.json").read_text())["metrics"] == metrics["metrics"]
     # without --data, a checkpoint out of its run says what to do, in one line
-    err = one_error_line(dotformer("evaluate", "--checkpoint", str(elsewhere), "--device", "cpu"), "evaluate")
+    err = one_error_line(cli("evaluate", "--checkpoint", str(elsewhere), "--device", "cpu"), "evaluate")
     assert "--data FILE" in err
 
 
-def test_limit_is_a_seeded_sample_and_cut_outputs_are_counted(files: dict[str, Path], run: Path) -> None:
+def test_limit_is_a_seeded_sample_and_cut_outputs_are_counted(files: dict[str, Path], run: Path, cli: Cli) -> None:
     from dotformer.checkpoint import load_checkpoint
     from dotformer.decoding import DecodeConfig, translate
     from dotformer.decoding.evaluation import sample_sources
@@ -159,7 +153,7 @@ def test_limit_is_a_seeded_sample_and_cut_outputs_are_counted(files: dict[str, P
     out = files["root"] / "limited"
     args = ["evaluate", "--checkpoint", str(run), "--data", str(files["other_test"]), "--strategy", "greedy",
             "--limit", "12", "--seed", "4", "--max-len-a", "0", "--max-len-b", "3", "--device", "cpu"]  # fmt: skip
-    result = dotformer(*args, "--hyps", str(out / "h.txt"), "--json", str(out / "m.json"))
+    result = cli(*args, "--hyps", str(out / "h.txt"), "--json", str(out / "m.json"))
     assert result.returncode == 0, result.stderr
     metrics = json.loads((out / "m.json").read_text())
     pairs = [tuple(line.split("\t")) for line in files["other_test"].read_text().splitlines()]
@@ -190,9 +184,11 @@ def in_process_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str
     return err
 
 
-def test_task_mismatch_is_one_line(files: dict[str, Path], run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_task_mismatch_is_one_line(
+    files: dict[str, Path], run: Path, capsys: pytest.CaptureFixture[str], cli: Cli
+) -> None:
     args = ["evaluate", "--checkpoint", str(run), "--data", str(files["other_test"]), "--device", "cpu"]
-    err = one_error_line(dotformer(*args, "--task", "translation"), "evaluate")
+    err = one_error_line(cli(*args, "--task", "translation"), "evaluate")
     assert "translation data" in err and "trained for g2p" in err
     sentences = write_tsv(files["root"] / "sentences.tsv", [("el gato", "the cat sat"), ("un perro", "a dog ran")])
     args[4] = str(sentences)
@@ -200,11 +196,11 @@ def test_task_mismatch_is_one_line(files: dict[str, Path], run: Path, capsys: py
     assert "unknown to the checkpoint's target vocabulary" in err and "sentences.tsv" in err
 
 
-def test_bad_files_are_one_line(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_files_are_one_line(files: dict[str, Path], capsys: pytest.CaptureFixture[str], cli: Cli) -> None:
     root = files["root"]
     three = write_tsv(root / "three.tsv", [("id1", "cab", "K AE1 B"), ("id2", "dog", "D AA1 G")])
     base = ["train", "--preset", "tiny", "--max-steps", "1", "--device", "cpu", "--no-progress"]
-    err = one_error_line(dotformer(*base, "--data", str(three), "--out", str(root / "bad1")), "train")
+    err = one_error_line(cli(*base, "--data", str(three), "--out", str(root / "bad1")), "train")
     assert "three.tsv:1: 3 columns" in err and "--source-column" in err
     err = in_process_error(
         capsys, [*base, "--data", str(files["train"]), "--target-column", "4", "--out", str(root / "bad2")]
@@ -219,7 +215,7 @@ def test_bad_files_are_one_line(files: dict[str, Path], capsys: pytest.CaptureFi
         assert not (root / name / "run.json").exists()
 
 
-def test_toml_named_columns_and_dropped_pairs_in_the_data_line(files: dict[str, Path]) -> None:
+def test_toml_named_columns_and_dropped_pairs_in_the_data_line(files: dict[str, Path], cli: Cli) -> None:
     root = files["root"]
     rows = [("id", "phones", "word"), ("1", "K AE1 B", "cab"), ("2", "", "dog"), ("", "", ""), ("3", "T AA1", "to")]
     data = write_tsv(root / "named.tsv", rows)
@@ -229,7 +225,7 @@ def test_toml_named_columns_and_dropped_pairs_in_the_data_line(files: dict[str, 
         f'target_column = "phones"\n\n[model]\npreset = "tiny"\n\n[train]\nmax_steps = 1\ndevice = "cpu"\n',
         encoding="utf-8",
     )
-    result = dotformer("train", "--config", str(config), "--out", str(root / "toml_run"))
+    result = cli("train", "--config", str(config), "--out", str(root / "toml_run"))
     assert result.returncode == 0, result.stderr
     line = next(line for line in result.stderr.splitlines() if line.startswith("data: train"))
     assert "source = column 2 'word', target = column 1 'phones'" in line, line

@@ -14,7 +14,7 @@ import torch
 
 from dotformer import ModelConfig, Transformer
 from dotformer.checkpoint import save_checkpoint
-from dotformer.data.tokenizers import train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
 
 
 def dotformer(*argv: str, stdin: object = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

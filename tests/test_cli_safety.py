@@ -8,29 +8,17 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import Cli
 
 from dotformer import checkpoint as ckpt
 from dotformer.errors import CheckpointError
 
 QUICK = ["--data", "copy", "--preset", "tiny", "--limit", "120", "--no-progress", "--device", "cpu", "--threads", "1"]
-
-
-def dotformer(*argv: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "dotformer", *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-        cwd=cwd,
-    )
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess[str], command: str, *fragments: str) -> None:
@@ -48,40 +36,40 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run_dir(tmp_path_factory: pytest.TempPathFactory, cli: Cli) -> Path:
     """A real run of 12 steps with two step checkpoints (the tiny copy task)."""
     run = tmp_path_factory.mktemp("safety") / "run"
-    result = dotformer("train", *QUICK, "--max-steps", "12", "--save-every", "6", "--out", str(run))
+    result = cli("train", *QUICK, "--max-steps", "12", "--save-every", "6", "--out", str(run))
     assert result.returncode == 0, result.stderr
     return run
 
 
-def test_average_never_replaces_a_run_or_a_users_directory(run_dir: Path, tmp_path: Path) -> None:
+def test_average_never_replaces_a_run_or_a_users_directory(run_dir: Path, tmp_path: Path, cli: Cli) -> None:
     steps = [str(p) for p in ckpt.step_checkpoints(run_dir / "checkpoints")]
     assert len(steps) == 2
     before = snapshot(run_dir)
     # the README's command without "/averaged": the run itself
-    assert_one_error_line(dotformer("average", "--out", str(run_dir), *steps), "average", "run directory")
+    assert_one_error_line(cli("average", "--out", str(run_dir), *steps), "average", "run directory")
     assert snapshot(run_dir) == before
     # --overwrite does not change that
-    result = dotformer("average", "--overwrite", "--out", str(run_dir), *steps)
+    result = cli("average", "--overwrite", "--out", str(run_dir), *steps)
     assert_one_error_line(result, "average", "run directory")
     assert snapshot(run_dir) == before
     # a folder of the user's, and a plain file
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "notes.txt").write_text("keep me\n")
-    assert_one_error_line(dotformer("average", "--out", str(folder), *steps), "average", "not a checkpoint")
+    assert_one_error_line(cli("average", "--out", str(folder), *steps), "average", "not a checkpoint")
     assert (folder / "notes.txt").read_text() == "keep me\n"
-    assert_one_error_line(dotformer("average", "--out", str(folder / "notes.txt"), *steps), "average", "a file")
+    assert_one_error_line(cli("average", "--out", str(folder / "notes.txt"), *steps), "average", "a file")
     assert (folder / "notes.txt").read_text() == "keep me\n"
     # a new directory is written; an existing checkpoint is replaced only with --overwrite
     out = tmp_path / "averaged"
-    assert dotformer("average", "--out", str(out), *steps).returncode == 0
+    assert cli("average", "--out", str(out), *steps).returncode == 0
     first = snapshot(out)
-    assert_one_error_line(dotformer("average", "--out", str(out), steps[0]), "average", "--overwrite")
+    assert_one_error_line(cli("average", "--out", str(out), steps[0]), "average", "--overwrite")
     assert snapshot(out) == first
-    assert dotformer("average", "--overwrite", "--out", str(out), steps[0]).returncode == 0
+    assert cli("average", "--overwrite", "--out", str(out), steps[0]).returncode == 0
     assert snapshot(out) != first  # one checkpoint's weights now, not the mean of two
     assert ckpt.load_checkpoint(out).info["averaged_from"] == [steps[0]]
 
@@ -116,12 +104,12 @@ def test_atomic_directory_refuses_what_is_not_a_checkpoint(tmp_path: Path) -> No
     ],
 )
 def test_a_path_under_a_regular_file_is_one_line(
-    run_dir: Path, tmp_path: Path, argv: list[str], command: str, flag: str
+    run_dir: Path, tmp_path: Path, argv: list[str], command: str, flag: str, cli: Cli
 ) -> None:
     regular = tmp_path / "regular"
     regular.write_text("not a directory\n")
     argv = [a.replace("RUN", str(run_dir)).replace("FILE", str(regular)) for a in argv]
-    assert_one_error_line(dotformer(*argv), command, flag, str(regular))
+    assert_one_error_line(cli(*argv), command, flag, str(regular))
     assert regular.read_text() == "not a directory\n"
 
 
@@ -180,28 +168,21 @@ def _parser_running(handler):  # type: ignore[no-untyped-def]
     return build
 
 
-def test_closed_pipe_ends_quietly(run_dir: Path) -> None:
+def test_closed_pipe_ends_quietly(run_dir: Path, cli: Cli) -> None:
     """``dotformer translate ... | head -1``: no traceback, exit 141 (a shell's status for a closed pipe)."""
     words = "\n".join(f"a{i % 9 + 1} b{(i * 7) % 9 + 1}" for i in range(3000)) + "\n"
-    script = (
-        f"{sys.executable} -m dotformer translate --checkpoint {run_dir} --device cpu | head -n 1; "
-        'echo "status=${PIPESTATUS[0]}" >&2'
-    )
+    translate = shlex.join(cli.command("translate", "--checkpoint", str(run_dir), "--device", "cpu"))
+    script = f'{translate} | head -n 1; echo "status=${{PIPESTATUS[0]}}" >&2'
     result = subprocess.run(
-        ["bash", "-c", script],
-        input=words,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        ["bash", "-c", script], input=words, capture_output=True, text=True, timeout=cli.timeout_s, env=cli.env()
     )
     assert result.stdout.count("\n") == 1
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
     assert "status=141" in result.stderr or "status=0" in result.stderr, result.stderr
 
 
-def test_outputs_never_overwrite_an_input_a_checkpoint_or_a_run(run_dir: Path, tmp_path: Path) -> None:
-    """A new user's findings: --hyps/--json/--output over the test file, run.json or a checkpoint's weights."""
+def test_outputs_never_overwrite_an_input_a_checkpoint_or_a_run(run_dir: Path, tmp_path: Path, cli: Cli) -> None:
+    """--hyps/--json/--output never write over the test file, run.json or a checkpoint's weights."""
     test_file = tmp_path / "test.tsv"
     test_file.write_text("a1 a2\ta1 a2\nb3\tb3\n", encoding="utf-8")
     run_before, test_before = snapshot(run_dir), test_file.read_bytes()
@@ -237,22 +218,20 @@ def test_outputs_never_overwrite_an_input_a_checkpoint_or_a_run(run_dir: Path, t
     for step in ckpt.step_checkpoints(run_dir / "checkpoints"):
         cases.append((["average", "--overwrite", "--out", str(step), str(run_dir / "best")], "average", "part of"))
     for argv, command, fragment in cases:
-        assert_one_error_line(dotformer(*argv), command, fragment)
+        assert_one_error_line(cli(*argv), command, fragment)
     assert snapshot(run_dir) == run_before and test_file.read_bytes() == test_before
     # a new file beside the run's own is fine (scripts/g2p.sh writes RUN/test_metrics.json)
-    result = dotformer(*evaluate, "--json", str(run_dir / "test_metrics.json"), "--hyps", str(run_dir / "test.hyp"))
+    result = cli(*evaluate, "--json", str(run_dir / "test_metrics.json"), "--hyps", str(run_dir / "test.hyp"))
     assert result.returncode == 0, result.stderr
     assert (run_dir / "test.hyp").read_text(encoding="utf-8").count("\n") == 2
     for name in ("test_metrics.json", "test.hyp"):
         (run_dir / name).unlink()
 
 
-def test_decoding_threads(run_dir: Path) -> None:
-    one = dotformer("translate", "--checkpoint", str(run_dir), "--device", "cpu", "--threads", "1", "a1 b2")
-    default = dotformer("translate", "--checkpoint", str(run_dir), "--device", "cpu", "a1 b2")
+def test_decoding_threads(run_dir: Path, cli: Cli) -> None:
+    one = cli("translate", "--checkpoint", str(run_dir), "--device", "cpu", "--threads", "1", "a1 b2")
+    default = cli("translate", "--checkpoint", str(run_dir), "--device", "cpu", "a1 b2")
     assert one.returncode == 0 and one.stdout == default.stdout and one.stdout.count("\n") == 1, one.stderr
     for command in ("translate", "evaluate"):
-        result = dotformer(
-            command, "--checkpoint", str(run_dir), "--threads", "0", *(["a1"] * (command == "translate"))
-        )
+        result = cli(command, "--checkpoint", str(run_dir), "--threads", "0", *(["a1"] * (command == "translate")))
         assert_one_error_line(result, command, "--threads must be positive, got 0")

@@ -80,7 +80,7 @@ def test_config_file_and_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_a_preset_flag_replaces_the_config_files_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``--config FILE --preset tiny``: the tiny shape, not the file's sizes under a tiny label (a new user's find)."""
+    """``--config FILE --preset tiny``: the tiny shape, not the file's sizes under a tiny label."""
     config = tmp_path / "c.toml"
     config.write_text(
         '[data]\ndataset = "copy"\nlimit = 100\n[model]\nd_model = 32\nnum_heads = 2\nd_ff = 48\nnorm_first = true\n'

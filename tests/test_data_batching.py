@@ -19,7 +19,8 @@ from dotformer.data.batching import (
     padding_fraction,
 )
 from dotformer.data.corpora import Pair
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.errors import ConfigError, DataError
 
 
@@ -221,7 +222,7 @@ def test_no_examples_left():
 def test_end_to_end_from_a_corpus_to_batches():
     from dotformer.data.corpora import CorpusOptions, load_pairs
     from dotformer.data.splits import split_corpus
-    from dotformer.data.tokenizers import default_kinds, train_tokenizer_pair
+    from dotformer.data.tokenizer_files import default_kinds, train_tokenizer_pair
 
     corpus = load_pairs("reverse", CorpusOptions(num_examples=300, vocab=10, max_len=8))
     splits = split_corpus(corpus, seed=0, valid_fraction=0.1, test_fraction=0.1)

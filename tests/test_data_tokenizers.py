@@ -8,19 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dotformer.data.tokenizers import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    SPECIAL_TOKENS,
-    UNK_ID,
-    CharTokenizer,
-    SymbolTokenizer,
-    default_kinds,
-    load_tokenizer,
-    train_tokenizer,
-    train_tokenizer_pair,
-)
+from dotformer.data.tokenizer_files import default_kinds, load_tokenizer, train_tokenizer, train_tokenizer_pair
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, CharTokenizer, SymbolTokenizer
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 SPANISH = [

@@ -8,7 +8,6 @@ import pytest
 import torch
 from decoding_support import (
     COPY_MAX_LEN,
-    copy_model,
     pad,
     random_model,
     random_sources,
@@ -16,6 +15,7 @@ from decoding_support import (
     sources_of_mixed_lengths,
     with_eos,
 )
+from scripted_model import copy_model
 
 from dotformer import ModelConfig, Transformer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
@@ -89,12 +89,13 @@ def test_batch_gives_the_same_outputs_as_each_sentence_alone(strategy: str, whic
 
 
 def test_copy_model_copies_and_ends_with_eos() -> None:
+    """The hand-set copy model (tests/scripted_model.py) copies every source by construction: all 50, exactly."""
     model = copy_model()
     g = torch.Generator().manual_seed(11)
     sources = random_sources(50, g, max_len=COPY_MAX_LEN)
     out = greedy_decode(model, pad([s + [EOS_ID] for s in sources]), GREEDY)
     assert all(hyps[0].finished for hyps in out)
-    assert sum(hyps[0].tokens == s for hyps, s in zip(out, sources, strict=True)) >= 40
+    assert [hyps[0].tokens for hyps in out] == sources
 
 
 def test_a_hypothesis_cut_at_the_limit_has_max_len_tokens_and_no_eos() -> None:
@@ -222,7 +223,7 @@ def test_beam_rows_sharing_one_memory_row_decode_as_if_it_were_expanded() -> Non
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])
 def test_left_padded_sources_are_refused_not_silently_decoded(strategy: str) -> None:
-    """The issue's case: [[0, 0, 5, 6, 2]] decoded differently from [[5, 6, 2]]: it is refused, naming the row."""
+    """[[0, 0, 5, 6, 2]] would decode differently from [[5, 6, 2]] (positions shift): it is refused, naming the row."""
     model = random_model()
     config = DecodeConfig(strategy=strategy, max_len_b=4)
     with pytest.raises(ShapeError, match=r"src must be right-padded .* row 1 .* \[0, 0, 5, 6, 2\]"):

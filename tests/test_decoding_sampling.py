@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import pytest
 import torch
 from decoding_support import (
-    copy_model,
     pad,
     random_model,
     single_thread,
@@ -16,6 +15,7 @@ from decoding_support import (
     teacher_forced_log_probs,
     with_eos,
 )
+from scripted_model import copy_model
 
 from dotformer.decoding import DecodeConfig, greedy_decode, sample
 from dotformer.decoding.sampling import filter_top_k, filter_top_p, sampling_picker

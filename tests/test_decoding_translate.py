@@ -8,11 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from decoding_support import copy_model, random_model, single_thread
+from decoding_support import random_model, single_thread
+from scripted_model import copy_model
 
 from dotformer.checkpoint import LoadedCheckpoint
 from dotformer.data.corpora import Pair
-from dotformer.data.tokenizers import EOS_ID, train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import EOS_ID
 from dotformer.decoding import DecodeConfig, translate
 from dotformer.decoding.evaluation import Evaluation, format_evaluation, group_references, limit_sources
 from dotformer.decoding.inputs import (

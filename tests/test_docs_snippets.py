@@ -50,7 +50,7 @@ def reader_dir(tmp_path: Path) -> Iterator[Path]:
     """A working directory with ``runs/g2p/last``: a small untrained letters-to-phones checkpoint."""
     from dotformer import ModelConfig, Transformer
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.tokenizers import train_tokenizer
+    from dotformer.data.tokenizer_files import train_tokenizer
 
     letters = train_tokenizer("char", ["abcdefghijklmnopqrstuvwxyz'"])
     phones = train_tokenizer(

@@ -196,7 +196,7 @@ def seq2seq(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny random encoder-decoder checkpoint (characters to words) and a decoder-only one."""
     from dotformer import ModelConfig, Transformer
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.tokenizers import train_tokenizer
+    from dotformer.data.tokenizer_files import train_tokenizer
 
     root = tmp_path_factory.mktemp("seq2seq")
     letters = train_tokenizer("char", ["abcdefghijklmnopqrstuvwxyz "])

@@ -5,9 +5,6 @@ step, on tiny random models (with padding, post-LN and pre-LN, ReLU and GELU, wi
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +12,8 @@ import pytest
 import torch
 
 from dotformer import ConfigError, ModelConfig, Transformer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.export.params import Converter, EngineNames, join, locate
 
 SRC_V, TGT_V = 40, 50
@@ -429,13 +427,6 @@ def test_onnx_refuses_what_it_cannot_hold(tmp_path):
 # -- the command line -------------------------------------------------------------------------------------------------
 
 
-def dotformer(*argv: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "dotformer", *argv], capture_output=True, text=True, timeout=240, env=env
-    )
-
-
 @pytest.fixture(scope="module")
 def checkpoint_dir(tmp_path_factory) -> Path:
     """A saved checkpoint of a tiny random model with char tokenizers (what ``dotformer train`` writes)."""
@@ -449,7 +440,7 @@ def checkpoint_dir(tmp_path_factory) -> Path:
     return path
 
 
-def test_cli_export_onnx_ct2_marian(checkpoint_dir, tmp_path):
+def test_cli_export_onnx_ct2_marian(checkpoint_dir, tmp_path, cli):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("ctranslate2")
     pytest.importorskip("transformers")
@@ -460,7 +451,7 @@ def test_cli_export_onnx_ct2_marian(checkpoint_dir, tmp_path):
     src = torch.tensor([[*loaded.src_tokenizer.encode("hello"), EOS_ID]])
     expected = reference_greedy(loaded.model, src, 8)
     for fmt in ("onnx", "ct2", "marian"):
-        result = dotformer("export", "--to", fmt, str(checkpoint_dir), str(tmp_path / fmt))
+        result = cli("export", "--to", fmt, str(checkpoint_dir), str(tmp_path / fmt))
         assert result.returncode == 0, result.stderr
         assert result.stdout == f"wrote {tmp_path / fmt} ({fmt})\n"
         assert (tmp_path / fmt / "tokenizer_src.json").read_bytes() == (
@@ -494,19 +485,19 @@ def test_cli_export_onnx_ct2_marian(checkpoint_dir, tmp_path):
         )
 
 
-def test_cli_export_refuses_a_non_empty_output_and_bad_models(checkpoint_dir, tmp_path):
+def test_cli_export_refuses_a_non_empty_output_and_bad_models(checkpoint_dir, tmp_path, cli):
     out = tmp_path / "out"
     out.mkdir()
     (out / "mine.txt").write_text("keep me")
-    result = dotformer("export", "--to", "onnx", str(checkpoint_dir), str(out))
+    result = cli("export", "--to", "onnx", str(checkpoint_dir), str(out))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dotformer export: error: ") and "not empty" in lines[0]
     assert [p.name for p in out.iterdir()] == ["mine.txt"] and (out / "mine.txt").read_text() == "keep me"
 
-    result = dotformer("export", "--to", "onnx", str(tmp_path / "missing"), str(tmp_path / "new"))
+    result = cli("export", "--to", "onnx", str(tmp_path / "missing"), str(tmp_path / "new"))
     assert result.returncode == 2 and "does not exist" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "new").exists()
-    result = dotformer("export", "--to", "ct2", str(checkpoint_dir), str(tmp_path / "q"), "--quantization", "int4x")
+    result = cli("export", "--to", "ct2", str(checkpoint_dir), str(tmp_path / "q"), "--quantization", "int4x")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert not (tmp_path / "q").exists() and not list(tmp_path.glob(".q.tmp-*"))

@@ -1,6 +1,6 @@
 """Training under faults, from the outside: ``dotformer train`` in a subprocess on real files, killed with SIGKILL at
 random points, interrupted with SIGINT/SIGTERM, resumed from a corrupted newest checkpoint, refused a budget that
-allows no step, and restarted over a run that died before its first checkpoint (issue 15, items 5, 6, 8, 9, 12).
+allows no step, and restarted over a run that died before its first checkpoint.
 
 The kill test checks what matters after a crash: every checkpoint directory under the run is loadable or absent at
 every moment, and the resumed run ends bit-identical (weights, optimizer moments, best/) to one that was never
@@ -14,12 +14,12 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import Cli
 
 from dotformer import checkpoint as ckpt
 
@@ -40,7 +40,8 @@ log_every = 1
 progress = false
 """
 PAIRS = 80  # a copy task written as a TSV file: "s3 s1 s7<TAB>s3 s1 s7"
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+CLI = Cli()  # the conftest fixture's runner: its command, environment and time limit
+ENV = CLI.env(PYTHONWARNINGS="ignore::DeprecationWarning")
 
 
 @pytest.fixture
@@ -56,13 +57,12 @@ def config(tmp_path: Path) -> Path:
 
 def train_command(config: Path, out: Path, *extra: str) -> list[str]:
     data = ["--data", str(config.parent / "pairs.tsv"), "--tokenizer", "symbol"]
-    return [sys.executable, "-m", "dotformer", "train", *data, "--config", str(config), "--out", str(out),
-            "--threads", "1", *extra]  # fmt: skip
+    return CLI.command("train", *data, "--config", str(config), "--out", str(out), "--threads", "1", *extra)
 
 
-def train(config: Path, out: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def train(config: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        train_command(config, out, *extra), capture_output=True, text=True, env=ENV, timeout=timeout, check=False
+        train_command(config, out, *extra), capture_output=True, text=True, env=ENV, timeout=CLI.timeout_s, check=False
     )
 
 
@@ -92,7 +92,7 @@ def assert_every_checkpoint_loadable(run: Path) -> None:
     """Every checkpoint directory of the run (step_*, last/, best/) is absent or loads completely; once run.json
     is written, the saved split and tokenizers in data/ (written before it) load too."""
     from dotformer.data.splits import load_split
-    from dotformer.data.tokenizers import load_tokenizer
+    from dotformer.data.tokenizer_files import load_tokenizer
 
     if (run / "run.json").exists():
         json.loads((run / "run.json").read_text())
@@ -150,7 +150,7 @@ def kill_and_resume(tmp_path: Path, config: Path, kills: int, steps: int, seed: 
         process = subprocess.Popen(next_command(config, run, steps), env=ENV, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True)  # fmt: skip
         if killed == kills:  # the last start runs to the end
-            wait_until(process, time.monotonic() + 600)
+            wait_until(process, time.monotonic() + CLI.timeout_s)
         elif rng.random() < 0.2:  # during the start: reading data, writing data/ and run.json, restoring
             wait_until(process, time.monotonic() + rng.uniform(0.5, 3.5))
         else:  # during training: a step, an evaluation, a checkpoint write, a prune
@@ -189,7 +189,7 @@ def test_a_signal_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path, conf
     while process.poll() is None and not ((run / "metrics.jsonl").exists() and len(train_steps(run)) >= 5):
         time.sleep(0.02)
     process.send_signal(signum)
-    out, err = process.communicate(timeout=60)
+    out, err = process.communicate(timeout=CLI.timeout_s)
     assert process.returncode == 130, err
     lines = [line for line in err.splitlines() if "interrupted" in line]
     assert len(lines) == 1 and "--resume" in lines[0] and signal.Signals(signum).name in lines[0], err
@@ -225,7 +225,7 @@ def test_a_corrupted_newest_checkpoint_is_named_on_resume(tmp_path: Path, config
 
 def test_no_step_budget_is_refused_and_a_run_without_checkpoint_offers_overwrite(tmp_path: Path, config: Path) -> None:
     run = tmp_path / "run"
-    result = train(config, run, "--max-minutes", "1e-9")  # issue 15 item 6
+    result = train(config, run, "--max-minutes", "1e-9")  # a budget that allows no step
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "allows no step" in errors[0] and "max_minutes=1e-09" in errors[0], result.stderr
@@ -264,7 +264,7 @@ def test_a_half_deleted_pruned_checkpoint_is_cleaned_at_the_next_start(tmp_path:
     assert [p.name for p in ckpt.step_checkpoints(run / "checkpoints")] == ["step_0000004", "step_0000006"]
 
 
-# -- the training conveniences, from the outside (issue 11) -----------------------------------------------------------
+# -- the training conveniences, from the outside --------------------------------------------------------------------
 
 
 def test_init_from_best_metric_and_patience_on_the_command_line(tmp_path: Path, config: Path) -> None:

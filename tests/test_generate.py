@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from dotformer.api.generation import encode_prompt
-from dotformer.data.tokenizers import EOS_ID, train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import EOS_ID
 from dotformer.decoding.generate import ContextWindow, generate, generated_text, generation_config
 from dotformer.errors import ConfigError, ShapeError
 

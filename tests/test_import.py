@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from conftest import Cli
 
 pytest.importorskip("transformers")
 spm = pytest.importorskip("sentencepiece")
@@ -195,38 +193,31 @@ def test_import_refuses_pickles_and_unsupported_models(tmp_path: Path) -> None:
 # -- the command line -------------------------------------------------------------------------------------------------
 
 
-def dotformer_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "dotformer", *argv], capture_output=True, text=True, timeout=240, env=env
-    )
-
-
-def test_cli_import_then_translate_evaluate_explore(marian: dict[str, Any], tmp_path: Path) -> None:
+def test_cli_import_then_translate_evaluate_explore(marian: dict[str, Any], tmp_path: Path, cli: Cli) -> None:
     import dotformer
 
     ck = tmp_path / "ck"
-    result = dotformer_cli("import", "--from", "marian", str(marian["hf"]), str(ck))
+    result = cli("import", "--from", "marian", str(marian["hf"]), str(ck))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"wrote {ck}")
     expected = dotformer.load(marian["ck"], device="cpu").translate(TEXTS[:2], strategy="greedy")
 
-    result = dotformer_cli("translate", "--checkpoint", str(ck), "--strategy", "greedy", *TEXTS[:2])
+    result = cli("translate", "--checkpoint", str(ck), "--strategy", "greedy", *TEXTS[:2])
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == expected
 
     test_file = tmp_path / "test.tsv"
     test_file.write_text("".join(f"{s}\t{t}\n" for s, t in zip(SOURCES, TARGETS, strict=True)))
-    result = dotformer_cli("evaluate", "--checkpoint", str(ck), "--data", str(test_file), "--dtype", "int8")
+    result = cli("evaluate", "--checkpoint", str(ck), "--data", str(test_file), "--dtype", "int8")
     assert result.returncode == 0, result.stderr
     assert "BLEU" in result.stdout
 
     page = tmp_path / "page.html"
-    result = dotformer_cli("explore", "--checkpoint", str(ck), "--write", str(page), "--text", "the cat")
+    result = cli("explore", "--checkpoint", str(ck), "--write", str(page), "--text", "the cat")
     assert result.returncode == 0, result.stderr
     assert page.stat().st_size > 1000
 
-    result = dotformer_cli("import", "--from", "marian", str(marian["hf"]), str(ck))  # ck is not empty now
+    result = cli("import", "--from", "marian", str(marian["hf"]), str(ck))  # ck is not empty now
     assert result.returncode == 2
     assert result.stderr.startswith("dotformer import: error: ") and "not empty" in result.stderr
     assert result.stderr.count("\n") == 1
@@ -303,14 +294,14 @@ def test_bert_last_hidden_state_is_dotformers_memory(tmp_path: Path) -> None:
         assert (loaded.model.encode(src).memory[keep] - theirs[keep]).abs().max() > 1e-2
 
 
-def test_cli_import_bert_and_refusals(tmp_path: Path) -> None:
+def test_cli_import_bert_and_refusals(tmp_path: Path, cli: Cli) -> None:
     make_bert_dir(tmp_path / "bert")
-    result = dotformer_cli("import", "--from", "bert", str(tmp_path / "bert"), str(tmp_path / "ck"))
+    result = cli("import", "--from", "bert", str(tmp_path / "bert"), str(tmp_path / "ck"))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "ck" / "model.safetensors").is_file()
 
     make_bert_dir(tmp_path / "relative", position_embedding_type="relative_key")
-    result = dotformer_cli("import", "--from", "bert", str(tmp_path / "relative"), str(tmp_path / "ck2"))
+    result = cli("import", "--from", "bert", str(tmp_path / "relative"), str(tmp_path / "ck2"))
     assert result.returncode == 2 and "position_embedding_type='relative_key'" in result.stderr
     assert result.stderr.count("\n") == 1 and not (tmp_path / "ck2").exists()
 

@@ -179,7 +179,7 @@ def test_extended_weights_keep_the_checkpoints_rows_and_a_fresh_models_new_rows(
 def test_extend_vocab_refuses_bpe_and_needs_init_from(
     base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from dotformer.data.tokenizers import train_tokenizer
+    from dotformer.data.tokenizer_files import train_tokenizer
     from dotformer.training.finetune import extend_vocabulary, read_init_source
 
     source = read_init_source(base, {}, {})

@@ -11,7 +11,8 @@ import torch
 from dotformer.data.batching import BatchSampler, EncodedPair, SamplerPosition
 from dotformer.data.blocks import BlockSampler, TokenStream, encode_text, sampler_for
 from dotformer.data.text import PIECE_LINES, TextCorpus, read_file_text, split_text
-from dotformer.data.tokenizers import EOS_ID, PAD_ID, train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import EOS_ID, PAD_ID
 from dotformer.errors import ConfigError, DataError
 from dotformer.metrics.language import LanguageModelScore, score_text
 

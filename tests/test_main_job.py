@@ -1,19 +1,20 @@
 """Smoke tests of the README's main jobs, end to end through the scripts and the CLI, on small budgets.
 
 They run the real scripts (``scripts/g2p.sh --quick``, ``scripts/bible.sh --quick``) with set-up skipped (the test
-environment is installed already), and train the copy task to 100% exact match.
+environment is installed already): fixed step budgets, so they end with the same checks however busy the machine is.
+The copy task trained to 100% exact match is a measurement of learning, not a smoke test: it is marked ``slow``
+(``bash scripts/test.sh -m slow``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import CLI_TIMEOUT_S, Cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def run(cmd: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``cmd`` from the repository root with one torch thread; fail with its output if it fails."""
     full_env = {**os.environ, "DOTFORMER_SKIP_SETUP": "1", "OMP_NUM_THREADS": "1", **env}
-    proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -50,7 +51,14 @@ def test_a_main_job_never_deletes_an_out_that_is_not_a_run(tmp_path: Path, scrip
     mine.mkdir()
     (mine / "chapter1.tex").write_text("months of work")
     env = {**os.environ, "DOTFORMER_SKIP_SETUP": "1", "OUT": str(mine)}
-    proc = subprocess.run(["bash", f"scripts/{script}", "--quick"], cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        ["bash", f"scripts/{script}", "--quick"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+    )
     assert proc.returncode != 0 and "not a dotformer run directory" in proc.stderr, proc.stderr[-2000:]
     assert [p.name for p in mine.iterdir()] == ["chapter1.tex"]
     assert (mine / "chapter1.tex").read_text() == "months of work"
@@ -73,17 +81,21 @@ def test_bible_main_job_quick(tmp_path: Path) -> None:
         assert {"bleu", "chrf"} <= set(payload["metrics"]), name
 
 
-def test_copy_task_reaches_exact_match(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_copy_task_reaches_exact_match(tmp_path: Path, cli: Cli) -> None:
+    """configs/copy.toml learns the copy task: 100% exact match on its 500 held-out sequences.
+
+    The config trains 2,500 steps (the README's figure for copy and reverse); copy alone is learned well before, so the
+    test stops at 1,500. How soon a model reaches 100% varies with the processor's rounding, which is why this is a
+    ``slow`` test with a wide step margin rather than part of the default run.
+    """
     out = tmp_path / "copy"
-    exe = shutil.which("dotformer") or sys.executable
-    prefix = [exe] if exe.endswith("dotformer") else [exe, "-m", "dotformer"]
-    # configs/copy.toml trains 2,500 steps (the README's figure for copy and reverse); copy alone is at 100% of its 500
-    # held-out sequences by 1,500 on both CPUs measured (an Intel Xeon; an AMD EPYC, one thread: 80.2% at 300 steps,
-    # 99.8% at 600, 100% from 900 on), so the test stops at 1,500 to save CI time.
     argv = ["train", "--config", "configs/copy.toml", "--out", str(out), "--no-progress", "--max-steps", "1500"]
-    run([*prefix, *argv], tmp_path)
+    done = cli(*argv, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
     report = tmp_path / "copy.json"
-    run([*prefix, "evaluate", "--checkpoint", str(out), "--split", "test", "--json", str(report)], tmp_path)
+    done = cli("evaluate", "--checkpoint", str(out), "--split", "test", "--json", str(report), cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(report.read_text())["metrics"]["exact_match"] == pytest.approx(100.0)
 
 

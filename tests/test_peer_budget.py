@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import CLI_TIMEOUT_S
 
 pytest.importorskip("transformers")
 pytest.importorskip("rapidfuzz")
@@ -25,7 +26,7 @@ def run_benchmark(work: Path, out: Path, *flags: str) -> tuple[str, dict]:
     command = [sys.executable, str(SCRIPT), "--task", "g2p", "--max-steps", "6", "--save-every", "2", "--limit", "20"]
     command += ["--corpus-limit", "3000", "--threads", "1", "--work-dir", str(work), "--out", str(out), *flags]
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        command, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "| dotformer" in done.stdout and "| marian" in done.stdout  # the table

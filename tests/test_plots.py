@@ -15,7 +15,8 @@ import torch
 from dotformer import ModelConfig, Transformer, causal_mask, padding_mask, sinusoidal_positional_encoding
 from dotformer.checkpoint import LoadedCheckpoint, load_checkpoint, save_checkpoint
 from dotformer.cli import main
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from dotformer.decoding import DecodeConfig, greedy_decode
 from dotformer.errors import ConfigError, DataError, MissingDataError
 from dotformer.plots import (

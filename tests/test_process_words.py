@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve().relative_to(ROOT).as_posix()
 
 PATTERNS = {
-    "a session": re.compile(r"(?<![./\"'])\bsessions?\b(?![/\"'])", re.IGNORECASE),
+    # "session 7", "this session": a work session; an onnxruntime or HTTP session object is no process word.
+    "a session": re.compile(r"\bsessions? #?\d|\b(?:this|last|previous|next|earlier|later) sessions?\b", re.IGNORECASE),
     "an issue number": re.compile(r"\bissues? #?\d", re.IGNORECASE),
     "a tracker": re.compile(r"\btracker\b", re.IGNORECASE),
     "a fresh clone": re.compile(r"\bfresh.clones?\b", re.IGNORECASE),
@@ -48,6 +49,8 @@ def process_words(text: str) -> list[tuple[int, str, str]]:
         ("the issue's target", True),
         ("Optimisation #16 deferred the reorder", True),
         ("self.session = call('POST', '/session')", False),
+        ("session = onnxruntime.InferenceSession(path)", False),
+        ("as measured in the previous session", True),
         ('color: #555; stroke: "#888"', False),
         ("a line break is &#10; in HTML", False),
         ("    # 12 layers", False),

@@ -23,7 +23,8 @@ import torch
 
 from dotformer import ModelConfig, Transformer
 from dotformer.checkpoint import save_checkpoint
-from dotformer.data.tokenizers import EOS_ID, train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import EOS_ID
 
 TIMEOUT_S = 30
 CLIENTS, REQUESTS = 16, 25

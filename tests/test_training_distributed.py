@@ -13,19 +13,21 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import CLI_TIMEOUT_S
 from safetensors.torch import load_file, save_file
 
 from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
 from dotformer.data.batching import BatchSampler, collate, encode_pairs, example_length
 from dotformer.data.corpora import CorpusOptions, load_pairs
-from dotformer.data.tokenizers import train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.errors import ConfigError
 from dotformer.model import Transformer
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext
-from dotformer.training.loop import TrainData, fit
+from dotformer.training.loop import fit
 from dotformer.training.optim import build_optimizer, set_learning_rate
+from dotformer.training.state import TrainData
 from dotformer.training.step import StepRecipe, train_step
 
 STEPS = 3
@@ -193,7 +195,7 @@ def test_torchrun_cli(tmp_path: Path) -> None:
     command += ["-m", "dotformer", "train", "--data", "copy", "--preset", "tiny", "--limit", "300"]
     command += ["--max-steps", "4", "--out", str(tmp_path / "run"), "--no-progress", "--device", "cpu"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=CLI_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("trained 4 steps") == 1  # rank 0 alone prints
     state = ckpt.load_train_state(tmp_path / "run" / "last")

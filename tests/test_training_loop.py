@@ -14,18 +14,19 @@ from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
 from dotformer.data.batching import collate, encode_pairs
 from dotformer.data.corpora import CorpusOptions, load_pairs
-from dotformer.data.tokenizers import train_tokenizer
+from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.errors import CheckpointError, ConfigError, MissingExtraError, TrainingError
 from dotformer.metrics.scoring import evaluate_loss
 from dotformer.model import Transformer
 from dotformer.training import loop
 from dotformer.training import step as step_module
 from dotformer.training.config import TrainConfig
-from dotformer.training.loop import TrainData, fit
+from dotformer.training.loop import fit
 from dotformer.training.loss import LossSums
 from dotformer.training.optim import build_optimizer, set_learning_rate
 from dotformer.training.resume import trim_metrics_log
 from dotformer.training.schedule import learning_rate
+from dotformer.training.state import TrainData
 from dotformer.training.step import StepRecipe, StepResult, train_step
 from dotformer.training.stopping import TrainingInterrupted
 
@@ -311,7 +312,7 @@ def test_no_validation_split_and_metrics_lines(tmp_path: Path) -> None:
     assert expected | {"elapsed_s", "cpu_s"} == set(record)
 
 
-# -- fine-tuning, model selection, early stopping, interruption (issue 11, issue 15) ----------------------------------
+# -- fine-tuning, model selection, early stopping, interruption ----------------------------------------------------
 
 
 def valid_records(run_dir: Path) -> list[dict]:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import io
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import Cli
 
 from dotformer.cli.log import command_logging
 from dotformer.training.progress import Budget, Position, Progress, budget_fraction, clock, seconds_left
@@ -117,18 +115,21 @@ def test_cli_prints_python_warnings_as_one_line(capsys: pytest.CaptureFixture[st
     assert warnings.showwarning is before
 
 
-def test_training_into_a_file_gives_plain_lines_every_log_every_steps(tmp_path: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "dotformer", "train", "--data", "copy", "--limit", "400", "--out", str(tmp_path / "r")]
-    cmd += ["--max-minutes", "0.05", "--log-every", "3", "--eval-every", "0", "--threads", "1", "--preset", "tiny"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+def test_training_into_a_file_gives_plain_lines_every_log_every_steps(tmp_path: Path, cli: Cli) -> None:
+    args = ["train", "--data", "copy", "--limit", "400", "--out", str(tmp_path / "r")]
+    args += ["--log-every", "3", "--eval-every", "0", "--threads", "1", "--preset", "tiny"]
+    proc = cli(*args, "--max-steps", "7", "--max-minutes", "60")  # both budgets: the steps end it, at any speed
     assert proc.returncode == 0, proc.stderr
     assert "\r" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("train: ")]
-    steps = int(proc.stdout.split()[1])  # "trained N steps ..."
-    assert len(lines) == 1 + steps // 3 + 1  # step 1, every 3rd step, the end
-    assert lines[1].startswith("train: step 3 (") and "left" in lines[1]
-    assert lines[-1].startswith(f"train: end at step {steps} (100.0%)")
+    assert proc.stdout.startswith("trained 7 steps")
+    assert [line.split(",")[0].split(" (")[0] for line in lines] == [  # step 1, every 3rd step, the end
+        "train: step 1/7",
+        "train: step 3/7",
+        "train: step 6/7",
+        "train: end at step 7/7",
+    ]
+    assert "left" in lines[1] and lines[-1].startswith("train: end at step 7/7 (100.0%)")
 
 
 def test_python_users_can_silence_the_library(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -116,7 +116,7 @@ def load_weights_into(model: nn.Module, path: str | Path) -> None:
 
 def load_tokenizer_file(path: Path) -> Tokenizer:
     """A checkpoint's tokenizer file. Raises CheckpointError naming the file when it is missing or damaged."""
-    from dotformer.data.tokenizers import load_tokenizer
+    from dotformer.data.tokenizer_files import load_tokenizer
 
     if not path.is_file():
         raise CheckpointError(f"checkpoint file {path} is missing")

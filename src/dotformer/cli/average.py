@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         step_checkpoints,
     )
     from dotformer.cli.outputs import check_output_dir
-    from dotformer.data.tokenizers import load_tokenizer
+    from dotformer.data.tokenizer_files import load_tokenizer
     from dotformer.errors import CheckpointError
 
     out = check_output_dir(args.out, "--out")  # never a run's best/, last/ or step checkpoints: training owns them

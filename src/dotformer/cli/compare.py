@@ -27,7 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     d = CompareConfig()
     parser.epilog = EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--d-model", type=int, default=d.d_model, metavar="D", help=f"layer width ({d.d_model})")
     parser.add_argument("--heads", type=int, default=d.num_heads, metavar="H", help=f"attention heads ({d.num_heads})")
     parser.add_argument(
@@ -39,7 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"sequence lengths ({' '.join(map(str, d.lengths))})",
     )
     parser.add_argument(
-        "--layers", nargs="+", choices=LAYER_KINDS, default=list(d.layers), help="layers to measure (all)"
+        "--layers",
+        nargs="+",
+        choices=LAYER_KINDS,
+        default=list(d.layers),
+        metavar="LAYER",
+        help=f"layers to measure: {', '.join(LAYER_KINDS)} (all)",
     )
     parser.add_argument("--batch-size", type=int, default=d.batch_size, metavar="B", help=f"batch ({d.batch_size})")
     parser.add_argument("--repeats", type=int, default=d.repeats, help=f"timed calls per point ({d.repeats})")

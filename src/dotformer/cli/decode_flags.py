@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 
 def add_decoding_arguments(parser: argparse.ArgumentParser, exclude: Collection[str] = ()) -> None:
     """The flags shared by ``translate`` and ``evaluate``: checkpoint, device, batch size and the decoding options
-    (:mod:`dotformer.decoding.options`) but those named in ``exclude``."""
+    (:mod:`dotformer.decoding.options`) but those named in ``exclude``.
+
+    ``--checkpoint`` leads the help; the decoding options follow under "decoding", the rest under "device and speed".
+    """
     parser.add_argument(
         "--checkpoint",
         required=True,
@@ -28,9 +31,11 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, exclude: Collection[
         help="checkpoint or run directory (run: best/); repeated, an ensemble: the models' distributions are averaged "
         "at every step (same vocabularies; alignments come from the first)",
     )
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    add_threads_argument(parser)
-    parser.add_argument(
+    search = parser.add_argument_group("decoding")
+    speed = parser.add_argument_group("device and speed")
+    speed.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    add_threads_argument(speed)
+    speed.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16", "int8"],
         default="float32",
@@ -39,26 +44,37 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, exclude: Collection[
         "stores the linear layers' weights in 8 bits and multiplies in integers, 1.2-3.5x faster on this "
         "project's CPU; its outputs may differ slightly from float32's, and with --batch-size (default float32)",
     )
-    parser.add_argument("--batch-size", type=int, default=64, metavar="B", help="sentences decoded together (64)")
-    add_option_flags(parser, exclude)
+    speed.add_argument("--batch-size", type=int, default=64, metavar="B", help="sentences decoded together (64)")
+    add_option_flags(search, exclude)
 
 
-def add_option_flags(parser: argparse.ArgumentParser, exclude: Collection[str] = ()) -> None:
-    """One flag per option of :data:`dotformer.decoding.options.DECODE_OPTIONS` (but those named in ``exclude``);
-    each flag's value is None when not given, so :func:`decode_config_from_args` knows what was asked for."""
+def add_option_flags(
+    parser: argparse._ActionsContainer, exclude: Collection[str] = (), only: Collection[str] | None = None
+) -> None:
+    """One flag per option of :data:`dotformer.decoding.options.DECODE_OPTIONS` (but those named in ``exclude``;
+    with ``only``, just those),
+    defaulting to the :class:`DecodeConfig` default; an option of one strategy only (``--beam``, the sampling flags)
+    defaults to None, so :func:`decode_config_from_args` knows whether it was asked for."""
     from dotformer.decoding.options import DECODE_OPTIONS
 
     for option in DECODE_OPTIONS:
-        if option.name in exclude:
+        if option.name in exclude or (only is not None and option.name not in only):
             continue
+        default = None if option.strategy is not None else option.default
         if option.kind is bool:
-            parser.add_argument(option.flag, dest=option.name, action="store_true", default=None, help=option.help)
+            parser.add_argument(option.flag, dest=option.name, action="store_true", default=default, help=option.help)
         else:
             metavar = "FILE" if option.flag.endswith("-file") else option.name.split("_")[-1].upper()
             metavar = None if option.choices else metavar
             kind = str if option.kind is str else option.kind
             parser.add_argument(
-                option.flag, dest=option.name, type=kind, choices=option.choices, metavar=metavar, help=option.help
+                option.flag,
+                dest=option.name,
+                type=kind,
+                default=default,
+                choices=option.choices,
+                metavar=metavar,
+                help=option.help,
             )
 
 

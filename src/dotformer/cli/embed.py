@@ -45,12 +45,12 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer embed``."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory (run: best/)")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    add_threads_argument(parser)
-    parser.add_argument(
+    speed = parser.add_argument_group("device and speed")
+    speed.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    add_threads_argument(speed)
+    speed.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16", "int8"],
         default="float32",
@@ -63,9 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="mean over the real tokens (default) or the first token",
     )
     parser.add_argument("--normalize", action="store_true", help="L2-normalise each vector")
-    parser.add_argument("--batch-size", type=int, default=64, metavar="B", help="texts encoded together (64)")
-    parser.add_argument("--max-tokens", type=int, default=None, metavar="N", help="most padded tokens per batch (8192)")
-    parser.add_argument(
+    speed.add_argument("--batch-size", type=int, default=64, metavar="B", help="texts encoded together (64)")
+    speed.add_argument("--max-tokens", type=int, default=None, metavar="N", help="most padded tokens per batch (8192)")
+    speed.add_argument(
         "--max-input-length",
         type=int,
         default=None,

@@ -41,8 +41,8 @@ held-out text (--split test or valid) or of a text file (--data FILE), scored in
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer evaluate``."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
+    parser.usage = "%(prog)s --checkpoint DIR [--data FILE] [--split SPLIT] [...]"
     add_decoding_arguments(parser, exclude=("n_best", "prefix", "alignments", "alignment_layer"))
     parser.add_argument(
         "--data",

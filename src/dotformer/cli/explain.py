@@ -15,7 +15,6 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``attention`` with an optional --json problem."""
     parser.epilog = EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     topics = parser.add_subparsers(dest="topic", metavar="TOPIC", required=True)
     attention = topics.add_parser("attention", help="scores, scaling, softmax and output, with numbers")
     attention.add_argument(

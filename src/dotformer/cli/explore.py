@@ -27,7 +27,6 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Checkpoint, serve or write, examples."""
     parser.epilog = EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--port", type=int, default=8000, help="serve on 127.0.0.1:PORT (8000)")

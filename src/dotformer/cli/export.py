@@ -26,7 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from dotformer.export.checkpoint import FORMATS
 
     parser.epilog = EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--to", required=True, choices=FORMATS, help="the target format")
     parser.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint or run directory")
     parser.add_argument("output", metavar="OUT", help="output directory (new, or empty)")

@@ -26,7 +26,6 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Format, source directory, output checkpoint."""
     parser.epilog = EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--from", dest="source_format", required=True, choices=FORMATS, help="the source format")
     parser.add_argument("source", metavar="DIR", help="the model directory to read (local files only)")
     parser.add_argument("output", metavar="OUT", help="the checkpoint directory to write (new, or empty)")

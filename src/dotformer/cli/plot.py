@@ -24,7 +24,6 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The five plot kinds, each a sub-subcommand with its own flags."""
     parser.epilog = EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     kinds = parser.add_subparsers(dest="plot_kind", metavar="KIND", required=True)
 
     attention = kinds.add_parser(

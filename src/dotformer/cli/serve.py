@@ -33,27 +33,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from dotformer.api.serve import DEFAULT_WORKERS, HOST
 
     parser.epilog = EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory")
     parser.add_argument("--port", type=int, default=8080, help="TCP port (8080; 0 = any free port, printed)")
     parser.add_argument(
         "--host", default=HOST, help=f"interface to listen on ({HOST}: this machine only; 0.0.0.0 opens it to others)"
     )
-    parser.add_argument("--device", default="cpu", help="where to run the model: cpu, cuda, cuda:N, auto (cpu)")
-    parser.add_argument(
+    speed = parser.add_argument_group("device and speed")
+    speed.add_argument("--device", default="cpu", help="where to run the model: cpu, cuda, cuda:N, auto (cpu)")
+    speed.add_argument(
         "--dtype",
         default="float32",
         choices=("float32", "bfloat16", "float16", "int8"),
         help="weights for decoding (float32)",
     )
-    parser.add_argument(
+    speed.add_argument(
         "--workers",
         type=int,
         default=DEFAULT_WORKERS,
         metavar="N",
         help=f"connections served at once, each by its own thread ({DEFAULT_WORKERS}); more wait their turn",
     )
-    add_threads_argument(parser)
+    add_threads_argument(speed)
     parser.add_argument("--verbose", action="store_true", help="log every request on stderr")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+def add_threads_argument(parser: argparse._ActionsContainer) -> None:
     """``--threads N``: the CPU threads of torch's kernels (``train``, ``translate``, ``evaluate``, ``serve``)."""
     parser.add_argument(
         "--threads", type=int, metavar="N", help="CPU threads of torch's kernels (default: torch's choice, all cores)"

@@ -122,8 +122,51 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
 _FLAGS += [(flag, "data", field, kwargs) for flag, field, kwargs in [*READER_FLAGS, *TRAIN_DATA_FLAGS]]
 
 
+# the help's layout: the flags most runs need lead (under "options"), the rest follow in titled groups
+_LEAD = ("--preset", "--max-minutes", "--max-steps", "--max-epochs", "--device")
+_GROUPS: dict[str, tuple[str, ...]] = {
+    "data": ("--task", "--valid", "--test", "--limit", "--valid-fraction", "--test-fraction", "--tokenizer",
+             "--src-tokenizer", "--tgt-tokenizer", "--vocab-size", "--shared-vocab", "--src-tokenizer-file",
+             "--tgt-tokenizer-file"),
+    "reading a file of pairs": ("--delimiter", "--source-column", "--target-column", "--header", "--num-columns",
+                                "--empty-lines"),
+    "corpora (cmudict, bible, hf:, copy/reverse)": ("--strip-stress", "--source-module", "--target-module",
+        "--test-books", "--sword-path", "--bible-max-ratio", "--bible-check-alignment", "--hf-config", "--hf-split",
+        "--hf-valid-split", "--hf-test-split", "--source-field", "--target-field", "--hf-data-files", "--hf-cache-dir",
+        "--synthetic-examples", "--synthetic-symbols", "--synthetic-min-len", "--synthetic-max-len",
+        "--synthetic-seed"),
+    "model": ("--dropout", "--block-size"),
+    "schedule": ("--max-tokens", "--accumulate", "--lr-schedule", "--lr-scale", "--lr-peak", "--warmup",
+                 "--lr-cooldown", "--label-smoothing", "--clip-norm", "--weight-decay", "--seed"),
+    "checkpoints and validation": ("--overwrite", "--init-from", "--extend-vocab", "--eval-every", "--save-every",
+                                   "--keep-last", "--best-metric", "--valid-decode-limit", "--patience"),
+    "speed": ("--amp", "--compile", "--packed", "--threads"),
+    "output": ("--log-every", "--metrics-every", "--progress", "--tensorboard"),
+}  # fmt: skip
+_HELP_ORDER = {flag: i for i, flag in enumerate([*_LEAD, *(flag for flags in _GROUPS.values() for flag in flags)])}
+
+EPILOG = """\
+Flags override the config file, which overrides the task's defaults (the model and recipe of its shipped config:
+g2p for g2p and exact, bible for translation). The run directory gets run.json, data/ (the split and the
+tokenizers), metrics.jsonl and the checkpoints (best/, last/, checkpoints/step_N/); the last line printed sums the
+run up.
+
+examples:
+  dotformer train --data cmudict --max-epochs 10
+  dotformer train --data bible --config configs/bible.toml --out runs/bible --max-minutes 60
+  dotformer train --data pairs.tsv --out runs/mine --max-minutes 30
+  dotformer train --data copy --preset tiny --out runs/copy --resume --max-steps 600
+  dotformer train --task lm --data corpus.txt --out runs/lm --max-minutes 10
+  torchrun --nproc_per_node=2 $(which dotformer) train --data cmudict --max-epochs 10
+"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``dotformer train``."""
+    """Flags of ``dotformer train``: the most used first, the rest in the titled groups of :data:`_GROUPS`."""
+    parser.usage = "%(prog)s [--data DATASET] [--config FILE] [--out DIR] [...]"
+    parser.epilog = EPILOG
+    groups = {title: parser.add_argument_group(title) for title in _GROUPS}
+    group_of = {flag: groups[title] for title, flags in _GROUPS.items() for flag in flags}
     parser.add_argument(
         "--data",
         metavar="DATASET",
@@ -140,28 +183,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its last checkpoint (exactly)"
     )
-    parser.add_argument(
+    group_of["--overwrite"].add_argument(
         "--overwrite",
         action="store_true",
         help="start afresh in --out even if it holds a run: its run.json, data/, checkpoints and metrics are deleted "
         "first (needed after a run stopped before its first checkpoint)",
     )
-    parser.add_argument(
+    group_of["--init-from"].add_argument(
         "--init-from",
         metavar="CKPT",
         help="fine-tune: start from this checkpoint's (or run's) weights, tokenizers and model config, with a fresh "
         "optimizer and learning-rate schedule",
     )
-    parser.add_argument(
+    group_of["--extend-vocab"].add_argument(
         "--extend-vocab",
         action="store_true",
         help="with --init-from: add the symbols of the data that the checkpoint's char/symbol vocabulary does not "
         "know, with new embedding and output rows (without it such data is an error)",
     )
-    add_threads_argument(parser)
-    add_lm_arguments(parser)
-    for flag, _, field, kwargs in _FLAGS:
-        parser.add_argument(flag, dest=f"opt_{field}", default=None, **kwargs)
+    add_threads_argument(group_of["--threads"])
+    add_lm_arguments(group_of["--block-size"])
+    for flag, _, field, kwargs in sorted(_FLAGS, key=lambda entry: _HELP_ORDER.get(entry[0], len(_HELP_ORDER))):
+        group_of.get(flag, parser).add_argument(flag, dest=f"opt_{field}", default=None, **kwargs)
 
 
 def run(args: argparse.Namespace) -> int:

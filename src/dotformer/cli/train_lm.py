@@ -21,7 +21,7 @@ from typing import Any
 from dotformer.training.lm_config import LM_TASK
 
 
-def add_lm_arguments(parser: argparse.ArgumentParser) -> None:
+def add_lm_arguments(parser: argparse._ActionsContainer) -> None:
     """``--block-size``, the one flag only a language model reads."""
     parser.add_argument(
         "--block-size", dest="opt_block_size", type=int, default=None, metavar="T",
@@ -61,7 +61,8 @@ def valid_bits_per_character(run_dir: Path, nats_per_token: float | None) -> flo
     """Bits per character of the run's validation text at ``nats_per_token`` (the best validation loss, which is
     the NLL without label smoothing): nats · scored tokens / (scored characters · ln 2)."""
     from dotformer.checkpoint import TGT_TOKENIZER_FILE
-    from dotformer.data.tokenizers import EOS_ID, load_tokenizer
+    from dotformer.data.tokenizer_files import load_tokenizer
+    from dotformer.data.tokenizers import EOS_ID
     from dotformer.training.lm_run import load_text_split
 
     if nats_per_token is None:

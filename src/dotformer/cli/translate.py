@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
-from dotformer.cli.decode_flags import add_decoding_arguments, decode_config_from_args, load_for_decoding
+from dotformer.cli.decode_flags import (
+    add_decoding_arguments,
+    add_option_flags,
+    decode_config_from_args,
+    load_for_decoding,
+)
 from dotformer.cli.lines import StreamLines, TextAsBytes, argument_chunks, binary_stdin, format_result
 
 if TYPE_CHECKING:
@@ -43,12 +48,13 @@ output: one line per input, in input order, on standard output or --output FILE 
                  "score", "finished"}, ...]}
         ID is the input's 0-based index. SCORE is log P(output | input) / ((5 + length) / 6)^alpha (natural log,
         length in tokens including the end of sentence; higher is better).
-long inputs: an input of more than --max-input-length tokens (EOS included; default: the model's max_len) is an
+lengths: an input of more than --max-input-length tokens (EOS included; default: the model's max_len) is an
         error naming its line, after the outputs of the lines before it are written. Inputs are decoded in batches
         of at most --batch-size sentences and --max-tokens padded tokens, so one long line does not pad a batch.
-warnings (standard error, one line each, at the end): characters the model's vocabulary does not know (read as
+warnings: one line each on standard error, at the end: characters the model's vocabulary does not know (read as
         <unk>), and outputs cut at the maximum output length (--max-len-a, --max-len-b) or at the length of a learned
         positional table before the model ended them.
+
 A closed output pipe (| head -1) ends quietly; Ctrl-C ends with the outputs of every decoded chunk written.
 
 examples:
@@ -61,9 +67,11 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer translate``."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    add_decoding_arguments(parser)
+    parser.usage = "%(prog)s --checkpoint DIR [...] [TEXT ...]"
+    add_decoding_arguments(parser, exclude=("n_best",))  # --checkpoint leads, then "decoding", "device and speed"
+    batching = parser.add_argument_group("batching and long inputs")
+    add_option_flags(parser, only=("n_best",))  # --n-best, in the lead section beside --input and --output
     parser.add_argument("--input", default=None, metavar="FILE", help="read the inputs from FILE (default: stdin)")
     parser.add_argument("--output", default=None, metavar="FILE", help="write the outputs to FILE (default: stdout)")
     parser.add_argument(
@@ -73,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="text (best output), nbest (ID ||| TEXT ||| SCORE) or json (one object per input); "
         "default: text, or nbest with --n-best N > 1",
     )
-    parser.add_argument(
+    batching.add_argument(
         "--buffer-size",
         type=int,
         default=DEFAULT_BUFFER_SIZE,
@@ -81,14 +89,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"most input lines decoded before their outputs are written ({DEFAULT_BUFFER_SIZE}); fewer when "
         "no more input has arrived yet",
     )
-    parser.add_argument(
+    batching.add_argument(
         "--max-tokens",
         type=int,
         default=None,
         metavar="N",
         help="most padded source tokens per batch (8192): a long input is decoded in a smaller batch",
     )
-    parser.add_argument(
+    batching.add_argument(
         "--max-input-length",
         type=int,
         default=None,

@@ -16,7 +16,8 @@ Read the modules in this order:
 
 2. :mod:`dotformer.data.splits`      deterministic train/valid/test splits, group-disjoint, saved as TSV + JSON
 3. :mod:`dotformer.data.tokenizers`  char, symbol and byte-level BPE tokenizers with PAD/BOS/EOS/UNK = 0/1/2/3
-   (BPE itself in :mod:`dotformer.data.bpe`; existing tokenizer files in :mod:`dotformer.data.pretrained`)
+   (BPE itself in :mod:`dotformer.data.bpe`; existing tokenizer files in :mod:`dotformer.data.pretrained`;
+   training any kind and reading any file back in :mod:`dotformer.data.tokenizer_files`)
 4. :mod:`dotformer.data.batching`    ``Batch``, ``encode_pairs``, ``BatchSampler`` (token budget, length buckets,
    (seed, epoch)-pure order, sharding by rank, resumable positions)
 

@@ -29,7 +29,8 @@ SINGLE_WORD_SHARE = 0.9  # a side whose training texts are single words this oft
 
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
-    from dotformer.data.tokenizers import Tokenizer, TokenizerPair
+    from dotformer.data.tokenizer_files import TokenizerPair
+    from dotformer.data.tokenizers import Tokenizer
     from dotformer.training.config import DataConfig
 
 
@@ -130,8 +131,7 @@ def make_tokenizers(data: DataConfig, train: list[Pair]) -> TokenizerPair:
     Raises:
         MissingDataError / DataError: a tokenizer file cannot be read. ConfigError: a bad kind or size.
     """
-    from dotformer.data.pretrained import read_tokenizer_file
-    from dotformer.data.tokenizers import TokenizerPair, train_tokenizer, train_tokenizer_pair
+    from dotformer.data.tokenizer_files import TokenizerPair, read_tokenizer_file, train_tokenizer, train_tokenizer_pair
 
     src_file, tgt_file = data.src_tokenizer_file, data.tgt_tokenizer_file
     src_vocab = data.vocab_size if data.src_tokenizer == "bpe" else None

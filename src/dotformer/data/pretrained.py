@@ -18,7 +18,6 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from dotformer.data.tokenizers import FORMAT_VERSION, NUM_SPECIAL, SPECIAL_TOKENS, UNK_ID, Tokenizer
@@ -180,7 +179,7 @@ def pretrained_from_dict(data: dict[str, Any], where: str) -> Tokenizer:
     if kind == "hf":
         if not isinstance(data.get("hf_tokenizer"), dict):
             raise DataError(f"{where}: the hf tokenizer lacks its 'hf_tokenizer' field")
-        return HFFileTokenizer(_hf_from_str(json.dumps(data["hf_tokenizer"]), where), source)
+        return HFFileTokenizer(hf_from_str(json.dumps(data["hf_tokenizer"]), where), source)
     if kind == "sentencepiece":
         try:
             proto = base64.b64decode(data["model"], validate=True)
@@ -190,38 +189,7 @@ def pretrained_from_dict(data: dict[str, Any], where: str) -> Tokenizer:
     raise DataError(f"{where}: unknown tokenizer kind {kind!r}; expected one of {', '.join(PRETRAINED_KINDS)}")
 
 
-def read_tokenizer_file(path: str | Path) -> Tokenizer:
-    """An existing tokenizer from a file, for ``--src-tokenizer-file`` / ``--tgt-tokenizer-file``.
-
-    Accepted: a Hugging Face ``tokenizer.json``; a sentencepiece ``.model`` (any file that is not JSON is tried as
-    one); a tokenizer file dotformer saved (``RUN/data/tokenizer_src.json``, a checkpoint's ``tokenizer_*.json``).
-
-    Raises:
-        MissingDataError: no such file (or sentencepiece not installed for a .model).
-        DataError: the file is none of the accepted formats (the path in the message).
-    """
-    from dotformer.data.tokenizers import KINDS, tokenizer_from_dict
-
-    path = Path(path)
-    if not path.is_file():
-        raise MissingDataError(f"{path}: no such tokenizer file")
-    raw = path.read_bytes()
-    if raw.lstrip()[:1] != b"{":
-        return SentencePieceTokenizer(raw, str(path))
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: neither a tokenizer.json nor a sentencepiece model ({exc})") from None
-    if isinstance(data, dict) and data.get("kind") in (*KINDS, *PRETRAINED_KINDS):
-        return tokenizer_from_dict(data, where=str(path))
-    if isinstance(data, dict) and "model" in data:
-        return HFFileTokenizer(_hf_from_str(raw.decode("utf-8"), str(path)), str(path))
-    raise DataError(
-        f"{path}: a JSON file, but not a Hugging Face tokenizer.json (no 'model') nor a dotformer tokenizer"
-    )
-
-
-def _hf_from_str(text: str, where: str) -> Any:
+def hf_from_str(text: str, where: str) -> Any:
     from tokenizers import Tokenizer as HFTokenizer
 
     try:

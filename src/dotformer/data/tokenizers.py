@@ -21,12 +21,11 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal
 
-from dotformer.data.textio import read_text
-from dotformer.errors import ConfigError, DataError, MissingDataError
+from dotformer.errors import DataError
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -179,140 +178,3 @@ class SymbolTokenizer(VocabularyTokenizer):
 
     def join(self, pieces: list[str]) -> str:
         return " ".join(pieces)
-
-
-def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], vocab_size: int | None = None) -> Tokenizer:
-    """Build a vocabulary from training texts.
-
-    Args:
-        kind: ``"char"``, ``"symbol"`` or ``"bpe"``.
-        texts: the training texts (one side of the training split, or both sides for a shared vocabulary).
-        vocab_size: at most this many ids, specials included. char/symbol: the most frequent pieces are kept
-            (ties by code point order), None = all; bpe: the merge budget, None = 8000, at least 4 + 256 (the
-            byte alphabet) + 1. A small corpus may give fewer ids than asked.
-
-    Returns:
-        A deterministic tokenizer: the same texts give the same vocabulary.
-
-    Raises:
-        ConfigError: unknown kind, or a vocab_size too small for the kind.
-        DataError: no texts.
-    """
-    if kind not in KINDS:
-        raise ConfigError(f"tokenizer kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    texts = list(texts)
-    if not texts:
-        raise DataError(f"cannot train a {kind} tokenizer on no texts")
-    if kind == "bpe":
-        from dotformer.data.bpe import train_bpe
-
-        return train_bpe(texts, DEFAULT_BPE_VOCAB_SIZE if vocab_size is None else vocab_size)
-    if vocab_size is not None and vocab_size <= NUM_SPECIAL:
-        raise ConfigError(f"vocab_size must exceed the {NUM_SPECIAL} special tokens, got {vocab_size}")
-    tokenizer_class = CharTokenizer if kind == "char" else SymbolTokenizer
-    counts: Counter[str] = Counter()
-    for text in texts:
-        counts.update(text if kind == "char" else text.split())
-    for special in SPECIAL_TOKENS:  # a symbol spelled like a special token stays unknown
-        counts.pop(special, None)
-    ranked = sorted(counts, key=lambda piece: (-counts[piece], piece))
-    if vocab_size is not None:
-        ranked = ranked[: vocab_size - NUM_SPECIAL]
-    return tokenizer_class([*SPECIAL_TOKENS, *ranked])
-
-
-class TokenizerPair(NamedTuple):
-    """The source and target tokenizers of a task (the same object when the vocabulary is shared)."""
-
-    src: Tokenizer
-    tgt: Tokenizer
-
-
-def default_kinds(task: str) -> tuple[TokenizerKind, TokenizerKind]:
-    """The (source, target) tokenizer kinds of a task: g2p (char, symbol), synthetic (symbol, symbol), exact
-    (char, char: a file scored by exact match keeps every character, spaces included), else bpe."""
-    if task == "g2p":
-        return "char", "symbol"
-    if task == "synthetic":
-        return "symbol", "symbol"
-    if task == "exact":
-        return "char", "char"
-    return "bpe", "bpe"
-
-
-def train_tokenizer_pair(
-    sources: Sequence[str],
-    targets: Sequence[str],
-    src_kind: TokenizerKind,
-    tgt_kind: TokenizerKind,
-    src_vocab_size: int | None = None,
-    tgt_vocab_size: int | None = None,
-    shared: bool = False,
-) -> TokenizerPair:
-    """Train the source and target tokenizers, separately or as one shared vocabulary.
-
-    A shared vocabulary (needed by ``ModelConfig.share_embeddings``) is trained on sources and targets together,
-    with ``src_vocab_size``, and both fields of the result are the same object.
-
-    Raises:
-        ConfigError: ``shared`` with two different kinds.
-    """
-    if shared:
-        if src_kind != tgt_kind:
-            raise ConfigError(f"a shared vocabulary needs one tokenizer kind, got {src_kind} and {tgt_kind}")
-        tokenizer = train_tokenizer(src_kind, [*sources, *targets], src_vocab_size)
-        return TokenizerPair(tokenizer, tokenizer)
-    return TokenizerPair(
-        train_tokenizer(src_kind, sources, src_vocab_size), train_tokenizer(tgt_kind, targets, tgt_vocab_size)
-    )
-
-
-def tokenizer_from_dict(data: dict[str, Any], where: str = "tokenizer") -> Tokenizer:
-    """Inverse of :meth:`Tokenizer.to_dict`.
-
-    Raises:
-        DataError: unknown kind or format, or malformed contents (``where`` names the source in the message).
-    """
-    kind = data.get("kind") if isinstance(data, dict) else None
-    if kind not in (*KINDS, "hf", "sentencepiece"):
-        raise DataError(
-            f"{where}: unknown tokenizer kind {kind!r}; expected one of {', '.join(KINDS)}, hf, sentencepiece"
-        )
-    if data.get("format") != FORMAT_VERSION:
-        raise DataError(f"{where}: tokenizer format {data.get('format')!r}, this dotformer reads {FORMAT_VERSION}")
-    if kind in ("hf", "sentencepiece"):  # an existing tokenizer read from a file (dotformer.data.pretrained)
-        from dotformer.data.pretrained import pretrained_from_dict
-
-        return pretrained_from_dict(data, where)
-    field = "hf_tokenizer" if kind == "bpe" else "vocab"
-    if field not in data:
-        raise DataError(f"{where}: the {kind} tokenizer lacks its {field!r} field")
-    if kind != "bpe":
-        vocab = data["vocab"]
-        if not isinstance(vocab, list) or not all(isinstance(token, str) for token in vocab):
-            raise DataError(f"{where}: 'vocab' must be a list of strings")
-        tokenizer_class = CharTokenizer if kind == "char" else SymbolTokenizer
-        try:
-            return tokenizer_class(vocab)
-        except DataError as exc:
-            raise DataError(f"{where}: {exc}") from None
-    from dotformer.data.bpe import bpe_from_json
-
-    return bpe_from_json(data["hf_tokenizer"], where)
-
-
-def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Read a tokenizer saved by :meth:`Tokenizer.save`.
-
-    Raises:
-        MissingDataError: no such file.
-        DataError: not JSON, or not a tokenizer this version can read (the path in the message).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise MissingDataError(f"{path}: no such tokenizer file")
-    try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    return tokenizer_from_dict(data, where=str(path))

@@ -133,7 +133,8 @@ def _vocabulary(directory: Path, V: int, pad: int) -> tuple[Any, Tensor]:
     """
     from tokenizers import Tokenizer as HFTokenizer
 
-    from dotformer.data.pretrained import HFFileTokenizer, read_tokenizer_file
+    from dotformer.data.pretrained import HFFileTokenizer
+    from dotformer.data.tokenizer_files import read_tokenizer_file
 
     tokenizer_file = directory / "tokenizer.json"
     tokenizer = read_tokenizer_file(tokenizer_file)

@@ -19,7 +19,7 @@ _LAZY = {
     "DataConfig": "dotformer.training.config",
     "TrainConfig": "dotformer.training.config",
     "FitResult": "dotformer.training.loop",
-    "TrainData": "dotformer.training.loop",
+    "TrainData": "dotformer.training.state",
     "fit": "dotformer.training.loop",
     "LossSums": "dotformer.training.loss",
     "label_smoothed_cross_entropy": "dotformer.training.loss",

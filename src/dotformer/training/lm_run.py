@@ -109,10 +109,10 @@ def make_lm_tokenizer(data: LMDataConfig, train_lines: list[str]) -> Tokenizer:
     Raises:
         MissingDataError, DataError: the file cannot be read. ConfigError: a bad vocabulary size.
     """
-    from dotformer.data.tokenizers import train_tokenizer
+    from dotformer.data.tokenizer_files import train_tokenizer
 
     if data.tokenizer_file:
-        from dotformer.data.pretrained import read_tokenizer_file
+        from dotformer.data.tokenizer_files import read_tokenizer_file
 
         return read_tokenizer_file(data.tokenizer_file)
     return train_tokenizer(data.tokenizer, train_lines, data.vocab_size)
@@ -257,7 +257,7 @@ def _prepare_resume(
 
 def _load_prepared(run_dir: Path, record: dict[str, Any], train_config: TrainConfig) -> LMPrepared:
     from dotformer.checkpoint import TGT_TOKENIZER_FILE
-    from dotformer.data.tokenizers import load_tokenizer
+    from dotformer.data.tokenizer_files import load_tokenizer
 
     data_dir = run_dir / "data"
     return LMPrepared(
@@ -275,8 +275,9 @@ def _train(p: LMPrepared, run_dir: Path, resume: bool, is_main: bool) -> RunResu
 
     from dotformer.data.blocks import encode_text
     from dotformer.model import Transformer
-    from dotformer.training.loop import TrainData, fit
+    from dotformer.training.loop import fit
     from dotformer.training.run import RunResult
+    from dotformer.training.state import TrainData
 
     torch.manual_seed(p.train_config.seed)  # the model's initial weights
     model = Transformer(p.model_config)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,8 +21,8 @@ import torch
 from torch import nn
 
 from dotformer import checkpoint as ckpt
-from dotformer.data.batching import Batch, EncodedPair, padding_fraction
-from dotformer.data.blocks import TokenStream, sampler_for
+from dotformer.data.batching import Batch, padding_fraction
+from dotformer.data.blocks import sampler_for
 from dotformer.errors import ConfigError, TrainingError
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext, barrier, setup_distributed, teardown_distributed
@@ -33,7 +32,7 @@ from dotformer.training.progress import Budget, Progress, TokenRate
 from dotformer.training.resume import initialise_from, restore
 from dotformer.training.saving import save, seed_everything
 from dotformer.training.schedule import cooldown_factor, learning_rate
-from dotformer.training.state import Setup, TrainState
+from dotformer.training.state import Setup, TrainData, TrainState
 from dotformer.training.step import StepRecipe, StepResult, train_step
 from dotformer.training.stopping import (
     budget_left,
@@ -48,31 +47,9 @@ from dotformer.training.stream import BatchStream
 from dotformer.training.validation import pairs_to_decode, validate
 
 if TYPE_CHECKING:
-    from dotformer.data.corpora import Pair
-    from dotformer.data.tokenizers import Tokenizer
     from dotformer.metrics.scoring import EvalResult
 
 logger = logging.getLogger(__name__)  # "dotformer.training.loop": the data line before training
-
-
-@dataclass
-class TrainData:
-    """The encoded examples and tokenizers that :func:`fit` trains on.
-
-    Attributes:
-        train: encoded training pairs (``dotformer.data.batching.encode_pairs``), or a language model's text
-            (:class:`~dotformer.data.blocks.TokenStream`: batched in contiguous blocks).
-        valid: encoded validation pairs, or text (may be empty: no validation).
-        src_tokenizer, tgt_tokenizer: saved with every checkpoint.
-        valid_pairs: the validation pairs as text, for a decoding ``best_metric`` (None: rebuilt from ``valid``
-            by detokenising its ids, which loses symbols read as UNK).
-    """
-
-    train: Sequence[EncodedPair] | TokenStream
-    valid: Sequence[EncodedPair] | TokenStream
-    src_tokenizer: Tokenizer
-    tgt_tokenizer: Tokenizer
-    valid_pairs: Sequence[Pair] | None = None
 
 
 @dataclass(frozen=True)

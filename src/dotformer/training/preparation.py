@@ -38,7 +38,7 @@ DEFAULT_BPE_VOCAB = 8000
 def resolve_data_config(data: DataConfig, task: str) -> DataConfig:
     """Fill the task-dependent defaults: tokenizer kinds (char -> symbol for g2p, symbol for synthetic tasks, BPE
     otherwise), a shared vocabulary for BPE on both sides, and 8000 BPE tokens."""
-    from dotformer.data.tokenizers import default_kinds
+    from dotformer.data.tokenizer_files import default_kinds
 
     src_default, tgt_default = default_kinds(task)
     src = None if data.src_tokenizer_file else data.src_tokenizer or src_default  # a side read from a file: no kind
@@ -171,7 +171,7 @@ def _prepare_fresh(
     from dotformer.checkpoint import clear_run_directory
     from dotformer.data.prepare import make_tokenizers, read_run_data
     from dotformer.data.splits import load_split, save_splits
-    from dotformer.data.tokenizers import TokenizerPair, load_tokenizer
+    from dotformer.data.tokenizer_files import TokenizerPair, load_tokenizer
     from dotformer.training.distributed import barrier, check_shared_file
     from dotformer.training.finetune import check_known_symbols, extend_vocabulary, init_data_config, read_init_source
 
@@ -254,7 +254,7 @@ def _prepare_resume(
     is_main: bool,
 ) -> _Prepared:
     from dotformer.data.splits import load_split
-    from dotformer.data.tokenizers import load_tokenizer
+    from dotformer.data.tokenizer_files import load_tokenizer
 
     saved_model = {**record["model"], "preset": record.get("preset")}
     _same_or_raise("model", saved_model, sections.model, run_dir)

@@ -222,7 +222,8 @@ def _train(
 
     from dotformer.data.batching import encode_pairs
     from dotformer.model import Transformer
-    from dotformer.training.loop import TrainData, fit
+    from dotformer.training.loop import fit
+    from dotformer.training.state import TrainData
     from dotformer.training.warmup import peak_flops, warmup_warning
 
     p = prepared

@@ -1,11 +1,12 @@
-"""The two records :func:`dotformer.training.loop.fit` passes to its functions: :class:`TrainState`, where the run
-stands (what a checkpoint saves besides the weights, optimizer and data position), and :class:`Setup`, what it trains
-with (fixed for the whole call)."""
+"""The records of :func:`dotformer.training.loop.fit`: :class:`TrainData`, what it is given to train on;
+:class:`TrainState`, where the run stands (what a checkpoint saves besides the weights, optimizer and data
+position); and :class:`Setup`, what it trains with (fixed for the whole call)."""
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from dotformer.data.batching import Batch
+from dotformer.data.batching import Batch, EncodedPair
+from dotformer.data.blocks import TokenStream
+from dotformer.data.tokenizers import Tokenizer
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext
 from dotformer.training.step import StepRecipe
@@ -22,7 +25,26 @@ from dotformer.training.stream import BatchStream
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
     from dotformer.metrics.scoring import EvalResult
-    from dotformer.training.loop import TrainData
+
+
+@dataclass
+class TrainData:
+    """The encoded examples and tokenizers that :func:`fit` trains on.
+
+    Attributes:
+        train: encoded training pairs (``dotformer.data.batching.encode_pairs``), or a language model's text
+            (:class:`~dotformer.data.blocks.TokenStream`: batched in contiguous blocks).
+        valid: encoded validation pairs, or text (may be empty: no validation).
+        src_tokenizer, tgt_tokenizer: saved with every checkpoint.
+        valid_pairs: the validation pairs as text, for a decoding ``best_metric`` (None: rebuilt from ``valid``
+            by detokenising its ids, which loses symbols read as UNK).
+    """
+
+    train: Sequence[EncodedPair] | TokenStream
+    valid: Sequence[EncodedPair] | TokenStream
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    valid_pairs: Sequence[Pair] | None = None
 
 
 @dataclass

@@ -18,7 +18,7 @@ from dotformer.training.state import Setup, TrainState
 
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
-    from dotformer.training.loop import TrainData
+    from dotformer.training.state import TrainData
 
 
 def validate(setup: Setup, state: TrainState, log: MetricsLog, progress: Progress) -> None:
