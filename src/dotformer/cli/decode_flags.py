@@ -64,8 +64,7 @@ def add_option_flags(
         if option.kind is bool:
             parser.add_argument(option.flag, dest=option.name, action="store_true", default=default, help=option.help)
         else:
-            metavar = "FILE" if option.flag.endswith("-file") else option.name.split("_")[-1].upper()
-            metavar = None if option.choices else metavar
+            metavar = None if option.choices else option.metavar or option.name.split("_")[-1].upper()
             kind = str if option.kind is str else option.kind
             parser.add_argument(
                 option.flag,

@@ -30,6 +30,7 @@ class DecodeOption:
         help: the flag's help text.
         strategy: the only strategy it applies to (None: all).
         choices: the allowed values, for a str option.
+        metavar: how the flag's help names its value (default: the last word of the name, upper case).
     """
 
     name: str
@@ -39,6 +40,7 @@ class DecodeOption:
     help: str
     strategy: str | None = None
     choices: tuple[str, ...] | None = None
+    metavar: str | None = None
 
     @property
     def default(self) -> Any:
@@ -50,9 +52,16 @@ class DecodeOption:
 
 DECODE_OPTIONS: tuple[DecodeOption, ...] = (
     DecodeOption("strategy", str, "--strategy", "strategy", "search strategy (default: beam)", choices=STRATEGIES),
-    DecodeOption("beam", int, "--beam", "beam_size", "beam size (default 4, the paper's)", strategy="beam"),
-    DecodeOption("n_best", int, "--n-best", "n_best", "outputs per input (1)"),
-    DecodeOption("length_penalty", float, "--length-penalty", "length_penalty", "GNMT length penalty alpha (0.6)"),
+    DecodeOption("beam", int, "--beam", "beam_size", "beam size (default 4, the paper's)", "beam", metavar="K"),
+    DecodeOption("n_best", int, "--n-best", "n_best", "outputs per input (1)", metavar="N"),
+    DecodeOption(
+        "length_penalty",
+        float,
+        "--length-penalty",
+        "length_penalty",
+        "GNMT length penalty alpha (0.6)",
+        metavar="ALPHA",
+    ),
     DecodeOption("max_len_a", float, "--max-len-a", "max_len_a", "max output length = A * input length + B (1.0)"),
     DecodeOption("max_len_b", int, "--max-len-b", "max_len_b", "see --max-len-a (50)"),
     DecodeOption(
@@ -65,11 +74,14 @@ DECODE_OPTIONS: tuple[DecodeOption, ...] = (
         "min_len_b",
         "fewest output tokens before the end of sentence, which is forbidden until then (0); --max-len-a/-b win "
         "where they are lower",
+        metavar="N",
     ),
-    DecodeOption("temperature", float, "--temperature", "temperature", "sampling temperature (1.0)", "sample"),
+    DecodeOption(
+        "temperature", float, "--temperature", "temperature", "sampling temperature (1.0)", "sample", metavar="T"
+    ),
     DecodeOption("top_k", int, "--top-k", "top_k", "sample from the K likeliest tokens", "sample"),
     DecodeOption("top_p", float, "--top-p", "top_p", "nucleus sampling mass P in (0, 1]", "sample"),
-    DecodeOption("seed", int, "--seed", "seed", "sampling seed (0)", "sample"),
+    DecodeOption("seed", int, "--seed", "seed", "sampling seed (0)", "sample", metavar="N"),
     DecodeOption(
         "alignments",
         bool,
@@ -84,6 +96,7 @@ DECODE_OPTIONS: tuple[DecodeOption, ...] = (
         "--alignment-layer",
         "alignment_layer",
         "the decoder layer whose cross-attention aligns (0-based; -1, the default, is the last)",
+        metavar="L",
     ),
     DecodeOption(
         "replace_unk",
@@ -99,6 +112,7 @@ DECODE_OPTIONS: tuple[DecodeOption, ...] = (
         None,
         "one target prefix per input line (an empty line: none): each output starts with its prefix, whose tokens "
         "are forced, scored and kept in the output",
+        metavar="FILE",
     ),
 )
 OPTION_NAMES: tuple[str, ...] = tuple(option.name for option in DECODE_OPTIONS)
