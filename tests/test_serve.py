@@ -116,7 +116,7 @@ def test_unknown_symbols_are_counted_not_dropped(server: Any) -> None:
         ({"texts": ["a1"], "beam": "4"}, '"beam" must be an integer'),
         ({"texts": ["a1"], "beam": True}, '"beam" must be an integer'),
         ({"texts": ["a1"], "beam": 2, "n_best": 3}, '"n_best"=3 cannot exceed "beam"=2'),
-        ({"texts": ["a1"], "strategy": "sample"}, '"strategy" must be one of beam, greedy'),
+        ({"texts": ["a1"], "strategy": "topk"}, '"strategy" must be one of greedy, beam, sample'),
         ({"texts": ["a1"], "strategy": "greedy", "beam": 4}, "greedy"),
     ],
 )

@@ -16,6 +16,7 @@ from dotformer.api.translator import (
     Translator,
     load,
     load_checkpoint_for_decoding,
+    load_ensemble_for_decoding,
     resolve_device,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "Translator",
     "load",
     "load_checkpoint_for_decoding",
+    "load_ensemble_for_decoding",
     "resolve_device",
 ]

@@ -15,7 +15,9 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from dotformer.api.connections import FairTurns
-from dotformer.errors import DotformerError
+from dotformer.decoding.config import STRATEGIES
+from dotformer.decoding.options import DECODE_OPTIONS, OPTION_NAMES, DecodeOption, decode_config
+from dotformer.errors import ConfigError, DotformerError
 
 if TYPE_CHECKING:
     from dotformer.api.translator import Translator
@@ -25,8 +27,8 @@ MAX_TEXT_CHARS = 2000  # most characters per text
 MAX_BEAM = 16  # widest beam (and most n_best) a request may ask for
 MAX_REQUEST_WORK = 16384  # most source tokens (EOS included) x beam one request may ask for
 CHUNK_WORK = 1024  # most source tokens x beam decoded in one turn at the model
-STRATEGIES = ("beam", "greedy")
-FIELDS = ("texts", "beam", "n_best", "strategy")
+MAX_LEN_B = 1024  # most output tokens beyond max_len_a x input length (and most min_len_b) a request may ask for
+FIELDS = ("texts", *OPTION_NAMES)
 
 
 class RequestError(DotformerError, ValueError):
@@ -73,11 +75,70 @@ def parse_request(request: Any) -> tuple[list[str], dict[str, Any]]:
     n_best = _positive_int(request, "n_best", 1, MAX_BEAM)
     if strategy == "greedy" and ("beam" in request or n_best != 1):
         raise RequestError('"strategy": "greedy" finds one output: leave out "beam" and "n_best"')
-    if n_best > beam:
+    if strategy == "beam" and n_best > beam:
         raise RequestError(f'"n_best"={n_best} cannot exceed "beam"={beam}')
-    if strategy == "greedy":
-        return texts, {"strategy": strategy, "n_best": 1}
-    return texts, {"strategy": strategy, "beam": beam, "n_best": n_best}
+    options: dict[str, Any] = {option.name: _typed(request, option) for option in DECODE_OPTIONS}
+    options.update(strategy=strategy, n_best=n_best, beam=beam if strategy == "beam" else None)
+    for name in ("max_len_b", "min_len_b"):
+        if options[name] is not None and options[name] > MAX_LEN_B:
+            raise RequestError(f'"{name}" must be at most {MAX_LEN_B}, got {options[name]}')
+    options["prefix"] = _prefixes(request, len(texts))
+    try:
+        decode_config(options, _json_misplaced)
+    except ConfigError as exc:
+        raise RequestError(str(exc).replace("DecodeConfig.", "")) from None
+    return texts, {name: value for name, value in options.items() if value is not None}
+
+
+def _typed(request: dict[str, Any], option: DecodeOption) -> Any:
+    """The value of ``option`` in the request (None when absent), checked against its type.
+
+    Raises:
+        RequestError: a value of the wrong JSON type (a float field takes integers too; never a boolean for a number).
+    """
+    if option.name not in request or option.name == "prefix":
+        return None
+    value = request[option.name]
+    if option.kind is bool:
+        ok = isinstance(value, bool)
+    elif option.kind is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, option.kind) and not isinstance(value, bool)
+    if not ok:
+        kinds = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+        raise RequestError(f'"{option.name}" must be {kinds[option.kind]}, got {json.dumps(value)}')
+    return float(value) if option.kind is float else value
+
+
+def _prefixes(request: dict[str, Any], count: int) -> list[str | None] | None:
+    """``"prefix"``: a list with one string or null per text (None when absent).
+
+    Raises:
+        RequestError: not such a list.
+    """
+    if "prefix" not in request:
+        return None
+    prefix = request["prefix"]
+    if not isinstance(prefix, list) or len(prefix) != count or not all(p is None or isinstance(p, str) for p in prefix):
+        raise RequestError(f'"prefix" must be a list of {count} strings or nulls, one per text')
+    if any(p is not None and len(p) > MAX_TEXT_CHARS for p in prefix):
+        raise RequestError(f'a "prefix" has more than {MAX_TEXT_CHARS} characters')
+    return prefix
+
+
+def _json_misplaced(options: list[DecodeOption], wanted: str, strategy: str) -> str:
+    """``"temperature", "seed" only apply to "strategy": "sample"``."""
+    names = ", ".join(f'"{o.name}"' for o in options)
+    return f'{names} only apply to "strategy": "{wanted}", not "{strategy}"'
+
+
+def hypothesis_json(hypothesis: Any) -> dict[str, Any]:
+    """One hypothesis of a reply: ``{"text", "score", "finished"}``, and ``"alignment"`` when asked for."""
+    item = {"text": hypothesis.text, "score": hypothesis.score, "finished": hypothesis.finished}
+    if hypothesis.alignment is not None:
+        item["alignment"] = [list(pair) for pair in hypothesis.alignment]
+    return item
 
 
 def chunk_by_work(work: list[int], chunk_work: int) -> list[range]:
@@ -125,7 +186,8 @@ def translate_request(
 
     texts, options = parse_request(request)
     encoded = encode_sources(translator.checkpoint, texts, translator.max_input_length)
-    work = [len(ids) * options.get("beam", 1) for ids in encoded.ids]
+    width = options.get("beam", 4) if options["strategy"] == "beam" else options["n_best"]
+    work = [len(ids) * width for ids in encoded.ids]
     if sum(work) > max_work:
         raise RequestError(
             f"the request asks for {sum(work)} source tokens x beam; one request takes at most {max_work}: "
@@ -137,7 +199,9 @@ def translate_request(
     for chunk in chunk_by_work(work, chunk_work):
         with turns.take(), warnings.catch_warnings():  # one thread at a time touches the model and the warnings
             warnings.simplefilter("ignore")  # unknown symbols are reported per text in the reply
-            results += translator.translate([texts[i] for i in chunk], details=True, **options)
+            prefix = options.get("prefix")
+            chunk_options = {**options, "prefix": None if prefix is None else [prefix[i] for i in chunk]}
+            results += translator.translate([texts[i] for i in chunk], details=True, **chunk_options)
     translations = []
     for result in results:
         best = result.hypotheses[0]
@@ -147,7 +211,80 @@ def translate_request(
             "finished": best.finished,
             "unknown_symbols": result.unknown_symbols,
         }
+        if best.alignment is not None:
+            item["alignment"] = [list(pair) for pair in best.alignment]
         if options["n_best"] > 1:
-            item["hypotheses"] = [{"text": h.text, "score": h.score, "finished": h.finished} for h in result.hypotheses]
+            item["hypotheses"] = [hypothesis_json(h) for h in result.hypotheses]
         translations.append(item)
     return {"translations": translations}
+
+
+MAX_NEW_TOKENS = 1024  # most tokens one POST /api/generate may ask for
+GENERATE_FIELDS = ("prompt", "max_new_tokens", "strategy", "n", "temperature", "top_k", "top_p", "seed", "beam_size")
+GENERATE_KINDS: dict[str, type] = {
+    "prompt": str, "max_new_tokens": int, "strategy": str, "n": int, "temperature": float, "top_k": int,
+    "top_p": float, "seed": int, "beam_size": int,
+}  # fmt: skip
+
+
+def generate_request(translator: Translator, request: Any, turns: FairTurns | None = None) -> dict[str, Any]:
+    """The JSON reply ``{"texts": [...]}`` to one ``POST /api/generate`` request, for a language model.
+
+    The fields are the keywords of :meth:`dotformer.api.Translator.generate`: ``prompt`` ("" by default),
+    ``max_new_tokens`` (1..:data:`MAX_NEW_TOKENS`, 200), ``strategy``, ``n`` (1..:data:`MAX_BEAM`), ``temperature``,
+    ``top_k``, ``top_p``, ``seed``, ``beam_size``.
+
+    Raises:
+        RequestError: not an object, an unknown field, a value of the wrong type or out of range, or a checkpoint
+            that is not a language model.
+    """
+    if not isinstance(request, dict):
+        raise RequestError('the body must be a JSON object: {"prompt": "..."}')
+    unknown = sorted(set(request) - set(GENERATE_FIELDS))
+    if unknown:
+        raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(GENERATE_FIELDS)}")
+    for name, value in request.items():
+        kind = GENERATE_KINDS[name]
+        ok = isinstance(value, int | float) if kind is float else isinstance(value, kind)
+        if isinstance(value, bool) or not ok:
+            raise RequestError(f'"{name}" must be {"a string" if kind is str else "a number"}, got {json.dumps(value)}')
+    if len(request.get("prompt", "")) > MAX_TEXT_CHARS:
+        raise RequestError(f'"prompt" has more than {MAX_TEXT_CHARS} characters')
+    _positive_int(request, "max_new_tokens", 200, MAX_NEW_TOKENS)
+    n = _positive_int(request, "n", 1, MAX_BEAM)
+    _positive_int(request, "beam_size", 1, MAX_BEAM)
+    settings = {name: value for name, value in request.items() if name not in ("prompt", "n")}
+    turns = turns if turns is not None else FairTurns()
+    try:
+        with turns.take():
+            texts = translator.generate(request.get("prompt", ""), n=n, **settings)
+    except ConfigError as exc:
+        raise RequestError(str(exc)) from None
+    return {"texts": texts if isinstance(texts, list) else [texts]}
+
+
+def describe_api(translator: Translator) -> dict[str, Any]:
+    """What ``GET /`` answers: the model, the endpoints, and every decoding option with its type and default."""
+    kinds = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    options = [
+        {
+            "name": option.name,
+            "type": "list of strings or nulls, one per text" if option.name == "prefix" else kinds[option.kind],
+            "default": {"beam": 4, "n_best": 1}.get(option.name, option.default),
+            "help": option.help,
+            **({"choices": list(option.choices)} if option.choices else {}),
+            **({"only_with_strategy": option.strategy} if option.strategy else {}),
+        }
+        for option in DECODE_OPTIONS
+    ]
+    return {
+        "model": str(translator.path),
+        "task": translator.task,
+        "endpoints": {
+            "POST /api/translate": {"fields": ["texts (required: a list of strings)", *OPTION_NAMES]},
+            "POST /api/generate": {"fields": list(GENERATE_FIELDS), "for": 'language models (task "lm")'},
+            "GET /api/health": "the model and the limits",
+            "GET /": "this description",
+        },
+        "translate_options": options,
+    }

@@ -3,10 +3,15 @@
     POST /api/translate   {"texts": ["...", ...], "beam": 4, "n_best": 1, "strategy": "beam"}
                           -> {"translations": [{"text": "...", "score": -1.23, "finished": true,
                                                 "unknown_symbols": 0, "hypotheses": [...]}, ...]}
+    POST /api/generate    {"prompt": "...", "max_new_tokens": 200, "n": 1, ...} -> {"texts": ["...", ...]}
     GET  /api/health      {"ok": true, "model": "...", "limits": {...}}
+    GET  /                the endpoints and every decoding option (name, type, default, help)
 
-Only ``texts`` is required; ``beam`` (1..:data:`MAX_BEAM`, default 4), ``n_best`` (1..beam, default 1) and
-``strategy`` (``"beam"`` or ``"greedy"``) are optional. ``hypotheses`` is there when ``n_best`` > 1 (best first,
+Only ``texts`` is required; ``beam`` (1..:data:`MAX_BEAM`, default 4), ``n_best`` (1..beam, default 1),
+``strategy`` (``"beam"``, ``"greedy"`` or ``"sample"``) and every other option of
+:data:`dotformer.decoding.options.DECODE_OPTIONS` are optional (``prefix``: one string or null per text).
+``/api/generate`` is for language-model checkpoints (:meth:`dotformer.api.Translator.generate`).
+``hypotheses`` is there when ``n_best`` > 1 (best first,
 each ``{"text", "score", "finished"}``). Decoding is :meth:`dotformer.api.Translator.translate`, the path of
 ``dotformer translate``, so both give the same outputs for the same settings.
 
@@ -48,6 +53,8 @@ from dotformer.api.endpoint import (
     MAX_TEXTS,
     STRATEGIES,
     RequestError,
+    describe_api,
+    generate_request,
     parse_request,
     translate_request,
 )
@@ -243,7 +250,9 @@ class TranslationHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         route = self.path.split("?", 1)[0]
-        if route == "/api/health":
+        if route == "/":
+            self.send_json(HTTPStatus.OK, describe_api(self.server.translator))
+        elif route == "/api/health":
             self.send_json(HTTPStatus.OK, self.server.health())
         elif route == "/api/translate":
             self.send_json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": 'POST a JSON body {"texts": ["..."]}'})
@@ -252,12 +261,15 @@ class TranslationHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
         route = self.path.split("?", 1)[0]
-        if route != "/api/translate":
+        if route not in ("/api/translate", "/api/generate"):
             self.send_json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {route}"})
             return
         try:
             request = self.read_json()
-            reply = translate_request(self.server.translator, request, self.server.turns, self.server.max_work)
+            if route == "/api/generate":
+                reply = generate_request(self.server.translator, request, self.server.turns)
+            else:
+                reply = translate_request(self.server.translator, request, self.server.turns, self.server.max_work)
         except RequestError as exc:
             self.send_json(exc.status, {"error": str(exc)})
             return

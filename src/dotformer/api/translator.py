@@ -98,6 +98,30 @@ def load_checkpoint_for_decoding(
     return loaded
 
 
+def load_ensemble_for_decoding(
+    paths: Sequence[str | Path], device: str | torch.device = "auto", dtype: str = "float32"
+) -> LoadedCheckpoint:
+    """Load several checkpoints as one :class:`~dotformer.decoding.ensemble.Ensemble` (the first one's tokenizers
+    and info; see :func:`load_checkpoint_for_decoding` for ``device`` and ``dtype``).
+
+    Raises:
+        ConfigError: the checkpoints' tokenizers differ, or see :class:`~dotformer.decoding.ensemble.Ensemble`.
+        CheckpointError: see :func:`dotformer.checkpoint.load_checkpoint`.
+    """
+    from dotformer.decoding.ensemble import Ensemble
+
+    loaded = [load_checkpoint_for_decoding(path, device, dtype) for path in paths]
+    first = loaded[0]
+    for other in loaded[1:]:
+        for side in ("src_tokenizer", "tgt_tokenizer"):
+            if getattr(other, side).to_dict() != getattr(first, side).to_dict():
+                raise ConfigError(
+                    f"{other.path} and {first.path} have different {side.split('_')[0]} vocabularies: an ensemble's "
+                    f"checkpoints must share their tokenizers"
+                )
+    return dataclasses.replace(first, model=Ensemble([c.model for c in loaded]))
+
+
 class TranslationResult(NamedTuple):
     """Everything :meth:`Translator.translate` knows about one input (``details=True``).
 
@@ -235,6 +259,8 @@ class Translator:
         length_penalty: float = 0.6,
         max_len_a: float = 1.0,
         max_len_b: int = 50,
+        min_len_a: float = 0.0,
+        min_len_b: int = 0,
         temperature: float | None = None,
         top_k: int | None = None,
         top_p: float | None = None,
@@ -246,6 +272,10 @@ class Translator:
         progress: bool | None = None,
         details: bool = False,
         attention: bool = False,
+        prefix: str | Sequence[str | None] | None = None,
+        alignments: bool = False,
+        alignment_layer: int = -1,
+        replace_unk: bool = False,
     ) -> Any:
         """Decode one text or a list of texts.
 
@@ -255,7 +285,8 @@ class Translator:
             beam: beam size K (strategy "beam" only; default 4). n_best: hypotheses per input (<= beam; 1 for
                 greedy).
             strategy: "beam", "greedy" or "sample"; length_penalty (α), max_len_a, max_len_b (most output steps =
-                a · input length + b), temperature (1.0), top_k (0), top_p (1.0), seed (0): see
+                a · input length + b), min_len_a, min_len_b (fewest output tokens before the end = a · input length +
+                b; 0 by default), temperature (1.0), top_k (0), top_p (1.0), seed (0): see
                 :class:`~dotformer.decoding.DecodeConfig`; the last four apply to strategy "sample" only.
             config: a ready :class:`~dotformer.decoding.DecodeConfig`; when given it replaces every search argument
                 above (``beam`` ... ``seed``), and ``beam`` or a sampling argument beside it is refused.
@@ -265,6 +296,13 @@ class Translator:
                 progress: a progress bar on stderr (None: from 500 inputs on).
             details: return :class:`TranslationResult` (scores, tokens, ``finished``, unknown symbols) instead of
                 texts. attention: also compute each input's attention maps (implies ``details``).
+            prefix: the start every output of the input must have, written as outputs are (a string for a string
+                input; a sequence with one string or None per text for a sequence): its tokens are forced, scored
+                and kept in the output (fairseq's prefix, CTranslate2's ``target_prefix``).
+            alignments: give each hypothesis an ``alignment``, one (source index, output index) pair per output token
+                from decoder layer ``alignment_layer``'s cross-attention averaged over heads (-1: the last; see
+                :mod:`dotformer.decoding.alignment`); implies ``details``. replace_unk: replace each <unk> of an output
+                by the source piece it aligns to (char and symbol vocabularies).
 
         Returns:
             ``details`` False: the best text (n_best = 1) or the n_best texts, best first, for a string input; a list
@@ -279,44 +317,30 @@ class Translator:
         Warns:
             UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary.
         """
-        from dotformer.decoding import DecodeConfig
+        arguments = dict(locals())  # the decoding options by name, as given
         from dotformer.decoding.inputs import check_max_input_length, encode_sources, warn_unknown
-        from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, decode_encoded
+        from dotformer.decoding.options import OPTION_NAMES, decode_config
+        from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, decode_encoded, encode_prefixes
 
         single = isinstance(texts, str)
         inputs = [texts] if single else _text_list(texts)
-        sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
-        given = [name for name, value in sampling.items() if value is not None]
-        if config is not None and (given or beam is not None):
-            named = ", ".join(["beam"] * (beam is not None) + given)
-            raise ConfigError(f"translate(): config= replaces the search arguments; leave out {named}")
+        given = [name for name in ("beam", "temperature", "top_k", "top_p", "seed") if arguments[name] is not None]
+        if config is not None and given:
+            raise ConfigError(f"translate(): config= replaces the search arguments; leave out {', '.join(given)}")
         if config is None:
-            if given and strategy != "sample":
-                raise ConfigError(
-                    f"translate(): {', '.join(given)} only apply to strategy='sample', not strategy={strategy!r}"
-                )
-            if beam is not None and strategy != "beam":
-                raise ConfigError(f"translate(): beam only applies to strategy='beam', not strategy={strategy!r}")
-            config = DecodeConfig(
-                strategy=strategy,  # type: ignore[arg-type]
-                beam_size=4 if beam is None else beam,
-                n_best=n_best,
-                length_penalty=length_penalty,
-                max_len_a=max_len_a,
-                max_len_b=max_len_b,
-                temperature=1.0 if temperature is None else temperature,
-                top_k=0 if top_k is None else top_k,
-                top_p=1.0 if top_p is None else top_p,
-                seed=0 if seed is None else seed,
-            )
+            values = {name: arguments[name] for name in OPTION_NAMES if name != "prefix"}
+            config = decode_config(values, _api_misplaced)
         limit = check_max_input_length(
             self.model.config, self.max_input_length if max_input_length is None else max_input_length
         )
         encoded = encode_sources(self.checkpoint, inputs, limit)
         warn_unknown(encoded)
         tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-        outputs = decode_encoded(self.checkpoint, encoded, config, batch_size, progress, tokens)
-        if not (details or attention):
+        prefixes = (
+            None if prefix is None else encode_prefixes(self.checkpoint, _prefix_list(prefix, single, len(inputs)))
+        )
+        outputs = decode_encoded(self.checkpoint, encoded, config, batch_size, progress, tokens, prefixes)
+        if not (details or attention or config.alignments):
             texts_out = [[h.text for h in hyps] for hyps in outputs]
             flat: list[Any] = [hyps[0] for hyps in texts_out] if config.n_best == 1 else texts_out
             return flat[0] if single else flat
@@ -376,7 +400,36 @@ class Translator:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UnknownTokenWarning)  # translate() has warned already
-            return attention_weights(self.checkpoint, source, target=hyps[0].text)
+            from dotformer.decoding.ensemble import Ensemble
+
+            checkpoint = self.checkpoint
+            if isinstance(checkpoint.model, Ensemble):  # an ensemble shows its first model's attention
+                checkpoint = dataclasses.replace(checkpoint, model=checkpoint.model.models[0])
+            return attention_weights(checkpoint, source, target=hyps[0].text)
+
+
+def _api_misplaced(options: list[Any], wanted: str, strategy: str) -> str:
+    """``translate(): temperature only apply to strategy='sample', not strategy='beam'``."""
+    from dotformer.decoding.options import misplaced_message
+
+    return f"translate(): {misplaced_message(options, wanted, strategy)}"
+
+
+def _prefix_list(prefix: Any, single: bool, count: int) -> list[str | None]:
+    """``prefix=`` of :meth:`Translator.translate` as one entry per text.
+
+    Raises:
+        ArgumentTypeError: a sequence for a string input, a string for a sequence, or not one entry per text.
+    """
+    if single:
+        if not isinstance(prefix, str):
+            raise ArgumentTypeError(f"translate(): prefix= for one text is a string, got {type(prefix).__name__}")
+        return [prefix]
+    if isinstance(prefix, str) or not isinstance(prefix, Sequence):
+        raise ArgumentTypeError("translate(): prefix= for a list of texts is a list with one string or None per text")
+    if len(prefix) != count:
+        raise ArgumentTypeError(f"translate(): {len(prefix)} prefixes for {count} texts; give one per text")
+    return list(prefix)
 
 
 def _text_list(texts: Any) -> list[str]:
@@ -396,11 +449,14 @@ def _text_list(texts: Any) -> list[str]:
     return inputs
 
 
-def load(path: str | Path, device: str | torch.device = "auto", dtype: Dtype = "float32") -> Translator:
+def load(
+    path: str | Path | Sequence[str | Path], device: str | torch.device = "auto", dtype: Dtype = "float32"
+) -> Translator:
     """Load a checkpoint (or a run directory's best/) for decoding; see :class:`Translator`.
 
     Args:
-        path: a checkpoint directory, or a run directory (best/, else last/).
+        path: a checkpoint directory, or a run directory (best/, else last/); a list of them: an ensemble
+            (:mod:`dotformer.decoding.ensemble`, same vocabularies).
         device: "auto" (CUDA if available, else CPU; CPU for int8), "cpu", "cuda", "cuda:N".
         dtype: "float32" (default), "bfloat16", "float16" (CUDA only) or "int8" (CPU only).
 
@@ -411,6 +467,8 @@ def load(path: str | Path, device: str | torch.device = "auto", dtype: Dtype = "
         ArgumentTypeError: ``path`` is not a str or a path (e.g. None).
         ConfigError: a bad device or dtype. CheckpointError: a missing, corrupted or mismatched checkpoint.
     """
+    if isinstance(path, list | tuple) and path and all(isinstance(p, str | os.PathLike) for p in path):
+        return Translator(load_ensemble_for_decoding(path, device, dtype), dtype)
     if not isinstance(path, str | os.PathLike):
         raise ArgumentTypeError(
             f"load() takes the path of a checkpoint or run directory (str or Path), got {type(path).__name__}"

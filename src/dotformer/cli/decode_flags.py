@@ -6,6 +6,7 @@ the device, CPU threads and dtype, the batch size and the search (greedy, beam, 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from dotformer.cli.threads import add_threads_argument, apply_threads
@@ -13,14 +14,23 @@ from dotformer.cli.threads import add_threads_argument, apply_threads
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.decoding import DecodeConfig
+    from dotformer.decoding.options import DecodeOption
 
 
-def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags shared by ``translate`` and ``evaluate``: checkpoint, device, batch size and the search.
+def add_decoding_arguments(parser: argparse.ArgumentParser, exclude: Collection[str] = ()) -> None:
+    """The flags shared by ``translate`` and ``evaluate``: checkpoint, device, batch size and the decoding options
+    (:mod:`dotformer.decoding.options`) but those named in ``exclude``.
 
-    ``--checkpoint`` leads the help; the search's flags follow under "decoding", the rest under "device and speed".
+    ``--checkpoint`` leads the help; the decoding options follow under "decoding", the rest under "device and speed".
     """
-    parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory (run: best/)")
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        action="append",
+        metavar="DIR",
+        help="checkpoint or run directory (run: best/); repeated, an ensemble: the models' distributions are averaged "
+        "at every step (same vocabularies; alignments come from the first)",
+    )
     search = parser.add_argument_group("decoding")
     speed = parser.add_argument_group("device and speed")
     speed.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
@@ -35,50 +45,57 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "project's CPU; its outputs may differ slightly from float32's, and with --batch-size (default float32)",
     )
     speed.add_argument("--batch-size", type=int, default=64, metavar="B", help="sentences decoded together (64)")
-    search.add_argument(
-        "--strategy", choices=["greedy", "beam", "sample"], default="beam", help="search strategy (default: beam)"
-    )
-    search.add_argument("--beam", type=int, default=None, metavar="K", help="beam size (default 4, the paper's)")
-    search.add_argument(
-        "--length-penalty", type=float, default=0.6, metavar="ALPHA", help="GNMT length penalty alpha (0.6)"
-    )
-    search.add_argument(
-        "--max-len-a", type=float, default=1.0, metavar="A", help="max output length = A * input length + B (1.0)"
-    )
-    search.add_argument("--max-len-b", type=int, default=50, metavar="B", help="see --max-len-a (50)")
-    search.add_argument("--temperature", type=float, default=None, metavar="T", help="sampling temperature (1.0)")
-    search.add_argument("--top-k", type=int, default=None, metavar="K", help="sample from the K likeliest tokens")
-    search.add_argument("--top-p", type=float, default=None, metavar="P", help="nucleus sampling mass P in (0, 1]")
-    search.add_argument("--seed", type=int, default=None, help="sampling seed (0)")
+    add_option_flags(search, exclude)
+
+
+def add_option_flags(
+    parser: argparse._ActionsContainer, exclude: Collection[str] = (), only: Collection[str] | None = None
+) -> None:
+    """One flag per option of :data:`dotformer.decoding.options.DECODE_OPTIONS` (but those named in ``exclude``;
+    with ``only``, just those),
+    defaulting to the :class:`DecodeConfig` default; an option of one strategy only (``--beam``, the sampling flags)
+    defaults to None, so :func:`decode_config_from_args` knows whether it was asked for."""
+    from dotformer.decoding.options import DECODE_OPTIONS
+
+    for option in DECODE_OPTIONS:
+        if option.name in exclude or (only is not None and option.name not in only):
+            continue
+        default = None if option.strategy is not None else option.default
+        if option.kind is bool:
+            parser.add_argument(option.flag, dest=option.name, action="store_true", default=default, help=option.help)
+        else:
+            metavar = None if option.choices else option.metavar or option.name.split("_")[-1].upper()
+            kind = str if option.kind is str else option.kind
+            parser.add_argument(
+                option.flag,
+                dest=option.name,
+                type=kind,
+                default=default,
+                choices=option.choices,
+                metavar=metavar,
+                help=option.help,
+            )
+
+
+def cli_misplaced(options: list[DecodeOption], wanted: str, strategy: str) -> str:
+    """``--temperature, --seed only apply to --strategy sample``."""
+    verb = "applies" if wanted == "beam" else "apply"
+    return f"{', '.join(o.flag for o in options)} only {verb} to --strategy {wanted}"
 
 
 def decode_config_from_args(args: argparse.Namespace, n_best: int = 1) -> DecodeConfig:
-    """Build the :class:`DecodeConfig` from the flags of :func:`add_decoding_arguments`.
+    """Build the :class:`DecodeConfig` from the flags of :func:`add_decoding_arguments` (``n_best`` when the command
+    has no ``--n-best``).
 
     Raises:
         ConfigError: a flag that does not belong to the chosen strategy, or an invalid value.
     """
-    from dotformer.decoding import DecodeConfig
-    from dotformer.errors import ConfigError
+    from dotformer.decoding.options import OPTION_NAMES, decode_config
 
-    sampling = {"--temperature": args.temperature, "--top-k": args.top_k, "--top-p": args.top_p, "--seed": args.seed}
-    given = [flag for flag, value in sampling.items() if value is not None]
-    if given and args.strategy != "sample":
-        raise ConfigError(f"{', '.join(given)} only apply to --strategy sample")
-    if args.beam is not None and args.strategy != "beam":
-        raise ConfigError("--beam only applies to --strategy beam")
-    return DecodeConfig(
-        strategy=args.strategy,
-        beam_size=args.beam if args.beam is not None else 4,
-        n_best=n_best,
-        length_penalty=args.length_penalty,
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
-        temperature=args.temperature if args.temperature is not None else 1.0,
-        top_k=args.top_k if args.top_k is not None else 0,
-        top_p=args.top_p if args.top_p is not None else 1.0,
-        seed=args.seed if args.seed is not None else 0,
-    )
+    values = {name: getattr(args, name, None) for name in OPTION_NAMES}
+    if values["n_best"] is None:
+        values["n_best"] = n_best
+    return decode_config(values, cli_misplaced)
 
 
 def resolve_device(name: str) -> str:
@@ -100,7 +117,10 @@ def load_for_decoding(args: argparse.Namespace) -> LoadedCheckpoint:
         ConfigError: float16 asked for on a CPU, int8 on a GPU, a bad device, or ``--threads`` below 1.
         CheckpointError: see ``load_checkpoint``.
     """
-    from dotformer.api import load_checkpoint_for_decoding
+    from dotformer.api import load_checkpoint_for_decoding, load_ensemble_for_decoding
 
     apply_threads(args.threads)
-    return load_checkpoint_for_decoding(args.checkpoint, args.device, args.dtype)
+    paths = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
+    if len(paths) == 1:
+        return load_checkpoint_for_decoding(paths[0], args.device, args.dtype)
+    return load_ensemble_for_decoding(paths, args.device, args.dtype)

@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer evaluate``."""
     parser.epilog = EPILOG
     parser.usage = "%(prog)s --checkpoint DIR [--data FILE] [--split SPLIT] [...]"
-    add_decoding_arguments(parser)  # --checkpoint leads, then the groups "decoding" and "device and speed"
+    add_decoding_arguments(parser, exclude=("n_best", "prefix", "alignments", "alignment_layer"))
     parser.add_argument(
         "--data",
         default=None,

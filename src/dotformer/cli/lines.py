@@ -181,9 +181,11 @@ def json_line(payload: dict[str, Any]) -> str:
 def format_result(result: TranslationResult, index: int, output_format: str, tokenizer: Tokenizer) -> str:
     """The output lines of one input (``index``: its 0-based id), each ending with ``\\n``."""
     if output_format == "text":
-        return one_line(result.text) + "\n"
+        return one_line(result.text) + "\n" + alignment_line(result.hypotheses[0], index)
     if output_format == "nbest":
-        return "".join(f"{index} ||| {one_line(h.text)} ||| {h.score:.4f}\n" for h in result.hypotheses)
+        return "".join(
+            f"{index} ||| {one_line(h.text)} ||| {h.score:.4f}\n" + alignment_line(h, index) for h in result.hypotheses
+        )
     hypotheses = [
         {
             "text": h.text,
@@ -191,10 +193,20 @@ def format_result(result: TranslationResult, index: int, output_format: str, tok
             "token_ids": list(h.tokens),
             "score": h.score,
             "finished": h.finished,
+            **({} if h.alignment is None else {"alignment": [list(pair) for pair in h.alignment]}),
         }
         for h in result.hypotheses
     ]
     return json_line({"id": index, "source": result.source, "hypotheses": hypotheses}) + "\n"
+
+
+def alignment_line(hypothesis: Any, index: int) -> str:
+    """fairseq's ``A-ID<TAB>S-T S-T ...`` line of a hypothesis with an alignment (``""`` without one)."""
+    if hypothesis.alignment is None:
+        return ""
+    from dotformer.decoding.alignment import format_alignment
+
+    return f"A-{index}\t{format_alignment(hypothesis.alignment)}\n"
 
 
 class TextAsBytes:

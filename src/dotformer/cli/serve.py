@@ -8,9 +8,12 @@ from dotformer.cli.threads import add_threads_argument, apply_threads
 
 EPILOG = """\
 The server listens on 127.0.0.1 (this machine only) unless --host says otherwise and stops on Ctrl-C. A request is
-a JSON object {"texts": [...], "beam": 4, "n_best": 1, "strategy": "beam"} (only "texts" is required); the reply is
-{"translations": [{"text", "score", "finished", "unknown_symbols"}, ...]}. Bad requests, malformed HTTP included,
-get HTTP 400 (408: body too slow, 413: body or work too large) and {"error": "..."}. GET /api/health shows the limits.
+a JSON object {"texts": [...], "beam": 4, "n_best": 1, "strategy": "beam"} (only "texts" is required; every
+decoding option of dotformer translate is a field: "strategy": "sample", "seed", "min_len_b", "prefix" (one string
+or null per text), "alignments", ...); the reply is {"translations": [{"text", "score", "finished",
+"unknown_symbols"}, ...]}. Bad requests, malformed HTTP included, get HTTP 400 (408: body too slow, 413: body or work
+too large) and {"error": "..."}. GET / describes the endpoints and the options, GET /api/health shows the limits, and
+a language model (train --task lm) answers POST /api/generate {"prompt": "...", "max_new_tokens": 200, ...}.
 
 limits: --workers connections are served at once (16), each by its own thread, so a slow client never holds the
 others; one request must arrive within 30 s with no pause over 10 s, or the client is dropped; up to 128 connections

@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
-from dotformer.cli.decode_flags import add_decoding_arguments, decode_config_from_args, load_for_decoding
+from dotformer.cli.decode_flags import (
+    add_decoding_arguments,
+    add_option_flags,
+    decode_config_from_args,
+    load_for_decoding,
+)
 from dotformer.cli.lines import StreamLines, TextAsBytes, argument_chunks, binary_stdin, format_result
 
 if TYPE_CHECKING:
@@ -64,9 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer translate``."""
     parser.epilog = EPILOG
     parser.usage = "%(prog)s --checkpoint DIR [...] [TEXT ...]"
-    add_decoding_arguments(parser)  # --checkpoint leads, then the groups "decoding" and "device and speed"
+    add_decoding_arguments(parser, exclude=("n_best",))  # --checkpoint leads, then "decoding", "device and speed"
     batching = parser.add_argument_group("batching and long inputs")
-    parser.add_argument("--n-best", type=int, default=1, metavar="N", help="outputs per input (1)")
+    add_option_flags(parser, only=("n_best",))  # --n-best, in the lead section beside --input and --output
     parser.add_argument("--input", default=None, metavar="FILE", help="read the inputs from FILE (default: stdin)")
     parser.add_argument("--output", default=None, metavar="FILE", help="write the outputs to FILE (default: stdout)")
     parser.add_argument(
@@ -98,6 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="most tokens (EOS included) an input may have; a longer one is an error naming its line "
         "(default: the model's max_len)",
+    )
+    parser.add_argument(
+        "--inline-prefix",
+        action="store_true",
+        help='each input is "SOURCE ||| PREFIX" (a line without " ||| " has no prefix); see --prefix-file',
     )
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to translate (default: lines of stdin)")
 
@@ -166,6 +176,12 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
         raise ConfigError(f"--max-input-length must be a positive integer, got {args.max_input_length}")
     if args.texts and args.input is not None:
         raise ConfigError("give the inputs either as TEXT arguments or with --input FILE, not both")
+    if args.prefix is not None and args.inline_prefix:
+        raise ConfigError("give the prefixes either with --prefix-file FILE or with --inline-prefix, not both")
+    if args.prefix is not None and not Path(args.prefix).is_file():
+        from dotformer.errors import MissingDataError
+
+        raise MissingDataError(f"--prefix-file {args.prefix}: no such file")
     output_format = args.output_format or ("text" if n_best == 1 else "nbest")
     if output_format == "text" and n_best > 1:
         raise ConfigError(f"--output-format text writes one output per input; with --n-best {n_best} use nbest or json")
@@ -208,8 +224,8 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.api import Translator
     from dotformer.errors import DataError
 
-    config = decode_config_from_args(args, n_best=args.n_best)
-    output_format = check_arguments(args, args.n_best)
+    config = decode_config_from_args(args)
+    output_format = check_arguments(args, config.n_best)
     translator = Translator(load_for_decoding(args), args.dtype)
     limit = input_limit(args, translator)
 
@@ -229,11 +245,13 @@ def run(args: argparse.Namespace) -> int:
         close.append(out)
     else:
         out = getattr(sys.stdout, "buffer", None) or TextAsBytes(sys.stdout)
+    prefix_lines = read_prefix_file(args.prefix) if args.prefix is not None else None
     model_config = translator.model.config
     tally = Tally(table=model_config.max_len if model_config.positional == "learned" else None)
     try:
         for first, lines in chunks:
-            done, error = decode_chunk(translator, lines, first, name, config, args, limit)
+            lines, prefixes = split_prefixes(lines, first, name, args.inline_prefix, prefix_lines, args.prefix)
+            done, error = decode_chunk(translator, lines, first, name, config, args, limit, prefixes)
             text = "".join(format_result(r, i, output_format, translator.tgt_tokenizer) for r, i in done)
             with deferred_interrupt():  # a chunk's outputs are written whole, and counted as written
                 out.write(text.encode("utf-8"))
@@ -242,6 +260,11 @@ def run(args: argparse.Namespace) -> int:
                     tally.add(result, where(name, index + 1))
             if error is not None:
                 raise error
+        if prefix_lines is not None and len(prefix_lines) != tally.inputs:
+            raise DataError(
+                f"--prefix-file {args.prefix} has {len(prefix_lines)} line(s) for {tally.inputs} input(s): "
+                f"give one prefix per input"
+            )
     except DataError as exc:  # a bad line (UTF-8, length): say that the outputs before it are kept
         if tally.inputs:
             raise DataError(f"{exc} (the outputs of the {tally.inputs} input(s) before it are written)") from None
@@ -260,6 +283,48 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_prefix_file(path: str) -> list[str]:
+    """The lines of ``--prefix-file`` (UTF-8, read as inputs are).
+
+    Raises:
+        DataError: bytes that are not UTF-8 (naming ``FILE:LINE``).
+    """
+    with open(path, "rb") as stream:
+        return [line for _, lines in StreamLines(stream, path).chunks(1 << 20) for line in lines]
+
+
+def split_prefixes(
+    lines: list[str],
+    first: int,
+    name: str | None,
+    inline: bool,
+    prefix_lines: list[str] | None,
+    prefix_file: str | None,
+) -> tuple[list[str], list[str | None] | None]:
+    """The sources of a chunk (its first line is number ``first``) and their prefixes (None: no prefixes).
+
+    ``inline``: each line is ``SOURCE ||| PREFIX`` (split at the first ``" ||| "``); ``prefix_lines``: the lines of
+    ``--prefix-file``, one per input.
+
+    Raises:
+        DataError: the input has more lines than ``--prefix-file`` (naming the first line without a prefix).
+    """
+    if inline:
+        parts = [line.partition(" ||| ") for line in lines]
+        return [source for source, _, _ in parts], [prefix if sep else None for _, sep, prefix in parts]
+    if prefix_lines is None:
+        return lines, None
+    last = first - 1 + len(lines)
+    if last > len(prefix_lines):
+        from dotformer.errors import DataError
+
+        raise DataError(
+            f"{where(name, len(prefix_lines) + 1)}: no prefix for this input: --prefix-file {prefix_file} has "
+            f"{len(prefix_lines)} line(s); give one prefix per input"
+        )
+    return lines, list(prefix_lines[first - 1 : last])
+
+
 def where(name: str | None, number: int) -> str:
     """``FILE:LINE`` (``<stdin>:LINE``) for an input read from a stream, ``input N`` for a TEXT argument."""
     return f"input {number}" if name is None else f"{name}:{number}"
@@ -273,6 +338,7 @@ def decode_chunk(
     config: DecodeConfig,
     args: argparse.Namespace,
     limit: int,
+    prefixes: list[str | None] | None = None,
 ) -> tuple[list[tuple[TranslationResult, int]], Exception | None]:
     """Decode one chunk (its first line is number ``first``).
 
@@ -297,13 +363,14 @@ def decode_chunk(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnknownTokenWarning)  # counted over the whole input, warned once at the end
         try:
-            results = translator.translate(lines, **options)
+            results = translator.translate(lines, prefix=prefixes, **options)
         except InputTooLongError as exc:
             error = DataError(
                 f"{where(name, first + exc.index)}: the input has {exc.length} tokens (EOS included), more than "
                 f"--max-input-length {exc.limit} (default: the model's max_len); shorten it"
             )
-            results = translator.translate(lines[: exc.index], **options) if exc.index else []
+            before = None if prefixes is None else prefixes[: exc.index]
+            results = translator.translate(lines[: exc.index], prefix=before, **options) if exc.index else []
     return [(result, first - 1 + i) for i, result in enumerate(results)], error
 
 

@@ -12,24 +12,28 @@ from dotformer.decoding.sampling import sample
 from dotformer.model import Transformer
 
 
-def decode_batch(model: Transformer, src: Tensor, config: DecodeConfig | None = None) -> list[list[Hypothesis]]:
+def decode_batch(
+    model: Transformer, src: Tensor, config: DecodeConfig | None = None, prefix: Tensor | None = None
+) -> list[list[Hypothesis]]:
     """Decode a batch of source sentences with the strategy of ``config`` (default: beam search, K=4, α=0.6).
 
     Args:
         model: an encoder-decoder :class:`Transformer` (its training flag is restored afterwards).
         src: (B, S) int64 source ids (each ending with EOS), right-padded with PAD, on the model's device.
         config: a :class:`DecodeConfig`.
+        prefix: None, or (B, P) int64 forced first tokens per sentence, right-padded with PAD: every output starts
+            with them, scored like generated tokens (see :mod:`dotformer.decoding.rules`).
 
     Returns:
         For each of the B sentences, its hypotheses best first: 1 for greedy, ``n_best`` for beam and sampling.
 
     Raises:
         ConfigError: the model is not an encoder-decoder. ShapeError: ``src`` is not (B, S) ids or is longer than
-        the model allows.
+        the model allows, or ``prefix`` is malformed or too long.
     """
     config = config or DecodeConfig()
     if config.strategy == "greedy":
-        return greedy_decode(model, src, config)
+        return greedy_decode(model, src, config, prefix)
     if config.strategy == "sample":
-        return sample(model, src, config)
-    return beam_search(model, src, config)
+        return sample(model, src, config, prefix)
+    return beam_search(model, src, config, prefix)

@@ -39,8 +39,9 @@ from torch import Tensor
 
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.config import DecodeConfig
-from dotformer.decoding.hypothesis import Hypothesis, forbid_special_tokens, length_penalty, make_hypothesis
+from dotformer.decoding.hypothesis import Hypothesis, length_penalty, make_hypothesis
 from dotformer.decoding.incremental import IncrementalDecoder, encode_source, inference
+from dotformer.decoding.rules import step_rules
 from dotformer.model import Transformer
 
 NEG_INF = float("-inf")
@@ -238,13 +239,17 @@ def hypotheses(state: BeamState, row: int, n_best: int, alpha: float) -> list[Hy
     return out
 
 
-def beam_search(model: Transformer, src: Tensor, config: DecodeConfig | None = None) -> list[list[Hypothesis]]:
+def beam_search(
+    model: Transformer, src: Tensor, config: DecodeConfig | None = None, prefix: Tensor | None = None
+) -> list[list[Hypothesis]]:
     """Beam search over a batch of sentences (B·K decoder rows), with the cache and the GNMT length penalty.
 
     Args:
         model: an encoder-decoder :class:`Transformer` (its training flag is restored afterwards).
         src: (B, S) int64 source ids (each ending with EOS), right-padded with PAD.
-        config: ``beam_size`` K, ``n_best`` (≤ K), ``length_penalty`` α, the length limit, ``use_cache``.
+        config: ``beam_size`` K, ``n_best`` (≤ K), ``length_penalty`` α, the length limits, ``use_cache``.
+        prefix: None, or (B, P) int64 forced first tokens per sentence, right-padded with PAD (every hypothesis starts
+            with them; the beam widens after them).
 
     Returns:
         For each sentence, its ``n_best`` best hypotheses, best first (fewer only if the vocabulary is too small to
@@ -258,11 +263,13 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig | None = N
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     with inference(model):
         source = encode_source(model, src, config)
+        rules = step_rules(source.min_len, source.max_len, prefix)
         decoder = IncrementalDecoder(model, source.memory, source.src_mask, config.use_cache, rows_per_source=K)
         state = initial_state(source.max_len, K)
         last = torch.full((src.size(0) * K,), BOS_ID, dtype=torch.int64, device=src.device)  # (B'·K,)
         while True:
-            log_probs = unflatten_beam_dim(forbid_special_tokens(decoder.step(last)), K)  # (B', K, V)
+            log_probs = rules.apply(decoder.step(last), state.steps, state.sentence.repeat_interleave(K))  # (B'·K, V)
+            log_probs = unflatten_beam_dim(log_probs, K)  # (B', K, V)
             state, origin = advance(state, log_probs, alpha)
             state, at_limit = finalise_at_max_len(state, alpha)
             done = is_done(state, at_limit, alpha)  # (B',)

@@ -34,10 +34,15 @@ class DecodeConfig:
     length_penalty: float = 0.6  # α of the GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α; 0 ranks by summed log-prob
     max_len_a: float = 1.0  # maximum output length = floor(max_len_a * source length + max_len_b) decoding steps
     max_len_b: int = 50  # (§6.1: "input length + 50"); steps count the final EOS, see ``max_output_length``
+    min_len_a: float = 0.0  # minimum output length = floor(min_len_a * source length + min_len_b) tokens before EOS
+    min_len_b: int = 0  # (fairseq's --min-len); EOS is forbidden until then, the maximum length wins over it
     temperature: float = 1.0  # sampling: logits are divided by it before the softmax (< 1 sharper, > 1 flatter)
     top_k: int = 0  # sampling: keep only the k most likely tokens (0 = no limit)
     top_p: float = 1.0  # sampling: keep the smallest set of tokens whose probability reaches p (1.0 = no limit)
     seed: int = 0  # sampling: seed of the random generator; the same seed gives the same samples
+    alignments: bool = False  # also align each output token to the source token it attended to most
+    alignment_layer: int = -1  # the decoder layer whose cross-attention (averaged over heads) aligns; -1 = the last
+    replace_unk: bool = False  # replace each <unk> of the output by the source piece it aligns to
     use_cache: bool = True  # reuse keys/values between steps; False recomputes the whole prefix (for tests, benchmarks)
 
     def __post_init__(self) -> None:
@@ -62,12 +67,18 @@ class DecodeConfig:
             raise ConfigError(f"DecodeConfig.max_len_a must be a finite number >= 0, got {self.max_len_a!r}")
         if not isinstance(self.max_len_b, int) or isinstance(self.max_len_b, bool) or self.max_len_b < 0:
             raise ConfigError(f"DecodeConfig.max_len_b must be a non-negative integer, got {self.max_len_b!r}")
+        if not math.isfinite(self.min_len_a) or self.min_len_a < 0:
+            raise ConfigError(f"DecodeConfig.min_len_a must be a finite number >= 0, got {self.min_len_a!r}")
+        if not isinstance(self.min_len_b, int) or isinstance(self.min_len_b, bool) or self.min_len_b < 0:
+            raise ConfigError(f"DecodeConfig.min_len_b must be a non-negative integer, got {self.min_len_b!r}")
         if not math.isfinite(self.temperature) or self.temperature <= 0:
             raise ConfigError(f"DecodeConfig.temperature must be a finite number > 0, got {self.temperature!r}")
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
             raise ConfigError(f"DecodeConfig.top_k must be a non-negative integer (0 = off), got {self.top_k!r}")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"DecodeConfig.top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        if not isinstance(self.alignment_layer, int) or isinstance(self.alignment_layer, bool):
+            raise ConfigError(f"DecodeConfig.alignment_layer must be an integer, got {self.alignment_layer!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ConfigError(f"DecodeConfig.seed must be an integer, got {self.seed!r}")
 
@@ -78,6 +89,14 @@ class DecodeConfig:
         its EOS, and a hypothesis cut at the limit has exactly ``max_output_length`` tokens and no EOS. At least 1.
         """
         return max(1, math.floor(self.max_len_a * source_length + self.max_len_b))
+
+    def min_output_length(self, source_length: int) -> int:
+        """The fewest tokens before EOS for a source of ``source_length`` tokens (its EOS included, PAD excluded).
+
+        EOS is forbidden until the output has this many tokens; an output cut at :meth:`max_output_length` may still
+        be shorter (the maximum wins). 0 by default: no minimum.
+        """
+        return max(0, math.floor(self.min_len_a * source_length + self.min_len_b))
 
     def replace(self, **changes: Any) -> DecodeConfig:
         """A copy with some fields changed, validated again."""

@@ -15,8 +15,9 @@ from torch import Tensor
 
 from dotformer.data.tokenizers import BOS_ID, EOS_ID
 from dotformer.decoding.config import DecodeConfig
-from dotformer.decoding.hypothesis import Hypothesis, forbid_special_tokens, make_hypothesis
+from dotformer.decoding.hypothesis import Hypothesis, make_hypothesis
 from dotformer.decoding.incremental import IncrementalDecoder, encode_source, expand_rows, inference
+from dotformer.decoding.rules import step_rules
 from dotformer.model import Transformer
 
 TokenPicker = Callable[[Tensor], Tensor]  # (N, V) float32 log-probabilities -> (N,) int64 chosen tokens
@@ -28,7 +29,12 @@ def pick_most_likely(log_probs: Tensor) -> Tensor:
 
 
 def decode_left_to_right(
-    model: Transformer, src: Tensor, config: DecodeConfig, pick: TokenPicker, copies: int = 1
+    model: Transformer,
+    src: Tensor,
+    config: DecodeConfig,
+    pick: TokenPicker,
+    copies: int = 1,
+    prefix: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Generate ``copies`` outputs per source sentence, one token per step, choosing each token with ``pick``.
 
@@ -38,6 +44,8 @@ def decode_left_to_right(
         config: the length limit, length penalty (for the scores) and ``use_cache``.
         pick: chooses the next token of every row from its (N, V) log-probabilities (PAD and BOS are -inf).
         copies: outputs per sentence (independent samples; 1 for greedy).
+        prefix: None, or (B, P) int64 forced first tokens per sentence, right-padded with PAD (see
+            :mod:`dotformer.decoding.rules`); they are generated, scored and kept in the outputs.
 
     Returns:
         For each of the B sentences, its ``copies`` hypotheses sorted by score (best first; stable for ties).
@@ -47,6 +55,7 @@ def decode_left_to_right(
     """
     with inference(model):
         source = encode_source(model, src, config)
+        rules = step_rules(source.min_len, source.max_len, prefix)
         B = src.size(0)
         N = B * copies
         decoder = IncrementalDecoder(
@@ -60,7 +69,7 @@ def decode_left_to_right(
         active = torch.arange(N, device=src.device)  # (N',) the original row of each row still decoding
         last = torch.full((N,), BOS_ID, dtype=torch.int64, device=src.device)  # (N',)
         for t in range(steps):
-            log_probs = forbid_special_tokens(decoder.step(last))  # (N', V)
+            log_probs = rules.apply(decoder.step(last), t, active // copies)  # (N', V)
             token = pick(log_probs)  # (N',)
             out_tokens[active, t] = token
             out_log_probs[active, t] = log_probs.gather(1, token[:, None]).squeeze(1)
@@ -85,13 +94,16 @@ def decode_left_to_right(
     return results
 
 
-def greedy_decode(model: Transformer, src: Tensor, config: DecodeConfig | None = None) -> list[list[Hypothesis]]:
+def greedy_decode(
+    model: Transformer, src: Tensor, config: DecodeConfig | None = None, prefix: Tensor | None = None
+) -> list[list[Hypothesis]]:
     """Greedy decoding: the most likely token at each step, stopping at EOS or at the length limit.
 
     Args:
         model: an encoder-decoder :class:`Transformer` (its training flag is restored afterwards).
         src: (B, S) int64 source ids (each ending with EOS), right-padded with PAD.
-        config: a :class:`DecodeConfig`; only the length limit, ``length_penalty`` (scores) and ``use_cache`` matter.
+        config: a :class:`DecodeConfig`; only the length limits, ``length_penalty`` (scores) and ``use_cache`` matter.
+        prefix: None, or (B, P) int64 forced first tokens per sentence, right-padded with PAD.
 
     Returns:
         For each sentence, a list with one :class:`Hypothesis`.
@@ -100,4 +112,4 @@ def greedy_decode(model: Transformer, src: Tensor, config: DecodeConfig | None =
         ConfigError, ShapeError: the model cannot decode, or ``src`` is malformed or too long for the model.
     """
     config = config or DecodeConfig(strategy="greedy")
-    return decode_left_to_right(model, src, config, pick_most_likely, copies=1)
+    return decode_left_to_right(model, src, config, pick_most_likely, copies=1, prefix=prefix)

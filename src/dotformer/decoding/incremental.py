@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -24,6 +24,7 @@ from torch import Tensor
 from dotformer.data.tokenizers import EOS_ID
 from dotformer.decoding.cache import DecoderCache, check_rows, group_sources
 from dotformer.decoding.config import DecodeConfig
+from dotformer.decoding.ensemble import Ensemble, average_log_probs
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.masks import check_right_padded
 from dotformer.model import Transformer
@@ -33,15 +34,18 @@ class EncodedSource(NamedTuple):
     """The encoder's view of a batch of source sentences, ready for decoding.
 
     Attributes:
-        memory: (B, S, D) the encoder output.
+        memory: (B, S, D) the encoder output; for an :class:`~dotformer.decoding.ensemble.Ensemble`, a tuple of one
+            (B, S, D_m) memory per model.
         src_mask: (B, 1, 1, S) bool, True at real (non-PAD) source tokens.
         max_len: (B,) int64, the most decoding steps for each sentence (EOS included), from
             :meth:`DecodeConfig.max_output_length` of its unpadded length, capped by a learned positional table.
+        min_len: (B,) int64, the fewest tokens before EOS for each sentence (:meth:`DecodeConfig.min_output_length`).
     """
 
-    memory: Tensor
+    memory: Tensor | tuple[Tensor, ...]
     src_mask: Tensor
     max_len: Tensor
+    min_len: Tensor
 
 
 @contextlib.contextmanager
@@ -101,16 +105,28 @@ def encode_source(model: Transformer, src: Tensor, config: DecodeConfig) -> Enco
     check_source(model, src)
     src = src.long()
     src_mask = model.source_mask(src)  # (B, 1, 1, S)
-    memory = model.encode(src, src_mask).memory  # (B, S, D)
+    if isinstance(model, Ensemble):  # one memory per model, (B, S, D_m) each
+        memory: Tensor | tuple[Tensor, ...] = tuple(m.encode(src, src_mask).memory for m in model.models)
+    else:
+        memory = model.encode(src, src_mask).memory  # (B, S, D)
     lengths = (src != model.config.pad_id).sum(dim=1).tolist()  # B ints
     limits = [config.max_output_length(n) for n in lengths]
     if model.config.positional == "learned":  # step t reads position t; the table has max_len rows
         limits = [min(n, model.config.max_len) for n in limits]
-    return EncodedSource(memory, src_mask, torch.tensor(limits, dtype=torch.int64, device=src.device))
+    minimums = [config.min_output_length(n) for n in lengths]
+    return EncodedSource(
+        memory,
+        src_mask,
+        torch.tensor(limits, dtype=torch.int64, device=src.device),
+        torch.tensor(minimums, dtype=torch.int64, device=src.device),
+    )
 
 
-def expand_rows(x: Tensor, copies: int) -> Tensor:
-    """(B, ...) -> (B·K, ...) with K = ``copies``: sentence b owns the consecutive rows b·K .. b·K + K - 1."""
+def expand_rows(x: Any, copies: int) -> Any:
+    """(B, ...) -> (B·K, ...) with K = ``copies``: sentence b owns the consecutive rows b·K .. b·K + K - 1 (each
+    tensor of a tuple, for an ensemble's memories)."""
+    if isinstance(x, tuple):
+        return tuple(expand_rows(part, copies) for part in x)
     return x.repeat_interleave(copies, dim=0)  # (B·K, ...)
 
 
@@ -130,10 +146,23 @@ class IncrementalDecoder:
     """
 
     def __init__(
-        self, model: Transformer, memory: Tensor, src_mask: Tensor, use_cache: bool = True, rows_per_source: int = 1
+        self,
+        model: Transformer | Ensemble,
+        memory: Tensor | tuple[Tensor, ...],
+        src_mask: Tensor,
+        use_cache: bool = True,
+        rows_per_source: int = 1,
     ) -> None:
         if rows_per_source < 1:
             raise ConfigError(f"rows_per_source must be at least 1, got {rows_per_source}")
+        self.members = (  # an ensemble: one decoder per model, each with its own memory and cache
+            [
+                IncrementalDecoder(m, mem, src_mask, use_cache, rows_per_source)
+                for m, mem in zip(model.models, memory, strict=True)
+            ]
+            if isinstance(model, Ensemble)
+            else []
+        )
         self.model = model
         self.memory = memory  # (N / G, S, D)
         self.src_mask = src_mask  # (N / G, 1, 1, S)
@@ -154,6 +183,8 @@ class IncrementalDecoder:
         Raises:
             ShapeError: ``tokens`` is not (N,) with N = G × the memory's rows.
         """
+        if self.members:  # an ensemble: the average of the models' distributions
+            return average_log_probs([member.step(tokens) for member in self.members])  # (N, V)
         if tokens.dim() != 1 or tokens.size(0) != self.memory.size(0) * self.rows_per_source:
             raise ShapeError(
                 f"tokens must be (N,) with N = {self.rows_per_source} rows per memory row × {self.memory.size(0)} "
@@ -175,6 +206,8 @@ class IncrementalDecoder:
         keys/values move: the memory, its mask and its cross-attention keys/values are the same for every beam of a
         sentence, so row i already holds the right ones.
         """
+        for member in self.members:
+            member.reorder(index)
         if self.cache is not None:
             for layer in self.cache.layers:
                 layer.self_attn.reorder(index, defer=True)  # carried out by the next step's append, in one copy
@@ -190,6 +223,10 @@ class IncrementalDecoder:
         Raises:
             ShapeError: ``index`` names a row that does not exist, or (G > 1) does not keep whole groups.
         """
+        if self.members:
+            for member in self.members:
+                member.select(index)
+            return
         G = self.rows_per_source
         check_rows(index, self.memory.size(0) * G)
         sources = index if G == 1 else group_sources(index, G)  # (N' / G,) the memory row of each kept group

@@ -58,13 +58,17 @@ def sampling_picker(config: DecodeConfig, generator: torch.Generator) -> TokenPi
     return pick
 
 
-def sample(model: Transformer, src: Tensor, config: DecodeConfig | None = None) -> list[list[Hypothesis]]:
+def sample(
+    model: Transformer, src: Tensor, config: DecodeConfig | None = None, prefix: Tensor | None = None
+) -> list[list[Hypothesis]]:
     """Sample ``config.n_best`` outputs per sentence (independent draws), token by token.
 
     Args:
         model: an encoder-decoder :class:`Transformer` (its training flag is restored afterwards).
         src: (B, S) int64 source ids (each ending with EOS), right-padded with PAD.
-        config: temperature, top_k, top_p, seed, n_best, the length limit and ``length_penalty`` (for the scores).
+        config: temperature, top_k, top_p, seed, n_best, the length limits and ``length_penalty`` (for the scores).
+        prefix: None, or (B, P) int64 forced first tokens per sentence, right-padded with PAD (every sample starts
+            with them).
 
     Returns:
         For each sentence, ``n_best`` hypotheses sorted by score (best first). The same seed, inputs and batch give
@@ -76,4 +80,6 @@ def sample(model: Transformer, src: Tensor, config: DecodeConfig | None = None) 
     config = config or DecodeConfig(strategy="sample")
     generator = torch.Generator(device=src.device)
     generator.manual_seed(config.seed)
-    return decode_left_to_right(model, src, config, sampling_picker(config, generator), copies=config.n_best)
+    return decode_left_to_right(
+        model, src, config, sampling_picker(config, generator), copies=config.n_best, prefix=prefix
+    )

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor
 
-from dotformer.data.tokenizers import PAD_ID
+from dotformer.data.tokenizers import PAD_ID, UNK_ID
+from dotformer.decoding.alignment import check_alignment_layer, hard_alignments, replace_unknown_pieces
 from dotformer.decoding.batch import decode_batch
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.inputs import (
@@ -26,7 +27,7 @@ from dotformer.decoding.inputs import (
     is_empty_source,
     warn_unknown,
 )
-from dotformer.errors import ConfigError
+from dotformer.errors import ConfigError, ShapeError
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
@@ -38,6 +39,7 @@ __all__ = [
     "Translation",
     "decode_encoded",
     "empty_translation",
+    "encode_prefixes",
     "length_sorted_batches",
     "model_device",
     "pad_batch",
@@ -64,12 +66,15 @@ class Translation(NamedTuple):
         tokens: output token ids (no BOS, no EOS).
         score: log P(Y | X) / lp(|Y|), natural log (see :class:`~dotformer.decoding.Hypothesis`).
         log_probs: per-step log-probabilities (EOS included when the output finished).
+        alignment: with ``DecodeConfig.alignments`` (or ``replace_unk``), one ``(source index, output index)`` pair
+            per output token (:mod:`dotformer.decoding.alignment`); else None.
     """
 
     text: str
     tokens: list[int]
     score: float
     log_probs: list[float]
+    alignment: list[tuple[int, int]] | None = None
 
     @property
     def finished(self) -> bool:
@@ -78,8 +83,8 @@ class Translation(NamedTuple):
 
 
 def pad_batch(sequences: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
-    """Right-pad token id lists with PAD into a (B, S) int64 tensor, S = the longest list."""
-    width = max(len(s) for s in sequences)
+    """Right-pad token id lists with PAD into a (B, S) int64 tensor, S = the longest list (at least 1)."""
+    width = max(1, max(len(s) for s in sequences))
     batch = torch.full((len(sequences), width), PAD_ID, dtype=torch.int64)  # (B, S)
     for row, seq in enumerate(sequences):
         batch[row, : len(seq)] = torch.tensor(seq, dtype=torch.int64)
@@ -130,21 +135,36 @@ def decode_encoded(
     batch_size: int = 64,
     progress: bool | None = None,
     max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    prefixes: Sequence[Sequence[int]] | None = None,
 ) -> list[list[Translation]]:
     """Decode already encoded sources (:func:`encode_sources`); see :func:`translate` for the arguments.
 
-    An empty or whitespace-only source (:func:`is_empty_source`) is not given to the model: its output is
-    :func:`empty_translation`, alone (one hypothesis whatever ``n_best``).
+    An empty or whitespace-only source (:func:`is_empty_source`) without a prefix is not given to the model: its
+    output is :func:`empty_translation`, alone (one hypothesis whatever ``n_best``).
+
+    Args:
+        prefixes: None, or per source the target ids its outputs must start with (:func:`encode_prefixes`; an
+            empty list: no prefix).
+
+    Raises:
+        ConfigError: ``prefixes`` does not hold one entry per source. ShapeError: a prefix as long as its
+            output's length limit.
     """
     from tqdm import tqdm
 
     config = config or DecodeConfig()
     model = loaded.model
     device = model_device(model)
+    if prefixes is not None:
+        check_prefixes(prefixes, encoded, config)
+    if config.replace_unk:
+        check_replace_unk(loaded)
+    if config.alignments or config.replace_unk:
+        check_alignment_layer(model, config.alignment_layer)
     results: list[list[Translation]] = [[] for _ in encoded.ids]
-    empty = [i for i, text in enumerate(encoded.texts) if is_empty_source(text)]
+    empty = [i for i, text in enumerate(encoded.texts) if is_empty_source(text) and not (prefixes and prefixes[i])]
     for i in empty:
-        results[i] = [empty_translation()]
+        results[i] = [empty_translation()._replace(alignment=[] if config.alignments else None)]
     todo = sorted(set(range(len(encoded.ids))) - set(empty))
     batches = [
         [todo[j] for j in batch]
@@ -156,12 +176,93 @@ def decode_encoded(
         bar.update(len(empty))
         for batch in batches:
             src = pad_batch([encoded.ids[i] for i in batch], device)  # (B, S)
-            for i, hyps in zip(batch, decode_batch(model, src, config), strict=True):
+            prefix = None if prefixes is None else pad_batch([prefixes[i] for i in batch], device)  # (B, P)
+            for i, hyps in zip(batch, decode_batch(model, src, config, prefix), strict=True):
                 results[i] = [
                     Translation(loaded.tgt_tokenizer.decode(h.tokens), h.tokens, h.score, h.log_probs) for h in hyps
                 ]
+            if config.alignments or config.replace_unk:
+                add_alignments(loaded, encoded, batch, results, config)
             bar.update(len(batch))
     return results
+
+
+def check_replace_unk(loaded: LoadedCheckpoint) -> None:
+    """Raise unless both tokenizers split text into pieces that can be copied (char or symbol vocabularies).
+
+    Raises:
+        ConfigError: a byte-level BPE tokenizer (it has no <unk> to replace).
+    """
+    from dotformer.data.tokenizers import VocabularyTokenizer
+
+    for side, tokenizer in (("source", loaded.src_tokenizer), ("target", loaded.tgt_tokenizer)):
+        if not isinstance(tokenizer, VocabularyTokenizer):
+            raise ConfigError(
+                f"replace_unk needs char or symbol tokenizers; the {side} tokenizer is {tokenizer.kind}, which has "
+                f"no <unk> to replace"
+            )
+
+
+def add_alignments(
+    loaded: LoadedCheckpoint,
+    encoded: EncodedTexts,
+    batch: Sequence[int],
+    results: list[list[Translation]],
+    config: DecodeConfig,
+) -> None:
+    """Align every hypothesis of the inputs ``batch`` (in place), and replace its <unk> pieces when asked."""
+    rows = [(i, k) for i in batch for k in range(len(results[i]))]
+    alignments = hard_alignments(
+        loaded.model,
+        [encoded.ids[i] for i, _ in rows],
+        [results[i][k].tokens for i, k in rows],
+        config.alignment_layer,
+    )
+    for (i, k), alignment in zip(rows, alignments, strict=True):
+        hyp = results[i][k]._replace(alignment=alignment if config.alignments else None)
+        if config.replace_unk and UNK_ID in hyp.tokens:
+            source_pieces = loaded.src_tokenizer.split(encoded.texts[i])  # type: ignore[attr-defined]
+            target = loaded.tgt_tokenizer
+            pieces = [target.id_to_token(t) for t in hyp.tokens]
+            replaced = replace_unknown_pieces(pieces, hyp.tokens, alignment, source_pieces)
+            hyp = hyp._replace(text=target.join(replaced))  # type: ignore[attr-defined]
+        results[i][k] = hyp
+
+
+def check_prefixes(prefixes: Sequence[Sequence[int]], encoded: EncodedTexts, config: DecodeConfig) -> None:
+    """Raise unless there is one prefix per source, each shorter than its output's length limit.
+
+    Raises:
+        ConfigError: not one prefix per source. ShapeError: a prefix of as many tokens as its output may have
+            (the message names the input, 1-based).
+    """
+    if len(prefixes) != len(encoded.ids):
+        raise ConfigError(f"{len(prefixes)} prefixes for {len(encoded.ids)} inputs: give one prefix per input")
+    for i, (prefix, ids) in enumerate(zip(prefixes, encoded.ids, strict=True)):
+        limit = config.max_output_length(len(ids))
+        if len(prefix) >= limit:
+            raise ShapeError(
+                f"input {i + 1}: its prefix has {len(prefix)} tokens but its output may have at most {limit - 1} "
+                f"before the end of sentence (max_len_a · input length + max_len_b); shorten the prefix or raise "
+                f"max_len_b"
+            )
+
+
+def encode_prefixes(loaded: LoadedCheckpoint, prefixes: Sequence[str | None]) -> list[list[int]]:
+    """Target prefixes as ids of the target vocabulary (no BOS, no EOS); None or "" is no prefix.
+
+    A prefix is written as the outputs are (target side, not normalised like a source): its tokens are forced as
+    the first tokens of the output, scored, and kept in it.
+
+    Raises:
+        ConfigError: a prefix is not a string or None (the message names its position).
+    """
+    ids: list[list[int]] = []
+    for i, prefix in enumerate(prefixes):
+        if prefix is not None and not isinstance(prefix, str):
+            raise ConfigError(f"prefix {i} must be a string or None, got {type(prefix).__name__}")
+        ids.append(loaded.tgt_tokenizer.encode(prefix) if prefix and prefix.strip() else [])
+    return ids
 
 
 def translate(
@@ -173,6 +274,7 @@ def translate(
     *,
     max_tokens: int | None = DEFAULT_MAX_TOKENS,
     max_input_length: int | None = None,
+    prefixes: Sequence[str | None] | None = None,
 ) -> list[list[Translation]]:
     """Decode every text with a loaded checkpoint and return detokenised outputs, in input order.
 
@@ -189,6 +291,8 @@ def translate(
         max_tokens: most padded source tokens per batch (B × S; None: no limit), so one long input does not pad a
             whole batch.
         max_input_length: most tokens (EOS included) an input may have; None: the model's ``max_len``.
+        prefixes: None, or per text the start its outputs must have, in the target's writing (None or "": none);
+            its tokens are forced, scored and kept in the output text.
 
     Returns:
         Per text, its hypotheses best first (1 for greedy; ``n_best`` for beam and sampling) as :class:`Translation`.
@@ -203,4 +307,5 @@ def translate(
     limit = check_max_input_length(loaded.model.config, max_input_length)
     encoded = encode_sources(loaded, texts, limit)
     warn_unknown(encoded)
-    return decode_encoded(loaded, encoded, config, batch_size, progress, max_tokens)
+    ids = None if prefixes is None else encode_prefixes(loaded, prefixes)
+    return decode_encoded(loaded, encoded, config, batch_size, progress, max_tokens, ids)

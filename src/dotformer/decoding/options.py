@@ -1,0 +1,149 @@
+"""The decoding options, defined once for every surface: ``dotformer translate``/``evaluate`` flags, the keywords of
+:meth:`dotformer.api.Translator.translate`, and the JSON fields of ``POST /api/translate``.
+
+Each :class:`DecodeOption` names its keyword (also its JSON field), its command-line flag, its type and the
+:class:`~dotformer.decoding.DecodeConfig` field it sets; :func:`decode_config` turns given values (None: not given)
+into a checked :class:`DecodeConfig` with the same rules everywhere (a sampling option needs strategy "sample", a
+beam width strategy "beam"). A new option added to :data:`DECODE_OPTIONS` reaches the three surfaces, and a test
+checks that each accepts exactly this set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dotformer.decoding.config import STRATEGIES, DecodeConfig
+from dotformer.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DecodeOption:
+    """One decoding option.
+
+    Attributes:
+        name: the API keyword and the JSON field.
+        kind: its type: int, float, bool or str (a JSON int is accepted for a float).
+        flag: the command-line flag (``--beam``); a per-input option (``prefix``) reads its values from a file.
+        field: the :class:`DecodeConfig` field it sets; None for options that are not search settings (``prefix``).
+        help: the flag's help text.
+        strategy: the only strategy it applies to (None: all).
+        choices: the allowed values, for a str option.
+        metavar: how the flag's help names its value (default: the last word of the name, upper case).
+    """
+
+    name: str
+    kind: type
+    flag: str
+    field: str | None
+    help: str
+    strategy: str | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+
+    @property
+    def default(self) -> Any:
+        """The value when not given: the :class:`DecodeConfig` field's default (None for ``prefix``)."""
+        if self.field is None:
+            return None
+        return DecodeConfig.__dataclass_fields__[self.field].default
+
+
+DECODE_OPTIONS: tuple[DecodeOption, ...] = (
+    DecodeOption("strategy", str, "--strategy", "strategy", "search strategy (default: beam)", choices=STRATEGIES),
+    DecodeOption("beam", int, "--beam", "beam_size", "beam size (default 4, the paper's)", "beam", metavar="K"),
+    DecodeOption("n_best", int, "--n-best", "n_best", "outputs per input (1)", metavar="N"),
+    DecodeOption(
+        "length_penalty",
+        float,
+        "--length-penalty",
+        "length_penalty",
+        "GNMT length penalty alpha (0.6)",
+        metavar="ALPHA",
+    ),
+    DecodeOption("max_len_a", float, "--max-len-a", "max_len_a", "max output length = A * input length + B (1.0)"),
+    DecodeOption("max_len_b", int, "--max-len-b", "max_len_b", "see --max-len-a (50)"),
+    DecodeOption(
+        "min_len_a", float, "--min-len-a", "min_len_a", "min output length = A * input length + --min-len (0.0)"
+    ),
+    DecodeOption(
+        "min_len_b",
+        int,
+        "--min-len",
+        "min_len_b",
+        "fewest output tokens before the end of sentence, which is forbidden until then (0); --max-len-a/-b win "
+        "where they are lower",
+        metavar="N",
+    ),
+    DecodeOption(
+        "temperature", float, "--temperature", "temperature", "sampling temperature (1.0)", "sample", metavar="T"
+    ),
+    DecodeOption("top_k", int, "--top-k", "top_k", "sample from the K likeliest tokens", "sample"),
+    DecodeOption("top_p", float, "--top-p", "top_p", "nucleus sampling mass P in (0, 1]", "sample"),
+    DecodeOption("seed", int, "--seed", "seed", "sampling seed (0)", "sample", metavar="N"),
+    DecodeOption(
+        "alignments",
+        bool,
+        "--alignments",
+        "alignments",
+        'after each output, an "A-ID<TAB>S-T ..." line (json: an "alignment" list): output token T attends most to '
+        "source token S (0-based), in --alignment-layer's cross-attention averaged over the heads",
+    ),
+    DecodeOption(
+        "alignment_layer",
+        int,
+        "--alignment-layer",
+        "alignment_layer",
+        "the decoder layer whose cross-attention aligns (0-based; -1, the default, is the last)",
+        metavar="L",
+    ),
+    DecodeOption(
+        "replace_unk",
+        bool,
+        "--replace-unk",
+        "replace_unk",
+        "replace each <unk> of an output by the source symbol it aligns to (char or symbol vocabularies)",
+    ),
+    DecodeOption(
+        "prefix",
+        str,
+        "--prefix-file",
+        None,
+        "one target prefix per input line (an empty line: none): each output starts with its prefix, whose tokens "
+        "are forced, scored and kept in the output",
+        metavar="FILE",
+    ),
+)
+OPTION_NAMES: tuple[str, ...] = tuple(option.name for option in DECODE_OPTIONS)
+SEARCH_OPTIONS: tuple[DecodeOption, ...] = tuple(option for option in DECODE_OPTIONS if option.field is not None)
+
+
+Misplaced = Callable[[list[DecodeOption], str, str], str]  # (options, their strategy, the strategy asked) -> message
+
+
+def misplaced_message(options: list[DecodeOption], wanted: str, strategy: str) -> str:
+    """The default message for options of another strategy: ``"temperature, seed only apply to strategy='sample',
+    not strategy='beam'"``."""
+    verb = "applies" if wanted == "beam" else "apply"
+    return f"{', '.join(o.name for o in options)} only {verb} to strategy={wanted!r}, not strategy={strategy!r}"
+
+
+def decode_config(values: Mapping[str, Any], misplaced: Misplaced = misplaced_message) -> DecodeConfig:
+    """The :class:`DecodeConfig` of the given option values (a missing or None value: the default).
+
+    Args:
+        values: option name -> value, for the options of :data:`SEARCH_OPTIONS` (others are ignored).
+        misplaced: the message for options given with another strategy (the CLI names its flags).
+
+    Raises:
+        ConfigError: an option of another strategy (sampling options without sampling, then ``beam`` without beam
+            search; the message names them), or a value :class:`DecodeConfig` refuses.
+    """
+    strategy = values.get("strategy") or DecodeConfig.strategy
+    for wanted in ("sample", "beam"):
+        given = [o for o in SEARCH_OPTIONS if o.strategy == wanted and values.get(o.name) is not None]
+        if given and strategy != wanted:
+            raise ConfigError(misplaced(given, wanted, strategy))
+    fields = {o.field: values[o.name] for o in SEARCH_OPTIONS if o.field and values.get(o.name) is not None}
+    return DecodeConfig(**fields)

@@ -1,0 +1,206 @@
+"""Minimum length and target prefixes through the Python API and ``dotformer translate``, on hand-set scores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from decoding_support import random_model, single_thread
+
+import dotformer
+from dotformer.checkpoint import save_checkpoint
+from dotformer.cli import main
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import EOS_ID
+from dotformer.errors import ShapeError
+
+SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"  # ids 4..11 in this order
+# Hand-set scores: the generator ignores the decoder and its bias is these logits, so every step's distribution is
+# log_softmax(SCORES): EOS first, then a3 (id 7), then a6 (id 10).
+SCORES = [0.0, 0.0, 4.0, 0.0, 0.0, 0.0, 0.0, 3.0, 0.0, 0.0, 2.0, 0.0]
+LOG_P = torch.tensor(SCORES).log_softmax(-1).tolist()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    with single_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    model = random_model(vocab=len(SCORES), tie_output=False, generator_bias=True)
+    with torch.no_grad():
+        model.generator.weight.zero_()
+        model.generator.bias.copy_(torch.tensor(SCORES))
+    symbols = train_tokenizer("symbol", [SYMBOLS])
+    path = tmp_path_factory.mktemp("set_scores") / "checkpoint"
+    save_checkpoint(path, model, symbols, symbols, {"task": "synthetic"})
+    return path
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+def test_api_min_len_holds_the_end_back(checkpoint: Path, strategy: str) -> None:
+    translator = dotformer.load(checkpoint, device="cpu")
+    options = {"top_k": 1} if strategy == "sample" else {}
+    assert translator.translate("a1 a2", strategy=strategy, **options) == ""
+    assert translator.translate("a1 a2", strategy=strategy, min_len_b=2, **options) == "a3 a3"
+    # floor(1.0 · 3 + 1) = 4: the source "a1 a2" has 3 tokens with its EOS
+    assert translator.translate("a1 a2", strategy=strategy, min_len_a=1.0, min_len_b=1, **options) == "a3 a3 a3 a3"
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+def test_api_prefix_is_forced_scored_and_kept(checkpoint: Path, strategy: str) -> None:
+    translator = dotformer.load(checkpoint, device="cpu")
+    options = {"top_k": 1} if strategy == "sample" else {}
+    result = translator.translate("a1", strategy=strategy, prefix="a5 a0", details=True, **options)
+    assert result.text == "a5 a0"
+    assert result.hypotheses[0].log_probs == pytest.approx([LOG_P[9], LOG_P[4], LOG_P[EOS_ID]])
+    texts = translator.translate(["a1", "a2", ""], strategy=strategy, prefix=["a7", None, "a1"], min_len_b=2, **options)
+    assert texts == ["a7 a3", "a3 a3", "a1 a3"]  # an empty source with a prefix is decoded
+
+
+def test_api_prefix_mistakes_are_clear_errors(checkpoint: Path) -> None:
+    translator = dotformer.load(checkpoint, device="cpu")
+    with pytest.raises(TypeError, match="one string or None per text"):
+        translator.translate(["a1", "a2"], prefix="a1")
+    with pytest.raises(TypeError, match="2 prefixes for 1 texts"):
+        translator.translate(["a1"], prefix=["a1", "a2"])
+    with pytest.raises(ShapeError, match="input 1: its prefix has 3 tokens"):
+        translator.translate("a1", prefix="a1 a2 a3", max_len_a=0.0, max_len_b=3)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_cli_min_len(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run_cli(capsys, "translate", "--checkpoint", str(checkpoint), "--min-len", "3", "a1", "a2 a3")
+    assert status == 0 and out == "a3 a3 a3\na3 a3 a3\n"
+    status, out, _ = run_cli(
+        capsys, "translate", "--checkpoint", str(checkpoint), "--min-len-a", "1", "--min-len", "0", "a1", "a2 a3"
+    )
+    assert status == 0 and out == "a3 a3\na3 a3 a3\n"
+
+
+def test_cli_inline_prefix_and_prefix_file(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text("a1 ||| a7 a0\na2\n", encoding="utf-8")
+    status, out, _ = run_cli(
+        capsys, "translate", "--checkpoint", str(checkpoint), "--inline-prefix", "--input", str(inputs)
+    )
+    assert status == 0 and out == "a7 a0\n\n"
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("a6\n\n", encoding="utf-8")
+    status, out, _ = run_cli(
+        capsys,
+        "translate",
+        "--checkpoint",
+        str(checkpoint),
+        "--prefix-file",
+        str(prefixes),
+        "--strategy",
+        "greedy",
+        "a1",
+        "a2",
+    )
+    assert status == 0 and out == "a6\n\n"
+    status, out, err = run_cli(
+        capsys, "translate", "--checkpoint", str(checkpoint), "--prefix-file", str(prefixes), "a1"
+    )
+    assert status == 2 and "has 2 line(s) for 1 input(s)" in err and len(err.strip().splitlines()) == 1
+    status, out, err = run_cli(
+        capsys, "translate", "--checkpoint", str(checkpoint), "--prefix-file", str(prefixes), "a1", "a2", "a3"
+    )
+    assert status == 2 and "input 3: no prefix for this input" in err
+
+
+def set_score_checkpoint(root: Path, scores: list[float]) -> Path:
+    model = random_model(vocab=len(scores), tie_output=False, generator_bias=True)
+    with torch.no_grad():
+        model.generator.weight.zero_()
+        model.generator.bias.copy_(torch.tensor(scores))
+    symbols = train_tokenizer("symbol", [SYMBOLS])
+    save_checkpoint(root, model, symbols, symbols, {"task": "synthetic"})
+    return root
+
+
+@pytest.fixture(scope="module")
+def random_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    symbols = train_tokenizer("symbol", [SYMBOLS])
+    path = tmp_path_factory.mktemp("random") / "checkpoint"
+    model = random_model(vocab=12, seed=4, generator_bias=True)
+    with torch.no_grad():
+        model.generator.bias[3] = -100.0  # no <unk> in the outputs, so their texts give back their tokens
+    save_checkpoint(path, model, symbols, symbols, {"task": "synthetic"})
+    return path
+
+
+@pytest.mark.parametrize("layer", [-1, 0])
+def test_alignments_are_the_argmax_of_the_head_averaged_cross_attention(random_checkpoint: Path, layer: int) -> None:
+    from dotformer.plots import attention_weights
+
+    translator = dotformer.load(random_checkpoint, device="cpu")
+    texts = ["a1 a2 a3", "a4 a0", "a7"]
+    results = translator.translate(texts, n_best=2, max_len_b=6, alignments=True, alignment_layer=layer)
+    for text, result in zip(texts, results, strict=True):
+        for hyp in result.hypotheses:
+            maps = attention_weights(translator.checkpoint, text, target=hyp.text)
+            mean = torch.tensor(maps.cross[layer]).mean(dim=0)  # (T, S), over the heads
+            if mean.size(1) > 1:
+                mean[:, -1] = float("-inf")  # the source's EOS is not an alignment target
+            expected = [(int(mean[j].argmax()), j) for j in range(len(hyp.tokens))]
+            assert hyp.alignment == expected
+
+
+def test_alignment_lines_and_json(random_checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    translator = dotformer.load(random_checkpoint, device="cpu")
+    expected = translator.translate(["a1 a2", "a3"], max_len_b=3, alignments=True)
+    status, out, _ = run_cli(
+        capsys, "translate", "--checkpoint", str(random_checkpoint), "--max-len-b", "3", "--alignments", "a1 a2", "a3"
+    )
+    lines = out.splitlines()
+    assert status == 0 and lines[0::2] == [r.text for r in expected]
+    assert lines[1::2] == [
+        f"A-{i}\t" + " ".join(f"{s}-{t}" for s, t in r.hypotheses[0].alignment) for i, r in enumerate(expected)
+    ]
+    status, out, _ = run_cli(
+        capsys,
+        "translate",
+        "--checkpoint",
+        str(random_checkpoint),
+        "--max-len-b",
+        "3",
+        "--alignments",
+        "--output-format",
+        "json",
+        "a1 a2",
+    )
+    import json
+
+    assert json.loads(out)["hypotheses"][0]["alignment"] == [list(p) for p in expected[0].hypotheses[0].alignment]
+    status, _, err = run_cli(
+        capsys, "translate", "--checkpoint", str(random_checkpoint), "--alignments", "--alignment-layer", "2", "a1"
+    )
+    assert status == 2 and "alignment layer 2 does not exist: this model has 2 decoder layers" in err
+
+
+def test_replace_unk_copies_the_aligned_source_symbol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scores = [0.0, 0.0, 4.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # EOS first, then <unk> (id 3)
+    checkpoint = set_score_checkpoint(tmp_path / "unk", scores)
+    translator = dotformer.load(checkpoint, device="cpu")
+    plain = translator.translate("a1 a2 a4", min_len_b=2, details=True, alignments=True)
+    assert plain.hypotheses[0].tokens == [3, 3] and plain.text == ""  # <unk> is not written
+    sources = ["a1", "a2", "a4"]
+    replaced = translator.translate("a1 a2 a4", min_len_b=2, replace_unk=True)
+    assert replaced == " ".join(sources[s] for s, _ in plain.hypotheses[0].alignment)
+    status, out, _ = run_cli(
+        capsys, "translate", "--checkpoint", str(checkpoint), "--min-len", "2", "--replace-unk", "a1 a2 a4"
+    )
+    assert status == 0 and out == replaced + "\n"

@@ -1,0 +1,139 @@
+"""One decoding surface: the CLI, the Python API and the server accept the same options, from one definition."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from decoding_support import random_model, single_thread
+
+import dotformer
+from dotformer import ModelConfig, Transformer
+from dotformer.api import Translator
+from dotformer.api.endpoint import FIELDS
+from dotformer.checkpoint import save_checkpoint
+from dotformer.cli.translate import add_arguments
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.decoding.options import OPTION_NAMES
+
+SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"
+TIMEOUT_S = 30
+NOT_DECODING = {"self", "texts", "config", "batch_size", "max_tokens", "max_input_length", "progress", "details"}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    with single_thread():
+        yield
+
+
+def test_the_three_surfaces_accept_the_same_options() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cli = {action.dest for action in parser._actions} & set(OPTION_NAMES)
+    api = set(inspect.signature(Translator.translate).parameters) - NOT_DECODING - {"attention"}
+    assert cli == set(OPTION_NAMES)
+    assert api == set(OPTION_NAMES)
+    assert set(FIELDS) - {"texts"} == set(OPTION_NAMES)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("surfaces")
+    symbols = train_tokenizer("symbol", [SYMBOLS])
+    model = random_model(vocab=12, seed=5, generator_bias=True)
+    with torch.no_grad():
+        model.generator.bias[3] = -100.0  # no <unk> in the outputs
+    save_checkpoint(root / "mt", model, symbols, symbols, {"task": "synthetic"})
+    torch.manual_seed(0)
+    config = ModelConfig(
+        arch="decoder-only", src_vocab_size=12, tgt_vocab_size=12, d_model=32, num_heads=4, d_ff=64,
+        num_encoder_layers=0, num_decoder_layers=2, dropout=0.0, max_len=64,
+    )  # fmt: skip
+    save_checkpoint(root / "lm", Transformer(config).eval(), symbols, symbols, {"task": "lm"})
+    return {"mt": root / "mt", "lm": root / "lm"}
+
+
+@pytest.fixture(scope="module")
+def servers(checkpoints: dict[str, Path]) -> Iterator[dict[str, Any]]:
+    from dotformer.api.serve import TranslationServer
+
+    running = {}
+    for name, path in checkpoints.items():
+        server = TranslationServer(dotformer.load(path, device="cpu"), port=0)
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        running[name] = (server, thread)
+    yield {name: server for name, (server, _) in running.items()}
+    for server, thread in running.values():
+        server.shutdown()
+        server.server_close()
+        thread.join(TIMEOUT_S)
+
+
+def call(url: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    data = None if body is None else json.dumps(body).encode("utf-8")
+    request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_the_server_decodes_as_the_api_with_every_option(servers: dict[str, Any], checkpoints: dict[str, Path]) -> None:
+    translator = dotformer.load(checkpoints["mt"], device="cpu")
+    texts = ["a1 a2", "a3 a4 a5"]
+    options: dict[str, Any] = dict(strategy="sample", n_best=2, seed=3, top_k=4, temperature=0.8, max_len_b=5)
+    options.update(min_len_b=2, alignments=True, prefix=["a6", None])
+    status, reply = call(servers["mt"].url, {"texts": texts, **options})
+    expected = translator.translate(texts, **options)
+    assert status == 200
+    for item, result in zip(reply["translations"], expected, strict=True):
+        assert [h["text"] for h in item["hypotheses"]] == [h.text for h in result.hypotheses]
+        assert item["hypotheses"][0]["alignment"] == [list(p) for p in result.hypotheses[0].alignment]
+        assert item["hypotheses"][0]["score"] == pytest.approx(result.hypotheses[0].score)
+    assert reply["translations"][0]["text"].startswith("a6")
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({"texts": ["a1"], "seed": 1}, '"seed" only apply to "strategy": "sample", not "beam"'),
+        ({"texts": ["a1"], "min_len_b": -1}, "min_len_b must be a non-negative integer"),
+        ({"texts": ["a1"], "alignments": 1}, '"alignments" must be true or false'),
+        ({"texts": ["a1"], "prefix": "a1"}, '"prefix" must be a list of 1 strings or nulls'),
+        ({"texts": ["a1"], "max_len_b": 5000}, '"max_len_b" must be at most 1024'),
+    ],
+)
+def test_bad_options_are_one_line_errors(servers: dict[str, Any], body: Any, fragment: str) -> None:
+    status, reply = call(servers["mt"].url, body)
+    assert status == 400 and fragment in reply["error"] and "\n" not in reply["error"]
+
+
+def test_get_root_describes_the_api(servers: dict[str, Any]) -> None:
+    status, reply = call(servers["mt"].url.replace("/api/translate", "/"))
+    assert status == 200
+    assert [o["name"] for o in reply["translate_options"]] == list(OPTION_NAMES)
+    assert {"POST /api/translate", "POST /api/generate", "GET /api/health", "GET /"} == set(reply["endpoints"])
+
+
+def test_generate_endpoint_serves_language_models(servers: dict[str, Any], checkpoints: dict[str, Path]) -> None:
+    lm = dotformer.load(checkpoints["lm"], device="cpu")
+    url = servers["lm"].url.replace("/api/translate", "/api/generate")
+    body = {"prompt": "a1 a2", "max_new_tokens": 6, "n": 2, "seed": 4, "top_k": 5}
+    status, reply = call(url, body)
+    assert status == 200 and reply == {"texts": lm.generate("a1 a2", max_new_tokens=6, n=2, seed=4, top_k=5)}
+    status, reply = call(url, {"prompt": "a1", "n": 0})
+    assert status == 400 and '"n" must be an integer from 1 to 16' in reply["error"]
+    status, reply = call(servers["mt"].url.replace("/api/translate", "/api/generate"), {"prompt": "a1"})
+    assert status == 400 and "language model" in reply["error"]
