@@ -120,12 +120,14 @@ def test_references_are_grouped_by_source_in_order() -> None:
 
 def test_format_evaluation_table() -> None:
     table = format_evaluation(Evaluation("g2p", {"wer": 12.345, "perplexity": 1.5}))
-    assert table.splitlines() == [
-        "| metric           |  value |",
-        "|------------------|-------:|",
-        "| WER, stress kept | 12.35% |",
-        "| perplexity       |   1.50 |",
+    assert table.splitlines() == [  # no stress-stripped WER: the data held no stress digits, so no "stress kept"
+        "| metric     |  value |",
+        "|------------|-------:|",
+        "| WER        | 12.35% |",
+        "| perplexity |   1.50 |",
     ]
+    stressed = format_evaluation(Evaluation("g2p", {"wer": 12.345, "wer_no_stress": 10.0}))
+    assert stressed.splitlines()[2:] == ["| WER, stress kept     | 12.35% |", "| WER, stress stripped | 10.00% |"]
 
 
 # -- one long input does not pad a batch; the shared input path of translate, the API, plots and the explorer --------

@@ -270,7 +270,11 @@ def test_ct2_vocabularies(tmp_path):
         export_ctranslate2(model, tmp_path / "x", src_vocab=["<pad>", "<s>", "</s>"])
     with pytest.raises(ConfigError, match="duplicate"):
         export_ctranslate2(model, tmp_path / "x", src_vocab=[*id_vocabulary(SRC_V - 1), "t4"])
-    lm = export_ctranslate2(tiny_model(arch="decoder-only", num_encoder_layers=0), tmp_path / "lm")
+    with pytest.raises(ConfigError, match="export_language_model"):  # a Translator needs an encoder
+        export_ctranslate2(tiny_model(arch="decoder-only", num_encoder_layers=0), tmp_path / "lm")
+    from dotformer.export.ct2_lm import export_language_model
+
+    lm = export_language_model(tiny_model(arch="decoder-only", num_encoder_layers=0), tmp_path / "lm")
     assert [p.name for p in lm.glob("*vocabulary.json")] == ["vocabulary.json"]  # the decoder-only spec's one list
 
 

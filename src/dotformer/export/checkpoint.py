@@ -105,6 +105,11 @@ def _write_ct2(loaded: LoadedCheckpoint, directory: Path, quantization: str | No
     from dotformer.decoding.quantization import require_float_weights
 
     require_float_weights(loaded.model, "export to CTranslate2")
-    spec = transformer_spec(loaded.model, *vocabularies)
+    if config.arch == "decoder-only":  # a language model: CTranslate2's decoder-only spec (ctranslate2.Generator)
+        from dotformer.export.ct2_lm import language_model_spec
+
+        spec = language_model_spec(loaded.model, vocabularies[1])
+    else:
+        spec = transformer_spec(loaded.model, *vocabularies)
     spec.optimize(quantization=quantization)
     spec.save(str(directory))

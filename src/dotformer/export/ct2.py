@@ -99,7 +99,12 @@ def tokens_to_ids(tokens: Sequence[str], vocabulary: Sequence[str]) -> list[int]
 
 def _check(config: ModelConfig, src_vocab: Sequence[str], tgt_vocab: Sequence[str]) -> None:
     if config.arch != "encoder-decoder":
-        raise ConfigError(f"only encoder-decoder models can be exported to CTranslate2, got arch={config.arch!r}")
+        hint = (
+            " (a language model: dotformer.export.ct2_lm.export_language_model)"
+            if config.arch == "decoder-only"
+            else ""
+        )
+        raise ConfigError(f"only encoder-decoder models make a CTranslate2 Translator, got arch={config.arch!r}{hint}")
     if config.embedding_norm:
         raise ConfigError("ModelConfig.embedding_norm=True: the CTranslate2 export does not carry embedding LayerNorms")
     if config.activation not in CT2_ACTIVATIONS:
@@ -231,10 +236,6 @@ def transformer_spec(
         ConfigError: not an encoder-decoder, an activation CTranslate2 lacks, or a vocabulary does not fit the model.
     """
     config = model.config
-    if config.arch == "decoder-only":  # a language model: CTranslate2's decoder-only spec (ctranslate2.Generator)
-        from dotformer.export.ct2_lm import language_model_spec
-
-        return language_model_spec(model, tgt_vocab)
     src_vocab = list(src_vocab) if src_vocab is not None else id_vocabulary(config.src_vocab_size)
     tgt_vocab = list(tgt_vocab) if tgt_vocab is not None else id_vocabulary(config.tgt_vocab_size)
     _check(config, src_vocab, tgt_vocab)
@@ -276,11 +277,19 @@ def export_ctranslate2(
         ConfigError: the model or vocabularies cannot be exported (see :func:`transformer_spec`), the model has
             int8 linear layers, ``output_dir`` exists and is not empty, or ``quantization`` is unknown.
     """
-    from dotformer.export.outdir import fresh_output_dir
-
     check_quantization(quantization)
     require_float_weights(model, "export to CTranslate2 (its own quantization= option quantizes)")
-    spec = transformer_spec(model, src_vocab, tgt_vocab)
+    return save_spec(transformer_spec(model, src_vocab, tgt_vocab), output_dir, quantization)
+
+
+def save_spec(spec: Any, output_dir: str | Path, quantization: str | None = None) -> Path:
+    """Write a CTranslate2 ``spec`` (weights quantised as asked) into ``output_dir``, new or empty; return it.
+
+    Raises:
+        ConfigError: ``output_dir`` exists and is not empty.
+    """
+    from dotformer.export.outdir import fresh_output_dir
+
     spec.optimize(quantization=quantization)
     with fresh_output_dir(output_dir) as tmp:
         spec.save(str(tmp))

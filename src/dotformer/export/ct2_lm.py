@@ -28,12 +28,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
+from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
-from dotformer.export.ct2 import CT2_NAMES, SpecWriter, _layer_names, _tensor, id_vocabulary
+from dotformer.export.ct2 import (
+    CT2_ACTIVATIONS,
+    CT2_NAMES,
+    SpecWriter,
+    _layer_names,
+    _tensor,
+    check_quantization,
+    id_vocabulary,
+    save_spec,
+)
 from dotformer.export.params import EngineNames, embedding_params, locate
 from dotformer.model import Transformer
 
@@ -43,7 +54,6 @@ CT2_LM_NAMES = EngineNames(
     positions={"tgt": CT2_NAMES.positions["tgt"]},
     generator=CT2_NAMES.generator,
 )
-ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}  # CTranslate2's names (SWISH is x·σ(x), SiLU)
 
 
 class LanguageModelSpecWriter(SpecWriter):
@@ -70,7 +80,7 @@ def check_language_model(config: ModelConfig, vocabulary: Sequence[str]) -> None
         raise ConfigError(f"the CTranslate2 language-model spec holds a decoder-only model, got arch={config.arch!r}")
     if config.embedding_norm:
         raise ConfigError("ModelConfig.embedding_norm=True: the CTranslate2 export does not carry embedding LayerNorms")
-    if config.activation not in ACTIVATIONS:
+    if config.activation not in CT2_ACTIVATIONS:
         raise ConfigError(f"CTranslate2 has no {config.activation!r} activation")
     if len(vocabulary) != config.tgt_vocab_size:
         raise ConfigError(f"the vocabulary has {len(vocabulary)} tokens but the model has {config.tgt_vocab_size}")
@@ -104,7 +114,7 @@ def language_model_spec(model: Transformer, vocabulary: Sequence[str] | None = N
         config.num_decoder_layers,
         config.num_heads,
         pre_norm=config.norm_first,
-        activation=getattr(common_spec.Activation, ACTIVATIONS[config.activation]),
+        activation=getattr(common_spec.Activation, CT2_ACTIVATIONS[config.activation]),
         no_final_norm=model.decoder.final_norm is None,
     )
     spec.config.layer_norm_epsilon = config.layer_norm_eps
@@ -115,3 +125,28 @@ def language_model_spec(model: Transformer, vocabulary: Sequence[str] | None = N
     spec.config.eos_token = SPECIAL_TOKENS[EOS_ID]
     spec.validate()
     return spec
+
+
+def export_language_model(
+    model: Transformer,
+    output_dir: str | Path,
+    vocabulary: Sequence[str] | None = None,
+    quantization: str | None = None,
+) -> Path:
+    """Write a decoder-only ``model`` as a CTranslate2 model directory (load it with ``ctranslate2.Generator``).
+
+    Args:
+        model: a decoder-only :class:`Transformer` (see :func:`language_model_spec`).
+        output_dir: the directory to create, or an empty one.
+        vocabulary: the token strings of ids 0..V-1; default :func:`~dotformer.export.ct2.id_vocabulary`.
+        quantization: as :func:`~dotformer.export.ct2.export_ctranslate2`'s.
+
+    Returns:
+        The output directory.
+
+    Raises:
+        ConfigError: as :func:`language_model_spec`, a quantization CTranslate2 lacks, or a non-empty ``output_dir``.
+    """
+    check_quantization(quantization)
+    require_float_weights(model, "export to CTranslate2 (its own quantization= option quantizes)")
+    return save_spec(language_model_spec(model, vocabulary), output_dir, quantization)
