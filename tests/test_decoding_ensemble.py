@@ -90,3 +90,20 @@ def test_api_load_of_a_list_is_an_ensemble(tmp_path) -> None:  # type: ignore[no
     assert [r.hypotheses[0].alignment for r in aligned] == [
         r.hypotheses[0].alignment for r in single.translate(texts, max_len_b=5, alignments=True)
     ]
+
+
+def test_serve_takes_repeated_checkpoints_as_an_ensemble(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import dotformer.api
+    import dotformer.api.serve
+    from dotformer.checkpoint import save_checkpoint
+    from dotformer.cli import main
+    from dotformer.data.tokenizer_files import train_tokenizer
+
+    symbols = train_tokenizer("symbol", ["a0 a1 a2 a3 a4 a5 a6 a7"])
+    save_checkpoint(tmp_path / "a", random_model(vocab=12, seed=1), symbols, symbols, {"task": "synthetic"})
+    served = []
+    monkeypatch.setattr(dotformer.api.serve, "serve", lambda translator, *args, **kwargs: served.append(translator))
+    checkpoint = str(tmp_path / "a")
+    assert main(["serve", "--checkpoint", checkpoint, "--checkpoint", checkpoint, "--port", "0"]) == 0
+    assert main(["serve", "--checkpoint", checkpoint, "--port", "0"]) == 0
+    assert isinstance(served[0].model, Ensemble) and not isinstance(served[1].model, Ensemble)

@@ -33,7 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from dotformer.api.serve import DEFAULT_WORKERS, HOST
 
     parser.epilog = EPILOG
-    parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory")
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        action="append",
+        metavar="DIR",
+        help="checkpoint or run directory; repeat it to serve an ensemble (their distributions averaged per step)",
+    )
     parser.add_argument("--port", type=int, default=8080, help="TCP port (8080; 0 = any free port, printed)")
     parser.add_argument(
         "--host", default=HOST, help=f"interface to listen on ({HOST}: this machine only; 0.0.0.0 opens it to others)"
@@ -68,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers must be positive, got {args.workers}")
     apply_threads(args.threads)
-    translator = load(args.checkpoint, device=args.device, dtype=args.dtype)
+    paths = args.checkpoint  # one directory, or several: an ensemble (dotformer.decoding.ensemble)
+    translator = load(paths[0] if len(paths) == 1 else paths, device=args.device, dtype=args.dtype)
     announce = lambda line: print(line, flush=True)  # noqa: E731
     serve(translator, args.port, args.host, verbose=args.verbose, announce=announce, workers=args.workers)
     return 0
