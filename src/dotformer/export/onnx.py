@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,17 @@ def export_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSET) 
     c = model.config
     if c.arch != "encoder-decoder" or model.decoder is None:
         raise ConfigError(f"only encoder-decoder models can be exported to ONNX, got arch={c.arch!r}")
+    return write_graphs(model, output_dir, opset, _write_onnx)
+
+
+def write_graphs(
+    model: Transformer, output_dir: str | Path, opset: int, write: Callable[[Transformer, Path, int], None]
+) -> Path:
+    """Run ``write(model, directory, opset)`` into a fresh directory that becomes ``output_dir`` when it succeeds.
+
+    Raises:
+        ConfigError: ``output_dir`` exists and is not empty. MissingDataError: the ``onnx`` package is missing.
+    """
     try:
         import onnx  # noqa: F401 (torch.onnx needs it)
     except ImportError:
@@ -135,7 +147,7 @@ def export_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSET) 
 
     output_dir = check_output_dir(output_dir)
     with fresh_output_dir(output_dir) as tmp:
-        _write_onnx(model, tmp, opset)
+        write(model, tmp, opset)
     return output_dir
 
 

@@ -24,8 +24,8 @@ from torch import Tensor, nn
 
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from dotformer.decoding.cache import DecoderCache, KVCache, LayerCache
-from dotformer.errors import ConfigError, MissingDataError
-from dotformer.export.onnx import ONNX_CONFIG_FILE, OPSET, _names
+from dotformer.errors import ConfigError
+from dotformer.export.onnx import ONNX_CONFIG_FILE, OPSET, _names, write_graphs
 from dotformer.model import Transformer
 
 LM_STEP_FILE = "lm_step.onnx"
@@ -72,19 +72,11 @@ def export_lm_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSE
         MissingDataError: the ``onnx`` package (needed by ``torch.onnx``) is not installed.
     """
     from dotformer.decoding.quantization import require_float_weights
-    from dotformer.export.outdir import check_output_dir, fresh_output_dir
 
     require_float_weights(model, "export to ONNX")
     if model.config.arch != "decoder-only":
         raise ConfigError(f"export_lm_onnx writes a decoder-only model, got arch={model.config.arch!r} (export_onnx)")
-    try:
-        import onnx  # noqa: F401 (torch.onnx needs it)
-    except ImportError:
-        raise MissingDataError('exporting to ONNX needs the onnx package: pip install "dotformer[onnx]"') from None
-    output_dir = check_output_dir(output_dir)
-    with fresh_output_dir(output_dir) as tmp:
-        _write_lm_onnx(model, tmp, opset)
-    return output_dir
+    return write_graphs(model, output_dir, opset, _write_lm_onnx)
 
 
 def _write_lm_onnx(model: Transformer, output_dir: Path, opset: int) -> None:
