@@ -10,9 +10,11 @@ Systems (each pronounces the same words, greedy and beam 4):
 * ``dotformer`` / ``dotformer_int8``: :func:`dotformer.decoding.translate.translate`, float32 and with int8 linear
   layers (:func:`dotformer.decoding.quantization.quantize_int8`, what ``--dtype int8`` decodes with), batches of
   ``--batch-size`` words (``--batch-sizes`` adds both dotformer and CTranslate2 at other sizes: the batch-size lever);
+* ``dotformer_bf16`` / ``ct2_bfloat16`` (``--bf16``): both in bfloat16, for CPUs that compute it natively (where
+  CTranslate2 offers no bfloat16 on the CPU, dotformer bfloat16 is compared with CTranslate2 float32);
 * ``ct2_float32`` / ``ct2_int8``: ``ctranslate2.Translator.translate_batch`` on the exported model
-  (``compute_type`` float32 / int8, one thread, ``max_batch_size`` = the batch size), each source ending with
-  ``</s>`` as dotformer's do;
+  (``compute_type`` float32 / int8, one thread, ``max_batch_size`` = the batch size), the sources without their
+  ``</s>``: the export's ``add_source_eos`` appends it, as dotformer does;
 * ``hf_generate``: HF ``MarianMTModel.generate`` on the exported Marian copy, length-sorted batches (in-process only).
 
 Two views of the job:
@@ -58,7 +60,7 @@ model, compute_type, beam, batch, src, out = sys.argv[1:7]
 translator = ctranslate2.Translator(model, device="cpu", compute_type=compute_type, intra_threads=1, inter_threads=1)
 batch_tokens = [line.split() for line in open(src, encoding="utf-8")]
 results = translator.translate_batch(batch_tokens, beam_size=int(beam), max_batch_size=int(batch),
-    max_decoding_length=max(map(len, batch_tokens)) + 50, min_decoding_length=0, max_input_length=0,
+    max_decoding_length=max(map(len, batch_tokens)) + 51, min_decoding_length=0, max_input_length=0,
     length_penalty=0.6 if int(beam) > 1 else 1.0, suppress_sequences=[["<pad>"], ["<s>"]])
 with open(out, "w", encoding="utf-8") as f:
     f.writelines(" ".join(r.hypotheses[0]) + "\\n" for r in results)
@@ -109,7 +111,7 @@ class Job:
     ct2_dir: Path
     marian_dir: Path
     words: list[str]
-    src_tokens: list[list[str]]  # per word, its source pieces ending with </s> (what CTranslate2 reads)
+    src_tokens: list[list[str]]  # per word, its source pieces without the final </s> (the export appends it)
     workdir: Path
 
 
@@ -125,20 +127,18 @@ def prepare(args: argparse.Namespace, workdir: Path) -> Job:
     words = test_words(checkpoint, args.words_file, args.words)
     loaded = load_checkpoint(checkpoint)
     encoded = encode_sources(loaded, words)
-    pieces = [[loaded.src_tokenizer.id_to_token(i) for i in ids] for ids in encoded.ids]  # EOS last: "</s>"
+    pieces = [[loaded.src_tokenizer.id_to_token(i) for i in ids[:-1]] for ids in encoded.ids]  # EOS left out
     return Job(checkpoint, ct2_dir, marian_dir, words, pieces, workdir)
 
 
-def dotformer_system(job: Job, beam: int, batch_size: int, int8: bool) -> Callable[[], Outputs]:
-    """:func:`translate` of the checkpoint (float32, or int8 linear layers)."""
-    from dotformer.checkpoint import load_checkpoint
+def dotformer_system(job: Job, beam: int, batch_size: int, dtype: str = "float32") -> Callable[[], Outputs]:
+    """:func:`translate` of the checkpoint in ``dtype``: "float32", "bfloat16" (weights and activations), or "int8"
+    (int8 linear layers)."""
+    from dotformer.api.translator import load_checkpoint_for_decoding
     from dotformer.decoding import DecodeConfig
-    from dotformer.decoding.quantization import quantize_int8
     from dotformer.decoding.translate import translate
 
-    loaded = load_checkpoint(job.checkpoint)
-    if int8:
-        loaded = dataclasses.replace(loaded, model=quantize_int8(loaded.model))
+    loaded = load_checkpoint_for_decoding(job.checkpoint, device="cpu", dtype=dtype)  # what --dtype decodes with
     config = DecodeConfig(strategy="greedy") if beam == 1 else DecodeConfig(strategy="beam", beam_size=beam)
 
     def run() -> Outputs:
@@ -158,7 +158,7 @@ def ct2_system(job: Job, beam: int, batch_size: int, compute_type: str) -> Calla
     translator = ctranslate2.Translator(
         str(job.ct2_dir), device="cpu", compute_type=compute_type, intra_threads=1, inter_threads=1
     )
-    longest = max(map(len, job.src_tokens))
+    longest = max(map(len, job.src_tokens)) + 1  # </s> included, as dotformer counts the input length
 
     def run() -> Outputs:
         results = translator.translate_batch(
@@ -246,6 +246,13 @@ def command_systems(job: Job, beam: int, batch_size: int) -> dict[str, Callable[
     }
 
 
+def ctranslate2_compute_types() -> set[str]:
+    """The compute types CTranslate2 offers on this CPU (bfloat16 only on some builds and CPUs)."""
+    import ctranslate2
+
+    return set(ctranslate2.get_supported_compute_types("cpu"))
+
+
 def children_cpu_s() -> float:
     """CPU seconds used so far by finished child processes (user + system)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -275,7 +282,7 @@ def interleaved(
     return wall, cpu, outputs
 
 
-PEER = {"dotformer": "ct2_float32", "dotformer_int8": "ct2_int8"}
+PEER = {"dotformer": "ct2_float32", "dotformer_int8": "ct2_int8", "dotformer_bf16": "ct2_bfloat16"}
 
 
 def rows_of(
@@ -299,6 +306,8 @@ def rows_of(
     for row in rows:
         ours, at, size = row["system"].partition("@")
         peer = by_name.get(PEER.get(ours, "") + at + size)  # the peer at the same batch size
+        if ours == "dotformer_bf16" and peer is None:
+            peer = by_name.get("ct2_float32" + at + size)  # CTranslate2 without bfloat16 on this CPU
         if ours.startswith("dotformer") and peer is not None:
             row["peer"] = peer["system"]
             row["cpu_ratio"] = row["cpu_words_per_s"] / peer["cpu_words_per_s"]
@@ -322,6 +331,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--searches", default="greedy,beam4", help="comma-separated: greedy, beam4")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (each runs every system once)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (CTranslate2 always gets one)")
+    parser.add_argument("--bf16", action="store_true", help="add dotformer bfloat16 and CTranslate2 bfloat16")
     parser.add_argument("--no-hf", action="store_true", help="skip HF generate")
     parser.add_argument("--no-command", action="store_true", help="skip the whole-command runs")
     parser.add_argument("--quick", action="store_true", help="300 words, 2 rounds, greedy only, no HF")
@@ -338,14 +348,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for search in args.searches.split(","):
             beam = 1 if search == "greedy" else int(search.removeprefix("beam"))
             systems = {
-                "dotformer": dotformer_system(job, beam, args.batch_size, int8=False),
-                "dotformer_int8": dotformer_system(job, beam, args.batch_size, int8=True),
+                "dotformer": dotformer_system(job, beam, args.batch_size, "float32"),
+                "dotformer_int8": dotformer_system(job, beam, args.batch_size, "int8"),
                 "ct2_float32": ct2_system(job, beam, args.batch_size, "float32"),
                 "ct2_int8": ct2_system(job, beam, args.batch_size, "int8"),
             }
+            if args.bf16:  # where the CPU computes bf16 natively (AVX512-BF16, AMX)
+                systems["dotformer_bf16"] = dotformer_system(job, beam, args.batch_size, "bfloat16")
+                if "bfloat16" in ctranslate2_compute_types():
+                    systems["ct2_bfloat16"] = ct2_system(job, beam, args.batch_size, "bfloat16")
             for size in extra:
-                systems[f"dotformer@{size}"] = dotformer_system(job, beam, size, int8=False)
-                systems[f"dotformer_int8@{size}"] = dotformer_system(job, beam, size, int8=True)
+                systems[f"dotformer@{size}"] = dotformer_system(job, beam, size, "float32")
+                systems[f"dotformer_int8@{size}"] = dotformer_system(job, beam, size, "int8")
                 systems[f"ct2_float32@{size}"] = ct2_system(job, beam, size, "float32")
                 systems[f"ct2_int8@{size}"] = ct2_system(job, beam, size, "int8")
             if not args.no_hf:

@@ -17,8 +17,10 @@ listed batch once.
 
 FLOP/s: 3 · F_fwd (:func:`peers.forward_flops` over each padded batch, the work a padded implementation does; packed
 dotformer skips some of it) / median step time, beside the ceiling: the FLOP/s of a (2048 × 2048) · (2048 × 2048)
-``torch.mm`` measured in the same run and threads. ``cpu_ratio`` / ``wall_ratio``: the peer's time over dotformer's
-(> 1: dotformer faster), by CPU time of the process and by wall time; on a loaded machine read the CPU ratio.
+``torch.mm`` measured in the same run and threads (in bf16 with ``--dtype bf16``, where every model runs under bf16
+autocast as ``dotformer train --amp bf16`` does). ``dotformer_padded`` is dotformer on the padded batch
+(``--no-packed``). ``cpu_ratio`` / ``wall_ratio``: the peer's time over dotformer's (> 1: dotformer faster), by CPU
+time of the process and by wall time; on a loaded machine read the CPU ratio.
 
 Run: ``python benchmarks/training_real.py --g2p-run runs/g2p --bible-run runs/bible`` (``--quick``: 1-2 minutes).
 """
@@ -38,12 +40,12 @@ from training import interleaved_times, make_step
 
 from dotformer import ModelConfig
 
-MODELS = ("dotformer", "torch", "marian")
+MODELS = ("dotformer", "dotformer_padded", "torch", "marian")  # dotformer_padded: --no-packed
 
 
-def matmul_ceiling(n: int = 2048, repeats: int = 3) -> float:
-    """FLOP per CPU second of one large float32 ``torch.mm`` (n × n by n × n), the best of ``repeats``."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_ceiling(n: int = 2048, repeats: int = 3, dtype: torch.dtype = torch.float32) -> float:
+    """FLOP per CPU second of one large ``torch.mm`` (n × n by n × n) in ``dtype``, the best of ``repeats``."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     torch.mm(a, b)
     best = float("inf")
     for _ in range(repeats):
@@ -59,7 +61,7 @@ def run_batches(run: Path, count: int) -> tuple[ModelConfig, list[Batch]]:
 
     from dotformer.data.batching import BatchSampler, encode_pairs
     from dotformer.data.splits import load_split
-    from dotformer.data.tokenizers import load_tokenizer
+    from dotformer.data.tokenizer_files import load_tokenizer
 
     record = json.loads((run / "run.json").read_text())
     model = {k: v for k, v in record["model"].items() if k in ModelConfig.__dataclass_fields__}
@@ -79,10 +81,14 @@ def unpadded_batches(config: ModelConfig, batch_size: int, length: int, count: i
     return [make_batch(batch_size, length, length, S, V, seed=i, min_fraction=1.0) for i in range(count)]
 
 
-def measure(name: str, config: ModelConfig, batches: list[Batch], repeats: int, warmup: int, ceiling: float) -> list:
-    """One row per model: a step over every batch, interleaved, with FLOP/s and ratios to dotformer."""
+def measure(
+    name: str, config: ModelConfig, batches: list[Batch], repeats: int, warmup: int, ceiling: float, dtype: str
+) -> list:
+    """One row per model: a step over every batch, interleaved, with FLOP/s and ratios to dotformer (``dtype``
+    "bf16": every model under bf16 autocast, as ``dotformer train --amp bf16``)."""
     built = {m: build_model(m, config) for m in MODELS}
-    per_batch = {m: [make_step(m, built[m], b, None) for b in batches] for m in MODELS}
+    autocast = torch.bfloat16 if dtype == "bf16" else None
+    per_batch = {m: [make_step(m, built[m], b, autocast) for b in batches] for m in MODELS}
     steps = {m: (lambda fns=fns: [fn() for fn in fns]) for m, fns in per_batch.items()}
     wall, cpu = interleaved_times(steps, repeats, warmup, "cpu")
     flops = sum(3 * forward_flops(config, b.src.size(0), b.src.size(1), b.tgt_in.size(1)) for b in batches)
@@ -94,6 +100,7 @@ def measure(name: str, config: ModelConfig, batches: list[Batch], repeats: int, 
         rows.append(
             {
                 "batches": name,
+                "dtype": dtype,
                 "model": m,
                 "tgt_tokens_per_s": tokens / wall_s,
                 "cpu_tgt_tokens_per_s": tokens / cpu_s,
@@ -120,12 +127,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (each runs every model once)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per model before timing")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast for every model")
     parser.add_argument("--quick", action="store_true", help="2 batches, 2 rounds, no small_unpadded")
     parser.add_argument("--out", default=str(default_output_dir() / "training_real.json"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     count, repeats = (2, 2) if args.quick else (args.batches, args.repeats)
-    ceiling = matmul_ceiling()
+    ceiling = matmul_ceiling(dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float32)
     g2p_config = ModelConfig(
         d_model=128,
         num_heads=4,
@@ -148,8 +156,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         settings.append(("small_unpadded", small, unpadded_batches(small, 32, 32, count)))
     rows = []
     for name, config, batches in settings:
-        rows += measure(name, config, batches, repeats, args.warmup, ceiling)
-    columns = ["batches", "model", "tgt_tokens_per_s", "cpu_tgt_tokens_per_s", "gflops_cpu", "ceiling_gflops"]
+        rows += measure(name, config, batches, repeats, args.warmup, ceiling, args.dtype)
+    columns = ["batches", "dtype", "model", "tgt_tokens_per_s", "cpu_tgt_tokens_per_s", "gflops_cpu", "ceiling_gflops"]
     print(format_table(rows, [*columns, "of_ceiling", "target_padding", "cpu_ratio", "wall_ratio"]))
     print("cpu_ratio / wall_ratio: the model's step time over dotformer's (> 1: dotformer faster)")
     payload = {
