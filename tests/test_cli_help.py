@@ -266,7 +266,7 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "texts": ("texts", None, True),
     },
     "evaluate": {
-        "--batch-size": ("batch_size", 64, False),
+        "--batch-size": ("batch_size", 256, False),
         "--min-len": ("min_len_b", 0, False),
         "--min-len-a": ("min_len_a", 0.0, False),
         "--replace-unk": ("replace_unk", False, False),
@@ -456,7 +456,7 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--weight-decay": ("opt_weight_decay", None, False),
     },
     "translate": {
-        "--batch-size": ("batch_size", 64, False),
+        "--batch-size": ("batch_size", 256, False),
         "--beam": ("beam", None, False),
         "--buffer-size": ("buffer_size", 256, False),
         "--checkpoint": ("checkpoint", None, True),

@@ -246,3 +246,21 @@ def test_empty_and_blank_sources_give_empty_outputs_without_the_model(
     )
     encoded = encode_sources(loaded, ["  ", "c a"])
     assert encoded.ids[0] == [EOS_ID] and encoded.unknown_counts == [0, 0]
+
+
+def test_every_entry_point_decodes_in_batches_of_the_same_default_size() -> None:
+    """The library, the API, validation during training and the CLI share one default batch size."""
+    import inspect
+
+    from dotformer.api.translator import Translator
+    from dotformer.cli import build_parser
+    from dotformer.decoding.evaluation import evaluate_pairs
+    from dotformer.decoding.translate import DEFAULT_BATCH_SIZE, decode_encoded
+    from dotformer.training.selection import validation_score
+
+    functions = (translate, decode_encoded, evaluate_pairs, Translator.translate, validation_score)
+    defaults = {f.__qualname__: inspect.signature(f).parameters["batch_size"].default for f in functions}
+    assert defaults == dict.fromkeys(defaults, DEFAULT_BATCH_SIZE)
+    for command in ("translate", "evaluate"):
+        args = build_parser().parse_args([command, "--checkpoint", "x"])
+        assert args.batch_size == DEFAULT_BATCH_SIZE, command

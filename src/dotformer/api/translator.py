@@ -266,7 +266,7 @@ class Translator:
         top_p: float | None = None,
         seed: int | None = None,
         config: DecodeConfig | None = None,
-        batch_size: int = 64,
+        batch_size: int = 256,
         max_tokens: int | None = None,
         max_input_length: int | None = None,
         progress: bool | None = None,

@@ -44,7 +44,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, exclude: Collection[
         "stores the linear layers' weights in 8 bits and multiplies in integers, 1.2-3.5x faster on this "
         "project's CPU; its outputs may differ slightly from float32's, and with --batch-size (default float32)",
     )
-    speed.add_argument("--batch-size", type=int, default=64, metavar="B", help="sentences decoded together (64)")
+    speed.add_argument("--batch-size", type=int, default=256, metavar="B", help="sentences decoded together (256)")
     add_option_flags(search, exclude)
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dotformer.data.tokenizers import UNK_ID
 from dotformer.decoding.config import DecodeConfig
-from dotformer.decoding.translate import Translation, length_sorted_batches, translate
+from dotformer.decoding.translate import DEFAULT_BATCH_SIZE, Translation, length_sorted_batches, translate
 from dotformer.errors import ConfigError, DataError
 from dotformer.metrics import (
     bleu,
@@ -252,7 +252,7 @@ def evaluate_pairs(
     pairs: Sequence[Pair],
     task: str,
     config: DecodeConfig | None = None,
-    batch_size: int = 64,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool | None = None,
     num_examples: int = 5,
 ) -> Evaluation:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from dotformer.model import Transformer
 
 __all__ = [
+    "DEFAULT_BATCH_SIZE",
     "DEFAULT_MAX_TOKENS",
     "PROGRESS_THRESHOLD",
     "Translation",
@@ -48,6 +49,7 @@ __all__ = [
 
 PROGRESS_THRESHOLD = 500  # inputs from which translate() shows a progress bar on stderr by default
 DEFAULT_MAX_TOKENS = 8192  # padded source tokens per batch (B × S); a longer input than this is decoded alone
+DEFAULT_BATCH_SIZE = 256  # sentences per batch: a small model's step is mostly fixed cost, so wide batches pay
 
 
 def _is_terminal(stream: object) -> bool:
@@ -132,7 +134,7 @@ def decode_encoded(
     loaded: LoadedCheckpoint,
     encoded: EncodedTexts,
     config: DecodeConfig | None = None,
-    batch_size: int = 64,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool | None = None,
     max_tokens: int | None = DEFAULT_MAX_TOKENS,
     prefixes: Sequence[Sequence[int]] | None = None,
@@ -269,7 +271,7 @@ def translate(
     loaded: LoadedCheckpoint,
     texts: Sequence[str],
     config: DecodeConfig | None = None,
-    batch_size: int = 64,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool | None = None,
     *,
     max_tokens: int | None = DEFAULT_MAX_TOKENS,

@@ -82,7 +82,7 @@ def validation_score(
     tgt_tokenizer: Tokenizer,
     pairs: Sequence[Pair],
     metric: str,
-    batch_size: int = 64,
+    batch_size: int = 256,
 ) -> float:
     """Greedy-decode the distinct sources of ``pairs`` and score the outputs with ``metric`` (see the module).
 
