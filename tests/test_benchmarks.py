@@ -164,3 +164,43 @@ def test_gpu_script_skips_what_does_not_fit(bench, tmp_path):
     assert gpu.main(["--device", "cpu", "--time-limit", "1", "--out", str(out)]) == 0
     notes = [r["note"] for r in json.loads(out.read_text())["rows"]]
     assert notes and all(n.startswith("skipped") for n in notes)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, cli):
+    """A copy-task run of a few steps: a run directory with data/, tokenizers and run.json, as the real jobs write."""
+    run = tmp_path_factory.mktemp("real") / "copy"
+    train = ["train", "--config", "copy", "--out", str(run), "--no-progress", "--threads", "1"]
+    done = cli(*train, "--max-steps", "4", "--synthetic-examples", "400")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run
+
+
+def test_training_real_steps_on_a_runs_own_batches(bench, tmp_path, tiny_run):
+    pytest.importorskip("transformers")
+    training_real = bench("training_real")
+    payload = training_real.main(
+        ["--quick", "--g2p-run", str(tiny_run), "--threads", "1", "--out", str(tmp_path / "t.json")]
+    )
+    rows = payload["rows"]
+    assert {(r["batches"], r["model"]) for r in rows} == {
+        (b, m) for b in ("g2p", "g2p_unpadded") for m in ("dotformer", "dotformer_padded", "torch", "marian")
+    }
+    assert all(r["tgt_tokens_per_s"] > 0 and r["of_ceiling"] > 0 for r in rows)
+
+
+def test_decoding_real_agrees_with_ctranslate2_on_a_trained_checkpoint(bench, tmp_path, tiny_run):
+    pytest.importorskip("transformers")
+    pytest.importorskip("ctranslate2")
+    decoding_real = bench("decoding_real")
+    # Sources of one length: CTranslate2's length limit is per batch, dotformer's per sentence (an untrained model's
+    # outputs run to the limit), so the two limits agree only when every source has the batch's longest length.
+    lines = (tiny_run / "data" / "test.tsv").read_text(encoding="utf-8").splitlines()
+    five = [line.split("\t")[0] for line in lines if len(line.split("\t")[0].split()) == 5][:20]
+    assert len(five) >= 5
+    (tmp_path / "words.txt").write_text("".join(w + "\n" for w in five), encoding="utf-8")
+    argv = ["--checkpoint", str(tiny_run), "--words-file", str(tmp_path / "words.txt"), "--quick", "--no-command"]
+    argv += ["--out", str(tmp_path / "d.json")]
+    rows = {r["system"]: r for r in decoding_real.main(argv)["rows"]}
+    assert rows["ct2_float32"]["agree"] == 1.0  # the same model, the same source (the export appends </s>)
+    assert rows["dotformer"]["cpu_ratio"] > 0
