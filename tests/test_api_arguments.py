@@ -40,6 +40,20 @@ def test_translate_refuses_what_is_not_text(model: dotformer.Translator, texts: 
     assert str(caught.value) == message and isinstance(caught.value, ConfigError)
 
 
+@pytest.mark.parametrize(
+    "texts, message",
+    [
+        (None, "embed() takes a string or a sequence of strings, got NoneType"),
+        (["a1", 7], "embed() takes a string or a sequence of strings; item 1 is int"),
+    ],
+)
+def test_embed_refuses_what_is_not_text(model: dotformer.Translator, texts: object, message: str) -> None:
+    """The same check as translate's, named for embed (None is refused in one line, not a traceback from list())."""
+    with pytest.raises(ArgumentTypeError) as caught:
+        model.embed(texts)  # type: ignore[arg-type]
+    assert str(caught.value) == message
+
+
 def test_load_refuses_none() -> None:
     with pytest.raises(ArgumentTypeError, match=r"^load\(\) takes the path of a checkpoint .*got NoneType$"):
         dotformer.load(None)  # type: ignore[arg-type]

@@ -58,6 +58,7 @@ from dotformer.api.endpoint import (
     parse_request,
     translate_request,
 )
+from dotformer.api.listening import bound_or_refused, serve_until_interrupted
 from dotformer.errors import ConfigError, DotformerError
 
 if TYPE_CHECKING:
@@ -141,10 +142,8 @@ class TranslationServer(HTTPServer):
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dotformer-serve")
         self.open_connections: set[Any] = set()  # the sockets being served, closed at once when the server stops
         self.connections_lock = threading.Lock()
-        try:
+        with bound_or_refused(host, port):
             super().__init__((host, port), TranslationHandler)
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
     @property
     def url(self) -> str:
@@ -345,10 +344,4 @@ def serve(
         ConfigError: the address cannot be bound, or ``workers`` is not positive.
     """
     server = TranslationServer(translator, port, host, verbose, workers=workers)
-    announce(f"dotformer serve: POST {server.url} (Ctrl-C stops)")
-    try:
-        server.serve_forever(poll_interval=0.5)
-    except KeyboardInterrupt:
-        announce("dotformer serve: stopped")
-    finally:
-        server.server_close()
+    serve_until_interrupted(server, "serve", f"POST {server.url}", announce)

@@ -318,7 +318,7 @@ class Translator:
             UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary.
         """
         arguments = dict(locals())  # the decoding options by name, as given
-        from dotformer.decoding.inputs import check_max_input_length, encode_sources, warn_unknown
+        from dotformer.decoding.inputs import encode_sources, warn_unknown
         from dotformer.decoding.options import OPTION_NAMES, decode_config
         from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, decode_encoded, encode_prefixes
 
@@ -330,10 +330,7 @@ class Translator:
         if config is None:
             values = {name: arguments[name] for name in OPTION_NAMES if name != "prefix"}
             config = decode_config(values, _api_misplaced)
-        limit = check_max_input_length(
-            self.model.config, self.max_input_length if max_input_length is None else max_input_length
-        )
-        encoded = encode_sources(self.checkpoint, inputs, limit)
+        encoded = encode_sources(self.checkpoint, inputs, self._input_limit(max_input_length))
         warn_unknown(encoded)
         tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
         prefixes = (
@@ -371,20 +368,28 @@ class Translator:
             float32 numpy array: (N, D) for a sequence, (D,) for a string.
 
         Raises:
-            ConfigError: an unknown pooling or a decoder-only model. InputTooLongError: a text too long.
+            ArgumentTypeError: ``texts`` is not a string or a sequence of strings. ConfigError: an unknown pooling or
+            a decoder-only model. InputTooLongError: a text too long.
         """
         from dotformer.api.embedding import embed_texts
-        from dotformer.decoding.inputs import check_max_input_length
 
         single = isinstance(texts, str)
-        inputs = [texts] if single else list(texts)
-        if not all(isinstance(t, str) for t in inputs):
-            raise ConfigError("embed() takes a string or a sequence of strings")
-        limit = check_max_input_length(
-            self.model.config, self.max_input_length if max_input_length is None else max_input_length
-        )
+        inputs = [texts] if single else _text_list(texts, "embed")
+        limit = self._input_limit(max_input_length)
         vectors = embed_texts(self.checkpoint, inputs, pooling, normalize, batch_size, max_tokens, limit)
         return vectors[0] if single else vectors
+
+    def _input_limit(self, max_input_length: int | None) -> int:
+        """The most tokens an input may have: ``max_input_length``, else :attr:`max_input_length`, checked against
+        the model (:func:`~dotformer.decoding.inputs.check_max_input_length`).
+
+        Raises:
+            ConfigError: not a positive integer, or above a learned positional table's ``max_len``.
+        """
+        from dotformer.decoding.inputs import check_max_input_length
+
+        limit = self.max_input_length if max_input_length is None else max_input_length
+        return check_max_input_length(self.model.config, limit)
 
     def _attention(self, source: str, hyps: list[Translation], wanted: bool) -> AttentionMaps | None:
         """The attention maps of the best hypothesis of ``source`` (None when not ``wanted``, or for an empty or
@@ -432,19 +437,20 @@ def _prefix_list(prefix: Any, single: bool, count: int) -> list[str | None]:
     return list(prefix)
 
 
-def _text_list(texts: Any) -> list[str]:
-    """``texts`` as a list of strings.
+def _text_list(texts: Any, method: str = "translate") -> list[str]:
+    """``texts`` of :meth:`Translator.translate` (or of the Translator ``method`` named) as a list of strings.
 
     Raises:
-        ArgumentTypeError: not a string or a sequence of strings (the message names the type, or the first bad item).
+        ArgumentTypeError: not a string or a sequence of strings (the message names the method and the type, or the
+            first bad item).
     """
     if texts is None or isinstance(texts, bytes | bytearray) or not isinstance(texts, Sequence | Iterable):
-        raise ArgumentTypeError(f"translate() takes a string or a sequence of strings, got {type(texts).__name__}")
+        raise ArgumentTypeError(f"{method}() takes a string or a sequence of strings, got {type(texts).__name__}")
     inputs = list(texts)
     for i, text in enumerate(inputs):
         if not isinstance(text, str):
             raise ArgumentTypeError(
-                f"translate() takes a string or a sequence of strings; item {i} is {type(text).__name__}"
+                f"{method}() takes a string or a sequence of strings; item {i} is {type(text).__name__}"
             )
     return inputs
 

@@ -1,6 +1,6 @@
 """The flags that say how to decode, shared by ``dotformer translate`` and ``dotformer evaluate``: the checkpoint,
 the device, CPU threads and dtype, the batch size and the search (greedy, beam, sampling), and the
-:class:`DecodeConfig` they make.
+:class:`DecodeConfig` they make. ``dotformer embed`` loads its checkpoint with the same device flags.
 """
 
 from __future__ import annotations
@@ -33,19 +33,25 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, exclude: Collection[
     )
     search = parser.add_argument_group("decoding")
     speed = parser.add_argument_group("device and speed")
-    speed.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    add_threads_argument(speed)
-    speed.add_argument(
-        "--dtype",
-        choices=["float32", "bfloat16", "float16", "int8"],
-        default="float32",
-        help="precision of the weights while decoding (scores are still summed in float32): bfloat16 halves the "
+    add_device_flags(
+        speed,
+        "precision of the weights while decoding (scores are still summed in float32): bfloat16 halves the "
         "weights' memory and suits GPUs; float16 needs CUDA; int8 (CPU only; --device auto then picks the CPU) "
         "stores the linear layers' weights in 8 bits and multiplies in integers, 1.2-3.5x faster on this "
         "project's CPU; its outputs may differ slightly from float32's, and with --batch-size (default float32)",
     )
     speed.add_argument("--batch-size", type=int, default=256, metavar="B", help="sentences decoded together (256)")
     add_option_flags(search, exclude)
+
+
+def add_device_flags(group: argparse._ActionsContainer, dtype_help: str) -> None:
+    """``--device``, ``--threads`` and ``--dtype`` (its help ``dtype_help``): where and in which precision the
+    checkpoint of :func:`load_for_decoding` runs."""
+    group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    add_threads_argument(group)
+    group.add_argument(
+        "--dtype", choices=["float32", "bfloat16", "float16", "int8"], default="float32", help=dtype_help
+    )
 
 
 def add_option_flags(

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from dotformer.api.embedding import POOLINGS
-from dotformer.cli.threads import add_threads_argument
+from dotformer.cli.decode_flags import add_device_flags, load_for_decoding
+from dotformer.cli.inputs import check_input_file, check_input_flags, open_input, too_long
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,14 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory (run: best/)")
     speed = parser.add_argument_group("device and speed")
-    speed.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    add_threads_argument(speed)
-    speed.add_argument(
-        "--dtype",
-        choices=["float32", "bfloat16", "float16", "int8"],
-        default="float32",
-        help="precision of the weights (vectors are pooled and written in float32)",
-    )
+    add_device_flags(speed, "precision of the weights (vectors are pooled and written in float32)")
     parser.add_argument(
         "--pooling",
         default="mean",
@@ -92,28 +86,17 @@ def check_arguments(args: argparse.Namespace) -> str:
     """
     from dotformer.api.embedding import check_pooling
     from dotformer.cli.outputs import check_output_file
-    from dotformer.errors import ConfigError, MissingDataError
+    from dotformer.errors import ConfigError
 
     check_pooling(args.pooling)
-    for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag} must be a positive integer, got {value}")
-    if args.max_input_length is not None and args.max_input_length < 1:
-        raise ConfigError(f"--max-input-length must be a positive integer, got {args.max_input_length}")
-    if args.texts and args.input is not None:
-        raise ConfigError("give the inputs either as TEXT arguments or with --input FILE, not both")
+    check_input_flags(args, ("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens))
     to_file = args.output not in (None, "-")
     output_format = args.output_format
     if output_format is None:
         output_format = "jsonl" if to_file and str(args.output).endswith(".jsonl") else "npy"
     if output_format not in OUTPUT_FORMATS:
         raise ConfigError(f"--output-format {output_format!r} is not one of {', '.join(OUTPUT_FORMATS)}")
-    if args.input not in (None, "-"):
-        path = Path(args.input)
-        if path.is_dir():
-            raise ConfigError(f"--input {path} is a directory; give a file")
-        if not path.is_file():
-            raise MissingDataError(f"{path}: no such file")
+    check_input_file(args.input)
     if to_file:
         check_output_file(args.output, "--output", (args.input,))
         if output_format == "npy":
@@ -129,14 +112,12 @@ def read_texts(args: argparse.Namespace) -> tuple[list[str], str | None]:
     Raises:
         DataError: a line is not UTF-8, or there is no input at all.
     """
-    from dotformer.cli.lines import StreamLines, binary_stdin
+    from dotformer.cli.lines import StreamLines
     from dotformer.errors import DataError
 
     if args.texts:
         return list(args.texts), None
-    from_file = args.input not in (None, "-")
-    name = args.input if from_file else "<stdin>"
-    stream = open(args.input, "rb") if from_file else binary_stdin()  # noqa: SIM115 (closed below)
+    stream, name, from_file = open_input(args.input)
     try:
         texts = [line for _, lines in StreamLines(stream, name).chunks(1 << 12) for line in lines]
     finally:
@@ -150,9 +131,8 @@ def read_texts(args: argparse.Namespace) -> tuple[list[str], str | None]:
 def run(args: argparse.Namespace) -> int:
     """Read the inputs, embed them, write the vectors. Returns 0."""
     from dotformer.api import Translator
-    from dotformer.cli.decode_flags import load_for_decoding
     from dotformer.decoding.inputs import InputTooLongError
-    from dotformer.errors import ConfigError, DataError
+    from dotformer.errors import ConfigError
 
     output_format = check_arguments(args)
     texts, name = read_texts(args)
@@ -167,11 +147,7 @@ def run(args: argparse.Namespace) -> int:
             max_input_length=args.max_input_length,
         )
     except InputTooLongError as exc:
-        where = f"input {exc.index + 1}" if name is None else f"{name}:{exc.index + 1}"
-        raise DataError(
-            f"{where}: the input has {exc.length} tokens (special tokens included), more than --max-input-length "
-            f"{exc.limit} (default: the model's max_len); shorten it"
-        ) from None
+        raise too_long(exc, name, exc.index + 1, "special tokens") from None
     payload = npy_bytes(vectors) if output_format == "npy" else jsonl_text(texts, vectors, args.pooling, args.normalize)
     if args.output in (None, "-"):
         out: Any = getattr(sys.stdout, "buffer", None)

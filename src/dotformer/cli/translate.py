@@ -3,8 +3,8 @@
 Standard input (or ``--input FILE``) is read in chunks as it arrives: each chunk (at most ``--buffer-size`` lines) is
 decoded and its outputs are written and flushed before the next is read, so a line typed into a pipe gets its answer
 at once. The decoding itself is :meth:`dotformer.api.Translator.translate`, the Python API's path. Reading and
-writing the lines is :mod:`dotformer.cli.lines`; the decoding flags (shared with ``evaluate``) are
-:mod:`dotformer.cli.decode_flags`.
+writing the lines is :mod:`dotformer.cli.lines`; the input flags (shared with ``embed``) are
+:mod:`dotformer.cli.inputs`; the decoding flags (shared with ``evaluate``) are :mod:`dotformer.cli.decode_flags`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, BinaryIO
+from typing import IO, TYPE_CHECKING, Any
 
 from dotformer.cli.decode_flags import (
     add_decoding_arguments,
@@ -25,7 +25,8 @@ from dotformer.cli.decode_flags import (
     decode_config_from_args,
     load_for_decoding,
 )
-from dotformer.cli.lines import StreamLines, TextAsBytes, argument_chunks, binary_stdin, format_result
+from dotformer.cli.inputs import check_input_file, check_input_flags, open_input, too_long, where
+from dotformer.cli.lines import StreamLines, TextAsBytes, argument_chunks, format_result
 
 if TYPE_CHECKING:
     from dotformer.api import TranslationResult, Translator
@@ -169,13 +170,7 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
     from dotformer.cli.outputs import check_not_stdin, check_output_file
     from dotformer.errors import ConfigError
 
-    for flag, value in (("--buffer-size", args.buffer_size), ("--max-tokens", args.max_tokens)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag} must be a positive integer, got {value}")
-    if args.max_input_length is not None and args.max_input_length < 1:
-        raise ConfigError(f"--max-input-length must be a positive integer, got {args.max_input_length}")
-    if args.texts and args.input is not None:
-        raise ConfigError("give the inputs either as TEXT arguments or with --input FILE, not both")
+    check_input_flags(args, ("--buffer-size", args.buffer_size), ("--max-tokens", args.max_tokens))
     if args.prefix is not None and args.inline_prefix:
         raise ConfigError("give the prefixes either with --prefix-file FILE or with --inline-prefix, not both")
     if args.prefix is not None and not Path(args.prefix).is_file():
@@ -185,14 +180,7 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
     output_format = args.output_format or ("text" if n_best == 1 else "nbest")
     if output_format == "text" and n_best > 1:
         raise ConfigError(f"--output-format text writes one output per input; with --n-best {n_best} use nbest or json")
-    if args.input is not None and args.input != "-":
-        path = Path(args.input)
-        if path.is_dir():
-            raise ConfigError(f"--input {path} is a directory; give a file")
-        if not path.is_file():
-            from dotformer.errors import MissingDataError
-
-            raise MissingDataError(f"{path}: no such file")
+    check_input_file(args.input)
     if args.output is not None and args.output != "-":
         check_output_file(args.output, "--output", (args.input,))
         if not args.texts and args.input in (None, "-"):
@@ -233,11 +221,9 @@ def run(args: argparse.Namespace) -> int:
     if args.texts:
         chunks, name = argument_chunks(args.texts, args.buffer_size), None
     else:
-        from_file = args.input not in (None, "-")
-        stream: BinaryIO = open(args.input, "rb") if from_file else binary_stdin()  # noqa: SIM115 (closed below)
+        stream, name, from_file = open_input(args.input)
         if from_file:
             close.append(stream)
-        name = args.input if from_file else "<stdin>"
         chunks = StreamLines(stream, name).chunks(args.buffer_size)
     if args.output not in (None, "-"):
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
@@ -325,11 +311,6 @@ def split_prefixes(
     return lines, list(prefix_lines[first - 1 : last])
 
 
-def where(name: str | None, number: int) -> str:
-    """``FILE:LINE`` (``<stdin>:LINE``) for an input read from a stream, ``input N`` for a TEXT argument."""
-    return f"input {number}" if name is None else f"{name}:{number}"
-
-
 def decode_chunk(
     translator: Translator,
     lines: list[str],
@@ -349,7 +330,6 @@ def decode_chunk(
     import warnings
 
     from dotformer.decoding.inputs import InputTooLongError, UnknownTokenWarning
-    from dotformer.errors import DataError
 
     error: Exception | None = None
     options: dict[str, Any] = dict(
@@ -365,10 +345,7 @@ def decode_chunk(
         try:
             results = translator.translate(lines, prefix=prefixes, **options)
         except InputTooLongError as exc:
-            error = DataError(
-                f"{where(name, first + exc.index)}: the input has {exc.length} tokens (EOS included), more than "
-                f"--max-input-length {exc.limit} (default: the model's max_len); shorten it"
-            )
+            error = too_long(exc, name, first + exc.index, "EOS")
             before = None if prefixes is None else prefixes[: exc.index]
             results = translator.translate(lines[: exc.index], prefix=before, **options) if exc.index else []
     return [(result, first - 1 + i) for i, result in enumerate(results)], error

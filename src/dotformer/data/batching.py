@@ -136,6 +136,24 @@ def padding_fraction(batches: Sequence[Batch]) -> float:
     return 1.0 - real / cells if cells else 0.0
 
 
+def check_sampler_arguments(max_tokens: int, seed: int, rank: int, world_size: int, remainder: str) -> None:
+    """The arguments every sampler of batches takes (:class:`BatchSampler`, and the language model's
+    :class:`~dotformer.data.blocks.BlockSampler`): a positive token budget, a non-negative seed, this process's
+    shard ``0 <= rank < world_size``, and what becomes of the batches left over (``"pad"`` or ``"drop"``).
+
+    Raises:
+        ConfigError: the first argument out of range, named with its value.
+    """
+    if max_tokens <= 0:
+        raise ConfigError(f"max_tokens must be positive, got {max_tokens}")
+    if seed < 0:
+        raise ConfigError(f"seed must be non-negative, got {seed}")
+    if world_size <= 0 or not 0 <= rank < world_size:
+        raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    if remainder not in ("pad", "drop"):
+        raise ConfigError(f"remainder must be 'pad' or 'drop', got {remainder!r}")
+
+
 class BatchSampler:
     """Token-budget batches of ``examples``, length-bucketed, in an order that is a pure function of (seed, epoch).
 
@@ -181,18 +199,11 @@ class BatchSampler:
         sort_chunk: int | None = 8192,
         remainder: Literal["pad", "drop"] = "pad",
     ) -> None:
-        if max_tokens <= 0:
-            raise ConfigError(f"max_tokens must be positive, got {max_tokens}")
-        if seed < 0:
-            raise ConfigError(f"seed must be non-negative, got {seed}")
-        if world_size <= 0 or not 0 <= rank < world_size:
-            raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        check_sampler_arguments(max_tokens, seed, rank, world_size, remainder)
         if max_len is not None and max_len <= 0:
             raise ConfigError(f"max_len must be positive or None, got {max_len}")
         if sort_chunk is not None and sort_chunk <= 0:
             raise ConfigError(f"sort_chunk must be positive or None, got {sort_chunk}")
-        if remainder not in ("pad", "drop"):
-            raise ConfigError(f"remainder must be 'pad' or 'drop', got {remainder!r}")
         self.examples = list(examples)
         self.max_tokens = max_tokens
         self.seed = seed

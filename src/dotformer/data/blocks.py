@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dotformer.data.batching import Batch, BatchSampler, EncodedPair
+from dotformer.data.batching import Batch, BatchSampler, EncodedPair, check_sampler_arguments
 from dotformer.data.tokenizers import EOS_ID, Tokenizer
 from dotformer.errors import ConfigError, DataError
 
@@ -111,14 +111,7 @@ class BlockSampler(BatchSampler):
         world_size: int = 1,
         remainder: str = "pad",
     ) -> None:
-        if max_tokens <= 0:
-            raise ConfigError(f"max_tokens must be positive, got {max_tokens}")
-        if seed < 0:
-            raise ConfigError(f"seed must be non-negative, got {seed}")
-        if world_size <= 0 or not 0 <= rank < world_size:
-            raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
-        if remainder not in ("pad", "drop"):
-            raise ConfigError(f"remainder must be 'pad' or 'drop', got {remainder!r}")
+        check_sampler_arguments(max_tokens, seed, rank, world_size, remainder)
         T = stream.block_size
         if shuffle and len(stream) < 2 * T + 1:
             raise DataError(

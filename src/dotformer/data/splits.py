@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dotformer.data.textio import read_text, split_lines
+from dotformer.data.textio import read_json, read_text, split_lines
 from dotformer.data.types import Corpus, Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
@@ -231,11 +231,5 @@ def load_splits(directory: str | Path) -> Splits:
         DataError: a malformed TSV line or split.json.
     """
     directory = Path(directory)
-    info_path = directory / "split.json"
-    if not info_path.is_file():
-        raise MissingDataError(f"{info_path}: no such file (save_splits writes it)")
-    try:
-        info = json.loads(read_text(info_path))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{info_path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    info = read_json(directory / "split.json", "no such file (save_splits writes it)")
     return Splits(*(load_split(directory, name) for name in SPLIT_NAMES), info=info)

@@ -6,7 +6,9 @@ missing file is reported the same way everywhere.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from dotformer.errors import DataError, MissingDataError
 
@@ -35,6 +37,21 @@ def read_text(path: str | Path) -> str:
             f"(byte {exc.start - line_start + 1} of the line) is not valid UTF-8 ({exc.reason})"
         ) from None
     return text.removeprefix("\ufeff")
+
+
+def read_json(path: Path, missing: str) -> Any:
+    """The JSON value of a UTF-8 file (see :func:`read_text`).
+
+    Raises:
+        MissingDataError: the file does not exist: ``PATH: MISSING``.
+        DataError: empty, invalid UTF-8, or not JSON: ``PATH:LINE: not valid JSON (why)``.
+    """
+    if not path.is_file():
+        raise MissingDataError(f"{path}: {missing}")
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
 
 
 def split_lines(text: str) -> list[str]:

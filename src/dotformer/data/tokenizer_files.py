@@ -21,7 +21,7 @@ from dotformer.data.pretrained import (
     hf_from_str,
     pretrained_from_dict,
 )
-from dotformer.data.textio import read_text
+from dotformer.data.textio import read_json
 from dotformer.data.tokenizers import (
     DEFAULT_BPE_VOCAB_SIZE,
     FORMAT_VERSION,
@@ -158,13 +158,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         DataError: not JSON, or not a tokenizer this version can read (the path in the message).
     """
     path = Path(path)
-    if not path.is_file():
-        raise MissingDataError(f"{path}: no such tokenizer file")
-    try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    return tokenizer_from_dict(data, where=str(path))
+    return tokenizer_from_dict(read_json(path, "no such tokenizer file"), where=str(path))
 
 
 def read_tokenizer_file(path: str | Path) -> Tokenizer:

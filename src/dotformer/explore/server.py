@@ -19,6 +19,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
+from dotformer.api.listening import bound_or_refused, serve_until_interrupted
 from dotformer.errors import ConfigError, DotformerError
 from dotformer.explore.data import (
     MAX_TEXT_CHARS,
@@ -59,10 +60,8 @@ class ExplorerServer(HTTPServer):
         self.verbose = verbose
         embedded = examples_json(loaded, examples, targets)
         self.page = build_page(embedded, "serve", model_title(loaded), is_language_model(loaded)).encode("utf-8")
-        try:
+        with bound_or_refused(HOST, port):
             super().__init__((HOST, port), ExplorerHandler)
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {HOST}:{port}: {exc.strerror or exc}") from None
 
     @property
     def url(self) -> str:
@@ -164,10 +163,4 @@ def serve(
         ConfigError: the port cannot be bound, or targets are not one per example.
     """
     server = ExplorerServer(loaded, port, examples, verbose, targets)
-    announce(f"dotformer explore: serving {server.url} (Ctrl-C stops)")
-    try:
-        server.serve_forever(poll_interval=0.5)
-    except KeyboardInterrupt:
-        announce("dotformer explore: stopped")
-    finally:
-        server.server_close()
+    serve_until_interrupted(server, "explore", f"serving {server.url}", announce)

@@ -89,12 +89,7 @@ def bleu(hyps: Sequence[str], refs: Sequence[str]) -> MetricResult:
     Raises:
         ShapeError: the lists differ in length. DataError: they are empty.
     """
-    BLEU = require_extra("eval", "sacrebleu.metrics", "BLEU").BLEU
-
-    _check_pairs(hyps, refs)
-    metric = BLEU()
-    result = metric.corpus_score(list(hyps), [list(refs)])
-    return MetricResult(float(result.score), str(metric.get_signature()))
+    return _sacrebleu_score(require_extra("eval", "sacrebleu.metrics", "BLEU").BLEU, hyps, refs)
 
 
 def chrf(hyps: Sequence[str], refs: Sequence[str]) -> MetricResult:
@@ -106,10 +101,17 @@ def chrf(hyps: Sequence[str], refs: Sequence[str]) -> MetricResult:
     Raises:
         ShapeError: the lists differ in length. DataError: they are empty.
     """
-    CHRF = require_extra("eval", "sacrebleu.metrics", "chrF").CHRF
+    return _sacrebleu_score(require_extra("eval", "sacrebleu.metrics", "chrF").CHRF, hyps, refs)
 
+
+def _sacrebleu_score(metric_class: type, hyps: Sequence[str], refs: Sequence[str]) -> MetricResult:
+    """The corpus score of a sacrebleu metric (``BLEU``, ``CHRF``) with its default settings, one reference each.
+
+    Raises:
+        ShapeError: the lists differ in length. DataError: they are empty.
+    """
     _check_pairs(hyps, refs)
-    metric = CHRF()
+    metric = metric_class()
     result = metric.corpus_score(list(hyps), [list(refs)])
     return MetricResult(float(result.score), str(metric.get_signature()))
 

@@ -101,6 +101,18 @@ def task_defaults(task: str, fine_tuning: bool = False) -> ConfigSections:
     return ConfigSections(model={} if fine_tuning else dict(recipe.model), train=train, source="defaults")
 
 
+def budgeted_train_config(section: dict[str, Any], source: str) -> TrainConfig:
+    """The ``[train]`` section as a :class:`TrainConfig` that has a budget (one of :data:`BUDGETS`).
+
+    Raises:
+        ConfigError: an invalid field, or no budget (the message names the flags that set one).
+    """
+    config = TrainConfig.from_dict(section, source)
+    if not config.has_budget:
+        raise ConfigError("no training budget: pass --max-steps, --max-minutes or --max-epochs (or set one in [train])")
+    return config
+
+
 def check_keys(sections: ConfigSections) -> None:
     """Raise ConfigError naming the first unknown key of a section and the file it came from."""
     model_keys = {f.name for f in dataclasses.fields(ModelConfig)} - {"src_vocab_size", "tgt_vocab_size"} | {"preset"}
@@ -156,6 +168,7 @@ __all__ = [
     "TASK_PRESETS",
     "TASK_RECIPES",
     "ConfigSections",
+    "budgeted_train_config",
     "check_keys",
     "merge",
     "read_config_file",

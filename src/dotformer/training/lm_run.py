@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Any
 from dotformer.config import PRESETS, ModelConfig
 from dotformer.errors import CheckpointError, ConfigError
 from dotformer.training.config import TrainConfig
-from dotformer.training.config_files import ConfigSections, merge
+from dotformer.training.config_files import ConfigSections, budgeted_train_config, merge
 from dotformer.training.lm_config import LM_TASK, LMDataConfig
 from dotformer.training.records import (
-    _jsonable,
-    _now,
     _read_run_json,
-    _record_sections,
     check_no_run_there,
-    versions,
+    invocation_of,
+    record_resume,
+    resumed_sections,
     write_json_atomic,
+    write_new_record,
 )
 
 if TYPE_CHECKING:
@@ -158,11 +158,7 @@ def train_lm_run(
 
     if resume and overwrite:
         raise ConfigError("--resume continues a run as it is: it cannot be combined with --overwrite")
-    invocation = {
-        "command": list(command if command is not None else sys.argv),
-        "config_file": None if file_sections.source == "defaults" else file_sections.source,
-        "flags": {name: _jsonable(getattr(flag_sections, name)) for name in ("model", "train", "data")},
-    }
+    invocation = invocation_of(file_sections, flag_sections, command)
     sections = merge(file_sections, flag_sections)
     dataset = sections.data.get("dataset") or LMDataConfig.dataset
     run_dir = Path(out_dir) if out_dir is not None else Path("runs") / f"{Path(dataset.replace(':', '-')).stem}-lm"
@@ -170,11 +166,9 @@ def train_lm_run(
     if record is not None:
         if record.get("task") != LM_TASK:
             raise CheckpointError(f"{run_dir} holds a {record.get('task')} run, not a language model (--task lm)")
-        sections = merge(_record_sections(record), file_sections, flag_sections)
+        sections = resumed_sections(record, file_sections, flag_sections)
     data_config = LMDataConfig.from_section(sections.data, f"{sections.source} [data]")
-    train_config = TrainConfig.from_dict({**LM_TRAIN_DEFAULTS, **sections.train}, f"{file_sections.source} [train]")
-    if not train_config.has_budget:
-        raise ConfigError("no training budget: pass --max-steps, --max-minutes or --max-epochs (or set one in [train])")
+    train_config = budgeted_train_config({**LM_TRAIN_DEFAULTS, **sections.train}, f"{file_sections.source} [train]")
     context = setup_distributed(train_config.device)
     try:
         if record is None:
@@ -210,20 +204,8 @@ def _prepare_fresh(
         for name in (SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE):
             tokenizer.save(run_dir / "data" / name)
         model_config, preset = lm_model_config(sections.model, tokenizer.vocab_size, data.block_size)
-        record = {
-            "dataset": data.dataset,
-            "task": LM_TASK,
-            "corpus": corpus,
-            "preset": preset,
-            "model": model_config.to_dict(),
-            "train": train_config.to_dict(),
-            "data": data.to_dict(),
-            "versions": versions(),
-            **invocation,
-            "created": _now(),
-            "world_size": context.world_size,
-        }
-        write_json_atomic(run_dir / "run.json", record)
+        configs = (model_config, train_config, data)
+        write_new_record(run_dir, data.dataset, LM_TASK, corpus, preset, configs, invocation, context.world_size)
     barrier(context)
     return _load_prepared(run_dir, _read_run_json(run_dir), train_config)  # every rank reads what rank 0 wrote
 
@@ -248,10 +230,7 @@ def _prepare_resume(
     if model_config.to_dict() != record["model"]:
         raise CheckpointError(f"cannot resume {run_dir}: the [model] settings differ from the run's; use a new --out")
     if context.is_main:
-        record.setdefault("resumes", []).append(
-            {**invocation, "time": _now(), "train": train_config.to_dict(), "versions": versions()}
-        )
-        write_json_atomic(run_dir / "run.json", record)
+        record_resume(run_dir, record, invocation, train_config)
     return _load_prepared(run_dir, record, train_config)
 
 

@@ -148,19 +148,12 @@ def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, epsilon: float 
     gradient p - q into the log-probabilities' buffer instead of letting autograd allocate one (N, V) tensor per
     term, and can therefore run once per forward (``retain_graph`` is not supported: use the reference).
 
-    Args:
-        logits: (B, T, V) (or (N, V)) unnormalised scores, any float dtype; computed in float32.
-        target: (B, T) (or (N,)) int64 gold token ids; positions equal to ``pad_id`` are ignored.
-        epsilon: ε_ls in [0, 1); 0 gives the plain cross-entropy.
-        pad_id: the PAD id: ignored as a target and given no smoothing mass.
+    Args and Raises: as :func:`label_smoothed_cross_entropy_reference` (``logits`` (B, T, V) or (N, V), any float
+    dtype; ``target`` (B, T) or (N,) int64).
 
     Returns:
         :class:`LossSums` (loss, nll, num_tokens), sums over the non-PAD positions; the gradient of ``loss`` with
         respect to ``logits`` has ``logits``' dtype.
-
-    Raises:
-        ShapeError: ``logits`` and ``target`` do not agree, V < 2, or a target id is outside [0, V).
-        ConfigError: ``epsilon`` outside [0, 1) or ``pad_id`` outside [0, V).
     """
     V = check_loss_inputs(logits, target, epsilon, pad_id)
     flat_target = target.reshape(-1)  # (N,)

@@ -18,12 +18,11 @@ from dotformer.errors import CheckpointError, ConfigError, DotformerError
 from dotformer.training.config import DataConfig, TrainConfig
 from dotformer.training.config_files import TASK_PRESETS, ConfigSections
 from dotformer.training.records import (
-    _now,
     _read_run_json,
     _same_or_raise,
     check_no_run_there,
-    versions,
-    write_json_atomic,
+    record_resume,
+    write_new_record,
 )
 
 if TYPE_CHECKING:
@@ -219,20 +218,11 @@ def _prepare_fresh(
         if init is not None:
             model_config, preset = init.model_config, init.preset or sections.model.get("preset")
             invocation = {**invocation, "init_from": str(init.path), **({"extend_vocab": True} if extend_vocab else {})}
-        record = {
-            "dataset": data_config.dataset,
-            "task": corpus.task,
-            "corpus": {"name": corpus.name, "report": corpus.report},
-            "preset": preset,
-            "model": model_config.to_dict(),
-            "train": train_config.to_dict(),
-            "data": data_config.to_dict(),
-            "versions": versions(),
-            **invocation,
-            "created": _now(),
-            "world_size": context.world_size,
-        }
-        write_json_atomic(run_dir / "run.json", record)
+        corpus_info = {"name": corpus.name, "report": corpus.report}
+        configs = (model_config, train_config, data_config)
+        write_new_record(
+            run_dir, data_config.dataset, corpus.task, corpus_info, preset, configs, invocation, context.world_size
+        )
     barrier(context)
     check_shared_file(run_dir / "run.json", "--out", context)
     # every rank (rank 0 too) reads what rank 0 wrote, so all train on exactly the same data and vocabularies
@@ -260,10 +250,7 @@ def _prepare_resume(
     _same_or_raise("model", saved_model, sections.model, run_dir)
     _same_or_raise("data", record["data"], sections.data, run_dir)
     if is_main:
-        record.setdefault("resumes", []).append(
-            {**invocation, "time": _now(), "train": train_config.to_dict(), "versions": versions()}
-        )
-        write_json_atomic(run_dir / "run.json", record)
+        record_resume(run_dir, record, invocation, train_config)
     return _load_prepared(run_dir, record, train_config, load_split, load_tokenizer)
 
 

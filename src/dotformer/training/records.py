@@ -1,5 +1,6 @@
 """Run records: ``run.json`` (dataset, task, every config, versions, command lines and flags, the first start and
-each resume) written atomically, read back, and compared on ``--resume``."""
+each resume) written atomically, read back, and compared on ``--resume``; one writer for translation runs
+(:mod:`~dotformer.training.run`) and language-model runs (:mod:`~dotformer.training.lm_run`)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,79 @@ import datetime
 import json
 import os
 import platform
+import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dotformer.errors import CheckpointError, ConfigError
-from dotformer.training.config_files import ConfigSections
+from dotformer.training.config_files import SECTIONS, ConfigSections, merge
+
+if TYPE_CHECKING:
+    from dotformer.config import ModelConfig
+    from dotformer.training.config import TrainConfig
 
 
-def _record_sections(record: dict[str, Any]) -> ConfigSections:
-    """The configs of a run.json as config sections (the model without its vocabulary sizes, with its preset)."""
+def invocation_of(
+    file_sections: ConfigSections, flag_sections: ConfigSections, command: Sequence[str] | None
+) -> dict[str, Any]:
+    """How a run was started, as run.json records it (the first start and each resume): the command line
+    (``sys.argv`` when None), the config file (None without one) and the values of the flags given."""
+    return {
+        "command": list(command if command is not None else sys.argv),
+        "config_file": None if file_sections.source == "defaults" else file_sections.source,
+        "flags": {name: _jsonable(getattr(flag_sections, name)) for name in SECTIONS},
+    }
+
+
+def resumed_sections(
+    record: dict[str, Any], file_sections: ConfigSections, flag_sections: ConfigSections
+) -> ConfigSections:
+    """The configs of a resumed run: its run.json's (the model without its vocabulary sizes, with its preset) in the
+    place of the defaults, under the config file's and the flags'."""
     model = {k: v for k, v in record["model"].items() if k not in ("src_vocab_size", "tgt_vocab_size")}
     model["preset"] = record.get("preset")
-    return ConfigSections(model=model, train=dict(record["train"]), data=dict(record["data"]), source="run.json")
+    saved = ConfigSections(model=model, train=dict(record["train"]), data=dict(record["data"]), source="run.json")
+    return merge(saved, file_sections, flag_sections)
+
+
+def write_new_record(
+    run_dir: Path,
+    dataset: str,
+    task: str,
+    corpus: dict[str, Any],
+    preset: str | None,
+    configs: tuple[ModelConfig, TrainConfig, Any],
+    invocation: dict[str, Any],
+    world_size: int,
+) -> None:
+    """Write ``RUN/run.json`` of a new run: the dataset, task, corpus description (name, report) and model preset,
+    every config (``configs``: the model's, the training's and the data's, a DataConfig or an LMDataConfig), the
+    versions, how it was started (:func:`invocation_of`), when, and on how many processes."""
+    model, train, data = configs
+    record = {
+        "dataset": dataset,
+        "task": task,
+        "corpus": corpus,
+        "preset": preset,
+        "model": model.to_dict(),
+        "train": train.to_dict(),
+        "data": data.to_dict(),
+        "versions": versions(),
+        **invocation,
+        "created": _now(),
+        "world_size": world_size,
+    }
+    write_json_atomic(run_dir / "run.json", record)
+
+
+def record_resume(run_dir: Path, record: dict[str, Any], invocation: dict[str, Any], train: TrainConfig) -> None:
+    """Append a resume (how it was started, when, its ``[train]``, the versions) to the run's ``record`` and write
+    it back to ``RUN/run.json``."""
+    record.setdefault("resumes", []).append(
+        {**invocation, "time": _now(), "train": train.to_dict(), "versions": versions()}
+    )
+    write_json_atomic(run_dir / "run.json", record)
 
 
 def _same_or_raise(section: str, saved: dict[str, Any], requested: dict[str, Any], run_dir: Path) -> None:

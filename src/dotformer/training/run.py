@@ -39,6 +39,7 @@ from dotformer.training.config_files import (
     SECTIONS,
     TASK_PRESETS,
     ConfigSections,
+    budgeted_train_config,
     check_keys,
     merge,
     read_config_file,
@@ -56,10 +57,10 @@ from dotformer.training.preparation import (
 )
 from dotformer.training.progress import count
 from dotformer.training.records import (
-    _jsonable,
     _read_run_json,
-    _record_sections,
     check_no_run_there,
+    invocation_of,
+    resumed_sections,
     versions,
     write_json_atomic,
 )
@@ -143,11 +144,7 @@ def train_run(
         raise ConfigError(f"--resume continues a run as it is: it cannot be combined with {flag}")
     if extend_vocab and init_from is None:
         raise ConfigError("--extend-vocab extends the vocabulary of a checkpoint: it needs --init-from CKPT")
-    invocation = {
-        "command": list(command if command is not None else sys.argv),
-        "config_file": None if file_sections.source == "defaults" else file_sections.source,
-        "flags": {name: _jsonable(getattr(flag_sections, name)) for name in SECTIONS},
-    }
+    invocation = invocation_of(file_sections, flag_sections, command)
     sections = merge(file_sections, flag_sections)
     dataset = sections.data.get("dataset")
     if dataset and not resume:  # the task's model and recipe under the file's and the flags' (config_files.py)
@@ -163,12 +160,10 @@ def train_run(
     record = None
     if resume:  # the run's own configs take the place of the defaults
         record = _read_run_json(run_dir)
-        sections = merge(_record_sections(record), file_sections, flag_sections)
+        sections = resumed_sections(record, file_sections, flag_sections)
     elif not dataset:
         raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
-    train_config = TrainConfig.from_dict(sections.train, f"{file_sections.source} [train]")
-    if not train_config.has_budget:
-        raise ConfigError("no training budget: pass --max-steps, --max-minutes or --max-epochs (or set one in [train])")
+    train_config = budgeted_train_config(sections.train, f"{file_sections.source} [train]")
     check_requirements(train_config)
     context = setup_distributed(train_config.device)
     try:

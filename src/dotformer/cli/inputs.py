@@ -1,0 +1,68 @@
+"""Where the texts of ``dotformer translate`` and ``dotformer embed`` come from: the TEXT arguments, ``--input FILE``
+or standard input, one text per line. The flags that say so are checked before any work, the input is opened, and
+an input longer than ``--max-input-length`` is named in one line (``FILE:LINE``, ``<stdin>:LINE`` or ``input N``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+from dotformer.errors import ConfigError, DataError, MissingDataError
+
+if TYPE_CHECKING:
+    from dotformer.decoding.inputs import InputTooLongError
+
+
+def check_input_flags(args: argparse.Namespace, *counts: tuple[str, int | None]) -> None:
+    """Check each of ``counts`` (flag, value) and ``--max-input-length``, when given, and that the inputs come as
+    TEXT arguments or with ``--input``, not both.
+
+    Raises:
+        ConfigError: a count below 1 (naming the flag), or TEXT arguments with ``--input``.
+    """
+    for flag, value in (*counts, ("--max-input-length", args.max_input_length)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be a positive integer, got {value}")
+    if args.texts and args.input is not None:
+        raise ConfigError("give the inputs either as TEXT arguments or with --input FILE, not both")
+
+
+def check_input_file(name: str | None) -> None:
+    """Check that ``--input`` names a file (None or ``-``: standard input, nothing to check).
+
+    Raises:
+        ConfigError: a directory. MissingDataError: no such file.
+    """
+    if name in (None, "-"):
+        return
+    path = Path(name)
+    if path.is_dir():
+        raise ConfigError(f"--input {path} is a directory; give a file")
+    if not path.is_file():
+        raise MissingDataError(f"{path}: no such file")
+
+
+def open_input(name: str | None) -> tuple[BinaryIO, str, bool]:
+    """The binary stream of ``--input`` and how messages name it: the file ``name`` opened for reading (the caller
+    closes it; third item True), or standard input (``<stdin>``; None or ``-``)."""
+    from dotformer.cli.lines import binary_stdin
+
+    if name in (None, "-"):
+        return binary_stdin(), "<stdin>", False
+    return open(name, "rb"), str(name), True  # noqa: SIM115 (the caller closes it)
+
+
+def where(name: str | None, number: int) -> str:
+    """``FILE:LINE`` (``<stdin>:LINE``) for an input read from a stream, ``input N`` for a TEXT argument."""
+    return f"input {number}" if name is None else f"{name}:{number}"
+
+
+def too_long(exc: InputTooLongError, name: str | None, number: int, counted: str) -> DataError:
+    """The error for input ``number`` (1-based; ``name`` as in :func:`where`) that has more tokens than
+    ``--max-input-length`` allows; ``counted`` says which special tokens its length includes."""
+    return DataError(
+        f"{where(name, number)}: the input has {exc.length} tokens ({counted} included), more than "
+        f"--max-input-length {exc.limit} (default: the model's max_len); shorten it"
+    )
