@@ -48,3 +48,16 @@ def test_installed_packages_and_options_without_needs_pass(monkeypatch: pytest.M
     with pytest.raises(MissingExtraError) as caught:
         check_requirements(TrainConfig(best_metric="wer"))
     assert (caught.value.extra, caught.value.module) == ("eval", "rapidfuzz")
+
+
+def test_a_language_model_checks_its_packages_first_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    out = tmp_path / "lm"
+    argv = ["train", "--task", "lm", "--data", str(tmp_path / "text.txt"), "--max-minutes", "1", "--out", str(out)]
+    assert main([*argv, "--tensorboard"]) == 2  # the text file does not exist: never read, the check comes first
+    err = capsys.readouterr().err
+    needs = '--tensorboard needs tensorboard, which is not installed: pip install "dotformer[tensorboard]"'
+    assert err == f"dotformer train: error: {needs}\n"
+    assert not out.exists()

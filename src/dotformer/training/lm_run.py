@@ -155,6 +155,7 @@ def train_lm_run(
         DataError / MissingDataError: a text cannot be read. TrainingError: see :func:`fit`.
     """
     from dotformer.training.distributed import setup_distributed, teardown_distributed
+    from dotformer.training.run import check_requirements
 
     if resume and overwrite:
         raise ConfigError("--resume continues a run as it is: it cannot be combined with --overwrite")
@@ -169,6 +170,7 @@ def train_lm_run(
         sections = resumed_sections(record, file_sections, flag_sections)
     data_config = LMDataConfig.from_section(sections.data, f"{sections.source} [data]")
     train_config = budgeted_train_config({**LM_TRAIN_DEFAULTS, **sections.train}, f"{file_sections.source} [train]")
+    check_requirements(train_config)  # before any text is read: a missing package is one line, not a lost run
     context = setup_distributed(train_config.device)
     try:
         if record is None:
