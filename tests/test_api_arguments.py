@@ -63,7 +63,7 @@ def test_search_arguments_of_another_strategy_are_refused(model: dotformer.Trans
     """As ``--beam`` with ``--strategy greedy`` and ``--temperature`` with beam search are refused by the CLI."""
     with pytest.raises(ConfigError, match=r"beam only applies to strategy='beam', not strategy='greedy'"):
         model.translate("a1", beam=8, strategy="greedy")
-    with pytest.raises(ConfigError, match=r"temperature only apply to strategy='sample', not strategy='beam'"):
+    with pytest.raises(ConfigError, match=r"temperature only applies to strategy='sample', not strategy='beam'"):
         model.translate("a1", temperature=0.5)
     with pytest.raises(ConfigError, match=r"top_k, seed only apply to strategy='sample', not strategy='greedy'"):
         model.translate("a1", strategy="greedy", top_k=3, seed=1)

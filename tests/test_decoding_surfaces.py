@@ -108,11 +108,15 @@ def test_the_server_decodes_as_the_api_with_every_option(servers: dict[str, Any]
 @pytest.mark.parametrize(
     "body, fragment",
     [
-        ({"texts": ["a1"], "seed": 1}, '"seed" only apply to "strategy": "sample", not "beam"'),
+        ({"texts": ["a1"], "seed": 1}, '"seed" only applies to "strategy": "sample", not "beam"'),
         ({"texts": ["a1"], "min_len_b": -1}, "min_len_b must be a non-negative integer"),
         ({"texts": ["a1"], "alignments": 1}, '"alignments" must be true or false'),
         ({"texts": ["a1"], "prefix": "a1"}, '"prefix" must be a list of 1 strings or nulls'),
         ({"texts": ["a1"], "max_len_b": 5000}, '"max_len_b" must be at most 1024'),
+        (
+            {"texts": ["a1"], "strategy": "sample", "seed": 2**70},
+            "seed must be an integer in [0, 2**63 - 1], got 1180591620717411303424",
+        ),
     ],
 )
 def test_bad_options_are_one_line_errors(servers: dict[str, Any], body: Any, fragment: str) -> None:
@@ -135,5 +139,11 @@ def test_generate_endpoint_serves_language_models(servers: dict[str, Any], check
     assert status == 200 and reply == {"texts": lm.generate("a1 a2", max_new_tokens=6, n=2, seed=4, top_k=5)}
     status, reply = call(url, {"prompt": "a1", "n": 0})
     assert status == 400 and '"n" must be an integer from 1 to 16' in reply["error"]
+    status, reply = call(url, {"prompt": "a1", "seed": 2**70})
+    assert status == 400 and reply["error"] == "seed must be an integer in [0, 2**63 - 1], got 1180591620717411303424"
+    status, reply = call(url, {"prompt": "a1", "strategy": "beam", "n": 4, "beam_size": 2})
+    assert (
+        status == 400 and reply["error"] == "n=4 cannot exceed beam_size=2: beam search keeps only beam_size hypotheses"
+    )
     status, reply = call(servers["mt"].url.replace("/api/translate", "/api/generate"), {"prompt": "a1"})
     assert status == 400 and "language model" in reply["error"]

@@ -196,7 +196,7 @@ class Transformer(nn.Module):
                 multiple of B.
         """
         if self.decoder is None or self.tgt_embed is None:
-            raise ConfigError(f"a {self.config.arch} model has no decoder")
+            raise ConfigError(f"an {self.config.arch} model has no decoder")  # encoder-only
         if tgt.dim() != 2:
             raise ShapeError(f"tgt must be (B, T) token ids, got {tuple(tgt.shape)}")
         if tgt.size(1) > 1:  # one new token per row (a decoding step) cannot be left-padded: no host sync

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dotformer.api.connections import FairTurns
 from dotformer.decoding.config import STRATEGIES
-from dotformer.decoding.options import DECODE_OPTIONS, OPTION_NAMES, DecodeOption, decode_config
+from dotformer.decoding.options import DECODE_OPTIONS, OPTION_NAMES, DecodeOption, decode_config, with_surface_names
 from dotformer.errors import ConfigError, DotformerError
 
 if TYPE_CHECKING:
@@ -128,9 +128,10 @@ def _prefixes(request: dict[str, Any], count: int) -> list[str | None] | None:
 
 
 def _json_misplaced(options: list[DecodeOption], wanted: str, strategy: str) -> str:
-    """``"temperature", "seed" only apply to "strategy": "sample"``."""
+    """``"temperature", "seed" only apply to "strategy": "sample"`` (one field: ``"seed" only applies ...``)."""
     names = ", ".join(f'"{o.name}"' for o in options)
-    return f'{names} only apply to "strategy": "{wanted}", not "{strategy}"'
+    verb = "applies" if len(options) == 1 else "apply"
+    return f'{names} only {verb} to "strategy": "{wanted}", not "{strategy}"'
 
 
 def hypothesis_json(hypothesis: Any) -> dict[str, Any]:
@@ -225,6 +226,7 @@ GENERATE_KINDS: dict[str, type] = {
     "prompt": str, "max_new_tokens": int, "strategy": str, "n": int, "temperature": float, "top_k": int,
     "top_p": float, "seed": int, "beam_size": int,
 }  # fmt: skip
+GENERATE_NAMES: dict[str, str] = {**{name: name for name in GENERATE_FIELDS}, "n_best": "n"}  # DecodeConfig -> JSON
 
 
 def generate_request(translator: Translator, request: Any, turns: FairTurns | None = None) -> dict[str, Any]:
@@ -259,7 +261,7 @@ def generate_request(translator: Translator, request: Any, turns: FairTurns | No
         with turns.take():
             texts = translator.generate(request.get("prompt", ""), n=n, **settings)
     except ConfigError as exc:
-        raise RequestError(str(exc)) from None
+        raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
     return {"texts": texts if isinstance(texts, list) else [texts]}
 
 

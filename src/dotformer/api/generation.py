@@ -65,7 +65,7 @@ def generate_text(
 
     if checkpoint.model.config.arch != "decoder-only":
         raise ConfigError(
-            f"{checkpoint.path} is a {checkpoint.model.config.arch} model: generate continues text with a language "
+            f"{checkpoint.path} is an {checkpoint.model.config.arch} model: generate continues text with a language "
             f"model (dotformer train --task lm); translate it with dotformer translate"
         )
     tokenizer = checkpoint.tgt_tokenizer

@@ -414,7 +414,7 @@ class Translator:
 
 
 def _api_misplaced(options: list[Any], wanted: str, strategy: str) -> str:
-    """``translate(): temperature only apply to strategy='sample', not strategy='beam'``."""
+    """``translate(): temperature only applies to strategy='sample', not strategy='beam'``."""
     from dotformer.decoding.options import misplaced_message
 
     return f"translate(): {misplaced_message(options, wanted, strategy)}"

@@ -17,6 +17,14 @@ if TYPE_CHECKING:
     from dotformer.decoding.options import DecodeOption
 
 
+DTYPE_HELP = (
+    "precision of the weights while decoding (default float32; scores are still summed in float32): bfloat16 "
+    "halves the weights' memory and suits GPUs; float16 needs CUDA; int8 (CPU only; --device auto then picks the "
+    "CPU) stores the linear layers' weights in 8 bits and multiplies in integers, 1.2-3.5x faster on this "
+    "project's CPU, with outputs that may differ slightly from float32's and change with --batch-size"
+)
+
+
 def add_decoding_arguments(parser: argparse.ArgumentParser, exclude: Collection[str] = ()) -> None:
     """The flags shared by ``translate`` and ``evaluate``: checkpoint, device, batch size and the decoding options
     (:mod:`dotformer.decoding.options`) but those named in ``exclude``.
@@ -33,13 +41,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, exclude: Collection[
     )
     search = parser.add_argument_group("decoding")
     speed = parser.add_argument_group("device and speed")
-    add_device_flags(
-        speed,
-        "precision of the weights while decoding (scores are still summed in float32): bfloat16 halves the "
-        "weights' memory and suits GPUs; float16 needs CUDA; int8 (CPU only; --device auto then picks the CPU) "
-        "stores the linear layers' weights in 8 bits and multiplies in integers, 1.2-3.5x faster on this "
-        "project's CPU; its outputs may differ slightly from float32's, and with --batch-size (default float32)",
-    )
+    add_device_flags(speed, DTYPE_HELP)
     speed.add_argument("--batch-size", type=int, default=256, metavar="B", help="sentences decoded together (256)")
     add_option_flags(search, exclude)
 
@@ -84,8 +86,8 @@ def add_option_flags(
 
 
 def cli_misplaced(options: list[DecodeOption], wanted: str, strategy: str) -> str:
-    """``--temperature, --seed only apply to --strategy sample``."""
-    verb = "applies" if wanted == "beam" else "apply"
+    """``--temperature, --seed only apply to --strategy sample`` (one flag: ``--seed only applies ...``)."""
+    verb = "applies" if len(options) == 1 else "apply"
     return f"{', '.join(o.flag for o in options)} only {verb} to --strategy {wanted}"
 
 
@@ -94,14 +96,19 @@ def decode_config_from_args(args: argparse.Namespace, n_best: int = 1) -> Decode
     has no ``--n-best``).
 
     Raises:
-        ConfigError: a flag that does not belong to the chosen strategy, or an invalid value.
+        ConfigError: a flag that does not belong to the chosen strategy, or an invalid value (the message names
+            the flag, ``--beam``, not the :class:`DecodeConfig` field).
     """
-    from dotformer.decoding.options import OPTION_NAMES, decode_config
+    from dotformer.decoding.options import FLAG_NAMES, OPTION_NAMES, decode_config, with_surface_names
+    from dotformer.errors import ConfigError
 
     values = {name: getattr(args, name, None) for name in OPTION_NAMES}
     if values["n_best"] is None:
         values["n_best"] = n_best
-    return decode_config(values, cli_misplaced)
+    try:
+        return decode_config(values, cli_misplaced)
+    except ConfigError as exc:
+        raise ConfigError(with_surface_names(str(exc), FLAG_NAMES)) from None
 
 
 def resolve_device(name: str) -> str:

@@ -30,6 +30,7 @@ def evaluate_lm(args: argparse.Namespace, loaded: LoadedCheckpoint, outputs: dic
     from dotformer.api.generation import context_window
     from dotformer.errors import ConfigError, DataError
     from dotformer.metrics.language import score_text
+    from dotformer.training.progress import count
 
     if "--hyps" in outputs:
         raise ConfigError("--hyps writes decoded outputs; a language model's evaluation scores the text itself")
@@ -39,7 +40,7 @@ def evaluate_lm(args: argparse.Namespace, loaded: LoadedCheckpoint, outputs: dic
     block = context_window(loaded)
     score = score_text(loaded.model, lines, loaded.tgt_tokenizer, block, args.batch_size * block)  # B blocks a batch
     print(
-        f"{loaded.path} on {where} ({len(lines):,} lines, {score.tokens:,} tokens scored), task lm, "
+        f"{loaded.path} on {where} ({count(len(lines), 'line')}, {score.tokens:,} tokens scored), task lm, "
         f"blocks of {block} tokens, {args.dtype} weights"
     )
     print(

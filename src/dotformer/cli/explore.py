@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.cli.outputs import check_output_file
     from dotformer.errors import ConfigError
     from dotformer.explore import serve, write_page
+    from dotformer.training.progress import count
 
     if args.write:
         check_output_file(args.write, "--write")
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         if not texts:
             raise ConfigError("--write needs example inputs: give --text (the run has no saved test split)")
         path = write_page(loaded, texts, args.write, args.target)
-        print(f"wrote {path} ({len(texts)} examples; live input needs serve mode)")
+        print(f"wrote {path} ({count(len(texts), 'example')}; live input needs serve mode)")
         return 0
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {args.port}")

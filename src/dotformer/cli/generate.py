@@ -17,6 +17,12 @@ import sys
 
 from dotformer.cli.threads import add_threads_argument, apply_threads
 
+# DecodeConfig field -> generate's flag, for its error messages
+FLAGS = {
+    "beam_size": "--beam", "n_best": "--n", "seed": "--seed", "temperature": "--temperature", "top_k": "--top-k",
+    "top_p": "--top-p", "max_new_tokens": "--max-new-tokens",
+}  # fmt: skip
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer generate``."""
@@ -42,13 +48,18 @@ def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, continue each prompt, print prompt and continuation."""
     from dotformer.api.generation import generate_text, generation_settings
     from dotformer.api.translator import load_checkpoint_for_decoding
+    from dotformer.decoding.options import with_surface_names
+    from dotformer.errors import ConfigError
 
     apply_threads(args.threads)
     strategy = "beam" if args.beam is not None else "greedy" if args.greedy else "sample"
-    config = generation_settings(
-        args.max_new_tokens, strategy, args.n, args.temperature, args.top_k, args.top_p, args.seed,
-        beam_size=args.beam, use_cache=not args.no_cache,
-    )  # fmt: skip
+    try:
+        config = generation_settings(
+            args.max_new_tokens, strategy, args.n, args.temperature, args.top_k, args.top_p, args.seed,
+            beam_size=args.beam, use_cache=not args.no_cache,
+        )  # fmt: skip
+    except ConfigError as exc:
+        raise ConfigError(with_surface_names(str(exc), FLAGS)) from None
     checkpoint = load_checkpoint_for_decoding(args.checkpoint, args.device)
     prompts = [args.prompt] if args.prompt is not None else [line.rstrip("\r\n") for line in sys.stdin]
     stream = sys.stdout.isatty() and args.n == 1 and strategy != "beam"

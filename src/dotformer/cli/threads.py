@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+MAX_THREADS = 1024  # more threads than any CPU has cores; far more crash OpenMP's thread pool
+
 
 def add_threads_argument(parser: argparse._ActionsContainer) -> None:
     """``--threads N``: the CPU threads of torch's kernels (``train``, ``translate``, ``evaluate``, ``serve``)."""
     parser.add_argument(
-        "--threads", type=int, metavar="N", help="CPU threads of torch's kernels (default: torch's choice, all cores)"
+        "--threads",
+        type=int,
+        metavar="N",
+        help="CPU threads of torch's kernels, 1 to 1024 (default: torch's choice, all cores)",
     )
 
 
@@ -16,7 +21,7 @@ def apply_threads(threads: int | None) -> None:
     """``torch.set_num_threads(threads)`` unless ``None``.
 
     Raises:
-        ConfigError: ``threads`` is not positive.
+        ConfigError: ``threads`` is not from 1 to :data:`MAX_THREADS`.
     """
     if threads is None:
         return
@@ -24,6 +29,8 @@ def apply_threads(threads: int | None) -> None:
 
     if threads <= 0:
         raise ConfigError(f"--threads must be positive, got {threads}")
+    if threads > MAX_THREADS:
+        raise ConfigError(f"--threads must be at most {MAX_THREADS}, got {threads}")
     import torch
 
     torch.set_num_threads(threads)

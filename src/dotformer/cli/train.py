@@ -18,7 +18,7 @@ import argparse
 import contextlib
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS
@@ -210,6 +210,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build the configs from the file and the flags, train, print a one-line summary."""
     from dotformer.cli.outputs import check_output_dir
+    from dotformer.errors import ConfigError
     from dotformer.training.run import ConfigSections, read_config_file, train_run
     from dotformer.training.stopping import TrainingInterrupted
 
@@ -234,6 +235,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             with _warnings_as_lines():
                 return run_lm(args, flags)
+        except ConfigError as exc:
+            raise ConfigError(_named_by_flag(str(exc), flags["train"])) from None
         except TrainingInterrupted as exc:
             print(f"dotformer train: {exc}", file=sys.stderr)
             return 130
@@ -251,12 +254,23 @@ def run(args: argparse.Namespace) -> int:
                 init_from=args.init_from,
                 extend_vocab=args.extend_vocab,
             )
+    except ConfigError as exc:
+        raise ConfigError(_named_by_flag(str(exc), flags["train"])) from None
     except TrainingInterrupted as exc:  # a checkpoint was saved first; the message says where and how to go on
         print(f"dotformer train: {exc}", file=sys.stderr)
         return 130
     if result.is_main:
         print(result.summary())
     return 0
+
+
+def _named_by_flag(message: str, given: Collection[str]) -> str:
+    """``TrainConfig.seed must be ...`` -> ``--seed must be ...`` when the value came from the flag ``--seed``."""
+    for flag, section, field, _ in _FLAGS:
+        prefix = f"TrainConfig.{field} "
+        if section == "train" and field in given and message.startswith(prefix):
+            return f"{flag} {message.removeprefix(prefix)}"
+    return message
 
 
 @contextlib.contextmanager

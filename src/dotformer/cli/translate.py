@@ -173,6 +173,8 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
     check_input_flags(args, ("--buffer-size", args.buffer_size), ("--max-tokens", args.max_tokens))
     if args.prefix is not None and args.inline_prefix:
         raise ConfigError("give the prefixes either with --prefix-file FILE or with --inline-prefix, not both")
+    if args.prefix is not None and Path(args.prefix).is_dir():
+        raise ConfigError(f"--prefix-file {args.prefix} is a directory; give a file")
     if args.prefix is not None and not Path(args.prefix).is_file():
         from dotformer.errors import MissingDataError
 

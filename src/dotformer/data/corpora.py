@@ -93,10 +93,12 @@ def _read(spec: str, options: CorpusOptions) -> Corpus:
         if "," in target_path:
             raise DataError(f"{spec}: parallel files are given as exactly two paths, 'SOURCE,TARGET'")
         return load_parallel(source_path, target_path, options)
-    raise MissingDataError(
-        f"{spec}: no such file, and not a corpus name; a corpus is one of {', '.join(NAMED_SPECS)}, "
-        f"'hf:NAME_OR_PATH', a TSV/CSV file, or 'SOURCE_FILE,TARGET_FILE'"
+    kinds = (
+        f"a corpus is one of {', '.join(NAMED_SPECS)}, 'hf:NAME_OR_PATH', a TSV/CSV file, or 'SOURCE_FILE,TARGET_FILE'"
     )
+    if Path(spec).is_dir():
+        raise DataError(f"{spec} is a directory, not a corpus file; {kinds}")
+    raise MissingDataError(f"{spec}: no such file, and not a corpus name; {kinds}")
 
 
 __all__ = [

@@ -18,10 +18,12 @@ def read_text(path: str | Path) -> str:
 
     Raises:
         MissingDataError: the file does not exist (or is not a file).
-        DataError: the file is empty, or holds bytes that are not UTF-8; the message is
+        DataError: a directory, the file is empty, or holds bytes that are not UTF-8; the message is
             ``FILE:LINE: byte 0xNN at byte offset K (column C of the line) is not valid UTF-8``.
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path} is a directory; give a file")
     if not path.is_file():
         raise MissingDataError(f"{path}: no such file")
     data = path.read_bytes()

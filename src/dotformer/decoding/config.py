@@ -15,6 +15,8 @@ from dotformer.errors import ConfigError
 
 Strategy = Literal["greedy", "beam", "sample"]
 STRATEGIES: tuple[str, ...] = ("greedy", "beam", "sample")
+MAX_SEED = 2**63 - 1  # the largest seed torch's random generator takes (a signed 64-bit integer)
+MAX_BEAM_SIZE = 1024  # the widest beam: each step scores beam_size x V candidates per sentence
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,8 @@ class DecodeConfig:
     length of input length + 50.
 
     Raises:
-        ConfigError: a field is out of range or two fields disagree (the message names them).
+        ConfigError: a field is out of range (``beam_size`` above :data:`MAX_BEAM_SIZE`, ``seed`` outside [0,
+            :data:`MAX_SEED`]) or two fields disagree (the message names them).
     """
 
     strategy: Strategy = "beam"  # "greedy" (argmax each step), "beam" (beam search), "sample" (random sampling)
@@ -52,6 +55,8 @@ class DecodeConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"DecodeConfig.{name} must be a positive integer, got {value!r}")
+        if self.beam_size > MAX_BEAM_SIZE:
+            raise ConfigError(f"DecodeConfig.beam_size must be at most {MAX_BEAM_SIZE}, got {self.beam_size}")
         if self.strategy == "beam" and self.n_best > self.beam_size:
             raise ConfigError(
                 f"DecodeConfig.n_best={self.n_best} cannot exceed beam_size={self.beam_size}: "
@@ -79,8 +84,8 @@ class DecodeConfig:
             raise ConfigError(f"DecodeConfig.top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
         if not isinstance(self.alignment_layer, int) or isinstance(self.alignment_layer, bool):
             raise ConfigError(f"DecodeConfig.alignment_layer must be an integer, got {self.alignment_layer!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ConfigError(f"DecodeConfig.seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"DecodeConfig.seed must be an integer in [0, 2**63 - 1], got {self.seed!r}")
 
     def max_output_length(self, source_length: int) -> int:
         """The most decoding steps for a source of ``source_length`` tokens (its EOS included, PAD excluded).

@@ -40,7 +40,10 @@ class Ensemble(nn.Module):
         for i, model in enumerate(models):
             c = model.config
             if c.arch != "encoder-decoder":
-                raise ConfigError(f"ensemble model {i} is a {c.arch} model; an ensemble decodes encoder-decoder models")
+                article = "an" if c.arch.startswith("encoder") else "a"
+                raise ConfigError(
+                    f"ensemble model {i} is {article} {c.arch} model; an ensemble decodes encoder-decoder models"
+                )
             if (c.src_vocab_size, c.tgt_vocab_size) != (first.src_vocab_size, first.tgt_vocab_size):
                 raise ConfigError(
                     f"ensemble model {i} has vocabularies of {c.src_vocab_size}/{c.tgt_vocab_size} tokens, model 0 "

@@ -10,6 +10,7 @@ checks that each accepts exactly this set.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -119,13 +120,29 @@ OPTION_NAMES: tuple[str, ...] = tuple(option.name for option in DECODE_OPTIONS)
 SEARCH_OPTIONS: tuple[DecodeOption, ...] = tuple(option for option in DECODE_OPTIONS if option.field is not None)
 
 
+def with_surface_names(message: str, names: Mapping[str, str]) -> str:
+    """``message`` (a :class:`DecodeConfig` error) with each field it names written as ``names`` says, for a
+    surface that calls its options otherwise: ``"DecodeConfig.beam_size must be a positive integer, got 0"`` with
+    ``{"beam_size": "--beam"}`` -> ``"--beam must be a positive integer, got 0"``. ``DecodeConfig.FIELD`` and a
+    bare field name with an underscore (``n_best=5``) are renamed; other words are kept."""
+
+    def rename(match: re.Match[str]) -> str:
+        field = match.group(1) or match.group(2)
+        return names.get(field, match.group(0))
+
+    return re.sub(r"DecodeConfig\.(\w+)|\b([a-z]+_\w+)\b", rename, message)
+
+
+FLAG_NAMES: dict[str, str] = {option.field: option.flag for option in SEARCH_OPTIONS if option.field}  # -> --beam
+
+
 Misplaced = Callable[[list[DecodeOption], str, str], str]  # (options, their strategy, the strategy asked) -> message
 
 
 def misplaced_message(options: list[DecodeOption], wanted: str, strategy: str) -> str:
     """The default message for options of another strategy: ``"temperature, seed only apply to strategy='sample',
-    not strategy='beam'"``."""
-    verb = "applies" if wanted == "beam" else "apply"
+    not strategy='beam'"`` (one option: ``"seed only applies ..."``)."""
+    verb = "applies" if len(options) == 1 else "apply"
     return f"{', '.join(o.name for o in options)} only {verb} to strategy={wanted!r}, not strategy={strategy!r}"
 
 

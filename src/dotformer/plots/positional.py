@@ -24,6 +24,9 @@ from dotformer.plots.common import check_output_path, heatmap, new_figure, save_
 from dotformer.positional import sinusoidal_positional_encoding
 
 WAVE_SAMPLES = 16  # points per position on the drawn waves
+MAX_LENGTH = 100_000  # most positions drawn (the waves hold WAVE_SAMPLES points per position)
+MAX_D_MODEL = 65_536  # widest encoding drawn
+MAX_CELLS = 2**24  # most length x d_model entries: the float64 table of 2 x length rows is then at most 256 MiB
 
 
 class PositionalData(NamedTuple):
@@ -79,10 +82,20 @@ def positional_data(
         positions: start positions p for PE(p)·PE(p+k) (default: 0, N/2 and N).
 
     Raises:
-        ConfigError: non-positive sizes or a wave dimension outside 0..D-1.
+        ConfigError: non-positive sizes, ``length`` above :data:`MAX_LENGTH`, ``d_model`` above :data:`MAX_D_MODEL`,
+            their product above :data:`MAX_CELLS`, or a wave dimension outside 0..D-1.
     """
     if d_model < 1 or length < 1:
         raise ConfigError(f"need --d-model >= 1 and --length >= 1, got d_model={d_model}, length={length}")
+    if length > MAX_LENGTH:
+        raise ConfigError(f"--length must be at most {MAX_LENGTH:,}, got {length:,}")
+    if d_model > MAX_D_MODEL:
+        raise ConfigError(f"--d-model must be at most {MAX_D_MODEL:,}, got {d_model:,}")
+    if length * d_model > MAX_CELLS:
+        raise ConfigError(
+            f"--length {length:,} x --d-model {d_model:,} is {length * d_model:,} table entries; "
+            f"at most {MAX_CELLS:,} are drawn (shorten --length or narrow --d-model)"
+        )
     wave_dims = default_wave_dims(d_model) if wave_dims is None else tuple(wave_dims)
     bad = [d for d in wave_dims if not 0 <= d < d_model]
     if bad:

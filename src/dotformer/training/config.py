@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from dotformer.decoding.config import MAX_SEED
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -109,6 +110,8 @@ class TrainConfig:
         _positive_int(self, "max_tokens", "accumulation_steps")
         _positive_int(self, "max_steps", optional=True)
         _non_negative_int(self, "warmup_steps", "eval_every", "save_every", "log_every", "keep_last", "seed")
+        if self.seed > MAX_SEED:
+            raise ConfigError(f"TrainConfig.seed must be an integer in [0, 2**63 - 1], got {self.seed!r}")
         _non_negative_int(self, "metrics_every")
         _non_negative_int(self, "patience")
         _positive_int(self, "valid_decode_limit", optional=True)

@@ -9,6 +9,8 @@ preset and task ``dotformer train`` picks for a dataset (also read by ``dotforme
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,13 +103,23 @@ def task_defaults(task: str, fine_tuning: bool = False) -> ConfigSections:
     return ConfigSections(model={} if fine_tuning else dict(recipe.model), train=train, source="defaults")
 
 
-def budgeted_train_config(section: dict[str, Any], source: str) -> TrainConfig:
+def budgeted_train_config(section: dict[str, Any], source: str, file_keys: Collection[str] = ()) -> TrainConfig:
     """The ``[train]`` section as a :class:`TrainConfig` that has a budget (one of :data:`BUDGETS`).
+
+    ``file_keys`` are the keys whose values come from the config file that ``source`` names (``"g2p.toml [train]"``):
+    an invalid value of one of them is reported as ``g2p.toml [train] max_steps must be ...``, others as
+    ``TrainConfig.max_steps must be ...``.
 
     Raises:
         ConfigError: an invalid field, or no budget (the message names the flags that set one).
     """
-    config = TrainConfig.from_dict(section, source)
+    try:
+        config = TrainConfig.from_dict(section, source)
+    except ConfigError as exc:
+        field = re.match(r"TrainConfig\.(\w+) ", str(exc))
+        if field is None or field.group(1) not in file_keys:
+            raise
+        raise ConfigError(f"{source} {str(exc).removeprefix('TrainConfig.')}") from None
     if not config.has_budget:
         raise ConfigError("no training budget: pass --max-steps, --max-minutes or --max-epochs (or set one in [train])")
     return config

@@ -169,7 +169,9 @@ def train_lm_run(
             raise CheckpointError(f"{run_dir} holds a {record.get('task')} run, not a language model (--task lm)")
         sections = resumed_sections(record, file_sections, flag_sections)
     data_config = LMDataConfig.from_section(sections.data, f"{sections.source} [data]")
-    train_config = budgeted_train_config({**LM_TRAIN_DEFAULTS, **sections.train}, f"{file_sections.source} [train]")
+    from_file = set(file_sections.train) - set(flag_sections.train)
+    section = {**LM_TRAIN_DEFAULTS, **sections.train}
+    train_config = budgeted_train_config(section, f"{file_sections.source} [train]", from_file)
     check_requirements(train_config)  # before any text is read: a missing package is one line, not a lost run
     context = setup_distributed(train_config.device)
     try:

@@ -28,7 +28,7 @@ from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext, barrier, setup_distributed, teardown_distributed
 from dotformer.training.logging import MetricsLog
 from dotformer.training.optim import autocast_dtype, build_grad_scaler, build_optimizer, set_learning_rate
-from dotformer.training.progress import Budget, Progress, TokenRate
+from dotformer.training.progress import Budget, Progress, TokenRate, count
 from dotformer.training.resume import initialise_from, restore
 from dotformer.training.saving import save, seed_everything
 from dotformer.training.schedule import cooldown_factor, learning_rate
@@ -262,7 +262,7 @@ def describe_data(setup: Setup) -> str:
         vocabulary = f"vocabulary {d.src_tokenizer.vocab_size:,} -> {d.tgt_tokenizer.vocab_size:,}"
     return (
         f"data: {counts}; {vocabulary};"
-        f" model {setup.model.num_parameters():,} parameters; {len(batches):,} batches of"
+        f" model {setup.model.num_parameters():,} parameters; {count(len(batches), 'batch', 'batches')} of"
         f" <= {c.max_tokens:,} tokens per epoch (this process), {padding_fraction(batches):.1%} padding"
     )
 

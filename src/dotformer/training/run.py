@@ -163,7 +163,8 @@ def train_run(
         sections = resumed_sections(record, file_sections, flag_sections)
     elif not dataset:
         raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
-    train_config = budgeted_train_config(sections.train, f"{file_sections.source} [train]")
+    from_file = set(file_sections.train) - set(flag_sections.train)
+    train_config = budgeted_train_config(sections.train, f"{file_sections.source} [train]", from_file)
     check_requirements(train_config)
     context = setup_distributed(train_config.device)
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from dotformer.errors import MissingDataError
+from dotformer.errors import ConfigError, MissingDataError
 
 SUFFIX = ".toml"
 
@@ -37,16 +37,21 @@ def find_config_file(value: str | Path) -> Path:
 
     Raises:
         MissingDataError: no such file and no shipped config of that name (the message lists the shipped ones).
+        ConfigError: a directory (and no shipped config of that name).
     """
     path = Path(value)
     if path.is_file():
         return path
     text = str(value)
-    if path.name == text and text not in ("", ".", ".."):  # a bare name: no directory part
+    bare = path.name == text and text not in ("", ".", "..")  # a bare name: no directory part
+    if bare:
         stem = text[: -len(SUFFIX)] if text.endswith(SUFFIX) else text
         shipped = shipped_config_dir() / f"{stem}{SUFFIX}"
         if shipped.is_file():
             return shipped
+    if path.is_dir():
+        raise ConfigError(f"{text} is a directory; give a config file (TOML) or the name of a shipped config")
+    if bare:
         names = ", ".join(shipped_config_names()) or "none"
         raise MissingDataError(f"{text}: no such config file, and no shipped config of that name (shipped: {names})")
     raise MissingDataError(f"{text}: no such config file")
