@@ -126,8 +126,8 @@ def test_the_data_line_counts_tokens_and_blocks(
 def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     corpus = write_corpus(tmp_path / "c.txt", 40)
     cases = [
-        (["generate", "--checkpoint", str(run_dir), "--prompt", "x", "--top-p", "0"], "top_p"),
-        (["generate", "--checkpoint", str(run_dir), "--max-new-tokens", "0", "--prompt", "x"], "max_new_tokens"),
+        (["generate", "--checkpoint", str(run_dir), "--prompt", "x", "--top-p", "0"], "--top-p"),
+        (["generate", "--checkpoint", str(run_dir), "--max-new-tokens", "0", "--prompt", "x"], "--max-new-tokens"),
         (["train", "--task", "lm", "--data", str(corpus), "--delimiter", "tab", "--max-steps", "1"], "delimiter"),
         (["train", "--task", "lm", "--data", str(tmp_path / "none.txt"), "--max-steps", "1"], "no such file"),
         (["train", "--task", "lm", "--data", str(corpus), "--out", str(run_dir), "--max-steps", "1"], "--resume"),
