@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,21 @@ def test_a_huge_seed_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[s
     assert error_line(capsys, translate) == f"dotformer translate: error: --seed {HUGE_SEED}"
     generate = ["generate", "--checkpoint", str(tmp_path / "none"), "--prompt", "a", "--seed", str(HUGE)]
     assert error_line(capsys, generate) == f"dotformer generate: error: --seed {HUGE_SEED}"
+
+
+def test_seeds_of_evaluate_and_of_generates_later_prompts_are_checked(
+    capsys: pytest.CaptureFixture[str], checkpoints: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    argv = ["evaluate", "--checkpoint", str(tmp_path / "none"), "--limit", "3", "--seed", str(HUGE)]
+    assert error_line(capsys, argv) == f"dotformer evaluate: error: --seed {HUGE_SEED}"
+    monkeypatch.setattr("sys.stdin", io.StringIO("a1\na2\n"))
+    argv = ["generate", "--checkpoint", str(checkpoints["lm"]), "--device", "cpu", "--seed", str(2**63 - 1)]
+    with single_thread():
+        line = error_line(capsys, argv)
+    assert line == (
+        "dotformer generate: error: --seed 9223372036854775807 is too large for 2 prompts: prompt i draws with "
+        "--seed + i, at most 2**63 - 1"
+    )
 
 
 @pytest.mark.parametrize("task", [[], ["--task", "lm"]])

@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dotformer.cli.outputs import check_output_file
+    from dotformer.decoding.config import MAX_SEED
     from dotformer.decoding.evaluation import (
         evaluate_pairs,
         format_evaluation,
@@ -74,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.errors import CheckpointError, ConfigError
 
     seed = args.seed if args.seed is not None else 0
+    if not 0 <= seed <= MAX_SEED:  # also the --limit sample's seed, with any strategy
+        raise ConfigError(f"--seed must be an integer in [0, 2**63 - 1], got {seed}")
     if args.strategy != "sample":  # --seed then only draws the --limit sample
         args = argparse.Namespace(**{**vars(args), "seed": None})
     config = decode_config_from_args(args)

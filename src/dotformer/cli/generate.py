@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, continue each prompt, print prompt and continuation."""
     from dotformer.api.generation import generate_text, generation_settings
     from dotformer.api.translator import load_checkpoint_for_decoding
+    from dotformer.decoding.config import MAX_SEED
     from dotformer.decoding.options import with_surface_names
     from dotformer.errors import ConfigError
 
@@ -62,6 +63,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(with_surface_names(str(exc), FLAGS)) from None
     checkpoint = load_checkpoint_for_decoding(args.checkpoint, args.device)
     prompts = [args.prompt] if args.prompt is not None else [line.rstrip("\r\n") for line in sys.stdin]
+    if args.seed + len(prompts) - 1 > MAX_SEED:
+        raise ConfigError(
+            f"--seed {args.seed} is too large for {len(prompts)} prompts: prompt i draws with --seed + i, "
+            f"at most 2**63 - 1"
+        )
     stream = sys.stdout.isatty() and args.n == 1 and strategy != "beam"
     for i, prompt in enumerate(prompts):
         config = config.replace(seed=args.seed + i)  # prompt i draws with seed + i: the same prompts, the same text
