@@ -11,6 +11,7 @@ import pytest
 
 import dotformer
 from dotformer.cli import main
+from dotformer.decoding.inputs import UnknownTokenWarning
 from dotformer.training.lm_config import LMDataConfig, is_lm_config_file, read_lm_config_file
 
 WORDS = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "light", "darkness", "water", "spirit"]
@@ -187,7 +188,7 @@ def test_resuming_continues_exactly(tmp_path: Path) -> None:
     common = ["--task", "lm", "--data", str(corpus), *TINY, "--dropout", "0.1"]
     assert main(["train", *common, "--out", str(tmp_path / "a"), "--max-steps", "4"]) == 0
     assert main(["train", *common, "--out", str(tmp_path / "b"), "--max-steps", "2"]) == 0
-    assert main(["train", "--task", "lm", "--out", str(tmp_path / "b"), "--resume", "--max-steps", "4"]) == 0
+    assert main(["train", "--out", str(tmp_path / "b"), "--resume", "--max-steps", "4"]) == 0  # the task: run.json's
     a, b = (load_file(str(tmp_path / run / "last" / "model.safetensors")) for run in ("a", "b"))
     assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
 
@@ -224,3 +225,85 @@ def test_streamed_pieces_add_up_to_the_text(run_dir: Path) -> None:
     config = generation_settings(30, "sample", seed=2)
     (text,) = generate_text(loaded, "light", config, on_text=pieces.append)
     assert len(pieces) > 1 and "".join(pieces) == text
+
+
+def test_a_run_json_error_names_the_file_once(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    record = json.loads((copy / "run.json").read_text())
+    (copy / "run.json").write_text(json.dumps({**record, "task": "g2p"}))  # read as a run of pairs
+    assert main(["train", "--out", str(copy), "--resume", "--max-steps", "5", "--no-progress"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"dotformer train: error: {copy / 'run.json'}: unknown key(s) block_size, tokenizer, ")
+    assert line.count("run.json") == 1
+
+
+def test_generate_refuses_what_translate_refuses(run_dir: Path) -> None:
+    from dotformer.api import ArgumentTypeError
+    from dotformer.errors import ConfigError
+
+    lm = dotformer.load(run_dir, device="cpu")
+    for prompt, kind in [(123, "int"), (None, "NoneType"), (["a"], "list")]:
+        with pytest.raises(ArgumentTypeError) as caught:
+            lm.generate(prompt)
+        assert str(caught.value) == f"generate() takes a string, got {kind}"
+    with pytest.raises(ArgumentTypeError) as caught:
+        lm.generate("in", foo=1)
+    assert str(caught.value) == (
+        "generate(): unknown argument(s) foo; the settings are max_new_tokens, strategy, temperature, top_k, top_p, "
+        "seed, beam_size, use_cache"
+    )
+    refused = [
+        ({"beam_size": 4}, "generate(): beam_size only applies to strategy='beam', not strategy='sample'"),
+        ({"strategy": "greedy", "top_k": 5}, "generate(): top_k only apply to strategy='sample', not "
+         "strategy='greedy'"),
+        ({"strategy": "beam", "temperature": 0.5}, "generate(): temperature only apply to strategy='sample', not "
+         "strategy='beam'"),
+    ]  # fmt: skip
+    for settings, message in refused:
+        with pytest.raises(ConfigError) as caught:
+            lm.generate("in", max_new_tokens=2, **settings)
+        assert str(caught.value) == message
+
+
+def test_generate_cli_refuses_flags_of_another_strategy(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cases = [
+        (["--greedy", "--top-k", "5"], "--top-k only apply to sampling (the default), not --greedy"),
+        (["--beam", "4", "--temperature", "0.5"], "--temperature only apply to sampling (the default), not --beam"),
+    ]
+    for flags, message in cases:
+        assert main(["generate", "--checkpoint", str(run_dir), "--prompt", "in", *flags]) == 2
+        assert capsys.readouterr().err == f"dotformer generate: error: {message}\n"
+
+
+def test_generate_reads_stdin_as_translate_does(
+    run_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    class Stdin:
+        buffer = io.BytesIO(b"in\ncaf\xe9\n")
+
+    monkeypatch.setattr("sys.stdin", Stdin())
+    assert main(["generate", "--checkpoint", str(run_dir), "--greedy", "--max-new-tokens", "2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.startswith("in") and "caf" not in captured.out  # the line before the bad one is continued
+    assert captured.err == (
+        "dotformer generate: error: <stdin>:2: byte 0xe9 at byte offset 6 (byte 4 of the line) is not valid UTF-8 "
+        "(unexpected end of data)\n"
+    )
+    argv = ["generate", "--checkpoint", str(run_dir), "--prompt", "in\u20acx\u20ac", "--max-new-tokens", "2"]
+    assert main(argv) == 0
+    assert capsys.readouterr().err == (
+        "dotformer generate: warning: 3 prompt symbol(s) are not in the model's vocabulary and were read as <unk>: "
+        "\u20ac, x (--prompt)\n"
+    )
+    with pytest.warns(UnknownTokenWarning) as caught:
+        dotformer.load(run_dir, device="cpu").generate("in\u20ac", max_new_tokens=2)
+    assert str(caught[0].message) == (
+        "1 prompt symbol(s) are not in the model's vocabulary and were read as <unk>: \u20ac (prompt 'in\u20ac')"
+    )
