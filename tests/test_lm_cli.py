@@ -307,3 +307,35 @@ def test_generate_reads_stdin_as_translate_does(
     assert str(caught[0].message) == (
         "1 prompt symbol(s) are not in the model's vocabulary and were read as <unk>: \u20ac (prompt 'in\u20ac')"
     )
+
+
+def test_evaluate_limits_the_lines_and_refuses_decoding_flags(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dotformer.metrics.language import score_text
+
+    valid = (run_dir / "data" / "valid.txt").read_text().splitlines()
+    argv = [
+        "evaluate",
+        "--checkpoint",
+        str(run_dir),
+        "--split",
+        "valid",
+        "--limit",
+        "3",
+        "--json",
+        str(run_dir / "l.json"),
+    ]
+    assert main(argv) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert f"(the first 3 of {len(valid):,} lines, " in first
+    lm = dotformer.load(run_dir, device="cpu")
+    expected = score_text(lm.model, valid[:3], lm.tgt_tokenizer, 16, 256 * 16)
+    scored = json.loads((run_dir / "l.json").read_text())
+    assert scored["limit"] == 3 and scored["tokens"] == expected.tokens
+    assert scored["nats_per_token"] == pytest.approx(expected.nats_per_token, rel=1e-6)
+    assert main(["evaluate", "--checkpoint", str(run_dir), "--split", "valid", "--beam", "4", "--max-len-b", "9"]) == 2
+    assert capsys.readouterr().err == (
+        "dotformer evaluate: error: --beam, --max-len-b set how outputs are decoded; a language model's evaluation "
+        "decodes nothing (it scores the text itself): leave them out\n"
+    )
