@@ -126,11 +126,17 @@ def test_the_data_line_counts_tokens_and_blocks(
 
 def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     corpus = write_corpus(tmp_path / "c.txt", 40)
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n  \n", encoding="utf-8")
     cases = [
         (["generate", "--checkpoint", str(run_dir), "--prompt", "x", "--top-p", "0"], "top_p"),
         (["generate", "--checkpoint", str(run_dir), "--max-new-tokens", "0", "--prompt", "x"], "max_new_tokens"),
         (["train", "--task", "lm", "--data", str(corpus), "--delimiter", "tab", "--max-steps", "1"], "delimiter"),
         (["train", "--task", "lm", "--data", str(tmp_path / "none.txt"), "--max-steps", "1"], "no such file"),
+        (
+            ["train", "--task", "lm", "--data", str(blank), "--max-steps", "1"],
+            f"{blank}:1: the file holds only blank lines (no text)",
+        ),
         (["train", "--task", "lm", "--data", str(corpus), "--out", str(run_dir), "--max-steps", "1"], "--resume"),
         (["train", "--task", "lm", "--data", str(corpus), "--block-size", "1", "--max-steps", "1"], "block_size"),
     ]
