@@ -345,3 +345,21 @@ def test_evaluate_limits_the_lines_and_refuses_decoding_flags(
         "dotformer evaluate: error: --beam, --max-len-b set how outputs are decoded; a language model's evaluation "
         "decodes nothing (it scores the text itself): leave them out\n"
     )
+
+
+def test_a_tokenizer_that_does_not_know_the_text_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dotformer.data.tokenizer_files import train_tokenizer
+
+    corpus = write_corpus(tmp_path / "c.txt", 60)  # with --valid given, every line of it is a training line
+    valid = write_corpus(tmp_path / "v.txt", 5)
+    tokenizer_file = tmp_path / "digits.json"
+    train_tokenizer("char", ["0123456789 e"]).save(tokenizer_file)  # of the text's characters, knows " " and "e"
+    text = corpus.read_text().replace("\n", "")
+    unknown = 1 - (text.count(" ") + text.count("e")) / len(text)  # one token per character
+    argv = ["train", "--task", "lm", "--data", str(corpus), "--valid", str(valid), "--tgt-tokenizer-file"]
+    assert main([*argv, str(tokenizer_file), "--out", str(tmp_path / "r"), "--max-steps", "1", *TINY]) == 2
+    assert capsys.readouterr().err == (
+        f"dotformer train: error: {tokenizer_file}: {unknown:.0%} of the training text's tokens are unknown to this "
+        "tokenizer (<unk>): is it the tokenizer of this text?\n"
+    )
+    assert not (tmp_path / "r" / "data" / "train.txt").exists()
