@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 TextCallback = Callable[[str], None]  # called with each new piece of the first continuation's text
 Misplaced = Callable[[Sequence[str], str, str], str]  # (settings, their strategy, the strategy asked) -> message
-SAMPLING_SETTINGS = ("temperature", "top_k", "top_p", "seed")  # the settings of strategy "sample" only
 
 
 def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
