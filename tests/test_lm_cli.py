@@ -183,7 +183,12 @@ def test_attention_maps_of_a_language_model_are_causal(run_dir: Path, capsys: py
     out = run_dir / "attention.png"
     assert main(["plot", "attention", "--checkpoint", str(run_dir), "in the", "--out", str(out)]) == 0
     assert out.is_file() and "(8 maps)" in capsys.readouterr().out  # 2 layers × 4 heads
+    capsys.readouterr()
     assert main(["plot", "attention", "--checkpoint", str(run_dir), "in", "--target", "x", "--out", str(out)]) == 2
+    assert "is a language model: it reads one text, so --target does not apply" in capsys.readouterr().err
+    assert main(["plot", "attention", "--checkpoint", str(run_dir), "in", "--kind", "cross", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "is a language model: its only attention is decoder_self, not cross (--kind decoder_self" in err
 
 
 def test_resuming_continues_exactly(tmp_path: Path) -> None:
