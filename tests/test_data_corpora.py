@@ -72,11 +72,12 @@ def test_empty_file_is_an_error():
         load_pairs(str(DATA / "empty.tsv"))
 
 
-def test_whitespace_only_file_is_empty(tmp_path):
+def test_a_file_of_blank_lines_has_no_text(tmp_path):
     path = tmp_path / "blank.tsv"
     path.write_text("\n \n\n", encoding="utf-8")
-    with pytest.raises(DataError, match="the file is empty"):
+    with pytest.raises(DataError) as caught:
         load_pairs(str(path))
+    assert str(caught.value) == f"{path}:1: the file holds only blank lines (no text)"
 
 
 def test_csv_quoting_header_and_line_breaks_in_fields():

@@ -133,7 +133,8 @@ def test_get_root_describes_the_api(servers: dict[str, Any]) -> None:
 
 def test_generate_endpoint_serves_language_models(servers: dict[str, Any], checkpoints: dict[str, Path]) -> None:
     lm = dotformer.load(checkpoints["lm"], device="cpu")
-    url = servers["lm"].url.replace("/api/translate", "/api/generate")
+    url = servers["lm"].url  # what serve announces: a language model's endpoint
+    assert url == f"http://{servers['lm'].server_address[0]}:{servers['lm'].server_address[1]}/api/generate"
     body = {"prompt": "a1 a2", "max_new_tokens": 6, "n": 2, "seed": 4, "top_k": 5}
     status, reply = call(url, body)
     assert status == 200 and reply == {"texts": lm.generate("a1 a2", max_new_tokens=6, n=2, seed=4, top_k=5)}

@@ -11,6 +11,7 @@ import pytest
 
 import dotformer
 from dotformer.cli import main
+from dotformer.decoding.inputs import UnknownTokenWarning
 from dotformer.training.lm_config import LMDataConfig, is_lm_config_file, read_lm_config_file
 
 WORDS = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "light", "darkness", "water", "spirit"]
@@ -125,11 +126,17 @@ def test_the_data_line_counts_tokens_and_blocks(
 
 def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     corpus = write_corpus(tmp_path / "c.txt", 40)
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n  \n", encoding="utf-8")
     cases = [
         (["generate", "--checkpoint", str(run_dir), "--prompt", "x", "--top-p", "0"], "--top-p"),
         (["generate", "--checkpoint", str(run_dir), "--max-new-tokens", "0", "--prompt", "x"], "--max-new-tokens"),
         (["train", "--task", "lm", "--data", str(corpus), "--delimiter", "tab", "--max-steps", "1"], "delimiter"),
         (["train", "--task", "lm", "--data", str(tmp_path / "none.txt"), "--max-steps", "1"], "no such file"),
+        (
+            ["train", "--task", "lm", "--data", str(blank), "--max-steps", "1"],
+            f"{blank}:1: the file holds only blank lines (no text)",
+        ),
         (["train", "--task", "lm", "--data", str(corpus), "--out", str(run_dir), "--max-steps", "1"], "--resume"),
         (["train", "--task", "lm", "--data", str(corpus), "--block-size", "1", "--max-steps", "1"], "block_size"),
     ]
@@ -176,7 +183,12 @@ def test_attention_maps_of_a_language_model_are_causal(run_dir: Path, capsys: py
     out = run_dir / "attention.png"
     assert main(["plot", "attention", "--checkpoint", str(run_dir), "in the", "--out", str(out)]) == 0
     assert out.is_file() and "(8 maps)" in capsys.readouterr().out  # 2 layers × 4 heads
+    capsys.readouterr()
     assert main(["plot", "attention", "--checkpoint", str(run_dir), "in", "--target", "x", "--out", str(out)]) == 2
+    assert "is a language model: it reads one text, so --target does not apply" in capsys.readouterr().err
+    assert main(["plot", "attention", "--checkpoint", str(run_dir), "in", "--kind", "cross", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "is a language model: its only attention is decoder_self, not cross (--kind decoder_self" in err
 
 
 def test_resuming_continues_exactly(tmp_path: Path) -> None:
@@ -187,7 +199,7 @@ def test_resuming_continues_exactly(tmp_path: Path) -> None:
     common = ["--task", "lm", "--data", str(corpus), *TINY, "--dropout", "0.1"]
     assert main(["train", *common, "--out", str(tmp_path / "a"), "--max-steps", "4"]) == 0
     assert main(["train", *common, "--out", str(tmp_path / "b"), "--max-steps", "2"]) == 0
-    assert main(["train", "--task", "lm", "--out", str(tmp_path / "b"), "--resume", "--max-steps", "4"]) == 0
+    assert main(["train", "--out", str(tmp_path / "b"), "--resume", "--max-steps", "4"]) == 0  # the task: run.json's
     a, b = (load_file(str(tmp_path / run / "last" / "model.safetensors")) for run in ("a", "b"))
     assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
 
@@ -224,3 +236,139 @@ def test_streamed_pieces_add_up_to_the_text(run_dir: Path) -> None:
     config = generation_settings(30, "sample", seed=2)
     (text,) = generate_text(loaded, "light", config, on_text=pieces.append)
     assert len(pieces) > 1 and "".join(pieces) == text
+
+
+def test_a_run_json_error_names_the_file_once(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    record = json.loads((copy / "run.json").read_text())
+    (copy / "run.json").write_text(json.dumps({**record, "task": "g2p"}))  # read as a run of pairs
+    assert main(["train", "--out", str(copy), "--resume", "--max-steps", "5", "--no-progress"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"dotformer train: error: {copy / 'run.json'}: unknown key(s) block_size, tokenizer, ")
+    assert line.count("run.json") == 1
+
+
+def test_generate_refuses_what_translate_refuses(run_dir: Path) -> None:
+    from dotformer.api import ArgumentTypeError
+    from dotformer.errors import ConfigError
+
+    lm = dotformer.load(run_dir, device="cpu")
+    for prompt, kind in [(123, "int"), (None, "NoneType"), (["a"], "list")]:
+        with pytest.raises(ArgumentTypeError) as caught:
+            lm.generate(prompt)
+        assert str(caught.value) == f"generate() takes a string, got {kind}"
+    with pytest.raises(ArgumentTypeError) as caught:
+        lm.generate("in", foo=1)
+    assert str(caught.value) == (
+        "generate(): unknown argument(s) foo; the settings are max_new_tokens, strategy, temperature, top_k, top_p, "
+        "seed, beam_size, use_cache"
+    )
+    refused = [
+        ({"beam_size": 4}, "generate(): beam_size only applies to strategy='beam', not strategy='sample'"),
+        ({"strategy": "greedy", "top_k": 5}, "generate(): top_k only applies to strategy='sample', not "
+         "strategy='greedy'"),
+        ({"strategy": "beam", "temperature": 0.5}, "generate(): temperature only applies to strategy='sample', not "
+         "strategy='beam'"),
+    ]  # fmt: skip
+    for settings, message in refused:
+        with pytest.raises(ConfigError) as caught:
+            lm.generate("in", max_new_tokens=2, **settings)
+        assert str(caught.value) == message
+
+
+def test_generate_cli_refuses_flags_of_another_strategy(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cases = [
+        (["--greedy", "--top-k", "5"], "--top-k only applies to sampling (the default), not --greedy"),
+        (["--beam", "4", "--temperature", "0.5"], "--temperature only applies to sampling (the default), not --beam"),
+        (
+            ["--greedy", "--top-k", "5", "--seed", "3"],
+            "--top-k, --seed only apply to sampling (the default), not --greedy",
+        ),
+    ]
+    for flags, message in cases:
+        assert main(["generate", "--checkpoint", str(run_dir), "--prompt", "in", *flags]) == 2
+        assert capsys.readouterr().err == f"dotformer generate: error: {message}\n"
+
+
+def test_generate_reads_stdin_as_translate_does(
+    run_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    class Stdin:
+        buffer = io.BytesIO(b"in\ncaf\xe9\n")
+
+    monkeypatch.setattr("sys.stdin", Stdin())
+    assert main(["generate", "--checkpoint", str(run_dir), "--greedy", "--max-new-tokens", "2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.startswith("in") and "caf" not in captured.out  # the line before the bad one is continued
+    assert captured.err == (
+        "dotformer generate: error: <stdin>:2: byte 0xe9 at byte offset 6 (byte 4 of the line) is not valid UTF-8 "
+        "(unexpected end of data)\n"
+    )
+    argv = ["generate", "--checkpoint", str(run_dir), "--prompt", "in\u20acx\u20ac", "--max-new-tokens", "2"]
+    assert main(argv) == 0
+    assert capsys.readouterr().err == (
+        "dotformer generate: warning: 3 prompt symbol(s) are not in the model's vocabulary and were read as <unk>: "
+        "\u20ac, x (--prompt)\n"
+    )
+    with pytest.warns(UnknownTokenWarning) as caught:
+        dotformer.load(run_dir, device="cpu").generate("in\u20ac", max_new_tokens=2)
+    assert str(caught[0].message) == (
+        "1 prompt symbol(s) are not in the model's vocabulary and were read as <unk>: \u20ac (prompt 'in\u20ac')"
+    )
+
+
+def test_evaluate_limits_the_lines_and_refuses_decoding_flags(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dotformer.metrics.language import score_text
+
+    valid = (run_dir / "data" / "valid.txt").read_text().splitlines()
+    argv = [
+        "evaluate",
+        "--checkpoint",
+        str(run_dir),
+        "--split",
+        "valid",
+        "--limit",
+        "3",
+        "--json",
+        str(run_dir / "l.json"),
+    ]
+    assert main(argv) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert f"(the first 3 of {len(valid):,} lines, " in first
+    lm = dotformer.load(run_dir, device="cpu")
+    expected = score_text(lm.model, valid[:3], lm.tgt_tokenizer, 16, 256 * 16)
+    scored = json.loads((run_dir / "l.json").read_text())
+    assert scored["limit"] == 3 and scored["tokens"] == expected.tokens
+    assert scored["nats_per_token"] == pytest.approx(expected.nats_per_token, rel=1e-6)
+    assert main(["evaluate", "--checkpoint", str(run_dir), "--split", "valid", "--beam", "4", "--max-len-b", "9"]) == 2
+    assert capsys.readouterr().err == (
+        "dotformer evaluate: error: --beam, --max-len-b set how outputs are decoded; a language model's evaluation "
+        "decodes nothing (it scores the text itself): leave them out\n"
+    )
+
+
+def test_a_tokenizer_that_does_not_know_the_text_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dotformer.data.tokenizer_files import train_tokenizer
+
+    corpus = write_corpus(tmp_path / "c.txt", 60)  # with --valid given, every line of it is a training line
+    valid = write_corpus(tmp_path / "v.txt", 5)
+    tokenizer_file = tmp_path / "digits.json"
+    train_tokenizer("char", ["0123456789 e"]).save(tokenizer_file)  # of the text's characters, knows " " and "e"
+    text = corpus.read_text().replace("\n", "")
+    unknown = 1 - (text.count(" ") + text.count("e")) / len(text)  # one token per character
+    argv = ["train", "--task", "lm", "--data", str(corpus), "--valid", str(valid), "--tgt-tokenizer-file"]
+    assert main([*argv, str(tokenizer_file), "--out", str(tmp_path / "r"), "--max-steps", "1", *TINY]) == 2
+    assert capsys.readouterr().err == (
+        f"dotformer train: error: {tokenizer_file}: {unknown:.0%} of the training text's tokens are unknown to this "
+        "tokenizer (<unk>): is it the tokenizer of this text?\n"
+    )
+    assert not (tmp_path / "r" / "data" / "train.txt").exists()

@@ -97,9 +97,9 @@ def test_seeds_of_evaluate_and_of_generates_later_prompts_are_checked(
     argv = ["generate", "--checkpoint", str(checkpoints["lm"]), "--device", "cpu", "--seed", str(2**63 - 1)]
     with single_thread():
         line = error_line(capsys, argv)
-    assert line == (
-        "dotformer generate: error: --seed 9223372036854775807 is too large for 2 prompts: prompt i draws with "
-        "--seed + i, at most 2**63 - 1"
+    assert (
+        line
+        == "dotformer generate: error: <stdin>:2: prompt 2 would draw with --seed + 1, above 2**63 - 1; lower --seed"
     )
 
 

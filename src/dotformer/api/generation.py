@@ -15,7 +15,7 @@ breaks an EOS; the continuation's EOS tokens come back as line breaks (:func:`do
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dotformer.errors import ConfigError
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from dotformer.decoding.config import DecodeConfig
 
 TextCallback = Callable[[str], None]  # called with each new piece of the first continuation's text
+Misplaced = Callable[[Sequence[str], str, str], str]  # (settings, their strategy, the strategy asked) -> message
 
 
 def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
@@ -86,26 +87,62 @@ def generate_text(
     return [generated_text(tokenizer, g.tokens) for g in generations]
 
 
+def warn_unknown_prompt(checkpoint: LoadedCheckpoint, prompt: str, where: str | None = None) -> None:
+    """Issue one :class:`~dotformer.decoding.inputs.UnknownTokenWarning` when ``prompt`` holds symbols outside the
+    model's vocabulary (read as <unk>), as translate warns about unknown source symbols; ``where`` names the prompt
+    (``<stdin>:LINE``; default: the prompt itself)."""
+    import warnings
+
+    from dotformer.decoding.inputs import UnknownTokenWarning, encode_target
+
+    unknown = [symbol for line in prompt.split("\n") for symbol in encode_target(checkpoint, line).unknown]
+    if unknown:
+        example = prompt if len(prompt) <= 40 else prompt[:37] + "..."
+        name = where if where is not None else f"prompt {example!r}"
+        warnings.warn(
+            f"{len(unknown)} prompt symbol(s) are not in the model's vocabulary and were read as <unk>: "
+            f"{', '.join(dict.fromkeys(unknown))} ({name})",
+            UnknownTokenWarning,
+            stacklevel=3,
+        )
+
+
+def api_misplaced(names: Sequence[str], wanted: str, strategy: str) -> str:
+    """``generate(): top_k only applies to strategy='sample', not strategy='greedy'`` (translate()'s wording)."""
+    verb = "applies" if len(names) == 1 else "apply"
+    return f"generate(): {', '.join(names)} only {verb} to strategy={wanted!r}, not strategy={strategy!r}"
+
+
 def generation_settings(
     max_new_tokens: int = 200,
     strategy: str = "sample",
     n: int = 1,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int = 0,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
     beam_size: int | None = None,
     use_cache: bool = True,
+    misplaced: Misplaced = api_misplaced,
 ) -> DecodeConfig:
     """The :class:`DecodeConfig` of the API's and the CLI's keyword arguments (see :func:`generation_config`).
 
+    ``temperature`` (1.0), ``top_k`` (0: all), ``top_p`` (1.0) and ``seed`` (0) apply to strategy "sample" only,
+    ``beam_size`` to strategy "beam" only; None: not given.
+
     Raises:
-        ConfigError: a value out of range (the message names it).
+        ConfigError: a value out of range (the message names it), or a setting of another strategy (the message,
+            from ``misplaced``, names them).
     """
     from dotformer.decoding.generate import generation_config
 
-    extra: dict[str, Any] = {} if beam_size is None else {"beam_size": beam_size}
-    return generation_config(
-        max_new_tokens, strategy, n, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-        use_cache=use_cache, **extra,
-    )  # fmt: skip
+    sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+    given = [name for name, value in sampling.items() if value is not None]
+    if given and strategy != "sample":
+        raise ConfigError(misplaced(given, "sample", strategy))
+    if beam_size is not None and strategy != "beam":
+        raise ConfigError(misplaced(["beam_size"], "beam", strategy))
+    extra: dict[str, Any] = {name: value for name, value in sampling.items() if value is not None}
+    if beam_size is not None:
+        extra["beam_size"] = beam_size
+    return generation_config(max_new_tokens, strategy, n, use_cache=use_cache, **extra)

@@ -147,9 +147,10 @@ class TranslationServer(HTTPServer):
 
     @property
     def url(self) -> str:
-        """The endpoint's address, e.g. http://127.0.0.1:8080/api/translate."""
+        """The endpoint's address, e.g. http://127.0.0.1:8080/api/translate (/api/generate for a language model)."""
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}/api/translate"
+        route = "/api/generate" if self.translator.task == "lm" else "/api/translate"
+        return f"http://{host}:{port}{route}"
 
     def health(self) -> dict[str, Any]:
         """What GET /api/health answers."""
@@ -337,8 +338,8 @@ def serve(
     announce: Callable[[str], Any] = print,
     workers: int = DEFAULT_WORKERS,
 ) -> None:
-    """Serve ``POST /api/translate`` on ``host:port`` with ``workers`` connections at once, until Ctrl-C (then close
-    the socket and return).
+    """Serve ``POST /api/translate`` (``POST /api/generate`` for a language model) on ``host:port`` with ``workers``
+    connections at once, until Ctrl-C (then close the socket and return).
 
     Raises:
         ConfigError: the address cannot be bound, or ``workers`` is not positive.

@@ -215,11 +215,28 @@ class Translator:
         Returns one string, or a list of ``n`` (samples in draw order, beams best first) when ``n`` > 1.
 
         Raises:
-            ConfigError: not a language model, or a setting out of range.
-        """
-        from dotformer.api.generation import generate_text, generation_settings
+            ArgumentTypeError: ``prompt`` is not a string (e.g. None, 123, a list), or an unknown setting.
+            ConfigError: not a language model, a setting out of range, or a setting of another strategy (sampling
+            settings without strategy "sample", ``beam_size`` without strategy "beam").
 
-        texts = generate_text(self.checkpoint, prompt, generation_settings(n=n, **settings))
+        Warns:
+            UnknownTokenWarning: when the prompt holds symbols outside the model's vocabulary.
+        """
+        import inspect
+
+        from dotformer.api.generation import generate_text, generation_settings, warn_unknown_prompt
+
+        if not isinstance(prompt, str):
+            raise ArgumentTypeError(f"generate() takes a string, got {type(prompt).__name__}")
+        known = [name for name in inspect.signature(generation_settings).parameters if name not in ("n", "misplaced")]
+        unknown = [name for name in settings if name not in known]
+        if unknown:
+            raise ArgumentTypeError(
+                f"generate(): unknown argument(s) {', '.join(unknown)}; the settings are {', '.join(known)}"
+            )
+        config = generation_settings(n=n, **settings)
+        warn_unknown_prompt(self.checkpoint, prompt)
+        texts = generate_text(self.checkpoint, prompt, config)
         return texts if n > 1 else texts[0]
 
     def __repr__(self) -> str:

@@ -35,7 +35,8 @@ examples:
   dotformer evaluate --checkpoint best/ --data ids.tsv --source-column word --target-column phones --header
 
 language models (dotformer train --task lm): perplexity, nats and bits per token and bits per character of the run's
-held-out text (--split test or valid) or of a text file (--data FILE), scored in blocks of the training block size.
+held-out text (--split test or valid) or of a text file (--data FILE), scored in blocks of the training block size;
+--limit N scores its first N lines; the decoding flags do not apply.
 """
 
 
@@ -74,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from dotformer.errors import CheckpointError, ConfigError
 
+    decoding = _decoding_flags_given(args)  # a language model refuses them
     seed = args.seed if args.seed is not None else 0
     if not 0 <= seed <= MAX_SEED:  # also the --limit sample's seed, with any strategy
         raise ConfigError(f"--seed must be an integer in [0, 2**63 - 1], got {seed}")
@@ -94,6 +96,11 @@ def run(args: argparse.Namespace) -> int:
     if task == "lm":  # a language model: perplexity and bits per character of text, nothing decoded
         from dotformer.cli.evaluate_lm import evaluate_lm
 
+        if decoding:
+            raise ConfigError(
+                f"{', '.join(decoding)} set how outputs are decoded; a language model's evaluation decodes nothing "
+                f"(it scores the text itself): leave {'them' if len(decoding) > 1 else 'it'} out"
+            )
         return evaluate_lm(args, loaded, outputs)
     if task is None:
         raise CheckpointError(f"{loaded.path}/config.json records no task (g2p, translation, exact or synthetic)")
@@ -131,6 +138,18 @@ def run(args: argparse.Namespace) -> int:
         }
         _write(outputs["--json"], json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     return 0
+
+
+def _decoding_flags_given(args: argparse.Namespace) -> list[str]:
+    """The decoding flags given on the command line (``--beam``, ``--temperature``, ...): those whose value is not
+    the flag's default."""
+    from dotformer.decoding.options import SEARCH_OPTIONS
+
+    return [
+        option.flag
+        for option in SEARCH_OPTIONS
+        if hasattr(args, option.name) and getattr(args, option.name) != (None if option.strategy else option.default)
+    ]
 
 
 def _read_test_file(args: argparse.Namespace, loaded: LoadedCheckpoint, task: str) -> list[Pair]:

@@ -21,11 +21,12 @@ if TYPE_CHECKING:
 
 
 def evaluate_lm(args: argparse.Namespace, loaded: LoadedCheckpoint, outputs: dict[str, Path]) -> int:
-    """Score ``--data`` (a text file) or the run's ``--split`` (test); print one line of figures; write ``--json``.
+    """Score ``--data`` (a text file) or the run's ``--split`` (test), its first ``--limit`` lines when given; print
+    one line of figures; write ``--json``.
 
     Raises:
-        ConfigError: --hyps (a language model decodes nothing here). CheckpointError: no run directory and no
-            --data. DataError / MissingDataError: an unreadable or empty text.
+        ConfigError: --hyps (a language model decodes nothing here), a --limit below 1. CheckpointError: no run
+            directory and no --data. DataError / MissingDataError: an unreadable or empty text.
     """
     from dotformer.api.generation import context_window
     from dotformer.errors import ConfigError, DataError
@@ -37,10 +38,17 @@ def evaluate_lm(args: argparse.Namespace, loaded: LoadedCheckpoint, outputs: dic
     lines, where = _read_text(args, loaded)
     if not lines:
         raise DataError(f"{where} holds no text to score")
+    if args.limit is not None:
+        if args.limit < 1:
+            raise ConfigError(f"--limit must be a positive number of lines, got {args.limit}")
+        shown = f"the first {min(args.limit, len(lines)):,} of {count(len(lines), 'line')}"
+        lines = lines[: args.limit]
+    else:
+        shown = count(len(lines), "line")
     block = context_window(loaded)
     score = score_text(loaded.model, lines, loaded.tgt_tokenizer, block, args.batch_size * block)  # B blocks a batch
     print(
-        f"{loaded.path} on {where} ({count(len(lines), 'line')}, {score.tokens:,} tokens scored), task lm, "
+        f"{loaded.path} on {where} ({shown}, {score.tokens:,} tokens scored), task lm, "
         f"blocks of {block} tokens, {args.dtype} weights"
     )
     print(
@@ -48,7 +56,8 @@ def evaluate_lm(args: argparse.Namespace, loaded: LoadedCheckpoint, outputs: dic
         f"{score.bits_per_token:.4f}  bits/char {score.bits_per_character:.4f}"
     )
     if "--json" in outputs:
-        payload: dict[str, Any] = {"checkpoint": str(loaded.path), "data": where, "dtype": args.dtype}
+        payload: dict[str, Any] = {"checkpoint": str(loaded.path), "data": where, "limit": args.limit}
+        payload["dtype"] = args.dtype
         payload.update(score.to_dict())
         outputs["--json"].parent.mkdir(parents=True, exist_ok=True)
         outputs["--json"].write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")

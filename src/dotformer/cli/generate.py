@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from dotformer.cli.threads import add_threads_argument, apply_threads
 
-# DecodeConfig field -> generate's flag, for its error messages
-FLAGS = {
-    "beam_size": "--beam", "n_best": "--n", "seed": "--seed", "temperature": "--temperature", "top_k": "--top-k",
-    "top_p": "--top-p", "max_new_tokens": "--max-new-tokens",
-}  # fmt: skip
+if TYPE_CHECKING:
+    from dotformer.cli.lines import StreamLines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,32 +43,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_threads_argument(speed)
 
 
+SAMPLING_FLAGS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}  # sampling flags and their defaults
+# DecodeConfig field -> generate's flag, for its error messages
+FLAGS = {
+    "beam_size": "--beam", "n_best": "--n", "seed": "--seed", "temperature": "--temperature", "top_k": "--top-k",
+    "top_p": "--top-p", "max_new_tokens": "--max-new-tokens",
+}  # fmt: skip
+
+
+def cli_misplaced(names: Sequence[str], wanted: str, strategy: str) -> str:
+    """``--top-k only applies to sampling (the default), not --greedy`` (translate's wording, generate's flags)."""
+    flags = ", ".join("--" + ("beam" if name == "beam_size" else name).replace("_", "-") for name in names)
+    verb = "applies" if len(names) == 1 else "apply"
+    where = "--beam" if wanted == "beam" else "sampling (the default)"
+    return f"{flags} only {verb} to {where}, not --{strategy}"
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, continue each prompt, print prompt and continuation."""
-    from dotformer.api.generation import generate_text, generation_settings
+    from dotformer.api.generation import generate_text, generation_settings, warn_unknown_prompt
     from dotformer.api.translator import load_checkpoint_for_decoding
+    from dotformer.cli.lines import StreamLines, binary_stdin
     from dotformer.decoding.config import MAX_SEED
     from dotformer.decoding.options import with_surface_names
     from dotformer.errors import ConfigError
 
     apply_threads(args.threads)
     strategy = "beam" if args.beam is not None else "greedy" if args.greedy else "sample"
+    given = {name: getattr(args, name) for name, default in SAMPLING_FLAGS.items() if getattr(args, name) != default}
     try:
         config = generation_settings(
-            args.max_new_tokens, strategy, args.n, args.temperature, args.top_k, args.top_p, args.seed,
-            beam_size=args.beam, use_cache=not args.no_cache,
+            args.max_new_tokens, strategy, args.n, beam_size=args.beam, use_cache=not args.no_cache,
+            misplaced=cli_misplaced, **given,
         )  # fmt: skip
     except ConfigError as exc:
         raise ConfigError(with_surface_names(str(exc), FLAGS)) from None
     checkpoint = load_checkpoint_for_decoding(args.checkpoint, args.device)
-    prompts = [args.prompt] if args.prompt is not None else [line.rstrip("\r\n") for line in sys.stdin]
-    if args.seed + len(prompts) - 1 > MAX_SEED:
-        raise ConfigError(
-            f"--seed {args.seed} is too large for {len(prompts)} prompts: prompt i draws with --seed + i, "
-            f"at most 2**63 - 1"
-        )
+    if args.prompt is not None:
+        prompts: Iterable[tuple[str, str]] = [("--prompt", args.prompt)]
+    else:
+        prompts = _stdin_prompts(StreamLines(binary_stdin(), "<stdin>"))
     stream = sys.stdout.isatty() and args.n == 1 and strategy != "beam"
-    for i, prompt in enumerate(prompts):
+    for i, (where, prompt) in enumerate(prompts):
+        warn_unknown_prompt(checkpoint, prompt, where)
+        if args.seed + i > MAX_SEED:
+            raise ConfigError(f"{where}: prompt {i + 1} would draw with --seed + {i}, above 2**63 - 1; lower --seed")
         config = config.replace(seed=args.seed + i)  # prompt i draws with seed + i: the same prompts, the same text
         if stream:
             print(prompt, end="", flush=True)
@@ -82,3 +100,14 @@ def run(args: argparse.Namespace) -> int:
                 print(f"# sample {i + 1}" if strategy != "beam" else f"# beam {i + 1}")
             print(prompt + text)
     return 0
+
+
+def _stdin_prompts(lines: StreamLines) -> Iterator[tuple[str, str]]:
+    """``(<stdin>:LINE, prompt)`` per line of standard input, read as translate reads it (UTF-8 checked).
+
+    Raises:
+        DataError: a line that is not valid UTF-8 (``<stdin>:LINE: byte 0xNN ... is not valid UTF-8``).
+    """
+    for first, chunk in lines.chunks(1):
+        for k, line in enumerate(chunk):
+            yield f"<stdin>:{first + k}", line

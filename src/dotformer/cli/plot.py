@@ -96,8 +96,16 @@ def run(args: argparse.Namespace) -> int:
         if loaded.model.config.arch == "decoder-only":  # a language model: its causal self-attention over the text
             from dotformer.plots.lm_attention import LM_MAP_KINDS, lm_attention_weights
 
-            if args.target is not None or (args.kind and set(args.kind) - set(LM_MAP_KINDS)):
-                raise ConfigError("a language model has decoder self-attention only: no --target, --kind decoder_self")
+            if args.target is not None:
+                raise ConfigError(
+                    f"{args.checkpoint} is a language model: it reads one text, so --target does not apply"
+                )
+            if args.kind and set(args.kind) - set(LM_MAP_KINDS):
+                others = ", ".join(sorted(set(args.kind) - set(LM_MAP_KINDS)))
+                raise ConfigError(
+                    f"{args.checkpoint} is a language model: its only attention is decoder_self, not {others} "
+                    "(--kind decoder_self, or leave --kind out)"
+                )
             maps, kinds = lm_attention_weights(loaded, args.text), LM_MAP_KINDS
         else:
             maps = plots.attention_weights(loaded, args.text, target=args.target)

@@ -73,7 +73,7 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("--seed", "train", "seed", dict(type=int, metavar="N", help="seed of the split, the initial weights, the data "
      "order and dropout (default 1)")),
     ("--eval-every", "train", "eval_every", dict(type=int, metavar="N", help="validation loss/perplexity every N "
-     "steps (default 500; always at the end)")),
+     "steps (default 500; 0: only at the end)")),
     ("--save-every", "train", "save_every", dict(type=int, metavar="N", help="checkpoint every N steps (default "
      "1000; always at the end)")),
     ("--keep-last", "train", "keep_last", dict(type=int, metavar="N", help="step checkpoints to keep besides best/ "

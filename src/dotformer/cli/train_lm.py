@@ -29,10 +29,26 @@ def add_lm_arguments(parser: argparse._ActionsContainer) -> None:
 
 
 def is_lm_run(args: argparse.Namespace) -> bool:
-    """``--task lm``, or a config file whose ``[data] task`` is "lm"."""
+    """``--task lm``, a config file whose ``[data] task`` is "lm", or ``--resume`` of a run whose run.json records
+    task "lm" (without ``--task``: what the "continue with" line of an interrupted run says)."""
     from dotformer.training.lm_config import is_lm_config_file
 
+    if getattr(args, "opt_task", None) is None and args.resume and args.out is not None:
+        task = _recorded_task(Path(args.out) / "run.json")
+        if task is not None:
+            return task == LM_TASK
     return getattr(args, "opt_task", None) == LM_TASK or bool(args.config and is_lm_config_file(args.config))
+
+
+def _recorded_task(path: Path) -> str | None:
+    """The ``task`` run.json at ``path`` records (None when it cannot be read: resuming reports that)."""
+    import json
+
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record.get("task") if isinstance(record, dict) else None
 
 
 def run_lm(args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -> int:

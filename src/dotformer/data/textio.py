@@ -28,7 +28,7 @@ def read_text(path: str | Path) -> str:
         raise MissingDataError(f"{path}: no such file")
     data = path.read_bytes()
     if not data.strip():
-        raise DataError(f"{path}:1: the file is empty")
+        raise DataError(f"{path}:1: " + ("the file holds only blank lines (no text)" if data else "the file is empty"))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -68,7 +68,8 @@ def export_lm_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSE
         ``output_dir``; see the module docstring for the graph's inputs and outputs.
 
     Raises:
-        ConfigError: not decoder-only, int8 linear layers, or a non-empty ``output_dir``.
+        ConfigError: not decoder-only, fewer than 3 positions (``max_len``), int8 linear layers, or a non-empty
+            ``output_dir``.
         MissingDataError: the ``onnx`` package (needed by ``torch.onnx``) is not installed.
     """
     from dotformer.decoding.quantization import require_float_weights
@@ -76,7 +77,23 @@ def export_lm_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSE
     require_float_weights(model, "export to ONNX")
     if model.config.arch != "decoder-only":
         raise ConfigError(f"export_lm_onnx writes a decoder-only model, got arch={model.config.arch!r} (export_onnx)")
+    if model.config.max_len < 3:  # the trace needs 2 new tokens after at least 1 past one (_trace_sizes)
+        raise ConfigError(
+            f"export to ONNX needs a language model of at least 3 positions (its block size); this one has "
+            f"{model.config.max_len}"
+        )
     return write_graphs(model, output_dir, opset, _write_lm_onnx)
+
+
+def _trace_sizes(max_len: int) -> tuple[int, int, int]:
+    """The example (batch, new tokens, past tokens) sizes the graph is traced with; every one is a dynamic axis.
+
+    New and past together fit the model's ``max_len`` positions (a block size of 4 has positions 0..3), and at
+    least 2 new tokens after at least 1 past one are traced: with 1 new or 0 past tokens the tracer would keep that
+    size as a constant (``max_len`` >= 3, checked by :func:`export_lm_onnx`).
+    """
+    new = 3 if max_len >= 4 else 2
+    return 2, new, min(4, max_len - new)
 
 
 def _write_lm_onnx(model: Transformer, output_dir: Path, opset: int) -> None:
@@ -85,7 +102,7 @@ def _write_lm_onnx(model: Transformer, output_dir: Path, opset: int) -> None:
     was_training = model.training
     model.eval()
     n, H, Dh = c.num_decoder_layers, c.num_heads, c.head_dim
-    B, T, P = 2, 3, 4  # example sizes for tracing; every one is a dynamic axis
+    B, T, P = _trace_sizes(c.max_len)
     inputs = (
         torch.full((B, T), 4 % c.tgt_vocab_size, dtype=torch.int64),
         torch.tensor(P, dtype=torch.int64),

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dotformer.config import PRESETS, ModelConfig
-from dotformer.errors import CheckpointError, ConfigError
+from dotformer.errors import CheckpointError, ConfigError, DataError
 from dotformer.training.config import TrainConfig
 from dotformer.training.config_files import ConfigSections, budgeted_train_config, merge
 from dotformer.training.lm_config import LM_TASK, LMDataConfig
@@ -107,14 +107,24 @@ def make_lm_tokenizer(data: LMDataConfig, train_lines: list[str]) -> Tokenizer:
     """The tokenizer file when given, else a char or BPE tokenizer trained on the training lines.
 
     Raises:
-        MissingDataError, DataError: the file cannot be read. ConfigError: a bad vocabulary size.
+        MissingDataError, DataError: the file cannot be read, or it reads more than half of the training text's
+            tokens as <unk> (the tokenizer of another text: the model would learn <unk>). ConfigError: a bad
+            vocabulary size.
     """
     from dotformer.data.tokenizer_files import train_tokenizer
 
     if data.tokenizer_file:
         from dotformer.data.tokenizer_files import read_tokenizer_file
+        from dotformer.decoding.evaluation import unknown_fraction
 
-        return read_tokenizer_file(data.tokenizer_file)
+        tokenizer = read_tokenizer_file(data.tokenizer_file)
+        share = unknown_fraction(tokenizer, train_lines)
+        if share > 0.5:
+            raise DataError(
+                f"{data.tokenizer_file}: {share:.0%} of the training text's tokens are unknown to this tokenizer "
+                f"(<unk>): is it the tokenizer of this text?"
+            )
+        return tokenizer
     return train_tokenizer(data.tokenizer, train_lines, data.vocab_size)
 
 

@@ -260,11 +260,13 @@ def _load_prepared(run_dir: Path, record: dict[str, Any], train_config: TrainCon
     tgt = load_tokenizer(data_dir / "tokenizer_tgt.json")
     if record["data"].get("shared_vocab"):
         tgt = src  # one vocabulary object, as when it was trained
+    where = str(run_dir / "run.json")
     try:
         model_config = ModelConfig.from_dict(record["model"])
-        data_config = DataConfig.from_dict(record["data"], str(run_dir / "run.json"))
-    except DotformerError as exc:
-        raise CheckpointError(f"{run_dir / 'run.json'}: {exc}") from None
+        data_config = DataConfig.from_dict(record["data"], where)
+    except DotformerError as exc:  # the path once: DataConfig's messages name it already
+        message = str(exc)
+        raise CheckpointError(message if message.startswith(f"{where}:") else f"{where}: {message}") from None
     return _Prepared(
         model_config=model_config,
         train_config=train_config,
