@@ -316,8 +316,9 @@ def test_a_bad_tokenizer_file_is_one_error(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"x\.json: a JSON file, but not"):
         read_tokenizer_file(write(tmp_path / "x.json", '{"a": 1}'))
     pytest.importorskip("sentencepiece")
-    with pytest.raises(DataError, match=r"junk\.model: not a sentencepiece model"):
+    with pytest.raises(DataError, match=r"junk\.model: not a sentencepiece model") as caught:
         read_tokenizer_file(write(tmp_path / "junk.model", "not a model"))
+    assert "INTERNAL" not in str(caught.value) and ".cc" not in str(caught.value)  # no C++ source lines
 
 
 # --- evaluation helpers ----------------------------------------------------------------------------------------------

@@ -125,8 +125,11 @@ class SentencePieceTokenizer(Tokenizer):
         processor = sentencepiece.SentencePieceProcessor()
         try:
             processor.LoadFromSerializedProto(model_proto)
-        except (RuntimeError, OSError, TypeError) as exc:
-            raise DataError(f"{source or 'sentencepiece model'}: not a sentencepiece model ({exc})") from None
+        except (RuntimeError, OSError, TypeError):  # sentencepiece's own message names its C++ source lines
+            raise DataError(
+                f"{source or 'sentencepiece model'}: not a sentencepiece model (nor a tokenizer.json: a tokenizer "
+                "file is a Hugging Face tokenizer.json, a sentencepiece .model or a dotformer tokenizer_*.json)"
+            ) from None
         self._sp = processor
         self._proto = bytes(model_proto)
         self.source = source
