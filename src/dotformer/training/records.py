@@ -4,12 +4,14 @@ each resume) written atomically, read back, and compared on ``--resume``; one wr
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import platform
+import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +115,27 @@ def check_no_run_there(run_dir: Path) -> None:
         f"{run_dir} holds a run stopped before its first checkpoint (nothing to resume): pass --overwrite to start "
         f"afresh there, or another --out"
     )
+
+
+@contextlib.contextmanager
+def removed_if_unfinished(run_dir: Path, is_main: bool = True) -> Iterator[None]:
+    """Run the body; when it fails before the run's first checkpoint, delete the directories it created for
+    ``run_dir`` (the topmost of ``run_dir`` and its parents that did not exist on entry), so that the same ``--out``
+    can be tried again. A directory that existed before, or a run with a checkpoint, is never deleted. The error
+    goes on as it was; only rank 0 (``is_main``) deletes."""
+    created = None
+    for path in (run_dir, *run_dir.parents):
+        if os.path.lexists(path):
+            break
+        created = path
+    try:
+        yield
+    except BaseException:
+        from dotformer.checkpoint import run_has_checkpoint
+
+        if created is not None and is_main and not run_has_checkpoint(run_dir):
+            shutil.rmtree(created, ignore_errors=True)
+        raise
 
 
 def _read_run_json(run_dir: Path) -> dict[str, Any]:
