@@ -286,6 +286,22 @@ def test_average_last_warns_when_fewer_checkpoints_are_there(
     )
 
 
+def test_translate_refuses_a_language_model_naming_it_and_generate(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    copy = load_checkpoint(runs["copy"])
+    lm_model = Transformer(copy.model.config.replace(arch="decoder-only")).eval()
+    lm = save_checkpoint(tmp_path / "lm", lm_model, copy.tgt_tokenizer, copy.tgt_tokenizer, {"task": "lm"})
+    status, out, err = run_cli(capsys, "translate", "--checkpoint", str(lm), "a1 a2")
+    assert (status, out) == (2, "")
+    assert err == f"dotformer translate: error: {lm} is a language model: use dotformer generate (translate needs an "\
+        "encoder-decoder model)\n"  # fmt: skip
+    status, out, err = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--checkpoint", str(lm), "a1")
+    assert (status, out) == (2, "")
+    assert err == f"dotformer translate: error: {lm} is a language model: use dotformer generate (an ensemble "\
+        "decodes encoder-decoder models)\n"  # fmt: skip
+
+
 # -- translate's input and output: line splitting, encodings, files, formats, streaming, pipes, signals ----------------
 
 

@@ -210,11 +210,14 @@ def input_limit(args: argparse.Namespace, translator: Translator) -> int:
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, then read, decode and write chunk by chunk. Returns 0 (130 on Ctrl-C)."""
     from dotformer.api import Translator
+    from dotformer.api.translator import refuse_language_model
     from dotformer.errors import DataError
 
     config = decode_config_from_args(args)
     output_format = check_arguments(args, config.n_best)
-    translator = Translator(load_for_decoding(args), args.dtype)
+    loaded = load_for_decoding(args)
+    refuse_language_model(loaded)
+    translator = Translator(loaded, args.dtype)
     limit = input_limit(args, translator)
 
     close: list[IO[Any]] = []
