@@ -145,7 +145,8 @@ def train_lm_run(
 ) -> RunResult:
     """Prepare the text, tokenizer and model from the configs, and train (the work of ``dotformer train --task lm``).
 
-    Args: as :func:`dotformer.training.run.train_run` (no fine-tuning from another checkpoint).
+    Args: as :func:`dotformer.training.run.train_run` (no fine-tuning from another checkpoint). As there, a run that
+    fails before its first checkpoint removes the directories it made for ``out_dir``.
 
     Returns:
         :class:`~dotformer.training.run.RunResult`.

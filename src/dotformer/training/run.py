@@ -133,6 +133,10 @@ def train_run(
     Returns:
         :class:`RunResult`.
 
+    A run that fails before its first checkpoint removes the directories it made for ``out_dir`` (none that existed
+    before), so the same ``out_dir`` can be tried again (:func:`~dotformer.training.records.removed_if_unfinished`);
+    the [model] fields of a fresh run are checked before anything is written.
+
     Raises:
         ConfigError: bad configs, a missing dataset, an existing run without --resume.
         CheckpointError: --resume with nothing to resume, or with a model or data config that differs from the run's.
