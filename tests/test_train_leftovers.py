@@ -77,8 +77,10 @@ def test_a_text_too_short_for_a_block_leaves_nothing_and_the_next_try_runs(tmp_p
 def test_a_directory_that_was_there_before_is_kept(tmp_path, capsys, short_text) -> None:
     out = tmp_path / "mine"
     out.mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
     assert error_line(capsys, [*LM, "--data", str(short_text), "--out", str(out)]) == TOO_SHORT
-    assert out.is_dir()
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # the run's data/ and run.json are gone
+    assert error_line(capsys, [*LM, "--data", str(short_text), "--out", str(out)]) == TOO_SHORT  # not "holds a run"
 
 
 def test_a_run_with_a_checkpoint_is_never_deleted(tmp_path) -> None:

@@ -119,22 +119,32 @@ def check_no_run_there(run_dir: Path) -> None:
 
 @contextlib.contextmanager
 def removed_if_unfinished(run_dir: Path, is_main: bool = True) -> Iterator[None]:
-    """Run the body; when it fails before the run's first checkpoint, delete the directories it created for
-    ``run_dir`` (the topmost of ``run_dir`` and its parents that did not exist on entry), so that the same ``--out``
-    can be tried again. A directory that existed before, or a run with a checkpoint, is never deleted. The error
+    """Run the body; when it fails before the run's first checkpoint, delete what it created for ``run_dir``, so
+    that the same ``--out`` can be tried again: the topmost of ``run_dir`` and its parents that did not exist on
+    entry, or, in a directory that existed, the run's entries (``RUN_ENTRIES``) that were not there on entry. A
+    directory that existed before, anything else in it, and a run with a checkpoint are never deleted. The error
     goes on as it was; only rank 0 (``is_main``) deletes."""
+    from dotformer.checkpoint import RUN_ENTRIES, run_has_checkpoint
+
     created = None
     for path in (run_dir, *run_dir.parents):
         if os.path.lexists(path):
             break
         created = path
+    there = {name for name in RUN_ENTRIES if os.path.lexists(run_dir / name)}
     try:
         yield
     except BaseException:
-        from dotformer.checkpoint import run_has_checkpoint
-
-        if created is not None and is_main and not run_has_checkpoint(run_dir):
-            shutil.rmtree(created, ignore_errors=True)
+        if is_main and not run_has_checkpoint(run_dir):
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            else:
+                for name in RUN_ENTRIES:
+                    path = run_dir / name
+                    if name not in there and path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path, ignore_errors=True)
+                    elif name not in there and os.path.lexists(path):
+                        path.unlink()
         raise
 
 
