@@ -328,7 +328,8 @@ class Translator:
             than ``max_input_length`` (a ShapeError naming it, 1-based).
 
         Warns:
-            UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary.
+            UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary, and once
+                when prefixes hold symbols outside the target vocabulary (naming them).
         """
         arguments = dict(locals())  # the decoding options by name, as given
         from dotformer.decoding.inputs import encode_sources, warn_unknown

@@ -316,7 +316,8 @@ def translate(
         ConfigError: bad ``batch_size``, ``max_tokens``, ``max_input_length`` or model.
 
     Warns:
-        UnknownTokenWarning: once, when inputs hold symbols outside the source vocabulary (read as UNK).
+        UnknownTokenWarning: once, when inputs hold symbols outside the source vocabulary (read as UNK); once
+            more when prefixes hold symbols outside the target vocabulary (:func:`encode_prefixes`).
     """
     limit = check_max_input_length(loaded.model.config, max_input_length)
     encoded = encode_sources(loaded, texts, limit)
