@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import CLI_TIMEOUT_S
-from decoding_support import single_thread, tiny_config
+from decoding_support import random_model, single_thread, tiny_config
 from scripted_model import copy_model
 
 import dotformer
@@ -106,6 +106,16 @@ def test_attention_on_request_is_that_of_the_best_output(checkpoints: dict[str, 
     for kind in ("encoder", "decoder_self", "cross"):
         np.testing.assert_allclose(result.attention.kind(kind), expected.kind(kind), atol=1e-6)
     np.testing.assert_allclose(result.attention.cross.sum(-1), 1.0, atol=1e-5)  # each query's weights sum to 1
+
+
+def test_attention_tokens_are_the_beam_output(tmp_path: Path) -> None:
+    symbols = train_tokenizer("symbol", ["a0 a1 a2 a3 a4 a5 a6 a7"])
+    save_checkpoint(tmp_path / "random", random_model(vocab=12, seed=1), symbols, symbols, {"task": "synthetic"})
+    model = dotformer.load(tmp_path / "random", device="cpu")
+    result = model.translate("a1 a2", beam=4, max_len_b=6, details=True, attention=True)
+    assert result.text != model.translate("a1 a2", strategy="greedy", max_len_b=6)  # the beam found another output
+    assert result.attention.out_tokens == [*result.text.split(), "</s>"]
+    assert result.attention.out_tokens[:-1] == [symbols.decode([i]) for i in result.hypotheses[0].tokens]
 
 
 def test_inputs_are_normalised_and_unknown_symbols_warn(checkpoints: dict[str, Path]) -> None:

@@ -272,6 +272,36 @@ def test_average_writes_the_mean_of_the_weights(
     assert load_checkpoint(out_dir).info["averaged_from"][0].endswith("best")
 
 
+def test_average_last_warns_when_fewer_checkpoints_are_there(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    loaded = load_checkpoint(runs["copy"])
+    save_checkpoint(tmp_path / "run" / "checkpoints" / "step_0000010", loaded.model, loaded.src_tokenizer,
+                    loaded.tgt_tokenizer, loaded.info)  # fmt: skip
+    status, out, err = run_cli(capsys, "average", "--last", "2", "--out", str(tmp_path / "avg"), str(tmp_path / "run"))
+    assert status == 0 and out == f"averaged 1 checkpoint(s) into {tmp_path / 'avg'}\n"
+    assert err == (
+        f"dotformer average: warning: {tmp_path / 'run'}/checkpoints holds 1 step checkpoint(s): averaging 1 of the 2 "
+        f"asked for by --last 2\n"
+    )
+
+
+def test_translate_refuses_a_language_model_naming_it_and_generate(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    copy = load_checkpoint(runs["copy"])
+    lm_model = Transformer(copy.model.config.replace(arch="decoder-only")).eval()
+    lm = save_checkpoint(tmp_path / "lm", lm_model, copy.tgt_tokenizer, copy.tgt_tokenizer, {"task": "lm"})
+    status, out, err = run_cli(capsys, "translate", "--checkpoint", str(lm), "a1 a2")
+    assert (status, out) == (2, "")
+    assert err == f"dotformer translate: error: {lm} is a language model: use dotformer generate (translate needs an "\
+        "encoder-decoder model)\n"  # fmt: skip
+    status, out, err = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--checkpoint", str(lm), "a1")
+    assert (status, out) == (2, "")
+    assert err == f"dotformer translate: error: {lm} is a language model: use dotformer generate (an ensemble "\
+        "decodes encoder-decoder models)\n"  # fmt: skip
+
+
 # -- translate's input and output: line splitting, encodings, files, formats, streaming, pipes, signals ----------------
 
 

@@ -121,6 +121,29 @@ def test_cli_inline_prefix_and_prefix_file(
     assert status == 2 and "input 3: no prefix for this input" in err
 
 
+UNKNOWN_PREFIX = "3 prefix symbol(s) are not in the target vocabulary and were read as <unk>: QQ, ZZ"
+
+
+def test_prefix_symbols_outside_the_vocabulary_are_warned_about(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from dotformer.api.endpoint import translate_request
+    from dotformer.decoding.inputs import UnknownTokenWarning
+
+    translator = dotformer.load(checkpoint, device="cpu")
+    with pytest.warns(UnknownTokenWarning) as caught:
+        translator.translate(["a1", "a2", "a3"], prefix=["a5 QQ", "ZZ QQ", None])
+    assert [str(w.message) for w in caught] == [UNKNOWN_PREFIX]
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text("a1 ||| a7 QQ\na2 ||| ZZ QQ\na3\n", encoding="utf-8")
+    status, out, err = run_cli(
+        capsys, "translate", "--checkpoint", str(checkpoint), "--inline-prefix", "--input", str(inputs)
+    )
+    assert status == 0 and err == f"dotformer translate: warning: {UNKNOWN_PREFIX}\n"
+    reply = translate_request(translator, {"texts": ["a1", "a2 b9"], "prefix": ["K ZZ", "a5"], "strategy": "greedy"})
+    assert [t["unknown_symbols"] for t in reply["translations"]] == [2, 1]  # the prefix's, the text's
+
+
 def set_score_checkpoint(root: Path, scores: list[float]) -> Path:
     model = random_model(vocab=len(scores), tie_output=False, generator_bias=True)
     with torch.no_grad():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -230,8 +231,11 @@ def test_no_step_budget_is_refused_and_a_run_without_checkpoint_offers_overwrite
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "allows no step" in errors[0] and "max_minutes=1e-09" in errors[0], result.stderr
     assert "Traceback" not in result.stderr
-    assert not (run / "best").exists() and not (run / "last").exists() and not (run / "checkpoints").exists()
-    # item 9: run.json and data/ are there, no checkpoint: both ways in name --overwrite
+    assert not run.exists()  # a run that fails before its first checkpoint leaves nothing it made
+    # a run killed before its first checkpoint: run.json and data/ are there, no checkpoint: both ways name --overwrite
+    assert train(config, run, "--max-steps", "2").returncode == 0
+    for name in ("best", "last", "checkpoints"):
+        shutil.rmtree(run / name)
     for extra in (["--resume"], []):
         result = train(config, run, "--max-steps", "2", *extra)
         assert result.returncode == 2 and "--overwrite" in result.stderr, result.stderr

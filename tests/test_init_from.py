@@ -204,3 +204,20 @@ def test_a_shared_vocabulary_grows_once_by_both_sides_symbols(base: Path) -> Non
     assert extended.src_tokenizer is extended.tgt_tokenizer and (added_src, added_tgt) == (2, 0)
     assert extended.src_tokenizer.vocab[4:] == ["a", "B", "D", "c"]  # the new ones most frequent first
     assert extended.model_config.src_vocab_size == extended.model_config.tgt_vocab_size == 8
+
+
+def test_a_language_model_checkpoint_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make_model
+) -> None:
+    from dotformer.checkpoint import save_checkpoint
+
+    chars = CharTokenizer(["<pad>", "<s>", "</s>", "<unk>", *LATIN, " "])
+    lm = save_checkpoint(tmp_path / "lm", make_model(arch="decoder-only"), chars, chars, {"task": "lm"})
+    train, valid = g2p_file(tmp_path / "t.tsv", LATIN, "upper", 0), g2p_file(tmp_path / "v.tsv", LATIN, "upper", 1)
+    assert main(train_args(train, valid, tmp_path / "out", "--init-from", str(lm))) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"dotformer train: error: {lm} is a decoder-only language model; --init-from needs an encoder-decoder "
+        f"checkpoint\n"
+    )
+    assert not (tmp_path / "out").exists()

@@ -183,7 +183,7 @@ def translate_request(
         RequestError: a bad request (see :func:`parse_request`), or one that asks for more than ``max_work`` (413).
         DotformerError: the model cannot decode an input (e.g. longer than it reads).
     """
-    from dotformer.decoding.inputs import encode_sources
+    from dotformer.decoding.inputs import encode_sources, unknown_prefix_symbols
 
     texts, options = parse_request(request)
     encoded = encode_sources(translator.checkpoint, texts, translator.max_input_length)
@@ -203,14 +203,15 @@ def translate_request(
             prefix = options.get("prefix")
             chunk_options = {**options, "prefix": None if prefix is None else [prefix[i] for i in chunk]}
             results += translator.translate([texts[i] for i in chunk], details=True, **chunk_options)
+    prefixes = options.get("prefix") or [None] * len(results)
     translations = []
-    for result in results:
+    for result, prefix in zip(results, prefixes, strict=True):
         best = result.hypotheses[0]
         item: dict[str, Any] = {
             "text": best.text,
             "score": best.score,
             "finished": best.finished,
-            "unknown_symbols": result.unknown_symbols,
+            "unknown_symbols": result.unknown_symbols + len(unknown_prefix_symbols(translator.tgt_tokenizer, prefix)),
         }
         if best.alignment is not None:
             item["alignment"] = [list(pair) for pair in best.alignment]

@@ -10,6 +10,7 @@
 Only ``texts`` is required; ``beam`` (1..:data:`MAX_BEAM`, default 4), ``n_best`` (1..beam, default 1),
 ``strategy`` (``"beam"``, ``"greedy"`` or ``"sample"``) and every other option of
 :data:`dotformer.decoding.options.DECODE_OPTIONS` are optional (``prefix``: one string or null per text).
+``unknown_symbols`` counts the symbols of the text and of its prefix read as <unk>.
 ``/api/generate`` is for language-model checkpoints (:meth:`dotformer.api.Translator.generate`).
 ``hypotheses`` is there when ``n_best`` > 1 (best first,
 each ``{"text", "score", "finished"}``). Decoding is :meth:`dotformer.api.Translator.translate`, the path of

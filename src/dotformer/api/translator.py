@@ -98,6 +98,16 @@ def load_checkpoint_for_decoding(
     return loaded
 
 
+def refuse_language_model(checkpoint: LoadedCheckpoint, why: str = "translate needs an encoder-decoder model") -> None:
+    """Refuse a decoder-only checkpoint where a translation model is needed, naming its path and ``generate``.
+
+    Raises:
+        ConfigError: the checkpoint is a language model (``why`` ends the message).
+    """
+    if checkpoint.model.config.arch == "decoder-only":
+        raise ConfigError(f"{checkpoint.path} is a language model: use dotformer generate ({why})")
+
+
 def load_ensemble_for_decoding(
     paths: Sequence[str | Path], device: str | torch.device = "auto", dtype: str = "float32"
 ) -> LoadedCheckpoint:
@@ -105,12 +115,15 @@ def load_ensemble_for_decoding(
     and info; see :func:`load_checkpoint_for_decoding` for ``device`` and ``dtype``).
 
     Raises:
-        ConfigError: the checkpoints' tokenizers differ, or see :class:`~dotformer.decoding.ensemble.Ensemble`.
+        ConfigError: one of the checkpoints is a language model, the checkpoints' tokenizers differ, or see
+            :class:`~dotformer.decoding.ensemble.Ensemble`.
         CheckpointError: see :func:`dotformer.checkpoint.load_checkpoint`.
     """
     from dotformer.decoding.ensemble import Ensemble
 
     loaded = [load_checkpoint_for_decoding(path, device, dtype) for path in paths]
+    for checkpoint in loaded:
+        refuse_language_model(checkpoint, "an ensemble decodes encoder-decoder models")
     first = loaded[0]
     for other in loaded[1:]:
         for side in ("src_tokenizer", "tgt_tokenizer"):
@@ -332,7 +345,8 @@ class Translator:
             than ``max_input_length`` (a ShapeError naming it, 1-based).
 
         Warns:
-            UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary.
+            UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary, and once
+                when prefixes hold symbols outside the target vocabulary (naming them).
         """
         arguments = dict(locals())  # the decoding options by name, as given
         from dotformer.decoding.inputs import encode_sources, warn_unknown

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -58,6 +59,12 @@ def run(args: argparse.Namespace) -> int:
         paths = step_checkpoints(Path(args.checkpoints[0]) / "checkpoints")[-args.last :]
         if not paths:
             raise CheckpointError(f"{args.checkpoints[0]}/checkpoints holds no step_* checkpoint")
+        if len(paths) < args.last:
+            print(
+                f"dotformer average: warning: {args.checkpoints[0]}/checkpoints holds {len(paths)} step checkpoint(s):"
+                f" averaging {len(paths)} of the {args.last} asked for by --last {args.last}",
+                file=sys.stderr,
+            )
     else:
         paths = [resolve_checkpoint(p) for p in args.checkpoints]
     state = average_checkpoints(paths)  # checks that every checkpoint has the same model config

@@ -14,7 +14,7 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -123,9 +123,11 @@ class Tally:
     cut: list[str] = field(default_factory=list)  # where each cut output's input is
     table: int | None = None  # the positions of the model's learned positional table (None: sinusoidal)
     cut_by_table: list[str] = field(default_factory=list)  # where each output cut by that table's length is
+    prefix_unknown: list[str] = field(default_factory=list)  # the prefixes' symbols read as <unk>, in order
 
-    def add(self, result: TranslationResult, where: str) -> None:
+    def add(self, result: TranslationResult, where: str, prefix_unknown: Sequence[str] = ()) -> None:
         self.inputs += 1
+        self.prefix_unknown += prefix_unknown
         if result.unknown_symbols:
             self.unknown += result.unknown_symbols
             self.with_unknown.append((where, result.source))
@@ -142,6 +144,11 @@ class Tally:
                 f"{self.unknown} input symbol(s) in {len(self.with_unknown)} of {self.inputs} input(s) are not in "
                 f"the source vocabulary and were read as <unk> (first: {where}, {example!r})"
             )
+        from dotformer.decoding.inputs import unknown_prefix_message
+
+        prefix_line = unknown_prefix_message(self.prefix_unknown)
+        if prefix_line is not None:
+            lines.append(prefix_line)
         if self.cut:
             lines.append(
                 f"{len(self.cut)} of {self.inputs} output(s) reached the maximum output length (--max-len-a "
@@ -212,11 +219,15 @@ def input_limit(args: argparse.Namespace, translator: Translator) -> int:
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, then read, decode and write chunk by chunk. Returns 0 (130 on Ctrl-C)."""
     from dotformer.api import Translator
+    from dotformer.api.translator import refuse_language_model
+    from dotformer.decoding.inputs import unknown_prefix_symbols
     from dotformer.errors import DataError
 
     config = decode_config_from_args(args)
     output_format = check_arguments(args, config.n_best)
-    translator = Translator(load_for_decoding(args), args.dtype)
+    loaded = load_for_decoding(args)
+    refuse_language_model(loaded)
+    translator = Translator(loaded, args.dtype)
     limit = input_limit(args, translator)
 
     close: list[IO[Any]] = []
@@ -245,7 +256,8 @@ def run(args: argparse.Namespace) -> int:
                 out.write(text.encode("utf-8"))
                 out.flush()
                 for result, index in done:
-                    tally.add(result, where(name, index + 1))
+                    prefix = None if prefixes is None else prefixes[index + 1 - first]
+                    tally.add(result, where(name, index + 1), unknown_prefix_symbols(translator.tgt_tokenizer, prefix))
             if error is not None:
                 raise error
         if prefix_lines is not None and len(prefix_lines) != tally.inputs:

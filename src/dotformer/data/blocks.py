@@ -82,6 +82,21 @@ def collate_blocks(stream: Tensor, starts: Sequence[int], length: int, indices: 
     )
 
 
+def check_training_stream(stream: TokenStream) -> None:
+    """Check that ``stream`` is long enough to train on: a block of T tokens at every offset 0 .. T - 1 (2T + 1
+    tokens at least).
+
+    Raises:
+        DataError: the text is too short, with its length and the length needed.
+    """
+    T = stream.block_size
+    if len(stream) < 2 * T + 1:
+        raise DataError(
+            f"the training text has {len(stream)} tokens: too few for blocks of {T} tokens at every offset "
+            f"(needs at least {2 * T + 1}); lower the block size or give more text"
+        )
+
+
 class BlockSampler(BatchSampler):
     """Batches of ``max_tokens // block_size`` contiguous blocks of a :class:`TokenStream` (at least one).
 
@@ -113,11 +128,8 @@ class BlockSampler(BatchSampler):
     ) -> None:
         check_sampler_arguments(max_tokens, seed, rank, world_size, remainder)
         T = stream.block_size
-        if shuffle and len(stream) < 2 * T + 1:
-            raise DataError(
-                f"the training text has {len(stream)} tokens: too few for blocks of {T} tokens at every offset "
-                f"(needs at least {2 * T + 1}); lower the block size or give more text"
-            )
+        if shuffle:
+            check_training_stream(stream)
         if len(stream) < 2:
             raise DataError(f"the text has {len(stream)} token(s): nothing to predict")
         self.stream = stream

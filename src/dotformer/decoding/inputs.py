@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dotformer.data.tokenizers import EOS_ID
@@ -224,6 +225,22 @@ def unknown_target_message(unknown: Sequence[str]) -> str | None:
         f"{len(unknown)} target symbol(s) are not in the target vocabulary and were read as <unk>: {names} "
         f"(after normalising the target as the training targets were)"
     )
+
+
+def unknown_prefix_symbols(tokenizer: Tokenizer, prefix: str | None) -> list[str]:
+    """The symbols of a target prefix (written as outputs are, not normalised) outside the target vocabulary, in
+    order (``"<unk>"`` where a tokenizer cannot name them); none for None or a blank prefix."""
+    if not prefix or not prefix.strip():
+        return []
+    return encode_target(SimpleNamespace(tgt_tokenizer=tokenizer), prefix).unknown
+
+
+def unknown_prefix_message(unknown: Sequence[str]) -> str | None:
+    """The one-line warning for prefix symbols outside the target vocabulary (None when there are none)."""
+    if not unknown:
+        return None
+    names = ", ".join(dict.fromkeys(unknown))
+    return f"{len(unknown)} prefix symbol(s) are not in the target vocabulary and were read as <unk>: {names}"
 
 
 def unknown_message(encoded: EncodedTexts, where: Callable[[int], str] | None = None) -> str | None:

@@ -10,6 +10,7 @@ is decoded alone instead of padding a whole batch; the outputs come back in inpu
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -22,9 +23,12 @@ from dotformer.decoding.batch import decode_batch
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.inputs import (
     EncodedTexts,
+    UnknownTokenWarning,
     check_max_input_length,
     encode_sources,
     is_empty_source,
+    unknown_prefix_message,
+    unknown_prefix_symbols,
     warn_unknown,
 )
 from dotformer.errors import ConfigError, ShapeError
@@ -258,12 +262,20 @@ def encode_prefixes(loaded: LoadedCheckpoint, prefixes: Sequence[str | None]) ->
 
     Raises:
         ConfigError: a prefix is not a string or None (the message names its position).
+
+    Warns:
+        UnknownTokenWarning: once, naming the prefixes' symbols outside the target vocabulary (read as <unk>).
     """
     ids: list[list[int]] = []
+    unknown: list[str] = []
     for i, prefix in enumerate(prefixes):
         if prefix is not None and not isinstance(prefix, str):
             raise ConfigError(f"prefix {i} must be a string or None, got {type(prefix).__name__}")
         ids.append(loaded.tgt_tokenizer.encode(prefix) if prefix and prefix.strip() else [])
+        unknown += unknown_prefix_symbols(loaded.tgt_tokenizer, prefix)
+    message = unknown_prefix_message(unknown)
+    if message is not None:
+        warnings.warn(message, UnknownTokenWarning, stacklevel=3)
     return ids
 
 
@@ -304,7 +316,8 @@ def translate(
         ConfigError: bad ``batch_size``, ``max_tokens``, ``max_input_length`` or model.
 
     Warns:
-        UnknownTokenWarning: once, when inputs hold symbols outside the source vocabulary (read as UNK).
+        UnknownTokenWarning: once, when inputs hold symbols outside the source vocabulary (read as UNK); once
+            more when prefixes hold symbols outside the target vocabulary (:func:`encode_prefixes`).
     """
     limit = check_max_input_length(loaded.model.config, max_input_length)
     encoded = encode_sources(loaded, texts, limit)

@@ -46,8 +46,10 @@ class AttentionMaps(NamedTuple):
             outside the target vocabulary shown as "<unk>".
         src_tokens: S labels: the source tokens, then "</s>".
         tgt_tokens: T labels of the decoder's input positions: "<s>", then the output tokens.
-        out_tokens: T labels: the token the model predicts (argmax, PAD and BOS excluded as in greedy decoding) at
-            each decoder position: the greedy output followed by "</s>" when decoding finished with EOS.
+        out_tokens: T labels of ``next_ids``: when the model decoded, the token it predicts (argmax, PAD and BOS
+            excluded as in greedy decoding) at each decoder position: the greedy output followed by "</s>" when
+            decoding finished with EOS; when forced, the given output's tokens followed by "</s>" (the model's own
+            argmax is in ``logits``).
         encoder: (L, H, S, S) float32 encoder self-attention weights (rows sum to 1).
         decoder_self: (L, H, T, T) float32 decoder self-attention weights (zero above the diagonal).
         cross: (L, H, T, S) float32 cross-attention weights.
@@ -179,6 +181,8 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
     finally:
         model.train(was_training)
 
+    next_ids = predicted if forced is None else [*out_ids, EOS]  # forced: the given output, never the argmax
+
     def stack(weights: Sequence[torch.Tensor]) -> np.ndarray:
         return torch.stack([w[0] for w in weights]).float().cpu().numpy()  # (L, H, rows, cols)
 
@@ -187,12 +191,12 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
         output_text=loaded.tgt_tokenizer.decode(out_ids) if forced is None else forced.text,
         src_tokens=[token_label(loaded.src_tokenizer, i) for i in src[0].tolist()],
         tgt_tokens=[token_label(loaded.tgt_tokenizer, i) for i in tgt_in[0].tolist()],
-        out_tokens=[token_label(loaded.tgt_tokenizer, i) for i in predicted],
+        out_tokens=[token_label(loaded.tgt_tokenizer, i) for i in next_ids],
         encoder=stack(encoded.self_weights),
         decoder_self=stack(decoded.self_weights),
         cross=stack(decoded.cross_weights),
         logits=raw_logits.cpu().numpy(),
-        next_ids=tuple(predicted if target is None else [*out_ids, EOS]),
+        next_ids=tuple(next_ids),
         forced=target is not None,
     )
 

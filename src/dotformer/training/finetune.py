@@ -59,13 +59,17 @@ def read_init_source(path: str | Path, model_section: dict[str, Any], data_secti
         :class:`InitSource`.
 
     Raises:
-        CheckpointError: a missing or damaged checkpoint, or a requested model/tokenizer field that differs from the
-            checkpoint's (the message names the field, both values and the checkpoint's config.json).
+        CheckpointError: a missing or damaged checkpoint, one that is not an encoder-decoder, or a requested
+            model/tokenizer field that differs from the checkpoint's (the message names the field, both values and the
+            checkpoint's config.json).
     """
     path = ckpt.resolve_checkpoint(path)
     ckpt.verify_checkpoint(path)
     info = ckpt.read_json(path / ckpt.CONFIG_FILE)
     config = ckpt.model_config_of(info, path / ckpt.CONFIG_FILE)
+    if config.arch != "encoder-decoder":
+        kind = "a decoder-only language model" if config.arch == "decoder-only" else f"an {config.arch} model"
+        raise CheckpointError(f"{path} is {kind}; --init-from needs an encoder-decoder checkpoint")
     where = path / ckpt.CONFIG_FILE
     saved_preset = info.get("preset") if isinstance(info.get("preset"), str) else None
     saved = config.to_dict()

@@ -33,6 +33,7 @@ from dotformer.training.records import (
     check_no_run_there,
     invocation_of,
     record_resume,
+    removed_if_unfinished,
     resumed_sections,
     write_json_atomic,
     write_new_record,
@@ -154,7 +155,8 @@ def train_lm_run(
 ) -> RunResult:
     """Prepare the text, tokenizer and model from the configs, and train (the work of ``dotformer train --task lm``).
 
-    Args: as :func:`dotformer.training.run.train_run` (no fine-tuning from another checkpoint).
+    Args: as :func:`dotformer.training.run.train_run` (no fine-tuning from another checkpoint). As there, a run that
+    fails before its first checkpoint removes the directories it made for ``out_dir``.
 
     Returns:
         :class:`~dotformer.training.run.RunResult`.
@@ -165,7 +167,7 @@ def train_lm_run(
         DataError / MissingDataError: a text cannot be read. TrainingError: see :func:`fit`.
     """
     from dotformer.training.distributed import setup_distributed, teardown_distributed
-    from dotformer.training.run import check_requirements
+    from dotformer.training.run import ANY_VOCAB_SIZE, check_requirements
 
     if resume and overwrite:
         raise ConfigError("--resume continues a run as it is: it cannot be combined with --overwrite")
@@ -183,13 +185,16 @@ def train_lm_run(
     section = {**LM_TRAIN_DEFAULTS, **sections.train}
     train_config = budgeted_train_config(section, f"{file_sections.source} [train]", from_file)
     check_requirements(train_config)  # before any text is read: a missing package is one line, not a lost run
+    if record is None:  # before the run directory is made: bad [model] fields are one line
+        lm_model_config(sections.model, ANY_VOCAB_SIZE, data_config.block_size)
     context = setup_distributed(train_config.device)
     try:
-        if record is None:
-            prepared = _prepare_fresh(run_dir, sections, data_config, train_config, invocation, context, overwrite)
-        else:
-            prepared = _prepare_resume(run_dir, record, sections, data_config, train_config, invocation, context)
-        return _train(prepared, run_dir, resume, context.is_main)
+        with removed_if_unfinished(run_dir, context.is_main):  # a failure before the first checkpoint: no leftovers
+            if record is None:
+                prepared = _prepare_fresh(run_dir, sections, data_config, train_config, invocation, context, overwrite)
+            else:
+                prepared = _prepare_resume(run_dir, record, sections, data_config, train_config, invocation, context)
+            return _train(prepared, run_dir, resume, context.is_main)
     finally:
         teardown_distributed(context)
 
@@ -266,7 +271,7 @@ def _load_prepared(run_dir: Path, record: dict[str, Any], train_config: TrainCon
 def _train(p: LMPrepared, run_dir: Path, resume: bool, is_main: bool) -> RunResult:
     import torch
 
-    from dotformer.data.blocks import encode_text
+    from dotformer.data.blocks import check_training_stream, encode_text
     from dotformer.model import Transformer
     from dotformer.training.loop import fit
     from dotformer.training.run import RunResult
@@ -282,6 +287,7 @@ def _train(p: LMPrepared, run_dir: Path, resume: bool, is_main: bool) -> RunResu
         tgt_tokenizer=p.tokenizer,
         valid_pairs=[],
     )
+    check_training_stream(data.train)  # type: ignore[arg-type]  # before the data line: an error is one line
     info = {"task": LM_TASK, "dataset": p.data_config.dataset, "data": p.data_config.to_dict()}
     if is_main and p.train_config.progress:
         characters = sum(len(line) + 1 for line in p.train_lines)

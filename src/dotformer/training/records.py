@@ -4,12 +4,14 @@ each resume) written atomically, read back, and compared on ``--resume``; one wr
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import platform
+import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +115,37 @@ def check_no_run_there(run_dir: Path) -> None:
         f"{run_dir} holds a run stopped before its first checkpoint (nothing to resume): pass --overwrite to start "
         f"afresh there, or another --out"
     )
+
+
+@contextlib.contextmanager
+def removed_if_unfinished(run_dir: Path, is_main: bool = True) -> Iterator[None]:
+    """Run the body; when it fails before the run's first checkpoint, delete what it created for ``run_dir``, so
+    that the same ``--out`` can be tried again: the topmost of ``run_dir`` and its parents that did not exist on
+    entry, or, in a directory that existed, the run's entries (``RUN_ENTRIES``) that were not there on entry. A
+    directory that existed before, anything else in it, and a run with a checkpoint are never deleted. The error
+    goes on as it was; only rank 0 (``is_main``) deletes."""
+    from dotformer.checkpoint import RUN_ENTRIES, run_has_checkpoint
+
+    created = None
+    for path in (run_dir, *run_dir.parents):
+        if os.path.lexists(path):
+            break
+        created = path
+    there = {name for name in RUN_ENTRIES if os.path.lexists(run_dir / name)}
+    try:
+        yield
+    except BaseException:
+        if is_main and not run_has_checkpoint(run_dir):
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            else:
+                for name in RUN_ENTRIES:
+                    path = run_dir / name
+                    if name not in there and path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path, ignore_errors=True)
+                    elif name not in there and os.path.lexists(path):
+                        path.unlink()
+        raise
 
 
 def _read_run_json(run_dir: Path) -> dict[str, Any]:

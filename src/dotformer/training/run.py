@@ -60,6 +60,7 @@ from dotformer.training.records import (
     _read_run_json,
     check_no_run_there,
     invocation_of,
+    removed_if_unfinished,
     resumed_sections,
     versions,
     write_json_atomic,
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
     from dotformer.training.loop import FitResult
 
 logger = logging.getLogger(__name__)  # "dotformer.training.run": warnings about the recipe before step 1
+ANY_VOCAB_SIZE = 1 << 20  # the vocabulary sizes of the model config checked before the data is read (not yet known)
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,10 @@ def train_run(
     Returns:
         :class:`RunResult`.
 
+    A run that fails before its first checkpoint removes the directories it made for ``out_dir`` (none that existed
+    before), so the same ``out_dir`` can be tried again (:func:`~dotformer.training.records.removed_if_unfinished`);
+    the [model] fields of a fresh run are checked before anything is written.
+
     Raises:
         ConfigError: bad configs, a missing dataset, an existing run without --resume.
         CheckpointError: --resume with nothing to resume, or with a model or data config that differs from the run's.
@@ -166,23 +172,27 @@ def train_run(
     from_file = set(file_sections.train) - set(flag_sections.train)
     train_config = budgeted_train_config(sections.train, f"{file_sections.source} [train]", from_file)
     check_requirements(train_config)
+    if record is None and init_from is None:  # before the run directory is made: bad [model] fields are one line
+        task = sections.data.get("task") or NAMED_TASKS.get(dataset, "translation")
+        build_model_config(sections.model, task, ANY_VOCAB_SIZE, ANY_VOCAB_SIZE, False)
     context = setup_distributed(train_config.device)
     try:
-        if record is not None:
-            prepared = _prepare_resume(run_dir, record, sections, train_config, invocation, context.is_main)
-        else:
-            prepared = _prepare_fresh(
-                run_dir,
-                sections,
-                train_config,
-                invocation,
-                context,
-                overwrite,
-                init_from,
-                explicit_warmup,
-                extend_vocab,
-            )
-        return _train(prepared, run_dir, resume, context.is_main, context.device.type, context.world_size)
+        with removed_if_unfinished(run_dir, context.is_main):  # a failure before the first checkpoint: no leftovers
+            if record is not None:
+                prepared = _prepare_resume(run_dir, record, sections, train_config, invocation, context.is_main)
+            else:
+                prepared = _prepare_fresh(
+                    run_dir,
+                    sections,
+                    train_config,
+                    invocation,
+                    context,
+                    overwrite,
+                    init_from,
+                    explicit_warmup,
+                    extend_vocab,
+                )
+            return _train(prepared, run_dir, resume, context.is_main, context.device.type, context.world_size)
     finally:
         teardown_distributed(context)
 
