@@ -274,6 +274,7 @@ def test_a_large_request_lets_a_small_one_through(translator: Any) -> None:
 
     class Recording:
         checkpoint, max_input_length = translator.checkpoint, translator.max_input_length
+        tgt_tokenizer = translator.tgt_tokenizer
 
         def translate(self, texts: list[str], **options: Any) -> Any:
             calls.append(len(texts))
@@ -369,6 +370,7 @@ def test_the_request_that_held_the_server_is_refused_at_once(translator: Any) ->
 
     class NoDecoding:
         checkpoint, max_input_length = translator.checkpoint, translator.max_input_length
+        tgt_tokenizer = translator.tgt_tokenizer
 
         def translate(self, *args: Any, **kwargs: Any) -> Any:
             raise AssertionError("a refused request must not be decoded")

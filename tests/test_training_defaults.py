@@ -52,12 +52,14 @@ def files(tmp_path: Path) -> dict[str, Path]:
     return out
 
 
-def prepared_by(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> Any:
-    """Run ``dotformer train ARGV`` up to the training itself and return what it prepared (model and recipe)."""
-    seen: dict[str, Any] = {}
+def prepared_by(monkeypatch: pytest.MonkeyPatch, argv: list[str], seen: dict[str, Any] | None = None) -> Any:
+    """Run ``dotformer train ARGV`` up to the training itself and return what it prepared (model and recipe); ``seen``
+    also gets the run.json written by then (``"record"``: the stopped run removes what it created)."""
+    seen = {} if seen is None else seen
 
-    def capture(prepared: Any, *args: Any, **kwargs: Any) -> Any:
+    def capture(prepared: Any, run_dir: Path, *args: Any, **kwargs: Any) -> Any:
         seen["prepared"] = prepared
+        seen["record"] = json.loads((Path(run_dir) / "run.json").read_text())
         raise SystemExit(0)
 
     monkeypatch.setattr(run_module, "_train", capture)
@@ -135,11 +137,14 @@ def test_a_default_warmup_is_fitted_to_a_budget_of_known_steps(
     assert p.train_config.warmup_steps == 50  # a tenth of 500, where the recipe says 200
     p = prepared_by(monkeypatch, [*base, "--max-steps", "500", "--warmup", "300", "--out", str(tmp_path / "b")])
     assert p.train_config.warmup_steps == 300  # asked for: kept (and warned about by the run)
-    p = prepared_by(monkeypatch, [*base, "--max-epochs", "2", "--max-tokens", "256", "--out", str(tmp_path / "c")])
+    seen: dict[str, Any] = {}
+    p = prepared_by(
+        monkeypatch, [*base, "--max-epochs", "2", "--max-tokens", "256", "--out", str(tmp_path / "c")], seen
+    )
     # 300 words of <= 8 tokens: a few dozen batches of 256 tokens an epoch, two epochs' steps, a tenth of them
     epoch = epoch_steps_of(p.train_config, encode_pairs(p.train_pairs, p.src_tokenizer, p.tgt_tokenizer))
     assert 2 < epoch < 100 and p.train_config.warmup_steps == round(0.2 * epoch)
-    assert json.loads((tmp_path / "c" / "run.json").read_text())["train"]["warmup_steps"] == round(0.2 * epoch)
+    assert seen["record"]["train"]["warmup_steps"] == round(0.2 * epoch)
 
 
 def test_the_warmup_against_the_budget_in_numbers() -> None:

@@ -211,7 +211,8 @@ def translate_request(
             "text": best.text,
             "score": best.score,
             "finished": best.finished,
-            "unknown_symbols": result.unknown_symbols + len(unknown_prefix_symbols(translator.tgt_tokenizer, prefix)),
+            "unknown_symbols": result.unknown_symbols
+            + (len(unknown_prefix_symbols(translator.tgt_tokenizer, prefix)) if prefix else 0),
         }
         if best.alignment is not None:
             item["alignment"] = [list(pair) for pair in best.alignment]
