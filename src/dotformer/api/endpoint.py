@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from dotformer.api.connections import FairTurns
 from dotformer.decoding.config import STRATEGIES
-from dotformer.decoding.options import DECODE_OPTIONS, OPTION_NAMES, DecodeOption, decode_config, with_surface_names
+from dotformer.decoding.options import (
+    DECODE_OPTIONS,
+    OPTION_NAMES,
+    DecodeOption,
+    decode_config,
+    only_apply,
+    with_surface_names,
+)
 from dotformer.errors import ConfigError, DotformerError
 
 if TYPE_CHECKING:
@@ -129,9 +136,8 @@ def _prefixes(request: dict[str, Any], count: int) -> list[str | None] | None:
 
 def _json_misplaced(options: list[DecodeOption], wanted: str, strategy: str) -> str:
     """``"temperature", "seed" only apply to "strategy": "sample"`` (one field: ``"seed" only applies ...``)."""
-    names = ", ".join(f'"{o.name}"' for o in options)
-    verb = "applies" if len(options) == 1 else "apply"
-    return f'{names} only {verb} to "strategy": "{wanted}", not "{strategy}"'
+    names = [f'"{o.name}"' for o in options]
+    return only_apply(names, f'"strategy": "{wanted}"') + f', not "{strategy}"'
 
 
 def hypothesis_json(hypothesis: Any) -> dict[str, Any]:

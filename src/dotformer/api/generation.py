@@ -109,8 +109,9 @@ def warn_unknown_prompt(checkpoint: LoadedCheckpoint, prompt: str, where: str | 
 
 def api_misplaced(names: Sequence[str], wanted: str, strategy: str) -> str:
     """``generate(): top_k only applies to strategy='sample', not strategy='greedy'`` (translate()'s wording)."""
-    verb = "applies" if len(names) == 1 else "apply"
-    return f"generate(): {', '.join(names)} only {verb} to strategy={wanted!r}, not strategy={strategy!r}"
+    from dotformer.decoding.options import only_apply
+
+    return f"generate(): {only_apply(names, f'strategy={wanted!r}')}, not strategy={strategy!r}"
 
 
 def generation_settings(
@@ -137,12 +138,11 @@ def generation_settings(
     from dotformer.decoding.generate import generation_config
 
     sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
-    given = [name for name, value in sampling.items() if value is not None]
+    given: dict[str, Any] = {name: value for name, value in sampling.items() if value is not None}
     if given and strategy != "sample":
-        raise ConfigError(misplaced(given, "sample", strategy))
-    if beam_size is not None and strategy != "beam":
-        raise ConfigError(misplaced(["beam_size"], "beam", strategy))
-    extra: dict[str, Any] = {name: value for name, value in sampling.items() if value is not None}
+        raise ConfigError(misplaced(list(given), "sample", strategy))
     if beam_size is not None:
-        extra["beam_size"] = beam_size
-    return generation_config(max_new_tokens, strategy, n, use_cache=use_cache, **extra)
+        if strategy != "beam":
+            raise ConfigError(misplaced(["beam_size"], "beam", strategy))
+        given["beam_size"] = beam_size
+    return generation_config(max_new_tokens, strategy, n, use_cache=use_cache, **given)

@@ -87,8 +87,9 @@ def add_option_flags(
 
 def cli_misplaced(options: list[DecodeOption], wanted: str, strategy: str) -> str:
     """``--temperature, --seed only apply to --strategy sample`` (one flag: ``--seed only applies ...``)."""
-    verb = "applies" if len(options) == 1 else "apply"
-    return f"{', '.join(o.flag for o in options)} only {verb} to --strategy {wanted}"
+    from dotformer.decoding.options import only_apply
+
+    return only_apply([o.flag for o in options], f"--strategy {wanted}")
 
 
 def decode_config_from_args(args: argparse.Namespace, n_best: int = 1) -> DecodeConfig:

@@ -44,19 +44,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SAMPLING_FLAGS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}  # sampling flags and their defaults
-# DecodeConfig field -> generate's flag, for its error messages
-FLAGS = {
-    "beam_size": "--beam", "n_best": "--n", "seed": "--seed", "temperature": "--temperature", "top_k": "--top-k",
-    "top_p": "--top-p", "max_new_tokens": "--max-new-tokens",
-}  # fmt: skip
+
+
+def generate_flags() -> dict[str, str]:
+    """DecodeConfig field -> generate's flag, for its error messages: translate's flags, but ``--n`` and
+    ``--max-new-tokens``."""
+    from dotformer.decoding.options import FLAG_NAMES
+
+    return {**FLAG_NAMES, "n_best": "--n", "max_new_tokens": "--max-new-tokens"}
 
 
 def cli_misplaced(names: Sequence[str], wanted: str, strategy: str) -> str:
     """``--top-k only applies to sampling (the default), not --greedy`` (translate's wording, generate's flags)."""
-    flags = ", ".join("--" + ("beam" if name == "beam_size" else name).replace("_", "-") for name in names)
-    verb = "applies" if len(names) == 1 else "apply"
+    from dotformer.decoding.options import only_apply
+
+    flags = generate_flags()
     where = "--beam" if wanted == "beam" else "sampling (the default)"
-    return f"{flags} only {verb} to {where}, not --{strategy}"
+    return f"{only_apply([flags[name] for name in names], where)}, not --{strategy}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             misplaced=cli_misplaced, **given,
         )  # fmt: skip
     except ConfigError as exc:
-        raise ConfigError(with_surface_names(str(exc), FLAGS)) from None
+        raise ConfigError(with_surface_names(str(exc), generate_flags())) from None
     checkpoint = load_checkpoint_for_decoding(args.checkpoint, args.device)
     if args.prompt is not None:
         prompts: Iterable[tuple[str, str]] = [("--prompt", args.prompt)]

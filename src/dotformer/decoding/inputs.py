@@ -227,12 +227,18 @@ def unknown_target_message(unknown: Sequence[str]) -> str | None:
     )
 
 
-def unknown_prefix_symbols(tokenizer: Tokenizer, prefix: str | None) -> list[str]:
-    """The symbols of a target prefix (written as outputs are, not normalised) outside the target vocabulary, in
-    order (``"<unk>"`` where a tokenizer cannot name them); none for None or a blank prefix."""
+def encode_prefix(tokenizer: Tokenizer, prefix: str | None) -> EncodedTarget:
+    """A target prefix (written as outputs are, not normalised) as target ids and the symbols among them outside the
+    target vocabulary (:class:`EncodedTarget`); no ids for None or a blank prefix."""
     if not prefix or not prefix.strip():
-        return []
-    return encode_target(SimpleNamespace(tgt_tokenizer=tokenizer), prefix).unknown
+        return EncodedTarget("", [], [])
+    return encode_target(SimpleNamespace(tgt_tokenizer=tokenizer), prefix)
+
+
+def unknown_prefix_symbols(tokenizer: Tokenizer, prefix: str | None) -> list[str]:
+    """The symbols of a target prefix outside the target vocabulary, in order (``"<unk>"`` where a tokenizer cannot
+    name them); none for None or a blank prefix (see :func:`encode_prefix`)."""
+    return encode_prefix(tokenizer, prefix).unknown
 
 
 def unknown_prefix_message(unknown: Sequence[str]) -> str | None:

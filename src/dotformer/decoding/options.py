@@ -11,7 +11,7 @@ checks that each accepts exactly this set.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,11 +139,16 @@ FLAG_NAMES: dict[str, str] = {option.field: option.flag for option in SEARCH_OPT
 Misplaced = Callable[[list[DecodeOption], str, str], str]  # (options, their strategy, the strategy asked) -> message
 
 
+def only_apply(names: Sequence[str], where: str) -> str:
+    """``"temperature, seed only apply to WHERE"`` (one name: ``"seed only applies to WHERE"``): the start of every
+    surface's message for options of another strategy."""
+    return f"{', '.join(names)} only {'applies' if len(names) == 1 else 'apply'} to {where}"
+
+
 def misplaced_message(options: list[DecodeOption], wanted: str, strategy: str) -> str:
     """The default message for options of another strategy: ``"temperature, seed only apply to strategy='sample',
     not strategy='beam'"`` (one option: ``"seed only applies ..."``)."""
-    verb = "applies" if len(options) == 1 else "apply"
-    return f"{', '.join(o.name for o in options)} only {verb} to strategy={wanted!r}, not strategy={strategy!r}"
+    return f"{only_apply([o.name for o in options], f'strategy={wanted!r}')}, not strategy={strategy!r}"
 
 
 def decode_config(values: Mapping[str, Any], misplaced: Misplaced = misplaced_message) -> DecodeConfig:

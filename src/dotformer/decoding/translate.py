@@ -25,10 +25,10 @@ from dotformer.decoding.inputs import (
     EncodedTexts,
     UnknownTokenWarning,
     check_max_input_length,
+    encode_prefix,
     encode_sources,
     is_empty_source,
     unknown_prefix_message,
-    unknown_prefix_symbols,
     warn_unknown,
 )
 from dotformer.errors import ConfigError, ShapeError
@@ -271,8 +271,9 @@ def encode_prefixes(loaded: LoadedCheckpoint, prefixes: Sequence[str | None]) ->
     for i, prefix in enumerate(prefixes):
         if prefix is not None and not isinstance(prefix, str):
             raise ConfigError(f"prefix {i} must be a string or None, got {type(prefix).__name__}")
-        ids.append(loaded.tgt_tokenizer.encode(prefix) if prefix and prefix.strip() else [])
-        unknown += unknown_prefix_symbols(loaded.tgt_tokenizer, prefix)
+        encoded = encode_prefix(loaded.tgt_tokenizer, prefix)
+        ids.append(encoded.ids)
+        unknown += encoded.unknown
     message = unknown_prefix_message(unknown)
     if message is not None:
         warnings.warn(message, UnknownTokenWarning, stacklevel=3)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,16 +102,20 @@ def task_defaults(task: str, fine_tuning: bool = False) -> ConfigSections:
     return ConfigSections(model={} if fine_tuning else dict(recipe.model), train=train, source="defaults")
 
 
-def budgeted_train_config(section: dict[str, Any], source: str, file_keys: Collection[str] = ()) -> TrainConfig:
-    """The ``[train]`` section as a :class:`TrainConfig` that has a budget (one of :data:`BUDGETS`).
+def budgeted_train_config(
+    section: dict[str, Any], file_sections: ConfigSections, flag_sections: ConfigSections
+) -> TrainConfig:
+    """The ``[train]`` section (merged from defaults, ``file_sections`` and ``flag_sections``) as a
+    :class:`TrainConfig` that has a budget (one of :data:`BUDGETS`).
 
-    ``file_keys`` are the keys whose values come from the config file that ``source`` names (``"g2p.toml [train]"``):
-    an invalid value of one of them is reported as ``g2p.toml [train] max_steps must be ...``, others as
-    ``TrainConfig.max_steps must be ...``.
+    An invalid value that comes from the config file is reported as ``g2p.toml [train] max_steps must be ...``,
+    others as ``TrainConfig.max_steps must be ...``.
 
     Raises:
         ConfigError: an invalid field, or no budget (the message names the flags that set one).
     """
+    source = f"{file_sections.source} [train]"
+    file_keys = set(file_sections.train) - set(flag_sections.train)
     try:
         config = TrainConfig.from_dict(section, source)
     except ConfigError as exc:

@@ -181,9 +181,7 @@ def train_lm_run(
             raise CheckpointError(f"{run_dir} holds a {record.get('task')} run, not a language model (--task lm)")
         sections = resumed_sections(record, file_sections, flag_sections)
     data_config = LMDataConfig.from_section(sections.data, f"{sections.source} [data]")
-    from_file = set(file_sections.train) - set(flag_sections.train)
-    section = {**LM_TRAIN_DEFAULTS, **sections.train}
-    train_config = budgeted_train_config(section, f"{file_sections.source} [train]", from_file)
+    train_config = budgeted_train_config({**LM_TRAIN_DEFAULTS, **sections.train}, file_sections, flag_sections)
     check_requirements(train_config)  # before any text is read: a missing package is one line, not a lost run
     if record is None:  # before the run directory is made: bad [model] fields are one line
         lm_model_config(sections.model, ANY_VOCAB_SIZE, data_config.block_size)

@@ -139,11 +139,10 @@ def removed_if_unfinished(run_dir: Path, is_main: bool = True) -> Iterator[None]
             if created is not None:
                 shutil.rmtree(created, ignore_errors=True)
             else:
-                for name in RUN_ENTRIES:
-                    path = run_dir / name
-                    if name not in there and path.is_dir() and not path.is_symlink():
+                for path in (run_dir / name for name in RUN_ENTRIES if name not in there):
+                    if path.is_dir() and not path.is_symlink():
                         shutil.rmtree(path, ignore_errors=True)
-                    elif name not in there and os.path.lexists(path):
+                    elif os.path.lexists(path):
                         path.unlink()
         raise
 

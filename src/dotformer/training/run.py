@@ -169,8 +169,7 @@ def train_run(
         sections = resumed_sections(record, file_sections, flag_sections)
     elif not dataset:
         raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
-    from_file = set(file_sections.train) - set(flag_sections.train)
-    train_config = budgeted_train_config(sections.train, f"{file_sections.source} [train]", from_file)
+    train_config = budgeted_train_config(sections.train, file_sections, flag_sections)
     check_requirements(train_config)
     if record is None and init_from is None:  # before the run directory is made: bad [model] fields are one line
         task = sections.data.get("task") or NAMED_TASKS.get(dataset, "translation")
