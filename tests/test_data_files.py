@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dotformer.data.config import DataConfig, data_table
 from dotformer.data.corpora import CorpusOptions, Pair, describe_corpus, load_pairs, parse_column, parse_delimiter
 from dotformer.data.prepare import make_tokenizers, read_run_data
 from dotformer.data.splits import split_corpus
@@ -25,7 +26,6 @@ from dotformer.decoding.evaluation import (
 )
 from dotformer.decoding.translate import Translation
 from dotformer.errors import ConfigError, DataError
-from dotformer.training.config import DataConfig, data_table
 from dotformer.training.run import resolve_data_config
 
 THREE = "id1\tword\tW ER1 D\nid2\tcat\tK AE1 T\n"

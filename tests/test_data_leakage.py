@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from dotformer.cli import main
+from dotformer.data.config import DataConfig
 from dotformer.data.splits import Splits
 from dotformer.data.types import Pair
-from dotformer.training.config import DataConfig
 from dotformer.training.preparation import leakage_warnings
 
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from dotformer.data.config import DataConfig
 from dotformer.errors import ConfigError
-from dotformer.training.config import DataConfig, TrainConfig
+from dotformer.training.config import TrainConfig
 from dotformer.training.run import (
     ConfigSections,
     build_model_config,

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from dotformer.errors import ConfigError
 
+MAX_SEED = 2**63 - 1  # the largest seed torch's random generator takes (a signed 64-bit integer): every config's bound
 Architecture = Literal["encoder-decoder", "decoder-only", "encoder-only"]
 
 # The paper's Table 3, rows "base" and "big" (dropout 0.1 for base; 0.3 for big on EN-DE), plus small sizes that

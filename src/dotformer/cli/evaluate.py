@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dotformer.cli.outputs import check_output_file
-    from dotformer.decoding.config import MAX_SEED
+    from dotformer.config import MAX_SEED
     from dotformer.decoding.evaluation import (
         evaluate_pairs,
         format_evaluation,
@@ -160,11 +160,11 @@ def _read_test_file(args: argparse.Namespace, loaded: LoadedCheckpoint, task: st
             another task), no pairs. ConfigError / MissingDataError: from the reader.
     """
     from dotformer.cli.data_flags import READER_FLAGS
+    from dotformer.data.config import DataConfig
     from dotformer.data.corpora import NAMED_TASKS, Pair, describe_corpus, load_pairs
     from dotformer.decoding.evaluation import check_same_task, metric_task, unknown_fraction
     from dotformer.decoding.inputs import source_normaliser
     from dotformer.errors import DataError
-    from dotformer.training.config import DataConfig
 
     saved = loaded.info.get("data") if isinstance(loaded.info.get("data"), dict) else {}
     flags = reader_values(args)

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.api.generation import generate_text, generation_settings, warn_unknown_prompt
     from dotformer.api.translator import load_checkpoint_for_decoding
     from dotformer.cli.lines import StreamLines, binary_stdin
-    from dotformer.decoding.config import MAX_SEED
+    from dotformer.config import MAX_SEED
     from dotformer.decoding.options import with_surface_names
     from dotformer.errors import ConfigError
 

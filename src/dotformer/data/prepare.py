@@ -8,7 +8,7 @@ Two ways to get the splits:
   validation split from the training file (``valid_fraction``, seeded) and takes the test split from its file.
 * **one corpus**: the deterministic, group-disjoint split of :func:`dotformer.data.splits.split_corpus`.
 
-Every file is read with the same reader options (:meth:`dotformer.training.config.DataConfig.corpus_options`), and
+Every file is read with the same reader options (:meth:`dotformer.data.config.DataConfig.corpus_options`), and
 each gives one line for the screen (:func:`dotformer.data.corpora.describe_corpus`: columns used, rows read, pairs
 kept, every drop counted).
 """
@@ -28,10 +28,10 @@ logger = logging.getLogger(__name__)
 SINGLE_WORD_SHARE = 0.9  # a side whose training texts are single words this often gets a note when BPE reads it
 
 if TYPE_CHECKING:
+    from dotformer.data.config import DataConfig
     from dotformer.data.corpora import Pair
     from dotformer.data.tokenizer_files import TokenizerPair
     from dotformer.data.tokenizers import Tokenizer
-    from dotformer.training.config import DataConfig
 
 
 @dataclass

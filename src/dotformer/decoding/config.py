@@ -11,11 +11,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from dotformer.config import MAX_SEED
 from dotformer.errors import ConfigError
 
 Strategy = Literal["greedy", "beam", "sample"]
 STRATEGIES: tuple[str, ...] = ("greedy", "beam", "sample")
-MAX_SEED = 2**63 - 1  # the largest seed torch's random generator takes (a signed 64-bit integer)
 MAX_BEAM_SIZE = 1024  # the widest beam: each step scores beam_size x V candidates per sentence
 
 
@@ -28,7 +28,7 @@ class DecodeConfig:
 
     Raises:
         ConfigError: a field is out of range (``beam_size`` above :data:`MAX_BEAM_SIZE`, ``seed`` outside [0,
-            :data:`MAX_SEED`]) or two fields disagree (the message names them).
+            :data:`~dotformer.config.MAX_SEED`]) or two fields disagree (the message names them).
     """
 
     strategy: Strategy = "beam"  # "greedy" (argmax each step), "beam" (beam search), "sample" (random sampling)

@@ -1,7 +1,7 @@
 """Training with the paper's recipe (§5): label-smoothed loss, Adam with warmup and 1/√step decay, clipping,
 gradient accumulation, mixed precision, data parallelism, checkpoints and exact resumption.
 
-Read in this order: :mod:`~dotformer.training.config` (TrainConfig, DataConfig), :mod:`~dotformer.training.loss`,
+Read in this order: :mod:`~dotformer.training.config` (TrainConfig; the data's DataConfig is :mod:`dotformer.data.config`), :mod:`~dotformer.training.loss`,
 :mod:`~dotformer.training.schedule`, :mod:`~dotformer.training.optim`, :mod:`~dotformer.training.step`
 (train_step and its StepRecipe), :mod:`~dotformer.training.loop` (fit and train_loop over a TrainState; with
 :mod:`~dotformer.training.state`, the state and the setup, :mod:`~dotformer.training.stream`, the batch stream,
@@ -16,7 +16,6 @@ from typing import Any
 # Each public name and the module that holds it, imported on first use (PEP 562): ``import dotformer.training.loss``
 # (or :mod:`dotformer.metrics.scoring`, which needs it) does not load the loop, checkpoints and data batching with it.
 _LAZY = {
-    "DataConfig": "dotformer.training.config",
     "TrainConfig": "dotformer.training.config",
     "FitResult": "dotformer.training.loop",
     "TrainData": "dotformer.training.state",
@@ -46,7 +45,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DataConfig",
     "EvalResult",
     "FitResult",
     "LossSums",

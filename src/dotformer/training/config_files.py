@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from dotformer.config import PRESETS, ModelConfig
+from dotformer.data.config import DataConfig, data_table
 from dotformer.data.types import NAMED_TASKS
 from dotformer.errors import ConfigError
-from dotformer.training.config import DataConfig, TrainConfig, data_table
+from dotformer.training.config import TrainConfig
 
 SECTIONS = ("model", "train", "data")
 TASK_PRESETS = {"g2p": "small", "translation": "small", "exact": "small", "synthetic": "tiny"}  # preset per task

@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
+from dotformer.data.config import DataConfig
 from dotformer.errors import CheckpointError, DotformerError
-from dotformer.training.config import DataConfig
 
 TUNABLE_MODEL_FIELDS = ("dropout", "attention_dropout", "activation_dropout")  # flags may change these
 SIZE_FIELDS = ("d_model", "num_heads", "d_ff", "num_encoder_layers", "num_decoder_layers")

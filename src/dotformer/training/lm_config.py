@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from dotformer.data.config import config_from_dict
 from dotformer.errors import ConfigError
-from dotformer.training.config import config_from_dict
 from dotformer.training.config_files import SECTIONS, ConfigSections
 
 LM_TASK = "lm"

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dotformer.config import PRESETS, ModelConfig
+from dotformer.data.config import DataConfig
 from dotformer.errors import CheckpointError, ConfigError, DotformerError
-from dotformer.training.config import DataConfig, TrainConfig
+from dotformer.training.config import TrainConfig
 from dotformer.training.config_files import TASK_PRESETS, ConfigSections
 from dotformer.training.records import (
     _read_run_json,

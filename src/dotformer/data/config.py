@@ -1,0 +1,242 @@
+"""Frozen configuration of a run's data: :class:`DataConfig` (which pairs, how to read and tokenize them), and the
+helpers every frozen config of the package uses to check its fields and to be built from a TOML table or JSON.
+
+:class:`DataConfig` maps one-to-one onto the ``[data]`` section of a TOML config file (see ``configs/*.toml``) and the
+data flags of ``dotformer train``; the reader options map onto :class:`dotformer.data.types.CorpusOptions`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from dotformer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dotformer.data.corpora import CorpusOptions
+
+TokenizerKind = Literal["char", "symbol", "bpe"]
+FileTask = Literal["g2p", "translation", "exact"]
+FILE_TASKS = ("g2p", "translation", "exact")
+# DataConfig fields passed to CorpusOptions under the same name, and those renamed (DataConfig -> CorpusOptions)
+_SAME_NAMED_READER_FIELDS = (
+    "delimiter",
+    "source_column",
+    "target_column",
+    "header",
+    "num_columns",
+    "empty_lines",
+    "hf_config",
+    "source_field",
+    "target_field",
+    "hf_data_files",
+    "hf_cache_dir",
+    "source_module",
+    "target_module",
+    "sword_path",
+    "bible_max_ratio",
+    "bible_check_alignment",
+)
+_RENAMED_READER_FIELDS = {
+    "synthetic_examples": "num_examples",
+    "synthetic_symbols": "vocab",
+    "synthetic_min_len": "min_len",
+    "synthetic_max_len": "max_len",
+    "synthetic_seed": "seed",
+}
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which pairs to train on, how to read them, and how to tokenize them.
+
+    The reader options map onto :class:`dotformer.data.corpora.CorpusOptions` (:meth:`corpus_options`); None
+    means the reader's default, written after each field.
+
+    Raises:
+        ConfigError: a field is out of range (the message names it).
+    """
+
+    # --- the pairs ---
+    dataset: str = "copy"  # "cmudict", "bible", "copy", "reverse", a TSV/CSV path, "train.src,train.tgt", "hf:NAME"
+    valid: str | None = None  # validation pairs (same forms as dataset); given: nothing is split at random
+    test: str | None = None  # test pairs; None: split from dataset, or no test split when valid is given
+    task: FileTask | None = None  # a file's task: "g2p", "translation" (None) or "exact" (metrics, tokenizers)
+    limit: int | None = None  # keep only the first N training pairs (quick experiments); valid/test files stay whole
+    # --- TSV / CSV files ---
+    delimiter: str | None = None  # one character, or tab/comma/semicolon/pipe/space (None: "," for .csv, else tab)
+    source_column: int | str | None = None  # 0-based number or header name (None: 0 of 2 columns, or header "source")
+    target_column: int | str | None = None  # 0-based number or header name (None: 1 of 2 columns, or header "target")
+    header: bool | None = None  # the first row names the columns (None: yes when a column is given by name)
+    num_columns: int | None = None  # columns every row must have (None: as many as the first row has)
+    empty_lines: Literal["skip", "error"] | None = None  # an empty source/target: skip and count (None), or error
+    # --- Hugging Face datasets ("hf:NAME_OR_PATH") ---
+    hf_config: str | None = None  # the dataset's configuration, e.g. "de-en" for wmt14
+    hf_split: str | None = None  # split of dataset (None: "train"), e.g. "train[:10000]"
+    hf_valid_split: str | None = None  # split read for an hf: valid (None: "validation")
+    hf_test_split: str | None = None  # split read for an hf: test (None: "test")
+    source_field: str | None = None  # the source column or translation key (None: "source"), e.g. "de"
+    target_field: str | None = None  # the target column or translation key (None: "target"), e.g. "en"
+    hf_data_files: tuple[str, ...] | None = None  # data files of a generic builder (hf:json, hf:csv, ...)
+    hf_cache_dir: str | None = None  # datasets' cache directory (None: its default)
+    # --- tokenizers ---
+    src_tokenizer: TokenizerKind | None = None  # None: the task's default (char for cmudict, bpe for bible, ...)
+    tgt_tokenizer: TokenizerKind | None = None  # None: the task's default (symbol for cmudict, bpe for bible, ...)
+    src_tokenizer_file: str | None = None  # an existing tokenizer: HF tokenizer.json or sentencepiece .model
+    tgt_tokenizer_file: str | None = None  # the same for the target side (the same file: one shared vocabulary)
+    vocab_size: int | None = None  # BPE vocabulary size (None: 8000); ignored by char/symbol tokenizers
+    shared_vocab: bool | None = None  # one tokenizer for both sides (None: yes for bpe on both sides)
+    # --- CMUdict ---
+    strip_stress: bool = False  # cmudict: drop the stress digits of vowels (AH0 -> AH)
+    # --- Bible ---
+    source_module: str | None = None  # bible: the SWORD module of the source side (None: the reader's default)
+    target_module: str | None = None  # bible: the SWORD module of the target side (None: the reader's default)
+    test_books: tuple[str, ...] | None = None  # bible: books held out as the test split (None: a random fraction)
+    sword_path: str | None = None  # bible: SWORD library root (None: $SWORD_PATH, ~/.sword, /usr/share/sword)
+    bible_max_ratio: float | None = None  # bible: drop verse pairs whose length ratio exceeds this (None: 2.0)
+    bible_check_alignment: bool | None = None  # bible: drop chapters numbered differently (None: yes)
+    # --- copy / reverse ---
+    synthetic_examples: int | None = None  # copy/reverse: number of sequences (None: 10000)
+    synthetic_symbols: int | None = None  # copy/reverse: distinct symbols, at most 260 (None: 20)
+    synthetic_min_len: int | None = None  # copy/reverse: shortest sequence in symbols (None: 1)
+    synthetic_max_len: int | None = None  # copy/reverse: longest sequence in symbols (None: 10)
+    synthetic_seed: int | None = None  # copy/reverse: seed of the sequences (None: 0)
+    # --- the random split (when valid is not given) ---
+    valid_fraction: float = 0.05  # share of pairs (or groups) in the validation split
+    test_fraction: float = 0.05  # share of pairs (or groups) in the test split
+
+    def __post_init__(self) -> None:
+        for name in ("dataset", "valid", "test"):
+            value = getattr(self, name)
+            if (value is not None or name == "dataset") and (not isinstance(value, str) or not value):
+                raise ConfigError(f"DataConfig.{name} must be a non-empty string, got {value!r}")
+        if self.task is not None and self.task not in FILE_TASKS:
+            raise ConfigError(f"DataConfig.task must be one of {', '.join(FILE_TASKS)}, got {self.task!r}")
+        for name in ("src_tokenizer", "tgt_tokenizer"):
+            value = getattr(self, name)
+            if value is not None and value not in ("char", "symbol", "bpe"):
+                raise ConfigError(f"DataConfig.{name} must be 'char', 'symbol' or 'bpe', got {value!r}")
+            if value is not None and getattr(self, f"{name}_file") is not None:
+                raise ConfigError(f"DataConfig: give {name} (a kind to train) or {name}_file (a file), not both")
+        positive_int(self, "vocab_size", "limit", optional=True)
+        for name in ("valid_fraction", "test_fraction"):
+            value = getattr(self, name)
+            if not (is_number(value) and 0.0 <= value < 1.0):
+                raise ConfigError(f"DataConfig.{name} must be in [0, 1), got {value!r}")
+        if self.valid_fraction + self.test_fraction >= 1.0:
+            raise ConfigError(
+                f"DataConfig: valid_fraction + test_fraction = {self.valid_fraction + self.test_fraction} leaves no "
+                f"training data"
+            )
+        for name in ("test_books", "hf_data_files"):
+            if isinstance(getattr(self, name), list):  # from TOML or JSON
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        try:
+            options = self.corpus_options()  # the reader checks its own options
+        except ConfigError as exc:
+            renamed = {reader: name for name, reader in _RENAMED_READER_FIELDS.items()}
+            text = re.sub(r"CorpusOptions\.(\w+)", lambda m: f"DataConfig.{renamed.get(m[1], m[1])}", str(exc))
+            raise ConfigError(text.replace("CorpusOptions", "DataConfig")) from None
+        object.__setattr__(self, "delimiter", options.delimiter)  # "tab" -> "\t"
+
+    def corpus_options(self, role: Literal["train", "valid", "test"] = "train") -> CorpusOptions:
+        """The reader options of the ``role`` file: every field set here, the reader's defaults for the rest.
+
+        ``limit`` applies to the training file only; an ``hf:`` valid or test file reads ``hf_valid_split``
+        ("validation") or ``hf_test_split`` ("test").
+
+        Raises:
+            ConfigError: an invalid reader option.
+        """
+        from dotformer.data.corpora import CorpusOptions
+
+        split = {"train": self.hf_split, "valid": self.hf_valid_split or "validation", "test": self.hf_test_split}
+        if role == "test" and split["test"] is None:
+            split["test"] = "test"
+        fields: dict[str, Any] = {
+            "limit": self.limit if role == "train" else None,
+            "task": self.task,
+            "hf_split": split[role],
+            "strip_stress": self.strip_stress,
+            **{name: getattr(self, name) for name in _SAME_NAMED_READER_FIELDS},
+            **{reader: getattr(self, name) for name, reader in _RENAMED_READER_FIELDS.items()},
+        }
+        return CorpusOptions(**{name: value for name, value in fields.items() if value is not None})
+
+    def replace(self, **changes: Any) -> DataConfig:
+        """A copy with some fields changed, validated again."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-serialisable dict (saved in run.json and in every checkpoint)."""
+        data = dataclasses.asdict(self)
+        for name in ("test_books", "hf_data_files"):
+            if data[name] is not None:
+                data[name] = list(data[name])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "DataConfig") -> DataConfig:
+        """Inverse of :meth:`to_dict`. Raises ConfigError naming an unknown key and ``source`` (e.g. a file)."""
+        return config_from_dict(cls, data, source)
+
+
+def data_table(table: dict[str, Any], source: str) -> dict[str, Any]:
+    """A TOML ``[data]`` table with ``train = "FILE"`` read as ``dataset`` (``[data] train/valid/test`` name the
+    three files, as the flags ``--data/--valid/--test`` do).
+
+    Raises:
+        ConfigError: both ``train`` and ``dataset`` are set (naming ``source``).
+    """
+    table = dict(table)
+    if "train" in table:
+        if "dataset" in table:
+            raise ConfigError(f"{source} [data]: give train or dataset (the same thing), not both")
+        table["dataset"] = table.pop("train")
+    return table
+
+
+def config_from_dict(cls: type[_T], data: dict[str, Any], source: str) -> _T:
+    """Build the frozen dataclass ``cls`` from ``data``.
+
+    Raises:
+        ConfigError: an unknown key (named with ``source``, e.g. "run.toml [train]") or an invalid value.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(names))})")
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def positive_int(config: Any, *names: str, optional: bool = False) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if optional and value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"{type(config).__name__}.{name} must be a positive integer, got {value!r}")
+
+
+def non_negative_int(config: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{type(config).__name__}.{name} must be a non-negative integer, got {value!r}")
+
+
+def choice(config: Any, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(config, name)
+    if value not in choices:
+        raise ConfigError(f"{type(config).__name__}.{name} must be one of {', '.join(choices)}, got {value!r}")
