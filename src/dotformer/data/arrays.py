@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import NamedTuple
 
 import numpy as np
 
@@ -268,6 +269,13 @@ def load_array(path: str | Path) -> np.ndarray:
         raise DataError(f"{path}: not a numpy array file ({exc})") from None
 
 
+class PairRow(NamedTuple):
+    """One example of :class:`PairArrays`: its source and target ids (views of the arrays)."""
+
+    src: np.ndarray
+    tgt: np.ndarray
+
+
 @dataclass(frozen=True)
 class PairArrays:
     """The examples of a translation task as arrays: row i of ``src`` and of ``tgt`` is example i's token ids,
@@ -292,6 +300,10 @@ class PairArrays:
     def __len__(self) -> int:
         """N, the examples."""
         return len(self.src)
+
+    def __getitem__(self, i: int) -> PairRow:
+        """Example i's ids (read from the arrays)."""
+        return PairRow(self.src[i], self.tgt[i])
 
     @property
     def lengths(self) -> np.ndarray:

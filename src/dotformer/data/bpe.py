@@ -13,7 +13,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from dotformer.data.tokenizers import BYTE_ALPHABET_SIZE, FORMAT_VERSION, NUM_SPECIAL, SPECIAL_TOKENS, UNK_ID, Tokenizer
+from dotformer.data.tokenizers import (
+    BYTE_ALPHABET_SIZE,
+    FORMAT_VERSION,
+    NUM_SPECIAL,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    EncodedChunk,
+    Tokenizer,
+    chunk_of,
+)
 from dotformer.errors import ConfigError, DataError
 
 
@@ -47,6 +56,13 @@ class BPETokenizer(Tokenizer):
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [encoding.ids for encoding in self._hf.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_arrays(self, texts: Sequence[str]) -> EncodedChunk:
+        """As :meth:`Tokenizer.encode_arrays`, through ``encode_batch_fast`` (no character offsets), which encodes
+        the texts on every core (Rust threads: ``RAYON_NUM_THREADS`` caps them, ``TOKENIZERS_PARALLELISM=false``
+        turns them off; a process forked after using them encodes on one)."""
+        encodings = self._hf.encode_batch_fast(list(texts), add_special_tokens=False)
+        return chunk_of([encoding.ids for encoding in encodings])
 
     def decode(self, ids: Sequence[int]) -> str:
         ids = [int(index) for index in ids]
