@@ -10,7 +10,7 @@ has unknown tokens. The ``tokenizers`` package is imported inside the functions 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dotformer.data.tokenizers import (
@@ -96,8 +96,9 @@ def byte_level_alphabet() -> list[str]:
     return [symbols[byte] for byte in range(BYTE_ALPHABET_SIZE)]
 
 
-def train_bpe(texts: list[str], vocab_size: int) -> BPETokenizer:
-    """Train byte-level BPE with Hugging Face ``tokenizers`` (specials first, then the 256 bytes, then merges)."""
+def train_bpe(texts: Iterable[str], vocab_size: int) -> BPETokenizer:
+    """Train byte-level BPE with Hugging Face ``tokenizers`` (specials first, then the 256 bytes, then merges) on
+    ``texts``, read once in batches (a generator over a file is never held whole)."""
     minimum = NUM_SPECIAL + BYTE_ALPHABET_SIZE + 1
     if vocab_size < minimum:
         raise ConfigError(f"bpe vocab_size must be at least {minimum} (4 specials + 256 bytes + 1), got {vocab_size}")

@@ -52,7 +52,7 @@ from dotformer.data.splits import SPLIT_NAMES, TEST, TRAIN, VALID, GroupIndex, a
 from dotformer.data.text import TextReader, pieces
 from dotformer.data.tokenizer_files import TokenizerPair
 from dotformer.data.tokenizers import UNK_ID, Tokenizer
-from dotformer.data.types import Corpus
+from dotformer.data.types import Corpus, Pair
 from dotformer.data.writing import SplitWriters, writing_directory
 from dotformer.errors import ConfigError, DataError
 
@@ -205,7 +205,7 @@ def prepare_pairs(
     resolved = config.resolved(reader.task)
     with writing_directory(Path(directory)) as partial:
         save_array(partial / SPLIT_FILE, _with_unused(split, scan.count))
-        tokenizers, sample = _pair_tokenizers(resolved, reader, scan.used, split, tokenizers, sample_lines)
+        tokenizers, sample = _pair_tokenizers(partial, resolved, reader, scan.used, split, tokenizers, sample_lines)
         lines.append(sample["line"])
         written = _encode_pairs(partial, reader, scan.used, split, given, tokenizers, chunk)
         for role, (shared, sources) in written.pop("shared_sources").items():
@@ -296,7 +296,7 @@ def prepare_text(
         info["limit"] = config.limit
     with writing_directory(Path(directory)) as partial:
         save_array(partial / SPLIT_FILE, split)
-        tokenizer, sample = _text_tokenizer(config, source, scan.used, split, tokenizer, sample_lines)
+        tokenizer, sample = _text_tokenizer(partial, config, source, scan.used, split, tokenizer, sample_lines)
         written = _encode_text(partial, source, scan.used, split, given, tokenizer, chunk)
         unknown = written.pop("unknown_share")
         if config.tokenizer_file and unknown > MAX_UNKNOWN_SHARE:
@@ -381,11 +381,11 @@ def _sample_mask(split: np.ndarray, sample_lines: int) -> tuple[np.ndarray, int]
 
 
 def _pair_tokenizers(
-    config: DataConfig, reader: PairReader, used: int, split: np.ndarray, given: TokenizerPair | None,
-    sample_lines: int,
+    directory: Path, config: DataConfig, reader: PairReader, used: int, split: np.ndarray,
+    given: TokenizerPair | None, sample_lines: int,
 ) -> tuple[TokenizerPair, dict[str, Any]]:  # fmt: skip
-    """Pass 2: the tokenizers (given, read from files, or learned on a sample of the training pairs) and what the
-    report says of the sample."""
+    """Pass 2: the tokenizers (given, read from files, or learned on a sample of the training pairs, written to a
+    file of ``directory`` for the time it takes) and what the report says of the sample."""
     from dotformer.data.prepare import make_tokenizers
 
     if given is not None:
@@ -396,17 +396,19 @@ def _pair_tokenizers(
         )
         return make_tokenizers(config, []), {"given": True, "line": f"tokenizers: read from {files}"}
     mask, train_count = _sample_mask(split, sample_lines)
-    sample = [pair for i, (pair, _) in enumerate(islice(reader.records(), used)) if mask[i]]
-    tokenizers = make_tokenizers(config, sample)
+    with _SampleFile(
+        directory, (pair for i, (pair, _) in enumerate(islice(reader.records(), used)) if mask[i])
+    ) as sample:
+        tokenizers = make_tokenizers(config, sample)
     kinds = [f"{side} {kind}" for side, kind in (("source", config.src_tokenizer), ("target", config.tgt_tokenizer))
              if kind is not None]  # fmt: skip
     learned = "shared " + config.src_tokenizer if config.shared_vocab else ", ".join(kinds)  # type: ignore[operator]
-    return tokenizers, _sample_report(learned, len(sample), train_count, sample_lines, "pairs")
+    return tokenizers, _sample_report(learned, sample.count, train_count, sample_lines, "pairs")
 
 
 def _text_tokenizer(
-    config: LMDataConfig, source: TextReader, used: int, split: np.ndarray, given: Tokenizer | None,
-    sample_lines: int,
+    directory: Path, config: LMDataConfig, source: TextReader, used: int, split: np.ndarray,
+    given: Tokenizer | None, sample_lines: int,
 ) -> tuple[Tokenizer, dict[str, Any]]:  # fmt: skip
     """Pass 2 of a text: its tokenizer (given, read from a file, or learned on a sample of the training lines)."""
     from dotformer.data.tokenizer_files import read_tokenizer_file, train_tokenizer
@@ -419,9 +421,42 @@ def _text_tokenizer(
             "line": f"tokenizer: read from {config.tokenizer_file}",
         }
     mask, train_count = _sample_mask(split, sample_lines)
-    sample = [line for i, (line, _) in enumerate(islice(source.records(), used)) if mask[i]]
-    tokenizer = train_tokenizer(config.tokenizer, sample, config.vocab_size)
-    return tokenizer, _sample_report(config.tokenizer, len(sample), train_count, sample_lines, "lines")
+    with _SampleFile(
+        directory, (line for i, (line, _) in enumerate(islice(source.records(), used)) if mask[i])
+    ) as sample:
+        tokenizer = train_tokenizer(config.tokenizer, sample, config.vocab_size)
+    return tokenizer, _sample_report(config.tokenizer, sample.count, train_count, sample_lines, "lines")
+
+
+class _SampleFile:
+    """The tokenizer sample (pairs or lines), written to ``DIR/sample.jsonl`` while the block lasts: every iteration
+    reads it again, so a tokenizer learns from up to a million examples without holding them as strings.
+
+    Args:
+        directory: the partial directory. items: the sample (read once, here).
+    """
+
+    def __init__(self, directory: Path, items: Iterable[Pair | str]) -> None:
+        self.path = directory / "sample.jsonl"
+        self.count = 0
+        self.pairs = False
+        with self.path.open("w", encoding="utf-8", newline="\n") as handle:
+            for item in items:
+                self.pairs = isinstance(item, Pair)
+                handle.write(json.dumps(item, ensure_ascii=False) + "\n")
+                self.count += 1
+
+    def __iter__(self) -> Iterator[Any]:
+        with self.path.open(encoding="utf-8", newline="\n") as handle:
+            for line in handle:
+                item = json.loads(line)
+                yield Pair(*item) if self.pairs else item
+
+    def __enter__(self) -> _SampleFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def _sample_report(learned: str, size: int, train_count: int, sample_lines: int, unit: str) -> dict[str, Any]:
