@@ -46,6 +46,9 @@ def rss_bytes() -> int:
 
 def child(args: argparse.Namespace) -> int:
     """One measured run: prepare (or map) the corpus, and in the second run walk an epoch of batches; print JSON."""
+    import filelock  # noqa: F401 (loaded before the base is read: what every run loads)
+    import tokenizers  # noqa: F401
+
     from dotformer.data.batching import BatchSampler
     from dotformer.data.cache import prepared_for
     from dotformer.data.config import DataConfig

@@ -9,8 +9,9 @@ in up to three passes, holding a chunk of it at a time, never the corpus:
    books, a text's pieces of 100 lines); the split is then dealt by :func:`~dotformer.data.splits.assign_splits`
    (given valid/test files are read whole: they are small);
 2. **sample** (only when a tokenizer is learned): the texts of at most ``sample_lines`` training examples, drawn with
-   a fixed seed (all of them when there are fewer; as sentencepiece's ``input_sentence_size``), which the tokenizers
-   learn from; the report says how many of how many;
+   a fixed seed (all of them when there are fewer; as sentencepiece's ``input_sentence_size``), written to a file
+   that the tokenizers learn from (read again per side, never held as strings); the report says how many of how
+   many;
 3. **encode**: chunks of ``chunk`` examples through the tokenizers' batch encoders
    (:meth:`~dotformer.data.tokenizers.Tokenizer.encode_arrays`: BPE on every core, characters through numpy),
    written straight to each split's arrays; the valid and test text is written beside them.
@@ -22,7 +23,6 @@ directory that looks prepared). No torch here.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -56,14 +56,10 @@ from dotformer.data.types import Corpus, Pair
 from dotformer.data.writing import SplitWriters, writing_directory
 from dotformer.errors import ConfigError, DataError
 
-logger = logging.getLogger(__name__)
-
 DEFAULT_SAMPLE_LINES = 1_000_000  # training examples a tokenizer learns from at most
 SAMPLE_SEED = 0  # the sample's draw: fixed, so that a preparation without a random split serves every run seed
 CHUNK_EXAMPLES = 20_000  # examples encoded at a time
 MAX_UNKNOWN_SHARE = 0.5  # a given tokenizer that reads more of the training text as <unk> is another text's
-
-
 _NOT_IN_FINGERPRINT = {"pairs": ("hf_cache_dir",), "text": ("block_size",)}  # fields that do not change the data
 
 

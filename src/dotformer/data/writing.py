@@ -15,7 +15,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from dotformer.data.arrays import RaggedWriter
-from dotformer.data.prepared import array_stem, text_file
+from dotformer.data.prepared import Kind, array_stem, text_file
 from dotformer.data.splits import SPLIT_NAMES
 from dotformer.data.tokenizers import EncodedChunk
 from dotformer.data.types import Pair
@@ -32,14 +32,16 @@ class SplitWriters:
         kind: ``"pairs"`` (valid.tsv, test.tsv) or ``"text"`` (valid.txt, test.txt, and characters counted).
     """
 
-    def __init__(self, directory: Path, sides: tuple[str, ...], dtypes: tuple[np.dtype, ...], kind: str) -> None:
+    def __init__(self, directory: Path, sides: tuple[str, ...], dtypes: tuple[np.dtype, ...], kind: Kind) -> None:
         self.kind = kind
         self.sides = sides
-        self.arrays = {name: [RaggedWriter(array_stem(directory, name, side), dtype)
-                              for side, dtype in zip(sides, dtypes, strict=True)] for name in SPLIT_NAMES}  # fmt: skip
+        stems = {name: [array_stem(directory, name, side) for side in sides] for name in SPLIT_NAMES}
+        self.arrays = {
+            name: [RaggedWriter(stem, dtype) for stem, dtype in zip(stems[name], dtypes, strict=True)]
+            for name in SPLIT_NAMES
+        }
         self.texts: dict[str, TextIO] = {
-            name: text_file(directory, name, kind).open("w", encoding="utf-8")
-            for name in ("valid", "test")  # type: ignore[arg-type]
+            name: text_file(directory, name, kind).open("w", encoding="utf-8") for name in ("valid", "test")
         }
         self.characters = dict.fromkeys(SPLIT_NAMES, 0)
 
