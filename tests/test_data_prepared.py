@@ -143,6 +143,7 @@ def test_a_text_limit_and_given_files(tmp_path: Path) -> None:
     prepared = prepare_text(config, seed=9, directory=tmp_path / "p")
     assert [len(prepared.splits[n]) for n in ("train", "valid", "test")] == [100, 20, 10]
     assert prepared.seed is None and prepared.texts("test") == [f"test {i}" for i in range(10)]
+    assert prepared.data_config == config and open_prepared(tmp_path / "p").report == prepared.report
 
 
 # --- batches from lengths ------------------------------------------------------------------------------------------
