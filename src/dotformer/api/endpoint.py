@@ -1,20 +1,26 @@
-"""One request of ``POST /api/translate``: its checks, its limits, and its decoding in fair turns at the model.
+"""One request of ``POST /api/translate`` (or ``/api/generate``): its checks, its limits, and its decoding in fair
+turns at the model.
 
 :func:`parse_request` checks a decoded JSON body against the limits (:data:`MAX_TEXTS` texts of at most
-:data:`MAX_TEXT_CHARS` characters, beam at most :data:`MAX_BEAM`); :func:`translate_request` also bounds its work
-(source tokens x beam, at most :data:`MAX_REQUEST_WORK`) and decodes it in chunks of at most :data:`CHUNK_WORK`, each
-chunk one turn at the model (:class:`~dotformer.api.connections.FairTurns`), so that requests arriving meanwhile are
-served between the chunks of a large one. The HTTP side is :mod:`dotformer.api.serve`.
+:data:`MAX_TEXT_CHARS` characters, beam at most :data:`MAX_BEAM`); :func:`plan_translation` also bounds its work
+(source tokens x beam, at most :data:`MAX_REQUEST_WORK`) and cuts it into chunks of at most :data:`CHUNK_WORK`;
+:func:`translate_request` decodes each chunk in one turn at the model (:class:`~dotformer.api.turns.ModelTurns`), so
+that requests arriving meanwhile are served between the chunks of a large one. Nothing here knows HTTP, nor how the
+:class:`~dotformer.api.Translator` decodes (it calls ``translate`` and ``generate``); the HTTP side is
+:mod:`dotformer.api.serve`.
 """
 
 from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from dotformer.api.connections import FairTurns
+from dotformer.api.turns import ModelTurns
+from dotformer.api.web import RequestError
 from dotformer.decoding.config import STRATEGIES
 from dotformer.decoding.options import (
     DECODE_OPTIONS,
@@ -24,7 +30,7 @@ from dotformer.decoding.options import (
     only_apply,
     with_surface_names,
 )
-from dotformer.errors import ConfigError, DotformerError
+from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
     from dotformer.api.translator import Translator
@@ -36,14 +42,7 @@ MAX_REQUEST_WORK = 16384  # most source tokens (EOS included) x beam one request
 CHUNK_WORK = 1024  # most source tokens x beam decoded in one turn at the model
 MAX_LEN_B = 1024  # most output tokens beyond max_len_a x input length (and most min_len_b) a request may ask for
 FIELDS = ("texts", *OPTION_NAMES)
-
-
-class RequestError(DotformerError, ValueError):
-    """A request the endpoint refuses; ``status`` is the HTTP status to answer with."""
-
-    def __init__(self, message: str, status: HTTPStatus = HTTPStatus.BAD_REQUEST) -> None:
-        super().__init__(message)
-        self.status = status
+T = TypeVar("T")
 
 
 def _positive_int(request: dict[str, Any], name: str, default: int, largest: int) -> int:
@@ -169,27 +168,32 @@ def chunk_by_work(work: list[int], chunk_work: int) -> list[range]:
     return chunks
 
 
-def translate_request(
-    translator: Translator,
-    request: Any,
-    turns: FairTurns | None = None,
-    max_work: int = MAX_REQUEST_WORK,
-    chunk_work: int = CHUNK_WORK,
-) -> dict[str, Any]:
-    """The JSON reply to one request (see the module docstring).
+@dataclass(frozen=True)
+class TranslationPlan:
+    """A checked request of ``POST /api/translate``: its texts, the keywords of ``Translator.translate``, and the
+    index ranges of its chunks (each decoded in one turn)."""
+
+    texts: list[str]
+    options: dict[str, Any]
+    chunks: list[range]
+
+
+def plan_translation(
+    translator: Translator, request: Any, max_work: int = MAX_REQUEST_WORK, chunk_work: int = CHUNK_WORK
+) -> TranslationPlan:
+    """Check a decoded JSON request and cut it into chunks of at most ``chunk_work`` source tokens x beam.
 
     Args:
-        translator: the loaded model.
+        translator: the loaded model (its tokenizers count the source tokens).
         request: the decoded JSON body.
-        turns: the model's turns, shared by the threads that serve requests (None: a private one).
         max_work: the most source tokens (EOS included) x beam (1 for greedy) the request may ask for.
         chunk_work: the most of that decoded in one turn.
 
     Raises:
         RequestError: a bad request (see :func:`parse_request`), or one that asks for more than ``max_work`` (413).
-        DotformerError: the model cannot decode an input (e.g. longer than it reads).
+        DotformerError: the model cannot read an input (e.g. longer than its positions).
     """
-    from dotformer.decoding.inputs import encode_sources, unknown_prefix_symbols
+    from dotformer.decoding.inputs import encode_sources
 
     texts, options = parse_request(request)
     encoded = encode_sources(translator.checkpoint, texts, translator.max_input_length)
@@ -201,16 +205,20 @@ def translate_request(
             f"send fewer or shorter texts, or a narrower beam",
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
         )
-    turns = turns if turns is not None else FairTurns()
-    results = []
-    for chunk in chunk_by_work(work, chunk_work):
-        with turns.take(), warnings.catch_warnings():  # one thread at a time touches the model and the warnings
-            warnings.simplefilter("ignore")  # unknown symbols are reported per text in the reply
-            prefix = options.get("prefix")
-            chunk_options = {**options, "prefix": None if prefix is None else [prefix[i] for i in chunk]}
-            results += translator.translate([texts[i] for i in chunk], details=True, **chunk_options)
-    prefixes = options.get("prefix") or [None] * len(results)
-    translations = []
+    return TranslationPlan(texts, options, chunk_by_work(work, chunk_work))
+
+
+def translate_chunk(translator: Translator, plan: TranslationPlan, chunk: range) -> list[dict[str, Any]]:
+    """The reply's items for the texts of one chunk: ``{"text", "score", "finished", "unknown_symbols"}``, with
+    ``"alignment"`` and ``"hypotheses"`` when asked for."""
+    from dotformer.decoding.inputs import unknown_prefix_symbols
+
+    prefixes = [None] * len(chunk) if plan.options.get("prefix") is None else [plan.options["prefix"][i] for i in chunk]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unknown symbols are reported per text in the reply
+        options = {**plan.options, "prefix": None if "prefix" not in plan.options else prefixes}
+        results = translator.translate([plan.texts[i] for i in chunk], details=True, **options)
+    items = []
     for result, prefix in zip(results, prefixes, strict=True):
         best = result.hypotheses[0]
         item: dict[str, Any] = {
@@ -222,9 +230,41 @@ def translate_request(
         }
         if best.alignment is not None:
             item["alignment"] = [list(pair) for pair in best.alignment]
-        if options["n_best"] > 1:
+        if plan.options["n_best"] > 1:
             item["hypotheses"] = [hypothesis_json(h) for h in result.hypotheses]
-        translations.append(item)
+        items.append(item)
+    return items
+
+
+async def _here(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run ``fn`` in the calling thread (the turns of a caller without a server)."""
+    return fn(*args, **kwargs)
+
+
+async def translate_request(
+    translator: Translator,
+    request: Any,
+    turns: ModelTurns | None = None,
+    max_work: int = MAX_REQUEST_WORK,
+    chunk_work: int = CHUNK_WORK,
+) -> dict[str, Any]:
+    """The JSON reply ``{"translations": [...]}`` to one request (see the module docstring).
+
+    Args:
+        translator: the loaded model.
+        request: the decoded JSON body.
+        turns: the model's turns, shared by every request of a server (None: decode in the calling thread).
+        max_work, chunk_work: see :func:`plan_translation`.
+
+    Raises:
+        RequestError: a bad request (see :func:`parse_request`), or one that asks for more than ``max_work`` (413).
+        DotformerError: the model cannot decode an input (e.g. longer than it reads).
+    """
+    run = turns.run if turns is not None else _here
+    plan = plan_translation(translator, request, max_work, chunk_work)  # cheap: checks and tokenizing, no turn
+    translations = []
+    for chunk in plan.chunks:
+        translations += await run(translate_chunk, translator, plan, chunk)
     return {"translations": translations}
 
 
@@ -237,7 +277,7 @@ GENERATE_KINDS: dict[str, type] = {
 GENERATE_NAMES: dict[str, str] = {**{name: name for name in GENERATE_FIELDS}, "n_best": "n"}  # DecodeConfig -> JSON
 
 
-def generate_request(translator: Translator, request: Any, turns: FairTurns | None = None) -> dict[str, Any]:
+async def generate_request(translator: Translator, request: Any, turns: ModelTurns | None = None) -> dict[str, Any]:
     """The JSON reply ``{"texts": [...]}`` to one ``POST /api/generate`` request, for a language model.
 
     The fields are the keywords of :meth:`dotformer.api.Translator.generate`: ``prompt`` ("" by default),
@@ -264,10 +304,9 @@ def generate_request(translator: Translator, request: Any, turns: FairTurns | No
     n = _positive_int(request, "n", 1, MAX_BEAM)
     _positive_int(request, "beam_size", 1, MAX_BEAM)
     settings = {name: value for name, value in request.items() if name not in ("prompt", "n")}
-    turns = turns if turns is not None else FairTurns()
+    run = turns.run if turns is not None else _here
     try:
-        with turns.take():
-            texts = translator.generate(request.get("prompt", ""), n=n, **settings)
+        texts = await run(translator.generate, request.get("prompt", ""), n=n, **settings)
     except ConfigError as exc:
         raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
     return {"texts": texts if isinstance(texts, list) else [texts]}
