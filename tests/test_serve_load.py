@@ -342,17 +342,20 @@ def test_the_help_states_the_limits() -> None:
 
 
 def test_the_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """benchmarks/serve_load.py --quick: a table row per number of clients, every request answered, none reset."""
+    """benchmarks/serve_load.py --quick: a table row per number of clients, then the same clients beside trickling
+    connections; every request answered, none reset (the latency ratio is a figure, not asserted: no timed test)."""
     import importlib
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     serve_load = importlib.import_module("serve_load")
     payload = serve_load.main(["--quick", "--threads", "1", "--out", str(tmp_path / "serve_load.json")])
     assert json.loads((tmp_path / "serve_load.json").read_text()) == json.loads(json.dumps(payload))
-    assert [row["clients"] for row in payload["rows"]] == [1, 4]
+    assert [(row["clients"], row["trickling"]) for row in payload["rows"]] == [(1, 0), (4, 0), (4, 20)]
     for row in payload["rows"]:
-        assert row["ok"] == row["requests"] == row["clients"] * 3 and row["resets"] == 0
+        assert row["ok"] == row["requests"] == row["clients"] * 3 and row["resets"] == row["other_errors"] == 0
         assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["max_ms"]
+    assert payload["rows"][-1]["trickling_opened"] >= 20
+    assert payload["trickling"]["p95_ratio"] == payload["rows"][2]["p95_ms"] / payload["rows"][1]["p95_ms"]
 
 
 def test_stopping_answers_the_request_being_decoded_and_drops_the_slow_ones(translator: Any) -> None:
