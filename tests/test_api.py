@@ -187,7 +187,7 @@ def test_importing_dotformer_loads_no_checkpoint_machinery() -> None:
 
 
 def test_empty_and_blank_inputs_give_empty_outputs_in_the_api_and_serve(checkpoints: dict[str, Path]) -> None:
-    from dotformer.api.serve import translate_request
+    from dotformer.api.endpoint import translate_request
     from dotformer.decoding.batch import decode_batch
     from dotformer.decoding.translate import pad_batch
 

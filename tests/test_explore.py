@@ -243,7 +243,7 @@ def test_server_endpoint(server: ExplorerServer, loaded: LoadedCheckpoint) -> No
 
 def test_port_in_use_is_a_clear_error(loaded: LoadedCheckpoint, server: ExplorerServer) -> None:
     with pytest.raises(ConfigError, match="cannot listen on 127.0.0.1"):
-        ExplorerServer(loaded, port=server.port).start()
+        ExplorerServer(loaded, port=server.server_address[1]).start()
 
 
 def test_write_page_and_cli(loaded: LoadedCheckpoint, tmp_path: Path) -> None:

@@ -168,7 +168,7 @@ def test_brackets_inside_strings_are_not_nesting(server: Any) -> None:
 
 def test_too_long_input_for_a_learned_table_is_a_json_error(tmp_path: Path) -> None:
     import dotformer
-    from dotformer.api.serve import translate_request
+    from dotformer.api.endpoint import translate_request
 
     tok = train_tokenizer("symbol", ["a1 a2 a3"])
     torch.manual_seed(0)

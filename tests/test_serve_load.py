@@ -288,7 +288,7 @@ def test_turns_are_first_come_first_served() -> None:
 def test_a_large_request_lets_a_small_one_through(translator: Any) -> None:
     """A request cut into chunks gives up the model between chunks: a small request that asks meanwhile is served
     before the large one's next chunk (a translator that records its calls, and holds the first until told)."""
-    from dotformer.api.serve import translate_request
+    from dotformer.api.endpoint import translate_request
     from dotformer.api.turns import ModelTurns
 
     calls: list[int] = []
@@ -330,15 +330,16 @@ def test_a_large_request_lets_a_small_one_through(translator: Any) -> None:
 
 
 def test_the_help_states_the_limits() -> None:
-    from dotformer.api import serve
+    from dotformer.api import endpoint, web
+    from dotformer.api.serve import MAX_BODY_BYTES
     from dotformer.cli.serve import EPILOG
 
-    numbers = (serve.MAX_TEXTS, serve.MAX_TEXT_CHARS, serve.MAX_BEAM, serve.MAX_REQUEST_WORK, serve.CHUNK_WORK)
-    for value in (*numbers, serve.MAX_BODY_BYTES, serve.MAX_JSON_DEPTH):
+    numbers = (endpoint.MAX_TEXTS, endpoint.MAX_TEXT_CHARS, endpoint.MAX_BEAM, endpoint.MAX_REQUEST_WORK)
+    for value in (*numbers, endpoint.CHUNK_WORK, MAX_BODY_BYTES, web.MAX_JSON_DEPTH):
         assert re.search(rf"\b{value}\b", EPILOG), value
-    assert f"within {serve.HEADER_TIMEOUT_S:g} s of connecting" in EPILOG
-    assert f"the body within {serve.BODY_TIMEOUT_S:g} s more (408)" in EPILOG
-    assert f"up to {serve.LISTEN_BACKLOG} connections" in EPILOG
+    assert f"within {web.HEADER_TIMEOUT_S:g} s of connecting" in EPILOG
+    assert f"the body within {web.BODY_TIMEOUT_S:g} s more (408)" in EPILOG
+    assert f"up to {web.LISTEN_BACKLOG} connections" in EPILOG
 
 
 def test_the_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -422,7 +423,7 @@ def test_serve_refuses_no_threads(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_the_request_that_held_the_server_is_refused_at_once(translator: Any) -> None:
     """64 texts of 1,000 characters at beam 16 (inside the text limits) held a server for 91.6 s: its work, 64 x
     335 source tokens (334 symbols and EOS) x 16 = 343,040, is over the default limit, refused before any decoding."""
-    from dotformer.api.serve import MAX_REQUEST_WORK, RequestError, translate_request
+    from dotformer.api.endpoint import MAX_REQUEST_WORK, RequestError, translate_request
 
     class NoDecoding:
         checkpoint, max_input_length = translator.checkpoint, translator.max_input_length

@@ -2,20 +2,20 @@
 turns at the model.
 
 :func:`parse_request` checks a decoded JSON body against the limits (:data:`MAX_TEXTS` texts of at most
-:data:`MAX_TEXT_CHARS` characters, beam at most :data:`MAX_BEAM`); :func:`plan_translation` also bounds its work
-(source tokens x beam, at most :data:`MAX_REQUEST_WORK`) and cuts it into chunks of at most :data:`CHUNK_WORK`;
-:func:`translate_request` decodes each chunk in one turn at the model (:class:`~dotformer.api.turns.ModelTurns`), so
-that requests arriving meanwhile are served between the chunks of a large one. Nothing here knows HTTP, nor how the
+:data:`MAX_TEXT_CHARS` characters, beam at most :data:`MAX_BEAM`); :func:`translate_request` also bounds its work
+(source tokens x beam, at most :data:`MAX_REQUEST_WORK`) and decodes it in chunks of at most :data:`CHUNK_WORK`, each
+chunk one turn at the model (:class:`~dotformer.api.turns.ModelTurns`), so that requests arriving meanwhile are
+served between the chunks of a large one. Nothing here knows HTTP, nor how the
 :class:`~dotformer.api.Translator` decodes (it calls ``translate`` and ``generate``); the HTTP side is
 :mod:`dotformer.api.serve`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -168,35 +168,45 @@ def chunk_by_work(work: list[int], chunk_work: int) -> list[range]:
     return chunks
 
 
-@dataclass(frozen=True)
-class TranslationPlan:
-    """A checked request of ``POST /api/translate``: its texts, the keywords of ``Translator.translate``, and the
-    index ranges of its chunks (each decoded in one turn)."""
+def _translate_chunk(translator: Translator, texts: list[str], options: dict[str, Any], chunk: range) -> list[Any]:
+    """``Translator.translate`` on the texts of one chunk (their prefixes too), its warnings silenced: unknown symbols
+    are reported per text in the reply."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prefix = options.get("prefix")
+        chunk_options = {**options, "prefix": None if prefix is None else [prefix[i] for i in chunk]}
+        return translator.translate([texts[i] for i in chunk], details=True, **chunk_options)
 
-    texts: list[str]
-    options: dict[str, Any]
-    chunks: list[range]
+
+async def _here(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in the calling thread: the model's turns of a caller without a server."""
+    return fn(*args)
 
 
-def plan_translation(
-    translator: Translator, request: Any, max_work: int = MAX_REQUEST_WORK, chunk_work: int = CHUNK_WORK
-) -> TranslationPlan:
-    """Check a decoded JSON request and cut it into chunks of at most ``chunk_work`` source tokens x beam.
+async def translate_request(
+    translator: Translator,
+    request: Any,
+    turns: ModelTurns | None = None,
+    max_work: int = MAX_REQUEST_WORK,
+    chunk_work: int = CHUNK_WORK,
+) -> dict[str, Any]:
+    """The JSON reply to one request (see the module docstring).
 
     Args:
-        translator: the loaded model (its tokenizers count the source tokens).
+        translator: the loaded model.
         request: the decoded JSON body.
+        turns: the model's turns, shared by every request of a server (None: decode in the calling thread).
         max_work: the most source tokens (EOS included) x beam (1 for greedy) the request may ask for.
         chunk_work: the most of that decoded in one turn.
 
     Raises:
         RequestError: a bad request (see :func:`parse_request`), or one that asks for more than ``max_work`` (413).
-        DotformerError: the model cannot read an input (e.g. longer than its positions).
+        DotformerError: the model cannot decode an input (e.g. longer than it reads).
     """
-    from dotformer.decoding.inputs import encode_sources
+    from dotformer.decoding.inputs import encode_sources, unknown_prefix_symbols
 
     texts, options = parse_request(request)
-    encoded = encode_sources(translator.checkpoint, texts, translator.max_input_length)
+    encoded = encode_sources(translator.checkpoint, texts, translator.max_input_length)  # cheap: not a turn
     width = options.get("beam", 4) if options["strategy"] == "beam" else options["n_best"]
     work = [len(ids) * width for ids in encoded.ids]
     if sum(work) > max_work:
@@ -205,20 +215,12 @@ def plan_translation(
             f"send fewer or shorter texts, or a narrower beam",
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
         )
-    return TranslationPlan(texts, options, chunk_by_work(work, chunk_work))
-
-
-def translate_chunk(translator: Translator, plan: TranslationPlan, chunk: range) -> list[dict[str, Any]]:
-    """The reply's items for the texts of one chunk: ``{"text", "score", "finished", "unknown_symbols"}``, with
-    ``"alignment"`` and ``"hypotheses"`` when asked for."""
-    from dotformer.decoding.inputs import unknown_prefix_symbols
-
-    prefixes = [None] * len(chunk) if plan.options.get("prefix") is None else [plan.options["prefix"][i] for i in chunk]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # unknown symbols are reported per text in the reply
-        options = {**plan.options, "prefix": None if "prefix" not in plan.options else prefixes}
-        results = translator.translate([plan.texts[i] for i in chunk], details=True, **options)
-    items = []
+    run = turns.run if turns is not None else _here
+    results = []
+    for chunk in chunk_by_work(work, chunk_work):  # the next chunk queues behind those that arrived meanwhile
+        results += await run(_translate_chunk, translator, texts, options, chunk)
+    prefixes = options.get("prefix") or [None] * len(results)
+    translations = []
     for result, prefix in zip(results, prefixes, strict=True):
         best = result.hypotheses[0]
         item: dict[str, Any] = {
@@ -230,41 +232,9 @@ def translate_chunk(translator: Translator, plan: TranslationPlan, chunk: range)
         }
         if best.alignment is not None:
             item["alignment"] = [list(pair) for pair in best.alignment]
-        if plan.options["n_best"] > 1:
+        if options["n_best"] > 1:
             item["hypotheses"] = [hypothesis_json(h) for h in result.hypotheses]
-        items.append(item)
-    return items
-
-
-async def _here(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run ``fn`` in the calling thread (the turns of a caller without a server)."""
-    return fn(*args, **kwargs)
-
-
-async def translate_request(
-    translator: Translator,
-    request: Any,
-    turns: ModelTurns | None = None,
-    max_work: int = MAX_REQUEST_WORK,
-    chunk_work: int = CHUNK_WORK,
-) -> dict[str, Any]:
-    """The JSON reply ``{"translations": [...]}`` to one request (see the module docstring).
-
-    Args:
-        translator: the loaded model.
-        request: the decoded JSON body.
-        turns: the model's turns, shared by every request of a server (None: decode in the calling thread).
-        max_work, chunk_work: see :func:`plan_translation`.
-
-    Raises:
-        RequestError: a bad request (see :func:`parse_request`), or one that asks for more than ``max_work`` (413).
-        DotformerError: the model cannot decode an input (e.g. longer than it reads).
-    """
-    run = turns.run if turns is not None else _here
-    plan = plan_translation(translator, request, max_work, chunk_work)  # cheap: checks and tokenizing, no turn
-    translations = []
-    for chunk in plan.chunks:
-        translations += await run(translate_chunk, translator, plan, chunk)
+        translations.append(item)
     return {"translations": translations}
 
 
@@ -306,7 +276,7 @@ async def generate_request(translator: Translator, request: Any, turns: ModelTur
     settings = {name: value for name, value in request.items() if name not in ("prompt", "n")}
     run = turns.run if turns is not None else _here
     try:
-        texts = await run(translator.generate, request.get("prompt", ""), n=n, **settings)
+        texts = await run(functools.partial(translator.generate, request.get("prompt", ""), n=n, **settings))
     except ConfigError as exc:
         raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
     return {"texts": texts if isinstance(texts, list) else [texts]}

@@ -7,28 +7,22 @@
     GET  /api/health      {"ok": true, "model": "...", "limits": {...}}
     GET  /                the model, the endpoints and every decoding option (name, type, default, help)
 
-Only ``texts`` is required; ``beam`` (1..:data:`MAX_BEAM`, default 4), ``n_best`` (1..beam, default 1),
-``strategy`` (``"beam"``, ``"greedy"`` or ``"sample"``) and every other option of
+Only ``texts`` is required; ``beam``, ``n_best``, ``strategy`` and every other option of
 :data:`dotformer.decoding.options.DECODE_OPTIONS` are optional (``prefix``: one string or null per text).
-``unknown_symbols`` counts the symbols of the text and of its prefix read as <unk>.
-``/api/generate`` is for language-model checkpoints (:meth:`dotformer.api.Translator.generate`).
-``hypotheses`` is there when ``n_best`` > 1 (best first,
-each ``{"text", "score", "finished"}``). Decoding is :meth:`dotformer.api.Translator.translate`, the path of
-``dotformer translate``, so both give the same outputs for the same settings.
+``unknown_symbols`` counts the symbols of the text and of its prefix read as <unk>; ``hypotheses`` is there when
+``n_best`` > 1 (best first, each ``{"text", "score", "finished"}``). ``/api/generate`` is for language-model
+checkpoints (:meth:`dotformer.api.Translator.generate`). Decoding is :meth:`dotformer.api.Translator.translate`, the
+path of ``dotformer translate``, so both give the same outputs for the same settings; the server does not know how
+the Translator decodes.
 
-Bad input gets HTTP 400 (413 for a body over :data:`MAX_BODY_BYTES` or a request over :data:`MAX_REQUEST_WORK`,
-408 for a body not received in time, 404 and 405 for a path or method not served) and ``{"error": "one line"}``;
-the server keeps serving. It listens on 127.0.0.1 unless told otherwise.
-
-Under load (:mod:`dotformer.api.web`): the event loop reads every connection, so a slow or idle client costs no
-decoding; the request line and headers must arrive within :data:`~dotformer.api.web.HEADER_TIMEOUT_S` seconds and
-the body within :data:`~dotformer.api.web.BODY_TIMEOUT_S` more; up to :data:`~dotformer.api.web.LISTEN_BACKLOG`
-connections wait to be accepted. One request may ask for at most :data:`MAX_TEXTS` texts of at most
-:data:`MAX_TEXT_CHARS` characters, a beam of at most :data:`MAX_BEAM`, and at most :data:`MAX_REQUEST_WORK` source
-tokens x beam (1 for greedy) in all. The model decodes one chunk of at most :data:`CHUNK_WORK` source tokens x beam
-at a time on its own thread, the chunks of all requests taking turns first come, first served
-(:class:`~dotformer.api.turns.ModelTurns`), so a large request does not hold back the small ones that arrive while
-it runs. Ctrl-C or SIGTERM stops the server once the requests being decoded are answered.
+Bad input gets one line ``{"error": "..."}`` (400; 413 for a body over :data:`MAX_BODY_BYTES` or a request over
+:data:`~dotformer.api.endpoint.MAX_REQUEST_WORK`; 408 for a body not received in time; 404, 405) and the server keeps
+serving. The request's limits are :mod:`dotformer.api.endpoint`'s, the connection's :mod:`dotformer.api.web`'s: the
+event loop reads every connection, so a slow or idle client costs no decoding. The model decodes one chunk of a
+request at a time on its own thread, the chunks of all requests taking turns first come, first served
+(:class:`~dotformer.api.turns.ModelTurns`), so a large request does not hold back the small ones that arrive while it
+runs. It listens on 127.0.0.1 unless told otherwise; Ctrl-C or SIGTERM stops it once the requests being decoded are
+answered.
 """
 
 from __future__ import annotations
@@ -36,72 +30,33 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dotformer.api.endpoint import (
-    CHUNK_WORK,
-    FIELDS,
     MAX_BEAM,
     MAX_REQUEST_WORK,
     MAX_TEXT_CHARS,
     MAX_TEXTS,
-    STRATEGIES,
     describe_api,
     generate_request,
-    parse_request,
-    plan_translation,
     translate_request,
 )
 from dotformer.api.turns import ModelTurns
-from dotformer.api.web import (
-    BODY_TIMEOUT_S,
-    HEADER_TIMEOUT_S,
-    LISTEN_BACKLOG,
-    MAX_JSON_DEPTH,
-    LocalServer,
-    Reply,
-    RequestError,
-    json_reply,
-)
+from dotformer.api.web import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_JSON_DEPTH, LocalServer
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from dotformer.api.translator import Translator
-
-__all__ = [  # the request's side (dotformer.api.endpoint, dotformer.api.web) is part of this module's interface
-    "BODY_TIMEOUT_S",
-    "CHUNK_WORK",
-    "FIELDS",
-    "HEADER_TIMEOUT_S",
-    "HOST",
-    "LISTEN_BACKLOG",
-    "MAX_BEAM",
-    "MAX_BODY_BYTES",
-    "MAX_JSON_DEPTH",
-    "MAX_REQUEST_WORK",
-    "MAX_TEXTS",
-    "MAX_TEXT_CHARS",
-    "STRATEGIES",
-    "RequestError",
-    "TranslationServer",
-    "parse_request",
-    "plan_translation",
-    "serve",
-    "translate_request",
-]
 
 HOST = "127.0.0.1"  # the default interface: this machine only
 MAX_BODY_BYTES = 256 * 1024  # largest request body accepted
 
 
 class TranslationServer(LocalServer):
-    """The endpoints of the module docstring for one loaded :class:`~dotformer.api.Translator`.
-
-    ``start()`` serves from a background thread (``stop()`` ends it; also a context manager), ``run()`` in this one
-    until Ctrl-C or SIGTERM (:class:`~dotformer.api.web.LocalServer`).
+    """The endpoints of the module docstring for one loaded :class:`~dotformer.api.Translator`: ``start()`` serves
+    from a background thread until ``stop()`` (or as a context manager), ``run()`` in this one until Ctrl-C or
+    SIGTERM (:class:`~dotformer.api.web.LocalServer`).
 
     Args:
         translator: from :func:`dotformer.load`.
-        port: TCP port (0: any free port; read :attr:`server_address` once started).
+        port: TCP port (0: any free port; :attr:`server_address` holds the bound one once started).
         host: the interface to listen on (default 127.0.0.1, this machine only).
         verbose: log each request (``logging``, logger ``dotformer.serve``).
         header_timeout: the longest wait for a request's line and headers, seconds (:data:`HEADER_TIMEOUT_S`).
@@ -124,23 +79,16 @@ class TranslationServer(LocalServer):
     ) -> None:
         if isinstance(max_work, bool) or not isinstance(max_work, int) or max_work < 1:
             raise ConfigError(f"TranslationServer max_work must be a positive integer, got {max_work!r}")
-        routes = {
-            "GET /": self._describe,
-            "GET /api/health": self._health,
-            "POST /api/translate": self._translate,
-            "POST /api/generate": self._generate,
-        }
-        super().__init__(
-            routes, host, port, "serve", '{"texts": ["..."]}', MAX_BODY_BYTES, header_timeout, body_timeout, verbose
-        )
-        self.translator, self.max_work = translator, max_work
-        self.turns = ModelTurns()
+        routes = {"GET /": self._describe, "GET /api/health": self._health}
+        routes |= {"POST /api/translate": self._translate, "POST /api/generate": self._generate}
+        body = '{"texts": ["..."]}'
+        super().__init__(routes, host, port, "serve", body, MAX_BODY_BYTES, header_timeout, body_timeout, verbose)
+        self.translator, self.max_work, self.turns = translator, max_work, ModelTurns()
 
     @property
     def url(self) -> str:
         """The endpoint's address, e.g. http://127.0.0.1:8080/api/translate (/api/generate for a language model)."""
-        route = "api/generate" if self.translator.task == "lm" else "api/translate"
-        return f"http://{self.server_address[0]}:{self.server_address[1]}/{route}"
+        return super().url + ("api/generate" if self.translator.task == "lm" else "api/translate")
 
     def announcement(self) -> str:
         """``POST http://127.0.0.1:8080/api/translate``."""
@@ -148,33 +96,22 @@ class TranslationServer(LocalServer):
 
     def health(self) -> dict[str, Any]:
         """What GET /api/health answers: the model and the limits."""
-        return {
-            "ok": True,
-            "model": str(self.translator.path),
-            "task": self.translator.task,
-            "limits": {
-                "max_body_bytes": MAX_BODY_BYTES,
-                "max_json_depth": MAX_JSON_DEPTH,
-                "max_texts": MAX_TEXTS,
-                "max_text_chars": MAX_TEXT_CHARS,
-                "max_beam": MAX_BEAM,
-                "max_work": self.max_work,
-                "header_timeout_s": self.header_timeout,
-                "body_timeout_s": self.body_timeout,
-            },
-        }
+        limits = {"max_body_bytes": MAX_BODY_BYTES, "max_json_depth": MAX_JSON_DEPTH, "max_texts": MAX_TEXTS}
+        limits |= {"max_text_chars": MAX_TEXT_CHARS, "max_beam": MAX_BEAM, "max_work": self.max_work}
+        limits |= {"header_timeout_s": self.header_timeout, "body_timeout_s": self.body_timeout}
+        return {"ok": True, "model": str(self.translator.path), "task": self.translator.task, "limits": limits}
 
-    async def _describe(self, _: None) -> Reply:
-        return json_reply(describe_api(self.translator))
+    async def _describe(self, _: None) -> dict[str, Any]:
+        return describe_api(self.translator)
 
-    async def _health(self, _: None) -> Reply:
-        return json_reply(self.health())
+    async def _health(self, _: None) -> dict[str, Any]:
+        return self.health()
 
-    async def _translate(self, request: Any) -> Reply:
-        return json_reply(await translate_request(self.translator, request, self.turns, self.max_work))
+    async def _translate(self, request: Any) -> dict[str, Any]:
+        return await translate_request(self.translator, request, self.turns, self.max_work)
 
-    async def _generate(self, request: Any) -> Reply:
-        return json_reply(await generate_request(self.translator, request, self.turns))
+    async def _generate(self, request: Any) -> dict[str, Any]:
+        return await generate_request(self.translator, request, self.turns)
 
     def closed(self) -> None:
         """Stop the model's thread once every request is answered."""
@@ -182,11 +119,7 @@ class TranslationServer(LocalServer):
 
 
 def serve(
-    translator: Translator,
-    port: int = 8080,
-    host: str = HOST,
-    verbose: bool = False,
-    announce: Callable[[str], Any] = print,
+    translator: Translator, port: int = 8080, host: str = HOST, verbose: bool = False, announce: Any = print
 ) -> None:
     """Serve ``POST /api/translate`` (``POST /api/generate`` for a language model) on ``host:port`` until Ctrl-C or
     SIGTERM (then answer the requests being decoded, close the socket and return).

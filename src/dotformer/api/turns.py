@@ -9,7 +9,6 @@ requests that arrived meanwhile run between its own: a large request does not ho
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -27,13 +26,11 @@ class ModelTurns:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dotformer-model")
         self._waiting = 0
 
-    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)`` on the model's thread, after every call queued before it; its result (or error)."""
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the model's thread, after every call queued before it; its result (or error)."""
         self._waiting += 1  # only the event loop's thread counts
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._thread, functools.partial(fn, *args, **kwargs)
-            )
+            return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
         finally:
             self._waiting -= 1
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dotformer.api.turns import ModelTurns
-from dotformer.api.web import LocalServer, Reply, RequestError, json_reply
+from dotformer.api.web import LocalServer, RequestError
 from dotformer.explore.data import (
     MAX_TEXT_CHARS,
     build_page,
@@ -62,17 +62,17 @@ class ExplorerServer(LocalServer):
         self.page = build_page(embedded, "serve", model_title(loaded), is_language_model(loaded)).encode("utf-8")
         self.turns = ModelTurns()
 
-    async def _page(self, _: None) -> Reply:
-        return Reply(self.page, "text/html")
+    async def _page(self, _: None) -> bytes:
+        return self.page
 
-    async def _health(self, _: None) -> Reply:
-        return json_reply({"ok": True})
+    async def _health(self, _: None) -> dict[str, Any]:
+        return {"ok": True}
 
-    async def _attention(self, request: Any) -> Reply:
+    async def _attention(self, request: Any) -> dict[str, Any]:
         if not isinstance(request, dict):
             raise RequestError('the body must be a JSON object: {"text": "..."}')
         text, target = self.checked(request.get("text"), request.get("target"))
-        return json_reply(await self.turns.run(example_json, self.loaded, text, target))
+        return await self.turns.run(example_json, self.loaded, text, target)
 
     @staticmethod
     def checked(text: Any, target: Any = None) -> tuple[str, str | None]:
