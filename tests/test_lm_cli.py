@@ -11,8 +11,9 @@ import pytest
 
 import dotformer
 from dotformer.cli import main
+from dotformer.data.config import LMDataConfig
 from dotformer.decoding.inputs import UnknownTokenWarning
-from dotformer.training.lm_config import LMDataConfig, is_lm_config_file, read_lm_config_file
+from dotformer.training.lm_config import is_lm_config_file, read_lm_config_file
 
 WORDS = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "light", "darkness", "water", "spirit"]
 TINY = ["--preset", "tiny", "--block-size", "16", "--max-tokens", "64", "--no-progress", "--eval-every", "2"]

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dotformer.training.lm_config import LM_TASK
+from dotformer.data.config import LM_TASK
 
 
 def add_lm_arguments(parser: argparse._ActionsContainer) -> None:

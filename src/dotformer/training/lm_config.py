@@ -1,4 +1,5 @@
-"""The ``[data]`` of a language-model run (``dotformer train --task lm``), and reading its TOML config file.
+"""Reading the TOML config file of a language-model run (``dotformer train --task lm``); its ``[data]`` is
+:class:`dotformer.data.config.LMDataConfig`.
 
 A language model reads one text, not pairs, so its data section is its own: the text, held-out texts or a
 seeded split by whole groups (:mod:`dotformer.data.text`), one tokenizer, and the block size. ``[model]`` and
@@ -11,76 +12,12 @@ built decoder-only. The flags of ``dotformer train`` name the same keys (``--tok
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from dotformer.data.config import config_from_dict
+from dotformer.data.config import LM_TASK, LMDataConfig
 from dotformer.errors import ConfigError
 from dotformer.training.config_files import SECTIONS, ConfigSections
-
-LM_TASK = "lm"
-DEFAULT_BLOCK_SIZE = 128
-# translation [data] keys that mean one LM key (the flags of dotformer train write them)
-_ALIASES = {"src_tokenizer": "tokenizer", "tgt_tokenizer": "tokenizer", "tgt_tokenizer_file": "tokenizer_file",
-            "src_tokenizer_file": "tokenizer_file", "train": "dataset"}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class LMDataConfig:
-    """Which text a language model trains on and how it is cut; frozen, validated.
-
-    Raises:
-        ConfigError: a field out of range (the message names it).
-    """
-
-    dataset: str = "bible"  # "bible" (KJV), "bible:WEB", "bible:MODULE", or a UTF-8 text file
-    task: str = LM_TASK  # always "lm" (it marks a language-model config)
-    valid: str | None = None  # held-out text file for validation; given: nothing is split at random
-    test: str | None = None  # held-out text file for testing (saved as the run's data/test.txt)
-    limit: int | None = None  # keep only the first N lines of the training text (quick experiments)
-    tokenizer: Literal["char", "bpe"] = "char"  # one token per character, or byte-level BPE trained on the train text
-    tokenizer_file: str | None = None  # an existing tokenizer instead: HF tokenizer.json or sentencepiece .model
-    vocab_size: int | None = None  # at most this many tokens (BPE: the merge budget, default 8000)
-    block_size: int = DEFAULT_BLOCK_SIZE  # T, tokens of context per training block (the model's window)
-    test_books: tuple[str, ...] | None = None  # bible: whole books held out as the test split
-    valid_fraction: float = 0.05  # share of the lines (whole books / pieces of 100 lines) held out for validation
-    test_fraction: float = 0.05  # the same for the test split (unused with test_books or a test file)
-    sword_path: str | None = None  # bible: the SWORD library root (None: $SWORD_PATH, ~/.sword, /usr/share/sword)
-
-    def __post_init__(self) -> None:
-        if self.task != LM_TASK:
-            raise ConfigError(f"LMDataConfig.task must be {LM_TASK!r}, got {self.task!r}")
-        if self.tokenizer not in ("char", "bpe"):
-            raise ConfigError(f"a language model's tokenizer must be char or bpe, got {self.tokenizer!r}")
-        if not isinstance(self.block_size, int) or self.block_size < 2:
-            raise ConfigError(f"block_size must be an integer >= 2 tokens, got {self.block_size!r}")
-        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
-            raise ConfigError(f"limit must be a positive number of lines, got {self.limit!r}")
-        if self.test_books is not None:
-            object.__setattr__(self, "test_books", tuple(self.test_books))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-serialisable dict (run.json, every checkpoint's config.json)."""
-        data = dataclasses.asdict(self)
-        data["test_books"] = list(self.test_books) if self.test_books is not None else None
-        return data
-
-    @classmethod
-    def from_section(cls, section: dict[str, Any], source: str = "[data]") -> LMDataConfig:
-        """Build from a ``[data]`` table or the flags' values, reading the translation names of the same keys.
-
-        Raises:
-            ConfigError: an unknown key (named with ``source``), two values for one key, or a bad value.
-        """
-        data: dict[str, Any] = {}
-        for key, value in section.items():
-            name = _ALIASES.get(key, key)
-            if name in data and data[name] != value:
-                raise ConfigError(f"{source}: {key} = {value!r} contradicts {name} = {data[name]!r}")
-            data[name] = value
-        data.pop("shared_vocab", None)  # one tokenizer: always shared
-        return config_from_dict(cls, data, source)
 
 
 def is_lm_config_file(path: str | Path) -> bool:

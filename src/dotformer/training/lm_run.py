@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dotformer.config import PRESETS, ModelConfig
+from dotformer.data.config import LM_TASK, LMDataConfig
 from dotformer.errors import CheckpointError, ConfigError, DataError
 from dotformer.training.config import TrainConfig
 from dotformer.training.config_files import ConfigSections, budgeted_train_config, merge
-from dotformer.training.lm_config import LM_TASK, LMDataConfig
 from dotformer.training.records import (
     _read_run_json,
     check_no_run_there,
