@@ -25,7 +25,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from dotformer.errors import ConfigError, DotformerError, require_extra
 
@@ -39,6 +39,7 @@ _CLOSING = (HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, HTT
 _STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a JSON string (skipped whole) or a bracket
 
 Handler = Callable[[Any], Awaitable[dict[str, Any] | bytes]]  # JSON body (None for GET) -> JSON reply, or a page
+Server = TypeVar("Server", bound="LocalServer")
 
 
 class RequestError(DotformerError, ValueError):
@@ -255,7 +256,7 @@ class LocalServer:
         asyncio.run(self._serve(listening))
         announce(f"dotformer {self.name}: stopped")
 
-    def start(self) -> LocalServer:
+    def start(self: Server) -> Server:
         """Serve from a background thread; return once listening.
 
         Raises:
@@ -284,7 +285,7 @@ class LocalServer:
             self._loop.call_soon_threadsafe(self._stop_asked.set)
             self._thread.join(timeout)
 
-    def __enter__(self) -> LocalServer:
+    def __enter__(self: Server) -> Server:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
