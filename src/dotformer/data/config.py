@@ -40,6 +40,22 @@ _SAME_NAMED_READER_FIELDS = (
     "bible_max_ratio",
     "bible_check_alignment",
 )
+# the DataConfig fields a test file is read with (dotformer evaluate's reader flags), over a checkpoint's own
+READER_FIELDS = (
+    "task",
+    "delimiter",
+    "source_column",
+    "target_column",
+    "header",
+    "num_columns",
+    "empty_lines",
+    "hf_config",
+    "hf_split",
+    "source_field",
+    "target_field",
+    "hf_data_files",
+    "hf_cache_dir",
+)
 _RENAMED_READER_FIELDS = {
     "synthetic_examples": "num_examples",
     "synthetic_symbols": "vocab",
