@@ -128,7 +128,6 @@ class PairsTask(Task):
         )
         return Loaded(data, train_data)
 
-
     def evaluate(self, loaded: LoadedCheckpoint, request: EvalRequest) -> EvalReport:
         """Decode the distinct sources once and score them by the task: WER/PER (g2p), BLEU/chrF (translation) or
         exact match, and the teacher-forced perplexity of the references (:mod:`dotformer.decoding.evaluation`)."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from dotformer.data.config import LM_TASK
 from dotformer.data.types import TASKS
-from dotformer.errors import CheckpointError, ConfigError
+from dotformer.errors import CheckpointError
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint

@@ -47,8 +47,6 @@ def task_of_section(data: dict[str, Any]) -> Task:
     return task_named(str(name))
 
 
-
-
 def read_task_config_file(path: str | Path) -> ConfigSections:
     """A config file's ``[model]``, ``[train]`` and ``[data]`` tables (:func:`~dotformer.runs.config_files.
     read_config_file`), its ``[data]`` checked by the task it is for (keys and values, named with the file).
