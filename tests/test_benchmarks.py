@@ -71,6 +71,7 @@ def test_forward_flops_match_torch_flop_counter(bench):
     assert counter.get_flop_counts()["Transformer.generator"][torch.ops.aten.mm] == 2 * 3 * 5 * 64 * 70
 
 
+@pytest.mark.numerical
 def test_torch_peer_computes_the_paper_model(bench):
     """With dotformer's weights, TorchSeq2Seq's logits equal dotformer's at every real target position."""
     from dotformer.export.torch_nn import to_torch_transformer
@@ -89,6 +90,7 @@ def test_torch_peer_computes_the_paper_model(bench):
         torch.testing.assert_close(theirs(b.src, b.tgt_in)[real], ours(b.src, b.tgt_in)[real], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.numerical
 def test_peers_train_on_the_same_batch(bench):
     pytest.importorskip("transformers")
     peers, training = bench("peers"), bench("training")

@@ -22,6 +22,8 @@ from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding import DecodeConfig, decode_batch, greedy_decode, length_penalty
 from dotformer.errors import ConfigError, ShapeError
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 GREEDY = DecodeConfig(strategy="greedy")
 
 

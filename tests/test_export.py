@@ -76,6 +76,7 @@ VARIANTS = [
 # -- Hugging Face Marian ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.numerical
 @pytest.mark.parametrize("overrides", VARIANTS)
 def test_marian_copy_gives_the_same_logits(overrides):
     pytest.importorskip("transformers")
@@ -101,6 +102,7 @@ def test_marian_copy_gives_the_same_logits(overrides):
     assert (changed - ours).abs().max() > 1e-3
 
 
+@pytest.mark.numerical
 def test_marian_generate_equals_greedy():
     pytest.importorskip("transformers")
     from dotformer.export.marian import to_marian
@@ -154,6 +156,7 @@ def test_marian_eps_refusal_is_not_vacuous():
         assert (theirs - model(src, tgt)).abs().max() > 1e-2
 
 
+@pytest.mark.numerical
 @pytest.mark.parametrize("overrides", [{}, {"share_embeddings": True, "src_vocab_size": TGT_V}, {"tie_output": False}])
 def test_saved_marian_loads_back_with_the_same_logits(tmp_path, overrides):
     """HF rebuilds Marian's sinusoids (sines first) on load: the export permutes D so that its table is dotformer's."""
@@ -197,6 +200,7 @@ def test_save_marian_refuses_a_learned_table(tmp_path):
 # -- CTranslate2 --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.numerical
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -384,6 +388,7 @@ def test_locate_and_join_follow_dotted_paths():
 # -- ONNX -----------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.numerical
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -567,6 +572,7 @@ def test_saved_marian_generates_dotformers_greedy_outputs_with_default_options(t
     assert rules["eos_token_id"] == EOS_ID and rules["max_length"] == 64
 
 
+@pytest.mark.numerical
 def test_ct2_translates_dotformers_greedy_outputs_with_default_options(tmp_path, monkeypatch):
     ctranslate2 = pytest.importorskip("ctranslate2")
     from dotformer.export.ct2 import (

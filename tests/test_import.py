@@ -143,6 +143,7 @@ def test_tokens_are_marians_in_dotformers_order(kind: str, request: pytest.Fixtu
     assert translator.tgt_tokenizer.decode(ours) == tokenizer.decode(ids, skip_special_tokens=True)
 
 
+@pytest.mark.numerical
 def test_logits_and_greedy_outputs_equal_hf(marian: dict[str, Any]) -> None:
     import dotformer
     from dotformer.decoding.translate import pad_batch
@@ -271,6 +272,7 @@ def make_bert_dir(directory: Path, **config: Any) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+@pytest.mark.numerical
 def test_bert_last_hidden_state_is_dotformers_memory(tmp_path: Path) -> None:
     from dotformer.checkpoint import load_checkpoint
     from dotformer.imports.bert import bert_inputs, import_bert
@@ -310,6 +312,7 @@ def test_cli_import_bert_and_refusals(tmp_path: Path, cli: Cli) -> None:
     assert result.stderr.count("\n") == 1 and not (tmp_path / "ck2").exists()
 
 
+@pytest.mark.numerical
 @pytest.mark.parametrize("overrides", [{}, {"share_embeddings": False, "src_vocab_size": 40, "generator_bias": True}])
 def test_export_to_marian_then_import_is_the_same_model(tmp_path: Path, overrides: dict[str, Any]) -> None:
     """dotformer -> save_marian -> read_marian gives back the same config and weights (ids and D axis restored)."""
@@ -443,6 +446,7 @@ def test_opus_config_is_the_published_ones(opus: dict[str, Any]) -> None:
     assert generation["num_beams"] == 4
 
 
+@pytest.mark.numerical
 def test_opus_logits_and_log_probabilities_equal_hf(opus: dict[str, Any]) -> None:
     import dotformer
     from dotformer.data.tokenizers import BOS_ID, PAD_ID
@@ -473,6 +477,7 @@ def test_opus_logits_and_log_probabilities_equal_hf(opus: dict[str, Any]) -> Non
     assert theirs.softmax(-1)[:, :, pad][keep].max() > 0.05  # the pad's probability is not negligible here
 
 
+@pytest.mark.numerical
 def test_opus_greedy_and_beam_equal_hf_generate(opus: dict[str, Any]) -> None:
     import dotformer
 
@@ -494,6 +499,7 @@ def test_opus_greedy_and_beam_equal_hf_generate(opus: dict[str, Any]) -> None:
     assert ours_beam != ours_greedy and len({*ours_beam, *ours_greedy}) > 2  # the searches differ; varied outputs
 
 
+@pytest.mark.numerical
 def test_opus_round_trip_is_bit_for_bit(opus: dict[str, Any], tmp_path: Path) -> None:
     """import -> export --to marian -> import: the same config and weights, bit for bit."""
     import shutil

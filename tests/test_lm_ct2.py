@@ -15,6 +15,8 @@ from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.generate import generate, generation_config
 from dotformer.errors import ConfigError
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 V = 17
