@@ -191,7 +191,7 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
         raise ConfigError(f"--output-format text writes one output per input; with --n-best {n_best} use nbest or json")
     check_input_file(args.input)
     if args.output is not None and args.output != "-":
-        check_output_file(args.output, "--output", (args.input,))
+        check_output_file(args.output, "--output", (("--input", args.input), ("--prefix-file", args.prefix)))
         if not args.texts and args.input in (None, "-"):
             check_not_stdin(args.output, "--output")
     return output_format
