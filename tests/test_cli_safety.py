@@ -249,11 +249,12 @@ def test_an_output_is_never_an_input_by_another_name(
         names[original].append(tmp_path / "sub" / ".." / original.name)
     before = {path: path.read_bytes() for path in (source, prefixes, test_file)}
     translate = ["translate", "--checkpoint", str(run_dir), "--device", "cpu", "--input", str(source)]
+    embed = ["embed", "--checkpoint", str(run_dir), "--device", "cpu", "--input", str(source)]
     evaluate = ["evaluate", "--checkpoint", str(run_dir), "--device", "cpu", "--data", str(test_file)]
     cases = []
     for name in names[source]:
         cases.append(([*translate, "--output", str(name)], "--input"))
-        cases.append((["embed", "--checkpoint", str(run_dir), "--input", str(source), "--output", str(name)], "--input"))
+        cases.append(([*embed, "--output", str(name)], "--input"))
     for name in names[prefixes]:
         cases.append(([*translate, "--prefix-file", str(prefixes), "--output", str(name)], "--prefix-file"))
     for name in names[test_file]:
