@@ -290,3 +290,13 @@ def test_decoding_threads(run_dir: Path, cli: Cli) -> None:
     for command in ("translate", "evaluate"):
         result = cli(command, "--checkpoint", str(run_dir), "--threads", "0", *(["a1"] * (command == "translate")))
         assert_one_error_line(result, command, "--threads must be positive, got 0")
+
+
+def test_input_dev_stdin_reads_a_pipe(run_dir: Path, cli: Cli) -> None:
+    """``--input /dev/stdin`` with a pipe on standard input (not a regular file) is read, not "no such file"."""
+    flags = ["--checkpoint", str(run_dir), "--device", "cpu", "--input", "/dev/stdin"]
+    result = cli("translate", *flags, "--strategy", "greedy", stdin="a1 a2\nb3\n")
+    assert result.returncode == 0 and result.stdout.count("\n") == 2, result.stderr
+    assert result.stdout == cli("translate", *flags[:4], "--strategy", "greedy", "a1 a2", "b3").stdout
+    result = cli("embed", *flags, "--output-format", "jsonl", stdin="a1 a2\nb3\n")
+    assert result.returncode == 0 and result.stdout.count("\n") == 2, result.stderr
