@@ -121,6 +121,26 @@ def test_cli_inline_prefix_and_prefix_file(
     assert status == 2 and "input 3: no prefix for this input" in err
 
 
+@pytest.mark.parametrize(
+    "bad, problem",
+    [
+        ("a2 ||| a7 ||| a0", "holds 2 '|||'"),
+        ("a2|||a7", "holds '|||' without a space"),
+        ("a2 |||a7", "holds '|||' without"),
+    ],
+)
+def test_a_malformed_inline_prefix_line_is_one_error_naming_it(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, bad: str, problem: str
+) -> None:
+    """Not read as a source with unknown symbols: the outputs of the lines before it are written, then one line."""
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text(f"a1 ||| a7 a0\n{bad}\na3\n", encoding="utf-8")
+    argv = ["translate", "--checkpoint", str(checkpoint), "--inline-prefix", "--input", str(inputs)]
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 2 and out == "a7 a0\n" and len(err.strip().splitlines()) == 1
+    assert f"{inputs}:2: the line {problem}" in err and "<unk>" not in err
+
+
 UNKNOWN_PREFIX = "3 prefix symbol(s) are not in the target vocabulary and were read as <unk>: QQ, ZZ"
 
 

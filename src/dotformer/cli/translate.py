@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from dotformer.cli.decode_flags import (
     add_decoding_arguments,
@@ -249,8 +249,12 @@ def run(args: argparse.Namespace) -> int:
     tally = Tally(table=model_config.max_len if model_config.positional == "learned" else None)
     try:
         for first, lines in chunks:
+            malformed = malformed_inline_prefix(lines, first, name) if args.inline_prefix else None
+            if malformed is not None:  # the lines before it are decoded and written, then the error
+                lines = lines[: malformed.index]
             lines, prefixes = split_prefixes(lines, first, name, args.inline_prefix, prefix_lines, args.prefix)
             done, error = decode_chunk(translator, lines, first, name, config, args, limit, prefixes)
+            error = error or (malformed.error if malformed is not None else None)
             text = "".join(format_result(r, i, output_format, translator.tgt_tokenizer) for r, i in done)
             with deferred_interrupt():  # a chunk's outputs are written whole, and counted as written
                 out.write(text.encode("utf-8"))
@@ -293,6 +297,37 @@ def read_prefix_file(path: str) -> list[str]:
         return [line for _, lines in StreamLines(stream, path).chunks(1 << 20) for line in lines]
 
 
+INLINE_SEPARATOR = " ||| "  # between the source and the prefix of an --inline-prefix line
+
+
+class Malformed(NamedTuple):
+    """The first malformed line of a chunk: its index in the chunk and the error that names it."""
+
+    index: int
+    error: Exception
+
+
+def malformed_inline_prefix(lines: list[str], first: int, name: str | None) -> Malformed | None:
+    """The first line of a chunk (its first line is number ``first``) that is not ``SOURCE ||| PREFIX`` or a plain
+    source: one that holds ``|||`` more than once, or ``|||`` without a space on each side. None when all are fine.
+    """
+    from dotformer.errors import DataError
+
+    for i, line in enumerate(lines):
+        bars, separators = line.count("|||"), line.count(INLINE_SEPARATOR)
+        if bars == separators <= 1:
+            continue
+        problem = f"holds {bars} '|||'" if bars > 1 else "holds '|||' without a space on each side"
+        return Malformed(
+            i,
+            DataError(
+                f"{where(name, first + i)}: the line {problem}: --inline-prefix reads SOURCE ||| PREFIX, one "
+                f"separator with a space on each side (a line without one has no prefix)"
+            ),
+        )
+    return None
+
+
 def split_prefixes(
     lines: list[str],
     first: int,
@@ -310,7 +345,7 @@ def split_prefixes(
         DataError: the input has more lines than ``--prefix-file`` (naming the first line without a prefix).
     """
     if inline:
-        parts = [line.partition(" ||| ") for line in lines]
+        parts = [line.partition(INLINE_SEPARATOR) for line in lines]
         return [source for source, _, _ in parts], [prefix if sep else None for _, sep, prefix in parts]
     if prefix_lines is None:
         return lines, None
