@@ -121,9 +121,14 @@ def run(args: argparse.Namespace) -> int:
         f"task {task}, {search}, {args.dtype} weights"
     )
     print(format_evaluation(evaluation))
-    table = loaded.model.config.max_len
+    model_config = loaded.model.config
     warning = unfinished_warning(
-        evaluation.unfinished, evaluation.num_sources, config, evaluation.unfinished_at_table, table
+        evaluation.unfinished,
+        evaluation.num_sources,
+        config,
+        evaluation.unfinished_at_table,
+        model_config.max_len,
+        model_config.positional,
     )
     if warning:
         print(f"dotformer evaluate: warning: {warning}", file=sys.stderr)

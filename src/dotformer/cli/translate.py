@@ -53,8 +53,8 @@ lengths: an input of more than --max-input-length tokens (EOS included; default:
         error naming its line, after the outputs of the lines before it are written. Inputs are decoded in batches
         of at most --batch-size sentences and --max-tokens padded tokens, so one long line does not pad a batch.
 warnings: one line each on standard error, at the end: characters the model's vocabulary does not know (read as
-        <unk>), and outputs cut at the maximum output length (--max-len-a, --max-len-b) or at the length of a learned
-        positional table before the model ended them.
+        <unk>), and outputs cut at the maximum output length (--max-len-a, --max-len-b) or at the model's positions
+        (its max_len, which caps that length) before the model ended them.
 
 A closed output pipe (| head -1) ends quietly; Ctrl-C ends with the outputs of every decoded chunk written.
 
@@ -121,7 +121,8 @@ class Tally:
     unknown: int = 0
     with_unknown: list[tuple[str, str]] = field(default_factory=list)  # (where, text) of each input with <unk>
     cut: list[str] = field(default_factory=list)  # where each cut output's input is
-    table: int | None = None  # the positions of the model's learned positional table (None: sinusoidal)
+    table: int | None = None  # the model's positions (max_len): no output is longer
+    positional: str = "learned"  # the kind of those positions, as the warning names them
     cut_by_table: list[str] = field(default_factory=list)  # where each output cut by that table's length is
     prefix_unknown: list[str] = field(default_factory=list)  # the prefixes' symbols read as <unk>, in order
 
@@ -156,10 +157,12 @@ class Tally:
                 f"and are cut (first: {self.cut[0]})"
             )
         if self.cut_by_table:
+            from dotformer.decoding.evaluation import positions_phrase
+
             lines.append(
-                f"{len(self.cut_by_table)} of {self.inputs} output(s) reached this model's learned positional table "
-                f"({self.table} positions, the most any output can have) before the model ended them and are cut "
-                f"(first: {self.cut_by_table[0]}); --max-len-a/--max-len-b cannot lengthen them"
+                f"{len(self.cut_by_table)} of {self.inputs} output(s) reached "
+                f"{positions_phrase(self.table, self.positional)}, the most any output can have, before the model "
+                f"ended them and are cut (first: {self.cut_by_table[0]}); --max-len-a/--max-len-b cannot lengthen them"
             )
         return lines
 
@@ -246,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
         out = getattr(sys.stdout, "buffer", None) or TextAsBytes(sys.stdout)
     prefix_lines = read_prefix_file(args.prefix) if args.prefix is not None else None
     model_config = translator.model.config
-    tally = Tally(table=model_config.max_len if model_config.positional == "learned" else None)
+    tally = Tally(table=model_config.max_len, positional=model_config.positional)
     try:
         for first, lines in chunks:
             malformed = malformed_inline_prefix(lines, first, name) if args.inline_prefix else None
