@@ -123,3 +123,31 @@ def test_bad_input_exits_2_with_one_line(
         extra = ["--config", str(tmp_path / "c.toml")]
     err = one_error_line(capsys, [*QUICK, "--out", str(tmp_path / "run"), *extra, *argv])
     assert __import__("re").search(message, err), err
+
+
+def test_a_run_resumed_to_a_longer_budget_is_the_straight_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """20 steps, then --resume --max-steps 40, equals 40 steps in one go, bit for bit, where no cooldown is set: the
+    warmup fitted to the first call's 20 steps (2) is recorded at the start and kept by the resume (it said nothing;
+    a straight 40-step run fits 4, so it is given the run's 2 here), and the resume says so."""
+    from safetensors.torch import load_file
+
+    first, straight = tmp_path / "first", tmp_path / "straight"
+    copy = ["--data", "copy", "--limit", "200", "--seed", "1", "--device", "cpu"]
+    assert main(["train", *copy, "--max-steps", "20", "--out", str(first)]) == 0  # progress lines: the resume's too
+    record = json.loads((first / "run.json").read_text())
+    assert record["train"]["warmup_steps"] == 2 and record["warmup_fitted_from"] == 4000  # a tenth of 20 steps
+    with caplog.at_level("INFO", logger="dotformer.training.records"):
+        assert main(["train", "--out", str(first), "--resume", "--max-steps", "40"]) == 0
+    assert [r.getMessage() for r in caplog.records if r.name == "dotformer.training.records"] == [
+        "warmup: 2 steps as this run started (fitted to its first budget; a budget can grow without changing the "
+        "steps taken, so only a cooldown follows the new one; a new run of this budget would warm up for 4)"
+    ]
+    assert json.loads((first / "run.json").read_text())["resumes"][0]["train"]["warmup_steps"] == 2
+    assert main(["train", *copy, "--no-progress", "--max-steps", "40", "--warmup", "2", "--out", str(straight)]) == 0
+    capsys.readouterr()
+    resumed, whole = load_file(first / "last" / "model.safetensors"), load_file(straight / "last" / "model.safetensors")
+    assert resumed.keys() == whole.keys()
+    for name in whole:
+        assert torch.equal(resumed[name], whole[name]), name

@@ -21,9 +21,11 @@ from dotformer.training.config import TrainConfig
 from dotformer.training.config_files import read_config_file, task_defaults
 from dotformer.training.preparation import epoch_steps_of
 from dotformer.training.warmup import (
+    fitted_record,
     known_steps,
     minutes_bound,
     peak_flops,
+    resumed_warmup_line,
     scaled_warmup,
     steps_per_epoch,
     warmup_warning,
@@ -200,3 +202,16 @@ def test_fine_tuning_without_a_config_takes_the_task_recipe_and_the_checkpoints_
     assert p.model_config == ModelConfig.from_dict(json.loads((base / "run.json").read_text())["model"])
     assert p.model_config.d_model == 64 and p.model_config.dropout == 0.1  # not the g2p config's 128 and 0
     assert (p.train_config.max_tokens, p.train_config.warmup_steps, p.train_config.lr_peak) == (1024, 200, 2e-3)
+
+
+def test_a_fitted_warmup_is_recorded_and_a_resume_names_it_only_when_the_budget_changed() -> None:
+    recipe = TrainConfig(max_steps=20)  # warmup 4000
+    fitted = recipe.replace(warmup_steps=2)
+    assert fitted_record(recipe, fitted) == {"warmup_fitted_from": 4000} and fitted_record(recipe, recipe) == {}
+    record = {"train": fitted.to_dict(), **fitted_record(recipe, fitted)}
+    longer = fitted.replace(max_steps=400)
+    assert resumed_warmup_line(record, longer).endswith("only a cooldown follows the new one; a new run of this "
+                                                        "budget would warm up for 40)")  # fmt: skip
+    assert resumed_warmup_line(record, fitted) is None  # the same budget
+    assert resumed_warmup_line(record, longer.replace(warmup_steps=10)) is None  # the resume sets its own
+    assert resumed_warmup_line({"train": fitted.to_dict()}, longer) is None  # given, not fitted

@@ -174,6 +174,7 @@ def _prepare_fresh(
     from dotformer.data.tokenizer_files import TokenizerPair, load_tokenizer
     from dotformer.training.distributed import barrier, check_shared_file
     from dotformer.training.finetune import check_known_symbols, extend_vocabulary, init_data_config, read_init_source
+    from dotformer.training.warmup import fitted_record
 
     data_config = DataConfig.from_dict(sections.data, "[data]")
     if not overwrite:
@@ -206,7 +207,8 @@ def _prepare_fresh(
         save_splits(splits, data_dir)
         tokenizers = tokenizers or make_tokenizers(data_config, splits.train)  # files, or trained on train
         if not explicit_warmup:
-            train_config = _fit_warmup(train_config, splits.train, tokenizers, context.world_size)
+            fitted = _fit_warmup(train_config, splits.train, tokenizers, context.world_size)
+            invocation, train_config = {**invocation, **fitted_record(train_config, fitted)}, fitted  # kept on resume
         tokenizers.src.save(data_dir / "tokenizer_src.json")
         tokenizers.tgt.save(data_dir / "tokenizer_tgt.json")
         model_config, preset = build_model_config(

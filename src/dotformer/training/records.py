@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import logging
 import os
 import platform
 import shutil
@@ -21,6 +22,8 @@ from dotformer.training.config_files import SECTIONS, ConfigSections, merge
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
     from dotformer.training.config import TrainConfig
+
+logger = logging.getLogger(__name__)  # "dotformer.training.records": what a resume keeps
 
 
 def invocation_of(
@@ -78,7 +81,12 @@ def write_new_record(
 
 def record_resume(run_dir: Path, record: dict[str, Any], invocation: dict[str, Any], train: TrainConfig) -> None:
     """Append a resume (how it was started, when, its ``[train]``, the versions) to the run's ``record`` and write
-    it back to ``RUN/run.json``."""
+    it back to ``RUN/run.json``; say when a warmup fitted to the run's first budget is kept under a new one."""
+    from dotformer.training.warmup import resumed_warmup_line
+
+    line = resumed_warmup_line(record, train)
+    if line and train.progress:
+        logger.info(line)
     record.setdefault("resumes", []).append(
         {**invocation, "time": _now(), "train": train.to_dict(), "versions": versions()}
     )
