@@ -49,3 +49,22 @@ def decoder_sums(d_model: int, num_heads: int, d_ff: int, num_layers: int, lengt
     target and ``memory`` source tokens at most), without the generator (add ``d_model`` for a logit)."""
     layer = [*attention_sums(d_model, num_heads, length), *attention_sums(d_model, num_heads, memory)]
     return num_layers * [*layer, *feed_forward_sums(d_model, d_ff)]
+
+
+def logit_sums(config: object, tgt_len: int, src_len: int = 0) -> list[int]:
+    """The sums behind one logit of a Transformer of ``config`` (a :class:`~dotformer.config.ModelConfig`): its
+    encoder's (the memory enters every cross-attention), its decoder's, and the generator's D terms."""
+    D, H, F = config.d_model, config.num_heads, config.d_ff  # type: ignore[attr-defined]
+    encoder = encoder_sums(D, H, F, config.num_encoder_layers, src_len) if src_len else []  # type: ignore[attr-defined]
+    layers = config.num_decoder_layers  # type: ignore[attr-defined]
+    if config.arch == "decoder-only":  # type: ignore[attr-defined]
+        decoder = layers * [*attention_sums(D, H, tgt_len), *feed_forward_sums(D, F)]
+    else:
+        decoder = decoder_sums(D, H, F, layers, tgt_len, src_len)
+    return [*encoder, *decoder, D]
+
+
+def logits_tolerance(config: object, reference: torch.Tensor, src_len: int = 0) -> float:
+    """:func:`reordering_bound` of :func:`logit_sums` at the magnitude of ``reference`` ((B, T, V) float32 logits,
+    T the target length): how far two implementations' float32 logits of one model may lie apart."""
+    return reordering_bound(logit_sums(config, reference.size(-2), src_len), float(reference.abs().max()))
