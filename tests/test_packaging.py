@@ -34,8 +34,8 @@ import dotformer.metrics
 from dotformer.cli import main as cli_main
 from dotformer.data.corpora import load_pairs
 from dotformer.errors import EXTRAS, MissingExtraError
+from dotformer.runs.shipped_configs import find_config_file, shipped_config_dir, shipped_config_names
 from dotformer.training.logging import MetricsLog
-from dotformer.training.shipped_configs import find_config_file, shipped_config_dir, shipped_config_names
 
 try:
     import tomllib

@@ -41,14 +41,6 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
     return ids
 
 
-def context_window(checkpoint: LoadedCheckpoint) -> int:
-    """The most tokens the model reads at once: the block size it trained on (``info["data"]["block_size"]``),
-    else its ``max_len``."""
-    data = checkpoint.info.get("data") or {}
-    block = data.get("block_size") if isinstance(data, dict) else None
-    return int(block) if block else checkpoint.model.config.max_len
-
-
 def generate_text(
     checkpoint: LoadedCheckpoint, prompt: str, config: DecodeConfig, on_text: TextCallback | None = None
 ) -> list[str]:
@@ -83,7 +75,7 @@ def generate_text(
                 shown[0] = len(text)
 
     ids = encode_prompt(tokenizer, prompt)
-    generations = generate(checkpoint.model, ids, config, context_window(checkpoint), on_token)
+    generations = generate(checkpoint.model, ids, config, checkpoint.context_window, on_token)
     return [generated_text(tokenizer, g.tokens) for g in generations]
 
 

@@ -56,6 +56,14 @@ class LoadedCheckpoint:
     info: dict[str, Any]
     path: Path
 
+    @property
+    def context_window(self) -> int:
+        """The most tokens the model reads at once: the block size it trained on (``info["data"]["block_size"]``),
+        else its ``max_len``."""
+        data = self.info.get("data") or {}
+        block = data.get("block_size") if isinstance(data, dict) else None
+        return int(block) if block else self.model.config.max_len
+
 
 def save_checkpoint(
     directory: str | Path,

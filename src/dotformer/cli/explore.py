@@ -69,10 +69,9 @@ def default_examples(checkpoint: str, count: int = 5, loaded: Any = None) -> lis
 def lm_examples(loaded: Any, data_dir: Path, count: int) -> list[str]:
     """The first ``count`` non-empty lines of a language model's saved test text that fit in its window (a line
     end first, as the explorer reads a text)."""
-    from dotformer.api.generation import context_window
-    from dotformer.training.lm_run import load_text_split
+    from dotformer.runs.text import load_text_split
 
-    window = context_window(loaded)
+    window = loaded.context_window
     fitting = (line for line in load_text_split(data_dir, "test") if line.strip())
     fitting = (line for line in fitting if len(loaded.tgt_tokenizer.encode(line)) + 1 <= window)
     return [line for line, _ in zip(fitting, range(count), strict=False)]
