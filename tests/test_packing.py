@@ -6,6 +6,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tolerance import logits_tolerance
 
 from dotformer import ModelConfig, Transformer
 from dotformer.decoding.cache import DecoderCache
@@ -68,7 +69,8 @@ def test_packed_logits_equal_the_padded_ones_at_real_positions(make_model, overr
     packed = model(src, tgt, packed=True)  # (N, V)
     keep = (src if overrides.get("arch") == "encoder-only" else tgt) != 0
     assert packed.shape == (int(keep.sum()), V)
-    torch.testing.assert_close(packed, padded[keep], rtol=1e-5, atol=1e-5)
+    # the same sums, the padded ones over more (masked) keys and in other blockings: the reordering bound
+    torch.testing.assert_close(packed, padded[keep], atol=logits_tolerance(model.config, padded, src.size(1)), rtol=0)
 
 
 @pytest.mark.numerical
@@ -109,7 +111,9 @@ def test_packing_is_invisible_for_any_lengths(make_model, src_lengths, tgt_len, 
     tgt = _right_padded(tgt_lengths, tgt_len, g)
     packed = model(src, tgt, packed=True)
     assert bool(packed.isfinite().all())
-    torch.testing.assert_close(packed, model(src, tgt)[tgt != 0], rtol=1e-5, atol=1e-5)
+    padded = model(src, tgt)
+    tolerance = logits_tolerance(model.config, padded, src.size(1))  # the same sums in other orders
+    torch.testing.assert_close(packed, padded[tgt != 0], atol=tolerance, rtol=0)
 
 
 @pytest.mark.numerical
