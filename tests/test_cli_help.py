@@ -14,6 +14,7 @@ from dotformer.cli import build_parser, main
 from dotformer.cli.help_layout import fill_help_text
 
 # every flag each command accepts (-h/--help aside)
+PREPARE_FLAGS = {"--config", "--data", "--out", "--sample-lines", "--seed"}
 EXPECTED_FLAGS: dict[str, set[str]] = {
     "train": {
         "--accumulate",
@@ -526,6 +527,64 @@ def _lines_outside_examples(text: str) -> list[str]:
     return kept
 
 
+# dotformer prepare takes train's data flags (its data and reader groups) and its own
+EXPECTED_FLAGS["prepare"] = PREPARE_FLAGS | {
+    flag
+    for flag in EXPECTED_FLAGS["train"]
+    if flag.removeprefix("--no-").removeprefix("--")
+    in {
+        *(
+            f.removeprefix("--")
+            for f in ("--task", "--valid", "--test", "--limit", "--valid-fraction", "--test-fraction")
+        ),
+        "tokenizer",
+        "src-tokenizer",
+        "tgt-tokenizer",
+        "vocab-size",
+        "shared-vocab",
+        "src-tokenizer-file",
+        "tgt-tokenizer-file",
+        "delimiter",
+        "source-column",
+        "target-column",
+        "header",
+        "num-columns",
+        "empty-lines",
+        "strip-stress",
+        "source-module",
+        "target-module",
+        "test-books",
+        "sword-path",
+        "bible-max-ratio",
+        "bible-check-alignment",
+        "hf-config",
+        "hf-split",
+        "hf-valid-split",
+        "hf-test-split",
+        "source-field",
+        "target-field",
+        "hf-data-files",
+        "hf-cache-dir",
+        "synthetic-examples",
+        "synthetic-symbols",
+        "synthetic-min-len",
+        "synthetic-max-len",
+        "synthetic-seed",
+        "block-size",
+    }
+}
+EXPECTED_DESTS["prepare"] = {
+    "--config": ("config", None, False),
+    "--data": ("data", None, False),
+    "--out": ("out", None, False),
+    "--sample-lines": ("sample_lines", None, False),
+    "--seed": ("seed", 1, False),
+    **{
+        flag: dest
+        for flag, dest in EXPECTED_DESTS["train"].items()
+        if flag in EXPECTED_FLAGS["prepare"] and flag not in PREPARE_FLAGS
+    },
+}
 COMMANDS = sorted(EXPECTED_FLAGS)
 
 

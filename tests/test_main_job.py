@@ -74,8 +74,9 @@ def test_bible_main_job_quick(tmp_path: Path) -> None:
     out = tmp_path / "bible"
     run(["bash", "scripts/bible.sh", "--quick"], tmp_path, OUT=str(out))
     # both held-out sets: the test split is a whole book (--quick holds out Exodus), the valid split random verses
-    split = json.loads((out / "data" / "split.json").read_text())
-    assert split["test_groups"] == ["Exod"] and split["counts"]["test"] > 1000 and split["counts"]["valid"] > 0
+    report = json.loads((out / "data" / "data.json").read_text())["report"]
+    counts = {name: split["examples"] for name, split in report["splits"].items()}
+    assert report["split"]["test_groups"] == ["Exod"] and counts["test"] > 1000 and counts["valid"] > 0
     for name in ("test_metrics.json", "verses_metrics.json"):
         payload = json.loads((out / name).read_text())
         assert payload["checkpoint"] == str(out / "last"), name
@@ -96,7 +97,7 @@ def test_lm_main_job_quick(tmp_path: Path) -> None:
     assert lines[-3].startswith("Held-out books") and "448 lines" in lines[-2] and "bits/char" in lines[-1]
     scored = json.loads((out / "test_metrics.json").read_text())
     assert scored["bits_per_character"] == pytest.approx(float(lines[-1].split("bits/char")[1]), abs=1e-4)
-    split = json.loads((out / "data" / "split.json").read_text())
+    split = json.loads((out / "data" / "data.json").read_text())["report"]["split"]
     assert split["test_groups"] == ["Ruth", "Joel", "Jonah", "Hag", "Titus", "Phlm", "Jas", "Jude"]
     valid = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"valid"' in line]
     assert valid and valid[-1]["bits_per_char"] > 0

@@ -23,6 +23,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "dotformer.cli.train",
         "train a Transformer on real pairs (CMUdict, Bible, TSV, parallel files) or text (--task lm)",
     ),
+    "prepare": (
+        "dotformer.cli.prepare",
+        "encode a corpus once into memory-mapped token arrays that every train run and rank maps",
+    ),
     "translate": ("dotformer.cli.translate", "decode inputs with a trained checkpoint (greedy, beam, sampling)"),
     "generate": ("dotformer.cli.generate", "continue prompts with a language model (sampling, greedy, beam)"),
     "evaluate": ("dotformer.cli.evaluate", "metrics (BLEU/chrF or WER/PER, perplexity) on a held-out split"),

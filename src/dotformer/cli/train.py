@@ -127,6 +127,8 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
 _FLAGS += [(flag, "data", field, kwargs) for flag, field, kwargs in [*READER_FLAGS, *TRAIN_DATA_FLAGS]]
 
 
+DATA_FLAGS = [entry for entry in _FLAGS if entry[1] == "data"]  # what dotformer prepare takes too
+
 # the help's layout: the flags most runs need lead (under "options"), the rest follow in titled groups
 _LEAD = ("--preset", "--max-minutes", "--max-steps", "--max-epochs", "--device")
 _GROUPS: dict[str, tuple[str, ...]] = {
@@ -221,18 +223,12 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.training.stopping import TrainingInterrupted
 
     apply_threads(args.threads)
-    flags: dict[str, dict[str, Any]] = {"model": {}, "train": {}, "data": {}}
+    flags: dict[str, dict[str, Any]] = {"model": {}, "train": {}, "data": data_section(args)}
     for _, section, field, _ in _FLAGS:
         value = getattr(args, f"opt_{field}")
-        if value is not None:
+        if value is not None and section != "data":
             flags[section][field] = value
     data = flags["data"]
-    kind = data.pop("tokenizer", None)
-    if kind is not None:
-        data.setdefault("src_tokenizer", kind)
-        data.setdefault("tgt_tokenizer", kind)
-    if "test_books" in data:
-        data["test_books"] = tuple(book.strip() for book in data["test_books"].split(",") if book.strip())
     if args.data is not None:
         data["dataset"] = args.data
     if args.out is not None:
@@ -259,6 +255,20 @@ def run(args: argparse.Namespace) -> int:
     if result.is_main:
         print(result.summary())
     return 0
+
+
+def data_section(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``[data]`` values of the data flags given on the command line (``--tokenizer K`` sets both sides' kinds,
+    ``--test-books A,B`` a list); the flags of :data:`DATA_FLAGS` must have been added with ``dest="opt_FIELD"``."""
+    data = {field: getattr(args, f"opt_{field}") for _, _, field, _ in DATA_FLAGS}
+    data = {field: value for field, value in data.items() if value is not None}
+    kind = data.pop("tokenizer", None)
+    if kind is not None:
+        data.setdefault("src_tokenizer", kind)
+        data.setdefault("tgt_tokenizer", kind)
+    if "test_books" in data:
+        data["test_books"] = tuple(book.strip() for book in data["test_books"].split(",") if book.strip())
+    return data
 
 
 def _named_by_flag(message: str, given: Collection[str]) -> str:

@@ -55,7 +55,11 @@ class Prepared:
         corpus: run.json's ``"corpus"``: the source's name and what its reader reported.
         tokenizers: the source and target tokenizers (one object twice when they are one vocabulary).
         lines: what reading said, one line per file (printed before training).
-        splits: the task's splits (pairs or lines), saved by :meth:`Task.save`.
+        splits: the task's prepared data (:class:`~dotformer.data.prepared.PreparedPairs` or
+            :class:`~dotformer.data.prepared.PreparedText`), which :meth:`Task.save` refers to.
+        given_tokenizers: the tokenizers were given, not learned or read from the data config's files (fine-tuning).
+        warnings: what the run should be warned about before training (a valid or test file that shares sources
+            with the training data).
     """
 
     data: Any
@@ -63,6 +67,8 @@ class Prepared:
     tokenizers: TokenizerPair
     lines: list[str] = field(default_factory=list)
     splits: Any = None
+    given_tokenizers: bool = False
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -163,9 +169,12 @@ class Task(ABC):
 
     @abstractmethod
     def prepare(
-        self, data: Any, seed: int, init: InitSource | None, extend_vocab: bool, progress: bool
+        self, data: Any, seed: int, init: InitSource | None, extend_vocab: bool, progress: bool, source: Any = None
     ) -> tuple[Prepared, InitSource | None]:
-        """Read and split the data and make the tokenizers (rank 0 of a fresh run; nothing written yet).
+        """Prepare the data (read, split, tokenizers, encoded into memory-mapped arrays in the cache of prepared data,
+        or mapped from it) for a fresh run; nothing is written to the run directory. Every rank calls it: the first
+        prepares, the others wait for it and map what it wrote. ``source``: data prepared already (``dotformer
+        prepare``), mapped as it is.
 
         Returns:
             (the prepared data, ``init`` with its vocabulary extended when ``extend_vocab`` asked for it).
