@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from dotformer import ModelConfig, Transformer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
-from dotformer.metrics.scoring import gold_tokens as loop_gold_tokens
+from dotformer.training.objective import gold_tokens as loop_gold_tokens
 from dotformer.positional import sinusoidal_positional_encoding
 
 PAD, BOS, EOS = PAD_ID, BOS_ID, EOS_ID
@@ -188,7 +188,7 @@ def peer_logits(name: str, model: nn.Module, batch: Batch) -> Tensor:
 
 def gold_tokens(name: str, batch: Batch) -> Tensor:
     """The labels matching :func:`peer_logits`: (B, T) ``tgt_out``, or (N_T,) its real positions for ``"dotformer"``
-    (what ``dotformer train`` uses: :func:`dotformer.metrics.scoring.gold_tokens`)."""
+    (what ``dotformer train`` uses: :func:`dotformer.training.objective.gold_tokens`)."""
     return loop_gold_tokens(batch, packed=name == "dotformer", pad_id=PAD)  # type: ignore[arg-type]
 
 

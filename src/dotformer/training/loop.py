@@ -216,9 +216,8 @@ def set_up(
     amp_dtype = autocast_dtype(config.amp, context.device)
     model = model.to(context.device)
     optimizer = build_optimizer(model, config)
-    recipe = StepRecipe.of(
-        config, model.config.pad_id, context, build_grad_scaler(config.amp, context.device), amp_dtype
-    )
+    scaler = build_grad_scaler(config.amp, context.device)
+    recipe = StepRecipe.of(config, model.config.pad_id, context, scaler, amp_dtype, data.objective)
     sampler = sampler_for(data.train, config.max_tokens, config.seed)  # the global order; the stream deals it
     stream = BatchStream(sampler, max_epochs=config.max_epochs, rank=context.rank, world_size=context.world_size)
     valid_batches: list[Batch] = []
