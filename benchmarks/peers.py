@@ -24,8 +24,8 @@ from torch import Tensor, nn
 
 from dotformer import ModelConfig, Transformer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
-from dotformer.training.objective import gold_tokens as loop_gold_tokens
 from dotformer.positional import sinusoidal_positional_encoding
+from dotformer.training.objective import gold_tokens as loop_gold_tokens
 
 PAD, BOS, EOS = PAD_ID, BOS_ID, EOS_ID
 FIRST_WORD_ID = NUM_SPECIAL  # ids below are specials

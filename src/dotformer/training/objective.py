@@ -4,9 +4,9 @@ Every family of the lesson trains through the same step (:func:`dotformer.traini
 validation pass (:func:`dotformer.metrics.scoring.evaluate_loss`); what differs is which outputs of the model are
 scored against which answers, and over which set of answers the cross-entropy runs:
 
-===============  ==================  =================================================  =================================
+===============  ==================  =================================================  ================================
 objective        family              scored outputs (the model's call)                  loss
-===============  ==================  =================================================  =================================
+===============  ==================  =================================================  ================================
 next-token       encoder-decoder,    every target position, teacher-forced              label-smoothed CE over the V
                  decoder-only        (``model(src, tgt_in)``: the generator)            tokens (§5.4)
 masked-token     encoder-only (MLM)  the masked positions of the input                  label-smoothed CE over the V
@@ -15,7 +15,7 @@ sequence-label   encoder-only        one label per text (``model(src)``: the poo
                                      classifier)
 token-label      encoder-only        the labelled positions, e.g. each word's first     CE over the C labels
                                      token (``model(src, select=labelled)``)
-===============  ==================  =================================================  =================================
+===============  ==================  =================================================  ================================
 
 An objective has two parts: :meth:`~Objective.predict` runs the model (under the step's autocast) and returns the
 scores and the gold answers of the scored positions (a :class:`Prediction`); :meth:`~Objective.loss` turns them into
