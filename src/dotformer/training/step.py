@@ -2,12 +2,12 @@
 (:class:`StepRecipe`).
 
 One step (paper §5): for each micro-batch of the step, forward and loss, backward; then clip the gradient norm and
-take an Adam step at the learning rate the loop has set (§5.3, Eq. 3: :func:`dotformer.training.schedule.learning_rate`).
-The loss is normalised once by the number of real target tokens of the whole step (all micro-batches, all ranks), so accumulation and data parallelism give the same update as one
-big batch. What the forward scores and which loss it takes is the recipe's objective
-(:mod:`dotformer.training.objective`): teacher forcing with the label-smoothed loss (§5.4) for translation and
-language models, masked tokens or labels for an encoder. The validation pass is
-:func:`dotformer.metrics.scoring.evaluate_loss`.
+take an Adam step at the learning rate the loop has set (§5.3, Eq. 3:
+:func:`dotformer.training.schedule.learning_rate`). The loss is normalised once by the number of scored positions of
+the whole step (all micro-batches, all ranks), so accumulation and data parallelism give the same update as one big
+batch. What the forward scores and which loss it takes is the recipe's objective (:mod:`dotformer.training.objective`):
+teacher forcing with the label-smoothed loss (§5.4) for translation and language models, masked tokens or labels for
+an encoder. The validation pass is :func:`dotformer.metrics.scoring.evaluate_loss`.
 """
 
 from __future__ import annotations
