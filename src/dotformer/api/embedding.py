@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from dotformer.decoding.inputs import EncodedTexts
 
-POOLINGS: tuple[str, ...] = ("mean", "cls")
+POOLINGS: tuple[str, ...] = ("mean", "cls")  # the heads' poolings (dotformer.heads.pool), mean first: the default
 NORM_EPS = 1e-12  # the smallest norm divided by in L2 normalisation (torch.nn.functional.normalize's default)
 
 
@@ -95,28 +95,6 @@ def embedding_inputs(loaded: Any, texts: Sequence[str], max_input_length: int | 
     return encoded
 
 
-def pool(memory: Tensor, keep: Tensor, pooling: str) -> Tensor:
-    """Pool the encoder's memory into one vector per row (module docstring).
-
-    Args:
-        memory: (B, S, D) float encoder output.
-        keep: (B, S) bool, True at the real tokens (right-padded: each row's first token is real).
-        pooling: "mean" or "cls".
-
-    Returns:
-        (B, D) float32.
-
-    Raises:
-        ConfigError: an unknown pooling.
-    """
-    check_pooling(pooling)
-    memory = memory.float()
-    if pooling == "cls":
-        return memory[:, 0]  # (B, D)
-    summed = memory.masked_fill(~keep.unsqueeze(-1), 0.0).sum(dim=1)  # (B, D) over the real tokens only
-    return summed / keep.sum(dim=1, keepdim=True).clamp(min=1).float()  # (B, D)
-
-
 def l2_normalize(vectors: Tensor) -> Tensor:
     """(N, D) -> (N, D): each row divided by its L2 norm (at least :data:`NORM_EPS`; a zero row stays zero)."""
     return vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=NORM_EPS)
@@ -147,6 +125,7 @@ def embed_encoded(
     import torch
 
     from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, length_sorted_batches, model_device, pad_batch
+    from dotformer.heads import pool
 
     check_pooling(pooling)
     check_has_encoder(loaded)
@@ -158,7 +137,7 @@ def embed_encoded(
         for batch in length_sorted_batches([len(row) for row in ids], batch_size, tokens):
             src = pad_batch([ids[i] for i in batch], device)  # (B, S)
             memory = model.encode(src).memory  # (B, S, D)
-            pooled = pool(memory, src != PAD_ID, pooling)  # (B, D) float32
+            pooled = pool(memory.float(), src != PAD_ID, pooling)  # (B, D) float32
             vectors[batch] = pooled.cpu()
     if normalize:
         vectors = l2_normalize(vectors)
