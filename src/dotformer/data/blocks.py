@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,6 +30,9 @@ from torch import Tensor
 from dotformer.data.batching import Batch, BatchSampler, EncodedPair, check_sampler_arguments
 from dotformer.data.tokenizers import EOS_ID, Tokenizer
 from dotformer.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from dotformer.data.labelled import LabelledExamples
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,7 @@ class BlockSampler(BatchSampler):
 
 
 def sampler_for(
-    examples: Sequence[EncodedPair] | TokenStream,
+    examples: Sequence[EncodedPair] | TokenStream | LabelledExamples,
     max_tokens: int,
     seed: int = 0,
     shuffle: bool = True,
@@ -184,11 +188,16 @@ def sampler_for(
     world_size: int = 1,
 ) -> BatchSampler:
     """The sampler of a training loop's examples: :class:`BlockSampler` for a :class:`TokenStream` (a language
-    model), :class:`BatchSampler` for encoded pairs.
+    model), :class:`~dotformer.data.labelled.LabelledSampler` for an encoder's examples, :class:`BatchSampler` for
+    encoded pairs.
 
     Raises:
         ConfigError, DataError: as the sampler's constructor.
     """
+    from dotformer.data.labelled import LabelledExamples, LabelledSampler
+
     if isinstance(examples, TokenStream):
         return BlockSampler(examples, max_tokens, seed, shuffle, rank, world_size)
+    if isinstance(examples, LabelledExamples):
+        return LabelledSampler(examples, max_tokens, seed, shuffle, rank, world_size)
     return BatchSampler(examples, max_tokens, seed, shuffle, rank, world_size)

@@ -139,7 +139,6 @@ def check_keys(sections: ConfigSections) -> None:
                 )
 
 
-
 # [data] keys that say one thing two ways: a layer that gives one drops the other from the layers below it
 DATA_RIVALS = {
     "src_tokenizer": "src_tokenizer_file",

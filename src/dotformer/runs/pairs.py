@@ -103,7 +103,11 @@ class PairsTask(Task):
         prepared.tokenizers.src.save(data_dir / SRC_TOKENIZER_FILE)
         prepared.tokenizers.tgt.save(data_dir / TGT_TOKENIZER_FILE)
 
-    def model_config(self, model_section: dict[str, Any], prepared: Prepared) -> tuple[ModelConfig, str | None]:
+    def model_config(
+        self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
+    ) -> tuple[ModelConfig, str | None]:
+        if init is not None:  # fine-tuning keeps the checkpoint's model (its dropout rates as asked)
+            return init.model_config, init.preset or model_section.get("preset")
         src, tgt = prepared.tokenizers
         return build_model_config(model_section, self.name, src.vocab_size, tgt.vocab_size, src is tgt)
 
@@ -127,7 +131,6 @@ class PairsTask(Task):
             valid_pairs=valid_pairs,
         )
         return Loaded(data, train_data)
-
 
     def evaluate(self, loaded: LoadedCheckpoint, request: EvalRequest) -> EvalReport:
         """Decode the distinct sources once and score them by the task: WER/PER (g2p), BLEU/chrF (translation) or

@@ -150,7 +150,7 @@ def train_run(
             raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
         task = task_of_section(sections.data)
         if init_from is not None and not task.fine_tunable:
-            raise ConfigError(f"--init-from fine-tunes a model of pairs; a {task.name} run starts afresh")
+            raise ConfigError(f"--init-from fine-tunes a checkpoint; a {task.name} run starts afresh")
         sections = merge(task.defaults(fine_tuning=init_from is not None), file_sections, flag_sections)
     where = str(Path(str(out_dir)) / "run.json") if record is not None else f"{sections.source} [data]"
     data = task.data_config(sections.data, where)
@@ -196,12 +196,11 @@ def _prepare_fresh(
     """A fresh run's set-up: rank 0 reads the data, makes the tokenizers and writes ``RUN/data`` and run.json; then
     every rank reads them back. Returns what every rank trains on, what reading said, and the fine-tuning source."""
     from dotformer.checkpoint import clear_run_directory
-    from dotformer.runs.finetune import read_init_source
     from dotformer.training.distributed import barrier, check_shared_file
 
     if not overwrite:
         check_no_run_there(run_dir)
-    init = read_init_source(init_from, sections.model, sections.data) if init_from is not None else None
+    init = task.read_init(init_from, sections.model, sections.data) if init_from is not None else None
     barrier(context)  # every rank has looked before rank 0 writes
     lines: list[str] = []
     if context.is_main:
@@ -210,9 +209,8 @@ def _prepare_fresh(
         if overwrite:  # the old run goes only once the new one's data has been read and accepted
             clear_run_directory(run_dir)
         task.save(prepared, run_dir / "data")
-        model_config, preset = task.model_config(sections.model, prepared)
+        model_config, preset = task.model_config(sections.model, prepared, init)
         if init is not None:
-            model_config, preset = init.model_config, init.preset or sections.model.get("preset")
             invocation = {**invocation, "init_from": str(init.path), **({"extend_vocab": True} if extend_vocab else {})}
         configs = (model_config, train_config, prepared.data)
         write_new_record(
@@ -310,7 +308,7 @@ def _train(
         message = warmup_warning(c, epoch_steps, model.num_parameters(), flops)
         if message:
             logger.warning(message)
-    info = {"task": task.name, "dataset": loaded.data.dataset, "data": loaded.data.to_dict()}
+    info = {"task": task.name, "dataset": loaded.data.dataset, "data": loaded.data.to_dict(), **loaded.info}
     init_path = None if init is None else init.path
     if extend_vocab and init_path is not None:  # the grown tables: copied here by rows, not by fit's strict copy
         from dotformer.runs.finetune import load_extended_weights

@@ -72,7 +72,9 @@ class LanguageModelTask(Task):
         for name in (SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE):
             prepared.tokenizers.tgt.save(data_dir / name)
 
-    def model_config(self, model_section: dict[str, Any], prepared: Prepared) -> tuple[ModelConfig, str | None]:
+    def model_config(
+        self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
+    ) -> tuple[ModelConfig, str | None]:
         return lm_model_config(model_section, prepared.tokenizers.tgt.vocab_size, prepared.data.block_size)
 
     def load(self, run_dir: Path, record: dict[str, Any]) -> Loaded:
@@ -159,9 +161,10 @@ def lm_model_config(model_section: dict[str, Any], vocab_size: int, block_size: 
     return config, preset
 
 
-def make_lm_splits(data: LMDataConfig, seed: int) -> tuple[TextSplits, dict[str, Any]]:
+def make_lm_splits(data: Any, seed: int) -> tuple[TextSplits, dict[str, Any]]:
     """The train / valid / test lines: given files, or whole groups held out of ``data.dataset`` (seeded); and the
-    corpus description for run.json.
+    corpus description for run.json. ``data``: an :class:`LMDataConfig` (or any config with its fields of the text
+    and its split, as :class:`~dotformer.data.config.EncoderDataConfig`).
 
     Raises:
         MissingDataError, DataError: a text cannot be read. ConfigError: bad fractions or books.
@@ -183,8 +186,9 @@ def make_lm_splits(data: LMDataConfig, seed: int) -> tuple[TextSplits, dict[str,
     return splits, {"name": corpus.name, "report": corpus.report}
 
 
-def make_lm_tokenizer(data: LMDataConfig, train_lines: list[str]) -> Tokenizer:
-    """The tokenizer file when given, else a char or BPE tokenizer trained on the training lines.
+def make_lm_tokenizer(data: Any, train_lines: list[str], mask: bool = False) -> Tokenizer:
+    """The tokenizer file when given, else a char or BPE tokenizer trained on the training lines (with the mask token
+    ``<mask>`` when ``mask``: a masked language model's).
 
     Raises:
         MissingDataError, DataError: the file cannot be read, or it reads more than half of the training text's
@@ -205,7 +209,7 @@ def make_lm_tokenizer(data: LMDataConfig, train_lines: list[str]) -> Tokenizer:
                 f"(<unk>): is it the tokenizer of this text?"
             )
         return tokenizer
-    return train_tokenizer(data.tokenizer, train_lines, data.vocab_size)
+    return train_tokenizer(data.tokenizer, train_lines, data.vocab_size, mask=mask)
 
 
 def save_text_splits(splits: TextSplits, directory: Path) -> None:

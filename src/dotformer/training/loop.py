@@ -250,19 +250,27 @@ def start(setup: Setup, state: TrainState, resume: bool, init_from: Path | None)
 def describe_data(setup: Setup) -> str:
     """One line before training: pair counts (a language model's tokens and blocks), vocabulary sizes, parameters,
     batches per epoch, padding fraction."""
+    from dotformer.data.labelled import LabelledExamples, padding_share
+
     d, c = setup.data, setup.config
     batches = setup.stream.own_batches(setup.stream.epoch)
     if isinstance(d.train, TokenStream):
         T = d.train.block_size
         counts = f"{len(d.train):,} train / {len(d.valid):,} valid tokens, blocks of {T:,} tokens"
         vocabulary = f"vocabulary {d.tgt_tokenizer.vocab_size:,}"
+        padding = padding_fraction(batches)
+    elif isinstance(d.train, LabelledExamples):  # an encoder's
+        counts = f"{len(d.train):,} train / {len(d.valid):,} valid examples, objective {setup.recipe.objective.name}"
+        vocabulary = f"vocabulary {d.tgt_tokenizer.vocab_size:,}"
+        padding = padding_share(batches)  # type: ignore[arg-type]
     else:
         counts = f"{len(d.train):,} train / {len(d.valid):,} valid pairs"
         vocabulary = f"vocabulary {d.src_tokenizer.vocab_size:,} -> {d.tgt_tokenizer.vocab_size:,}"
+        padding = padding_fraction(batches)
     return (
         f"data: {counts}; {vocabulary};"
         f" model {setup.model.num_parameters():,} parameters; {count(len(batches), 'batch', 'batches')} of"
-        f" <= {c.max_tokens:,} tokens per epoch (this process), {padding_fraction(batches):.1%} padding"
+        f" <= {c.max_tokens:,} tokens per epoch (this process), {padding:.1%} padding"
     )
 
 

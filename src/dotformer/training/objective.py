@@ -102,7 +102,8 @@ class SequenceLabels:
     name = "sequence-label"
 
     def predict(self, model: nn.Module, batch: Any, packed: bool, pad_id: int) -> Prediction:
-        return Prediction(model(batch.src, packed=packed), batch.labels)  # (B, C), (B,)
+        scored = batch.scored  # (B,) bool: every text, unless the batch stands in for a rank with nothing to score
+        return Prediction(model(batch.src, packed=packed)[scored], batch.labels[scored])  # (B, C), (B,)
 
     def loss(self, prediction: Prediction, label_smoothing: float, pad_id: int) -> LossSums:
         return label_cross_entropy(prediction.scores, prediction.gold, label_smoothing)
