@@ -4,6 +4,8 @@
                           -> {"translations": [{"text": "...", "score": -1.23, "finished": true,
                                                 "unknown_symbols": 0, "hypotheses": [...]}, ...]}
     POST /api/generate    {"prompt": "...", "max_new_tokens": 200, "n": 1, ...} -> {"texts": ["...", ...]}
+    POST /api/classify    {"texts": ["...", ...]} -> {"results": [{"label": "...", "probability": 0.9,
+                                                       "probabilities": {...}}, ...]} (a tagger: words, labels)
     GET  /api/health      {"ok": true, "model": "...", "limits": {...}}
     GET  /                the endpoints and every decoding option (name, type, default, help)
 
@@ -11,7 +13,8 @@ Only ``texts`` is required; ``beam`` (1..:data:`MAX_BEAM`, default 4), ``n_best`
 ``strategy`` (``"beam"``, ``"greedy"`` or ``"sample"``) and every other option of
 :data:`dotformer.decoding.options.DECODE_OPTIONS` are optional (``prefix``: one string or null per text).
 ``unknown_symbols`` counts the symbols of the text and of its prefix read as <unk>.
-``/api/generate`` is for language-model checkpoints (:meth:`dotformer.api.Translator.generate`).
+``/api/generate`` is for language-model checkpoints (:meth:`dotformer.api.Translator.generate`), ``/api/classify``
+for classifiers and taggers (:func:`dotformer.api.classifier.classify_request`).
 ``hypotheses`` is there when ``n_best`` > 1 (best first,
 each ``{"text", "score", "finished"}``). Decoding is :meth:`dotformer.api.Translator.translate`, the path of
 ``dotformer translate``, so both give the same outputs for the same settings.
@@ -44,6 +47,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import TYPE_CHECKING, Any
 
+from dotformer.api.classifier import classify_request
 from dotformer.api.connections import DeadlineReader, FairTurns
 from dotformer.api.endpoint import (
     CHUNK_WORK,
@@ -150,7 +154,9 @@ class TranslationServer(HTTPServer):
     def url(self) -> str:
         """The endpoint's address, e.g. http://127.0.0.1:8080/api/translate (/api/generate for a language model)."""
         host, port = self.server_address[:2]
-        route = "/api/generate" if self.translator.task == "lm" else "/api/translate"
+        route = {"lm": "/api/generate", "classify": "/api/classify", "tag": "/api/classify"}.get(
+            self.translator.task, "/api/translate"
+        )
         return f"http://{host}:{port}{route}"
 
     def health(self) -> dict[str, Any]:
@@ -262,12 +268,14 @@ class TranslationHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
         route = self.path.split("?", 1)[0]
-        if route not in ("/api/translate", "/api/generate"):
+        if route not in ("/api/translate", "/api/generate", "/api/classify"):
             self.send_json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {route}"})
             return
         try:
             request = self.read_json()
-            if route == "/api/generate":
+            if route == "/api/classify":
+                reply = classify_request(self.server.translator, request, self.server.turns)
+            elif route == "/api/generate":
                 reply = generate_request(self.server.translator, request, self.server.turns)
             else:
                 reply = translate_request(self.server.translator, request, self.server.turns, self.server.max_work)

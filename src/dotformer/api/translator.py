@@ -410,6 +410,25 @@ class Translator:
         vectors = embed_texts(self.checkpoint, inputs, pooling, normalize, batch_size, max_tokens, limit)
         return vectors[0] if single else vectors
 
+    def classify(self, texts: str | Sequence[str], *, batch_size: int = 64, max_tokens: int | None = None) -> Any:
+        """Labels from a classifier (``--task classify``) or a tagger (``--task tag``): :mod:`dotformer.api.classifier`.
+
+        Returns:
+            a :class:`~dotformer.api.classifier.Classification` (label, probability, probabilities) or a
+            :class:`~dotformer.api.classifier.Tagging` (words, labels, probabilities) for a string; a list for a
+            sequence.
+
+        Raises:
+            ArgumentTypeError: ``texts`` is not a string or a sequence of strings. ConfigError: not a classifier or
+            tagger. InputTooLongError: a text to tag longer than the model reads.
+        """
+        from dotformer.api.classifier import classify_texts
+
+        single = isinstance(texts, str)
+        results = classify_texts(self.checkpoint, [texts] if single else _text_list(texts, "classify"), batch_size,
+                                 max_tokens)  # fmt: skip
+        return results[0] if single else results
+
     def _input_limit(self, max_input_length: int | None) -> int:
         """The most tokens an input may have: ``max_input_length``, else :attr:`max_input_length`, checked against
         the model (:func:`~dotformer.decoding.inputs.check_max_input_length`).

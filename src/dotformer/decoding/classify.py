@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, UNK_ID
-from dotformer.errors import ConfigError
+from dotformer.errors import CheckpointError, ConfigError
 
 DEFAULT_BATCH_SIZE = 64
 
@@ -54,6 +54,18 @@ def check_classifier(model: Any, where: Any) -> str:
             f"--task tag"
         )
     return str(head)
+
+
+def checkpoint_labels(loaded: Any) -> list[str]:
+    """The label names a classifier checkpoint records (``config.json["labels"]``), one per output of its head.
+
+    Raises:
+        CheckpointError: missing, or not one per output.
+    """
+    names = loaded.info.get("labels")
+    if not isinstance(names, list) or len(names) != loaded.model.config.num_labels:
+        raise CheckpointError(f"{loaded.path}/config.json: its 'labels' do not name the head's outputs")
+    return [str(name) for name in names]
 
 
 def _run(model: Any, inputs: list[list[int]], batch_size: int, max_tokens: int) -> list[Tensor]:
@@ -122,4 +134,4 @@ def label_texts(
     return LabelScores(probabilities, cut, sum(counts), [i for i, n in enumerate(counts) if n])
 
 
-__all__ = ["DEFAULT_BATCH_SIZE", "LabelScores", "check_classifier", "label_texts"]
+__all__ = ["DEFAULT_BATCH_SIZE", "LabelScores", "check_classifier", "checkpoint_labels", "label_texts"]

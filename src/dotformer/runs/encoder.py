@@ -444,7 +444,7 @@ def held_out_texts(loaded: LoadedCheckpoint, request: EvalRequest, task: str) ->
 def evaluate_labels(loaded: LoadedCheckpoint, request: EvalRequest, task: str) -> EvalReport:
     """Accuracy and macro-F1 of the labels the model gives (:mod:`dotformer.metrics.labels`)."""
     from dotformer.data.labelled_text import label_ids
-    from dotformer.decoding.classify import check_classifier, label_texts
+    from dotformer.decoding.classify import check_classifier, checkpoint_labels, label_texts
     from dotformer.metrics.labels import classification_score, tagging_score
     from dotformer.training.progress import count
 
@@ -470,16 +470,4 @@ def evaluate_labels(loaded: LoadedCheckpoint, request: EvalRequest, task: str) -
     return EvalReport(where, description, score.table(), warnings=warnings, payload=payload)
 
 
-def checkpoint_labels(loaded: Any) -> list[str]:
-    """The label names a classifier checkpoint records, one per output of its head.
-
-    Raises:
-        CheckpointError: missing, or not one per output.
-    """
-    names = loaded.info.get("labels")
-    if not isinstance(names, list) or len(names) != loaded.model.config.num_labels:
-        raise CheckpointError(f"{loaded.path}/config.json: its 'labels' do not name the head's outputs")
-    return [str(name) for name in names]
-
-
-__all__ = ["EncoderTask", "checkpoint_labels", "encoder_model_config", "labelled_splits"]
+__all__ = ["EncoderTask", "encoder_model_config", "labelled_splits"]
