@@ -324,6 +324,7 @@ class LMDataConfig:
 
 
 ENCODER_TASKS = ("mlm", "classify", "tag")  # the encoder's tasks: masked language model, classification, tagging
+DEFAULT_ENCODER_BLOCK = 128  # an encoder's example: most tokens, [BOS] and [EOS] included
 _TASK_FIELDS = {"mlm_unit": "mlm", "mask_probability": "mlm", "tag_format": "tag", "label_subtokens": "tag"}
 
 
@@ -345,7 +346,8 @@ class EncoderDataConfig:
     tokenizer: Literal["char", "bpe"] = "bpe"  # one token per character, or byte-level BPE trained on the train text
     tokenizer_file: str | None = None  # an existing tokenizer instead: HF tokenizer.json or sentencepiece .model
     vocab_size: int | None = None  # at most this many tokens (BPE: the merge budget, default 8000)
-    block_size: int = 128  # most tokens of an example, [BOS] and [EOS] included (longer texts are cut, counted)
+    block_size: int | None = None  # most tokens of an example, [BOS] and [EOS] included (longer texts are cut,
+    # counted); None: 128, or the --init-from checkpoint's positions
     test_books: tuple[str, ...] | None = None  # bible: whole books held out as the test split
     valid_fraction: float = 0.05  # share held out for validation (whole books of the Bible; lines or texts of a file)
     test_fraction: float = 0.05  # the same for the test split (unused with test_books or a test file)
@@ -364,8 +366,9 @@ class EncoderDataConfig:
         choice(self, "label_subtokens", ("first", "all"))
         if self.tag_format is not None:
             choice(self, "tag_format", ("conll", "tsv"))
-        if not isinstance(self.block_size, int) or isinstance(self.block_size, bool) or self.block_size < 3:
-            raise ConfigError(f"block_size must be an integer >= 3 tokens, got {self.block_size!r}")
+        block = self.block_size
+        if block is not None and (not isinstance(block, int) or isinstance(block, bool) or block < 3):
+            raise ConfigError(f"block_size must be an integer >= 3 tokens, got {block!r}")
         positive_int(self, "limit", "vocab_size", optional=True)
         if not (is_number(self.mask_probability) and 0.0 < self.mask_probability < 1.0):
             raise ConfigError(f"mask_probability must be in (0, 1), got {self.mask_probability!r}")

@@ -208,9 +208,7 @@ def label_vocabulary(labels: list[Any], where: str) -> list[str]:
     flat = [label for item in labels for label in (item if isinstance(item, list) else [item])]
     names = sorted(set(flat))
     if len(names) < 2:
-        raise DataError(
-            f"{where}: the training texts have {len(names)} label(s) ({', '.join(names)}); need two or more"
-        )
+        raise DataError(f"{where}: the training texts have {len(names)} label(s) ({', '.join(names)}); need 2 or more")
     return names
 
 

@@ -29,13 +29,14 @@ form the readers read), split.json, labels.json, and the one tokenizer as tokeni
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dotformer.config import PRESETS, ModelConfig
-from dotformer.data.config import EncoderDataConfig
+from dotformer.data.config import DEFAULT_ENCODER_BLOCK, EncoderDataConfig
 from dotformer.errors import CheckpointError, ConfigError, DataError
 from dotformer.runs.pairs import record_data_config
 from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task, run_split_file
@@ -81,7 +82,8 @@ class EncoderTask(Task):
 
     def check_model(self, model_section: dict[str, Any], data: EncoderDataConfig) -> None:
         labels = 0 if self.head == "generator" else 2  # the count is the data's; any two check the fields
-        encoder_model_config(model_section, ANY_VOCAB_SIZE, data.block_size, self.head, labels)
+        block = data.block_size or DEFAULT_ENCODER_BLOCK
+        encoder_model_config(model_section, ANY_VOCAB_SIZE, block, self.head, labels)
 
     def read_init(self, path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
         from dotformer.runs.finetune import read_encoder_init
@@ -103,6 +105,9 @@ class EncoderTask(Task):
         else:
             splits, corpus = labelled_splits(data, seed, self.name)
             train_texts = splits["train"].texts
+        if data.block_size is None:  # the checkpoint's positions, or the default
+            block = init.model_config.max_len if init is not None else DEFAULT_ENCODER_BLOCK
+            data = dataclasses.replace(data, block_size=block)
         if init is not None:
             tokenizer = init.src_tokenizer
             data = data_with_tokenizer_of(data, init)
@@ -221,8 +226,6 @@ def encoder_model_config(
 
 def data_with_tokenizer_of(data: EncoderDataConfig, init: InitSource) -> EncoderDataConfig:
     """``data`` saying where its tokenizer came from: the ``--init-from`` checkpoint's file."""
-    import dataclasses
-
     from dotformer.checkpoint import SRC_TOKENIZER_FILE
 
     return dataclasses.replace(data, tokenizer_file=str(init.path / SRC_TOKENIZER_FILE), vocab_size=None)
@@ -400,7 +403,8 @@ def evaluate_masked(loaded: LoadedCheckpoint, request: EvalRequest) -> EvalRepor
     data = EncoderDataConfig.from_section(
         {k: v for k, v in (loaded.info.get("data") or {}).items() if k in _MASKING_FIELDS}, "the checkpoint's data"
     )
-    data = data if data.block_size <= loaded.model.config.max_len else _with_block(data, loaded.model.config.max_len)
+    positions = loaded.model.config.max_len
+    data = _with_block(data, min(data.block_size or positions, positions))
     encoded = encode_masked(lines, loaded.tgt_tokenizer, data)
     block = data.block_size
     sampler = LabelledSampler(encoded.examples, max(block, request.batch_size * block), request.seed, shuffle=False)
@@ -417,8 +421,6 @@ _MASKING_FIELDS = ("task", "block_size", "mlm_unit", "mask_probability")
 
 
 def _with_block(data: EncoderDataConfig, block: int) -> EncoderDataConfig:
-    import dataclasses
-
     return dataclasses.replace(data, block_size=block)
 
 
