@@ -216,7 +216,7 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
     },
     "explore": {"--checkpoint", "--device", "--port", "--target", "--text", "--verbose", "--write"},
     "export": {"--quantization", "--to"},
-    "serve": {"--checkpoint", "--device", "--dtype", "--host", "--port", "--threads", "--verbose", "--workers"},
+    "serve": {"--checkpoint", "--device", "--dtype", "--host", "--port", "--threads", "--verbose"},
     "import": {"--from"},
     "embed": {
         "--batch-size",
@@ -390,7 +390,6 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--port": ("port", 8080, False),
         "--threads": ("threads", None, False),
         "--verbose": ("verbose", False, False),
-        "--workers": ("workers", 16, False),
     },
     "train": {
         "--accumulate": ("opt_accumulation_steps", None, False),

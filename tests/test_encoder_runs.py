@@ -159,37 +159,37 @@ def test_classify_from_python_the_command_and_the_server(classifier: Path, capsy
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("\t")[0] for line in lines] == ["animal", "place"]
     assert float(lines[0].split("\t")[1]) == pytest.approx(both[0].probability, abs=1e-4)
-    from dotformer.api.classifier import classify_request
-    from dotformer.api.endpoint import RequestError
+    import asyncio
 
-    reply = classify_request(model, {"texts": ["the cat and the dog"]})
+    from dotformer.api.classifier import classify_request
+    from dotformer.api.web import RequestError
+
+    reply = asyncio.run(classify_request(model, {"texts": ["the cat and the dog"]}))
     assert reply["results"][0]["label"] == "animal"
     for bad, message in (({"texts": []}, "non-empty"), ({"texts": ["a"], "beam": 2}, "unknown field"), ([1], "object")):
         with pytest.raises(RequestError, match=message):
-            classify_request(model, bad)
+            asyncio.run(classify_request(model, bad))
 
 
 def test_post_api_classify(classifier: Path) -> None:
+    pytest.importorskip("aiohttp")
     import http.client
-    import threading
 
     import dotformer
     from dotformer.api.serve import TranslationServer
 
-    server = TranslationServer(dotformer.load(classifier, device="cpu"), port=0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with TranslationServer(dotformer.load(classifier, device="cpu"), port=0) as server:
         assert server.url.endswith("/api/classify")
-        connection = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=30)
+        host, port = server.server_address
+        connection = http.client.HTTPConnection(host, port, timeout=30)
         connection.request("POST", "/api/classify", json.dumps({"texts": ["a horse near the cow"]}),
                            {"Content-Type": "application/json"})  # fmt: skip
         response = connection.getresponse()
         assert response.status == 200
         assert json.loads(response.read())["results"][0]["label"] == "animal"
-    finally:
-        server.shutdown()
-        server.server_close()
+        connection.request("POST", "/api/classify", json.dumps({"texts": "a horse"}))
+        response = connection.getresponse()
+        assert response.status == 400 and "non-empty list of strings" in json.loads(response.read())["error"]
 
 
 def test_a_classifier_exports_to_onnx(classifier: Path, tmp_path: Path) -> None:

@@ -270,6 +270,8 @@ MISSING: list[tuple[str, str, str, Any]] = [
     ("eval", "rapidfuzz", "WER and PER", lambda t: dotformer.metrics.g2p_error_rates(["A"], [["A"]])),
     ("tensorboard", "tensorboard", "--tensorboard", lambda t: MetricsLog(None, t / "tb")),
     ("datasets", "datasets", "hf: corpora", lambda t: load_pairs("hf:json")),
+    ("serve", "aiohttp", "serving over HTTP", lambda t: ["serve", "--checkpoint", f"{t}/none"]),  # before loading
+    ("serve", "aiohttp", "serving over HTTP", lambda t: ["explore", "--checkpoint", f"{t}/none"]),
 ]
 
 

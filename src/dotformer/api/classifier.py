@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from dotformer.api.connections import FairTurns
     from dotformer.api.translator import Translator
+    from dotformer.api.turns import ModelTurns
 
 
 class Classification(NamedTuple):
@@ -106,19 +106,20 @@ def classify_texts(
 FIELDS = ("texts",)
 
 
-def classify_request(translator: Translator, request: Any, turns: FairTurns | None = None) -> dict[str, Any]:
+async def classify_request(translator: Translator, request: Any, turns: ModelTurns | None = None) -> dict[str, Any]:
     """The JSON reply to one ``POST /api/classify``: ``{"texts": [...]}`` -> ``{"results": [...]}``, one object per
     text: ``{"label", "probability", "probabilities"}`` for a classifier, ``{"words", "labels", "probabilities"}``
     for a tagger. At most :data:`~dotformer.api.endpoint.MAX_TEXTS` texts of
-    :data:`~dotformer.api.endpoint.MAX_TEXT_CHARS` characters; classified in one turn at the model.
+    :data:`~dotformer.api.endpoint.MAX_TEXT_CHARS` characters; classified in one turn at the model (``turns``: the
+    server's, else here).
 
     Raises:
         RequestError: not an object, an unknown field, ``texts`` missing, empty, too many or too long, or not
             strings; a checkpoint that is not a classifier or tagger (400).
         DotformerError: the model cannot read an input (e.g. a text to tag longer than it reads).
     """
-    from dotformer.api.connections import FairTurns
-    from dotformer.api.endpoint import MAX_TEXT_CHARS, MAX_TEXTS, RequestError
+    from dotformer.api.endpoint import MAX_TEXT_CHARS, MAX_TEXTS
+    from dotformer.api.web import RequestError
 
     if translator.model.config.head not in ("sequence", "token"):
         raise RequestError(f"{translator.path} is no classifier: POST /api/translate (or /api/generate) instead")
@@ -137,9 +138,13 @@ def classify_request(translator: Translator, request: Any, turns: FairTurns | No
             raise RequestError(f'"texts"[{i}] is not a string')
         if len(text) > MAX_TEXT_CHARS:
             raise RequestError(f'"texts"[{i}] has {len(text)} characters; the endpoint takes at most {MAX_TEXT_CHARS}')
-    with (turns or FairTurns()).take(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a reply has no warnings channel; the figures say what the model read
-        results = classify_texts(translator.checkpoint, texts)
+
+    def quietly() -> list[Any]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a reply has no warnings channel; the figures say what the model read
+            return classify_texts(translator.checkpoint, texts)
+
+    results = await turns.run(quietly) if turns is not None else quietly()
     if translator.model.config.head == "sequence":
         return {"results": [{"label": r.label, "probability": r.probability, "probabilities": r.probabilities}
                             for r in results]}  # fmt: skip
