@@ -161,7 +161,7 @@ def test_classify_from_python_the_command_and_the_server(classifier: Path, capsy
     assert float(lines[0].split("\t")[1]) == pytest.approx(both[0].probability, abs=1e-4)
     import asyncio
 
-    from dotformer.api.classifier import classify_request
+    from dotformer.api.endpoint import classify_request
     from dotformer.api.web import RequestError
 
     reply = asyncio.run(classify_request(model, {"texts": ["the cat and the dog"]}))

@@ -19,7 +19,8 @@ import dotformer
 from dotformer.multihead import MultiHeadAttention
 
 PACKAGE = Path(dotformer.__file__).parent
-LESSON = ("attention", "masks", "multihead", "positional", "layers", "stacks", "model", "config", "packing", "errors")
+LESSON = ("attention", "masks", "multihead", "positional", "layers", "stacks", "heads", "model", "config")
+LESSON += ("packing", "errors")
 
 
 @functools.cache

@@ -9,19 +9,15 @@
 A thin layer over :func:`dotformer.decoding.classify.label_texts` (the path ``dotformer evaluate`` scores with): the
 label names are the checkpoint's (``config.json["labels"]``). Symbols the vocabulary reads as ``<unk>`` are one
 :class:`~dotformer.decoding.inputs.UnknownTokenWarning` per call, texts cut to the model's length one
-:class:`~dotformer.decoding.inputs.TruncationWarning`. :func:`classify_request` is the server's side of
-``POST /api/classify``, in the manner of :mod:`dotformer.api.endpoint`.
+:class:`~dotformer.decoding.inputs.TruncationWarning`. The server's side of ``POST /api/classify`` is
+:func:`dotformer.api.endpoint.classify_request`.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-if TYPE_CHECKING:
-    from dotformer.api.translator import Translator
-    from dotformer.api.turns import ModelTurns
+from typing import Any, NamedTuple
 
 
 class Classification(NamedTuple):
@@ -103,52 +99,4 @@ def classify_texts(
     return tagged
 
 
-FIELDS = ("texts",)
-
-
-async def classify_request(translator: Translator, request: Any, turns: ModelTurns | None = None) -> dict[str, Any]:
-    """The JSON reply to one ``POST /api/classify``: ``{"texts": [...]}`` -> ``{"results": [...]}``, one object per
-    text: ``{"label", "probability", "probabilities"}`` for a classifier, ``{"words", "labels", "probabilities"}``
-    for a tagger. At most :data:`~dotformer.api.endpoint.MAX_TEXTS` texts of
-    :data:`~dotformer.api.endpoint.MAX_TEXT_CHARS` characters; classified in one turn at the model (``turns``: the
-    server's, else here).
-
-    Raises:
-        RequestError: not an object, an unknown field, ``texts`` missing, empty, too many or too long, or not
-            strings; a checkpoint that is not a classifier or tagger (400).
-        DotformerError: the model cannot read an input (e.g. a text to tag longer than it reads).
-    """
-    from dotformer.api.endpoint import MAX_TEXT_CHARS, MAX_TEXTS
-    from dotformer.api.web import RequestError
-
-    if translator.model.config.head not in ("sequence", "token"):
-        raise RequestError(f"{translator.path} is no classifier: POST /api/translate (or /api/generate) instead")
-    if not isinstance(request, dict):
-        raise RequestError('the body must be a JSON object: {"texts": ["..."]}')
-    unknown = sorted(set(request) - set(FIELDS))
-    if unknown:
-        raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(FIELDS)}")
-    texts = request.get("texts")
-    if not isinstance(texts, list) or not texts:
-        raise RequestError('"texts" must be a non-empty list of strings')
-    if len(texts) > MAX_TEXTS:
-        raise RequestError(f'"texts" holds {len(texts)} texts; one request takes at most {MAX_TEXTS}')
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise RequestError(f'"texts"[{i}] is not a string')
-        if len(text) > MAX_TEXT_CHARS:
-            raise RequestError(f'"texts"[{i}] has {len(text)} characters; the endpoint takes at most {MAX_TEXT_CHARS}')
-
-    def quietly() -> list[Any]:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a reply has no warnings channel; the figures say what the model read
-            return classify_texts(translator.checkpoint, texts)
-
-    results = await turns.run(quietly) if turns is not None else quietly()
-    if translator.model.config.head == "sequence":
-        return {"results": [{"label": r.label, "probability": r.probability, "probabilities": r.probabilities}
-                            for r in results]}  # fmt: skip
-    return {"results": [{"words": r.words, "labels": r.labels, "probabilities": r.probabilities} for r in results]}
-
-
-__all__ = ["Classification", "FIELDS", "Tagging", "classify_request", "classify_texts"]
+__all__ = ["Classification", "Tagging", "classify_texts"]

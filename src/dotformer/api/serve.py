@@ -14,7 +14,7 @@ Only ``texts`` is required; ``beam``, ``n_best``, ``strategy`` and every other o
 ``unknown_symbols`` counts the symbols of the text and of its prefix read as <unk>; ``hypotheses`` is there when
 ``n_best`` > 1 (best first, each ``{"text", "score", "finished"}``). ``/api/generate`` is for language-model
 checkpoints (:meth:`dotformer.api.Translator.generate`), ``/api/classify`` for classifiers and taggers
-(:func:`dotformer.api.classifier.classify_request`). Decoding is :meth:`dotformer.api.Translator.translate`, the
+(:func:`dotformer.api.endpoint.classify_request`). Decoding is :meth:`dotformer.api.Translator.translate`, the
 path of ``dotformer translate``, so both give the same outputs for the same settings; the server does not know how
 the Translator decodes.
 
@@ -32,12 +32,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dotformer.api.classifier import classify_request
 from dotformer.api.endpoint import (
     MAX_BEAM,
     MAX_REQUEST_WORK,
     MAX_TEXT_CHARS,
     MAX_TEXTS,
+    classify_request,
     describe_api,
     generate_request,
     translate_request,
