@@ -15,6 +15,8 @@ from dotformer.data.tokenizers import EOS_ID
 from dotformer.decoding.generate import ContextWindow, generate, generated_text, generation_config
 from dotformer.errors import ConfigError, ShapeError
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 PROMPT = [2, 5, 6, 7]
 
 

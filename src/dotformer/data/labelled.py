@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dotformer.data.batching import BatchSampler
+from dotformer.data.batching import BatchPlan, BatchSampler
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID, UNK_ID, Tokenizer
 from dotformer.errors import ConfigError, DataError
 
@@ -216,12 +216,6 @@ def collate_labelled(
     return LabelledBatch(src, labels, int((src != PAD_ID).sum()), scored, [int(i) for i in indices])
 
 
-def padding_share(batches: Sequence[LabelledBatch]) -> float:
-    """Share of PAD cells among the inputs of ``batches``: 1 - real / Σ B·S (0.0 for none)."""
-    cells = sum(batch.src.numel() for batch in batches)
-    return 1.0 - sum(batch.num_src_tokens for batch in batches) / cells if cells else 0.0
-
-
 class LabelledSampler(BatchSampler):
     """Token-budget batches of an encoder's examples: :class:`~dotformer.data.batching.BatchSampler`'s order,
     shards and resume, collated as :class:`LabelledBatch` es (masked anew each epoch for the masked kind).
@@ -245,9 +239,21 @@ class LabelledSampler(BatchSampler):
         super().__init__(data.examples, max_tokens, seed, shuffle, rank, world_size)
         self.data = data
 
-    def make_batch(self, indices: Sequence[int], epoch: int) -> LabelledBatch:  # type: ignore[override]
+    def make_batch(self, indices: Sequence[int] | np.ndarray, epoch: int) -> LabelledBatch:  # type: ignore[override]
         """The batch of the examples ``indices`` of ``epoch`` (masked as epoch 0 in evaluation)."""
-        return collate_labelled([self.examples[i] for i in indices], indices, self.data, self.seed, epoch)
+        rows = [int(i) for i in indices]
+        return collate_labelled([self.data.examples[i] for i in rows], rows, self.data, self.seed, epoch)
+
+    def padding_fraction(self, plan: BatchPlan) -> float:
+        """Share of PAD cells among the inputs of the batches of ``plan``, counted from the lengths: a batch of B
+        examples has B·S cells, S its longest ``[BOS] ids`` + EOS."""
+        if len(plan) == 0:
+            return 0.0
+        lengths = (self.examples.src.lengths + 1)[plan.rows]
+        first = plan.starts[:-1]
+        cells = np.diff(plan.starts) * np.maximum.reduceat(lengths, first)
+        total = int(cells[plan.order].sum())
+        return 1.0 - int(np.add.reduceat(lengths, first)[plan.order].sum()) / total if total else 0.0
 
 
 # -- texts to examples -------------------------------------------------------------------------------------------------
@@ -395,7 +401,6 @@ __all__ = [
     "collate_labelled",
     "mask_tokens",
     "masked_examples",
-    "padding_share",
     "sequence_examples",
     "token_examples",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from dotformer import checkpoint as ckpt
-from dotformer.data.batching import Batch, padding_fraction
+from dotformer.data.batching import Batch, PlannedBatches
 from dotformer.data.blocks import TokenStream, sampler_for
 from dotformer.errors import ConfigError, TrainingError
 from dotformer.training.config import TrainConfig
@@ -220,11 +221,12 @@ def set_up(
     recipe = StepRecipe.of(config, model.config.pad_id, context, scaler, amp_dtype, data.objective)
     sampler = sampler_for(data.train, config.max_tokens, config.seed)  # the global order; the stream deals it
     stream = BatchStream(sampler, max_epochs=config.max_epochs, rank=context.rank, world_size=context.world_size)
-    valid_batches: list[Batch] = []
+    valid_batches: Sequence[Batch] = []
     if len(data.valid):
-        # evaluation needs no equal batch counts (one all-reduce at the end): each rank takes every world-th batch
+        # evaluation needs no equal batch counts (one all-reduce at the end): each rank takes every world-th batch,
+        # collated when a validation pass reads it
         valid = sampler_for(data.valid, config.max_tokens, config.seed, shuffle=False)
-        valid_batches = valid.batches(0)[context.rank :: context.world_size]
+        valid_batches = PlannedBatches(valid, valid.plan(0).select(slice(context.rank, None, context.world_size)))
     decode = pairs_to_decode(data, config)
     return Setup(model, optimizer, recipe, config, data, stream, valid_batches, decode, run_dir, info)
 
@@ -249,28 +251,29 @@ def start(setup: Setup, state: TrainState, resume: bool, init_from: Path | None)
 
 def describe_data(setup: Setup) -> str:
     """One line before training: pair counts (a language model's tokens and blocks), vocabulary sizes, parameters,
-    batches per epoch, padding fraction."""
-    from dotformer.data.labelled import LabelledExamples, padding_share
+    batches per epoch, padding fraction (counted from the lengths: no batch is collated)."""
+    from dotformer.data.labelled import LabelledExamples
 
     d, c = setup.data, setup.config
-    batches = setup.stream.own_batches(setup.stream.epoch)
+    plan = setup.stream.own_plan(setup.stream.epoch)
+    size = f"<= {c.max_tokens:,} tokens"
     if isinstance(d.train, TokenStream):
         T = d.train.block_size
         counts = f"{len(d.train):,} train / {len(d.valid):,} valid tokens, blocks of {T:,} tokens"
         vocabulary = f"vocabulary {d.tgt_tokenizer.vocab_size:,}"
-        padding = padding_fraction(batches)
+        blocks = setup.stream.sampler.blocks_per_batch  # max(1, max_tokens // T): whole blocks, at least one
+        size = f"{count(blocks, 'block')} ({blocks * T:,} tokens"
+        size += f"; max_tokens {c.max_tokens:,} is less than one block)" if c.max_tokens < T else ")"
     elif isinstance(d.train, LabelledExamples):  # an encoder's
         counts = f"{len(d.train):,} train / {len(d.valid):,} valid examples, objective {setup.recipe.objective.name}"
         vocabulary = f"vocabulary {d.tgt_tokenizer.vocab_size:,}"
-        padding = padding_share(batches)  # type: ignore[arg-type]
     else:
         counts = f"{len(d.train):,} train / {len(d.valid):,} valid pairs"
         vocabulary = f"vocabulary {d.src_tokenizer.vocab_size:,} -> {d.tgt_tokenizer.vocab_size:,}"
-        padding = padding_fraction(batches)
     return (
         f"data: {counts}; {vocabulary};"
-        f" model {setup.model.num_parameters():,} parameters; {count(len(batches), 'batch', 'batches')} of"
-        f" <= {c.max_tokens:,} tokens per epoch (this process), {padding:.1%} padding"
+        f" model {setup.model.num_parameters():,} parameters; {count(len(plan), 'batch', 'batches')} of"
+        f" {size} per epoch (this process), {setup.stream.sampler.padding_fraction(plan):.1%} padding"
     )
 
 
