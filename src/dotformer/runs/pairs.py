@@ -94,7 +94,11 @@ class PairsTask(Task):
 
         save_reference(prepared.splits, data_dir, prepared.given_tokenizers)
 
-    def model_config(self, model_section: dict[str, Any], prepared: Prepared) -> tuple[ModelConfig, str | None]:
+    def model_config(
+        self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
+    ) -> tuple[ModelConfig, str | None]:
+        if init is not None:  # fine-tuning keeps the checkpoint's model (its dropout rates as asked)
+            return init.model_config, init.preset or model_section.get("preset")
         src, tgt = prepared.tokenizers
         return build_model_config(model_section, self.name, src.vocab_size, tgt.vocab_size, src is tgt)
 

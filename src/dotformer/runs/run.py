@@ -164,7 +164,7 @@ def train_run(
             file_sections = dataclasses.replace(file_sections, data={})  # the prepared data's settings, and no other
             flag_sections = dataclasses.replace(flag_sections, data=section)
         if init_from is not None and not task.fine_tunable:
-            raise ConfigError(f"--init-from fine-tunes a model of pairs; a {task.name} run starts afresh")
+            raise ConfigError(f"--init-from fine-tunes a checkpoint; a {task.name} run starts afresh")
         sections = merge(task.defaults(fine_tuning=init_from is not None), file_sections, flag_sections)
     where = str(Path(str(out_dir)) / "run.json") if record is not None else f"{sections.source} [data]"
     data = task.data_config(sections.data, where)
@@ -213,12 +213,11 @@ def _prepare_fresh(
     (a reference to it) and run.json, then every rank reads them back. Returns what every rank trains on, what
     preparing said (rank 0), and the fine-tuning source. ``source``: data prepared already, mapped as it is."""
     from dotformer.checkpoint import clear_run_directory
-    from dotformer.runs.finetune import read_init_source
     from dotformer.training.distributed import barrier, check_shared_file
 
     if not overwrite:
         check_no_run_there(run_dir)
-    init = read_init_source(init_from, sections.model, sections.data) if init_from is not None else None
+    init = task.read_init(init_from, sections.model, sections.data) if init_from is not None else None
     barrier(context)  # every rank has looked before rank 0 writes
     # every rank: the first to get there prepares the data into the cache, the others wait (no collective call is in
     # flight meanwhile, so a long preparation meets no timeout) and map what it wrote
@@ -230,9 +229,8 @@ def _prepare_fresh(
         if overwrite:  # the old run goes only once the new one's data has been read and accepted
             clear_run_directory(run_dir)
         task.save(prepared, run_dir / "data")
-        model_config, preset = task.model_config(sections.model, prepared)
+        model_config, preset = task.model_config(sections.model, prepared, init)
         if init is not None:
-            model_config, preset = init.model_config, init.preset or sections.model.get("preset")
             invocation = {**invocation, "init_from": str(init.path), **({"extend_vocab": True} if extend_vocab else {})}
         configs = (model_config, train_config, prepared.data)
         write_new_record(
@@ -331,7 +329,7 @@ def _train(
         message = warmup_warning(c, epoch_steps, model.num_parameters(), flops)
         if message:
             logger.warning(message)
-    info = {"task": task.name, "dataset": loaded.data.dataset, "data": loaded.data.to_dict()}
+    info = {"task": task.name, "dataset": loaded.data.dataset, "data": loaded.data.to_dict(), **loaded.info}
     init_path = None if init is None else init.path
     if extend_vocab and init_path is not None:  # the grown tables: copied here by rows, not by fit's strict copy
         from dotformer.runs.finetune import load_extended_weights

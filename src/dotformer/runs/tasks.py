@@ -6,6 +6,7 @@ name                                   task
 =====================================  ==========================================
 g2p, translation, exact, synthetic     :class:`~dotformer.runs.pairs.PairsTask`
 lm                                     :class:`~dotformer.runs.text.LanguageModelTask`
+mlm, classify, tag                     :class:`~dotformer.runs.encoder.EncoderTask`
 =====================================  ==========================================
 """
 
@@ -14,11 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.config import LM_TASK
+from dotformer.data.config import ENCODER_TASKS, LM_TASK
 from dotformer.data.prepared import PreparedPairs, PreparedText
 from dotformer.data.types import NAMED_TASKS
 from dotformer.errors import ConfigError
 from dotformer.runs.config_files import ConfigSections, read_config_file
+from dotformer.runs.encoder import EncoderTask
 from dotformer.runs.pairs import PairsTask
 from dotformer.runs.task import PAIR_TASKS, TASK_NAMES, Task
 from dotformer.runs.text import LanguageModelTask
@@ -34,6 +36,8 @@ def task_named(name: str) -> Task:
         return PairsTask(name)
     if name == LM_TASK:
         return LanguageModelTask()
+    if name in ENCODER_TASKS:
+        return EncoderTask(name)
     raise ConfigError(f"unknown task {name!r}; the tasks are {', '.join(TASK_NAMES)}")
 
 

@@ -78,7 +78,9 @@ class LanguageModelTask(Task):
 
         save_reference(prepared.splits, data_dir, prepared.given_tokenizers)
 
-    def model_config(self, model_section: dict[str, Any], prepared: Prepared) -> tuple[ModelConfig, str | None]:
+    def model_config(
+        self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
+    ) -> tuple[ModelConfig, str | None]:
         return lm_model_config(model_section, prepared.tokenizers.tgt.vocab_size, prepared.data.block_size)
 
     def load(self, run_dir: Path, record: dict[str, Any]) -> Loaded:
