@@ -26,8 +26,9 @@ from dotformer.checkpoint import load_checkpoint, save_checkpoint
 from dotformer.cli import main
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import EOS_ID
-from dotformer.decoding import DecodeConfig, translate
+from dotformer.decoding import DecodeConfig
 from dotformer.decoding.inputs import InputTooLongError, UnknownTokenWarning
+from dotformer.decoding.translate import translate
 from dotformer.errors import ConfigError, ShapeError
 
 SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"

@@ -19,7 +19,8 @@ from dotformer.checkpoint import load_checkpoint, save_checkpoint
 from dotformer.cli import main
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import EOS_ID
-from dotformer.decoding import DecodeConfig, translate
+from dotformer.decoding import DecodeConfig
+from dotformer.decoding.translate import translate
 from dotformer.metrics import bleu
 
 SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"  # the copy model's 8 symbols get ids 4..11 in this order

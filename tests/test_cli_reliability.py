@@ -197,12 +197,12 @@ def test_an_output_cut_by_a_learned_table_says_so(tmp_path: Path, capsys: pytest
 def test_unfinished_warning_parts() -> None:
     from dotformer.decoding import DecodeConfig
     from dotformer.decoding.evaluation import count_cut_by_table, unfinished_warning
-    from dotformer.decoding.translate import Translation
+    from dotformer.decoding.results import Translation
 
     def cut(n: int) -> list[Translation]:  # no EOS: one log-probability per token
-        return [Translation("x " * n, list(range(4, 4 + n)), -1.0, [-0.1] * n)]
+        return [Translation("x " * n, list(range(4, 4 + n)), -1.0, [-0.1] * n, False)]
 
-    done = [Translation("x", [4], -1.0, [-0.1, -0.1])]  # one token, then EOS
+    done = [Translation("x", [4], -1.0, [-0.1, -0.1], True)]  # one token, then EOS
     learned = ModelConfig.preset("tiny", src_vocab_size=9, tgt_vocab_size=9, positional="learned", max_len=8)
     sinusoidal = ModelConfig.preset("tiny", src_vocab_size=9, tgt_vocab_size=9, max_len=8)
     outputs = [cut(8), cut(5), done, cut(8)]

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.data.tokenizers import Tokenizer
     from dotformer.decoding import DecodeConfig
-    from dotformer.decoding.translate import Translation
+    from dotformer.decoding.results import Translation
     from dotformer.model import Transformer
     from dotformer.plots.attention import AttentionMaps
 
@@ -321,7 +321,7 @@ class Translator:
             config: a ready :class:`~dotformer.decoding.DecodeConfig`; when given it replaces every search argument
                 above (``beam`` ... ``seed``), and ``beam`` or a sampling argument beside it is refused.
             batch_size: most inputs decoded together. max_tokens: most padded source tokens per batch (default
-                :data:`~dotformer.decoding.translate.DEFAULT_MAX_TOKENS`). max_input_length: most tokens (EOS
+                :data:`~dotformer.decoding.order.DEFAULT_MAX_TOKENS`). max_input_length: most tokens (EOS
                 included) an input may have (default ``self.max_input_length``, the model's ``max_len``).
                 progress: a progress bar on stderr (None: from 500 inputs on).
             details: return :class:`TranslationResult` (scores, tokens, ``finished``, unknown symbols) instead of
@@ -349,9 +349,10 @@ class Translator:
                 when prefixes hold symbols outside the target vocabulary (naming them).
         """
         arguments = dict(locals())  # the decoding options by name, as given
-        from dotformer.decoding.inputs import encode_sources, warn_unknown
+        from dotformer.decoding.inputs import encode_prefixes, encode_sources, warn_unknown
         from dotformer.decoding.options import OPTION_NAMES, decode_config
-        from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, decode_encoded, encode_prefixes
+        from dotformer.decoding.order import DEFAULT_MAX_TOKENS
+        from dotformer.decoding.translate import decode_encoded
 
         single = isinstance(texts, str)
         inputs = [texts] if single else _text_list(texts)

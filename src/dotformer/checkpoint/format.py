@@ -13,12 +13,12 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch import Tensor, nn
-
 from dotformer.config import ModelConfig
 from dotformer.errors import CheckpointError, ConfigError, DotformerError
 
 if TYPE_CHECKING:
+    from torch import Tensor, nn
+
     from dotformer.data.tokenizers import Tokenizer
 
 
@@ -170,6 +170,8 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The plain model inside a DistributedDataParallel and/or torch.compile wrapper."""
+    from torch import nn
+
     while True:
         if hasattr(model, "_orig_mod"):  # torch.compile's OptimizedModule
             model = model._orig_mod
@@ -185,6 +187,8 @@ def require_plain_weights(model: nn.Module) -> None:
     A checkpoint stores float weights only: int8 copies (:func:`dotformer.decoding.quantization.quantize_int8`) hold
     packed parameters (tuples, dtypes) in their state dict, and are for decoding only.
     """
+    from torch import Tensor
+
     for name, value in model.state_dict().items():
         if not isinstance(value, Tensor) or value.is_quantized:
             raise ConfigError(

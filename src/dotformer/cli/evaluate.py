@@ -109,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         pairs, where = _read_run_split(loaded, args.split or "test")
     pairs = sample_sources(pairs, args.limit, seed)
-    evaluation = evaluate_pairs(loaded, pairs, task, config, args.batch_size)
+    from dotformer.decoding.engine import TorchEngine
+
+    evaluation = evaluate_pairs(TorchEngine(loaded), pairs, task, config, args.batch_size)
     search = f"beam {config.beam_size}, alpha {config.length_penalty}" if config.strategy == "beam" else config.strategy
     sample = f", a random sample (seed {seed})" if args.limit is not None else ""
     print(
