@@ -103,6 +103,8 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--weight-decay",
     },
     "translate": {
+        "--engine",
+        "--inter-threads",
         "--alignment-layer",
         "--alignments",
         "--batch-size",
@@ -133,6 +135,8 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--top-p",
     },
     "generate": {
+        "--engine",
+        "--inter-threads",
         "--beam",
         "--checkpoint",
         "--device",
@@ -148,6 +152,8 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--top-p",
     },
     "evaluate": {
+        "--engine",
+        "--inter-threads",
         "--batch-size",
         "--min-len",
         "--min-len-a",
@@ -211,7 +217,18 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
     },
     "explore": {"--checkpoint", "--device", "--port", "--target", "--text", "--verbose", "--write"},
     "export": {"--quantization", "--to"},
-    "serve": {"--checkpoint", "--device", "--dtype", "--host", "--port", "--threads", "--verbose", "--workers"},
+    "serve": {
+        "--checkpoint",
+        "--device",
+        "--dtype",
+        "--engine",
+        "--host",
+        "--inter-threads",
+        "--port",
+        "--threads",
+        "--verbose",
+        "--workers",
+    },
     "import": {"--from"},
     "embed": {
         "--batch-size",
@@ -266,6 +283,8 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "texts": ("texts", None, True),
     },
     "evaluate": {
+        "--engine": ("engine", "auto", False),
+        "--inter-threads": ("inter_threads", None, False),
         "--batch-size": ("batch_size", 256, False),
         "--min-len": ("min_len_b", 0, False),
         "--min-len-a": ("min_len_a", 0.0, False),
@@ -320,6 +339,8 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "output": ("output", None, True),
     },
     "generate": {
+        "--engine": ("engine", "auto", False),
+        "--inter-threads": ("inter_threads", None, False),
         "--beam": ("beam", None, False),
         "--checkpoint": ("checkpoint", None, True),
         "--device": ("device", "auto", False),
@@ -366,6 +387,8 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--warmup": ("warmup", None, False),
     },
     "serve": {
+        "--engine": ("engine", "auto", False),
+        "--inter-threads": ("inter_threads", None, False),
         "--checkpoint": ("checkpoint", None, True),
         "--device": ("device", "cpu", False),
         "--dtype": ("dtype", "float32", False),
@@ -456,6 +479,8 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--weight-decay": ("opt_weight_decay", None, False),
     },
     "translate": {
+        "--engine": ("engine", "auto", False),
+        "--inter-threads": ("inter_threads", None, False),
         "--batch-size": ("batch_size", 256, False),
         "--beam": ("beam", None, False),
         "--buffer-size": ("buffer_size", 256, False),

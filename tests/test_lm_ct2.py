@@ -12,7 +12,8 @@ import torch
 
 from dotformer import ModelConfig, Transformer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
-from dotformer.decoding.generate import generate, generation_config
+from dotformer.decoding.config import generation_config
+from dotformer.decoding.generate import generate
 from dotformer.errors import ConfigError
 
 ctranslate2 = pytest.importorskip("ctranslate2")

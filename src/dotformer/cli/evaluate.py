@@ -7,11 +7,16 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from dotformer.cli.data_flags import add_reader_arguments, reader_values
-from dotformer.cli.decode_flags import add_decoding_arguments, decode_config_from_args, load_for_decoding
+from dotformer.cli.decode_flags import (
+    add_decoding_arguments,
+    decode_config_from_args,
+    load_translator,
+    option_refusals,
+)
 
 if TYPE_CHECKING:
-    from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.data.corpora import Pair
+    from dotformer.decoding.engine import CheckpointLike
 
 EPILOG = """\
 data: --data FILE evaluates any test file with any checkpoint (also one copied out of its run directory): a TSV/CSV
@@ -91,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
     outputs = {flag: check_output_file(path, flag, read) for flag, path in wanted if path}
     if args.json and args.hyps and Path(args.json).resolve() == Path(args.hyps).resolve():
         raise ConfigError(f"--json and --hyps name one file ({args.json}); give two")
-    loaded = load_for_decoding(args)
-    task = loaded.info.get("task")
+    translator = load_translator(args, evaluation_refusals(config))
+    files = translator.files
+    task = files.info.get("task")
     if task == "lm":  # a language model: perplexity and bits per character of text, nothing decoded
         from dotformer.cli.evaluate_lm import evaluate_lm
 
@@ -101,25 +107,23 @@ def run(args: argparse.Namespace) -> int:
                 f"{', '.join(decoding)} set how outputs are decoded; a language model's evaluation decodes nothing "
                 f"(it scores the text itself): leave {'them' if len(decoding) > 1 else 'it'} out"
             )
-        return evaluate_lm(args, loaded, outputs)
+        return evaluate_lm(args, translator.checkpoint, outputs)
     if task is None:
-        raise CheckpointError(f"{loaded.path}/config.json records no task (g2p, translation, exact or synthetic)")
+        raise CheckpointError(f"{files.path}/config.json records no task (g2p, translation, exact or synthetic)")
     if args.data is not None:
-        pairs, where = _read_test_file(args, loaded, task), args.data
+        pairs, where = _read_test_file(args, files, task), args.data
     else:
-        pairs, where = _read_run_split(loaded, args.split or "test")
+        pairs, where = _read_run_split(files, args.split or "test")
     pairs = sample_sources(pairs, args.limit, seed)
-    from dotformer.decoding.engine import TorchEngine
-
-    evaluation = evaluate_pairs(TorchEngine(loaded), pairs, task, config, args.batch_size)
+    evaluation = evaluate_pairs(translator.translation_engine(), pairs, task, config, args.batch_size)
     search = f"beam {config.beam_size}, alpha {config.length_penalty}" if config.strategy == "beam" else config.strategy
     sample = f", a random sample (seed {seed})" if args.limit is not None else ""
     print(
-        f"{loaded.path} on {where} ({evaluation.num_sources} sources, {evaluation.num_pairs} pairs{sample}), "
-        f"task {task}, {search}, {args.dtype} weights"
+        f"{files.path} on {where} ({evaluation.num_sources} sources, {evaluation.num_pairs} pairs{sample}), "
+        f"task {task}, {search}, {args.dtype} weights, engine {translator.engine}"
     )
     print(format_evaluation(evaluation))
-    table = loaded.model.config.max_len
+    table = files.config.max_len
     warning = unfinished_warning(
         evaluation.unfinished, evaluation.num_sources, config, evaluation.unfinished_at_table, table
     )
@@ -129,17 +133,30 @@ def run(args: argparse.Namespace) -> int:
         _write(outputs["--hyps"], "".join(f"{_one_line(text)}\n" for text in evaluation.hypotheses))
     if "--json" in outputs:
         payload: dict[str, Any] = {
-            "checkpoint": str(loaded.path),
+            "checkpoint": str(files.path),
             "data": where,
             "split": None if args.data is not None else (args.split or "test"),
             "limit": args.limit,
             "seed": seed if args.limit is not None else None,
             "decode": config.to_dict(),
             "dtype": args.dtype,
+            "engine": translator.engine,
             **evaluation.to_dict(),
         }
         _write(outputs["--json"], json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     return 0
+
+
+def evaluation_refusals(config: Any) -> Any:
+    """The ``refuse`` of :func:`~dotformer.cli.decode_flags.load_translator`: a language model's evaluation (its
+    perplexity, nothing decoded) and the decoding flags CTranslate2 lacks run on the torch engine only."""
+    torch_only = option_refusals(config)
+
+    def refuse(checkpoint: Any) -> list[str]:
+        lm = ["a language model's evaluation (perplexity)"] if checkpoint.info.get("task") == "lm" else []
+        return [*lm, *torch_only(checkpoint)]
+
+    return refuse
 
 
 def _decoding_flags_given(args: argparse.Namespace) -> list[str]:
@@ -154,7 +171,7 @@ def _decoding_flags_given(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def _read_test_file(args: argparse.Namespace, loaded: LoadedCheckpoint, task: str) -> list[Pair]:
+def _read_test_file(args: argparse.Namespace, loaded: CheckpointLike, task: str) -> list[Pair]:
     """The pairs of ``--data``, read with the checkpoint's reader settings overridden by the reader flags.
 
     Raises:
@@ -193,7 +210,7 @@ def _read_test_file(args: argparse.Namespace, loaded: LoadedCheckpoint, task: st
     return pairs
 
 
-def _read_run_split(loaded: LoadedCheckpoint, split: str) -> tuple[list[Pair], str]:
+def _read_run_split(loaded: CheckpointLike, split: str) -> tuple[list[Pair], str]:
     """The pairs of the checkpoint's run's saved split, and its path.
 
     Raises:

@@ -12,7 +12,7 @@ This module imports torch only inside :class:`TorchEngine`'s methods, so the eng
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -70,8 +70,9 @@ class TranslationEngine(Protocol):
         prefixes: Sequence[Sequence[int]] | None = None,
         scores: bool = True,
     ) -> list[list[Translation]]:
-        """Decode encoded sources (see :func:`~dotformer.decoding.translate.decode_encoded`); ``scores`` False may
-        skip what only the scores need (the CTranslate2 engine's scoring pass)."""
+        """Decode encoded sources (see :func:`~dotformer.decoding.translate.decode_encoded`); ``max_tokens`` None is
+        the engine's default batching; ``scores`` False may skip what only the scores need (the CTranslate2 engine's
+        scoring pass: its hypotheses then carry the search's score and no log-probabilities)."""
         ...
 
     def reference_nll(self, pairs: Sequence[Pair], batch_size: int) -> NLLResult:
@@ -79,8 +80,30 @@ class TranslationEngine(Protocol):
         ...
 
 
+TokenCallback = Callable[[Any], None]  # called with the tokens of each generation step (its [0] is the first row's)
+
+
+class GenerationEngine(Protocol):
+    """An engine that continues prompts with a decoder-only checkpoint.
+
+    Attributes:
+        name: ``"torch"`` or ``"ctranslate2"``.
+        checkpoint: the checkpoint it runs.
+    """
+
+    name: str
+    checkpoint: CheckpointLike
+
+    def generate(
+        self, prompt: Sequence[int], config: DecodeConfig, window: int, on_token: TokenCallback | None = None
+    ) -> list[list[int]]:
+        """The new token ids of each continuation of ``prompt`` (see :func:`dotformer.decoding.generate.generate`)."""
+        ...
+
+
 class TorchEngine:
-    """The lesson's decoder on a loaded checkpoint (:mod:`dotformer.decoding.translate`): the reference engine."""
+    """The lesson's decoder on a loaded checkpoint: the reference engine (:mod:`dotformer.decoding.translate` for an
+    encoder-decoder, :mod:`dotformer.decoding.generate` for a language model)."""
 
     name = "torch"
 
@@ -97,11 +120,13 @@ class TorchEngine:
         prefixes: Sequence[Sequence[int]] | None = None,
         scores: bool = True,
     ) -> list[list[Translation]]:
-        """:func:`~dotformer.decoding.translate.decode_encoded` (its scores cost nothing extra: ``scores`` is
-        ignored)."""
+        """:func:`~dotformer.decoding.translate.decode_encoded` (``max_tokens`` None: :data:`~dotformer.decoding.order
+        .DEFAULT_MAX_TOKENS`; its scores cost nothing extra, so ``scores`` is ignored)."""
+        from dotformer.decoding.order import DEFAULT_MAX_TOKENS
         from dotformer.decoding.translate import decode_encoded
 
-        return decode_encoded(self.checkpoint, encoded, config, batch_size, progress, max_tokens, prefixes)
+        tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+        return decode_encoded(self.checkpoint, encoded, config, batch_size, progress, tokens, prefixes)
 
     def reference_nll(self, pairs: Sequence[Pair], batch_size: int) -> NLLResult:
         """Summed NLL of each pair's target given its source, teacher-forced (no label smoothing, eval mode), over
@@ -123,3 +148,11 @@ class TorchEngine:
         batches = [collate([examples[i] for i in batch], batch) for batch in order]
         result = evaluate_loss(loaded.model, batches, label_smoothing=0.0, pad_id=loaded.config.pad_id)
         return NLLResult(result.nll * result.num_tokens, result.num_tokens)
+
+    def generate(
+        self, prompt: Sequence[int], config: DecodeConfig, window: int, on_token: TokenCallback | None = None
+    ) -> list[list[int]]:
+        """The new ids of each continuation: :func:`dotformer.decoding.generate.generate` on the model."""
+        from dotformer.decoding.generate import generate
+
+        return [g.tokens for g in generate(self.checkpoint.model, prompt, config, window, on_token)]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dotformer.data.tokenizers import UNK_ID
 from dotformer.decoding.config import DecodeConfig
-from dotformer.decoding.order import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS
+from dotformer.decoding.order import DEFAULT_BATCH_SIZE
 from dotformer.decoding.results import Translation
 from dotformer.errors import ConfigError, DataError
 from dotformer.metrics import (
@@ -262,7 +262,7 @@ def evaluate_pairs(
     grouped = group_references(pairs)
     encoded = encode_sources(engine.checkpoint, grouped.sources, engine.checkpoint.config.max_len)
     warn_unknown(encoded)
-    outputs = engine.decode(encoded, config, batch_size, progress, DEFAULT_MAX_TOKENS, scores=False)
+    outputs = engine.decode(encoded, config, batch_size, progress, None, scores=False)
     best = [hyps[0].text if hyps else "" for hyps in outputs]
     output_of = dict(zip(grouped.sources, best, strict=True))
     hyps = [output_of[pair.source] for pair in pairs]
