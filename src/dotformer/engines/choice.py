@@ -40,7 +40,7 @@ def check_engine(engine: str, flag: str = "engine") -> str:
         ConfigError: not one of :data:`ENGINES` (the message names ``flag``).
     """
     if engine not in ENGINES:
-        raise ConfigError(f"{flag} must be one of {', '.join(ENGINES)}, got {engine!r}")
+        raise ConfigError(f"{flag.rstrip('=')} must be one of {', '.join(ENGINES)}, got {engine!r}")
     return engine
 
 

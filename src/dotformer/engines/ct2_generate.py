@@ -9,7 +9,8 @@ greedy, sampling            ``generate_batch`` (``end_token=[]``: run on across 
 sampling settings, seed     ``sampling_topk`` / ``_topp`` / ``_temperature``; a fresh ``Generator`` after
                             ``set_random_seed`` (CTranslate2 seeds a thread's generator once, on first use)
 n samples                   the prompt n times in one batch: samples in draw order
-beam K, n best              ``beam_size`` K, ``num_hypotheses`` n, ending at ``</s>`` (the line's end)
+beam K, n best              ``beam_size`` K, K + 1 hypotheses ranked as dotformer ranks them, each ending at
+                            ``</s>`` (the line's end)
 streaming                   ``generate_tokens``: each token as it comes
 PAD and BOS                 ``suppress_sequences=[["<pad>"], ["<s>"]]``
 ==========================  ======================================================================================
@@ -113,15 +114,30 @@ class CT2Generate:
                 on_token([produced[-1]])
             return [produced]
         if config.strategy == "beam":
-            results = generator.generate_batch(
-                [tokens], beam_size=config.beam_size, num_hypotheses=config.n_best,
-                length_penalty=config.length_penalty, include_prompt_in_result=False, **common,
-            )  # fmt: skip
-            return [[self.ids[t] for t in sequence] for sequence in results[0].sequences]
+            return self.beam(generator, tokens, config, common)
         results = generator.generate_batch(
             [tokens] * config.n_best, beam_size=1, end_token=[], include_prompt_in_result=False, **common
         )
         return [[self.ids[t] for t in result.sequences[0]] for result in results]
+
+    def beam(self, generator: Any, tokens: list[str], config: DecodeConfig, common: dict[str, Any]) -> list[list[int]]:
+        """The ``n_best`` continuations of beam search, ranked as dotformer ranks them: CTranslate2 is asked for
+        K + 1 finished hypotheses (``patience`` (K + 1) / K), whose summed log-probabilities (EOS included) are
+        divided by dotformer's length penalty (see :mod:`dotformer.engines.ct2_translate`)."""
+        from dotformer.engines.ct2_translate import EOS, gnmt_penalty
+
+        k, alpha = config.beam_size, config.length_penalty
+        (result,) = generator.generate_batch(
+            [tokens], beam_size=k, num_hypotheses=k + 1, patience=(k + 1) / k, length_penalty=alpha,
+            return_scores=True, return_end_token=True, include_prompt_in_result=False, **common,
+        )  # fmt: skip
+        ranked = []
+        for sequence, score in zip(result.sequences, result.scores, strict=True):
+            length = len(sequence)  # |Y|, the EOS included
+            body = sequence[:-1] if sequence and sequence[-1] == EOS else sequence
+            ranked.append((score * length**alpha / gnmt_penalty(length, alpha), [self.ids[t] for t in body]))
+        ranked.sort(key=lambda item: -item[0])  # stable: CTranslate2's order among ties
+        return [ids for _, ids in ranked[: config.n_best]]
 
     @staticmethod
     def sampling(config: DecodeConfig) -> dict[str, Any]:
