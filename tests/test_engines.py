@@ -276,6 +276,16 @@ def test_auto_runs_ctranslate2_and_torch_for_what_only_torch_has(checkpoint: Pat
         dotformer.load(checkpoint, engine="onnx")
 
 
+def test_the_server_names_its_engine(checkpoint: Path) -> None:
+    from dotformer.api.endpoint import describe_api, translate_request
+
+    for engine in ("torch", "ctranslate2"):
+        model = dotformer.load(checkpoint, device="cpu", engine=engine)
+        assert describe_api(model)["engine"] == engine  # GET /
+        reply = translate_request(model, {"texts": ["a1 a2", "a3"], "strategy": "greedy", "n_best": 1})
+        assert [t["text"] for t in reply["translations"]] == model.translate(["a1 a2", "a3"], strategy="greedy")
+
+
 def test_the_choice_rule() -> None:
     config = ModelConfig(src_vocab_size=14, tgt_vocab_size=14, num_decoder_layers=2)
     assert choose_engine("auto", [], None) == "ctranslate2"

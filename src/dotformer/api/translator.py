@@ -192,10 +192,11 @@ class Translator:
     ``max_input_length`` (tokens, EOS included, an input may have by default).
 
     Args:
-        checkpoint: a loaded checkpoint (the torch engine), or its files (``engine`` "auto" or "ctranslate2").
+        checkpoint: a loaded checkpoint, or its files (:func:`~dotformer.checkpoint.files.read_checkpoint_files`).
         dtype: the weights' precision (see :func:`load`).
-        engine: "torch", or the engine asked for when ``checkpoint`` is files: "auto" (torch runs the calls
-            CTranslate2 cannot) or "ctranslate2" (those calls are refused).
+        engine: "torch" (a checkpoint's files are then loaded now), or an engine that opens the checkpoint's
+            CTranslate2 copy: "auto" (torch runs the calls CTranslate2 cannot, loading the model then) or
+            "ctranslate2" (those calls are refused). :func:`load` chooses it.
         device, intra_threads, inter_threads: where CTranslate2 runs and on how many threads (see :func:`load`);
             ``device`` is also where a model loaded later goes.
 
@@ -221,10 +222,15 @@ class Translator:
         self._device = str(device)
         self._checkpoint: LoadedCheckpoint | None = checkpoint if hasattr(checkpoint, "model") else None  # type: ignore[assignment]
         self._ct2: CT2Translate | CT2Generate | None = None
-        if self._checkpoint is None:
+        if engine == "torch" and self._checkpoint is None:  # files, asked to run on torch: load the model now
+            self._checkpoint = load_checkpoint_for_decoding(checkpoint.path, self._device, dtype)
+        elif engine != "torch":
+            from dotformer.checkpoint.files import read_checkpoint_files
             from dotformer.engines.load import open_ct2
 
-            self._ct2 = open_ct2(checkpoint, dtype, self._device, intra_threads, inter_threads)  # type: ignore[arg-type]
+            files = checkpoint if self._checkpoint is None else read_checkpoint_files(checkpoint.path)
+            self.files = files
+            self._ct2 = open_ct2(files, dtype, self._device, intra_threads, inter_threads)  # type: ignore[arg-type]
         self.max_input_length = default_max_input_length(checkpoint.config)
 
     @property
