@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from dotformer.decoding.config import DecodeConfig
 
 ENGINES: tuple[str, ...] = ("auto", "torch", "ctranslate2")
-CT2_INSTALL = 'pip install "dotformer[ct2]"'
 COMPUTE_TYPES = {"float32": "float32", "int8": "int8", "bfloat16": "bfloat16", "float16": "float16"}  # --dtype ->
 
 
@@ -108,7 +107,9 @@ def ct2_problem(config: ModelConfig, dtype: str, device: str) -> str | None:
     from dotformer.export.ct2_rules import model_problem
 
     if not ctranslate2_installed():
-        return f"CTranslate2 is not installed ({CT2_INSTALL})"
+        from dotformer.errors import install_hint
+
+        return f"CTranslate2 is not installed ({install_hint('ct2')})"
     problem = model_problem(config)
     if problem is not None:
         return problem

@@ -200,7 +200,12 @@ class CT2Translate:
         results: list[list[Translation]] = [[] for _ in encoded.ids]
         todo = []
         for i, text in enumerate(encoded.texts):
-            if is_empty_source(text) and not (prefixes and prefixes[i]):
+            if is_empty_source(text) and prefixes and prefixes[i]:
+                raise EngineOptionError(
+                    f"input {i + 1} is empty and has a prefix: CTranslate2 decodes no empty source (the torch engine "
+                    f"does)"
+                )
+            if is_empty_source(text):
                 results[i] = [empty_translation()._replace(alignment=[] if config.alignments else None)]
             else:
                 todo.append(i)
@@ -374,6 +379,12 @@ class CT2Translate:
         """Per source, each kept hypothesis's log-probabilities from the copy's own generator (one scoring pass):
         one per token, and one for the EOS when the hypothesis finished."""
         rows = [(i, hyp) for i, hyps in kept.items() for hyp in hyps]
+        for i, hyp in rows:
+            if len(hyp.ids) >= self.positions:  # scoring reads one position more than the copy has
+                raise EngineOptionError(
+                    f"input {i + 1}: its output fills the model's {self.positions} positions, and CTranslate2 "
+                    f"cannot score it (the torch engine can); its text is given without scores (text output)"
+                )
         scored = self.log_probs([encoded.ids[i] for i, _ in rows], [hyp.ids for _, hyp in rows], batch_size)
         exact: dict[int, list[list[float]]] = {}
         for (i, hyp), log_probs in zip(rows, scored, strict=True):
