@@ -43,10 +43,12 @@ limit, and the few inputs whose output reaches their own limit are decoded again
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dotformer.data.tokenizers import UNK_ID
@@ -187,8 +189,6 @@ class CT2Translate:
             EngineOptionError: an option only the torch engine runs, or an output longer than the copy's positions.
             ConfigError, ShapeError: as ``decode_encoded`` (bad prefixes, replace_unk with BPE, a bad layer).
         """
-        from tqdm import tqdm
-
         check_batch_limits(batch_size, max_tokens)
         check_engine_options(config, self.checkpoint)
         if prefixes is not None:
@@ -212,7 +212,7 @@ class CT2Translate:
         limits = {i: self.output_limit(config, len(encoded.ids[i])) for i in todo}
         shown = show_progress(progress, len(encoded.ids))
         chunk = PROGRESS_CHUNK * batch_size if shown else max(1, len(todo))
-        with tqdm(total=len(encoded.ids), unit="sent", file=sys.stderr, disable=not shown, desc="translate") as bar:
+        with progress_bar(len(encoded.ids), shown) as bar:
             bar.update(len(encoded.ids) - len(todo))
             for start in range(0, len(todo), chunk):
                 part = todo[start : start + chunk]
@@ -448,6 +448,16 @@ class CT2Translate:
         )
         total = -sum(float(sum(result.log_probs)) for result in results)
         return NLLResult(total, sum(len(result.log_probs) for result in results))
+
+
+def progress_bar(total: int, shown: bool) -> Any:
+    """A tqdm bar on stderr over ``total`` inputs, or (not ``shown``) a stand-in that counts nothing, without
+    importing tqdm (a tenth of a one-word command's start)."""
+    if not shown:
+        return contextlib.nullcontext(SimpleNamespace(update=lambda n: None))
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="sent", file=sys.stderr, desc="translate")
 
 
 def attention_alignment(attention: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
