@@ -44,8 +44,8 @@ from common import command_line, format_table, git_commit, machine_info, write_j
 from dotformer.data.blocks import BlockSampler, TokenStream, encode_text
 from dotformer.data.tokenizer_files import load_tokenizer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.runs.text import load_text_split
 from dotformer.training.config import TrainConfig
-from dotformer.training.lm_run import load_text_split
 from dotformer.training.optim import build_optimizer
 from dotformer.training.schedule import cooldown_factor, learning_rate
 

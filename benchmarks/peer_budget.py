@@ -280,8 +280,8 @@ DOTFORMER_CLI = [sys.executable, "-m", "dotformer"]
 
 def config_train_value(config: str, name: str) -> Any:
     """The ``[train] name`` of a dotformer config (the shipped one of that name), or TrainConfig's default."""
+    from dotformer.runs.config_files import read_config_file
     from dotformer.training.config import TrainConfig
-    from dotformer.training.config_files import read_config_file
 
     return read_config_file(config).train.get(name, getattr(TrainConfig(), name))
 

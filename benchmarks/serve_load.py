@@ -1,16 +1,23 @@
-"""Latency of ``dotformer serve`` under load: p50/p95 of a request while N clients send requests at once.
+"""Latency of ``dotformer serve`` under load: p50/p95 of a request while N clients send requests at once, with and
+without a crowd of clients that trickle their requests.
 
 Starts ``dotformer serve --port 0`` in its own process (the server as users run it, not sharing this process's
 interpreter with the clients), then, for each number of concurrent clients, has every client send ``--requests``
 requests one after another (each ``--texts`` texts, beam ``--beam``) and times each from the connection to the last
-byte of the answer. With ``--slow-client``, one more client trickles a request one byte every 2 s during each round
-(the server must drop it and keep answering the others). Counts errors and connection resets.
+byte of the answer. Counts errors and connection resets.
+
+The last round runs ``--trickle-clients`` clients again beside ``--trickling`` connections that each send one byte
+every ``--trickle-pause`` seconds (half still in their headers, half in their bodies), reconnecting when the server
+drops them at its limits. Reading a request costs the server no decoding, so they must not slow the others: the
+round's p95 over the p95 of the same clients without them is the ``p95_ratio`` (target at most 1.5, with 0 resets
+and 0 errors).
 
 Without ``--checkpoint``, a random ``small`` model over a symbol vocabulary is written to a temporary directory (its
 outputs are arbitrary; with a random model each output runs to the maximum length, a heavy request).
 
-Run: ``python benchmarks/serve_load.py --clients 1,4,16 --requests 25 --threads 1``; prints a table and writes
-``out/serve_load.json``. ``--quick`` checks that it runs (tiny model, few requests).
+Run: ``python benchmarks/serve_load.py --clients 1,4,16 --requests 25 --trickling 200 --threads 1 --out
+benchmarks/results/serve_load.json``; prints a table and writes the JSON (default ``out/serve_load.json``).
+``--quick`` checks that it runs (tiny model, few requests, 20 trickling connections).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import socket
 import statistics
 import subprocess
@@ -54,10 +62,10 @@ def random_checkpoint(directory: Path, preset: str) -> Path:
     return path
 
 
-def start_server(checkpoint: Path, threads: int | None, workers: int) -> tuple[subprocess.Popen[str], str]:
+def start_server(checkpoint: Path, threads: int | None) -> tuple[subprocess.Popen[str], str]:
     """``dotformer serve --port 0`` in a new process; returns it and its URL (read from its first line)."""
     command = [sys.executable, "-m", "dotformer", "serve", "--checkpoint", str(checkpoint), "--port", "0"]
-    command += ["--device", "cpu", "--workers", str(workers)] + (["--threads", str(threads)] if threads else [])
+    command += ["--device", "cpu"] + (["--threads", str(threads)] if threads else [])
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
@@ -85,24 +93,48 @@ def one_request(url: str, payload: bytes) -> tuple[float, str]:
     return time.perf_counter() - start, outcome
 
 
-def trickle(url: str, stop: threading.Event, pause_s: float = 2.0) -> str:
-    """A client that sends a request one byte every ``pause_s`` until dropped or stopped; how it ended."""
+IN_HEADERS = b"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1"  # then a digit more of the host now and then
+IN_BODY = b'POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n{"texts": ["s1"]}'
+
+
+def trickle(url: str, count: int, pause_s: float, opened: threading.Event, stop: threading.Event) -> dict[str, int]:
+    """``count`` connections that each send one byte every ``pause_s`` seconds until ``stop`` is set (half stop in
+    their headers, half in their bodies); one the server drops (closed, or answered: a 408) is opened again.
+    ``opened`` is set once all ``count`` are open.
+
+    Returns:
+        {"opened": connections opened, "dropped": connections the server closed or answered}.
+    """
     host, port = url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
-    data = b'POST /api/translate HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"texts": ["s1"]}' + b" " * 100
-    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
-        for byte in data:
-            if stop.is_set():
-                return "still sending when the round ended"
-            try:
-                sock.sendall(bytes([byte]))
-                sock.settimeout(pause_s)
-                if sock.recv(1024) is not None:
-                    return "dropped by the server"
-            except TimeoutError:
-                continue
-            except OSError:
-                return "dropped by the server"
-    return "sent everything"
+    counts = {"opened": 0, "dropped": 0}
+
+    def open_one(number: int) -> socket.socket:
+        sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+        sock.sendall(IN_BODY if number % 2 else IN_HEADERS)
+        sock.setblocking(False)
+        counts["opened"] += 1
+        return sock
+
+    sockets = [open_one(i) for i in range(count)]
+    opened.set()
+    try:
+        while not stop.is_set():
+            for number, sock in enumerate(sockets):  # one byte per connection, spread over the pause
+                if stop.wait(pause_s / count):
+                    break
+                readable, _, _ = select.select([sock], [], [], 0)
+                try:
+                    if readable:  # the server answered (a 408) or closed: it let go of this client
+                        raise ConnectionResetError
+                    sock.send(b" " if number % 2 else b"1")
+                except OSError:
+                    sock.close()
+                    counts["dropped"] += 1
+                    sockets[number] = open_one(number)
+    finally:
+        for sock in sockets:
+            sock.close()
+    return counts
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -114,26 +146,29 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def round_of(url: str, clients: int, requests: int, payload: bytes, slow: bool) -> dict[str, Any]:
-    """``clients`` clients at once, ``requests`` each; the latency table's row."""
-    stop = threading.Event()
-    slow_result: list[str] = []
-    slow_thread = None
-    if slow:
-        slow_thread = threading.Thread(target=lambda: slow_result.append(trickle(url, stop)), daemon=True)
-        slow_thread.start()
+def round_of(url: str, clients: int, requests: int, payload: bytes, trickling: int, pause_s: float) -> dict[str, Any]:
+    """``clients`` clients at once, ``requests`` each, beside ``trickling`` trickling connections; the table's row."""
+    opened, stop = threading.Event(), threading.Event()
+    trickled: list[dict[str, int]] = []
+    trickler = None
+    if trickling:
+        trickler = threading.Thread(target=lambda: trickled.append(trickle(url, trickling, pause_s, opened, stop)))
+        trickler.start()
+        opened.wait(TIMEOUT_S)  # every trickling connection open before the clients start
+        time.sleep(pause_s)  # and each past its first pause
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         runs = list(pool.map(lambda _: [one_request(url, payload) for _ in range(requests)], range(clients)))
     wall = time.perf_counter() - start
     stop.set()
-    if slow_thread is not None:
-        slow_thread.join(TIMEOUT_S)
+    if trickler is not None:
+        trickler.join(TIMEOUT_S)
     results = [result for run in runs for result in run]
     latencies = [seconds * 1000 for seconds, outcome in results if outcome == "ok"]
     outcomes = [outcome for _, outcome in results]
     return {
         "clients": clients,
+        "trickling": trickling,
         "requests": len(results),
         "ok": outcomes.count("ok"),
         "resets": outcomes.count("reset"),
@@ -142,7 +177,8 @@ def round_of(url: str, clients: int, requests: int, payload: bytes, slow: bool) 
         "p95_ms": percentile(latencies, 0.95) if latencies else None,
         "max_ms": max(latencies) if latencies else None,
         "requests_per_s": len(latencies) / wall,
-        "slow_client": slow_result[0] if slow_result else None,
+        "trickling_opened": trickled[0]["opened"] if trickled else None,
+        "trickling_dropped": trickled[0]["dropped"] if trickled else None,
     }
 
 
@@ -156,14 +192,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--texts", type=int, default=1, help="texts per request (1)")
     parser.add_argument("--text", default=None, help="the text sent (default: 8 symbols of the random model)")
     parser.add_argument("--beam", type=int, default=4, help="beam of each request (4)")
-    parser.add_argument("--workers", type=int, default=16, help="the server's --workers (16)")
     parser.add_argument("--threads", type=int, default=None, help="the server's --threads (torch's CPU threads)")
-    parser.add_argument("--slow-client", action="store_true", help="one more client trickles a request each round")
-    parser.add_argument("--quick", action="store_true", help="tiny model, 1 and 4 clients x 3 requests")
+    parser.add_argument("--trickling", type=int, default=200, help="trickling connections of the last round (200)")
+    parser.add_argument("--trickle-clients", type=int, default=16, help="clients of the trickling round (16)")
+    parser.add_argument("--trickle-pause", type=float, default=3.0, help="seconds between a connection's bytes (3)")
+    parser.add_argument("--quick", action="store_true", help="tiny model, 1 and 4 clients x 3 requests, 20 trickling")
     parser.add_argument("--out", default=str(default_output_dir() / "serve_load.json"))
     args = parser.parse_args(argv)
     clients = [1, 4] if args.quick else [int(n) for n in args.clients.split(",")]
     requests = 3 if args.quick else args.requests
+    trickling, trickle_clients = (20, 4) if args.quick else (args.trickling, args.trickle_clients)
+    pause_s = 0.5 if args.quick else args.trickle_pause
+    if trickling and trickle_clients not in clients:
+        clients.append(trickle_clients)  # the same load without the trickling connections, to compare with
     text = args.text or " ".join(SYMBOLS[:8])
     payload = json.dumps({"texts": [text] * args.texts, "beam": args.beam}).encode()
     with tempfile.TemporaryDirectory() as temporary:
@@ -172,16 +213,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if args.checkpoint
             else random_checkpoint(Path(temporary), "tiny" if args.quick else args.preset)
         )
-        process, url = start_server(checkpoint, args.threads, args.workers)
+        process, url = start_server(checkpoint, args.threads)
         try:
-            rows = [round_of(url, n, requests, payload, args.slow_client) for n in clients]
+            rows = [round_of(url, n, requests, payload, 0, pause_s) for n in clients]
+            if trickling:
+                rows.append(round_of(url, trickle_clients, requests, payload, trickling, pause_s))
         finally:
             process.terminate()
             process.wait(TIMEOUT_S)
-    columns = ["clients", "requests", "ok", "resets", "other_errors", "p50_ms", "p95_ms", "max_ms", "requests_per_s"]
-    if args.slow_client:
-        columns.append("slow_client")
+    columns = ["clients", "trickling", "requests", "ok", "resets", "other_errors", "p50_ms", "p95_ms", "max_ms"]
+    columns += ["requests_per_s", "trickling_opened", "trickling_dropped"]
     print(format_table(rows, columns))
+    comparison = None
+    if trickling:
+        alone = next(row for row in rows if row["clients"] == trickle_clients and not row["trickling"])
+        beside = rows[-1]
+        ratio = beside["p95_ms"] / alone["p95_ms"] if beside["p95_ms"] and alone["p95_ms"] else None
+        met = ratio is not None and ratio <= 1.5 and beside["resets"] == 0 and beside["other_errors"] == 0
+        comparison = {"p95_ratio": ratio, "target": "p95_ratio <= 1.5, 0 resets, 0 errors", "met": met}
+        shown = "-" if ratio is None else f"{ratio:.2f}"
+        print(f"p95 with {trickling} trickling connections / without: {shown} ({'met' if met else 'NOT met'}: "
+              f"{comparison['target']})")  # fmt: skip
     payload_out = {
         "benchmark": "serve_load",
         "command": command_line(),
@@ -192,12 +244,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "texts_per_request": args.texts,
             "text": text,
             "beam": args.beam,
-            "workers": args.workers,
             "server_threads": args.threads,
-            "slow_client": args.slow_client,
+            "trickling": trickling,
+            "trickle_clients": trickle_clients,
+            "trickle_pause_s": pause_s,
             "server_process_cpu_count": os.cpu_count(),
         },
         "rows": rows,
+        "trickling": comparison,
     }
     print(f"wrote {write_json(args.out, payload_out)}")
     return payload_out

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up and run the checks: ruff (lint + format), the test suite without the slow tests, and the documentation build.
-# all: every optional feature (corpora, metrics, plots, TensorBoard, hf: corpora) so its tests run; bench brings the
-# peers (HF transformers, CTranslate2) and onnx so the exporter and importer tests run too; docs brings Sphinx.
+# all: every optional feature (corpora, metrics, plots, TensorBoard, hf: corpora, the servers' aiohttp) so its tests
+# run; bench brings the peers (HF transformers, CTranslate2) and onnx so the exporter and importer tests run too; docs
+# brings Sphinx.
 # Usage: bash scripts/test.sh [PYTEST ARGS...]
 #   bash scripts/test.sh               the checks and every test not marked slow; none depends on the machine's speed
 #                                      or load (fixed step budgets, time limits that only a hung command reaches)

@@ -6,6 +6,7 @@ and against the ``dotformer translate`` command on the same checkpoint.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import warnings
@@ -187,7 +188,7 @@ def test_importing_dotformer_loads_no_checkpoint_machinery() -> None:
 
 
 def test_empty_and_blank_inputs_give_empty_outputs_in_the_api_and_serve(checkpoints: dict[str, Path]) -> None:
-    from dotformer.api.serve import translate_request
+    from dotformer.api.endpoint import translate_request
     from dotformer.decoding.batch import decode_batch
     from dotformer.decoding.translate import pad_batch
 
@@ -199,7 +200,7 @@ def test_empty_and_blank_inputs_give_empty_outputs_in_the_api_and_serve(checkpoi
     for result in model.translate(["", "  "], details=True, max_len_b=4, attention=True):
         assert result.text == "" and result.finished and result.unknown_symbols == 0 and result.attention is None
         assert [(h.tokens, h.score) for h in result.hypotheses] == [([], 0.0)]
-    reply = translate_request(model, {"texts": ["", " "]})
+    reply = asyncio.run(translate_request(model, {"texts": ["", " "]}))
     assert reply == {
         "translations": [{"text": "", "score": 0.0, "finished": True, "unknown_symbols": 0}] * 2,
     }

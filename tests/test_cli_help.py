@@ -227,7 +227,6 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--port",
         "--threads",
         "--verbose",
-        "--workers",
     },
     "import": {"--from"},
     "embed": {
@@ -396,7 +395,6 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--port": ("port", 8080, False),
         "--threads": ("threads", None, False),
         "--verbose": ("verbose", False, False),
-        "--workers": ("workers", 16, False),
     },
     "train": {
         "--accumulate": ("opt_accumulation_steps", None, False),

@@ -52,11 +52,11 @@ def test_smoke_run_then_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str
     resumed = json.loads((run / "run.json").read_text())["resumes"][0]["train"]
     assert resumed["max_steps"] == 35 and resumed["lr_cooldown"] == 0.5
     lrs = {r["step"]: r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "lr" in r}
-    # the default warmup is fitted to the 30 steps (3 steps), so past it noam falls as 1/√step: step 35 has √(30/35) of
-    # step 30's rate, times the cooldown's factor (1/35 of the budget left before it, over the final half: 2/35);
-    # step 30 ran before the cooldown was asked for
-    assert json.loads((run / "run.json").read_text())["train"]["warmup_steps"] == 3
-    assert lrs[35] == pytest.approx(lrs[30] * (30 / 35) ** 0.5 * 2 / 35, rel=1e-6)
+    # the copy recipe's warmup (300 steps) is kept on resume, so the learning rate still rises linearly with the step:
+    # step 35 has 35/30 of step 30's rate, times the cooldown's factor (1/35 of the budget left before it, over the
+    # final half: 2/35); step 30 ran before the cooldown was asked for
+    assert json.loads((run / "run.json").read_text())["train"]["warmup_steps"] == 300 == resumed["warmup_steps"]
+    assert lrs[35] == pytest.approx(lrs[30] * (35 / 30) * 2 / 35, rel=1e-6)
     # a changed data or model config cannot resume
     err = one_error_line(capsys, [*QUICK, "--max-steps", "40", "--out", str(run), "--resume", "--vocab-size", "99"])
     assert "vocab_size" in err and "run.json" in err

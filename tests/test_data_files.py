@@ -26,7 +26,7 @@ from dotformer.decoding.evaluation import (
 )
 from dotformer.decoding.results import Translation
 from dotformer.errors import ConfigError, DataError
-from dotformer.training.run import resolve_data_config
+from dotformer.runs.pairs import resolve_data_config
 
 THREE = "id1\tword\tW ER1 D\nid2\tcat\tK AE1 T\n"
 WITH_HEADER = "id\tphones\tword\nid1\tW ER1 D\tword\nid2\tK AE1 T\tcat\n"

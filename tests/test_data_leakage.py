@@ -12,7 +12,7 @@ from dotformer.cli import main
 from dotformer.data.config import DataConfig
 from dotformer.data.splits import Splits
 from dotformer.data.types import Pair
-from dotformer.training.preparation import leakage_warnings
+from dotformer.runs.pairs import leakage_warnings
 
 
 def pairs_file(path: Path, words: list[str]) -> Path:

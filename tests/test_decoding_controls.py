@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -140,7 +141,8 @@ def test_prefix_symbols_outside_the_vocabulary_are_warned_about(
         capsys, "translate", "--checkpoint", str(checkpoint), "--inline-prefix", "--input", str(inputs)
     )
     assert status == 0 and err == f"dotformer translate: warning: {UNKNOWN_PREFIX}\n"
-    reply = translate_request(translator, {"texts": ["a1", "a2 b9"], "prefix": ["K ZZ", "a5"], "strategy": "greedy"})
+    request = {"texts": ["a1", "a2 b9"], "prefix": ["K ZZ", "a5"], "strategy": "greedy"}
+    reply = asyncio.run(translate_request(translator, request))
     assert [t["unknown_symbols"] for t in reply["translations"]] == [2, 1]  # the prefix's, the text's
 
 

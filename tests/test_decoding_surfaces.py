@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -69,17 +68,14 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def servers(checkpoints: dict[str, Path]) -> Iterator[dict[str, Any]]:
     from dotformer.api.serve import TranslationServer
 
-    running = {}
-    for name, path in checkpoints.items():
-        server = TranslationServer(dotformer.load(path, device="cpu"), port=0)
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        thread.start()
-        running[name] = (server, thread)
-    yield {name: server for name, (server, _) in running.items()}
-    for server, thread in running.values():
-        server.shutdown()
-        server.server_close()
-        thread.join(TIMEOUT_S)
+    running = {
+        name: TranslationServer(dotformer.load(path, device="cpu"), port=0) for name, path in checkpoints.items()
+    }
+    for server in running.values():
+        server.start()  # served from a thread
+    yield running
+    for server in running.values():
+        server.stop()
 
 
 def call(url: str, body: Any = None) -> tuple[int, dict[str, Any]]:

@@ -14,7 +14,6 @@ import re
 import shutil
 import socket
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -94,13 +93,8 @@ def loaded(one_thread: None, tmp_path_factory: pytest.TempPathFactory) -> Loaded
 
 @pytest.fixture(scope="module")
 def server(loaded: LoadedCheckpoint) -> Iterator[ExplorerServer]:
-    explorer = ExplorerServer(loaded, port=0, examples=["dog"])
-    thread = threading.Thread(target=explorer.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield explorer
-    explorer.shutdown()
-    explorer.server_close()
-    thread.join(timeout=5)
+    with ExplorerServer(loaded, port=0, examples=["dog"]) as explorer:  # served from a thread
+        yield explorer
 
 
 def post(url: str, body: bytes, content_type: str = "application/json") -> tuple[int, dict[str, Any]]:
@@ -249,7 +243,7 @@ def test_server_endpoint(server: ExplorerServer, loaded: LoadedCheckpoint) -> No
 
 def test_port_in_use_is_a_clear_error(loaded: LoadedCheckpoint, server: ExplorerServer) -> None:
     with pytest.raises(ConfigError, match="cannot listen on 127.0.0.1"):
-        ExplorerServer(loaded, port=server.server_port)
+        ExplorerServer(loaded, port=server.server_address[1]).start()
 
 
 def test_write_page_and_cli(loaded: LoadedCheckpoint, tmp_path: Path) -> None:
@@ -820,9 +814,7 @@ def test_a_language_models_default_examples_fit_its_window(lm_checkpoint: Loaded
 def test_a_language_model_in_headless_chromium(
     browser: WebDriver, lm_checkpoint: LoadedCheckpoint, tmp_path: Path
 ) -> None:
-    explorer = ExplorerServer(lm_checkpoint, port=0, examples=["in the"])
-    thread = threading.Thread(target=explorer.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
+    explorer = ExplorerServer(lm_checkpoint, port=0, examples=["in the"]).start()
     try:
         browser.get(explorer.url + "#map")
         browser.wait_for("return document.body.dataset.ready === '1'")
@@ -856,6 +848,4 @@ def test_a_language_model_in_headless_chromium(
         assert header[1] == "likeliest next token" and len(texts(browser, "#probs tr[data-index]")) == 10
         browser.screenshot(tmp_path / "lm-map.png")
     finally:
-        explorer.shutdown()
-        explorer.server_close()
-        thread.join(timeout=5)
+        explorer.stop()

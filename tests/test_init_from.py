@@ -14,7 +14,7 @@ from dotformer.cli import main
 from dotformer.data.tokenizers import CharTokenizer, SymbolTokenizer
 from dotformer.data.types import Pair
 from dotformer.errors import CheckpointError
-from dotformer.training.finetune import check_known_symbols, unknown_symbols
+from dotformer.runs.finetune import check_known_symbols, unknown_symbols
 
 LATIN = "abcdefgh"
 CYRILLIC = "абвгдежз"
@@ -45,8 +45,8 @@ def g2p_file(path: Path, letters: str, phone_case: str, seed: int, count: int = 
 
 def train_args(data: Path, valid: Path, out: Path, *extra: str) -> list[str]:
     return ["train", "--data", str(data), "--valid", str(valid), "--task", "g2p", "--preset", "tiny",
-            "--max-steps", "2", "--max-tokens", "128", "--device", "cpu", "--no-progress", "--out", str(out),
-            *extra]  # fmt: skip
+            "--max-steps", "2", "--warmup", "1", "--max-tokens", "128", "--device", "cpu", "--no-progress",
+            "--out", str(out), *extra]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +154,7 @@ def test_extend_vocab_adds_the_new_symbols_and_fine_tunes(
 def test_extended_weights_keep_the_checkpoints_rows_and_a_fresh_models_new_rows(base: Path) -> None:
     from dotformer import checkpoint as ckpt
     from dotformer.model import Transformer
-    from dotformer.training.finetune import extend_vocabulary, load_extended_weights, read_init_source
+    from dotformer.runs.finetune import extend_vocabulary, load_extended_weights, read_init_source
 
     source = read_init_source(base, {}, {})
     extended, added_src, added_tgt = extend_vocabulary(source, [Pair("abж", "P0 P1 Q"), Pair("з", "R Q")])
@@ -180,7 +180,7 @@ def test_extend_vocab_refuses_bpe_and_needs_init_from(
     base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from dotformer.data.tokenizer_files import train_tokenizer
-    from dotformer.training.finetune import extend_vocabulary, read_init_source
+    from dotformer.runs.finetune import extend_vocabulary, read_init_source
 
     source = read_init_source(base, {}, {})
     bpe = train_tokenizer("bpe", ["abc abd", "bcd"], 300)
@@ -194,7 +194,7 @@ def test_extend_vocab_refuses_bpe_and_needs_init_from(
 
 
 def test_a_shared_vocabulary_grows_once_by_both_sides_symbols(base: Path) -> None:
-    from dotformer.training.finetune import extend_vocabulary, read_init_source
+    from dotformer.runs.finetune import extend_vocabulary, read_init_source
 
     shared = SymbolTokenizer(["<pad>", "<s>", "</s>", "<unk>", "a", "B"])
     source = read_init_source(base, {}, {})

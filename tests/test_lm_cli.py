@@ -11,8 +11,10 @@ import pytest
 
 import dotformer
 from dotformer.cli import main
+from dotformer.data.config import LMDataConfig
 from dotformer.decoding.inputs import UnknownTokenWarning
-from dotformer.training.lm_config import LMDataConfig, is_lm_config_file, read_lm_config_file
+from dotformer.runs.config_files import read_config_file
+from dotformer.runs.tasks import task_of_section
 
 WORDS = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "light", "darkness", "water", "spirit"]
 TINY = ["--preset", "tiny", "--block-size", "16", "--max-tokens", "64", "--no-progress", "--eval-every", "2"]
@@ -156,8 +158,8 @@ def test_generate_refuses_a_translation_checkpoint(tmp_path: Path, capsys: pytes
 
 
 def test_the_shipped_config_is_a_language_model() -> None:
-    assert is_lm_config_file("lm-bible") and not is_lm_config_file("bible")
-    sections = read_lm_config_file("lm-bible")
+    sections = read_config_file("lm-bible")
+    assert task_of_section(sections.data).name == "lm" and task_of_section(read_config_file("bible").data).name != "lm"
     data = LMDataConfig.from_section(sections.data)
     assert data.tokenizer == "char" and 64 <= data.block_size <= 128 and data.test_books
     assert sections.model["d_model"] == 128 and sections.model["num_decoder_layers"] == 4

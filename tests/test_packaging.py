@@ -34,8 +34,8 @@ import dotformer.metrics
 from dotformer.cli import main as cli_main
 from dotformer.data.corpora import load_pairs
 from dotformer.errors import EXTRAS, MissingExtraError
+from dotformer.runs.shipped_configs import find_config_file, shipped_config_dir, shipped_config_names
 from dotformer.training.logging import MetricsLog
-from dotformer.training.shipped_configs import find_config_file, shipped_config_dir, shipped_config_names
 
 try:
     import tomllib
@@ -270,6 +270,8 @@ MISSING: list[tuple[str, str, str, Any]] = [
     ("eval", "rapidfuzz", "WER and PER", lambda t: dotformer.metrics.g2p_error_rates(["A"], [["A"]])),
     ("tensorboard", "tensorboard", "--tensorboard", lambda t: MetricsLog(None, t / "tb")),
     ("datasets", "datasets", "hf: corpora", lambda t: load_pairs("hf:json")),
+    ("serve", "aiohttp", "serving over HTTP", lambda t: ["serve", "--checkpoint", f"{t}/none"]),  # before loading
+    ("serve", "aiohttp", "serving over HTTP", lambda t: ["explore", "--checkpoint", f"{t}/none"]),
 ]
 
 

@@ -98,7 +98,7 @@ def test_marian_learning_rate_is_dotformers_schedule_with_its_cooldown(
     """Marian's rate before each update equals the curve dotformer draws of g2p.toml's schedule at a 400-step budget
     (warmup 200, peak 2e-3, 1/sqrt(step), the cooldown over the last 100 steps: a hundredth of it at the last)."""
     from dotformer.plots.curves import config_curve
-    from dotformer.training.shipped_configs import find_config_file
+    from dotformer.runs.shipped_configs import find_config_file
 
     peer = load_peer_budget(monkeypatch)
     config = tmp_path / "g2p400.toml"

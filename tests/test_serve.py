@@ -1,9 +1,10 @@
 """dotformer.api.serve: POST /api/translate gives what dotformer.load(...).translate gives, refuses bad requests with
 one JSON error line (and keeps serving), and ``dotformer serve`` runs from the outside on a random free port of
-127.0.0.1, every call bounded in time."""
+127.0.0.1, every call bounded in time, and stops gracefully on SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import threading
@@ -47,13 +48,8 @@ def translator(checkpoint_dir: Path) -> Any:
 def server(translator: Any) -> Iterator[Any]:
     from dotformer.api.serve import TranslationServer
 
-    server = TranslationServer(translator, port=0)  # any free port on 127.0.0.1
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(TIMEOUT_S)
+    with TranslationServer(translator, port=0) as server:  # any free port on 127.0.0.1, served from a thread
+        yield server
 
 
 def post(url: str, body: bytes | str | Any, raw: bool = False) -> tuple[int, dict[str, Any]]:
@@ -137,6 +133,8 @@ def test_bad_bodies_and_routes(server: Any) -> None:
     assert status == 413 and str(MAX_BODY_BYTES) in reply["error"]
     status, reply = post(server.url.replace("/api/translate", "/api/nothing"), {"texts": ["a1"]})
     assert status == 404 and "no such endpoint" in reply["error"]
+    status, reply = call_get(server.url)
+    assert status == 405 and reply == {"error": "/api/translate takes POST, not GET"}
     with urllib.request.urlopen(server.url.replace("/api/translate", "/api/health"), timeout=TIMEOUT_S) as response:
         health = json.loads(response.read())
     assert health["ok"] is True and health["limits"]["max_texts"] == 64
@@ -145,9 +143,32 @@ def test_bad_bodies_and_routes(server: Any) -> None:
     assert status == 200 and len(reply["translations"]) == 1
 
 
+def call_get(url: str) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000, b'{"texts": ' + b"[" * 40 + b"]" * 40 + b"}", b"{" * 100_000])
+def test_a_deeply_nested_body_is_a_json_error(server: Any, body: bytes) -> None:
+    """100,000 nested ``[`` (or ``{``) get one line of JSON (no RecursionError), and so does a valid body nested 41
+    deep; the server goes on."""
+    status, reply = post(server.url, body, raw=True)
+    assert status == 400
+    assert reply == {"error": 'the body nests arrays and objects deeper than 32 levels; send {"texts": ["..."]}'}
+    assert post(server.url, {"texts": ["a1"], "strategy": "greedy"})[0] == 200
+
+
+def test_brackets_inside_strings_are_not_nesting(server: Any) -> None:
+    status, reply = post(server.url, {"texts": ['\\"' + "[" * 1000 + "{" * 900]})  # a backslash and a quote first
+    assert status == 200 and len(reply["translations"]) == 1
+
+
 def test_too_long_input_for_a_learned_table_is_a_json_error(tmp_path: Path) -> None:
     import dotformer
-    from dotformer.api.serve import translate_request
+    from dotformer.api.endpoint import translate_request
 
     tok = train_tokenizer("symbol", ["a1 a2 a3"])
     torch.manual_seed(0)
@@ -156,11 +177,12 @@ def test_too_long_input_for_a_learned_table_is_a_json_error(tmp_path: Path) -> N
     )
     save_checkpoint(tmp_path / "ck", Transformer(config).eval(), tok, tok, {"task": "synthetic"})
     with pytest.raises(dotformer.DotformerError, match="input 1"):
-        translate_request(dotformer.load(tmp_path / "ck", device="cpu"), {"texts": ["a1 " * 20]})
+        asyncio.run(translate_request(dotformer.load(tmp_path / "ck", device="cpu"), {"texts": ["a1 " * 20]}))
 
 
 def test_cli_serve_on_a_free_port(checkpoint_dir: Path, translator: Any, cli: Cli) -> None:
-    """``dotformer serve --port 0`` from the outside: it prints its URL, answers, and stops when terminated."""
+    """``dotformer serve --port 0`` from the outside: it prints its URL, answers, and on SIGTERM stops, says so and
+    exits 0."""
     command = cli.command("serve", "--checkpoint", str(checkpoint_dir), "--port", "0")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli.env())
     try:
@@ -175,7 +197,9 @@ def test_cli_serve_on_a_free_port(checkpoint_dir: Path, translator: Any, cli: Cl
         assert reply["translations"][0]["text"] == translator.translate("a1 a2 a3", beam=2)
     finally:
         process.terminate()
-        process.wait(TIMEOUT_S)
+        out, err = process.communicate(timeout=TIMEOUT_S)
+    assert process.returncode == 0, err
+    assert out == "dotformer serve: stopped\n" and err == ""
 
 
 def test_cli_serve_refuses_a_bad_port(checkpoint_dir: Path, cli: Cli) -> None:

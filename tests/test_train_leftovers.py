@@ -10,7 +10,7 @@ import torch
 
 from dotformer.cli import main
 from dotformer.errors import DataError
-from dotformer.training.records import removed_if_unfinished
+from dotformer.runs.records import removed_if_unfinished
 
 COPY = ["--data", "copy", "--preset", "tiny", "--limit", "200", "--device", "cpu", "--max-steps", "1"]
 

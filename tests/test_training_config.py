@@ -8,15 +8,9 @@ import pytest
 
 from dotformer.data.config import DataConfig
 from dotformer.errors import ConfigError
+from dotformer.runs.config_files import ConfigSections, merge, read_config_file
+from dotformer.runs.pairs import build_model_config, default_run_dir, resolve_data_config
 from dotformer.training.config import TrainConfig
-from dotformer.training.run import (
-    ConfigSections,
-    build_model_config,
-    default_run_dir,
-    merge,
-    read_config_file,
-    resolve_data_config,
-)
 
 
 def test_train_config_defaults_are_the_papers() -> None:

@@ -1,30 +1,31 @@
 """A task's defaults give a model that learns within minutes: ``--task g2p`` (and ``--data cmudict``) without
-``--config`` trains the g2p config's model and recipe, translation the bible config's; a default warmup is fitted to
-a budget of known steps; a warmup that the budget cannot reach is warned about before step 1."""
+``--config`` trains the g2p config's model and recipe, translation the bible config's, copy/reverse the copy
+config's, a language model the lm-bible config's; the warmup never depends on the budget (a resumed run with a larger
+budget takes the steps a longer run takes); a warmup that the budget cannot reach is warned about before step 1."""
 
 from __future__ import annotations
 
 import json
 import random
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
-import dotformer.training.run as run_module
+import dotformer.runs.run as run_module
+from dotformer.checkpoint import load_weights
 from dotformer.cli import main
 from dotformer.config import ModelConfig
-from dotformer.data.batching import encode_pairs
 from dotformer.model import Transformer
+from dotformer.runs.config_files import read_config_file
+from dotformer.runs.tasks import task_named
 from dotformer.training.config import TrainConfig
-from dotformer.training.config_files import read_config_file, task_defaults
-from dotformer.training.preparation import epoch_steps_of
 from dotformer.training.warmup import (
     known_steps,
     minutes_bound,
     peak_flops,
-    scaled_warmup,
     steps_per_epoch,
     warmup_warning,
 )
@@ -57,9 +58,11 @@ def prepared_by(monkeypatch: pytest.MonkeyPatch, argv: list[str], seen: dict[str
     also gets the run.json written by then (``"record"``: the stopped run removes what it created)."""
     seen = {} if seen is None else seen
 
-    def capture(prepared: Any, run_dir: Path, *args: Any, **kwargs: Any) -> Any:
-        seen["prepared"] = prepared
-        seen["record"] = json.loads((Path(run_dir) / "run.json").read_text())
+    def capture(task: Any, record: dict[str, Any], loaded: Any, lines: Any, train_config: TrainConfig,
+                *args: Any, **kwargs: Any) -> Any:  # fmt: skip
+        model_config = ModelConfig.from_dict(record["model"])
+        seen["prepared"] = SimpleNamespace(task=task.name, model_config=model_config, train_config=train_config)
+        seen["record"] = record
         raise SystemExit(0)
 
     monkeypatch.setattr(run_module, "_train", capture)
@@ -120,40 +123,52 @@ def test_the_file_and_the_flags_override_the_task_defaults(
 
 
 def test_task_defaults_are_the_shipped_configs_without_budgets() -> None:
-    g2p = task_defaults("g2p")
+    g2p = task_named("g2p").defaults()
     assert g2p.model == read_config_file("g2p").model and "max_epochs" not in g2p.train and g2p.data == {}
-    assert task_defaults("exact").train == g2p.train
-    assert task_defaults("translation").model == read_config_file("bible").model
-    assert task_defaults("synthetic").model == {} and task_defaults("synthetic").train == {}
-    tuned = task_defaults("g2p", fine_tuning=True)  # the checkpoint's model, dropout included
+    assert task_named("exact").defaults().train == g2p.train
+    assert task_named("translation").defaults().model == read_config_file("bible").model
+    copy = read_config_file("copy")
+    assert task_named("synthetic").defaults().model == copy.model
+    assert task_named("synthetic").defaults().train == {k: v for k, v in copy.train.items() if k != "max_steps"}
+    lm = task_named("lm").defaults()
+    assert lm.model == read_config_file("lm-bible").model and "max_minutes" not in lm.train
+    tuned = task_named("g2p").defaults(fine_tuning=True)  # the checkpoint's model, dropout included
     assert tuned.model == {} and tuned.train == g2p.train
 
 
-def test_a_default_warmup_is_fitted_to_a_budget_of_known_steps(
+def test_the_warmup_is_the_recipes_whatever_the_budget(
     files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     base = ["--data", str(files["train"]), "--valid", str(files["valid"]), "--task", "g2p"]
-    p = prepared_by(monkeypatch, [*base, "--max-steps", "500", "--out", str(tmp_path / "a")])
-    assert p.train_config.warmup_steps == 50  # a tenth of 500, where the recipe says 200
-    p = prepared_by(monkeypatch, [*base, "--max-steps", "500", "--warmup", "300", "--out", str(tmp_path / "b")])
-    assert p.train_config.warmup_steps == 300  # asked for: kept (and warned about by the run)
-    seen: dict[str, Any] = {}
-    p = prepared_by(
-        monkeypatch, [*base, "--max-epochs", "2", "--max-tokens", "256", "--out", str(tmp_path / "c")], seen
-    )
-    # 300 words of <= 8 tokens: a few dozen batches of 256 tokens an epoch, two epochs' steps, a tenth of them
-    epoch = epoch_steps_of(p.train_config, encode_pairs(p.train_pairs, p.src_tokenizer, p.tgt_tokenizer))
-    assert 2 < epoch < 100 and p.train_config.warmup_steps == round(0.2 * epoch)
-    assert seen["record"]["train"]["warmup_steps"] == round(0.2 * epoch)
+    for budget in (["--max-steps", "50"], ["--max-steps", "5000"], ["--max-epochs", "2"]):
+        p = prepared_by(monkeypatch, [*base, *budget, "--out", str(tmp_path / budget[1])])
+        assert p.train_config.warmup_steps == 200  # the g2p recipe's, never a share of the budget
+    p = prepared_by(monkeypatch, [*base, "--max-steps", "50", "--warmup", "5", "--out", str(tmp_path / "w")])
+    assert p.train_config.warmup_steps == 5
+
+
+def test_a_resumed_run_with_a_larger_budget_takes_the_steps_of_a_longer_run(tmp_path: Path) -> None:
+    """20 steps, then --resume to 40, equals 40 steps straight: the schedule does not depend on the budget (no
+    cooldown set). Bit-identical: the same operations in the same order on the same numbers."""
+    common = ["--data", "copy", "--synthetic-examples", "200", "--preset", "tiny", "--seed", "1", "--device", "cpu",
+              "--no-progress", "--eval-every", "0", "--save-every", "0", "--max-tokens", "256"]  # fmt: skip
+    assert main(["train", *common, "--max-steps", "20", "--out", str(tmp_path / "b")]) == 0
+    assert main(["train", "--out", str(tmp_path / "b"), "--resume", "--max-steps", "40", "--no-progress"]) == 0
+    assert main(["train", *common, "--max-steps", "40", "--out", str(tmp_path / "straight")]) == 0
+    resumed = load_weights(tmp_path / "b" / "last" / "model.safetensors")
+    straight = load_weights(tmp_path / "straight" / "last" / "model.safetensors")
+    assert resumed.keys() == straight.keys()
+    for name, tensor in straight.items():
+        assert torch.equal(resumed[name], tensor), name
+    record = json.loads((tmp_path / "b" / "run.json").read_text())
+    assert record["train"]["warmup_steps"] == record["resumes"][0]["train"]["warmup_steps"] == 300
 
 
 def test_the_warmup_against_the_budget_in_numbers() -> None:
     config = TrainConfig(max_steps=300, warmup_steps=4000)
-    assert known_steps(config, None) == 300 and scaled_warmup(config, None) == 30
+    assert known_steps(config, None) == 300
     assert known_steps(TrainConfig(max_epochs=2.5, max_steps=1000), 59) == 148  # ceil(2.5 × 59) < 1000
     assert known_steps(TrainConfig(max_minutes=4), 59) is None and steps_per_epoch(59, 2) == 30
-    assert scaled_warmup(TrainConfig(max_steps=100_000, warmup_steps=4000), None) == 4000
-    assert scaled_warmup(TrainConfig(max_steps=3), None) == 1
     assert peak_flops("cpu", 2) == 8e11 and peak_flops("cuda", 2) == 2e15
     # the README's own-data run under the old defaults: small preset, 4,096-token batches, noam with 4,000 steps
     small = TrainConfig(max_minutes=4)

@@ -160,7 +160,8 @@ def test_two_processes_equal_one_process_across_epoch_ends(tmp_path: Path) -> No
 
 
 def _separate_out_worker(rank: int, world: int, init_file: str, out: str) -> None:
-    from dotformer.training.run import ConfigSections, train_run
+    from dotformer.runs.config_files import ConfigSections
+    from dotformer.runs.run import train_run
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)

@@ -166,13 +166,14 @@ def test_the_metrics_log_has_its_own_cadence(tmp_path: Path) -> None:
 
 
 def test_the_summary_counts_steps_in_words() -> None:
+    from dotformer.runs.run import RunResult
+    from dotformer.runs.tasks import task_named
     from dotformer.training.loop import FitResult
-    from dotformer.training.run import RunResult
 
     def summary(steps: int, best_step: int | None) -> str:
         fit = FitResult(steps, 1.0, 2.0, 2.0, 10, 5.0, 1.0, 1.0 if best_step else None, 2.7, best_step, None,
                         "max_steps", Path("r/last"))  # fmt: skip
-        return RunResult(fit, Path("r"), True).summary()
+        return RunResult(fit, Path("r"), True, task_named("g2p")).summary()
 
     assert summary(1, None).startswith("trained 1 step (1.00 epochs, stopped by max_steps)")
     assert summary(1320, 1320).startswith("trained 1,320 steps (") and "at step 1,320;" in summary(1320, 1320)

@@ -133,7 +133,8 @@ def test_training_into_a_file_gives_plain_lines_every_log_every_steps(tmp_path: 
 
 
 def test_python_users_can_silence_the_library(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from dotformer.training.run import ConfigSections, train_run
+    from dotformer.runs.config_files import ConfigSections
+    from dotformer.runs.run import train_run
 
     sections = ConfigSections(
         model={"preset": "tiny"},

@@ -10,8 +10,8 @@ import pytest
 
 from dotformer.cli import main
 from dotformer.errors import MissingExtraError
+from dotformer.runs.run import check_requirements
 from dotformer.training.config import TrainConfig
-from dotformer.training.run import check_requirements
 
 CASES = [
     (["--best-metric", "wer"], "rapidfuzz", "--best-metric wer needs rapidfuzz", "eval"),

@@ -67,6 +67,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "plots": ("matplotlib",),
     "tensorboard": ("tensorboard",),
     "datasets": ("datasets",),
+    "serve": ("aiohttp",),
     "ct2": ("ctranslate2",),
 }
 

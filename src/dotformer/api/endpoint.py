@@ -1,20 +1,26 @@
-"""One request of ``POST /api/translate``: its checks, its limits, and its decoding in fair turns at the model.
+"""One request of ``POST /api/translate`` (or ``/api/generate``): its checks, its limits, and its decoding in fair
+turns at the model.
 
 :func:`parse_request` checks a decoded JSON body against the limits (:data:`MAX_TEXTS` texts of at most
 :data:`MAX_TEXT_CHARS` characters, beam at most :data:`MAX_BEAM`); :func:`translate_request` also bounds its work
 (source tokens x beam, at most :data:`MAX_REQUEST_WORK`) and decodes it in chunks of at most :data:`CHUNK_WORK`, each
-chunk one turn at the model (:class:`~dotformer.api.connections.FairTurns`), so that requests arriving meanwhile are
-served between the chunks of a large one. The HTTP side is :mod:`dotformer.api.serve`.
+chunk one turn at the model (:class:`~dotformer.api.turns.ModelTurns`), so that requests arriving meanwhile are
+served between the chunks of a large one. Nothing here knows HTTP, nor how the
+:class:`~dotformer.api.Translator` decodes (it calls ``translate`` and ``generate``); the HTTP side is
+:mod:`dotformer.api.serve`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
+from collections.abc import Callable
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from dotformer.api.connections import FairTurns
+from dotformer.api.turns import ModelTurns
+from dotformer.api.web import RequestError
 from dotformer.decoding.config import STRATEGIES
 from dotformer.decoding.options import (
     DECODE_OPTIONS,
@@ -24,7 +30,7 @@ from dotformer.decoding.options import (
     only_apply,
     with_surface_names,
 )
-from dotformer.errors import ConfigError, DotformerError
+from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
     from dotformer.api.translator import Translator
@@ -36,14 +42,7 @@ MAX_REQUEST_WORK = 16384  # most source tokens (EOS included) x beam one request
 CHUNK_WORK = 1024  # most source tokens x beam decoded in one turn at the model
 MAX_LEN_B = 1024  # most output tokens beyond max_len_a x input length (and most min_len_b) a request may ask for
 FIELDS = ("texts", *OPTION_NAMES)
-
-
-class RequestError(DotformerError, ValueError):
-    """A request the endpoint refuses; ``status`` is the HTTP status to answer with."""
-
-    def __init__(self, message: str, status: HTTPStatus = HTTPStatus.BAD_REQUEST) -> None:
-        super().__init__(message)
-        self.status = status
+T = TypeVar("T")
 
 
 def _positive_int(request: dict[str, Any], name: str, default: int, largest: int) -> int:
@@ -169,10 +168,25 @@ def chunk_by_work(work: list[int], chunk_work: int) -> list[range]:
     return chunks
 
 
-def translate_request(
+def _translate_chunk(translator: Translator, texts: list[str], options: dict[str, Any], chunk: range) -> list[Any]:
+    """``Translator.translate`` on the texts of one chunk (their prefixes too), its warnings silenced: unknown symbols
+    are reported per text in the reply."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prefix = options.get("prefix")
+        chunk_options = {**options, "prefix": None if prefix is None else [prefix[i] for i in chunk]}
+        return translator.translate([texts[i] for i in chunk], details=True, **chunk_options)
+
+
+async def _here(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in the calling thread: the model's turns of a caller without a server."""
+    return fn(*args)
+
+
+async def translate_request(
     translator: Translator,
     request: Any,
-    turns: FairTurns | None = None,
+    turns: ModelTurns | None = None,
     max_work: int = MAX_REQUEST_WORK,
     chunk_work: int = CHUNK_WORK,
 ) -> dict[str, Any]:
@@ -181,7 +195,7 @@ def translate_request(
     Args:
         translator: the loaded model.
         request: the decoded JSON body.
-        turns: the model's turns, shared by the threads that serve requests (None: a private one).
+        turns: the model's turns, shared by every request of a server (None: decode in the calling thread).
         max_work: the most source tokens (EOS included) x beam (1 for greedy) the request may ask for.
         chunk_work: the most of that decoded in one turn.
 
@@ -192,7 +206,7 @@ def translate_request(
     from dotformer.decoding.inputs import encode_sources, unknown_prefix_symbols
 
     texts, options = parse_request(request)
-    encoded = encode_sources(translator.files, texts, translator.max_input_length)
+    encoded = encode_sources(translator.files, texts, translator.max_input_length)  # cheap: not a turn
     width = options.get("beam", 4) if options["strategy"] == "beam" else options["n_best"]
     work = [len(ids) * width for ids in encoded.ids]
     if sum(work) > max_work:
@@ -201,14 +215,10 @@ def translate_request(
             f"send fewer or shorter texts, or a narrower beam",
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
         )
-    turns = turns if turns is not None else FairTurns()
+    run = turns.run if turns is not None else _here
     results = []
-    for chunk in chunk_by_work(work, chunk_work):
-        with turns.take(), warnings.catch_warnings():  # one thread at a time touches the model and the warnings
-            warnings.simplefilter("ignore")  # unknown symbols are reported per text in the reply
-            prefix = options.get("prefix")
-            chunk_options = {**options, "prefix": None if prefix is None else [prefix[i] for i in chunk]}
-            results += translator.translate([texts[i] for i in chunk], details=True, **chunk_options)
+    for chunk in chunk_by_work(work, chunk_work):  # the next chunk queues behind those that arrived meanwhile
+        results += await run(_translate_chunk, translator, texts, options, chunk)
     prefixes = options.get("prefix") or [None] * len(results)
     translations = []
     for result, prefix in zip(results, prefixes, strict=True):
@@ -237,7 +247,7 @@ GENERATE_KINDS: dict[str, type] = {
 GENERATE_NAMES: dict[str, str] = {**{name: name for name in GENERATE_FIELDS}, "n_best": "n"}  # DecodeConfig -> JSON
 
 
-def generate_request(translator: Translator, request: Any, turns: FairTurns | None = None) -> dict[str, Any]:
+async def generate_request(translator: Translator, request: Any, turns: ModelTurns | None = None) -> dict[str, Any]:
     """The JSON reply ``{"texts": [...]}`` to one ``POST /api/generate`` request, for a language model.
 
     The fields are the keywords of :meth:`dotformer.api.Translator.generate`: ``prompt`` ("" by default),
@@ -264,10 +274,9 @@ def generate_request(translator: Translator, request: Any, turns: FairTurns | No
     n = _positive_int(request, "n", 1, MAX_BEAM)
     _positive_int(request, "beam_size", 1, MAX_BEAM)
     settings = {name: value for name, value in request.items() if name not in ("prompt", "n")}
-    turns = turns if turns is not None else FairTurns()
+    run = turns.run if turns is not None else _here
     try:
-        with turns.take():
-            texts = translator.generate(request.get("prompt", ""), n=n, **settings)
+        texts = await run(functools.partial(translator.generate, request.get("prompt", ""), n=n, **settings))
     except ConfigError as exc:
         raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
     return {"texts": texts if isinstance(texts, list) else [texts]}

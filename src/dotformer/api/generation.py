@@ -56,14 +56,6 @@ def generated_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
     return "\n".join(tokenizer.decode(line) for line in lines)
 
 
-def context_window(checkpoint: CheckpointLike) -> int:
-    """The most tokens the model reads at once: the block size it trained on (``info["data"]["block_size"]``),
-    else its ``max_len``."""
-    data = checkpoint.info.get("data") or {}
-    block = data.get("block_size") if isinstance(data, dict) else None
-    return int(block) if block else checkpoint.config.max_len
-
-
 def generate_text(
     engine: GenerationEngine, prompt: str, config: DecodeConfig, on_text: TextCallback | None = None
 ) -> list[str]:
@@ -99,7 +91,7 @@ def generate_text(
                 shown[0] = len(text)
 
     ids = encode_prompt(tokenizer, prompt)
-    outputs = engine.generate(ids, config, context_window(checkpoint), on_token)
+    outputs = engine.generate(ids, config, checkpoint.context_window, on_token)
     return [generated_text(tokenizer, tokens) for tokens in outputs]
 
 

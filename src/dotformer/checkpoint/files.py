@@ -24,6 +24,7 @@ from dotformer.checkpoint.format import (
     CheckpointWarning,
     _sha256,
     check_vocabulary,
+    context_window_of,
     load_tokenizer_file,
     model_config_of,
     read_json,
@@ -56,6 +57,11 @@ class CheckpointFiles:
     tgt_tokenizer: Tokenizer
     info: dict[str, Any]
     digests: dict[str, str]
+
+    @property
+    def context_window(self) -> int:
+        """The most tokens the model reads at once (:func:`~dotformer.checkpoint.format.context_window_of`)."""
+        return context_window_of(self.info, self.config)
 
     @property
     def fingerprint(self) -> str:

@@ -140,6 +140,14 @@ def model_config_of(info: dict[str, Any], source: Path) -> ModelConfig:
         raise CheckpointError(f"{source}: invalid model config: {exc}") from None
 
 
+def context_window_of(info: dict[str, Any], config: ModelConfig) -> int:
+    """The most tokens a model reads at once: the block size it trained on (``info["data"]["block_size"]``, a
+    language model's), else its ``max_len``."""
+    data = info.get("data") or {}
+    block = data.get("block_size") if isinstance(data, dict) else None
+    return int(block) if block else config.max_len
+
+
 def check_vocabulary(config: ModelConfig, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer, path: Path) -> None:
     """Raise CheckpointError unless the tokenizers' vocabulary sizes equal the model's."""
     pairs = (

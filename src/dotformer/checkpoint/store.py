@@ -20,6 +20,7 @@ from dotformer.checkpoint.format import (
     _write_json,
     _write_manifest,
     check_vocabulary,
+    context_window_of,
     load_tokenizer_file,
     load_weights_into,
     model_config_of,
@@ -55,6 +56,12 @@ class LoadedCheckpoint:
     tgt_tokenizer: Tokenizer
     info: dict[str, Any]
     path: Path
+
+    @property
+    def context_window(self) -> int:
+        """The most tokens the model reads at once: the block size it trained on (``info["data"]["block_size"]``),
+        else its ``max_len`` (:func:`~dotformer.checkpoint.format.context_window_of`)."""
+        return context_window_of(self.info, self.config)
 
 
 def save_checkpoint(

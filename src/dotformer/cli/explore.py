@@ -8,9 +8,9 @@ from typing import Any
 
 EPILOG = """\
 Serve mode (default) runs the model for every input typed in the page, greedily or force-decoding a reference typed
-beside it; it listens on 127.0.0.1 only and stops on Ctrl-C. Write mode (--write FILE.html) saves one self-contained
-page (no network access) with the --text examples precomputed (default: the first 5 sources of the run's test split);
-live input and forced decoding then need serve mode.
+beside it; it listens on 127.0.0.1 only, stops on Ctrl-C and needs pip install "dotformer[serve]". Write mode
+(--write FILE.html) saves one self-contained page (no network access) with the --text examples precomputed (default:
+the first 5 sources of the run's test split); live input and forced decoding then need serve mode.
 
 The page shows each output token's probability and its top-5 alternatives, and four views of the attention
 weights: Overview (every layer x head of the chosen kind, and the mean over heads), Map (one head, hover to highlight
@@ -69,10 +69,9 @@ def default_examples(checkpoint: str, count: int = 5, loaded: Any = None) -> lis
 def lm_examples(loaded: Any, data_dir: Path, count: int) -> list[str]:
     """The first ``count`` non-empty lines of a language model's saved test text that fit in its window (a line
     end first, as the explorer reads a text)."""
-    from dotformer.api.generation import context_window
-    from dotformer.training.lm_run import load_text_split
+    from dotformer.runs.text import load_text_split
 
-    window = context_window(loaded)
+    window = loaded.context_window
     fitting = (line for line in load_text_split(data_dir, "test") if line.strip())
     fitting = (line for line in fitting if len(loaded.tgt_tokenizer.encode(line)) + 1 <= window)
     return [line for line, _ in zip(fitting, range(count), strict=False)]
@@ -88,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.write:
         check_output_file(args.write, "--write")
+    else:
+        from dotformer.api.web import aiohttp_web
+
+        aiohttp_web()  # serve mode needs the serve extra: said before the model loads
     loaded = load_checkpoint(args.checkpoint, device=args.device)
     if args.target is not None and len(args.target) != len(args.text):
         raise ConfigError(
@@ -102,5 +105,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {args.port}")
-    serve(loaded, args.port, texts, verbose=args.verbose, targets=args.target)
+    announce = lambda line: print(line, flush=True)  # noqa: E731
+    serve(loaded, args.port, texts, verbose=args.verbose, announce=announce, targets=args.target)
     return 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dotformer.errors import ConfigError
 
-# What a run directory holds (see dotformer.training.run): an output file may sit beside these (e.g.
+# What a run directory holds (see dotformer.runs.run): an output file may sit beside these (e.g.
 # RUN/test_metrics.json), never replace one of them or go inside them.
 RUN_FILES = frozenset({"run.json", "metrics.jsonl"})
 RUN_DIRS = frozenset({"data", "checkpoints", "best", "last", "tensorboard"})

@@ -5,21 +5,24 @@ from __future__ import annotations
 import argparse
 
 EPILOG = """\
-The server listens on 127.0.0.1 (this machine only) unless --host says otherwise and stops on Ctrl-C. A request is
-a JSON object {"texts": [...], "beam": 4, "n_best": 1, "strategy": "beam"} (only "texts" is required; every
-decoding option of dotformer translate is a field: "strategy": "sample", "seed", "min_len_b", "prefix" (one string
-or null per text), "alignments", ...); the reply is {"translations": [{"text", "score", "finished",
-"unknown_symbols"}, ...]}. Bad requests, malformed HTTP included, get HTTP 400 (408: body too slow, 413: body or work
-too large) and {"error": "..."}. GET / describes the endpoints, the options and the engine that decodes (--engine:
-CTranslate2 when installed, with --threads per batch and --inter-threads batches at once, else torch), GET
-/api/health shows the limits, and a language model (train --task lm) answers POST /api/generate {"prompt": "...",
-"max_new_tokens": 200, ...}.
+The server listens on 127.0.0.1 (this machine only) unless --host says otherwise. A request is a JSON object
+{"texts": [...], "beam": 4, "n_best": 1, "strategy": "beam"} (only "texts" is required; every decoding option of
+dotformer translate is a field: "strategy": "sample", "seed", "min_len_b", "prefix" (one string or null per text),
+"alignments", ...); the reply is {"translations": [{"text", "score", "finished", "unknown_symbols"}, ...]}. Bad
+requests get HTTP 400 (404, 405: no such path or method, 408: body too slow, 413: body or work too large) and one
+line {"error": "..."} (HTTP too malformed to read gets a plain-text 400). GET / describes the endpoints, the options
+and the engine that decodes (--engine: CTranslate2 when installed, with --threads per batch and --inter-threads
+batches at once, else torch), GET /api/health shows the limits, and a language model (train --task lm) answers POST
+/api/generate {"prompt": "...", "max_new_tokens": 200, ...}.
 
-limits: --workers connections are served at once (16), each by its own thread, so a slow client never holds the
-others; one request must arrive within 30 s with no pause over 10 s, or the client is dropped; up to 128 connections
-wait to be accepted. A request holds at most 64 texts of at most 2000 characters, beam at most 16, and at most 16384
-source tokens x beam (beam 1 for greedy) in all. The model decodes 1024 source tokens x beam at a time, requests
-taking turns first come, first served, so a large request does not hold back the small ones.
+limits: every connection is read by an event loop (aiohttp), so slow or idle clients cost no decoding and any
+number of them holds back no one; the request line and headers must arrive within 10 s of connecting, or the
+connection is closed; the body within 30 s more (408), of at most 262144 bytes (413), JSON nested at most 32 deep;
+up to 128 connections wait to be accepted. A request holds at most 64 texts of at most 2000 characters, beam at most
+16, and at most 16384 source tokens x beam (beam 1 for greedy) in all. The model decodes 1024 source tokens x beam at
+a time on its own thread, requests taking turns first come, first served, so a large request does not hold back the
+small ones. Ctrl-C or SIGTERM stops the server once the requests being decoded are answered (exit 0; a second
+Ctrl-C exits at once, 130). Serving needs the serve extra: pip install "dotformer[serve]".
 
 examples:
   dotformer serve --checkpoint runs/g2p --port 8080
@@ -29,8 +32,8 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Checkpoint, address, device, dtype, workers and CPU threads."""
-    from dotformer.api.serve import DEFAULT_WORKERS, HOST
+    """Checkpoint, address, device, dtype and CPU threads."""
+    from dotformer.api.serve import HOST
 
     parser.epilog = EPILOG
     parser.add_argument(
@@ -55,28 +58,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("float32", "bfloat16", "float16", "int8"),
         help="weights for decoding (float32)",
     )
-    speed.add_argument(
-        "--workers",
-        type=int,
-        default=DEFAULT_WORKERS,
-        metavar="N",
-        help=f"connections served at once, each by its own thread ({DEFAULT_WORKERS}); more wait their turn",
-    )
     add_engine_threads(speed)
     parser.add_argument("--verbose", action="store_true", help="log every request on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the checkpoint, then serve until Ctrl-C."""
+    """Load the checkpoint, then serve until Ctrl-C or SIGTERM."""
     from dotformer.api.serve import serve
+    from dotformer.api.web import aiohttp_web
     from dotformer.cli.decode_flags import load_translator
     from dotformer.errors import ConfigError
 
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {args.port}")
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be positive, got {args.workers}")
+    aiohttp_web()  # a missing extra is said before the model loads
     translator = load_translator(args)  # several --checkpoint: an ensemble (dotformer.decoding.ensemble), on torch
     announce = lambda line: print(line, flush=True)  # noqa: E731
-    serve(translator, args.port, args.host, verbose=args.verbose, announce=announce, workers=args.workers)
+    serve(translator, args.port, args.host, verbose=args.verbose, announce=announce)
     return 0

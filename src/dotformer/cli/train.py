@@ -1,15 +1,18 @@
-"""``dotformer train``: train a Transformer on real pairs with the paper's recipe.
+"""``dotformer train``: train a Transformer with the paper's recipe, for every task (pairs, a language model).
 
     dotformer train --data cmudict --max-epochs 10
+    dotformer train --task lm --data corpus.txt --out runs/lm --max-minutes 10
     dotformer train --data bible --config configs/bible.toml --out runs/bible --max-minutes 60
     dotformer train --data copy --preset tiny --max-steps 300
     dotformer train --data copy --preset tiny --out runs/copy --resume --max-steps 600
     torchrun --nproc_per_node=2 $(which dotformer) train --data cmudict --max-epochs 10   # data parallel
 
 Flags override the config file (``--config FILE.toml`` with sections [model], [train], [data]), which overrides the
-task's defaults (the model and recipe of its shipped config: ``g2p`` for g2p and exact, ``bible`` for translation),
-which override the built-in ones. The run directory (``--out``, default ``runs/<dataset>-<preset>``) gets run.json,
-data/ (the split and the tokenizers), metrics.jsonl and the checkpoints; the last line printed sums the run up.
+task's defaults (the model and recipe of its shipped config: ``g2p`` for g2p and exact, ``bible`` for translation,
+``copy`` for copy/reverse, ``lm-bible`` for a language model), which override the built-in ones; the run itself is
+:func:`dotformer.runs.run.train_run`, one pipeline for every task (:mod:`dotformer.runs.tasks`). The run directory
+(``--out``, default ``runs/<dataset>-<preset>``) gets run.json, data/ (the split and the tokenizers), metrics.jsonl
+and the checkpoints; the last line printed sums the run up.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from typing import Any
 
 from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS
 from dotformer.cli.threads import add_threads_argument, apply_threads
-from dotformer.cli.train_lm import add_lm_arguments, is_lm_run, run_lm
 
 # (flag, section, field, argparse keywords); every flag defaults to None = "not given", so that only the flags
 # given on the command line override the config file.
@@ -53,8 +55,9 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("--lr-peak", "train", "lr_peak", dict(type=float, metavar="LR", help="peak learning rate of the inverse_sqrt "
      "and constant schedules (default 5e-4)")),
     ("--warmup", "train", "warmup_steps", dict(type=int, metavar="N", help="linear warmup steps (paper: 4000; "
-     "default: the task's config, 200 for g2p, 500 for translation, at most a tenth of a --max-steps or "
-     "--max-epochs budget; a warmup the budget cannot reach is warned about before step 1)")),
+     "default: the task's config, 200 for g2p, 500 for translation, 100 for --task lm; it never depends on the "
+     "budget, so --resume with a larger budget continues as a longer run; a warmup the budget cannot reach is "
+     "warned about before step 1)")),
     ("--lr-cooldown", "train", "lr_cooldown", dict(type=float, metavar="F", help="let the learning rate fall "
      "linearly to 0 over the final fraction F of the budget (steps, minutes or epochs; e.g. 0.2; default 0: none)")),
     ("--label-smoothing", "train", "label_smoothing", dict(type=float, metavar="EPS", help="label smoothing ε "
@@ -117,6 +120,8 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "validation split (default 0.05)")),
     ("--test-fraction", "data", "test_fraction", dict(type=float, metavar="F", help="share of pairs in the test "
      "split (default 0.05)")),
+    ("--block-size", "data", "block_size", dict(type=int, metavar="T", help="--task lm: tokens per training block, "
+     "the model's context (default 128)")),
 ]  # fmt: skip
 # how to read the files, given valid/test files, tokenizer files, the other corpora's options (cli/data_flags.py)
 _FLAGS += [(flag, "data", field, kwargs) for flag, field, kwargs in [*READER_FLAGS, *TRAIN_DATA_FLAGS]]
@@ -147,9 +152,9 @@ _HELP_ORDER = {flag: i for i, flag in enumerate([*_LEAD, *(flag for flags in _GR
 
 EPILOG = """\
 Flags override the config file, which overrides the task's defaults (the model and recipe of its shipped config:
-g2p for g2p and exact, bible for translation). The run directory gets run.json, data/ (the split and the
-tokenizers), metrics.jsonl and the checkpoints (best/, last/, checkpoints/step_N/); the last line printed sums the
-run up.
+g2p for g2p and exact, bible for translation, copy for copy/reverse, lm-bible for --task lm). The run directory
+gets run.json, data/ (the split and the tokenizers), metrics.jsonl and the checkpoints (best/, last/,
+checkpoints/step_N/); the last line printed sums the run up.
 
 examples:
   dotformer train --data cmudict --max-epochs 10
@@ -202,7 +207,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "know, with new embedding and output rows (without it such data is an error)",
     )
     add_threads_argument(group_of["--threads"])
-    add_lm_arguments(group_of["--block-size"])
     for flag, _, field, kwargs in sorted(_FLAGS, key=lambda entry: _HELP_ORDER.get(entry[0], len(_HELP_ORDER))):
         group_of.get(flag, parser).add_argument(flag, dest=f"opt_{field}", default=None, **kwargs)
 
@@ -211,7 +215,9 @@ def run(args: argparse.Namespace) -> int:
     """Build the configs from the file and the flags, train, print a one-line summary."""
     from dotformer.cli.outputs import check_output_dir
     from dotformer.errors import ConfigError
-    from dotformer.training.run import ConfigSections, read_config_file, train_run
+    from dotformer.runs.config_files import ConfigSections
+    from dotformer.runs.run import train_run
+    from dotformer.runs.tasks import read_task_config_file
     from dotformer.training.stopping import TrainingInterrupted
 
     apply_threads(args.threads)
@@ -231,16 +237,7 @@ def run(args: argparse.Namespace) -> int:
         data["dataset"] = args.data
     if args.out is not None:
         check_output_dir(args.out, "--out")
-    if is_lm_run(args):  # a language model on text: its own data section, the same training
-        try:
-            with _warnings_as_lines():
-                return run_lm(args, flags)
-        except ConfigError as exc:
-            raise ConfigError(_named_by_flag(str(exc), flags["train"])) from None
-        except TrainingInterrupted as exc:
-            print(f"dotformer train: {exc}", file=sys.stderr)
-            return 130
-    file_sections = read_config_file(args.config) if args.config else ConfigSections()
+    file_sections = read_task_config_file(args.config) if args.config else ConfigSections()
     flag_sections = ConfigSections(**flags, source="command line")
     try:
         with _warnings_as_lines():

@@ -1,5 +1,6 @@
-"""Frozen configuration of a run's data: :class:`DataConfig` (which pairs, how to read and tokenize them), and the
-helpers every frozen config of the package uses to check its fields and to be built from a TOML table or JSON.
+"""Frozen configuration of a run's data: :class:`DataConfig` (which pairs, how to read and tokenize them),
+:class:`LMDataConfig` (the text of a language model, how it is tokenized and cut into blocks), and the helpers every
+frozen config of the package uses to check its fields and to be built from a TOML table or JSON.
 
 :class:`DataConfig` maps one-to-one onto the ``[data]`` section of a TOML config file (see ``configs/*.toml``) and the
 data flags of ``dotformer train``; the reader options map onto :class:`dotformer.data.types.CorpusOptions`.
@@ -38,6 +39,22 @@ _SAME_NAMED_READER_FIELDS = (
     "sword_path",
     "bible_max_ratio",
     "bible_check_alignment",
+)
+# the DataConfig fields a test file is read with (dotformer evaluate's reader flags), over a checkpoint's own
+READER_FIELDS = (
+    "task",
+    "delimiter",
+    "source_column",
+    "target_column",
+    "header",
+    "num_columns",
+    "empty_lines",
+    "hf_config",
+    "hf_split",
+    "source_field",
+    "target_field",
+    "hf_data_files",
+    "hf_cache_dir",
 )
 _RENAMED_READER_FIELDS = {
     "synthetic_examples": "num_examples",
@@ -240,3 +257,67 @@ def choice(config: Any, name: str, choices: tuple[str, ...]) -> None:
     value = getattr(config, name)
     if value not in choices:
         raise ConfigError(f"{type(config).__name__}.{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
+LM_TASK = "lm"
+DEFAULT_BLOCK_SIZE = 128
+# translation [data] keys that mean one LM key (the flags of dotformer train write them)
+_ALIASES = {"src_tokenizer": "tokenizer", "tgt_tokenizer": "tokenizer", "tgt_tokenizer_file": "tokenizer_file",
+            "src_tokenizer_file": "tokenizer_file", "train": "dataset"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LMDataConfig:
+    """Which text a language model trains on and how it is cut; frozen, validated.
+
+    Raises:
+        ConfigError: a field out of range (the message names it).
+    """
+
+    dataset: str = "bible"  # "bible" (KJV), "bible:WEB", "bible:MODULE", or a UTF-8 text file
+    task: str = LM_TASK  # always "lm" (it marks a language-model config)
+    valid: str | None = None  # held-out text file for validation; given: nothing is split at random
+    test: str | None = None  # held-out text file for testing (saved as the run's data/test.txt)
+    limit: int | None = None  # keep only the first N lines of the training text (quick experiments)
+    tokenizer: Literal["char", "bpe"] = "char"  # one token per character, or byte-level BPE trained on the train text
+    tokenizer_file: str | None = None  # an existing tokenizer instead: HF tokenizer.json or sentencepiece .model
+    vocab_size: int | None = None  # at most this many tokens (BPE: the merge budget, default 8000)
+    block_size: int = DEFAULT_BLOCK_SIZE  # T, tokens of context per training block (the model's window)
+    test_books: tuple[str, ...] | None = None  # bible: whole books held out as the test split
+    valid_fraction: float = 0.05  # share of the lines (whole books / pieces of 100 lines) held out for validation
+    test_fraction: float = 0.05  # the same for the test split (unused with test_books or a test file)
+    sword_path: str | None = None  # bible: the SWORD library root (None: $SWORD_PATH, ~/.sword, /usr/share/sword)
+
+    def __post_init__(self) -> None:
+        if self.task != LM_TASK:
+            raise ConfigError(f"LMDataConfig.task must be {LM_TASK!r}, got {self.task!r}")
+        if self.tokenizer not in ("char", "bpe"):
+            raise ConfigError(f"a language model's tokenizer must be char or bpe, got {self.tokenizer!r}")
+        if not isinstance(self.block_size, int) or self.block_size < 2:
+            raise ConfigError(f"block_size must be an integer >= 2 tokens, got {self.block_size!r}")
+        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
+            raise ConfigError(f"limit must be a positive number of lines, got {self.limit!r}")
+        if self.test_books is not None:
+            object.__setattr__(self, "test_books", tuple(self.test_books))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-serialisable dict (run.json, every checkpoint's config.json)."""
+        data = dataclasses.asdict(self)
+        data["test_books"] = list(self.test_books) if self.test_books is not None else None
+        return data
+
+    @classmethod
+    def from_section(cls, section: dict[str, Any], source: str = "[data]") -> LMDataConfig:
+        """Build from a ``[data]`` table or the flags' values, reading the translation names of the same keys.
+
+        Raises:
+            ConfigError: an unknown key (named with ``source``), two values for one key, or a bad value.
+        """
+        data: dict[str, Any] = {}
+        for key, value in section.items():
+            name = _ALIASES.get(key, key)
+            if name in data and data[name] != value:
+                raise ConfigError(f"{source}: {key} = {value!r} contradicts {name} = {data[name]!r}")
+            data[name] = value
+        data.pop("shared_vocab", None)  # one tokenizer: always shared
+        return config_from_dict(cls, data, source)

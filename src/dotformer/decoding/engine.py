@@ -48,6 +48,11 @@ class CheckpointLike(Protocol):
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
 
+    @property
+    def context_window(self) -> int:
+        """The most tokens the model reads at once (a language model's block size, else ``max_len``)."""
+        ...
+
 
 class TranslationEngine(Protocol):
     """An engine that decodes an encoder-decoder checkpoint.

@@ -73,8 +73,10 @@ def config_curve(path: str | Path, steps: int | None = None, d_model: int | None
         ConfigError: not TOML, an unknown key, or an invalid [train] value. FileNotFoundError: no such file.
     """
     from dotformer.config import PRESETS
+    from dotformer.data.types import NAMED_TASKS
+    from dotformer.runs.config_files import read_config_file
+    from dotformer.runs.pairs import TASK_PRESETS
     from dotformer.training.config import TrainConfig
-    from dotformer.training.config_files import NAMED_TASKS, TASK_PRESETS, read_config_file
     from dotformer.training.schedule import cooldown_factor, learning_rate
 
     sections = read_config_file(path)

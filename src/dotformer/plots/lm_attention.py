@@ -36,14 +36,14 @@ def lm_attention_weights(loaded: Any, text: str) -> AttentionMaps:
     Raises:
         ConfigError: the model is not decoder-only, or the text is longer than its window.
     """
-    from dotformer.api.generation import context_window, encode_prompt, generated_text
+    from dotformer.api.generation import encode_prompt, generated_text
 
     model = loaded.model
     if model.config.arch != "decoder-only":
         raise ConfigError(f"language-model attention maps need a decoder-only model, this one is {model.config.arch}")
     tokenizer = loaded.tgt_tokenizer
     ids = encode_prompt(tokenizer, text)
-    window = context_window(loaded)
+    window = loaded.context_window
     if len(ids) > window:
         raise ConfigError(f"the text has {len(ids)} tokens (a line end first); this model reads at most {window}")
     device = next(model.parameters()).device

@@ -1,7 +1,8 @@
 """Training with the paper's recipe (§5): label-smoothed loss, Adam with warmup and 1/√step decay, clipping,
 gradient accumulation, mixed precision, data parallelism, checkpoints and exact resumption.
 
-Read in this order: :mod:`~dotformer.training.config` (TrainConfig; the data's DataConfig is :mod:`dotformer.data.config`), :mod:`~dotformer.training.loss`,
+Read in this order: :mod:`~dotformer.training.config` (TrainConfig; the data's DataConfig is in
+:mod:`dotformer.data.config`), :mod:`~dotformer.training.loss`,
 :mod:`~dotformer.training.schedule`, :mod:`~dotformer.training.optim`, :mod:`~dotformer.training.step`
 (train_step and its StepRecipe), :mod:`~dotformer.training.loop` (fit and train_loop over a TrainState; with
 :mod:`~dotformer.training.state`, the state and the setup, :mod:`~dotformer.training.stream`, the batch stream,

@@ -1,18 +1,16 @@
-"""The warmup against the budget (paper §5.3): a default warmup fitted to a short budget, and a warning before step 1
-when the warmup is longer than the budget can reach.
+"""The warmup against the budget (paper §5.3): a warning before step 1 when the warmup is longer than the budget can
+reach.
 
 The learning rate rises linearly for ``warmup_steps`` steps and reaches its peak only at their end; a budget that
 ends earlier trains at a fraction of the peak throughout (the paper's 4,000 steps are more than a few minutes of a
-CPU run take). Two rules, both decided before step 1:
-
-* **scaled default**: when neither the config file nor a flag sets the warmup and the budget's step count is known
-  in advance (``max_steps``, or ``max_epochs`` × the optimizer steps of one epoch), the warmup is at most
-  :data:`WARMUP_FRACTION` of those steps. The steps are counted, never timed, so the recipe stays reproducible.
-* **warning**: a warmup longer than the steps the budget can reach. Steps and epochs give the count exactly; minutes
-  give an upper bound: the budget's seconds at the device's peak arithmetic rate (:func:`peak_flops`) divided by the
-  work of one step, ``6 × parameters × max_tokens × accumulation`` floating-point operations (forward and backward,
-  every token through every weight). Real runs reach a fraction of that peak, so a warmup above the bound is
-  certainly too long; one below it may still be, which the progress line's learning rate shows.
+CPU run take). The warmup itself never follows the budget: a run resumed with a larger budget must take the steps a
+longer run takes, so the schedule of the steps already taken cannot depend on how many are still to come (each task's
+defaults carry a warmup that suits a CPU budget of minutes). A warmup longer than the steps the budget can reach is
+warned about: steps and epochs give the count exactly; minutes give an upper bound: the budget's seconds at the
+device's peak arithmetic rate (:func:`peak_flops`) divided by the work of one step, ``6 × parameters × max_tokens ×
+accumulation`` floating-point operations (forward and backward, every token through every weight). Real runs reach a
+fraction of that peak, so a warmup above the bound is certainly too long; one below it may still be, which the
+progress line's learning rate shows.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ import math
 
 from dotformer.training.config import TrainConfig
 
-WARMUP_FRACTION = 0.1  # a default warmup takes at most this share of a budget's known steps
 CPU_FLOPS_PER_THREAD = 4e11  # above the fp32 peak of one core (2 FMA units × 16 lanes × 2 × ~4 GHz = 2.6e11)
 ACCELERATOR_FLOPS = 2e15  # above the dense bf16 peak of today's largest single GPUs
 
@@ -52,15 +49,6 @@ def minutes_bound(config: TrainConfig, num_parameters: int, flops_per_second: fl
         return None
     step_flops = 6.0 * num_parameters * config.max_tokens * config.accumulation_steps
     return max(1, int(config.max_minutes * 60.0 * flops_per_second / step_flops))
-
-
-def scaled_warmup(config: TrainConfig, epoch_steps: int | None) -> int:
-    """The default warmup fitted to the budget: ``config.warmup_steps``, or :data:`WARMUP_FRACTION` of the known
-    steps when that is fewer (at least 1)."""
-    steps = known_steps(config, epoch_steps)
-    if steps is None:
-        return config.warmup_steps
-    return min(config.warmup_steps, max(1, round(WARMUP_FRACTION * steps)))
 
 
 def warmup_warning(

@@ -1,6 +1,5 @@
 """Run records: ``run.json`` (dataset, task, every config, versions, command lines and flags, the first start and
-each resume) written atomically, read back, and compared on ``--resume``; one writer for translation runs
-(:mod:`~dotformer.training.run`) and language-model runs (:mod:`~dotformer.training.lm_run`)."""
+each resume) written atomically and read back, for every task's run (:mod:`~dotformer.runs.run`)."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dotformer.errors import CheckpointError, ConfigError
-from dotformer.training.config_files import SECTIONS, ConfigSections, merge
+from dotformer.runs.config_files import SECTIONS, ConfigSections, merge
 
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
@@ -85,20 +84,6 @@ def record_resume(run_dir: Path, record: dict[str, Any], invocation: dict[str, A
     write_json_atomic(run_dir / "run.json", record)
 
 
-def _same_or_raise(section: str, saved: dict[str, Any], requested: dict[str, Any], run_dir: Path) -> None:
-    for key, value in requested.items():
-        old = saved.get(key)
-        if isinstance(old, list):
-            old = tuple(old)
-        if isinstance(value, list):
-            value = tuple(value)
-        if old != value:
-            raise CheckpointError(
-                f"cannot resume {run_dir}: [{section}] {key} = {value!r} differs from the run's {old!r} "
-                f"({run_dir / 'run.json'}); start a new run with --out instead"
-            )
-
-
 def check_no_run_there(run_dir: Path) -> None:
     """Raise ConfigError when ``run_dir`` already holds a run, naming the flags that go on from there: --resume
     (it has a checkpoint), --overwrite (start afresh there) or another --out."""
@@ -147,7 +132,12 @@ def removed_if_unfinished(run_dir: Path, is_main: bool = True) -> Iterator[None]
         raise
 
 
-def _read_run_json(run_dir: Path) -> dict[str, Any]:
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    """``RUN/run.json`` as a dict.
+
+    Raises:
+        CheckpointError: no such file (nothing to resume), not JSON, or an entry missing.
+    """
     path = run_dir / "run.json"
     if not path.is_file():
         raise CheckpointError(f"nothing to resume: {path} does not exist")

@@ -1,9 +1,11 @@
 """Training config files: the TOML tables ``[model]``, ``[train]``, ``[data]`` read, checked and layered.
 
 Config precedence, lowest first: built-in defaults (with per-task choices: tokenizers, preset), the task's defaults
-(:func:`task_defaults`: the model and recipe of the task's shipped config), the config file's sections, then
-command-line flags (:func:`merge`). :data:`TASK_PRESETS` and :data:`NAMED_TASKS` say which model
-preset and task ``dotformer train`` picks for a dataset (also read by ``dotformer plot schedule``).
+(:meth:`dotformer.runs.task.Task.defaults`: the model and recipe of the task's shipped config,
+:func:`recipe_defaults`), the config file's sections, then command-line flags (:func:`merge`). The ``[data]`` table
+is the task's own (:class:`~dotformer.data.config.DataConfig` for pairs, :class:`~dotformer.data.config.LMDataConfig`
+for a language model): which task a file is for is its ``[data] task``, else its dataset's
+(:func:`dotformer.runs.tasks.task_of_section`).
 """
 
 from __future__ import annotations
@@ -15,15 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from dotformer.config import PRESETS, ModelConfig
-from dotformer.data.config import DataConfig, data_table
-from dotformer.data.types import NAMED_TASKS
+from dotformer.data.config import data_table
 from dotformer.errors import ConfigError
 from dotformer.training.config import TrainConfig
 
 SECTIONS = ("model", "train", "data")
-TASK_PRESETS = {"g2p": "small", "translation": "small", "exact": "small", "synthetic": "tiny"}  # preset per task
-# task -> the shipped config whose [model] and [train] are the task's defaults (its [data] names its own corpus)
-TASK_RECIPES = {"g2p": "g2p", "exact": "g2p", "translation": "bible"}
 BUDGETS = ("max_steps", "max_minutes", "max_epochs")  # never a default: a run's length is the user's choice
 
 
@@ -33,7 +31,7 @@ class ConfigSections:
 
     Attributes:
         model: ModelConfig fields (without the vocabulary sizes) plus an optional "preset".
-        train: TrainConfig fields. data: DataConfig fields.
+        train: TrainConfig fields. data: the task's data config fields (DataConfig or LMDataConfig).
         source: where they came from, for error messages.
     """
 
@@ -47,13 +45,13 @@ def read_config_file(path: str | Path) -> ConfigSections:
     """Read a TOML config file with the sections ``[model]``, ``[train]``, ``[data]`` (all optional).
 
     ``path`` is a file, or the name of a config shipped with the package (``"g2p"``: see
-    :mod:`dotformer.training.shipped_configs`).
+    :mod:`dotformer.runs.shipped_configs`).
 
     Raises:
         ConfigError: not TOML, an unknown section, or an unknown key (the message names the file and the key).
         MissingDataError (a FileNotFoundError): no such file and no shipped config of that name.
     """
-    from dotformer.training.shipped_configs import find_config_file
+    from dotformer.runs.shipped_configs import find_config_file
 
     path = find_config_file(path)
     try:
@@ -84,18 +82,17 @@ def read_config_file(path: str | Path) -> ConfigSections:
     return sections
 
 
-def task_defaults(task: str, fine_tuning: bool = False) -> ConfigSections:
-    """The defaults of a task, between the built-in defaults and the config file: the ``[model]`` and ``[train]``
-    tables of the shipped config of :data:`TASK_RECIPES` (g2p and exact: ``g2p``; translation: ``bible``), without
-    its budgets. So ``dotformer train --data mine.tsv --task g2p --max-minutes 10`` trains the model and recipe that
-    ``--config g2p`` trains, sized for a few minutes on a CPU, rather than the paper's base recipe (4,096-token
-    batches, 4,000 warmup steps) that would not leave its warmup in that time. Synthetic tasks have none.
+def recipe_defaults(name: str | None, fine_tuning: bool = False) -> ConfigSections:
+    """The ``[model]`` and ``[train]`` tables of the shipped config ``name``, without its budgets: a task's defaults,
+    between the built-in defaults and the config file. So ``dotformer train --data mine.tsv --task g2p
+    --max-minutes 10`` trains the model and recipe that ``--config g2p`` trains, sized for a few minutes on a CPU,
+    rather than the paper's base recipe (4,096-token batches, 4,000 warmup steps) that would not leave its warmup in
+    that time.
 
     Args:
-        task: "g2p", "translation", "exact" or "synthetic".
+        name: a shipped config's name (None: no defaults).
         fine_tuning: ``--init-from``: only the recipe (the model is the checkpoint's, dropout included).
     """
-    name = TASK_RECIPES.get(task)
     if name is None:
         return ConfigSections(source="defaults")
     recipe = read_config_file(name)
@@ -130,14 +127,11 @@ def budgeted_train_config(
 
 
 def check_keys(sections: ConfigSections) -> None:
-    """Raise ConfigError naming the first unknown key of a section and the file it came from."""
+    """Raise ConfigError naming the first unknown key of ``[model]`` or ``[train]`` and the file it came from (the
+    ``[data]`` table is its task's: :func:`dotformer.runs.tasks.read_task_config_file` checks it)."""
     model_keys = {f.name for f in dataclasses.fields(ModelConfig)} - {"src_vocab_size", "tgt_vocab_size"} | {"preset"}
-    known = {
-        "model": model_keys,
-        "train": {f.name for f in dataclasses.fields(TrainConfig)},
-        "data": {f.name for f in dataclasses.fields(DataConfig)},
-    }
-    for name in SECTIONS:
+    known = {"model": model_keys, "train": {f.name for f in dataclasses.fields(TrainConfig)}}
+    for name in ("model", "train"):
         for key in getattr(sections, name):
             if key not in known[name]:
                 raise ConfigError(
@@ -179,14 +173,11 @@ def merge(*layers: ConfigSections) -> ConfigSections:
 
 __all__ = [
     "BUDGETS",
-    "NAMED_TASKS",
     "SECTIONS",
-    "TASK_PRESETS",
-    "TASK_RECIPES",
     "ConfigSections",
     "budgeted_train_config",
     "check_keys",
     "merge",
     "read_config_file",
-    "task_defaults",
+    "recipe_defaults",
 ]

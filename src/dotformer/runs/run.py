@@ -1,0 +1,328 @@
+"""A training run from end to end, as ``dotformer train`` does it, for every task: configs from a TOML file and
+flags, the data read and split, tokenizers made, the model built, :func:`dotformer.training.fit` called, everything
+recorded in a run directory. What differs between tasks (pairs, a language model) is the task's
+(:mod:`dotformer.runs.task`); this module is written once for all of them.
+
+Run directory layout::
+
+    RUN/run.json          dataset, task, every config, versions, command lines and flags (the first and each resume)
+    RUN/data/             the saved split and the tokenizers (the task's layout)
+    RUN/metrics.jsonl     one JSON object per logged step and per validation pass
+    RUN/checkpoints/step_XXXXXXX/, RUN/last/, RUN/best/    checkpoints (see dotformer.checkpoint)
+
+Config precedence, lowest first: built-in defaults (with per-task choices: tokenizers, preset), the task's defaults
+(the ``[model]`` and ``[train]`` of its shipped config: g2p for g2p and exact, bible for translation, copy for
+copy/reverse, lm-bible for a language model), the config file's sections ``[model]``, ``[train]``, ``[data]``, then
+command-line flags. A warmup longer than the budget can reach is warned about before step 1
+(:mod:`~dotformer.training.warmup`). On ``--resume`` the run's own run.json takes the place of the defaults and the
+config file; the model and data may not change (CheckpointError), the recipe and budgets may: a resumed run keeps its
+warmup, so extending a budget does not change the steps already taken (only a cooldown, which is a share of the
+budget, follows the new budget).
+
+Under ``torchrun`` rank 0 reads the data and writes ``RUN/data`` and run.json; every rank then reads them back, so
+that all train on exactly the same data and vocabularies.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dotformer.errors import CheckpointError, ConfigError
+from dotformer.runs.config_files import ConfigSections, budgeted_train_config, merge
+from dotformer.runs.records import (
+    check_no_run_there,
+    invocation_of,
+    read_run_json,
+    record_resume,
+    removed_if_unfinished,
+    resumed_sections,
+    write_new_record,
+)
+from dotformer.runs.task import Loaded, Task
+from dotformer.runs.tasks import task_named, task_of_section
+from dotformer.training.config import TrainConfig
+from dotformer.training.progress import count
+
+if TYPE_CHECKING:
+    from dotformer.runs.finetune import InitSource
+    from dotformer.training.distributed import DistContext
+    from dotformer.training.loop import FitResult
+
+logger = logging.getLogger(__name__)  # "dotformer.runs.run": warnings about the recipe before step 1
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What ``dotformer train`` reports at the end.
+
+    Attributes:
+        fit: the :class:`dotformer.training.loop.FitResult`. run_dir: the run directory.
+        is_main: True on rank 0 (the process that prints). task: the run's task.
+    """
+
+    fit: FitResult
+    run_dir: Path
+    is_main: bool
+    task: Task
+
+    def summary(self) -> str:
+        """One line: steps, time, tokens/s, best validation loss/perplexity (and the task's own figure), where the
+        checkpoint is."""
+        f = self.fit
+        text = (
+            f"trained {count(f.steps, 'step')} ({f.epochs:.2f} epochs, stopped by {f.stopped_by}) in "
+            f"{f.run_seconds:.1f} s, "
+            f"{f.tokens_per_second:,.0f} target tokens/s"
+        )
+        if f.best_valid_loss is not None and f.best_metric != "loss" and f.best_score is not None:
+            text += f"; best valid {f.best_metric} {f.best_score:.2f} (loss {f.best_valid_loss:.4f})"
+            text += f" at step {f.best_step:,}"
+        elif f.best_valid_loss is not None:
+            text += (
+                f"; best valid loss {f.best_valid_loss:.4f} (ppl {f.best_valid_perplexity:.3f}) at step {f.best_step:,}"
+            )
+        return text + f"; checkpoint: {f.checkpoint}" + self.task.summary(self.run_dir, f.best_valid_loss)
+
+
+def train_run(
+    file_sections: ConfigSections,
+    flag_sections: ConfigSections,
+    out_dir: str | Path | None,
+    resume: bool = False,
+    command: Sequence[str] | None = None,
+    overwrite: bool = False,
+    init_from: str | Path | None = None,
+    extend_vocab: bool = False,
+) -> RunResult:
+    """Prepare data, tokenizers and model from the configs, and train (the work of ``dotformer train``).
+
+    Args:
+        file_sections: the config file's tables (empty without --config).
+        flag_sections: the values of the flags given on the command line (they override the file).
+        out_dir: the run directory (None: the task's default, ``runs/<dataset>-<preset>``).
+        resume: continue the run in ``out_dir``; its task is the one its run.json records.
+        command: the command line, recorded in run.json.
+        overwrite: start afresh in ``out_dir`` even though it holds a run (its run.json, data/, checkpoints and
+            metrics are deleted first; other files are left alone; a directory that is not a run is refused).
+        init_from: fine-tune: start from this checkpoint's weights, tokenizers and model config
+            (:mod:`dotformer.runs.finetune`); a fresh optimizer and schedule. Not with ``resume``; only for a task
+            that can be fine-tuned (pairs). Data with symbols the checkpoint's vocabulary does not know is refused
+            (CheckpointError), unless
+        extend_vocab: with ``init_from``: append those symbols to the checkpoint's char/symbol vocabularies; their
+            embedding and output rows start as a fresh model's, every other weight is the checkpoint's.
+
+    Returns:
+        :class:`RunResult`.
+
+    A run that fails before its first checkpoint removes the directories it made for ``out_dir`` (none that existed
+    before), so the same ``out_dir`` can be tried again (:func:`~dotformer.runs.records.removed_if_unfinished`);
+    the [model] fields of a fresh run are checked before anything is written.
+
+    Raises:
+        ConfigError: bad configs, a missing dataset, an existing run without --resume.
+        CheckpointError: --resume with nothing to resume, or with a model or data config that differs from the run's.
+        DataError / MissingDataError: the data cannot be read. MissingExtraError: an option's package is not
+            installed (:func:`check_requirements`, before anything is read or written). TrainingError: see :func:`fit`.
+    """
+    from dotformer.training.distributed import setup_distributed, teardown_distributed
+
+    if resume and (overwrite or init_from is not None):
+        flag = "--overwrite" if overwrite else "--init-from"
+        raise ConfigError(f"--resume continues a run as it is: it cannot be combined with {flag}")
+    if extend_vocab and init_from is None:
+        raise ConfigError("--extend-vocab extends the vocabulary of a checkpoint: it needs --init-from CKPT")
+    invocation = invocation_of(file_sections, flag_sections, command)
+    sections = merge(file_sections, flag_sections)
+    record = None
+    if resume:  # the run's own task and configs take the place of the defaults
+        if out_dir is None:
+            raise ConfigError("--resume continues the run in --out: give --out RUN")
+        record = read_run_json(Path(out_dir))
+        task = task_named(str(record["task"]))
+        sections = resumed_sections(record, file_sections, flag_sections)
+    else:
+        if not sections.data.get("dataset") and "task" not in sections.data:
+            raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
+        task = task_of_section(sections.data)
+        if init_from is not None and not task.fine_tunable:
+            raise ConfigError(f"--init-from fine-tunes a model of pairs; a {task.name} run starts afresh")
+        sections = merge(task.defaults(fine_tuning=init_from is not None), file_sections, flag_sections)
+    where = str(Path(str(out_dir)) / "run.json") if record is not None else f"{sections.source} [data]"
+    data = task.data_config(sections.data, where)
+    run_dir = Path(out_dir) if out_dir is not None else task.default_run_dir(data, sections.model)
+    train_config = budgeted_train_config(sections.train, file_sections, flag_sections)
+    check_requirements(train_config)
+    if record is None and init_from is None:  # before the run directory is made: bad [model] fields are one line
+        task.check_model(sections.model, data)
+    context = setup_distributed(train_config.device)
+    try:
+        from dotformer.training.optim import autocast_dtype
+
+        autocast_dtype(train_config.amp, context.device)  # fp16 on a CPU: one line before anything is read or written
+        with removed_if_unfinished(run_dir, context.is_main):  # a failure before the first checkpoint: no leftovers
+            if record is not None:
+                check_resumable(task, record, sections, run_dir)
+                if context.is_main:
+                    record_resume(run_dir, record, invocation, train_config)
+                loaded, lines, init = task.load(run_dir, record), [], None
+            else:
+                loaded, lines, init = _prepare_fresh(
+                    task, run_dir, sections, data, train_config, invocation, context, overwrite, init_from, extend_vocab
+                )
+                record = read_run_json(run_dir)
+                train_config = TrainConfig.from_dict(record["train"], str(run_dir / "run.json"))
+            return _train(task, record, loaded, lines, train_config, run_dir, resume, context, init, extend_vocab)
+    finally:
+        teardown_distributed(context)
+
+
+def _prepare_fresh(
+    task: Task,
+    run_dir: Path,
+    sections: ConfigSections,
+    data: Any,
+    train_config: TrainConfig,
+    invocation: dict[str, Any],
+    context: DistContext,
+    overwrite: bool,
+    init_from: str | Path | None,
+    extend_vocab: bool,
+) -> tuple[Loaded, list[str], InitSource | None]:
+    """A fresh run's set-up: rank 0 reads the data, makes the tokenizers and writes ``RUN/data`` and run.json; then
+    every rank reads them back. Returns what every rank trains on, what reading said, and the fine-tuning source."""
+    from dotformer.checkpoint import clear_run_directory
+    from dotformer.runs.finetune import read_init_source
+    from dotformer.training.distributed import barrier, check_shared_file
+
+    if not overwrite:
+        check_no_run_there(run_dir)
+    init = read_init_source(init_from, sections.model, sections.data) if init_from is not None else None
+    barrier(context)  # every rank has looked before rank 0 writes
+    lines: list[str] = []
+    if context.is_main:
+        prepared, init = task.prepare(data, train_config.seed, init, extend_vocab, train_config.progress)
+        lines = prepared.lines
+        if overwrite:  # the old run goes only once the new one's data has been read and accepted
+            clear_run_directory(run_dir)
+        task.save(prepared, run_dir / "data")
+        model_config, preset = task.model_config(sections.model, prepared)
+        if init is not None:
+            model_config, preset = init.model_config, init.preset or sections.model.get("preset")
+            invocation = {**invocation, "init_from": str(init.path), **({"extend_vocab": True} if extend_vocab else {})}
+        configs = (model_config, train_config, prepared.data)
+        write_new_record(
+            run_dir, prepared.data.dataset, task.name, prepared.corpus, preset, configs, invocation, context.world_size
+        )
+    barrier(context)
+    check_shared_file(run_dir / "run.json", "--out", context)
+    return task.load(run_dir, read_run_json(run_dir)), lines, init  # every rank reads what rank 0 wrote
+
+
+def check_resumable(task: Task, record: dict[str, Any], sections: ConfigSections, run_dir: Path) -> None:
+    """Refuse to resume with other data or model settings than the run's (the file's and the flags' over its own).
+
+    Raises:
+        CheckpointError: the first setting that differs, named with both values and run.json.
+    """
+    import json
+
+    saved = json.loads(json.dumps(record["data"]))
+    asked = json.loads(json.dumps(task.data_config(sections.data, f"{sections.source} [data]").to_dict()))
+    _same_or_raise("data", saved, asked, run_dir)
+    saved_model = {**record["model"], "preset": record.get("preset")}
+    _same_or_raise("model", saved_model, sections.model, run_dir)
+
+
+def _same_or_raise(section: str, saved: dict[str, Any], requested: dict[str, Any], run_dir: Path) -> None:
+    for key, value in requested.items():
+        old = saved.get(key)
+        if isinstance(old, list):
+            old = tuple(old)
+        if isinstance(value, list):
+            value = tuple(value)
+        if old != value:
+            raise CheckpointError(
+                f"cannot resume {run_dir}: [{section}] {key} = {value!r} differs from the run's {old!r} "
+                f"({run_dir / 'run.json'}); start a new run with --out instead"
+            )
+
+
+# what an option needs beyond the core: TrainConfig field, value -> (extra, module, the option as the user wrote it)
+_OPTION_NEEDS: dict[tuple[str, object], tuple[str, str, str]] = {
+    ("best_metric", "wer"): ("eval", "rapidfuzz", "--best-metric wer"),
+    ("best_metric", "per"): ("eval", "rapidfuzz", "--best-metric per"),
+    ("best_metric", "bleu"): ("eval", "sacrebleu", "--best-metric bleu"),
+    ("best_metric", "chrf"): ("eval", "sacrebleu", "--best-metric chrf"),
+    ("tensorboard", True): ("tensorboard", "tensorboard", "--tensorboard"),
+}
+
+
+def check_requirements(config: TrainConfig) -> None:
+    """Check before any data is read or step is taken that the packages the options ask for are installed, so that
+    a missing one does not stop the run at its first validation pass (or first log line) with nothing saved.
+
+    Raises:
+        MissingExtraError: one line naming the option, the missing package and the ``pip install`` that brings it.
+    """
+    from dotformer.errors import require_extra
+
+    for (name, value), (extra, module, option) in _OPTION_NEEDS.items():
+        if getattr(config, name) == value:
+            require_extra(extra, module, option)
+
+
+def _train(
+    task: Task,
+    record: dict[str, Any],
+    loaded: Loaded,
+    lines: list[str],
+    train_config: TrainConfig,
+    run_dir: Path,
+    resume: bool,
+    context: DistContext,
+    init: InitSource | None,
+    extend_vocab: bool,
+) -> RunResult:
+    import torch
+
+    from dotformer.config import ModelConfig
+    from dotformer.data.blocks import sampler_for
+    from dotformer.model import Transformer
+    from dotformer.training.loop import fit
+    from dotformer.training.warmup import peak_flops, steps_per_epoch, warmup_warning
+
+    model_config = ModelConfig.from_dict(record["model"])
+    torch.manual_seed(train_config.seed)  # the model's initial weights
+    model = Transformer(model_config)
+    data = loaded.train_data
+    if context.is_main and not resume:  # a resumed run was warned about when it started
+        c = train_config
+        epoch_steps = None
+        if c.max_epochs is not None:
+            sampler = sampler_for(data.train, c.max_tokens, c.seed, world_size=context.world_size)
+            epoch_steps = steps_per_epoch(len(sampler.batch_indices(0)), c.accumulation_steps)
+        flops = peak_flops(context.device.type, torch.get_num_threads())
+        message = warmup_warning(c, epoch_steps, model.num_parameters(), flops)
+        if message:
+            logger.warning(message)
+    info = {"task": task.name, "dataset": loaded.data.dataset, "data": loaded.data.to_dict()}
+    init_path = None if init is None else init.path
+    if extend_vocab and init_path is not None:  # the grown tables: copied here by rows, not by fit's strict copy
+        from dotformer.runs.finetune import load_extended_weights
+
+        load_extended_weights(model, init_path)
+        info["init_from"] = str(init_path)
+        init_path = None
+    if context.is_main and train_config.progress:
+        for line in [*lines, *loaded.lines]:
+            print(f"data: {line}", file=sys.stderr)
+    result = fit(model, data, train_config, run_dir=run_dir, info=info, resume=resume, init_from=init_path)
+    return RunResult(fit=result, run_dir=run_dir, is_main=context.is_main, task=task)
+
+
+__all__ = ["RunResult", "check_requirements", "check_resumable", "train_run"]

@@ -1,0 +1,225 @@
+"""A task: what one kind of run reads, builds and scores, beside a run pipeline written once for all.
+
+:func:`dotformer.runs.run.train_run` does what every run does (configs layered, the run directory, run.json, DDP,
+budgets, checkpoints, resume, the summary line); a :class:`Task` says what differs between kinds of runs:
+
+=================  ===========================================  ==============================================
+                   pairs (:mod:`~dotformer.runs.pairs`)          a language model (:mod:`~dotformer.runs.text`)
+=================  ===========================================  ==============================================
+names              g2p, translation, exact, synthetic           lm
+``[data]``         :class:`~dotformer.data.config.DataConfig`   :class:`~dotformer.data.config.LMDataConfig`
+defaults           the shipped config of the task (g2p, bible,  the shipped lm-bible config's model and recipe
+                   copy): its ``[model]`` and ``[train]``
+splits             given files, or a seeded group-disjoint      given files, or whole books / pieces held out
+                   split of one corpus
+tokenizers         a source and a target one (or one shared)    one
+model              encoder-decoder                              decoder-only, positions = the block size
+training examples  pairs, in token-budget batches               contiguous blocks of the text
+metrics            WER/PER, BLEU/chrF or exact match            perplexity, bits per character
+=================  ===========================================  ==============================================
+
+Every task trains through the same step (:func:`dotformer.training.step.train_step`) and loop
+(:func:`dotformer.training.fit`). The table of tasks is :mod:`dotformer.runs.tasks`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dotformer.data.config import LM_TASK
+from dotformer.data.types import TASKS
+from dotformer.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from dotformer.config import ModelConfig
+    from dotformer.data.tokenizer_files import TokenizerPair
+    from dotformer.decoding.config import DecodeConfig
+    from dotformer.decoding.engine import TranslationEngine
+    from dotformer.runs.config_files import ConfigSections
+    from dotformer.runs.finetune import InitSource
+    from dotformer.training.state import TrainData
+
+PAIR_TASKS = TASKS  # g2p, translation, exact, synthetic: a source text to a target text
+TASK_NAMES = (*PAIR_TASKS, LM_TASK)
+
+
+@dataclass
+class Prepared:
+    """What a fresh run's data came to on rank 0, before anything is written to the run directory.
+
+    Attributes:
+        data: the task's data config as resolved (tokenizer kinds and sizes filled in): run.json's ``[data]``.
+        corpus: run.json's ``"corpus"``: the source's name and what its reader reported.
+        tokenizers: the source and target tokenizers (one object twice when they are one vocabulary).
+        lines: what reading said, one line per file (printed before training).
+        splits: the task's splits (pairs or lines), saved by :meth:`Task.save`.
+    """
+
+    data: Any
+    corpus: dict[str, Any]
+    tokenizers: TokenizerPair
+    lines: list[str] = field(default_factory=list)
+    splits: Any = None
+
+
+@dataclass
+class Loaded:
+    """What every rank trains on, read back from the run directory.
+
+    Attributes:
+        data: the task's data config (from run.json).
+        train_data: the encoded examples and tokenizers :func:`dotformer.training.fit` takes.
+        lines: lines to print before training (sizes of the data).
+    """
+
+    data: Any
+    train_data: TrainData
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """What ``dotformer evaluate`` asks a task to score.
+
+    Attributes:
+        data: a test file (a task reads its own kinds: pairs or text), or None for the run's saved ``split``.
+        split: "test" or "valid": the split of the checkpoint's run (when ``data`` is None).
+        limit: score only part of it: a seeded sample of N sources (pairs) or the first N lines (text); None: all.
+        seed: the seed of that sample.
+        decode: how outputs are decoded (None for a task that decodes nothing).
+        batch_size: sentences (or blocks) a batch.
+        reader: reader settings given for ``data`` (delimiter, columns, task, ...), over the checkpoint's own.
+    """
+
+    data: str | None = None
+    split: str = "test"
+    limit: int | None = None
+    seed: int = 0
+    decode: DecodeConfig | None = None
+    batch_size: int = 256
+    reader: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EvalReport:
+    """What a task's evaluation found.
+
+    Attributes:
+        where: what was scored (a file, or the run's split file).
+        description: what was scored and how, for the first printed line: ``(counts), task NAME, settings``.
+        table: the figures, as printed (a Markdown table or one line).
+        notes: lines about the data read (``data: ...``), for standard error.
+        warnings: lines for standard error (outputs cut at the maximum length, ...).
+        hypotheses: one output per scored example, in order (None: the task decodes nothing).
+        payload: the figures as JSON (``--json``).
+    """
+
+    where: str
+    description: str
+    table: str
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    hypotheses: list[str] | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(ABC):
+    """One kind of run. Subclasses fill in the abstract methods; the pipeline calls them in this order: fresh run:
+    :meth:`data_config`, :meth:`check_model`, :meth:`prepare` (rank 0), :meth:`save`, :meth:`model_config`, then on
+    every rank :meth:`load`; resumed run: :meth:`data_config` (the run's own), :meth:`load`."""
+
+    name: str  # run.json's and every checkpoint's "task"
+    title: str  # what a run of it is called in messages ("a language model", "a g2p model")
+    fine_tunable = False  # whether --init-from CKPT may start it (a checkpoint of the same family)
+    decodes = True  # whether its evaluation decodes outputs (the decoding flags apply, --hyps writes them)
+
+    @abstractmethod
+    def data_config(self, section: dict[str, Any], source: str) -> Any:
+        """The task's frozen data config from a ``[data]`` table (flags and files layered).
+
+        Raises:
+            ConfigError: an unknown key or a bad value, naming ``source``.
+        """
+
+    @abstractmethod
+    def defaults(self, fine_tuning: bool = False) -> ConfigSections:
+        """The task's ``[model]`` and ``[train]`` defaults, between the built-in ones and the config file (budgets
+        are never defaults; a fine-tuning run takes only the recipe: the model is the checkpoint's)."""
+
+    @abstractmethod
+    def default_run_dir(self, data: Any, model_section: dict[str, Any]) -> Path:
+        """``runs/<dataset>-<preset>`` or the like, where a run goes without ``--out``."""
+
+    @abstractmethod
+    def check_model(self, model_section: dict[str, Any], data: Any) -> None:
+        """Check the ``[model]`` fields of a fresh run before anything is read or written.
+
+        Raises:
+            ConfigError: an unknown preset or a bad field.
+        """
+
+    @abstractmethod
+    def prepare(
+        self, data: Any, seed: int, init: InitSource | None, extend_vocab: bool, progress: bool
+    ) -> tuple[Prepared, InitSource | None]:
+        """Read and split the data and make the tokenizers (rank 0 of a fresh run; nothing written yet).
+
+        Returns:
+            (the prepared data, ``init`` with its vocabulary extended when ``extend_vocab`` asked for it).
+
+        Raises:
+            DataError, MissingDataError, ConfigError: the data cannot be read or does not fit the settings.
+            CheckpointError: data the ``init`` checkpoint's vocabulary cannot read.
+        """
+
+    @abstractmethod
+    def save(self, prepared: Prepared, data_dir: Path) -> None:
+        """Write the splits and tokenizers of ``prepared`` to ``RUN/data`` (rank 0)."""
+
+    @abstractmethod
+    def model_config(self, model_section: dict[str, Any], prepared: Prepared) -> tuple[ModelConfig, str | None]:
+        """The model config of a fresh run, and the preset it was built from.
+
+        Raises:
+            ConfigError: an unknown preset or a bad field.
+        """
+
+    @abstractmethod
+    def load(self, run_dir: Path, record: dict[str, Any]) -> Loaded:
+        """The run's data config, encoded examples and tokenizers, read from ``RUN/data`` (every rank).
+
+        Raises:
+            CheckpointError: run.json's data settings are damaged. DataError: the data cannot be trained on.
+        """
+
+    @abstractmethod
+    def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
+        """Score a checkpoint of this task on a test file or its run's held-out split (``dotformer evaluate``), with
+        the engine that runs it (:class:`~dotformer.decoding.engine.TorchEngine`, or CTranslate2's for a task that
+        decodes: :mod:`dotformer.engines`; ``engine.checkpoint`` is the checkpoint).
+
+        Raises:
+            CheckpointError: no run directory and no test file. DataError / MissingDataError: unreadable, empty or
+                mismatched data. ConfigError: settings the task cannot take.
+        """
+
+    def summary(self, run_dir: Path, best_valid_loss: float | None) -> str:
+        """What the last line of ``dotformer train`` adds to the shared summary for this task ("" for nothing)."""
+        return ""
+
+
+def run_split_file(checkpoint: Path, name: str) -> Path:
+    """``RUN/data/NAME`` of the run a checkpoint belongs to.
+
+    Raises:
+        CheckpointError: the checkpoint is not inside a run directory (the message says to pass --data).
+    """
+    from dotformer.checkpoint import run_data_dir
+
+    try:
+        return run_data_dir(checkpoint) / name
+    except CheckpointError as exc:
+        raise CheckpointError(f"{exc}; pass --data FILE to evaluate a test file") from None

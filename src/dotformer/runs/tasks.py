@@ -1,0 +1,64 @@
+"""The table of tasks: the task of a name (``run.json``'s and every checkpoint's ``"task"``), of a ``[data]`` table,
+and config files read with their task's ``[data]`` checked.
+
+=====================================  ==========================================
+name                                   task
+=====================================  ==========================================
+g2p, translation, exact, synthetic     :class:`~dotformer.runs.pairs.PairsTask`
+lm                                     :class:`~dotformer.runs.text.LanguageModelTask`
+=====================================  ==========================================
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dotformer.data.config import LM_TASK
+from dotformer.data.types import NAMED_TASKS
+from dotformer.errors import ConfigError
+from dotformer.runs.config_files import ConfigSections, read_config_file
+from dotformer.runs.pairs import PairsTask
+from dotformer.runs.task import PAIR_TASKS, TASK_NAMES, Task
+from dotformer.runs.text import LanguageModelTask
+
+
+def task_named(name: str) -> Task:
+    """The task of a name as run.json and checkpoints record it.
+
+    Raises:
+        ConfigError: an unknown name (the message lists the known ones).
+    """
+    if name in PAIR_TASKS:
+        return PairsTask(name)
+    if name == LM_TASK:
+        return LanguageModelTask()
+    raise ConfigError(f"unknown task {name!r}; the tasks are {', '.join(TASK_NAMES)}")
+
+
+def task_of_section(data: dict[str, Any]) -> Task:
+    """The task a ``[data]`` table asks for: its ``task``, else the task of a named corpus (cmudict: g2p, bible:
+    translation, copy/reverse: synthetic), else translation (a file of pairs).
+
+    Raises:
+        ConfigError: an unknown task.
+    """
+    name = data.get("task") or NAMED_TASKS.get(str(data.get("dataset")), "translation")
+    return task_named(str(name))
+
+
+def read_task_config_file(path: str | Path) -> ConfigSections:
+    """A config file's ``[model]``, ``[train]`` and ``[data]`` tables (:func:`~dotformer.runs.config_files.
+    read_config_file`), its ``[data]`` checked by the task it is for (keys and values, named with the file).
+
+    Raises:
+        ConfigError: not TOML, an unknown section, key or task, or a bad ``[data]`` value.
+        MissingDataError: no such file and no shipped config of that name.
+    """
+    sections = read_config_file(path)
+    if sections.data:
+        task_of_section(sections.data).data_config(sections.data, f"{sections.source} [data]")
+    return sections
+
+
+__all__ = ["read_task_config_file", "task_named", "task_of_section"]
