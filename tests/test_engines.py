@@ -4,6 +4,7 @@ converted copies (keyed by the checkpoint's fingerprint, atomic, a user director
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
@@ -282,7 +283,7 @@ def test_the_server_names_its_engine(checkpoint: Path) -> None:
     for engine in ("torch", "ctranslate2"):
         model = dotformer.load(checkpoint, device="cpu", engine=engine)
         assert describe_api(model)["engine"] == engine  # GET /
-        reply = translate_request(model, {"texts": ["a1 a2", "a3"], "strategy": "greedy", "n_best": 1})
+        reply = asyncio.run(translate_request(model, {"texts": ["a1 a2", "a3"], "strategy": "greedy", "n_best": 1}))
         assert [t["text"] for t in reply["translations"]] == model.translate(["a1 a2", "a3"], strategy="greedy")
 
 

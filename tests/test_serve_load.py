@@ -368,7 +368,7 @@ def test_stopping_answers_the_request_being_decoded_and_drops_the_slow_ones(tran
     decoding, release = threading.Event(), threading.Event()
 
     class Held:
-        checkpoint, max_input_length = translator.checkpoint, translator.max_input_length
+        files, max_input_length = translator.files, translator.max_input_length
         tgt_tokenizer, path, task = translator.tgt_tokenizer, translator.path, translator.task
 
         def translate(self, texts: list[str], **options: Any) -> Any:
