@@ -430,7 +430,8 @@ def marian_logits(model: nn.Module, batch: Batch) -> torch.Tensor:
 
 def loss_sums(logits: torch.Tensor, gold: torch.Tensor, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed label-smoothed loss and summed NLL over the non-PAD positions of (B, T, V) logits and (B, T) gold."""
-    flat, target = logits.reshape(-1, logits.size(-1)).float(), gold.reshape(-1)  # (B·T, V), (B·T,)
+    flat = logits.reshape(-1, logits.size(-1))  # (B·T, V) in float32, or float64 for a float64 model
+    flat, target = flat.to(torch.promote_types(flat.dtype, torch.float32)), gold.reshape(-1)  # (B·T,)
     loss = F.cross_entropy(flat, target, ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
     nll = F.cross_entropy(flat.detach(), target, ignore_index=PAD_ID, reduction="sum")
     return loss, nll

@@ -80,6 +80,7 @@ def test_the_api_gives_what_the_cli_prints(checkpoints: dict[str, Path], capsys:
     assert [tuple(row) for row in rows] == expected
 
 
+@pytest.mark.numerical
 def test_details_are_the_library_results(checkpoints: dict[str, Path]) -> None:
     model = dotformer.load(checkpoints["copy"], device="cpu", engine="torch")  # the library's own search
     results = model.translate(COPY_TEXTS[:3], n_best=2, details=True)
@@ -97,6 +98,7 @@ def test_details_are_the_library_results(checkpoints: dict[str, Path]) -> None:
     assert single.score == pytest.approx(results[0].score, rel=1e-5)  # alone, not padded in a batch of 3: rounding
 
 
+@pytest.mark.numerical
 def test_attention_on_request_is_that_of_the_best_output(checkpoints: dict[str, Path]) -> None:
     from dotformer.plots import attention_weights
 

@@ -14,6 +14,8 @@ from dotformer.attention import broadcast_shape, fused_attention, scaled_dot_pro
 from dotformer.errors import ShapeError
 from dotformer.masks import causal_mask
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 FAST = settings(max_examples=30, deadline=None)
 
 # -- the lesson's worked example ------------------------------------------------------------------------------------

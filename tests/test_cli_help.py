@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 import pytest
 
@@ -620,9 +621,20 @@ def test_decoding_commands_lead_with_the_checkpoint(command, flags, monkeypatch,
 def test_top_level_help_says_where_to_start(monkeypatch, capsys) -> None:
     text = _help([], 80, monkeypatch, capsys)
     examples = text.split("start here, examples:\n", 1)[1].splitlines()
-    assert examples[0].startswith("  dotformer train --config configs/g2p.toml")
+    assert examples[0].startswith("  dotformer train --config g2p --out runs/g2p")
     assert examples[1].startswith("  dotformer evaluate --checkpoint runs/g2p/last")
     assert examples[2].startswith("  dotformer translate --checkpoint runs/g2p/last")
+    # the README spells the config and the install as the help does
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert "dotformer train --config g2p --out runs/g2p" in readme
+    assert 'pip install -c constraints.txt -e ".[g2p,eval]"' in " ".join(text.split())
+    assert "--config configs/" not in readme
+
+
+def test_import_help_names_embed_for_a_bert_checkpoint(monkeypatch, capsys) -> None:
+    text = " ".join(_help(["import"], 120, monkeypatch, capsys).split())
+    assert "a BERT checkpoint (an encoder alone, nothing to decode) with embed" in text
+    assert "dotformer embed --checkpoint runs/imported-bert" in text
 
 
 def test_fill_keeps_examples_and_hangs_items_under_their_text() -> None:

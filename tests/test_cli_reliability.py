@@ -174,8 +174,8 @@ def test_an_output_cut_by_a_learned_table_says_so(tmp_path: Path, capsys: pytest
     out, err = capsys.readouterr()
     assert len(out.split()) == 8  # the table's 8 positions, no more
     assert err.strip() == (
-        "dotformer translate: warning: 1 of 1 output(s) reached this model's learned positional table (8 positions, "
-        "the most any output can have) before the model ended them and are cut (first: input 1); "
+        "dotformer translate: warning: 1 of 1 output(s) reached this model's learned positional table (8 positions), "
+        "the most any output can have, before the model ended them and are cut (first: input 1); "
         "--max-len-a/--max-len-b cannot lengthen them"
     )
     # a cut by the flags is still blamed on the flags
@@ -213,7 +213,7 @@ def test_unfinished_warning_parts() -> None:
     learned = ModelConfig.preset("tiny", src_vocab_size=9, tgt_vocab_size=9, positional="learned", max_len=8)
     sinusoidal = ModelConfig.preset("tiny", src_vocab_size=9, tgt_vocab_size=9, max_len=8)
     outputs = [cut(8), cut(5), done, cut(8)]
-    assert count_cut_by_table(outputs, learned) == 2 and count_cut_by_table(outputs, sinusoidal) == 0
+    assert count_cut_by_table(outputs, learned) == count_cut_by_table(outputs, sinusoidal) == 2  # at max_len
     line = unfinished_warning(3, 4, DecodeConfig(max_len_b=5), at_table=2, table=8)
     assert line == (
         "3 of 4 outputs (75.0%) were cut at the maximum length (1 * source length + 5 tokens) without an end of "

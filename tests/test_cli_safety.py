@@ -228,6 +228,61 @@ def test_outputs_never_overwrite_an_input_a_checkpoint_or_a_run(run_dir: Path, t
         (run_dir / name).unlink()
 
 
+def test_an_output_is_never_an_input_by_another_name(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every output is compared with every input by device and inode, before it is opened: a hard link, a symbolic
+    link or a ``../`` form of the input (or of the prefix file, the test file) is refused in one line, exit 2, and
+    the input keeps its bytes. A hard link once let ``translate --output`` and ``embed --output`` empty the input."""
+    from dotformer.cli import main
+
+    source, prefixes, test_file = tmp_path / "in.txt", tmp_path / "prefixes.txt", tmp_path / "test.tsv"
+    source.write_text("a1 a2\nb3\n", encoding="utf-8")
+    prefixes.write_text("a1\nb3\n", encoding="utf-8")
+    test_file.write_text("a1 a2\ta1 a2\nb3\tb3\n", encoding="utf-8")
+    (tmp_path / "sub").mkdir()
+    names = {}
+    for original in (source, prefixes, test_file):
+        names[original] = [tmp_path / f"hard-{original.name}", tmp_path / f"soft-{original.name}"]
+        os.link(original, names[original][0])
+        names[original][1].symlink_to(original)
+        names[original].append(tmp_path / "sub" / ".." / original.name)
+    before = {path: path.read_bytes() for path in (source, prefixes, test_file)}
+    translate = ["translate", "--checkpoint", str(run_dir), "--device", "cpu", "--input", str(source)]
+    embed = ["embed", "--checkpoint", str(run_dir), "--device", "cpu", "--input", str(source)]
+    evaluate = ["evaluate", "--checkpoint", str(run_dir), "--device", "cpu", "--data", str(test_file)]
+    cases = []
+    for name in names[source]:
+        cases.append(([*translate, "--output", str(name)], "--input"))
+        cases.append(([*embed, "--output", str(name)], "--input"))
+    for name in names[prefixes]:
+        cases.append(([*translate, "--prefix-file", str(prefixes), "--output", str(name)], "--prefix-file"))
+    for name in names[test_file]:
+        cases.append(([*evaluate, "--task", "exact", "--hyps", str(name)], "--data"))
+        cases.append(([*evaluate, "--task", "exact", "--json", str(name)], "--data"))
+    for argv, flag in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"is a file this command reads ({flag} " in err, (argv, err)
+    assert {path: path.read_bytes() for path in before} == before
+    # two outputs that are one file by two names
+    out = tmp_path / "out.txt"
+    out.write_text("", encoding="utf-8")
+    os.link(out, tmp_path / "out-link.txt")
+    assert main([*evaluate, "--task", "exact", "--hyps", str(out), "--json", str(tmp_path / "out-link.txt")]) == 2
+    assert "--json and --hyps name one file" in capsys.readouterr().err
+    # average --overwrite never replaces one of the checkpoints it averages, by any name
+    mine = tmp_path / "mine"
+    assert main(["average", "--out", str(mine), str(run_dir / "best"), str(run_dir / "last")]) == 0
+    (tmp_path / "mine-link").symlink_to(mine)
+    kept = snapshot(mine)
+    for name in (mine, tmp_path / "mine-link", tmp_path / "sub" / ".." / "mine"):
+        capsys.readouterr()
+        assert main(["average", "--overwrite", "--out", str(mine), str(name), str(run_dir / "best")]) == 2
+        assert "is one of the checkpoints averaged" in capsys.readouterr().err
+    assert snapshot(mine) == kept
+
+
 def test_decoding_threads(run_dir: Path, cli: Cli) -> None:
     one = cli("translate", "--checkpoint", str(run_dir), "--device", "cpu", "--threads", "1", "a1 b2")
     default = cli("translate", "--checkpoint", str(run_dir), "--device", "cpu", "a1 b2")
@@ -235,3 +290,13 @@ def test_decoding_threads(run_dir: Path, cli: Cli) -> None:
     for command in ("translate", "evaluate"):
         result = cli(command, "--checkpoint", str(run_dir), "--threads", "0", *(["a1"] * (command == "translate")))
         assert_one_error_line(result, command, "--threads must be positive, got 0")
+
+
+def test_input_dev_stdin_reads_a_pipe(run_dir: Path, cli: Cli) -> None:
+    """``--input /dev/stdin`` with a pipe on standard input (not a regular file) is read, not "no such file"."""
+    flags = ["--checkpoint", str(run_dir), "--device", "cpu", "--input", "/dev/stdin"]
+    result = cli("translate", *flags, "--strategy", "greedy", stdin="a1 a2\nb3\n")
+    assert result.returncode == 0 and result.stdout.count("\n") == 2, result.stderr
+    assert result.stdout == cli("translate", *flags[:4], "--strategy", "greedy", "a1 a2", "b3").stdout
+    result = cli("embed", *flags, "--output-format", "jsonl", stdin="a1 a2\nb3\n")
+    assert result.returncode == 0 and result.stdout.count("\n") == 2, result.stderr

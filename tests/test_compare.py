@@ -103,6 +103,7 @@ def test_gradient_vs_distance_is_finite_and_decays_for_rnns(report: CompareRepor
             assert ratio > 0.05  # one hop, whatever the distance
 
 
+@pytest.mark.numerical
 def test_exact_gradient_norm_equals_autograd_jacobian() -> None:
     config = CompareConfig(d_model=4, num_heads=2, gradient_length=5)
     torch.manual_seed(0)

@@ -22,6 +22,8 @@ from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding import DecodeConfig, decode_batch, greedy_decode, length_penalty
 from dotformer.errors import ConfigError, ShapeError
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 GREEDY = DecodeConfig(strategy="greedy")
 
 
@@ -113,7 +115,9 @@ def test_max_output_length_is_a_times_source_length_plus_b() -> None:
     config = DecodeConfig(max_len_a=1.5, max_len_b=3)
     assert config.max_output_length(4) == 9  # floor(1.5·4 + 3)
     assert config.max_output_length(5) == 10  # floor(10.5)
-    assert DecodeConfig(max_len_a=0.0, max_len_b=0).max_output_length(7) == 1  # at least one step
+    assert DecodeConfig(max_len_a=0.1, max_len_b=0).max_output_length(7) == 1  # floor(0.7) = 0: at least one step
+    with pytest.raises(ConfigError, match="max_len_a and max_len_b are both 0: that allows no decoding step"):
+        DecodeConfig(max_len_a=0.0, max_len_b=0)  # refused, not one token whatever the input
     assert DecodeConfig().max_output_length(12) == 62  # the paper: input length + 50
 
 

@@ -24,6 +24,8 @@ from dotformer.decoding import DecodeConfig, beam_search, greedy_decode, length_
 from dotformer.decoding import beam as beam_module
 from dotformer.decoding.beam import best_possible_score, flatten_beam_dim, gather_beams, unflatten_beam_dim
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 
 @pytest.fixture(autouse=True)
 def _one_thread() -> Iterator[None]:

@@ -13,6 +13,8 @@ from dotformer.data.tokenizers import BOS_ID
 from dotformer.decoding import DecodeConfig, decode_batch
 from dotformer.decoding.incremental import IncrementalDecoder, attention_mask, encode_source, inference
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 
 @pytest.fixture(autouse=True)
 def _one_thread() -> Iterator[None]:

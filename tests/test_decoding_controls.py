@@ -15,7 +15,7 @@ from dotformer.checkpoint import save_checkpoint
 from dotformer.cli import main
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import EOS_ID
-from dotformer.errors import ShapeError
+from dotformer.errors import ConfigError, ShapeError
 
 SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"  # ids 4..11 in this order
 # Hand-set scores: the generator ignores the decoder and its bias is these logits, so every step's distribution is
@@ -120,6 +120,26 @@ def test_cli_inline_prefix_and_prefix_file(
         capsys, "translate", "--checkpoint", str(checkpoint), "--prefix-file", str(prefixes), "a1", "a2", "a3"
     )
     assert status == 2 and "input 3: no prefix for this input" in err
+
+
+@pytest.mark.parametrize(
+    "bad, problem",
+    [
+        ("a2 ||| a7 ||| a0", "holds 2 '|||'"),
+        ("a2|||a7", "holds '|||' without a space"),
+        ("a2 |||a7", "holds '|||' without"),
+    ],
+)
+def test_a_malformed_inline_prefix_line_is_one_error_naming_it(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, bad: str, problem: str
+) -> None:
+    """Not read as a source with unknown symbols: the outputs of the lines before it are written, then one line."""
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text(f"a1 ||| a7 a0\n{bad}\na3\n", encoding="utf-8")
+    argv = ["translate", "--checkpoint", str(checkpoint), "--inline-prefix", "--input", str(inputs)]
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 2 and out == "a7 a0\n" and len(err.strip().splitlines()) == 1
+    assert f"{inputs}:2: the line {problem}" in err and "<unk>" not in err
 
 
 UNKNOWN_PREFIX = "3 prefix symbol(s) are not in the target vocabulary and were read as <unk>: QQ, ZZ"
@@ -229,3 +249,100 @@ def test_replace_unk_copies_the_aligned_source_symbol(tmp_path: Path, capsys: py
         capsys, "translate", "--checkpoint", str(checkpoint), "--min-len", "2", "--replace-unk", "a1 a2 a4"
     )
     assert status == 0 and out == replaced + "\n"
+
+
+# -- length limits: capped at the model's positions, nothing done for a limit that is not reached --------------------
+
+
+@pytest.fixture(scope="module")
+def short_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random model with sinusoidal positions built for 12 tokens (max_len = 12): it never ends an output early."""
+    symbols = train_tokenizer("symbol", [SYMBOLS])
+    path = tmp_path_factory.mktemp("short") / "checkpoint"
+    model = random_model(vocab=12, seed=4, generator_bias=True, max_len=12)
+    with torch.no_grad():
+        model.generator.bias[EOS_ID] = -100.0  # never the end of sentence
+    save_checkpoint(path, model, symbols, symbols, {"task": "synthetic"})
+    return path
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+def test_max_len_b_is_capped_at_the_models_positions(short_checkpoint: Path, strategy: str) -> None:
+    """max_len_b far above the positions gives what max_len_b = the positions gives: 12 tokens, cut."""
+    translator = dotformer.load(short_checkpoint, device="cpu")
+    capped = translator.translate("a1 a2", strategy=strategy, max_len_b=10**9, details=True)
+    at_positions = translator.translate("a1 a2", strategy=strategy, max_len_b=12 - 3, details=True)  # 3 + 9 = 12
+    assert len(capped.hypotheses[0].tokens) == 12 and not capped.finished
+    assert [h.tokens for h in capped.hypotheses] == [h.tokens for h in at_positions.hypotheses]
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_decoding_work_does_not_grow_with_an_unreached_limit(
+    checkpoint: Path, strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An output that ends at once takes the same decoder steps whatever the limit above the model's positions, and
+    greedy decoding the same whatever the limit: no step, and no buffer, for a length it does not reach. Beam
+    search's exact stopping bound divides the alive scores by the length penalty of the limit (a longer output could
+    still overtake), so within the positions its steps grow with lp(limit) ∝ limit^α, and stop growing there."""
+    from dotformer.decoding.incremental import IncrementalDecoder
+
+    steps = []
+    step = IncrementalDecoder.step
+
+    def counted(self: IncrementalDecoder, tokens: torch.Tensor) -> torch.Tensor:
+        steps.append(1)
+        return step(self, tokens)
+
+    monkeypatch.setattr(IncrementalDecoder, "step", counted)
+    translator = dotformer.load(checkpoint, device="cpu")  # hand-set scores: EOS first (1024 positions)
+    taken = []
+    for max_len_b in (50, 1024, 10**9):
+        steps.clear()
+        assert translator.translate("a1 a2", strategy=strategy, max_len_b=max_len_b) == ""
+        taken.append(len(steps))
+    assert taken[1] == taken[2] <= 60 and (taken[0] == taken[1] if strategy == "greedy" else taken[0] <= taken[1])
+
+
+def test_generate_keeps_no_buffer_of_the_token_limit() -> None:
+    """generate() makes its tokens one by one: a limit of 10^12 tokens allocates nothing for them in advance."""
+    from dotformer.decoding.generate import generate, generation_config
+
+    model = random_model(vocab=16, arch="decoder-only", num_encoder_layers=0)
+    seen = []
+
+    class EnoughError(Exception):
+        pass
+
+    def on_token(tokens: torch.Tensor) -> None:
+        seen.append(int(tokens[0]))
+        if len(seen) == 3:
+            raise EnoughError
+
+    with pytest.raises(EnoughError):
+        generate(model, [5, 6], generation_config(10**12, "greedy"), window=8, on_token=on_token)
+    assert len(seen) == 3
+
+
+def test_zero_length_limits_are_refused_not_one_token(
+    random_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    translator = dotformer.load(random_checkpoint, device="cpu")
+    with pytest.raises(ConfigError, match="max_len_a and max_len_b are both 0"):
+        translator.translate("a1 a2", max_len_a=0.0, max_len_b=0)
+    status, out, err = run_cli(
+        capsys, "translate", "--checkpoint", str(random_checkpoint), "--max-len-a", "0", "--max-len-b", "0", "a1"
+    )
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--max-len-a and --max-len-b are both 0: that allows no decoding step" in err
+
+
+def test_an_alignment_layer_out_of_range_is_refused_without_alignments(
+    random_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    translator = dotformer.load(random_checkpoint, device="cpu")
+    with pytest.raises(ConfigError, match="alignment layer 5 does not exist: this model has 2 decoder layers"):
+        translator.translate("a1", alignment_layer=5)
+    status, out, err = run_cli(
+        capsys, "translate", "--checkpoint", str(random_checkpoint), "--alignment-layer", "5", "a1"
+    )
+    assert status == 2 and out == "" and "alignment layer 5 does not exist" in err and len(err.splitlines()) == 1

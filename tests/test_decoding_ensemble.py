@@ -12,6 +12,8 @@ from dotformer.decoding import DecodeConfig, decode_batch
 from dotformer.decoding.ensemble import Ensemble
 from dotformer.errors import ConfigError
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 CONFIGS = [
     DecodeConfig(strategy="greedy", max_len_a=0.0, max_len_b=7),
     DecodeConfig(strategy="beam", beam_size=3, n_best=2, max_len_a=0.0, max_len_b=7),

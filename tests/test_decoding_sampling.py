@@ -20,6 +20,8 @@ from scripted_model import copy_model
 from dotformer.decoding import DecodeConfig, greedy_decode, sample
 from dotformer.decoding.sampling import filter_top_k, filter_top_p, sampling_picker
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 INF = float("inf")
 
 

@@ -12,6 +12,8 @@ from scripted_model import ANSWER_LOGIT, NOISE, POSITIONS, build_copy_model, cop
 from dotformer.data.tokenizers import BOS_ID, EOS_ID
 from dotformer.decoding.quantization import quantize_int8
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 
 def teacher_forced_logits(model: torch.nn.Module, sources: list[list[int]], targets: list[list[int]]) -> torch.Tensor:
     """(B, T, V) float32 logits of ``targets`` (BOS prepended) given ``sources`` (EOS appended)."""

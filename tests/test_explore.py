@@ -134,6 +134,7 @@ def check_steps(steps: list[dict[str, Any]], probs: np.ndarray, scored_ids: list
         assert step["top"][0][0] == (tokenizer.id_to_token(int(best[0])) if best[0] > 3 else step["top"][0][0])
 
 
+@pytest.mark.numerical
 def test_maps_to_json_holds_the_models_weights_and_probabilities(loaded: LoadedCheckpoint) -> None:
     maps = attention_weights(loaded, "cat")
     data = json.loads(json.dumps(example_json(loaded, "cat")))
@@ -153,6 +154,7 @@ def test_maps_to_json_holds_the_models_weights_and_probabilities(loaded: LoadedC
     assert maps_to_json(maps)["steps"] == []  # without a tokenizer: no names for the alternatives
 
 
+@pytest.mark.numerical
 def test_forced_decoding_equals_teacher_forcing(loaded: LoadedCheckpoint) -> None:
     reference_text = "D AO1 G"  # "cat" force-decoded with the phones of "dog": the model did not choose these
     data = json.loads(json.dumps(example_json(loaded, "cat", target=reference_text)))
@@ -779,6 +781,7 @@ def lm_self_attention(loaded: LoadedCheckpoint, text: str) -> np.ndarray:
     return np.stack([w[0].numpy() for w in decoded.self_weights])
 
 
+@pytest.mark.numerical
 def test_a_language_models_example_is_its_causal_self_attention(lm_checkpoint: LoadedCheckpoint) -> None:
     data = json.loads(json.dumps(example_json(lm_checkpoint, "the light")))
     assert data["lm"] is True and data["kinds"] == ["decoder_self"] and not data["forced"]

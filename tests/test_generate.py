@@ -16,6 +16,8 @@ from dotformer.decoding.config import generation_config
 from dotformer.decoding.generate import ContextWindow, generate
 from dotformer.errors import ConfigError, ShapeError
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 PROMPT = [2, 5, 6, 7]
 
 

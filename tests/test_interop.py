@@ -16,7 +16,7 @@ from dotformer.export.torch_nn import (
 from dotformer.multihead import MultiHeadAttention
 
 V = 13
-pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
+pytestmark = [pytest.mark.filterwarnings("ignore:enable_nested_tensor is True"), pytest.mark.numerical]
 
 
 def _torch_like(model, **changes) -> nn.Transformer:

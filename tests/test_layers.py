@@ -14,6 +14,8 @@ from dotformer.export.torch_nn import to_torch_transformer
 from dotformer.layers import DecoderLayer, EncoderLayer, FeedForward, LayerSizes, Residual
 from dotformer.masks import causal_mask
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 SIZES = LayerSizes(d_model=16, num_heads=4, d_ff=32, dropout=0.0)
 
 

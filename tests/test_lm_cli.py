@@ -124,6 +124,14 @@ def test_the_data_line_counts_tokens_and_blocks(
     summary = capsys.readouterr().out.strip().splitlines()[-1]  # the run's last line: the valid bits per character
     (valid,) = [json.loads(r) for r in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines() if '"valid"' in r]
     assert summary.endswith(f"; valid {valid['bits_per_char']:.3f} bits/char")
+    assert " batches of 4 blocks (64 tokens) per epoch" in line  # --max-tokens 64, blocks of 16
+    # a budget below one block trains on one block a batch, and the line says so (it said "<= 8 tokens")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="dotformer.training.loop"):
+        argv = [*argv[:5], "--out", str(tmp_path / "small"), "--max-steps", "1", "--max-tokens", "8"]
+        assert main([*argv, *[a for a in TINY if a not in ("--no-progress", "--max-tokens", "64")]]) == 0
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("data: ")]
+    assert " batches of 1 block (16 tokens; max_tokens 8 is less than one block) per epoch" in line
 
 
 def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -133,6 +141,7 @@ def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: 
     cases = [
         (["generate", "--checkpoint", str(run_dir), "--prompt", "x", "--top-p", "0"], "--top-p"),
         (["generate", "--checkpoint", str(run_dir), "--max-new-tokens", "0", "--prompt", "x"], "--max-new-tokens"),
+        (["generate", "--checkpoint", str(run_dir), "--checkpoint", str(run_dir), "--prompt", "x"], "2 --checkpoint"),
         (["train", "--task", "lm", "--data", str(corpus), "--delimiter", "tab", "--max-steps", "1"], "delimiter"),
         (["train", "--task", "lm", "--data", str(tmp_path / "none.txt"), "--max-steps", "1"], "no such file"),
         (

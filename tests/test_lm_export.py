@@ -13,6 +13,8 @@ from dotformer import ModelConfig, Transformer
 from dotformer.decoding.cache import DecoderCache
 from dotformer.decoding.generate import run_decoder
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 V = 17
 
 

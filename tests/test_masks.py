@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from dotformer.errors import ShapeError
 from dotformer.masks import causal_mask, combine_masks, padding_mask
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 
 def test_padding_mask_values_and_shape():
     tokens = torch.tensor([[5, 6, 7, 0, 0], [8, 0, 0, 0, 0], [4, 4, 4, 4, 4]])

@@ -14,6 +14,8 @@ from dotformer.errors import ConfigError, ShapeError
 from dotformer.export.torch_nn import to_torch_transformer
 from dotformer.model import expected_num_parameters
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 V = 13  # the tiny models' vocabulary (conftest.make_model)
 
 

@@ -14,6 +14,8 @@ from dotformer.masks import causal_mask
 from dotformer.multihead import MultiHeadAttention
 from dotformer.packing import Packing
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 
 def _randomise_biases(mha: MultiHeadAttention) -> MultiHeadAttention:
     """Non-zero biases so that a bias copied to the wrong place would show."""

@@ -6,6 +6,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tolerance import logits_tolerance
 
 from dotformer import ModelConfig, Transformer
 from dotformer.decoding.cache import DecoderCache
@@ -25,6 +26,7 @@ def _right_padded(lengths: list[int], length: int, generator: torch.Generator) -
     return ids
 
 
+@pytest.mark.numerical
 def test_pack_and_unpack_move_the_real_rows() -> None:
     keep = torch.tensor([[True, True, False], [True, False, False]])
     packing = Packing.from_mask(keep)
@@ -47,6 +49,7 @@ def test_packing_errors_name_the_shapes() -> None:
         packing.unpack(torch.zeros(3, 4))
 
 
+@pytest.mark.numerical
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -66,9 +69,11 @@ def test_packed_logits_equal_the_padded_ones_at_real_positions(make_model, overr
     packed = model(src, tgt, packed=True)  # (N, V)
     keep = (src if overrides.get("arch") == "encoder-only" else tgt) != 0
     assert packed.shape == (int(keep.sum()), V)
-    torch.testing.assert_close(packed, padded[keep], rtol=1e-5, atol=1e-5)
+    # the same sums, the padded ones over more (masked) keys and in other blockings: the reordering bound
+    torch.testing.assert_close(packed, padded[keep], atol=logits_tolerance(model.config, padded, src.size(1)), rtol=0)
 
 
+@pytest.mark.numerical
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_packed_gradients_equal_the_padded_ones(make_model, norm_first) -> None:
     model = make_model(norm_first=norm_first)  # eval mode: no dropout, so both runs compute the same function
@@ -90,6 +95,7 @@ def test_packed_gradients_equal_the_padded_ones(make_model, norm_first) -> None:
         torch.testing.assert_close(packed[name], padded[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.numerical
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     src_lengths=st.lists(st.integers(0, 6), min_size=1, max_size=4),
@@ -105,9 +111,12 @@ def test_packing_is_invisible_for_any_lengths(make_model, src_lengths, tgt_len, 
     tgt = _right_padded(tgt_lengths, tgt_len, g)
     packed = model(src, tgt, packed=True)
     assert bool(packed.isfinite().all())
-    torch.testing.assert_close(packed, model(src, tgt)[tgt != 0], rtol=1e-5, atol=1e-5)
+    padded = model(src, tgt)
+    tolerance = logits_tolerance(model.config, padded, src.size(1))  # the same sums in other orders
+    torch.testing.assert_close(packed, padded[tgt != 0], atol=tolerance, rtol=0)
 
 
+@pytest.mark.numerical
 def test_multihead_attention_packed_equals_padded() -> None:
     torch.manual_seed(0)
     attention = MultiHeadAttention(16, 4).eval()
@@ -178,6 +187,7 @@ def test_packed_calls_refuse_masks_and_memories_that_do_not_fit(make_model) -> N
         model.decode(tgt, memory, model.source_mask(src))
 
 
+@pytest.mark.numerical
 def test_packed_weights_equal_the_padded_ones(make_model) -> None:
     model = make_model()
     src, tgt = torch.tensor([[5, 6, 7], [5, 6, 0]]), torch.tensor([[4, 5, 6], [4, 7, 0]])

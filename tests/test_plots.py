@@ -93,6 +93,7 @@ def loaded(one_thread: None, tmp_path_factory: pytest.TempPathFactory) -> Loaded
     return tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "model")
 
 
+@pytest.mark.numerical
 def test_attention_maps_equal_the_models_weights(loaded: LoadedCheckpoint) -> None:
     maps = attention_weights(loaded, "cat")
     model = loaded.model
@@ -122,6 +123,7 @@ def test_attention_maps_equal_the_models_weights(loaded: LoadedCheckpoint) -> No
     assert np.all(np.triu(maps.decoder_self, k=1) == 0)
 
 
+@pytest.mark.numerical
 def test_attention_with_a_given_target_is_teacher_forced(
     loaded: LoadedCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

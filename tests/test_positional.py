@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.positional import InputEmbedding, PositionalEncoding, TokenEmbedding, sinusoidal_positional_encoding
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 
 def test_d_model_4_by_hand():
     pe = sinusoidal_positional_encoding(3, 4)

@@ -10,6 +10,8 @@ from dotformer import ConfigError, ModelConfig, Transformer
 from dotformer.decoding import DecodeConfig, decode_batch
 from dotformer.decoding.quantization import count_int8_linears, quantize_int8
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 
 def tiny_model(seed: int = 0) -> Transformer:
     torch.manual_seed(seed)

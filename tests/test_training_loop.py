@@ -77,6 +77,7 @@ def train_lines(run_dir: Path, field: str = "loss") -> dict[int, float]:
     return {r["step"]: r[field] for r in lines if r["split"] == "train"}
 
 
+@pytest.mark.numerical
 def test_one_train_step_decreases_the_loss_on_copy() -> None:
     data = tiny_data()
     model = tiny_model(data.src_tokenizer.vocab_size, dropout=0.0)
@@ -93,6 +94,7 @@ def test_one_train_step_decreases_the_loss_on_copy() -> None:
     assert after.perplexity == pytest.approx(math.exp(after.nll))
 
 
+@pytest.mark.numerical
 def test_accumulation_equals_one_big_batch() -> None:
     data = tiny_data()
     # Adam's first update is lr·g/(|g| + eps): with eps = 1e-9 float noise on near-zero gradients flips signs, so the
@@ -128,6 +130,7 @@ def test_fit_writes_checkpoints_metrics_and_keeps_the_last_n(tmp_path: Path) -> 
     assert all(math.isfinite(r["loss"]) and r["lr"] > 0 for r in records if r["split"] == "train")
 
 
+@pytest.mark.numerical
 def test_resume_continues_exactly(tmp_path: Path) -> None:
     """A run interrupted at step 4 and resumed to step 9 equals an uninterrupted 9-step run: same losses at every
     step, same weights (dropout RNG, data position across epochs, accumulation and Adam state restored)."""
@@ -223,6 +226,7 @@ def test_a_budget_is_required_and_fp16_needs_cuda() -> None:
         fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=1, amp="fp16"))
 
 
+@pytest.mark.numerical
 def test_a_packed_step_equals_a_padded_step() -> None:
     """Skipping the padding (TrainConfig.packed) changes the work, not the loss or the gradients.
 
@@ -320,6 +324,7 @@ def valid_records(run_dir: Path) -> list[dict]:
     return [r for r in lines if r["split"] == "valid"]
 
 
+@pytest.mark.numerical
 def test_init_from_copies_the_weights_and_starts_a_fresh_optimizer(tmp_path: Path) -> None:
     data = tiny_data()
     vocab = data.src_tokenizer.vocab_size

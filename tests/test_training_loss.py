@@ -15,6 +15,8 @@ from dotformer.training.loss import (
     smoothed_target_distribution,
 )
 
+pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
+
 
 def test_hand_computation_one_position() -> None:
     # V = 4 with PAD = 0; logits chosen so that p = softmax(logits) is easy to write down
@@ -56,8 +58,17 @@ def test_equals_cross_entropy_against_the_smoothed_distribution() -> None:
     q = smoothed_target_distribution(target, 11, eps).double()  # (B, T, V)
     assert torch.allclose(q.sum(-1)[target != 0], torch.ones(()).double())
     assert (q[..., 0] == 0).all()
+    q = torch.full((3, 6, 11), eps / 10, dtype=torch.float64)  # the same distribution in float64: ε/(V-1) off gold
+    q[..., 0] = 0.0
+    q.scatter_add_(-1, target.unsqueeze(-1), torch.full((3, 6, 1), 1.0 - eps, dtype=torch.float64))
+    q[target == 0] = 0.0
+    # the library's float32 gold entry ε/(V-1) + (1-ε) is rounded twice (2u = 2^-23 relative), ours once
+    torch.testing.assert_close(smoothed_target_distribution(target, 11, eps), q.float(), rtol=2.0**-23, atol=0)
     expected = -(q * F.log_softmax(logits, -1)).sum()
-    assert label_smoothed_cross_entropy(logits, target, eps).loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    loss = label_smoothed_cross_entropy(logits, target, eps).loss
+    # float64 logits are computed in float64: the two sums of the 18 · 11 terms differ by at most 2 · 198 · 2^-53
+    # relative (4.4e-14); float32 would be 1e-7 off
+    assert loss.dtype == torch.float64 and loss.item() == pytest.approx(expected.item(), rel=1e-13)
 
 
 def test_epsilon_zero_is_cross_entropy_ignoring_pad() -> None:
@@ -98,6 +109,10 @@ def test_fused_backward_equals_the_written_out_reference(epsilon, dtype, pad_id)
     torch.testing.assert_close(fused.nll, reference.nll)
     assert fused.num_tokens.item() == reference.num_tokens.item() == int((target != pad_id).sum())
     assert grad_fused.dtype == dtype
+    # Both gradients are p - q in float32 (exp of the log-softmax, or autograd's softmax backward: a few roundings
+    # apart, u = 2^-24 each; rtol 1e-5 is 160 u), then cast to the logits' dtype: in bfloat16 two float32 values a
+    # few u apart round to neighbours at most, one bfloat16 step apart (2^-7 relative at worst: rtol 1e-2); atol
+    # covers entries near 0, where p ≈ q and the difference is the float32 roundings of p (≤ 1 · u ≈ 6e-8).
     tolerance = {"rtol": 1e-2, "atol": 1e-3} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-6}
     torch.testing.assert_close(grad_fused.float(), grad_reference.float(), **tolerance)
     assert float(grad_fused[target == pad_id].abs().sum()) == 0.0  # PAD targets get no gradient

@@ -40,11 +40,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 # the top-level --help's epilog: the main job (grapheme-to-phoneme on CMUdict) from training to pronouncing words
 START_HERE = """\
 Start here with the main job: train a grapheme-to-phoneme model on CMUdict (about 10 minutes on a 2-core CPU),
-score it on the held-out words and pronounce a few (pip install -e ".[g2p,eval]" first; bash scripts/g2p.sh runs
-the same). Then train on your own pairs, one tab-separated source and target per line.
+score it on the held-out words and pronounce a few (pip install -c constraints.txt -e ".[g2p,eval]" first; bash
+scripts/g2p.sh runs the same). Then train on your own pairs, one tab-separated source and target per line.
 
 start here, examples:
-  dotformer train --config configs/g2p.toml --out runs/g2p --max-minutes 10
+  dotformer train --config g2p --out runs/g2p --max-minutes 10
   dotformer evaluate --checkpoint runs/g2p/last --split test
   dotformer translate --checkpoint runs/g2p/last transformer attention
   dotformer train --data pairs.tsv --out runs/mine --max-minutes 30

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         save_checkpoint,
         step_checkpoints,
     )
-    from dotformer.cli.outputs import check_output_dir
+    from dotformer.cli.outputs import check_output_dir, same_directory
     from dotformer.data.tokenizer_files import load_tokenizer
     from dotformer.errors import CheckpointError
 
@@ -67,6 +67,12 @@ def run(args: argparse.Namespace) -> int:
             )
     else:
         paths = [resolve_checkpoint(p) for p in args.checkpoints]
+    for path in paths:  # --overwrite replaces a checkpoint, never one of those it averages
+        if same_directory(out, path):
+            raise CheckpointError(
+                f"--out {out} is one of the checkpoints averaged ({path}): the average would replace it; give "
+                f"another --out"
+            )
     state = average_checkpoints(paths)  # checks that every checkpoint has the same model config
     loaded = load_checkpoint(paths[-1])
     for path in paths[:-1]:

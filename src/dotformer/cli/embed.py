@@ -98,9 +98,10 @@ def check_arguments(args: argparse.Namespace) -> str:
         raise ConfigError(f"--output-format {output_format!r} is not one of {', '.join(OUTPUT_FORMATS)}")
     check_input_file(args.input)
     if to_file:
-        check_output_file(args.output, "--output", (args.input,))
+        check_output_file(args.output, "--output", (("--input", args.input),))
         if output_format == "npy":
-            check_output_file(str(args.output) + SIDECAR_SUFFIX, "--output (its pooling file)", (args.input,))
+            sidecar = str(args.output) + SIDECAR_SUFFIX
+            check_output_file(sidecar, "--output (its pooling file)", (("--input", args.input),))
     elif output_format == "npy" and _is_terminal(sys.stdout):
         raise ConfigError("a .npy matrix is binary: redirect standard output, give --output FILE or use jsonl")
     return output_format

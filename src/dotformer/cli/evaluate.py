@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from dotformer.cli.outputs import check_output_file
+    from dotformer.cli.outputs import check_output_file, same_file
     from dotformer.config import MAX_SEED
     from dotformer.errors import CheckpointError, ConfigError
     from dotformer.runs.task import EvalRequest
@@ -83,10 +83,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give --data FILE (a test file) or --split (the run's saved split), not both")
     if args.data is None and reader_values(args):
         raise ConfigError(f"{', '.join(_flag(f) for f in reader_values(args))} read a --data file; none was given")
-    read = tuple(args.data.split(",")) if args.data else ()  # a TSV, or SRC,TGT files
+    read = tuple(("--data", path) for path in args.data.split(",")) if args.data else ()  # a TSV, or SRC,TGT files
     wanted = (("--json", args.json), ("--hyps", args.hyps))
     outputs = {flag: check_output_file(path, flag, read) for flag, path in wanted if path}
-    if args.json and args.hyps and Path(args.json).resolve() == Path(args.hyps).resolve():
+    if (
+        args.json
+        and args.hyps
+        and (Path(args.json).resolve() == Path(args.hyps).resolve() or same_file(args.json, args.hyps))
+    ):
         raise ConfigError(f"--json and --hyps name one file ({args.json}); give two")
     translator = load_translator(args, evaluation_refusals(config))
     files = translator.files

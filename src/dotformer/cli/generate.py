@@ -23,7 +23,13 @@ if TYPE_CHECKING:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer generate``."""
-    parser.add_argument("--checkpoint", required=True, metavar="CKPT", help="a language-model checkpoint or run dir")
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        action="append",
+        metavar="CKPT",
+        help="a language-model checkpoint or run dir (one: generate runs no ensemble)",
+    )
     parser.add_argument("--prompt", metavar="TEXT", help="the text to continue (default: one prompt per stdin line)")
     parser.add_argument("--max-new-tokens", type=int, default=200, metavar="N", help="tokens to add (200)")
     search = parser.add_argument_group("decoding")
@@ -84,6 +90,11 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except ConfigError as exc:
         raise ConfigError(with_surface_names(str(exc), generate_flags())) from None
+    if len(args.checkpoint) > 1:  # argparse would keep the last one silently
+        raise ConfigError(
+            f"generate continues text with one language model, {len(args.checkpoint)} --checkpoint given: give one "
+            f"(translate and evaluate decode an ensemble of translation models)"
+        )
     translator = load_translator(args, refuse_translation_model, ["--no-cache"] if args.no_cache else [])
     if args.prompt is not None:
         prompts: Iterable[tuple[str, str]] = [("--prompt", args.prompt)]

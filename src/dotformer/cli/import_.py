@@ -14,12 +14,14 @@ formats:
           -> an encoder-only checkpoint whose encoder memory is BERT's last hidden state
 
 Weights are read from safetensors only: a directory holding only pytorch_model.bin (a pickle) is refused.
-OUT must not exist or be empty. The checkpoint works with translate, evaluate (--dtype int8), explore and serve.
+OUT must not exist or be empty. A Marian checkpoint works with translate, evaluate (--dtype int8), explore and
+serve; a BERT checkpoint (an encoder alone, nothing to decode) with embed, which pools its encoder's output.
 
 examples:
   dotformer import --from marian ~/models/opus-mt-xx-yy runs/imported-marian
   dotformer translate --checkpoint runs/imported-marian "a sentence to translate"
   dotformer import --from bert ~/models/bert-tiny runs/imported-bert
+  dotformer embed --checkpoint runs/imported-bert "a sentence to embed" --output-format jsonl
 """
 
 

@@ -30,7 +30,8 @@ def check_input_flags(args: argparse.Namespace, *counts: tuple[str, int | None])
 
 
 def check_input_file(name: str | None) -> None:
-    """Check that ``--input`` names a file (None or ``-``: standard input, nothing to check).
+    """Check that ``--input`` names something to read: a file, or a pipe or device such as ``/dev/stdin`` (None or
+    ``-``: standard input, nothing to check).
 
     Raises:
         ConfigError: a directory. MissingDataError: no such file.
@@ -40,7 +41,7 @@ def check_input_file(name: str | None) -> None:
     path = Path(name)
     if path.is_dir():
         raise ConfigError(f"--input {path} is a directory; give a file")
-    if not path.is_file():
+    if not path.exists():
         raise MissingDataError(f"{path}: no such file")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from dotformer.errors import ConfigError
@@ -18,29 +19,54 @@ RUN_DIRS = frozenset({"data", "checkpoints", "best", "last", "tensorboard"})
 CHECKPOINT_MARKERS = ("model.safetensors", "manifest.json")
 
 
-def check_output_file(path: str | Path, flag: str, inputs: tuple[str | Path | None, ...] = ()) -> Path:
+def check_output_file(path: str | Path, flag: str, inputs: Sequence[tuple[str, str | Path | None]] = ()) -> Path:
     """Check that ``path`` can be written as a file without destroying anything the command reads or a run holds.
 
-    Refused: a directory; a parent that is a file; one of ``inputs`` (a file the command reads); a file inside a
-    checkpoint directory; a run's own files (``run.json``, ``metrics.jsonl``) or anything under its ``data/``,
-    ``checkpoints/``, ``best/``, ``last/``. A new file beside them (``RUN/test_metrics.json``) is fine. Missing
-    parents are allowed (they are created on writing). Returns ``path`` as a :class:`Path`.
+    Refused: a directory; a parent that is a file; a file the command reads (one of ``inputs``, pairs of its flag
+    and path, compared with :func:`same_file`: by device and inode, so a hard link, a symbolic link or a ``../``
+    form of the input is caught); a file inside a checkpoint directory; a run's own files (``run.json``,
+    ``metrics.jsonl``) or anything under its ``data/``, ``checkpoints/``, ``best/``, ``last/``. A new file beside
+    them (``RUN/test_metrics.json``) is fine. Missing parents are allowed (they are created on writing). Returns
+    ``path`` as a :class:`Path`. Call it before the output is opened: opening it empties it.
 
     Raises:
-        ConfigError: naming ``flag``, the path and why it is refused.
+        ConfigError: naming ``flag``, the path and why it is refused (the input's flag when it is one).
     """
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a directory; give a file name")
     _check_parents(path, flag)
-    resolved = path.resolve()
-    for source in inputs:
-        if source is not None and str(source) != "-" and Path(source).resolve() == resolved:
-            raise ConfigError(f"{flag} {path} is a file this command reads: it would be overwritten while read")
-    reason = _protected(resolved)
+    for source_flag, source in inputs:
+        if source is not None and str(source) != "-" and same_file(path, source):
+            other = "" if str(source) == str(path) else ", the same file by another name"
+            raise ConfigError(
+                f"{flag} {path} is a file this command reads ({source_flag} {source}{other}): writing it would "
+                f"destroy it; choose another path"
+            )
+    reason = _protected(path.resolve())
     if reason is not None:
         raise ConfigError(f"{flag} {path} {reason}: refusing to overwrite it (choose another path)")
     return path
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """True when the paths ``a`` and ``b`` name one existing regular file: the same device and inode after following
+    links (a hard link, a symbolic link, ``../`` forms). Two names of a device or a pipe (``/dev/null``) are not
+    files whose content can be lost, and a path that does not exist yet is no file at all: False."""
+    try:
+        first, second = os.stat(a), os.stat(b)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(first.st_mode) and (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
+def same_directory(a: str | Path, b: str | Path) -> bool:
+    """True when the paths ``a`` and ``b`` name one existing directory (by device and inode, after links)."""
+    try:
+        first, second = os.stat(a), os.stat(b)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISDIR(first.st_mode) and (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
 
 
 def check_not_stdin(path: str | Path, flag: str) -> None:
@@ -53,7 +79,7 @@ def check_not_stdin(path: str | Path, flag: str) -> None:
     """
     try:
         stdin, target = os.fstat(0), os.stat(path)
-    except OSError:  # no standard input, or no such file yet: nothing to destroy
+    except (OSError, ValueError):  # no standard input, or no such file yet: nothing to destroy
         return
     if stat.S_ISREG(stdin.st_mode) and (stdin.st_dev, stdin.st_ino) == (target.st_dev, target.st_ino):
         raise ConfigError(

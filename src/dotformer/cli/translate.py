@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from dotformer.cli.decode_flags import (
     add_decoding_arguments,
@@ -54,8 +54,8 @@ lengths: an input of more than --max-input-length tokens (EOS included; default:
         error naming its line, after the outputs of the lines before it are written. Inputs are decoded in batches
         of at most --batch-size sentences and --max-tokens padded tokens, so one long line does not pad a batch.
 warnings: one line each on standard error, at the end: characters the model's vocabulary does not know (read as
-        <unk>), and outputs cut at the maximum output length (--max-len-a, --max-len-b) or at the length of a learned
-        positional table before the model ended them.
+        <unk>), and outputs cut at the maximum output length (--max-len-a, --max-len-b) or at the model's positions
+        (its max_len, which caps that length) before the model ended them.
 
 A closed output pipe (| head -1) ends quietly; Ctrl-C ends with the outputs of every decoded chunk written.
 
@@ -122,7 +122,8 @@ class Tally:
     unknown: int = 0
     with_unknown: list[tuple[str, str]] = field(default_factory=list)  # (where, text) of each input with <unk>
     cut: list[str] = field(default_factory=list)  # where each cut output's input is
-    table: int | None = None  # the positions of the model's learned positional table (None: sinusoidal)
+    table: int | None = None  # the model's positions (max_len): no output is longer
+    positional: str = "learned"  # the kind of those positions, as the warning names them
     cut_by_table: list[str] = field(default_factory=list)  # where each output cut by that table's length is
     prefix_unknown: list[str] = field(default_factory=list)  # the prefixes' symbols read as <unk>, in order
 
@@ -157,10 +158,12 @@ class Tally:
                 f"and are cut (first: {self.cut[0]})"
             )
         if self.cut_by_table:
+            from dotformer.decoding.evaluation import positions_phrase
+
             lines.append(
-                f"{len(self.cut_by_table)} of {self.inputs} output(s) reached this model's learned positional table "
-                f"({self.table} positions, the most any output can have) before the model ended them and are cut "
-                f"(first: {self.cut_by_table[0]}); --max-len-a/--max-len-b cannot lengthen them"
+                f"{len(self.cut_by_table)} of {self.inputs} output(s) reached "
+                f"{positions_phrase(self.table, self.positional)}, the most any output can have, before the model "
+                f"ended them and are cut (first: {self.cut_by_table[0]}); --max-len-a/--max-len-b cannot lengthen them"
             )
         return lines
 
@@ -192,7 +195,7 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
         raise ConfigError(f"--output-format text writes one output per input; with --n-best {n_best} use nbest or json")
     check_input_file(args.input)
     if args.output is not None and args.output != "-":
-        check_output_file(args.output, "--output", (args.input,))
+        check_output_file(args.output, "--output", (("--input", args.input), ("--prefix-file", args.prefix)))
         if not args.texts and args.input in (None, "-"):
             check_not_stdin(args.output, "--output")
     return output_format
@@ -250,13 +253,17 @@ def run(args: argparse.Namespace) -> int:
         out = getattr(sys.stdout, "buffer", None) or TextAsBytes(sys.stdout)
     prefix_lines = read_prefix_file(args.prefix) if args.prefix is not None else None
     model_config = translator.config
-    tally = Tally(table=model_config.max_len if model_config.positional == "learned" else None)
+    tally = Tally(table=model_config.max_len, positional=model_config.positional)
     try:
         for first, lines in chunks:
+            malformed = malformed_inline_prefix(lines, first, name) if args.inline_prefix else None
+            if malformed is not None:  # the lines before it are decoded and written, then the error
+                lines = lines[: malformed.index]
             lines, prefixes = split_prefixes(lines, first, name, args.inline_prefix, prefix_lines, args.prefix)
             done, error = decode_chunk(
                 translator, lines, first, name, config, args, limit, prefixes, scores=output_format != "text"
             )
+            error = error or (malformed.error if malformed is not None else None)
             text = "".join(format_result(r, i, output_format, translator.tgt_tokenizer) for r, i in done)
             with deferred_interrupt():  # a chunk's outputs are written whole, and counted as written
                 out.write(text.encode("utf-8"))
@@ -299,6 +306,37 @@ def read_prefix_file(path: str) -> list[str]:
         return [line for _, lines in StreamLines(stream, path).chunks(1 << 20) for line in lines]
 
 
+INLINE_SEPARATOR = " ||| "  # between the source and the prefix of an --inline-prefix line
+
+
+class Malformed(NamedTuple):
+    """The first malformed line of a chunk: its index in the chunk and the error that names it."""
+
+    index: int
+    error: Exception
+
+
+def malformed_inline_prefix(lines: list[str], first: int, name: str | None) -> Malformed | None:
+    """The first line of a chunk (its first line is number ``first``) that is not ``SOURCE ||| PREFIX`` or a plain
+    source: one that holds ``|||`` more than once, or ``|||`` without a space on each side. None when all are fine.
+    """
+    from dotformer.errors import DataError
+
+    for i, line in enumerate(lines):
+        bars, separators = line.count("|||"), line.count(INLINE_SEPARATOR)
+        if bars == separators <= 1:
+            continue
+        problem = f"holds {bars} '|||'" if bars > 1 else "holds '|||' without a space on each side"
+        return Malformed(
+            i,
+            DataError(
+                f"{where(name, first + i)}: the line {problem}: --inline-prefix reads SOURCE ||| PREFIX, one "
+                f"separator with a space on each side (a line without one has no prefix)"
+            ),
+        )
+    return None
+
+
 def split_prefixes(
     lines: list[str],
     first: int,
@@ -316,7 +354,7 @@ def split_prefixes(
         DataError: the input has more lines than ``--prefix-file`` (naming the first line without a prefix).
     """
     if inline:
-        parts = [line.partition(" ||| ") for line in lines]
+        parts = [line.partition(INLINE_SEPARATOR) for line in lines]
         return [source for source, _, _ in parts], [prefix if sep else None for _, sep, prefix in parts]
     if prefix_lines is None:
         return lines, None

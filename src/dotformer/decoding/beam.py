@@ -23,7 +23,9 @@ continuation is divided by a larger penalty and can overtake. The search of a se
 finished hypotheses and max_h s_h / lp(L_max) ≤ the K-th finished score: no alive hypothesis can still enter the
 kept finished set. It also stops at L_max steps; the alive hypotheses are then finalised as they are (no EOS),
 scored with lp(L_max), and compete with the finished ones. The stopping rule does not depend on ``n_best``, so
-neither does the best hypothesis.
+neither does the best hypothesis. Because the bound divides by lp(L_max), a search waits longer for a larger L_max
+(its steps after the K-th finished hypothesis grow about as L_max^α); L_max is capped at the model's positions
+(:func:`~dotformer.decoding.incremental.output_positions`), so a limit beyond them costs nothing more.
 
 A finished sentence leaves the batch (its rows are dropped from the cache), so a batch costs what its longest search
 costs, not B times that. Shapes: B' sentences still searching, K beams, t steps so far, V vocabulary.

@@ -72,6 +72,11 @@ class DecodeConfig:
             raise ConfigError(f"DecodeConfig.max_len_a must be a finite number >= 0, got {self.max_len_a!r}")
         if not isinstance(self.max_len_b, int) or isinstance(self.max_len_b, bool) or self.max_len_b < 0:
             raise ConfigError(f"DecodeConfig.max_len_b must be a non-negative integer, got {self.max_len_b!r}")
+        if self.max_len_a == 0 and self.max_len_b == 0:
+            raise ConfigError(
+                "DecodeConfig.max_len_a and max_len_b are both 0: that allows no decoding step, and an output needs "
+                "one for its end of sentence; give max_len_b >= 1"
+            )
         if not math.isfinite(self.min_len_a) or self.min_len_a < 0:
             raise ConfigError(f"DecodeConfig.min_len_a must be a finite number >= 0, got {self.min_len_a!r}")
         if not isinstance(self.min_len_b, int) or isinstance(self.min_len_b, bool) or self.min_len_b < 0:
@@ -91,7 +96,10 @@ class DecodeConfig:
         """The most decoding steps for a source of ``source_length`` tokens (its EOS included, PAD excluded).
 
         Each step produces one token, so a finished hypothesis has at most ``max_output_length - 1`` tokens before
-        its EOS, and a hypothesis cut at the limit has exactly ``max_output_length`` tokens and no EOS. At least 1.
+        its EOS, and a hypothesis cut at the limit has exactly ``max_output_length`` tokens and no EOS. At least 1
+        (``max_len_a`` and ``max_len_b`` both 0 are refused; a positive ``max_len_a`` of a short source may round
+        down to 0). Decoding also caps it at the model's positions
+        (:func:`~dotformer.decoding.incremental.output_positions`).
         """
         return max(1, math.floor(self.max_len_a * source_length + self.max_len_b))
 

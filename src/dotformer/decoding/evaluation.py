@@ -183,35 +183,47 @@ def count_unfinished(outputs: Sequence[Sequence[Translation]]) -> int:
 
 
 def count_cut_by_table(outputs: Sequence[Sequence[Translation]], model_config: ModelConfig) -> int:
-    """How many inputs' best output was cut by the model's learned positional table (0 for sinusoidal positions):
-    unfinished with as many tokens as the table has positions, so that no --max-len-a/--max-len-b lengthens it."""
-    if model_config.positional != "learned":
-        return 0
+    """How many inputs' best output was cut at the model's positions (its ``max_len``: the rows of a learned
+    positional table, the positions a sinusoidal model was built for; every search stops there): unfinished with
+    as many tokens as the model has positions, so that no --max-len-a/--max-len-b lengthens it."""
     table = model_config.max_len
     return sum(1 for hyps in outputs if hyps and not hyps[0].finished and len(hyps[0].tokens) >= table)
 
 
+def positions_phrase(table: int | None, positional: str = "learned") -> str:
+    """How a warning names the model's ``table`` positions: ``this model's learned positional table (8 positions)``
+    or, for sinusoidal positions, ``this model's 1024 positions (its max_len)``."""
+    if positional == "learned":
+        return f"this model's learned positional table ({table} positions)"
+    return f"this model's {table} positions (its max_len)"
+
+
 def unfinished_warning(
-    count: int, total: int, config: DecodeConfig, at_table: int = 0, table: int | None = None
+    count: int,
+    total: int,
+    config: DecodeConfig,
+    at_table: int = 0,
+    table: int | None = None,
+    positional: str = "learned",
 ) -> str | None:
     """One line for standard error when ``count`` of ``total`` outputs were cut at the maximum length, else None.
 
     Example: ``3 of 200 outputs (1.5%) were cut at the maximum length (1.0 * source length + 50 tokens) without an
-    end of sentence; raise --max-len-a/--max-len-b to let them finish``. ``at_table`` of the ``count`` were cut by a
-    learned positional table of ``table`` positions (:func:`count_cut_by_table`): the line says so, since no flag
-    lengthens those.
+    end of sentence; raise --max-len-a/--max-len-b to let them finish``. ``at_table`` of the ``count`` were cut at
+    the model's ``table`` positions (``positional``: "learned" or "sinusoidal"; :func:`count_cut_by_table`): the line
+    says so, since no flag lengthens those.
     """
     if not count:
         return None
+    where = positions_phrase(table, positional)
     by_table = (
-        f"{at_table:,} of them reached this model's learned positional table ({table} positions), the most any output "
-        f"can have: --max-len-a/--max-len-b cannot lengthen them"
+        f"{at_table:,} of them reached {where}, the most any output can have: --max-len-a/--max-len-b cannot "
+        f"lengthen them"
     )
     if at_table == count:
         return (
             f"{count:,} of {total:,} outputs ({count / total:.1%}) were cut without an end of sentence: they reached "
-            f"this model's learned positional table ({table} positions), the most any output can have "
-            f"(--max-len-a/--max-len-b cannot lengthen them)"
+            f"{where}, the most any output can have (--max-len-a/--max-len-b cannot lengthen them)"
         )
     line = (
         f"{count:,} of {total:,} outputs ({count / total:.1%}) were cut at the maximum length "

@@ -184,18 +184,20 @@ def left_to_right(
         generator = torch.Generator(device=prompt.device)
         generator.manual_seed(config.seed)
         pick = sampling_picker(config, generator)
-    tokens = torch.zeros(N, steps, dtype=torch.int64, device=prompt.device)  # (N, steps)
-    log_probs = torch.zeros(N, steps, dtype=torch.float32, device=prompt.device)  # (N, steps)
+    tokens: list[list[int]] = [[] for _ in range(N)]  # grown step by step: memory follows the tokens made
+    log_probs: list[list[float]] = [[] for _ in range(N)]
     step_log_probs = forbid_special_tokens(context.feed(prompt.expand(N, -1)))  # (N, V)
     for t in range(steps):
         token = pick(step_log_probs)  # (N,)
-        tokens[:, t] = token
-        log_probs[:, t] = step_log_probs.gather(1, token[:, None]).squeeze(1)
+        chosen = step_log_probs.gather(1, token[:, None]).squeeze(1)  # (N,)
+        for row, (new, log_prob) in enumerate(zip(token.tolist(), chosen.tolist(), strict=True)):
+            tokens[row].append(new)
+            log_probs[row].append(log_prob)
         if on_token is not None:
             on_token(token)
         if t + 1 < steps:
             step_log_probs = forbid_special_tokens(context.feed(token[:, None]))  # (N, V)
-    return [Generation(row, lp) for row, lp in zip(tokens.tolist(), log_probs.tolist(), strict=True)]
+    return [Generation(row, lp) for row, lp in zip(tokens, log_probs, strict=True)]
 
 
 def beam_generate(context: ContextWindow, prompt: Tensor, config: DecodeConfig) -> list[Generation]:

@@ -62,17 +62,18 @@ def decode_left_to_right(
             model, expand_rows(source.memory, copies), expand_rows(source.src_mask, copies), config.use_cache
         )
         max_len = expand_rows(source.max_len, copies)  # (N,)
-        steps = int(max_len.max())
-        out_tokens = torch.zeros(N, steps, dtype=torch.int64, device=src.device)  # (N, steps)
-        out_log_probs = torch.zeros(N, steps, dtype=torch.float32, device=src.device)  # (N, steps)
+        # one (N,) column per step taken, so memory and work follow the longest output, never the length limit
+        token_columns: list[Tensor] = []
+        log_prob_columns: list[Tensor] = []
         out_lengths = torch.zeros(N, dtype=torch.int64, device=src.device)  # (N,) steps taken per row
         active = torch.arange(N, device=src.device)  # (N',) the original row of each row still decoding
         last = torch.full((N,), BOS_ID, dtype=torch.int64, device=src.device)  # (N',)
-        for t in range(steps):
+        for t in range(int(max_len.max())):  # every row ends by its limit; most end at EOS long before
             log_probs = rules.apply(decoder.step(last), t, active // copies)  # (N', V)
             token = pick(log_probs)  # (N',)
-            out_tokens[active, t] = token
-            out_log_probs[active, t] = log_probs.gather(1, token[:, None]).squeeze(1)
+            token_columns.append(torch.zeros(N, dtype=torch.int64, device=src.device).index_copy(0, active, token))
+            chosen = log_probs.gather(1, token[:, None]).squeeze(1)  # (N',)
+            log_prob_columns.append(torch.zeros(N, device=src.device).index_copy(0, active, chosen.float()))
             out_lengths[active] = t + 1
             done = (token == EOS_ID) | (t + 1 >= max_len[active])  # (N',)
             if bool(done.all()):
@@ -82,7 +83,9 @@ def decode_left_to_right(
                 decoder.select(keep)
                 active, token = active[keep], token[keep]
             last = token
-        tokens, log_probs_list, lengths = out_tokens.tolist(), out_log_probs.tolist(), out_lengths.tolist()
+        tokens = torch.stack(token_columns, dim=1).tolist()  # (N, steps taken)
+        log_probs_list = torch.stack(log_prob_columns, dim=1).tolist()  # (N, steps taken)
+        lengths = out_lengths.tolist()
     results: list[list[Hypothesis]] = []
     for b in range(B):
         rows = range(b * copies, (b + 1) * copies)

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import EOS_ID
 from dotformer.decoding.cache import DecoderCache, check_rows, group_sources
 from dotformer.decoding.config import DecodeConfig
@@ -96,6 +97,14 @@ def check_source(model: Transformer, src: Tensor) -> None:
         )
 
 
+def output_positions(config: ModelConfig) -> int:
+    """The most tokens an output can have: the model's ``max_len`` positions (the rows of a learned positional
+    table; the positions a sinusoidal model was built for and reads by default). Every search caps its length limit
+    ``max_len_a · S + max_len_b`` there (:func:`encode_source`), so a huge ``max_len_b`` costs nothing more (as
+    fairseq caps it at the model's positions)."""
+    return int(config.max_len)
+
+
 def encode_source(model: Transformer, src: Tensor, config: DecodeConfig) -> EncodedSource:
     """Encode a (B, S) int64 right-padded batch once and work out each sentence's output length limit.
 
@@ -110,9 +119,8 @@ def encode_source(model: Transformer, src: Tensor, config: DecodeConfig) -> Enco
     else:
         memory = model.encode(src, src_mask).memory  # (B, S, D)
     lengths = (src != model.config.pad_id).sum(dim=1).tolist()  # B ints
-    limits = [config.max_output_length(n) for n in lengths]
-    if model.config.positional == "learned":  # step t reads position t; the table has max_len rows
-        limits = [min(n, model.config.max_len) for n in limits]
+    positions = output_positions(model.config)  # step t reads position t
+    limits = [min(config.max_output_length(n), positions) for n in lengths]
     minimums = [config.min_output_length(n) for n in lengths]
     return EncodedSource(
         memory,

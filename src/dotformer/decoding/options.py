@@ -66,7 +66,13 @@ DECODE_OPTIONS: tuple[DecodeOption, ...] = (
         "GNMT length penalty alpha (0.6)",
         metavar="ALPHA",
     ),
-    DecodeOption("max_len_a", float, "--max-len-a", "max_len_a", "max output length = A * input length + B (1.0)"),
+    DecodeOption(
+        "max_len_a",
+        float,
+        "--max-len-a",
+        "max_len_a",
+        "max output length = A * input length + B, at most the model's positions (1.0)",
+    ),
     DecodeOption("max_len_b", int, "--max-len-b", "max_len_b", "see --max-len-a (50)"),
     DecodeOption(
         "min_len_a", float, "--min-len-a", "min_len_a", "min output length = A * input length + --min-len (0.0)"

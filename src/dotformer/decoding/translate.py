@@ -82,8 +82,8 @@ def decode_encoded(
             empty list: no prefix).
 
     Raises:
-        ConfigError: ``prefixes`` does not hold one entry per source. ShapeError: a prefix as long as its
-            output's length limit.
+        ConfigError: ``prefixes`` does not hold one entry per source; ``alignment_layer`` names no decoder layer.
+            ShapeError: a prefix as long as its output's length limit.
     """
     from tqdm import tqdm
 
@@ -94,8 +94,7 @@ def decode_encoded(
         check_prefixes(prefixes, encoded, config)
     if config.replace_unk:
         check_replace_unk(loaded)
-    if config.alignments or config.replace_unk:
-        check_alignment_layer(model, config.alignment_layer)
+    check_alignment_layer(model, config.alignment_layer)  # with or without alignments: a wrong value is named
     results: list[list[Translation]] = [[] for _ in encoded.ids]
     empty = [i for i, text in enumerate(encoded.texts) if is_empty_source(text) and not (prefixes and prefixes[i])]
     for i in empty:

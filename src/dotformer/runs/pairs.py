@@ -159,9 +159,14 @@ class PairsTask(Task):
         description = f"({counts}), task {self.name}, {search}"
         warnings = []
         if config is not None:
-            table = loaded.config.max_len
+            model_config = loaded.config
             warning = unfinished_warning(
-                evaluation.unfinished, evaluation.num_sources, config, evaluation.unfinished_at_table, table
+                evaluation.unfinished,
+                evaluation.num_sources,
+                config,
+                evaluation.unfinished_at_table,
+                model_config.max_len,
+                model_config.positional,
             )
             warnings = [warning] if warning else []
         payload = {"decode": config.to_dict() if config else None, **evaluation.to_dict()}

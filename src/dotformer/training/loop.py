@@ -253,17 +253,21 @@ def describe_data(setup: Setup) -> str:
     batches per epoch, padding fraction."""
     d, c = setup.data, setup.config
     batches = setup.stream.own_batches(setup.stream.epoch)
+    size = f"<= {c.max_tokens:,} tokens"
     if isinstance(d.train, TokenStream):
         T = d.train.block_size
         counts = f"{len(d.train):,} train / {len(d.valid):,} valid tokens, blocks of {T:,} tokens"
         vocabulary = f"vocabulary {d.tgt_tokenizer.vocab_size:,}"
+        blocks = setup.stream.sampler.blocks_per_batch  # max(1, max_tokens // T): whole blocks, at least one
+        size = f"{count(blocks, 'block')} ({blocks * T:,} tokens"
+        size += f"; max_tokens {c.max_tokens:,} is less than one block)" if c.max_tokens < T else ")"
     else:
         counts = f"{len(d.train):,} train / {len(d.valid):,} valid pairs"
         vocabulary = f"vocabulary {d.src_tokenizer.vocab_size:,} -> {d.tgt_tokenizer.vocab_size:,}"
     return (
         f"data: {counts}; {vocabulary};"
         f" model {setup.model.num_parameters():,} parameters; {count(len(batches), 'batch', 'batches')} of"
-        f" <= {c.max_tokens:,} tokens per epoch (this process), {padding_fraction(batches):.1%} padding"
+        f" {size} per epoch (this process), {padding_fraction(batches):.1%} padding"
     )
 
 

@@ -54,7 +54,8 @@ def label_smoothed_cross_entropy_reference(
     """Summed label-smoothed cross-entropy and NLL over the non-PAD positions (paper §5.4), written out.
 
     Args:
-        logits: (B, T, V) (or (N, V)) unnormalised scores, any float dtype; computed in float32.
+        logits: (B, T, V) (or (N, V)) unnormalised scores, any float dtype; computed in float32 (float64 logits in
+            float64: :func:`loss_dtype`).
         target: (B, T) (or (N,)) int64 gold token ids; positions equal to ``pad_id`` are ignored.
         epsilon: ε_ls in [0, 1); 0 gives the plain cross-entropy.
         pad_id: the PAD id: ignored as a target and given no smoothing mass.
@@ -70,8 +71,8 @@ def label_smoothed_cross_entropy_reference(
     keep = target != pad_id  # (B, T) bool: real target tokens
     # PAD rows count for nothing; zero their logits first, so an inf or NaN there reaches neither the value nor the
     # gradient (masking after the log-softmax would leave 0 · NaN in its backward).
-    logits = logits.float().masked_fill(~keep.unsqueeze(-1), 0.0)  # (B, T, V) float32
-    log_probs = F.log_softmax(logits, dim=-1)  # (B, T, V) float32
+    logits = logits.to(loss_dtype(logits)).masked_fill(~keep.unsqueeze(-1), 0.0)  # (B, T, V) float32 (or float64)
+    log_probs = F.log_softmax(logits, dim=-1)  # (B, T, V) float32 (or float64)
     gold = log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T) log p(y)
     nll = -gold.masked_fill(~keep, 0.0).sum()
     if epsilon > 0:
@@ -81,6 +82,13 @@ def label_smoothed_cross_entropy_reference(
     else:
         loss = nll
     return LossSums(loss=loss, nll=nll.detach(), num_tokens=keep.sum())
+
+
+def loss_dtype(logits: Tensor) -> torch.dtype:
+    """The dtype the loss is computed in: float32 for float32 and lower-precision logits (bfloat16, float16), float64
+    for float64 logits (a float64 model, as the tests' comparisons with other implementations use, keeps its
+    precision)."""
+    return torch.promote_types(logits.dtype, torch.float32)
 
 
 def check_loss_inputs(logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> int:
@@ -111,7 +119,7 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
     def forward(ctx: Any, logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, Tensor]:
         # logits: (N, V) any float dtype; target: (N,) int64
         V = logits.size(-1)
-        log_probs = F.log_softmax(logits.float(), dim=-1)  # (N, V) float32, the only (N, V) buffer we allocate
+        log_probs = F.log_softmax(logits.to(loss_dtype(logits)), dim=-1)  # (N, V) float32: the one (N, V) buffer
         keep = target != pad_id  # (N,)
         gold = log_probs.gather(1, target[:, None]).squeeze(1)  # (N,) log p(y)
         nll = -gold.masked_fill(~keep, 0.0).sum()  # masked_fill, not * keep: PAD rows may hold inf or NaN
