@@ -60,7 +60,10 @@ def torch_only_fields(config: DecodeConfig, model: ModelConfig | None = None) ->
             continue
         value, default = getattr(config, option.field), option.default
         if option.field == "alignment_layer" and model is not None:  # -1 and N - 1 name the same (last) layer
-            value, default = value % max(1, model.num_decoder_layers), default % max(1, model.num_decoder_layers)
+            layers = max(1, model.num_decoder_layers)
+            if not -layers <= value < layers:
+                continue  # no such layer: either engine refuses it (decoding.alignment.check_alignment_layer)
+            value, default = value % layers, default % layers
         if value != default:
             fields.append(option.field)
     if not config.use_cache:

@@ -190,13 +190,12 @@ class CT2Translate:
             ConfigError, ShapeError: as ``decode_encoded`` (bad prefixes, replace_unk with BPE, a bad layer).
         """
         check_batch_limits(batch_size, max_tokens)
+        check_alignment_layer(self.checkpoint, config.alignment_layer)  # with or without alignments, as torch's
         check_engine_options(config, self.checkpoint)
         if prefixes is not None:
             check_prefixes(prefixes, encoded, config)
         if config.replace_unk:
             check_replace_unk(self.checkpoint)
-        if config.alignments or config.replace_unk:
-            check_alignment_layer(self.checkpoint, config.alignment_layer)
         results: list[list[Translation]] = [[] for _ in encoded.ids]
         todo = []
         for i, text in enumerate(encoded.texts):
@@ -226,19 +225,9 @@ class CT2Translate:
 
     def output_limit(self, config: DecodeConfig, source_length: int) -> tuple[int, int]:
         """``(max, min)`` output length of a source of ``source_length`` tokens (EOS included), as dotformer's
-        search limits it (a learned positional table cuts it at ``max_len``).
-
-        Raises:
-            EngineOptionError: the maximum exceeds the copy's positional rows.
-        """
-        most = config.max_output_length(source_length)
-        if self.checkpoint.config.positional == "learned":
-            most = min(most, self.checkpoint.config.max_len)
-        if most > self.positions:
-            raise EngineOptionError(
-                f"max_len_a/max_len_b allow outputs of {most} tokens, beyond the {self.positions} positions of the "
-                f"CTranslate2 copy (a sinusoidal table is exported with max(max_len, 1024) rows)"
-            )
+        search limits it: at most the model's ``max_len`` positions
+        (:func:`dotformer.decoding.incremental.output_positions`), which the copy holds."""
+        most = min(config.max_output_length(source_length), self.checkpoint.config.max_len)
         return most, config.min_output_length(source_length)
 
     def search(
