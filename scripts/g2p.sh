@@ -23,6 +23,6 @@ dotformer train --config configs/g2p.toml --out "$out" --overwrite "${budget[@]}
 # The paper averages the last checkpoints (§6.1); at this budget g2p.toml's cooldown does better (its header).
 dotformer evaluate --checkpoint "$out/last" --split test "${limit[@]}" --json "$out/test_metrics.json"
 echo "Some held-out words and the model's pronunciation:"
-words=$(cut -f1 "$out/data/test.tsv" | awk '!seen[$0]++' | awk 'NR % 700 == 1 && ++n <= 8')
+words=$(cut -f1 "$out/data/test.tsv" | awk '/^[a-z]+$/ && !seen[$0]++' | awk 'NR % 700 == 1 && ++n <= 8')
 # shellcheck disable=SC2086
 paste <(printf '%s\n' $words) <(dotformer translate --checkpoint "$out/last" $words) | column -t -s $'\t'

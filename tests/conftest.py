@@ -30,6 +30,15 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _data_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test prepares data into a cache of its own ($DOTFORMER_CACHE), never the user's ~/.cache/dotformer; a
+    command the test runs inherits it."""
+    cache = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("DOTFORMER_CACHE", str(cache))
+    return cache
+
+
 @pytest.fixture
 def make_model() -> Callable[..., Transformer]:
     """``make_model(**overrides)``: a "tiny" Transformer (V=13, D=64, H=4, 2+2 layers) in eval mode, float32."""

@@ -32,12 +32,11 @@ def test_deterministic_by_seed_and_different_across_seeds():
 
 
 def test_matches_a_hand_computed_shuffle():
-    import random
+    import numpy as np
 
-    units = [[i] for i in range(10)]
-    random.Random(3).shuffle(units)
-    expected_test = sorted(unit[0] for unit in units[:2])
-    expected_valid = sorted(unit[0] for unit in units[2:3])
+    units = np.random.default_rng(3).permutation(10)  # the pairs in the order they are dealt
+    expected_test = sorted(units[:2].tolist())
+    expected_valid = sorted(units[2:3].tolist())
     indices = split_indices(make_corpus(10), seed=3, valid_fraction=0.1, test_fraction=0.2)
     assert indices.test == expected_test and indices.valid == expected_valid
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -19,7 +20,7 @@ from dotformer.metrics.language import LanguageModelScore, score_text
 
 def stream_of(n: int, block: int) -> TokenStream:
     """A stream whose token at position i is 4 + i (distinct ids, so positions can be read back from tokens)."""
-    return TokenStream(torch.arange(4, 4 + n, dtype=torch.int64), block)
+    return TokenStream(np.arange(4, 4 + n, dtype=np.int64), block)
 
 
 def test_encode_text_ends_every_line_with_eos() -> None:

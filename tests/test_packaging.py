@@ -43,7 +43,7 @@ except ModuleNotFoundError:  # Python 3.10: the declared dependency
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE = {"torch", "numpy", "safetensors", "tokenizers", "tqdm"}  # what a plain `pip install dotformer` brings
+CORE = {"torch", "numpy", "safetensors", "tokenizers", "tqdm", "filelock"}  # a plain `pip install dotformer`
 TIMEOUT = 300
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
 

@@ -3,7 +3,8 @@
 Read the modules in this order:
 
 1. :mod:`dotformer.data.corpora`     ``load_pairs(spec, options) -> Corpus``: the one entry point, and the types
-   ``Pair``, ``Corpus``, ``CorpusOptions``; it dispatches to one module per source:
+   ``Pair``, ``Corpus``, ``CorpusOptions``; ``open_pairs`` gives the same pairs as a ``PairReader`` read in passes
+   (a corpus of any size, a block at a time); it dispatches to one module per source:
 
    - :mod:`dotformer.data.textio`     strict UTF-8 line reading with FILE:LINE errors (shared by the file readers)
    - :mod:`dotformer.data.tsv`        TSV/CSV files of pairs
@@ -18,8 +19,18 @@ Read the modules in this order:
 3. :mod:`dotformer.data.tokenizers`  char, symbol and byte-level BPE tokenizers with PAD/BOS/EOS/UNK = 0/1/2/3
    (BPE itself in :mod:`dotformer.data.bpe`; existing tokenizer files in :mod:`dotformer.data.pretrained`;
    training any kind and reading any file back in :mod:`dotformer.data.tokenizer_files`)
-4. :mod:`dotformer.data.batching`    ``Batch``, ``encode_pairs``, ``BatchSampler`` (token budget, length buckets,
-   (seed, epoch)-pure order, sharding by rank, resumable positions)
+4. Data prepared once, memory-mapped by every run and rank:
+
+   - :mod:`dotformer.data.arrays`      ragged token arrays on disk (flat ids + offsets, ``.bin``/``.idx``)
+   - :mod:`dotformer.data.preparing`   ``prepare_pairs``, ``prepare_text``: read in passes, split, tokenizers learned on
+     a sample, encoded in chunks (:mod:`dotformer.data.writing` writes the directory atomically)
+   - :mod:`dotformer.data.prepared`    the directory's layout and ``open_prepared``: ``PreparedPairs``, ``PreparedText``
+   - :mod:`dotformer.data.fingerprint` input files (size, time, content hash) and the fingerprint of prepared data
+   - :mod:`dotformer.data.cache`       ``prepared_for(config, seed)``: the cached directory, prepared once under a lock
+
+5. :mod:`dotformer.data.batching`    ``Batch``, ``BatchSampler`` (token budget, length buckets, (seed, epoch)-pure
+   order planned from the lengths, sharding by rank, resumable positions); :mod:`dotformer.data.blocks` cuts a
+   language model's stream into blocks
 
 Nothing is imported here: import the module you need (``from dotformer.data.corpora import load_pairs``), so that
 ``import dotformer.data`` stays free of heavy dependencies (pysword, datasets, tokenizers).

@@ -7,6 +7,11 @@ tokens, where an example's length is the longer of its source (+EOS) and target 
 B·L <= ``max_tokens``. Examples are shuffled, cut into large chunks, sorted by length within each chunk (so
 neighbours have similar lengths and little padding), packed greedily, and the batches are shuffled.
 
+The sampler reads only the lengths (a :class:`~dotformer.data.arrays.PairArrays` of mapped token arrays, or a list
+of :class:`EncodedPair` made into arrays in memory); an epoch's order is a :class:`BatchPlan` of index arrays, and a
+batch is collated when it is taken, reading only its own rows (:func:`collate_rows`). The padding of an epoch is
+counted from the lengths (:meth:`BatchSampler.padding_fraction`), without collating it.
+
 Shape legend (see :mod:`dotformer.attention`): B batch, S source length, T target length. Tensors are right-padded
 with ``PAD_ID`` (0); ``src`` ends each row with EOS, ``tgt_in`` starts with BOS (teacher forcing input), and
 ``tgt_out`` ends with EOS (the labels): ``tgt_in[:, 1:] == tgt_out[:, :-1]`` on real tokens.
@@ -25,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dotformer.data.arrays import PairArrays, RaggedArray
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from dotformer.data.types import Pair
 from dotformer.errors import ConfigError, DataError
@@ -99,7 +105,7 @@ class Batch:
 
 
 def collate(examples: Sequence[EncodedPair], indices: Sequence[int] | None = None) -> Batch:
-    """Pad examples into a :class:`Batch` (shapes in its docstring).
+    """Pad examples into a :class:`Batch` (shapes in its docstring): :func:`collate_rows` of all of them.
 
     Args:
         examples: B >= 1 encoded pairs.
@@ -110,23 +116,50 @@ def collate(examples: Sequence[EncodedPair], indices: Sequence[int] | None = Non
     """
     if not examples:
         raise DataError("cannot collate an empty batch")
-    src_len = max(len(example.src) for example in examples) + 1  # S
-    tgt_len = max(len(example.tgt) for example in examples) + 1  # T
-    src_rows, tgt_in_rows, tgt_out_rows = [], [], []
-    for example in examples:
-        src_rows.append([*example.src, EOS_ID] + [PAD_ID] * (src_len - len(example.src) - 1))
-        tgt_pad = [PAD_ID] * (tgt_len - len(example.tgt) - 1)
-        tgt_in_rows.append([BOS_ID, *example.tgt, *tgt_pad])
-        tgt_out_rows.append([*example.tgt, EOS_ID, *tgt_pad])
-    src = torch.tensor(src_rows, dtype=torch.int64)  # (B, S)
+    arrays = PairArrays.from_rows([example.src for example in examples], [example.tgt for example in examples])
+    batch = collate_rows(arrays, np.arange(len(examples)))
+    return batch if indices is None else dataclasses.replace(batch, indices=[int(i) for i in indices])
+
+
+def collate_rows(examples: PairArrays, indices: Sequence[int] | np.ndarray) -> Batch:
+    """The :class:`Batch` of the examples ``indices`` of ``examples``: only their rows of the (mapped) arrays are read.
+
+    Raises:
+        DataError: no indices.
+    """
+    rows = np.asarray(indices, dtype=np.int64)
+    if len(rows) == 0:
+        raise DataError("cannot collate an empty batch")
+    src, src_len = _gather(examples.src, rows)  # (B, max source length), (B,)
+    tgt, tgt_len = _gather(examples.tgt, rows)
+    B, every = len(rows), np.arange(len(rows))
+    src_ids = np.full((B, src.shape[1] + 1), PAD_ID, dtype=np.int64)  # (B, S): ids + EOS
+    src_ids[:, :-1] = src
+    src_ids[every, src_len] = EOS_ID
+    tgt_in = np.full((B, tgt.shape[1] + 1), PAD_ID, dtype=np.int64)  # (B, T): BOS + ids
+    tgt_in[:, 0] = BOS_ID
+    tgt_in[:, 1:] = tgt
+    tgt_out = np.full_like(tgt_in, PAD_ID)  # (B, T): ids + EOS
+    tgt_out[:, :-1] = tgt
+    tgt_out[every, tgt_len] = EOS_ID
     return Batch(
-        src=src,
-        tgt_in=torch.tensor(tgt_in_rows, dtype=torch.int64),  # (B, T)
-        tgt_out=torch.tensor(tgt_out_rows, dtype=torch.int64),  # (B, T)
-        num_src_tokens=sum(len(example.src) + 1 for example in examples),
-        num_tgt_tokens=sum(len(example.tgt) + 1 for example in examples),
-        indices=list(range(len(examples))) if indices is None else [int(i) for i in indices],
+        src=torch.from_numpy(src_ids),
+        tgt_in=torch.from_numpy(tgt_in),
+        tgt_out=torch.from_numpy(tgt_out),
+        num_src_tokens=int(src_len.sum()) + B,
+        num_tgt_tokens=int(tgt_len.sum()) + B,
+        indices=rows.tolist(),
     )
+
+
+def _gather(array: RaggedArray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``array`` right-padded with PAD into (B, L) int64, L the longest, and their lengths (B,)."""
+    starts, lengths = array.offsets[rows], array.offsets[rows + 1] - array.offsets[rows]
+    out = np.full((len(rows), int(lengths.max(initial=0))), PAD_ID, dtype=np.int64)
+    row_of = np.repeat(np.arange(len(rows)), lengths)
+    column = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    out[row_of, column] = array.ids[np.repeat(starts, lengths) + column]  # reads only these ids of a mapped file
+    return out, lengths
 
 
 def padding_fraction(batches: Sequence[Batch]) -> float:
@@ -134,6 +167,74 @@ def padding_fraction(batches: Sequence[Batch]) -> float:
     cells = sum(batch.src.numel() + batch.tgt_out.numel() for batch in batches)
     real = sum(batch.num_src_tokens + batch.num_tgt_tokens for batch in batches)
     return 1.0 - real / cells if cells else 0.0
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The batches of an epoch as three index arrays (no list per batch): the packed batches one after another,
+    where each begins, and the order they are taken in.
+
+    Attributes:
+        rows: (N,) int64, example indices (block numbers for a language model), batch after batch as packed.
+        starts: (C + 1,) int64, packed batch c is ``rows[starts[c] : starts[c + 1]]``.
+        order: (K,) int64, the packed batches in the order they are taken (a batch may come twice: ``"pad"``).
+    """
+
+    rows: np.ndarray
+    starts: np.ndarray
+    order: np.ndarray
+
+    def __len__(self) -> int:
+        """K, the batches taken."""
+        return len(self.order)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """The example indices of the i-th batch taken."""
+        c = int(self.order[i])
+        return self.rows[self.starts[c] : self.starts[c + 1]]
+
+    def select(self, which: slice | np.ndarray) -> BatchPlan:
+        """The plan of the batches ``order[which]`` (a rank's share: ``slice(rank, None, world_size)``)."""
+        return dataclasses.replace(self, order=self.order[which])
+
+    def as_lists(self) -> list[list[int]]:
+        """The batches as lists of example indices, in the order taken."""
+        return [self[i].tolist() for i in range(len(self))]
+
+
+class PlannedBatches(Sequence[Batch]):
+    """The batches of a :class:`BatchPlan`, collated one at a time when read (validation holds no epoch of tensors).
+
+    Args:
+        sampler: the sampler whose ``make_batch`` collates them. plan: which batches. epoch: the plan's epoch.
+    """
+
+    def __init__(self, sampler: BatchSampler, plan: BatchPlan, epoch: int = 0) -> None:
+        self.sampler, self.plan, self.epoch = sampler, plan, epoch
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getitem__(self, i: int) -> Batch:  # type: ignore[override]
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"batch {i} of {len(self)}")
+        return self.sampler.make_batch(self.plan[i % len(self)], self.epoch)
+
+
+def pack(lengths: np.ndarray, max_tokens: int) -> np.ndarray:
+    """Greedy batches of examples sorted by length (ascending): where each batch begins, and the end, ((C + 1,) int64).
+
+    A batch grows while (its size + 1) × the next length <= ``max_tokens`` (the next example is the longest so far):
+    the batch starting at p holds the largest k with k · lengths[p + k - 1] <= max_tokens (at least one example).
+    k · lengths[p + k - 1] grows with k, so k is found by a binary search; the loop runs once per batch.
+    """
+    starts, p, n = [0], 0, len(lengths)
+    while p < n:
+        width = min(n - p, max(1, max_tokens // int(lengths[p])))
+        cost = lengths[p : p + width] * np.arange(1, width + 1)  # the cost of a batch of 1, 2, ... examples
+        p += max(1, int(np.searchsorted(cost, max_tokens, side="right")))
+        starts.append(p)
+    return np.array(starts, dtype=np.int64)
 
 
 def check_sampler_arguments(max_tokens: int, seed: int, rank: int, world_size: int, remainder: str) -> None:
@@ -171,7 +272,7 @@ class BatchSampler:
     ``iter_batches(epoch, start=index)``.
 
     Args:
-        examples: the encoded pairs.
+        examples: the encoded pairs: arrays (memory-mapped by :mod:`dotformer.data.prepared`), or a list.
         max_tokens: the budget B·L per batch (L = longest example length in the batch, see :func:`example_length`).
         seed: non-negative seed of the order.
         shuffle: shuffle examples and batches (training) or sort by length and keep order (evaluation).
@@ -189,7 +290,7 @@ class BatchSampler:
 
     def __init__(
         self,
-        examples: Sequence[EncodedPair],
+        examples: PairArrays | Sequence[EncodedPair],
         max_tokens: int,
         seed: int = 0,
         shuffle: bool = True,
@@ -204,7 +305,9 @@ class BatchSampler:
             raise ConfigError(f"max_len must be positive or None, got {max_len}")
         if sort_chunk is not None and sort_chunk <= 0:
             raise ConfigError(f"sort_chunk must be positive or None, got {sort_chunk}")
-        self.examples = list(examples)
+        if not isinstance(examples, PairArrays):
+            examples = PairArrays.from_rows([e.src for e in examples], [e.tgt for e in examples])
+        self.examples = examples
         self.max_tokens = max_tokens
         self.seed = seed
         self.shuffle = shuffle
@@ -213,7 +316,7 @@ class BatchSampler:
         self.max_len = max_len
         self.sort_chunk = sort_chunk
         self.remainder = remainder
-        lengths = np.array([example_length(example) for example in self.examples], dtype=np.int64)
+        lengths = examples.lengths  # (N,) int64: max(source, target) + 1, as example_length
         keep = np.arange(len(lengths)) if max_len is None else np.flatnonzero(lengths <= max_len)
         self.num_filtered = len(lengths) - len(keep)  # examples dropped by max_len
         if len(keep) == 0:
@@ -223,8 +326,8 @@ class BatchSampler:
             first = int(too_long[0])
             raise DataError(
                 f"{len(too_long)} example(s) need more than max_tokens={max_tokens} tokens, e.g. example {first} "
-                f"with {int(lengths[first])} (source {len(self.examples[first].src)} + EOS, target "
-                f"{len(self.examples[first].tgt)} + BOS/EOS); raise max_tokens, or set max_len to drop and count them"
+                f"with {int(lengths[first])} (source {len(examples.src[first])} + EOS, target "
+                f"{len(examples.tgt[first])} + BOS/EOS); raise max_tokens, or set max_len to drop and count them"
             )
         self._lengths = lengths
         self._keep = keep
@@ -237,8 +340,9 @@ class BatchSampler:
         digest.update(repr((settings, self.remainder)).encode())
         return digest.hexdigest()[:16]
 
-    def all_batches_indices(self, epoch: int) -> list[list[int]]:
-        """Example indices of every batch of the epoch, for all ranks, in order (before sharding)."""
+    def global_plan(self, epoch: int) -> BatchPlan:
+        """Every batch of the epoch, for all ranks, in order (before sharding): the :class:`BatchPlan` of the rule
+        in the class docstring."""
         rng = np.random.default_rng([self.seed, epoch])
         lengths = self._lengths
         if self.shuffle:
@@ -246,55 +350,76 @@ class BatchSampler:
             chunk = len(order) if self.sort_chunk is None else self.sort_chunk
         else:
             order, chunk = self._keep, len(self._keep)
-        batches: list[list[int]] = []
+        rows, starts = [], []
         for start in range(0, len(order), chunk):
             piece = order[start : start + chunk]
             piece = piece[np.argsort(lengths[piece], kind="stable")]  # ascending length: the last one is the longest
-            batch: list[int] = []
-            for index in piece.tolist():
-                if batch and (len(batch) + 1) * lengths[index] > self.max_tokens:
-                    batches.append(batch)
-                    batch = []
-                batch.append(index)
-            batches.append(batch)
-        if self.shuffle:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
-        return batches
+            starts.append(pack(lengths[piece], self.max_tokens)[:-1] + start)
+            rows.append(piece)
+        starts.append(np.array([len(order)]))
+        count = sum(len(piece) for piece in starts) - 1
+        batches = rng.permutation(count) if self.shuffle else np.arange(count)
+        return BatchPlan(np.concatenate(rows), np.concatenate(starts), batches)
 
-    def batch_indices(self, epoch: int) -> list[list[int]]:
-        """Example indices of this rank's batches in ``epoch``: a pure function of (seed, epoch) and the arguments.
+    def plan(self, epoch: int) -> BatchPlan:
+        """This rank's batches of ``epoch``: a pure function of (seed, epoch), the lengths and the arguments.
 
         Raises:
             DataError: ``remainder="drop"`` leaves no batch for the ranks (fewer batches than ranks).
         """
-        batches = self.all_batches_indices(epoch)
-        count = len(batches)
+        full = self.global_plan(epoch)
+        count = len(full)
         if self.remainder == "pad":
-            per_rank = math.ceil(count / self.world_size)
-            batches = [batches[i % count] for i in range(per_rank * self.world_size)]
+            which = np.arange(math.ceil(count / self.world_size) * self.world_size) % count
         else:
             per_rank = count // self.world_size
             if per_rank == 0:
                 raise DataError(f"{count} batches cannot be shared by {self.world_size} ranks with remainder='drop'")
-            batches = batches[: per_rank * self.world_size]
-        return batches[self.rank :: self.world_size]
+            which = np.arange(per_rank * self.world_size)
+        return full.select(which[self.rank :: self.world_size])
+
+    def all_batches_indices(self, epoch: int) -> list[list[int]]:
+        """Example indices of every batch of the epoch, for all ranks, in order (:meth:`global_plan` as lists)."""
+        return self.global_plan(epoch).as_lists()
+
+    def batch_indices(self, epoch: int) -> list[list[int]]:
+        """Example indices of this rank's batches in ``epoch`` (:meth:`plan` as lists).
+
+        Raises:
+            DataError: ``remainder="drop"`` leaves no batch for the ranks (fewer batches than ranks).
+        """
+        return self.plan(epoch).as_lists()
 
     def num_batches(self, epoch: int = 0) -> int:
         """How many batches this rank gets in ``epoch``."""
-        return len(self.batch_indices(epoch))
+        return len(self.plan(epoch))
 
     def batches(self, epoch: int) -> list[Batch]:
-        """This rank's batches of ``epoch``, collated (see :meth:`batch_indices`)."""
+        """This rank's batches of ``epoch``, collated (see :meth:`plan`)."""
         return list(self.iter_batches(epoch))
 
     def iter_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` from position ``start``, collated one at a time (for resuming)."""
-        for indices in self.batch_indices(epoch)[start:]:
-            yield self.make_batch(indices, epoch)
+        plan = self.plan(epoch)
+        for i in range(start, len(plan)):
+            yield self.make_batch(plan[i], epoch)
 
-    def make_batch(self, indices: Sequence[int], epoch: int) -> Batch:
-        """The collated batch of the examples ``indices`` of ``epoch`` (one entry of :meth:`batch_indices`)."""
-        return collate([self.examples[i] for i in indices], indices)
+    def make_batch(self, indices: Sequence[int] | np.ndarray, epoch: int) -> Batch:
+        """The collated batch of the examples ``indices`` of ``epoch`` (one batch of :meth:`plan`)."""
+        return collate_rows(self.examples, indices)
+
+    def padding_fraction(self, plan: BatchPlan) -> float:
+        """The :func:`padding_fraction` of the batches of ``plan``, counted from the lengths (nothing is collated):
+        a batch of B examples has B·S + B·T cells, S and T its longest source + EOS and target + BOS/EOS."""
+        if len(plan) == 0:
+            return 0.0
+        src = (self.examples.src.lengths + 1)[plan.rows]
+        tgt = (self.examples.tgt.lengths + 1)[plan.rows]
+        first = plan.starts[:-1]
+        cells = np.diff(plan.starts) * (np.maximum.reduceat(src, first) + np.maximum.reduceat(tgt, first))
+        real = np.add.reduceat(src, first) + np.add.reduceat(tgt, first)
+        total = int(cells[plan.order].sum())
+        return 1.0 - int(real[plan.order].sum()) / total if total else 0.0
 
     def state_dict(self, position: SamplerPosition) -> dict[str, Any]:
         """What a checkpoint stores to resume at ``position``: the position and a fingerprint of the data."""

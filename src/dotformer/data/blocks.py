@@ -14,6 +14,9 @@ of pairs. :class:`BlockSampler` is a :class:`~dotformer.data.batching.BatchSampl
 function of (seed, epoch), it shards across ranks and resumes from a :class:`SamplerPosition` the same way. In
 training each epoch starts its blocks at a seeded offset o in [0, T), so block boundaries move between epochs; in
 evaluation o = 0 and a last, shorter block reads the tail, so every token after the first is scored exactly once.
+
+The stream is a numpy array: in memory (:func:`encode_text`) or memory-mapped from prepared data
+(:func:`prepared_stream`); a batch reads only its own blocks of it.
 """
 
 from __future__ import annotations
@@ -21,14 +24,20 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch import Tensor
 
-from dotformer.data.batching import Batch, BatchSampler, EncodedPair, check_sampler_arguments
-from dotformer.data.tokenizers import EOS_ID, Tokenizer
+from dotformer.data.arrays import PairArrays
+from dotformer.data.batching import Batch, BatchPlan, BatchSampler, EncodedPair, check_sampler_arguments
+from dotformer.data.tokenizers import Tokenizer
 from dotformer.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from dotformer.data.prepared import PreparedText
+
+HASH_TOKENS = 1 << 20  # tokens of the stream hashed at a time for the sampler's fingerprint
 
 
 @dataclass(frozen=True)
@@ -36,19 +45,20 @@ class TokenStream:
     """A text as one stream of token ids, and the block length T to read it in.
 
     Attributes:
-        ids: (N,) int64, every line's ids followed by EOS.
+        ids: (N,) integer numpy array (int64 in memory; uint16 or int32 when mapped from prepared data), every line's
+            ids followed by EOS.
         block_size: T, tokens per block (the context the model trains on).
         characters: C, the characters the text spells, each line end counted as one (0: not known); with the
             tokenizer it gives bits per character (:func:`dotformer.metrics.language.scored_characters`).
     """
 
-    ids: Tensor
+    ids: np.ndarray
     block_size: int
     characters: int = 0
 
     def __len__(self) -> int:
         """N, the tokens of the stream."""
-        return int(self.ids.numel())
+        return len(self.ids)
 
 
 def encode_text(lines: Sequence[str], tokenizer: Tokenizer, block_size: int) -> TokenStream:
@@ -59,19 +69,22 @@ def encode_text(lines: Sequence[str], tokenizer: Tokenizer, block_size: int) -> 
     """
     if block_size < 1:
         raise ConfigError(f"block_size must be a positive number of tokens, got {block_size}")
-    ids: list[int] = []
-    for line_ids in tokenizer.encode_batch(list(lines)):
-        ids.extend(line_ids)
-        ids.append(EOS_ID)
     characters = sum(len(line) + 1 for line in lines)
-    return TokenStream(torch.tensor(ids, dtype=torch.int64), block_size, characters)
+    return TokenStream(tokenizer.encode_arrays(list(lines)).with_eos().ids, block_size, characters)
 
 
-def collate_blocks(stream: Tensor, starts: Sequence[int], length: int, indices: Sequence[int]) -> Batch:
+def prepared_stream(prepared: PreparedText, split: str, block_size: int) -> TokenStream:
+    """The :class:`TokenStream` of a split of prepared text (:mod:`dotformer.data.prepared`): its mapped ids and its
+    characters, read in blocks of ``block_size``."""
+    return TokenStream(prepared.stream(split), block_size, prepared.characters(split))  # type: ignore[arg-type]
+
+
+def collate_blocks(stream: np.ndarray, starts: Sequence[int], length: int, indices: Sequence[int]) -> Batch:
     """The :class:`Batch` of blocks ``stream[s : s + length]`` (inputs) and ``stream[s + 1 : s + length + 1]``
-    (labels) for each start s: tgt_in, tgt_out (B, length) int64, src (B, 0)."""
-    rows = torch.tensor(list(starts), dtype=torch.int64)[:, None] + torch.arange(length + 1)  # (B, T + 1)
-    window = stream[rows]  # (B, T + 1)
+    (labels) for each start s: tgt_in, tgt_out (B, length) int64, src (B, 0). Only these blocks of a mapped
+    stream are read."""
+    rows = np.asarray(starts, dtype=np.int64)[:, None] + np.arange(length + 1)  # (B, T + 1)
+    window = torch.from_numpy(stream[rows].astype(np.int64))  # (B, T + 1)
     return Batch(
         src=torch.zeros(len(starts), 0, dtype=torch.int64),  # (B, 0): a decoder-only model reads no source
         tgt_in=window[:, :-1].contiguous(),  # (B, T)
@@ -133,13 +146,14 @@ class BlockSampler(BatchSampler):
         if len(stream) < 2:
             raise DataError(f"the text has {len(stream)} token(s): nothing to predict")
         self.stream = stream
-        self.examples: list[EncodedPair] = []  # BatchSampler's list of pairs: blocks are cut from the stream instead
         self.max_tokens = max_tokens
         self.seed, self.shuffle, self.rank, self.world_size = seed, shuffle, rank, world_size
         self.remainder = remainder
         self.blocks_per_batch = max(1, max_tokens // T)
         self.num_filtered = 0
-        digest = hashlib.sha256(stream.ids.numpy().tobytes())
+        digest = hashlib.sha256()
+        for start in range(0, len(stream), HASH_TOKENS):  # as int64, whatever the stream's dtype (bounded memory)
+            digest.update(np.ascontiguousarray(stream.ids[start : start + HASH_TOKENS], dtype=np.int64).tobytes())
         digest.update(repr((T, max_tokens, seed, shuffle, world_size, remainder)).encode())
         self._fingerprint = digest.hexdigest()[:16]
 
@@ -153,7 +167,7 @@ class BlockSampler(BatchSampler):
         """Full blocks of ``epoch`` (blocks of exactly T tokens; evaluation adds one shorter tail block)."""
         return (len(self.stream) - 1 - self.offset(epoch)) // self.stream.block_size
 
-    def all_batches_indices(self, epoch: int) -> list[list[int]]:
+    def global_plan(self, epoch: int) -> BatchPlan:
         """Block numbers j of every batch of the epoch, for all ranks, in order (before sharding)."""
         count = self.num_blocks(epoch)
         order = np.arange(count)
@@ -161,14 +175,18 @@ class BlockSampler(BatchSampler):
             rng = np.random.default_rng([self.seed, epoch])
             rng.integers(self.stream.block_size)  # the offset's draw, so the order is the same in every call
             order = rng.permutation(count)
-        B = self.blocks_per_batch
-        batches = [order[i : i + B].tolist() for i in range(0, count, B)]
+        starts = list(range(0, count, self.blocks_per_batch)) + [count]
         tail = len(self.stream) - 1 - count * self.stream.block_size
         if not self.shuffle and tail > 0:
-            batches.append([count])  # the shorter last block (evaluation only)
-        return batches
+            order, starts = np.append(order, count), [*starts, count + 1]  # the shorter last block (evaluation only)
+        starts_array = np.array(starts, dtype=np.int64)
+        return BatchPlan(order.astype(np.int64), starts_array, np.arange(len(starts_array) - 1))
 
-    def make_batch(self, indices: Sequence[int], epoch: int) -> Batch:
+    def padding_fraction(self, plan: BatchPlan) -> float:
+        """0.0: blocks are cut from running text, every cell is a real token."""
+        return 0.0
+
+    def make_batch(self, indices: Sequence[int] | np.ndarray, epoch: int) -> Batch:
         """The batch of blocks ``indices`` of ``epoch`` (one entry of :meth:`batch_indices`)."""
         T, o, full = self.stream.block_size, self.offset(epoch), self.num_blocks(epoch)
         length = T if indices[0] < full else len(self.stream) - 1 - full * T  # the tail block is shorter
@@ -176,7 +194,7 @@ class BlockSampler(BatchSampler):
 
 
 def sampler_for(
-    examples: Sequence[EncodedPair] | TokenStream,
+    examples: PairArrays | Sequence[EncodedPair] | TokenStream,
     max_tokens: int,
     seed: int = 0,
     shuffle: bool = True,
@@ -184,7 +202,7 @@ def sampler_for(
     world_size: int = 1,
 ) -> BatchSampler:
     """The sampler of a training loop's examples: :class:`BlockSampler` for a :class:`TokenStream` (a language
-    model), :class:`BatchSampler` for encoded pairs.
+    model), :class:`BatchSampler` for encoded pairs (arrays or a list).
 
     Raises:
         ConfigError, DataError: as the sampler's constructor.

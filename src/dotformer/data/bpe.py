@@ -10,10 +10,19 @@ has unknown tokens. The ``tokenizers`` package is imported inside the functions 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from dotformer.data.tokenizers import BYTE_ALPHABET_SIZE, FORMAT_VERSION, NUM_SPECIAL, SPECIAL_TOKENS, UNK_ID, Tokenizer
+from dotformer.data.tokenizers import (
+    BYTE_ALPHABET_SIZE,
+    FORMAT_VERSION,
+    NUM_SPECIAL,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    EncodedChunk,
+    Tokenizer,
+    chunk_of,
+)
 from dotformer.errors import ConfigError, DataError
 
 
@@ -48,6 +57,13 @@ class BPETokenizer(Tokenizer):
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [encoding.ids for encoding in self._hf.encode_batch(list(texts), add_special_tokens=False)]
 
+    def encode_arrays(self, texts: Sequence[str]) -> EncodedChunk:
+        """As :meth:`Tokenizer.encode_arrays`, through ``encode_batch_fast`` (no character offsets), which encodes
+        the texts on every core (Rust threads: ``RAYON_NUM_THREADS`` caps them, ``TOKENIZERS_PARALLELISM=false``
+        turns them off; a process forked after using them encodes on one)."""
+        encodings = self._hf.encode_batch_fast(list(texts), add_special_tokens=False)
+        return chunk_of([encoding.ids for encoding in encodings])
+
     def decode(self, ids: Sequence[int]) -> str:
         ids = [int(index) for index in ids]
         for index in ids:
@@ -80,8 +96,9 @@ def byte_level_alphabet() -> list[str]:
     return [symbols[byte] for byte in range(BYTE_ALPHABET_SIZE)]
 
 
-def train_bpe(texts: list[str], vocab_size: int) -> BPETokenizer:
-    """Train byte-level BPE with Hugging Face ``tokenizers`` (specials first, then the 256 bytes, then merges)."""
+def train_bpe(texts: Iterable[str], vocab_size: int) -> BPETokenizer:
+    """Train byte-level BPE with Hugging Face ``tokenizers`` (specials first, then the 256 bytes, then merges) on
+    ``texts``, read once in batches (a generator over a file is never held whole)."""
     minimum = NUM_SPECIAL + BYTE_ALPHABET_SIZE + 1
     if vocab_size < minimum:
         raise ConfigError(f"bpe vocab_size must be at least {minimum} (4 specials + 256 bytes + 1), got {vocab_size}")

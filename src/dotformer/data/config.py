@@ -188,6 +188,34 @@ class DataConfig:
         """A copy with some fields changed, validated again."""
         return dataclasses.replace(self, **changes)
 
+    def resolved(self, task: str) -> DataConfig:
+        """A copy with the defaults that depend on the task filled: the tokenizer kinds (characters -> phone symbols
+        for g2p, symbols for copy/reverse, characters for exact, BPE otherwise; none for a side read from a file), a
+        shared vocabulary for BPE on both sides (or one file for both), and 8000 BPE tokens.
+
+        Raises:
+            ConfigError: a shared vocabulary with two kinds or two different tokenizer files.
+        """
+        from dotformer.data.tokenizer_files import default_kinds
+        from dotformer.data.tokenizers import DEFAULT_BPE_VOCAB_SIZE
+
+        src_default, tgt_default = default_kinds(task)
+        src = None if self.src_tokenizer_file else self.src_tokenizer or src_default
+        tgt = None if self.tgt_tokenizer_file else self.tgt_tokenizer or tgt_default
+        if self.src_tokenizer_file or self.tgt_tokenizer_file:
+            same_file = self.src_tokenizer_file == self.tgt_tokenizer_file
+            if self.shared_vocab and not same_file:
+                raise ConfigError("a shared vocabulary with tokenizer files needs the same file on both sides")
+            shared = same_file
+        else:
+            shared = self.shared_vocab if self.shared_vocab is not None else (src == tgt == "bpe")
+        vocab = self.vocab_size
+        if vocab is None and "bpe" in (src, tgt):
+            vocab = DEFAULT_BPE_VOCAB_SIZE
+        if shared and src != tgt:
+            raise ConfigError(f"a shared vocabulary needs one tokenizer kind for both sides, got {src} and {tgt}")
+        return self.replace(src_tokenizer=src, tgt_tokenizer=tgt, shared_vocab=shared, vocab_size=vocab)
+
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-serialisable dict (saved in run.json and in every checkpoint)."""
         data = dataclasses.asdict(self)

@@ -14,7 +14,9 @@ spec                        what it reads                                       
 ==========================  ==============================================================  =========================
 
 Every reader returns a :class:`Corpus` whose ``report`` says how many pairs were read, how many were dropped and why
-(``report["dropped"]``: reason -> count); nothing is dropped or truncated silently.
+(``report["dropped"]``: reason -> count); nothing is dropped or truncated silently. :func:`open_pairs` gives the same
+pairs as a :class:`PairReader`, read in passes without holding a file's corpus in memory (what preparing data at
+scale reads, :mod:`dotformer.data.preparing`).
 """
 
 from __future__ import annotations
@@ -32,12 +34,15 @@ from dotformer.data.types import (
     Column,
     Corpus,
     CorpusOptions,
+    CorpusReader,
     Pair,
+    PairReader,
     Task,
     apply_limit,
     check_column,
     check_empty,
     describe_corpus,
+    describe_report,
     file_groups,
     is_empty,
     make_report,
@@ -49,7 +54,8 @@ from dotformer.errors import DataError, MissingDataError
 
 
 def load_pairs(spec: str, options: CorpusOptions | None = None) -> Corpus:
-    """Read the corpus named by ``spec`` (see the module docstring for the specs) and apply ``options.limit``.
+    """Read the corpus named by ``spec`` into memory (see the module docstring for the specs) and apply
+    ``options.limit``.
 
     Raises:
         MissingDataError: a file, package or SWORD module is missing (the message says how to get it).
@@ -57,42 +63,51 @@ def load_pairs(spec: str, options: CorpusOptions | None = None) -> Corpus:
         ConfigError: options that the source cannot use.
     """
     options = options or CorpusOptions()
-    corpus = _read(spec, options)
+    corpus = open_pairs(spec, options).corpus()
     corpus = apply_limit(corpus, options.limit)
     if not corpus.pairs:
         raise DataError(f"{spec}: no pairs left to train on (report: {corpus.report})")
     return corpus
 
 
-def _read(spec: str, options: CorpusOptions) -> Corpus:
-    """Dispatch ``spec`` to its reader (imported here, so that pysword or datasets load only when used)."""
+def open_pairs(spec: str, options: CorpusOptions | None = None) -> PairReader:
+    """The :class:`PairReader` of ``spec``: files (TSV/CSV, parallel files, ``hf:``) are streamed pass by pass, the
+    named corpora (CMUdict, the Bible, copy/reverse) are built in memory and read through
+    :class:`~dotformer.data.types.CorpusReader`. ``options.limit`` is not applied here (the caller counts what it
+    cuts).
+
+    Raises:
+        MissingDataError, DataError, ConfigError: as :func:`load_pairs` (a file's rows are checked as a pass reads
+            them).
+    """
+    options = options or CorpusOptions()
     if spec == "cmudict":
         from dotformer.data.cmudict import load_cmudict
 
-        return load_cmudict(options)
+        return CorpusReader(load_cmudict(options))
     if spec == "bible":
         from dotformer.data.bible import load_bible
 
-        return load_bible(options)
+        return CorpusReader(load_bible(options))
     if spec in ("copy", "reverse"):
         from dotformer.data.synthetic import load_synthetic
 
-        return load_synthetic(spec, options)
+        return CorpusReader(load_synthetic(spec, options))
     if spec.startswith("hf:"):
-        from dotformer.data.hf import load_hf
+        from dotformer.data.hf import HFReader
 
-        return load_hf(spec[3:], options)
+        return HFReader(spec[3:], options)
     if Path(spec).is_file():
-        from dotformer.data.tsv import load_tsv
+        from dotformer.data.tsv import TsvReader
 
-        return load_tsv(spec, options)
+        return TsvReader(spec, options)
     if "," in spec:
-        from dotformer.data.parallel import load_parallel
+        from dotformer.data.parallel import ParallelReader
 
         source_path, _, target_path = spec.partition(",")
         if "," in target_path:
             raise DataError(f"{spec}: parallel files are given as exactly two paths, 'SOURCE,TARGET'")
-        return load_parallel(source_path, target_path, options)
+        return ParallelReader(source_path, target_path, options)
     kinds = (
         f"a corpus is one of {', '.join(NAMED_SPECS)}, 'hf:NAME_OR_PATH', a TSV/CSV file, or 'SOURCE_FILE,TARGET_FILE'"
     )
@@ -105,11 +120,13 @@ __all__ = [
     "Column",
     "Corpus",
     "CorpusOptions",
+    "CorpusReader",
     "DELIMITER_NAMES",
     "FILE_TASKS",
     "NAMED_SPECS",
     "NAMED_TASKS",
     "Pair",
+    "PairReader",
     "SOURCE_NAMES",
     "TARGET_NAMES",
     "TASKS",
@@ -118,10 +135,12 @@ __all__ = [
     "check_column",
     "check_empty",
     "describe_corpus",
+    "describe_report",
     "file_groups",
     "is_empty",
     "load_pairs",
     "make_report",
+    "open_pairs",
     "one_line",
     "parse_column",
     "parse_delimiter",

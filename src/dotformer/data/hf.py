@@ -17,17 +17,20 @@ Two record layouts are understood: flat columns (``{"source": ..., "target": ...
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.types import Corpus, CorpusOptions, Pair, check_empty, file_groups, make_report, one_line
+from dotformer.data.types import Corpus, CorpusOptions, Pair, PairReader, check_empty, file_group, make_report, one_line
 from dotformer.errors import DataError, MissingDataError, require_extra
 
 _BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+BATCH_ROWS = 10_000  # rows read from the Arrow files at a time
 
 
 def load_hf(name_or_path: str, options: CorpusOptions) -> Corpus:
-    """Read pairs with ``datasets.load_dataset`` (see the module docstring for what ``name_or_path`` may be).
+    """Read pairs with ``datasets.load_dataset`` into memory (one pass of :class:`HFReader`; see the module
+    docstring for what ``name_or_path`` may be).
 
     Args:
         name_or_path: the part of the spec after ``"hf:"``.
@@ -35,17 +38,68 @@ def load_hf(name_or_path: str, options: CorpusOptions) -> Corpus:
             ``target_field``, ``empty_lines``, ``task``.
 
     Returns:
-        A :class:`Corpus` named ``"hf:NAME_OR_PATH"``, task ``options.task or "translation"``, no groups; the report
-        counts ``read`` rows, kept ``pairs``, ``dropped`` by reason and ``whitespace_replaced`` (fields whose tabs or
-        line breaks became spaces).
+        A :class:`Corpus` named ``"hf:NAME_OR_PATH"``, task ``options.task or "translation"``, groups for g2p; the
+        report counts ``read`` rows, kept ``pairs``, ``dropped`` by reason and ``whitespace_replaced`` (fields whose
+        tabs or line breaks became spaces).
 
     Raises:
         MissingDataError: ``datasets`` is not installed, or the dataset or its files cannot be found.
         DataError: the dataset cannot be loaded, lacks a field (the message lists the fields), holds a value
             that is not text, or has an empty side with ``empty_lines="error"`` (``row N`` in the message).
     """
+    return HFReader(name_or_path, options).corpus()
+
+
+class HFReader(PairReader):
+    """The pairs of a ``datasets`` dataset, read :data:`BATCH_ROWS` rows at a time from its memory-mapped Arrow
+    files (``Dataset.iter``); the dataset is loaded, and its fields checked, when the reader is made.
+
+    Raises:
+        MissingDataError, DataError: as :func:`load_hf`.
+    """
+
+    def __init__(self, name_or_path: str, options: CorpusOptions) -> None:
+        super().__init__()
+        self.options = options
+        self.name = f"hf:{name_or_path}"
+        self.task = options.task or "translation"
+        self.grouped = self.task == "g2p"
+        self._dataset = _load(name_or_path, options, self.name)
+        self._layout = _layout(self._dataset, options, self.name)
+
+    def records(self) -> Iterator[tuple[Pair, str | None]]:
+        options, spec = self.options, self.name
+        dropped: Counter[str] = Counter()
+        replaced: Counter[str] = Counter()
+        kept = row = 0
+        fields = (options.source_field, options.target_field)
+        for batch in self._dataset.iter(batch_size=BATCH_ROWS):
+            if self._layout == "translation":
+                items = batch["translation"]
+                sources, targets = [item.get(fields[0]) for item in items], [item.get(fields[1]) for item in items]
+            else:
+                sources, targets = batch[fields[0]], batch[fields[1]]
+            for source, target in zip(sources, targets, strict=True):
+                where = f"{spec} ({options.hf_split}) row {row}"
+                row += 1
+                source, target = _text(source, fields[0], where), _text(target, fields[1], where)
+                source, target = one_line(source, replaced), one_line(target, replaced)
+                if check_empty(source, target, where, options, dropped):
+                    kept += 1
+                    pair = Pair(source, target)
+                    yield pair, file_group(self.task, pair)
+        report = make_report(row, kept, dropped, split=options.hf_split, config=options.hf_config)
+        report.update(replaced)
+        self.report = report
+
+
+def _load(name_or_path: str, options: CorpusOptions, spec: str) -> Any:
+    """``datasets.load_dataset`` of the spec with the options' config, split, files and cache directory.
+
+    Raises:
+        MissingDataError: ``datasets`` missing, or the dataset or its files not found. DataError: it cannot load.
+    """
     datasets = require_extra("datasets", "datasets", "hf: corpora")
-    spec = f"hf:{name_or_path}"
     builder, data_files = name_or_path, options.hf_data_files
     local = Path(name_or_path)
     if local.is_file() and local.suffix.lower() in _BUILDERS:
@@ -56,29 +110,15 @@ def load_hf(name_or_path: str, options: CorpusOptions) -> Corpus:
     if options.hf_cache_dir:
         arguments["cache_dir"] = options.hf_cache_dir
     try:
-        dataset = datasets.load_dataset(builder, options.hf_config, **arguments)
+        return datasets.load_dataset(builder, options.hf_config, **arguments)
     except (FileNotFoundError, ConnectionError) as exc:
         raise MissingDataError(f"{spec}: cannot find the dataset or its files ({type(exc).__name__}: {exc})") from None
     except Exception as exc:  # datasets raises many types (ValueError, DatasetGenerationError, ...): report any
         raise DataError(f"{spec}: datasets could not load it ({type(exc).__name__}: {exc})") from None
-    sources, targets = _columns(dataset, options, spec)
-    dropped: Counter[str] = Counter()
-    replaced: Counter[str] = Counter()
-    pairs: list[Pair] = []
-    for row, (source, target) in enumerate(zip(sources, targets, strict=True)):
-        where = f"{spec} ({options.hf_split}) row {row}"
-        source, target = _text(source, options.source_field, where), _text(target, options.target_field, where)
-        source, target = one_line(source, replaced), one_line(target, replaced)
-        if check_empty(source, target, where, options, dropped):
-            pairs.append(Pair(source, target))
-    report = make_report(len(sources), len(pairs), dropped, split=options.hf_split, config=options.hf_config)
-    report.update(replaced)
-    task = options.task or "translation"
-    return Corpus(name=spec, task=task, pairs=pairs, groups=file_groups(task, pairs), report=report)
 
 
-def _columns(dataset: Any, options: CorpusOptions, spec: str) -> tuple[list[Any], list[Any]]:
-    """The source and target columns, from flat fields or from the "translation" dict.
+def _layout(dataset: Any, options: CorpusOptions, spec: str) -> str:
+    """``"flat"`` (source and target columns) or ``"translation"`` (a dict column keyed by language).
 
     Raises:
         DataError: a field is missing (the message lists the dataset's fields and translation keys).
@@ -86,12 +126,12 @@ def _columns(dataset: Any, options: CorpusOptions, spec: str) -> tuple[list[Any]
     columns = list(dataset.column_names)
     fields = (options.source_field, options.target_field)
     if all(name in columns for name in fields):
-        return list(dataset[options.source_field]), list(dataset[options.target_field])
+        return "flat"
     if "translation" in columns:
-        translations = dataset["translation"]
-        keys = sorted(translations[0]) if len(translations) and isinstance(translations[0], dict) else []
+        first = dataset[0]["translation"] if len(dataset) else None
+        keys = sorted(first) if isinstance(first, dict) else []
         if all(name in keys for name in fields):
-            return [item.get(fields[0]) for item in translations], [item.get(fields[1]) for item in translations]
+            return "translation"
         raise DataError(
             f"{spec}: the translation dicts have keys {keys}, not {list(fields)}; set source_field/target_field"
         )

@@ -1,22 +1,23 @@
 """Line-aligned parallel files: line i of the source file translates line i of the target file ("train.es,train.en").
 
-This is the format of most machine-translation corpora (Europarl, WMT, OPUS downloads). Both files must have the
-same number of lines; a pair with an empty line on either side is skipped and counted, or is an error, by
-``CorpusOptions.empty_lines``.
+This is the format of most machine-translation corpora (Europarl, WMT, OPUS downloads). Both files are read a block
+at a time, side by side, and must have the same number of lines; a pair with an empty line on either side is skipped
+and counted, or is an error, by ``CorpusOptions.empty_lines``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
-from dotformer.data.textio import read_text_lines
-from dotformer.data.types import Corpus, CorpusOptions, Pair, check_empty, file_groups, is_empty, make_report
+from dotformer.data.textio import iter_text_lines
+from dotformer.data.types import Corpus, CorpusOptions, Pair, PairReader, check_empty, file_group, is_empty, make_report
 from dotformer.errors import DataError
 
 
 def load_parallel(source_path: str | Path, target_path: str | Path, options: CorpusOptions) -> Corpus:
-    """Read two line-aligned files into pairs.
+    """Read two line-aligned files into pairs, in memory (one pass of :class:`ParallelReader`).
 
     Args:
         source_path: one source sentence per line (UTF-8).
@@ -24,29 +25,51 @@ def load_parallel(source_path: str | Path, target_path: str | Path, options: Cor
         options: ``empty_lines``, ``task``.
 
     Returns:
-        A :class:`Corpus` named ``"SOURCE,TARGET"``, task ``options.task or "translation"``, no groups; the report
-        counts ``read`` line pairs, kept ``pairs``, ``dropped`` by reason (``empty_source``, ``empty_target``).
+        A :class:`Corpus` named ``"SOURCE,TARGET"``, task ``options.task or "translation"``, groups for g2p; the
+        report counts ``read`` line pairs, kept ``pairs``, ``dropped`` by reason (``empty_source``,
+        ``empty_target``).
 
     Raises:
         MissingDataError: a file does not exist.
         DataError: an empty file, invalid UTF-8 (FILE:LINE and byte offset), files with different line counts (both
             counts named), or an empty line with ``empty_lines="error"`` (FILE:LINE of the empty side).
     """
-    source_path, target_path = Path(source_path), Path(target_path)
-    sources = read_text_lines(source_path)
-    targets = read_text_lines(target_path)
-    if len(sources) != len(targets):
-        raise DataError(
-            f"{source_path}:{min(len(sources), len(targets)) + 1}: parallel files differ in length: "
-            f"{source_path} has {len(sources)} lines, {target_path} has {len(targets)} lines"
-        )
-    dropped: Counter[str] = Counter()
-    pairs: list[Pair] = []
-    for number, (source, target) in enumerate(zip(sources, targets, strict=True), start=1):
-        where = f"{target_path if is_empty(target) and not is_empty(source) else source_path}:{number}"
-        if check_empty(source, target, where, options, dropped):
-            pairs.append(Pair(source, target))
-    report = make_report(len(sources), len(pairs), dropped, format="parallel")
-    task = options.task or "translation"
-    name = f"{source_path},{target_path}"
-    return Corpus(name=name, task=task, pairs=pairs, groups=file_groups(task, pairs), report=report)
+    return ParallelReader(source_path, target_path, options).corpus()
+
+
+class ParallelReader(PairReader):
+    """The pairs of two line-aligned files, streamed side by side; see :func:`load_parallel`. Files of different
+    lengths are an error when the shorter one ends (both counted to their ends for the message)."""
+
+    def __init__(self, source_path: str | Path, target_path: str | Path, options: CorpusOptions) -> None:
+        super().__init__()
+        self.source_path, self.target_path = Path(source_path), Path(target_path)
+        self.options = options
+        self.name = f"{self.source_path},{self.target_path}"
+        self.task = options.task or "translation"
+        self.grouped = self.task == "g2p"
+
+    def records(self) -> Iterator[tuple[Pair, str | None]]:
+        source_path, target_path = self.source_path, self.target_path
+        sources, targets = iter_text_lines(source_path), iter_text_lines(target_path)  # both checked before a line
+        dropped: Counter[str] = Counter()
+        kept = number = 0
+        for source in sources:
+            target = next(targets, None)
+            if target is None:  # the target file ended first
+                lines = (number + 1 + sum(1 for _ in sources), number)
+                break
+            number += 1
+            where = f"{target_path if is_empty(target) and not is_empty(source) else source_path}:{number}"
+            if check_empty(source, target, where, self.options, dropped):
+                kept += 1
+                pair = Pair(source, target)
+                yield pair, file_group(self.task, pair)
+        else:
+            lines = (number, number + sum(1 for _ in targets))
+        if lines[0] != lines[1]:
+            raise DataError(
+                f"{source_path}:{min(lines) + 1}: parallel files differ in length: "
+                f"{source_path} has {lines[0]} lines, {target_path} has {lines[1]} lines"
+            )
+        self.report = make_report(number, kept, dropped, format="parallel")

@@ -16,6 +16,7 @@ kept, every drop counted).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -122,9 +123,10 @@ def read_run_data(data: DataConfig, seed: int) -> RunData:
     return RunData(corpus, Splits(train=train, valid=valid, test=test, info=info), lines)
 
 
-def make_tokenizers(data: DataConfig, train: list[Pair]) -> TokenizerPair:
+def make_tokenizers(data: DataConfig, train: Iterable[Pair]) -> TokenizerPair:
     """The run's tokenizers: read from ``src_tokenizer_file``/``tgt_tokenizer_file`` when given, else trained on
-    the training pairs (kinds, vocabulary size and sharing as resolved in ``data``).
+    the training pairs (kinds, vocabulary size and sharing as resolved in ``data``). ``train`` is read in passes
+    (a list, or an object whose every iteration reads a file again: no side is held whole).
 
     The same file on both sides gives one shared tokenizer object (and shared embeddings by default).
 
@@ -141,8 +143,8 @@ def make_tokenizers(data: DataConfig, train: list[Pair]) -> TokenizerPair:
         logger.warning(note)
     if src_file is None and tgt_file is None:
         return train_tokenizer_pair(
-            [p.source for p in train],
-            [p.target for p in train],
+            (p.source for p in train),
+            (p.target for p in train),
             data.src_tokenizer,
             data.tgt_tokenizer,
             src_vocab,
@@ -155,17 +157,17 @@ def make_tokenizers(data: DataConfig, train: list[Pair]) -> TokenizerPair:
     src: Tokenizer = (
         read_tokenizer_file(src_file)
         if src_file is not None
-        else train_tokenizer(data.src_tokenizer, [p.source for p in train], src_vocab)
+        else train_tokenizer(data.src_tokenizer, (p.source for p in train), src_vocab)
     )
     tgt: Tokenizer = (
         read_tokenizer_file(tgt_file)
         if tgt_file is not None
-        else train_tokenizer(data.tgt_tokenizer, [p.target for p in train], tgt_vocab)
+        else train_tokenizer(data.tgt_tokenizer, (p.target for p in train), tgt_vocab)
     )
     return TokenizerPair(src, tgt)
 
 
-def bpe_on_words_note(data: DataConfig, train: list[Pair]) -> str | None:
+def bpe_on_words_note(data: DataConfig, train: Iterable[Pair]) -> str | None:
     """One line when a BPE vocabulary is to be learned from texts that are single words (at least
     :data:`SINGLE_WORD_SHARE` of a side's training texts have no space), else None.
 
@@ -175,14 +177,20 @@ def bpe_on_words_note(data: DataConfig, train: list[Pair]) -> str | None:
     """
     from dotformer.data.tokenizers import DEFAULT_BPE_VOCAB_SIZE
 
-    sides = []
-    for side, kind, given, texts in (
-        ("source", data.src_tokenizer, data.src_tokenizer_file, [p.source for p in train]),
-        ("target", data.tgt_tokenizer, data.tgt_tokenizer_file, [p.target for p in train]),
-    ):
-        words = sum(1 for text in texts if len(text.split()) == 1)
-        if kind == "bpe" and given is None and texts and words >= SINGLE_WORD_SHARE * len(texts):
-            sides.append(f"{words:,} of {len(texts):,} training {side}s")
+    sides_given = ((data.src_tokenizer, data.src_tokenizer_file), (data.tgt_tokenizer, data.tgt_tokenizer_file))
+    learned = [kind == "bpe" and given is None for kind, given in sides_given]
+    if not any(learned):
+        return None
+    total, words = 0, [0, 0]  # one pass: texts, and single words of each side
+    for pair in train:
+        total += 1
+        words[0] += len(pair.source.split()) == 1
+        words[1] += len(pair.target.split()) == 1
+    sides = [
+        f"{words[i]:,} of {total:,} training {side}s"
+        for i, side in enumerate(("source", "target"))
+        if learned[i] and total and words[i] >= SINGLE_WORD_SHARE * total
+    ]
     if not sides:
         return None
     size = DEFAULT_BPE_VOCAB_SIZE if data.vocab_size is None else data.vocab_size

@@ -1,8 +1,10 @@
 """Deterministic train / valid / test splits, group-disjoint, saved as TSV files with a JSON description.
 
 A split is a pure function of (corpus, seed, fractions, test_groups): the same inputs give the same split on every
-machine. When the corpus has groups and keeps them together (CMUdict: the word), whole groups are assigned, so no
-word has one pronunciation in train and another in test. The Bible keeps its groups (books) apart only on request:
+machine. :func:`assign_splits` deals it with numpy arrays of one number per pair, so it serves a corpus read in
+passes (:mod:`dotformer.data.preparing`) as well as one in memory (:func:`split_corpus`). When the corpus has groups
+and keeps them together (CMUdict: the word), whole groups are assigned, so no word has one pronunciation in train and
+another in test. The Bible keeps its groups (books) apart only on request:
 its default split draws random verses, and ``test_groups=["Matt", "Mark"]`` holds whole books out as the test set.
 
 On disk (``save_splits``)::
@@ -17,16 +19,19 @@ On disk (``save_splits``)::
 from __future__ import annotations
 
 import json
-import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from dotformer.data.textio import read_json, read_text, split_lines
 from dotformer.data.types import Corpus, Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 SPLIT_NAMES = ("train", "valid", "test")
+TRAIN, VALID, TEST = 0, 1, 2  # the codes of assign_splits, in the order of SPLIT_NAMES
 
 
 class SplitIndices(NamedTuple):
@@ -95,15 +100,7 @@ def split_indices(
     test_groups: list[str] | tuple[str, ...] | None = None,
     keep_groups_together: bool | None = None,
 ) -> SplitIndices:
-    """Which corpus positions go to which split.
-
-    The units are the groups (when the corpus has groups and keeps them together) or the single pairs. Units are
-    shuffled with ``random.Random(seed)`` and dealt in that order: to test until it holds
-    ``round(test_fraction * N)`` pairs, then to valid until ``round(valid_fraction * N)``, the rest to train
-    (N = number of pairs; with groups a split may overshoot by less than one group).
-
-    With ``test_groups``, the test set is exactly the pairs of those groups (``test_fraction`` is ignored) and
-    valid is dealt from the other units as above.
+    """Which corpus positions go to which split: :func:`assign_splits` on the corpus's pairs and groups.
 
     Args:
         corpus: the pairs, and their groups if any.
@@ -116,61 +113,124 @@ def split_indices(
         ConfigError: bad fractions; ``test_groups`` without corpus groups, or unknown group keys.
         DataError: the training split would be empty.
     """
-    for name, value in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction)):
+    groups = GroupIndex()
+    group_of_pair = None if corpus.groups is None else groups.ids(corpus.groups)
+    together = corpus.keep_groups_together if keep_groups_together is None else keep_groups_together
+    split = assign_splits(
+        len(corpus.pairs), seed, valid_fraction, test_fraction, group_of_pair, groups.names, test_groups,
+        together, corpus.name,
+    )  # fmt: skip
+    return SplitIndices(*(np.flatnonzero(split == code).tolist() for code in range(len(SPLIT_NAMES))))
+
+
+class GroupIndex:
+    """Group keys numbered in order of first appearance (what :func:`assign_splits` deals), built as a corpus is
+    read: ``ids(keys)`` numbers a chunk of keys, ``names[i]`` is group i's key."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def ids(self, keys: Iterable[str]) -> np.ndarray:
+        """(n,) int64, the number of each key's group (new keys get the next numbers)."""
+        numbers = self._ids
+        out = []
+        for key in keys:
+            number = numbers.get(key)
+            if number is None:
+                number = numbers[key] = len(self.names)
+                self.names.append(key)
+            out.append(number)
+        return np.array(out, dtype=np.int64)
+
+
+def assign_splits(
+    num_pairs: int,
+    seed: int,
+    valid_fraction: float,
+    test_fraction: float,
+    group_of_pair: np.ndarray | None = None,
+    group_names: Sequence[str] = (),
+    test_groups: Sequence[str] | None = None,
+    keep_groups_together: bool = True,
+    name: str = "corpus",
+) -> np.ndarray:
+    """The split of every pair of a corpus: (N,) uint8, :data:`TRAIN` (0), :data:`VALID` (1) or :data:`TEST` (2).
+
+    The units are the groups (when the corpus has groups and keeps them together) or the single pairs, in corpus
+    order (groups by first appearance). They are put in the order of ``numpy.random.default_rng(seed).permutation``
+    and dealt in that order: to test until it holds ``round(test_fraction * N)`` pairs, then to valid until
+    ``round(valid_fraction * N)``, the rest to train (N = number of pairs; with groups a split may overshoot by
+    less than one group). Only arrays of N numbers are made, so a corpus of millions of pairs splits in memory.
+
+    With ``test_groups``, the test set is exactly the pairs of those groups (``test_fraction`` is ignored) and
+    valid is dealt from the other units as above.
+
+    Args:
+        num_pairs: N.
+        seed: the shuffling seed.
+        valid_fraction, test_fraction: in [0, 1), summing to less than 1.
+        group_of_pair: (N,) int64 group numbers (:class:`GroupIndex`), or None for a corpus without groups.
+        group_names: the key of each group number (for ``test_groups``).
+        test_groups: group keys held out as the test set (e.g. Bible books "Matt", "Mark").
+        keep_groups_together: deal whole groups (else single pairs; ``test_groups`` still holds groups out).
+        name: the corpus, for messages.
+
+    Raises:
+        ConfigError: bad fractions; ``test_groups`` without groups, or unknown group keys.
+        DataError: the training split would be empty.
+    """
+    for label, value in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction)):
         if not 0.0 <= value < 1.0:
-            raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+            raise ConfigError(f"{label} must be in [0, 1), got {value!r}")
     if not test_groups and valid_fraction + test_fraction >= 1.0:
         raise ConfigError(f"valid_fraction + test_fraction must be < 1, got {valid_fraction} + {test_fraction}")
-    groups = corpus.groups
-    together = corpus.keep_groups_together if keep_groups_together is None else keep_groups_together
-    num_pairs = len(corpus.pairs)
-    test: list[int] = []
-    held_out: set[str] = set()
+    split = np.full(num_pairs, TRAIN, dtype=np.uint8)
+    held_out = np.zeros(num_pairs, dtype=bool)
     if test_groups:
-        if groups is None:
-            raise ConfigError(f"test_groups needs a corpus with groups; {corpus.name} has none")
-        held_out = set(test_groups)
-        unknown = sorted(held_out - set(groups))
+        if group_of_pair is None:
+            raise ConfigError(f"test_groups needs a corpus with groups; {name} has none")
+        numbers = {key: number for number, key in enumerate(group_names)}
+        unknown = sorted(set(test_groups) - set(numbers))
         if unknown:
-            known = list(dict.fromkeys(groups))
+            known = list(group_names)
             raise ConfigError(
-                f"test_groups {unknown} are not groups of {corpus.name}; groups are: {', '.join(known[:80])}"
+                f"test_groups {unknown} are not groups of {name}; groups are: {', '.join(known[:80])}"
                 + (" ..." if len(known) > 80 else "")
             )
-        test = [i for i, group in enumerate(groups) if group in held_out]
-    units = _units(groups, num_pairs, together, held_out)
-    random.Random(seed).shuffle(units)
+        held_out = np.isin(group_of_pair, [numbers[key] for key in test_groups])
+        split[held_out] = TEST
+    together = keep_groups_together and group_of_pair is not None
+    if together:
+        assert group_of_pair is not None
+        unit_of_pair = group_of_pair
+        candidates = np.unique(group_of_pair[~held_out])  # group numbers are first-appearance order
+        sizes = np.bincount(group_of_pair, minlength=len(group_names))[candidates]
+    else:
+        unit_of_pair = np.arange(num_pairs)
+        candidates = np.flatnonzero(~held_out)
+        sizes = np.ones(len(candidates), dtype=np.int64)
+    order = np.random.default_rng(seed).permutation(len(candidates))
+    before = np.cumsum(sizes[order]) - sizes[order]  # pairs dealt before each unit
     want_test = 0 if test_groups else round(test_fraction * num_pairs)
-    want_valid = round(valid_fraction * num_pairs)
-    valid: list[int] = []
-    train: list[int] = []
-    for unit in units:
-        if len(test) < want_test:
-            test.extend(unit)
-        elif len(valid) < want_valid:
-            valid.extend(unit)
-        else:
-            train.extend(unit)
-    if not train:
+    to_test = int(np.searchsorted(before, want_test, side="left"))  # units dealt while test holds < want_test
+    rest = before[to_test:] - (before[to_test] if to_test < len(before) else 0)
+    to_valid = int(np.searchsorted(rest, round(valid_fraction * num_pairs), side="left"))
+    unit_split = np.full(len(candidates), TRAIN, dtype=np.uint8)
+    unit_split[order[:to_test]] = TEST
+    unit_split[order[to_test : to_test + to_valid]] = VALID
+    if together:
+        split_of_group = np.full(max(len(group_names), 1), TRAIN, dtype=np.uint8)
+        split_of_group[candidates] = unit_split
+        split[~held_out] = split_of_group[unit_of_pair[~held_out]]
+    else:
+        split[candidates] = unit_split
+    if not (split == TRAIN).any():
         raise DataError(
-            f"{corpus.name}: no pairs left for training ({num_pairs} pairs, valid_fraction={valid_fraction}, "
-            f"test_fraction={test_fraction}, test_groups={test_groups})"
+            f"{name}: no pairs left for training ({num_pairs} pairs, valid_fraction={valid_fraction}, "
+            f"test_fraction={test_fraction}, test_groups={list(test_groups) if test_groups else None})"
         )
-    return SplitIndices(sorted(train), sorted(valid), sorted(test))
-
-
-def _units(groups: list[str] | None, num_pairs: int, together: bool, held_out: set[str]) -> list[list[int]]:
-    """The units to deal: pair positions bundled by group (first-appearance order) when ``together``, else one
-    unit per pair; pairs of held-out groups are left out either way."""
-    if groups is None:
-        return [[i] for i in range(num_pairs)]
-    if not together:
-        return [[i] for i, group in enumerate(groups) if group not in held_out]
-    units: dict[str, list[int]] = {}
-    for i, group in enumerate(groups):
-        if group not in held_out:
-            units.setdefault(group, []).append(i)
-    return list(units.values())
+    return split
 
 
 def save_splits(splits: Splits, directory: str | Path) -> Path:

@@ -12,11 +12,14 @@ any installed SWORD module (:mod:`dotformer.data.bible` reads them), or the path
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.textio import read_text_lines
+import numpy as np
+
+from dotformer.data.textio import iter_text_lines, read_text_lines
 from dotformer.data.types import Corpus, Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
@@ -80,11 +83,56 @@ def read_file_text(path: str | Path) -> TextCorpus:
         MissingDataError: no such file. DataError: empty, or not UTF-8 (FILE:LINE).
     """
     lines = read_text_lines(path)
-    piece = max(1, min(PIECE_LINES, len(lines) // MIN_PIECES))
-    starts = [i // piece * piece for i in range(len(lines))]
-    groups = [f"lines {start + 1}-{min(start + piece, len(lines))}" for start in starts]
+    group_of, names = pieces(len(lines))
+    groups = [names[number] for number in group_of.tolist()]
     report = {"format": "text", "lines": len(lines), "characters": sum(len(line) for line in lines)}
     return TextCorpus(str(path), lines, groups, report)
+
+
+def pieces(count: int) -> tuple[np.ndarray, list[str]]:
+    """The groups of the ``count`` lines of a file: (count,) int64 piece numbers, and the pieces' names
+    ("lines 1-100"). A piece is :data:`PIECE_LINES` lines, fewer in a short file (at least :data:`MIN_PIECES`
+    pieces, or one line each)."""
+    piece = max(1, min(PIECE_LINES, count // MIN_PIECES))
+    names = [f"lines {start + 1}-{min(start + piece, count)}" for start in range(0, count, piece)]
+    return np.arange(count, dtype=np.int64) // piece, names
+
+
+class TextReader:
+    """The lines of a language model's text read in passes (as :class:`~dotformer.data.types.PairReader` reads
+    pairs): a file streamed a block at a time (its groups are pieces, numbered once the lines are counted: see
+    :func:`pieces`), or the verses of a Bible in memory, grouped by book.
+
+    Raises:
+        MissingDataError, DataError: as :func:`read_text_corpus` (a file's lines are checked as a pass reads them).
+    """
+
+    def __init__(self, dataset: str, sword_path: str | None = None) -> None:
+        self.name = dataset
+        self.groups: list[str] | None = None  # one key per line (a Bible's books); None for a file
+        self.report: dict[str, Any] = {"format": "text"}
+        self._lines: list[str] | None = None
+        if dataset == "bible" or dataset.startswith("bible:"):
+            corpus = read_bible_text(dataset.partition(":")[2] or DEFAULT_BIBLE_MODULE, sword_path)
+            self.name, self._lines, self.groups, self.report = corpus.name, corpus.lines, corpus.groups, corpus.report
+
+    @property
+    def grouped(self) -> bool:
+        """Whether :meth:`records` gives group keys (a Bible's books)."""
+        return self.groups is not None
+
+    @property
+    def is_bible(self) -> bool:
+        return self.report.get("format") == "bible"
+
+    def records(self) -> Iterator[tuple[str, str | None]]:
+        """One pass over the lines in reading order, each with its group key (None for a file)."""
+        if self._lines is not None:
+            assert self.groups is not None
+            yield from zip(self._lines, self.groups, strict=True)
+            return
+        for line in iter_text_lines(self.name):
+            yield line, None
 
 
 def read_bible_text(module: str = DEFAULT_BIBLE_MODULE, sword_path: str | None = None) -> TextCorpus:

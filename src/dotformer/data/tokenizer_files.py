@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from itertools import chain
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -41,7 +42,8 @@ def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], vocab_size: int |
 
     Args:
         kind: ``"char"``, ``"symbol"`` or ``"bpe"``.
-        texts: the training texts (one side of the training split, or both sides for a shared vocabulary).
+        texts: the training texts (one side of the training split, or both sides for a shared vocabulary): any
+            iterable, read once (a generator over a file is never held whole).
         vocab_size: at most this many ids, specials included. char/symbol: the most frequent pieces are kept
             (ties by code point order), None = all; bpe: the merge budget, None = 8000, at least 4 + 256 (the
             byte alphabet) + 1. A small corpus may give fewer ids than asked.
@@ -55,9 +57,11 @@ def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], vocab_size: int |
     """
     if kind not in KINDS:
         raise ConfigError(f"tokenizer kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    texts = list(texts)
-    if not texts:
+    iterator = iter(texts)
+    first = next(iterator, None)
+    if first is None:
         raise DataError(f"cannot train a {kind} tokenizer on no texts")
+    texts = chain([first], iterator)
     if kind == "bpe":
         return train_bpe(texts, DEFAULT_BPE_VOCAB_SIZE if vocab_size is None else vocab_size)
     if vocab_size is not None and vocab_size <= NUM_SPECIAL:
@@ -94,8 +98,8 @@ def default_kinds(task: str) -> tuple[TokenizerKind, TokenizerKind]:
 
 
 def train_tokenizer_pair(
-    sources: Sequence[str],
-    targets: Sequence[str],
+    sources: Iterable[str],
+    targets: Iterable[str],
     src_kind: TokenizerKind,
     tgt_kind: TokenizerKind,
     src_vocab_size: int | None = None,
@@ -113,7 +117,7 @@ def train_tokenizer_pair(
     if shared:
         if src_kind != tgt_kind:
             raise ConfigError(f"a shared vocabulary needs one tokenizer kind, got {src_kind} and {tgt_kind}")
-        tokenizer = train_tokenizer(src_kind, [*sources, *targets], src_vocab_size)
+        tokenizer = train_tokenizer(src_kind, chain(sources, targets), src_vocab_size)
         return TokenizerPair(tokenizer, tokenizer)
     return TokenizerPair(
         train_tokenizer(src_kind, sources, src_vocab_size), train_tokenizer(tgt_kind, targets, tgt_vocab_size)

@@ -13,21 +13,21 @@ line is a pair with both sides empty (skipped and counted as ``blank_line``, or 
 from __future__ import annotations
 
 import csv
-import io
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from dotformer.data.textio import read_text, split_lines
+from dotformer.data.textio import iter_text_lines
 from dotformer.data.types import (
     SOURCE_NAMES,
     TARGET_NAMES,
     Corpus,
     CorpusOptions,
     Pair,
+    PairReader,
     check_empty,
-    file_groups,
+    file_group,
     make_report,
     one_line,
 )
@@ -35,7 +35,7 @@ from dotformer.errors import DataError
 
 
 def load_tsv(path: str | Path, options: CorpusOptions) -> Corpus:
-    """Read a TSV/CSV file of pairs.
+    """Read a TSV/CSV file of pairs into memory (one pass of :class:`TsvReader`).
 
     Args:
         path: the file; ``.csv`` selects CSV parsing (see the module docstring).
@@ -43,8 +43,8 @@ def load_tsv(path: str | Path, options: CorpusOptions) -> Corpus:
             ``task``.
 
     Returns:
-        A :class:`Corpus` named by the path, task ``options.task or "translation"``, no groups; the report counts
-        ``read`` rows (the header excluded) = kept ``pairs`` + ``dropped`` by reason (``blank_line``,
+        A :class:`Corpus` named by the path, task ``options.task or "translation"``, groups for g2p (the word); the
+        report counts ``read`` rows (the header excluded) = kept ``pairs`` + ``dropped`` by reason (``blank_line``,
         ``empty_source``, ``empty_target``).
 
     Raises:
@@ -52,47 +52,63 @@ def load_tsv(path: str | Path, options: CorpusOptions) -> Corpus:
         DataError: empty file, invalid UTF-8, a row with the wrong number of columns, bad CSV quoting, or an empty
             side with ``empty_lines="error"``; each message starts with ``FILE:LINE``.
     """
-    path = Path(path)
-    is_csv = path.suffix.lower() == ".csv"
-    delimiter = options.delimiter or ("," if is_csv else "\t")
-    rows = _csv_rows(path, delimiter) if is_csv else _plain_rows(path, delimiter)
-    dropped: Counter[str] = Counter()
-    replaced: Counter[str] = Counter()
-    pairs: list[Pair] = []
-    expected = options.num_columns
-    columns: Columns | None = None
-    read = 0
-    for line_number, fields in rows:
-        where = f"{path}:{line_number}"
-        if not any(field.strip() for field in fields):
-            if columns is None and options.header:
-                raise DataError(f"{where}: the header row is blank")
-            if options.empty_lines == "error":
-                raise DataError(f"{where}: blank line (CorpusOptions.empty_lines='skip' skips and counts them)")
-            dropped["blank_line"] += 1
-            read += 1
-            continue
-        if expected is None:
-            expected = len(fields)
-        if len(fields) != expected:
-            raise DataError(f"{where}: {len(fields)} columns, expected {expected} (delimiter {delimiter!r})")
-        if columns is None:  # the first row says which columns hold the pair; a header row is not a pair
-            columns = choose_columns(fields, options, where, delimiter)
-            if options.header:
+    return TsvReader(path, options).corpus()
+
+
+class TsvReader(PairReader):
+    """The pairs of a TSV/CSV file, streamed (a block of the file in memory at a time); see :func:`load_tsv`."""
+
+    def __init__(self, path: str | Path, options: CorpusOptions) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.options = options
+        self.name = str(self.path)
+        self.task = options.task or "translation"
+        self.grouped = self.task == "g2p"
+
+    def records(self) -> Iterator[tuple[Pair, str | None]]:
+        path, options = self.path, self.options
+        is_csv = path.suffix.lower() == ".csv"
+        delimiter = options.delimiter or ("," if is_csv else "\t")
+        rows = _csv_rows(path, delimiter) if is_csv else _plain_rows(path, delimiter)
+        dropped: Counter[str] = Counter()
+        replaced: Counter[str] = Counter()
+        kept = 0
+        expected = options.num_columns
+        columns: Columns | None = None
+        read = 0
+        for line_number, fields in rows:
+            where = f"{path}:{line_number}"
+            if not any(field.strip() for field in fields):
+                if columns is None and options.header:
+                    raise DataError(f"{where}: the header row is blank")
+                if options.empty_lines == "error":
+                    raise DataError(f"{where}: blank line (CorpusOptions.empty_lines='skip' skips and counts them)")
+                dropped["blank_line"] += 1
+                read += 1
                 continue
-        read += 1
-        source = one_line(fields[columns.source], replaced)
-        target = one_line(fields[columns.target], replaced)
-        if check_empty(source, target, where, options, dropped):
-            pairs.append(Pair(source, target))
-    report = make_report(read, len(pairs), dropped, format="csv" if is_csv else "tsv", delimiter=delimiter)
-    if columns is not None:
-        report["columns"] = {"source": columns.source, "target": columns.target}
-        if columns.names is not None:
-            report["column_names"] = {"source": columns.names[0], "target": columns.names[1]}
-    report.update(replaced)
-    task = options.task or "translation"
-    return Corpus(name=str(path), task=task, pairs=pairs, groups=file_groups(task, pairs), report=report)
+            if expected is None:
+                expected = len(fields)
+            if len(fields) != expected:
+                raise DataError(f"{where}: {len(fields)} columns, expected {expected} (delimiter {delimiter!r})")
+            if columns is None:  # the first row says which columns hold the pair; a header row is not a pair
+                columns = choose_columns(fields, options, where, delimiter)
+                if options.header:
+                    continue
+            read += 1
+            source = one_line(fields[columns.source], replaced)
+            target = one_line(fields[columns.target], replaced)
+            if check_empty(source, target, where, options, dropped):
+                kept += 1
+                pair = Pair(source, target)
+                yield pair, file_group(self.task, pair)
+        report = make_report(read, kept, dropped, format="csv" if is_csv else "tsv", delimiter=delimiter)
+        if columns is not None:
+            report["columns"] = {"source": columns.source, "target": columns.target}
+            if columns.names is not None:
+                report["column_names"] = {"source": columns.names[0], "target": columns.names[1]}
+        report.update(replaced)
+        self.report = report
 
 
 class Columns(NamedTuple):
@@ -163,7 +179,7 @@ def choose_columns(first_row: list[str], options: CorpusOptions, where: str, del
 
 def _plain_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
     """(line number, fields) of a file split on ``delimiter`` with no quoting."""
-    for number, line in enumerate(split_lines(read_text(path)), start=1):
+    for number, line in enumerate(iter_text_lines(path), start=1):
         yield number, line.split(delimiter)
 
 
@@ -173,7 +189,7 @@ def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
     Raises:
         DataError: bad quoting (``FILE:LINE: ...``).
     """
-    reader = csv.reader(io.StringIO(read_text(path), newline=""), delimiter=delimiter, strict=True)
+    reader = csv.reader((f"{line}\n" for line in iter_text_lines(path)), delimiter=delimiter, strict=True)
     start = 1
     while True:
         try:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -69,6 +70,72 @@ class Corpus:
 
     def __len__(self) -> int:
         return len(self.pairs)
+
+
+class PairReader(ABC):
+    """A source of pairs read in passes: each call of :meth:`records` reads the source again from its start, one pair
+    at a time, so a corpus of any size is never held whole. The file readers stream (:mod:`.tsv`, :mod:`.parallel`,
+    :mod:`.hf`); a corpus built in memory (CMUdict, the Bible, copy/reverse) is read through :class:`CorpusReader`.
+
+    Attributes:
+        name: the source, as :attr:`Corpus.name`. task: as :attr:`Corpus.task`.
+        grouped: whether :meth:`records` gives group keys (a g2p file's words, the Bible's books).
+        keep_groups_together: as :attr:`Corpus.keep_groups_together`.
+        report: after a whole pass, the counts of :func:`make_report` (read, pairs kept, dropped by reason, details).
+    """
+
+    name: str
+    task: Task
+    grouped: bool = False
+    keep_groups_together: bool = True
+
+    def __init__(self) -> None:
+        self.report: dict[str, Any] = {}
+
+    @abstractmethod
+    def records(self) -> Iterator[tuple[Pair, str | None]]:
+        """One pass over the kept pairs in the source's order, each with its group key (None without groups); the
+        report is complete when the pass ends.
+
+        Raises:
+            DataError: a malformed row (FILE:LINE in the message); MissingDataError: the source is gone.
+        """
+
+    def corpus(self) -> Corpus:
+        """The whole source as an in-memory :class:`Corpus` (one pass)."""
+        pairs: list[Pair] = []
+        groups: list[str] = []
+        for pair, group in self.records():
+            pairs.append(pair)
+            if self.grouped:
+                groups.append(group or "")
+        return Corpus(self.name, self.task, pairs, groups if self.grouped else None, self.report,
+                      self.keep_groups_together)  # fmt: skip
+
+
+class CorpusReader(PairReader):
+    """The :class:`PairReader` of a corpus already in memory (each pass walks its list)."""
+
+    def __init__(self, corpus: Corpus) -> None:
+        super().__init__()
+        self._corpus = corpus
+        self.name, self.task = corpus.name, corpus.task
+        self.grouped = corpus.groups is not None
+        self.keep_groups_together = corpus.keep_groups_together
+        self.report = corpus.report
+
+    def records(self) -> Iterator[tuple[Pair, str | None]]:
+        groups = self._corpus.groups
+        for i, pair in enumerate(self._corpus.pairs):
+            yield pair, (groups[i] if groups is not None else None)
+
+    def corpus(self) -> Corpus:
+        return self._corpus
+
+
+def file_group(task: str, pair: Pair) -> str | None:
+    """The group key of a pair of a user's file: the source word for ``g2p`` (see :func:`file_groups`), else None."""
+    return pair.source if task == "g2p" else None
 
 
 @dataclass(frozen=True)
@@ -272,19 +339,24 @@ def describe_corpus(corpus: Corpus, role: str = "data") -> str:
     Example: ``train data/train.tsv (tsv, source = column 1 "word", target = column 2 "phones"): 1,002 rows read,
     1,000 pairs kept, 2 dropped (1 blank_line, 1 empty_target)``.
     """
-    report = corpus.report
+    return describe_report(corpus.name, corpus.task, {"pairs": len(corpus.pairs), **corpus.report}, role)
+
+
+def describe_report(name: str, task: str, report: Mapping[str, Any], role: str = "data") -> str:
+    """The line of :func:`describe_corpus` from a source's name, task and report (a streamed source has no list of
+    pairs)."""
     details = [str(report["format"])] if "format" in report else []
     columns = report.get("columns")
     if columns:
         names = report.get("column_names") or {}
         for side in ("source", "target"):
-            name = f" {names[side]!r}" if side in names else ""
-            details.append(f"{side} = column {columns[side]}{name}")
+            label = f" {names[side]!r}" if side in names else ""
+            details.append(f"{side} = column {columns[side]}{label}")
     if report.get("split"):
         details.append(f"split {report['split']}")
-    head = f"{role} {corpus.name}" + (f" ({', '.join(details)})" if details else "") + f", task {corpus.task}: "
-    read = report.get("read", len(corpus.pairs))
-    kept = report.get("pairs_before_limit", report.get("pairs", len(corpus.pairs)))
+    head = f"{role} {name}" + (f" ({', '.join(details)})" if details else "") + f", task {task}: "
+    read = report.get("read", report["pairs"])
+    kept = report.get("pairs_before_limit", report["pairs"])
     dropped = report.get("dropped") or {}
     text = f"{read:,} rows read, {kept:,} pairs kept"
     total = sum(dropped.values())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from dotformer import checkpoint as ckpt
-from dotformer.data.batching import Batch, padding_fraction
+from dotformer.data.batching import Batch, PlannedBatches
 from dotformer.data.blocks import TokenStream, sampler_for
 from dotformer.errors import ConfigError, TrainingError
 from dotformer.training.config import TrainConfig
@@ -221,11 +222,12 @@ def set_up(
     )
     sampler = sampler_for(data.train, config.max_tokens, config.seed)  # the global order; the stream deals it
     stream = BatchStream(sampler, max_epochs=config.max_epochs, rank=context.rank, world_size=context.world_size)
-    valid_batches: list[Batch] = []
+    valid_batches: Sequence[Batch] = []
     if len(data.valid):
-        # evaluation needs no equal batch counts (one all-reduce at the end): each rank takes every world-th batch
+        # evaluation needs no equal batch counts (one all-reduce at the end): each rank takes every world-th batch,
+        # collated when a validation pass reads it
         valid = sampler_for(data.valid, config.max_tokens, config.seed, shuffle=False)
-        valid_batches = valid.batches(0)[context.rank :: context.world_size]
+        valid_batches = PlannedBatches(valid, valid.plan(0).select(slice(context.rank, None, context.world_size)))
     decode = pairs_to_decode(data, config)
     return Setup(model, optimizer, recipe, config, data, stream, valid_batches, decode, run_dir, info)
 
@@ -250,9 +252,9 @@ def start(setup: Setup, state: TrainState, resume: bool, init_from: Path | None)
 
 def describe_data(setup: Setup) -> str:
     """One line before training: pair counts (a language model's tokens and blocks), vocabulary sizes, parameters,
-    batches per epoch, padding fraction."""
+    batches per epoch, padding fraction (counted from the lengths: no batch is collated)."""
     d, c = setup.data, setup.config
-    batches = setup.stream.own_batches(setup.stream.epoch)
+    plan = setup.stream.own_plan(setup.stream.epoch)
     size = f"<= {c.max_tokens:,} tokens"
     if isinstance(d.train, TokenStream):
         T = d.train.block_size
@@ -266,8 +268,8 @@ def describe_data(setup: Setup) -> str:
         vocabulary = f"vocabulary {d.src_tokenizer.vocab_size:,} -> {d.tgt_tokenizer.vocab_size:,}"
     return (
         f"data: {counts}; {vocabulary};"
-        f" model {setup.model.num_parameters():,} parameters; {count(len(batches), 'batch', 'batches')} of"
-        f" {size} per epoch (this process), {padding_fraction(batches):.1%} padding"
+        f" model {setup.model.num_parameters():,} parameters; {count(len(plan), 'batch', 'batches')} of"
+        f" {size} per epoch (this process), {setup.stream.sampler.padding_fraction(plan):.1%} padding"
     )
 
 

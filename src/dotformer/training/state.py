@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from dotformer.data.arrays import PairArrays
 from dotformer.data.batching import Batch, EncodedPair
 from dotformer.data.blocks import TokenStream
 from dotformer.data.tokenizers import Tokenizer
@@ -32,16 +33,17 @@ class TrainData:
     """The encoded examples and tokenizers that :func:`fit` trains on.
 
     Attributes:
-        train: encoded training pairs (``dotformer.data.batching.encode_pairs``), or a language model's text
+        train: the training pairs as arrays (a split of :class:`~dotformer.data.prepared.PreparedPairs`, memory-
+            mapped; or a list of ``dotformer.data.batching.encode_pairs``), or a language model's text
             (:class:`~dotformer.data.blocks.TokenStream`: batched in contiguous blocks).
-        valid: encoded validation pairs, or text (may be empty: no validation).
+        valid: the validation pairs, or text (may be empty: no validation).
         src_tokenizer, tgt_tokenizer: saved with every checkpoint.
         valid_pairs: the validation pairs as text, for a decoding ``best_metric`` (None: rebuilt from ``valid``
             by detokenising its ids, which loses symbols read as UNK).
     """
 
-    train: Sequence[EncodedPair] | TokenStream
-    valid: Sequence[EncodedPair] | TokenStream
+    train: PairArrays | Sequence[EncodedPair] | TokenStream
+    valid: PairArrays | Sequence[EncodedPair] | TokenStream
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     valid_pairs: Sequence[Pair] | None = None
@@ -83,7 +85,7 @@ class Setup:
     config: TrainConfig  # the recipe and budgets
     data: TrainData  # examples and tokenizers
     stream: BatchStream  # the training batches, with the data position
-    valid_batches: list[Batch]  # this rank's validation batches
+    valid_batches: Sequence[Batch]  # this rank's validation batches (collated when a pass reads them)
     decode_pairs: list[Pair]  # the validation pairs decoded for a decoding best_metric (empty for "loss")
     run_dir: Path | None  # checkpoints, best/, last/ and metrics.jsonl (None: nothing written)
     info: dict[str, Any]  # extra JSON facts for every checkpoint's config.json ("init_from" is added here)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from dotformer.data.batching import Batch
+from dotformer.data.batching import Batch, BatchPlan
 from dotformer.data.tokenizers import PAD_ID
 from dotformer.errors import TrainingError
 
@@ -23,7 +23,8 @@ class BatchStream:
     of the next global batch), the same on every rank.
 
     Saving the position and starting a new stream there resumes the data order exactly (the sampler's batches are a
-    pure function of (seed, epoch)). Batches are collated as they are taken (``sampler.make_batch``).
+    pure function of (seed, epoch)). An epoch's order is held as index arrays (the sampler's
+    :class:`~dotformer.data.batching.BatchPlan`), and batches are collated as they are taken (``sampler.make_batch``).
 
     Args:
         sampler: a :class:`dotformer.data.batching.BatchSampler` of world size 1 (the global order).
@@ -47,26 +48,25 @@ class BatchStream:
         self.max_epochs = max_epochs
         self.rank = rank
         self.world_size = world_size
-        self._indices: list[list[int]] = []
-        self._indices_epoch = -1
+        self._plan: BatchPlan | None = None
+        self._plan_epoch = -1
 
-    def _epoch_indices(self) -> list[list[int]]:
-        if self._indices_epoch != self.epoch:
-            self._indices = self.sampler.batch_indices(self.epoch)
-            self._indices_epoch = self.epoch
-            if not self._indices:
+    def _epoch_plan(self) -> BatchPlan:
+        if self._plan is None or self._plan_epoch != self.epoch:
+            self._plan = self.sampler.plan(self.epoch)
+            self._plan_epoch = self.epoch
+            if not len(self._plan):
                 raise TrainingError("the training split gives no batches")
-        return self._indices
+        return self._plan
 
     @property
     def batches_per_epoch(self) -> int:
         """Number of batches of the current epoch, all ranks together."""
-        return len(self._epoch_indices())
+        return len(self._epoch_plan())
 
-    def own_batches(self, epoch: int) -> list[Batch]:
+    def own_plan(self, epoch: int) -> BatchPlan:
         """The batches of ``epoch`` this rank trains on when every step is whole (for the line before training)."""
-        indices = self.sampler.batch_indices(epoch)[self.rank :: self.world_size]
-        return [self.sampler.make_batch(rows, epoch) for rows in indices]
+        return self.sampler.plan(epoch).select(slice(self.rank, None, self.world_size))
 
     @property
     def epochs_done(self) -> float:
@@ -84,12 +84,12 @@ class BatchStream:
         A rank whose share of the budget's last, short step is empty gets one batch whose targets are all padding:
         it takes part in the gradient average (every rank must) and adds nothing to the loss or the gradient.
         """
-        taken: list[tuple[list[int], int]] = []  # (example indices, epoch) of each batch
+        taken: list[tuple[Any, int]] = []  # (example indices, epoch) of each batch
         while len(taken) < count * self.world_size and not self.exhausted():
-            indices = self._epoch_indices()
-            taken.append((indices[self.index], self.epoch))
+            plan = self._epoch_plan()
+            taken.append((plan[self.index], self.epoch))
             self.index += 1
-            if self.index == len(indices):
+            if self.index == len(plan):
                 self.epoch, self.index = self.epoch + 1, 0
         mine = [self.sampler.make_batch(rows, epoch) for rows, epoch in taken[self.rank :: self.world_size]]
         if taken and not mine:

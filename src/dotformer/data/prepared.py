@@ -1,0 +1,211 @@
+"""A prepared-data directory, and the handle that maps it: what every training run and every rank reads.
+
+Data is prepared once (:mod:`dotformer.data.preparing`) into a directory::
+
+    DIR/prepared.json        the report: format, fingerprint, inputs (size, time, hash), task, data config, seed (when
+                             a random split depends on it), tokenizer sample, per split: examples, tokens, characters
+                             (text), where they came from and what was dropped; the lines to print; seconds taken
+    DIR/tokenizer_src.json   the tokenizers, under the names checkpoints use (a language model's one tokenizer is
+    DIR/tokenizer_tgt.json   both)
+    DIR/split.npy            (N,) uint8, the split of every pair (line) of the training source, in its order:
+                             0 train, 1 valid, 2 test, 255 unused (cut by a limit); with the source and the options
+                             it gives the split back exactly
+    DIR/{train,valid,test}.{src,tgt}.bin/.idx    pairs: the token ids of each side (:mod:`dotformer.data.arrays`)
+    DIR/{train,valid,test}.text.bin/.idx         text: one row per line, its ids and EOS (the flat ids are the stream)
+    DIR/valid.tsv, test.tsv  pairs: the held-out pairs as text (what decoding metrics and ``evaluate`` compare with)
+    DIR/valid.txt, test.txt  text: the held-out lines
+
+:func:`open_prepared` gives a :class:`PreparedPairs` or a :class:`PreparedText`; their arrays are memory-mapped, so
+opening costs milliseconds and N processes share one copy of the data. The block size of a language model is no part
+of the prepared data: blocks are cut at batching time, so one preparation serves every block size. No torch here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from dotformer.data.arrays import PairArrays, RaggedArray, load_array, open_ragged
+from dotformer.data.config import DataConfig, LMDataConfig
+from dotformer.data.splits import SPLIT_NAMES
+from dotformer.data.textio import read_json, split_lines
+from dotformer.data.tokenizer_files import TokenizerPair, load_tokenizer
+from dotformer.data.tokenizers import Tokenizer
+from dotformer.data.types import Pair
+from dotformer.errors import DataError
+
+FORMAT_VERSION = 1
+REPORT_FILE = "prepared.json"
+SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE = "tokenizer_src.json", "tokenizer_tgt.json"  # a checkpoint's names
+SPLIT_FILE = "split.npy"
+UNUSED = 255  # the split code of a pair (line) cut by a limit
+Kind = Literal["pairs", "text"]
+SplitName = Literal["train", "valid", "test"]
+
+
+def array_stem(directory: Path, split: str, side: str) -> Path:
+    """``DIR/SPLIT.SIDE``, the stem of one array (side ``src``, ``tgt`` or ``text``)."""
+    return directory / f"{split}.{side}"
+
+
+def text_file(directory: Path, split: str, kind: Kind) -> Path:
+    """``DIR/SPLIT.tsv`` (pairs) or ``DIR/SPLIT.txt`` (text): the held-out split as text."""
+    return directory / f"{split}.{'tsv' if kind == 'pairs' else 'txt'}"
+
+
+class _Prepared:
+    """What both handles share: the directory, its report, and what the report says."""
+
+    directory: Path
+    report: dict[str, Any]
+
+    @property
+    def fingerprint(self) -> str:
+        """The fingerprint of the inputs and options (:mod:`dotformer.data.fingerprint`)."""
+        return str(self.report["fingerprint"])
+
+    @property
+    def task(self) -> str:
+        """The task: ``g2p``, ``translation``, ``exact``, ``synthetic`` or ``lm``."""
+        return str(self.report["task"])
+
+    @property
+    def lines(self) -> list[str]:
+        """The lines to print before training: each input read (rows, kept, dropped), the split, the tokenizers."""
+        return list(self.report["lines"])
+
+    @property
+    def seed(self) -> int | None:
+        """The seed of the random split (None: no random split, any seed gives this data)."""
+        return self.report.get("seed")
+
+    @property
+    def split_of(self) -> np.ndarray:
+        """(N,) uint8, the split of every pair (line) of the training source (``DIR/split.npy``), memory-mapped."""
+        return load_array(self.directory / SPLIT_FILE)
+
+    def _texts(self, split: str, kind: Kind) -> list[str]:
+        if split not in ("valid", "test"):
+            raise DataError(f"{self.directory}: the text of the {split!r} split is not kept (valid and test are)")
+        path = text_file(self.directory, split, kind)
+        return split_lines(path.read_text(encoding="utf-8")) if path.stat().st_size else []
+
+
+@dataclass(frozen=True)
+class PreparedPairs(_Prepared):
+    """Prepared pairs (translation, G2P, copy/reverse): tokenizers and the mapped token arrays of each split.
+
+    Attributes:
+        directory: the prepared directory.
+        report: ``prepared.json``.
+        tokenizers: the source and target tokenizers (one object when the vocabulary is shared).
+        splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.arrays.PairArrays` (a split with no
+            pairs has empty arrays).
+    """
+
+    directory: Path
+    report: dict[str, Any]
+    tokenizers: TokenizerPair
+    splits: dict[str, PairArrays]
+
+    @property
+    def data_config(self) -> DataConfig:
+        """The data config it was prepared from, its task's defaults filled in."""
+        return DataConfig.from_dict(self.report["data"], str(self.directory / REPORT_FILE))
+
+    def lengths(self, split: SplitName) -> np.ndarray:
+        """(N,) int64, the padded length of every example of ``split``: max(source, target) + 1."""
+        return self.splits[split].lengths
+
+    def texts(self, split: SplitName) -> list[Pair]:
+        """The pairs of ``valid`` or ``test`` as text, exactly as read (``DIR/SPLIT.tsv``).
+
+        Raises:
+            DataError: ``train`` (its text is not kept: it is the source's).
+        """
+        return [Pair(*line.split("\t")) for line in self._texts(split, "pairs")]
+
+
+@dataclass(frozen=True)
+class PreparedText(_Prepared):
+    """Prepared text of a language model: its tokenizer and, per split, its lines as one mapped token stream.
+
+    Attributes:
+        directory: the prepared directory.
+        report: ``prepared.json``.
+        tokenizer: the one tokenizer.
+        splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.arrays.RaggedArray` whose rows are
+            the lines (ids, then EOS); its ``ids`` are the split's token stream.
+    """
+
+    directory: Path
+    report: dict[str, Any]
+    tokenizer: Tokenizer
+    splits: dict[str, RaggedArray]
+
+    @property
+    def data_config(self) -> LMDataConfig:
+        """The data config it was prepared from (its block size is the one given then: blocks are cut later)."""
+        return LMDataConfig.from_section(self.report["data"], str(self.directory / REPORT_FILE))
+
+    def stream(self, split: SplitName) -> np.ndarray:
+        """(N,) the token stream of ``split`` (every line's ids and EOS, in order), memory-mapped."""
+        return self.splits[split].ids
+
+    def characters(self, split: SplitName) -> int:
+        """C, the characters of ``split``, each line end counted as one (bits per character need it)."""
+        return int(self.report["splits"][split]["characters"])
+
+    def texts(self, split: SplitName) -> list[str]:
+        """The lines of ``valid`` or ``test`` as text (``DIR/SPLIT.txt``).
+
+        Raises:
+            DataError: ``train``.
+        """
+        return self._texts(split, "text")
+
+
+def read_report(directory: str | Path) -> dict[str, Any]:
+    """``DIR/prepared.json``.
+
+    Raises:
+        MissingDataError: no such file (not a prepared directory, or one whose preparation did not finish).
+        DataError: not JSON, or a format this version cannot read.
+    """
+    path = Path(directory) / REPORT_FILE
+    report = read_json(path, "no prepared data here (prepare it first: dotformer prepare)")
+    if not isinstance(report, dict) or report.get("format") != FORMAT_VERSION:
+        found = report.get("format") if isinstance(report, dict) else None
+        raise DataError(f"{path}: prepared-data format {found!r}, this dotformer reads {FORMAT_VERSION}")
+    return report
+
+
+def open_prepared(directory: str | Path) -> PreparedPairs | PreparedText:
+    """Map a prepared directory (its layout is in the module docstring).
+
+    Raises:
+        MissingDataError: no ``prepared.json`` there.
+        DataError: a damaged directory: an array missing or of another length than the report says.
+    """
+    directory = Path(directory)
+    report = read_report(directory)
+    kind: Kind = report.get("kind")  # type: ignore[assignment]
+    if kind not in ("pairs", "text"):
+        raise DataError(f"{directory / REPORT_FILE}: unknown kind of prepared data {kind!r}")
+    src = load_tokenizer(directory / SRC_TOKENIZER_FILE)
+    tgt = src if report["tokenizers"]["shared"] else load_tokenizer(directory / TGT_TOKENIZER_FILE)
+    sides = ("src", "tgt") if kind == "pairs" else ("text",)
+    arrays: dict[str, dict[str, RaggedArray]] = {}
+    for split in SPLIT_NAMES:
+        arrays[split] = {side: open_ragged(array_stem(directory, split, side)) for side in sides}
+        expected = report["splits"][split]["examples"]
+        for array in arrays[split].values():
+            if len(array) != expected:
+                raise DataError(f"{array.name}: {len(array):,} rows, but {REPORT_FILE} says {expected:,}")
+    if kind == "pairs":
+        splits = {split: PairArrays(arrays[split]["src"], arrays[split]["tgt"]) for split in SPLIT_NAMES}
+        return PreparedPairs(directory, report, TokenizerPair(src, tgt), splits)
+    return PreparedText(directory, report, src, {split: arrays[split]["text"] for split in SPLIT_NAMES})

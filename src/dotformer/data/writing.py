@@ -1,0 +1,134 @@
+"""Writing a prepared directory (its layout: :mod:`dotformer.data.prepared`): the arrays of the three splits and the
+held-out text, filled chunk by chunk, inside a partial directory renamed to its name only when everything is written.
+No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from dotformer.data.arrays import RaggedWriter
+from dotformer.data.prepared import Kind, array_stem, text_file
+from dotformer.data.splits import SPLIT_NAMES
+from dotformer.data.tokenizers import EncodedChunk
+from dotformer.data.types import Pair
+from dotformer.errors import ConfigError, DataError
+
+
+class SplitWriters:
+    """The arrays of the three splits (one per side: ``src`` and ``tgt`` of pairs, ``text`` of a language model) and
+    the valid/test text files of a directory being written; leaving a ``with`` block by an exception removes the
+    arrays' partial files.
+
+    Args:
+        directory: the (partial) directory. sides: the arrays of each split. dtypes: their ids' dtypes.
+        kind: ``"pairs"`` (valid.tsv, test.tsv) or ``"text"`` (valid.txt, test.txt, and characters counted).
+    """
+
+    def __init__(self, directory: Path, sides: tuple[str, ...], dtypes: tuple[np.dtype, ...], kind: Kind) -> None:
+        self.kind = kind
+        self.sides = sides
+        stems = {name: [array_stem(directory, name, side) for side in sides] for name in SPLIT_NAMES}
+        self.arrays = {
+            name: [RaggedWriter(stem, dtype) for stem, dtype in zip(stems[name], dtypes, strict=True)]
+            for name in SPLIT_NAMES
+        }
+        self.texts: dict[str, TextIO] = {
+            name: text_file(directory, name, kind).open("w", encoding="utf-8") for name in ("valid", "test")
+        }
+        self.characters = dict.fromkeys(SPLIT_NAMES, 0)
+
+    def write(self, name: str, mask: np.ndarray, encoded: Sequence[EncodedChunk], items: Sequence[Any]) -> None:
+        """Append the examples of a chunk that ``mask`` selects to split ``name`` (and their text, when ``items``
+        is given and the split keeps its text)."""
+        if not mask.any():
+            return
+        for writer, side in zip(self.arrays[name], encoded, strict=True):
+            writer.append(side.ids[np.repeat(mask, side.lengths)], side.lengths[mask])
+        if not items or (name not in self.texts and self.kind != "text"):
+            return
+        selected = [item for item, keep in zip(items, mask, strict=True) if keep]
+        if self.kind == "text":
+            self.characters[name] += sum(len(line) + 1 for line in selected)
+        if name in self.texts:
+            self.texts[name].write("".join(text_line(item, name, self.kind) for item in selected))
+
+    def summary(self) -> dict[str, Any]:
+        """Per split: the examples, the tokens of each side (and the characters of a text)."""
+        out = {}
+        for name, writers in self.arrays.items():
+            tokens = {side: writer.tokens for side, writer in zip(self.sides, writers, strict=True)}
+            out[name] = {"examples": writers[0].rows, "tokens": tokens}
+            if self.kind == "text":
+                out[name]["characters"] = self.characters[name]
+        return out
+
+    def __enter__(self) -> SplitWriters:
+        return self
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        for handle in self.texts.values():
+            handle.close()
+        for writers in self.arrays.values():
+            for writer in writers:
+                if kind is None:
+                    writer.close()
+                else:
+                    writer.abort()
+
+
+def text_line(item: Pair | str, split: str, kind: str) -> str:
+    """One line of ``valid.tsv`` (a pair) or ``valid.txt`` (a line).
+
+    Raises:
+        DataError: a text holds a tab or line break, which a TSV line cannot hold (the readers replace them).
+    """
+    if kind == "text":
+        return f"{item}\n"
+    assert isinstance(item, Pair)
+    for side, text in zip(("source", "target"), item, strict=True):
+        if any(char in text for char in "\t\n\r"):
+            raise DataError(f"{split} pair: the {side} holds a tab or line break: {text!r:.80}")
+    return f"{item.source}\t{item.target}\n"
+
+
+@contextmanager
+def writing_directory(directory: Path) -> Iterator[Path]:
+    """A partial directory beside ``directory``, renamed to it when the block ends, removed when it raises.
+
+    Raises:
+        ConfigError: ``directory`` exists and is not an empty directory (nothing there is touched).
+    """
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise ConfigError(f"{directory} exists and is not empty: prepared data goes to a new or empty directory")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    partial = directory.with_name(f".{directory.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)  # this process's own leftover, if any
+    partial.mkdir()
+    try:
+        yield partial
+        for path in partial.iterdir():
+            fsync(path)
+        if directory.exists():
+            directory.rmdir()  # empty: checked above
+        os.replace(partial, directory)
+        fsync(directory.parent)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def fsync(path: Path) -> None:
+    """Flush a file's (or a directory's entries') writes to the disk."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
