@@ -44,6 +44,7 @@ from common import command_line, format_table, git_commit, machine_info, write_j
 from dotformer.data.blocks import BlockSampler, TokenStream, encode_text
 from dotformer.data.tokenizer_files import load_tokenizer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.runs.run_data import open_run_data
 from dotformer.runs.text import load_text_split
 from dotformer.training.config import TrainConfig
 from dotformer.training.optim import build_optimizer
@@ -168,8 +169,8 @@ def main() -> int:
     tokenizer = load_tokenizer(run / "data" / "tokenizer_tgt.json")
     block = record["data"]["block_size"]
     valid_lines = load_text_split(run / "data", "valid")
-    train, valid = (encode_text(load_text_split(run / "data", "train"), tokenizer, block),
-                    encode_text(valid_lines, tokenizer, block))  # fmt: skip
+    train_lines = list(open_run_data(run).training_lines())  # type: ignore[union-attr]
+    train, valid = encode_text(train_lines, tokenizer, block), encode_text(valid_lines, tokenizer, block)
     chars_per_token = (sum(len(line) + 1 for line in valid_lines) - 1) / (len(valid) - 1)
     points = dotformer_curve(run, chars_per_token) + train_gpt2(args, record, train, valid, chars_per_token)
     print(format_table(points, COLUMNS))

@@ -6,8 +6,8 @@ What it does, one system after the other (never both at once: they would share t
    --max-minutes M --threads T --no-progress``, then ``python -m dotformer average --out WORK/dotformer/averaged
    <the last K of WORK/dotformer/checkpoints/step_*>`` and ``python -m dotformer evaluate --checkpoint
    WORK/dotformer/averaged --split test --json WORK/dotformer_test.json`` (beam 4, its defaults; ``evaluate`` finds the
-   run's ``data/test.tsv`` from a checkpoint directory inside the run, as it does for ``best/``). The run writes the
-   split (``data/train.tsv``, ``valid.tsv``, ``test.tsv``) and the tokenizers (``data/tokenizer_src.json``,
+   run's ``data/test.tsv`` from a checkpoint directory inside the run, as it does for ``best/``). The run refers to its
+   prepared training pairs and keeps ``data/valid.tsv``, ``test.tsv`` and the tokenizers (``data/tokenizer_src.json``,
    ``tokenizer_tgt.json``). With ``--average-last 1`` there is no averaging and ``evaluate --checkpoint
    WORK/dotformer/last`` tests the run's last weights; with ``--average-last 0``, ``evaluate --checkpoint
    WORK/dotformer`` tests its ``best/``.
@@ -122,6 +122,7 @@ from dotformer.data.types import Pair
 from dotformer.decoding.evaluation import group_references, sample_sources
 from dotformer.decoding.inputs import source_normaliser
 from dotformer.metrics import bleu, chrf, g2p_error_rates, perplexity
+from dotformer.runs.run_data import open_run_data
 from dotformer.training.progress import Budget, Position, budget_fraction
 from dotformer.training.schedule import cooldown_factor, inverse_sqrt_lr
 
@@ -391,7 +392,7 @@ def load_run(run_dir: Path) -> RunData:
     return RunData(
         record=record,
         model_config=ModelConfig.from_dict(record["model"]),
-        train=load_split(data, "train"),
+        train=list(open_run_data(run_dir).training_pairs()),  # type: ignore[union-attr]
         valid=load_split(data, "valid"),
         test=load_split(data, "test"),
         src_tokenizer=src,

@@ -24,8 +24,8 @@ from torch import Tensor, nn
 
 from dotformer import ModelConfig, Transformer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
-from dotformer.metrics.scoring import gold_tokens as loop_gold_tokens
 from dotformer.positional import sinusoidal_positional_encoding
+from dotformer.training.objective import gold_tokens as loop_gold_tokens
 
 PAD, BOS, EOS = PAD_ID, BOS_ID, EOS_ID
 FIRST_WORD_ID = NUM_SPECIAL  # ids below are specials
@@ -188,7 +188,7 @@ def peer_logits(name: str, model: nn.Module, batch: Batch) -> Tensor:
 
 def gold_tokens(name: str, batch: Batch) -> Tensor:
     """The labels matching :func:`peer_logits`: (B, T) ``tgt_out``, or (N_T,) its real positions for ``"dotformer"``
-    (what ``dotformer train`` uses: :func:`dotformer.metrics.scoring.gold_tokens`)."""
+    (what ``dotformer train`` uses: :func:`dotformer.training.objective.gold_tokens`)."""
     return loop_gold_tokens(batch, packed=name == "dotformer", pad_id=PAD)  # type: ignore[arg-type]
 
 

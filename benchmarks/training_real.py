@@ -4,7 +4,7 @@ step's achieved FLOP/s beside this machine's own matmul ceiling.
 Batches:
 
 * ``g2p`` / ``bible``: the first ``--batches`` batches of a run's training data exactly as ``dotformer train`` cuts
-  them (the run's ``data/train.tsv`` and tokenizers, :class:`dotformer.data.batching.BatchSampler` with the config's
+  them (the run's prepared training pairs, :class:`dotformer.data.batching.BatchSampler` with the config's
   ``max_tokens``, epoch 0), at the run's model sizes (``--g2p-run`` / ``--bible-run``: a run directory);
 * ``g2p_unpadded`` / ``small_unpadded``: random batches without padding (:func:`peers.make_batch` with every
   sentence at full length) at the G2P size and at ``small``, where packing saves nothing and the step itself is
@@ -59,17 +59,14 @@ def run_batches(run: Path, count: int) -> tuple[ModelConfig, list[Batch]]:
     """The model config of run directory ``run`` and the first ``count`` batches of its training data (epoch 0)."""
     import json
 
-    from dotformer.data.batching import BatchSampler, encode_pairs
-    from dotformer.data.splits import load_split
-    from dotformer.data.tokenizer_files import load_tokenizer
+    from dotformer.data.batching import BatchSampler
+    from dotformer.runs.run_data import open_run_data
 
     record = json.loads((run / "run.json").read_text())
     model = {k: v for k, v in record["model"].items() if k in ModelConfig.__dataclass_fields__}
     config = ModelConfig(**model)
     max_tokens = record.get("train", {}).get("max_tokens", 1024)
-    data = run / "data"
-    src_tok, tgt_tok = load_tokenizer(data / "tokenizer_src.json"), load_tokenizer(data / "tokenizer_tgt.json")
-    examples = encode_pairs(load_split(data, "train"), src_tok, tgt_tok)
+    examples = open_run_data(run).splits["train"]  # the run's prepared training pairs, memory-mapped
     sampler = BatchSampler(examples, max_tokens=max_tokens, seed=record.get("train", {}).get("seed", 1))
     batches = sampler.batches(0)[:count]
     return config, [Batch(b.src, b.tgt_in, b.tgt_out, b.num_tgt_tokens, b.num_src_tokens) for b in batches]

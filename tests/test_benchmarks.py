@@ -200,8 +200,11 @@ def test_decoding_real_agrees_with_ctranslate2_on_a_trained_checkpoint(bench, tm
     decoding_real = bench("decoding_real")
     # Sources of one length: CTranslate2's length limit is per batch, dotformer's per sentence (an untrained model's
     # outputs run to the limit), so the two limits agree only when every source has the batch's longest length.
-    lines = [line for name in ("test.tsv", "train.tsv") for line in (tiny_run / "data" / name).read_text().splitlines()]
-    five = [line.split("\t")[0] for line in lines if len(line.split("\t")[0].split()) == 5][:20]
+    from dotformer.runs.run_data import open_run_data
+
+    test = [line.split("\t")[0] for line in (tiny_run / "data" / "test.tsv").read_text().splitlines()]
+    train = [pair.source for pair in open_run_data(tiny_run).training_pairs()]  # type: ignore[union-attr]
+    five = [source for source in [*test, *train] if len(source.split()) == 5][:20]
     assert len(five) >= 5
     (tmp_path / "words.txt").write_text("".join(w + "\n" for w in five), encoding="utf-8")
     argv = ["--checkpoint", str(tiny_run), "--words-file", str(tmp_path / "words.txt"), "--quick", "--no-command"]

@@ -70,8 +70,13 @@ def run(files: dict[str, Path], cli: Cli) -> Iterator[Path]:
 
 
 def test_given_files_are_the_saved_split(files: dict[str, Path], run: Path) -> None:
-    for name in ("train", "valid", "test"):
+    from dotformer.runs.run_data import open_run_data
+
+    for name in ("valid", "test"):
         assert (run / "data" / f"{name}.tsv").read_bytes() == files[name].read_bytes(), name
+    prepared = open_run_data(run)
+    trained = "".join(f"{source}\t{target}\n" for source, target in prepared.training_pairs())  # type: ignore[union-attr]
+    assert trained == files["train"].read_text()
     record = json.loads((run / "run.json").read_text())
     assert record["task"] == "g2p" and record["data"]["valid"] == str(files["valid"])
     assert (record["data"]["src_tokenizer"], record["data"]["tgt_tokenizer"]) == ("char", "symbol")
@@ -231,7 +236,10 @@ def test_toml_named_columns_and_dropped_pairs_in_the_data_line(files: dict[str, 
     line = next(line for line in result.stderr.splitlines() if line.startswith("data: train"))
     assert "source = column 2 'word', target = column 1 'phones'" in line, line
     assert "4 rows read, 2 pairs kept, 2 dropped (1 blank_line, 1 empty_target)" in line, line
-    assert (root / "toml_run" / "data" / "train.tsv").read_text() == "cab\tK AE1 B\nto\tT AA1\n"
+    from dotformer.runs.run_data import open_run_data
+
+    trained = list(open_run_data(root / "toml_run").training_pairs())  # type: ignore[union-attr]
+    assert trained == [("cab", "K AE1 B"), ("to", "T AA1")]
     assert "test: none" in result.stderr
 
 

@@ -14,6 +14,7 @@ from dotformer.cli import build_parser, main
 from dotformer.cli.help_layout import fill_help_text
 
 # every flag each command accepts (-h/--help aside)
+PREPARE_FLAGS = {"--config", "--data", "--out", "--sample-lines", "--seed"}
 EXPECTED_FLAGS: dict[str, set[str]] = {
     "train": {
         "--accumulate",
@@ -102,6 +103,11 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--vocab-size",
         "--warmup",
         "--weight-decay",
+        "--mlm-unit",
+        "--mask-probability",
+        "--tag-format",
+        "--label-subtokens",
+        "--pooling",
     },
     "translate": {
         "--engine",
@@ -236,7 +242,7 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--device",
         "--dtype",
         "--input",
-        "--max-input-length",
+        "--max-seq-length",
         "--max-tokens",
         "--normalize",
         "--output",
@@ -244,8 +250,20 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--pooling",
         "--threads",
     },
+    "classify": {"--batch-size", "--checkpoint", "--device", "--dtype", "--format", "--input", "--output", "--threads"},
 }
 EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
+    "classify": {
+        "--batch-size": ("batch_size", 64, False),
+        "--checkpoint": ("checkpoint", None, True),
+        "--device": ("device", "auto", False),
+        "--dtype": ("dtype", "float32", False),
+        "--format": ("format", "text", False),
+        "--input": ("input", None, False),
+        "--output": ("output", None, False),
+        "--threads": ("threads", None, False),
+        "texts": ("texts", None, True),
+    },
     "average": {
         "--last": ("last", None, False),
         "--out": ("out", None, True),
@@ -273,7 +291,7 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--device": ("device", "auto", False),
         "--dtype": ("dtype", "float32", False),
         "--input": ("input", None, False),
-        "--max-input-length": ("max_input_length", None, False),
+        "--max-seq-length": ("max_seq_length", None, False),
         "--max-tokens": ("max_tokens", None, False),
         "--normalize": ("normalize", False, False),
         "--output": ("output", None, False),
@@ -476,6 +494,11 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--vocab-size": ("opt_vocab_size", None, False),
         "--warmup": ("opt_warmup_steps", None, False),
         "--weight-decay": ("opt_weight_decay", None, False),
+        "--mlm-unit": ("opt_mlm_unit", None, False),
+        "--mask-probability": ("opt_mask_probability", None, False),
+        "--tag-format": ("opt_tag_format", None, False),
+        "--label-subtokens": ("opt_label_subtokens", None, False),
+        "--pooling": ("opt_pooling", None, False),
     },
     "translate": {
         "--engine": ("engine", "auto", False),
@@ -550,6 +573,64 @@ def _lines_outside_examples(text: str) -> list[str]:
     return kept
 
 
+# dotformer prepare takes train's data flags (its data and reader groups) and its own
+EXPECTED_FLAGS["prepare"] = PREPARE_FLAGS | {
+    flag
+    for flag in EXPECTED_FLAGS["train"]
+    if flag.removeprefix("--no-").removeprefix("--")
+    in {
+        *(
+            f.removeprefix("--")
+            for f in ("--task", "--valid", "--test", "--limit", "--valid-fraction", "--test-fraction")
+        ),
+        "tokenizer",
+        "src-tokenizer",
+        "tgt-tokenizer",
+        "vocab-size",
+        "shared-vocab",
+        "src-tokenizer-file",
+        "tgt-tokenizer-file",
+        "delimiter",
+        "source-column",
+        "target-column",
+        "header",
+        "num-columns",
+        "empty-lines",
+        "strip-stress",
+        "source-module",
+        "target-module",
+        "test-books",
+        "sword-path",
+        "bible-max-ratio",
+        "bible-check-alignment",
+        "hf-config",
+        "hf-split",
+        "hf-valid-split",
+        "hf-test-split",
+        "source-field",
+        "target-field",
+        "hf-data-files",
+        "hf-cache-dir",
+        "synthetic-examples",
+        "synthetic-symbols",
+        "synthetic-min-len",
+        "synthetic-max-len",
+        "synthetic-seed",
+        "block-size",
+    }
+}
+EXPECTED_DESTS["prepare"] = {
+    "--config": ("config", None, False),
+    "--data": ("data", None, False),
+    "--out": ("out", None, False),
+    "--sample-lines": ("sample_lines", None, False),
+    "--seed": ("seed", 1, False),
+    **{
+        flag: dest
+        for flag, dest in EXPECTED_DESTS["train"].items()
+        if flag in EXPECTED_FLAGS["prepare"] and flag not in PREPARE_FLAGS
+    },
+}
 COMMANDS = sorted(EXPECTED_FLAGS)
 
 

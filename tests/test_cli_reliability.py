@@ -293,7 +293,8 @@ def test_bpe_on_single_words_gets_a_note(tmp_path: Path, capsys: pytest.CaptureF
     quick = ["--data", str(data), "--preset", "tiny", "--max-steps", "1", "--no-progress", "--device", "cpu"]
     assert main(["train", *quick, "--out", str(tmp_path / "bpe")]) == 0
     notes = [line for line in capsys.readouterr().err.splitlines() if "single words" in line]
-    trained = len((tmp_path / "bpe" / "data" / "train.tsv").read_text(encoding="utf-8").splitlines())
+    reference = json.loads((tmp_path / "bpe" / "data" / "data.json").read_text())
+    trained = reference["report"]["splits"]["train"]["examples"]
     assert 200 < trained < len(words)  # the training split (the rest is validation and test)
     assert notes == [
         f"dotformer train: warning: the texts are single words ({trained} of {trained} training sources) and get a "

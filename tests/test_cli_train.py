@@ -36,7 +36,7 @@ def test_smoke_run_then_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["train", *QUICK, "--max-steps", "30", "--out", str(run)]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith("trained 30 steps") and str(run / "best") in out
-    for name in ("run.json", "metrics.jsonl", "best", "last", "checkpoints", "data/train.tsv", "data/split.json"):
+    for name in ("run.json", "metrics.jsonl", "best", "last", "checkpoints", "data/data.json", "data/valid.tsv"):
         assert (run / name).exists(), name
     record = json.loads((run / "run.json").read_text())
     assert record["dataset"] == "copy" and record["task"] == "synthetic" and record["preset"] == "tiny"

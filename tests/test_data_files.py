@@ -26,7 +26,6 @@ from dotformer.decoding.evaluation import (
 )
 from dotformer.decoding.results import Translation
 from dotformer.errors import ConfigError, DataError
-from dotformer.runs.pairs import resolve_data_config
 
 THREE = "id1\tword\tW ER1 D\nid2\tcat\tK AE1 T\n"
 WITH_HEADER = "id\tphones\tword\nid1\tW ER1 D\tword\nid2\tK AE1 T\tcat\n"
@@ -220,7 +219,7 @@ def test_data_config_round_trips_through_json() -> None:
 
 
 def test_exact_task_defaults_to_characters() -> None:
-    data = resolve_data_config(DataConfig(dataset="a.tsv", task="exact"), "exact")
+    data = DataConfig(dataset="a.tsv", task="exact").resolved("exact")
     assert (data.src_tokenizer, data.tgt_tokenizer, data.shared_vocab) == ("char", "char", False)
 
 
@@ -298,14 +297,14 @@ def test_hf_tokenizer_json_file(tmp_path: Path) -> None:
 def test_tokenizer_files_in_a_run(tmp_path: Path) -> None:
     sp, hf = _sentencepiece(tmp_path / "sp.model"), _hf_word_level(tmp_path / "tokenizer.json")
     train = [Pair(t, t) for t in TEXTS]
-    data = resolve_data_config(DataConfig(dataset="x.tsv", src_tokenizer_file=sp, tgt_tokenizer_file=hf), "translation")
+    data = DataConfig(dataset="x.tsv", src_tokenizer_file=sp, tgt_tokenizer_file=hf).resolved("translation")
     assert data.src_tokenizer is None and data.tgt_tokenizer is None and data.shared_vocab is False
     pair = make_tokenizers(data, train)
     assert (pair.src.kind, pair.tgt.kind) == ("sentencepiece", "hf")
-    same = resolve_data_config(DataConfig(dataset="x.tsv", src_tokenizer_file=hf, tgt_tokenizer_file=hf), "g2p")
+    same = DataConfig(dataset="x.tsv", src_tokenizer_file=hf, tgt_tokenizer_file=hf).resolved("g2p")
     shared = make_tokenizers(same, train)
     assert same.shared_vocab and shared.src is shared.tgt
-    one_side = resolve_data_config(DataConfig(dataset="x.tsv", tgt_tokenizer_file=hf), "g2p")
+    one_side = DataConfig(dataset="x.tsv", tgt_tokenizer_file=hf).resolved("g2p")
     mixed = make_tokenizers(one_side, train)
     assert mixed.src.kind == "char" and mixed.tgt.kind == "hf"
 

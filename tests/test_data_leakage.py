@@ -9,10 +9,8 @@ import pytest
 import torch
 
 from dotformer.cli import main
-from dotformer.data.config import DataConfig
 from dotformer.data.splits import Splits
 from dotformer.data.types import Pair
-from dotformer.runs.pairs import leakage_warnings
 
 
 def pairs_file(path: Path, words: list[str]) -> Path:
@@ -25,21 +23,6 @@ def splits(train: list[str], valid: list[str], test: list[str]) -> Splits:
         return [Pair(w, " ".join(w.upper())) for w in words]
 
     return Splits(train=pairs(train), valid=pairs(valid), test=pairs(test), info={})
-
-
-def test_shared_sources_are_counted_per_given_file(tmp_path: Path) -> None:
-    train = pairs_file(tmp_path / "train.tsv", ["ab", "ba", "abc"])
-    valid = pairs_file(tmp_path / "valid.tsv", ["ab", "cab", "ba", "bb"])
-    data = DataConfig(dataset=str(train), valid=str(valid), test=str(train))
-    lines = leakage_warnings(splits(["ab", "ba", "abc"], ["ab", "cab", "ba", "bb", "bb"], ["ab", "ba", "abc"]), data)
-    assert lines == [
-        f"--valid {valid}: 2 of its 4 sources are training sources too, so its loss and best/ measure recall of "
-        f"trained pairs, not generalisation: give valid pairs that are not in the training data",
-        f"--test {train} (the training file itself): 3 of its 3 sources are training sources too, so its scores "
-        f"measure recall of trained pairs, not generalisation: give test pairs that are not in the training data",
-    ]
-    assert leakage_warnings(splits(["ab"], ["ba"], ["abc"]), data) == []  # disjoint files: nothing to say
-    assert leakage_warnings(splits(["ab"], ["ab"], ["ab"]), DataConfig(dataset=str(train))) == []  # drawn splits
 
 
 @pytest.mark.parametrize("progress", ["--progress", "--no-progress"])

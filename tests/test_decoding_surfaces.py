@@ -126,7 +126,8 @@ def test_get_root_describes_the_api(servers: dict[str, Any]) -> None:
     status, reply = call(servers["mt"].url.replace("/api/translate", "/"))
     assert status == 200
     assert [o["name"] for o in reply["translate_options"]] == list(OPTION_NAMES)
-    assert {"POST /api/translate", "POST /api/generate", "GET /api/health", "GET /"} == set(reply["endpoints"])
+    endpoints = {"POST /api/translate", "POST /api/generate", "POST /api/classify", "GET /api/health", "GET /"}
+    assert endpoints == set(reply["endpoints"])
 
 
 def test_generate_endpoint_serves_language_models(servers: dict[str, Any], checkpoints: dict[str, Path]) -> None:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from tolerance import encoder_sums, reordering_bound
 
 from dotformer.cli import main
-from dotformer.errors import ConfigError
+from dotformer.errors import CheckpointError, ConfigError
 
 pytest.importorskip("transformers")
 
@@ -188,18 +188,75 @@ def test_a_texts_vector_does_not_depend_on_its_batch(bert: dict[str, Any], pooli
 
 
 def test_bad_settings_are_refused(bert: dict[str, Any]) -> None:
-    from dotformer.decoding.inputs import InputTooLongError
-
     model = load(bert["ck"])
     with pytest.raises(ConfigError, match="pooling 'max' is not one of mean, cls"):
         model.embed(["a"], pooling="max")
-    with pytest.raises(InputTooLongError, match="input 2 has 5 tokens") as caught:
-        model.embed(["a", "a a a"], max_input_length=4)  # [CLS] a a a [SEP]
-    assert (caught.value.index, caught.value.limit) == (1, 4)
     with pytest.raises(ConfigError, match="learned positional table"):
-        model.embed(["a"], max_input_length=41)
+        model.embed(["a"], max_seq_length=41)
+    with pytest.raises(ConfigError, match="at least 2 tokens"):
+        model.embed(["a"], max_seq_length=1)
     with pytest.raises(ConfigError, match="batch_size"):
         model.embed(["a"], batch_size=0)
+
+
+def test_long_texts_are_cut_to_max_seq_length_as_sentence_transformers_does(bert: dict[str, Any]) -> None:
+    """HF's tokenizer truncated to max_length (sentence-transformers' max_seq_length): [CLS] the first pieces [SEP]."""
+    from tokenizers import Tokenizer
+    from transformers import AutoModel
+
+    from dotformer.decoding.inputs import TruncationWarning
+
+    text = " ".join(CORPUS)  # 29 pieces: [CLS] + 29 + [SEP] = 31 tokens
+    tokenizer = Tokenizer.from_file(str(bert["hf"] / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=12)
+    ids = torch.tensor([tokenizer.encode(text).ids])  # (1, 12) [CLS] 10 pieces [SEP]
+    assert ids.shape == (1, 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = AutoModel.from_pretrained(str(bert["hf"])).eval()
+    with torch.no_grad():
+        expected = hf_pooling(hf(input_ids=ids).last_hidden_state, torch.ones_like(ids), "mean", True)
+    model = load(bert["ck"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = model.embed([text, "a bird", text], normalize=True, max_seq_length=12)
+    np.testing.assert_allclose(got[[0, 2]], np.repeat(expected, 2, axis=0), atol=1e-5)
+    cut = [w for w in caught if issubclass(w.category, TruncationWarning)]
+    assert len(cut) == 1 and "2 of 3 input(s) had more than 12 tokens" in str(cut[0].message)
+
+
+def test_an_imported_sentence_transformers_models_max_seq_length_is_kept(bert: dict[str, Any], tmp_path: Path) -> None:
+    import shutil
+
+    from dotformer.decoding.inputs import TruncationWarning
+    from dotformer.imports.bert import import_bert
+
+    shutil.copytree(bert["hf"], tmp_path / "st")
+    (tmp_path / "st" / "sentence_bert_config.json").write_text('{"max_seq_length": 12, "do_lower_case": false}')
+    import_bert(tmp_path / "st", tmp_path / "ck")
+    model = load(tmp_path / "ck")
+    assert model.info["max_seq_length"] == 12
+    text = " ".join(CORPUS)
+    with pytest.warns(TruncationWarning, match="cut to max_seq_length = 12"):
+        got = model.embed(text)
+        np.testing.assert_allclose(got, load(bert["ck"]).embed(text, max_seq_length=12), atol=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a text within the limit: no warning
+        model.embed("a bird")
+    (tmp_path / "st" / "sentence_bert_config.json").write_text('{"max_seq_length": 4000}')
+    with pytest.raises(CheckpointError, match="max_seq_length 4000 is not an integer in"):
+        import_bert(tmp_path / "st", tmp_path / "ck2")
+
+
+def test_unknown_symbols_are_one_warning_per_call(bert: dict[str, Any]) -> None:
+    from dotformer.decoding.inputs import UnknownTokenWarning
+
+    model = load(bert["ck"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.embed(["the cat \U0001f600", "a dog \U0001f436 \U0001f436", *["birds \U0001f426"] * 40], batch_size=4)
+    unknown = [w for w in caught if issubclass(w.category, UnknownTokenWarning)]
+    assert len(unknown) == 1 and "in 42 of 42 input(s)" in str(unknown[0].message)
 
 
 # -- encoder-decoder and decoder-only checkpoints ----------------------------------------------------------------------
@@ -318,7 +375,7 @@ def test_cli_writes_npy_and_jsonl_equal_to_the_api(
         ("bert", [], b"", "<stdin>: no input lines to embed"),
         ("bert", ["--pooling", "max"], b"a\n", "pooling 'max' is not one of mean, cls"),
         ("bert", ["--output-format", "csv"], b"a\n", "--output-format 'csv' is not one of npy, jsonl"),
-        ("bert", ["--max-input-length", "4"], b"a\na a a\n", "<stdin>:2: the input has 5 tokens"),
+        ("bert", ["--max-seq-length", "0"], b"a\n", "--max-seq-length must be a positive integer, got 0"),
         ("lm", [], b"the cat\n", "a decoder-only model has no encoder to embed with"),
     ],
 )

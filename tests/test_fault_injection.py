@@ -91,13 +91,14 @@ def assert_same_state(a: Path, b: Path) -> None:
 
 def assert_every_checkpoint_loadable(run: Path) -> None:
     """Every checkpoint directory of the run (step_*, last/, best/) is absent or loads completely; once run.json
-    is written, the saved split and tokenizers in data/ (written before it) load too."""
+    is written, the prepared data it refers to and the tokenizers in data/ (written before it) load too."""
     from dotformer.data.splits import load_split
     from dotformer.data.tokenizer_files import load_tokenizer
+    from dotformer.runs.run_data import open_run_data
 
     if (run / "run.json").exists():
         json.loads((run / "run.json").read_text())
-        assert all(load_split(run / "data", name) for name in ("train", "valid"))
+        assert len(open_run_data(run).splits["train"]) and load_split(run / "data", "valid")
         load_tokenizer(run / "data" / "tokenizer_src.json"), load_tokenizer(run / "data" / "tokenizer_tgt.json")
     candidates = [run / "best", run / "last", *ckpt.step_checkpoints(run / "checkpoints")]
     for directory in candidates:

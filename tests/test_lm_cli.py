@@ -42,8 +42,12 @@ def test_training_writes_a_decoder_only_run(run_dir: Path) -> None:
     assert record["task"] == "lm" and record["model"]["arch"] == "decoder-only"
     assert record["model"]["max_len"] == 16 and record["data"]["block_size"] == 16
     assert record["train"]["label_smoothing"] == 0.0 and len(record["resumes"]) == 1
-    lines = {name: (run_dir / "data" / f"{name}.txt").read_text().splitlines() for name in ("train", "valid", "test")}
-    assert sum(len(v) for v in lines.values()) == 300 and all(lines.values())
+    reference = json.loads((run_dir / "data" / "data.json").read_text())  # the run refers to its prepared text
+    counts = {name: split["examples"] for name, split in reference["report"]["splits"].items()}
+    assert sum(counts.values()) == 300 and all(counts.values())
+    for name in ("valid", "test"):  # the held-out lines are kept beside it, for evaluate --split
+        assert len((run_dir / "data" / f"{name}.txt").read_text().splitlines()) == counts[name]
+    assert not (run_dir / "data" / "train.txt").exists()  # the corpus is never copied
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert max(steps) == 4
     config = json.loads((run_dir / "last" / "config.json").read_text())

@@ -1,6 +1,7 @@
 """Smoke tests of the README's main jobs, end to end through the scripts and the CLI, on small budgets.
 
-They run the real scripts (``scripts/g2p.sh --quick``, ``scripts/bible.sh --quick``, ``scripts/lm.sh --quick``) with
+They run the real scripts (``scripts/g2p.sh --quick``, ``scripts/bible.sh --quick``, ``scripts/lm.sh --quick``,
+``scripts/classify.sh --quick``) with
 set-up skipped (the test environment is installed already): fixed step budgets, so they end with the same checks
 however busy the machine is.
 The copy task trained to 100% exact match is a measurement of learning, not a smoke test: it is marked ``slow``
@@ -46,7 +47,7 @@ def test_g2p_main_job_quick(tmp_path: Path) -> None:
     assert json.loads((out / "last" / "config.json").read_text())["step"] == 150
 
 
-@pytest.mark.parametrize("script", ["g2p.sh", "bible.sh", "lm.sh"])
+@pytest.mark.parametrize("script", ["g2p.sh", "bible.sh", "lm.sh", "classify.sh"])
 def test_a_main_job_never_deletes_an_out_that_is_not_a_run(tmp_path: Path, script: str) -> None:
     mine = tmp_path / "thesis"
     mine.mkdir()
@@ -74,8 +75,9 @@ def test_bible_main_job_quick(tmp_path: Path) -> None:
     out = tmp_path / "bible"
     run(["bash", "scripts/bible.sh", "--quick"], tmp_path, OUT=str(out))
     # both held-out sets: the test split is a whole book (--quick holds out Exodus), the valid split random verses
-    split = json.loads((out / "data" / "split.json").read_text())
-    assert split["test_groups"] == ["Exod"] and split["counts"]["test"] > 1000 and split["counts"]["valid"] > 0
+    report = json.loads((out / "data" / "data.json").read_text())["report"]
+    counts = {name: split["examples"] for name, split in report["splits"].items()}
+    assert report["split"]["test_groups"] == ["Exod"] and counts["test"] > 1000 and counts["valid"] > 0
     for name in ("test_metrics.json", "verses_metrics.json"):
         payload = json.loads((out / name).read_text())
         assert payload["checkpoint"] == str(out / "last"), name
@@ -96,10 +98,46 @@ def test_lm_main_job_quick(tmp_path: Path) -> None:
     assert lines[-3].startswith("Held-out books") and "448 lines" in lines[-2] and "bits/char" in lines[-1]
     scored = json.loads((out / "test_metrics.json").read_text())
     assert scored["bits_per_character"] == pytest.approx(float(lines[-1].split("bits/char")[1]), abs=1e-4)
-    split = json.loads((out / "data" / "split.json").read_text())
+    split = json.loads((out / "data" / "data.json").read_text())["report"]["split"]
     assert split["test_groups"] == ["Ruth", "Joel", "Jonah", "Hag", "Titus", "Phlm", "Jas", "Jude"]
     valid = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"valid"' in line]
     assert valid and valid[-1]["bits_per_char"] > 0
+
+
+@pytest.mark.skipif(
+    not Path("/usr/share/sword/mods.d/engKJV2006eb.conf").exists(),
+    reason="the KJV module is not installed: apt-get install -y sword-text-kjv",
+)
+def test_classify_main_job_quick(tmp_path: Path) -> None:
+    pytest.importorskip("sklearn")
+    out = tmp_path / "genres"
+    proc = run(["bash", "scripts/classify.sh", "--quick"], tmp_path, OUT=str(out))
+    lines = proc.stdout.splitlines()
+    # the encoder pretrained without the held-out books, the classifier fine-tuned from it
+    books = ["Deut", "Judg", "Ruth", "Prov", "Dan", "Hos", "Joel", "Jonah", "Mark", "Heb", "Jas", "2Pet", "Jude"]
+    for run_dir in (tmp_path / "genres-mlm", out):
+        assert json.loads((run_dir / "data" / "split.json").read_text())["test_groups"] == books
+    assert json.loads((out / "run.json").read_text())["init_from"] == str(tmp_path / "genres-mlm" / "best")
+    test = (out / "data" / "test.tsv").read_text().splitlines()
+    assert len(test) > 4000 and {line.split("\t")[1] for line in test} == {
+        "law", "history", "poetry", "prophets", "gospels", "letters"
+    }  # fmt: skip
+    examples = lines.index(
+        "A few held-out verses: the genre the model gives (its probability), the true one, the verse:"
+    )
+    assert all("(truly " in line for line in lines[examples + 1 : examples + 5])
+    first = lines.index(next(line for line in lines if line.startswith("Held-out books")))
+    assert "task classify, 6 labels" in lines[first + 1] and "macro-F1" in lines[first + 2]
+    metrics = json.loads((out / "test_metrics.json").read_text())["metrics"]
+    assert metrics["count"] == 500 and set(metrics["per_label"]) <= {
+        "law",
+        "history",
+        "poetry",
+        "prophets",
+        "gospels",
+        "letters",
+    }
+    assert metrics["accuracy"] == pytest.approx(float(lines[first + 2].split()[1].rstrip("%")), abs=0.01)
 
 
 @pytest.mark.slow

@@ -350,9 +350,11 @@ def _distinct_parameter_count(model: nn.Module) -> int:
     share=st.booleans(),
     tie=st.booleans(),
     same_vocab=st.booleans(),
+    head=st.sampled_from(["generator", "sequence", "token"]),
 )
-def test_expected_num_parameters_matches_the_model(arch, norm_first, bias, positional, share, tie, same_vocab):
+def test_expected_num_parameters_matches_the_model(arch, norm_first, bias, positional, share, tie, same_vocab, head):
     tgt_vocab = 11 if same_vocab else 17
+    head = head if arch == "encoder-only" else "generator"
     config = ModelConfig(
         src_vocab_size=11,
         tgt_vocab_size=tgt_vocab,
@@ -368,6 +370,8 @@ def test_expected_num_parameters_matches_the_model(arch, norm_first, bias, posit
         share_embeddings=share and same_vocab,
         tie_output=tie,
         arch=arch,
+        head=head,
+        num_labels=0 if head == "generator" else 3,
     )
     model = Transformer(config)
     assert model.num_parameters() == expected_num_parameters(config) == _distinct_parameter_count(model)

@@ -21,7 +21,8 @@ from dotformer.multihead import MultiHeadAttention
 pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
 
 PACKAGE = Path(dotformer.__file__).parent
-LESSON = ("attention", "masks", "multihead", "positional", "layers", "stacks", "model", "config", "packing", "errors")
+LESSON = ("attention", "masks", "multihead", "positional", "layers", "stacks", "heads", "model", "config")
+LESSON += ("packing", "errors")
 
 
 @functools.cache

@@ -33,7 +33,7 @@ import dotformer
 import dotformer.metrics
 from dotformer.cli import main as cli_main
 from dotformer.data.corpora import load_pairs
-from dotformer.errors import EXTRAS, MissingExtraError
+from dotformer.errors import DISTRIBUTIONS, EXTRAS, MissingExtraError
 from dotformer.runs.shipped_configs import find_config_file, shipped_config_dir, shipped_config_names
 from dotformer.training.logging import MetricsLog
 
@@ -100,7 +100,8 @@ def test_wheel_metadata_declares_only_the_core_and_one_extra_per_feature(wheel: 
     extras = set(meta.get_all("Provides-Extra"))
     assert set(EXTRAS) | {"all", "dev", "bench"} <= extras
     for extra, modules in EXTRAS.items():  # dotformer.errors.EXTRAS names the same packages as the metadata
-        assert requirement_names(requirements, extra) - core == {canonicalize_name(m) for m in modules}, extra
+        packages = {canonicalize_name(DISTRIBUTIONS.get(m, m)) for m in modules}
+        assert requirement_names(requirements, extra) - core == packages, extra
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     (everything,) = pyproject["project"]["optional-dependencies"]["all"]
     assert set(re.fullmatch(r"dotformer\[(.*)\]", everything).group(1).split(",")) == set(EXTRAS)

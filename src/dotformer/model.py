@@ -4,8 +4,11 @@
     hidden = Decoder(Embed(tgt) · √D + PE, memory)                  N decoder layers
     logits = hidden · W_genᵀ,  P(next token) = softmax(logits)      the generator (§3.4)
 
-The stacks are :mod:`dotformer.stacks`. The same layers also build a decoder-only language model and an encoder-only
-sequence encoder (``ModelConfig.arch``). Shapes follow the legend in :mod:`dotformer.attention`.
+The stacks are :mod:`dotformer.stacks`. The same layers also build the other two families (``ModelConfig.arch``): a
+decoder-only language model (the decoder alone, no cross-attention), and an encoder-only model (the encoder alone)
+whose head (:mod:`dotformer.heads`, ``ModelConfig.head``) is the generator tied to its embedding (a masked language
+model, as BERT), a pooled classifier (a label per text) or a per-token classifier (a label per token). Shapes follow
+the legend in :mod:`dotformer.attention`.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from torch import Tensor, nn
 
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError, ShapeError
+from dotformer.heads import SequenceClassifier, TokenClassifier
 from dotformer.layers import LayerSizes
 from dotformer.masks import check_right_padded, padding_mask
-from dotformer.multihead import pack
+from dotformer.multihead import pack, unpack
 from dotformer.packing import Packing
 from dotformer.positional import InputEmbedding, TokenEmbedding
 from dotformer.stacks import Decoder, DecoderOutput, Encoder, EncoderOutput, StackKeyValues
@@ -97,6 +101,11 @@ class Transformer(nn.Module):
             )
             self.decoder = Decoder(sizes, c.num_decoder_layers, cross_attention=c.arch == "encoder-decoder")
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.generator_bias)
+        self.classifier: SequenceClassifier | TokenClassifier | None = None  # an encoder's labels (dotformer.heads)
+        if c.head == "sequence":
+            self.classifier = SequenceClassifier(c.d_model, c.num_labels, c.pooling, c.dropout)
+        elif c.head == "token":
+            self.classifier = TokenClassifier(c.d_model, c.num_labels, c.dropout)
         self.reset_parameters()
         output_embed = self.tgt_embed if self.tgt_embed is not None else self.src_embed
         if c.tie_output and output_embed is not None and output_embed.token.weight.shape == self.generator.weight.shape:
@@ -251,9 +260,10 @@ class Transformer(nn.Module):
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         packed: bool = False,
+        select: Tensor | None = None,
     ) -> Tensor:
-        """Logits of the next token at every target position (teacher forcing), or per source position for
-        encoder-only models.
+        """Logits of the next token at every target position (teacher forcing), or, for encoder-only models, the
+        head's scores of the source (:meth:`head_scores`).
 
         Args:
             src: (B, S) int64 source ids, right-padded (encoder-decoder, encoder-only).
@@ -263,22 +273,31 @@ class Transformer(nn.Module):
             packed: compute only the real (non-PAD) positions (:mod:`dotformer.packing`): every layer and the
                 generator skip the padding, which is what training wants. Targets must be right-padded, and a
                 custom ``src_mask`` must hide the PAD keys (the default padding mask does), since packing drops them.
+            select: encoder-only models with a per-position head (generator, token): (B, S) bool, True at the
+                positions whose scores are wanted (real tokens only); the head then runs on those alone (a masked
+                language model scores its masked positions, a tagger its labelled ones).
 
         Returns:
-            (B, T, V) float logits (B, S, V for encoder-only); ``log_softmax`` of them gives log-probabilities.
-            With ``packed``: (N, V) logits of the N non-PAD positions of ``tgt`` (``src`` for encoder-only) in
-            row-major order, equal to ``logits[tgt != pad_id]`` of the unpacked call (tested); the matching gold
-            tokens are ``tgt_out[tgt != pad_id]``.
+            (B, T, V) float logits; ``log_softmax`` of them gives log-probabilities. Encoder-only: (B, S, V) with the
+            generator, (B, C) with a sequence head, (B, S, C) with a token head. With ``packed``: (N, V) (or (N, C))
+            of the N non-PAD positions of ``tgt`` (``src`` for encoder-only) in row-major order, equal to
+            ``logits[tgt != pad_id]`` of the unpacked call (tested); the matching gold tokens are
+            ``tgt_out[tgt != pad_id]``. With ``select``: (N_sel, V) (or (N_sel, C)) of the selected positions, in
+            row-major order.
 
         Raises:
-            ConfigError: a required input is missing. ShapeError: wrong shapes.
+            ConfigError: a required input is missing, or ``select`` for a model or head that scores no positions.
+            ShapeError: wrong shapes.
         """
         arch = self.config.arch
         if arch == "encoder-only":
             if src is None:
                 raise ConfigError("an encoder-only model needs src")
             packing = self.packings(src, None, src_mask)[0] if packed else None
-            return self.generator(self.encode(src, src_mask, packing=packing).memory)  # (B, S, V) or (N_S, V)
+            memory = self.encode(src, src_mask, packing=packing).memory  # (B, S, D) or (N_S, D)
+            return self.head_scores(memory, src, packing, select)
+        if select is not None:
+            raise ConfigError("select picks an encoder's positions; a model with a decoder scores every target")
         if tgt is None:
             raise ConfigError("forward needs tgt (the target input ids, starting with BOS)")
         memory, memory_packing, packing = None, None, None
@@ -297,6 +316,34 @@ class Transformer(nn.Module):
             tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask, packing=packing, memory_packing=memory_packing
         ).hidden  # (B, T, D) or (N_T, D)
         return self.generator(hidden)  # (B, T, V) or (N_T, V)
+
+    def head_scores(
+        self, memory: Tensor, src: Tensor, packing: Packing | None = None, select: Tensor | None = None
+    ) -> Tensor:
+        """An encoder-only model's head on its memory (:mod:`dotformer.heads`).
+
+        Args:
+            memory: (B, S, D) from :meth:`encode`, or (N_S, D) packed with ``packing``.
+            src: (B, S) the ids it read (their PAD positions are the padding).
+            packing: the packing of a packed memory. select: (B, S) bool, the positions to score (see
+                :meth:`forward`).
+
+        Returns:
+            generator: (B, S, V) token logits (N_S or N_sel rows when packed or selected); sequence head: (B, C);
+            token head: (B, S, C) (N_S or N_sel rows).
+
+        Raises:
+            ConfigError: ``select`` with a sequence head (it scores texts, not positions).
+        """
+        if isinstance(self.classifier, SequenceClassifier):
+            if select is not None:
+                raise ConfigError("a sequence head scores whole texts: select picks positions")
+            return self.classifier(unpack(memory, packing), src != self.config.pad_id)  # (B, C)
+        if select is not None:
+            rows = select[src != self.config.pad_id] if packing is not None else select  # (N_S,) or (B, S) bool
+            memory = memory[rows]  # (N_sel, D)
+        head = self.classifier if self.classifier is not None else self.generator
+        return head(memory)  # (B, S, V or C), or (N, V or C)
 
     def keep_packings_eager(self) -> None:
         """Call before ``torch.compile(model)``: :meth:`packings` (data-dependent sizes) then runs outside the graph.
@@ -352,7 +399,7 @@ def expected_num_parameters(config: ModelConfig) -> int:
     encoder layer = attention + FFN + 2 LayerNorms; decoder layer = 2 attentions + FFN + 3 LayerNorms
     (1 attention and 2 LayerNorms without cross-attention); pre-LN adds one LayerNorm per stack;
     embeddings V·D each (shared once), plus max_len·D per learned positional table; generator V·D unless tied;
-    ``embedding_norm`` adds a LayerNorm per embedding, ``generator_bias`` V.
+    ``embedding_norm`` adds a LayerNorm per embedding, ``generator_bias`` V; a classifier head C·D + C.
     """
     c = config
     D, F = c.d_model, c.d_ff
@@ -378,4 +425,6 @@ def expected_num_parameters(config: ModelConfig) -> int:
     out_vocab = c.tgt_vocab_size if has_decoder else c.src_vocab_size
     if not (c.tie_output and out_vocab == c.tgt_vocab_size):
         total += c.tgt_vocab_size * D
+    if c.head != "generator":  # a classifier: W_c (C, D) and b_c (C,)
+        total += c.num_labels * D + c.num_labels
     return total

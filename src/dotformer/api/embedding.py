@@ -20,10 +20,17 @@ so its first token is the text's first token. A decoder-only model has no encode
 normalised as the checkpoint's training sources were, and batched longest first by padded tokens
 (:func:`dotformer.decoding.order.length_sorted_batches`); padding never reaches a vector, so a text's vector does
 not depend on the texts batched with it (up to float rounding).
+
+Long texts are cut as sentence-transformers cuts them: to ``max_seq_length`` tokens, special tokens included (an
+imported sentence-transformers model's own, read from its ``sentence_bert_config.json``; else the model's
+``max_len``), the first tokens kept and the last special token closing the text; one
+:class:`~dotformer.decoding.inputs.TruncationWarning` per call says how many were cut. Pooling is
+:func:`dotformer.heads.pool`, the classifier's.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +43,7 @@ if TYPE_CHECKING:
 
     from dotformer.decoding.inputs import EncodedTexts
 
-POOLINGS: tuple[str, ...] = ("mean", "cls")
+POOLINGS: tuple[str, ...] = ("mean", "cls")  # the heads' poolings (dotformer.heads.pool), mean first: the default
 NORM_EPS = 1e-12  # the smallest norm divided by in L2 normalisation (torch.nn.functional.normalize's default)
 
 
@@ -65,56 +72,48 @@ def check_has_encoder(loaded: Any) -> None:
         )
 
 
-def embedding_inputs(loaded: Any, texts: Sequence[str], max_input_length: int | None = None) -> EncodedTexts:
+def embedding_inputs(loaded: Any, texts: Sequence[str], max_seq_length: int | None = None) -> tuple[EncodedTexts, int]:
     """The texts as the encoder reads them (module docstring): ``[BOS] ids [EOS]`` for an encoder-only model,
-    ``ids [EOS]`` for an encoder-decoder one.
+    ``ids [EOS]`` for an encoder-decoder one, each cut to ``max_seq_length`` tokens (special tokens included) as
+    sentence-transformers cuts them: the first tokens are kept, and the last special token closes the text.
 
     Args:
         loaded: a :class:`~dotformer.checkpoint.LoadedCheckpoint` (model, src_tokenizer, info, path).
         texts: the inputs as the user wrote them (normalised here as the training sources were).
-        max_input_length: the most tokens (BOS and EOS included) an input may have, or None for no limit.
-
-    Raises:
-        InputTooLongError: an input has more than ``max_input_length`` tokens (the message names it, 1-based).
-    """
-    from dotformer.decoding.inputs import InputTooLongError, encode_sources
-
-    encoded = encode_sources(loaded, texts, None)
-    if loaded.model.config.arch == "encoder-only":
-        encoded = encoded._replace(ids=[[BOS_ID, *ids] for ids in encoded.ids])
-    if max_input_length is not None:
-        for i, ids in enumerate(encoded.ids):
-            if len(ids) > max_input_length:
-                raise InputTooLongError(
-                    f"input {i + 1} has {len(ids)} tokens (special tokens included) but this model reads at most "
-                    f"{max_input_length}; shorten it",
-                    i,
-                    len(ids),
-                    max_input_length,
-                )
-    return encoded
-
-
-def pool(memory: Tensor, keep: Tensor, pooling: str) -> Tensor:
-    """Pool the encoder's memory into one vector per row (module docstring).
-
-    Args:
-        memory: (B, S, D) float encoder output.
-        keep: (B, S) bool, True at the real tokens (right-padded: each row's first token is real).
-        pooling: "mean" or "cls".
+        max_seq_length: the most tokens a text keeps, or None for no limit.
 
     Returns:
-        (B, D) float32.
+        (the encoded texts, how many of them were cut).
+    """
+    from dotformer.data.tokenizers import EOS_ID
+    from dotformer.decoding.inputs import encode_sources
+
+    encoded = encode_sources(loaded, texts, None)
+    ids = encoded.ids
+    if loaded.model.config.arch == "encoder-only":
+        ids = [[BOS_ID, *row] for row in ids]
+    cut = 0
+    if max_seq_length is not None:
+        cut = sum(len(row) > max_seq_length for row in ids)
+        ids = [row if len(row) <= max_seq_length else [*row[: max_seq_length - 1], EOS_ID] for row in ids]
+    return encoded._replace(ids=ids), cut
+
+
+def max_seq_length_of(loaded: Any, max_seq_length: int | None = None) -> int:
+    """The most tokens (special tokens included) a text keeps: ``max_seq_length``, else the checkpoint's (an
+    imported sentence-transformers model's ``sentence_bert_config.json``), else the model's ``max_len``.
 
     Raises:
-        ConfigError: an unknown pooling.
+        ConfigError: not an integer of at least 2 (a special token and one more), or above a learned positional
+            table's ``max_len``.
     """
-    check_pooling(pooling)
-    memory = memory.float()
-    if pooling == "cls":
-        return memory[:, 0]  # (B, D)
-    summed = memory.masked_fill(~keep.unsqueeze(-1), 0.0).sum(dim=1)  # (B, D) over the real tokens only
-    return summed / keep.sum(dim=1, keepdim=True).clamp(min=1).float()  # (B, D)
+    from dotformer.decoding.inputs import check_max_input_length
+
+    limit = max_seq_length if max_seq_length is not None else loaded.info.get("max_seq_length")
+    limit = check_max_input_length(loaded.model.config, limit)
+    if limit < 2:
+        raise ConfigError(f"max_seq_length must be at least 2 tokens (the special tokens and one more), got {limit}")
+    return limit
 
 
 def l2_normalize(vectors: Tensor) -> Tensor:
@@ -148,6 +147,7 @@ def embed_encoded(
 
     from dotformer.decoding.order import DEFAULT_MAX_TOKENS, length_sorted_batches
     from dotformer.decoding.translate import model_device, pad_batch
+    from dotformer.heads import pool
 
     check_pooling(pooling)
     check_has_encoder(loaded)
@@ -159,7 +159,7 @@ def embed_encoded(
         for batch in length_sorted_batches([len(row) for row in ids], batch_size, tokens):
             src = pad_batch([ids[i] for i in batch], device)  # (B, S)
             memory = model.encode(src).memory  # (B, S, D)
-            pooled = pool(memory, src != PAD_ID, pooling)  # (B, D) float32
+            pooled = pool(memory.float(), src != PAD_ID, pooling)  # (B, D) float32
             vectors[batch] = pooled.cpu()
     if normalize:
         vectors = l2_normalize(vectors)
@@ -173,7 +173,7 @@ def embed_texts(
     normalize: bool = False,
     batch_size: int = 64,
     max_tokens: int | None = None,
-    max_input_length: int | None = None,
+    max_seq_length: int | None = None,
 ) -> np.ndarray:
     """One vector per text: the encoder's memory pooled over the text's real tokens (module docstring).
 
@@ -185,26 +185,35 @@ def embed_texts(
         normalize: divide each vector by its L2 norm.
         batch_size: most texts encoded together. max_tokens: most padded tokens per batch (default
             :data:`~dotformer.decoding.order.DEFAULT_MAX_TOKENS`); a longer text is encoded alone.
-        max_input_length: most tokens (special tokens included) a text may have, or None for no limit.
+        max_seq_length: most tokens (special tokens included) a text keeps; a longer one is cut there, as
+            sentence-transformers cuts it (None: :func:`max_seq_length_of`).
 
     Returns:
         (N, D) float32 numpy array, row i for ``texts[i]`` (N = 0 for no texts).
 
     Raises:
-        ConfigError: an unknown pooling, a decoder-only model, a bad batch size. InputTooLongError: a text longer
-        than ``max_input_length``.
+        ConfigError: an unknown pooling, a decoder-only model, a bad batch size or ``max_seq_length``.
 
     Warns:
-        UnknownTokenWarning: once per call when texts hold symbols outside the source vocabulary.
+        UnknownTokenWarning: once per call when texts hold symbols outside the source vocabulary (an emoji read as
+            ``[UNK]``). TruncationWarning: once per call when texts were cut to ``max_seq_length``.
     """
     import numpy as np
 
-    from dotformer.decoding.inputs import warn_unknown
+    from dotformer.decoding.inputs import TruncationWarning, warn_unknown
 
     check_pooling(pooling)
     check_has_encoder(loaded)
     if not texts:
         return np.zeros((0, loaded.model.config.d_model), dtype=np.float32)
-    encoded = embedding_inputs(loaded, texts, max_input_length)
+    limit = max_seq_length_of(loaded, max_seq_length)
+    encoded, cut = embedding_inputs(loaded, texts, limit)
     warn_unknown(encoded, stacklevel=4)
+    if cut:
+        warnings.warn(
+            f"{cut} of {len(texts)} input(s) had more than {limit} tokens (special tokens included) and were cut to "
+            f"max_seq_length = {limit}, as sentence-transformers cuts them",
+            TruncationWarning,
+            stacklevel=4,
+        )
     return embed_encoded(loaded, encoded.ids, pooling, normalize, batch_size, max_tokens)

@@ -1,12 +1,12 @@
-"""One request of ``POST /api/translate`` (or ``/api/generate``): its checks, its limits, and its decoding in fair
-turns at the model.
+"""One request of ``POST /api/translate`` (or ``/api/generate``, ``/api/classify``): its checks, its limits, and its
+decoding in fair turns at the model.
 
 :func:`parse_request` checks a decoded JSON body against the limits (:data:`MAX_TEXTS` texts of at most
 :data:`MAX_TEXT_CHARS` characters, beam at most :data:`MAX_BEAM`); :func:`translate_request` also bounds its work
 (source tokens x beam, at most :data:`MAX_REQUEST_WORK`) and decodes it in chunks of at most :data:`CHUNK_WORK`, each
 chunk one turn at the model (:class:`~dotformer.api.turns.ModelTurns`), so that requests arriving meanwhile are
 served between the chunks of a large one. Nothing here knows HTTP, nor how the
-:class:`~dotformer.api.Translator` decodes (it calls ``translate`` and ``generate``); the HTTP side is
+:class:`~dotformer.api.Translator` decodes (it calls ``translate``, ``generate`` and ``classify``); the HTTP side is
 :mod:`dotformer.api.serve`.
 """
 
@@ -282,6 +282,52 @@ async def generate_request(translator: Translator, request: Any, turns: ModelTur
     return {"texts": texts if isinstance(texts, list) else [texts]}
 
 
+CLASSIFY_FIELDS = ("texts",)
+
+
+async def classify_request(translator: Translator, request: Any, turns: ModelTurns | None = None) -> dict[str, Any]:
+    """The JSON reply to one ``POST /api/classify``: ``{"texts": [...]}`` -> ``{"results": [...]}``, one object per
+    text: ``{"label", "probability", "probabilities"}`` for a classifier, ``{"words", "labels", "probabilities"}``
+    for a tagger (:func:`dotformer.api.classifier.classify_texts`). At most :data:`MAX_TEXTS` texts of
+    :data:`MAX_TEXT_CHARS` characters; classified in one turn at the model (``turns``: the server's, else here).
+
+    Raises:
+        RequestError: not an object, an unknown field, ``texts`` missing, empty, too many or too long, or not
+            strings; a checkpoint that is not a classifier or tagger (400).
+        DotformerError: the model cannot read an input (e.g. a text to tag longer than it reads).
+    """
+    from dotformer.api.classifier import classify_texts
+
+    if translator.model.config.head not in ("sequence", "token"):
+        raise RequestError(f"{translator.path} is no classifier: POST /api/translate (or /api/generate) instead")
+    if not isinstance(request, dict):
+        raise RequestError('the body must be a JSON object: {"texts": ["..."]}')
+    unknown = sorted(set(request) - set(CLASSIFY_FIELDS))
+    if unknown:
+        raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(CLASSIFY_FIELDS)}")
+    texts = request.get("texts")
+    if not isinstance(texts, list) or not texts:
+        raise RequestError('"texts" must be a non-empty list of strings')
+    if len(texts) > MAX_TEXTS:
+        raise RequestError(f'"texts" holds {len(texts)} texts; one request takes at most {MAX_TEXTS}')
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise RequestError(f'"texts"[{i}] is not a string')
+        if len(text) > MAX_TEXT_CHARS:
+            raise RequestError(f'"texts"[{i}] has {len(text)} characters; the endpoint takes at most {MAX_TEXT_CHARS}')
+
+    def quietly() -> list[Any]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a reply has no warnings channel; the figures say what the model read
+            return classify_texts(translator.checkpoint, texts)
+
+    results = await turns.run(quietly) if turns is not None else quietly()
+    if translator.model.config.head == "sequence":
+        return {"results": [{"label": r.label, "probability": r.probability, "probabilities": r.probabilities}
+                            for r in results]}  # fmt: skip
+    return {"results": [{"words": r.words, "labels": r.labels, "probabilities": r.probabilities} for r in results]}
+
+
 def describe_api(translator: Translator) -> dict[str, Any]:
     """What ``GET /`` answers: the model, the engine that decodes, the endpoints, and every decoding option with its
     type and default."""
@@ -304,6 +350,10 @@ def describe_api(translator: Translator) -> dict[str, Any]:
         "endpoints": {
             "POST /api/translate": {"fields": ["texts (required: a list of strings)", *OPTION_NAMES]},
             "POST /api/generate": {"fields": list(GENERATE_FIELDS), "for": 'language models (task "lm")'},
+            "POST /api/classify": {
+                "fields": ["texts (required: a list of strings)"],
+                "for": 'classifiers and taggers (task "classify", "tag")',
+            },
             "GET /api/health": "the model and the limits",
             "GET /": "this description",
         },

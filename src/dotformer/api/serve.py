@@ -4,6 +4,8 @@
                           -> {"translations": [{"text": "...", "score": -1.23, "finished": true,
                                                 "unknown_symbols": 0, "hypotheses": [...]}, ...]}
     POST /api/generate    {"prompt": "...", "max_new_tokens": 200, "n": 1, ...} -> {"texts": ["...", ...]}
+    POST /api/classify    {"texts": ["...", ...]} -> {"results": [{"label": "...", "probability": 0.9,
+                                                       "probabilities": {...}}, ...]} (a tagger: words, labels)
     GET  /api/health      {"ok": true, "model": "...", "limits": {...}}
     GET  /                the model, the endpoints and every decoding option (name, type, default, help)
 
@@ -11,7 +13,8 @@ Only ``texts`` is required; ``beam``, ``n_best``, ``strategy`` and every other o
 :data:`dotformer.decoding.options.DECODE_OPTIONS` are optional (``prefix``: one string or null per text).
 ``unknown_symbols`` counts the symbols of the text and of its prefix read as <unk>; ``hypotheses`` is there when
 ``n_best`` > 1 (best first, each ``{"text", "score", "finished"}``). ``/api/generate`` is for language-model
-checkpoints (:meth:`dotformer.api.Translator.generate`). Decoding is :meth:`dotformer.api.Translator.translate`, the
+checkpoints (:meth:`dotformer.api.Translator.generate`), ``/api/classify`` for classifiers and taggers
+(:func:`dotformer.api.endpoint.classify_request`). Decoding is :meth:`dotformer.api.Translator.translate`, the
 path of ``dotformer translate``, so both give the same outputs for the same settings; the server does not know how
 the Translator decodes.
 
@@ -34,6 +37,7 @@ from dotformer.api.endpoint import (
     MAX_REQUEST_WORK,
     MAX_TEXT_CHARS,
     MAX_TEXTS,
+    classify_request,
     describe_api,
     generate_request,
     translate_request,
@@ -81,6 +85,7 @@ class TranslationServer(LocalServer):
             raise ConfigError(f"TranslationServer max_work must be a positive integer, got {max_work!r}")
         routes = {"GET /": self._describe, "GET /api/health": self._health}
         routes |= {"POST /api/translate": self._translate, "POST /api/generate": self._generate}
+        routes |= {"POST /api/classify": self._classify}
         body = '{"texts": ["..."]}'
         super().__init__(routes, host, port, "serve", body, MAX_BODY_BYTES, header_timeout, body_timeout, verbose)
         self.translator, self.max_work, self.turns = translator, max_work, ModelTurns()
@@ -88,7 +93,8 @@ class TranslationServer(LocalServer):
     @property
     def url(self) -> str:
         """The endpoint's address, e.g. http://127.0.0.1:8080/api/translate (/api/generate for a language model)."""
-        return super().url + ("api/generate" if self.translator.task == "lm" else "api/translate")
+        route = {"lm": "api/generate", "classify": "api/classify", "tag": "api/classify"}.get(self.translator.task)
+        return super().url + (route or "api/translate")
 
     def announcement(self) -> str:
         """``POST http://127.0.0.1:8080/api/translate``."""
@@ -112,6 +118,9 @@ class TranslationServer(LocalServer):
 
     async def _generate(self, request: Any) -> dict[str, Any]:
         return await generate_request(self.translator, request, self.turns)
+
+    async def _classify(self, request: Any) -> dict[str, Any]:
+        return await classify_request(self.translator, request, self.turns)
 
     def closed(self) -> None:
         """Stop the model's thread once every request is answered."""

@@ -517,30 +517,53 @@ class Translator:
         normalize: bool = False,
         batch_size: int = 64,
         max_tokens: int | None = None,
-        max_input_length: int | None = None,
+        max_seq_length: int | None = None,
     ) -> Any:
         """Sentence embeddings: the encoder's memory pooled per text (:mod:`dotformer.api.embedding`).
 
         Args:
             texts: a string or a sequence of strings. pooling: "mean" (real tokens, padding excluded) or "cls"
                 (the first token). normalize: L2-normalise each vector. batch_size, max_tokens: batching by
-                texts and padded tokens. max_input_length: most tokens a text may have (default the model's).
+                texts and padded tokens. max_seq_length: most tokens (special tokens included) a text keeps, a longer
+                one cut there as sentence-transformers cuts it (default: the imported model's ``max_seq_length``,
+                else the model's ``max_len``).
 
         Returns:
             float32 numpy array: (N, D) for a sequence, (D,) for a string.
 
         Raises:
-            ArgumentTypeError: ``texts`` is not a string or a sequence of strings. ConfigError: an unknown pooling or
-            a decoder-only model. InputTooLongError: a text too long.
+            ArgumentTypeError: ``texts`` is not a string or a sequence of strings. ConfigError: an unknown pooling,
+            a decoder-only model, or a bad ``max_seq_length``.
+
+        Warns:
+            UnknownTokenWarning, TruncationWarning: once per call each.
         """
         from dotformer.api.embedding import embed_texts
 
         self.translation_engine(["embed()"])  # the encoder's memory: the torch engine only
         single = isinstance(texts, str)
         inputs = [texts] if single else _text_list(texts, "embed")
-        limit = self._input_limit(max_input_length)
-        vectors = embed_texts(self.checkpoint, inputs, pooling, normalize, batch_size, max_tokens, limit)
+        vectors = embed_texts(self.checkpoint, inputs, pooling, normalize, batch_size, max_tokens, max_seq_length)
         return vectors[0] if single else vectors
+
+    def classify(self, texts: str | Sequence[str], *, batch_size: int = 64, max_tokens: int | None = None) -> Any:
+        """Labels from a classifier (``--task classify``) or a tagger (``--task tag``): :mod:`dotformer.api.classifier`.
+
+        Returns:
+            a :class:`~dotformer.api.classifier.Classification` (label, probability, probabilities) or a
+            :class:`~dotformer.api.classifier.Tagging` (words, labels, probabilities) for a string; a list for a
+            sequence.
+
+        Raises:
+            ArgumentTypeError: ``texts`` is not a string or a sequence of strings. ConfigError: not a classifier or
+            tagger. InputTooLongError: a text to tag longer than the model reads.
+        """
+        from dotformer.api.classifier import classify_texts
+
+        single = isinstance(texts, str)
+        results = classify_texts(self.checkpoint, [texts] if single else _text_list(texts, "classify"), batch_size,
+                                 max_tokens)  # fmt: skip
+        return results[0] if single else results
 
     def _input_limit(self, max_input_length: int | None) -> int:
         """The most tokens an input may have: ``max_input_length``, else :attr:`max_input_length`, checked against

@@ -90,14 +90,19 @@ def load_weights(path: str | Path) -> dict[str, Tensor]:
     return tensors
 
 
-def load_weights_into(model: nn.Module, path: str | Path) -> None:
+def load_weights_into(model: nn.Module, path: str | Path, fresh: tuple[str, ...] = ()) -> None:
     """Copy the weights of ``path`` into ``model`` (strict: same names, same shapes).
+
+    Args:
+        model: the model to fill. path: a ``model.safetensors`` file.
+        fresh: name prefixes of tensors that keep the model's own values (a fine-tuned encoder's new head,
+            ``("classifier.",)``): neither needed in the file nor copied from it.
 
     Raises:
         CheckpointError: missing, unexpected or mis-shaped tensors, naming the file and the first names.
     """
-    state = load_weights(path)
-    expected = model.state_dict()
+    state = {name: t for name, t in load_weights(path).items() if not name.startswith(fresh)}
+    expected = {name: t for name, t in model.state_dict().items() if not name.startswith(fresh)}
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
@@ -111,7 +116,7 @@ def load_weights_into(model: nn.Module, path: str | Path) -> None:
                 f"{path}: tensor {name} has shape {tuple(tensor.shape)}, the model config needs "
                 f"{tuple(expected[name].shape)}"
             )
-    model.load_state_dict(state)
+    model.load_state_dict(state, strict=not fresh)
 
 
 def load_tokenizer_file(path: Path) -> Tokenizer:

@@ -21,7 +21,12 @@ from dotformer.errors import DotformerError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": (
         "dotformer.cli.train",
-        "train a Transformer on real pairs (CMUdict, Bible, TSV, parallel files) or text (--task lm)",
+        "train a Transformer on real pairs (CMUdict, Bible, TSV, parallel files), text (--task lm, mlm) or labelled "
+        "texts (--task classify, tag)",
+    ),
+    "prepare": (
+        "dotformer.cli.prepare",
+        "encode a corpus once into memory-mapped token arrays that every train run and rank maps",
     ),
     "translate": ("dotformer.cli.translate", "decode inputs with a trained checkpoint (greedy, beam, sampling)"),
     "generate": ("dotformer.cli.generate", "continue prompts with a language model (sampling, greedy, beam)"),
@@ -32,9 +37,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("dotformer.cli.compare", "measure recurrence against self-attention (the paper's Table 1)"),
     "explore": ("dotformer.cli.explore", "serve or write an HTML attention explorer for a checkpoint"),
     "export": ("dotformer.cli.export", "write a checkpoint for CTranslate2, Hugging Face Marian or ONNX"),
-    "serve": ("dotformer.cli.serve", "serve POST /api/translate for a checkpoint on 127.0.0.1"),
+    "serve": ("dotformer.cli.serve", "serve POST /api/translate (generate, classify) for a checkpoint on 127.0.0.1"),
     "import": ("dotformer.cli.import_", "turn a Hugging Face Marian or BERT directory into a checkpoint"),
     "embed": ("dotformer.cli.embed", "sentence embeddings (mean or CLS pooling) from a checkpoint's encoder"),
+    "classify": ("dotformer.cli.classify", "the label of each text, or of each word, from a classifier or tagger"),
 }
 
 # the top-level --help's epilog: the main job (grapheme-to-phoneme on CMUdict) from training to pronouncing words

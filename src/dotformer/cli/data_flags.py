@@ -32,9 +32,12 @@ def comma_list(text: str) -> tuple[str, ...]:
 
 # how to read a file of pairs: train and evaluate
 READER_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
-    ("--task", "task", dict(choices=[*FILE_TASKS, "lm"], help="the task of your own files: g2p (WER/PER; a word's "
-     "pronunciations are its references; char -> symbol tokenizers), translation (BLEU/chrF; BPE; the default), "
-     "exact (exact match; char -> char), lm (train: a language model on plain text or --data bible[:WEB])")),
+    ("--task", "task", dict(choices=[*FILE_TASKS, "lm", "mlm", "classify", "tag"], help="the task of your own "
+     "files: g2p (WER/PER; a word's pronunciations are its references; char -> symbol tokenizers), translation "
+     "(BLEU/chrF; BPE; the default), exact (exact match; char -> char), lm (train: a language model on plain text or "
+     "--data bible[:WEB]); an encoder's: mlm (a masked language model of plain text or --data bible), classify "
+     "(TEXT<TAB>LABEL lines, or --data bible: verses by the genre of their book), tag (a label per word: "
+     "WORDS<TAB>LABELS lines or CoNLL columns)")),
     ("--delimiter", "delimiter", dict(metavar="C", help="column separator of a TSV/CSV file: one character or tab, "
      "comma, semicolon, pipe, space (default: comma for .csv, else tab)")),
     ("--source-column", "source_column", dict(type=column_flag, metavar="COL", help="column of the source text: a "
@@ -91,6 +94,15 @@ TRAIN_DATA_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
      "(default 10)")),
     ("--synthetic-seed", "synthetic_seed", dict(type=int, metavar="N", help="copy/reverse: seed of the sequences "
      "(default 0)")),
+    ("--mlm-unit", "mlm_unit", dict(choices=["lines", "blocks"], help="--task mlm: one line an example (a longer "
+     "one cut into pieces of --block-size), or blocks of --block-size tokens of running text across line ends "
+     "(default lines)")),
+    ("--mask-probability", "mask_probability", dict(type=float, metavar="P", help="--task mlm: share of the tokens "
+     "masked (default 0.15; BERT's recipe: 80%% [MASK], 10%% a random token, 10%% kept)")),
+    ("--tag-format", "tag_format", dict(choices=["conll", "tsv"], help="--task tag: the file's form: CoNLL columns "
+     "(WORD ... LABEL lines, a blank line between sentences) or WORDS<TAB>LABELS lines (default: from the file)")),
+    ("--label-subtokens", "label_subtokens", dict(choices=["first", "all"], help="--task tag: a word's label on its "
+     "first token (default, the standard way) or on all its tokens; predictions read the first")),
 ]  # fmt: skip
 
 

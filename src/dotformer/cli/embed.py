@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from dotformer.api.embedding import POOLINGS
 from dotformer.cli.decode_flags import add_device_flags, load_for_decoding
-from dotformer.cli.inputs import check_input_file, check_input_flags, open_input, too_long
+from dotformer.cli.inputs import check_input_file, check_input_flags, open_input
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,6 +34,7 @@ output: standard output or --output FILE; --output-format (default: jsonl for a 
         ID is the input's 0-based index.
 pooling: mean (the encoder's memory averaged over the real tokens, padding excluded) or cls (the first token: BERT's
         [CLS]); --normalize divides each vector by its L2 norm (dot products are then cosine similarities).
+        A text longer than --max-seq-length tokens is cut there, as sentence-transformers cuts it (one warning).
         An imported BERT (encoder-only) reads "[CLS] text [SEP]"; an encoder-decoder model's encoder reads its
         source as in translate ("text </s>"). A decoder-only model has no encoder and is refused.
 
@@ -60,11 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     speed.add_argument("--batch-size", type=int, default=64, metavar="B", help="texts encoded together (64)")
     speed.add_argument("--max-tokens", type=int, default=None, metavar="N", help="most padded tokens per batch (8192)")
     speed.add_argument(
-        "--max-input-length",
+        "--max-seq-length",
         type=int,
         default=None,
         metavar="N",
-        help="most tokens (special tokens included) an input may have (default: the model's max_len)",
+        help="most tokens (special tokens included) an input keeps: a longer one is cut there, as sentence-"
+        "transformers cuts it (default: an imported model's max_seq_length, else the model's max_len)",
     )
     parser.add_argument("--input", default=None, metavar="FILE", help="read the inputs from FILE (default: stdin)")
     parser.add_argument("--output", default=None, metavar="FILE", help="write the vectors to FILE (default: stdout)")
@@ -89,7 +91,12 @@ def check_arguments(args: argparse.Namespace) -> str:
     from dotformer.errors import ConfigError
 
     check_pooling(args.pooling)
-    check_input_flags(args, ("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens))
+    check_input_flags(
+        args,
+        ("--batch-size", args.batch_size),
+        ("--max-tokens", args.max_tokens),
+        ("--max-seq-length", args.max_seq_length),
+    )
     to_file = args.output not in (None, "-")
     output_format = args.output_format
     if output_format is None:
@@ -132,23 +139,19 @@ def read_texts(args: argparse.Namespace) -> tuple[list[str], str | None]:
 def run(args: argparse.Namespace) -> int:
     """Read the inputs, embed them, write the vectors. Returns 0."""
     from dotformer.api import Translator
-    from dotformer.decoding.inputs import InputTooLongError
     from dotformer.errors import ConfigError
 
     output_format = check_arguments(args)
-    texts, name = read_texts(args)
+    texts, _ = read_texts(args)
     translator = Translator(load_for_decoding(args), args.dtype)
-    try:
-        vectors = translator.embed(
-            texts,
-            pooling=args.pooling,
-            normalize=args.normalize,
-            batch_size=args.batch_size,
-            max_tokens=args.max_tokens,
-            max_input_length=args.max_input_length,
-        )
-    except InputTooLongError as exc:
-        raise too_long(exc, name, exc.index + 1, "special tokens") from None
+    vectors = translator.embed(
+        texts,
+        pooling=args.pooling,
+        normalize=args.normalize,
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        max_seq_length=args.max_seq_length,
+    )
     payload = npy_bytes(vectors) if output_format == "npy" else jsonl_text(texts, vectors, args.pooling, args.normalize)
     if args.output in (None, "-"):
         out: Any = getattr(sys.stdout, "buffer", None)

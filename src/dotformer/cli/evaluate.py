@@ -38,6 +38,11 @@ examples:
 language models (dotformer train --task lm): perplexity, nats and bits per token and bits per character of the run's
 held-out text (--split test or valid) or of a text file (--data FILE), scored in blocks of the training block size;
 --limit N scores its first N lines; the decoding flags do not apply.
+
+an encoder's tasks: a masked language model (--task mlm): masked-token accuracy and perplexity of held-out text,
+masked as in training (seeded by --seed); a classifier (--task classify) or tagger (--task tag): accuracy and macro-F1
+of the labels it gives the run's held-out split or a --data file of its form (scikit-learn; seqeval's entity F1 for
+BIO tags), with a line per label; --limit N scores a seeded sample of N texts.
 """
 
 

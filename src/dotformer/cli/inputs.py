@@ -22,7 +22,7 @@ def check_input_flags(args: argparse.Namespace, *counts: tuple[str, int | None])
     Raises:
         ConfigError: a count below 1 (naming the flag), or TEXT arguments with ``--input``.
     """
-    for flag, value in (*counts, ("--max-input-length", args.max_input_length)):
+    for flag, value in (*counts, ("--max-input-length", getattr(args, "max_input_length", None))):
         if value is not None and value < 1:
             raise ConfigError(f"{flag} must be a positive integer, got {value}")
     if args.texts and args.input is not None:

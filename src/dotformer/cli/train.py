@@ -1,7 +1,10 @@
-"""``dotformer train``: train a Transformer with the paper's recipe, for every task (pairs, a language model).
+"""``dotformer train``: train a Transformer with the paper's recipe, for every task (pairs, a language model, an
+encoder's masked language model, classifier or tagger).
 
     dotformer train --data cmudict --max-epochs 10
     dotformer train --task lm --data corpus.txt --out runs/lm --max-minutes 10
+    dotformer train --task mlm --data corpus.txt --out runs/mlm --max-minutes 10
+    dotformer train --task classify --data labelled.tsv --init-from runs/mlm --out runs/cls --max-minutes 5
     dotformer train --data bible --config configs/bible.toml --out runs/bible --max-minutes 60
     dotformer train --data copy --preset tiny --max-steps 300
     dotformer train --data copy --preset tiny --out runs/copy --resume --max-steps 600
@@ -9,7 +12,8 @@
 
 Flags override the config file (``--config FILE.toml`` with sections [model], [train], [data]), which overrides the
 task's defaults (the model and recipe of its shipped config: ``g2p`` for g2p and exact, ``bible`` for translation,
-``copy`` for copy/reverse, ``lm-bible`` for a language model), which override the built-in ones; the run itself is
+``copy`` for copy/reverse, ``lm-bible`` for a language model, ``mlm-bible`` and ``classify-bible`` for an encoder's
+tasks), which override the built-in ones; the run itself is
 :func:`dotformer.runs.run.train_run`, one pipeline for every task (:mod:`dotformer.runs.tasks`). The run directory
 (``--out``, default ``runs/<dataset>-<preset>``) gets run.json, data/ (the split and the tokenizers), metrics.jsonl
 and the checkpoints; the last line printed sums the run up.
@@ -121,11 +125,16 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("--test-fraction", "data", "test_fraction", dict(type=float, metavar="F", help="share of pairs in the test "
      "split (default 0.05)")),
     ("--block-size", "data", "block_size", dict(type=int, metavar="T", help="--task lm: tokens per training block, "
-     "the model's context (default 128)")),
+     "the model's context (default 128); an encoder's task: most tokens of an example, [BOS] and [EOS] included "
+     "(default 128)")),
+    ("--pooling", "model", "pooling", dict(choices=["cls", "mean"], help="--task classify: the text's vector the "
+     "classifier reads: the first token's (BERT's [CLS], the default) or the mean over its tokens")),
 ]  # fmt: skip
 # how to read the files, given valid/test files, tokenizer files, the other corpora's options (cli/data_flags.py)
 _FLAGS += [(flag, "data", field, kwargs) for flag, field, kwargs in [*READER_FLAGS, *TRAIN_DATA_FLAGS]]
 
+
+DATA_FLAGS = [entry for entry in _FLAGS if entry[1] == "data"]  # what dotformer prepare takes too
 
 # the help's layout: the flags most runs need lead (under "options"), the rest follow in titled groups
 _LEAD = ("--preset", "--max-minutes", "--max-steps", "--max-epochs", "--device")
@@ -135,12 +144,14 @@ _GROUPS: dict[str, tuple[str, ...]] = {
              "--tgt-tokenizer-file"),
     "reading a file of pairs": ("--delimiter", "--source-column", "--target-column", "--header", "--num-columns",
                                 "--empty-lines"),
+    "an encoder's tasks (mlm, classify, tag)": ("--mlm-unit", "--mask-probability", "--tag-format",
+                                                "--label-subtokens"),
     "corpora (cmudict, bible, hf:, copy/reverse)": ("--strip-stress", "--source-module", "--target-module",
         "--test-books", "--sword-path", "--bible-max-ratio", "--bible-check-alignment", "--hf-config", "--hf-split",
         "--hf-valid-split", "--hf-test-split", "--source-field", "--target-field", "--hf-data-files", "--hf-cache-dir",
         "--synthetic-examples", "--synthetic-symbols", "--synthetic-min-len", "--synthetic-max-len",
         "--synthetic-seed"),
-    "model": ("--dropout", "--block-size"),
+    "model": ("--dropout", "--block-size", "--pooling"),
     "schedule": ("--max-tokens", "--accumulate", "--lr-schedule", "--lr-scale", "--lr-peak", "--warmup",
                  "--lr-cooldown", "--label-smoothing", "--clip-norm", "--weight-decay", "--seed"),
     "checkpoints and validation": ("--overwrite", "--init-from", "--extend-vocab", "--eval-every", "--save-every",
@@ -152,9 +163,11 @@ _HELP_ORDER = {flag: i for i, flag in enumerate([*_LEAD, *(flag for flags in _GR
 
 EPILOG = """\
 Flags override the config file, which overrides the task's defaults (the model and recipe of its shipped config:
-g2p for g2p and exact, bible for translation, copy for copy/reverse, lm-bible for --task lm). The run directory
-gets run.json, data/ (the split and the tokenizers), metrics.jsonl and the checkpoints (best/, last/,
-checkpoints/step_N/); the last line printed sums the run up.
+g2p for g2p and exact, bible for translation, copy for copy/reverse, lm-bible for --task lm, mlm-bible for
+--task mlm, classify-bible for --task classify and tag). The run directory gets run.json, data/ (the split and the
+tokenizers), metrics.jsonl and the checkpoints (best/, last/, checkpoints/step_N/); the last line printed sums the
+run up. --init-from fine-tunes a checkpoint of the task's family: an encoder-decoder for pairs, an encoder (a --task
+mlm run, an imported BERT) for classify and tag, whose head starts afresh.
 
 examples:
   dotformer train --data cmudict --max-epochs 10
@@ -162,6 +175,9 @@ examples:
   dotformer train --data pairs.tsv --out runs/mine --max-minutes 30
   dotformer train --data copy --preset tiny --out runs/copy --resume --max-steps 600
   dotformer train --task lm --data corpus.txt --out runs/lm --max-minutes 10
+  dotformer train --task mlm --data corpus.txt --out runs/mlm --max-minutes 10
+  dotformer train --task classify --data reviews.tsv --init-from runs/mlm --out runs/cls --max-minutes 5
+  dotformer train --task tag --data ner.conll --init-from runs/bert --out runs/ner --max-epochs 3
   torchrun --nproc_per_node=2 $(which dotformer) train --data cmudict --max-epochs 10
 """
 
@@ -221,18 +237,12 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.training.stopping import TrainingInterrupted
 
     apply_threads(args.threads)
-    flags: dict[str, dict[str, Any]] = {"model": {}, "train": {}, "data": {}}
+    flags: dict[str, dict[str, Any]] = {"model": {}, "train": {}, "data": data_section(args)}
     for _, section, field, _ in _FLAGS:
         value = getattr(args, f"opt_{field}")
-        if value is not None:
+        if value is not None and section != "data":
             flags[section][field] = value
     data = flags["data"]
-    kind = data.pop("tokenizer", None)
-    if kind is not None:
-        data.setdefault("src_tokenizer", kind)
-        data.setdefault("tgt_tokenizer", kind)
-    if "test_books" in data:
-        data["test_books"] = tuple(book.strip() for book in data["test_books"].split(",") if book.strip())
     if args.data is not None:
         data["dataset"] = args.data
     if args.out is not None:
@@ -259,6 +269,20 @@ def run(args: argparse.Namespace) -> int:
     if result.is_main:
         print(result.summary())
     return 0
+
+
+def data_section(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``[data]`` values of the data flags given on the command line (``--tokenizer K`` sets both sides' kinds,
+    ``--test-books A,B`` a list); the flags of :data:`DATA_FLAGS` must have been added with ``dest="opt_FIELD"``."""
+    data = {field: getattr(args, f"opt_{field}") for _, _, field, _ in DATA_FLAGS}
+    data = {field: value for field, value in data.items() if value is not None}
+    kind = data.pop("tokenizer", None)
+    if kind is not None:
+        data.setdefault("src_tokenizer", kind)
+        data.setdefault("tgt_tokenizer", kind)
+    if "test_books" in data:
+        data["test_books"] = tuple(book.strip() for book in data["test_books"].split(",") if book.strip())
+    return data
 
 
 def _named_by_flag(message: str, given: Collection[str]) -> str:

@@ -35,6 +35,7 @@ from dotformer.data.tokenizers import Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
+    from dotformer.data.labelled import LabelledExamples
     from dotformer.data.prepared import PreparedText
 
 HASH_TOKENS = 1 << 20  # tokens of the stream hashed at a time for the sampler's fingerprint
@@ -194,7 +195,7 @@ class BlockSampler(BatchSampler):
 
 
 def sampler_for(
-    examples: PairArrays | Sequence[EncodedPair] | TokenStream,
+    examples: PairArrays | Sequence[EncodedPair] | TokenStream | LabelledExamples,
     max_tokens: int,
     seed: int = 0,
     shuffle: bool = True,
@@ -202,11 +203,16 @@ def sampler_for(
     world_size: int = 1,
 ) -> BatchSampler:
     """The sampler of a training loop's examples: :class:`BlockSampler` for a :class:`TokenStream` (a language
-    model), :class:`BatchSampler` for encoded pairs (arrays or a list).
+    model), :class:`~dotformer.data.labelled.LabelledSampler` for an encoder's examples, :class:`BatchSampler` for
+    encoded pairs (arrays or a list).
 
     Raises:
         ConfigError, DataError: as the sampler's constructor.
     """
+    from dotformer.data.labelled import LabelledExamples, LabelledSampler
+
     if isinstance(examples, TokenStream):
         return BlockSampler(examples, max_tokens, seed, shuffle, rank, world_size)
+    if isinstance(examples, LabelledExamples):
+        return LabelledSampler(examples, max_tokens, seed, shuffle, rank, world_size)
     return BatchSampler(examples, max_tokens, seed, shuffle, rank, world_size)

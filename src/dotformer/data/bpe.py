@@ -16,6 +16,7 @@ from typing import Any
 from dotformer.data.tokenizers import (
     BYTE_ALPHABET_SIZE,
     FORMAT_VERSION,
+    MASK_TOKEN,
     NUM_SPECIAL,
     SPECIAL_TOKENS,
     UNK_ID,
@@ -50,6 +51,12 @@ class BPETokenizer(Tokenizer):
     @property
     def vocab_size(self) -> int:
         return self._hf.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def mask_id(self) -> int | None:
+        """The id of ``<mask>`` when it is one of the special tokens (:func:`train_bpe` with ``mask=True``)."""
+        added = self._hf.get_added_tokens_decoder()
+        return next((int(index) for index, token in added.items() if token.content == MASK_TOKEN), None)
 
     def encode(self, text: str) -> list[int]:
         return self._hf.encode(text, add_special_tokens=False).ids
@@ -96,12 +103,15 @@ def byte_level_alphabet() -> list[str]:
     return [symbols[byte] for byte in range(BYTE_ALPHABET_SIZE)]
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int) -> BPETokenizer:
-    """Train byte-level BPE with Hugging Face ``tokenizers`` (specials first, then the 256 bytes, then merges) on
-    ``texts``, read once in batches (a generator over a file is never held whole)."""
-    minimum = NUM_SPECIAL + BYTE_ALPHABET_SIZE + 1
+def train_bpe(texts: Iterable[str], vocab_size: int, mask: bool = False) -> BPETokenizer:
+    """Train byte-level BPE with Hugging Face ``tokenizers`` (specials first, ``<mask>`` at id 4 with ``mask``, then
+    the 256 bytes, then merges) on ``texts``, read once in batches (a generator over a file is never held whole)."""
+    specials = [*SPECIAL_TOKENS, MASK_TOKEN] if mask else list(SPECIAL_TOKENS)
+    minimum = len(specials) + BYTE_ALPHABET_SIZE + 1
     if vocab_size < minimum:
-        raise ConfigError(f"bpe vocab_size must be at least {minimum} (4 specials + 256 bytes + 1), got {vocab_size}")
+        raise ConfigError(
+            f"bpe vocab_size must be at least {minimum} ({len(specials)} specials + 256 bytes + 1), got {vocab_size}"
+        )
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -110,7 +120,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> BPETokenizer:
     hf_tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )

@@ -349,3 +349,89 @@ class LMDataConfig:
             data[name] = value
         data.pop("shared_vocab", None)  # one tokenizer: always shared
         return config_from_dict(cls, data, source)
+
+
+ENCODER_TASKS = ("mlm", "classify", "tag")  # the encoder's tasks: masked language model, classification, tagging
+DEFAULT_ENCODER_BLOCK = 128  # an encoder's example: most tokens, [BOS] and [EOS] included
+_TASK_FIELDS = {"mlm_unit": "mlm", "mask_probability": "mlm", "tag_format": "tag", "label_subtokens": "tag"}
+
+
+@dataclass(frozen=True)
+class EncoderDataConfig:
+    """The data of an encoder task: text for a masked language model (``mlm``), texts with labels (``classify``),
+    sentences with a label per word (``tag``); frozen, validated.
+
+    Raises:
+        ConfigError: a field out of range, or a field of another task (the message names it).
+    """
+
+    task: Literal["mlm", "classify", "tag"] = "mlm"  # which of the three
+    dataset: str = "bible"  # mlm: "bible", "bible:MODULE" or a text file; classify: a TEXT<TAB>LABEL file or "bible"
+    # (verses labelled by the genre of their book); tag: a WORDS<TAB>LABELS or CoNLL-style file
+    valid: str | None = None  # held-out validation file of the same form; given: nothing is split at random
+    test: str | None = None  # held-out test file (saved in the run's data/)
+    limit: int | None = None  # mlm: the first N training lines; classify, tag: a seeded sample of N training texts
+    tokenizer: Literal["char", "bpe"] = "bpe"  # one token per character, or byte-level BPE trained on the train text
+    tokenizer_file: str | None = None  # an existing tokenizer instead: HF tokenizer.json or sentencepiece .model
+    vocab_size: int | None = None  # at most this many tokens (BPE: the merge budget, default 8000)
+    block_size: int | None = None  # most tokens of an example, [BOS] and [EOS] included (longer texts are cut,
+    # counted); None: 128, or the --init-from checkpoint's positions
+    test_books: tuple[str, ...] | None = None  # bible: whole books held out as the test split
+    valid_fraction: float = 0.05  # share held out for validation (whole books of the Bible; lines or texts of a file)
+    test_fraction: float = 0.05  # the same for the test split (unused with test_books or a test file)
+    sword_path: str | None = None  # bible: the SWORD library root (None: $SWORD_PATH, ~/.sword, /usr/share/sword)
+    mlm_unit: Literal["lines", "blocks"] = "lines"  # mlm: one line an example, or blocks of running text
+    mask_probability: float = 0.15  # mlm: share of the tokens masked (BERT: 80% [MASK], 10% random, 10% kept)
+    tag_format: Literal["conll", "tsv"] | None = None  # tag: the file's form (None: from the file)
+    label_subtokens: Literal["first", "all"] = "first"  # tag: a word's label on its first token, or on all of them
+
+    def __post_init__(self) -> None:
+        choice(self, "task", ENCODER_TASKS)
+        if not isinstance(self.dataset, str) or not self.dataset:
+            raise ConfigError(f"EncoderDataConfig.dataset must be a non-empty string, got {self.dataset!r}")
+        choice(self, "tokenizer", ("char", "bpe"))
+        choice(self, "mlm_unit", ("lines", "blocks"))
+        choice(self, "label_subtokens", ("first", "all"))
+        if self.tag_format is not None:
+            choice(self, "tag_format", ("conll", "tsv"))
+        block = self.block_size
+        if block is not None and (not isinstance(block, int) or isinstance(block, bool) or block < 3):
+            raise ConfigError(f"block_size must be an integer >= 3 tokens, got {block!r}")
+        positive_int(self, "limit", "vocab_size", optional=True)
+        if not (is_number(self.mask_probability) and 0.0 < self.mask_probability < 1.0):
+            raise ConfigError(f"mask_probability must be in (0, 1), got {self.mask_probability!r}")
+        for name in ("valid_fraction", "test_fraction"):
+            value = getattr(self, name)
+            if not (is_number(value) and 0.0 <= value < 1.0):
+                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+        if self.test_books is not None:
+            object.__setattr__(self, "test_books", tuple(self.test_books))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-serialisable dict (run.json, every checkpoint's config.json)."""
+        data = dataclasses.asdict(self)
+        data["test_books"] = list(self.test_books) if self.test_books is not None else None
+        return data
+
+    @classmethod
+    def from_section(cls, section: dict[str, Any], source: str = "[data]") -> EncoderDataConfig:
+        """Build from a ``[data]`` table or the flags' values, reading the translation names of the same keys.
+
+        Raises:
+            ConfigError: an unknown key (named with ``source``), a key of another encoder task set (to anything but
+                its default), two values for one key, or a bad value.
+        """
+        data: dict[str, Any] = {}
+        for key, value in section.items():
+            name = _ALIASES.get(key, key)
+            if name in data and data[name] != value:
+                raise ConfigError(f"{source}: {key} = {value!r} contradicts {name} = {data[name]!r}")
+            data[name] = value
+        data.pop("shared_vocab", None)  # one tokenizer: always shared
+        task = data.get("task", "mlm")
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        for name, owner in _TASK_FIELDS.items():
+            if name in data and owner != task and data[name] != defaults[name]:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{source}: {name} ({flag}) is for --task {owner}, not {task}")
+        return config_from_dict(cls, data, source)

@@ -4,7 +4,8 @@ Data is prepared once (:mod:`dotformer.data.preparing`) into a directory::
 
     DIR/prepared.json        the report: format, fingerprint, inputs (size, time, hash), task, data config, seed (when
                              a random split depends on it), tokenizer sample, per split: examples, tokens, characters
-                             (text), where they came from and what was dropped; the lines to print; seconds taken
+                             (text), where they came from and what was dropped; the lines to print and the warnings
+                             (valid/test files that share sources with the training pairs); seconds taken
     DIR/tokenizer_src.json   the tokenizers, under the names checkpoints use (a language model's one tokenizer is
     DIR/tokenizer_tgt.json   both)
     DIR/split.npy            (N,) uint8, the split of every pair (line) of the training source, in its order:
@@ -22,6 +23,7 @@ of the prepared data: blocks are cut at batching time, so one preparation serves
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +32,7 @@ import numpy as np
 
 from dotformer.data.arrays import PairArrays, RaggedArray, load_array, open_ragged
 from dotformer.data.config import DataConfig, LMDataConfig
-from dotformer.data.splits import SPLIT_NAMES
+from dotformer.data.splits import SPLIT_NAMES, TRAIN
 from dotformer.data.textio import read_json, split_lines
 from dotformer.data.tokenizer_files import TokenizerPair, load_tokenizer
 from dotformer.data.tokenizers import Tokenizer
@@ -78,6 +80,12 @@ class _Prepared:
         return list(self.report["lines"])
 
     @property
+    def warnings(self) -> list[str]:
+        """What a run on this data should be warned about (a given valid/test file that shares sources with the
+        training pairs: its scores would measure recall of trained pairs, not generalisation)."""
+        return list(self.report.get("warnings", []))
+
+    @property
     def seed(self) -> int | None:
         """The seed of the random split (None: no random split, any seed gives this data)."""
         return self.report.get("seed")
@@ -86,6 +94,23 @@ class _Prepared:
     def split_of(self) -> np.ndarray:
         """(N,) uint8, the split of every pair (line) of the training source (``DIR/split.npy``), memory-mapped."""
         return load_array(self.directory / SPLIT_FILE)
+
+    def _check_inputs(self) -> None:
+        """Raise DataError when an input file changed since the data was prepared (its text would not match)."""
+        from dotformer.data.fingerprint import changed_inputs
+
+        changed = changed_inputs(self.report.get("inputs", []))
+        if changed:
+            raise DataError(f"{self.directory}: {'; '.join(changed)}: its training text is no longer there to read")
+
+    def _training_records(self, records: Iterator[Any]) -> Iterator[Any]:
+        """The records of the training source that are in the training split, in order."""
+        split = self.split_of
+        for i, (record, _) in enumerate(records):
+            if i >= len(split):
+                break
+            if split[i] == TRAIN:
+                yield record
 
     def _texts(self, split: str, kind: Kind) -> list[str]:
         if split not in ("valid", "test"):
@@ -124,9 +149,22 @@ class PreparedPairs(_Prepared):
         """The pairs of ``valid`` or ``test`` as text, exactly as read (``DIR/SPLIT.tsv``).
 
         Raises:
-            DataError: ``train`` (its text is not kept: it is the source's).
+            DataError: ``train`` (its text is not kept: it is the source's; :meth:`training_pairs` reads it).
         """
         return [Pair(*line.split("\t")) for line in self._texts(split, "pairs")]
+
+    def training_pairs(self) -> Iterator[Pair]:
+        """The training pairs as text, in order, read again from the training source (for a peer that trains on
+        the same pairs); one pair at a time.
+
+        Raises:
+            DataError: the source changed since it was prepared.
+        """
+        from dotformer.data.corpora import open_pairs
+
+        self._check_inputs()
+        config = self.data_config
+        yield from self._training_records(open_pairs(config.dataset, config.corpus_options("train")).records())
 
 
 @dataclass(frozen=True)
@@ -163,9 +201,21 @@ class PreparedText(_Prepared):
         """The lines of ``valid`` or ``test`` as text (``DIR/SPLIT.txt``).
 
         Raises:
-            DataError: ``train``.
+            DataError: ``train`` (:meth:`training_lines` reads it).
         """
         return self._texts(split, "text")
+
+    def training_lines(self) -> Iterator[str]:
+        """The training lines as text, in order, read again from the text (for a peer that trains on the same text).
+
+        Raises:
+            DataError: the text changed since it was prepared.
+        """
+        from dotformer.data.text import TextReader
+
+        self._check_inputs()
+        config = self.data_config
+        yield from self._training_records(TextReader(config.dataset, config.sword_path).records())
 
 
 def read_report(directory: str | Path) -> dict[str, Any]:

@@ -70,12 +70,15 @@ def settings_of(
     sample_lines: int = DEFAULT_SAMPLE_LINES,
 ) -> dict[str, Any]:
     """Everything but the input files' contents that prepared data depends on: the kind, the format, the data config
-    (less what does not change the data: the datasets cache directory, a language model's block size), the seed when
+    with its task's defaults filled in (less what does not change the data: the datasets cache directory, a language
+    model's block size), the seed when
     a random split depends on it (no ``valid`` file), the tokenizer sample, the ``tokenizers`` library's version,
     and the given tokenizers' hashes."""
     import tokenizers as hf_tokenizers
 
     kind = "text" if isinstance(config, LMDataConfig) else "pairs"
+    if isinstance(config, DataConfig):  # a setting left to its task's default and the same setting given are one
+        config = config.resolved(NAMED_TASKS.get(config.dataset) or config.task or "translation")
     data = {key: value for key, value in config.to_dict().items() if key not in _NOT_IN_FINGERPRINT[kind]}
     given: list[Any] | None = None
     if isinstance(tokenizers, Tokenizer):
@@ -204,9 +207,11 @@ def prepare_pairs(
         tokenizers, sample = _pair_tokenizers(partial, resolved, reader, scan.used, split, tokenizers, sample_lines)
         lines.append(sample["line"])
         written = _encode_pairs(partial, reader, scan.used, split, given, tokenizers, chunk)
-        for role, (shared, sources) in written.pop("shared_sources").items():
-            if shared:
-                lines.append(_leakage_line(role, getattr(config, role), config.dataset, shared, sources))
+        warnings = [
+            _leakage_line(role, getattr(config, role), config.dataset, shared, sources)
+            for role, (shared, sources) in written.pop("shared_sources").items()
+            if shared
+        ]
         tokenizers.src.save(partial / SRC_TOKENIZER_FILE)
         tokenizers.tgt.save(partial / TGT_TOKENIZER_FILE)
         report = {
@@ -221,6 +226,7 @@ def prepare_pairs(
             "split": info,
             "tokenizers": _tokenizer_report(tokenizers.src, tokenizers.tgt, sample),
             "splits": written,
+            "warnings": warnings,
         }
         _finish(partial, report, lines, started, inputs, Path(directory))
     return open_prepared(directory)  # type: ignore[return-value]

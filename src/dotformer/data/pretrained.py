@@ -33,6 +33,7 @@ from dotformer.errors import DataError, MissingDataError
 
 PRETRAINED_KINDS = ("hf", "sentencepiece")
 _HF_UNKNOWN_NAMES = ("<unk>", "[UNK]", "<UNK>", "[unk]")
+_MASK_NAMES = ("[MASK]", "<mask>")  # BERT's, RoBERTa's (and dotformer's)
 
 
 class _ShiftedIds:
@@ -89,6 +90,12 @@ class HFFileTokenizer(Tokenizer):
     @property
     def vocab_size(self) -> int:
         return self._hf.get_vocab_size(with_added_tokens=True) + self._ids.offset
+
+    @property
+    def mask_id(self) -> int | None:
+        """The id (dotformer's) of the file's ``[MASK]`` (or ``<mask>``), or None."""
+        index = next((self._hf.token_to_id(n) for n in _MASK_NAMES if self._hf.token_to_id(n) is not None), None)
+        return None if index is None else int(index) + self._ids.offset
 
     def encode(self, text: str) -> list[int]:
         return self._ids.to_ours(self._hf.encode(text, add_special_tokens=False).ids)
@@ -166,6 +173,15 @@ class SentencePieceTokenizer(Tokenizer):
     @property
     def vocab_size(self) -> int:
         return self._sp.get_piece_size() + self._ids.offset
+
+    @property
+    def mask_id(self) -> int | None:
+        """The id (dotformer's) of the model's ``<mask>`` or ``[MASK]`` piece, or None."""
+        for name in reversed(_MASK_NAMES):
+            index = self._sp.piece_to_id(name)
+            if index != self._sp.unk_id():
+                return int(index) + self._ids.offset
+        return None
 
     def encode(self, text: str) -> list[int]:
         return self._ids.to_ours(self._sp.encode(text, out_type=int))

@@ -27,7 +27,7 @@ from dotformer.data.tokenizers import (
     DEFAULT_BPE_VOCAB_SIZE,
     FORMAT_VERSION,
     KINDS,
-    NUM_SPECIAL,
+    MASK_TOKEN,
     SPECIAL_TOKENS,
     CharTokenizer,
     SymbolTokenizer,
@@ -37,7 +37,9 @@ from dotformer.data.tokenizers import (
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 
-def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], vocab_size: int | None = None) -> Tokenizer:
+def train_tokenizer(
+    kind: TokenizerKind, texts: Iterable[str], vocab_size: int | None = None, mask: bool = False
+) -> Tokenizer:
     """Build a vocabulary from training texts.
 
     Args:
@@ -63,19 +65,20 @@ def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], vocab_size: int |
         raise DataError(f"cannot train a {kind} tokenizer on no texts")
     texts = chain([first], iterator)
     if kind == "bpe":
-        return train_bpe(texts, DEFAULT_BPE_VOCAB_SIZE if vocab_size is None else vocab_size)
-    if vocab_size is not None and vocab_size <= NUM_SPECIAL:
-        raise ConfigError(f"vocab_size must exceed the {NUM_SPECIAL} special tokens, got {vocab_size}")
+        return train_bpe(texts, DEFAULT_BPE_VOCAB_SIZE if vocab_size is None else vocab_size, mask)
+    specials = [*SPECIAL_TOKENS, MASK_TOKEN] if mask else list(SPECIAL_TOKENS)
+    if vocab_size is not None and vocab_size <= len(specials):
+        raise ConfigError(f"vocab_size must exceed the {len(specials)} special tokens, got {vocab_size}")
     tokenizer_class = CharTokenizer if kind == "char" else SymbolTokenizer
     counts: Counter[str] = Counter()
     for text in texts:
         counts.update(text if kind == "char" else text.split())
-    for special in SPECIAL_TOKENS:  # a symbol spelled like a special token stays unknown
+    for special in specials:  # a symbol spelled like a special token stays unknown
         counts.pop(special, None)
     ranked = sorted(counts, key=lambda piece: (-counts[piece], piece))
     if vocab_size is not None:
-        ranked = ranked[: vocab_size - NUM_SPECIAL]
-    return tokenizer_class([*SPECIAL_TOKENS, *ranked])
+        ranked = ranked[: vocab_size - len(specials)]
+    return tokenizer_class([*specials, *ranked])
 
 
 class TokenizerPair(NamedTuple):

@@ -13,7 +13,9 @@ sentencepiece .model) are read behind the same interface by :mod:`dotformer.data
   a piece that holds only part of a multi-byte character shows its bytes as ``\\xNN``.
 
 Ids 0..3 are always ``<pad>``, ``<s>`` (BOS), ``</s>`` (EOS), ``<unk>``; ``encode`` adds no BOS/EOS (batching
-does) and ``decode`` skips the four. A tokenizer is saved as one JSON file with a ``"kind"`` field.
+does) and ``decode`` skips the four. A tokenizer trained for a masked language model has a fifth special token,
+``<mask>`` at id 4 (:data:`MASK_TOKEN`; an imported BERT's tokenizer has its own ``[MASK]``): :attr:`Tokenizer.mask_id`
+finds it. A tokenizer is saved as one JSON file with a ``"kind"`` field.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from dotformer.errors import DataError
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 NUM_SPECIAL = len(SPECIAL_TOKENS)
+MASK_TOKEN = "<mask>"  # the masked language model's stand-in for a hidden token: id 4 in the vocabularies made for it
 FORMAT_VERSION = 1
 DEFAULT_BPE_VOCAB_SIZE = 8000
 BYTE_ALPHABET_SIZE = 256
@@ -104,6 +107,11 @@ class Tokenizer(ABC):
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable contents, with ``"kind"`` and ``"format"``; :func:`tokenizer_from_dict` inverts it."""
 
+    @property
+    def mask_id(self) -> int | None:
+        """The id of the mask token (``<mask>``, or an imported vocabulary's ``[MASK]``), or None: no such token."""
+        return None
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """``[encode(text) for text in texts]`` (BPE does it in parallel)."""
         return [self.encode(text) for text in texts]
@@ -172,6 +180,10 @@ class VocabularyTokenizer(Tokenizer):
     def vocab(self) -> list[str]:
         """All tokens by id (a copy)."""
         return list(self._vocab)
+
+    @property
+    def mask_id(self) -> int | None:
+        return self._ids.get(MASK_TOKEN)
 
     def encode(self, text: str) -> list[int]:
         ids = self._ids

@@ -29,6 +29,10 @@ class UnknownTokenWarning(UserWarning):
     """Some input characters are not in the source vocabulary and were read as UNK."""
 
 
+class TruncationWarning(UserWarning):
+    """Some inputs were longer than the model reads and were cut to its length (embeddings, a label per text)."""
+
+
 class InputTooLongError(ShapeError):
     """An input has more tokens than the model may read.
 

@@ -42,7 +42,8 @@ def export_checkpoint(
         checkpoint: a checkpoint or run directory.
         output_dir: created; an existing non-empty directory is refused before anything is read or written.
         to: ``"ct2"`` (CTranslate2 directory; vocabularies are the tokenizers' pieces), ``"marian"`` (HF
-            ``MarianMTModel`` directory with dotformer's ids), or ``"onnx"`` (encoder + decoder-step graphs).
+            ``MarianMTModel`` directory with dotformer's ids), or ``"onnx"`` (encoder + decoder-step graphs; a
+            language model's cached step; an encoder-only model's one graph of its head's logits).
         quantization: CTranslate2 only: store weights as ``int8``, ``int8_float32``, ``float16``, ...
 
     Returns:
@@ -75,6 +76,11 @@ def export_checkpoint(
             from dotformer.export.marian import save_marian
 
             save_marian(loaded.model, tmp)
+        elif loaded.config.arch == "encoder-only":  # a classifier, tagger or masked language model: one graph
+            from dotformer.export.onnx_encoder import export_encoder_onnx
+
+            labels = loaded.info.get("labels") if loaded.config.head != "generator" else None
+            export_encoder_onnx(loaded.model, tmp, labels)
         elif loaded.config.arch == "decoder-only":  # a language model: one cached step
             from dotformer.export.onnx_lm import export_lm_onnx
 

@@ -28,11 +28,13 @@ def model_problem(config: ModelConfig) -> str | None:
     """Why a model of ``config`` cannot become a CTranslate2 model (one line), or None when it can.
 
     The shape alone decides: an architecture with a CTranslate2 model (encoder-decoder: ``Translator``,
-    decoder-only: ``Generator``), an activation CTranslate2 has, no embedding LayerNorm. The vocabularies are
+    decoder-only: ``Generator``), the generator as its head, an activation CTranslate2 has, no embedding LayerNorm. The vocabularies are
     checked when converting.
     """
     if config.arch not in CT2_ARCHITECTURES:
         return f"CTranslate2 runs encoder-decoder and decoder-only models, this one is {config.arch}"
+    if config.head != "generator":
+        return f"ModelConfig.head={config.head!r}: CTranslate2 runs a model whose head is the generator (its logits)"
     if config.embedding_norm:
         return "ModelConfig.embedding_norm=True: the CTranslate2 export does not carry embedding LayerNorms"
     if config.activation not in CT2_ACTIVATIONS:

@@ -14,6 +14,8 @@ the WordPiece ``tokenizer.json``. BERT is the paper's post-LN encoder with three
 
 The encoder's memory is then BERT's ``last_hidden_state`` (tested). The pooler and any task head (``cls.*``) are
 not part of it and are not imported (logged); the checkpoint's generator is tied to the embeddings and is no MLM head.
+A sentence-transformers directory's ``max_seq_length`` (``sentence_bert_config.json``) is kept in the checkpoint's
+config.json: ``embed`` cuts texts to it, as sentence-transformers does.
 """
 
 from __future__ import annotations
@@ -61,9 +63,37 @@ def import_bert(directory: str | Path, output: str | Path) -> Path:
     directory, output = Path(directory), check_output_dir(output)
     model, tokenizer = read_bert(directory)
     info = {"task": "encoder", "imported_from": {"format": "hf-bert", "path": str(directory.resolve())}}
+    max_seq_length = sentence_transformers_length(directory, model.config.max_len)
+    if max_seq_length is not None:  # what `embed` cuts texts to, as sentence-transformers does
+        info["max_seq_length"] = max_seq_length
     with fresh_output_dir(output) as tmp:
         save_checkpoint(tmp, model, tokenizer, tokenizer, info)
     return output
+
+
+SENTENCE_CONFIG = "sentence_bert_config.json"  # a sentence-transformers model's settings: {"max_seq_length": 256, ...}
+
+
+def sentence_transformers_length(directory: Path, max_len: int) -> int | None:
+    """The ``max_seq_length`` of a sentence-transformers model directory (``sentence_bert_config.json``), or None.
+
+    Raises:
+        CheckpointError: the file is not JSON, or its length is not an integer in [2, ``max_len``].
+    """
+    import json
+
+    path = directory / SENTENCE_CONFIG
+    if not path.is_file():
+        return None
+    try:
+        length = json.loads(path.read_text(encoding="utf-8")).get("max_seq_length")
+    except (ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{path}: not a JSON object ({exc})") from None
+    if length is None:
+        return None
+    if not isinstance(length, int) or isinstance(length, bool) or not 2 <= length <= max_len:
+        raise CheckpointError(f"{path}: max_seq_length {length!r} is not an integer in [2, {max_len}] (positions)")
+    return length
 
 
 BERT_NAMES = EngineNames(

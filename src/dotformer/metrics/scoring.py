@@ -2,8 +2,9 @@
 
 Shared by training (the validation pass of :mod:`dotformer.training.loop`) and decoding
 (:meth:`dotformer.decoding.engine.TorchEngine.reference_nll`), so neither reaches into the other. It needs only the
-label-smoothed loss (:mod:`dotformer.training.loss`, paper §5.4) and the cross-rank sum
-(:mod:`dotformer.training.distributed`); nothing of the training loop, checkpoints or tokenizers.
+objective (:mod:`dotformer.training.objective`: the label-smoothed loss of teacher forcing, paper §5.4, or an
+encoder's masked tokens and labels) and the cross-rank sum (:mod:`dotformer.training.distributed`); nothing of the
+training loop, checkpoints or tokenizers.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from dotformer.training.distributed import DistContext, all_reduce_sum
-from dotformer.training.loss import label_smoothed_cross_entropy
+from dotformer.training.objective import NEXT_TOKEN
 
 if TYPE_CHECKING:
     from dotformer.data.batching import Batch
+    from dotformer.training.objective import Objective
 
 
 @dataclass(frozen=True)
@@ -38,12 +40,6 @@ class EvalResult:
     num_tokens: int
 
 
-def gold_tokens(batch: Batch, packed: bool, pad_id: int) -> Tensor:
-    """The labels matching ``model(src, tgt_in, packed=packed)``: (B, T) ``tgt_out``, or (N_T,) its entries at
-    the non-PAD positions of ``tgt_in`` (the same positions as ``tgt_out``'s, one shift apart)."""
-    return batch.tgt_out[batch.tgt_in != pad_id] if packed else batch.tgt_out
-
-
 def evaluate_loss(
     model: nn.Module,
     batches: Sequence[Batch],
@@ -52,8 +48,9 @@ def evaluate_loss(
     context: DistContext | None = None,
     amp_dtype: torch.dtype | None = None,
     packed: bool = True,
+    objective: Objective = NEXT_TOKEN,
 ) -> EvalResult:
-    """Loss, NLL and perplexity per target token over ``batches`` (this rank's shard; summed over ranks).
+    """Loss, NLL and perplexity per scored position over ``batches`` (this rank's shard; summed over ranks).
 
     Runs in eval mode (no dropout) without gradients and restores the model's previous mode.
 
@@ -62,6 +59,7 @@ def evaluate_loss(
         label_smoothing: ε_ls of the reported loss. pad_id: the target PAD id.
         context: the distributed context. amp_dtype: autocast dtype (None: float32).
         packed: skip the padding (:mod:`dotformer.packing`); the same figures, faster.
+        objective: what is scored (:mod:`dotformer.training.objective`; teacher forcing by default).
 
     Returns:
         :class:`EvalResult`; loss, nll and perplexity are nan when there are no target tokens.
@@ -75,8 +73,8 @@ def evaluate_loss(
         for batch in batches:
             batch = batch.to(device)
             with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                logits = model(batch.src, batch.tgt_in, packed=packed)  # (B, T, V) or (N_T, V)
-            sums = label_smoothed_cross_entropy(logits, gold_tokens(batch, packed, pad_id), label_smoothing, pad_id)
+                prediction = objective.predict(model, batch, packed, pad_id)  # logits, gold
+            sums = objective.loss(prediction, label_smoothing, pad_id)
             totals += torch.stack([sums.loss.double(), sums.nll.double(), sums.num_tokens.double()])
     model.train(was_training)
     loss_sum, nll_sum, tokens = all_reduce_sum(totals, context).tolist()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from dotformer import checkpoint as ckpt
-from dotformer.config import ModelConfig
+from dotformer.config import PRESETS, ModelConfig
 from dotformer.data.config import DataConfig
 from dotformer.errors import CheckpointError, DotformerError
 
@@ -105,15 +105,77 @@ def read_init_source(path: str | Path, model_section: dict[str, Any], data_secti
     return InitSource(path, config, saved_preset, data, src, tgt)
 
 
+def read_encoder_init(path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
+    """Read the encoder checkpoint of ``--init-from`` for an encoder task (a masked language model's, an imported
+    BERT's, a classifier's): its tokenizer and model config; the task gives it its head.
+
+    Raises:
+        CheckpointError: a missing or damaged checkpoint, one that is not encoder-only, a requested model field
+            or tokenizer setting that differs from the checkpoint's, or a tokenizer file (the checkpoint's is kept).
+    """
+    path = ckpt.resolve_checkpoint(path)
+    ckpt.verify_checkpoint(path)
+    info = ckpt.read_json(path / ckpt.CONFIG_FILE)
+    config = ckpt.model_config_of(info, path / ckpt.CONFIG_FILE)
+    if config.arch != "encoder-only":
+        raise CheckpointError(
+            f"{path} is an {config.arch} model; an encoder task's --init-from needs an encoder-only checkpoint (a "
+            f"--task mlm run's, or dotformer import --from bert)"
+        )
+    where = path / ckpt.CONFIG_FILE
+    saved = config.to_dict()
+    changes: dict[str, Any] = {}
+    preset = model_section.get("preset")
+    if preset is not None:  # the sizes the preset gives where the section sets none
+        if preset not in PRESETS:
+            raise CheckpointError(f"--init-from {path}: unknown model preset {preset!r}")
+        for key in SIZE_FIELDS[:4]:  # the encoder's sizes
+            wanted = model_section.get(key, PRESETS[preset][key])
+            if wanted != saved[key]:
+                raise CheckpointError(
+                    f"--init-from {path}: preset {preset!r} has {key} = {wanted}, the checkpoint has {saved[key]} "
+                    f"({where}); fine-tuning keeps the checkpoint's shapes"
+                )
+    for key, value in model_section.items():
+        if key == "preset":
+            continue
+        if key in TUNABLE_MODEL_FIELDS or key == "pooling":
+            changes[key] = value
+        elif key in saved and saved[key] != value and key not in ("head", "num_labels", "max_len"):
+            raise CheckpointError(
+                f"--init-from {path}: model {key} = {value!r} asked for, the checkpoint has {saved[key]!r} ({where}); "
+                f"fine-tuning keeps the checkpoint's shapes"
+            )
+    saved_data = info.get("data") if isinstance(info.get("data"), dict) else {}
+    for key in ("tokenizer", "vocab_size"):  # asked for, and the checkpoint's run recorded another
+        if data_section.get(key) is not None and saved_data.get(key) not in (None, data_section[key]):
+            raise CheckpointError(
+                f"--init-from {path}: {key} = {data_section[key]!r} asked for, the checkpoint's vocabulary was built "
+                f"with {saved_data[key]!r} ({where}); fine-tuning keeps the checkpoint's tokenizer"
+            )
+    if data_section.get("tokenizer_file") is not None:
+        raise CheckpointError(f"--init-from {path}: fine-tuning keeps the checkpoint's tokenizer; leave out its file")
+    tokenizer = ckpt.load_tokenizer_file(path / ckpt.SRC_TOKENIZER_FILE)
+    ckpt.check_vocabulary(config, tokenizer, ckpt.load_tokenizer_file(path / ckpt.TGT_TOKENIZER_FILE), path)
+    try:
+        config = config.replace(**changes)
+    except DotformerError as exc:
+        raise CheckpointError(f"--init-from {path}: {exc}") from None
+    saved_preset = info.get("preset") if isinstance(info.get("preset"), str) else None
+    return InitSource(path, config, saved_preset, {}, tokenizer, tokenizer)
+
+
 def _check_preset(preset: str | None, config: ModelConfig, path: Path) -> None:
-    """Raise CheckpointError when the sizes of ``preset`` differ from the checkpoint's ``config``."""
+    """Raise CheckpointError when the sizes of ``preset`` differ from the checkpoint's ``config`` (the stacks it
+    has)."""
     if preset is None:
         return
     try:
         wanted = ModelConfig.preset(preset, src_vocab_size=config.src_vocab_size, tgt_vocab_size=config.tgt_vocab_size)
     except DotformerError as exc:
         raise CheckpointError(f"--init-from {path}: {exc}") from None
-    for key in SIZE_FIELDS:
+    stacks = {"encoder-only": "num_decoder_layers", "decoder-only": "num_encoder_layers"}
+    for key in (k for k in SIZE_FIELDS if k != stacks.get(config.arch)):
         if getattr(wanted, key) != getattr(config, key):
             raise CheckpointError(
                 f"--init-from {path}: preset {preset!r} has {key} = {getattr(wanted, key)}, the checkpoint has "

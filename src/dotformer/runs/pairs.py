@@ -1,37 +1,35 @@
 """The tasks of pairs: a source text to a target text (``g2p``, ``translation``, ``exact``, ``synthetic``).
 
-An encoder-decoder model trained with teacher forcing on token-budget batches of pairs. The data is read and split
-by :mod:`dotformer.data.prepare` (given valid/test files, or a seeded group-disjoint split of one corpus), the
-tokenizers are trained on the training split or read from files, and both are saved in ``RUN/data`` (the split as
-TSV with split.json, the tokenizers as tokenizer_src.json and tokenizer_tgt.json). The task's defaults are the
-``[model]`` and ``[train]`` of its shipped config (:data:`TASK_RECIPES`), and ``--init-from`` fine-tunes an
-encoder-decoder checkpoint (:mod:`dotformer.runs.finetune`).
+An encoder-decoder model trained with teacher forcing on token-budget batches of pairs. The data is prepared once
+(:func:`dotformer.data.cache.prepared_for`: given valid/test files or a seeded group-disjoint split of one corpus,
+tokenizers learned on a sample of the training split or read from files, every split encoded into memory-mapped
+token arrays) and the run refers to it (:mod:`dotformer.runs.run_data`). The task's defaults are the ``[model]`` and
+``[train]`` of its shipped config (:data:`TASK_RECIPES`), and ``--init-from`` fine-tunes an encoder-decoder
+checkpoint (:mod:`dotformer.runs.finetune`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dotformer.config import PRESETS, ModelConfig
 from dotformer.data.config import DataConfig
+from dotformer.data.prepared import PreparedPairs
 from dotformer.errors import CheckpointError, ConfigError, DotformerError
 from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task, run_split_file
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.data.corpora import Pair
-    from dotformer.data.splits import Splits
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
 
 logger = logging.getLogger(__name__)  # "dotformer.runs.pairs": what reading the data said, before training
 
-DEFAULT_BPE_VOCAB = 8000
 TASK_PRESETS = {"g2p": "small", "translation": "small", "exact": "small", "synthetic": "tiny"}  # preset per task
 # task -> the shipped config whose [model] and [train] are the task's defaults (its [data] names its own corpus)
 TASK_RECIPES = {"g2p": "g2p", "exact": "g2p", "translation": "bible", "synthetic": "copy"}
@@ -68,65 +66,53 @@ class PairsTask(Task):
         build_model_config(model_section, self.name, ANY_VOCAB_SIZE, ANY_VOCAB_SIZE, False)
 
     def prepare(
-        self, data: DataConfig, seed: int, init: InitSource | None, extend_vocab: bool, progress: bool
+        self,
+        data: DataConfig,
+        seed: int,
+        init: InitSource | None,
+        extend_vocab: bool,
+        progress: bool,
+        source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
-        from dotformer.data.prepare import make_tokenizers, read_run_data
+        from dotformer.data.cache import prepared_for
         from dotformer.data.tokenizer_files import TokenizerPair
-        from dotformer.runs.finetune import check_known_symbols, extend_vocabulary, init_data_config
+        from dotformer.runs.finetune import init_data_config
 
-        run_data = read_run_data(data, seed)  # given valid/test files, or a random split
-        corpus, splits = run_data.corpus, run_data.splits
-        if init is not None and extend_vocab:  # new symbols get new rows
-            init, added_src, added_tgt = extend_vocabulary(init, [*splits.train, *splits.valid])
-            if progress:
-                logger.info(
-                    f"vocabulary: {added_src:,} source and {added_tgt:,} target symbols added to those of {init.path}"
-                    f" (their embedding and output rows start as a fresh model's)"
-                )
-        elif init is not None:  # before anything is written: data the checkpoint cannot read is refused
-            check_known_symbols([*splits.train, *splits.valid], init.src_tokenizer, init.tgt_tokenizer, init.path)
-        for line in leakage_warnings(splits, data):  # on standard error with --no-progress too
-            logger.warning(line)
-        data = resolve_data_config(data, corpus.task)
-        if init is not None:
+        tokenizers = None
+        if init is not None:  # the checkpoint's vocabulary (extended by the data's new symbols when asked)
+            init = checked_init_source(data, seed, init, extend_vocab, progress)
             data = init_data_config(data, init)
             tokenizers = TokenizerPair(init.src_tokenizer, init.tgt_tokenizer)
-        else:
-            tokenizers = make_tokenizers(data, splits.train)  # files, or trained on train
-        corpus_info = {"name": corpus.name, "report": corpus.report}
-        return Prepared(data, corpus_info, tokenizers, run_data.lines, splits), init
+        prepared = source or prepared_for(data, seed, tokenizers=tokenizers)
+        corpus = {"name": prepared.report["corpus"]["name"], "report": prepared.report["corpus"]["report"]}
+        given = tokenizers is not None
+        resolved = data.resolved(prepared.task)  # what run.json records: the tokenizer settings filled in
+        lines, warnings = prepared.lines, prepared.warnings
+        return Prepared(resolved, corpus, prepared.tokenizers, lines, prepared, given, warnings), init
 
     def save(self, prepared: Prepared, data_dir: Path) -> None:
-        from dotformer.checkpoint import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE
-        from dotformer.data.splits import save_splits
+        from dotformer.runs.run_data import save_reference
 
-        save_splits(prepared.splits, data_dir)
-        prepared.tokenizers.src.save(data_dir / SRC_TOKENIZER_FILE)
-        prepared.tokenizers.tgt.save(data_dir / TGT_TOKENIZER_FILE)
+        save_reference(prepared.splits, data_dir, prepared.given_tokenizers)
 
-    def model_config(self, model_section: dict[str, Any], prepared: Prepared) -> tuple[ModelConfig, str | None]:
+    def model_config(
+        self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
+    ) -> tuple[ModelConfig, str | None]:
+        if init is not None:  # fine-tuning keeps the checkpoint's model (its dropout rates as asked)
+            return init.model_config, init.preset or model_section.get("preset")
         src, tgt = prepared.tokenizers
         return build_model_config(model_section, self.name, src.vocab_size, tgt.vocab_size, src is tgt)
 
     def load(self, run_dir: Path, record: dict[str, Any]) -> Loaded:
-        from dotformer.checkpoint import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE
-        from dotformer.data.batching import encode_pairs
-        from dotformer.data.splits import load_split
-        from dotformer.data.tokenizer_files import load_tokenizer
+        from dotformer.runs.run_data import open_run_data
         from dotformer.training.state import TrainData
 
-        data_dir = run_dir / "data"
         data = record_data_config(self, record, run_dir)
-        src = load_tokenizer(data_dir / SRC_TOKENIZER_FILE)
-        tgt = src if data.shared_vocab else load_tokenizer(data_dir / TGT_TOKENIZER_FILE)  # one object, as trained
-        train_pairs, valid_pairs = load_split(data_dir, "train"), load_split(data_dir, "valid")
-        train_data = TrainData(
-            train=encode_pairs(train_pairs, src, tgt),
-            valid=encode_pairs(valid_pairs, src, tgt),
-            src_tokenizer=src,
-            tgt_tokenizer=tgt,
-            valid_pairs=valid_pairs,
-        )
+        prepared = open_run_data(run_dir, data)
+        assert isinstance(prepared, PreparedPairs)
+        src, tgt = prepared.tokenizers
+        splits = prepared.splits
+        train_data = TrainData(splits["train"], splits["valid"], src, tgt, valid_pairs=prepared.texts("valid"))
         return Loaded(data, train_data)
 
     def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
@@ -245,25 +231,32 @@ def record_data_config(task: Task, record: dict[str, Any], run_dir: Path) -> Any
         raise CheckpointError(message if message.startswith(f"{where}:") else f"{where}: {message}") from None
 
 
-def resolve_data_config(data: DataConfig, task: str) -> DataConfig:
-    """Fill the task-dependent defaults: tokenizer kinds (char -> symbol for g2p, symbol for synthetic tasks, BPE
-    otherwise), a shared vocabulary for BPE on both sides, and 8000 BPE tokens."""
-    from dotformer.data.tokenizer_files import default_kinds
+def checked_init_source(
+    data: DataConfig, seed: int, init: InitSource, extend_vocab: bool, progress: bool
+) -> InitSource:
+    """The fine-tuning source whose vocabulary can read ``data``: its symbols unknown to the checkpoint's char/symbol
+    vocabularies appended (``extend_vocab``), or none of them unknown. The training and validation pairs are read
+    once for this (fine-tuning data is read whole here; it is then prepared as any data is).
 
-    src_default, tgt_default = default_kinds(task)
-    src = None if data.src_tokenizer_file else data.src_tokenizer or src_default  # a side read from a file: no kind
-    tgt = None if data.tgt_tokenizer_file else data.tgt_tokenizer or tgt_default
-    if data.src_tokenizer_file or data.tgt_tokenizer_file:
-        same_file = data.src_tokenizer_file == data.tgt_tokenizer_file
-        if data.shared_vocab and not same_file:
-            raise ConfigError("a shared vocabulary with tokenizer files needs the same file on both sides")
-        shared = same_file
-    else:
-        shared = data.shared_vocab if data.shared_vocab is not None else (src == tgt == "bpe")
-    vocab = data.vocab_size if data.vocab_size is not None else (DEFAULT_BPE_VOCAB if "bpe" in (src, tgt) else None)
-    if shared and src != tgt:
-        raise ConfigError(f"a shared vocabulary needs one tokenizer kind for both sides, got {src} and {tgt}")
-    return data.replace(src_tokenizer=src, tgt_tokenizer=tgt, shared_vocab=shared, vocab_size=vocab)
+    Raises:
+        CheckpointError: unknown symbols without ``extend_vocab`` (the message names them), or a vocabulary that
+            cannot grow (BPE, a tokenizer file).
+    """
+    from dotformer.data.prepare import read_run_data
+    from dotformer.runs.finetune import check_known_symbols, extend_vocabulary
+
+    splits = read_run_data(data, seed).splits
+    pairs = [*splits.train, *splits.valid]
+    if not extend_vocab:
+        check_known_symbols(pairs, init.src_tokenizer, init.tgt_tokenizer, init.path)
+        return init
+    init, added_src, added_tgt = extend_vocabulary(init, pairs)
+    if progress:
+        logger.info(
+            f"vocabulary: {added_src:,} source and {added_tgt:,} target symbols added to those of {init.path} (their "
+            f"embedding and output rows start as a fresh model's)"
+        )
+    return init
 
 
 def build_model_config(
@@ -289,36 +282,3 @@ def default_run_dir(dataset: str, preset: str | None) -> Path:
     stem = Path(dataset.split(",")[0]).stem if ("/" in dataset or "." in dataset) else dataset
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem) or "run"
     return Path("runs") / f"{stem}-{preset or 'auto'}"
-
-
-def leakage_warnings(splits: Splits, data: DataConfig) -> list[str]:
-    """One line per given valid/test file that shares sources with the training split (its scores would measure
-    recall of trained pairs, not generalisation); the file named, and said when it is the training file itself.
-
-    Splits drawn at random from one corpus are disjoint by construction and give no line.
-    """
-    train_sources = {pair.source for pair in splits.train}
-    lines = []
-    for role in ("valid", "test"):
-        spec = getattr(data, role)
-        if spec is None:
-            continue
-        sources = {pair.source for pair in getattr(splits, role)}
-        shared = len(sources & train_sources)
-        if not shared:
-            continue
-        same = " (the training file itself)" if _same_file(spec, data.dataset) else ""
-        lines.append(
-            f"--{role} {spec}{same}: {shared:,} of its {len(sources):,} sources are training sources too, so its "
-            f"{'scores' if role == 'test' else 'loss and best/'} measure recall of trained pairs, not "
-            f"generalisation: give {role} pairs that are not in the training data"
-        )
-    return lines
-
-
-def _same_file(a: str, b: str) -> bool:
-    """True when the paths ``a`` and ``b`` are one existing file (also through ``../`` or a link)."""
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return False

@@ -25,6 +25,7 @@ that all train on exactly the same data and vocabularies.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
@@ -44,11 +45,12 @@ from dotformer.runs.records import (
     write_new_record,
 )
 from dotformer.runs.task import Loaded, Task
-from dotformer.runs.tasks import task_named, task_of_section
+from dotformer.runs.tasks import prepared_source, task_named, task_of_section
 from dotformer.training.config import TrainConfig
 from dotformer.training.progress import count
 
 if TYPE_CHECKING:
+    from dotformer.data.prepared import PreparedPairs, PreparedText
     from dotformer.runs.finetune import InitSource
     from dotformer.training.distributed import DistContext
     from dotformer.training.loop import FitResult
@@ -138,7 +140,7 @@ def train_run(
         raise ConfigError("--extend-vocab extends the vocabulary of a checkpoint: it needs --init-from CKPT")
     invocation = invocation_of(file_sections, flag_sections, command)
     sections = merge(file_sections, flag_sections)
-    record = None
+    record, source = None, None
     if resume:  # the run's own task and configs take the place of the defaults
         if out_dir is None:
             raise ConfigError("--resume continues the run in --out: give --out RUN")
@@ -148,9 +150,21 @@ def train_run(
     else:
         if not sections.data.get("dataset") and "task" not in sections.data:
             raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
-        task = task_of_section(sections.data)
+        prepared_data = prepared_source(sections.data)  # --data DIR of dotformer prepare
+        if prepared_data is None:
+            task = task_of_section(sections.data)
+        else:
+            if init_from is not None:
+                raise ConfigError(
+                    f"--init-from trains on the data read with the checkpoint's tokenizers; {sections.data['dataset']} "
+                    f"was prepared with its own: give the data files instead"
+                )
+            section, source = prepared_data
+            task = task_named(source.task)
+            file_sections = dataclasses.replace(file_sections, data={})  # the prepared data's settings, and no other
+            flag_sections = dataclasses.replace(flag_sections, data=section)
         if init_from is not None and not task.fine_tunable:
-            raise ConfigError(f"--init-from fine-tunes a model of pairs; a {task.name} run starts afresh")
+            raise ConfigError(f"--init-from fine-tunes a checkpoint; a {task.name} run starts afresh")
         sections = merge(task.defaults(fine_tuning=init_from is not None), file_sections, flag_sections)
     where = str(Path(str(out_dir)) / "run.json") if record is not None else f"{sections.source} [data]"
     data = task.data_config(sections.data, where)
@@ -172,8 +186,9 @@ def train_run(
                 loaded, lines, init = task.load(run_dir, record), [], None
             else:
                 loaded, lines, init = _prepare_fresh(
-                    task, run_dir, sections, data, train_config, invocation, context, overwrite, init_from, extend_vocab
-                )
+                    task, run_dir, sections, data, train_config, invocation, context, overwrite, init_from,
+                    extend_vocab, source,
+                )  # fmt: skip
                 record = read_run_json(run_dir)
                 train_config = TrainConfig.from_dict(record["train"], str(run_dir / "run.json"))
             return _train(task, record, loaded, lines, train_config, run_dir, resume, context, init, extend_vocab)
@@ -192,27 +207,30 @@ def _prepare_fresh(
     overwrite: bool,
     init_from: str | Path | None,
     extend_vocab: bool,
+    source: Any = None,
 ) -> tuple[Loaded, list[str], InitSource | None]:
-    """A fresh run's set-up: rank 0 reads the data, makes the tokenizers and writes ``RUN/data`` and run.json; then
-    every rank reads them back. Returns what every rank trains on, what reading said, and the fine-tuning source."""
+    """A fresh run's set-up: the data prepared (or mapped from the cache of prepared data), rank 0 writes ``RUN/data``
+    (a reference to it) and run.json, then every rank reads them back. Returns what every rank trains on, what
+    preparing said (rank 0), and the fine-tuning source. ``source``: data prepared already, mapped as it is."""
     from dotformer.checkpoint import clear_run_directory
-    from dotformer.runs.finetune import read_init_source
     from dotformer.training.distributed import barrier, check_shared_file
 
     if not overwrite:
         check_no_run_there(run_dir)
-    init = read_init_source(init_from, sections.model, sections.data) if init_from is not None else None
+    init = task.read_init(init_from, sections.model, sections.data) if init_from is not None else None
     barrier(context)  # every rank has looked before rank 0 writes
-    lines: list[str] = []
+    # every rank: the first to get there prepares the data into the cache, the others wait (no collective call is in
+    # flight meanwhile, so a long preparation meets no timeout) and map what it wrote
+    progress = train_config.progress and context.is_main
+    prepared, init = task.prepare(data, train_config.seed, init, extend_vocab, progress, source)
     if context.is_main:
-        prepared, init = task.prepare(data, train_config.seed, init, extend_vocab, train_config.progress)
-        lines = prepared.lines
+        for line in prepared.warnings:  # on standard error with --no-progress too
+            logger.warning(line)
         if overwrite:  # the old run goes only once the new one's data has been read and accepted
             clear_run_directory(run_dir)
         task.save(prepared, run_dir / "data")
-        model_config, preset = task.model_config(sections.model, prepared)
+        model_config, preset = task.model_config(sections.model, prepared, init)
         if init is not None:
-            model_config, preset = init.model_config, init.preset or sections.model.get("preset")
             invocation = {**invocation, "init_from": str(init.path), **({"extend_vocab": True} if extend_vocab else {})}
         configs = (model_config, train_config, prepared.data)
         write_new_record(
@@ -220,6 +238,7 @@ def _prepare_fresh(
         )
     barrier(context)
     check_shared_file(run_dir / "run.json", "--out", context)
+    lines = prepared.lines if context.is_main else []
     return task.load(run_dir, read_run_json(run_dir)), lines, init  # every rank reads what rank 0 wrote
 
 
@@ -305,12 +324,12 @@ def _train(
         epoch_steps = None
         if c.max_epochs is not None:
             sampler = sampler_for(data.train, c.max_tokens, c.seed, world_size=context.world_size)
-            epoch_steps = steps_per_epoch(len(sampler.batch_indices(0)), c.accumulation_steps)
+            epoch_steps = steps_per_epoch(sampler.num_batches(0), c.accumulation_steps)
         flops = peak_flops(context.device.type, torch.get_num_threads())
         message = warmup_warning(c, epoch_steps, model.num_parameters(), flops)
         if message:
             logger.warning(message)
-    info = {"task": task.name, "dataset": loaded.data.dataset, "data": loaded.data.to_dict()}
+    info = {"task": task.name, "dataset": loaded.data.dataset, "data": loaded.data.to_dict(), **loaded.info}
     init_path = None if init is None else init.path
     if extend_vocab and init_path is not None:  # the grown tables: copied here by rows, not by fit's strict copy
         from dotformer.runs.finetune import load_extended_weights
@@ -325,4 +344,35 @@ def _train(
     return RunResult(fit=result, run_dir=run_dir, is_main=context.is_main, task=task)
 
 
-__all__ = ["RunResult", "check_requirements", "check_resumable", "train_run"]
+def prepare_data(
+    section: dict[str, Any], seed: int = 1, out: str | Path | None = None, **options: Any
+) -> PreparedPairs | PreparedText:
+    """Prepare the data of a ``[data]`` table once (``dotformer prepare``): into the directory ``out`` (new or empty),
+    which ``train --data OUT`` then maps as it is, or into the cache of prepared data (``out`` None), where a run on
+    the same files and settings finds it.
+
+    Args:
+        section: the ``[data]`` table (its task: :func:`~dotformer.runs.tasks.task_of_section`).
+        seed: the seed of a random split (a run with another ``--seed`` on a random split prepares its own).
+        out: the directory, or None for the cache.
+        options: ``sample_lines`` and ``chunk`` of :func:`dotformer.data.preparing.prepare_pairs`.
+
+    Raises:
+        ConfigError: no dataset, bad settings, an ``out`` that is a file or a directory that is not empty.
+        DataError / MissingDataError: the data cannot be read.
+    """
+    from dotformer.data.cache import prepared_for
+    from dotformer.data.config import LMDataConfig
+    from dotformer.data.preparing import prepare_pairs, prepare_text
+
+    if not section.get("dataset") and "task" not in section:
+        raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
+    data = task_of_section(section).data_config(section, "[data]")
+    if out is None:
+        return prepared_for(data, seed, **options)
+    if isinstance(data, LMDataConfig):
+        return prepare_text(data, seed, out, **options)
+    return prepare_pairs(data, seed, out, **options)
+
+
+__all__ = ["RunResult", "check_requirements", "check_resumable", "prepare_data", "train_run"]

@@ -18,7 +18,9 @@ training examples  pairs, in token-budget batches               contiguous block
 metrics            WER/PER, BLEU/chrF or exact match            perplexity, bits per character
 =================  ===========================================  ==============================================
 
-Every task trains through the same step (:func:`dotformer.training.step.train_step`) and loop
+The encoder's tasks (a masked language model, classification, tagging: ``mlm``, ``classify``, ``tag``) are
+:mod:`dotformer.runs.encoder`'s. Every task trains through the same step (:func:`dotformer.training.step.train_step`),
+learning what its objective says (:mod:`dotformer.training.objective`), and the same loop
 (:func:`dotformer.training.fit`). The table of tasks is :mod:`dotformer.runs.tasks`.
 """
 
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.data.config import LM_TASK
+from dotformer.data.config import ENCODER_TASKS, LM_TASK
 from dotformer.data.types import TASKS
 from dotformer.errors import CheckpointError
 
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from dotformer.training.state import TrainData
 
 PAIR_TASKS = TASKS  # g2p, translation, exact, synthetic: a source text to a target text
-TASK_NAMES = (*PAIR_TASKS, LM_TASK)
+TASK_NAMES = (*PAIR_TASKS, LM_TASK, *ENCODER_TASKS)
 
 
 @dataclass
@@ -55,7 +57,11 @@ class Prepared:
         corpus: run.json's ``"corpus"``: the source's name and what its reader reported.
         tokenizers: the source and target tokenizers (one object twice when they are one vocabulary).
         lines: what reading said, one line per file (printed before training).
-        splits: the task's splits (pairs or lines), saved by :meth:`Task.save`.
+        splits: the task's prepared data (:class:`~dotformer.data.prepared.PreparedPairs` or
+            :class:`~dotformer.data.prepared.PreparedText`), which :meth:`Task.save` refers to.
+        given_tokenizers: the tokenizers were given, not learned or read from the data config's files (fine-tuning).
+        warnings: what the run should be warned about before training (a valid or test file that shares sources
+            with the training data).
     """
 
     data: Any
@@ -63,6 +69,8 @@ class Prepared:
     tokenizers: TokenizerPair
     lines: list[str] = field(default_factory=list)
     splits: Any = None
+    given_tokenizers: bool = False
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -73,11 +81,13 @@ class Loaded:
         data: the task's data config (from run.json).
         train_data: the encoded examples and tokenizers :func:`dotformer.training.fit` takes.
         lines: lines to print before training (sizes of the data).
+        info: facts every checkpoint's config.json records for the task (a classifier's label names).
     """
 
     data: Any
     train_data: TrainData
     lines: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -163,9 +173,12 @@ class Task(ABC):
 
     @abstractmethod
     def prepare(
-        self, data: Any, seed: int, init: InitSource | None, extend_vocab: bool, progress: bool
+        self, data: Any, seed: int, init: InitSource | None, extend_vocab: bool, progress: bool, source: Any = None
     ) -> tuple[Prepared, InitSource | None]:
-        """Read and split the data and make the tokenizers (rank 0 of a fresh run; nothing written yet).
+        """Prepare the data (read, split, tokenizers, encoded into memory-mapped arrays in the cache of prepared data,
+        or mapped from it) for a fresh run; nothing is written to the run directory. Every rank calls it: the first
+        prepares, the others wait for it and map what it wrote. ``source``: data prepared already (``dotformer
+        prepare``), mapped as it is.
 
         Returns:
             (the prepared data, ``init`` with its vocabulary extended when ``extend_vocab`` asked for it).
@@ -180,12 +193,26 @@ class Task(ABC):
         """Write the splits and tokenizers of ``prepared`` to ``RUN/data`` (rank 0)."""
 
     @abstractmethod
-    def model_config(self, model_section: dict[str, Any], prepared: Prepared) -> tuple[ModelConfig, str | None]:
-        """The model config of a fresh run, and the preset it was built from.
+    def model_config(
+        self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
+    ) -> tuple[ModelConfig, str | None]:
+        """The model config of a fresh run, and the preset it was built from (a fine-tuned run's: its checkpoint's,
+        with the task's head).
 
         Raises:
             ConfigError: an unknown preset or a bad field.
         """
+
+    def read_init(self, path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
+        """What ``--init-from CKPT`` starts a run of this task from (:mod:`dotformer.runs.finetune`): an
+        encoder-decoder checkpoint by default.
+
+        Raises:
+            CheckpointError: a missing or damaged checkpoint, one of another family, or asked fields that differ.
+        """
+        from dotformer.runs.finetune import read_init_source
+
+        return read_init_source(path, model_section, data_section)
 
     @abstractmethod
     def load(self, run_dir: Path, record: dict[str, Any]) -> Loaded:

@@ -6,6 +6,7 @@ name                                   task
 =====================================  ==========================================
 g2p, translation, exact, synthetic     :class:`~dotformer.runs.pairs.PairsTask`
 lm                                     :class:`~dotformer.runs.text.LanguageModelTask`
+mlm, classify, tag                     :class:`~dotformer.runs.encoder.EncoderTask`
 =====================================  ==========================================
 """
 
@@ -14,10 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.config import LM_TASK
+from dotformer.data.config import ENCODER_TASKS, LM_TASK
+from dotformer.data.prepared import PreparedPairs, PreparedText
 from dotformer.data.types import NAMED_TASKS
 from dotformer.errors import ConfigError
 from dotformer.runs.config_files import ConfigSections, read_config_file
+from dotformer.runs.encoder import EncoderTask
 from dotformer.runs.pairs import PairsTask
 from dotformer.runs.task import PAIR_TASKS, TASK_NAMES, Task
 from dotformer.runs.text import LanguageModelTask
@@ -33,6 +36,8 @@ def task_named(name: str) -> Task:
         return PairsTask(name)
     if name == LM_TASK:
         return LanguageModelTask()
+    if name in ENCODER_TASKS:
+        return EncoderTask(name)
     raise ConfigError(f"unknown task {name!r}; the tasks are {', '.join(TASK_NAMES)}")
 
 
@@ -45,6 +50,34 @@ def task_of_section(data: dict[str, Any]) -> Task:
     """
     name = data.get("task") or NAMED_TASKS.get(str(data.get("dataset")), "translation")
     return task_named(str(name))
+
+
+def prepared_source(section: dict[str, Any]) -> tuple[dict[str, Any], PreparedPairs | PreparedText] | None:
+    """When ``section``'s dataset names a prepared directory (``dotformer prepare --out DIR``): the ``[data]`` it was
+    prepared from (with the section's ``block_size``, which is cut at batching time), and the mapped data; else None.
+
+    Raises:
+        ConfigError: other data settings beside it (they are fixed when the data is prepared), or another task.
+        DataError: a damaged prepared directory.
+    """
+    from dotformer.data.prepared import REPORT_FILE, open_prepared
+
+    dataset = section.get("dataset")
+    if not isinstance(dataset, str) or not (Path(dataset) / REPORT_FILE).is_file():
+        return None
+    prepared = open_prepared(dataset)
+    fixed = sorted(set(section) - {"dataset", "task", "block_size"})
+    if fixed:
+        raise ConfigError(
+            f"{dataset} is prepared data: its data settings were fixed when it was prepared, and {', '.join(fixed)} "
+            f"would change them; prepare the data again with {'them' if len(fixed) > 1 else 'it'} (dotformer prepare)"
+        )
+    if section.get("task") not in (None, prepared.task):
+        raise ConfigError(f"{dataset} is prepared for task {prepared.task}, not {section['task']}")
+    data = dict(prepared.report["data"])
+    if "block_size" in section:
+        data["block_size"] = section["block_size"]
+    return data, prepared
 
 
 def read_task_config_file(path: str | Path) -> ConfigSections:
@@ -61,4 +94,4 @@ def read_task_config_file(path: str | Path) -> ConfigSections:
     return sections
 
 
-__all__ = ["read_task_config_file", "task_named", "task_of_section"]
+__all__ = ["prepared_source", "read_task_config_file", "task_named", "task_of_section"]

@@ -1,15 +1,16 @@
 """The language-model task (``lm``): the lesson's decoder alone, trained GPT-style on running text.
 
-The text is read and split by :mod:`dotformer.data.text` (given files, or whole books / pieces of a file held out,
-seeded), one tokenizer is trained on the training text (characters or byte-level BPE) or read from a file, and the
-model is built decoder-only with ``max_len`` = the block size (its positions are those it trained on; generation
-reads at most that many tokens). Batches are contiguous blocks of the text (:mod:`dotformer.data.blocks`). The
-defaults are the shipped ``lm-bible`` config's ``[model]`` and ``[train]`` (a 128-wide pre-LN model, a constant
-learning rate with a cooldown, no label smoothing, so that the validation loss is the NLL bits per character are
-computed from).
+The text is prepared once (:func:`dotformer.data.cache.prepared_for`: given files, or whole books / pieces of a file
+held out, seeded; one tokenizer learned on a sample of the training text, characters or byte-level BPE, or read from
+a file; every line's ids and EOS in one memory-mapped stream per split), the run refers to it
+(:mod:`dotformer.runs.run_data`), and the model is built decoder-only with ``max_len`` = the block size (its
+positions are those it trained on; generation reads at most that many tokens). Batches are contiguous blocks of the
+text (:mod:`dotformer.data.blocks`), cut when batching, so one preparation serves every block size. The defaults
+are the shipped ``lm-bible`` config's ``[model]`` and ``[train]`` (a 128-wide pre-LN model, a constant learning rate
+with a cooldown, no label smoothing, so that the validation loss is the NLL bits per character are computed from).
 
-In the run directory, ``RUN/data`` holds train.txt, valid.txt, test.txt (one line each), split.json, and the one
-tokenizer as tokenizer_src.json and tokenizer_tgt.json (the names checkpoints use).
+In the run directory, ``RUN/data`` holds the reference to the prepared text, valid.txt and test.txt (one line each),
+and the one tokenizer as tokenizer_src.json and tokenizer_tgt.json (the names checkpoints use).
 """
 
 from __future__ import annotations
@@ -19,18 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 from dotformer.config import PRESETS, ModelConfig
 from dotformer.data.config import LM_TASK, LMDataConfig
+from dotformer.data.prepared import PreparedText
 from dotformer.errors import ConfigError, DataError
 from dotformer.runs.pairs import record_data_config
 from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task, run_split_file
 
 if TYPE_CHECKING:
-    from dotformer.data.text import TextSplits
-    from dotformer.data.tokenizers import Tokenizer
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
 
-SPLIT_NAMES = ("train", "valid", "test")
 RECIPE = "lm-bible"  # the shipped config whose [model] and [train] are a language model's defaults
 ANY_VOCAB_SIZE = 1 << 20  # the vocabulary size of the model config checked before the text is read
 
@@ -57,43 +56,51 @@ class LanguageModelTask(Task):
         lm_model_config(model_section, ANY_VOCAB_SIZE, data.block_size)
 
     def prepare(
-        self, data: LMDataConfig, seed: int, init: InitSource | None, extend_vocab: bool, progress: bool
+        self,
+        data: LMDataConfig,
+        seed: int,
+        init: InitSource | None,
+        extend_vocab: bool,
+        progress: bool,
+        source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
+        from dotformer.data.cache import prepared_for
         from dotformer.data.tokenizer_files import TokenizerPair
 
-        splits, corpus = make_lm_splits(data, seed)
-        tokenizer = make_lm_tokenizer(data, splits.train)
-        return Prepared(data, corpus, TokenizerPair(tokenizer, tokenizer), [], splits), init
+        prepared = source or prepared_for(data, seed)
+        assert isinstance(prepared, PreparedText)
+        corpus = {"name": prepared.report["corpus"]["name"], "report": prepared.report["corpus"]["report"]}
+        tokenizers = TokenizerPair(prepared.tokenizer, prepared.tokenizer)
+        return Prepared(data, corpus, tokenizers, prepared.lines, prepared), init  # its block size, not the cache's
 
     def save(self, prepared: Prepared, data_dir: Path) -> None:
-        from dotformer.checkpoint import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE
+        from dotformer.runs.run_data import save_reference
 
-        save_text_splits(prepared.splits, data_dir)
-        for name in (SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE):
-            prepared.tokenizers.tgt.save(data_dir / name)
+        save_reference(prepared.splits, data_dir, prepared.given_tokenizers)
 
-    def model_config(self, model_section: dict[str, Any], prepared: Prepared) -> tuple[ModelConfig, str | None]:
+    def model_config(
+        self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
+    ) -> tuple[ModelConfig, str | None]:
         return lm_model_config(model_section, prepared.tokenizers.tgt.vocab_size, prepared.data.block_size)
 
     def load(self, run_dir: Path, record: dict[str, Any]) -> Loaded:
-        from dotformer.checkpoint import TGT_TOKENIZER_FILE
-        from dotformer.data.blocks import check_training_stream, encode_text
-        from dotformer.data.tokenizer_files import load_tokenizer
+        from dotformer.data.blocks import check_training_stream, prepared_stream
+        from dotformer.runs.run_data import open_run_data
         from dotformer.training.state import TrainData
 
-        data_dir = run_dir / "data"
         data = record_data_config(self, record, run_dir)
-        tokenizer = load_tokenizer(data_dir / TGT_TOKENIZER_FILE)
-        train_lines, valid_lines = load_text_split(data_dir, "train"), load_text_split(data_dir, "valid")
+        prepared = open_run_data(run_dir, data)
+        assert isinstance(prepared, PreparedText)
         T = data.block_size
-        train = encode_text(train_lines, tokenizer, T)
+        train = prepared_stream(prepared, "train", T)
         check_training_stream(train)  # before the data line: an error is one line
-        train_data = TrainData(
-            train=train, valid=encode_text(valid_lines, tokenizer, T), src_tokenizer=tokenizer, tgt_tokenizer=tokenizer
-        )
+        valid = prepared_stream(prepared, "valid", T)
+        tokenizer = prepared.tokenizer
+        train_data = TrainData(train=train, valid=valid, src_tokenizer=tokenizer, tgt_tokenizer=tokenizer)
+        lines = prepared.splits["train"], prepared.splits["valid"]
         line = (
-            f"{len(train_lines):,} train lines ({train.characters:,} characters, {len(train):,} tokens), "
-            f"{len(valid_lines):,} valid lines; blocks of {T} tokens"
+            f"{len(lines[0]):,} train lines ({train.characters:,} characters, {len(train):,} tokens), "
+            f"{len(lines[1]):,} valid lines; blocks of {T} tokens"
         )
         return Loaded(data, train_data, [line])
 
@@ -159,66 +166,6 @@ def lm_model_config(model_section: dict[str, Any], vocab_size: int, block_size: 
         raise ConfigError(f"[model] max_len = {section['max_len']} is shorter than the block size {block_size}")
     config = ModelConfig.preset(preset, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, **section)
     return config, preset
-
-
-def make_lm_splits(data: LMDataConfig, seed: int) -> tuple[TextSplits, dict[str, Any]]:
-    """The train / valid / test lines: given files, or whole groups held out of ``data.dataset`` (seeded); and the
-    corpus description for run.json.
-
-    Raises:
-        MissingDataError, DataError: a text cannot be read. ConfigError: bad fractions or books.
-    """
-    from dotformer.data.text import TextSplits, check_books, read_file_text, read_text_corpus, split_text
-
-    corpus = read_text_corpus(data.dataset, data.sword_path)
-    test_file = read_file_text(data.test).lines if data.test else None
-    if data.valid:
-        splits = TextSplits(corpus.lines, read_file_text(data.valid).lines, test_file or [], {"valid": data.valid})
-    else:
-        books = check_books(corpus, data.test_books or ())
-        test_fraction = 0.0 if test_file is not None else data.test_fraction
-        splits = split_text(corpus, seed, data.valid_fraction, test_fraction, books or None)
-        if test_file is not None:
-            splits = TextSplits(splits.train, splits.valid, test_file, {**splits.info, "test": data.test})
-    if data.limit is not None and data.limit < len(splits.train):
-        splits = TextSplits(splits.train[: data.limit], splits.valid, splits.test, {**splits.info, "limit": data.limit})
-    return splits, {"name": corpus.name, "report": corpus.report}
-
-
-def make_lm_tokenizer(data: LMDataConfig, train_lines: list[str]) -> Tokenizer:
-    """The tokenizer file when given, else a char or BPE tokenizer trained on the training lines.
-
-    Raises:
-        MissingDataError, DataError: the file cannot be read, or it reads more than half of the training text's
-            tokens as <unk> (the tokenizer of another text: the model would learn <unk>). ConfigError: a bad
-            vocabulary size.
-    """
-    from dotformer.data.tokenizer_files import train_tokenizer
-
-    if data.tokenizer_file:
-        from dotformer.data.tokenizer_files import read_tokenizer_file
-        from dotformer.decoding.evaluation import unknown_fraction
-
-        tokenizer = read_tokenizer_file(data.tokenizer_file)
-        share = unknown_fraction(tokenizer, train_lines)
-        if share > 0.5:
-            raise DataError(
-                f"{data.tokenizer_file}: {share:.0%} of the training text's tokens are unknown to this tokenizer "
-                f"(<unk>): is it the tokenizer of this text?"
-            )
-        return tokenizer
-    return train_tokenizer(data.tokenizer, train_lines, data.vocab_size)
-
-
-def save_text_splits(splits: TextSplits, directory: Path) -> None:
-    """data/train.txt, valid.txt, test.txt (one line each, newline-terminated) and split.json."""
-    from dotformer.runs.records import write_json_atomic
-
-    directory.mkdir(parents=True, exist_ok=True)
-    for name in SPLIT_NAMES:
-        lines = getattr(splits, name)
-        (directory / f"{name}.txt").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    write_json_atomic(directory / "split.json", splits.info)
 
 
 def load_text_split(directory: Path, name: str) -> list[str]:

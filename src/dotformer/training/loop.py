@@ -217,9 +217,8 @@ def set_up(
     amp_dtype = autocast_dtype(config.amp, context.device)
     model = model.to(context.device)
     optimizer = build_optimizer(model, config)
-    recipe = StepRecipe.of(
-        config, model.config.pad_id, context, build_grad_scaler(config.amp, context.device), amp_dtype
-    )
+    scaler = build_grad_scaler(config.amp, context.device)
+    recipe = StepRecipe.of(config, model.config.pad_id, context, scaler, amp_dtype, data.objective)
     sampler = sampler_for(data.train, config.max_tokens, config.seed)  # the global order; the stream deals it
     stream = BatchStream(sampler, max_epochs=config.max_epochs, rank=context.rank, world_size=context.world_size)
     valid_batches: Sequence[Batch] = []
@@ -253,6 +252,8 @@ def start(setup: Setup, state: TrainState, resume: bool, init_from: Path | None)
 def describe_data(setup: Setup) -> str:
     """One line before training: pair counts (a language model's tokens and blocks), vocabulary sizes, parameters,
     batches per epoch, padding fraction (counted from the lengths: no batch is collated)."""
+    from dotformer.data.labelled import LabelledExamples
+
     d, c = setup.data, setup.config
     plan = setup.stream.own_plan(setup.stream.epoch)
     size = f"<= {c.max_tokens:,} tokens"
@@ -263,6 +264,9 @@ def describe_data(setup: Setup) -> str:
         blocks = setup.stream.sampler.blocks_per_batch  # max(1, max_tokens // T): whole blocks, at least one
         size = f"{count(blocks, 'block')} ({blocks * T:,} tokens"
         size += f"; max_tokens {c.max_tokens:,} is less than one block)" if c.max_tokens < T else ")"
+    elif isinstance(d.train, LabelledExamples):  # an encoder's
+        counts = f"{len(d.train):,} train / {len(d.valid):,} valid examples, objective {setup.recipe.objective.name}"
+        vocabulary = f"vocabulary {d.tgt_tokenizer.vocab_size:,}"
     else:
         counts = f"{len(d.train):,} train / {len(d.valid):,} valid pairs"
         vocabulary = f"vocabulary {d.src_tokenizer.vocab_size:,} -> {d.tgt_tokenizer.vocab_size:,}"

@@ -186,3 +186,34 @@ def smoothed_target_distribution(target: Tensor, vocab_size: int, epsilon: float
     q.scatter_add_(-1, target.unsqueeze(-1), torch.full((*target.shape, 1), 1.0 - epsilon))
     q[target == pad_id] = 0.0
     return q
+
+
+def label_cross_entropy(logits: Tensor, labels: Tensor, epsilon: float = 0.0) -> LossSums:
+    """Summed cross-entropy of class labels (classification, tagging), every row scored, and its NLL.
+
+    The labels are not tokens: there is no PAD among them, and label smoothing spreads ε over all C labels, the
+    gold one included (PyTorch's and HF's ``label_smoothing``): loss = (1 - ε)·(-log p_y) + ε·mean_c(-log p_c).
+    Computed by :func:`torch.nn.functional.cross_entropy` in float32.
+
+    Args:
+        logits: (N, C) unnormalised scores, any float dtype. labels: (N,) int64 in [0, C).
+        epsilon: ε in [0, 1).
+
+    Returns:
+        :class:`LossSums`: the summed loss (differentiable), the summed NLL (detached), N.
+
+    Raises:
+        ShapeError: ``logits`` is not ``labels``' shape plus a label dim, or a label outside [0, C).
+        ConfigError: ``epsilon`` outside [0, 1).
+    """
+    if logits.dim() != 2 or logits.shape[:1] != labels.shape:
+        raise ShapeError(f"logits {tuple(logits.shape)} must be (N, C) for labels {tuple(labels.shape)} (N,)")
+    if not 0.0 <= epsilon < 1.0:
+        raise ConfigError(f"label smoothing epsilon must be in [0, 1), got {epsilon}")
+    C = logits.size(-1)
+    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= C):
+        raise ShapeError(f"labels must lie in [0, {C}); got min {int(labels.min())}, max {int(labels.max())}")
+    logits = logits.float()
+    loss = F.cross_entropy(logits, labels, label_smoothing=epsilon, reduction="sum")
+    nll = F.cross_entropy(logits.detach(), labels, reduction="sum") if epsilon > 0 else loss.detach()
+    return LossSums(loss=loss, nll=nll, num_tokens=torch.tensor(labels.numel(), device=labels.device))

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from dotformer.data.tokenizers import Tokenizer
 
 FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout")  # ModelConfig fields --init-from may change
+HEAD_FIELDS = ("head", "num_labels", "pooling")  # an encoder fine-tuned for labels takes a fresh head of its own
+HEAD_TENSORS = ("classifier.",)  # the names of that head's tensors (dotformer.heads)
 
 
 def restore(setup: Setup, state: TrainState) -> None:
@@ -113,17 +115,20 @@ def _say_what_changed(setup: Setup, state: TrainState, path: Path, skipped: list
 
 def initialise_from(setup: Setup, path: Path) -> None:
     """Copy the weights of the checkpoint ``path`` into the model (fine-tuning; optimizer and schedule fresh) and
-    record it as ``init_from`` in ``setup.info``.
+    record it as ``init_from`` in ``setup.info``. A model whose head differs from the checkpoint's (an encoder's
+    classifier on a masked language model or an imported BERT) takes every weight but the head's, which starts as
+    initialised.
 
     Raises:
-        CheckpointError: a damaged checkpoint, another model config (dropout rates aside) or another vocabulary;
-            the message names the checkpoint's value and this run's.
+        CheckpointError: a damaged checkpoint, another model config (dropout rates and the head aside) or another
+            vocabulary; the message names the checkpoint's value and this run's.
     """
     path = ckpt.resolve_checkpoint(path)
     ckpt.verify_checkpoint(path)
     saved = ckpt.model_config_of(ckpt.read_json(path / ckpt.CONFIG_FILE), path / ckpt.CONFIG_FILE).to_dict()
     ours = setup.model.config.to_dict()
-    diff = [f"{k} {saved[k]!r} there, {ours[k]!r} here" for k in ours if k not in FINE_TUNABLE and saved[k] != ours[k]]
+    free = (*FINE_TUNABLE, *HEAD_FIELDS)
+    diff = [f"{k} {saved[k]!r} there, {ours[k]!r} here" for k in ours if k not in free and saved[k] != ours[k]]
     if diff:
         raise CheckpointError(
             f"cannot initialise from {path}: its model config differs from this run's: {'; '.join(diff)} "
@@ -138,7 +143,8 @@ def initialise_from(setup: Setup, path: Path) -> None:
             check_same_vocabulary(tokenizer, saved_tokenizer, path / name)
         except CheckpointError as exc:
             raise CheckpointError(f"cannot initialise from {path}: {side} {exc}") from None
-    ckpt.load_weights_into(setup.model, path / ckpt.MODEL_FILE)
+    fresh_head = any(saved[k] != ours[k] for k in HEAD_FIELDS)
+    ckpt.load_weights_into(setup.model, path / ckpt.MODEL_FILE, fresh=HEAD_TENSORS if fresh_head else ())
     setup.info["init_from"] = str(path)
 
 

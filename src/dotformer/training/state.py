@@ -20,6 +20,7 @@ from dotformer.data.blocks import TokenStream
 from dotformer.data.tokenizers import Tokenizer
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext
+from dotformer.training.objective import NEXT_TOKEN, Objective
 from dotformer.training.step import StepRecipe
 from dotformer.training.stream import BatchStream
 
@@ -40,6 +41,8 @@ class TrainData:
         src_tokenizer, tgt_tokenizer: saved with every checkpoint.
         valid_pairs: the validation pairs as text, for a decoding ``best_metric`` (None: rebuilt from ``valid``
             by detokenising its ids, which loses symbols read as UNK).
+        objective: what the model learns from them (:mod:`~dotformer.training.objective`): the next token for
+            pairs and text, masked tokens or labels for an encoder's examples.
     """
 
     train: PairArrays | Sequence[EncodedPair] | TokenStream
@@ -47,6 +50,7 @@ class TrainData:
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     valid_pairs: Sequence[Pair] | None = None
+    objective: Objective = NEXT_TOKEN
 
 
 @dataclass

@@ -1,11 +1,13 @@
 """One optimizer step (:func:`train_step`), the training a student reads, and the few settings it needs
 (:class:`StepRecipe`).
 
-One step (paper §5): for each micro-batch of the step, forward with teacher forcing, label-smoothed loss (§5.4),
-backward; then clip the gradient norm and take an Adam step at the learning rate the loop has set (§5.3, Eq. 3:
-:func:`dotformer.training.schedule.learning_rate`). The loss is normalised once by the number of real target tokens
-of the whole step (all micro-batches, all ranks), so accumulation and data parallelism give the same update as one
-big batch. The validation pass is :func:`dotformer.metrics.scoring.evaluate_loss`.
+One step (paper §5): for each micro-batch of the step, forward and loss, backward; then clip the gradient norm and
+take an Adam step at the learning rate the loop has set (§5.3, Eq. 3:
+:func:`dotformer.training.schedule.learning_rate`). The loss is normalised once by the number of scored positions of
+the whole step (all micro-batches, all ranks), so accumulation and data parallelism give the same update as one big
+batch. What the forward scores and which loss it takes is the recipe's objective (:mod:`dotformer.training.objective`):
+teacher forcing with the label-smoothed loss (§5.4) for translation and language models, masked tokens or labels for
+an encoder. The validation pass is :func:`dotformer.metrics.scoring.evaluate_loss`.
 """
 
 from __future__ import annotations
@@ -20,15 +22,15 @@ from torch import nn
 
 from dotformer.data.batching import Batch
 from dotformer.errors import TrainingError
-from dotformer.metrics.scoring import gold_tokens
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext, all_reduce_sum
-from dotformer.training.loss import label_smoothed_cross_entropy
+from dotformer.training.objective import NEXT_TOKEN, Objective
 
 
 @dataclass(frozen=True)
 class StepRecipe:
-    """How :func:`train_step` turns micro-batches into one update: the loss, clipping, precision and the ranks.
+    """How :func:`train_step` turns micro-batches into one update: the objective and its loss, clipping, precision
+    and the ranks.
 
     Build it from a :class:`~dotformer.training.config.TrainConfig` with :meth:`of`.
     """
@@ -40,6 +42,7 @@ class StepRecipe:
     amp_dtype: torch.dtype | None = None  # autocast dtype (None: float32)
     scaler: torch.amp.GradScaler | None = None  # fp16's loss scaler (CUDA), else None
     context: DistContext = field(default_factory=DistContext)  # the ranks whose tokens normalise the loss
+    objective: Objective = NEXT_TOKEN  # what the forward scores and its loss (dotformer.training.objective)
 
     @classmethod
     def of(
@@ -49,10 +52,13 @@ class StepRecipe:
         context: DistContext | None = None,
         scaler: torch.amp.GradScaler | None = None,
         amp_dtype: torch.dtype | None = None,
+        objective: Objective = NEXT_TOKEN,
     ) -> StepRecipe:
-        """The recipe of ``config`` (label smoothing, clip norm, packing) with the run's PAD id, ranks and precision."""
+        """The recipe of ``config`` (label smoothing, clip norm, packing) with the run's PAD id, ranks, precision
+        and objective."""
         context = context or DistContext()
-        return cls(config.label_smoothing, config.clip_norm, pad_id, config.packed, amp_dtype, scaler, context)
+        c = config
+        return cls(c.label_smoothing, c.clip_norm, pad_id, c.packed, amp_dtype, scaler, context, objective)
 
 
 @dataclass(frozen=True)
@@ -81,10 +87,13 @@ def train_step(
     token count, at the learning rate set in ``optimizer`` (:func:`dotformer.training.optim.set_learning_rate`).
 
     Args:
-        model: the Transformer, or its DDP/compiled wrapper; called as ``model(src, tgt_in, packed=recipe.packed)``.
+        model: the Transformer, or its DDP/compiled wrapper; called through ``recipe.objective`` (for translation
+            and language models ``model(src, tgt_in, packed=recipe.packed)``).
         optimizer: from :func:`dotformer.training.optim.build_optimizer`.
-        batches: the micro-batches of this step on this rank (src (B, S), tgt_in (B, T), tgt_out (B, T) int64).
-        recipe: label smoothing, clip norm, PAD id, packing, precision and the distributed context.
+        batches: the micro-batches of this step on this rank (pairs and blocks: src (B, S), tgt_in (B, T), tgt_out
+            (B, T) int64; an encoder's: :class:`~dotformer.data.labelled.LabelledBatch`), each with the number of
+            positions it scores (``num_tgt_tokens``).
+        recipe: the objective, label smoothing, clip norm, PAD id, packing, precision and the distributed context.
 
     Returns:
         :class:`StepResult`.
@@ -93,7 +102,7 @@ def train_step(
         TrainingError: the loss is NaN or infinite (the parameters are left unchanged), or the step has no tokens.
             The loop puts the step number in front of the message.
     """
-    context, scaler = recipe.context, recipe.scaler
+    context, scaler, objective = recipe.context, recipe.scaler, recipe.objective
     device = next(iter(model.parameters())).device
     lr = float(optimizer.param_groups[0]["lr"])
     model.train()
@@ -112,11 +121,10 @@ def train_step(
         with sync:
             amp = recipe.amp_dtype
             with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
-                logits = model(batch.src, batch.tgt_in, packed=recipe.packed)  # (B, T, V) or (N_T, V)
-            gold = gold_tokens(batch, recipe.packed, recipe.pad_id)  # (B, T) or (N_T,)
-            sums = label_smoothed_cross_entropy(logits, gold, recipe.label_smoothing, recipe.pad_id)
-            objective = sums.loss * scale
-            (scaler.scale(objective) if scaler is not None else objective).backward()
+                prediction = objective.predict(model, batch, recipe.packed, recipe.pad_id)  # logits, gold
+            sums = objective.loss(prediction, recipe.label_smoothing, recipe.pad_id)
+            scaled = sums.loss * scale
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_sum += sums.loss.detach().double()
         nll_sum += sums.nll.double()
     totals = all_reduce_sum(torch.stack([loss_sum, nll_sum]), context).cpu()

@@ -98,5 +98,10 @@ class BatchStream:
 
 
 def _no_targets(batch: Batch) -> Batch:
-    """``batch`` with every label PAD: the loss and its gradient are zero, the forward and backward still run."""
+    """``batch`` with every label PAD (an encoder's: IGNORE): the loss and its gradient are zero, the forward and
+    backward still run."""
+    from dotformer.data.labelled import LabelledBatch
+
+    if isinstance(batch, LabelledBatch):
+        return batch.without_targets()  # type: ignore[return-value]
     return dataclasses.replace(batch, tgt_out=torch.full_like(batch.tgt_out, PAD_ID), num_tgt_tokens=0)

@@ -34,7 +34,7 @@ def validate(setup: Setup, state: TrainState, log: MetricsLog, progress: Progres
     started = time.monotonic()
     result = evaluate_loss(
         setup.model, setup.valid_batches, config.label_smoothing, recipe.pad_id, context, recipe.amp_dtype,
-        recipe.packed,
+        recipe.packed, recipe.objective,
     )  # fmt: skip
     if result.num_tokens == 0:
         return

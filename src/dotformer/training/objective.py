@@ -1,0 +1,141 @@
+"""What a training step learns: the objective, the one seam between a batch and its loss.
+
+Every family of the lesson trains through the same step (:func:`dotformer.training.step.train_step`) and the same
+validation pass (:func:`dotformer.metrics.scoring.evaluate_loss`); what differs is which outputs of the model are
+scored against which answers, and over which set of answers the cross-entropy runs:
+
+===============  ==================  =================================================  ================================
+objective        family              scored outputs (the model's call)                  loss
+===============  ==================  =================================================  ================================
+next-token       encoder-decoder,    every target position, teacher-forced              label-smoothed CE over the V
+                 decoder-only        (``model(src, tgt_in)``: the generator)            tokens (§5.4)
+masked-token     encoder-only (MLM)  the masked positions of the input                  label-smoothed CE over the V
+                                     (``model(src, select=masked)``: the generator)     tokens
+sequence-label   encoder-only        one label per text (``model(src)``: the pooled     CE over the C labels
+                                     classifier)
+token-label      encoder-only        the labelled positions, e.g. each word's first     CE over the C labels
+                                     token (``model(src, select=labelled)``)
+===============  ==================  =================================================  ================================
+
+An objective has two parts: :meth:`~Objective.predict` runs the model (under the step's autocast) and returns the
+scores and the gold answers of the scored positions (a :class:`Prediction`); :meth:`~Objective.loss` turns them into
+sums (:class:`~dotformer.training.loss.LossSums`) that the step normalises once by the scored positions of the whole
+step. The batches say how many positions they score before the model runs (``num_tgt_tokens``), so the step can
+scale the loss of accumulated micro-batches and of several ranks into one mean. The next-token objective is the
+paper's (§5.4); a run's task says which objective it trains (:class:`dotformer.training.state.TrainData`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from torch import Tensor, nn
+
+from dotformer.training.loss import LossSums, label_cross_entropy, label_smoothed_cross_entropy
+
+if TYPE_CHECKING:
+    from dotformer.data.batching import Batch
+
+
+class Prediction(NamedTuple):
+    """The model's scores of the scored positions of a batch, and their gold answers.
+
+    Attributes:
+        scores: (B, T, V), (N, V) or (N, C) float logits.
+        gold: the matching (B, T) or (N,) int64 answers (token ids, or label ids).
+    """
+
+    scores: Tensor
+    gold: Tensor
+
+
+class Objective(Protocol):
+    """What a step learns from a batch (module docstring)."""
+
+    name: str  # "next-token", "masked-token", "sequence-label" or "token-label"
+
+    def predict(self, model: nn.Module, batch: Any, packed: bool, pad_id: int) -> Prediction:
+        """Run ``model`` (the Transformer or its DDP/compiled wrapper: always through its ``forward``) on ``batch``."""
+        ...
+
+    def loss(self, prediction: Prediction, label_smoothing: float, pad_id: int) -> LossSums:
+        """Summed loss and NLL over the scored positions, and their number."""
+        ...
+
+
+def gold_tokens(batch: Batch, packed: bool, pad_id: int) -> Tensor:
+    """The labels matching ``model(src, tgt_in, packed=packed)``: (B, T) ``tgt_out``, or (N_T,) its entries at
+    the non-PAD positions of ``tgt_in`` (the same positions as ``tgt_out``'s, one shift apart)."""
+    return batch.tgt_out[batch.tgt_in != pad_id] if packed else batch.tgt_out
+
+
+class NextToken:
+    """Teacher forcing (§3, §5.4): the logits of every target position against the next token, ``tgt_out``."""
+
+    name = "next-token"
+
+    def predict(self, model: nn.Module, batch: Batch, packed: bool, pad_id: int) -> Prediction:
+        logits = model(batch.src, batch.tgt_in, packed=packed)  # (B, T, V) or (N_T, V)
+        return Prediction(logits, gold_tokens(batch, packed, pad_id))  # gold: (B, T) or (N_T,)
+
+    def loss(self, prediction: Prediction, label_smoothing: float, pad_id: int) -> LossSums:
+        return label_smoothed_cross_entropy(prediction.scores, prediction.gold, label_smoothing, pad_id)
+
+
+class MaskedTokens:
+    """BERT's masked language model: the generator's logits at the masked positions against the tokens that stood
+    there (a :class:`~dotformer.data.labelled.LabelledBatch` whose ``labels`` hold them)."""
+
+    name = "masked-token"
+
+    def predict(self, model: nn.Module, batch: Any, packed: bool, pad_id: int) -> Prediction:
+        scored = batch.scored  # (B, S) bool: the masked positions
+        return Prediction(model(batch.src, packed=packed, select=scored), batch.labels[scored])  # (N, V), (N,)
+
+    def loss(self, prediction: Prediction, label_smoothing: float, pad_id: int) -> LossSums:
+        return label_smoothed_cross_entropy(prediction.scores, prediction.gold, label_smoothing, pad_id)
+
+
+class SequenceLabels:
+    """Classification: the pooled classifier's logits (B, C) against each text's label (B,)."""
+
+    name = "sequence-label"
+
+    def predict(self, model: nn.Module, batch: Any, packed: bool, pad_id: int) -> Prediction:
+        scored = batch.scored  # (B,) bool: every text, unless the batch stands in for a rank with nothing to score
+        return Prediction(model(batch.src, packed=packed)[scored], batch.labels[scored])  # (B, C), (B,)
+
+    def loss(self, prediction: Prediction, label_smoothing: float, pad_id: int) -> LossSums:
+        return label_cross_entropy(prediction.scores, prediction.gold, label_smoothing)
+
+
+class TokenLabels:
+    """Tagging: the per-token classifier's logits at the labelled positions (N, C) against their labels (N,)."""
+
+    name = "token-label"
+
+    def predict(self, model: nn.Module, batch: Any, packed: bool, pad_id: int) -> Prediction:
+        scored = batch.scored  # (B, S) bool: the labelled positions
+        return Prediction(model(batch.src, packed=packed, select=scored), batch.labels[scored])  # (N, C), (N,)
+
+    def loss(self, prediction: Prediction, label_smoothing: float, pad_id: int) -> LossSums:
+        return label_cross_entropy(prediction.scores, prediction.gold, label_smoothing)
+
+
+NEXT_TOKEN = NextToken()
+OBJECTIVES: dict[str, Objective] = {
+    objective.name: objective for objective in (NEXT_TOKEN, MaskedTokens(), SequenceLabels(), TokenLabels())
+}
+
+
+__all__ = [
+    "NEXT_TOKEN",
+    "OBJECTIVES",
+    "MaskedTokens",
+    "NextToken",
+    "Objective",
+    "Prediction",
+    "SequenceLabels",
+    "TokenLabels",
+    "gold_tokens",
+]
