@@ -28,8 +28,8 @@ def model_problem(config: ModelConfig) -> str | None:
     """Why a model of ``config`` cannot become a CTranslate2 model (one line), or None when it can.
 
     The shape alone decides: an architecture with a CTranslate2 model (encoder-decoder: ``Translator``,
-    decoder-only: ``Generator``), the generator as its head, an activation CTranslate2 has, no embedding LayerNorm. The vocabularies are
-    checked when converting.
+    decoder-only: ``Generator``), the generator as its head, an activation CTranslate2 has, no embedding LayerNorm.
+    The vocabularies are checked when converting.
     """
     if config.arch not in CT2_ARCHITECTURES:
         return f"CTranslate2 runs encoder-decoder and decoder-only models, this one is {config.arch}"
