@@ -10,6 +10,8 @@ after / before:
   (time of ``--max-steps LONG`` - time of ``--max-steps SHORT``) / (LONG - SHORT): data preparation, start-up and the
   final save cancel out.
 * ``train_small``: the same with the ``small`` preset (256 wide, 3 + 3 layers, dropout 0.1) and 4,096-token batches.
+* ``train_bible`` and ``train_lm``: the same with ``configs/bible.toml`` (Spanish to English verses) and
+  ``configs/lm-bible.toml`` (the character language model), the other real jobs (``--small-steps``).
 * ``greedy`` and ``beam4``: ``dotformer translate`` of held-out CMUdict words with a G2P checkpoint, words per second.
 
 The G2P checkpoint and the word list are made once, with the ``--after`` tree (``dotformer train --config g2p
@@ -39,6 +41,7 @@ from pathlib import Path
 from common import command_line, format_table, machine_info, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
+JOBS = ("startup", "train_g2p", "train_small", "train_bible", "train_lm", "greedy", "beam4")
 
 
 def run(tree: Path, args: list[str], threads: int, stdin: str | None = None) -> float:
@@ -103,6 +106,7 @@ def main() -> None:
     parser.add_argument("--num-words", type=int, default=2000, help="words decoded per run (default 2,000)")
     parser.add_argument("--steps", default="20,220", help="SHORT,LONG training steps of g2p (default 20,220)")
     parser.add_argument("--small-steps", default="4,24", help="SHORT,LONG steps of the small preset (default 4,24)")
+    parser.add_argument("--jobs", default=",".join(JOBS), help=f"comma-separated jobs (default: {','.join(JOBS)})")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
     short, long = (int(s) for s in args.steps.split(","))
@@ -121,11 +125,17 @@ def main() -> None:
             "startup": lambda tree: run(tree, decode, args.threads, "abandon\n"),
             "train_g2p": lambda tree: step_ms(tree, "g2p", workdir, short, long, args.threads),
             "train_small": lambda tree: step_ms(tree, str(small), workdir, small_short, small_long, args.threads),
+            "train_bible": lambda tree: step_ms(tree, "bible", workdir, small_short, small_long, args.threads),
+            "train_lm": lambda tree: step_ms(tree, "lm-bible", workdir, small_short, small_long, args.threads),
             "greedy": lambda tree: num_words / run(tree, [*decode, "--beam", "1"], args.threads, words),
             "beam4": lambda tree: num_words / run(tree, [*decode, "--beam", "4"], args.threads, words),
         }
-        units = {"startup": "s", "train_g2p": "ms/step", "train_small": "ms/step", "greedy": "words/s"}
-        units["beam4"] = "words/s"
+        unknown = sorted(set(args.jobs.split(",")) - set(jobs))
+        if unknown:
+            parser.error(f"--jobs: unknown {', '.join(unknown)}; choose from {', '.join(jobs)}")
+        jobs = {name: measure for name, measure in jobs.items() if name in args.jobs.split(",")}
+        units = {job: "ms/step" for job in JOBS if job.startswith("train_")}
+        units.update(startup="s", greedy="words/s", beam4="words/s")
         higher_is_better = {"greedy", "beam4"}
         samples: dict[str, dict[str, list[float]]] = {job: {"before": [], "after": []} for job in jobs}
         for job, measure in jobs.items():
