@@ -593,6 +593,10 @@ EXPECTED_FLAGS["prepare"] = PREPARE_FLAGS | {
         "synthetic-max-len",
         "synthetic-seed",
         "block-size",
+        "mlm-unit",
+        "mask-probability",
+        "tag-format",
+        "label-subtokens",
     }
 }
 EXPECTED_DESTS["prepare"] = {
