@@ -45,6 +45,7 @@ from common import command_line, format_table, git_commit, machine_info, write_j
 from dotformer.data.labelled import LabelledSampler
 from dotformer.metrics.labels import classification_score
 from dotformer.runs.records import read_run_json
+from dotformer.runs.run_data import open_run_data
 from dotformer.runs.tasks import task_named
 from dotformer.training.config import TrainConfig
 from dotformer.training.optim import build_optimizer, set_learning_rate
@@ -101,7 +102,7 @@ def floor(args: argparse.Namespace, mlm: Path, run: Path, names: list[str]) -> d
     import dotformer
 
     encoder = dotformer.load(mlm, device="cpu")
-    rows = [line.split("\t") for line in (run / "data" / "train.tsv").read_text(encoding="utf-8").splitlines()]
+    rows = list(open_run_data(run).training_texts())  # type: ignore[union-attr]  # read again from the Bible
     texts, labels = test_texts(args, run)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a few verses longer than the encoder reads are cut
@@ -156,9 +157,11 @@ def train_hf(model: torch.nn.Module, run: Path, minutes: float | None, steps: in
 
 def hf_bert(args: argparse.Namespace, mlm: Path, run: Path, names: list[str]) -> dict[str, Any]:
     """BertForMaskedLM pretrained, then BertForSequenceClassification fine-tuned, as dotformer's runs were."""
+    import numpy as np
     from transformers import BertForMaskedLM, BertForSequenceClassification
 
-    from dotformer.data.labelled import sequence_examples
+    from dotformer.data.arrays import LabelledArrays
+    from dotformer.data.labelled import encode_texts, labelled_examples
     from dotformer.data.tokenizer_files import load_tokenizer
 
     started = time.monotonic()
@@ -172,7 +175,7 @@ def hf_bert(args: argparse.Namespace, mlm: Path, run: Path, names: list[str]) ->
     texts, labels = test_texts(args, run)
     tokenizer = load_tokenizer(run / "data" / "tokenizer_src.json")
     block = read_run_json(run)["data"]["block_size"]
-    examples = sequence_examples(texts, [0] * len(texts), tokenizer, block).examples
+    examples = labelled_examples(LabelledArrays(encode_texts(texts, tokenizer), np.zeros(len(texts), np.int64)), block)
     predicted = [""] * len(texts)
     classifier.eval()
     with torch.no_grad():
@@ -207,7 +210,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     dotformer_train(args, "mlm-bible", mlm, args.mlm_minutes, args.mlm_steps)
     dotformer_train(args, "classify-bible", run, args.minutes, args.steps, "--init-from", str(mlm))
-    names = json.loads((run / "data" / "labels.json").read_text())
+    names = open_run_data(run).labels  # type: ignore[union-attr]  # the training split's, sorted
     pretrain_steps, _ = steps_and_minutes(mlm)
     steps, minutes = steps_and_minutes(run)
     rows.append({"system": "dotformer, pretrained", "pretrain_steps": pretrain_steps, "steps": steps,

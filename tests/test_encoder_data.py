@@ -1,6 +1,7 @@
-"""An encoder's examples, batches and objectives (data/labelled.py, data/labelled_text.py, training/objective.py):
-BERT's masking as a pure function of (seed, epoch, example) with its 15% and 80/10/10, the three objectives equal to
-the cross-entropy written out, the readers' forms and their one-line errors, and the metrics on known values."""
+"""An encoder's examples, batches and objectives (data/labelled.py, data/words.py, data/labelled_text.py,
+training/objective.py): BERT's masking as a pure function of (seed, epoch, example) with its 15% and 80/10/10, lines
+and blocks cut from a text's arrays, a word's label on its first token, the three objectives equal to the
+cross-entropy written out, the readers' forms and their one-line errors, and the metrics on known values."""
 
 from __future__ import annotations
 
@@ -13,19 +14,20 @@ import torch
 import torch.nn.functional as F
 
 from dotformer.config import ModelConfig
+from dotformer.data.arrays import LabelledArrays, RaggedArray
 from dotformer.data.labelled import (
-    IGNORE_LABEL,
+    LabelledExamples,
     LabelledSampler,
     Masking,
-    WordPieces,
+    encode_texts,
+    labelled_examples,
     mask_tokens,
     masked_examples,
-    sequence_examples,
-    token_examples,
 )
-from dotformer.data.labelled_text import bible_genres, read_classified, read_tagged
+from dotformer.data.labelled_text import LabelledReader, bible_genres, read_classified, read_tagged
 from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, MASK_TOKEN, PAD_ID
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, MASK_TOKEN, PAD_ID, Tokenizer
+from dotformer.data.words import IGNORE_LABEL, WordPieces, token_labels
 from dotformer.errors import DataError
 from dotformer.model import Transformer
 from dotformer.training.loss import label_cross_entropy
@@ -36,6 +38,20 @@ LINES = ["the cat sat on the mat", "a dog ran in the park today", "we read", "bi
 
 def tokenizer(kind: str = "char"):  # type: ignore[no-untyped-def]
     return train_tokenizer(kind, LINES * 3, 300 if kind == "bpe" else None, mask=True)
+
+
+def texts_of(tok: Tokenizer, texts: list[str], labels: list[int], block: int) -> LabelledExamples:
+    """A classifier's examples of texts, made in memory as prepared data holds them (ids, a label id each)."""
+    return labelled_examples(LabelledArrays(encode_texts(texts, tok), np.array(labels)), block)
+
+
+def tagged(tok: Tokenizer, sentences: list[list[str]], tags: list[list[int]], block: int, subtokens: str = "first"):  # type: ignore[no-untyped-def]
+    """A tagger's examples, made in memory as prepared data holds them (ids, a label per token aligned)."""
+    tokens = WordPieces(tok).encode_sentences(sentences)
+    labels = token_labels(tokens, np.array([t for row in tags for t in row]), subtokens)
+    offsets = np.concatenate([[0], np.cumsum(tokens.ids.lengths)])
+    arrays = LabelledArrays(RaggedArray(tokens.ids.ids, offsets), tags=RaggedArray(labels.ids, offsets))
+    return labelled_examples(arrays, block)
 
 
 def test_a_masked_language_models_vocabulary_has_mask_at_id_4() -> None:
@@ -69,13 +85,14 @@ def test_masking_follows_berts_recipe() -> None:
     # or the mask: 2 of the 45 ids a random replacement draws from)
     for share, expected in ((masked, 0.8 + 0.1 / 46), (kept, 0.1 + 0.1 / 46), (randomised, 0.1 - 0.2 / 46)):
         assert abs(share / chosen - expected) < 5 * math.sqrt(expected * (1 - expected) / chosen)
-    assert mask_tokens([BOS_ID, EOS_ID], masking, np.random.default_rng(0)) == ([BOS_ID, EOS_ID], [-100, -100])
+    inputs, labels = mask_tokens([BOS_ID, EOS_ID], masking, np.random.default_rng(0))
+    assert inputs.tolist() == [BOS_ID, EOS_ID] and labels.tolist() == [-100, -100]
 
 
 def test_a_batch_is_masked_by_seed_epoch_and_example_alone() -> None:
     tok = tokenizer()
     masking = Masking(tok.mask_id, tok.vocab_size)
-    data = masked_examples(LINES * 5, tok, 16, masking).examples
+    data = masked_examples(encode_texts(LINES * 5, tok, eos=True), 16, masking)
     sampler = LabelledSampler(data, max_tokens=64, seed=3)
     one = sampler.make_batch([2, 7, 11], epoch=1)
     again = LabelledSampler(data, max_tokens=64, seed=3, rank=1, world_size=2).make_batch([11, 2, 7], epoch=1)
@@ -89,15 +106,25 @@ def test_a_batch_is_masked_by_seed_epoch_and_example_alone() -> None:
     assert empty.num_tgt_tokens == 0 and not empty.scored.any()
 
 
+def pieces(examples: LabelledExamples) -> list[list[int]]:
+    return [
+        examples.ids[start : start + size].tolist() for start, size in zip(examples.starts, examples.sizes, strict=True)
+    ]
+
+
 def test_blocks_and_lines_of_text() -> None:
     tok = tokenizer()
     masking = Masking(tok.mask_id, tok.vocab_size)
-    lines = masked_examples(LINES, tok, 12, masking, "lines")
-    assert lines.cut == 3 and all(len(e.src) <= 11 for e in lines.examples.examples)  # [BOS] + 10, EOS added later
-    assert sum(len(e.src) - 1 for e in lines.examples.examples) == sum(len(line) for line in LINES)  # nothing lost
-    blocks = masked_examples(LINES, tok, 12, masking, "blocks")
-    stream = [t for e in blocks.examples.examples for t in e.src[1:]]
+    text = encode_texts([LINES[0], "", *LINES[1:]], tok, eos=True)  # an empty line: nothing to predict, no example
+    lines = masked_examples(text, 12, masking, "lines")
+    assert lines.cut == 3 and lines.num_texts == 4 and int(lines.sizes.max()) == 10  # [BOS] + 10 + [EOS]
+    assert [t for piece in pieces(lines) for t in piece] == [t for line in LINES for t in tok.encode(line)]
+    assert [len(piece) for piece in pieces(lines)][:3] == [10, 10, 2]  # "the cat sat on the mat": 22 characters
+    assert (lines.lengths == lines.sizes + 2).all()
+    blocks = masked_examples(text, 12, masking, "blocks")
+    stream = [t for piece in pieces(blocks) for t in piece]
     assert [t for t in stream if t != EOS_ID] == [t for line in LINES for t in tok.encode(line)]
+    assert all(piece[-1] != EOS_ID and 0 < len(piece) <= 10 for piece in pieces(blocks))  # its own EOS ends it
 
 
 @pytest.mark.parametrize("kind", ["char", "bpe"])
@@ -108,11 +135,14 @@ def test_a_words_label_sits_on_its_first_token(kind: str) -> None:
     assert ids == tok.encode("the cat sat")  # a word encodes as it reads in its sentence
     firsts = [tok.decode([ids[where[0]]]).strip()[0] for where in positions]
     assert firsts == ["t", "c", "s"]
-    example = token_examples([words], [[0, 1, 2]], tok, 32).examples.examples[0]
-    labelled = [(i, label) for i, label in enumerate(example.tgt) if label != IGNORE_LABEL]
+    batch = LabelledSampler(tagged(tok, [words], [[0, 1, 2]], 32), 400).make_batch([0], 0)
+    labelled = [(i, label) for i, label in enumerate(batch.labels[0].tolist()) if label != IGNORE_LABEL]
     assert labelled == [(where[0] + 1, n) for n, where in enumerate(positions)]  # + 1: BOS
-    every = token_examples([words], [[0, 1, 2]], tok, 32, "all").examples.examples[0]
-    assert sum(label != IGNORE_LABEL for label in every.tgt) == sum(len(where) for where in positions)
+    every = LabelledSampler(tagged(tok, [words], [[0, 1, 2]], 32, "all"), 400).make_batch([0], 0)
+    assert int(every.scored.sum()) == sum(len(where) for where in positions)
+    many = WordPieces(tok).encode_sentences([words, ["a", "dog"], words])  # a batch of sentences: one by one's ids
+    assert many.ids.ids.tolist() == [*ids, *tok.encode("a dog"), *ids]
+    assert many.ids.lengths.tolist() == [len(ids), len(tok.encode("a dog")), len(ids)]
 
 
 def tiny_encoder(head: str, labels: int, vocab: int) -> Transformer:
@@ -128,7 +158,7 @@ def tiny_encoder(head: str, labels: int, vocab: int) -> Transformer:
 def test_the_objectives_are_the_cross_entropy_of_their_scored_positions(packed: bool) -> None:
     tok = tokenizer()
     V = tok.vocab_size
-    masked = masked_examples(LINES, tok, 40, Masking(tok.mask_id, V)).examples
+    masked = masked_examples(encode_texts(LINES, tok, eos=True), 40, Masking(tok.mask_id, V))
     batch = LabelledSampler(masked, 400).make_batch([0, 1, 2, 3], 0)
     model = tiny_encoder("generator", 0, V)
     objective = OBJECTIVES["masked-token"]
@@ -137,7 +167,7 @@ def test_the_objectives_are_the_cross_entropy_of_their_scored_positions(packed: 
     expected = F.cross_entropy(logits[batch.scored], batch.labels[batch.scored], reduction="sum")
     assert torch.allclose(sums.loss, expected, rtol=1e-5) and int(sums.num_tokens) == batch.num_tgt_tokens
 
-    texts = sequence_examples(LINES, [0, 1, 0, 2], tok, 40).examples
+    texts = texts_of(tok, LINES, [0, 1, 0, 2], 40)
     batch = LabelledSampler(texts, 400).make_batch([0, 1, 2, 3], 0)
     model = tiny_encoder("sequence", 3, V)
     objective = OBJECTIVES["sequence-label"]
@@ -147,8 +177,8 @@ def test_the_objectives_are_the_cross_entropy_of_their_scored_positions(packed: 
     none = objective.loss(objective.predict(model, batch.without_targets(), packed, PAD_ID), 0.1, PAD_ID)
     assert float(none.loss) == 0.0 and int(none.num_tokens) == 0
 
-    tags = token_examples([line.split() for line in LINES], [[n % 3 for n in range(len(line.split()))]
-                                                             for line in LINES], tok, 40).examples  # fmt: skip
+    tags = tagged(tok, [line.split() for line in LINES], [[n % 3 for n in range(len(line.split()))]
+                                                         for line in LINES], 40)  # fmt: skip
     batch = LabelledSampler(tags, 400).make_batch([0, 1, 2, 3], 0)
     model = tiny_encoder("token", 3, V)
     objective = OBJECTIVES["token-label"]
@@ -221,6 +251,28 @@ def test_the_metrics_on_known_values() -> None:
 
 def test_an_example_too_long_for_the_batch_is_one_line() -> None:
     tok = tokenizer()
-    data = sequence_examples(["the cat sat on the mat"], [0], tok, 64).examples
-    with pytest.raises(DataError, match="max_tokens=8"):
+    data = texts_of(tok, ["the cat sat on the mat"], [0], 64)
+    with pytest.raises(DataError, match=r"max_tokens=8 tokens, e.g. example 0 with 24 \(\[BOS\] \+ 22 tokens"):
         LabelledSampler(data, 8)
+
+
+def test_a_batch_cuts_texts_to_the_block_size_and_reads_only_its_rows() -> None:
+    tok = tokenizer()
+    data = texts_of(tok, LINES, [0, 1, 0, 2], 10)  # [BOS] + 8 + [EOS]
+    assert data.cut == 3 and data.lengths.tolist() == [10, 10, 9, 10]
+    batch = LabelledSampler(data, 400).make_batch([2, 0], 0)
+    assert batch.src.tolist() == [
+        [BOS_ID, *tok.encode("we read"), EOS_ID, PAD_ID],
+        [BOS_ID, *tok.encode("the cat "), EOS_ID],
+    ]
+    assert batch.labels.tolist() == [0, 0] and batch.num_src_tokens == 19 and batch.indices == [2, 0]
+
+
+def test_the_reader_streams_what_read_whole_gives(tmp_path: Path) -> None:
+    path = tmp_path / "t.conll"
+    path.write_text("John NNP B-PER\nlives VBZ O\n\n\nParis NNP B-LOC\n")
+    reader = LabelledReader(str(path), "tag")
+    records = [item for item, _ in reader.records()]
+    assert [r.text for r in records] == ["John lives", "Paris"] and records[1].label == ["B-LOC"]
+    assert reader.report == read_tagged(path).report == {"format": "conll", "lines": 5, "texts": 2, "words": 3,
+                                                          "skipped": 0}  # fmt: skip

@@ -61,8 +61,9 @@ def test_the_top_of_the_package_is_the_lesson() -> None:
 
 READERS = ("cmudict", "bible", "synthetic", "hf", "tsv", "parallel")
 # what preparing data reads and writes: numpy and tokenizers, no torch (dotformer prepare needs none)
-STORAGE = ("arrays", "cache", "fingerprint", "prepared", "preparing", "writing", "textio", "text", "splits",
-           "tokenizers", "tokenizer_files", "bpe", "pretrained", "config", "corpora", "types", *READERS)  # fmt: skip
+STORAGE = ("arrays", "cache", "fingerprint", "prepared", "preparing", "preparing_labelled", "writing", "textio", "text",
+           "labelled_text", "words", "splits", "tokenizers", "tokenizer_files", "bpe", "pretrained", "config",
+           "corpora", "types", *READERS)  # fmt: skip
 # (source files, modules they must not import, at the top or inside a function)
 DIRECT_IMPORTS = [
     (["checkpoint"], ["dotformer.decoding", "dotformer.training"]),

@@ -116,7 +116,7 @@ def test_classify_main_job_quick(tmp_path: Path) -> None:
     # the encoder pretrained without the held-out books, the classifier fine-tuned from it
     books = ["Deut", "Judg", "Ruth", "Prov", "Dan", "Hos", "Joel", "Jonah", "Mark", "Heb", "Jas", "2Pet", "Jude"]
     for run_dir in (tmp_path / "genres-mlm", out):
-        assert json.loads((run_dir / "data" / "split.json").read_text())["test_groups"] == books
+        assert json.loads((run_dir / "data" / "data.json").read_text())["report"]["split"]["test_groups"] == books
     assert json.loads((out / "run.json").read_text())["init_from"] == str(tmp_path / "genres-mlm" / "best")
     test = (out / "data" / "test.tsv").read_text().splitlines()
     assert len(test) > 4000 and {line.split("\t")[1] for line in test} == {

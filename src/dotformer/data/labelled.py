@@ -1,4 +1,5 @@
-"""An encoder's examples and batches: texts to be read whole, each with what the encoder should say about it.
+"""An encoder's examples and batches: texts read whole, each with what the encoder should say about it, planned from
+length arrays and collated from the prepared token arrays a batch at a time.
 
 The three encoder tasks read texts the way BERT reads them, ``[BOS] ids [EOS]`` (BERT's ``[CLS] ... [SEP]``: an
 imported BERT's rows 1 and 2 are its ``[CLS]`` and ``[SEP]``), and differ in their labels:
@@ -13,10 +14,14 @@ token      one label id per position, :data:`IGNORE_LABEL`     (B, S): the label
            where there is none (a word's later pieces)          (each word's first token), IGNORE elsewhere
 =========  ==================================================  ===============================================
 
-An :class:`EncoderExample` keeps ``src`` = ``[BOS] ids`` (the encoder's input without its EOS) and ``tgt`` = its
-labels, the two fields of an :class:`~dotformer.data.batching.EncodedPair`: so :class:`LabelledSampler` is a
-:class:`~dotformer.data.batching.BatchSampler` (token-budget batches, length-bucketed, a (seed, epoch)-pure order,
-shards, resume) that collates :class:`LabelledBatch` es instead of pairs.
+:class:`LabelledExamples` holds no list per example: it is a view of token arrays (memory-mapped prepared data,
+:mod:`dotformer.data.prepared`, or arrays in memory) as a start and a size per example, ``(N,)`` int64 each, with a
+label per example or a label per token beside. What batching decides is applied here, so one preparation serves every
+choice: the block size (a text longer than an example holds is cut there, as BERT truncates, and counted; a masked
+language model's line is cut into pieces instead), a masked language model's unit (lines, or blocks of the running
+text) and its masking. :class:`LabelledSampler` is a :class:`~dotformer.data.batching.BatchSampler` (token-budget
+batches planned from the lengths, length-bucketed, a (seed, epoch)-pure order, shards, resume) that collates
+:class:`LabelledBatch` es, reading only the rows of the batch.
 
 Masking (BERT, Devlin et al. 2019, §3.1): of the real tokens of an example (not BOS, EOS or PAD), 15% are chosen,
 ``max(1, round(0.15 n))`` of them; a chosen token is replaced by the mask token with probability 0.8, by a random
@@ -31,31 +36,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from dotformer.data.batching import BatchPlan, BatchSampler
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID, UNK_ID, Tokenizer
+from dotformer.data.arrays import LabelledArrays, RaggedArray
+from dotformer.data.batching import BatchPlan, BatchSampler, gather
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID, Tokenizer
+from dotformer.data.words import IGNORE_LABEL
 from dotformer.errors import ConfigError, DataError
 
-IGNORE_LABEL = -100  # a position the loss does not score (PyTorch's and HF's ignore_index)
 LabelKind = Literal["masked", "sequence", "token"]
-
-
-class EncoderExample(NamedTuple):
-    """One text as the encoder reads it, and its labels (the fields of an EncodedPair: see the module docstring).
-
-    Attributes:
-        src: ``[BOS] + ids``; the batch appends EOS.
-        tgt: its labels: one per position of ``src`` (token kind; :data:`IGNORE_LABEL` where none), one label id
-            (sequence kind), or none (masked kind).
-    """
-
-    src: list[int]
-    tgt: list[int]
+MLM_UNITS = ("lines", "blocks")
 
 
 @dataclass(frozen=True)
@@ -88,7 +82,9 @@ class Masking:
             raise ConfigError(f"mask id {self.mask_id} does not fit a vocabulary of {self.vocab_size} tokens")
 
 
-def mask_tokens(ids: Sequence[int], masking: Masking, rng: np.random.Generator) -> tuple[list[int], list[int]]:
+def mask_tokens(
+    ids: Sequence[int] | np.ndarray, masking: Masking, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """BERT's masking of one example (module docstring).
 
     Args:
@@ -96,45 +92,141 @@ def mask_tokens(ids: Sequence[int], masking: Masking, rng: np.random.Generator) 
         masking: the recipe. rng: the example's generator.
 
     Returns:
-        (inputs, labels): ``ids`` with the chosen tokens replaced, and the original token at each chosen position,
-        :data:`IGNORE_LABEL` elsewhere.
+        (inputs, labels), (S,) int64 each: ``ids`` with the chosen tokens replaced, and the original token at each
+        chosen position, :data:`IGNORE_LABEL` elsewhere.
     """
-    inputs, labels = list(ids), [IGNORE_LABEL] * len(ids)
-    maskable = [i for i, token in enumerate(ids) if token not in (PAD_ID, BOS_ID, EOS_ID)]
-    if not maskable:
+    ids = np.asarray(ids, dtype=np.int64)
+    inputs, labels = ids.copy(), np.full(len(ids), IGNORE_LABEL, dtype=np.int64)
+    maskable = np.flatnonzero((ids != PAD_ID) & (ids != BOS_ID) & (ids != EOS_ID))
+    if not len(maskable):
         return inputs, labels
     count = max(1, round(len(maskable) * masking.probability))
-    chosen = rng.choice(len(maskable), size=count, replace=False)  # positions in maskable
+    chosen = maskable[rng.choice(len(maskable), size=count, replace=False)]  # positions in ids
     draws = rng.random(count)  # < mask_share: the mask token; < mask_share + random_share: a random token
     random_ids = rng.integers(NUM_SPECIAL, masking.vocab_size, size=count)
-    for k, position in enumerate(chosen.tolist()):
-        i = maskable[position]
-        labels[i] = inputs[i]
-        if draws[k] < masking.mask_share:
-            inputs[i] = masking.mask_id
-        elif draws[k] < masking.mask_share + masking.random_share:
-            inputs[i] = int(random_ids[k])
+    labels[chosen] = ids[chosen]
+    masked = draws < masking.mask_share
+    randomised = ~masked & (draws < masking.mask_share + masking.random_share)
+    inputs[chosen[masked]] = masking.mask_id
+    inputs[chosen[randomised]] = random_ids[randomised]
     return inputs, labels
 
 
 @dataclass(frozen=True)
 class LabelledExamples:
-    """The encoded examples of an encoder task, what a :class:`LabelledSampler` batches.
+    """The examples of an encoder task, what a :class:`LabelledSampler` batches: example i is
+    ``[BOS] ids[starts[i] : starts[i] + sizes[i]] [EOS]`` and its labels (module docstring).
+
+    Made by :func:`masked_examples` (text) or :func:`labelled_examples` (a classifier's or a tagger's texts).
 
     Attributes:
-        examples: the :class:`EncoderExample` s.
-        kind: "masked", "sequence" or "token" (module docstring).
+        kind: "masked", "sequence" or "token".
+        ids: (T,) the token ids the examples are cut from (memory-mapped, or in memory).
+        starts: (N,) int64, where each example's ids begin in ``ids``.
+        sizes: (N,) int64, how many ids each example holds (at most the block size less BOS and EOS).
+        labels: (N,) a label id per example (sequence kind), else None.
+        tags: (T,) a label id per token of ``ids`` (token kind; :data:`IGNORE_LABEL` where none), else None.
         masking: the masked kind's recipe (None for the others).
         num_texts: the texts (lines, sentences) they were made from.
+        cut: texts longer than an example holds (cut into pieces for the masked kind; cut short for the others).
     """
 
-    examples: list[EncoderExample]
     kind: LabelKind
+    ids: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+    labels: np.ndarray | None = None
+    tags: np.ndarray | None = None
     masking: Masking | None = None
     num_texts: int = 0
+    cut: int = 0
 
     def __len__(self) -> int:
-        return len(self.examples)
+        """N, the examples."""
+        return len(self.starts)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(N,) int64, the padded length each example needs: its ids, BOS and EOS."""
+        return self.sizes + 2
+
+
+def check_block_size(block_size: int) -> int:
+    """The most ids an example holds besides BOS and EOS.
+
+    Raises:
+        ConfigError: a block of fewer than 3 tokens.
+    """
+    if not isinstance(block_size, int) or block_size < 3:
+        raise ConfigError(f"block_size must be an integer >= 3 tokens ([BOS], a token, [EOS]), got {block_size!r}")
+    return block_size - 2
+
+
+def masked_examples(lines: RaggedArray, block_size: int, masking: Masking, unit: str = "lines") -> LabelledExamples:
+    """A masked language model's examples of a text.
+
+    Args:
+        lines: the text, a row per line: its ids and EOS (a split of prepared text,
+            :class:`~dotformer.data.prepared.PreparedText`, or :func:`encode_texts`); a line of EOS alone is empty and
+            skipped (nothing to predict).
+        block_size: most tokens of an example, BOS and EOS included. masking: the recipe.
+        unit: ``"lines"``: each line an example (a longer line is cut into consecutive pieces, each an example);
+            ``"blocks"``: the text as one stream, every line's ids followed by EOS (its line end, as a language
+            model reads it), cut into consecutive blocks of ``block_size`` tokens (an EOS that ends a block is
+            dropped: the example's own EOS ends it).
+
+    Raises:
+        ConfigError: a block size below 3, another unit.
+    """
+    room = check_block_size(block_size)
+    sizes = lines.lengths - 1  # (N,) each line's ids without its EOS
+    num_texts = int((sizes > 0).sum())
+    if unit == "lines":
+        pieces = (sizes + room - 1) // room  # (N,) the examples of each line (none for an empty one)
+        line_of = np.repeat(np.arange(len(lines), dtype=np.int64), pieces)
+        k = np.arange(int(pieces.sum()), dtype=np.int64) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        starts = lines.offsets[:-1][line_of] + k * room
+        size = np.minimum(room, sizes[line_of] - k * room)
+        cut = int((sizes > room).sum())
+    elif unit == "blocks":
+        starts = np.arange(0, lines.num_tokens, room, dtype=np.int64)
+        size = np.minimum(room, lines.num_tokens - starts)
+        if len(size):
+            size = size - (lines.ids[starts + size - 1] == EOS_ID)  # a block's last EOS: the example's EOS ends it
+        starts, size, cut = starts[size > 0], size[size > 0], 0
+    else:
+        raise ConfigError(f"the unit of a masked language model's examples is lines or blocks, got {unit!r}")
+    return LabelledExamples("masked", lines.ids, starts, size.astype(np.int64), masking=masking,
+                            num_texts=num_texts, cut=cut)  # fmt: skip
+
+
+def labelled_examples(texts: LabelledArrays, block_size: int) -> LabelledExamples:
+    """A classifier's examples (``texts.labels``: one label id per text) or a tagger's (``texts.tags``: a label id
+    per token): each text's ``[BOS] ids [EOS]``, cut to ``block_size`` tokens as BERT truncates (a tagger's later
+    words then go unlabelled), counted.
+
+    Raises:
+        ConfigError: a block size below 3. DataError: texts with neither kind of labels.
+    """
+    room = check_block_size(block_size)
+    lengths = texts.text.lengths
+    starts, sizes = texts.text.offsets[:-1], np.minimum(lengths, room)
+    cut = int((lengths > room).sum())
+    if texts.labels is not None:
+        return LabelledExamples("sequence", texts.text.ids, starts, sizes, labels=texts.labels,
+                                num_texts=len(texts), cut=cut)  # fmt: skip
+    if texts.tags is None:
+        raise DataError(f"{texts.text.name}: texts without labels")
+    return LabelledExamples("token", texts.text.ids, starts, sizes, tags=texts.tags.ids, num_texts=len(texts), cut=cut)
+
+
+def encode_texts(texts: Sequence[str], tokenizer: Tokenizer, eos: bool = False) -> RaggedArray:
+    """Texts encoded in memory as prepared data holds them: a row per text, its ids (a classifier's texts), and
+    EOS with ``eos`` (a masked language model's lines, what :func:`masked_examples` reads)."""
+    encoded = tokenizer.encode_arrays(list(texts))
+    encoded = encoded.with_eos() if eos else encoded
+    offsets = np.concatenate([[0], np.cumsum(encoded.lengths)]).astype(np.int64)
+    return RaggedArray(encoded.ids, offsets, "texts")
 
 
 @dataclass(frozen=True)
@@ -147,7 +239,7 @@ class LabelledBatch:
             one label per text (sequence kind; IGNORE: a row not scored).
         num_src_tokens: real tokens of ``src``, BOS and EOS included.
         num_tgt_tokens: the labels scored: the loss normaliser (what the training step counts as its target tokens).
-        indices: (B,) position of each row's example in the sampler's list.
+        indices: (B,) position of each row's example among the sampler's examples.
     """
 
     src: Tensor
@@ -181,44 +273,46 @@ class LabelledBatch:
 
 
 def collate_labelled(
-    examples: Sequence[EncoderExample],
-    indices: Sequence[int],
-    data: LabelledExamples,
-    seed: int = 0,
-    epoch: int = 0,
+    data: LabelledExamples, indices: Sequence[int] | np.ndarray, seed: int = 0, epoch: int = 0
 ) -> LabelledBatch:
-    """Pad examples into a :class:`LabelledBatch` (masking the masked kind's: module docstring).
+    """The :class:`LabelledBatch` of the examples ``indices`` of ``data``, reading only their rows of the arrays
+    (masking the masked kind's with ``(seed, epoch, example)``: module docstring).
 
     Raises:
-        DataError: no examples.
+        DataError: no indices.
     """
-    if not examples:
+    rows = np.asarray(indices, dtype=np.int64)
+    if len(rows) == 0:
         raise DataError("cannot collate an empty batch")
-    S = max(len(example.src) for example in examples) + 1  # + EOS
-    src_rows, label_rows = [], []
-    for example, index in zip(examples, indices, strict=True):
-        ids = [*example.src, EOS_ID]
-        if data.kind == "masked":
-            assert data.masking is not None
-            ids, labels = mask_tokens(ids, data.masking, np.random.default_rng([seed, epoch, int(index)]))
-        elif data.kind == "token":
-            labels = [*example.tgt, IGNORE_LABEL]  # EOS has no label
-        else:
-            labels = list(example.tgt)
-        pad = S - len(ids)
-        src_rows.append(ids + [PAD_ID] * pad)
-        label_rows.append(labels if data.kind == "sequence" else labels + [IGNORE_LABEL] * pad)
-    src = torch.tensor(src_rows, dtype=torch.int64)  # (B, S)
-    labels = torch.tensor(label_rows, dtype=torch.int64)  # (B, S), or (B, 1) for the sequence kind
+    starts, sizes = data.starts[rows], data.sizes[rows]  # (B,), (B,)
+    B, S, every = len(rows), int(sizes.max()) + 2, np.arange(len(rows))
+    src = np.full((B, S), PAD_ID, dtype=np.int64)  # (B, S): [BOS] ids [EOS], padded
+    src[:, 0] = BOS_ID
+    src[:, 1 : S - 1] = gather(data.ids, starts, sizes)
+    src[every, sizes + 1] = EOS_ID
     if data.kind == "sequence":
-        labels = labels[:, 0]  # (B,)
+        assert data.labels is not None
+        labels = np.asarray(data.labels[rows], dtype=np.int64)  # (B,)
+    else:
+        labels = np.full((B, S), IGNORE_LABEL, dtype=np.int64)  # (B, S): BOS, EOS and PAD have none
+        if data.kind == "token":
+            assert data.tags is not None
+            labels[:, 1 : S - 1] = gather(data.tags, starts, sizes, fill=IGNORE_LABEL)
+        else:
+            assert data.masking is not None
+            for b, index in enumerate(rows.tolist()):
+                n = int(sizes[b]) + 2
+                rng = np.random.default_rng([seed, epoch, index])
+                src[b, :n], labels[b, :n] = mask_tokens(src[b, :n], data.masking, rng)
     scored = int((labels != IGNORE_LABEL).sum())
-    return LabelledBatch(src, labels, int((src != PAD_ID).sum()), scored, [int(i) for i in indices])
+    return LabelledBatch(torch.from_numpy(src), torch.from_numpy(labels), int(sizes.sum()) + 2 * B, scored,
+                         rows.tolist())  # fmt: skip
 
 
 class LabelledSampler(BatchSampler):
-    """Token-budget batches of an encoder's examples: :class:`~dotformer.data.batching.BatchSampler`'s order,
-    shards and resume, collated as :class:`LabelledBatch` es (masked anew each epoch for the masked kind).
+    """Token-budget batches of an encoder's examples: :class:`~dotformer.data.batching.BatchSampler`'s plan from
+    the lengths, order, shards and resume, collated as :class:`LabelledBatch` es (masked anew each epoch for the
+    masked kind).
 
     Args:
         data: the examples. max_tokens, seed, shuffle, rank, world_size: as :class:`BatchSampler`.
@@ -236,171 +330,37 @@ class LabelledSampler(BatchSampler):
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
-        super().__init__(data.examples, max_tokens, seed, shuffle, rank, world_size)
+        super().__init__(data, max_tokens, seed, shuffle, rank, world_size)
         self.data = data
+
+    def describe_length(self, i: int) -> str:
+        return f"[BOS] + {int(self.examples.sizes[i])} tokens + [EOS]"
 
     def make_batch(self, indices: Sequence[int] | np.ndarray, epoch: int) -> LabelledBatch:  # type: ignore[override]
         """The batch of the examples ``indices`` of ``epoch`` (masked as epoch 0 in evaluation)."""
-        rows = [int(i) for i in indices]
-        return collate_labelled([self.data.examples[i] for i in rows], rows, self.data, self.seed, epoch)
+        return collate_labelled(self.data, indices, self.seed, epoch)
 
     def padding_fraction(self, plan: BatchPlan) -> float:
         """Share of PAD cells among the inputs of the batches of ``plan``, counted from the lengths: a batch of B
-        examples has B·S cells, S its longest ``[BOS] ids`` + EOS."""
+        examples has B·S cells, S its longest ``[BOS] ids [EOS]``."""
         if len(plan) == 0:
             return 0.0
-        lengths = (self.examples.src.lengths + 1)[plan.rows]
+        lengths = self.data.lengths[plan.rows]
         first = plan.starts[:-1]
         cells = np.diff(plan.starts) * np.maximum.reduceat(lengths, first)
         total = int(cells[plan.order].sum())
         return 1.0 - int(np.add.reduceat(lengths, first)[plan.order].sum()) / total if total else 0.0
 
 
-# -- texts to examples -------------------------------------------------------------------------------------------------
-
-
-class Encoded(NamedTuple):
-    """Examples and what encoding them said.
-
-    Attributes:
-        examples: the :class:`LabelledExamples`.
-        cut: texts longer than an example holds (cut into pieces for the masked kind; cut short for the others).
-        unknown: tokens read as ``<unk>``.
-    """
-
-    examples: LabelledExamples
-    cut: int
-    unknown: int
-
-
-def check_block_size(block_size: int) -> int:
-    """The most ids an example holds besides BOS and EOS.
-
-    Raises:
-        ConfigError: a block of fewer than 3 tokens.
-    """
-    if not isinstance(block_size, int) or block_size < 3:
-        raise ConfigError(f"block_size must be an integer >= 3 tokens ([BOS], a token, [EOS]), got {block_size!r}")
-    return block_size - 2
-
-
-def masked_examples(
-    lines: Sequence[str], tokenizer: Tokenizer, block_size: int, masking: Masking, unit: str = "lines"
-) -> Encoded:
-    """A masked language model's examples of a text.
-
-    Args:
-        lines: the text's lines (empty ones are skipped: nothing to predict).
-        tokenizer: its vocabulary. block_size: most tokens of an example, BOS and EOS included.
-        masking: the recipe. unit: ``"lines"``: each line an example (a longer line is cut into consecutive
-            pieces, each an example); ``"blocks"``: the text as one stream, every line's ids followed by EOS (its
-            line end, as a language model reads it), cut into consecutive blocks of ``block_size`` tokens.
-    """
-    room = check_block_size(block_size)
-    encoded = tokenizer.encode_batch([line for line in lines if line.strip()])
-    unknown = sum(ids.count(UNK_ID) for ids in encoded)
-    if unit == "blocks":
-        stream = [token for ids in encoded for token in (*ids, EOS_ID)]
-        pieces = [stream[i : i + room] for i in range(0, len(stream), room)]
-        pieces = [piece[:-1] if piece[-1] == EOS_ID else piece for piece in pieces]  # the batch's EOS ends it
-        cut = 0
-    elif unit == "lines":
-        pieces = [ids[i : i + room] for ids in encoded for i in range(0, max(len(ids), 1), room)]
-        cut = sum(len(ids) > room for ids in encoded)
-    else:
-        raise ConfigError(f"the unit of a masked language model's examples is lines or blocks, got {unit!r}")
-    examples = [EncoderExample([BOS_ID, *piece], []) for piece in pieces if piece]
-    return Encoded(LabelledExamples(examples, "masked", masking, len(encoded)), cut, unknown)
-
-
-def sequence_examples(texts: Sequence[str], labels: Sequence[int], tokenizer: Tokenizer, block_size: int) -> Encoded:
-    """A classifier's examples: each text's ``[BOS] ids`` (cut to ``block_size`` tokens with BOS and EOS, as BERT
-    truncates, and counted) and its label id."""
-    room = check_block_size(block_size)
-    encoded = tokenizer.encode_batch(list(texts))
-    examples = [EncoderExample([BOS_ID, *ids[:room]], [int(label)]) for ids, label in zip(encoded, labels, strict=True)]
-    cut = sum(len(ids) > room for ids in encoded)
-    unknown = sum(ids.count(UNK_ID) for ids in encoded)
-    return Encoded(LabelledExamples(examples, "sequence", None, len(texts)), cut, unknown)
-
-
-class WordPieces:
-    """The tokens of whitespace-separated words, and which of them carries each word's label.
-
-    A word is encoded as it reads inside its text: the first alone, each later one after a space (``" word"``,
-    as byte-level BPE and sentencepiece read a word within a sentence; a char tokenizer reads the space as its own
-    token, a WordPiece vocabulary drops it). A word's labelled token is its first token that is not whitespace.
-
-    Args:
-        tokenizer: the vocabulary.
-    """
-
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self._blank: dict[int, bool] = {}
-
-    def blank(self, index: int) -> bool:
-        """Whether token ``index`` stands for whitespace only (never true of <unk>)."""
-        if index not in self._blank:
-            self._blank[index] = index != UNK_ID and not self.tokenizer.decode([index]).strip()
-        return self._blank[index]
-
-    def encode(self, words: Sequence[str]) -> tuple[list[int], list[list[int]]]:
-        """(ids, per word the positions in ``ids`` of its non-whitespace tokens, the first one labelled).
-
-        Raises:
-            DataError: a word that encodes to whitespace only.
-        """
-        ids: list[int] = []
-        positions: list[list[int]] = []
-        pieces = self.tokenizer.encode_batch([word if i == 0 else f" {word}" for i, word in enumerate(words)])
-        for word, word_ids in zip(words, pieces, strict=True):
-            mine = [len(ids) + k for k, index in enumerate(word_ids) if not self.blank(index)]
-            if not mine:
-                raise DataError(f"the word {word!r} encodes to whitespace only")
-            positions.append(mine)
-            ids.extend(word_ids)
-        return ids, positions
-
-
-def token_examples(
-    sentences: Sequence[Sequence[str]],
-    tags: Sequence[Sequence[int]],
-    tokenizer: Tokenizer,
-    block_size: int,
-    subtokens: str = "first",
-) -> Encoded:
-    """A tagger's examples: each sentence's words encoded (:class:`WordPieces`), each word's label id on its first
-    token (``subtokens="first"``, the standard way) or on all its tokens (``"all"``); a sentence longer than
-    ``block_size`` tokens with BOS and EOS is cut there (its later words go unlabelled, counted)."""
-    room = check_block_size(block_size)
-    pieces = WordPieces(tokenizer)
-    examples, cut, unknown = [], 0, 0
-    for words, word_tags in zip(sentences, tags, strict=True):
-        ids, positions = pieces.encode(words)
-        labels = [IGNORE_LABEL] * len(ids)
-        for tag, where in zip(word_tags, positions, strict=True):
-            for position in where if subtokens == "all" else where[:1]:
-                labels[position] = int(tag)
-        cut += len(ids) > room
-        unknown += ids.count(UNK_ID)
-        examples.append(EncoderExample([BOS_ID, *ids[:room]], [IGNORE_LABEL, *labels[:room]]))
-    return Encoded(LabelledExamples(examples, "token", None, len(sentences)), cut, unknown)
-
-
 __all__ = [
-    "IGNORE_LABEL",
-    "Encoded",
-    "EncoderExample",
     "LabelledBatch",
     "LabelledExamples",
     "LabelledSampler",
     "Masking",
-    "WordPieces",
     "check_block_size",
     "collate_labelled",
+    "encode_texts",
+    "labelled_examples",
     "mask_tokens",
     "masked_examples",
-    "sequence_examples",
-    "token_examples",
 ]

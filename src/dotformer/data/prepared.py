@@ -1,24 +1,36 @@
 """A prepared-data directory, and the handle that maps it: what every training run and every rank reads.
 
-Data is prepared once (:mod:`dotformer.data.preparing`) into a directory::
+Data is prepared once (:mod:`dotformer.data.preparing`, :mod:`dotformer.data.preparing_labelled`) into a directory
+of one of three kinds, ``pairs`` (translation, G2P, copy/reverse), ``text`` (a language model, a masked language
+model) and ``labelled`` (a classifier, a tagger)::
 
-    DIR/prepared.json        the report: format, fingerprint, inputs (size, time, hash), task, data config, seed (when
-                             a random split depends on it), tokenizer sample, per split: examples, tokens, characters
-                             (text), where they came from and what was dropped; the lines to print and the warnings
-                             (valid/test files that share sources with the training pairs); seconds taken
-    DIR/tokenizer_src.json   the tokenizers, under the names checkpoints use (a language model's one tokenizer is
+    DIR/prepared.json        the report: format, kind, fingerprint, inputs (size, time, hash), task, data config, seed
+                             (when a random split depends on it), tokenizer sample, per split: examples, tokens,
+                             characters (text), where they came from and what was dropped; the label names
+                             (labelled: the training split's, sorted); the lines to print and the warnings (valid/test
+                             files that share sources with the training pairs); seconds taken
+    DIR/tokenizer_src.json   the tokenizers, under the names checkpoints use (text's and labelled's one tokenizer is
     DIR/tokenizer_tgt.json   both)
-    DIR/split.npy            (N,) uint8, the split of every pair (line) of the training source, in its order:
-                             0 train, 1 valid, 2 test, 255 unused (cut by a limit); with the source and the options
-                             it gives the split back exactly
+    DIR/split.npy            (N,) uint8, the split of every example of the training source, in its order: 0 train,
+                             1 valid, 2 test, 255 unused (cut by a limit); with the source and the options it gives
+                             the split back exactly
     DIR/{train,valid,test}.{src,tgt}.bin/.idx    pairs: the token ids of each side (:mod:`dotformer.data.arrays`)
-    DIR/{train,valid,test}.text.bin/.idx         text: one row per line, its ids and EOS (the flat ids are the stream)
-    DIR/valid.tsv, test.tsv  pairs: the held-out pairs as text (what decoding metrics and ``evaluate`` compare with)
+    DIR/{train,valid,test}.text.bin/.idx         text: one row per line, its ids and EOS (the flat ids are the
+                                                 stream); labelled: one row per text, its ids
+    DIR/{train,valid,test}.labels.npy            classify: (N,) int16 (int32 beyond 32,767 labels), each text's
+                                                 label id
+    DIR/{train,valid,test}.tags.bin/.idx         tag: a label id per token, aligned with ``text`` (-100 where a token
+                                                 carries none: a word's later pieces)
+    DIR/valid.tsv, test.tsv  pairs: the held-out pairs as text (what decoding metrics and ``evaluate`` compare with);
+                             labelled: TEXT<TAB>LABEL or WORDS<TAB>LABELS lines
     DIR/valid.txt, test.txt  text: the held-out lines
 
-:func:`open_prepared` gives a :class:`PreparedPairs` or a :class:`PreparedText`; their arrays are memory-mapped, so
-opening costs milliseconds and N processes share one copy of the data. The block size of a language model is no part
-of the prepared data: blocks are cut at batching time, so one preparation serves every block size. No torch here.
+:func:`open_prepared` gives a :class:`PreparedPairs`, a :class:`PreparedText` or a :class:`PreparedLabelled`; their
+arrays are memory-mapped, so opening costs milliseconds and N processes share one copy of the data. What batching
+decides is no part of the prepared data: a language model's block size, a masked language model's unit (lines or
+blocks) and masking, the most tokens an encoder reads (texts are cut when batched), so one preparation serves them
+all. A masked language model's text differs from a language model's by its tokenizer, which has a mask token (the
+task ``mlm`` is in the fingerprint). No torch here.
 """
 
 from __future__ import annotations
@@ -30,8 +42,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dotformer.data.arrays import PairArrays, RaggedArray, load_array, open_ragged
-from dotformer.data.config import DataConfig, LMDataConfig
+from dotformer.data.arrays import LabelledArrays, PairArrays, RaggedArray, load_array, open_ragged
+from dotformer.data.config import LM_TASK, DataConfig, EncoderDataConfig, LMDataConfig
+from dotformer.data.labelled_text import LabelledReader, LabelledText, LabelledTexts, read_saved
 from dotformer.data.splits import SPLIT_NAMES, TRAIN
 from dotformer.data.textio import read_json, split_lines
 from dotformer.data.tokenizer_files import TokenizerPair, load_tokenizer
@@ -44,18 +57,31 @@ REPORT_FILE = "prepared.json"
 SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE = "tokenizer_src.json", "tokenizer_tgt.json"  # a checkpoint's names
 SPLIT_FILE = "split.npy"
 UNUSED = 255  # the split code of a pair (line) cut by a limit
-Kind = Literal["pairs", "text"]
+KINDS = ("pairs", "text", "labelled")
+Kind = Literal["pairs", "text", "labelled"]
 SplitName = Literal["train", "valid", "test"]
 
 
 def array_stem(directory: Path, split: str, side: str) -> Path:
-    """``DIR/SPLIT.SIDE``, the stem of one array (side ``src``, ``tgt`` or ``text``)."""
+    """``DIR/SPLIT.SIDE``, the stem of one array (side ``src``, ``tgt``, ``text`` or ``tags``)."""
     return directory / f"{split}.{side}"
 
 
+def labels_file(directory: Path, split: str) -> Path:
+    """``DIR/SPLIT.labels.npy``, a classifier's label id per text."""
+    return directory / f"{split}.labels.npy"
+
+
 def text_file(directory: Path, split: str, kind: Kind) -> Path:
-    """``DIR/SPLIT.tsv`` (pairs) or ``DIR/SPLIT.txt`` (text): the held-out split as text."""
-    return directory / f"{split}.{'tsv' if kind == 'pairs' else 'txt'}"
+    """``DIR/SPLIT.tsv`` (pairs, labelled) or ``DIR/SPLIT.txt`` (text): the held-out split as text."""
+    return directory / f"{split}.{'txt' if kind == 'text' else 'tsv'}"
+
+
+def kind_of_task(task: str) -> Kind:
+    """The kind of prepared data a task reads: ``text`` (lm, mlm), ``labelled`` (classify, tag), else ``pairs``."""
+    if task in (LM_TASK, "mlm"):
+        return "text"
+    return "labelled" if task in ("classify", "tag") else "pairs"
 
 
 class _Prepared:
@@ -71,7 +97,7 @@ class _Prepared:
 
     @property
     def task(self) -> str:
-        """The task: ``g2p``, ``translation``, ``exact``, ``synthetic`` or ``lm``."""
+        """The task: ``g2p``, ``translation``, ``exact``, ``synthetic``, ``lm``, ``mlm``, ``classify`` or ``tag``."""
         return str(self.report["task"])
 
     @property
@@ -112,10 +138,13 @@ class _Prepared:
             if split[i] == TRAIN:
                 yield record
 
-    def _texts(self, split: str, kind: Kind) -> list[str]:
+    def _text_path(self, split: str, kind: Kind) -> Path:
         if split not in ("valid", "test"):
             raise DataError(f"{self.directory}: the text of the {split!r} split is not kept (valid and test are)")
-        path = text_file(self.directory, split, kind)
+        return text_file(self.directory, split, kind)
+
+    def _texts(self, split: str, kind: Kind) -> list[str]:
+        path = self._text_path(split, kind)
         return split_lines(path.read_text(encoding="utf-8")) if path.stat().st_size else []
 
 
@@ -169,7 +198,8 @@ class PreparedPairs(_Prepared):
 
 @dataclass(frozen=True)
 class PreparedText(_Prepared):
-    """Prepared text of a language model: its tokenizer and, per split, its lines as one mapped token stream.
+    """Prepared text of a language model or a masked language model (task ``mlm``: its tokenizer has a mask token):
+    its tokenizer and, per split, its lines as one mapped token stream.
 
     Attributes:
         directory: the prepared directory.
@@ -185,9 +215,13 @@ class PreparedText(_Prepared):
     splits: dict[str, RaggedArray]
 
     @property
-    def data_config(self) -> LMDataConfig:
-        """The data config it was prepared from (its block size is the one given then: blocks are cut later)."""
-        return LMDataConfig.from_section(self.report["data"], str(self.directory / REPORT_FILE))
+    def data_config(self) -> LMDataConfig | EncoderDataConfig:
+        """The data config it was prepared from (its block size is the one given then: blocks are cut later); a
+        masked language model's :class:`EncoderDataConfig`."""
+        where = str(self.directory / REPORT_FILE)
+        if self.task == LM_TASK:
+            return LMDataConfig.from_section(self.report["data"], where)
+        return EncoderDataConfig.from_section(self.report["data"], where)
 
     def stream(self, split: SplitName) -> np.ndarray:
         """(N,) the token stream of ``split`` (every line's ids and EOS, in order), memory-mapped."""
@@ -218,6 +252,54 @@ class PreparedText(_Prepared):
         yield from self._training_records(TextReader(config.dataset, config.sword_path).records())
 
 
+@dataclass(frozen=True)
+class PreparedLabelled(_Prepared):
+    """Prepared texts of a classifier or a tagger: the tokenizer, the label names, and per split the mapped token ids
+    of each text with its label id (classify) or a label id per token (tag).
+
+    Attributes:
+        directory: the prepared directory.
+        report: ``prepared.json``.
+        tokenizer: the one tokenizer.
+        splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.arrays.LabelledArrays`.
+    """
+
+    directory: Path
+    report: dict[str, Any]
+    tokenizer: Tokenizer
+    splits: dict[str, LabelledArrays]
+
+    @property
+    def data_config(self) -> EncoderDataConfig:
+        """The data config it was prepared from (its block size is the one given then: texts are cut later)."""
+        return EncoderDataConfig.from_section(self.report["data"], str(self.directory / REPORT_FILE))
+
+    @property
+    def labels(self) -> list[str]:
+        """The label names, the training split's sorted (label id i is ``labels[i]``)."""
+        return list(self.report["labels"])
+
+    def texts(self, split: SplitName) -> LabelledTexts:
+        """The labelled texts of ``valid`` or ``test`` (``DIR/SPLIT.tsv``).
+
+        Raises:
+            DataError: ``train`` (:meth:`training_texts` reads it).
+        """
+        return read_saved(self._text_path(split, "labelled"), self.task)
+
+    def training_texts(self) -> Iterator[LabelledText]:
+        """The training texts and their labels, in order, read again from the source (for a peer that trains on the
+        same texts); one text at a time.
+
+        Raises:
+            DataError: the source changed since it was prepared.
+        """
+        self._check_inputs()
+        config = self.data_config
+        reader = LabelledReader(config.dataset, config.task, config.sword_path, config.tag_format)
+        yield from self._training_records(reader.records())
+
+
 def read_report(directory: str | Path) -> dict[str, Any]:
     """``DIR/prepared.json``.
 
@@ -233,7 +315,7 @@ def read_report(directory: str | Path) -> dict[str, Any]:
     return report
 
 
-def open_prepared(directory: str | Path) -> PreparedPairs | PreparedText:
+def open_prepared(directory: str | Path) -> PreparedPairs | PreparedText | PreparedLabelled:
     """Map a prepared directory (its layout is in the module docstring).
 
     Raises:
@@ -243,11 +325,12 @@ def open_prepared(directory: str | Path) -> PreparedPairs | PreparedText:
     directory = Path(directory)
     report = read_report(directory)
     kind: Kind = report.get("kind")  # type: ignore[assignment]
-    if kind not in ("pairs", "text"):
+    if kind not in KINDS:
         raise DataError(f"{directory / REPORT_FILE}: unknown kind of prepared data {kind!r}")
     src = load_tokenizer(directory / SRC_TOKENIZER_FILE)
     tgt = src if report["tokenizers"]["shared"] else load_tokenizer(directory / TGT_TOKENIZER_FILE)
-    sides = ("src", "tgt") if kind == "pairs" else ("text",)
+    sides = {"pairs": ("src", "tgt"), "text": ("text",), "labelled": ("text", "tags") if report["task"] == "tag"
+             else ("text",)}[kind]  # fmt: skip
     arrays: dict[str, dict[str, RaggedArray]] = {}
     for split in SPLIT_NAMES:
         arrays[split] = {side: open_ragged(array_stem(directory, split, side)) for side in sides}
@@ -258,4 +341,10 @@ def open_prepared(directory: str | Path) -> PreparedPairs | PreparedText:
     if kind == "pairs":
         splits = {split: PairArrays(arrays[split]["src"], arrays[split]["tgt"]) for split in SPLIT_NAMES}
         return PreparedPairs(directory, report, TokenizerPair(src, tgt), splits)
+    if kind == "labelled":
+        labelled = {}
+        for split in SPLIT_NAMES:
+            labels = None if report["task"] == "tag" else load_array(labels_file(directory, split))
+            labelled[split] = LabelledArrays(arrays[split]["text"], labels, arrays[split].get("tags"))
+        return PreparedLabelled(directory, report, src, labelled)
     return PreparedText(directory, report, src, {split: arrays[split]["text"] for split in SPLIT_NAMES})

@@ -14,8 +14,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from dotformer.data.arrays import RaggedWriter
-from dotformer.data.prepared import Kind, array_stem, text_file
+from dotformer.data.arrays import RaggedWriter, save_array
+from dotformer.data.labelled_text import LabelledText, labelled_line
+from dotformer.data.prepared import Kind, array_stem, labels_file, text_file
 from dotformer.data.splits import SPLIT_NAMES
 from dotformer.data.tokenizers import EncodedChunk
 from dotformer.data.types import Pair
@@ -23,18 +24,30 @@ from dotformer.errors import ConfigError, DataError
 
 
 class SplitWriters:
-    """The arrays of the three splits (one per side: ``src`` and ``tgt`` of pairs, ``text`` of a language model) and
-    the valid/test text files of a directory being written; leaving a ``with`` block by an exception removes the
-    arrays' partial files.
+    """The arrays of the three splits (one per side: ``src`` and ``tgt`` of pairs, ``text`` of a language model,
+    ``text`` and ``tags`` of a tagger) and the valid/test text files of a directory being written; leaving a ``with``
+    block by an exception removes the arrays' partial files.
 
     Args:
         directory: the (partial) directory. sides: the arrays of each split. dtypes: their ids' dtypes.
-        kind: ``"pairs"`` (valid.tsv, test.tsv) or ``"text"`` (valid.txt, test.txt, and characters counted).
+        kind: ``"pairs"`` (valid.tsv, test.tsv), ``"text"`` (valid.txt, test.txt, and characters counted) or
+            ``"labelled"`` (valid.tsv, test.tsv of labelled texts).
+        label_dtype: a classifier's: the dtype of its label per text, saved as ``SPLIT.labels.npy`` at the end.
     """
 
-    def __init__(self, directory: Path, sides: tuple[str, ...], dtypes: tuple[np.dtype, ...], kind: Kind) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        sides: tuple[str, ...],
+        dtypes: tuple[np.dtype, ...],
+        kind: Kind,
+        label_dtype: np.dtype | None = None,
+    ) -> None:
+        self.directory = directory
         self.kind = kind
         self.sides = sides
+        self.label_dtype = label_dtype
+        self.labels: dict[str, list[np.ndarray]] = {name: [] for name in SPLIT_NAMES}
         stems = {name: [array_stem(directory, name, side) for side in sides] for name in SPLIT_NAMES}
         self.arrays = {
             name: [RaggedWriter(stem, dtype) for stem, dtype in zip(stems[name], dtypes, strict=True)]
@@ -45,13 +58,23 @@ class SplitWriters:
         }
         self.characters = dict.fromkeys(SPLIT_NAMES, 0)
 
-    def write(self, name: str, mask: np.ndarray, encoded: Sequence[EncodedChunk], items: Sequence[Any]) -> None:
+    def write(
+        self,
+        name: str,
+        mask: np.ndarray,
+        encoded: Sequence[EncodedChunk],
+        items: Sequence[Any],
+        labels: np.ndarray | None = None,
+    ) -> None:
         """Append the examples of a chunk that ``mask`` selects to split ``name`` (and their text, when ``items``
-        is given and the split keeps its text)."""
+        is given and the split keeps its text; and their label per example, a classifier's ``labels``)."""
         if not mask.any():
             return
         for writer, side in zip(self.arrays[name], encoded, strict=True):
             writer.append(side.ids[np.repeat(mask, side.lengths)], side.lengths[mask])
+        if self.label_dtype is not None:
+            assert labels is not None
+            self.labels[name].append(np.asarray(labels)[mask].astype(self.label_dtype))
         if not items or (name not in self.texts and self.kind != "text"):
             return
         selected = [item for item, keep in zip(items, mask, strict=True) if keep]
@@ -76,6 +99,9 @@ class SplitWriters:
     def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
         for handle in self.texts.values():
             handle.close()
+        if kind is None and self.label_dtype is not None:
+            for name, parts in self.labels.items():
+                save_array(labels_file(self.directory, name), np.concatenate([np.zeros(0, self.label_dtype), *parts]))
         for writers in self.arrays.values():
             for writer in writers:
                 if kind is None:
@@ -84,14 +110,20 @@ class SplitWriters:
                     writer.abort()
 
 
-def text_line(item: Pair | str, split: str, kind: str) -> str:
-    """One line of ``valid.tsv`` (a pair) or ``valid.txt`` (a line).
+def text_line(item: Pair | str | LabelledText, split: str, kind: str) -> str:
+    """One line of ``valid.tsv`` (a pair, a labelled text) or ``valid.txt`` (a line).
 
     Raises:
         DataError: a text holds a tab or line break, which a TSV line cannot hold (the readers replace them).
     """
     if kind == "text":
         return f"{item}\n"
+    if kind == "labelled":
+        assert isinstance(item, LabelledText)
+        try:
+            return labelled_line(item)
+        except DataError as exc:
+            raise DataError(f"{split} text: {exc}") from None
     assert isinstance(item, Pair)
     for side, text in zip(("source", "target"), item, strict=True):
         if any(char in text for char in "\t\n\r"):

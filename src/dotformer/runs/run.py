@@ -50,7 +50,7 @@ from dotformer.training.config import TrainConfig
 from dotformer.training.progress import count
 
 if TYPE_CHECKING:
-    from dotformer.data.prepared import PreparedPairs, PreparedText
+    from dotformer.data.prepared import PreparedLabelled, PreparedPairs, PreparedText
     from dotformer.runs.finetune import InitSource
     from dotformer.training.distributed import DistContext
     from dotformer.training.loop import FitResult
@@ -346,7 +346,7 @@ def _train(
 
 def prepare_data(
     section: dict[str, Any], seed: int = 1, out: str | Path | None = None, **options: Any
-) -> PreparedPairs | PreparedText:
+) -> PreparedPairs | PreparedText | PreparedLabelled:
     """Prepare the data of a ``[data]`` table once (``dotformer prepare``): into the directory ``out`` (new or empty),
     which ``train --data OUT`` then maps as it is, or into the cache of prepared data (``out`` None), where a run on
     the same files and settings finds it.
@@ -357,22 +357,21 @@ def prepare_data(
         out: the directory, or None for the cache.
         options: ``sample_lines`` and ``chunk`` of :func:`dotformer.data.preparing.prepare_pairs`.
 
+    An encoder's data is prepared for its task: a masked language model's text with ``<mask>`` in its tokenizer, a
+    classifier's or a tagger's labelled texts (the ``labelled`` kind).
+
     Raises:
         ConfigError: no dataset, bad settings, an ``out`` that is a file or a directory that is not empty.
         DataError / MissingDataError: the data cannot be read.
     """
-    from dotformer.data.cache import prepared_for
-    from dotformer.data.config import LMDataConfig
-    from dotformer.data.preparing import prepare_pairs, prepare_text
+    from dotformer.data.cache import prepare, prepared_for
 
     if not section.get("dataset") and "task" not in section:
         raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
     data = task_of_section(section).data_config(section, "[data]")
     if out is None:
         return prepared_for(data, seed, **options)
-    if isinstance(data, LMDataConfig):
-        return prepare_text(data, seed, out, **options)
-    return prepare_pairs(data, seed, out, **options)
+    return prepare(data, seed, out, **options)
 
 
 __all__ = ["RunResult", "check_requirements", "check_resumable", "prepare_data", "train_run"]

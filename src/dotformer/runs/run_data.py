@@ -4,10 +4,11 @@ trains on (:mod:`dotformer.data.prepared`) and keeps only what is small, never t
 ``RUN/data/`` holds::
 
     data.json                   the prepared directory, its fingerprint, the seed of its split, whether its
-                                tokenizers were given (fine-tuning), and its report
+                                tokenizers were given (fine-tuning), and its report (a classifier's labels too)
     tokenizer_src.json          the tokenizers (also in every checkpoint)
     tokenizer_tgt.json
-    valid.tsv, test.tsv         the held-out pairs as text (what ``evaluate --split`` scores), or valid.txt, test.txt
+    valid.tsv, test.tsv         the held-out pairs, or labelled texts, as text (what ``evaluate --split`` scores)
+    valid.txt, test.txt         or the held-out lines of a text (a language model's, a masked language model's)
 
 A resumed run maps the directory again. When it is gone (a cleared cache, another machine), the data is prepared
 again into the cache from the same inputs, and the fingerprint must come out the same: an input that changed since
@@ -20,19 +21,29 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.prepared import REPORT_FILE, PreparedPairs, PreparedText, open_prepared, text_file
+from dotformer.data.prepared import (
+    REPORT_FILE,
+    PreparedLabelled,
+    PreparedPairs,
+    PreparedText,
+    kind_of_task,
+    open_prepared,
+    text_file,
+)
 from dotformer.errors import CheckpointError
 
 REFERENCE_FILE = "data.json"
 TOKENIZER_FILES = ("tokenizer_src.json", "tokenizer_tgt.json")
+AnyPrepared = PreparedPairs | PreparedText | PreparedLabelled
 
 
-def save_reference(prepared: PreparedPairs | PreparedText, data_dir: Path, given_tokenizers: bool) -> None:
-    """Write ``RUN/data``: the reference to ``prepared``, its tokenizers and its held-out text (rank 0)."""
+def save_reference(prepared: AnyPrepared, data_dir: Path, given_tokenizers: bool) -> None:
+    """Write ``RUN/data``: the reference to ``prepared`` (of any kind), its tokenizers and its held-out text
+    (rank 0)."""
     from dotformer.runs.records import write_json_atomic
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    kind = "pairs" if isinstance(prepared, PreparedPairs) else "text"
+    kind = kind_of_task(prepared.task)
     for name in TOKENIZER_FILES:
         shutil.copyfile(prepared.directory / name, data_dir / name)
     for split in ("valid", "test"):
@@ -48,7 +59,7 @@ def save_reference(prepared: PreparedPairs | PreparedText, data_dir: Path, given
     write_json_atomic(data_dir / REFERENCE_FILE, reference)
 
 
-def open_run_data(run_dir: str | Path, data_config: Any = None) -> PreparedPairs | PreparedText:
+def open_run_data(run_dir: str | Path, data_config: Any = None) -> AnyPrepared:
     """The prepared data of the run in ``run_dir``: its directory mapped, or (given the run's ``data_config``) the
     data prepared again into the cache from the same inputs when the directory is gone.
 
@@ -81,7 +92,8 @@ def open_run_data(run_dir: str | Path, data_config: Any = None) -> PreparedPairs
     if reference.get("given_tokenizers"):
         src, tgt = (load_tokenizer(data_dir / name) for name in TOKENIZER_FILES)
         shared = reference["report"]["tokenizers"]["shared"]
-        tokenizers = src if reference["report"]["kind"] == "text" else TokenizerPair(src, src if shared else tgt)
+        one = reference["report"]["kind"] in ("text", "labelled")  # one tokenizer
+        tokenizers = src if one else TokenizerPair(src, src if shared else tgt)
     changed = changed_inputs(reference["report"].get("inputs", []))
     if changed:
         raise CheckpointError(

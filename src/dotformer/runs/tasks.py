@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dotformer.data.config import ENCODER_TASKS, LM_TASK
-from dotformer.data.prepared import PreparedPairs, PreparedText
+from dotformer.data.prepared import PreparedLabelled, PreparedPairs, PreparedText
 from dotformer.data.types import NAMED_TASKS
 from dotformer.errors import ConfigError
 from dotformer.runs.config_files import ConfigSections, read_config_file
@@ -52,21 +52,26 @@ def task_of_section(data: dict[str, Any]) -> Task:
     return task_named(str(name))
 
 
-def prepared_source(section: dict[str, Any]) -> tuple[dict[str, Any], PreparedPairs | PreparedText] | None:
+def prepared_source(
+    section: dict[str, Any],
+) -> tuple[dict[str, Any], PreparedPairs | PreparedText | PreparedLabelled] | None:
     """When ``section``'s dataset names a prepared directory (``dotformer prepare --out DIR``): the ``[data]`` it was
-    prepared from (with the section's ``block_size``, which is cut at batching time), and the mapped data; else None.
+    prepared from (with the section's settings that are decided at batching time: a block size, a masked language
+    model's unit and masking), and the mapped data; else None.
 
     Raises:
         ConfigError: other data settings beside it (they are fixed when the data is prepared), or another task.
         DataError: a damaged prepared directory.
     """
     from dotformer.data.prepared import REPORT_FILE, open_prepared
+    from dotformer.data.preparing import BATCH_TIME_FIELDS
 
     dataset = section.get("dataset")
     if not isinstance(dataset, str) or not (Path(dataset) / REPORT_FILE).is_file():
         return None
     prepared = open_prepared(dataset)
-    fixed = sorted(set(section) - {"dataset", "task", "block_size"})
+    batch_time = BATCH_TIME_FIELDS.get(prepared.task, ())
+    fixed = sorted(set(section) - {"dataset", "task", *batch_time})
     if fixed:
         raise ConfigError(
             f"{dataset} is prepared data: its data settings were fixed when it was prepared, and {', '.join(fixed)} "
@@ -75,8 +80,7 @@ def prepared_source(section: dict[str, Any]) -> tuple[dict[str, Any], PreparedPa
     if section.get("task") not in (None, prepared.task):
         raise ConfigError(f"{dataset} is prepared for task {prepared.task}, not {section['task']}")
     data = dict(prepared.report["data"])
-    if "block_size" in section:
-        data["block_size"] = section["block_size"]
+    data.update({key: section[key] for key in batch_time if key in section})
     return data, prepared
 
 

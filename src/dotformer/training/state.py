@@ -17,6 +17,7 @@ from torch import nn
 from dotformer.data.arrays import PairArrays
 from dotformer.data.batching import Batch, EncodedPair
 from dotformer.data.blocks import TokenStream
+from dotformer.data.labelled import LabelledExamples
 from dotformer.data.tokenizers import Tokenizer
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext
@@ -35,8 +36,9 @@ class TrainData:
 
     Attributes:
         train: the training pairs as arrays (a split of :class:`~dotformer.data.prepared.PreparedPairs`, memory-
-            mapped; or a list of ``dotformer.data.batching.encode_pairs``), or a language model's text
-            (:class:`~dotformer.data.blocks.TokenStream`: batched in contiguous blocks).
+            mapped; or a list of ``dotformer.data.batching.encode_pairs``), a language model's text
+            (:class:`~dotformer.data.blocks.TokenStream`: batched in contiguous blocks), or an encoder's examples
+            (:class:`~dotformer.data.labelled.LabelledExamples`, views of prepared arrays).
         valid: the validation pairs, or text (may be empty: no validation).
         src_tokenizer, tgt_tokenizer: saved with every checkpoint.
         valid_pairs: the validation pairs as text, for a decoding ``best_metric`` (None: rebuilt from ``valid``
@@ -45,8 +47,8 @@ class TrainData:
             pairs and text, masked tokens or labels for an encoder's examples.
     """
 
-    train: PairArrays | Sequence[EncodedPair] | TokenStream
-    valid: PairArrays | Sequence[EncodedPair] | TokenStream
+    train: PairArrays | Sequence[EncodedPair] | TokenStream | LabelledExamples
+    valid: PairArrays | Sequence[EncodedPair] | TokenStream | LabelledExamples
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     valid_pairs: Sequence[Pair] | None = None
