@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.config import ENCODER_TASKS, LM_TASK
+from dotformer.data.config import ENCODER_TASKS, LM_TASK, DataConfig, LMDataConfig
 from dotformer.data.prepared import PreparedPairs, PreparedText
 from dotformer.data.types import NAMED_TASKS
 from dotformer.errors import ConfigError
@@ -56,8 +56,13 @@ def prepared_source(section: dict[str, Any]) -> tuple[dict[str, Any], PreparedPa
     """When ``section``'s dataset names a prepared directory (``dotformer prepare --out DIR``): the ``[data]`` it was
     prepared from (with the section's ``block_size``, which is cut at batching time), and the mapped data; else None.
 
+    Other settings beside it are accepted when they are the prepared data's own (a config file's ``[data]``, read
+    with ``train --data DIR --config FILE``, as ``dotformer prepare --config FILE`` read it): a value that gives
+    the same data settings as the prepared data's (after the task's defaults are filled in) changes nothing.
+
     Raises:
-        ConfigError: other data settings beside it (they are fixed when the data is prepared), or another task.
+        ConfigError: a setting beside it that differs from the prepared data's (each named with both values: the
+            data settings are fixed when the data is prepared), or another task.
         DataError: a damaged prepared directory.
     """
     from dotformer.data.prepared import REPORT_FILE, open_prepared
@@ -66,18 +71,36 @@ def prepared_source(section: dict[str, Any]) -> tuple[dict[str, Any], PreparedPa
     if not isinstance(dataset, str) or not (Path(dataset) / REPORT_FILE).is_file():
         return None
     prepared = open_prepared(dataset)
-    fixed = sorted(set(section) - {"dataset", "task", "block_size"})
-    if fixed:
-        raise ConfigError(
-            f"{dataset} is prepared data: its data settings were fixed when it was prepared, and {', '.join(fixed)} "
-            f"would change them; prepare the data again with {'them' if len(fixed) > 1 else 'it'} (dotformer prepare)"
-        )
     if section.get("task") not in (None, prepared.task):
         raise ConfigError(f"{dataset} is prepared for task {prepared.task}, not {section['task']}")
+    differing = [
+        f"{key} = {section[key]!r} (prepared with {prepared.report['data'].get(key)!r})"
+        for key in sorted(set(section) - {"dataset", "task", "block_size"})
+        if not _same_setting(prepared, key, section[key])
+    ]
+    if differing:
+        raise ConfigError(
+            f"{dataset} is prepared data: its data settings were fixed when it was prepared, and "
+            f"{', '.join(differing)} would change them; prepare the data again with "
+            f"{'them' if len(differing) > 1 else 'it'} (dotformer prepare)"
+        )
     data = dict(prepared.report["data"])
     if "block_size" in section:
         data["block_size"] = section["block_size"]
     return data, prepared
+
+
+def _same_setting(prepared: PreparedPairs | PreparedText, key: str, value: Any) -> bool:
+    """Whether ``key = value`` leaves the data settings of ``prepared`` as they are (its task's defaults filled in:
+    ``vocab_size = 8000`` is the default's own value); a value its config refuses is another setting."""
+    own = prepared.report["data"]
+    try:
+        if isinstance(prepared, PreparedPairs):
+            asked = DataConfig.from_dict({**own, key: value}).resolved(prepared.task)
+            return asked == DataConfig.from_dict(own).resolved(prepared.task)
+        return LMDataConfig.from_section({**own, key: value}) == LMDataConfig.from_section(own)
+    except ConfigError:
+        return False
 
 
 def read_task_config_file(path: str | Path) -> ConfigSections:
