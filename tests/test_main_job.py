@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,38 @@ def test_copy_task_reaches_exact_match(tmp_path: Path, cli: Cli) -> None:
     done = cli("evaluate", "--checkpoint", str(out), "--split", "test", "--json", str(report), cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(report.read_text())["metrics"]["exact_match"] == pytest.approx(100.0)
+
+
+@pytest.mark.slow
+def test_wmt_base_config_trains_on_prepared_wmt_shaped_files(tmp_path: Path, cli: Cli) -> None:
+    """configs/wmt-base.toml as the guide runs it: its files in data/wmt14/ (here 2,000 synthetic WMT-shaped pairs,
+    100 of newstest2013 and 2014), ``prepare`` once, ``train --data PREPARED --config`` the paper's recipe, then
+    sacreBLEU on newstest2014; a tiny model, a 500-token BPE and 4 steps keep it to seconds."""
+    pytest.importorskip("sacrebleu")
+    corpus = ["benchmarks/wmt_synthetic.py", "--pairs", "2000", "--held-out", "100", "--wmt14-names"]
+    run([sys.executable, *corpus, "--out", str(tmp_path / "data" / "wmt14")], tmp_path)
+    config, small = str(ROOT / "configs" / "wmt-base.toml"), ["--vocab-size", "500"]
+    done = cli("prepare", "--config", config, *small, "--out", "prepared", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "learned on all 2,000 training pairs" in done.stderr
+    quick = ["--preset", "tiny", "--max-steps", "4", "--max-tokens", "1024", "--eval-every", "0", "--save-every", "0"]
+    argv = ["train", "--data", "prepared", "--config", config, *small, *quick, "--device", "cpu", "--no-progress"]
+    done = cli(*argv, "--out", "run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    train = record["train"]
+    assert (train["lr_schedule"], train["warmup_steps"], train["accumulation_steps"]) == ("noam", 4000, 2)
+    assert (train["adam_beta1"], train["adam_beta2"], train["adam_eps"]) == (0.9, 0.98, 1e-9)
+    assert (train["label_smoothing"], train["amp"], record["model"]["dropout"]) == (0.1, "bf16", 0.1)
+    assert record["data"]["valid"] == "data/wmt14/newstest2013.en,data/wmt14/newstest2013.de"
+    assert record["model"]["share_embeddings"] and record["model"]["src_vocab_size"] == 500
+    reference = json.loads((tmp_path / "run" / "data" / "data.json").read_text())
+    assert Path(reference["prepared"]) == (tmp_path / "prepared").resolve()
+    assert reference["report"]["splits"]["test"]["examples"] == 100
+    done = cli("evaluate", "--checkpoint", "run", "--split", "test", "--json", "test.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "test.json").read_text())["metrics"]
+    assert {"bleu", "chrf"} <= set(metrics) and 0 <= metrics["bleu"] <= 100
 
 
 @pytest.mark.slow
