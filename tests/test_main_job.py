@@ -204,14 +204,23 @@ def test_gpu_script_prepares_the_files_and_runs_from_them(tmp_path: Path) -> Non
                           capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 2 and "was not written by" in proc.stderr and not any(mine.iterdir())
     run(["bash", "scripts/gpu.sh", "prepare"], tmp_path, GPU_DATA=str(data))
-    for job in ("g2p", "bible"):
-        for name in ("train.tsv", "valid.tsv", "test.tsv", "tokenizer_src.json", "tokenizer_tgt.json"):
+    for job, dataset in (("g2p", "cmudict"), ("bible", "bible")):  # each config's data, prepared as train reads it
+        assert json.loads((data / job / "prepared.json").read_text())["data"]["dataset"] == dataset
+        for name in ("train.src.bin", "train.tgt.idx", "valid.tsv", "test.tsv", "tokenizer_src.json"):
             assert (data / job / name).stat().st_size > 0, (job, name)
     assert list((data / "wheels").glob("rapidfuzz-*-cp312-*.whl"))
+    assert sum(path.stat().st_size for path in data.rglob("*") if path.is_file()) < 40 * 2**20  # it travels
     run(["bash", "scripts/gpu.sh", "run"], tmp_path, GPU_DATA=str(data), OUT=str(out), SMOKE="1")
-    # the base model trained on exactly the prepared Bible pairs, with their one shared vocabulary
+    # the base model trained on exactly the prepared Bible pairs and their vocabulary: the run refers to them
+    reference = json.loads((out / "bible-base" / "data" / "data.json").read_text())
+    assert Path(reference["prepared"]) == (data / "bible").resolve()
     assert (out / "bible-base" / "data" / "test.tsv").read_bytes() == (data / "bible" / "test.tsv").read_bytes()
     assert json.loads((out / "bible-base" / "run.json").read_text())["model"]["d_model"] == 512
-    for name in ("bible_test.json", "bible_valid.json", "g2p_test.json", "gpu.json"):
+    for name in ("bible_test.json", "bible_valid.json", "g2p_test.json", "gpu.json", "wmt.json"):
         assert (out / name).is_file(), name
     assert "wer" in json.loads((out / "g2p_test.json").read_text())["metrics"]
+    # the WMT job's config on synthetic WMT-shaped pairs: prepared (tokens/s reported), then trained
+    wmt = json.loads((out / "wmt.json").read_text())
+    assert wmt["pairs"] == 2000 and wmt["prepare"]["tokens_per_s"] > 0 and wmt["train"]["steps"] == 3
+    record = json.loads((out / "wmt-base" / "run.json").read_text())
+    assert (record["train"]["lr_schedule"], record["train"]["accumulation_steps"]) == ("noam", 2)
