@@ -1,37 +1,45 @@
-"""Decoding the real job: a trained G2P checkpoint pronouncing CMUdict test words, dotformer against CTranslate2 and HF.
+"""Decoding the real jobs: trained checkpoints (G2P, a small Bible model) decoding their test inputs, dotformer's two
+engines against a hand-written CTranslate2 script and HF.
 
-The model is a trained checkpoint (``--checkpoint``; without one, the G2P default is trained briefly first:
-``dotformer train --config g2p --max-steps N --threads 1``). The same weights are exported with
-``dotformer export --to ct2`` and ``--to marian``, so every system computes the same function. The words are the
-checkpoint run's own test split (``data/test.tsv``: words never seen in training), or ``--words-file``.
+The models are trained checkpoints (``--checkpoint``, repeatable; without one, the G2P default is trained briefly
+first: ``dotformer train --config g2p --max-steps N --threads 1``; ``--bible-steps N`` also trains the Bible default,
+the ``small`` preset, for N steps). The same weights are exported with ``dotformer export --to ct2`` and ``--to
+marian``, so every system computes the same function. The inputs are the checkpoint run's own test split
+(``data/test.tsv``: inputs never seen in training), or ``--words-file``.
 
-Systems (each pronounces the same words, greedy and beam 4):
+Systems (each decodes the same inputs, greedy and beam 4, on 1 and on 2 threads):
 
-* ``dotformer`` / ``dotformer_int8``: :func:`dotformer.decoding.translate.translate`, float32 and with int8 linear
-  layers (:func:`dotformer.decoding.quantization.quantize_int8`, what ``--dtype int8`` decodes with), batches of
-  ``--batch-size`` words (``--batch-sizes`` adds both dotformer and CTranslate2 at other sizes: the batch-size lever);
+* ``dotformer`` / ``dotformer_int8``: the torch engine, :func:`dotformer.decoding.translate.translate`, float32 and
+  with int8 linear layers (:func:`dotformer.decoding.quantization.quantize_int8`, what ``--dtype int8`` decodes
+  with), batches of ``--batch-size`` inputs (``--batch-sizes`` adds the torch engine and CTranslate2 at other sizes:
+  the batch-size lever);
+* ``dotformer_ct2`` / ``dotformer_ct2_int8``: the CTranslate2 engine, ``dotformer.load(..., engine="ctranslate2")
+  .translate(...)`` (its copy converted and cached beforehand), float32 and int8;
 * ``dotformer_bf16`` / ``ct2_bfloat16`` (``--bf16``): both in bfloat16, for CPUs that compute it natively (where
   CTranslate2 offers no bfloat16 on the CPU, dotformer bfloat16 is compared with CTranslate2 float32);
-* ``ct2_float32`` / ``ct2_int8``: ``ctranslate2.Translator.translate_batch`` on the exported model
-  (``compute_type`` float32 / int8, one thread, ``max_batch_size`` = the batch size), the sources without their
-  ``</s>``: the export's ``add_source_eos`` appends it, as dotformer does;
+* ``ct2_float32`` / ``ct2_int8``: a hand-written script's ``ctranslate2.Translator.translate_batch`` on the exported
+  model (``compute_type`` float32 / int8, ``intra_threads`` = the threads, ``max_batch_size`` = the batch size), the
+  sources without their ``</s>``: the export's ``add_source_eos`` appends it, as dotformer does;
 * ``hf_generate``: HF ``MarianMTModel.generate`` on the exported Marian copy, length-sorted batches (in-process only).
 
 Two views of the job:
 
-* in-process: from the list of words to the list of pronunciations (tokenising included), model loaded beforehand;
-* whole command: ``dotformer translate --input FILE`` (start-up, loading and writing included) against a script that
-  loads CTranslate2 and decodes the same words (given as tokens, so it pays no tokeniser).
+* in-process: from the list of inputs to the list of outputs (tokenising included), model loaded beforehand;
+* whole command: ``dotformer translate --input FILE`` with its defaults (``--engine auto``: CTranslate2 where it is
+  installed; start-up, loading and writing included; ``dotformer`` and ``dotformer_int8``) and with ``--engine torch``
+  (``dotformer_torch``, ``dotformer_torch_int8``), against a script that loads CTranslate2 and decodes the same inputs
+  (given as tokens, so it pays no tokeniser).
 
-Figures: words/s from wall time and from CPU time (``time.process_time`` in-process, the children's
+Figures: inputs/s from wall time and from CPU time (``time.process_time`` in-process, the children's
 ``getrusage`` for commands). Runs are interleaved in rotating order (A B C, B C A, ...), medians over ``--rounds``;
-``cpu_ratio`` / ``wall_ratio`` = dotformer's words/s over the peer of the same precision (ct2 float32 for float32,
-ct2 int8 for int8, HF for ``hf_generate``), where > 1 means dotformer is faster. Use one thread (``--threads 1``,
-the default) on a loaded machine and read the CPU-time ratio: other processes inflate wall time.
-``agree`` = fraction of words whose output equals dotformer float32's (beam search uses each system's own length
-normalisation: dotformer GNMT α = 0.6, CTranslate2 and HF their own with 0.6, so a few beam outputs may differ).
+``cpu_ratio`` / ``wall_ratio`` = dotformer's inputs/s over the peer of the same precision (ct2 float32 for float32,
+ct2 int8 for int8, HF for ``hf_generate``), where > 1 means dotformer is faster. On a loaded machine read the
+CPU-time ratio of one thread: other processes inflate wall time. ``agree`` = fraction of inputs whose output equals
+the torch engine's float32 output (the hand-written script ranks beams by CTranslate2's own length normalisation
+with 0.6, HF by its own; dotformer's CTranslate2 engine ranks them as the torch engine does, GNMT α = 0.6).
 
-Run: ``python benchmarks/decoding_real.py --checkpoint runs/g2p`` (``--quick`` for a 1-2 minute check).
+Run: ``python benchmarks/decoding_real.py --checkpoint runs/g2p --checkpoint runs/bible`` (``--quick`` for a 1-2
+minute check).
 """
 
 from __future__ import annotations
@@ -56,8 +64,8 @@ Outputs = list[str]  # one pronunciation per word
 
 CT2_SCRIPT = """
 import sys, ctranslate2
-model, compute_type, beam, batch, src, out = sys.argv[1:7]
-translator = ctranslate2.Translator(model, device="cpu", compute_type=compute_type, intra_threads=1, inter_threads=1)
+model, compute_type, beam, batch, src, out, threads = sys.argv[1:8]
+translator = ctranslate2.Translator(model, device="cpu", compute_type=compute_type, intra_threads=int(threads))
 batch_tokens = [line.split() for line in open(src, encoding="utf-8")]
 results = translator.translate_batch(batch_tokens, beam_size=int(beam), max_batch_size=int(batch),
     max_decoding_length=max(map(len, batch_tokens)) + 51, min_decoding_length=0, max_input_length=0,
@@ -115,12 +123,12 @@ class Job:
     workdir: Path
 
 
-def prepare(args: argparse.Namespace, workdir: Path) -> Job:
-    """Train (if needed) and export the checkpoint, read the words and tokenise them as dotformer does."""
+def prepare(args: argparse.Namespace, checkpoint: Path, workdir: Path) -> Job:
+    """Export the checkpoint, read its test inputs and tokenise them as dotformer does."""
     from dotformer.checkpoint import load_checkpoint
-    from dotformer.decoding.translate import encode_sources
+    from dotformer.decoding.inputs import encode_sources
 
-    checkpoint = Path(args.checkpoint) if args.checkpoint else train_g2p(workdir / "g2p", args.train_steps)
+    workdir.mkdir(parents=True, exist_ok=True)
     ct2_dir, marian_dir = workdir / "ct2", workdir / "marian"
     run_quiet([*dotformer_cli(), "export", "--to", "ct2", str(checkpoint), str(ct2_dir)])
     run_quiet([*dotformer_cli(), "export", "--to", "marian", str(checkpoint), str(marian_dir)])
@@ -131,9 +139,33 @@ def prepare(args: argparse.Namespace, workdir: Path) -> Job:
     return Job(checkpoint, ct2_dir, marian_dir, words, pieces, workdir)
 
 
+def train_bible(out: Path, steps: int) -> Path:
+    """Train the Bible default (the ``small`` preset) for ``steps`` steps on one thread; return the run directory."""
+    print(f"training the Bible default for {steps} steps into {out} ...", flush=True)
+    run_quiet(
+        [*dotformer_cli(), "train", "--config", "bible", "--out", str(out), "--max-steps", str(steps)]
+        + ["--threads", "1", "--no-progress"]
+    )
+    return out
+
+
+def dotformer_ct2_system(job: Job, beam: int, batch_size: int, dtype: str, threads: int) -> Callable[[], Outputs]:
+    """The CTranslate2 engine: ``dotformer.load(..., engine="ctranslate2").translate`` in ``dtype`` (its copy is
+    converted, or found in the cache, here, before the timed runs)."""
+    import dotformer
+
+    model = dotformer.load(job.checkpoint, device="cpu", dtype=dtype, engine="ctranslate2", intra_threads=threads)
+    search: dict[str, Any] = {"strategy": "greedy"} if beam == 1 else {"strategy": "beam", "beam": beam}
+
+    def run() -> Outputs:
+        return list(model.translate(job.words, batch_size=batch_size, progress=False, **search))
+
+    return run
+
+
 def dotformer_system(job: Job, beam: int, batch_size: int, dtype: str = "float32") -> Callable[[], Outputs]:
-    """:func:`translate` of the checkpoint in ``dtype``: "float32", "bfloat16" (weights and activations), or "int8"
-    (int8 linear layers)."""
+    """The torch engine: :func:`translate` of the checkpoint in ``dtype``: "float32", "bfloat16" (weights and
+    activations), or "int8" (int8 linear layers)."""
     from dotformer.api.translator import load_checkpoint_for_decoding
     from dotformer.decoding import DecodeConfig
     from dotformer.decoding.translate import translate
@@ -147,8 +179,8 @@ def dotformer_system(job: Job, beam: int, batch_size: int, dtype: str = "float32
     return run
 
 
-def ct2_system(job: Job, beam: int, batch_size: int, compute_type: str) -> Callable[[], Outputs]:
-    """CTranslate2's ``translate_batch`` on the export, one thread."""
+def ct2_system(job: Job, beam: int, batch_size: int, compute_type: str, threads: int = 1) -> Callable[[], Outputs]:
+    """CTranslate2's ``translate_batch`` on the export, on ``threads`` threads (what a hand-written script does)."""
     import ctranslate2
 
     from dotformer.checkpoint import load_checkpoint
@@ -156,7 +188,7 @@ def ct2_system(job: Job, beam: int, batch_size: int, compute_type: str) -> Calla
     tgt = load_checkpoint(job.checkpoint).tgt_tokenizer
     index = {tgt.id_to_token(i): i for i in range(tgt.vocab_size)}
     translator = ctranslate2.Translator(
-        str(job.ct2_dir), device="cpu", compute_type=compute_type, intra_threads=1, inter_threads=1
+        str(job.ct2_dir), device="cpu", compute_type=compute_type, intra_threads=threads, inter_threads=1
     )
     longest = max(map(len, job.src_tokens)) + 1  # </s> included, as dotformer counts the input length
 
@@ -181,7 +213,9 @@ def hf_system(job: Job, beam: int, batch_size: int) -> Callable[[], Outputs]:
     from transformers import MarianMTModel
 
     from dotformer.checkpoint import load_checkpoint
-    from dotformer.decoding.translate import encode_sources, length_sorted_batches, pad_batch
+    from dotformer.decoding.inputs import encode_sources
+    from dotformer.decoding.order import length_sorted_batches
+    from dotformer.decoding.translate import pad_batch
 
     loaded = load_checkpoint(job.checkpoint)
     marian = MarianMTModel.from_pretrained(str(job.marian_dir)).eval()
@@ -213,8 +247,9 @@ def hf_system(job: Job, beam: int, batch_size: int) -> Callable[[], Outputs]:
     return run
 
 
-def command_systems(job: Job, beam: int, batch_size: int) -> dict[str, Callable[[], Outputs]]:
-    """Whole commands: ``dotformer translate --input`` (float32, int8) and a CTranslate2 script (float32, int8)."""
+def command_systems(job: Job, beam: int, batch_size: int, threads: int = 1) -> dict[str, Callable[[], Outputs]]:
+    """Whole commands: ``dotformer translate --input`` with its default engine and with ``--engine torch`` (float32,
+    int8), and a CTranslate2 script (float32, int8), on ``threads`` threads."""
     words_file, tokens_file = job.workdir / "words.txt", job.workdir / "tokens.txt"
     words_file.write_text("".join(w + "\n" for w in job.words), encoding="utf-8")
     tokens_file.write_text("".join(" ".join(t) + "\n" for t in job.src_tokens), encoding="utf-8")
@@ -225,22 +260,25 @@ def command_systems(job: Job, beam: int, batch_size: int) -> dict[str, Callable[
     def read(path: Path) -> Outputs:
         return path.read_text(encoding="utf-8").splitlines()
 
-    def ours(dtype: str) -> Callable[[], Outputs]:
-        out = job.workdir / f"out_dotformer_{dtype}.txt"
+    def ours(dtype: str, engine: str = "auto") -> Callable[[], Outputs]:
+        out = job.workdir / f"out_dotformer_{engine}_{dtype}.txt"
         args = [*dotformer_cli(), "translate", "--checkpoint", str(job.checkpoint), "--device", "cpu", "--threads"]
-        args += ["1", "--dtype", dtype, "--batch-size", str(batch_size), *strategy]
+        args += [str(threads), "--dtype", dtype, "--batch-size", str(batch_size), *strategy]
+        args += ["--engine", engine] if engine != "auto" else []  # auto: the command's defaults
         args += ["--input", str(words_file), "--output", str(out)]
         return lambda: (run_quiet(args), read(out))[1]
 
     def theirs(compute_type: str) -> Callable[[], Outputs]:
         out = job.workdir / f"out_ct2_{compute_type}.txt"
         args = [sys.executable, str(script), str(job.ct2_dir), compute_type, str(beam), str(batch_size)]
-        args += [str(tokens_file), str(out)]
+        args += [str(tokens_file), str(out), str(threads)]
         return lambda: (run_quiet(args), read(out))[1]
 
     return {
         "dotformer": ours("float32"),
         "dotformer_int8": ours("int8"),
+        "dotformer_torch": ours("float32", "torch"),
+        "dotformer_torch_int8": ours("int8", "torch"),
         "ct2_float32": theirs("float32"),
         "ct2_int8": theirs("int8"),
     }
@@ -282,14 +320,21 @@ def interleaved(
     return wall, cpu, outputs
 
 
-PEER = {"dotformer": "ct2_float32", "dotformer_int8": "ct2_int8", "dotformer_bf16": "ct2_bfloat16"}
+PEER = {
+    "dotformer": "ct2_float32", "dotformer_int8": "ct2_int8", "dotformer_bf16": "ct2_bfloat16",
+    "dotformer_ct2": "ct2_float32", "dotformer_ct2_int8": "ct2_int8", "dotformer_torch": "ct2_float32",
+    "dotformer_torch_int8": "ct2_int8",
+}  # fmt: skip
+REFERENCE = {"in-process": "dotformer", "command": "dotformer_torch"}  # the torch engine's float32 outputs
 
 
 def rows_of(
     mode: str, search: str, words: int, wall: dict[str, list[float]], cpu: dict[str, list[float]], outputs: dict
 ) -> list[dict[str, Any]]:
-    """One row per system: words/s by wall and CPU time, agreement with dotformer float32, ratios to the peer."""
+    """One row per system: inputs/s by wall and CPU time, agreement with the torch engine's float32 outputs, ratios
+    to the peer."""
     rows = []
+    reference = outputs[REFERENCE[mode]]
     for name in wall:
         row = {
             "mode": mode,
@@ -297,7 +342,7 @@ def rows_of(
             "system": name,
             "words_per_s": words / statistics.median(wall[name]),
             "cpu_words_per_s": words / statistics.median(cpu[name]),
-            "agree": sum(a == b for a, b in zip(outputs[name], outputs["dotformer"], strict=True)) / words,
+            "agree": sum(a == b for a, b in zip(outputs[name], reference, strict=True)) / words,
             "wall_s": wall[name],
             "cpu_s": cpu[name],
         }
@@ -322,69 +367,84 @@ def rows_of(
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Parse the command line, run the benchmark, print the table and write ``out/decoding_real.json``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--checkpoint", default=None, help="a trained checkpoint or run directory (default: train)")
+    parser.add_argument("--checkpoint", action="append", default=[], help="a trained checkpoint or run (repeatable)")
     parser.add_argument("--train-steps", type=int, default=1500, help="steps of the G2P default when training")
-    parser.add_argument("--words-file", default=None, help="words, one per line (default: the run's test split)")
-    parser.add_argument("--words", type=int, default=2000, help="how many words to pronounce")
-    parser.add_argument("--batch-size", type=int, default=64, help="words per batch, every system")
+    parser.add_argument("--bible-steps", type=int, default=0, help="also train the Bible default for N steps")
+    parser.add_argument("--words-file", default=None, help="inputs, one per line (default: each run's test split)")
+    parser.add_argument("--words", type=int, default=2000, help="how many inputs to decode")
+    parser.add_argument("--batch-size", type=int, default=64, help="inputs per batch, every system")
     parser.add_argument("--batch-sizes", default="", help="extra in-process batch sizes (dotformer and ct2): 256,1024")
     parser.add_argument("--searches", default="greedy,beam4", help="comma-separated: greedy, beam4")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (each runs every system once)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (CTranslate2 always gets one)")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts, every system (1,2)")
     parser.add_argument("--bf16", action="store_true", help="add dotformer bfloat16 and CTranslate2 bfloat16")
     parser.add_argument("--no-hf", action="store_true", help="skip HF generate")
     parser.add_argument("--no-command", action="store_true", help="skip the whole-command runs")
-    parser.add_argument("--quick", action="store_true", help="300 words, 2 rounds, greedy only, no HF")
+    parser.add_argument("--quick", action="store_true", help="300 inputs, 2 rounds, greedy only, 1 thread, no HF")
     parser.add_argument("--out", default=str(default_output_dir() / "decoding_real.json"))
     args = parser.parse_args(argv)
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # the commands' threads
-    torch.set_num_threads(args.threads)
     if args.quick:
-        args.words, args.rounds, args.searches, args.no_hf = min(args.words, 300), 2, "greedy", True
+        args.words, args.rounds, args.searches, args.no_hf, args.threads = min(args.words, 300), 2, "greedy", True, "1"
+    thread_counts = [int(t) for t in args.threads.split(",") if t]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="dotformer_decoding_real_") as tmp:
-        job = prepare(args, Path(tmp))
-        extra = [int(b) for b in args.batch_sizes.split(",") if b]
-        for search in args.searches.split(","):
-            beam = 1 if search == "greedy" else int(search.removeprefix("beam"))
-            systems = {
-                "dotformer": dotformer_system(job, beam, args.batch_size, "float32"),
-                "dotformer_int8": dotformer_system(job, beam, args.batch_size, "int8"),
-                "ct2_float32": ct2_system(job, beam, args.batch_size, "float32"),
-                "ct2_int8": ct2_system(job, beam, args.batch_size, "int8"),
-            }
-            if args.bf16:  # where the CPU computes bf16 natively (AVX512-BF16, AMX)
-                systems["dotformer_bf16"] = dotformer_system(job, beam, args.batch_size, "bfloat16")
-                if "bfloat16" in ctranslate2_compute_types():
-                    systems["ct2_bfloat16"] = ct2_system(job, beam, args.batch_size, "bfloat16")
-            for size in extra:
-                systems[f"dotformer@{size}"] = dotformer_system(job, beam, size, "float32")
-                systems[f"dotformer_int8@{size}"] = dotformer_system(job, beam, size, "int8")
-                systems[f"ct2_float32@{size}"] = ct2_system(job, beam, size, "float32")
-                systems[f"ct2_int8@{size}"] = ct2_system(job, beam, size, "int8")
-            if not args.no_hf:
-                systems["hf_generate"] = hf_system(job, beam, args.batch_size)
-            rows += rows_of("in-process", search, len(job.words), *interleaved(systems, args.rounds, children=False))
-            if not args.no_command:
-                commands = command_systems(job, beam, args.batch_size)
-                rows += rows_of("command", search, len(job.words), *interleaved(commands, args.rounds, children=True))
+        checkpoints = [Path(c) for c in args.checkpoint] or [train_g2p(Path(tmp) / "g2p", args.train_steps)]
+        if args.bible_steps:
+            checkpoints.append(train_bible(Path(tmp) / "bible", args.bible_steps))
+        for n, checkpoint in enumerate(checkpoints):
+            job = prepare(args, checkpoint, Path(tmp) / f"job{n}")
+            for threads in thread_counts:
+                for row in job_rows(args, job, threads):
+                    rows.append({"checkpoint": str(checkpoint), "threads": threads, **row})
     columns = ["mode", "search", "system", "words_per_s", "cpu_words_per_s", "peer", "cpu_ratio", "wall_ratio"]
-    print(format_table(rows, [*columns, "agree"]))
-    print(
-        f"{len(job.words)} words, batch size {args.batch_size}, {args.threads} thread(s); ratio > 1: dotformer faster"
-    )
+    print(format_table(rows, ["checkpoint", "threads", *columns, "agree"]))
+    print(f"{args.words} inputs at most, batch size {args.batch_size}; ratio > 1: dotformer faster")
     payload = {
         "benchmark": "decoding_real",
         "command": command_line(),
         "machine": machine_info("cpu"),
-        "checkpoint": str(args.checkpoint or f"G2P default trained {args.train_steps} steps"),
-        "words": len(job.words),
+        "checkpoints": [str(c) for c in args.checkpoint] or [f"G2P default trained {args.train_steps} steps"],
+        "words": args.words,
         "batch_size": args.batch_size,
         "rows": rows,
     }
     write_json(args.out, payload)
     print(f"wrote {args.out}")
     return payload
+
+
+def job_rows(args: argparse.Namespace, job: Job, threads: int) -> list[dict[str, Any]]:
+    """The rows of one checkpoint on ``threads`` threads: every search, in-process then whole command."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # the commands' threads
+    torch.set_num_threads(threads)
+    rows: list[dict[str, Any]] = []
+    extra = [int(b) for b in args.batch_sizes.split(",") if b]
+    for search in args.searches.split(","):
+        beam = 1 if search == "greedy" else int(search.removeprefix("beam"))
+        systems = {
+            "dotformer": dotformer_system(job, beam, args.batch_size, "float32"),
+            "dotformer_int8": dotformer_system(job, beam, args.batch_size, "int8"),
+            "dotformer_ct2": dotformer_ct2_system(job, beam, args.batch_size, "float32", threads),
+            "dotformer_ct2_int8": dotformer_ct2_system(job, beam, args.batch_size, "int8", threads),
+            "ct2_float32": ct2_system(job, beam, args.batch_size, "float32", threads),
+            "ct2_int8": ct2_system(job, beam, args.batch_size, "int8", threads),
+        }
+        if args.bf16:  # where the CPU computes bf16 natively (AVX512-BF16, AMX)
+            systems["dotformer_bf16"] = dotformer_system(job, beam, args.batch_size, "bfloat16")
+            if "bfloat16" in ctranslate2_compute_types():
+                systems["ct2_bfloat16"] = ct2_system(job, beam, args.batch_size, "bfloat16", threads)
+        for size in extra:
+            systems[f"dotformer@{size}"] = dotformer_system(job, beam, size, "float32")
+            systems[f"dotformer_int8@{size}"] = dotformer_system(job, beam, size, "int8")
+            systems[f"ct2_float32@{size}"] = ct2_system(job, beam, size, "float32", threads)
+            systems[f"ct2_int8@{size}"] = ct2_system(job, beam, size, "int8", threads)
+        if not args.no_hf:
+            systems["hf_generate"] = hf_system(job, beam, args.batch_size)
+        rows += rows_of("in-process", search, len(job.words), *interleaved(systems, args.rounds, children=False))
+        if not args.no_command:
+            commands = command_systems(job, beam, args.batch_size, threads)
+            rows += rows_of("command", search, len(job.words), *interleaved(commands, args.rounds, children=True))
+    return rows
 
 
 if __name__ == "__main__":

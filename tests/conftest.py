@@ -18,6 +18,12 @@ from dotformer import ModelConfig, Transformer
 TINY_VOCAB = 13  # PAD=0, BOS=1, EOS=2, UNK=3 and 9 ordinary tokens
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """CTranslate2 copies of a read-only checkpoint go to a temporary directory, not the user's ~/.cache."""
+    os.environ.setdefault("DOTFORMER_CACHE_DIR", str(tmp_path_factory.mktemp("dotformer-cache")))
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     """Every test starts from the same torch random state."""

@@ -27,8 +27,9 @@ from dotformer.checkpoint import load_checkpoint, save_checkpoint
 from dotformer.cli import main
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import EOS_ID
-from dotformer.decoding import DecodeConfig, translate
+from dotformer.decoding import DecodeConfig
 from dotformer.decoding.inputs import InputTooLongError, UnknownTokenWarning
+from dotformer.decoding.translate import translate
 from dotformer.errors import ConfigError, ShapeError
 
 SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"
@@ -61,7 +62,7 @@ def test_five_lines(checkpoints: dict[str, Path]) -> None:
     assert model.translate(COPY_TEXTS) == COPY_TEXTS
     best_two = model.translate(["a3 a1"], beam=4, n_best=2)
     assert len(best_two) == 1 and len(best_two[0]) == 2 and best_two[0][0] == "a3 a1"
-    assert isinstance(model, Translator) and model.task == "synthetic" and model.device == torch.device("cpu")
+    assert isinstance(model, Translator) and model.task == "synthetic" and model.device == "cpu"
     assert model.src_tokenizer.vocab_size == model.model.config.src_vocab_size and model.dtype == "float32"
 
 
@@ -81,7 +82,7 @@ def test_the_api_gives_what_the_cli_prints(checkpoints: dict[str, Path], capsys:
 
 @pytest.mark.numerical
 def test_details_are_the_library_results(checkpoints: dict[str, Path]) -> None:
-    model = dotformer.load(checkpoints["copy"], device="cpu")
+    model = dotformer.load(checkpoints["copy"], device="cpu", engine="torch")  # the library's own search
     results = model.translate(COPY_TEXTS[:3], n_best=2, details=True)
     library = translate(load_checkpoint(checkpoints["copy"]), COPY_TEXTS[:3], DecodeConfig(n_best=2))
     assert all(isinstance(r, TranslationResult) for r in results)

@@ -211,7 +211,22 @@ def test_decoding_real_agrees_with_ctranslate2_on_a_trained_checkpoint(bench, tm
     argv += ["--out", str(tmp_path / "d.json")]
     rows = {r["system"]: r for r in decoding_real.main(argv)["rows"]}
     assert rows["ct2_float32"]["agree"] == 1.0  # the same model, the same source (the export appends </s>)
-    assert rows["dotformer"]["cpu_ratio"] > 0
+    assert rows["dotformer_ct2"]["agree"] == 1.0  # dotformer's CTranslate2 engine decodes as its torch engine
+    assert rows["dotformer"]["cpu_ratio"] > 0 and rows["dotformer_ct2"]["peer"] == "ct2_float32"
+
+
+def test_startup_times_the_commands_and_lists_their_imports(bench, tmp_path):
+    pytest.importorskip("ctranslate2")
+    startup = bench("startup")
+    argv = ["--repeats", "1", "--commands", "translate", "--top", "3", "--out", str(tmp_path / "s.json")]
+    payload = startup.main(argv)
+    commands = [row["command"] for row in payload["rows"]]
+    assert commands[0] == "dotformer --help" and "dotformer translate --help" in commands
+    assert all(row["median_s"] > 0 for row in payload["rows"])
+    imports = payload["imports"]
+    assert imports["dotformer --help"]["torch"] is False  # what the start-up test asserts, seen by -X importtime
+    assert imports["translate one word (cached CTranslate2)"]["torch"] is False
+    assert len(imports["dotformer --help"]["slowest"]) == 3
 
 
 def _scale_row(command: str, run: str, size: float = 4.5, **figures) -> dict:

@@ -152,8 +152,9 @@ def test_evaluate_a_separate_test_file_against_an_independent_computation(
 
 def test_limit_is_a_seeded_sample_and_cut_outputs_are_counted(files: dict[str, Path], run: Path, cli: Cli) -> None:
     from dotformer.checkpoint import load_checkpoint
-    from dotformer.decoding import DecodeConfig, translate
+    from dotformer.decoding import DecodeConfig
     from dotformer.decoding.evaluation import sample_sources
+    from dotformer.decoding.translate import translate
 
     out = files["root"] / "limited"
     args = ["evaluate", "--checkpoint", str(run), "--data", str(files["other_test"]), "--strategy", "greedy",

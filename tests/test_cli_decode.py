@@ -19,7 +19,8 @@ from dotformer.checkpoint import load_checkpoint, save_checkpoint
 from dotformer.cli import main
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import EOS_ID
-from dotformer.decoding import DecodeConfig, translate
+from dotformer.decoding import DecodeConfig
+from dotformer.decoding.translate import translate
 from dotformer.metrics import bleu
 
 SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"  # the copy model's 8 symbols get ids 4..11 in this order
@@ -100,7 +101,8 @@ def test_translate_reads_stdin_lines(
 
 
 def test_translate_n_best_prints_id_text_score_lines(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, _ = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--n-best", "3", "a1 a2", "a5 a6")
+    argv = ["--engine", "torch", "--n-best", "3", "a1 a2", "a5 a6"]  # the library's n-best (the engines': test_engines)
+    status, out, _ = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), *argv)
     assert status == 0
     rows = [line.split(" ||| ") for line in out.splitlines()]
     assert [row[0] for row in rows] == ["0", "0", "0", "1", "1", "1"]  # N lines per input, 0-based ids, no blank line

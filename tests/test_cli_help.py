@@ -110,6 +110,8 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--pooling",
     },
     "translate": {
+        "--engine",
+        "--inter-threads",
         "--alignment-layer",
         "--alignments",
         "--batch-size",
@@ -140,6 +142,8 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--top-p",
     },
     "generate": {
+        "--engine",
+        "--inter-threads",
         "--beam",
         "--checkpoint",
         "--device",
@@ -155,6 +159,8 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--top-p",
     },
     "evaluate": {
+        "--engine",
+        "--inter-threads",
         "--batch-size",
         "--min-len",
         "--min-len-a",
@@ -218,7 +224,17 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
     },
     "explore": {"--checkpoint", "--device", "--port", "--target", "--text", "--verbose", "--write"},
     "export": {"--quantization", "--to"},
-    "serve": {"--checkpoint", "--device", "--dtype", "--host", "--port", "--threads", "--verbose"},
+    "serve": {
+        "--checkpoint",
+        "--device",
+        "--dtype",
+        "--engine",
+        "--host",
+        "--inter-threads",
+        "--port",
+        "--threads",
+        "--verbose",
+    },
     "import": {"--from"},
     "embed": {
         "--batch-size",
@@ -285,6 +301,8 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "texts": ("texts", None, True),
     },
     "evaluate": {
+        "--engine": ("engine", "auto", False),
+        "--inter-threads": ("inter_threads", None, False),
         "--batch-size": ("batch_size", 256, False),
         "--min-len": ("min_len_b", 0, False),
         "--min-len-a": ("min_len_a", 0.0, False),
@@ -339,6 +357,8 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "output": ("output", None, True),
     },
     "generate": {
+        "--engine": ("engine", "auto", False),
+        "--inter-threads": ("inter_threads", None, False),
         "--beam": ("beam", None, False),
         "--checkpoint": ("checkpoint", None, True),
         "--device": ("device", "auto", False),
@@ -385,6 +405,8 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--warmup": ("warmup", None, False),
     },
     "serve": {
+        "--engine": ("engine", "auto", False),
+        "--inter-threads": ("inter_threads", None, False),
         "--checkpoint": ("checkpoint", None, True),
         "--device": ("device", "cpu", False),
         "--dtype": ("dtype", "float32", False),
@@ -479,6 +501,8 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--pooling": ("opt_pooling", None, False),
     },
     "translate": {
+        "--engine": ("engine", "auto", False),
+        "--inter-threads": ("inter_threads", None, False),
         "--batch-size": ("batch_size", 256, False),
         "--beam": ("beam", None, False),
         "--buffer-size": ("buffer_size", 256, False),
@@ -593,6 +617,10 @@ EXPECTED_FLAGS["prepare"] = PREPARE_FLAGS | {
         "synthetic-max-len",
         "synthetic-seed",
         "block-size",
+        "mlm-unit",
+        "mask-probability",
+        "tag-format",
+        "label-subtokens",
     }
 }
 EXPECTED_DESTS["prepare"] = {

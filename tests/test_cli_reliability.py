@@ -168,7 +168,9 @@ def test_an_output_cut_by_a_learned_table_says_so(tmp_path: Path, capsys: pytest
     from dotformer.cli import main
 
     learned = tiny_checkpoint(tmp_path / "learned", ["k a t"], eos_bias=-30.0, positional="learned", max_len=8)
-    assert main(["translate", "--checkpoint", str(learned), "--device", "cpu", "k"]) == 0
+    # the torch engine: on this random model PAD and BOS hold much of each step's mass, which CTranslate2's beam search
+    # renormalises away (tests/test_engines.py covers the engines on a fitted model)
+    assert main(["translate", "--checkpoint", str(learned), "--device", "cpu", "--engine", "torch", "k"]) == 0
     out, err = capsys.readouterr()
     assert len(out.split()) == 8  # the table's 8 positions, no more
     assert err.strip() == (
@@ -177,7 +179,12 @@ def test_an_output_cut_by_a_learned_table_says_so(tmp_path: Path, capsys: pytest
         "--max-len-a/--max-len-b cannot lengthen them"
     )
     # a cut by the flags is still blamed on the flags
-    assert main(["translate", "--checkpoint", str(learned), "--device", "cpu", "--max-len-b", "3", "k"]) == 0
+    assert (
+        main(
+            ["translate", "--checkpoint", str(learned), "--device", "cpu", "--engine", "torch", "--max-len-b", "3", "k"]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert len(out.split()) == 5 and "(--max-len-a 1 x input length + --max-len-b 3)" in err  # 1 x 2 + 3
     assert "positional table" not in err
@@ -197,12 +204,12 @@ def test_an_output_cut_by_a_learned_table_says_so(tmp_path: Path, capsys: pytest
 def test_unfinished_warning_parts() -> None:
     from dotformer.decoding import DecodeConfig
     from dotformer.decoding.evaluation import count_cut_by_table, unfinished_warning
-    from dotformer.decoding.translate import Translation
+    from dotformer.decoding.results import Translation
 
     def cut(n: int) -> list[Translation]:  # no EOS: one log-probability per token
-        return [Translation("x " * n, list(range(4, 4 + n)), -1.0, [-0.1] * n)]
+        return [Translation("x " * n, list(range(4, 4 + n)), -1.0, [-0.1] * n, False)]
 
-    done = [Translation("x", [4], -1.0, [-0.1, -0.1])]  # one token, then EOS
+    done = [Translation("x", [4], -1.0, [-0.1, -0.1], True)]  # one token, then EOS
     learned = ModelConfig.preset("tiny", src_vocab_size=9, tgt_vocab_size=9, positional="learned", max_len=8)
     sinusoidal = ModelConfig.preset("tiny", src_vocab_size=9, tgt_vocab_size=9, max_len=8)
     outputs = [cut(8), cut(5), done, cut(8)]

@@ -159,7 +159,7 @@ def test_os_errors_are_one_line(
 def _parser_running(handler):  # type: ignore[no-untyped-def]
     import argparse
 
-    def build() -> argparse.ArgumentParser:
+    def build(commands: object = None) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(prog="dotformer")
         sub = parser.add_subparsers(dest="command")
         sub.add_parser("explain").set_defaults(handler=handler)

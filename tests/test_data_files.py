@@ -24,7 +24,7 @@ from dotformer.decoding.evaluation import (
     unfinished_warning,
     unknown_fraction,
 )
-from dotformer.decoding.translate import Translation
+from dotformer.decoding.results import Translation
 from dotformer.errors import ConfigError, DataError
 
 THREE = "id1\tword\tW ER1 D\nid2\tcat\tK AE1 T\n"
@@ -336,8 +336,8 @@ def test_sample_sources_is_seeded_and_keeps_references() -> None:
 
 
 def test_unfinished_outputs_are_counted() -> None:
-    done = Translation("a", [5], -1.0, [-0.5, -0.5])  # EOS scored: finished
-    cut = Translation("b b", [6, 6], -2.0, [-1.0, -1.0])  # no EOS: cut at the maximum length
+    done = Translation("a", [5], -1.0, [-0.5, -0.5], True)  # EOS scored: finished
+    cut = Translation("b b", [6, 6], -2.0, [-1.0, -1.0], False)  # no EOS: cut at the maximum length
     assert count_unfinished([[done], [cut], [cut, done], []]) == 2
     assert unfinished_warning(0, 4, DecodeConfig()) is None
     warning = unfinished_warning(2, 4, DecodeConfig(max_len_a=1.5, max_len_b=7))

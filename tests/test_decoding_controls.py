@@ -294,7 +294,7 @@ def test_decoding_work_does_not_grow_with_an_unreached_limit(
         return step(self, tokens)
 
     monkeypatch.setattr(IncrementalDecoder, "step", counted)
-    translator = dotformer.load(checkpoint, device="cpu")  # hand-set scores: EOS first (1024 positions)
+    translator = dotformer.load(checkpoint, device="cpu", engine="torch")  # hand-set scores: EOS first (1024 positions)
     taken = []
     for max_len_b in (50, 1024, 10**9):
         steps.clear()
@@ -305,7 +305,8 @@ def test_decoding_work_does_not_grow_with_an_unreached_limit(
 
 def test_generate_keeps_no_buffer_of_the_token_limit() -> None:
     """generate() makes its tokens one by one: a limit of 10^12 tokens allocates nothing for them in advance."""
-    from dotformer.decoding.generate import generate, generation_config
+    from dotformer.decoding.config import generation_config
+    from dotformer.decoding.generate import generate
 
     model = random_model(vocab=16, arch="decoder-only", num_encoder_layers=0)
     seen = []

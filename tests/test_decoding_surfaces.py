@@ -26,7 +26,9 @@ from dotformer.decoding.options import OPTION_NAMES
 
 SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"
 TIMEOUT_S = 30
-NOT_DECODING = {"self", "texts", "config", "batch_size", "max_tokens", "max_input_length", "progress", "details"}
+NOT_DECODING = {
+    "self", "texts", "config", "batch_size", "max_tokens", "max_input_length", "progress", "details", "scores",
+}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from dotformer.checkpoint import LoadedCheckpoint
 from dotformer.data.corpora import Pair
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import EOS_ID
-from dotformer.decoding import DecodeConfig, translate
+from dotformer.decoding import DecodeConfig
 from dotformer.decoding.evaluation import Evaluation, format_evaluation, group_references, limit_sources
 from dotformer.decoding.inputs import (
     InputTooLongError,
@@ -24,7 +24,8 @@ from dotformer.decoding.inputs import (
     encode_texts,
     source_normaliser,
 )
-from dotformer.decoding.translate import length_sorted_batches, pad_batch
+from dotformer.decoding.order import length_sorted_batches
+from dotformer.decoding.translate import pad_batch, translate
 from dotformer.errors import ConfigError, ShapeError
 
 SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"
@@ -78,7 +79,7 @@ def test_progress_bar_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None
 def test_the_default_bar_is_for_a_terminal_only(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    module = importlib.import_module("dotformer.decoding.translate")  # the module, not the function it exports
+    module = importlib.import_module("dotformer.decoding.order")  # where the default is decided
 
     monkeypatch.setattr(module, "PROGRESS_THRESHOLD", 2)
     translate(loaded_copy_model(), ["a1", "a2"], DecodeConfig(strategy="greedy"))  # stderr is captured: no tty
@@ -255,7 +256,8 @@ def test_every_entry_point_decodes_in_batches_of_the_same_default_size() -> None
     from dotformer.api.translator import Translator
     from dotformer.cli import build_parser
     from dotformer.decoding.evaluation import evaluate_pairs
-    from dotformer.decoding.translate import DEFAULT_BATCH_SIZE, decode_encoded
+    from dotformer.decoding.order import DEFAULT_BATCH_SIZE
+    from dotformer.decoding.translate import decode_encoded
     from dotformer.training.selection import validation_score
 
     functions = (translate, decode_encoded, evaluate_pairs, Translator.translate, validation_score)

@@ -583,13 +583,8 @@ def test_saved_marian_generates_dotformers_greedy_outputs_with_default_options(t
 @pytest.mark.numerical
 def test_ct2_translates_dotformers_greedy_outputs_with_default_options(tmp_path, monkeypatch):
     ctranslate2 = pytest.importorskip("ctranslate2")
-    from dotformer.export.ct2 import (
-        CT2_POSITIONS,
-        export_ctranslate2,
-        id_vocabulary,
-        ids_to_tokens,
-        tokens_to_ids,
-    )
+    from dotformer.export.ct2 import export_ctranslate2, id_vocabulary, ids_to_tokens, tokens_to_ids
+    from dotformer.export.ct2_rules import CT2_POSITIONS
 
     model = near_tie_model()
     translator = ctranslate2.Translator(str(export_ctranslate2(model, tmp_path / "ct2")), device="cpu")

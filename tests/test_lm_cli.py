@@ -245,11 +245,12 @@ def test_export_to_onnx_writes_the_cached_step(run_dir: Path, tmp_path: Path) ->
 def test_streamed_pieces_add_up_to_the_text(run_dir: Path) -> None:
     from dotformer.api.generation import generate_text, generation_settings
     from dotformer.checkpoint import load_checkpoint
+    from dotformer.decoding.engine import TorchEngine
 
     loaded = load_checkpoint(run_dir, device="cpu")
     pieces: list[str] = []
     config = generation_settings(30, "sample", seed=2)
-    (text,) = generate_text(loaded, "light", config, on_text=pieces.append)
+    (text,) = generate_text(TorchEngine(loaded), "light", config, on_text=pieces.append)
     assert len(pieces) > 1 and "".join(pieces) == text
 
 

@@ -13,7 +13,8 @@ from tolerance import logits_tolerance
 
 from dotformer import ModelConfig, Transformer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
-from dotformer.decoding.generate import generate, generation_config
+from dotformer.decoding.config import generation_config
+from dotformer.decoding.generate import generate
 from dotformer.errors import ConfigError
 
 pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh

@@ -215,7 +215,8 @@ def test_core_environment_decodes_a_checkpoint_and_trains_with_a_shipped_config(
     got = run([cli, *decode], tmp_path, stdin=source).stdout
     hypotheses = json.loads(got)["hypotheses"]
     assert len(hypotheses) == 2 and all(math.isfinite(h["score"]) for h in hypotheses)
-    assert got == decode_here(checkpoint, decode, source, monkeypatch, capsys)  # the same as from the checkout
+    here = decode_here(checkpoint, [*decode, "--engine", "torch"], source, monkeypatch, capsys)
+    assert got == here  # the same as from the checkout (its engine: torch, without the ct2 extra)
     train = [cli, "train", "--config", "copy", "--limit", "100", "--preset", "tiny", "--max-steps", "1"]
     done = run([*train, "--eval-every", "0", "--no-progress", "--threads", "1", "--out", str(tmp_path / "r")], tmp_path)
     assert done.stdout.startswith("trained 1 steps") or done.stdout.startswith("trained 1 step")
@@ -301,15 +302,17 @@ def test_evaluate_needs_eval_before_it_decodes(
     from dotformer.checkpoint import load_checkpoint
     from dotformer.data.corpora import Pair
     from dotformer.decoding import evaluation
+    from dotformer.decoding.engine import TorchEngine
 
     def no_decoding(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("decoded before checking the metrics' packages")
 
     loaded = load_checkpoint(checkpoint)
     block(monkeypatch, module)
-    monkeypatch.setattr(evaluation, "translate", no_decoding)
+    engine = TorchEngine(loaded)
+    monkeypatch.setattr(engine, "decode", no_decoding)
     with pytest.raises(MissingExtraError, match=rf'needs {module}, .*: pip install "dotformer\[eval\]"$'):
-        evaluation.evaluate_pairs(loaded, [Pair("a1", "a1")], task)
+        evaluation.evaluate_pairs(engine, [Pair("a1", "a1")], task)
 
 
 def test_a_broken_install_is_not_called_missing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -340,4 +343,4 @@ def test_pip_installs_the_wheel_with_its_core_dependencies_into_a_fresh_venv(
     source = (checkpoint.parent / "data" / "test.tsv").read_text(encoding="utf-8").splitlines()[0].split("\t")[0]
     decode = ["translate", "--checkpoint", str(checkpoint), "--n-best", "2", "--output-format", "json"]
     got = run([str(tmp_path / "env" / "bin" / "dotformer"), *decode], tmp_path, stdin=source).stdout
-    assert got == decode_here(checkpoint, decode, source, monkeypatch, capsys)
+    assert got == decode_here(checkpoint, [*decode, "--engine", "torch"], source, monkeypatch, capsys)  # no ct2 there

@@ -295,7 +295,7 @@ def test_a_large_request_lets_a_small_one_through(translator: Any) -> None:
     first_running, release = threading.Event(), threading.Event()
 
     class Recording:
-        checkpoint, max_input_length = translator.checkpoint, translator.max_input_length
+        files, max_input_length = translator.files, translator.max_input_length
         tgt_tokenizer = translator.tgt_tokenizer
 
         def translate(self, texts: list[str], **options: Any) -> Any:
@@ -368,7 +368,7 @@ def test_stopping_answers_the_request_being_decoded_and_drops_the_slow_ones(tran
     decoding, release = threading.Event(), threading.Event()
 
     class Held:
-        checkpoint, max_input_length = translator.checkpoint, translator.max_input_length
+        files, max_input_length = translator.files, translator.max_input_length
         tgt_tokenizer, path, task = translator.tgt_tokenizer, translator.path, translator.task
 
         def translate(self, texts: list[str], **options: Any) -> Any:
@@ -426,7 +426,7 @@ def test_the_request_that_held_the_server_is_refused_at_once(translator: Any) ->
     from dotformer.api.endpoint import MAX_REQUEST_WORK, RequestError, translate_request
 
     class NoDecoding:
-        checkpoint, max_input_length = translator.checkpoint, translator.max_input_length
+        files, max_input_length = translator.files, translator.max_input_length
         tgt_tokenizer = translator.tgt_tokenizer
 
         def translate(self, *args: Any, **kwargs: Any) -> Any:

@@ -207,9 +207,10 @@ def test_dtype_help_is_one_sentence() -> None:
     (dtype,) = [action for action in parser._actions if action.dest == "dtype"]
     assert dtype.help == (
         "precision of the weights while decoding (default float32; scores are still summed in float32): bfloat16 "
-        "halves the weights' memory and suits GPUs; float16 needs CUDA; int8 (CPU only; --device auto then picks the "
-        "CPU) stores the linear layers' weights in 8 bits and multiplies in integers, 1.2-3.5x faster on this "
-        "project's CPU, with outputs that may differ slightly from float32's and change with --batch-size"
+        "halves the weights' memory and suits GPUs; float16 needs CUDA; int8 (torch: CPU only; --device auto then "
+        "picks the CPU) stores the linear layers' weights in 8 bits and multiplies in integers, 1.2-3.5x faster on "
+        "this project's CPU, with outputs that may differ slightly from float32's and change with --batch-size; on "
+        "CTranslate2, its compute type of that name"
     )
 
 

@@ -23,7 +23,6 @@ To use a trained model from Python: ``dotformer.load("runs/g2p").translate(["cat
 
 from typing import Any
 
-from dotformer.attention import AttentionOutput, scaled_dot_product_attention
 from dotformer.config import ModelConfig
 from dotformer.errors import (
     CheckpointError,
@@ -35,17 +34,25 @@ from dotformer.errors import (
     ShapeError,
     TrainingError,
 )
-from dotformer.layers import DecoderLayer, EncoderLayer, FeedForward
-from dotformer.masks import causal_mask, padding_mask
-from dotformer.model import Transformer
-from dotformer.multihead import MultiHeadAttention
-from dotformer.positional import sinusoidal_positional_encoding
-from dotformer.stacks import Decoder, Encoder
 
 __version__ = "0.2.0"
 
+# public name -> the module that defines it, imported on first use (PEP 562): ``import dotformer`` loads neither
+# torch nor the model code, so the command line starts fast and a command that does not need torch never loads it
 _LAZY = {
-    "KVCache": "dotformer.decoding.cache",  # decoding (and its tokenizers) load only when asked for
+    "AttentionOutput": "dotformer.attention",
+    "scaled_dot_product_attention": "dotformer.attention",
+    "causal_mask": "dotformer.masks",
+    "padding_mask": "dotformer.masks",
+    "MultiHeadAttention": "dotformer.multihead",
+    "sinusoidal_positional_encoding": "dotformer.positional",
+    "DecoderLayer": "dotformer.layers",
+    "EncoderLayer": "dotformer.layers",
+    "FeedForward": "dotformer.layers",
+    "Decoder": "dotformer.stacks",
+    "Encoder": "dotformer.stacks",
+    "Transformer": "dotformer.model",
+    "KVCache": "dotformer.decoding.cache",
     "load": "dotformer.api",
     "Translator": "dotformer.api",
     "TranslationResult": "dotformer.api",
@@ -53,12 +60,17 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """``dotformer.load``, ``Translator``, ``TranslationResult`` and ``KVCache``, imported on first use (PEP 562)."""
+    """The lesson's classes and functions, ``load``, ``Translator``, ``TranslationResult`` and ``KVCache``, imported
+    on first use (PEP 562)."""
     if name in _LAZY:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'dotformer' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 __all__ = [

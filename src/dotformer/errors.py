@@ -68,6 +68,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "tensorboard": ("tensorboard",),
     "datasets": ("datasets",),
     "serve": ("aiohttp",),
+    "ct2": ("ctranslate2",),
 }
 
 

@@ -18,7 +18,7 @@ Inputs. An encoder-only model (an imported BERT) reads ``[BOS] ids [EOS]``, BERT
 model's encoder reads ``ids [EOS]``, the source it was trained on (:func:`dotformer.decoding.inputs.encode_sources`),
 so its first token is the text's first token. A decoder-only model has no encoder and is refused. Texts are
 normalised as the checkpoint's training sources were, and batched longest first by padded tokens
-(:func:`dotformer.decoding.translate.length_sorted_batches`); padding never reaches a vector, so a text's vector does
+(:func:`dotformer.decoding.order.length_sorted_batches`); padding never reaches a vector, so a text's vector does
 not depend on the texts batched with it (up to float rounding).
 
 Long texts are cut as sentence-transformers cuts them: to ``max_seq_length`` tokens, special tokens included (an
@@ -145,7 +145,8 @@ def embed_encoded(
     import numpy as np
     import torch
 
-    from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, length_sorted_batches, model_device, pad_batch
+    from dotformer.decoding.order import DEFAULT_MAX_TOKENS, length_sorted_batches
+    from dotformer.decoding.translate import model_device, pad_batch
     from dotformer.heads import pool
 
     check_pooling(pooling)
@@ -183,7 +184,7 @@ def embed_texts(
         pooling: "mean" (over the real tokens, padding excluded) or "cls" (the first token).
         normalize: divide each vector by its L2 norm.
         batch_size: most texts encoded together. max_tokens: most padded tokens per batch (default
-            :data:`~dotformer.decoding.translate.DEFAULT_MAX_TOKENS`); a longer text is encoded alone.
+            :data:`~dotformer.decoding.order.DEFAULT_MAX_TOKENS`); a longer text is encoded alone.
         max_seq_length: most tokens (special tokens included) a text keeps; a longer one is cut there, as
             sentence-transformers cuts it (None: :func:`max_seq_length_of`).
 

@@ -206,7 +206,7 @@ async def translate_request(
     from dotformer.decoding.inputs import encode_sources, unknown_prefix_symbols
 
     texts, options = parse_request(request)
-    encoded = encode_sources(translator.checkpoint, texts, translator.max_input_length)  # cheap: not a turn
+    encoded = encode_sources(translator.files, texts, translator.max_input_length)  # cheap: not a turn
     width = options.get("beam", 4) if options["strategy"] == "beam" else options["n_best"]
     work = [len(ids) * width for ids in encoded.ids]
     if sum(work) > max_work:
@@ -329,7 +329,8 @@ async def classify_request(translator: Translator, request: Any, turns: ModelTur
 
 
 def describe_api(translator: Translator) -> dict[str, Any]:
-    """What ``GET /`` answers: the model, the endpoints, and every decoding option with its type and default."""
+    """What ``GET /`` answers: the model, the engine that decodes, the endpoints, and every decoding option with its
+    type and default."""
     kinds = {bool: "boolean", int: "integer", float: "number", str: "string"}
     options = [
         {
@@ -345,6 +346,7 @@ def describe_api(translator: Translator) -> dict[str, Any]:
     return {
         "model": str(translator.path),
         "task": translator.task,
+        "engine": translator.engine,  # what decodes: "ctranslate2" or "torch" (dotformer.engines)
         "endpoints": {
             "POST /api/translate": {"fields": ["texts (required: a list of strings)", *OPTION_NAMES]},
             "POST /api/generate": {"fields": list(GENERATE_FIELDS), "for": 'language models (task "lm")'},

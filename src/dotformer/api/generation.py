@@ -9,8 +9,10 @@
     print(lm.generate("Blessed are the", strategy="beam"))          # the most likely end of the line
 
 A prompt is read as the start of a line (the text stream before it ends with a line end), each of its own line
-breaks an EOS; the continuation's EOS tokens come back as line breaks (:func:`dotformer.decoding.generate
-.generated_text`). The model reads at most its training block size of tokens at once.
+breaks an EOS; the continuation's EOS tokens come back as line breaks (:func:`generated_text`). The model reads at most
+its training block size of tokens at once. Either engine continues the prompt
+(:meth:`dotformer.decoding.engine.TorchEngine.generate`, :meth:`dotformer.engines.ct2_generate.CT2Generate.generate`);
+nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.data.tokenizers import Tokenizer
     from dotformer.decoding.config import DecodeConfig
+    from dotformer.decoding.engine import CheckpointLike, GenerationEngine
 
 TextCallback = Callable[[str], None]  # called with each new piece of the first continuation's text
 Misplaced = Callable[[Sequence[str], str, str], str]  # (settings, their strategy, the strategy asked) -> message
@@ -41,24 +43,38 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
     return ids
 
 
+def generated_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
+    """The text of generated ids: each EOS a line end, the pieces between decoded by ``tokenizer``."""
+    from dotformer.data.tokenizers import EOS_ID
+
+    lines: list[list[int]] = [[]]
+    for token in ids:
+        if token == EOS_ID:
+            lines.append([])
+        else:
+            lines[-1].append(int(token))
+    return "\n".join(tokenizer.decode(line) for line in lines)
+
+
 def generate_text(
-    checkpoint: LoadedCheckpoint, prompt: str, config: DecodeConfig, on_text: TextCallback | None = None
+    engine: GenerationEngine, prompt: str, config: DecodeConfig, on_text: TextCallback | None = None
 ) -> list[str]:
     """The continuations of ``prompt`` (without the prompt), one per sample or beam, as text.
 
     Args:
-        checkpoint: a loaded decoder-only checkpoint. prompt: the text to continue.
-        config: from :func:`dotformer.decoding.generate.generation_config`.
+        engine: what continues it (a decoder-only checkpoint's :class:`~dotformer.decoding.engine.TorchEngine` or
+            :class:`~dotformer.engines.ct2_generate.CT2Generate`). prompt: the text to continue.
+        config: from :func:`generation_settings`.
         on_text: called with each new piece of the first row's text as it is produced (greedy and sampling).
 
     Raises:
-        ConfigError: the checkpoint is not a language model. ShapeError: see :func:`generate`.
+        ConfigError: the checkpoint is not a language model. ShapeError: see
+            :func:`dotformer.decoding.generate.generate`. EngineOptionError: a prompt CTranslate2 cannot continue.
     """
-    from dotformer.decoding.generate import generate, generated_text
-
-    if checkpoint.model.config.arch != "decoder-only":
+    checkpoint = engine.checkpoint
+    if checkpoint.config.arch != "decoder-only":
         raise ConfigError(
-            f"{checkpoint.path} is an {checkpoint.model.config.arch} model: generate continues text with a language "
+            f"{checkpoint.path} is an {checkpoint.config.arch} model: generate continues text with a language "
             f"model (dotformer train --task lm); translate it with dotformer translate"
         )
     tokenizer = checkpoint.tgt_tokenizer
@@ -75,11 +91,11 @@ def generate_text(
                 shown[0] = len(text)
 
     ids = encode_prompt(tokenizer, prompt)
-    generations = generate(checkpoint.model, ids, config, checkpoint.context_window, on_token)
-    return [generated_text(tokenizer, g.tokens) for g in generations]
+    outputs = engine.generate(ids, config, checkpoint.context_window, on_token)
+    return [generated_text(tokenizer, tokens) for tokens in outputs]
 
 
-def warn_unknown_prompt(checkpoint: LoadedCheckpoint, prompt: str, where: str | None = None) -> None:
+def warn_unknown_prompt(checkpoint: CheckpointLike, prompt: str, where: str | None = None) -> None:
     """Issue one :class:`~dotformer.decoding.inputs.UnknownTokenWarning` when ``prompt`` holds symbols outside the
     model's vocabulary (read as <unk>), as translate warns about unknown source symbols; ``where`` names the prompt
     (``<stdin>:LINE``; default: the prompt itself)."""
@@ -127,7 +143,7 @@ def generation_settings(
         ConfigError: a value out of range (the message names it), or a setting of another strategy (the message,
             from ``misplaced``, names them).
     """
-    from dotformer.decoding.generate import generation_config
+    from dotformer.decoding.config import generation_config
 
     sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
     given: dict[str, Any] = {name: value for name, value in sampling.items() if value is not None}

@@ -7,11 +7,13 @@
     print(model.translate(["cat", "dog"], beam=4, n_best=2))   # [['K AE1 T', ...], ['D AO1 G', ...]]
     result = model.translate("cat", details=True, attention=True)  # scores, tokens, attention weights
 
-A thin layer over :mod:`dotformer.decoding`: :func:`load` reads the checkpoint onto a device in a dtype (the same
-function ``dotformer translate`` and ``dotformer evaluate`` use), and :meth:`Translator.translate` builds a
-:class:`~dotformer.decoding.DecodeConfig` and calls :func:`~dotformer.decoding.inputs.encode_sources` and
-:func:`~dotformer.decoding.translate.decode_encoded`, the path of :func:`dotformer.decoding.translate`; so the API and
-the CLI give the same outputs for the same settings.
+A thin layer over :mod:`dotformer.decoding` and :mod:`dotformer.engines`: :func:`load` reads the checkpoint onto a
+device in a dtype (the same function ``dotformer translate`` and ``dotformer evaluate`` use) and opens it on an engine
+(``engine="auto"``: CTranslate2 when it is installed and runs the model, else the lesson's torch decoder), and
+:meth:`Translator.translate` builds a :class:`~dotformer.decoding.DecodeConfig`, calls
+:func:`~dotformer.decoding.inputs.encode_sources` and the engine's ``decode``; so the API and the CLI give the same
+outputs for the same settings. A call that asks for what only torch runs (``attention=True``, another
+``alignment_layer``) runs on torch under ``auto``, loading the model then; ``engine="ctranslate2"`` refuses it.
 """
 
 from __future__ import annotations
@@ -28,9 +30,14 @@ if TYPE_CHECKING:
     import torch
 
     from dotformer.checkpoint import LoadedCheckpoint
+    from dotformer.checkpoint.files import CheckpointFiles
+    from dotformer.config import ModelConfig
     from dotformer.data.tokenizers import Tokenizer
     from dotformer.decoding import DecodeConfig
-    from dotformer.decoding.translate import Translation
+    from dotformer.decoding.engine import CheckpointLike, TranslationEngine
+    from dotformer.decoding.results import Translation
+    from dotformer.engines.ct2_generate import CT2Generate
+    from dotformer.engines.ct2_translate import CT2Translate
     from dotformer.model import Transformer
     from dotformer.plots.attention import AttentionMaps
 
@@ -98,13 +105,15 @@ def load_checkpoint_for_decoding(
     return loaded
 
 
-def refuse_language_model(checkpoint: LoadedCheckpoint, why: str = "translate needs an encoder-decoder model") -> None:
+def refuse_language_model(
+    checkpoint: CheckpointLike | Translator, why: str = "translate needs an encoder-decoder model"
+) -> None:
     """Refuse a decoder-only checkpoint where a translation model is needed, naming its path and ``generate``.
 
     Raises:
         ConfigError: the checkpoint is a language model (``why`` ends the message).
     """
-    if checkpoint.model.config.arch == "decoder-only":
+    if checkpoint.config.arch == "decoder-only":
         raise ConfigError(f"{checkpoint.path} is a language model: use dotformer generate ({why})")
 
 
@@ -173,52 +182,146 @@ class TranslationResult(NamedTuple):
 
 
 class Translator:
-    """A loaded checkpoint ready to decode: the model, its tokenizers and its task.
+    """A checkpoint ready to decode, on an engine: its tokenizers, its task, and the model or its CTranslate2 copy.
 
-    Build one with :func:`load`. Attributes: ``checkpoint`` (the
-    :class:`~dotformer.checkpoint.LoadedCheckpoint`), ``model``, ``src_tokenizer``, ``tgt_tokenizer``, ``task``
-    ("g2p", "translation", "synthetic", ...), ``info`` (the checkpoint's config.json), ``path``, ``device``,
-    ``dtype`` and ``max_input_length`` (tokens, EOS included, an input may have by default).
+    Build one with :func:`load`. Attributes: ``files`` (the checkpoint without its model: config, tokenizers,
+    info), ``checkpoint`` (the :class:`~dotformer.checkpoint.LoadedCheckpoint`; on the CTranslate2 engine it is
+    loaded when first used), ``model``, ``config`` (its :class:`~dotformer.ModelConfig`), ``src_tokenizer``,
+    ``tgt_tokenizer``, ``task`` ("g2p", "translation", "synthetic", ...), ``info`` (the checkpoint's config.json),
+    ``path``, ``engine`` ("torch" or "ctranslate2": what decodes by default), ``device``, ``dtype`` and
+    ``max_input_length`` (tokens, EOS included, an input may have by default).
+
+    Args:
+        checkpoint: a loaded checkpoint, or its files (:func:`~dotformer.checkpoint.files.read_checkpoint_files`).
+        dtype: the weights' precision (see :func:`load`).
+        engine: "torch" (a checkpoint's files are then loaded now), or an engine that opens the checkpoint's
+            CTranslate2 copy: "auto" (torch runs the calls CTranslate2 cannot, loading the model then) or
+            "ctranslate2" (those calls are refused). :func:`load` chooses it.
+        device, intra_threads, inter_threads: where CTranslate2 runs and on how many threads (see :func:`load`);
+            ``device`` is also where a model loaded later goes.
+
+    Raises:
+        ConfigError: an unknown engine, or one CTranslate2 cannot run (see :func:`load`).
     """
 
-    def __init__(self, checkpoint: LoadedCheckpoint, dtype: str = "float32") -> None:
+    def __init__(
+        self,
+        checkpoint: LoadedCheckpoint | CheckpointFiles,
+        dtype: str = "float32",
+        engine: str = "torch",
+        device: str = "auto",
+        intra_threads: int = 0,
+        inter_threads: int = 1,
+    ) -> None:
         from dotformer.decoding.inputs import default_max_input_length
-        from dotformer.decoding.translate import model_device
+        from dotformer.engines.choice import check_engine
 
-        self.checkpoint = checkpoint
+        self.requested = check_engine(engine)
+        self.files: CheckpointLike = checkpoint
         self.dtype = dtype
-        self.device = model_device(checkpoint.model)
-        self.max_input_length = default_max_input_length(checkpoint.model.config)
+        self._device = str(device)
+        self._checkpoint: LoadedCheckpoint | None = checkpoint if hasattr(checkpoint, "model") else None  # type: ignore[assignment]
+        self._ct2: CT2Translate | CT2Generate | None = None
+        if engine == "torch" and self._checkpoint is None:  # files, asked to run on torch: load the model now
+            self._checkpoint = load_checkpoint_for_decoding(checkpoint.path, self._device, dtype)
+        elif engine != "torch":
+            from dotformer.checkpoint.files import read_checkpoint_files
+            from dotformer.engines.load import open_ct2
+
+            files = checkpoint if self._checkpoint is None else read_checkpoint_files(checkpoint.path)
+            self.files = files
+            self._ct2 = open_ct2(files, dtype, self._device, intra_threads, inter_threads)  # type: ignore[arg-type]
+        self.max_input_length = default_max_input_length(checkpoint.config)
+
+    @property
+    def engine(self) -> str:
+        """What decodes a call that asks for nothing only torch runs: "ctranslate2" or "torch"."""
+        return "torch" if self._ct2 is None else self._ct2.name
+
+    @property
+    def checkpoint(self) -> LoadedCheckpoint:
+        """The :class:`~dotformer.checkpoint.LoadedCheckpoint` (on the CTranslate2 engine, loaded on first use on
+        ``device`` in ``dtype``)."""
+        if self._checkpoint is None:
+            self._checkpoint = load_checkpoint_for_decoding(self.path, self._device, self.dtype)
+        return self._checkpoint
 
     @property
     def model(self) -> Transformer:
-        """The :class:`~dotformer.Transformer` (eval mode)."""
+        """The :class:`~dotformer.Transformer` (eval mode; loaded on first use on the CTranslate2 engine)."""
         return self.checkpoint.model
+
+    @property
+    def config(self) -> ModelConfig:
+        """The model's :class:`~dotformer.ModelConfig`."""
+        return self.files.config
+
+    @property
+    def device(self) -> str:
+        """Where the default engine runs: the model's device (torch), or CTranslate2's (``cpu``, ``cuda:N``)."""
+        if self._ct2 is not None:
+            return self._ct2.device
+        from dotformer.decoding.translate import model_device
+
+        return str(model_device(self.checkpoint.model))
 
     @property
     def src_tokenizer(self) -> Tokenizer:
         """The source tokenizer."""
-        return self.checkpoint.src_tokenizer
+        return self.files.src_tokenizer
 
     @property
     def tgt_tokenizer(self) -> Tokenizer:
         """The target tokenizer."""
-        return self.checkpoint.tgt_tokenizer
+        return self.files.tgt_tokenizer
 
     @property
     def info(self) -> dict[str, Any]:
         """The checkpoint's config.json."""
-        return self.checkpoint.info
+        return self.files.info
 
     @property
     def task(self) -> str:
         """The task the model was trained for (``info["task"]``; "synthetic" when not recorded)."""
-        return str(self.checkpoint.info.get("task", "synthetic"))
+        return str(self.files.info.get("task", "synthetic"))
 
     @property
     def path(self) -> Path:
         """The checkpoint directory that was read."""
-        return self.checkpoint.path
+        return self.files.path
+
+    def translation_engine(self, torch_only: Sequence[str] = ()) -> TranslationEngine:
+        """The engine that decodes a call asking for ``torch_only`` (the settings only torch runs, as the caller
+        names them): CTranslate2 when it is open and nothing is asked for that it lacks, else torch.
+
+        Raises:
+            EngineOptionError: ``engine="ctranslate2"`` and a torch-only setting (the message names it).
+        """
+        from dotformer.engines.choice import EngineOptionError, torch_only_message
+
+        if self._ct2 is None or not torch_only:
+            return self._ct2 if self._ct2 is not None else self._torch_engine()  # type: ignore[return-value]
+        if self.requested == "ctranslate2":
+            raise EngineOptionError(torch_only_message(torch_only[0], "engine="))
+        return self._torch_engine()
+
+    def _torch_engine(self) -> Any:
+        from dotformer.decoding.engine import TorchEngine
+
+        return TorchEngine(self.checkpoint)
+
+    def _run(self, torch_only: Sequence[str], call: Any) -> Any:
+        """``call(engine)`` on :meth:`translation_engine`; under ``engine="auto"`` a call CTranslate2 refuses for
+        its data (an output longer than its copy's positions, a prompt beyond its window) runs on torch instead."""
+        from dotformer.engines.choice import EngineOptionError
+
+        engine = self.translation_engine(torch_only)
+        try:
+            return call(engine)
+        except EngineOptionError:
+            if self.requested != "auto" or engine.name == "torch":
+                raise
+            return call(self._torch_engine())
 
     def generate(self, prompt: str = "", n: int = 1, **settings: Any) -> str | list[str]:
         """Continue ``prompt`` with a language model (a ``task = "lm"`` checkpoint): the new text, without the prompt.
@@ -231,13 +334,15 @@ class Translator:
             ArgumentTypeError: ``prompt`` is not a string (e.g. None, 123, a list), or an unknown setting.
             ConfigError: not a language model, a setting out of range, or a setting of another strategy (sampling
             settings without strategy "sample", ``beam_size`` without strategy "beam").
+            EngineOptionError: ``engine="ctranslate2"`` and ``use_cache=False`` or a text longer than the model's
+            context window (only torch slides it).
 
         Warns:
             UnknownTokenWarning: when the prompt holds symbols outside the model's vocabulary.
         """
         import inspect
 
-        from dotformer.api.generation import generate_text, generation_settings, warn_unknown_prompt
+        from dotformer.api.generation import generation_settings, warn_unknown_prompt
 
         if not isinstance(prompt, str):
             raise ArgumentTypeError(f"generate() takes a string, got {type(prompt).__name__}")
@@ -248,13 +353,25 @@ class Translator:
                 f"generate(): unknown argument(s) {', '.join(unknown)}; the settings are {', '.join(known)}"
             )
         config = generation_settings(n=n, **settings)
-        warn_unknown_prompt(self.checkpoint, prompt)
-        texts = generate_text(self.checkpoint, prompt, config)
+        warn_unknown_prompt(self.files, prompt)
+        texts = self.generate_texts(prompt, config)
         return texts if n > 1 else texts[0]
+
+    def generate_texts(self, prompt: str, config: DecodeConfig, on_text: Any = None) -> list[str]:
+        """The continuations of ``prompt`` for a ready :class:`~dotformer.decoding.DecodeConfig`
+        (:func:`dotformer.api.generation.generate_text` on this translator's engine; ``on_text`` streams the first).
+
+        Raises:
+            See :meth:`generate`.
+        """
+        from dotformer.api.generation import generate_text
+
+        torch_only = [] if config.use_cache else ["use_cache=False"]  # a language model's engine generates
+        return list(self._run(torch_only, lambda engine: generate_text(engine, prompt, config, on_text)))
 
     def __repr__(self) -> str:
         where = f"path={str(self.path)!r}, task={self.task!r}"
-        return f"Translator({where}, device={str(self.device)!r}, dtype={self.dtype!r})"
+        return f"Translator({where}, engine={self.engine!r}, device={self.device!r}, dtype={self.dtype!r})"
 
     @overload
     def translate(
@@ -306,8 +423,9 @@ class Translator:
         alignments: bool = False,
         alignment_layer: int = -1,
         replace_unk: bool = False,
+        scores: bool = True,
     ) -> Any:
-        """Decode one text or a list of texts.
+        """Decode one text or a list of texts, on this translator's engine (:attr:`engine`).
 
         Args:
             texts: a string (one input) or a sequence of strings; each is normalised as the checkpoint's training
@@ -321,7 +439,7 @@ class Translator:
             config: a ready :class:`~dotformer.decoding.DecodeConfig`; when given it replaces every search argument
                 above (``beam`` ... ``seed``), and ``beam`` or a sampling argument beside it is refused.
             batch_size: most inputs decoded together. max_tokens: most padded source tokens per batch (default
-                :data:`~dotformer.decoding.translate.DEFAULT_MAX_TOKENS`). max_input_length: most tokens (EOS
+                :data:`~dotformer.decoding.order.DEFAULT_MAX_TOKENS`). max_input_length: most tokens (EOS
                 included) an input may have (default ``self.max_input_length``, the model's ``max_len``).
                 progress: a progress bar on stderr (None: from 500 inputs on).
             details: return :class:`TranslationResult` (scores, tokens, ``finished``, unknown symbols) instead of
@@ -333,6 +451,9 @@ class Translator:
                 from decoder layer ``alignment_layer``'s cross-attention averaged over heads (-1: the last; see
                 :mod:`dotformer.decoding.alignment`); implies ``details``. replace_unk: replace each <unk> of an output
                 by the source piece it aligns to (char and symbol vocabularies).
+            scores: with ``details``, each hypothesis's exact ``score`` and ``log_probs``; False lets the CTranslate2
+                engine skip the scoring pass they cost (its hypotheses then carry its search's score and no
+                ``log_probs``). The torch engine scores as it searches and ignores it.
 
         Returns:
             ``details`` False: the best text (n_best = 1) or the n_best texts, best first, for a string input; a list
@@ -342,16 +463,18 @@ class Translator:
             ArgumentTypeError: ``texts`` is not a string or a sequence of strings (e.g. None, 123).
             ConfigError: a bad setting (the message names it), ``beam`` without beam search, a sampling argument
             (``temperature``, ``top_k``, ``top_p``, ``seed``) without sampling. InputTooLongError: an input longer
-            than ``max_input_length`` (a ShapeError naming it, 1-based).
+            than ``max_input_length`` (a ShapeError naming it, 1-based). EngineOptionError: on
+            ``engine="ctranslate2"``, a setting only the torch engine runs (``attention``, another
+            ``alignment_layer``; the message names it).
 
         Warns:
             UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary, and once
                 when prefixes hold symbols outside the target vocabulary (naming them).
         """
         arguments = dict(locals())  # the decoding options by name, as given
-        from dotformer.decoding.inputs import encode_sources, warn_unknown
+        from dotformer.decoding.inputs import encode_prefixes, encode_sources, warn_unknown
         from dotformer.decoding.options import OPTION_NAMES, decode_config
-        from dotformer.decoding.translate import DEFAULT_MAX_TOKENS, decode_encoded, encode_prefixes
+        from dotformer.engines.choice import torch_only_fields, torch_only_reason
 
         single = isinstance(texts, str)
         inputs = [texts] if single else _text_list(texts)
@@ -361,14 +484,22 @@ class Translator:
         if config is None:
             values = {name: arguments[name] for name in OPTION_NAMES if name != "prefix"}
             config = decode_config(values, _api_misplaced)
-        encoded = encode_sources(self.checkpoint, inputs, self._input_limit(max_input_length))
+        encoded = encode_sources(self.files, inputs, self._input_limit(max_input_length))
         warn_unknown(encoded)
-        tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-        prefixes = (
-            None if prefix is None else encode_prefixes(self.checkpoint, _prefix_list(prefix, single, len(inputs)))
+        prefixes = None if prefix is None else encode_prefixes(self.files, _prefix_list(prefix, single, len(inputs)))
+        torch_only = [
+            f"{field}={getattr(config, field)!r} ({torch_only_reason(field)})"
+            for field in torch_only_fields(config, self.config)
+        ]
+        torch_only += ["attention=True (attention maps)"] if attention else []
+        wanted = details or attention or config.alignments
+        outputs = self._run(
+            torch_only,
+            lambda engine: engine.decode(
+                encoded, config, batch_size, progress, max_tokens, prefixes, wanted and scores
+            ),
         )
-        outputs = decode_encoded(self.checkpoint, encoded, config, batch_size, progress, tokens, prefixes)
-        if not (details or attention or config.alignments):
+        if not wanted:
             texts_out = [[h.text for h in hyps] for hyps in outputs]
             flat: list[Any] = [hyps[0] for hyps in texts_out] if config.n_best == 1 else texts_out
             return flat[0] if single else flat
@@ -409,6 +540,7 @@ class Translator:
         """
         from dotformer.api.embedding import embed_texts
 
+        self.translation_engine(["embed()"])  # the encoder's memory: the torch engine only
         single = isinstance(texts, str)
         inputs = [texts] if single else _text_list(texts, "embed")
         vectors = embed_texts(self.checkpoint, inputs, pooling, normalize, batch_size, max_tokens, max_seq_length)
@@ -443,7 +575,7 @@ class Translator:
         from dotformer.decoding.inputs import check_max_input_length
 
         limit = self.max_input_length if max_input_length is None else max_input_length
-        return check_max_input_length(self.model.config, limit)
+        return check_max_input_length(self.config, limit)
 
     def _attention(self, source: str, hyps: list[Translation], wanted: bool) -> AttentionMaps | None:
         """The attention maps of the best hypothesis of ``source`` (None when not ``wanted``, or for an empty or
@@ -510,27 +642,95 @@ def _text_list(texts: Any, method: str = "translate") -> list[str]:
 
 
 def load(
-    path: str | Path | Sequence[str | Path], device: str | torch.device = "auto", dtype: Dtype = "float32"
+    path: str | Path | Sequence[str | Path],
+    device: str | torch.device = "auto",
+    dtype: Dtype = "float32",
+    engine: str = "auto",
+    *,
+    intra_threads: int = 0,
+    inter_threads: int = 1,
 ) -> Translator:
-    """Load a checkpoint (or a run directory's best/) for decoding; see :class:`Translator`.
+    """Load a checkpoint (or a run directory's best/) for decoding, on an engine; see :class:`Translator`.
 
     Args:
         path: a checkpoint directory, or a run directory (best/, else last/); a list of them: an ensemble
-            (:mod:`dotformer.decoding.ensemble`, same vocabularies).
-        device: "auto" (CUDA if available, else CPU; CPU for int8), "cpu", "cuda", "cuda:N".
-        dtype: "float32" (default), "bfloat16", "float16" (CUDA only) or "int8" (CPU only).
+            (:mod:`dotformer.decoding.ensemble`, same vocabularies; the torch engine only).
+        device: "auto" (CUDA if available, else CPU; CPU for int8 on torch), "cpu", "cuda", "cuda:N".
+        dtype: "float32" (default), "bfloat16", "float16" (CUDA only) or "int8" (torch: CPU only); on CTranslate2,
+            its compute type of that name.
+        engine: "auto" (default: CTranslate2 when it is installed and runs the model in ``dtype`` on ``device``,
+            else torch), "torch" (the lesson's decoder) or "ctranslate2" (:mod:`dotformer.engines`). The first
+            CTranslate2 use of a checkpoint converts it (with torch) into a cache beside it; later ones do not load
+            torch.
+        intra_threads: CTranslate2's threads per batch (0: its default); torch's threads are
+            ``torch.set_num_threads``. inter_threads: batches CTranslate2 decodes at once (1).
 
     Returns:
         A :class:`Translator`; call ``.translate(texts, beam=4, n_best=1, ...)``.
 
     Raises:
         ArgumentTypeError: ``path`` is not a str or a path (e.g. None).
-        ConfigError: a bad device or dtype. CheckpointError: a missing, corrupted or mismatched checkpoint.
+        ConfigError: a bad device, dtype or engine; ``engine="ctranslate2"`` with an ensemble, or where CTranslate2
+            cannot run (the message says why). CheckpointError: a missing, corrupted or mismatched checkpoint.
     """
     if isinstance(path, list | tuple) and path and all(isinstance(p, str | os.PathLike) for p in path):
-        return Translator(load_ensemble_for_decoding(path, device, dtype), dtype)
+        return open_translator(list(path), device, dtype, engine, flag="engine=", ensemble="a list of paths")
     if not isinstance(path, str | os.PathLike):
         raise ArgumentTypeError(
             f"load() takes the path of a checkpoint or run directory (str or Path), got {type(path).__name__}"
         )
-    return Translator(load_checkpoint_for_decoding(path, device, dtype), dtype)
+    return open_translator(
+        [path], device, dtype, engine, flag="engine=", intra_threads=intra_threads, inter_threads=inter_threads
+    )
+
+
+def open_translator(
+    paths: Sequence[str | Path],
+    device: str | torch.device = "auto",
+    dtype: str = "float32",
+    engine: str = "auto",
+    *,
+    torch_only: Sequence[str] = (),
+    flag: str = "--engine",
+    ensemble: str = "several --checkpoint",
+    intra_threads: int = 0,
+    inter_threads: int = 1,
+    refuse: Any = None,
+) -> Translator:
+    """A :class:`Translator` of ``paths`` (several: an ensemble) on the engine :func:`~dotformer.engines.choice
+    .choose_engine` picks; what :func:`load` and the commands run.
+
+    Args:
+        torch_only: the settings asked for that only torch runs, as the surface names them (``--alignment-layer 0``).
+        flag: how the surface names its engine setting (``--engine``, ``engine=``), for the messages.
+        ensemble: how the surface names several checkpoints (an ensemble runs on torch only).
+        refuse: called with the checkpoint's files before anything is converted or loaded (e.g. refusing a
+            language model where a translation model is needed); it may return more torch-only settings.
+
+    Raises:
+        See :func:`load`.
+    """
+    from dotformer.engines.choice import check_engine, choose_engine, ct2_problem
+
+    check_engine(engine, flag)
+    if len(paths) > 1:
+        choose_engine(engine, [ensemble + " (an ensemble)", *torch_only], None, flag)  # ctranslate2 refuses it
+        return Translator(load_ensemble_for_decoding(paths, device, dtype), dtype)
+    if engine == "torch" or (engine == "auto" and torch_only):
+        return _torch_translator(paths[0], device, dtype, refuse)
+    from dotformer.checkpoint.files import read_checkpoint_files
+
+    files = read_checkpoint_files(paths[0])
+    extra = list(refuse(files) or []) if refuse is not None else []
+    chosen = choose_engine(engine, [*torch_only, *extra], ct2_problem(files.config, dtype, str(device)), flag)
+    if chosen == "torch":
+        return Translator(load_checkpoint_for_decoding(paths[0], device, dtype), dtype)
+    return Translator(files, dtype, engine, str(device), intra_threads, inter_threads)
+
+
+def _torch_translator(path: str | Path, device: Any, dtype: str, refuse: Any) -> Translator:
+    """The torch engine's :class:`Translator` of ``path`` (``refuse`` checks the checkpoint first)."""
+    loaded = load_checkpoint_for_decoding(path, device, dtype)
+    if refuse is not None:
+        refuse(loaded)
+    return Translator(loaded, dtype)

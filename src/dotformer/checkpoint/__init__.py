@@ -21,9 +21,11 @@ step checkpoint (files are never modified after they are written), or copies whe
 
 Loading reads only safetensors and JSON: nothing is unpickled, nothing is executed.
 
-The package, by concern (every name is re-exported here, so ``from dotformer.checkpoint import X`` keeps working):
+The package, by concern (every name is also reachable here, ``from dotformer.checkpoint import X``; those of averaging,
+store and train_state, which need torch, are imported on first use: reading a checkpoint's files does not load torch):
 
 * :mod:`~dotformer.checkpoint.format`       file names, safetensors weights, JSON, manifest, verification
+* :mod:`~dotformer.checkpoint.files`        the config, tokenizers and fingerprint of a checkpoint, without torch
 * :mod:`~dotformer.checkpoint.atomic`       atomic directory writes, what may be replaced, hard-linked copies
 * :mod:`~dotformer.checkpoint.rundir`       a run's step checkpoints, best/ and last/, resume choice, crash recovery
 * :mod:`~dotformer.checkpoint.train_state`  the training state (tensors + JSON skeleton)
@@ -33,6 +35,7 @@ The package, by concern (every name is re-exported here, so ``from dotformer.che
 
 import os  # noqa: F401  (tests patch ``dotformer.checkpoint.os.rename`` and ``.shutil.rmtree``)
 import shutil  # noqa: F401
+from typing import Any
 
 from dotformer.checkpoint.atomic import (
     atomic_directory,
@@ -41,9 +44,7 @@ from dotformer.checkpoint.atomic import (
     link_checkpoint,
     refuse_unless_checkpoint,
 )
-from dotformer.checkpoint.averaging import (
-    average_checkpoints,
-)
+from dotformer.checkpoint.files import MODEL_FILES, CheckpointFiles, read_checkpoint_files
 from dotformer.checkpoint.format import (
     CONFIG_FILE,
     FORMAT_VERSION,
@@ -80,25 +81,42 @@ from dotformer.checkpoint.rundir import (
     step_checkpoints,
     step_dir_name,
 )
-from dotformer.checkpoint.store import (
-    LoadedCheckpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
-from dotformer.checkpoint.train_state import (
-    load_train_state,
-    save_train_state,
-)
 from dotformer.errors import CheckpointError  # raised by every function here
+
+# names whose modules need torch -> those modules, imported on first use (PEP 562)
+_LAZY = {
+    "average_checkpoints": "dotformer.checkpoint.averaging",
+    "LoadedCheckpoint": "dotformer.checkpoint.store",
+    "load_checkpoint": "dotformer.checkpoint.store",
+    "save_checkpoint": "dotformer.checkpoint.store",
+    "load_train_state": "dotformer.checkpoint.train_state",
+    "save_train_state": "dotformer.checkpoint.train_state",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of the modules that need torch (``load_checkpoint``, ``LoadedCheckpoint``, ...), on first use."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'dotformer.checkpoint' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "CheckpointError",
     "CONFIG_FILE",
+    "CheckpointFiles",
     "CheckpointWarning",
     "FORMAT_VERSION",
     "LoadedCheckpoint",
     "MANIFEST_FILE",
     "MODEL_FILE",
+    "MODEL_FILES",
     "RUN_ENTRIES",
     "ResumePoint",
     "SRC_TOKENIZER_FILE",
@@ -123,6 +141,7 @@ __all__ = [
     "load_weights_into",
     "model_config_of",
     "prune_checkpoints",
+    "read_checkpoint_files",
     "read_json",
     "recover_run_directory",
     "refuse_unless_checkpoint",

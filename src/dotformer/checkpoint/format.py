@@ -13,12 +13,12 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch import Tensor, nn
-
 from dotformer.config import ModelConfig
 from dotformer.errors import CheckpointError, ConfigError, DotformerError
 
 if TYPE_CHECKING:
+    from torch import Tensor, nn
+
     from dotformer.data.tokenizers import Tokenizer
 
 
@@ -145,6 +145,14 @@ def model_config_of(info: dict[str, Any], source: Path) -> ModelConfig:
         raise CheckpointError(f"{source}: invalid model config: {exc}") from None
 
 
+def context_window_of(info: dict[str, Any], config: ModelConfig) -> int:
+    """The most tokens a model reads at once: the block size it trained on (``info["data"]["block_size"]``, a
+    language model's), else its ``max_len``."""
+    data = info.get("data") or {}
+    block = data.get("block_size") if isinstance(data, dict) else None
+    return int(block) if block else config.max_len
+
+
 def check_vocabulary(config: ModelConfig, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer, path: Path) -> None:
     """Raise CheckpointError unless the tokenizers' vocabulary sizes equal the model's."""
     pairs = (
@@ -175,6 +183,8 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The plain model inside a DistributedDataParallel and/or torch.compile wrapper."""
+    from torch import nn
+
     while True:
         if hasattr(model, "_orig_mod"):  # torch.compile's OptimizedModule
             model = model._orig_mod
@@ -190,6 +200,8 @@ def require_plain_weights(model: nn.Module) -> None:
     A checkpoint stores float weights only: int8 copies (:func:`dotformer.decoding.quantization.quantize_int8`) hold
     packed parameters (tuples, dtypes) in their state dict, and are for decoding only.
     """
+    from torch import Tensor
+
     for name, value in model.state_dict().items():
         if not isinstance(value, Tensor) or value.is_quantized:
             raise ConfigError(

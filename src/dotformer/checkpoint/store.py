@@ -20,6 +20,7 @@ from dotformer.checkpoint.format import (
     _write_json,
     _write_manifest,
     check_vocabulary,
+    context_window_of,
     load_tokenizer_file,
     load_weights_into,
     model_config_of,
@@ -59,10 +60,8 @@ class LoadedCheckpoint:
     @property
     def context_window(self) -> int:
         """The most tokens the model reads at once: the block size it trained on (``info["data"]["block_size"]``),
-        else its ``max_len``."""
-        data = self.info.get("data") or {}
-        block = data.get("block_size") if isinstance(data, dict) else None
-        return int(block) if block else self.model.config.max_len
+        else its ``max_len`` (:func:`~dotformer.checkpoint.format.context_window_of`)."""
+        return context_window_of(self.info, self.config)
 
 
 def save_checkpoint(

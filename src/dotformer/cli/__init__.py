@@ -11,13 +11,13 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from dotformer.cli.help_layout import ArgumentParser
 from dotformer.errors import DotformerError
 
-# subcommand name -> (module, one-line help). Modules are imported when the parser is built, and import nothing heavy
-# at module level.
+# subcommand name -> (module, one-line help). A command's module is imported when its flags are built (only the
+# command that runs: see build_parser), and imports nothing heavy at module level.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": (
         "dotformer.cli.train",
@@ -57,8 +57,12 @@ start here, examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every available subcommand."""
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand, and the flags of those in ``commands`` (None: all).
+
+    A command's flags import its module (and what its flags need), so :func:`main` builds only the command it runs:
+    ``dotformer --help`` imports no command at all.
+    """
     parser = ArgumentParser(
         prog="dotformer",
         description="The Transformer of 'Attention Is All You Need', from the dot product up. Each command has "
@@ -68,16 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:  # not written yet
-                continue
-            raise
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if commands is not None and name not in commands:
+            continue
+        module = importlib.import_module(module_name)
         module.add_arguments(sub_parser)
         sub_parser.set_defaults(handler=module.run)
     return parser
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named by ``argv`` (its first word that is not an option), or None."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return first if first in SUBCOMMANDS else None
 
 
 def _version() -> str:
@@ -88,7 +95,9 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dotformer`` console script. Returns the exit status."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = command_of(argv)
+    parser = build_parser(set() if command is None else {command})
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # told by the command's parser: its usage line and "dotformer train: error: ..."
         _command_parser(parser, getattr(args, "command", None)).error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -23,7 +23,7 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Sizes, lengths, layers, budgets and the output directory."""
-    from dotformer.compare import LAYER_KINDS, CompareConfig
+    from dotformer.compare.config import LAYER_KINDS, CompareConfig
 
     d = CompareConfig()
     parser.epilog = EPILOG

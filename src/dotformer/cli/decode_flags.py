@@ -1,17 +1,19 @@
 """The flags that say how to decode, shared by ``dotformer translate`` and ``dotformer evaluate``: the checkpoint,
-the device, CPU threads and dtype, the batch size and the search (greedy, beam, sampling), and the
-:class:`DecodeConfig` they make. ``dotformer embed`` loads its checkpoint with the same device flags.
+the engine, the device, CPU threads and dtype, the batch size and the search (greedy, beam, sampling), and the
+:class:`DecodeConfig` they make. ``dotformer embed`` loads its checkpoint with the same device flags; ``generate``
+and ``serve`` take the same engine flags (:func:`add_engine_flags`).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Collection
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
 
 from dotformer.cli.threads import add_threads_argument, apply_threads
 
 if TYPE_CHECKING:
+    from dotformer.api.translator import Translator
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.decoding import DecodeConfig
     from dotformer.decoding.options import DecodeOption
@@ -19,9 +21,16 @@ if TYPE_CHECKING:
 
 DTYPE_HELP = (
     "precision of the weights while decoding (default float32; scores are still summed in float32): bfloat16 "
-    "halves the weights' memory and suits GPUs; float16 needs CUDA; int8 (CPU only; --device auto then picks the "
-    "CPU) stores the linear layers' weights in 8 bits and multiplies in integers, 1.2-3.5x faster on this "
-    "project's CPU, with outputs that may differ slightly from float32's and change with --batch-size"
+    "halves the weights' memory and suits GPUs; float16 needs CUDA; int8 (torch: CPU only; --device auto then picks "
+    "the CPU) stores the linear layers' weights in 8 bits and multiplies in integers, 1.2-3.5x faster on this "
+    "project's CPU, with outputs that may differ slightly from float32's and change with --batch-size; on "
+    "CTranslate2, its compute type of that name"
+)
+ENGINE_HELP = (
+    'what decodes: auto (default) is CTranslate2 when it is installed (pip install "dotformer[ct2]") and runs '
+    "the model and every flag given, else torch; torch is the lesson's own decoder (the reference); ctranslate2 "
+    "refuses a flag it cannot run. The first CTranslate2 use of a checkpoint converts it once into .ct2-cache/ "
+    "beside it (or $DOTFORMER_CACHE_DIR, $XDG_CACHE_HOME/dotformer, ~/.cache/dotformer)"
 )
 
 
@@ -41,19 +50,116 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, exclude: Collection[
     )
     search = parser.add_argument_group("decoding")
     speed = parser.add_argument_group("device and speed")
-    add_device_flags(speed, DTYPE_HELP)
+    add_engine_flags(speed)
+    add_device_flags(speed, DTYPE_HELP, engines=True)
     speed.add_argument("--batch-size", type=int, default=256, metavar="B", help="sentences decoded together (256)")
     add_option_flags(search, exclude)
 
 
-def add_device_flags(group: argparse._ActionsContainer, dtype_help: str) -> None:
+def add_device_flags(group: argparse._ActionsContainer, dtype_help: str, engines: bool = False) -> None:
     """``--device``, ``--threads`` and ``--dtype`` (its help ``dtype_help``): where and in which precision the
-    checkpoint of :func:`load_for_decoding` runs."""
+    checkpoint of :func:`load_for_decoding` runs (``engines``: also ``--inter-threads``, for CTranslate2)."""
     group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    add_threads_argument(group)
+    if engines:
+        add_engine_threads(group)
+    else:
+        add_threads_argument(group)
     group.add_argument(
         "--dtype", choices=["float32", "bfloat16", "float16", "int8"], default="float32", help=dtype_help
     )
+
+
+def add_engine_flags(group: argparse._ActionsContainer) -> None:
+    """``--engine auto|torch|ctranslate2``."""
+    from dotformer.engines.choice import ENGINES
+
+    group.add_argument("--engine", choices=ENGINES, default="auto", help=ENGINE_HELP)
+
+
+def add_engine_threads(group: argparse._ActionsContainer) -> None:
+    """``--threads N`` (torch's kernels, or CTranslate2's threads per batch) and ``--inter-threads N``."""
+    from dotformer.cli.threads import MAX_THREADS
+
+    group.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help=f"CPU threads, 1 to {MAX_THREADS}: torch's kernels (default: torch's choice, all cores), or "
+        "CTranslate2's per batch, its intra_threads (default: CTranslate2's choice)",
+    )
+    group.add_argument(
+        "--inter-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CTranslate2 only: batches decoded at once, each on --threads threads (1)",
+    )
+
+
+def engine_threads(args: argparse.Namespace, engine: str) -> tuple[int, int]:
+    """``(intra_threads, inter_threads)`` for CTranslate2 from ``--threads`` and ``--inter-threads``, checked
+    (torch's threads are set once torch is the engine: :func:`load_translator`).
+
+    Raises:
+        ConfigError: a count out of range, or ``--inter-threads`` with ``--engine torch``.
+    """
+    from dotformer.cli.threads import MAX_THREADS, check_threads
+    from dotformer.errors import ConfigError
+
+    check_threads(args.threads)
+    inter = getattr(args, "inter_threads", None)
+    if inter is not None:
+        if engine == "torch":
+            raise ConfigError("--inter-threads sets CTranslate2's parallel batches; --engine torch has none")
+        if not 1 <= inter <= MAX_THREADS:
+            raise ConfigError(f"--inter-threads must be from 1 to {MAX_THREADS}, got {inter}")
+    return args.threads or 0, inter or 1
+
+
+def load_translator(
+    args: argparse.Namespace,
+    refuse: Callable[[Any], list[str] | None] | None = None,
+    torch_only: Collection[str] = (),
+) -> Translator:
+    """The :class:`~dotformer.api.translator.Translator` of ``--checkpoint`` on ``--engine`` (with ``--device``,
+    ``--dtype``, ``--threads``, ``--inter-threads``).
+
+    Args:
+        refuse: called with the checkpoint (its files, or the loaded checkpoint on torch) before anything is
+            converted; it raises for a checkpoint the command cannot use, and may return flags only torch runs.
+        torch_only: flags given that only torch runs (``--no-cache``).
+
+    Raises:
+        ConfigError: a flag ``--engine ctranslate2`` cannot run (named), a bad device, dtype or thread count.
+        CheckpointError: see ``load_checkpoint``.
+    """
+    from dotformer.api.translator import open_translator
+
+    paths = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
+    intra, inter = engine_threads(args, args.engine)
+    translator = open_translator(
+        paths, args.device, getattr(args, "dtype", "float32"), args.engine, torch_only=list(torch_only),
+        refuse=refuse, intra_threads=intra, inter_threads=inter,
+    )  # fmt: skip
+    if translator.engine == "torch":
+        apply_threads(args.threads)
+    return translator
+
+
+def option_refusals(config: DecodeConfig) -> Callable[[Any], list[str]]:
+    """A ``refuse`` for :func:`load_translator`: the decoding flags of ``config`` that only torch runs, named as the
+    command line names them (``--alignment-layer 0 (CTranslate2 aligns with the last decoder layer)``)."""
+
+    def torch_only(checkpoint: Any) -> list[str]:
+        from dotformer.decoding.options import FLAG_NAMES
+        from dotformer.engines.choice import torch_only_fields, torch_only_reason
+
+        return [
+            f"{FLAG_NAMES.get(field, field)} {getattr(config, field)} ({torch_only_reason(field)})"
+            for field in torch_only_fields(config, checkpoint.config)
+        ]
+
+    return torch_only
 
 
 def add_option_flags(

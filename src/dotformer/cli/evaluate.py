@@ -7,7 +7,12 @@ import sys
 from typing import Any
 
 from dotformer.cli.data_flags import add_reader_arguments, reader_values
-from dotformer.cli.decode_flags import add_decoding_arguments, decode_config_from_args, load_for_decoding
+from dotformer.cli.decode_flags import (
+    add_decoding_arguments,
+    decode_config_from_args,
+    load_translator,
+    option_refusals,
+)
 
 EPILOG = """\
 data: --data FILE evaluates any test file with any checkpoint (also one copied out of its run directory): a TSV/CSV
@@ -92,10 +97,11 @@ def run(args: argparse.Namespace) -> int:
         and (Path(args.json).resolve() == Path(args.hyps).resolve() or same_file(args.json, args.hyps))
     ):
         raise ConfigError(f"--json and --hyps name one file ({args.json}); give two")
-    loaded = load_for_decoding(args)
-    if loaded.info.get("task") is None:
-        raise CheckpointError(f"{loaded.path}/config.json records no task (g2p, translation, exact or synthetic)")
-    task = task_named(str(loaded.info["task"]))
+    translator = load_translator(args, evaluation_refusals(config))
+    files = translator.files
+    if files.info.get("task") is None:
+        raise CheckpointError(f"{files.path}/config.json records no task (g2p, translation, exact or synthetic)")
+    task = task_named(str(files.info["task"]))
     if not task.decodes:
         them = "them" if len(decoding) > 1 else "it"
         if decoding:
@@ -114,10 +120,10 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         reader=reader_values(args),
     )
-    report = task.evaluate(loaded, request)
+    report = task.evaluate(translator.translation_engine(), request)
     for note in report.notes:
         print(f"dotformer evaluate: {note}", file=sys.stderr)
-    print(f"{loaded.path} on {report.where} {report.description}, {args.dtype} weights")
+    print(f"{files.path} on {report.where} {report.description}, {args.dtype} weights, engine {translator.engine}")
     print(report.table)
     for warning in report.warnings:
         print(f"dotformer evaluate: warning: {warning}", file=sys.stderr)
@@ -125,16 +131,32 @@ def run(args: argparse.Namespace) -> int:
         _write(outputs["--hyps"], "".join(f"{_one_line(text)}\n" for text in report.hypotheses))
     if "--json" in outputs:
         payload: dict[str, Any] = {
-            "checkpoint": str(loaded.path),
+            "checkpoint": str(files.path),
             "data": report.where,
             "split": None if args.data is not None else request.split,
             "limit": args.limit,
             "seed": seed if args.limit is not None else None,
             "dtype": args.dtype,
+            "engine": translator.engine,
             **report.payload,
         }
         _write(outputs["--json"], json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     return 0
+
+
+def evaluation_refusals(config: Any) -> Any:
+    """The ``refuse`` of :func:`~dotformer.cli.decode_flags.load_translator`: the evaluation of a task that decodes
+    nothing (a language model's perplexity) and the decoding flags CTranslate2 lacks run on the torch engine only."""
+    torch_only = option_refusals(config)
+
+    def refuse(checkpoint: Any) -> list[str]:
+        from dotformer.runs.tasks import task_named
+
+        name = checkpoint.info.get("task")
+        scores_text = name is not None and not task_named(str(name)).decodes
+        return [*(["a language model's evaluation (it scores text)"] if scores_text else []), *torch_only(checkpoint)]
+
+    return refuse
 
 
 def _decoding_flags_given(args: argparse.Namespace) -> list[str]:

@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
-
-from dotformer.cli.threads import add_threads_argument, apply_threads
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dotformer.cli.lines import StreamLines
@@ -44,9 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling mass (1.0: off)")
     search.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draws (0)")
     parser.add_argument("--n", type=int, default=1, metavar="N", help="samples (or best beams) per prompt (1)")
+    from dotformer.cli.decode_flags import add_engine_flags, add_engine_threads
+
+    add_engine_flags(speed)
     speed.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
-    speed.add_argument("--no-cache", action="store_true", help="recompute every step (slower; the same output)")
-    add_threads_argument(speed)
+    speed.add_argument(
+        "--no-cache", action="store_true", help="recompute every step (slower; the same output; the torch engine)"
+    )
+    add_engine_threads(speed)
 
 
 SAMPLING_FLAGS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}  # sampling flags and their defaults
@@ -71,14 +74,13 @@ def cli_misplaced(names: Sequence[str], wanted: str, strategy: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, continue each prompt, print prompt and continuation."""
-    from dotformer.api.generation import generate_text, generation_settings, warn_unknown_prompt
-    from dotformer.api.translator import load_checkpoint_for_decoding
+    from dotformer.api.generation import generation_settings, warn_unknown_prompt
+    from dotformer.cli.decode_flags import load_translator
     from dotformer.cli.lines import StreamLines, binary_stdin
     from dotformer.config import MAX_SEED
     from dotformer.decoding.options import with_surface_names
     from dotformer.errors import ConfigError
 
-    apply_threads(args.threads)
     strategy = "beam" if args.beam is not None else "greedy" if args.greedy else "sample"
     given = {name: getattr(args, name) for name, default in SAMPLING_FLAGS.items() if getattr(args, name) != default}
     try:
@@ -93,28 +95,46 @@ def run(args: argparse.Namespace) -> int:
             f"generate continues text with one language model, {len(args.checkpoint)} --checkpoint given: give one "
             f"(translate and evaluate decode an ensemble of translation models)"
         )
-    checkpoint = load_checkpoint_for_decoding(args.checkpoint[0], args.device)
+    translator = load_translator(args, refuse_translation_model, ["--no-cache"] if args.no_cache else [])
     if args.prompt is not None:
         prompts: Iterable[tuple[str, str]] = [("--prompt", args.prompt)]
     else:
         prompts = _stdin_prompts(StreamLines(binary_stdin(), "<stdin>"))
     stream = sys.stdout.isatty() and args.n == 1 and strategy != "beam"
     for i, (where, prompt) in enumerate(prompts):
-        warn_unknown_prompt(checkpoint, prompt, where)
+        warn_unknown_prompt(translator.files, prompt, where)
         if args.seed + i > MAX_SEED:
             raise ConfigError(f"{where}: prompt {i + 1} would draw with --seed + {i}, above 2**63 - 1; lower --seed")
         config = config.replace(seed=args.seed + i)  # prompt i draws with seed + i: the same prompts, the same text
         if stream:
             print(prompt, end="", flush=True)
-            generate_text(checkpoint, prompt, config, on_text=lambda piece: print(piece, end="", flush=True))
+            translator.generate_texts(prompt, config, on_text=lambda piece: print(piece, end="", flush=True))
             print()
             continue
-        texts = generate_text(checkpoint, prompt, config)
+        texts = translator.generate_texts(prompt, config)
         for i, text in enumerate(texts):
             if len(texts) > 1:
                 print(f"# sample {i + 1}" if strategy != "beam" else f"# beam {i + 1}")
             print(prompt + text)
     return 0
+
+
+def refuse_translation_model(checkpoint: Any) -> list[str]:
+    """Refuse a checkpoint that is not a language model before it is converted or loaded (the ``refuse`` of
+    :func:`~dotformer.cli.decode_flags.load_translator`).
+
+    Raises:
+        ConfigError: an encoder-decoder (or encoder-only) checkpoint, naming ``translate``.
+    """
+    from dotformer.errors import ConfigError
+
+    arch = checkpoint.config.arch
+    if arch != "decoder-only":
+        raise ConfigError(
+            f"{checkpoint.path} is an {arch} model: generate continues text with a language model (dotformer train "
+            f"--task lm); translate it with dotformer translate"
+        )
+    return []
 
 
 def _stdin_prompts(lines: StreamLines) -> Iterator[tuple[str, str]]:

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from dotformer.cli.threads import add_threads_argument, apply_threads
-
 EPILOG = """\
 The server listens on 127.0.0.1 (this machine only) unless --host says otherwise. A request is a JSON object
 {"texts": [...], "beam": 4, "n_best": 1, "strategy": "beam"} (only "texts" is required; every decoding option of
 dotformer translate is a field: "strategy": "sample", "seed", "min_len_b", "prefix" (one string or null per text),
 "alignments", ...); the reply is {"translations": [{"text", "score", "finished", "unknown_symbols"}, ...]}. Bad
 requests get HTTP 400 (404, 405: no such path or method, 408: body too slow, 413: body or work too large) and one
-line {"error": "..."} (HTTP too malformed to read gets a plain-text 400). GET / describes the endpoints and the
-options, GET /api/health shows the limits, and a language model (train --task lm) answers POST /api/generate
-{"prompt": "...", "max_new_tokens": 200, ...}.
+line {"error": "..."} (HTTP too malformed to read gets a plain-text 400). GET / describes the endpoints, the options
+and the engine that decodes (--engine: CTranslate2 when installed, with --threads per batch and --inter-threads
+batches at once, else torch), GET /api/health shows the limits, and a language model (train --task lm) answers POST
+/api/generate {"prompt": "...", "max_new_tokens": 200, ...}.
 
 limits: every connection is read by an event loop (aiohttp), so slow or idle clients cost no decoding and any
 number of them holds back no one; the request line and headers must arrive within 10 s of connecting, or the
@@ -48,7 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host", default=HOST, help=f"interface to listen on ({HOST}: this machine only; 0.0.0.0 opens it to others)"
     )
+    from dotformer.cli.decode_flags import add_engine_flags, add_engine_threads
+
     speed = parser.add_argument_group("device and speed")
+    add_engine_flags(speed)
     speed.add_argument("--device", default="cpu", help="where to run the model: cpu, cuda, cuda:N, auto (cpu)")
     speed.add_argument(
         "--dtype",
@@ -56,23 +58,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("float32", "bfloat16", "float16", "int8"),
         help="weights for decoding (float32)",
     )
-    add_threads_argument(speed)
+    add_engine_threads(speed)
     parser.add_argument("--verbose", action="store_true", help="log every request on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, then serve until Ctrl-C or SIGTERM."""
-    from dotformer.api import load
     from dotformer.api.serve import serve
     from dotformer.api.web import aiohttp_web
+    from dotformer.cli.decode_flags import load_translator
     from dotformer.errors import ConfigError
 
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {args.port}")
     aiohttp_web()  # a missing extra is said before the model loads
-    apply_threads(args.threads)
-    paths = args.checkpoint  # one directory, or several: an ensemble (dotformer.decoding.ensemble)
-    translator = load(paths[0] if len(paths) == 1 else paths, device=args.device, dtype=args.dtype)
+    translator = load_translator(args)  # several --checkpoint: an ensemble (dotformer.decoding.ensemble), on torch
     announce = lambda line: print(line, flush=True)  # noqa: E731
     serve(translator, args.port, args.host, verbose=args.verbose, announce=announce)
     return 0

@@ -25,12 +25,19 @@ def apply_threads(threads: int | None) -> None:
     """
     if threads is None:
         return
+    check_threads(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def check_threads(threads: int | None) -> None:
+    """Raise :class:`~dotformer.errors.ConfigError` unless ``threads`` is None or from 1 to :data:`MAX_THREADS`."""
     from dotformer.errors import ConfigError
 
+    if threads is None:
+        return
     if threads <= 0:
         raise ConfigError(f"--threads must be positive, got {threads}")
     if threads > MAX_THREADS:
         raise ConfigError(f"--threads must be at most {MAX_THREADS}, got {threads}")
-    import torch
-
-    torch.set_num_threads(threads)

@@ -23,7 +23,8 @@ from dotformer.cli.decode_flags import (
     add_decoding_arguments,
     add_option_flags,
     decode_config_from_args,
-    load_for_decoding,
+    load_translator,
+    option_refusals,
 )
 from dotformer.cli.inputs import check_input_file, check_input_flags, open_input, too_long, where
 from dotformer.cli.lines import StreamLines, TextAsBytes, argument_chunks, format_result
@@ -208,7 +209,7 @@ def input_limit(args: argparse.Namespace, translator: Translator) -> int:
     """
     from dotformer.errors import ConfigError
 
-    config = translator.model.config
+    config = translator.config
     if args.max_input_length is None:
         return translator.max_input_length
     if config.positional == "learned" and args.max_input_length > config.max_len:
@@ -221,16 +222,19 @@ def input_limit(args: argparse.Namespace, translator: Translator) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, then read, decode and write chunk by chunk. Returns 0 (130 on Ctrl-C)."""
-    from dotformer.api import Translator
     from dotformer.api.translator import refuse_language_model
     from dotformer.decoding.inputs import unknown_prefix_symbols
     from dotformer.errors import DataError
 
     config = decode_config_from_args(args)
     output_format = check_arguments(args, config.n_best)
-    loaded = load_for_decoding(args)
-    refuse_language_model(loaded)
-    translator = Translator(loaded, args.dtype)
+    torch_only = option_refusals(config)
+
+    def refuse(checkpoint: Any) -> list[str]:
+        refuse_language_model(checkpoint)
+        return torch_only(checkpoint)
+
+    translator = load_translator(args, refuse)
     limit = input_limit(args, translator)
 
     close: list[IO[Any]] = []
@@ -248,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = getattr(sys.stdout, "buffer", None) or TextAsBytes(sys.stdout)
     prefix_lines = read_prefix_file(args.prefix) if args.prefix is not None else None
-    model_config = translator.model.config
+    model_config = translator.config
     tally = Tally(table=model_config.max_len, positional=model_config.positional)
     try:
         for first, lines in chunks:
@@ -256,7 +260,9 @@ def run(args: argparse.Namespace) -> int:
             if malformed is not None:  # the lines before it are decoded and written, then the error
                 lines = lines[: malformed.index]
             lines, prefixes = split_prefixes(lines, first, name, args.inline_prefix, prefix_lines, args.prefix)
-            done, error = decode_chunk(translator, lines, first, name, config, args, limit, prefixes)
+            done, error = decode_chunk(
+                translator, lines, first, name, config, args, limit, prefixes, scores=output_format != "text"
+            )
             error = error or (malformed.error if malformed is not None else None)
             text = "".join(format_result(r, i, output_format, translator.tgt_tokenizer) for r, i in done)
             with deferred_interrupt():  # a chunk's outputs are written whole, and counted as written
@@ -372,8 +378,10 @@ def decode_chunk(
     args: argparse.Namespace,
     limit: int,
     prefixes: list[str | None] | None = None,
+    scores: bool = True,
 ) -> tuple[list[tuple[TranslationResult, int]], Exception | None]:
-    """Decode one chunk (its first line is number ``first``).
+    """Decode one chunk (its first line is number ``first``); ``scores`` False: the output shows no score (text),
+    so the CTranslate2 engine skips its scoring pass.
 
     Returns:
         ``(result, 0-based id)`` per decoded input, and None, or a :class:`~dotformer.errors.DataError` naming
@@ -391,6 +399,7 @@ def decode_chunk(
         max_input_length=limit,
         details=True,
         progress=False,
+        scores=scores,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnknownTokenWarning)  # counted over the whole input, warned once at the end

@@ -20,13 +20,34 @@ Read in this order:
 16. :mod:`~dotformer.decoding.quantization` int8 linear layers for faster decoding on a CPU (not in the paper)
 """
 
-from dotformer.decoding.batch import decode_batch
-from dotformer.decoding.beam import beam_search
-from dotformer.decoding.config import DecodeConfig
-from dotformer.decoding.greedy import greedy_decode
-from dotformer.decoding.hypothesis import Hypothesis, length_penalty
-from dotformer.decoding.sampling import sample
-from dotformer.decoding.translate import Translation, translate
+from typing import Any
+
+# name -> the module that defines it, imported on first use (PEP 562): ``dotformer.decoding.options`` and
+# ``dotformer.decoding.config`` (the command line's flags) load without torch
+_LAZY = {
+    "decode_batch": "dotformer.decoding.batch",
+    "beam_search": "dotformer.decoding.beam",
+    "DecodeConfig": "dotformer.decoding.config",
+    "greedy_decode": "dotformer.decoding.greedy",
+    "Hypothesis": "dotformer.decoding.hypothesis",
+    "length_penalty": "dotformer.decoding.hypothesis",
+    "sample": "dotformer.decoding.sampling",
+    "Translation": "dotformer.decoding.results",
+}  # translate() is dotformer.decoding.translate.translate: a lazy name may not be its own module's name
+
+
+def __getattr__(name: str) -> Any:
+    """The names of ``__all__``, imported from their modules on first use."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'dotformer.decoding' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "DecodeConfig",
@@ -37,5 +58,4 @@ __all__ = [
     "greedy_decode",
     "length_penalty",
     "sample",
-    "translate",
 ]

@@ -14,19 +14,22 @@ alignments as the model sees them. Shapes: R outputs (rows), S source length, T 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from dotformer.data.tokenizers import BOS_ID, PAD_ID, UNK_ID
-from dotformer.decoding.incremental import inference
 from dotformer.errors import ConfigError
-from dotformer.model import Transformer
+
+if TYPE_CHECKING:
+    import torch
+
+    from dotformer.model import Transformer
 
 Alignment = list[tuple[int, int]]  # (source index, output index) pairs, 0-based, one per output token
 
 
-def check_alignment_layer(model: Transformer, layer: int) -> int:
-    """The 0-based index of decoder layer ``layer`` (negative counts from the end: -1 is the last).
+def check_alignment_layer(model: Transformer | Any, layer: int) -> int:
+    """The 0-based index of decoder layer ``layer`` of ``model`` (or of anything with its ``config``, a checkpoint's
+    files); negative counts from the end: -1 is the last.
 
     Raises:
         ConfigError: no such layer (the message gives the model's number of decoder layers).
@@ -57,7 +60,10 @@ def hard_alignments(
     Raises:
         ConfigError: ``layer`` is not a decoder layer of the model.
     """
+    import torch
+
     from dotformer.decoding.ensemble import Ensemble
+    from dotformer.decoding.incremental import inference
 
     if isinstance(model, Ensemble):  # an ensemble aligns with its first model
         model = model.models[0]
@@ -81,6 +87,8 @@ def hard_alignments(
 
 def right_padded(rows: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
     """Id lists as a (R, L) int64 tensor right-padded with PAD, L = the longest list."""
+    import torch
+
     width = max(len(row) for row in rows)
     return torch.tensor([[*row, *[PAD_ID] * (width - len(row))] for row in rows], dtype=torch.int64, device=device)
 
@@ -106,3 +114,36 @@ def replace_unknown_pieces(
         if tokens[t] == UNK_ID and s < len(source_pieces):
             out[t] = source_pieces[s]
     return out
+
+
+def check_replace_unk(loaded: Any) -> None:
+    """Raise unless both tokenizers of ``loaded`` (anything with ``src_tokenizer`` and ``tgt_tokenizer``) split text
+    into pieces that can be copied (char or symbol vocabularies).
+
+    Raises:
+        ConfigError: a byte-level BPE tokenizer (it has no <unk> to replace).
+    """
+    from dotformer.data.tokenizers import VocabularyTokenizer
+
+    for side, tokenizer in (("source", loaded.src_tokenizer), ("target", loaded.tgt_tokenizer)):
+        if not isinstance(tokenizer, VocabularyTokenizer):
+            raise ConfigError(
+                f"replace_unk needs char or symbol tokenizers; the {side} tokenizer is {tokenizer.kind}, which has "
+                f"no <unk> to replace"
+            )
+
+
+def unknowns_replaced(loaded: Any, source: str, tokens: Sequence[int], alignment: Alignment) -> str:
+    """The text of output ``tokens`` with each <unk> replaced by the piece of ``source`` it aligns to.
+
+    Args:
+        loaded: anything with ``src_tokenizer`` and ``tgt_tokenizer`` (char or symbol vocabularies: see
+            :func:`check_replace_unk`).
+        source: the source text as it was tokenised.
+        tokens: the output's ids (no BOS, no EOS).
+        alignment: the output's alignment (:func:`hard_alignments`, or the CTranslate2 engine's).
+    """
+    target = loaded.tgt_tokenizer
+    pieces = [target.id_to_token(t) for t in tokens]
+    replaced = replace_unknown_pieces(pieces, tokens, alignment, loaded.src_tokenizer.split(source))
+    return str(target.join(replaced))

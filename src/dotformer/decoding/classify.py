@@ -70,7 +70,8 @@ def checkpoint_labels(loaded: Any) -> list[str]:
 
 def _run(model: Any, inputs: list[list[int]], batch_size: int, max_tokens: int) -> list[Tensor]:
     """The head's probabilities per input: (C,) for a sequence head, (S, C) for a token head."""
-    from dotformer.decoding.translate import length_sorted_batches, model_device, pad_batch
+    from dotformer.decoding.order import length_sorted_batches
+    from dotformer.decoding.translate import model_device, pad_batch
 
     device = model_device(model)
     out: list[Tensor] = [torch.empty(0)] * len(inputs)

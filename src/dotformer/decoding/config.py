@@ -118,3 +118,22 @@ class DecodeConfig:
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-serialisable dict."""
         return dataclasses.asdict(self)
+
+
+def generation_config(
+    max_new_tokens: int = 200, strategy: str = "sample", n: int = 1, **fields: object
+) -> DecodeConfig:
+    """The :class:`DecodeConfig` of generating ``max_new_tokens`` tokens (``n`` samples, or the ``n`` best beams).
+
+    Other fields (temperature, top_k, top_p, seed, beam_size, length_penalty, use_cache) pass through; beam search's
+    length penalty defaults to 0 (rank by summed log-probability).
+
+    Raises:
+        ConfigError: ``max_new_tokens`` < 1, or a field out of range (the message names it).
+    """
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    fields.setdefault("length_penalty", 0.0)
+    if strategy == "beam":
+        fields.setdefault("beam_size", max(4, n))
+    return DecodeConfig(strategy=strategy, n_best=n, max_len_a=0.0, max_len_b=max_new_tokens, **fields)  # type: ignore[arg-type]

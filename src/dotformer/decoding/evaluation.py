@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dotformer.data.tokenizers import UNK_ID
 from dotformer.decoding.config import DecodeConfig
-from dotformer.decoding.translate import DEFAULT_BATCH_SIZE, Translation, length_sorted_batches, translate
+from dotformer.decoding.order import DEFAULT_BATCH_SIZE
+from dotformer.decoding.results import Translation
 from dotformer.errors import ConfigError, DataError
 from dotformer.metrics import (
     bleu,
@@ -33,10 +34,10 @@ from dotformer.metrics import (
 )
 
 if TYPE_CHECKING:
-    from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.config import ModelConfig
     from dotformer.data.corpora import Pair
     from dotformer.data.tokenizers import Tokenizer
+    from dotformer.decoding.engine import TranslationEngine
 
 TASKS = ("g2p", "translation", "exact", "synthetic")
 METRIC_TASKS = {"g2p": "g2p", "translation": "translation", "exact": "exact", "synthetic": "exact"}
@@ -52,18 +53,6 @@ class GroupedReferences(NamedTuple):
 
     sources: list[str]
     references: list[list[str]]
-
-
-class NLLResult(NamedTuple):
-    """Teacher-forced negative log-likelihood of the references.
-
-    Attributes:
-        total_nll: summed NLL in nats over all target tokens (EOS included).
-        num_tokens: number of target tokens scored.
-    """
-
-    total_nll: float
-    num_tokens: int
 
 
 @dataclass
@@ -244,29 +233,8 @@ def unfinished_warning(
     return f"{line} ({by_table})" if at_table else line
 
 
-def teacher_forced_nll(loaded: LoadedCheckpoint, pairs: Sequence[Pair], batch_size: int = 64) -> NLLResult:
-    """Summed NLL of each pair's target given its source, teacher-forced (no label smoothing, eval mode).
-
-    Uses :func:`dotformer.metrics.scoring.evaluate_loss` with label smoothing 0 over batches of ``batch_size`` pairs
-    sorted by length.
-
-    Raises:
-        DataError: no pairs.
-    """
-    from dotformer.data.batching import collate, encode_pairs, example_length
-    from dotformer.metrics.scoring import evaluate_loss
-
-    if not pairs:
-        raise DataError("no pairs to score")
-    examples = encode_pairs(pairs, loaded.src_tokenizer, loaded.tgt_tokenizer)
-    order = length_sorted_batches([example_length(e) for e in examples], batch_size)
-    batches = [collate([examples[i] for i in batch], batch) for batch in order]
-    result = evaluate_loss(loaded.model, batches, label_smoothing=0.0, pad_id=loaded.config.pad_id)
-    return NLLResult(result.nll * result.num_tokens, result.num_tokens)
-
-
 def evaluate_pairs(
-    loaded: LoadedCheckpoint,
+    engine: TranslationEngine,
     pairs: Sequence[Pair],
     task: str,
     config: DecodeConfig | None = None,
@@ -277,7 +245,8 @@ def evaluate_pairs(
     """Decode the distinct sources of ``pairs`` and compute the task's metrics (see the module docstring).
 
     Args:
-        loaded: a loaded checkpoint.
+        engine: what decodes and scores: :class:`~dotformer.decoding.engine.TorchEngine` over a loaded checkpoint, or
+            the CTranslate2 engine (:mod:`dotformer.engines`).
         pairs: held-out (source, target) pairs.
         task: "g2p", "translation", "exact" or "synthetic".
         config: decoding settings (default: beam 4, α = 0.6); only the 1-best output is scored.
@@ -299,9 +268,13 @@ def evaluate_pairs(
     if not pairs:
         raise DataError("no pairs to evaluate")
     require_metric_packages(metric_task(task))  # a missing [eval] package fails now, not after the decoding
+    from dotformer.decoding.inputs import encode_sources, warn_unknown
+
     config = config or DecodeConfig()
     grouped = group_references(pairs)
-    outputs = translate(loaded, grouped.sources, config, batch_size, progress)
+    encoded = encode_sources(engine.checkpoint, grouped.sources, engine.checkpoint.config.max_len)
+    warn_unknown(encoded)
+    outputs = engine.decode(encoded, config, batch_size, progress, None, scores=False)
     best = [hyps[0].text if hyps else "" for hyps in outputs]
     output_of = dict(zip(grouped.sources, best, strict=True))
     hyps = [output_of[pair.source] for pair in pairs]
@@ -321,7 +294,7 @@ def evaluate_pairs(
             signatures.update(bleu=bleu_result.signature, chrf=chrf_result.signature)
         else:
             metrics["exact_match"] = exact_match(hyps, refs)
-    nll = teacher_forced_nll(loaded, pairs, batch_size)
+    nll = engine.reference_nll(pairs, batch_size)
     metrics["perplexity"] = perplexity(nll.total_nll, nll.num_tokens)
     metrics["nll_per_token"] = nll.total_nll / nll.num_tokens
     examples = [
@@ -329,7 +302,7 @@ def evaluate_pairs(
         for s, o, r in zip(grouped.sources[:num_examples], best, grouped.references, strict=False)
     ]
     unfinished = count_unfinished(outputs)
-    at_table = count_cut_by_table(outputs, loaded.model.config)
+    at_table = count_cut_by_table(outputs, engine.checkpoint.config)
     return Evaluation(task, metrics, signatures, len(pairs), len(grouped.sources), examples, unfinished, hyps, at_table)
 
 

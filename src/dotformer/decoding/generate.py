@@ -13,14 +13,15 @@ A model sees at most ``window`` tokens (the block size it was trained on: its po
 trained). When the text outgrows the window, the window jumps forward to keep the newest ``window // 2`` tokens, and
 the cache is refilled from them; without a cache every step recomputes the window. Both see exactly the same
 tokens, so cached and uncached generation give the same tokens (tested). The length limit and the search settings
-are a :class:`~dotformer.decoding.config.DecodeConfig` (:func:`generation_config`). Shapes follow the legend in
-:mod:`dotformer.attention`; N = rows generated together (``n`` samples, or K beams, of one prompt).
+are a :class:`~dotformer.decoding.config.DecodeConfig` (:func:`~dotformer.decoding.config.generation_config`).
+Shapes follow the legend in :mod:`dotformer.attention`; N = rows generated together (``n`` samples, or K beams, of
+one prompt).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -36,16 +37,13 @@ from dotformer.decoding.beam import (
     unflatten_beam_dim,
 )
 from dotformer.decoding.cache import DecoderCache
-from dotformer.decoding.config import DecodeConfig
+from dotformer.decoding.config import DecodeConfig, generation_config
 from dotformer.decoding.greedy import pick_most_likely
 from dotformer.decoding.hypothesis import forbid_special_tokens
 from dotformer.decoding.incremental import inference
 from dotformer.decoding.sampling import sampling_picker
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.model import Transformer
-
-if TYPE_CHECKING:
-    from dotformer.data.tokenizers import Tokenizer
 
 TokenCallback = Callable[[Tensor], None]  # called with the (N,) int64 tokens of every step, as they are chosen
 
@@ -65,25 +63,6 @@ class Generation(NamedTuple):
     def score(self) -> float:
         """The summed log-probability of the new tokens."""
         return float(sum(self.log_probs))
-
-
-def generation_config(
-    max_new_tokens: int = 200, strategy: str = "sample", n: int = 1, **fields: object
-) -> DecodeConfig:
-    """The :class:`DecodeConfig` of generating ``max_new_tokens`` tokens (``n`` samples, or the ``n`` best beams).
-
-    Other fields (temperature, top_k, top_p, seed, beam_size, length_penalty, use_cache) pass through; beam search's
-    length penalty defaults to 0 (rank by summed log-probability).
-
-    Raises:
-        ConfigError: ``max_new_tokens`` < 1, or a field out of range (the message names it).
-    """
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ConfigError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-    fields.setdefault("length_penalty", 0.0)
-    if strategy == "beam":
-        fields.setdefault("beam_size", max(4, n))
-    return DecodeConfig(strategy=strategy, n_best=n, max_len_a=0.0, max_len_b=max_new_tokens, **fields)  # type: ignore[arg-type]
 
 
 def run_decoder(model: Transformer, tokens: Tensor, cache: DecoderCache | None) -> Tensor:
@@ -170,8 +149,8 @@ def generate(
     Args:
         model: a decoder-only :class:`Transformer` (its training flag is restored afterwards).
         prompt: the prompt's ids (no BOS: the text stream has none).
-        config: from :func:`generation_config`: strategy, ``n_best`` samples (or beams returned), the new-token limit
-            ``max_len_b``, temperature / top-k / top-p / seed, ``use_cache``.
+        config: from :func:`~dotformer.decoding.config.generation_config`: strategy, ``n_best`` samples (or beams
+            returned), the new-token limit ``max_len_b``, temperature / top-k / top-p / seed, ``use_cache``.
         window: the most tokens the model reads at once (default ``model.config.max_len``; give the block size).
         on_token: called with the (N,) tokens of every greedy or sampling step, as they are chosen (streaming).
 
@@ -236,14 +215,3 @@ def beam_generate(context: ContextWindow, prompt: Tensor, config: DecodeConfig) 
         context.reorder(flatten_beam_dim(origin))  # (K,) the beam each new beam grew from
         step_log_probs = forbid_special_tokens(context.feed(state.alive_tokens[0, :, -1:]))  # (K, V)
     return [Generation(h.tokens, h.log_probs) for h in hypotheses(state, 0, config.n_best, alpha)]
-
-
-def generated_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
-    """The text of generated ids: each EOS a line end, the pieces between decoded by ``tokenizer``."""
-    lines: list[list[int]] = [[]]
-    for token in ids:
-        if token == EOS_ID:
-            lines.append([])
-        else:
-            lines[-1].append(int(token))
-    return "\n".join(tokenizer.decode(line) for line in lines)

@@ -22,6 +22,7 @@ from dotformer.errors import ConfigError, ShapeError
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
     from dotformer.data.tokenizers import Tokenizer
+    from dotformer.decoding.config import DecodeConfig
 
 
 class UnknownTokenWarning(UserWarning):
@@ -285,3 +286,49 @@ def warn_unknown(encoded: EncodedTexts, texts: Sequence[str] | None = None, stac
 def is_empty_source(text: str) -> bool:
     """True for an empty or whitespace-only source text: it has nothing to translate, so its output is empty."""
     return not text.strip()
+
+
+def check_prefixes(prefixes: Sequence[Sequence[int]], encoded: EncodedTexts, config: DecodeConfig) -> None:
+    """Raise unless there is one prefix per source, each shorter than its output's length limit.
+
+    Raises:
+        ConfigError: not one prefix per source. ShapeError: a prefix of as many tokens as its output may have
+            (the message names the input, 1-based).
+    """
+    if len(prefixes) != len(encoded.ids):
+        raise ConfigError(f"{len(prefixes)} prefixes for {len(encoded.ids)} inputs: give one prefix per input")
+    for i, (prefix, ids) in enumerate(zip(prefixes, encoded.ids, strict=True)):
+        limit = config.max_output_length(len(ids))
+        if len(prefix) >= limit:
+            raise ShapeError(
+                f"input {i + 1}: its prefix has {len(prefix)} tokens but its output may have at most {limit - 1} "
+                f"before the end of sentence (max_len_a · input length + max_len_b); shorten the prefix or raise "
+                f"max_len_b"
+            )
+
+
+def encode_prefixes(loaded: Any, prefixes: Sequence[str | None]) -> list[list[int]]:
+    """Target prefixes as ids of the target vocabulary of ``loaded`` (anything with ``tgt_tokenizer``), no BOS, no
+    EOS; None or "" is no prefix.
+
+    A prefix is written as the outputs are (target side, not normalised like a source): its tokens are forced as
+    the first tokens of the output, scored, and kept in it.
+
+    Raises:
+        ConfigError: a prefix is not a string or None (the message names its position).
+
+    Warns:
+        UnknownTokenWarning: once, naming the prefixes' symbols outside the target vocabulary (read as <unk>).
+    """
+    ids: list[list[int]] = []
+    unknown: list[str] = []
+    for i, prefix in enumerate(prefixes):
+        if prefix is not None and not isinstance(prefix, str):
+            raise ConfigError(f"prefix {i} must be a string or None, got {type(prefix).__name__}")
+        encoded = encode_prefix(loaded.tgt_tokenizer, prefix)
+        ids.append(encoded.ids)
+        unknown += encoded.unknown
+    message = unknown_prefix_message(unknown)
+    if message is not None:
+        warnings.warn(message, UnknownTokenWarning, stacklevel=3)
+    return ids

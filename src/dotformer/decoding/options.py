@@ -32,6 +32,8 @@ class DecodeOption:
         strategy: the only strategy it applies to (None: all).
         choices: the allowed values, for a str option.
         metavar: how the flag's help names its value (default: the last word of the name, upper case).
+        ctranslate2: what the CTranslate2 engine lacks of this option, when it runs the default value only (None: it
+            runs every value); another value runs on the torch engine only (:mod:`dotformer.engines.choice`).
     """
 
     name: str
@@ -42,6 +44,7 @@ class DecodeOption:
     strategy: str | None = None
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
+    ctranslate2: str | None = None
 
     @property
     def default(self) -> Any:
@@ -104,6 +107,7 @@ DECODE_OPTIONS: tuple[DecodeOption, ...] = (
         "alignment_layer",
         "the decoder layer whose cross-attention aligns (0-based; -1, the default, is the last)",
         metavar="L",
+        ctranslate2="CTranslate2 aligns with the last decoder layer",
     ),
     DecodeOption(
         "replace_unk",

@@ -10,82 +10,43 @@ is decoded alone instead of padding a whole batch; the outputs come back in inpu
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from dotformer.data.tokenizers import PAD_ID, UNK_ID
-from dotformer.decoding.alignment import check_alignment_layer, hard_alignments, replace_unknown_pieces
+from dotformer.decoding.alignment import (
+    check_alignment_layer,
+    check_replace_unk,
+    hard_alignments,
+    unknowns_replaced,
+)
 from dotformer.decoding.batch import decode_batch
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.inputs import (
     EncodedTexts,
-    UnknownTokenWarning,
     check_max_input_length,
-    encode_prefix,
+    check_prefixes,
+    encode_prefixes,
     encode_sources,
     is_empty_source,
-    unknown_prefix_message,
     warn_unknown,
 )
-from dotformer.errors import ConfigError, ShapeError
+from dotformer.decoding.order import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, length_sorted_batches, show_progress
+from dotformer.decoding.results import Translation, empty_translation
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.model import Transformer
 
 __all__ = [
-    "DEFAULT_BATCH_SIZE",
-    "DEFAULT_MAX_TOKENS",
-    "PROGRESS_THRESHOLD",
-    "Translation",
     "decode_encoded",
-    "empty_translation",
-    "encode_prefixes",
-    "length_sorted_batches",
     "model_device",
     "pad_batch",
     "translate",
 ]
-
-PROGRESS_THRESHOLD = 500  # inputs from which translate() shows a progress bar on stderr by default
-DEFAULT_MAX_TOKENS = 8192  # padded source tokens per batch (B × S); a longer input than this is decoded alone
-DEFAULT_BATCH_SIZE = 256  # sentences per batch: a small model's step is mostly fixed cost, so wide batches pay
-
-
-def _is_terminal(stream: object) -> bool:
-    """Whether ``stream`` (sys.stderr, which may be None or closed) is a terminal."""
-    try:
-        return bool(stream is not None and stream.isatty())  # type: ignore[attr-defined]
-    except (AttributeError, ValueError):
-        return False
-
-
-class Translation(NamedTuple):
-    """One output of :func:`translate`: a :class:`~dotformer.decoding.Hypothesis` with its detokenised text.
-
-    Attributes:
-        text: the detokenised output.
-        tokens: output token ids (no BOS, no EOS).
-        score: log P(Y | X) / lp(|Y|), natural log (see :class:`~dotformer.decoding.Hypothesis`).
-        log_probs: per-step log-probabilities (EOS included when the output finished).
-        alignment: with ``DecodeConfig.alignments`` (or ``replace_unk``), one ``(source index, output index)`` pair
-            per output token (:mod:`dotformer.decoding.alignment`); else None.
-    """
-
-    text: str
-    tokens: list[int]
-    score: float
-    log_probs: list[float]
-    alignment: list[tuple[int, int]] | None = None
-
-    @property
-    def finished(self) -> bool:
-        """True when the model ended the output with EOS; False when it was cut at the maximum length."""
-        return len(self.log_probs) == len(self.tokens) + 1
 
 
 def pad_batch(sequences: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
@@ -97,41 +58,9 @@ def pad_batch(sequences: Sequence[Sequence[int]], device: torch.device | str = "
     return batch.to(device)
 
 
-def length_sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
-    """Indices grouped into batches, longest first (stable), so a batch pads little.
-
-    A batch holds at most ``batch_size`` indices and, when ``max_tokens`` is given, at most ``max_tokens`` padded
-    tokens (its size times its longest length); an index longer than ``max_tokens`` is a batch of its own.
-
-    Raises:
-        ConfigError: ``batch_size`` or ``max_tokens`` < 1.
-    """
-    if batch_size < 1:
-        raise ConfigError(f"batch_size must be a positive integer, got {batch_size}")
-    if max_tokens is not None and max_tokens < 1:
-        raise ConfigError(f"max_tokens must be a positive integer, got {max_tokens}")
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    for i in order:
-        if batches:
-            batch = batches[-1]
-            longest = lengths[batch[0]]  # sorted longest first
-            fits_tokens = max_tokens is None or (len(batch) + 1) * longest <= max_tokens
-            if len(batch) < batch_size and fits_tokens:
-                batch.append(i)
-                continue
-        batches.append([i])
-    return batches
-
-
 def model_device(model: Transformer) -> torch.device:
     """The device of the model's parameters."""
     return next(model.parameters()).device
-
-
-def empty_translation() -> Translation:
-    """The output of an empty source: no tokens, score 0, finished (its one log-probability stands for the EOS)."""
-    return Translation("", [], 0.0, [0.0])
 
 
 def decode_encoded(
@@ -175,8 +104,7 @@ def decode_encoded(
         [todo[j] for j in batch]
         for batch in length_sorted_batches([len(encoded.ids[i]) for i in todo], batch_size, max_tokens)
     ]
-    if progress is None:  # a bar's redraws are for a terminal, not for a log file or a pipe
-        progress = len(encoded.ids) >= PROGRESS_THRESHOLD and _is_terminal(sys.stderr)
+    progress = show_progress(progress, len(encoded.ids))
     with tqdm(total=len(encoded.ids), unit="sent", file=sys.stderr, disable=not progress, desc="translate") as bar:
         bar.update(len(empty))
         for batch in batches:
@@ -184,28 +112,13 @@ def decode_encoded(
             prefix = None if prefixes is None else pad_batch([prefixes[i] for i in batch], device)  # (B, P)
             for i, hyps in zip(batch, decode_batch(model, src, config, prefix), strict=True):
                 results[i] = [
-                    Translation(loaded.tgt_tokenizer.decode(h.tokens), h.tokens, h.score, h.log_probs) for h in hyps
+                    Translation(loaded.tgt_tokenizer.decode(h.tokens), h.tokens, h.score, h.log_probs, h.finished)
+                    for h in hyps
                 ]
             if config.alignments or config.replace_unk:
                 add_alignments(loaded, encoded, batch, results, config)
             bar.update(len(batch))
     return results
-
-
-def check_replace_unk(loaded: LoadedCheckpoint) -> None:
-    """Raise unless both tokenizers split text into pieces that can be copied (char or symbol vocabularies).
-
-    Raises:
-        ConfigError: a byte-level BPE tokenizer (it has no <unk> to replace).
-    """
-    from dotformer.data.tokenizers import VocabularyTokenizer
-
-    for side, tokenizer in (("source", loaded.src_tokenizer), ("target", loaded.tgt_tokenizer)):
-        if not isinstance(tokenizer, VocabularyTokenizer):
-            raise ConfigError(
-                f"replace_unk needs char or symbol tokenizers; the {side} tokenizer is {tokenizer.kind}, which has "
-                f"no <unk> to replace"
-            )
 
 
 def add_alignments(
@@ -226,57 +139,8 @@ def add_alignments(
     for (i, k), alignment in zip(rows, alignments, strict=True):
         hyp = results[i][k]._replace(alignment=alignment if config.alignments else None)
         if config.replace_unk and UNK_ID in hyp.tokens:
-            source_pieces = loaded.src_tokenizer.split(encoded.texts[i])  # type: ignore[attr-defined]
-            target = loaded.tgt_tokenizer
-            pieces = [target.id_to_token(t) for t in hyp.tokens]
-            replaced = replace_unknown_pieces(pieces, hyp.tokens, alignment, source_pieces)
-            hyp = hyp._replace(text=target.join(replaced))  # type: ignore[attr-defined]
+            hyp = hyp._replace(text=unknowns_replaced(loaded, encoded.texts[i], hyp.tokens, alignment))
         results[i][k] = hyp
-
-
-def check_prefixes(prefixes: Sequence[Sequence[int]], encoded: EncodedTexts, config: DecodeConfig) -> None:
-    """Raise unless there is one prefix per source, each shorter than its output's length limit.
-
-    Raises:
-        ConfigError: not one prefix per source. ShapeError: a prefix of as many tokens as its output may have
-            (the message names the input, 1-based).
-    """
-    if len(prefixes) != len(encoded.ids):
-        raise ConfigError(f"{len(prefixes)} prefixes for {len(encoded.ids)} inputs: give one prefix per input")
-    for i, (prefix, ids) in enumerate(zip(prefixes, encoded.ids, strict=True)):
-        limit = config.max_output_length(len(ids))
-        if len(prefix) >= limit:
-            raise ShapeError(
-                f"input {i + 1}: its prefix has {len(prefix)} tokens but its output may have at most {limit - 1} "
-                f"before the end of sentence (max_len_a · input length + max_len_b); shorten the prefix or raise "
-                f"max_len_b"
-            )
-
-
-def encode_prefixes(loaded: LoadedCheckpoint, prefixes: Sequence[str | None]) -> list[list[int]]:
-    """Target prefixes as ids of the target vocabulary (no BOS, no EOS); None or "" is no prefix.
-
-    A prefix is written as the outputs are (target side, not normalised like a source): its tokens are forced as
-    the first tokens of the output, scored, and kept in it.
-
-    Raises:
-        ConfigError: a prefix is not a string or None (the message names its position).
-
-    Warns:
-        UnknownTokenWarning: once, naming the prefixes' symbols outside the target vocabulary (read as <unk>).
-    """
-    ids: list[list[int]] = []
-    unknown: list[str] = []
-    for i, prefix in enumerate(prefixes):
-        if prefix is not None and not isinstance(prefix, str):
-            raise ConfigError(f"prefix {i} must be a string or None, got {type(prefix).__name__}")
-        encoded = encode_prefix(loaded.tgt_tokenizer, prefix)
-        ids.append(encoded.ids)
-        unknown += encoded.unknown
-    message = unknown_prefix_message(unknown)
-    if message is not None:
-        warnings.warn(message, UnknownTokenWarning, stacklevel=3)
-    return ids
 
 
 def translate(

@@ -9,11 +9,14 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from dotformer.checkpoint import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE, LoadedCheckpoint, load_checkpoint
+from dotformer.checkpoint import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE
 from dotformer.errors import ConfigError, MissingDataError
 from dotformer.export.outdir import check_output_dir, fresh_output_dir
+
+if TYPE_CHECKING:
+    from dotformer.checkpoint import LoadedCheckpoint
 
 logger = logging.getLogger(__name__)
 
@@ -57,16 +60,18 @@ def export_checkpoint(
     if quantization is not None and to != "ct2":
         raise ConfigError(f"--quantization is for --to ct2 only (got --to {to})")
     if quantization is not None:
-        from dotformer.export.ct2 import check_quantization
+        from dotformer.export.ct2_rules import check_quantization
 
         check_quantization(quantization)
     check_output_dir(output_dir)
     module, extra = EXTRA_OF_FORMAT[to]
     require_package(module, extra, f"exporting to {to}")
+    from dotformer.checkpoint import load_checkpoint
+
     loaded = load_checkpoint(checkpoint)
     with fresh_output_dir(output_dir) as tmp:
         if to == "ct2":
-            _write_ct2(loaded, tmp, quantization)
+            write_ct2(loaded, tmp, quantization)
         elif to == "marian":
             from dotformer.export.marian import save_marian
 
@@ -89,8 +94,23 @@ def export_checkpoint(
     return Path(output_dir)
 
 
-def _write_ct2(loaded: LoadedCheckpoint, directory: Path, quantization: str | None) -> None:
-    """CTranslate2 files in ``directory`` (which exists and is empty), with the tokenizers' pieces as vocabularies."""
+def write_ct2(
+    loaded: LoadedCheckpoint, directory: Path, quantization: str | None, suppress_specials: bool = True
+) -> None:
+    """CTranslate2 files in ``directory`` (which exists and is empty), with the tokenizers' pieces as vocabularies:
+    a ``Translator`` directory for an encoder-decoder, a ``Generator`` directory for a language model.
+
+    Args:
+        loaded: the checkpoint (float weights).
+        directory: where the files go.
+        quantization: the weights' storage type (:data:`~dotformer.export.ct2_rules.QUANTIZATIONS`; None: float32).
+        suppress_specials: PAD and BOS never generated with CTranslate2's default options (``dotformer export``);
+            False keeps the trained generator (the CTranslate2 engine suppresses them per call, so that its scores
+            are dotformer's, see :class:`~dotformer.export.ct2.SpecWriter`).
+
+    Raises:
+        ConfigError: a model CTranslate2 cannot hold (the message says why).
+    """
     from dotformer.export.ct2 import id_vocabulary, tokenizer_vocabulary, transformer_spec
 
     config = loaded.config
@@ -114,8 +134,8 @@ def _write_ct2(loaded: LoadedCheckpoint, directory: Path, quantization: str | No
     if config.arch == "decoder-only":  # a language model: CTranslate2's decoder-only spec (ctranslate2.Generator)
         from dotformer.export.ct2_lm import language_model_spec
 
-        spec = language_model_spec(loaded.model, vocabularies[1])
+        spec = language_model_spec(loaded.model, vocabularies[1], suppress_specials)
     else:
-        spec = transformer_spec(loaded.model, *vocabularies)
+        spec = transformer_spec(loaded.model, *vocabularies, suppress_specials=suppress_specials)
     spec.optimize(quantization=quantization)
     spec.save(str(directory))

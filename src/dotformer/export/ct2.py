@@ -26,9 +26,10 @@ search applies are carried by the model itself:
   generates them; CTranslate2 reads no suppression rule from a model directory, and its ``suppress_sequences`` is a
   per-call option). The probabilities CTranslate2 reports are therefore dotformer's renormalised over the tokens
   other than PAD and BOS: the same greedy outputs, log-probabilities higher by ``-log(1 - p_PAD - p_BOS)`` a step.
-* A sinusoidal model carries :data:`CT2_POSITIONS` positions (or ``max_len``, if larger), enough for
-  CTranslate2's default ``max_input_length`` (1024) and ``max_decoding_length`` (256); longer inputs need a model
-  re-exported with a larger ``ModelConfig.max_len``. A learned table stops at ``max_len``, as dotformer does.
+* A sinusoidal model carries :data:`~dotformer.export.ct2_rules.CT2_POSITIONS` positions (or ``max_len``, if
+  larger), enough for CTranslate2's default ``max_input_length`` (1024) and ``max_decoding_length`` (256); longer
+  inputs need a model re-exported with a larger ``ModelConfig.max_len``. A learned table stops at ``max_len``, as
+  dotformer does.
 
 One rule the model cannot carry: CTranslate2's default ``min_decoding_length=1`` forbids an empty output, which
 dotformer allows; pass ``min_decoding_length=0`` to get dotformer's output where it is empty.
@@ -53,21 +54,14 @@ from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
+from dotformer.export.ct2_rules import (
+    CT2_ACTIVATIONS,
+    check_quantization,
+    exported_positions,
+    model_problem,
+)
 from dotformer.export.params import SUPPRESSED_LOGIT, Converter, EngineNames, LayerNames, embedding_params, locate
 from dotformer.model import Transformer
-
-CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}  # dotformer's -> common_spec.Activation
-CT2_POSITIONS = 1024  # positional rows exported for a sinusoidal model: CTranslate2's default max_input_length
-
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
-
-
-def check_quantization(quantization: str | None) -> None:
-    """Raise :class:`ConfigError` unless ``quantization`` is None or one of :data:`QUANTIZATIONS`."""
-    if quantization is not None and quantization not in QUANTIZATIONS:
-        raise ConfigError(
-            f"unknown CTranslate2 quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}"
-        )
 
 
 def id_vocabulary(size: int) -> list[str]:
@@ -105,13 +99,9 @@ def _check(config: ModelConfig, src_vocab: Sequence[str], tgt_vocab: Sequence[st
             else ""
         )
         raise ConfigError(f"only encoder-decoder models make a CTranslate2 Translator, got arch={config.arch!r}{hint}")
-    if config.embedding_norm:
-        raise ConfigError("ModelConfig.embedding_norm=True: the CTranslate2 export does not carry embedding LayerNorms")
-    if config.activation not in CT2_ACTIVATIONS:
-        raise ConfigError(
-            f"ModelConfig.activation={config.activation!r}: CTranslate2's Transformer has "
-            f"{', '.join(CT2_ACTIVATIONS)} only"
-        )
+    problem = model_problem(config)
+    if problem is not None:
+        raise ConfigError(problem)
     sides = (("source", src_vocab, config.src_vocab_size), ("target", tgt_vocab, config.tgt_vocab_size))
     for name, vocab, size in sides:
         if len(vocab) != size:
@@ -155,11 +145,18 @@ def _tensor(parameter: torch.Tensor) -> torch.Tensor:
 
 
 class SpecWriter(Converter):
-    """Writes a dotformer model's weights into a ``TransformerSpec`` (the spec's names: :data:`CT2_NAMES`)."""
+    """Writes a dotformer model's weights into a ``TransformerSpec`` (the spec's names: :data:`CT2_NAMES`).
 
-    def __init__(self, spec: Any) -> None:
+    ``suppress_specials`` (the default) writes the generator's bias with PAD and BOS at :data:`SUPPRESSED_LOGIT`, so
+    that CTranslate2's default options never generate them; False keeps the trained bias, for a caller that passes
+    ``suppress_sequences=[["<pad>"], ["<s>"]]`` itself and wants ``score_batch`` to give dotformer's own
+    log-probabilities (the CTranslate2 engine, :mod:`dotformer.engines`).
+    """
+
+    def __init__(self, spec: Any, suppress_specials: bool = True) -> None:
         super().__init__(CT2_NAMES)
         self.spec = spec
+        self.suppress_specials = suppress_specials
 
     def copy_linear(self, ours: Sequence[nn.Linear], theirs: str, roles: tuple[str, ...]) -> None:
         """spec.weight <- the weights stacked on the output axis (fused projections); the same for biases if any."""
@@ -174,7 +171,7 @@ class SpecWriter(Converter):
 
     def copy_embeddings(self, model: Transformer) -> None:
         """Token tables, the positional tables (×√D is CTranslate2's ``scale_embeddings``): ``max_len`` rows of a
-        learned table, :func:`exported_positions` rows of sinusoids."""
+        learned table, :func:`~dotformer.export.ct2_rules.exported_positions` rows of sinusoids."""
         scale = math.sqrt(model.config.d_model) if model.config.scale_embeddings else 1.0
         for side, embedding in embedding_params(model).items():
             locate(self.spec, self.names.embeddings[side]).weight = _tensor(embedding.weight)
@@ -185,7 +182,8 @@ class SpecWriter(Converter):
         self.spec.encoder.scale_embeddings = self.spec.decoder.scale_embeddings = scale
 
     def copy_model(self, model: Transformer) -> None:
-        """Embeddings, both stacks (and their final norms, pre-LN), the generator with PAD and BOS suppressed."""
+        """Embeddings, both stacks (and their final norms, pre-LN), the generator (PAD and BOS suppressed, unless
+        ``suppress_specials`` is False)."""
         self.copy_embeddings(model)
         self.copy_stacks(model)
         self.copy_linear([model.generator], self.names.generator or "", ("generator",))
@@ -195,14 +193,9 @@ class SpecWriter(Converter):
             if model.generator.bias is not None
             else torch.zeros(model.config.tgt_vocab_size)
         )
-        bias[[PAD_ID, BOS_ID]] = SUPPRESSED_LOGIT  # (V,): never generated, with CTranslate2's default options
+        if self.suppress_specials:
+            bias[[PAD_ID, BOS_ID]] = SUPPRESSED_LOGIT  # (V,): never generated, with CTranslate2's default options
         projection.bias = bias
-
-
-def exported_positions(config: ModelConfig) -> int:
-    """Rows of the positional tables written: ``max_len`` for a learned table, at least :data:`CT2_POSITIONS`
-    for sinusoids (which have no limit in dotformer)."""
-    return config.max_len if config.positional == "learned" else max(config.max_len, CT2_POSITIONS)
 
 
 def _empty_spec(config: ModelConfig) -> Any:
@@ -215,19 +208,24 @@ def _empty_spec(config: ModelConfig) -> Any:
         config.num_heads,
         pre_norm=config.norm_first,
         activation=activation,
+        alignment_heads=config.num_heads,  # return_attention: the last layer's heads averaged, as dotformer aligns
     )
     spec.config.layer_norm_epsilon = config.layer_norm_eps
     return spec
 
 
 def transformer_spec(
-    model: Transformer, src_vocab: Sequence[str] | None = None, tgt_vocab: Sequence[str] | None = None
+    model: Transformer,
+    src_vocab: Sequence[str] | None = None,
+    tgt_vocab: Sequence[str] | None = None,
+    suppress_specials: bool = True,
 ) -> Any:
     """Build the ``ctranslate2.specs.TransformerSpec`` holding ``model``'s weights (float32) and vocabularies.
 
     Args:
         model: an encoder-decoder :class:`Transformer` (post-LN or pre-LN, ReLU, GELU or SiLU, any positional table).
         src_vocab, tgt_vocab: the token strings of ids 0..V-1 (unique, specials first); default :func:`id_vocabulary`.
+        suppress_specials: PAD and BOS never generated with the default options (see :class:`SpecWriter`).
 
     Returns:
         The validated spec; ``spec.save(directory)`` writes it.
@@ -240,7 +238,7 @@ def transformer_spec(
     tgt_vocab = list(tgt_vocab) if tgt_vocab is not None else id_vocabulary(config.tgt_vocab_size)
     _check(config, src_vocab, tgt_vocab)
     spec = _empty_spec(config)
-    SpecWriter(spec).copy_model(model)
+    SpecWriter(spec, suppress_specials).copy_model(model)
     spec.register_source_vocabulary(src_vocab)
     spec.register_target_vocabulary(tgt_vocab)
     spec.config.unk_token = SPECIAL_TOKENS[UNK_ID]

@@ -36,15 +36,14 @@ from dotformer.data.tokenizers import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
 from dotformer.export.ct2 import (
-    CT2_ACTIVATIONS,
     CT2_NAMES,
     SpecWriter,
     _layer_names,
     _tensor,
-    check_quantization,
     id_vocabulary,
     save_spec,
 )
+from dotformer.export.ct2_rules import CT2_ACTIVATIONS, check_quantization, model_problem
 from dotformer.export.params import EngineNames, embedding_params, locate
 from dotformer.model import Transformer
 
@@ -60,8 +59,8 @@ class LanguageModelSpecWriter(SpecWriter):
     """:class:`~dotformer.export.ct2.SpecWriter` over a ``TransformerDecoderModelSpec``: the decoder's names only
     (:data:`CT2_LM_NAMES`), one token table and one positional table."""
 
-    def __init__(self, spec: Any) -> None:
-        super().__init__(spec)
+    def __init__(self, spec: Any, suppress_specials: bool = True) -> None:
+        super().__init__(spec, suppress_specials)
         self.names = CT2_LM_NAMES
 
     def copy_embeddings(self, model: Transformer) -> None:
@@ -78,10 +77,9 @@ def check_language_model(config: ModelConfig, vocabulary: Sequence[str]) -> None
     """Raise :class:`ConfigError` unless ``config`` and ``vocabulary`` fit CTranslate2's decoder-only spec."""
     if config.arch != "decoder-only":
         raise ConfigError(f"the CTranslate2 language-model spec holds a decoder-only model, got arch={config.arch!r}")
-    if config.embedding_norm:
-        raise ConfigError("ModelConfig.embedding_norm=True: the CTranslate2 export does not carry embedding LayerNorms")
-    if config.activation not in CT2_ACTIVATIONS:
-        raise ConfigError(f"CTranslate2 has no {config.activation!r} activation")
+    problem = model_problem(config)
+    if problem is not None:
+        raise ConfigError(problem)
     if len(vocabulary) != config.tgt_vocab_size:
         raise ConfigError(f"the vocabulary has {len(vocabulary)} tokens but the model has {config.tgt_vocab_size}")
     if len(set(vocabulary)) != len(vocabulary):
@@ -90,7 +88,9 @@ def check_language_model(config: ModelConfig, vocabulary: Sequence[str]) -> None
         raise ConfigError(f"the vocabulary must start with {SPECIAL_TOKENS}, got {tuple(vocabulary[:4])}")
 
 
-def language_model_spec(model: Transformer, vocabulary: Sequence[str] | None = None) -> Any:
+def language_model_spec(
+    model: Transformer, vocabulary: Sequence[str] | None = None, suppress_specials: bool = True
+) -> Any:
     """Build the ``ctranslate2.specs.TransformerDecoderModelSpec`` holding ``model``'s weights (float32).
 
     Args:
@@ -98,6 +98,8 @@ def language_model_spec(model: Transformer, vocabulary: Sequence[str] | None = N
             positions).
         vocabulary: the token strings of ids 0..V-1 (unique, specials first); default
             :func:`~dotformer.export.ct2.id_vocabulary`.
+        suppress_specials: PAD and BOS never generated with the default options (see
+            :class:`~dotformer.export.ct2.SpecWriter`).
 
     Returns:
         The validated spec; ``spec.save(directory)`` writes it (``ctranslate2.Generator(directory)`` loads it).
@@ -118,7 +120,7 @@ def language_model_spec(model: Transformer, vocabulary: Sequence[str] | None = N
         no_final_norm=model.decoder.final_norm is None,
     )
     spec.config.layer_norm_epsilon = config.layer_norm_eps
-    LanguageModelSpecWriter(spec).copy_model(model)
+    LanguageModelSpecWriter(spec, suppress_specials).copy_model(model)
     spec.register_vocabulary(vocabulary)
     spec.config.unk_token = SPECIAL_TOKENS[UNK_ID]
     spec.config.bos_token = SPECIAL_TOKENS[BOS_ID]

@@ -1,7 +1,7 @@
 """Teacher-forced scoring of a model on batches: loss, NLL and perplexity per real target token.
 
 Shared by training (the validation pass of :mod:`dotformer.training.loop`) and decoding
-(:func:`dotformer.decoding.evaluation.teacher_forced_nll`), so neither reaches into the other. It needs only the
+(:meth:`dotformer.decoding.engine.TorchEngine.reference_nll`), so neither reaches into the other. It needs only the
 objective (:mod:`dotformer.training.objective`: the label-smoothed loss of teacher forcing, paper §5.4, or an
 encoder's masked tokens and labels) and the cross-rank sum (:mod:`dotformer.training.distributed`); nothing of the
 training loop, checkpoints or tokenizers.

@@ -36,8 +36,7 @@ def lm_attention_weights(loaded: Any, text: str) -> AttentionMaps:
     Raises:
         ConfigError: the model is not decoder-only, or the text is longer than its window.
     """
-    from dotformer.api.generation import encode_prompt
-    from dotformer.decoding.generate import generated_text
+    from dotformer.api.generation import encode_prompt, generated_text
 
     model = loaded.model
     if model.config.arch != "decoder-only":

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from dotformer.data.labelled_text import LabelledTexts
     from dotformer.data.text import TextSplits
     from dotformer.data.tokenizers import Tokenizer
+    from dotformer.decoding.engine import TranslationEngine
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
 
@@ -184,10 +185,10 @@ class EncoderTask(Task):
             data, train_data, [describe_encoded(train, valid, data, names)], {"labels": names} if names else {}
         )
 
-    def evaluate(self, loaded: LoadedCheckpoint, request: EvalRequest) -> EvalReport:
+    def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
         """mlm: masked-token accuracy and perplexity of held-out text (masked with ``request.seed``; ``limit``: its
         first N lines); classify and tag: accuracy and macro-F1 of the labels the model gives held-out texts
-        (``limit``: a seeded sample of N texts).
+        (``limit``: a seeded sample of N texts); ``engine`` is the torch engine (its loaded checkpoint's model).
 
         Raises:
             ConfigError: a ``limit`` below 1. CheckpointError: no run directory and no ``data``. DataError /
@@ -195,6 +196,7 @@ class EncoderTask(Task):
         """
         if request.limit is not None and request.limit < 1:
             raise ConfigError(f"--limit must be a positive number, got {request.limit}")
+        loaded: Any = engine.checkpoint  # an encoder: the torch engine's loaded checkpoint
         if self.name == "mlm":
             return evaluate_masked(loaded, request)
         return evaluate_labels(loaded, request, self.name)

@@ -24,6 +24,7 @@ from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task,
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.data.corpora import Pair
+    from dotformer.decoding.engine import TranslationEngine
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
 
@@ -114,9 +115,10 @@ class PairsTask(Task):
         train_data = TrainData(splits["train"], splits["valid"], src, tgt, valid_pairs=prepared.texts("valid"))
         return Loaded(data, train_data)
 
-    def evaluate(self, loaded: LoadedCheckpoint, request: EvalRequest) -> EvalReport:
+    def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
         """Decode the distinct sources once and score them by the task: WER/PER (g2p), BLEU/chrF (translation) or
-        exact match, and the teacher-forced perplexity of the references (:mod:`dotformer.decoding.evaluation`)."""
+        exact match, and the teacher-forced perplexity of the references (:mod:`dotformer.decoding.evaluation`), on
+        ``engine`` (either engine: :class:`~dotformer.decoding.engine.TranslationEngine`)."""
         from dotformer.decoding.evaluation import (
             evaluate_pairs,
             format_evaluation,
@@ -124,6 +126,7 @@ class PairsTask(Task):
             unfinished_warning,
         )
 
+        loaded = engine.checkpoint  # its files (config, info, tokenizers): no model needed here
         notes: list[str] = []
         if request.data is not None:
             pairs, where = read_test_pairs(loaded, request.data, self.name, request.reader, notes), request.data
@@ -131,7 +134,7 @@ class PairsTask(Task):
             pairs, where = read_run_pairs(loaded, request.split)
         pairs = sample_sources(pairs, request.limit, request.seed)
         config = request.decode
-        evaluation = evaluate_pairs(loaded, pairs, self.name, config, request.batch_size)
+        evaluation = evaluate_pairs(engine, pairs, self.name, config, request.batch_size)
         if config is None or config.strategy == "beam":
             beam = config.beam_size if config else 4
             search = f"beam {beam}, alpha {config.length_penalty if config else 0.6}"
@@ -142,7 +145,7 @@ class PairsTask(Task):
         description = f"({counts}), task {self.name}, {search}"
         warnings = []
         if config is not None:
-            model_config = loaded.model.config
+            model_config = loaded.config
             warning = unfinished_warning(
                 evaluation.unfinished,
                 evaluation.num_sources,

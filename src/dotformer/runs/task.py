@@ -36,10 +36,10 @@ from dotformer.data.types import TASKS
 from dotformer.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.config import ModelConfig
     from dotformer.data.tokenizer_files import TokenizerPair
     from dotformer.decoding.config import DecodeConfig
+    from dotformer.decoding.engine import TranslationEngine
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
     from dotformer.training.state import TrainData
@@ -223,8 +223,10 @@ class Task(ABC):
         """
 
     @abstractmethod
-    def evaluate(self, loaded: LoadedCheckpoint, request: EvalRequest) -> EvalReport:
-        """Score a checkpoint of this task on a test file or its run's held-out split (``dotformer evaluate``).
+    def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
+        """Score a checkpoint of this task on a test file or its run's held-out split (``dotformer evaluate``), with
+        the engine that runs it (:class:`~dotformer.decoding.engine.TorchEngine`, or CTranslate2's for a task that
+        decodes: :mod:`dotformer.engines`; ``engine.checkpoint`` is the checkpoint).
 
         Raises:
             CheckpointError: no run directory and no test file. DataError / MissingDataError: unreadable, empty or

@@ -26,7 +26,7 @@ from dotformer.runs.pairs import record_data_config
 from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task, run_split_file
 
 if TYPE_CHECKING:
-    from dotformer.checkpoint import LoadedCheckpoint
+    from dotformer.decoding.engine import TranslationEngine
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
 
@@ -104,7 +104,7 @@ class LanguageModelTask(Task):
         )
         return Loaded(data, train_data, [line])
 
-    def evaluate(self, loaded: LoadedCheckpoint, request: EvalRequest) -> EvalReport:
+    def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
         """Perplexity, nats and bits per token and bits per character of a text file or the run's held-out text
         (its first ``limit`` lines), read as one stream and scored block by block with the training block size
         (:func:`dotformer.metrics.language.score_text`).
@@ -116,6 +116,8 @@ class LanguageModelTask(Task):
         from dotformer.data.text import read_text_corpus
         from dotformer.metrics.language import score_text
         from dotformer.training.progress import count
+
+        loaded: Any = engine.checkpoint  # the torch engine's loaded checkpoint: its model scores the text
 
         if request.data is not None:
             lines, where = read_text_corpus(request.data).lines, request.data

@@ -1,0 +1,147 @@
+"""Language models on a CTranslate2 ``Generator``: ``dotformer generate``'s continuations, as the lesson's decoder
+gives them (:func:`dotformer.decoding.generate.generate`).
+
+==========================  ======================================================================================
+dotformer                   CTranslate2
+==========================  ======================================================================================
+the prompt (a line start)   the start tokens, ``</s>`` first (:func:`dotformer.api.generation.encode_prompt`)
+greedy, sampling            ``generate_batch`` (``end_token=[]``: run on across line ends for max_new_tokens)
+sampling settings, seed     ``sampling_topk`` / ``_topp`` / ``_temperature``; a fresh ``Generator`` after
+                            ``set_random_seed`` (CTranslate2 seeds a thread's generator once, on first use)
+n samples                   the prompt n times in one batch: samples in draw order
+beam K, n best              ``beam_size`` K, K + 1 hypotheses ranked as dotformer ranks them, each ending at
+                            ``</s>`` (the line's end)
+streaming                   ``generate_tokens``: each token as it comes
+PAD and BOS                 ``suppress_sequences=[["<pad>"], ["<s>"]]``
+==========================  ======================================================================================
+
+The torch engine slides its view when the text outgrows the model's context window (the block size it trained on);
+CTranslate2 has no such window, so a prompt and ``max_new_tokens`` longer than it run on the torch engine only.
+Greedy and beam outputs are the torch engine's (tested); samples follow the same distribution with another random
+generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dotformer.data.tokenizers import EOS_ID
+from dotformer.engines.choice import EngineOptionError, ct2_device
+from dotformer.engines.ct2_translate import MAX_SEED, SUPPRESSED, read_vocabulary
+
+if TYPE_CHECKING:
+    from dotformer.checkpoint.files import CheckpointFiles
+    from dotformer.decoding.config import DecodeConfig
+    from dotformer.decoding.engine import TokenCallback
+
+
+class CT2Generate:
+    """A language model's CTranslate2 copy, continuing prompts as
+    :meth:`~dotformer.decoding.engine.TorchEngine.generate` does.
+
+    Args:
+        checkpoint: the checkpoint's files. model_dir: its CTranslate2 copy (:func:`dotformer.engines.cache.ct2_copy`).
+        device, compute_type, intra_threads, inter_threads: as :class:`~dotformer.engines.ct2_translate.CT2Translate`.
+    """
+
+    name = "ctranslate2"
+
+    def __init__(
+        self,
+        checkpoint: CheckpointFiles,
+        model_dir: Path,
+        device: str = "cpu",
+        compute_type: str = "float32",
+        intra_threads: int = 0,
+        inter_threads: int = 1,
+    ) -> None:
+        import ctranslate2
+
+        kind, index = ct2_device(device)
+        self.checkpoint = checkpoint
+        self.model_dir = model_dir
+        self.device = kind if kind == "cpu" else f"cuda:{index}"
+        self.options: dict[str, Any] = dict(
+            device=kind, device_index=index, compute_type=compute_type, intra_threads=intra_threads,
+            inter_threads=inter_threads,
+        )  # fmt: skip
+        self.generator = ctranslate2.Generator(str(model_dir), **self.options)
+        self.vocab = read_vocabulary(model_dir / "vocabulary.json")
+        self.ids = {token: i for i, token in enumerate(self.vocab)}
+
+    def __repr__(self) -> str:
+        return f"CT2Generate({str(self.model_dir)!r}, {self.options['compute_type']}, {self.device})"
+
+    def generate(
+        self, prompt: Sequence[int], config: DecodeConfig, window: int, on_token: TokenCallback | None = None
+    ) -> list[list[int]]:
+        """The new ids of each continuation of ``prompt`` (ids, EOS = a line end; empty: a new line).
+
+        Args:
+            prompt: the prompt's ids. config: from :func:`dotformer.api.generation.generation_settings`.
+            window: the model's context (its block size): the prompt and the new tokens must fit in it.
+            on_token: called with ``[token]`` for each token of a single greedy or sampled continuation, as it comes.
+
+        Returns:
+            ``n_best`` continuations: samples in draw order, beams best first (ending at EOS, which is left out, or at
+            ``max_new_tokens``).
+
+        Raises:
+            EngineOptionError: ``use_cache=False``, or a prompt and ``max_new_tokens`` beyond ``window``.
+        """
+        new = config.max_len_b
+        if not config.use_cache:
+            raise EngineOptionError("use_cache=False runs on the torch engine only (CTranslate2 always caches)")
+        tokens = [self.vocab[t] for t in (list(prompt) or [EOS_ID])]
+        if len(tokens) + new > window:
+            raise EngineOptionError(
+                f"the prompt ({len(tokens)} tokens) and the {new} new tokens asked for exceed the model's context "
+                f"window ({window} tokens): only the torch engine slides its window along a longer text"
+            )
+        generator, sampling = self.generator, self.sampling(config)
+        if config.strategy == "sample":  # a fresh Generator: CTranslate2 seeds a thread's generator once, on first use
+            import ctranslate2
+
+            ctranslate2.set_random_seed(config.seed % (MAX_SEED + 1))
+            generator = ctranslate2.Generator(str(self.model_dir), **{**self.options, "inter_threads": 1})
+        common = dict(max_length=new, suppress_sequences=SUPPRESSED, **sampling)
+        if config.strategy != "beam" and on_token is not None and config.n_best == 1:
+            produced = []
+            for step in generator.generate_tokens(tokens, end_token=[], **common):
+                produced.append(int(step.token_id))
+                on_token([produced[-1]])
+            return [produced]
+        if config.strategy == "beam":
+            return self.beam(generator, tokens, config, common)
+        results = generator.generate_batch(
+            [tokens] * config.n_best, beam_size=1, end_token=[], include_prompt_in_result=False, **common
+        )
+        return [[self.ids[t] for t in result.sequences[0]] for result in results]
+
+    def beam(self, generator: Any, tokens: list[str], config: DecodeConfig, common: dict[str, Any]) -> list[list[int]]:
+        """The ``n_best`` continuations of beam search, ranked as dotformer ranks them: CTranslate2 is asked for
+        K + 1 finished hypotheses (``patience`` (K + 1) / K), whose summed log-probabilities (EOS included) are
+        divided by dotformer's length penalty (see :mod:`dotformer.engines.ct2_translate`)."""
+        from dotformer.engines.ct2_translate import EOS, gnmt_penalty
+
+        k, alpha = config.beam_size, config.length_penalty
+        (result,) = generator.generate_batch(
+            [tokens], beam_size=k, num_hypotheses=k + 1, patience=(k + 1) / k, length_penalty=alpha,
+            return_scores=True, return_end_token=True, include_prompt_in_result=False, **common,
+        )  # fmt: skip
+        ranked = []
+        for sequence, score in zip(result.sequences, result.scores, strict=True):
+            length = len(sequence)  # |Y|, the EOS included
+            body = sequence[:-1] if sequence and sequence[-1] == EOS else sequence
+            ranked.append((score * length**alpha / gnmt_penalty(length, alpha), [self.ids[t] for t in body]))
+        ranked.sort(key=lambda item: -item[0])  # stable: CTranslate2's order among ties
+        return [ids for _, ids in ranked[: config.n_best]]
+
+    @staticmethod
+    def sampling(config: DecodeConfig) -> dict[str, Any]:
+        """The sampling options of ``config`` (greedy and beam search: none, CTranslate2's greedy choice)."""
+        if config.strategy != "sample":
+            return {}
+        return dict(sampling_topk=config.top_k, sampling_topp=config.top_p, sampling_temperature=config.temperature)

@@ -1,0 +1,472 @@
+"""dotformer's decoding options on a CTranslate2 ``Translator``: the same outputs as the lesson's decoder, faster.
+
+Every option of :data:`~dotformer.decoding.options.DECODE_OPTIONS` maps onto ``Translator.translate_batch``:
+
+==============================  ========================================================================
+dotformer                       CTranslate2
+==============================  ========================================================================
+greedy / beam K / sample        ``beam_size`` 1 / K / 1 with ``sampling_topk``, ``sampling_topp``,
+                                ``sampling_temperature`` (top_k 0: the whole vocabulary)
+n_best                          ``num_hypotheses`` (beam: K + 1, ranked as dotformer ranks, see below)
+max_len_a, max_len_b            ``max_decoding_length`` (steps, EOS included; a prefix counts)
+min_len_a, min_len_b            ``min_decoding_length`` (tokens before EOS; a prefix counts)
+seed                            ``ctranslate2.set_random_seed`` before a fresh ``Translator``
+prefix                          ``target_prefix`` (kept in the output, as dotformer keeps it)
+alignments                      ``return_attention`` (the last layer's heads averaged, as dotformer's)
+replace_unk                     dotformer's own replacement, on those alignments
+PAD and BOS never generated     ``suppress_sequences=[["<pad>"], ["<s>"]]``
+batch_size / max_tokens         ``max_batch_size`` with ``batch_type`` "examples" / "tokens"
+==============================  ========================================================================
+
+The source goes in as its pieces *without* ``</s>``: the copy's ``add_source_eos`` appends it, as dotformer's
+decoding does (a second one would change every output).
+
+**Scores.** CTranslate2 reports a hypothesis's summed log-probability (over the tokens after a prefix, its EOS
+included) divided by ``|Y|^α``; dotformer's is the sum over every token (the prefix's included) divided by the GNMT
+penalty ``((5 + |Y|) / 6)^α``, |Y| counting the EOS. The sum is recovered (``score · |Y|^α``, plus the prefix's
+log-probability from ``score_batch``) and divided by dotformer's penalty, and a beam's finished hypotheses are ranked
+by that, as dotformer's beam search ranks them (CTranslate2 is asked for K + 1 of them, ``patience`` (K + 1) / K,
+and returns them all: asked for K, it would first cut them to K by its own penalty). Those log-probabilities are
+CTranslate2's search's, where PAD and BOS are suppressed before the softmax; dotformer's leave the model's
+probabilities untouched. With ``scores=True`` (the default) each returned hypothesis is therefore scored once more
+with ``score_batch`` on the copy, whose generator is the checkpoint's own (PAD and BOS not suppressed): its
+``log_probs`` and ``score`` are then dotformer's, to float precision. With ``scores=False`` (the CLI's text output,
+evaluation) that pass is skipped: ``score`` is the search's and ``log_probs`` is empty.
+
+**Where outputs differ.** Greedy decoding chooses the same token at every step (the argmax does not depend on the
+suppressed mass). Beam search collects K + 1 finished hypotheses and stops, where dotformer's stops only once no alive
+hypothesis can still win (its bound with ``L_max``), so on rare near-ties the best output differs. Sampling draws
+from the same distribution with another random generator: the same seed gives the same samples on one engine, not
+across engines. CTranslate2's length limit holds per batch, dotformer's per sentence: a batch decodes to its longest
+limit, and the few inputs whose output reaches their own limit are decoded again with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from dotformer.data.tokenizers import UNK_ID
+from dotformer.decoding.alignment import check_alignment_layer, check_replace_unk, unknowns_replaced
+from dotformer.decoding.engine import NLLResult
+from dotformer.decoding.inputs import check_prefixes, is_empty_source
+from dotformer.decoding.order import check_batch_limits, show_progress
+from dotformer.decoding.results import Translation, empty_translation
+from dotformer.engines.choice import EngineOptionError, ct2_device, torch_only_fields, torch_only_reason
+from dotformer.export.ct2_rules import exported_positions
+
+if TYPE_CHECKING:
+    from dotformer.checkpoint.files import CheckpointFiles
+    from dotformer.data.types import Pair
+    from dotformer.decoding.config import DecodeConfig
+    from dotformer.decoding.inputs import EncodedTexts
+
+EOS = "</s>"
+SUPPRESSED = [["<pad>"], ["<s>"]]  # PAD and BOS are never generated (dotformer's rule, decoding/rules.py)
+MAX_SEED = 2**32 - 2  # CTranslate2's seeds are 32-bit, and 2**32 - 1 means "random": seeds are taken modulo this + 1
+PROGRESS_CHUNK = 8  # with a progress bar, inputs go to CTranslate2 in chunks of this many batches
+
+
+class Ranked(NamedTuple):
+    """One hypothesis in dotformer's terms, ranked.
+
+    Attributes:
+        ids: the target ids (the prefix's included, no EOS). finished: the model ended it with EOS.
+        score: the search's summed log-probability over dotformer's length penalty.
+        alignment: ``(source index, output index)`` per token, when attention was asked for.
+    """
+
+    ids: list[int]
+    finished: bool
+    score: float
+    alignment: list[tuple[int, int]] | None
+
+
+class Found(NamedTuple):
+    """One hypothesis as CTranslate2's search returned it.
+
+    Attributes:
+        tokens: the target pieces, the prefix's included, ``</s>`` last when the model ended it.
+        score: CTranslate2's score (its sum over the tokens after the prefix, divided by ``len(tokens)^α``).
+        attention: per token, its weights over the source pieces (EOS excluded); None unless asked for.
+    """
+
+    tokens: list[str]
+    score: float
+    attention: list[list[float]] | None
+
+
+def read_vocabulary(path: Path) -> list[str]:
+    """The token strings of a CTranslate2 vocabulary file (a JSON list; id i is the i-th string)."""
+    return list(json.loads(path.read_text(encoding="utf-8")))
+
+
+def read_vocabularies(model_dir: Path) -> tuple[list[str], list[str]]:
+    """The source and target token strings of a CTranslate2 ``Translator`` directory (one shared file when the two
+    vocabularies are equal)."""
+    shared = model_dir / "shared_vocabulary.json"
+    if shared.is_file():
+        vocabulary = read_vocabulary(shared)
+        return vocabulary, vocabulary
+    return read_vocabulary(model_dir / "source_vocabulary.json"), read_vocabulary(model_dir / "target_vocabulary.json")
+
+
+def gnmt_penalty(length: int, alpha: float) -> float:
+    """dotformer's GNMT length penalty ((5 + |Y|) / 6)^α (:func:`dotformer.decoding.length_penalty`), in Python."""
+    return float(((5.0 + length) / 6.0) ** alpha)
+
+
+class CT2Translate:
+    """A checkpoint's CTranslate2 copy, decoding as :class:`~dotformer.decoding.engine.TorchEngine` does.
+
+    Args:
+        checkpoint: the checkpoint's files (config, tokenizers).
+        model_dir: its CTranslate2 copy (:func:`dotformer.engines.cache.cached_copy`).
+        device: cpu, cuda, cuda:N or auto.
+        compute_type: CTranslate2's (float32, int8, bfloat16, float16).
+        intra_threads: threads per batch (0: CTranslate2's default). inter_threads: batches decoded at once.
+    """
+
+    name = "ctranslate2"
+
+    def __init__(
+        self,
+        checkpoint: CheckpointFiles,
+        model_dir: Path,
+        device: str = "cpu",
+        compute_type: str = "float32",
+        intra_threads: int = 0,
+        inter_threads: int = 1,
+    ) -> None:
+        import ctranslate2
+
+        kind, index = ct2_device(device)
+        self.checkpoint = checkpoint
+        self.model_dir = model_dir
+        self.device = kind if kind == "cpu" else f"cuda:{index}"
+        self.options: dict[str, Any] = dict(
+            device=kind, device_index=index, compute_type=compute_type, intra_threads=intra_threads,
+            inter_threads=inter_threads,
+        )  # fmt: skip
+        self.translator = ctranslate2.Translator(str(model_dir), **self.options)
+        self.src_vocab, self.tgt_vocab = read_vocabularies(model_dir)
+        self.tgt_ids = {token: i for i, token in enumerate(self.tgt_vocab)}
+        self.positions = exported_positions(checkpoint.config)  # the copy's positional rows
+
+    def __repr__(self) -> str:
+        return f"CT2Translate({str(self.model_dir)!r}, {self.options['compute_type']}, {self.device})"
+
+    # -- decoding ------------------------------------------------------------------------------------------------
+
+    def decode(
+        self,
+        encoded: EncodedTexts,
+        config: DecodeConfig,
+        batch_size: int,
+        progress: bool | None,
+        max_tokens: int | None,
+        prefixes: Sequence[Sequence[int]] | None = None,
+        scores: bool = True,
+    ) -> list[list[Translation]]:
+        """Decode encoded sources as :func:`~dotformer.decoding.translate.decode_encoded` does (see the module
+        docstring for the mapping, the scores and where outputs may differ).
+
+        Args:
+            encoded: from :func:`~dotformer.decoding.inputs.encode_sources` (each source ends with EOS).
+            config: the decoding options.
+            batch_size: most sentences per batch, when ``max_tokens`` is None. max_tokens: most source tokens per
+                batch (CTranslate2 takes one limit: this one when given).
+            progress: a bar on stderr (None: from 500 inputs on, on a terminal).
+            prefixes: None, or per source the target ids its outputs start with (an empty list: none).
+            scores: give each hypothesis dotformer's exact score and log-probabilities (a scoring pass).
+
+        Raises:
+            EngineOptionError: an option only the torch engine runs, or an output longer than the copy's positions.
+            ConfigError, ShapeError: as ``decode_encoded`` (bad prefixes, replace_unk with BPE, a bad layer).
+        """
+        check_batch_limits(batch_size, max_tokens)
+        check_alignment_layer(self.checkpoint, config.alignment_layer)  # with or without alignments, as torch's
+        check_engine_options(config, self.checkpoint)
+        if prefixes is not None:
+            check_prefixes(prefixes, encoded, config)
+        if config.replace_unk:
+            check_replace_unk(self.checkpoint)
+        results: list[list[Translation]] = [[] for _ in encoded.ids]
+        todo = []
+        for i, text in enumerate(encoded.texts):
+            if is_empty_source(text) and prefixes and prefixes[i]:
+                raise EngineOptionError(
+                    f"input {i + 1} is empty and has a prefix: CTranslate2 decodes no empty source (the torch engine "
+                    f"does)"
+                )
+            if is_empty_source(text):
+                results[i] = [empty_translation()._replace(alignment=[] if config.alignments else None)]
+            else:
+                todo.append(i)
+        limits = {i: self.output_limit(config, len(encoded.ids[i])) for i in todo}
+        shown = show_progress(progress, len(encoded.ids))
+        chunk = PROGRESS_CHUNK * batch_size if shown else max(1, len(todo))
+        with progress_bar(len(encoded.ids), shown) as bar:
+            bar.update(len(encoded.ids) - len(todo))
+            for start in range(0, len(todo), chunk):
+                part = todo[start : start + chunk]
+                found = self.search(encoded, part, limits, config, batch_size, max_tokens, prefixes)
+                kept = self.ranked(encoded, found, config, prefixes, batch_size)
+                exact = self.exact_scores(encoded, kept, batch_size) if scores else {}
+                for i in part:
+                    results[i] = self.translations(encoded, i, kept[i], exact.get(i), config)
+                bar.update(len(part))
+        return results
+
+    def output_limit(self, config: DecodeConfig, source_length: int) -> tuple[int, int]:
+        """``(max, min)`` output length of a source of ``source_length`` tokens (EOS included), as dotformer's
+        search limits it: at most the model's ``max_len`` positions
+        (:func:`dotformer.decoding.incremental.output_positions`), which the copy holds."""
+        most = min(config.max_output_length(source_length), self.checkpoint.config.max_len)
+        return most, config.min_output_length(source_length)
+
+    def search(
+        self,
+        encoded: EncodedTexts,
+        indices: Sequence[int],
+        limits: dict[int, tuple[int, int]],
+        config: DecodeConfig,
+        batch_size: int,
+        max_tokens: int | None,
+        prefixes: Sequence[Sequence[int]] | None,
+    ) -> dict[int, list[Found]]:
+        """CTranslate2's hypotheses of the sources ``indices``: decoded together to their longest length limit
+        (one call per minimum length), then the few whose output reached its own limit again with that limit."""
+        found: dict[int, list[Found]] = {}
+        groups: dict[int, list[int]] = {}
+        for i in indices:
+            groups.setdefault(limits[i][1], []).append(i)
+        for least, group in groups.items():
+            most = max(limits[i][0] for i in group)
+            found.update(self.run(encoded, group, most, least, config, batch_size, max_tokens, prefixes))
+        again: dict[tuple[int, int], list[int]] = {}
+        for i in indices:
+            most, least = limits[i]
+            if any(len(hyp.tokens) >= most for hyp in found[i]):
+                again.setdefault((most, least), []).append(i)
+        for (most, least), group in again.items():
+            found.update(self.run(encoded, group, most, least, config, batch_size, max_tokens, prefixes))
+        return found
+
+    def run(
+        self,
+        encoded: EncodedTexts,
+        indices: Sequence[int],
+        most: int,
+        least: int,
+        config: DecodeConfig,
+        batch_size: int,
+        max_tokens: int | None,
+        prefixes: Sequence[Sequence[int]] | None,
+    ) -> dict[int, list[Found]]:
+        """One ``translate_batch`` call over the sources ``indices`` with the length limits ``most`` and ``least``."""
+        sources = [self.source_pieces(encoded.ids[i]) for i in indices]
+        target_prefix = None
+        if prefixes is not None and any(prefixes[i] for i in indices):
+            target_prefix = [[self.tgt_vocab[t] for t in prefixes[i]] or None for i in indices]
+        translator, options = self.translator, self.search_options(config)
+        if config.strategy == "sample":  # a fresh Translator: CTranslate2 seeds a thread's generator once, on first use
+            import ctranslate2
+
+            ctranslate2.set_random_seed(config.seed % (MAX_SEED + 1))
+            translator = ctranslate2.Translator(str(self.model_dir), **{**self.options, "inter_threads": 1})
+        results = translator.translate_batch(
+            sources,
+            target_prefix,
+            **self.batching(batch_size, max_tokens),
+            max_input_length=0,
+            max_decoding_length=most,
+            min_decoding_length=least,
+            suppress_sequences=SUPPRESSED,
+            return_end_token=True,
+            return_scores=True,
+            return_attention=config.alignments or config.replace_unk,
+            **options,
+        )
+        found: dict[int, list[Found]] = {}
+        for i, result in zip(indices, results, strict=True):
+            attention = result.attention or [None] * len(result.hypotheses)
+            found[i] = [
+                Found(list(tokens), float(score), weights)
+                for tokens, score, weights in zip(result.hypotheses, result.scores, attention, strict=True)
+            ]
+        return found
+
+    def search_options(self, config: DecodeConfig) -> dict[str, Any]:
+        """The ``translate_batch`` options of ``config``'s strategy."""
+        if config.strategy == "beam":  # K + 1 finished hypotheses, all returned, ranked by dotformer's penalty after
+            k = config.beam_size
+            return dict(beam_size=k, num_hypotheses=k + 1, length_penalty=config.length_penalty, patience=(k + 1) / k)
+        if config.strategy == "greedy":
+            return dict(beam_size=1, num_hypotheses=1, length_penalty=0.0)
+        return dict(
+            beam_size=1, num_hypotheses=config.n_best, length_penalty=0.0, sampling_topk=config.top_k,
+            sampling_topp=config.top_p, sampling_temperature=config.temperature,
+        )  # fmt: skip
+
+    @staticmethod
+    def batching(batch_size: int, max_tokens: int | None) -> dict[str, Any]:
+        """``max_batch_size`` and ``batch_type``: ``max_tokens`` source tokens when given, else ``batch_size``
+        sentences."""
+        if max_tokens is not None:
+            return dict(max_batch_size=max_tokens, batch_type="tokens")
+        return dict(max_batch_size=batch_size, batch_type="examples")
+
+    def source_pieces(self, ids: Sequence[int]) -> list[str]:
+        """A source's pieces without its final EOS (the copy's ``add_source_eos`` appends it)."""
+        from dotformer.data.tokenizers import EOS_ID
+
+        body = ids[:-1] if ids and ids[-1] == EOS_ID else ids
+        return [self.src_vocab[t] for t in body]
+
+    # -- from CTranslate2's hypotheses to dotformer's --------------------------------------------------------------
+
+    def ranked(
+        self,
+        encoded: EncodedTexts,
+        found: dict[int, list[Found]],
+        config: DecodeConfig,
+        prefixes: Sequence[Sequence[int]] | None,
+        batch_size: int,
+    ) -> dict[int, list[Ranked]]:
+        """Per source, the hypotheses to return (``n_best``; 1 for greedy), ranked as dotformer ranks them: by the
+        search's summed log-probability (a prefix's added) over dotformer's length penalty."""
+        with_prefix = [i for i in found if prefixes is not None and prefixes[i]]
+        sums: dict[int, float] = {}
+        if with_prefix:  # CTranslate2's search does not count a forced prefix: score it
+            assert prefixes is not None
+            rows = self.log_probs([encoded.ids[i] for i in with_prefix], [prefixes[i] for i in with_prefix], batch_size)
+            sums = {i: sum(row[: len(prefixes[i])]) for i, row in zip(with_prefix, rows, strict=True)}
+        alpha, wanted = config.length_penalty, config.n_best if config.strategy != "greedy" else 1
+        kept = {}
+        for i, hyps in found.items():
+            ranked = []
+            for hyp in hyps:
+                finished = bool(hyp.tokens) and hyp.tokens[-1] == EOS
+                ids = [self.tgt_ids[t] for t in (hyp.tokens[:-1] if finished else hyp.tokens)]
+                length = len(hyp.tokens)  # |Y|: the prefix and the EOS included
+                total = hyp.score * (length**alpha if config.strategy == "beam" else 1.0) + sums.get(i, 0.0)
+                alignment = None if hyp.attention is None else attention_alignment(hyp.attention[: len(ids)])
+                ranked.append(Ranked(ids, finished, total / gnmt_penalty(length, alpha), alignment))
+            ranked.sort(key=lambda item: -item.score)  # stable: CTranslate2's order among ties
+            kept[i] = ranked[:wanted]
+        return kept
+
+    def exact_scores(
+        self, encoded: EncodedTexts, kept: dict[int, list[Ranked]], batch_size: int
+    ) -> dict[int, list[list[float]]]:
+        """Per source, each kept hypothesis's log-probabilities from the copy's own generator (one scoring pass):
+        one per token, and one for the EOS when the hypothesis finished."""
+        rows = [(i, hyp) for i, hyps in kept.items() for hyp in hyps]
+        for i, hyp in rows:
+            if len(hyp.ids) >= self.positions:  # scoring reads one position more than the copy has
+                raise EngineOptionError(
+                    f"input {i + 1}: its output fills the model's {self.positions} positions, and CTranslate2 "
+                    f"cannot score it (the torch engine can); its text is given without scores (text output)"
+                )
+        scored = self.log_probs([encoded.ids[i] for i, _ in rows], [hyp.ids for _, hyp in rows], batch_size)
+        exact: dict[int, list[list[float]]] = {}
+        for (i, hyp), log_probs in zip(rows, scored, strict=True):
+            exact.setdefault(i, []).append(log_probs if hyp.finished else log_probs[:-1])
+        return exact
+
+    def translations(
+        self,
+        encoded: EncodedTexts,
+        i: int,
+        kept: list[Ranked],
+        exact: list[list[float]] | None,
+        config: DecodeConfig,
+    ) -> list[Translation]:
+        """Source ``i``'s kept hypotheses as :class:`Translation` s: detokenised, <unk> replaced when asked, scored
+        exactly when ``exact`` holds their log-probabilities (else with the search's score, no log-probabilities)."""
+        out = []
+        for k, hyp in enumerate(kept):
+            log_probs = exact[k] if exact is not None else []
+            score = sum(log_probs) / gnmt_penalty(len(log_probs), config.length_penalty) if exact else hyp.score
+            text = self.checkpoint.tgt_tokenizer.decode(hyp.ids)
+            if config.replace_unk and UNK_ID in hyp.ids and hyp.alignment is not None:
+                text = unknowns_replaced(self.checkpoint, encoded.texts[i], hyp.ids, hyp.alignment)
+            alignment = hyp.alignment if config.alignments else None
+            out.append(Translation(text, hyp.ids, float(score), log_probs, hyp.finished, alignment))
+        return out
+
+    def log_probs(
+        self, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], batch_size: int
+    ) -> list[list[float]]:
+        """Per (source, output) pair (ids; the source's EOS optional, none on the output), the log-probability of
+        each output token and of a final EOS, from the copy's own generator (``score_batch``): dotformer's."""
+        results = self.translator.score_batch(
+            [self.source_pieces(source) for source in sources],
+            [[self.tgt_vocab[t] for t in ids] for ids in outputs],
+            max_batch_size=batch_size,
+            max_input_length=0,
+        )
+        return [[float(p) for p in result.log_probs] for result in results]
+
+    # -- perplexity ----------------------------------------------------------------------------------------------
+
+    def reference_nll(self, pairs: Sequence[Pair], batch_size: int) -> NLLResult:
+        """Summed NLL of each pair's target given its source, teacher-forced with ``score_batch`` (EOS included,
+        no smoothing): what :meth:`~dotformer.decoding.engine.TorchEngine.reference_nll` computes.
+
+        Raises:
+            DataError: no pairs.
+        """
+        from dotformer.errors import DataError
+
+        if not pairs:
+            raise DataError("no pairs to score")
+        sources = self.checkpoint.src_tokenizer.encode_batch([pair.source for pair in pairs])
+        targets = self.checkpoint.tgt_tokenizer.encode_batch([pair.target for pair in pairs])
+        results = self.translator.score_batch(
+            [[self.src_vocab[t] for t in ids] for ids in sources],
+            [[self.tgt_vocab[t] for t in ids] for ids in targets],
+            max_batch_size=batch_size,
+            max_input_length=0,
+        )
+        total = -sum(float(sum(result.log_probs)) for result in results)
+        return NLLResult(total, sum(len(result.log_probs) for result in results))
+
+
+def progress_bar(total: int, shown: bool) -> Any:
+    """A tqdm bar on stderr over ``total`` inputs, or (not ``shown``) a stand-in that counts nothing, without
+    importing tqdm (a tenth of a one-word command's start)."""
+    if not shown:
+        return contextlib.nullcontext(SimpleNamespace(update=lambda n: None))
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="sent", file=sys.stderr, desc="translate")
+
+
+def attention_alignment(attention: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
+    """dotformer's hard alignment from CTranslate2's attention: per output token j, the source piece it attends to
+    most (the first on ties), ``(source index, j)``; the source's EOS, which CTranslate2 leaves out, is index 0 only
+    for a source that holds nothing else (:mod:`dotformer.decoding.alignment`)."""
+    pairs = []
+    for j, weights in enumerate(attention):
+        best = max(range(len(weights)), key=weights.__getitem__) if weights else 0
+        pairs.append((best, j))
+    return pairs
+
+
+def check_engine_options(config: DecodeConfig, checkpoint: CheckpointFiles) -> None:
+    """Raise :class:`EngineOptionError` when ``config`` holds an option only the torch engine runs.
+
+    Raises:
+        EngineOptionError: naming the first such option and what CTranslate2 lacks.
+    """
+    torch_only = torch_only_fields(config, checkpoint.config)
+    if torch_only:
+        field = torch_only[0]
+        raise EngineOptionError(f"{field} runs on the torch engine only ({torch_only_reason(field)})")

@@ -1,0 +1,520 @@
+"""The CTranslate2 engine against the torch engine, the reference: the same outputs for every decoding option (greedy
+100%, beam search at least 99% on a few hundred inputs, scores within 1e-3), the engine choice, and the cache of
+converted copies (keyed by the checkpoint's fingerprint, atomic, a user directory for a read-only checkpoint)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from decoding_support import single_thread
+
+import dotformer
+from dotformer import ModelConfig, Transformer
+from dotformer.checkpoint import load_checkpoint, read_checkpoint_files, save_checkpoint
+from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.decoding import DecodeConfig
+from dotformer.decoding.engine import TorchEngine
+from dotformer.decoding.inputs import encode_prefixes, encode_sources
+from dotformer.engines import cache as cache_module
+from dotformer.engines.choice import EngineOptionError, choose_engine, ct2_problem, torch_only_fields
+from dotformer.errors import ConfigError
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+SYMBOLS = " ".join(f"a{i}" for i in range(10))  # 10 symbols: V = 14 with PAD, BOS, EOS, UNK
+SCORE_TOLERANCE = 1e-3  # log-probabilities summed in float32 over <= 10 steps differ by ~1e-6; 1e-3 is the target
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    with single_thread():
+        yield
+
+
+def fitted_reverse_model(steps: int = 150, seed: int = 0) -> Transformer:
+    """A tiny encoder-decoder fitted briefly (with label smoothing, as a real run) to reverse sequences of the 10
+    symbols: its outputs are mostly right, its distributions far from one-hot, and PAD and BOS keep some mass."""
+    torch.manual_seed(seed)
+    config = ModelConfig(
+        src_vocab_size=14, tgt_vocab_size=14, d_model=32, num_heads=4, d_ff=64, num_encoder_layers=2,
+        num_decoder_layers=2, dropout=0.0, generator_bias=True, tie_output=False,
+    )  # fmt: skip
+    model = Transformer(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        rows = [torch.randint(4, 14, (int(n),), generator=g).tolist() for n in torch.randint(1, 9, (32,), generator=g)]
+        src = [[*r, EOS_ID] for r in rows]
+        width_s, width_t = max(map(len, src)), max(map(len, rows)) + 1
+        s = torch.tensor([x + [PAD_ID] * (width_s - len(x)) for x in src])
+        t_in = torch.tensor([[BOS_ID, *x[::-1]] + [PAD_ID] * (width_t - 1 - len(x)) for x in rows])
+        t_out = torch.tensor([[*x[::-1], EOS_ID] + [PAD_ID] * (width_t - 1 - len(x)) for x in rows])
+        loss = torch.nn.functional.cross_entropy(
+            model(s, t_in).flatten(0, 1), t_out.flatten(), ignore_index=PAD_ID, label_smoothing=0.1
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+def texts(count: int, seed: int = 1) -> list[str]:
+    """``count`` random inputs of 1 to 8 symbols."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 9, (count,), generator=g).tolist()
+    return [" ".join(f"a{int(i)}" for i in torch.randint(0, 10, (n,), generator=g)) for n in lengths]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("engines")
+    symbols = train_tokenizer("symbol", [SYMBOLS])
+    with single_thread():
+        model = fitted_reverse_model()
+    return save_checkpoint(root / "reverse", model, symbols, symbols, {"task": "synthetic"})
+
+
+@pytest.fixture(scope="module")
+def engines(checkpoint: Path) -> tuple[Any, TorchEngine]:
+    """(the CTranslate2 engine, the torch engine) of the fitted model."""
+    ct2 = dotformer.load(checkpoint, device="cpu", engine="ctranslate2", intra_threads=1).translation_engine()
+    return ct2, TorchEngine(load_checkpoint(checkpoint))
+
+
+def decode_both(engines: tuple[Any, TorchEngine], inputs: list[str], config: DecodeConfig, **kwargs: Any) -> Any:
+    ct2, reference = engines
+    encoded = encode_sources(reference.checkpoint, inputs, 64)
+    prefixes = kwargs.pop("prefixes", None)
+    ids = None if prefixes is None else encode_prefixes(reference.checkpoint, prefixes)
+    scores = kwargs.pop("scores", True)
+    ours = ct2.decode(encoded, config, kwargs.pop("batch_size", 64), False, kwargs.pop("max_tokens", None), ids, scores)
+    return ours, reference.decode(encoded, config, 64, False, None, ids)
+
+
+def assert_scores_agree(ours: list[list[Any]], theirs: list[list[Any]]) -> None:
+    """Where the two engines give the same text, the same score and log-probabilities (within the tolerance); they
+    give the same best text for at least 99% of the inputs."""
+    compared = 0
+    for mine, ref in zip(ours, theirs, strict=True):
+        for a, b in zip(mine, ref, strict=False):
+            if a.text == b.text:
+                compared += 1
+                assert a.finished == b.finished and a.tokens == b.tokens
+                assert a.score == pytest.approx(b.score, abs=SCORE_TOLERANCE)
+                assert a.log_probs == pytest.approx(b.log_probs, abs=SCORE_TOLERANCE)
+    assert compared >= 0.99 * len(ours)
+
+
+# -- the same outputs -------------------------------------------------------------------------------------------------
+
+
+def test_greedy_outputs_and_scores_are_the_torch_engines(engines: tuple[Any, TorchEngine]) -> None:
+    inputs = texts(300)
+    ours, theirs = decode_both(engines, inputs, DecodeConfig(strategy="greedy"))
+    assert [h[0].text for h in ours] == [h[0].text for h in theirs]  # 100%
+    assert_scores_agree(ours, theirs)
+    assert sum(h[0].text == " ".join(reversed(t.split())) for h, t in zip(ours, inputs, strict=True)) > 100
+
+
+@pytest.mark.parametrize("beam", [2, 4])
+def test_beam_outputs_agree_on_at_least_99_percent(engines: tuple[Any, TorchEngine], beam: int) -> None:
+    inputs = texts(300, seed=beam)
+    ours, theirs = decode_both(engines, inputs, DecodeConfig(beam_size=beam))
+    same = sum(a[0].text == b[0].text for a, b in zip(ours, theirs, strict=True))
+    assert same >= 0.99 * len(inputs)
+    assert_scores_agree(ours, theirs)
+
+
+def test_n_best_hypotheses_are_scored_as_the_torch_engine_scores_them(engines: tuple[Any, TorchEngine]) -> None:
+    """Every returned hypothesis (not only those the torch engine also finds) has dotformer's score: its exact
+    log-probabilities under the model, the GNMT penalty, the EOS counted."""
+    ct2, reference = engines
+    config = DecodeConfig(beam_size=4, n_best=3, length_penalty=0.8)
+    inputs = texts(40, seed=5)
+    ours, _ = decode_both(engines, inputs, config)
+    model = reference.checkpoint.model
+    for text, hyps in zip(inputs, ours, strict=True):
+        source = [*reference.checkpoint.src_tokenizer.encode(text), EOS_ID]
+        assert len(hyps) == 3
+        for h in hyps:
+            generated = [*h.tokens, EOS_ID] if h.finished else h.tokens
+            with torch.no_grad():
+                logits = model(torch.tensor([source]), torch.tensor([[BOS_ID, *generated[:-1]]]))  # (1, T, V)
+                expected = logits.log_softmax(-1)[0].gather(1, torch.tensor(generated)[:, None]).squeeze(1).tolist()
+            assert h.log_probs == pytest.approx(expected, abs=SCORE_TOLERANCE)
+            assert h.score == pytest.approx(sum(expected) / ((5 + len(expected)) / 6) ** 0.8, abs=SCORE_TOLERANCE)
+
+
+def test_without_scores_the_outputs_are_the_same_and_log_probs_are_left_out(
+    engines: tuple[Any, TorchEngine],
+) -> None:
+    inputs = texts(60, seed=6)
+    for config in (DecodeConfig(strategy="greedy"), DecodeConfig(beam_size=4, n_best=2)):
+        scored, _ = decode_both(engines, inputs, config)
+        fast, theirs = decode_both(engines, inputs, config, scores=False)
+        assert [[h.text for h in hyps] for hyps in fast] == [[h.text for h in hyps] for hyps in scored]
+        assert all(h.log_probs == [] for hyps in fast for h in hyps)
+        assert [h[0].finished for h in fast] == [h[0].finished for h in theirs]
+        # the search's own score: its log-probabilities are renormalised without PAD and BOS, so never lower
+        assert all(a[0].score >= b[0].score - 1e-5 for a, b in zip(fast, scored, strict=True))
+
+
+def test_prefixes_are_forced_kept_and_scored(engines: tuple[Any, TorchEngine]) -> None:
+    inputs = texts(80, seed=7)
+    prefixes = [None if i % 3 == 0 else " ".join(t.split()[::-1][: 1 + i % 2]) for i, t in enumerate(inputs)]
+    prefixes[1] = "a0 a0 a0"  # a prefix the model would not choose
+    for config in (DecodeConfig(strategy="greedy"), DecodeConfig(beam_size=4)):
+        ours, theirs = decode_both(engines, inputs, config, prefixes=prefixes)
+        assert all(h[0].text.startswith(p) for h, p in zip(ours, prefixes, strict=True) if p)
+        same = sum(a[0].text == b[0].text for a, b in zip(ours, theirs, strict=True))
+        assert same >= (len(inputs) if config.strategy == "greedy" else 0.99 * len(inputs))
+        assert_scores_agree(ours, theirs)
+
+
+def test_length_limits_hold_per_sentence(engines: tuple[Any, TorchEngine]) -> None:
+    """max_len_a/b and min_len_a/b depend on each source's length: a batch of mixed lengths is cut where the torch
+    engine cuts each sentence, no later."""
+    inputs = texts(120, seed=8)
+    for config in (
+        DecodeConfig(strategy="greedy", max_len_a=0.5, max_len_b=1),
+        DecodeConfig(strategy="greedy", min_len_a=1.5, min_len_b=0),
+        DecodeConfig(beam_size=3, max_len_a=0.0, max_len_b=3, min_len_b=2),
+    ):
+        ours, theirs = decode_both(engines, inputs, config)
+        assert [(h[0].text, h[0].finished) for h in ours] == [(h[0].text, h[0].finished) for h in theirs]
+        assert_scores_agree(ours, theirs)
+    cut = [h[0] for h in decode_both(engines, inputs, DecodeConfig(strategy="greedy", max_len_a=0.5, max_len_b=1))[0]]
+    assert any(not h.finished for h in cut) and any(h.finished for h in cut)
+
+
+def test_alignments_and_replaced_unknowns_are_the_torch_engines(
+    checkpoint: Path, tmp_path: Path, engines: tuple[Any, TorchEngine]
+) -> None:
+    inputs = texts(60, seed=9)
+    ours, theirs = decode_both(engines, inputs, DecodeConfig(strategy="greedy", alignments=True))
+    assert [h[0].alignment for h in ours] == [h[0].alignment for h in theirs]
+    # a model that writes <unk> now and then: each is replaced by the source symbol it attends to most
+    loaded = load_checkpoint(checkpoint)
+    with torch.no_grad():
+        loaded.model.generator.bias[UNK_ID] += 5.0
+    unk = save_checkpoint(tmp_path / "unk", loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, {})
+    ct2 = dotformer.load(unk, device="cpu", engine="ctranslate2", intra_threads=1)
+    reference = dotformer.load(unk, device="cpu", engine="torch")
+    config = dict(strategy="greedy", replace_unk=True, details=True)
+    mine, expected = ct2.translate(inputs, **config), reference.translate(inputs, **config)
+    assert [r.text for r in mine] == [r.text for r in expected]
+    plain = reference.translate(inputs, strategy="greedy", details=True)
+    unknowns = [i for i, r in enumerate(plain) if UNK_ID in r.hypotheses[0].tokens]
+    assert unknowns and all(len(mine[i].text.split()) > len(plain[i].text.split()) for i in unknowns)
+
+
+def test_sampling_draws_again_the_same_samples_for_the_same_seed(checkpoint: Path) -> None:
+    model = dotformer.load(checkpoint, device="cpu", engine="ctranslate2", intra_threads=1)
+    inputs = texts(20, seed=10)
+    first = model.translate(inputs, strategy="sample", seed=3, n_best=3, temperature=1.5)
+    assert model.translate(inputs, strategy="sample", seed=3, n_best=3, temperature=1.5) == first
+    assert model.translate(inputs, strategy="sample", seed=4, n_best=3, temperature=1.5) != first
+    assert any(len(set(samples)) > 1 for samples in first)  # n independent samples
+    # top_k = 1 leaves one token to draw: greedy decoding
+    assert model.translate(inputs, strategy="sample", top_k=1, seed=5) == model.translate(inputs, strategy="greedy")
+
+
+def test_batching_threads_and_int8_give_the_same_kind_of_outputs(checkpoint: Path, engines: Any) -> None:
+    inputs = texts(100, seed=11)
+    ct2, _ = engines
+    greedy = DecodeConfig(strategy="greedy")
+    by_examples, _ = decode_both(engines, inputs, greedy, batch_size=7)
+    by_tokens, _ = decode_both(engines, inputs, greedy, max_tokens=40)
+    assert [h[0].text for h in by_tokens] == [h[0].text for h in by_examples]
+    two = dotformer.load(checkpoint, device="cpu", engine="ctranslate2", intra_threads=1, inter_threads=2)
+    assert two.translate(inputs, strategy="greedy", batch_size=8) == [h[0].text for h in by_examples]
+    int8 = dotformer.load(checkpoint, device="cpu", dtype="int8", engine="ctranslate2")
+    outputs = int8.translate(inputs, strategy="greedy", details=True)
+    assert all(set(r.text.split()) <= set(SYMBOLS.split()) for r in outputs)  # int8 may differ a little in value
+    assert "-int8-" in str(int8.translation_engine().model_dir) and ct2.model_dir != int8.translation_engine().model_dir
+
+
+def test_perplexity_is_the_torch_engines(engines: tuple[Any, TorchEngine]) -> None:
+    from dotformer.data.types import Pair
+
+    ct2, reference = engines
+    pairs = [Pair(t, " ".join(reversed(t.split()))) for t in texts(50, seed=12)]
+    ours, theirs = ct2.reference_nll(pairs, 16), reference.reference_nll(pairs, 16)
+    assert ours.num_tokens == theirs.num_tokens
+    assert ours.total_nll == pytest.approx(theirs.total_nll, rel=1e-4)
+
+
+# -- which engine runs ------------------------------------------------------------------------------------------------
+
+
+def test_auto_runs_ctranslate2_and_torch_for_what_only_torch_has(checkpoint: Path) -> None:
+    model = dotformer.load(checkpoint, device="cpu")
+    assert model.engine == "ctranslate2" and model.requested == "auto"
+    inputs = texts(10, seed=13)
+    other_layer = model.translate(inputs, strategy="greedy", alignments=True, alignment_layer=0, details=True)
+    reference = dotformer.load(checkpoint, device="cpu", engine="torch")
+    expected = reference.translate(inputs, strategy="greedy", alignments=True, alignment_layer=0, details=True)
+    assert [r.hypotheses[0].alignment for r in other_layer] == [r.hypotheses[0].alignment for r in expected]
+    assert model.translate("a1 a2", attention=True).attention is not None  # attention maps: the torch model's
+    strict = dotformer.load(checkpoint, device="cpu", engine="ctranslate2")
+    with pytest.raises(EngineOptionError, match=r"^alignment_layer=0 runs on the torch engine only \(CTranslate2"):
+        strict.translate("a1", alignment_layer=0)
+    with pytest.raises(EngineOptionError, match=r"^attention=True .* engine='torch'$"):
+        strict.translate("a1", attention=True)
+    with pytest.raises(ConfigError, match=r"^a list of paths runs on the torch engine only \(an ensemble\)"):
+        dotformer.load([checkpoint, checkpoint], engine="ctranslate2")
+    with pytest.raises(ConfigError, match="engine must be one of auto, torch, ctranslate2"):
+        dotformer.load(checkpoint, engine="onnx")
+
+
+def test_the_server_names_its_engine(checkpoint: Path) -> None:
+    from dotformer.api.endpoint import describe_api, translate_request
+
+    for engine in ("torch", "ctranslate2"):
+        model = dotformer.load(checkpoint, device="cpu", engine=engine)
+        assert describe_api(model)["engine"] == engine  # GET /
+        reply = asyncio.run(translate_request(model, {"texts": ["a1 a2", "a3"], "strategy": "greedy", "n_best": 1}))
+        assert [t["text"] for t in reply["translations"]] == model.translate(["a1 a2", "a3"], strategy="greedy")
+
+
+def test_the_choice_rule() -> None:
+    config = ModelConfig(src_vocab_size=14, tgt_vocab_size=14, num_decoder_layers=2)
+    assert choose_engine("auto", [], None) == "ctranslate2"
+    assert choose_engine("auto", ["--alignment-layer 0"], None) == "torch"
+    assert choose_engine("auto", [], "CTranslate2 is not installed") == "torch"
+    assert choose_engine("torch", [], None) == "torch"
+    with pytest.raises(ConfigError, match=r"^--engine ctranslate2: CTranslate2 is not installed$"):
+        choose_engine("ctranslate2", [], "CTranslate2 is not installed")
+    assert ct2_problem(config, "float32", "cpu") is None
+    assert "embedding LayerNorms" in str(ct2_problem(config.replace(embedding_norm=True), "float32", "cpu"))
+    assert "encoder-only" in str(ct2_problem(config.replace(arch="encoder-only"), "float32", "cpu"))
+    assert "no float16 on this cpu" in str(ct2_problem(config, "float16", "cpu"))
+    assert torch_only_fields(DecodeConfig(alignment_layer=1), config) == []  # layer 1 of 2 is the last
+    assert torch_only_fields(DecodeConfig(alignment_layer=0), config) == ["alignment_layer"]
+    assert torch_only_fields(DecodeConfig(use_cache=False), config) == ["use_cache"]
+
+
+def test_auto_runs_torch_where_ctranslate2_is_missing_or_lacks_the_dtype(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ctranslate2, "get_supported_compute_types", lambda *args: {"float32", "int8"})
+    assert dotformer.load(checkpoint, device="cpu", dtype="bfloat16").engine == "torch"
+    with pytest.raises(ConfigError, match=r"^engine='ctranslate2': CTranslate2 has no bfloat16 on this cpu"):
+        dotformer.load(checkpoint, device="cpu", dtype="bfloat16", engine="ctranslate2")
+    monkeypatch.setattr("dotformer.engines.choice.ctranslate2_installed", lambda: False)
+    assert dotformer.load(checkpoint, device="cpu").engine == "torch"
+
+
+# -- the cache of converted copies ------------------------------------------------------------------------------------
+
+
+def conversions(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Count the conversions: each one's directory is appended to the list returned."""
+    from dotformer.export import checkpoint as export
+
+    done: list[Path] = []
+    original = export.write_ct2
+
+    def counting(loaded: Any, directory: Path, *args: Any, **kwargs: Any) -> None:
+        done.append(directory)
+        original(loaded, directory, *args, **kwargs)
+
+    monkeypatch.setattr(export, "write_ct2", counting)
+    return done
+
+
+def test_a_copy_is_converted_once_and_again_when_the_checkpoint_changes(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = load_checkpoint(checkpoint)
+    mine = save_checkpoint(tmp_path / "run" / "best", loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, {})
+    done = conversions(monkeypatch)
+    first = dotformer.load(mine, device="cpu", engine="ctranslate2").translation_engine().model_dir
+    second = dotformer.load(tmp_path / "run", device="cpu", engine="ctranslate2").translation_engine().model_dir
+    assert len(done) == 1 and first == second and first.parent == tmp_path / "run" / ".ct2-cache"
+    stamp = json.loads((first / cache_module.STAMP_FILE).read_text())
+    assert stamp["fingerprint"] == read_checkpoint_files(mine).fingerprint and stamp["quantization"] == "float32"
+    assert set(os.listdir(first.parent)) == {first.name, f".{first.name}.lock"}  # no temporary directory left
+    with torch.no_grad():  # the same directory, other weights: another fingerprint, another copy
+        loaded.model.generator.bias[5] += 1.0
+    save_checkpoint(mine, loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, {})
+    third = dotformer.load(mine, device="cpu", engine="ctranslate2").translation_engine().model_dir
+    assert len(done) == 2 and third != first and first.is_dir()
+    assert read_checkpoint_files(mine).fingerprint != stamp["fingerprint"]
+
+
+def test_the_fingerprint_is_the_files_not_the_place(checkpoint: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = Path(shutil.copytree(checkpoint, tmp_path / "elsewhere"))
+    assert read_checkpoint_files(copy).fingerprint == read_checkpoint_files(checkpoint).fingerprint
+
+
+def test_a_read_only_checkpoint_is_converted_into_the_user_cache(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    loaded = load_checkpoint(checkpoint)
+    mine = save_checkpoint(tmp_path / "readonly" / "best", loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, {})
+    monkeypatch.setenv("DOTFORMER_CACHE_DIR", str(tmp_path / "user-cache"))
+    mkdtemp = tempfile.mkdtemp
+
+    def read_only(*args: Any, dir: Any = None, **kwargs: Any) -> str:  # noqa: A002 (tempfile's name)
+        if dir is not None and Path(dir).parent == tmp_path / "readonly":
+            raise PermissionError(13, "Permission denied", str(dir))
+        return mkdtemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    copy = dotformer.load(mine, device="cpu", engine="ctranslate2").translation_engine().model_dir
+    assert copy.parent == tmp_path / "user-cache" / "ct2"
+    assert dotformer.load(mine, engine="ctranslate2").translate("a1 a2", strategy="greedy")
+    monkeypatch.delenv("DOTFORMER_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_module.user_cache_dir() == tmp_path / "xdg" / "dotformer"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_module.user_cache_dir() == Path.home() / ".cache" / "dotformer"
+
+
+def test_concurrent_first_uses_convert_once_and_leave_one_whole_copy(checkpoint: Path, tmp_path: Path) -> None:
+    """Four threads ask for the same copy at once; the conversion (slow on purpose) runs once, inside the lock, and
+    every thread gets the same complete directory; a failed conversion leaves nothing behind."""
+    files = read_checkpoint_files(checkpoint)
+    root = tmp_path / "cache"
+    root.mkdir()
+    calls: list[int] = []
+
+    def slow_convert(directory: Path) -> None:
+        calls.append(1)
+        (directory / "model.bin").write_bytes(b"half")
+        time.sleep(0.3)  # another thread arriving now must wait, not see a half-written copy
+        (directory / "model.bin").write_bytes(b"whole")
+
+    name = cache_module.copy_name(files, "float32")
+    results: list[Path] = []
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(cache_module.convert_into(root, name, files, "float32", slow_convert))
+        )
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert calls == [1] and len(set(results)) == 1 and (results[0] / "model.bin").read_bytes() == b"whole"
+    assert sorted(p.name for p in root.iterdir()) == sorted([name, f".{name}.lock"])
+
+    def failing(directory: Path) -> None:
+        (directory / "model.bin").write_bytes(b"half")
+        raise ConfigError("this model cannot be converted")
+
+    with pytest.raises(ConfigError):
+        cache_module.convert_into(root, "other", files, "float32", failing)
+    assert sorted(p.name for p in root.iterdir()) == sorted([name, f".{name}.lock", ".other.lock"])
+
+
+# -- language models --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def language_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny decoder-only model fitted briefly to a stream of three repeating lines."""
+    symbols = train_tokenizer("symbol", [SYMBOLS])
+    torch.manual_seed(0)
+    config = ModelConfig(
+        src_vocab_size=14, tgt_vocab_size=14, d_model=32, num_heads=4, d_ff=64, num_encoder_layers=0,
+        num_decoder_layers=2, dropout=0.0, arch="decoder-only", max_len=64,
+    )  # fmt: skip
+    model = Transformer(config)
+    stream = torch.tensor([4, 5, 6, EOS_ID, 7, 8, 9, 10, EOS_ID, 11, 12, 13, EOS_ID] * 4)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    with single_thread():
+        for step in range(60):
+            window = stream[step % 13 : step % 13 + 25][None]  # (1, 25)
+            logits = model.generator(model.decode(window[:, :-1]).hidden)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), window[:, 1:].flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    root = tmp_path_factory.mktemp("lm")
+    return save_checkpoint(root / "lm", model.eval(), symbols, symbols, {"task": "lm", "data": {"block_size": 32}})
+
+
+def test_generate_on_ctranslate2_is_the_torch_engines(language_model: Path) -> None:
+    ct2 = dotformer.load(language_model, device="cpu", engine="ctranslate2", intra_threads=1)
+    reference = dotformer.load(language_model, device="cpu", engine="torch")
+    assert ct2.engine == "ctranslate2"
+    for prompt in ("", "a0 a1", "a3\na4 a5"):
+        for settings in (dict(strategy="greedy"), dict(strategy="beam", n=2, beam_size=3)):
+            assert ct2.generate(prompt, max_new_tokens=20, **settings) == reference.generate(
+                prompt, max_new_tokens=20, **settings
+            )
+    samples = ct2.generate("a0", n=3, max_new_tokens=20, seed=7, temperature=1.3)
+    assert samples == ct2.generate("a0", n=3, max_new_tokens=20, seed=7, temperature=1.3) and len(set(samples)) > 1
+    pieces: list[str] = []
+    config = DecodeConfig(strategy="greedy", max_len_a=0.0, max_len_b=15, length_penalty=0.0)
+    (text,) = ct2.generate_texts("a0", config, on_text=pieces.append)
+    assert len(pieces) > 1 and "".join(pieces) == text == reference.generate("a0", max_new_tokens=15, strategy="greedy")
+
+
+def test_a_text_beyond_the_window_runs_on_torch(language_model: Path) -> None:
+    auto = dotformer.load(language_model, device="cpu")
+    reference = dotformer.load(language_model, device="cpu", engine="torch")
+    assert auto.generate("a0", max_new_tokens=40, strategy="greedy") == reference.generate(
+        "a0", max_new_tokens=40, strategy="greedy"
+    )  # 2 + 40 tokens > the block of 32: torch slides its window
+    strict = dotformer.load(language_model, device="cpu", engine="ctranslate2")
+    with pytest.raises(EngineOptionError, match="context window"):
+        strict.generate("a0", max_new_tokens=40)
+    with pytest.raises(EngineOptionError, match=r"^use_cache=False runs on the torch engine only"):
+        strict.generate("a0", max_new_tokens=4, use_cache=False)
+
+
+# -- the command line -------------------------------------------------------------------------------------------------
+
+
+def test_the_commands_take_the_engine_flags(
+    checkpoint: Path, language_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dotformer.cli import main
+
+    def error(*argv: str) -> str:
+        """The one line on stderr of a command that exits with status 2."""
+        assert main(list(argv)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        return err
+
+    inputs, model, lm = texts(30, seed=14), str(checkpoint), str(language_model)
+    outputs = {}
+    for engine in ("torch", "ctranslate2"):
+        assert main(["translate", "--checkpoint", model, "--engine", engine, "--strategy", "greedy", *inputs]) == 0
+        outputs[engine] = capsys.readouterr().out
+    assert outputs["torch"] == outputs["ctranslate2"] and outputs["torch"].count("\n") == 30
+    argv = ["--checkpoint", model, "--engine", "ctranslate2", "--threads", "1", "--inter-threads", "2"]
+    assert main(["translate", *argv, "--strategy", "greedy", *inputs]) == 0
+    assert capsys.readouterr().out == outputs["torch"]
+    err = error("translate", "--checkpoint", model, "--engine", "torch", "--inter-threads", "2", "a1")
+    assert "--inter-threads sets CTranslate2's parallel batches" in err
+    err = error("translate", "--checkpoint", model, "--engine", "ctranslate2", "--alignment-layer", "0", "a1")
+    assert "--alignment-layer 0 runs on the torch engine only" in err
+    err = error("translate", "--checkpoint", model, "--checkpoint", model, "--engine", "ctranslate2", "a1")
+    assert "several --checkpoint runs on the torch engine only (an ensemble)" in err
+    err = error("generate", "--checkpoint", lm, "--engine", "ctranslate2", "--no-cache", "--prompt", "a0")
+    assert "--no-cache runs on the torch engine only" in err
+    for engine in ("torch", "ctranslate2"):
+        argv = ["--checkpoint", lm, "--engine", engine, "--greedy", "--max-new-tokens", "10"]
+        assert main(["generate", *argv, "--prompt", "a0"]) == 0
+        outputs[engine] = capsys.readouterr().out
+    assert outputs["torch"] == outputs["ctranslate2"]
