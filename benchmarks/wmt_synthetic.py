@@ -7,9 +7,12 @@ has the same words' counterparts in a shuffled order with a length changed by a 
 sentence is about 31 tokens, as WMT14 En-De's 4.5M pairs are (about 140M tokens a side).
 
 Writes ``DIR/train.src``, ``train.tgt`` (SIZE pairs) and ``valid.*``, ``test.*`` (3,000 pairs each, as a newstest),
-or ``DIR/train.tsv`` etc. with ``--tsv``. Deterministic for a seed.
+or ``DIR/train.tsv`` etc. with ``--tsv``, or with ``--wmt14-names`` the names ``configs/wmt-base.toml`` reads from
+``data/wmt14/``: ``train.en``, ``train.de``, ``newstest2013.en``/``.de`` (valid), ``newstest2014.en``/``.de``
+(test). Deterministic for a seed.
 
     python benchmarks/wmt_synthetic.py --pairs 100000 --out benchmarks/out/wmt/0.1M
+    python benchmarks/wmt_synthetic.py --pairs 1000000 --wmt14-names --out data/wmt14   # configs/wmt-base.toml's files
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ WORDS = 60_000  # words of each language
 ZIPF = 1.1  # word frequencies ~ 1 / rank^ZIPF
 MIN_WORDS, MAX_WORDS = 5, 60  # words of a sentence
 HELD_OUT = 3_000  # pairs of the valid and of the test files
+WMT14_NAMES = {"train": "train", "valid": "newstest2013", "test": "newstest2014"}  # configs/wmt-base.toml's files
 CHUNK = 50_000  # sentences made and written at a time
 SYLLABLES = {
     "src": [c + v for c in "bcdfghklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ou", "ea", "ai")],
@@ -84,17 +88,23 @@ def zipf_cdf() -> np.ndarray:
     return np.cumsum(weights / weights.sum())
 
 
-def write_corpus(directory: Path, pairs: int, seed: int = 0, tsv: bool = False) -> dict[str, Path | str]:
-    """Write the train, valid and test files of ``pairs`` training pairs into ``directory``; the specs to read them
-    (``--data``, ``--valid``, ``--test`` of ``dotformer train``)."""
+def write_corpus(
+    directory: Path, pairs: int, seed: int = 0, tsv: bool = False, held_out: int = HELD_OUT, wmt14_names: bool = False
+) -> dict[str, Path | str]:
+    """Write the train, valid and test files of ``pairs`` training pairs (and ``held_out`` pairs each of valid and
+    test) into ``directory``; the specs to read them (``--data``, ``--valid``, ``--test`` of ``dotformer train``).
+    ``wmt14_names``: the files are named as WMT14 En-De's (:data:`WMT14_NAMES`, sides ``.en`` and ``.de``)."""
     rng = np.random.default_rng(seed)
     source, target, cdf = vocabulary("src", rng), vocabulary("tgt", rng), zipf_cdf()
     directory.mkdir(parents=True, exist_ok=True)
     specs: dict[str, Path | str] = {}
-    for name, count in (("train", pairs), ("valid", HELD_OUT), ("test", HELD_OUT)):
+    for name, count in (("train", pairs), ("valid", held_out), ("test", held_out)):
         if tsv:
             paths = [directory / f"{name}.tsv"]
             specs[name] = str(paths[0])
+        elif wmt14_names:
+            paths = [directory / f"{WMT14_NAMES[name]}.{side}" for side in ("en", "de")]
+            specs[name] = f"{paths[0]},{paths[1]}"
         else:
             paths = [directory / f"{name}.src", directory / f"{name}.tgt"]
             specs[name] = f"{paths[0]},{paths[1]}"
@@ -118,9 +128,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, required=True, help="training pairs (WMT14 En-De: 4,500,000)")
     parser.add_argument("--out", type=Path, required=True, help="the directory to write")
     parser.add_argument("--seed", type=int, default=0, help="the corpus's seed")
-    parser.add_argument("--tsv", action="store_true", help="one TSV file per split instead of .src/.tgt files")
+    parser.add_argument("--held-out", type=int, default=HELD_OUT, help="pairs of the valid and of the test files")
+    names = parser.add_mutually_exclusive_group()
+    names.add_argument("--tsv", action="store_true", help="one TSV file per split instead of .src/.tgt files")
+    names.add_argument(
+        "--wmt14-names", action="store_true", help="train.en/.de, newstest2013.en/.de, newstest2014.en/.de"
+    )
     args = parser.parse_args(argv)
-    for name, spec in write_corpus(args.out, args.pairs, args.seed, args.tsv).items():
+    if args.pairs < 1 or args.held_out < 0:
+        parser.error("--pairs must be positive and --held-out not negative")
+    specs = write_corpus(args.out, args.pairs, args.seed, args.tsv, args.held_out, args.wmt14_names)
+    for name, spec in specs.items():
         print(f"{name}: {spec}")
     return 0
 

@@ -227,3 +227,64 @@ def test_startup_times_the_commands_and_lists_their_imports(bench, tmp_path):
     assert imports["dotformer --help"]["torch"] is False  # what the start-up test asserts, seen by -X importtime
     assert imports["translate one word (cached CTranslate2)"]["torch"] is False
     assert len(imports["dotformer --help"]["slowest"]) == 3
+
+
+def _scale_row(command: str, run: str, size: float = 4.5, **figures) -> dict:
+    """A row of data_scale's results: a train row has ``ranks``, a prepare row has not."""
+    return {"command": command, "run": run, "size": size, "pairs": int(size * 1e6), **figures}
+
+
+def test_data_scale_checks_read_the_targets_rows(bench):
+    """Each target reads its own row: the worst bytes a token, the 4.5M-pair peaks and their ratio, the second run's
+    time to step 1, the slowest preparation; a size other than 4.5M leaves the absolute targets unmeasured."""
+    data_scale = bench("data_scale")
+    gib = 2**30
+    rows = [
+        _scale_row("prepare", "learn BPE + encode", tokens_per_s=1_200_000),
+        _scale_row("prepare", "encode (BPE given)", tokens_per_s=900_000),
+        _scale_row("train", "base", ranks=1, peak=1 * gib, first_step_s=3.0),
+        _scale_row("train", "first", ranks=1, peak=3 * gib, first_step_s=60.0, bytes_per_token=7.0),
+        _scale_row("train", "second", ranks=1, peak=2 * gib, first_step_s=10.0, bytes_per_token=3.0),
+        _scale_row("torchrun x2", "first", ranks=2, peak=4.5 * gib, first_step_s=70.0, bytes_per_token=9.0),
+        _scale_row("torchrun x2", "second", ranks=2, peak=4 * gib, first_step_s=16.0, bytes_per_token=5.0),
+    ]
+    checks = {
+        check["target"].split(":")[0].split(" <=")[0].split(" >=")[0]: check for check in data_scale.target_checks(rows)
+    }
+    figures = [(check["figure"], check["met"]) for check in checks.values()]
+    assert figures == [
+        ("9.00 B", "NO"),  # torchrun's first run is the worst
+        ("3.00 GiB", "yes"),  # the 1-process peak is the first run's
+        ("1.50x", "NO"),  # 4.5 GiB over 3 GiB
+        ("16.00 s", "NO"),  # the slower of the two second runs
+        ("900,000.00 tok/s", "NO"),  # the slower preparation
+    ]
+    smaller = [{**row, "size": 0.1} for row in rows]
+    assert [check["met"] for check in data_scale.target_checks(smaller)] == ["NO", "-", "-", "-", "NO"]
+
+
+@pytest.mark.slow
+def test_data_scale_runs_the_real_commands(bench, tmp_path, capsys):
+    """At 2,000 pairs, one rank, no peer: prepare twice, then the base and two train runs; every command is printed
+    and kept, the second run maps what the first prepared, and the table and the JSON hold every row."""
+    data_scale = bench("data_scale")
+    out = tmp_path / "scale.json"
+    argv = ["--sizes", "0.002", "--ranks", "1", "--no-peer", "--vocab-size", "500", "--out", str(tmp_path / "w")]
+    assert data_scale.main([*argv, "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert [(row["command"], row["run"]) for row in rows] == [
+        ("prepare", "learn BPE + encode"),
+        ("prepare", "encode (BPE given)"),
+        ("train", "base"),
+        ("train", "first"),
+        ("train", "second"),
+    ]
+    printed = capsys.readouterr()
+    for row in rows:
+        assert f"$ {row['shell']}" in printed.err and row["peak"] > 0 and row["wall_s"] > 0
+    assert all(row["first_step_s"] > 0 for row in rows[2:])
+    assert rows[0]["tokens"] == rows[1]["tokens"] == rows[3]["tokens"] == rows[4]["tokens"] > 2000
+    first, second = (row["shell"].split(" --out ")[0] for row in rows[3:])
+    assert first.startswith("DOTFORMER_CACHE=") and first == second  # the same command on the same cache
+    assert rows[3]["prepared_s"] == rows[4]["prepared_s"]  # the second run mapped the data the first prepared
+    assert printed.out.count("| 2,000 ") == 5

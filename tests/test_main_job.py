@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,38 @@ def test_copy_task_reaches_exact_match(tmp_path: Path, cli: Cli) -> None:
 
 
 @pytest.mark.slow
+def test_wmt_base_config_trains_on_prepared_wmt_shaped_files(tmp_path: Path, cli: Cli) -> None:
+    """configs/wmt-base.toml as the guide runs it: its files in data/wmt14/ (here 2,000 synthetic WMT-shaped pairs,
+    100 of newstest2013 and 2014), ``prepare`` once, ``train --data PREPARED --config`` the paper's recipe, then
+    sacreBLEU on newstest2014; a tiny model, a 500-token BPE and 4 steps keep it to seconds."""
+    pytest.importorskip("sacrebleu")
+    corpus = ["benchmarks/wmt_synthetic.py", "--pairs", "2000", "--held-out", "100", "--wmt14-names"]
+    run([sys.executable, *corpus, "--out", str(tmp_path / "data" / "wmt14")], tmp_path)
+    config, small = str(ROOT / "configs" / "wmt-base.toml"), ["--vocab-size", "500"]
+    done = cli("prepare", "--config", config, *small, "--out", "prepared", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "learned on all 2,000 training pairs" in done.stderr
+    quick = ["--preset", "tiny", "--max-steps", "4", "--max-tokens", "1024", "--eval-every", "0", "--save-every", "0"]
+    argv = ["train", "--data", "prepared", "--config", config, *small, *quick, "--device", "cpu", "--no-progress"]
+    done = cli(*argv, "--out", "run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    train = record["train"]
+    assert (train["lr_schedule"], train["warmup_steps"], train["accumulation_steps"]) == ("noam", 4000, 2)
+    assert (train["adam_beta1"], train["adam_beta2"], train["adam_eps"]) == (0.9, 0.98, 1e-9)
+    assert (train["label_smoothing"], train["amp"], record["model"]["dropout"]) == (0.1, "bf16", 0.1)
+    assert record["data"]["valid"] == "data/wmt14/newstest2013.en,data/wmt14/newstest2013.de"
+    assert record["model"]["share_embeddings"] and record["model"]["src_vocab_size"] == 500
+    reference = json.loads((tmp_path / "run" / "data" / "data.json").read_text())
+    assert Path(reference["prepared"]) == (tmp_path / "prepared").resolve()
+    assert reference["report"]["splits"]["test"]["examples"] == 100
+    done = cli("evaluate", "--checkpoint", "run", "--split", "test", "--json", "test.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "test.json").read_text())["metrics"]
+    assert {"bleu", "chrf"} <= set(metrics) and 0 <= metrics["bleu"] <= 100
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(
     not Path("/usr/share/sword/mods.d/spaRV1909eb.conf").exists(),
     reason="the Bible modules are not installed: apt-get install -y sword-text-sparv sword-text-kjv",
@@ -171,14 +204,23 @@ def test_gpu_script_prepares_the_files_and_runs_from_them(tmp_path: Path) -> Non
                           capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 2 and "was not written by" in proc.stderr and not any(mine.iterdir())
     run(["bash", "scripts/gpu.sh", "prepare"], tmp_path, GPU_DATA=str(data))
-    for job in ("g2p", "bible"):
-        for name in ("train.tsv", "valid.tsv", "test.tsv", "tokenizer_src.json", "tokenizer_tgt.json"):
+    for job, dataset in (("g2p", "cmudict"), ("bible", "bible")):  # each config's data, prepared as train reads it
+        assert json.loads((data / job / "prepared.json").read_text())["data"]["dataset"] == dataset
+        for name in ("train.src.bin", "train.tgt.idx", "valid.tsv", "test.tsv", "tokenizer_src.json"):
             assert (data / job / name).stat().st_size > 0, (job, name)
     assert list((data / "wheels").glob("rapidfuzz-*-cp312-*.whl"))
+    assert sum(path.stat().st_size for path in data.rglob("*") if path.is_file()) < 40 * 2**20  # it travels
     run(["bash", "scripts/gpu.sh", "run"], tmp_path, GPU_DATA=str(data), OUT=str(out), SMOKE="1")
-    # the base model trained on exactly the prepared Bible pairs, with their one shared vocabulary
+    # the base model trained on exactly the prepared Bible pairs and their vocabulary: the run refers to them
+    reference = json.loads((out / "bible-base" / "data" / "data.json").read_text())
+    assert Path(reference["prepared"]) == (data / "bible").resolve()
     assert (out / "bible-base" / "data" / "test.tsv").read_bytes() == (data / "bible" / "test.tsv").read_bytes()
     assert json.loads((out / "bible-base" / "run.json").read_text())["model"]["d_model"] == 512
-    for name in ("bible_test.json", "bible_valid.json", "g2p_test.json", "gpu.json"):
+    for name in ("bible_test.json", "bible_valid.json", "g2p_test.json", "gpu.json", "wmt.json"):
         assert (out / name).is_file(), name
     assert "wer" in json.loads((out / "g2p_test.json").read_text())["metrics"]
+    # the WMT job's config on synthetic WMT-shaped pairs: prepared (tokens/s reported), then trained
+    wmt = json.loads((out / "wmt.json").read_text())
+    assert wmt["pairs"] == 2000 and wmt["prepare"]["tokens_per_s"] > 0 and wmt["train"]["steps"] == 3
+    record = json.loads((out / "wmt-base" / "run.json").read_text())
+    assert (record["train"]["lr_schedule"], record["train"]["accumulation_steps"]) == ("noam", 2)

@@ -74,6 +74,32 @@ def test_settings_beside_prepared_data_are_one_line(words: Path, tmp_path: Path,
     assert "not empty" in capsys.readouterr().err
 
 
+def test_a_config_file_beside_prepared_data_may_repeat_its_settings(words: Path, tmp_path: Path, capsys) -> None:
+    """train --data DIR --config FILE: the file's [data] values that are the prepared data's own (given, or its
+    task's defaults) change nothing and are accepted; one that differs is named with both values."""
+    out = tmp_path / "data"
+    assert main(["prepare", "--data", str(words), "--task", "g2p", "--out", str(out)]) == 0
+    same = tmp_path / "same.toml"
+    same.write_text(
+        f'[data]\ndataset = "{words}"\ntask = "g2p"\nsrc_tokenizer = "char"\ntgt_tokenizer = "symbol"\n'
+        "valid_fraction = 0.05\n\n[train]\nclip_norm = 0.5\n",
+        encoding="utf-8",
+    )
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(out), "--config", str(same), *QUICK, "--out", str(run)]) == 0
+    record = json.loads((run / "run.json").read_text())
+    assert record["data"] == json.loads((out / "prepared.json").read_text())["data"]
+    assert record["train"]["clip_norm"] == 0.5  # the file's other sections apply
+    other = tmp_path / "other.toml"
+    other.write_text(same.read_text().replace("valid_fraction = 0.05", "valid_fraction = 0.2"), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["train", "--data", str(out), "--config", str(other), *QUICK, "--out", str(tmp_path / "r")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"dotformer train: error: {out} is prepared data") and "tokenizer" not in line
+    assert "valid_fraction = 0.2 (prepared with 0.05)" in line
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_second_run_on_the_same_files_maps_the_cache(words: Path, tmp_path: Path) -> None:
     cache = Path(os.environ["DOTFORMER_CACHE"])
     data = ["--data", str(words), "--task", "g2p"]

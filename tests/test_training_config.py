@@ -95,7 +95,7 @@ def test_a_later_tokenizer_file_replaces_the_earlier_kind_and_back() -> None:
 
 def test_shipped_configs_are_valid() -> None:
     root = Path(__file__).resolve().parent.parent / "configs"
-    for name in ("copy", "g2p", "bible"):
+    for name in ("copy", "g2p", "bible", "wmt-base"):
         sections = read_config_file(root / f"{name}.toml")
         assert TrainConfig.from_dict(sections.train).has_budget
         DataConfig.from_dict(sections.data)

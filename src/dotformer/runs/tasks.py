@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.config import ENCODER_TASKS, LM_TASK
+from dotformer.data.config import ENCODER_TASKS, LM_TASK, DataConfig, LMDataConfig
 from dotformer.data.prepared import PreparedLabelled, PreparedPairs, PreparedText
 from dotformer.data.types import NAMED_TASKS
 from dotformer.errors import ConfigError
@@ -59,8 +59,13 @@ def prepared_source(
     prepared from (with the section's settings that are decided at batching time: a block size, a masked language
     model's unit and masking), and the mapped data; else None.
 
+    Other settings beside it are accepted when they are the prepared data's own (a config file's ``[data]``, read
+    with ``train --data DIR --config FILE``, as ``dotformer prepare --config FILE`` read it): a value that gives
+    the same data settings as the prepared data's (after the task's defaults are filled in) changes nothing.
+
     Raises:
-        ConfigError: other data settings beside it (they are fixed when the data is prepared), or another task.
+        ConfigError: a setting beside it that differs from the prepared data's (each named with both values: the
+            data settings are fixed when the data is prepared), or another task.
         DataError: a damaged prepared directory.
     """
     from dotformer.data.prepared import REPORT_FILE, open_prepared
@@ -71,17 +76,38 @@ def prepared_source(
         return None
     prepared = open_prepared(dataset)
     batch_time = BATCH_TIME_FIELDS.get(prepared.task, ())
-    fixed = sorted(set(section) - {"dataset", "task", *batch_time})
-    if fixed:
-        raise ConfigError(
-            f"{dataset} is prepared data: its data settings were fixed when it was prepared, and {', '.join(fixed)} "
-            f"would change them; prepare the data again with {'them' if len(fixed) > 1 else 'it'} (dotformer prepare)"
-        )
     if section.get("task") not in (None, prepared.task):
         raise ConfigError(f"{dataset} is prepared for task {prepared.task}, not {section['task']}")
+    differing = [
+        f"{key} = {section[key]!r} (prepared with {prepared.report['data'].get(key)!r})"
+        for key in sorted(set(section) - {"dataset", "task", *batch_time})
+        if not _same_setting(prepared, key, section[key])
+    ]
+    if differing:
+        raise ConfigError(
+            f"{dataset} is prepared data: its data settings were fixed when it was prepared, and "
+            f"{', '.join(differing)} would change them; prepare the data again with "
+            f"{'them' if len(differing) > 1 else 'it'} (dotformer prepare)"
+        )
     data = dict(prepared.report["data"])
     data.update({key: section[key] for key in batch_time if key in section})
     return data, prepared
+
+
+def _same_setting(prepared: PreparedPairs | PreparedText | PreparedLabelled, key: str, value: Any) -> bool:
+    """Whether ``key = value`` leaves the data settings of ``prepared`` as they are (its task's defaults filled in:
+    ``vocab_size = 8000`` is the default's own value); a value its config refuses is another setting. An encoder
+    task's settings compare as written."""
+    own = prepared.report["data"]
+    if isinstance(prepared, PreparedLabelled):
+        return own.get(key) == value
+    try:
+        if isinstance(prepared, PreparedPairs):
+            asked = DataConfig.from_dict({**own, key: value}).resolved(prepared.task)
+            return asked == DataConfig.from_dict(own).resolved(prepared.task)
+        return LMDataConfig.from_section({**own, key: value}) == LMDataConfig.from_section(own)
+    except ConfigError:
+        return False
 
 
 def read_task_config_file(path: str | Path) -> ConfigSections:
