@@ -11,7 +11,7 @@
 A prompt is read as the start of a line (the text stream before it ends with a line end), each of its own line
 breaks an EOS; the continuation's EOS tokens come back as line breaks (:func:`generated_text`). The model reads at most
 its training block size of tokens at once. Either engine continues the prompt
-(:meth:`dotformer.decoding.engine.TorchEngine.generate`, :meth:`dotformer.engines.ct2_generate.CT2Generate.generate`);
+(:meth:`dotformer.engines.torch.TorchEngine.generate`, :meth:`dotformer.engines.ct2_generate.CT2Generate.generate`);
 nothing here imports torch.
 """
 
@@ -62,7 +62,7 @@ def generate_text(
     """The continuations of ``prompt`` (without the prompt), one per sample or beam, as text.
 
     Args:
-        engine: what continues it (a decoder-only checkpoint's :class:`~dotformer.decoding.engine.TorchEngine` or
+        engine: what continues it (a decoder-only checkpoint's :class:`~dotformer.engines.torch.TorchEngine` or
             :class:`~dotformer.engines.ct2_generate.CT2Generate`). prompt: the text to continue.
         config: from :func:`generation_settings`.
         on_text: called with each new piece of the first row's text as it is produced (greedy and sampling).

@@ -306,7 +306,7 @@ class Translator:
         return self._torch_engine()
 
     def _torch_engine(self) -> Any:
-        from dotformer.decoding.engine import TorchEngine
+        from dotformer.engines.torch import TorchEngine
 
         return TorchEngine(self.checkpoint)
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 class CT2Generate:
     """A language model's CTranslate2 copy, continuing prompts as
-    :meth:`~dotformer.decoding.engine.TorchEngine.generate` does.
+    :meth:`~dotformer.engines.torch.TorchEngine.generate` does.
 
     Args:
         checkpoint: the checkpoint's files. model_dir: its CTranslate2 copy (:func:`dotformer.engines.cache.ct2_copy`).

@@ -26,7 +26,7 @@ from dotformer.training.stream import BatchStream
 
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
-    from dotformer.metrics.scoring import EvalResult
+    from dotformer.training.scoring import EvalResult
 
 
 @dataclass
