@@ -184,7 +184,7 @@ def test_attention_maps_of_a_language_model_are_causal(run_dir: Path, capsys: py
     import torch
 
     from dotformer.checkpoint import load_checkpoint
-    from dotformer.plots.lm_attention import lm_attention_weights
+    from dotformer.decoding.attention_maps import lm_attention_weights
 
     loaded = load_checkpoint(run_dir, device="cpu")
     maps = lm_attention_weights(loaded, "in the")

@@ -4,7 +4,7 @@ gives them (:func:`dotformer.decoding.generate.generate`).
 ==========================  ======================================================================================
 dotformer                   CTranslate2
 ==========================  ======================================================================================
-the prompt (a line start)   the start tokens, ``</s>`` first (:func:`dotformer.api.generation.encode_prompt`)
+the prompt (a line start)   the start tokens, ``</s>`` first (:func:`dotformer.decoding.inputs.encode_prompt`)
 greedy, sampling            ``generate_batch`` (``end_token=[]``: run on across line ends for max_new_tokens)
 sampling settings, seed     ``sampling_topk`` / ``_topp`` / ``_temperature``; a fresh ``Generator`` after
                             ``set_random_seed`` (CTranslate2 seeds a thread's generator once, on first use)
