@@ -19,7 +19,8 @@ import torch
 from common import command_line, default_output_dir, machine_info, write_json
 
 from dotformer.cli.compare import add_arguments, config_from_args
-from dotformer.compare import compare, format_report, plot_gradients, plot_report
+from dotformer.compare import compare, format_report
+from dotformer.plots.compare import plot_gradients, plot_report
 
 
 def main(argv: list[str] | None = None) -> int:

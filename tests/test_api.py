@@ -1,7 +1,8 @@
 """The Python API: ``dotformer.load(path).translate(texts)``, on checkpoints written by the tests.
 
-Checked against the library it wraps (:func:`dotformer.decoding.translate`, :func:`dotformer.plots.attention_weights`)
-and against the ``dotformer translate`` command on the same checkpoint.
+Checked against the library it wraps (:func:`dotformer.decoding.translate`,
+:func:`dotformer.decoding.attention_maps.attention_weights`) and against the ``dotformer translate`` command on the same
+checkpoint.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def test_details_are_the_library_results(checkpoints: dict[str, Path]) -> None:
 
 @pytest.mark.numerical
 def test_attention_on_request_is_that_of_the_best_output(checkpoints: dict[str, Path]) -> None:
-    from dotformer.plots import attention_weights
+    from dotformer.decoding.attention_maps import attention_weights
 
     model = dotformer.load(checkpoints["copy"], device="cpu")
     result = model.translate("a1 a2 a3", attention=True)

@@ -18,21 +18,17 @@ from dotformer.compare import (
     GradientProfile,
     RecallModel,
     SequenceLayer,
-    Series,
     analytic_flops,
     analytic_saved_bytes,
     compare,
     count_operations,
-    draw_series,
     format_report,
     gradient_by_distance,
-    plot_gradients,
-    plot_report,
     table1_rows,
-    tidy_log_axis,
     timing_note,
 )
 from dotformer.errors import ConfigError
+from dotformer.plots.compare import Series, draw_series, plot_gradients, plot_report, tidy_log_axis
 
 ROOT = Path(__file__).resolve().parents[1]
 

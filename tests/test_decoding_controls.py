@@ -189,7 +189,7 @@ def random_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("layer", [-1, 0])
 def test_alignments_are_the_argmax_of_the_head_averaged_cross_attention(random_checkpoint: Path, layer: int) -> None:
-    from dotformer.plots import attention_weights
+    from dotformer.decoding.attention_maps import attention_weights
 
     translator = dotformer.load(random_checkpoint, device="cpu")
     texts = ["a1 a2 a3", "a4 a0", "a7"]

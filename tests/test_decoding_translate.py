@@ -193,7 +193,7 @@ def test_encode_sources_normalises_like_the_training_data_and_counts_unknowns() 
 
 
 def test_plot_attention_reads_input_as_translate_does() -> None:
-    from dotformer.plots import attention_weights
+    from dotformer.decoding.attention_maps import attention_weights
 
     letters = "transformer"
     tokenizer = train_tokenizer("char", [letters])

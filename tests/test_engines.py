@@ -23,10 +23,10 @@ from dotformer.checkpoint import load_checkpoint, read_checkpoint_files, save_ch
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from dotformer.decoding import DecodeConfig
-from dotformer.decoding.engine import TorchEngine
 from dotformer.decoding.inputs import encode_prefixes, encode_sources
 from dotformer.engines import cache as cache_module
 from dotformer.engines.choice import EngineOptionError, choose_engine, ct2_problem, torch_only_fields
+from dotformer.engines.torch import TorchEngine
 from dotformer.errors import ConfigError
 
 ctranslate2 = pytest.importorskip("ctranslate2")

@@ -30,6 +30,7 @@ from dotformer.cli import main
 from dotformer.config import ModelConfig
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.decoding.attention_maps import attention_weights
 from dotformer.errors import ConfigError
 from dotformer.explore import ExplorerServer, build_page, example_json, maps_to_json, write_page
 from dotformer.explore.data import MAX_TEXT_CHARS, TOP_K
@@ -42,7 +43,6 @@ from dotformer.explore.page import (
     static_text,
 )
 from dotformer.model import Transformer
-from dotformer.plots import attention_weights
 
 WORDS = ["cat", "dog", "bird", "head"]
 PHONES = ["K AE1 T", "D AO1 G", "B ER1 D", "HH EH1 D"]

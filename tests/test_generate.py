@@ -9,11 +9,11 @@ from collections import Counter
 import pytest
 import torch
 
-from dotformer.api.generation import encode_prompt, generated_text
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import EOS_ID
 from dotformer.decoding.config import generation_config
 from dotformer.decoding.generate import ContextWindow, generate
+from dotformer.decoding.inputs import encode_prompt, generated_text
 from dotformer.errors import ConfigError, ShapeError
 
 pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh

@@ -11,7 +11,7 @@ from torch import nn
 
 from dotformer.errors import ConfigError
 from dotformer.export.torch_nn import to_torch_transformer
-from dotformer.layers import DecoderLayer, EncoderLayer, FeedForward, LayerSizes, Residual
+from dotformer.layers import DecoderLayer, EncoderLayer, FeedForward, LayerSizes, PassMode, Residual
 from dotformer.masks import causal_mask
 
 pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
@@ -175,7 +175,7 @@ def test_decoder_layer_with_cross_attention_needs_memory():
 def test_decoder_only_layer_has_no_cross_attention():
     layer = DecoderLayer(SIZES, cross_attention=False).eval()
     assert layer.cross_attn is None
-    out = layer(torch.randn(2, 3, 16), need_weights=True)
+    out = layer(torch.randn(2, 3, 16), mode=PassMode(need_weights=True))
     assert out.output.shape == (2, 3, 16) and out.cross_weights is None and out.self_weights.shape == (2, 4, 3, 3)
 
 

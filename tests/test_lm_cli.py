@@ -184,7 +184,7 @@ def test_attention_maps_of_a_language_model_are_causal(run_dir: Path, capsys: py
     import torch
 
     from dotformer.checkpoint import load_checkpoint
-    from dotformer.plots.lm_attention import lm_attention_weights
+    from dotformer.decoding.attention_maps import lm_attention_weights
 
     loaded = load_checkpoint(run_dir, device="cpu")
     maps = lm_attention_weights(loaded, "in the")
@@ -245,7 +245,7 @@ def test_export_to_onnx_writes_the_cached_step(run_dir: Path, tmp_path: Path) ->
 def test_streamed_pieces_add_up_to_the_text(run_dir: Path) -> None:
     from dotformer.api.generation import generate_text, generation_settings
     from dotformer.checkpoint import load_checkpoint
-    from dotformer.decoding.engine import TorchEngine
+    from dotformer.engines.torch import TorchEngine
 
     loaded = load_checkpoint(run_dir, device="cpu")
     pieces: list[str] = []
@@ -343,7 +343,7 @@ def test_generate_reads_stdin_as_translate_does(
 def test_evaluate_limits_the_lines_and_refuses_decoding_flags(
     run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from dotformer.metrics.language import score_text
+    from dotformer.training.scoring import score_text
 
     valid = (run_dir / "data" / "valid.txt").read_text().splitlines()
     argv = [

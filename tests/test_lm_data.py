@@ -15,7 +15,8 @@ from dotformer.data.text import PIECE_LINES, TextCorpus, read_file_text, split_t
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import EOS_ID, PAD_ID
 from dotformer.errors import ConfigError, DataError
-from dotformer.metrics.language import LanguageModelScore, score_text
+from dotformer.metrics.language import LanguageModelScore
+from dotformer.training.scoring import score_text
 
 
 def stream_of(n: int, block: int) -> TokenStream:

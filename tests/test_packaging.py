@@ -302,7 +302,7 @@ def test_evaluate_needs_eval_before_it_decodes(
     from dotformer.checkpoint import load_checkpoint
     from dotformer.data.corpora import Pair
     from dotformer.decoding import evaluation
-    from dotformer.decoding.engine import TorchEngine
+    from dotformer.engines.torch import TorchEngine
 
     def no_decoding(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("decoded before checking the metrics' packages")

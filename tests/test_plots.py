@@ -18,9 +18,9 @@ from dotformer.cli import main
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from dotformer.decoding import DecodeConfig, greedy_decode
+from dotformer.decoding.attention_maps import attention_weights
 from dotformer.errors import ConfigError, DataError, MissingDataError
 from dotformer.plots import (
-    attention_weights,
     config_curve,
     mask_data,
     noam_curve,

@@ -16,7 +16,6 @@ from dotformer.data.batching import collate, encode_pairs
 from dotformer.data.corpora import CorpusOptions, load_pairs
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.errors import CheckpointError, ConfigError, MissingExtraError, TrainingError
-from dotformer.metrics.scoring import evaluate_loss
 from dotformer.model import Transformer
 from dotformer.training import loop
 from dotformer.training import objective as objective_module
@@ -26,6 +25,7 @@ from dotformer.training.loss import LossSums
 from dotformer.training.optim import build_optimizer, set_learning_rate
 from dotformer.training.resume import trim_metrics_log
 from dotformer.training.schedule import learning_rate
+from dotformer.training.scoring import evaluate_loss
 from dotformer.training.state import TrainData
 from dotformer.training.step import StepRecipe, StepResult, train_step
 from dotformer.training.stopping import TrainingInterrupted

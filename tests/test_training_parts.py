@@ -15,10 +15,10 @@ import dotformer.training
 from dotformer import checkpoint as ckpt
 from dotformer.data.batching import BatchSampler
 from dotformer.errors import TrainingError
-from dotformer.metrics.scoring import EvalResult
 from dotformer.training.loop import set_up
 from dotformer.training.progress import count
 from dotformer.training.saving import save
+from dotformer.training.scoring import EvalResult
 from dotformer.training.selection import select_best
 from dotformer.training.state import TrainState
 from dotformer.training.stopping import TrainingInterrupted, check_budget_allows_a_step, stop_before_step

@@ -34,6 +34,30 @@ class LayerKeyValues(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class PassMode:
+    """How one pass through a layer or a stack runs, beside its inputs, masks and cache.
+
+    The same layers run every mode of the one path: padded (B, L, D) or packed (N, D) (:mod:`dotformer.packing`),
+    with or without the attention weights. The mode is one value for the whole pass: the stacks hand it to every layer
+    and the layers to their attention, so their forwards take it as one argument.
+    :meth:`Transformer.encode <dotformer.model.Transformer.encode>` and ``decode`` build it from their keywords.
+
+    Attributes:
+        need_weights: also return the (B, H, T, S) attention weights (the reference attention, not the fused kernel).
+        packing: the :class:`~dotformer.multihead.Layout` of the layer's input ``x``: packed (N, D) real tokens (a
+            :class:`dotformer.packing.Packing`), or None for (B, L, D).
+        memory_packing: the layout of the encoder memory a decoder layer reads (packed (N_S, D)), or None.
+    """
+
+    need_weights: bool = False
+    packing: Layout | None = None
+    memory_packing: Layout | None = None
+
+
+PADDED = PassMode()  # the default: (B, L, D) inputs, no weights returned
+
+
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x·W_1 + b_1)·W_2 + b_2, the same two linear maps at every position (paper §3.3, Eq. 2).
 
@@ -133,19 +157,17 @@ class EncoderLayer(nn.Module):
         self.res_attn = Residual(s.d_model, s.dropout, s.norm_first, s.layer_norm_eps)
         self.res_ff = Residual(s.d_model, s.dropout, s.norm_first, s.layer_norm_eps)
 
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, packing: Layout | None = None
-    ) -> EncoderLayerOutput:
-        """x: (B, S, D) (or (N_S, D) packed with ``packing``, :mod:`dotformer.packing`); mask: bool broadcastable to
-        (B, H, S, S) (usually the (B, 1, 1, S) padding mask).
+    def forward(self, x: Tensor, mask: Tensor | None = None, mode: PassMode = PADDED) -> EncoderLayerOutput:
+        """x: (B, S, D) (or (N_S, D) packed with ``mode.packing``, :mod:`dotformer.packing`); mask: bool
+        broadcastable to (B, H, S, S) (usually the (B, 1, 1, S) padding mask); mode: :class:`PassMode`.
 
-        Returns x's shape and optionally the (B, H, S, S) self-attention weights.
+        Returns x's shape and, with ``mode.need_weights``, the (B, H, S, S) self-attention weights.
         """
         weights = None
 
         def self_attention(h: Tensor) -> Tensor:
             nonlocal weights
-            h, weights = self.self_attn(h, mask=mask, need_weights=need_weights, packing=packing, kv_packing=packing)
+            h, weights = self.self_attn(h, None, mask, False, mode.need_weights, None, mode.packing, mode.packing)
             return h
 
         x = self.res_attn(x, self_attention)  # (B, S, D)
@@ -186,21 +208,19 @@ class DecoderLayer(nn.Module):
         tgt_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
         cache: LayerKeyValues | None = None,
-        need_weights: bool = False,
-        packing: Layout | None = None,
-        memory_packing: Layout | None = None,
+        mode: PassMode = PADDED,
     ) -> DecoderLayerOutput:
         """Run one decoder block.
 
         Args:
             x: (B, T, D) target vectors (the new positions only when decoding with a cache), or (N_T, D) packed
-                with ``packing`` (:mod:`dotformer.packing`).
-            memory: (B, S, D) encoder output (None for a decoder-only block), or (N_S, D) with ``memory_packing``.
+                with ``mode.packing`` (:mod:`dotformer.packing`).
+            memory: (B, S, D) encoder output (None for a decoder-only block), or (N_S, D) with
+                ``mode.memory_packing``.
             tgt_mask: optional extra bool mask broadcastable to (B, H, T, T_total), ANDed with the causal mask.
             memory_mask: bool broadcastable to (B, H, T, S), usually the source padding mask (B, 1, 1, S).
             cache: this layer's key/value caches (:class:`dotformer.decoding.cache.LayerCache`), updated in place.
-            need_weights: also return the attention weights.
-            packing, memory_packing: the :class:`~dotformer.multihead.Layout` of ``x`` and of ``memory``, or None.
+            mode: :class:`PassMode`: the layouts of ``x`` and ``memory``, and whether to return the weights.
 
         Returns:
             :class:`DecoderLayerOutput` (``output`` has x's shape).
@@ -209,6 +229,7 @@ class DecoderLayer(nn.Module):
             raise ConfigError("this decoder layer has cross-attention: pass the encoder memory")
         self_cache, cross_cache = (cache.self_attn, cache.cross_attn) if cache is not None else (None, None)
         self_weights = cross_weights = None
+        need_weights, packing = mode.need_weights, mode.packing
 
         def self_attention(h: Tensor) -> Tensor:  # masked: position t sees positions <= t only
             nonlocal self_weights
@@ -218,7 +239,7 @@ class DecoderLayer(nn.Module):
         def cross_attention(h: Tensor) -> Tensor:  # queries from the decoder, keys and values from the memory
             nonlocal cross_weights
             h, cross_weights = self.cross_attn(
-                h, memory, memory_mask, False, need_weights, cross_cache, packing, memory_packing
+                h, memory, memory_mask, False, need_weights, cross_cache, packing, mode.memory_packing
             )
             return h
 

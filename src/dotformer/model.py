@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.heads import SequenceClassifier, TokenClassifier
-from dotformer.layers import LayerSizes
+from dotformer.layers import LayerSizes, PassMode
 from dotformer.masks import check_right_padded, padding_mask
 from dotformer.multihead import pack, unpack
 from dotformer.packing import Packing
@@ -162,7 +162,7 @@ class Transformer(nn.Module):
         check_right_padded(src, self.config.pad_id, "src")
         mask = self.source_mask(src) if src_mask is None else src_mask
         x = pack(self.src_embed(src), packing)  # (B, S, D), or (N_S, D): the real tokens only (dotformer.packing)
-        return self.encoder(x, mask, need_weights, packing)
+        return self.encoder(x, mask, PassMode(need_weights, packing))
 
     def decode(
         self,
@@ -221,7 +221,7 @@ class Transformer(nn.Module):
         if packing is not None and cache is not None:
             raise ConfigError("packed inputs are for training: decode with a cache on the (B, T, D) layout")
         x = pack(self.tgt_embed(tgt, offset), packing)  # (B, T, D), or (N_T, D): the real tokens only
-        out = self.decoder(x, memory, tgt_mask, src_mask, cache, need_weights, packing, memory_packing)
+        out = self.decoder(x, memory, tgt_mask, src_mask, cache, PassMode(need_weights, packing, memory_packing))
         if cache is not None:
             cache.length += tgt.size(1)
         return out

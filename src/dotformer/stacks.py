@@ -15,8 +15,7 @@ from typing import NamedTuple, Protocol
 
 from torch import Tensor, nn
 
-from dotformer.layers import DecoderLayer, EncoderLayer, LayerKeyValues, LayerSizes
-from dotformer.multihead import Layout
+from dotformer.layers import PADDED, DecoderLayer, EncoderLayer, LayerKeyValues, LayerSizes, PassMode
 
 
 class StackKeyValues(Protocol):
@@ -52,18 +51,16 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(sizes) for _ in range(num_layers))
         self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
 
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, packing: Layout | None = None
-    ) -> EncoderOutput:
-        """x: (B, S, D) embedded source (or (N_S, D) packed with ``packing``); mask: bool broadcastable to
-        (B, H, S, S). Returns the memory, shaped as x."""
+    def forward(self, x: Tensor, mask: Tensor | None = None, mode: PassMode = PADDED) -> EncoderOutput:
+        """x: (B, S, D) embedded source (or (N_S, D) packed with ``mode.packing``); mask: bool broadcastable to
+        (B, H, S, S); mode: :class:`~dotformer.layers.PassMode`. Returns the memory, shaped as x."""
         weights = []
         for layer in self.layers:
-            x, w = layer(x, mask, need_weights, packing)  # (B, S, D)
+            x, w = layer(x, mask, mode)  # (B, S, D)
             weights.append(w)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return EncoderOutput(x, tuple(weights) if need_weights else None)
+        return EncoderOutput(x, tuple(weights) if mode.need_weights else None)
 
 
 class Decoder(nn.Module):
@@ -81,21 +78,19 @@ class Decoder(nn.Module):
         tgt_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
         cache: StackKeyValues | None = None,
-        need_weights: bool = False,
-        packing: Layout | None = None,
-        memory_packing: Layout | None = None,
+        mode: PassMode = PADDED,
     ) -> DecoderOutput:
-        """x: (B, T, D) embedded target; memory: (B, S, D); masks, cache and packings as in
-        :meth:`DecoderLayer.forward`."""
+        """x: (B, T, D) embedded target; memory: (B, S, D); masks and mode as in :meth:`DecoderLayer.forward`;
+        cache: the decoder's caches, one per layer (:class:`dotformer.decoding.cache.DecoderCache`)."""
         layer_caches = cache.for_layers(len(self.layers)) if cache is not None else [None] * len(self.layers)
         self_w, cross_w = [], []
         for layer, layer_cache in zip(self.layers, layer_caches, strict=True):
-            out = layer(x, memory, tgt_mask, memory_mask, layer_cache, need_weights, packing, memory_packing)
+            out = layer(x, memory, tgt_mask, memory_mask, layer_cache, mode)
             x = out.output  # (B, T, D)
             self_w.append(out.self_weights)
             cross_w.append(out.cross_weights)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        if not need_weights:
+        if not mode.need_weights:
             return DecoderOutput(x, None, None)
         return DecoderOutput(x, tuple(self_w), tuple(cross_w) if memory is not None else None)

@@ -9,9 +9,10 @@
     print(lm.generate("Blessed are the", strategy="beam"))          # the most likely end of the line
 
 A prompt is read as the start of a line (the text stream before it ends with a line end), each of its own line
-breaks an EOS; the continuation's EOS tokens come back as line breaks (:func:`generated_text`). The model reads at most
+breaks an EOS; the continuation's EOS tokens come back as line breaks
+(:func:`~dotformer.decoding.inputs.generated_text`). The model reads at most
 its training block size of tokens at once. Either engine continues the prompt
-(:meth:`dotformer.decoding.engine.TorchEngine.generate`, :meth:`dotformer.engines.ct2_generate.CT2Generate.generate`);
+(:meth:`dotformer.engines.torch.TorchEngine.generate`, :meth:`dotformer.engines.ct2_generate.CT2Generate.generate`);
 nothing here imports torch.
 """
 
@@ -20,40 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dotformer.decoding.inputs import encode_prompt, generated_text
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from dotformer.data.tokenizers import Tokenizer
     from dotformer.decoding.config import DecodeConfig
     from dotformer.decoding.engine import CheckpointLike, GenerationEngine
 
 TextCallback = Callable[[str], None]  # called with each new piece of the first continuation's text
 Misplaced = Callable[[Sequence[str], str, str], str]  # (settings, their strategy, the strategy asked) -> message
-
-
-def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
-    """``[EOS] + ids`` of ``prompt``, its line breaks as EOS: the model continues it as the start of a line."""
-    from dotformer.data.tokenizers import EOS_ID
-
-    ids = [EOS_ID]
-    for i, line in enumerate(prompt.split("\n")):
-        if i:
-            ids.append(EOS_ID)
-        ids.extend(tokenizer.encode(line))
-    return ids
-
-
-def generated_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
-    """The text of generated ids: each EOS a line end, the pieces between decoded by ``tokenizer``."""
-    from dotformer.data.tokenizers import EOS_ID
-
-    lines: list[list[int]] = [[]]
-    for token in ids:
-        if token == EOS_ID:
-            lines.append([])
-        else:
-            lines[-1].append(int(token))
-    return "\n".join(tokenizer.decode(line) for line in lines)
 
 
 def generate_text(
@@ -62,7 +38,7 @@ def generate_text(
     """The continuations of ``prompt`` (without the prompt), one per sample or beam, as text.
 
     Args:
-        engine: what continues it (a decoder-only checkpoint's :class:`~dotformer.decoding.engine.TorchEngine` or
+        engine: what continues it (a decoder-only checkpoint's :class:`~dotformer.engines.torch.TorchEngine` or
             :class:`~dotformer.engines.ct2_generate.CT2Generate`). prompt: the text to continue.
         config: from :func:`generation_settings`.
         on_text: called with each new piece of the first row's text as it is produced (greedy and sampling).

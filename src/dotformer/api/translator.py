@@ -34,12 +34,12 @@ if TYPE_CHECKING:
     from dotformer.config import ModelConfig
     from dotformer.data.tokenizers import Tokenizer
     from dotformer.decoding import DecodeConfig
+    from dotformer.decoding.attention_maps import AttentionMaps
     from dotformer.decoding.engine import CheckpointLike, TranslationEngine
     from dotformer.decoding.results import Translation
     from dotformer.engines.ct2_generate import CT2Generate
     from dotformer.engines.ct2_translate import CT2Translate
     from dotformer.model import Transformer
-    from dotformer.plots.attention import AttentionMaps
 
 
 class ArgumentTypeError(ConfigError, TypeError):
@@ -156,7 +156,7 @@ class TranslationResult(NamedTuple):
             has one, empty hypothesis (score 0, finished), found without the model.
         unknown_symbols: source symbols read as <unk>.
         attention: with ``attention=True``, the attention maps of the best hypothesis (teacher-forced on its text,
-            see :func:`dotformer.plots.attention_weights`); else None (and None for an empty source).
+            see :func:`dotformer.decoding.attention_maps.attention_weights`); else None (and None for an empty source).
     """
 
     id: int
@@ -306,7 +306,7 @@ class Translator:
         return self._torch_engine()
 
     def _torch_engine(self) -> Any:
-        from dotformer.decoding.engine import TorchEngine
+        from dotformer.engines.torch import TorchEngine
 
         return TorchEngine(self.checkpoint)
 
@@ -586,8 +586,8 @@ class Translator:
             return None
         import warnings
 
+        from dotformer.decoding.attention_maps import attention_weights
         from dotformer.decoding.inputs import UnknownTokenWarning
-        from dotformer.plots.attention import attention_weights
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UnknownTokenWarning)  # translate() has warned already

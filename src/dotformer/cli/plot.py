@@ -91,10 +91,11 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(args.out, "--out")  # so does a directory, or a parent that is a file
     if args.plot_kind == "attention":
         from dotformer.checkpoint import load_checkpoint
+        from dotformer.decoding import attention_maps
 
         loaded = load_checkpoint(args.checkpoint, device=args.device)
         if loaded.model.config.arch == "decoder-only":  # a language model: its causal self-attention over the text
-            from dotformer.plots.lm_attention import LM_MAP_KINDS, lm_attention_weights
+            LM_MAP_KINDS = attention_maps.LM_MAP_KINDS
 
             if args.target is not None:
                 raise ConfigError(
@@ -106,10 +107,10 @@ def run(args: argparse.Namespace) -> int:
                     f"{args.checkpoint} is a language model: its only attention is decoder_self, not {others} "
                     "(--kind decoder_self, or leave --kind out)"
                 )
-            maps, kinds = lm_attention_weights(loaded, args.text), LM_MAP_KINDS
+            maps, kinds = attention_maps.lm_attention_weights(loaded, args.text), LM_MAP_KINDS
         else:
-            maps = plots.attention_weights(loaded, args.text, target=args.target)
-            kinds = tuple(dict.fromkeys(args.kind)) if args.kind else plots.attention.MAP_KINDS
+            maps = attention_maps.attention_weights(loaded, args.text, target=args.target)
+            kinds = tuple(dict.fromkeys(args.kind)) if args.kind else attention_maps.MAP_KINDS
         result = plots.plot_attention(maps, args.out, layer=args.layer, head=args.head, kinds=kinds)
         print(f"{maps.source_text} -> {maps.output_text}" + (" (forced: the reference given)" if maps.forced else ""))
         print(f"wrote {result.path} ({len(result.panels)} maps)")

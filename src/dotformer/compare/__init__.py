@@ -24,7 +24,8 @@ Shapes: x (B, n, D) in, (B, n, D) out. Units: milliseconds, bytes, FLOPs (multip
 The modules, in reading order: :mod:`~dotformer.compare.config` (what to measure), :mod:`~dotformer.compare.layers`
 (the layers and the formulas), :mod:`~dotformer.compare.instrumentation` (counting chains, FLOPs, saved bytes, time),
 :mod:`~dotformer.compare.gradients` (gradient against distance), :mod:`~dotformer.compare.report` (:func:`compare`),
-:mod:`~dotformer.compare.table` (Table 1 and the text report); the figures are in :mod:`dotformer.plots.compare`.
+:mod:`~dotformer.compare.table` (Table 1 and the text report). The figures are drawn by :mod:`dotformer.plots.compare`
+(import them from there: this package measures, plots draw).
 """
 
 from __future__ import annotations
@@ -71,13 +72,6 @@ _LAZY = {
     "format_report": "dotformer.compare.table",
     "markdown_table": "dotformer.compare.table",
     "timing_note": "dotformer.compare.table",
-    "Series": "dotformer.plots.compare",
-    "coinciding_note": "dotformer.plots.compare",
-    "draw_series": "dotformer.plots.compare",
-    "plot_gradients": "dotformer.plots.compare",
-    "plot_report": "dotformer.plots.compare",
-    "short_name": "dotformer.plots.compare",
-    "tidy_log_axis": "dotformer.plots.compare",
 }
 
 
@@ -110,16 +104,13 @@ __all__ = [
     "PAPER_TABLE1",
     "RecallModel",
     "SequenceLayer",
-    "Series",
     "Timed",
     "TrainingResult",
     "WeightChainCounter",
     "analytic_flops",
     "analytic_saved_bytes",
-    "coinciding_note",
     "compare",
     "count_operations",
-    "draw_series",
     "format_bytes",
     "format_report",
     "generic_kernels",
@@ -127,14 +118,10 @@ __all__ = [
     "markdown_table",
     "measure_gradients",
     "measure_gradients_here",
-    "plot_gradients",
-    "plot_report",
     "saved_tensor_bytes",
-    "short_name",
     "synchronize",
     "table1_rows",
     "tensors_in",
-    "tidy_log_axis",
     "time_and_memory",
     "timing_note",
     "torch_threads",

@@ -17,7 +17,10 @@ Read in this order:
 13. :mod:`~dotformer.decoding.inputs`      a user's text as source ids: normalised, tokenised, length checked
 14. :mod:`~dotformer.decoding.translate`   text in, text out with a loaded checkpoint and its tokenizers
 15. :mod:`~dotformer.decoding.evaluation`  decode a held-out split and compute its metrics
-16. :mod:`~dotformer.decoding.quantization` int8 linear layers for faster decoding on a CPU (not in the paper)
+16. :mod:`~dotformer.decoding.attention_maps` every attention weight of one decoded input (plots and the explorer)
+17. :mod:`~dotformer.decoding.quantization` int8 linear layers for faster decoding on a CPU (not in the paper)
+
+The engines' protocols are in :mod:`~dotformer.decoding.engine`; the engines themselves in :mod:`dotformer.engines`.
 """
 
 from typing import Any

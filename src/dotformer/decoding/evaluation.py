@@ -245,7 +245,7 @@ def evaluate_pairs(
     """Decode the distinct sources of ``pairs`` and compute the task's metrics (see the module docstring).
 
     Args:
-        engine: what decodes and scores: :class:`~dotformer.decoding.engine.TorchEngine` over a loaded checkpoint, or
+        engine: what decodes and scores: :class:`~dotformer.engines.torch.TorchEngine` over a loaded checkpoint, or
             the CTranslate2 engine (:mod:`dotformer.engines`).
         pairs: held-out (source, target) pairs.
         task: "g2p", "translation", "exact" or "synthetic".

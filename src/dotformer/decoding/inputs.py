@@ -133,7 +133,8 @@ def encode_sources(loaded: Any, texts: Sequence[str], max_len: int | None = None
     """Prepare users' inputs for a checkpoint: normalise them as its training sources were, then tokenise.
 
     The one path from a user's text to source ids, shared by :func:`translate`, :class:`dotformer.api.Translator`,
-    :func:`dotformer.plots.attention_weights` and the explorer, so they all read an input the same way.
+    :func:`dotformer.decoding.attention_maps.attention_weights` and the explorer, so they all read an input the same
+    way.
 
     Args:
         loaded: a :class:`~dotformer.checkpoint.LoadedCheckpoint` (anything with ``src_tokenizer`` and, optionally,
@@ -332,3 +333,24 @@ def encode_prefixes(loaded: Any, prefixes: Sequence[str | None]) -> list[list[in
     if message is not None:
         warnings.warn(message, UnknownTokenWarning, stacklevel=3)
     return ids
+
+
+def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
+    """``[EOS] + ids`` of ``prompt``, its line breaks as EOS: the model continues it as the start of a line."""
+    ids = [EOS_ID]
+    for i, line in enumerate(prompt.split("\n")):
+        if i:
+            ids.append(EOS_ID)
+        ids.extend(tokenizer.encode(line))
+    return ids
+
+
+def generated_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
+    """The text of generated ids: each EOS a line end, the pieces between decoded by ``tokenizer``."""
+    lines: list[list[int]] = [[]]
+    for token in ids:
+        if token == EOS_ID:
+            lines.append([])
+        else:
+            lines[-1].append(int(token))
+    return "\n".join(tokenizer.decode(line) for line in lines)

@@ -4,7 +4,7 @@ gives them (:func:`dotformer.decoding.generate.generate`).
 ==========================  ======================================================================================
 dotformer                   CTranslate2
 ==========================  ======================================================================================
-the prompt (a line start)   the start tokens, ``</s>`` first (:func:`dotformer.api.generation.encode_prompt`)
+the prompt (a line start)   the start tokens, ``</s>`` first (:func:`dotformer.decoding.inputs.encode_prompt`)
 greedy, sampling            ``generate_batch`` (``end_token=[]``: run on across line ends for max_new_tokens)
 sampling settings, seed     ``sampling_topk`` / ``_topp`` / ``_temperature``; a fresh ``Generator`` after
                             ``set_random_seed`` (CTranslate2 seeds a thread's generator once, on first use)
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 class CT2Generate:
     """A language model's CTranslate2 copy, continuing prompts as
-    :meth:`~dotformer.decoding.engine.TorchEngine.generate` does.
+    :meth:`~dotformer.engines.torch.TorchEngine.generate` does.
 
     Args:
         checkpoint: the checkpoint's files. model_dir: its CTranslate2 copy (:func:`dotformer.engines.cache.ct2_copy`).

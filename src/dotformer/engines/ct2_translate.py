@@ -122,7 +122,7 @@ def gnmt_penalty(length: int, alpha: float) -> float:
 
 
 class CT2Translate:
-    """A checkpoint's CTranslate2 copy, decoding as :class:`~dotformer.decoding.engine.TorchEngine` does.
+    """A checkpoint's CTranslate2 copy, decoding as :class:`~dotformer.engines.torch.TorchEngine` does.
 
     Args:
         checkpoint: the checkpoint's files (config, tokenizers).
@@ -418,7 +418,7 @@ class CT2Translate:
 
     def reference_nll(self, pairs: Sequence[Pair], batch_size: int) -> NLLResult:
         """Summed NLL of each pair's target given its source, teacher-forced with ``score_batch`` (EOS included,
-        no smoothing): what :meth:`~dotformer.decoding.engine.TorchEngine.reference_nll` computes.
+        no smoothing): what :meth:`~dotformer.engines.torch.TorchEngine.reference_nll` computes.
 
         Raises:
             DataError: no pairs.

@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from dotformer.decoding.attention_maps import LM_MAP_KINDS as LM_KINDS
+from dotformer.decoding.attention_maps import AttentionMaps
 from dotformer.explore.page import DATA_PLACEHOLDER, page_template
-from dotformer.plots.attention import AttentionMaps
-from dotformer.plots.lm_attention import LM_MAP_KINDS as LM_KINDS
 
 MAX_TEXT_CHARS = 1000  # longest input the explorer accepts (serve mode); longer inputs are refused, not cut
 TOP_K = 5  # alternatives listed per output position
@@ -45,7 +45,7 @@ def token_steps(maps: AttentionMaps, tgt_tokenizer: Any, k: int = TOP_K) -> list
         ``maps.logits`` (natural exponent, over the whole target vocabulary) rounded to PROB_DIGITS decimals; ``top``
         is the k most probable tokens, most probable first. Empty when the maps carry no logits.
     """
-    from dotformer.plots.attention import token_label
+    from dotformer.decoding.attention_maps import token_label
 
     if maps.logits is None or not maps.next_ids:
         return []
@@ -98,7 +98,7 @@ def maps_to_json(
     the page offers, and (with ``tgt_tokenizer``) each position's probability and top-k alternatives.
 
     Args:
-        maps: from :func:`dotformer.plots.attention_weights`.
+        maps: from :func:`dotformer.decoding.attention_maps.attention_weights`.
         digits: decimals of the attention weights.
         tgt_tokenizer: the checkpoint's target tokenizer, to name the top-k alternatives (None: no "steps").
         target: the reference text that was force-decoded (None: greedy decoding).
@@ -137,12 +137,12 @@ def example_json(loaded: Any, text: str, target: str | None = None) -> dict[str,
         DataError: the text has no tokens. ConfigError: a target for a language model, or a text longer than its
             window.
     """
+    from dotformer.decoding.attention_maps import attention_weights
     from dotformer.decoding.inputs import UnknownTokenWarning, encode_target
-    from dotformer.plots.attention import attention_weights
 
     if is_language_model(loaded):
+        from dotformer.decoding.attention_maps import lm_attention_weights
         from dotformer.errors import ConfigError
-        from dotformer.plots.lm_attention import lm_attention_weights
 
         if target is not None:
             raise ConfigError("a language model reads its text as it is: there is no reference to force-decode")

@@ -10,7 +10,8 @@ The page reads one JSON object, embedded where the markup says ``__DOTFORMER_DAT
 
     {"mode": "serve" | "static", "title": str, "examples": [example, ...]}
 
-and each example is :func:`dotformer.explore.data.maps_to_json` of an :class:`dotformer.plots.AttentionMaps`.
+and each example is :func:`dotformer.explore.data.maps_to_json` of an
+:class:`dotformer.decoding.attention_maps.AttentionMaps`.
 In "serve" mode the page sends the typed input (and an optional reference to force-decode) to
 ``POST api/attention`` ({"text": ..., "target": ...}) and draws the reply; in "static" mode it shows the embedded
 examples, chosen from a list: the Run buttons and the reference field are hidden, the inputs read-only, and a line

@@ -18,7 +18,7 @@ sinusoidal or learned table             ``decoder.position_encodings.encodings``
 
 The vocabulary is one list (the tokenizer's pieces, or ``t4``, ``t5``, ... when pieces look alike); ``</s>`` is both
 the end token and dotformer's line end. A prompt is read as dotformer reads it (a line end first:
-:func:`dotformer.api.generation.encode_prompt`) and goes to ``Generator.generate_batch`` or ``forward_batch`` as token
+:func:`dotformer.decoding.inputs.encode_prompt`) and goes to ``Generator.generate_batch`` or ``forward_batch`` as token
 strings (:func:`~dotformer.export.ct2.ids_to_tokens`). CTranslate2 stops greedy decoding at ``</s>`` unless told
 otherwise (``end_token``), where dotformer's sampling runs on across line ends; and it knows no window: a text longer
 than ``max_len`` (the positions the model has) is refused there, where ``dotformer generate`` slides its window.

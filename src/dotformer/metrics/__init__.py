@@ -1,9 +1,12 @@
-"""How good a model is: scores of its decoded outputs, and its teacher-forced loss.
+"""How good a model is: the formulas of its scores, applied to numbers and texts it produced (no model runs here).
 
 * :mod:`dotformer.metrics.decoded`  BLEU and chrF (sacrebleu), WER and PER, exact match, perplexity: the scores of a
   decoded test set against its references (every name re-exported here: ``from dotformer.metrics import bleu``)
-* :mod:`dotformer.metrics.scoring`  the teacher-forced loss, NLL and perplexity of a model on batches, shared by
-  training's validation pass and ``dotformer evaluate`` (so neither reaches into the other)
+* :mod:`dotformer.metrics.language` nats and bits per token and per character of a language model's summed NLL
+* :mod:`dotformer.metrics.labels`   accuracy and macro-F1 of predicted labels
+
+The teacher-forced loss of a model on batches, which runs the model, is training's
+(:func:`dotformer.training.scoring.evaluate_loss`).
 """
 
 from dotformer.metrics.decoded import (

@@ -15,17 +15,15 @@ Shakespeare character model reaches about 1.88 nats = 2.7 bits per character).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dotformer.errors import ConfigError, DataError
+from dotformer.errors import DataError
 from dotformer.metrics.decoded import perplexity
 
 if TYPE_CHECKING:
     from dotformer.data.blocks import TokenStream
     from dotformer.data.tokenizers import Tokenizer
-    from dotformer.model import Transformer
 
 
 @dataclass(frozen=True)
@@ -81,36 +79,6 @@ class LanguageModelScore:
             "bits_per_token": self.bits_per_token,
             "bits_per_character": self.bits_per_character,
         }
-
-
-def score_text(
-    model: Transformer, lines: Sequence[str], tokenizer: Tokenizer, block_size: int, max_tokens: int = 4096
-) -> LanguageModelScore:
-    """Score ``lines`` (read as one stream, each line ending in EOS) with a decoder-only model, block by block.
-
-    The stream is cut into blocks of ``block_size`` tokens from its start (and a shorter last one), as evaluation
-    batches it (:class:`~dotformer.data.blocks.BlockSampler`): every token after the first is scored once, with the
-    tokens since the start of its block as context.
-
-    Args:
-        model: a decoder-only :class:`Transformer`. lines: the text. tokenizer: the model's.
-        block_size: T, the context (at most what the model was trained on). max_tokens: tokens per batch.
-
-    Returns:
-        :class:`LanguageModelScore` over the N - 1 scored tokens and the characters they spell.
-
-    Raises:
-        ConfigError: the model is not decoder-only, or a bad block size. DataError: fewer than 2 tokens.
-    """
-    from dotformer.data.blocks import BlockSampler, encode_text
-    from dotformer.metrics.scoring import evaluate_loss
-
-    if model.config.arch != "decoder-only":
-        raise ConfigError(f"bits per character score a decoder-only language model, this one is {model.config.arch}")
-    stream = encode_text(lines, tokenizer, block_size)
-    batches = BlockSampler(stream, max_tokens, shuffle=False).batches(0)
-    result = evaluate_loss(model, batches, label_smoothing=0.0, pad_id=model.config.pad_id, packed=False)
-    return LanguageModelScore(result.nll * result.num_tokens, result.num_tokens, scored_characters(stream, tokenizer))
 
 
 def scored_characters(stream: TokenStream, tokenizer: Tokenizer) -> int:

@@ -1,30 +1,26 @@
-"""Attention maps of a trained model on one input: what each head of each layer looks at.
+"""Attention heatmaps: one panel per (kind, layer, head) of the maps of
+:class:`~dotformer.decoding.attention_maps.AttentionMaps`.
 
-:func:`attention_weights` decodes the input greedily with the model itself, then runs the encoder and the decoder
-once more over the decoded output (teacher forcing on the model's own tokens) with ``need_weights=True`` and keeps
-three kinds of maps per layer and head:
-
-* encoder self-attention (S × S): source token i reads source token j;
-* decoder masked self-attention (T × T): target position i reads the earlier target positions j <= i;
-* cross-attention (T × S): the decoder position that predicts output token i reads source token j (the alignment).
-
-Shapes follow the legend in :mod:`dotformer.attention`; L = number of layers.
+The maps come from :func:`dotformer.decoding.attention_maps.attention_weights` (an encoder-decoder: encoder,
+decoder and cross-attention) or :func:`~dotformer.decoding.attention_maps.lm_attention_weights` (a language model:
+its causal self-attention, drawn with ``kinds=LM_MAP_KINDS``); this module only draws them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import torch
 
-from dotformer.errors import ConfigError, DataError
+from dotformer.decoding.attention_maps import MAP_KINDS, MapKind
+from dotformer.errors import ConfigError
 from dotformer.plots.common import check_output_path, heatmap, new_figure, save_figure
 
-MapKind = Literal["encoder", "decoder_self", "cross"]
-MAP_KINDS: tuple[MapKind, ...] = ("encoder", "decoder_self", "cross")
+if TYPE_CHECKING:
+    from dotformer.decoding.attention_maps import AttentionMaps
+
 MAP_TITLES = {"encoder": "encoder self-attention", "decoder_self": "decoder self-attention", "cross": "cross-attention"}
 # (row axis, column axis) names of each kind: rows are queries, columns are keys.
 AXIS_NAMES = {
@@ -32,173 +28,6 @@ AXIS_NAMES = {
     "decoder_self": ("target input (query)", "target input (key)"),
     "cross": ("predicted output token (query)", "source (key)"),
 }
-# Special token ids shared by every tokenizer (dotformer.data.tokenizers): PAD=0, BOS=1, EOS=2, UNK=3.
-SPECIAL_LABELS = ("<pad>", "<s>", "</s>", "<unk>")
-PAD, BOS, EOS = 0, 1, 2
-
-
-class AttentionMaps(NamedTuple):
-    """Every attention weight of one source sentence and the model's greedy output for it.
-
-    Attributes:
-        source_text: the input text.
-        output_text: the model's greedy output, detokenised; when forced, the normalised target with each symbol
-            outside the target vocabulary shown as "<unk>".
-        src_tokens: S labels: the source tokens, then "</s>".
-        tgt_tokens: T labels of the decoder's input positions: "<s>", then the output tokens.
-        out_tokens: T labels of ``next_ids``: when the model decoded, the token it predicts (argmax, PAD and BOS
-            excluded as in greedy decoding) at each decoder position: the greedy output followed by "</s>" when
-            decoding finished with EOS; when forced, the given output's tokens followed by "</s>" (the model's own
-            argmax is in ``logits``).
-        encoder: (L, H, S, S) float32 encoder self-attention weights (rows sum to 1).
-        decoder_self: (L, H, T, T) float32 decoder self-attention weights (zero above the diagonal).
-        cross: (L, H, T, S) float32 cross-attention weights.
-        logits: (T, V) float32 generator logits at each decoder position (before greedy decoding's PAD/BOS mask);
-            ``softmax`` of a row is the model's distribution over the next token.
-        next_ids: T ids, the token each decoder position is read as predicting: the argmax of ``out_tokens`` when
-            the model decoded, the given target followed by EOS when it was teacher-forced (``forced``).
-        forced: True when ``target`` was given (forced decoding of a reference), False for greedy decoding.
-    """
-
-    source_text: str
-    output_text: str
-    src_tokens: list[str]
-    tgt_tokens: list[str]
-    out_tokens: list[str]
-    encoder: np.ndarray
-    decoder_self: np.ndarray
-    cross: np.ndarray
-    logits: np.ndarray | None = None
-    next_ids: tuple[int, ...] = ()
-    forced: bool = False
-
-    @property
-    def num_layers(self) -> int:
-        """L, the number of layers (the same in encoder and decoder for plotting; see :func:`attention_weights`)."""
-        return int(self.encoder.shape[0])
-
-    @property
-    def num_heads(self) -> int:
-        """H, the number of heads per layer."""
-        return int(self.encoder.shape[1])
-
-    def kind(self, kind: MapKind) -> np.ndarray:
-        """The (L, H, rows, cols) array of one map kind."""
-        if kind not in MAP_KINDS:
-            raise ConfigError(f"unknown attention map kind {kind!r}; choose one of {', '.join(MAP_KINDS)}")
-        return {"encoder": self.encoder, "decoder_self": self.decoder_self, "cross": self.cross}[kind]
-
-    def labels(self, kind: MapKind) -> tuple[list[str], list[str]]:
-        """(row labels, column labels) of one map kind (cross rows: the token each position predicts, or is scored
-        on under forced decoding)."""
-        if kind == "encoder":
-            return self.src_tokens, self.src_tokens
-        if kind == "decoder_self":
-            return self.tgt_tokens, self.tgt_tokens
-        if self.forced:  # forced decoding: each row is scored on the reference token that follows, then EOS
-            return [*self.tgt_tokens[1:], SPECIAL_LABELS[EOS]], self.src_tokens
-        return self.out_tokens, self.src_tokens
-
-
-def token_label(tokenizer: Any, token_id: int) -> str:
-    """The printable label of one token id (special ids get their fixed names)."""
-    if 0 <= token_id < len(SPECIAL_LABELS):
-        return SPECIAL_LABELS[token_id]
-    return str(tokenizer.id_to_token(token_id))
-
-
-def greedy_output_ids(model: torch.nn.Module, src: torch.Tensor) -> list[int]:
-    """The model's greedy output ids (no BOS/EOS) for a (1, S) source, with :func:`dotformer.decoding.greedy_decode`."""
-    from dotformer.decoding import DecodeConfig, greedy_decode
-
-    return list(greedy_decode(model, src, DecodeConfig(strategy="greedy"))[0][0].tokens)
-
-
-def attention_weights(loaded: Any, text: str, target: str | None = None) -> AttentionMaps:
-    """Decode ``text`` greedily with the model and return every attention map of that decoding.
-
-    Args:
-        loaded: a :class:`dotformer.checkpoint.LoadedCheckpoint` (anything with ``model``, ``src_tokenizer`` and
-            ``tgt_tokenizer``) holding an encoder-decoder Transformer.
-        text: the source text as a user wrote it; it is read exactly as ``dotformer translate`` reads it
-            (:func:`dotformer.decoding.inputs.encode_sources`: e.g. lower case for a CMUdict model), and
-            ``source_text`` of the result is that normalised text.
-        target: teacher-force this target text instead of the model's greedy output (None: decode); it is
-            normalised as the checkpoint's training targets were (:func:`dotformer.decoding.inputs.encode_target`:
-            stress digits stripped for a CMUdict model trained with ``strip_stress``); a symbol outside the target
-            vocabulary is read as <unk> (``output_text`` shows it so), never dropped.
-
-    Returns:
-        :class:`AttentionMaps` with arrays equal to ``model.encode(src, need_weights=True).self_weights`` and
-        ``model.decode(tgt_in, memory, src_mask, need_weights=True)``'s weights for batch row 0, stacked over layers.
-
-    Raises:
-        DataError: the text is empty after tokenisation. ConfigError: the model is not an encoder-decoder.
-        InputTooLongError: the text has more tokens than the model's ``max_len``.
-
-    Warns:
-        UnknownTokenWarning: symbols outside the source vocabulary, read as <unk> (the warning of ``translate``);
-            and, once, target symbols outside the target vocabulary (the message names them).
-    """
-    model = loaded.model
-    if getattr(model, "encoder", None) is None or getattr(model, "decoder", None) is None:
-        raise ConfigError("attention maps need an encoder-decoder model (source, target and cross-attention)")
-    from dotformer.decoding.inputs import (
-        UnknownTokenWarning,
-        default_max_input_length,
-        encode_sources,
-        encode_target,
-        unknown_target_message,
-        warn_unknown,
-    )
-
-    encoded = encode_sources(loaded, [text], default_max_input_length(model.config))  # normalised as translate does
-    warn_unknown(encoded)
-    text, src_ids = encoded.texts[0], encoded.ids[0][:-1]  # the text as the model reads it; ids without EOS
-    if not src_ids:
-        raise DataError(f"the input {text!r} has no tokens")
-    device = next(model.parameters()).device
-    src = torch.tensor([src_ids + [EOS]], dtype=torch.int64, device=device)  # (1, S)
-    forced = encode_target(loaded, target) if target is not None else None  # normalised as the training targets
-    if forced is not None and (message := unknown_target_message(forced.unknown)) is not None:
-        import warnings
-
-        warnings.warn(message, UnknownTokenWarning, stacklevel=2)
-    out_ids = greedy_output_ids(model, src) if forced is None else forced.ids
-    tgt_in = torch.tensor([[BOS, *out_ids]], dtype=torch.int64, device=device)  # (1, T)
-
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            src_mask = model.source_mask(src)  # (1, 1, 1, S)
-            encoded = model.encode(src, src_mask, need_weights=True)
-            decoded = model.decode(tgt_in, encoded.memory, src_mask=src_mask, need_weights=True)
-            raw_logits = model.generator(decoded.hidden)[0].float()  # (T, V)
-            logits = raw_logits.clone()
-            logits[:, [PAD, BOS]] = -torch.inf  # as greedy decoding: never PAD or BOS
-            predicted = logits.argmax(dim=-1).tolist()  # (T,)
-    finally:
-        model.train(was_training)
-
-    next_ids = predicted if forced is None else [*out_ids, EOS]  # forced: the given output, never the argmax
-
-    def stack(weights: Sequence[torch.Tensor]) -> np.ndarray:
-        return torch.stack([w[0] for w in weights]).float().cpu().numpy()  # (L, H, rows, cols)
-
-    return AttentionMaps(
-        source_text=text,
-        output_text=loaded.tgt_tokenizer.decode(out_ids) if forced is None else forced.text,
-        src_tokens=[token_label(loaded.src_tokenizer, i) for i in src[0].tolist()],
-        tgt_tokens=[token_label(loaded.tgt_tokenizer, i) for i in tgt_in[0].tolist()],
-        out_tokens=[token_label(loaded.tgt_tokenizer, i) for i in next_ids],
-        encoder=stack(encoded.self_weights),
-        decoder_self=stack(decoded.self_weights),
-        cross=stack(decoded.cross_weights),
-        logits=raw_logits.cpu().numpy(),
-        next_ids=tuple(next_ids),
-        forced=target is not None,
-    )
 
 
 class AttentionPanel(NamedTuple):
@@ -247,7 +76,8 @@ def plot_attention(
     """Draw attention heatmaps: one row of panels per (kind, layer), one column per head.
 
     Args:
-        maps: from :func:`attention_weights`.
+        maps: from :func:`~dotformer.decoding.attention_maps.attention_weights` or
+            :func:`~dotformer.decoding.attention_maps.lm_attention_weights`.
         path: output file, .png or .svg.
         layer, head: draw only this 0-based layer / head (None: all).
         kinds: which map kinds to draw.

@@ -96,7 +96,7 @@ def plot_report(report: CompareReport, path: Any) -> Any:
     """
     from matplotlib.lines import Line2D
 
-    from dotformer.compare.table import NOISY_REPEATS  # here: dotformer.compare imports this module
+    from dotformer.compare.table import NOISY_REPEATS
     from dotformer.plots.common import check_output_path, new_figure, save_figure
 
     path = check_output_path(path)

@@ -225,7 +225,7 @@ class Task(ABC):
     @abstractmethod
     def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
         """Score a checkpoint of this task on a test file or its run's held-out split (``dotformer evaluate``), with
-        the engine that runs it (:class:`~dotformer.decoding.engine.TorchEngine`, or CTranslate2's for a task that
+        the engine that runs it (:class:`~dotformer.engines.torch.TorchEngine`, or CTranslate2's for a task that
         decodes: :mod:`dotformer.engines`; ``engine.checkpoint`` is the checkpoint).
 
         Raises:

@@ -107,15 +107,15 @@ class LanguageModelTask(Task):
     def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
         """Perplexity, nats and bits per token and bits per character of a text file or the run's held-out text
         (its first ``limit`` lines), read as one stream and scored block by block with the training block size
-        (:func:`dotformer.metrics.language.score_text`).
+        (:func:`dotformer.training.scoring.score_text`).
 
         Raises:
             ConfigError: a ``limit`` below 1. CheckpointError: no run directory and no ``data``. DataError /
                 MissingDataError: an unreadable or empty text.
         """
         from dotformer.data.text import read_text_corpus
-        from dotformer.metrics.language import score_text
         from dotformer.training.progress import count
+        from dotformer.training.scoring import score_text
 
         loaded: Any = engine.checkpoint  # the torch engine's loaded checkpoint: its model scores the text
 

@@ -15,7 +15,7 @@ Read in this order: :mod:`~dotformer.training.config` (TrainConfig; the data's D
 from typing import Any
 
 # Each public name and the module that holds it, imported on first use (PEP 562): ``import dotformer.training.loss``
-# (or :mod:`dotformer.metrics.scoring`, which needs it) does not load the loop, checkpoints and data batching with it.
+# (or :mod:`dotformer.training.scoring`, which needs it) does not load the loop, checkpoints and data batching with it.
 _LAZY = {
     "TrainConfig": "dotformer.training.config",
     "FitResult": "dotformer.training.loop",
@@ -26,12 +26,12 @@ _LAZY = {
     "inverse_sqrt_lr": "dotformer.training.schedule",
     "learning_rate": "dotformer.training.schedule",
     "noam_lr": "dotformer.training.schedule",
-    "EvalResult": "dotformer.metrics.scoring",
+    "EvalResult": "dotformer.training.scoring",
     "StepRecipe": "dotformer.training.step",
     "StepResult": "dotformer.training.step",
     "TrainState": "dotformer.training.state",
     "TrainingInterrupted": "dotformer.training.stopping",
-    "evaluate_loss": "dotformer.metrics.scoring",
+    "evaluate_loss": "dotformer.training.scoring",
     "train_step": "dotformer.training.step",
 }
 

@@ -48,7 +48,7 @@ from dotformer.training.stream import BatchStream
 from dotformer.training.validation import pairs_to_decode, validate
 
 if TYPE_CHECKING:
-    from dotformer.metrics.scoring import EvalResult
+    from dotformer.training.scoring import EvalResult
 
 logger = logging.getLogger(__name__)  # "dotformer.training.loop": the data line before training
 

@@ -1,7 +1,7 @@
 """What a training step learns: the objective, the one seam between a batch and its loss.
 
 Every family of the lesson trains through the same step (:func:`dotformer.training.step.train_step`) and the same
-validation pass (:func:`dotformer.metrics.scoring.evaluate_loss`); what differs is which outputs of the model are
+validation pass (:func:`dotformer.training.scoring.evaluate_loss`); what differs is which outputs of the model are
 scored against which answers, and over which set of answers the cross-entropy runs:
 
 ===============  ==================  =================================================  ================================

@@ -24,8 +24,8 @@ from dotformer.errors import ConfigError
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
     from dotformer.data.tokenizers import Tokenizer
-    from dotformer.metrics.scoring import EvalResult
     from dotformer.model import Transformer
+    from dotformer.training.scoring import EvalResult
     from dotformer.training.state import TrainState
 
 LOWER_IS_BETTER = {"loss": True, "wer": True, "per": True, "bleu": False, "chrf": False}

@@ -27,7 +27,7 @@ from dotformer.training.stream import BatchStream
 
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
-    from dotformer.metrics.scoring import EvalResult
+    from dotformer.training.scoring import EvalResult
 
 
 @dataclass

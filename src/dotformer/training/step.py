@@ -7,7 +7,7 @@ take an Adam step at the learning rate the loop has set (§5.3, Eq. 3:
 the whole step (all micro-batches, all ranks), so accumulation and data parallelism give the same update as one big
 batch. What the forward scores and which loss it takes is the recipe's objective (:mod:`dotformer.training.objective`):
 teacher forcing with the label-smoothed loss (§5.4) for translation and language models, masked tokens or labels for
-an encoder. The validation pass is :func:`dotformer.metrics.scoring.evaluate_loss`.
+an encoder. The validation pass is :func:`dotformer.training.scoring.evaluate_loss`.
 """
 
 from __future__ import annotations

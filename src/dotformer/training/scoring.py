@@ -1,7 +1,7 @@
 """Teacher-forced scoring of a model on batches: loss, NLL and perplexity per real target token.
 
 Shared by training (the validation pass of :mod:`dotformer.training.loop`) and decoding
-(:meth:`dotformer.decoding.engine.TorchEngine.reference_nll`), so neither reaches into the other. It needs only the
+(:meth:`dotformer.engines.torch.TorchEngine.reference_nll`), so neither reaches into the other. It needs only the
 objective (:mod:`dotformer.training.objective`: the label-smoothed loss of teacher forcing, paper §5.4, or an
 encoder's masked tokens and labels) and the cross-rank sum (:mod:`dotformer.training.distributed`); nothing of the
 training loop, checkpoints or tokenizers.
@@ -17,11 +17,15 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from dotformer.errors import ConfigError
 from dotformer.training.distributed import DistContext, all_reduce_sum
 from dotformer.training.objective import NEXT_TOKEN
 
 if TYPE_CHECKING:
     from dotformer.data.batching import Batch
+    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.metrics.language import LanguageModelScore
+    from dotformer.model import Transformer
     from dotformer.training.objective import Objective
 
 
@@ -82,3 +86,33 @@ def evaluate_loss(
         return EvalResult(math.nan, math.nan, math.nan, 0)
     nll = nll_sum / tokens
     return EvalResult(loss_sum / tokens, nll, math.exp(min(nll, 700.0)), int(tokens))
+
+
+def score_text(
+    model: Transformer, lines: Sequence[str], tokenizer: Tokenizer, block_size: int, max_tokens: int = 4096
+) -> LanguageModelScore:
+    """Score ``lines`` (read as one stream, each line ending in EOS) with a decoder-only model, block by block.
+
+    The stream is cut into blocks of ``block_size`` tokens from its start (and a shorter last one), as evaluation
+    batches it (:class:`~dotformer.data.blocks.BlockSampler`): every token after the first is scored once, with the
+    tokens since the start of its block as context.
+
+    Args:
+        model: a decoder-only :class:`Transformer`. lines: the text. tokenizer: the model's.
+        block_size: T, the context (at most what the model was trained on). max_tokens: tokens per batch.
+
+    Returns:
+        :class:`LanguageModelScore` over the N - 1 scored tokens and the characters they spell.
+
+    Raises:
+        ConfigError: the model is not decoder-only, or a bad block size. DataError: fewer than 2 tokens.
+    """
+    from dotformer.data.blocks import BlockSampler, encode_text
+    from dotformer.metrics.language import LanguageModelScore, scored_characters
+
+    if model.config.arch != "decoder-only":
+        raise ConfigError(f"bits per character score a decoder-only language model, this one is {model.config.arch}")
+    stream = encode_text(lines, tokenizer, block_size)
+    batches = BlockSampler(stream, max_tokens, shuffle=False).batches(0)
+    result = evaluate_loss(model, batches, label_smoothing=0.0, pad_id=model.config.pad_id, packed=False)
+    return LanguageModelScore(result.nll * result.num_tokens, result.num_tokens, scored_characters(stream, tokenizer))
