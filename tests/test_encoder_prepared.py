@@ -190,7 +190,7 @@ def test_prepare_then_train_on_the_directory(
     assert main(["evaluate", "--checkpoint", str(run), "--split", "test", "--json", str(tmp_path / "e.json")]) == 0
     assert json.loads((tmp_path / "e.json").read_text())
     assert main(["train", "--data", str(out), "--vocab-size", "50", *quick, "--out", str(tmp_path / "r2")]) == 2
-    assert "vocab_size would change them" in capsys.readouterr().err
+    assert "vocab_size = 50 (prepared with None) would change them" in capsys.readouterr().err
 
 
 def cached(kind: str) -> list[Path]:
