@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dotformer.errors import ConfigError
 
@@ -97,6 +97,20 @@ def ct2_device(device: str) -> tuple[str, int]:
     if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
         raise ConfigError(f"device {name!r} is not a device (cpu, cuda, cuda:N)")
     return kind, int(index or 0)
+
+
+def ct2_model_options(device: str, compute_type: str, intra_threads: int, inter_threads: int) -> dict[str, Any]:
+    """The keyword arguments of a CTranslate2 ``Translator`` or ``Generator`` for dotformer's device name (see
+    :func:`ct2_device`), compute type and threads.
+
+    Raises:
+        ConfigError: not a device name.
+    """
+    kind, index = ct2_device(device)
+    return dict(
+        device=kind, device_index=index, compute_type=compute_type, intra_threads=intra_threads,
+        inter_threads=inter_threads,
+    )  # fmt: skip
 
 
 def ct2_problem(config: ModelConfig, dtype: str, device: str) -> str | None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dotformer.data.tokenizers import EOS_ID
-from dotformer.engines.choice import EngineOptionError, ct2_device
+from dotformer.engines.choice import EngineOptionError, ct2_model_options
 from dotformer.engines.ct2_translate import MAX_SEED, SUPPRESSED, read_vocabulary
 
 if TYPE_CHECKING:
@@ -59,14 +59,11 @@ class CT2Generate:
     ) -> None:
         import ctranslate2
 
-        kind, index = ct2_device(device)
         self.checkpoint = checkpoint
         self.model_dir = model_dir
+        self.options = ct2_model_options(device, compute_type, intra_threads, inter_threads)
+        kind, index = self.options["device"], self.options["device_index"]
         self.device = kind if kind == "cpu" else f"cuda:{index}"
-        self.options: dict[str, Any] = dict(
-            device=kind, device_index=index, compute_type=compute_type, intra_threads=intra_threads,
-            inter_threads=inter_threads,
-        )  # fmt: skip
         self.generator = ctranslate2.Generator(str(model_dir), **self.options)
         self.vocab = read_vocabulary(model_dir / "vocabulary.json")
         self.ids = {token: i for i, token in enumerate(self.vocab)}

@@ -57,7 +57,7 @@ from dotformer.decoding.engine import NLLResult
 from dotformer.decoding.inputs import check_prefixes, is_empty_source
 from dotformer.decoding.order import check_batch_limits, show_progress
 from dotformer.decoding.results import Translation, empty_translation
-from dotformer.engines.choice import EngineOptionError, ct2_device, torch_only_fields, torch_only_reason
+from dotformer.engines.choice import EngineOptionError, ct2_model_options, torch_only_fields, torch_only_reason
 from dotformer.export.ct2_rules import exported_positions
 
 if TYPE_CHECKING:
@@ -145,14 +145,11 @@ class CT2Translate:
     ) -> None:
         import ctranslate2
 
-        kind, index = ct2_device(device)
         self.checkpoint = checkpoint
         self.model_dir = model_dir
+        self.options = ct2_model_options(device, compute_type, intra_threads, inter_threads)
+        kind, index = self.options["device"], self.options["device_index"]
         self.device = kind if kind == "cpu" else f"cuda:{index}"
-        self.options: dict[str, Any] = dict(
-            device=kind, device_index=index, compute_type=compute_type, intra_threads=intra_threads,
-            inter_threads=inter_threads,
-        )  # fmt: skip
         self.translator = ctranslate2.Translator(str(model_dir), **self.options)
         self.src_vocab, self.tgt_vocab = read_vocabularies(model_dir)
         self.tgt_ids = {token: i for i, token in enumerate(self.tgt_vocab)}
