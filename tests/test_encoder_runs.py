@@ -1,7 +1,7 @@
 """The encoder's tasks end to end through the one run pipeline and the commands: ``train --task mlm`` (resumed
 exactly), ``--task classify`` from scratch and ``--init-from`` the masked language model, ``--task tag``,
-``evaluate``, ``classify``, ``dotformer.load(...).classify``, ``POST /api/classify``, ``export --to onnx``, and the
-one-line errors of bad data."""
+``evaluate``, ``classify``, ``dotformer.load(...).classify``, ``POST /api/classify``, ``export --to onnx``, the
+encoder's attention maps (``plot attention``, the explorer's data), and the one-line errors of bad data."""
 
 from __future__ import annotations
 
@@ -273,3 +273,44 @@ def test_warnings_of_classify_are_one_per_call(classifier: Path) -> None:
         warnings.simplefilter("always")
         model.classify(["the cat \U0001f600"] * 5 + ["the dog"])
     assert [str(w.message).split(" input")[0] for w in caught if w.category is UnknownTokenWarning] == ["5"]
+
+
+@pytest.mark.numerical
+def test_an_encoders_attention_maps_read_both_sides(
+    mlm: Path, classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.decoding.attention_maps import encoder_attention_weights
+    from dotformer.explore.data import example_json, write_page
+
+    loaded = load_checkpoint(mlm, device="cpu")
+    maps = encoder_attention_weights(loaded, "the cat")
+    assert maps.encoder.shape == (2, 2, 9, 9) and maps.src_tokens == ["<s>", *"the cat", "</s>"]  # char tokens
+    assert maps.decoder_self.shape == (2, 2, 0, 0) and maps.cross.shape == (2, 2, 0, 9)
+    ids = torch.tensor([[1, *loaded.src_tokenizer.encode("the cat"), 2]])
+    with torch.no_grad():
+        expected = loaded.model.encode(ids, need_weights=True).self_weights
+    for layer, weights in enumerate(expected):  # the same softmax of the same sums: float32 rounding at most
+        np.testing.assert_allclose(maps.encoder[layer], weights[0].numpy(), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(maps.encoder.sum(-1), 1.0, atol=1e-5)
+    after = np.triu(maps.encoder, k=1).sum(axis=(-1, -2))  # (L, H): the weight each head puts after its queries
+    assert np.all(after > 0.1)  # no causal mask: every head reads the tokens after each query too
+    assert maps.output_text == "the cat" and len(maps.out_tokens) == 9  # no mask in the text: the text, and a guess
+
+    labelled = encoder_attention_weights(load_checkpoint(classifier, device="cpu"), "the cat near the hill")
+    label, probability = labelled.output_text.split(" ")
+    assert label in ("animal", "place") and 0.5 <= float(probability.strip("()")) <= 1.0 and labelled.out_tokens == []
+
+    out = tmp_path / "encoder.png"
+    assert run("plot", "attention", "--checkpoint", classifier, "the cat", "--out", out) == 0
+    assert out.is_file() and "(4 maps)" in capsys.readouterr().out  # 2 layers x 2 heads
+    assert run("plot", "attention", "--checkpoint", classifier, "cat", "--target", "x", "--out", out) == 2
+    assert "is an encoder: it reads one text, so --target does not apply" in capsys.readouterr().err
+    assert run("plot", "attention", "--checkpoint", classifier, "cat", "--kind", "cross", "--out", out) == 2
+    assert "its only attention is encoder, not cross (--kind encoder" in capsys.readouterr().err
+
+    data = json.loads(json.dumps(example_json(loaded, "the cat")))
+    assert data["encoder"] is True and data["lm"] is False and data["kinds"] == ["encoder"] and data["steps"] == []
+    np.testing.assert_allclose(np.array(data["maps"]["encoder"]), maps.encoder, atol=5e-5)  # 4 decimals on the page
+    page = write_page(loaded, ["the cat"], tmp_path / "page.html").read_text(encoding="utf-8")
+    assert '"encoder": true' in page and "an encoder (encoder only, head: generator)" in page

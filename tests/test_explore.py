@@ -852,3 +852,67 @@ def test_a_language_model_in_headless_chromium(
         browser.screenshot(tmp_path / "lm-map.png")
     finally:
         explorer.stop()
+
+
+@pytest.fixture(scope="module")
+def encoder_checkpoint(one_thread: None, tmp_path_factory: pytest.TempPathFactory) -> LoadedCheckpoint:
+    """A 2-layer, 2-head character encoder with the generator head (a masked language model, random weights)."""
+    tokenizer = train_tokenizer("char", LM_LINES, mask=True)
+    torch.manual_seed(0)
+    config = ModelConfig(
+        src_vocab_size=tokenizer.vocab_size,
+        tgt_vocab_size=tokenizer.vocab_size,
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        num_encoder_layers=2,
+        num_decoder_layers=0,
+        dropout=0.0,
+        arch="encoder-only",
+        max_len=24,
+    )
+    run = tmp_path_factory.mktemp("explore-encoder") / "run"
+    save_checkpoint(run / "best", Transformer(config), tokenizer, tokenizer, {"task": "mlm"})
+    return load_checkpoint(run / "best")
+
+
+def encoder_self_attention(loaded: LoadedCheckpoint, text: str) -> np.ndarray:
+    """An independent computation: the encoder's self-attention over BOS, the text's ids and EOS, (L, H, S, S)."""
+    ids = torch.tensor([[BOS_ID, *loaded.src_tokenizer.encode(text), EOS_ID]])
+    with torch.no_grad():
+        encoded = loaded.model.encode(ids, need_weights=True)
+    return np.stack([w[0].numpy() for w in encoded.self_weights])
+
+
+def test_an_encoder_in_headless_chromium(
+    browser: WebDriver, encoder_checkpoint: LoadedCheckpoint, tmp_path: Path
+) -> None:
+    explorer = ExplorerServer(encoder_checkpoint, port=0, examples=["in the"]).start()
+    try:
+        browser.get(explorer.url + "#map")
+        browser.wait_for("return document.body.dataset.ready === '1'")
+        # one kind of map, no reference field: an encoder reads its own text
+        assert browser.run_js("return Array.from(document.querySelectorAll('#kind option')).map(o => o.value);") == [
+            "encoder"
+        ]
+        assert browser.run_js(SHOWN_JS, ["#run", "#target", "#text"]) == [True, False, True]
+        check_heatmap(browser, encoder_self_attention(encoder_checkpoint, "in the")[0, 0])
+        browser.type_into("#text", "the light")
+        browser.click("#run")
+        browser.wait_for("return document.querySelectorAll('#heatmap .row-label').length === 11 ? true : null;")
+        weights = encoder_self_attention(encoder_checkpoint, "the light")
+        browser.click("#layer option[value='1']")
+        browser.click("#head option[value='1']")
+        check_heatmap(browser, weights[1, 1])
+        cells = browser.run_js(CELLS_JS, "#heatmap")
+        assert any(w > 0 for r, c, w in cells if c > r)  # no causal mask: a token reads the tokens after it
+        assert texts(browser, "#heatmap .row-label") == ["<s>", *"the light", "</s>"]
+        caption = browser.run_js("return document.getElementById('caption').textContent;")
+        assert caption.startswith("encoder self-attention, layer 1, head 1: rows source (query) (11)")
+        assert caption.endswith("no causal mask: each token reads the tokens before and after it")
+        name = browser.run_js("return document.getElementById('output-name').textContent;")
+        assert name == "What the encoder's head reads"
+        check_overview(browser, weights)
+        browser.screenshot(tmp_path / "encoder-map.png")
+    finally:
+        explorer.stop()

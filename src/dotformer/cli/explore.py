@@ -20,6 +20,9 @@ a row and a column, download as PNG or SVG), Head view (lines from queries to ke
 A language model (a checkpoint of `dotformer train --task lm`) shows its causal self-attention over the text typed
 (each token reads itself and the tokens before it: zeros above the diagonal, the lesson's mask) and each position's
 likeliest next token; the default examples are the first lines of its test text that fit in its window.
+An encoder (a checkpoint of `--task mlm`, `classify` or `tag`) shows its self-attention over the text typed (each
+token reads the tokens before and after it) and what its head reads: a masked language model fills the mask tokens
+of the text, a classifier gives the text's label, a tagger each token's.
 
 examples:
   dotformer explore --checkpoint runs/g2p                      # then open http://127.0.0.1:8000/

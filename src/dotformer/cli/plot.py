@@ -12,6 +12,7 @@ examples:
   dotformer plot attention --checkpoint runs/g2p transformer --out attention.png
   dotformer plot attention --checkpoint runs/g2p transformer --layer 1 --head 0 --out head.svg
   dotformer plot attention --checkpoint runs/g2p transformer --target "T R AE2 N S F AO1 R M ER0" --out forced.png
+  dotformer plot attention --checkpoint runs/genres "In the beginning God created" --out encoder.png
   dotformer plot positional --d-model 128 --length 100 --out positional.png
   dotformer plot masks --out masks.png
   dotformer plot schedule --d-model 512 --warmup 4000 --out schedule.png
@@ -27,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kinds = parser.add_subparsers(dest="plot_kind", metavar="KIND", required=True)
 
     attention = kinds.add_parser(
-        "attention", help="attention maps of a checkpoint on one input (greedy decoding, or --target forced)"
+        "attention",
+        help="attention maps of a checkpoint on one input (greedy decoding, or --target forced; a language "
+        "model's or an encoder's over the text itself)",
     )
     attention.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint or run directory")
     attention.add_argument("text", metavar="TEXT", help="the input to decode and look inside")
@@ -44,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kind",
         action="append",
         choices=["encoder", "decoder_self", "cross"],
-        help="which maps (repeatable; default: all three)",
+        help="which maps (repeatable; default: all three, or the model's one kind)",
     )
     attention.add_argument("--device", default="cpu", help="where to run the model (cpu)")
     attention.add_argument("--out", default="attention.png", metavar="FILE", help=".png, .svg or .pdf (attention.png)")
@@ -108,6 +111,17 @@ def run(args: argparse.Namespace) -> int:
                     "(--kind decoder_self, or leave --kind out)"
                 )
             maps, kinds = attention_maps.lm_attention_weights(loaded, args.text), LM_MAP_KINDS
+        elif loaded.model.config.arch == "encoder-only":  # BERT's family: its self-attention over the text
+            only = attention_maps.ENCODER_MAP_KINDS
+            if args.target is not None:
+                raise ConfigError(f"{args.checkpoint} is an encoder: it reads one text, so --target does not apply")
+            if args.kind and set(args.kind) - set(only):
+                others = ", ".join(sorted(set(args.kind) - set(only)))
+                raise ConfigError(
+                    f"{args.checkpoint} is an encoder: its only attention is encoder, not {others} "
+                    "(--kind encoder, or leave --kind out)"
+                )
+            maps, kinds = attention_maps.encoder_attention_weights(loaded, args.text), only
         else:
             maps = attention_maps.attention_weights(loaded, args.text, target=args.target)
             kinds = tuple(dict.fromkeys(args.kind)) if args.kind else attention_maps.MAP_KINDS

@@ -8,7 +8,9 @@ encoder and the decoder once more over that output (teacher forcing on the model
 * decoder masked self-attention (T × T): target position i reads the earlier target positions j <= i;
 * cross-attention (T × S): the decoder position that predicts output token i reads source token j (the alignment).
 
-A decoder-only model has one kind, ``decoder_self`` (:func:`lm_attention_weights`): each token of a text (the query
+An encoder-only model (BERT's family) has one kind too, ``encoder`` (:func:`encoder_attention_weights`): every token
+of the text reads every other, both sides, as the padding mask alone allows. A decoder-only model has one kind,
+``decoder_self`` (:func:`lm_attention_weights`): each token of a text (the query
 row) attends to itself and the tokens before it (the key columns), so every map is zero above the diagonal, the
 lesson's causal mask made visible. The text is read as ``dotformer generate`` reads a prompt (a line end first: the
 start of a line), and the row labels predicted are the model's most likely next tokens.
@@ -32,6 +34,7 @@ from dotformer.errors import ConfigError, DataError
 MapKind = Literal["encoder", "decoder_self", "cross"]
 MAP_KINDS: tuple[MapKind, ...] = ("encoder", "decoder_self", "cross")
 LM_MAP_KINDS: tuple[MapKind, ...] = ("decoder_self",)  # the one kind of a decoder-only model
+ENCODER_MAP_KINDS: tuple[MapKind, ...] = ("encoder",)  # the one kind of an encoder-only model
 # Special token ids shared by every tokenizer (dotformer.data.tokenizers): PAD=0, BOS=1, EOS=2, UNK=3.
 SPECIAL_LABELS = ("<pad>", "<s>", "</s>", "<unk>")
 PAD, BOS, EOS = 0, 1, 2
@@ -249,4 +252,78 @@ def lm_attention_weights(loaded: Any, text: str) -> AttentionMaps:
         cross=np.zeros((L, H, T, 0), dtype=np.float32),
         logits=logits.cpu().numpy(),
         next_ids=tuple(predicted),
+    )
+
+
+def encoder_attention_weights(loaded: Any, text: str) -> AttentionMaps:
+    """Every self-attention map of an encoder-only model over ``text`` (one pass), and what its head reads there.
+
+    The text is read as ``dotformer classify`` and masked-language-model training read it, ``[BOS] ids [EOS]``; a
+    mask token written in the text (``<mask>``, or an imported BERT's ``[MASK]``) is the model's to fill.
+
+    Args:
+        loaded: a :class:`dotformer.checkpoint.LoadedCheckpoint` of an encoder-only model (any head).
+        text: the text to read.
+
+    Returns:
+        :class:`AttentionMaps`: ``encoder`` (L, H, S, S) float32 equal to ``model.encode(ids, need_weights=True)``'s
+        ``self_weights`` (row 0, stacked over layers), rows summing to 1 and no zero above the diagonal (no causal
+        mask); ``decoder_self`` (L, H, 0, 0) and ``cross`` (L, H, 0, S) empty; ``src_tokens`` the S token labels.
+        ``out_tokens`` and ``output_text`` by head: a masked language model's likeliest token at each position, and
+        the text with each mask token filled by it; a tagger's likeliest label at each position, and each token with
+        its label; a classifier's label of the text and its probability (``out_tokens`` empty).
+
+    Raises:
+        ConfigError: the model is not encoder-only, or the text is longer than it reads. DataError: the text has no
+            tokens.
+    """
+    model = loaded.model
+    if model.config.arch != "encoder-only":
+        raise ConfigError(f"encoder attention maps need an encoder-only model, this one is {model.config.arch}")
+    tokenizer = loaded.src_tokenizer
+    ids = tokenizer.encode(text) if text.strip() else []
+    if not ids:
+        raise DataError(f"the input {text!r} has no tokens")
+    if len(ids) + 2 > model.config.max_len:
+        room = model.config.max_len
+        raise ConfigError(f"the text has {len(ids) + 2} tokens (BOS and EOS included); this model reads at most {room}")
+    device = next(model.parameters()).device
+    src = torch.tensor([[BOS, *ids, EOS]], dtype=torch.int64, device=device)  # (1, S)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            encoded = model.encode(src, model.source_mask(src), need_weights=True)
+            scores = model.head_scores(encoded.memory, src)[0].float()  # (S, V), (S, C) or (C,)
+    finally:
+        model.train(was_training)
+    maps = torch.stack([w[0] for w in encoded.self_weights]).float().cpu().numpy()  # (L, H, S, S)
+    L, H, S, _ = maps.shape
+    labels = [token_label(tokenizer, i) for i in src[0].tolist()]
+    head = model.config.head
+    if head in ("sequence", "token"):
+        names = [str(name) for name in loaded.info.get("labels") or range(model.config.num_labels)]
+        probabilities = scores.softmax(dim=-1)
+        if head == "sequence":  # (C,)
+            best = int(probabilities.argmax())
+            out_tokens, output_text = [], f"{names[best]} ({float(probabilities[best]):.3f})"
+        else:  # (S, C): a label at every position; BOS and EOS carry none
+            out_tokens = [names[int(i)] for i in probabilities.argmax(dim=-1).tolist()]
+            pairs = zip(labels[1:-1], out_tokens[1:-1], strict=True)
+            output_text = " ".join(f"{token}/{label}" for token, label in pairs)
+    else:  # the generator: a masked language model's likeliest token at every position
+        predicted = scores.argmax(dim=-1).tolist()  # (S,)
+        out_tokens = [token_label(tokenizer, i) for i in predicted]
+        mask_id = tokenizer.mask_id
+        filled = [p if i == mask_id else i for i, p in zip(ids, predicted[1:-1], strict=True)]
+        output_text = tokenizer.decode(filled) if mask_id in ids else text
+    return AttentionMaps(
+        source_text=text,
+        output_text=output_text,
+        src_tokens=labels,
+        tgt_tokens=[],
+        out_tokens=out_tokens,
+        encoder=maps,
+        decoder_self=np.zeros((L, H, 0, 0), dtype=np.float32),
+        cross=np.zeros((L, H, 0, S), dtype=np.float32),
     )

@@ -1,7 +1,9 @@
 """The explorer's data: attention maps as JSON, and the page with its data embedded.
 
 A translation model's example holds three kinds of map (encoder, decoder self, cross); a language model's (a
-decoder-only checkpoint) holds its causal self-attention over the text only, "kinds" says which, and "lm" is true.
+decoder-only checkpoint) holds its causal self-attention over the text only, "kinds" says which, and "lm" is true;
+an encoder's (an encoder-only checkpoint: a masked language model, a classifier, a tagger) holds its self-attention
+over the text only, and "encoder" is true.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from dotformer.decoding.attention_maps import ENCODER_MAP_KINDS as ENCODER_KINDS
 from dotformer.decoding.attention_maps import LM_MAP_KINDS as LM_KINDS
 from dotformer.decoding.attention_maps import AttentionMaps
 from dotformer.explore.page import DATA_PLACEHOLDER, page_template
@@ -103,11 +106,13 @@ def maps_to_json(
         tgt_tokenizer: the checkpoint's target tokenizer, to name the top-k alternatives (None: no "steps").
         target: the reference text that was force-decoded (None: greedy decoding).
         reference_unknown: its symbols outside the target vocabulary (named in "warning").
-        kinds: the map kinds the page offers (a language model: ``("decoder_self",)``, and "lm" is true).
+        kinds: the map kinds the page offers (a language model: ``("decoder_self",)``, and "lm" is true; an
+            encoder: ``("encoder",)``, and "encoder" is true).
     """
     return {
         "kinds": list(kinds),
         "lm": tuple(kinds) == LM_KINDS,
+        "encoder": tuple(kinds) == ENCODER_KINDS,
         "source": maps.source_text,
         "output": maps.output_text,
         "forced": maps.forced,
@@ -131,15 +136,24 @@ def maps_to_json(
 
 def example_json(loaded: Any, text: str, target: str | None = None) -> dict[str, Any]:
     """The page's example for one input: decode it greedily (or force-decode ``target``) and describe it; a language
-    model reads the text itself (its causal self-attention, and its likeliest next token at each position).
+    model reads the text itself (its causal self-attention, and its likeliest next token at each position), and so
+    does an encoder (its self-attention, and what its head reads: :func:`~dotformer.decoding.attention_maps
+    .encoder_attention_weights`).
 
     Raises:
-        DataError: the text has no tokens. ConfigError: a target for a language model, or a text longer than its
-            window.
+        DataError: the text has no tokens. ConfigError: a target for a language model or an encoder, or a text
+            longer than its window.
     """
     from dotformer.decoding.attention_maps import attention_weights
     from dotformer.decoding.inputs import UnknownTokenWarning, encode_target
 
+    if is_encoder(loaded):
+        from dotformer.decoding.attention_maps import encoder_attention_weights
+        from dotformer.errors import ConfigError
+
+        if target is not None:
+            raise ConfigError("an encoder reads its text as it is: there is no reference to force-decode")
+        return maps_to_json(encoder_attention_weights(loaded, text), kinds=ENCODER_KINDS)
     if is_language_model(loaded):
         from dotformer.decoding.attention_maps import lm_attention_weights
         from dotformer.errors import ConfigError
@@ -161,12 +175,23 @@ def is_language_model(loaded: Any) -> bool:
     return loaded.model.config.arch == "decoder-only"
 
 
+def is_encoder(loaded: Any) -> bool:
+    """Whether a loaded checkpoint is an encoder-only model (a masked language model, a classifier, a tagger)."""
+    return loaded.model.config.arch == "encoder-only"
+
+
 def build_page(
-    examples: Sequence[dict[str, Any]], mode: Literal["serve", "static"], title: str = "", lm: bool = False
+    examples: Sequence[dict[str, Any]],
+    mode: Literal["serve", "static"],
+    title: str = "",
+    lm: bool = False,
+    encoder: bool = False,
 ) -> str:
-    """The HTML page with ``{"mode", "title", "lm", "examples"}`` embedded as JSON (``</`` escaped for the script
-    tag); ``lm``: the page explores a language model (no reference field)."""
-    payload = json.dumps({"mode": mode, "title": title, "lm": lm, "examples": list(examples)}, ensure_ascii=False)
+    """The HTML page with ``{"mode", "title", "lm", "encoder", "examples"}`` embedded as JSON (``</`` escaped for the
+    script tag); ``lm``: the page explores a language model, ``encoder`` an encoder-only model (neither has a
+    reference field)."""
+    data = {"mode": mode, "title": title, "lm": lm, "encoder": encoder, "examples": list(examples)}
+    payload = json.dumps(data, ensure_ascii=False)
     payload = payload.replace("</", "<\\/")  # a "</script>" inside a token must not end the script element
     return page_template().replace(DATA_PLACEHOLDER, payload)
 
@@ -179,6 +204,11 @@ def model_title(loaded: Any) -> str:
         return (
             f"checkpoint {where}: a language model (decoder only), d_model={config.d_model}, "
             f"heads={config.num_heads}, layers={config.num_decoder_layers}"
+        )
+    if is_encoder(loaded):
+        return (
+            f"checkpoint {where}: an encoder (encoder only, head: {config.head}), d_model={config.d_model}, "
+            f"heads={config.num_heads}, layers={config.num_encoder_layers}"
         )
     return (
         f"checkpoint {where}: d_model={config.d_model}, heads={config.num_heads}, "
@@ -232,6 +262,6 @@ def write_page(
     examples = examples_json(loaded, texts, targets)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    page = build_page(examples, "static", model_title(loaded), is_language_model(loaded))
+    page = build_page(examples, "static", model_title(loaded), is_language_model(loaded), is_encoder(loaded))
     path.write_text(page, encoding="utf-8")
     return path

@@ -23,6 +23,7 @@ from dotformer.explore.data import (
     build_page,
     example_json,
     examples_json,
+    is_encoder,
     is_language_model,
     model_title,
 )
@@ -59,7 +60,8 @@ class ExplorerServer(LocalServer):
         super().__init__(routes, HOST, port, "explore", '{"text": "..."}', MAX_BODY_BYTES, verbose=verbose)
         self.loaded = loaded
         embedded = examples_json(loaded, examples, targets)
-        self.page = build_page(embedded, "serve", model_title(loaded), is_language_model(loaded)).encode("utf-8")
+        page = build_page(embedded, "serve", model_title(loaded), is_language_model(loaded), is_encoder(loaded))
+        self.page = page.encode("utf-8")
         self.turns = ModelTurns()
 
     async def _page(self, _: None) -> bytes:

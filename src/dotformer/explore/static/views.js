@@ -21,7 +21,8 @@ function drawAll() {
     const [rows, cols, rowName, colName] = labelsFor(example, kind);
     $("caption").textContent = KIND_NAMES[kind] + ", layer " + layer + ", " + headName(head) + ": rows " + rowName +
       " (" + rows.length + "), columns " + colName + " (" + cols.length + "); each row sums to 1" +
-      (example.lm ? "; zeros above the diagonal: the causal mask" : "");
+      (example.lm ? "; zeros above the diagonal: the causal mask" : "") +
+      (example.encoder ? "; no causal mask: each token reads the tokens before and after it" : "");
   } else {
     $("caption").textContent = "";
   }
@@ -51,11 +52,15 @@ function show(example) {
   state.example = example;
   state.hidden.clear();
   $("output-name").textContent = example.lm ? "Text and its likeliest next token" :
-    example.forced ? "Reference (forced)" : "Output";
+    example.encoder ? "What the encoder's head reads" : example.forced ? "Reference (forced)" : "Output";
   $("output").textContent = example.output;
   $("decoding-note").textContent = example.lm
     ? "language model: each token attends to itself and the tokens before it (the causal mask: zeros above the " +
       "diagonal); the table gives the likeliest next token at each position"
+    : example.encoder
+    ? "encoder: each token attends to every token of the text, before and after it (only the padding is hidden); " +
+      "the output is the head's: a masked language model's text with its masks filled, a classifier's label, or " +
+      "a tagger's label of each token"
     : example.forced
     ? "forced decoding: the decoder reads this reference (teacher forcing); the table gives the probability of " +
       "each reference token and what the model would have chosen"
@@ -165,10 +170,13 @@ function init() {
   $("mode-note").textContent = DATA.mode === "serve"
     ? (DATA.lm
       ? "Live: each text runs the language model on the local server (its causal self-attention)."
+      : DATA.encoder
+      ? "Live: each text runs the encoder on the local server (its self-attention over the text)."
       : "Live: each input runs the model on the local server (greedy decoding, or forced decoding of a reference).")
     : "Static page: choose one of its " + DATA.examples.length + " precomputed examples from the list. Live input " +
       "and forced decoding need serve mode (dotformer explore --checkpoint DIR).";
-  if (DATA.lm) $("target").hidden = true;  // a language model reads the text itself: no reference to force-decode
+  // a language model and an encoder read the text itself: no reference to force-decode
+  if (DATA.lm || DATA.encoder) $("target").hidden = true;
   if (DATA.mode !== "serve") {  // no model behind the page: the lists choose; a typed input or a reference cannot run
     for (const id of ["target", "run", "run2"]) $(id).hidden = true;
     for (const id of ["text", "text2"]) $(id).readOnly = true;
