@@ -97,31 +97,14 @@ def run(args: argparse.Namespace) -> int:
         from dotformer.decoding import attention_maps
 
         loaded = load_checkpoint(args.checkpoint, device=args.device)
-        if loaded.model.config.arch == "decoder-only":  # a language model: its causal self-attention over the text
-            LM_MAP_KINDS = attention_maps.LM_MAP_KINDS
-
-            if args.target is not None:
-                raise ConfigError(
-                    f"{args.checkpoint} is a language model: it reads one text, so --target does not apply"
-                )
-            if args.kind and set(args.kind) - set(LM_MAP_KINDS):
-                others = ", ".join(sorted(set(args.kind) - set(LM_MAP_KINDS)))
-                raise ConfigError(
-                    f"{args.checkpoint} is a language model: its only attention is decoder_self, not {others} "
-                    "(--kind decoder_self, or leave --kind out)"
-                )
-            maps, kinds = attention_maps.lm_attention_weights(loaded, args.text), LM_MAP_KINDS
-        elif loaded.model.config.arch == "encoder-only":  # BERT's family: its self-attention over the text
-            only = attention_maps.ENCODER_MAP_KINDS
-            if args.target is not None:
-                raise ConfigError(f"{args.checkpoint} is an encoder: it reads one text, so --target does not apply")
-            if args.kind and set(args.kind) - set(only):
-                others = ", ".join(sorted(set(args.kind) - set(only)))
-                raise ConfigError(
-                    f"{args.checkpoint} is an encoder: its only attention is encoder, not {others} "
-                    "(--kind encoder, or leave --kind out)"
-                )
-            maps, kinds = attention_maps.encoder_attention_weights(loaded, args.text), only
+        arch = loaded.model.config.arch
+        if arch in ("decoder-only", "encoder-only"):  # a language model or an encoder: one kind, over the text itself
+            lm = arch == "decoder-only"
+            what = "a language model" if lm else "an encoder"
+            kinds = attention_maps.LM_MAP_KINDS if lm else attention_maps.ENCODER_MAP_KINDS
+            check_one_text(args, what, kinds[0])
+            read = attention_maps.lm_attention_weights if lm else attention_maps.encoder_attention_weights
+            maps = read(loaded, args.text)
         else:
             maps = attention_maps.attention_weights(loaded, args.text, target=args.target)
             kinds = tuple(dict.fromkeys(args.kind)) if args.kind else attention_maps.MAP_KINDS
@@ -153,3 +136,22 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"wrote {result.path} ({counts})")
     return 0
+
+
+def check_one_text(args: argparse.Namespace, what: str, kind: str) -> None:
+    """Refuse what a model that reads one text (a language model, an encoder) cannot draw: a --target, another
+    --kind than its own.
+
+    Raises:
+        ConfigError: naming the checkpoint, what it is and the flag.
+    """
+    from dotformer.errors import ConfigError
+
+    if args.target is not None:
+        raise ConfigError(f"{args.checkpoint} is {what}: it reads one text, so --target does not apply")
+    others = sorted(set(args.kind or ()) - {kind})
+    if others:
+        raise ConfigError(
+            f"{args.checkpoint} is {what}: its only attention is {kind}, not {', '.join(others)} "
+            f"(--kind {kind}, or leave --kind out)"
+        )
