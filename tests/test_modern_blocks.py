@@ -554,3 +554,15 @@ def test_a_tiny_hf_model_and_dotformer_give_the_same_logits(family: str) -> None
     assert float(theirs.abs().max()) > 0.5  # logits that carry the weights, not a flat near-zero output
     torch.testing.assert_close(ours[keep], theirs[keep], rtol=0, atol=bound)
     torch.testing.assert_close(torch.cat(steps, 1)[keep], theirs[keep], rtol=0, atol=bound)
+
+
+def test_the_2017_exporters_refuse_a_modern_switch_by_name(tmp_path: Any) -> None:
+    from dotformer.export.ct2_rules import model_problem
+    from dotformer.export.onnx_lm import export_lm_onnx
+
+    model = Transformer(decoder_config(positional="learned", norm="layernorm", norm_unit_offset=False))
+    with pytest.raises(ConfigError, match=r"ModelConfig\.activation='gelu_tanh'.*2017 block"):
+        export_lm_onnx(model, tmp_path / "onnx")
+    problem = model_problem(decoder_config(activation="relu"))
+    assert problem is not None and problem.startswith("ModelConfig.positional='rotary'")
+    assert model_problem(ModelConfig(13, 13)) is None
