@@ -397,8 +397,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--jobs", default="g2p,genre,lm,bible", help="comma-separated: g2p, genre, lm, bible")
     parser.add_argument("--limit", type=int, default=None, help="train on only the first N examples (a smoke run)")
     parser.add_argument("--test-limit", type=int, default=None, help="score a seeded sample of N held-out examples")
-    orders = "3,4,5,6,7,8,9,10,11,12,13,14"
-    parser.add_argument("--orders", default=orders, help=f"the lm job's n-gram orders, best on valid kept ({orders})")
+    parser.add_argument("--orders", default="3-24", help="the lm job's n-gram orders (3,5,7 or 3-24), best on valid")
     parser.add_argument("--iterations", type=int, default=5, help="EM iterations of the bible job's IBM Model 1")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
@@ -406,7 +405,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     unknown = [job for job in jobs if job not in JOBS]
     if unknown or not jobs:
         parser.error(f"--jobs: unknown job {unknown[0]!r}; choose from {', '.join(JOBS)}" if unknown else "no job")
-    args.orders = [int(order) for order in args.orders.split(",")]
+    try:
+        first, _, last = args.orders.partition("-")
+        args.orders = list(range(int(first), int(last) + 1)) if last else [int(o) for o in args.orders.split(",")]
+    except ValueError:
+        parser.error(f"--orders: {args.orders!r} is not a list of orders (3,5,7) or a range (3-24)")
+    if not args.orders or min(args.orders) < 1:
+        parser.error("--orders: give orders of at least 1")
     return run(args, jobs)
 
 
