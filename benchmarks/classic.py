@@ -16,9 +16,9 @@ so the held-out set is the one ``dotformer evaluate --split test`` scores, and s
   tokens ``dotformer evaluate`` scores (every token of the test stream after the first, line ends as EOS) and the
   characters they spell (:func:`~dotformer.metrics.language.scored_characters`). The n-gram reads up to order - 1
   tokens of history everywhere, where the Transformer's context restarts at each 128-token block.
-  KenLM's PyPI package compiles from source and has no estimator, only the query side; NLTK's
-  ``KneserNeyInterpolated`` scans every context of the next order for each probability (hours at this size) and uses
-  one fixed discount; so the estimator is here, in numpy (:class:`KneserNey`).
+  KenLM's PyPI package is a source distribution that compiles only the query side (no ``lmplz`` estimator); NLTK's
+  ``KneserNeyInterpolated`` scans every n-gram of the next order for each probability and uses one fixed discount;
+  so the estimator is here, in numpy (:class:`KneserNey`).
 * ``bible`` (``configs/bible.toml``: Spanish -> English, eight whole books held out, and random verses): no
   pretrained Spanish-English system installs from a package registry without downloading weights, and a phrase-based
   system (alignment, phrase extraction, tuning, a decoder) is not a pip install; so two floors: **copy the source**
