@@ -408,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--test-limit", type=int, default=None, help="score a seeded sample of N held-out examples")
     parser.add_argument("--orders", default="3-24", help="the lm job's n-gram orders (3,5,7 or 3-24), best on valid")
     parser.add_argument("--iterations", type=int, default=5, help="EM iterations of the bible job's IBM Model 1")
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument("--out", type=Path, default=None, help="write JSON here (other jobs' rows in it stay)")
     args = parser.parse_args(argv)
     jobs = [job.strip() for job in args.jobs.split(",") if job.strip()]
     unknown = [job for job in jobs if job not in JOBS]
