@@ -136,4 +136,6 @@ def write_bert(model: Transformer, vocabulary: HFVocabulary, directory: Path) ->
     if problem is not None:
         raise ConfigError(problem)
     tensors = bert_tensors(model, vocabulary)
-    save_hf_directory(directory, bert_config(model.config, vocabulary), tensors, vocabulary, model.config.max_len)
+    save_hf_directory(
+        directory, bert_config(model.config, vocabulary), tensors, vocabulary, model.config.max_len, causal=False
+    )

@@ -20,7 +20,8 @@ learned table, or sinusoids            ``wpe``: ``max_len`` rows (``n_positions`
 GPT-2 always has biases: a bias-free model exports zeros. Its embeddings are not scaled: a model that scales by √D
 writes ``wte`` = E·√D; when the output is tied to E, the final LayerNorm's weight and bias are divided by √D, so
 that ``ln_f(h)·wteᵀ = LayerNorm(h)·Eᵀ`` exactly (``ln_f`` feeds the logits only). Refused, in one line naming the
-field: post-LN (GPT-2 is pre-LN), an embedding LayerNorm, a generator bias (``lm_head`` has none).
+field: post-LN (GPT-2 is pre-LN), an embedding LayerNorm, a generator bias that is not zero (``lm_head`` has none;
+an imported model's bias that only keeps its four copied rows from being produced goes with those rows).
 
 The modern block (RMSNorm, gated feed-forward, rotary positions) goes out in the **Llama layout** and its relatives
 (:func:`modern_layout`).
@@ -76,8 +77,6 @@ def gpt2_problem(config: ModelConfig) -> str | None:
         return "ModelConfig.norm_first=False: a post-LN language model fits no HF causal-LM layout (GPT-2 is pre-LN)"
     if config.embedding_norm:
         return "ModelConfig.embedding_norm=True: GPT-2 has no LayerNorm on its embeddings"
-    if config.generator_bias:
-        return "ModelConfig.generator_bias=True: GPT-2's lm_head has no bias"
     for field in ("num_kv_heads", "head_size", "sliding_window", "attention_scale", "attention_softcap"):
         if getattr(config, field, None) is not None:
             return f"ModelConfig.{field}={getattr(config, field)!r}: GPT-2's layout has no such option"
@@ -195,4 +194,4 @@ def write_causal_lm(model: Transformer, vocabulary: HFVocabulary, directory: Pat
         tie = tied(model)
         hf_config = modern_config(model.config, vocabulary, layout, tie)
         tensors = modern_tensors(model, vocabulary, layout, tie)
-    save_hf_directory(directory, hf_config, tensors, vocabulary, model.config.max_len)
+    save_hf_directory(directory, hf_config, tensors, vocabulary, model.config.max_len, causal=True)

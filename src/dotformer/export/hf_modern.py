@@ -86,8 +86,6 @@ def modern_layout(config: ModelConfig) -> str:
         return _refuse("ModelConfig.norm_first=False: the Llama family is pre-norm")
     if c.embedding_norm:
         return _refuse("ModelConfig.embedding_norm=True: the Llama family has no norm on its embeddings")
-    if c.generator_bias:
-        return _refuse("ModelConfig.generator_bias=True: the Llama family's lm_head has no bias")
     if c.rope_fraction != 1.0:
         return _refuse(f"ModelConfig.rope_fraction={c.rope_fraction}: the Llama family rotates every dimension")
     gemma = c.sandwich_norm or c.norm_unit_offset or c.attention_softcap is not None or c.logit_softcap is not None

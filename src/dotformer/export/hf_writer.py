@@ -73,15 +73,20 @@ class StateDictWriter(Converter):
 
 
 def save_hf_directory(
-    directory: Path, hf_config: Any, tensors: dict[str, Tensor], vocabulary: HFVocabulary, max_len: int
+    directory: Path,
+    hf_config: Any,
+    tensors: dict[str, Tensor],
+    vocabulary: HFVocabulary,
+    max_len: int,
+    causal: bool,
 ) -> None:
-    """``config.json``, ``model.safetensors``, ``generation_config.json`` (a causal LM's: its EOS, BOS, PAD and the
+    """``config.json``, ``model.safetensors``, a causal LM's ``generation_config.json`` (its EOS, BOS, PAD and the
     tokens never generated) and the tokenizer's files, into ``directory`` (which exists and is empty)."""
     from safetensors.torch import save_file
 
     hf_config.save_pretrained(str(directory))
     save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
-    if getattr(hf_config, "is_decoder", False) or hf_config.architectures[0].endswith("ForCausalLM"):
+    if causal:
         from transformers import GenerationConfig
 
         eos = list(vocabulary.eos)
