@@ -37,6 +37,9 @@ def model_problem(config: ModelConfig) -> str | None:
         return f"ModelConfig.head={config.head!r}: CTranslate2 runs a model whose head is the generator (its logits)"
     if config.embedding_norm:
         return "ModelConfig.embedding_norm=True: the CTranslate2 export does not carry embedding LayerNorms"
+    modern = modern_problem(config)
+    if modern is not None:
+        return modern
     if config.activation not in CT2_ACTIVATIONS:
         return (
             f"ModelConfig.activation={config.activation!r}: CTranslate2's Transformer has "
@@ -49,3 +52,33 @@ def exported_positions(config: ModelConfig) -> int:
     """Rows of the positional tables written for an encoder-decoder: ``max_len`` for a learned table, at least
     :data:`CT2_POSITIONS` for sinusoids (which have no limit in dotformer)."""
     return config.max_len if config.positional == "learned" else max(config.max_len, CT2_POSITIONS)
+
+
+def modern_problem(config: ModelConfig) -> str | None:
+    """The first switch of the modern block (RMSNorm, gated feed-forward, rotary positions, shared key/value heads,
+    ...) that the CTranslate2 export does not carry yet (one line naming the field), or None for the 2017 block."""
+    defaults = {
+        "norm": "layernorm",
+        "norm_unit_offset": False,
+        "ffn_gated": False,
+        "num_kv_heads": None,
+        "head_size": None,
+        "qk_norm": False,
+        "sliding_window": None,
+        "sandwich_norm": False,
+        "attention_scale": None,
+        "attention_softcap": None,
+        "logit_softcap": None,
+    }
+    if config.positional == "rotary":
+        return "ModelConfig.positional='rotary': the CTranslate2 export carries sinusoidal and learned positions only"
+    for field, default in defaults.items():
+        value = getattr(config, field, default)
+        if value != default:
+            return (
+                f"ModelConfig.{field}={value!r}: the CTranslate2 export does not carry this switch of the modern block"
+            )
+    qkv_bias = getattr(config, "qkv_bias", None)
+    if qkv_bias is not None and qkv_bias != config.bias:
+        return f"ModelConfig.qkv_bias={qkv_bias!r} with bias={config.bias!r}: the CTranslate2 export does not carry it"
+    return None

@@ -169,9 +169,12 @@ def modern_config(config: ModelConfig, vocabulary: HFVocabulary, layout: str, ti
     if layout in GEMMA:
         layer_types = c.layer_types or (("sliding",) * c.num_decoder_layers if c.sliding_window else None)
         scale = c.attention_scale if c.attention_scale is not None else head_dim**-0.5
+        scalar = round(scale**-2)  # HF's query_pre_attn_scalar is an integer
+        if abs(scalar * scale**2 - 1) > 1e-6:
+            raise ConfigError(f"ModelConfig.attention_scale={scale}: Gemma's layout needs 1/√n for an integer n")
         common.update(
             hidden_activation=activation,
-            query_pre_attn_scalar=scale**-2,  # scores · query_pre_attn_scalar^-1/2
+            query_pre_attn_scalar=scalar,  # scores · query_pre_attn_scalar^-1/2
             attn_logit_softcapping=c.attention_softcap,
             final_logit_softcapping=c.logit_softcap,
             sliding_window=c.sliding_window if c.sliding_window is not None else c.max_len,
