@@ -198,8 +198,6 @@ MODERN = {
     "bias": False,
 }
 GEMMA = {**MODERN, "activation": "gelu_tanh", "scale_embeddings": True, "norm_unit_offset": True, "sandwich_norm": True}
-CORE_GQA = pytest.mark.xfail(strict=True, reason="dotformer's own forward with num_kv_heads < num_heads fails")
-CORE_SOFTCAP = pytest.mark.xfail(strict=True, reason="dotformer's soft-capped attention path drops the causal mask")
 LONG = torch.tensor([[EOS_ID, 4, 5, 6, 7, 8, 9, 10, 11], [EOS_ID, 10, 11, 12, 4, 5, PAD_ID, PAD_ID, PAD_ID]])
 
 
@@ -225,8 +223,8 @@ LONG = torch.tensor([[EOS_ID, 4, 5, 6, 7, 8, 9, 10, 11], [EOS_ID, 10, 11, 12, 4,
              "rope_theta": 1e6, "rope_local_theta": 1e4, "rope_scaling": "linear", "rope_factor": 2.0},
             "Gemma3ForCausalLM",
         ),
-        pytest.param({**MODERN, "num_kv_heads": 2}, "LlamaForCausalLM", marks=CORE_GQA),
-        pytest.param({**GEMMA, "attention_softcap": 5.0}, "Gemma2ForCausalLM", marks=CORE_SOFTCAP),
+        ({**MODERN, "num_kv_heads": 2}, "LlamaForCausalLM"),
+        ({**GEMMA, "attention_softcap": 5.0}, "Gemma2ForCausalLM"),
     ],
 )  # fmt: skip
 def test_the_modern_block_loads_in_its_llama_family_layout(tmp_path, overrides, architecture) -> None:
