@@ -18,7 +18,7 @@ PAD and BOS                 ``suppress_sequences=[["<pad>"], ["<s>"]]``
 The torch engine slides its view when the text outgrows the model's context window (the block size it trained on);
 CTranslate2 has no such window, so a prompt and ``max_new_tokens`` longer than it run on the torch engine only; so
 does a prompt longer than a model's sliding window W (CTranslate2 reads such a prompt in pieces of W tokens, and
-its outputs then differ from the window's: tested).
+its outputs then differ from the window's).
 Greedy and beam outputs are the torch engine's (tested); samples follow the same distribution with another random
 generator.
 """
