@@ -20,6 +20,7 @@ from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.config import generation_config
 from dotformer.decoding.generate import generate
 from dotformer.errors import ConfigError
+from dotformer.export.ct2 import id_vocabulary
 
 pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
 
@@ -88,7 +89,6 @@ def fitted_model(**overrides: Any) -> Transformer:
 
 
 def exported(model: Transformer, directory: Path):
-    from dotformer.export.ct2 import id_vocabulary
     from dotformer.export.ct2_lm import export_language_model
 
     export_language_model(model, directory)
@@ -142,6 +142,23 @@ def test_the_spec_carries_each_switch() -> None:
     attention = "decoder/layer_0/self_attention/"
     assert llama[attention + "rotary_scaling_factor"] == 8.0 and llama[attention + "original_max_position_embeddings"]
     assert llama[attention + "num_heads_kv"] == 2 and "decoder/position_encodings/encodings" not in llama
+
+
+def test_the_modern_block_exports_quantized(tmp_path: Path) -> None:
+    """``quantization="int8_float32"`` stores the linear weights in int8 (a model.bin under a third of float32's, the
+    norms and QK-norms kept) that the Generator loads and runs."""
+    from dotformer.export.ct2 import ids_to_tokens
+    from dotformer.export.ct2_lm import export_language_model
+
+    model = Transformer(tiny(**FAMILIES["gemma3"])).eval()
+    export_language_model(model, tmp_path / "float32")
+    export_language_model(model, tmp_path / "int8", quantization="int8_float32")
+    sizes = {name: (tmp_path / name / "model.bin").stat().st_size for name in ("float32", "int8")}
+    assert sizes["int8"] < sizes["float32"] / 3
+    generator = ctranslate2.Generator(str(tmp_path / "int8"), device="cpu", intra_threads=1)
+    (result,) = generator.generate_batch([ids_to_tokens(PROMPTS[1], id_vocabulary(V))], max_length=STEPS,
+                                         include_prompt_in_result=False, end_token=[])  # fmt: skip
+    assert len(result.sequences[0]) == STEPS
 
 
 @pytest.mark.parametrize(

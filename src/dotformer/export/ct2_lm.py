@@ -219,7 +219,7 @@ def language_model_spec(
 
     Args:
         model: a decoder-only :class:`Transformer` (post-LN or pre-LN, ReLU, GELU or SiLU, sinusoidal or learned
-            positions).
+            positions), or of the modern block (module docstring).
         vocabulary: the token strings of ids 0..V-1 (unique, specials first); default
             :func:`~dotformer.export.ct2.id_vocabulary`.
         suppress_specials: PAD and BOS never generated with the default options (see
@@ -229,7 +229,8 @@ def language_model_spec(
         The validated spec; ``spec.save(directory)`` writes it (``ctranslate2.Generator(directory)`` loads it).
 
     Raises:
-        ConfigError: not decoder-only, embedding norms, or a vocabulary that does not fit the model.
+        ConfigError: not decoder-only, embedding norms, a switch CTranslate2 lacks (naming the field), or a
+            vocabulary that does not fit the model.
     """
     from ctranslate2.specs import common_spec, transformer_spec
 
