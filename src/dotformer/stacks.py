@@ -11,9 +11,11 @@ puts them between the embeddings and the generator. Shapes follow the legend in 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
+import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from dotformer.layers import PADDED, DecoderLayer, EncoderLayer, LayerKeyValues, LayerSizes, PassMode
 
@@ -43,6 +45,15 @@ class DecoderOutput(NamedTuple):
     cross_weights: tuple[Tensor, ...] | None
 
 
+def run_layer(layer: nn.Module, checkpointed: bool, *args: Any) -> Any:
+    """``layer(*args)``; ``checkpointed`` (with gradients on): through ``torch.utils.checkpoint`` (non-reentrant), which
+    keeps only the layer's input and recomputes its activations in the backward pass (Chen et al. 2016, "Training
+    Deep Nets with Sublinear Memory Cost"): one more forward per layer for the memory of the layer's activations."""
+    if checkpointed and torch.is_grad_enabled():
+        return checkpoint(layer, *args, use_reentrant=False)
+    return layer(*args)
+
+
 class Encoder(nn.Module):
     """N encoder layers; pre-LN stacks end with a LayerNorm (post-LN layers already end with one)."""
 
@@ -50,13 +61,14 @@ class Encoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(EncoderLayer(sizes) for _ in range(num_layers))
         self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
+        self.checkpointing = False  # training's memory seam: recompute each layer in the backward pass (run_layer)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, mode: PassMode = PADDED) -> EncoderOutput:
         """x: (B, S, D) embedded source (or (N_S, D) packed with ``mode.packing``); mask: bool broadcastable to
         (B, H, S, S); mode: :class:`~dotformer.layers.PassMode`. Returns the memory, shaped as x."""
         weights = []
         for layer in self.layers:
-            x, w = layer(x, mask, mode)  # (B, S, D)
+            x, w = run_layer(layer, self.checkpointing, x, mask, mode)  # (B, S, D)
             weights.append(w)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -70,6 +82,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(DecoderLayer(sizes, cross_attention) for _ in range(num_layers))
         self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
+        self.checkpointing = False  # training's memory seam: recompute each layer in the backward pass (run_layer)
 
     def forward(
         self,
@@ -85,7 +98,7 @@ class Decoder(nn.Module):
         layer_caches = cache.for_layers(len(self.layers)) if cache is not None else [None] * len(self.layers)
         self_w, cross_w = [], []
         for layer, layer_cache in zip(self.layers, layer_caches, strict=True):
-            out = layer(x, memory, tgt_mask, memory_mask, layer_cache, mode)
+            out = run_layer(layer, self.checkpointing, x, memory, tgt_mask, memory_mask, layer_cache, mode)
             x = out.output  # (B, T, D)
             self_w.append(out.self_weights)
             cross_w.append(out.cross_weights)
