@@ -19,6 +19,10 @@ from dotformer.config import ModelConfig
 from dotformer.errors import CheckpointError, ConfigError, DotformerError
 from dotformer.runs.finetune import TUNABLE_MODEL_FIELDS, InitSource, _check_preset
 
+# the [data] names of a language model's tokenizer settings (one tokenizer: both sides' names are its own)
+LM_KEYS = {"src_tokenizer": "tokenizer", "tgt_tokenizer": "tokenizer", "src_tokenizer_file": "tokenizer_file",
+           "tgt_tokenizer_file": "tokenizer_file"}  # fmt: skip
+
 
 def read_text_init(path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
     """Read the decoder-only checkpoint of ``--init-from`` for a language model.
@@ -52,11 +56,11 @@ def read_text_init(path: str | Path, model_section: dict[str, Any], data_section
                 f"fine-tuning keeps the checkpoint's shapes"
             )
     saved_data = info.get("data") if isinstance(info.get("data"), dict) else {}
-    for key in ("tokenizer", "vocab_size", "tokenizer_file"):
-        asked = data_section.get(key)
+    for name in ("tokenizer", "vocab_size", "tokenizer_file", *LM_KEYS):
+        key, asked = LM_KEYS.get(name, name), data_section.get(name)
         if asked is not None and (key == "tokenizer_file" or saved_data.get(key) not in (None, asked)):
             raise CheckpointError(
-                f"--init-from {path}: {key} = {asked!r} asked for; fine-tuning keeps the checkpoint's tokenizer "
+                f"--init-from {path}: {name} = {asked!r} asked for; fine-tuning keeps the checkpoint's tokenizer "
                 f"({path / ckpt.TGT_TOKENIZER_FILE})"
             )
     tokenizer = ckpt.load_tokenizer_file(path / ckpt.TGT_TOKENIZER_FILE)
