@@ -414,3 +414,15 @@ def test_a_language_model_continues_with_its_checkpoints_tokenizer(runs: dict[st
     assert json.loads((out / "last" / "config.json").read_text())["init_from"] == str(base / "best")
     assert run("train", "--task", "lm", "--data", other, "--init-from", base, "--out", tmp_path / "x",
                "--max-steps", "1", "--tokenizer", "bpe", *COMMON) == 2  # fmt: skip
+
+
+def test_averaged_adapted_checkpoints_are_their_merged_weights(runs: dict[str, Path], tmp_path: Path) -> None:
+    steps = sorted((runs["lm"] / "checkpoints").iterdir())[-2:]
+    assert run("average", *steps, "--out", tmp_path / "avg") == 0
+    info = json.loads((tmp_path / "avg" / "config.json").read_text())
+    assert LORA_KEY not in info  # a plain checkpoint: the merged weights averaged
+    averaged = load_weights(tmp_path / "avg" / "model.safetensors")
+    first, second = (full_weights(step) for step in steps)
+    name = "decoder.layers.0.self_attn.W_q.weight"
+    assert not torch.equal(first[name], second[name])
+    torch.testing.assert_close(averaged[name], (first[name].double() + second[name].double()).div(2).float())
