@@ -141,6 +141,9 @@ def test_only_the_adapters_and_a_head_train() -> None:
     }
     assert set(adapter_state(model)) == trained
     assert spec_of(model) == LoRASpec(rank=2)
+    odd = tiny()
+    add_adapters(odd, LoRASpec(rank=3, alpha=0.1, targets=("W_o",), dropout=0.05))
+    assert spec_of(odd) == LoRASpec(rank=3, alpha=0.1, targets=("W_o",), dropout=0.05)  # as given, not recomputed
 
 
 def test_targets_are_found_by_name_whatever_the_block() -> None:
@@ -409,7 +412,7 @@ def test_a_language_model_continues_with_its_checkpoints_tokenizer(runs: dict[st
                *COMMON) == 0  # fmt: skip
     record = json.loads((out / "run.json").read_text())
     assert record["model"] == json.loads((base / "run.json").read_text())["model"]
-    assert record["data"]["block_size"] == 16  # the checkpoint's window, not the default
+    assert record["data"]["block_size"] == 16  # the blocks the checkpoint trained on, not the default 128
     assert (out / "data" / "tokenizer_tgt.json").read_text() == (base / "best" / "tokenizer_tgt.json").read_text()
     assert json.loads((out / "last" / "config.json").read_text())["init_from"] == str(base / "best")
     assert run("train", "--task", "lm", "--data", other, "--init-from", base, "--out", tmp_path / "x",
@@ -426,3 +429,43 @@ def test_averaged_adapted_checkpoints_are_their_merged_weights(runs: dict[str, P
     name = "decoder.layers.0.self_attn.W_q.weight"
     assert not torch.equal(first[name], second[name])
     torch.testing.assert_close(averaged[name], (first[name].double() + second[name].double()).div(2).float())
+
+
+@pytest.mark.numerical
+def test_a_run_with_activation_checkpointing_takes_the_plain_steps(runs: dict[str, Path], tmp_path: Path) -> None:
+    """Through the training step (packed layers, dropout on: the recomputation replays the same masks)."""
+    text = runs["lm"].parent / "a.txt"
+    flags = ["--task", "lm", "--data", text, "--preset", "tiny", "--block-size", "16", "--max-tokens", "64",
+             "--max-steps", "2", "--eval-every", "0", *COMMON]  # fmt: skip
+    assert run("train", *flags, "--out", tmp_path / "plain") == 0
+    assert run("train", *flags, "--out", tmp_path / "recomputed", "--activation-checkpointing") == 0
+    plain, recomputed = (
+        [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        for name in ("plain", "recomputed")
+    )
+    config = ModelConfig.from_dict(json.loads((tmp_path / "plain" / "run.json").read_text())["model"])
+    first, again = plain[0], recomputed[0]
+    assert first["step"] == again["step"] == 1 and first["loss"] == again["loss"]  # the same forward
+    tolerance = reordering_bound([first["tokens"], *logit_sums(config, 16)], first["grad_norm"])
+    assert abs(again["grad_norm"] - first["grad_norm"]) <= tolerance
+    record = json.loads((tmp_path / "recomputed" / "run.json").read_text())
+    assert record["train"]["activation_checkpointing"] is True
+
+
+def test_a_checkpoint_without_a_run_is_continued_with_lora(runs: dict[str, Path], tmp_path: Path) -> None:
+    """As an imported model: a decoder-only checkpoint with its tokenizer and no record of its training data."""
+    from dotformer.checkpoint import save_checkpoint
+
+    tokenizer = load_checkpoint(runs["base:lm"]).tgt_tokenizer
+    config = ModelConfig.preset("tiny", src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
+                                arch="decoder-only", max_len=48, norm_first=True, tie_output=False)  # fmt: skip
+    save_checkpoint(tmp_path / "imported", Transformer(config), tokenizer, tokenizer, {})
+    text = runs["lm"].parent / "b.txt"
+    out = tmp_path / "tuned"
+    lora = ["--lora-rank", "2", "--lora-targets", "W_q,W_k,W_v,W_o,generator"]
+    argv = ["--task", "lm", "--data", text, "--init-from", tmp_path / "imported", "--max-steps", "2", *lora, *COMMON]
+    assert run("train", *argv, "--out", out) == 0
+    assert json.loads((out / "run.json").read_text())["data"]["block_size"] == 48  # within its positions
+    saved = load_weights(out / "last" / "model.safetensors")
+    assert {n.rsplit(".", 2)[-2] for n in saved} == {"W_q", "W_k", "W_v", "W_o", "generator"}
+    assert run("generate", "--checkpoint", out, "--prompt", "in", "--greedy", "--max-new-tokens", "3") == 0

@@ -104,7 +104,8 @@ class LoRALinear(nn.Module):
         self.in_features, self.out_features = base.in_features, base.out_features
         self.weight = base.weight  # (out, in), frozen
         self.bias = base.bias  # (out,) or None, frozen
-        self.scaling = spec.scaling
+        self.rank, self.alpha = spec.rank, spec.alpha
+        self.scaling = spec.scaling  # α / r
         factory = {"device": base.weight.device, "dtype": base.weight.dtype}
         self.lora_A = nn.Parameter(torch.empty(spec.rank, self.in_features, **factory))  # (r, in)
         self.lora_B = nn.Parameter(torch.zeros(self.out_features, spec.rank, **factory))  # (out, r): ΔW = 0 at start
@@ -127,7 +128,9 @@ class LoRALinear(nn.Module):
         return linear
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, rank={self.lora_A.size(0)}"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, rank={self.rank}, alpha={self.alpha:g}"
+        )
 
 
 def add_adapters(model: nn.Module, spec: LoRASpec) -> list[str]:
@@ -193,9 +196,8 @@ def spec_of(model: nn.Module) -> LoRASpec:
     if not layers:
         raise ConfigError("the model has no LoRA adapters")
     layer = layers[0][1]
-    rank = layer.lora_A.size(0)
     targets = tuple(sorted({name.rsplit(".", 1)[-1] for name, _ in layers}))
-    return LoRASpec(rank, layer.scaling * rank, targets, layer.dropout.p)
+    return LoRASpec(layer.rank, layer.alpha, targets, layer.dropout.p)
 
 
 def adapter_state(model: nn.Module) -> dict[str, Tensor]:

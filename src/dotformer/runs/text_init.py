@@ -2,10 +2,11 @@
 model and tokenizer, the user's text.
 
 The run keeps the checkpoint's tokenizer (its embedding rows are what the weights learned) and its model config
-(flags may change the dropout rates); its text is prepared with that tokenizer, and its blocks are the checkpoint's
-context window unless ``--block-size`` asks for fewer. A setting that would change the model or the tokenizer is
-refused in one line naming both values. Any decoder-only checkpoint serves: a ``--task lm`` run's, an imported one's,
-an adapted one's (its adapters merged).
+(flags may change the dropout rates); its text is prepared with that tokenizer. Its blocks are those the checkpoint
+trained on, or (an imported model, whose context may be thousands of tokens) the default block size within its
+positions, unless ``--block-size`` sets them. A setting that would change the model or the tokenizer is refused in
+one line naming both values. Any decoder-only checkpoint serves: a ``--task lm`` run's, an imported one's, an
+adapted one's (its adapters merged).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from dotformer import checkpoint as ckpt
-from dotformer.checkpoint.format import context_window_of
 from dotformer.config import ModelConfig
+from dotformer.data.config import DEFAULT_BLOCK_SIZE
 from dotformer.errors import CheckpointError, ConfigError, DotformerError
 from dotformer.runs.finetune import TUNABLE_MODEL_FIELDS, InitSource, _check_preset
 
@@ -29,7 +30,7 @@ def read_text_init(path: str | Path, model_section: dict[str, Any], data_section
 
     Returns:
         :class:`~dotformer.runs.finetune.InitSource` whose ``data`` holds the [data] fields the run takes from the
-        checkpoint: its tokenizer file, and its context window as the block size unless the run sets one.
+        checkpoint: its tokenizer file, and its block size unless the run sets one.
 
     Raises:
         CheckpointError: a missing or damaged checkpoint, one that is not decoder-only, a model field or tokenizer
@@ -65,7 +66,8 @@ def read_text_init(path: str | Path, model_section: dict[str, Any], data_section
             )
     tokenizer = ckpt.load_tokenizer_file(path / ckpt.TGT_TOKENIZER_FILE)
     ckpt.check_vocabulary(config, tokenizer, tokenizer, path)
-    window = context_window_of(info, config)
+    trained = saved_data.get("block_size")  # the blocks it trained on; else (an import) the default, within max_len
+    window = trained if isinstance(trained, int) and trained > 1 else min(config.max_len, DEFAULT_BLOCK_SIZE)
     data: dict[str, Any] = {"tokenizer_file": str(path.resolve() / ckpt.TGT_TOKENIZER_FILE), "vocab_size": None}
     if saved_data.get("tokenizer") in ("char", "bpe"):
         data["tokenizer"] = saved_data["tokenizer"]
