@@ -18,6 +18,12 @@ PREPARE_FLAGS = {"--config", "--data", "--out", "--sample-lines", "--seed"}
 EXPECTED_FLAGS: dict[str, set[str]] = {
     "train": {
         "--accumulate",
+        "--activation-checkpointing",
+        "--lora-alpha",
+        "--lora-dropout",
+        "--lora-rank",
+        "--lora-targets",
+        "--no-activation-checkpointing",
         "--amp",
         "--best-metric",
         "--bible-check-alignment",
@@ -417,6 +423,11 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
     },
     "train": {
         "--accumulate": ("opt_accumulation_steps", None, False),
+        "--no-activation-checkpointing": ("opt_activation_checkpointing", None, False),
+        "--lora-alpha": ("opt_lora_alpha", None, False),
+        "--lora-dropout": ("opt_lora_dropout", None, False),
+        "--lora-rank": ("opt_lora_rank", None, False),
+        "--lora-targets": ("opt_lora_targets", None, False),
         "--amp": ("opt_amp", None, False),
         "--best-metric": ("opt_best_metric", None, False),
         "--bible-max-ratio": ("opt_bible_max_ratio", None, False),

@@ -46,7 +46,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "dotformer"
 
 # The top of the package: the lesson's modules in reading order, the two modules beside them, the package's own files.
 LESSON = ["attention", "masks", "multihead", "positional", "layers", "stacks", "heads", "model", "config"]
-BESIDE = ["packing", "errors"]  # skipping the padding (around the lesson, not in it); the exceptions
+BESIDE = ["packing", "lora", "errors"]  # skipping the padding, LoRA adapters (around the lesson); the exceptions
 PACKAGE = ["__init__", "__main__"]
 TOOLING = sorted(path.parent.name for path in SRC.glob("*/__init__.py"))  # the subpackages
 

@@ -171,6 +171,12 @@ def train_run(
     run_dir = Path(out_dir) if out_dir is not None else task.default_run_dir(data, sections.model)
     train_config = budgeted_train_config(sections.train, file_sections, flag_sections)
     check_requirements(train_config)
+    if train_config.lora_rank and record is None and init_from is None:  # before anything is read or written
+        raise ConfigError("--lora-rank trains adapters on the frozen weights of a checkpoint: give --init-from CKPT")
+    if train_config.lora_rank and extend_vocab:
+        raise ConfigError(
+            "--extend-vocab adds embedding rows that LoRA would keep frozen: fine-tune without --lora-rank"
+        )
     if record is None and init_from is None:  # before the run directory is made: bad [model] fields are one line
         task.check_model(sections.model, data)
     context = setup_distributed(train_config.device)

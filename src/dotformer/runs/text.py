@@ -15,6 +15,7 @@ and the one tokenizer as tokenizer_src.json and tokenizer_tgt.json (the names ch
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ class LanguageModelTask(Task):
 
     name = LM_TASK
     title = "a language model"
+    fine_tunable = True  # from a decoder-only checkpoint, its tokenizer kept (dotformer.runs.text_init)
     decodes = False
 
     def data_config(self, section: dict[str, Any], source: str) -> LMDataConfig:
@@ -55,6 +57,11 @@ class LanguageModelTask(Task):
     def check_model(self, model_section: dict[str, Any], data: LMDataConfig) -> None:
         lm_model_config(model_section, ANY_VOCAB_SIZE, data.block_size)
 
+    def read_init(self, path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
+        from dotformer.runs.text_init import read_text_init
+
+        return read_text_init(path, model_section, data_section)
+
     def prepare(
         self,
         data: LMDataConfig,
@@ -67,11 +74,18 @@ class LanguageModelTask(Task):
         from dotformer.data.cache import prepared_for
         from dotformer.data.tokenizer_files import TokenizerPair
 
-        prepared = source or prepared_for(data, seed)
+        if extend_vocab:
+            raise ConfigError(
+                "--extend-vocab grows the char/symbol vocabularies of pairs; a language model keeps its own"
+            )
+        given = None if init is None else init.tgt_tokenizer  # fine-tuning: the checkpoint's tokenizer
+        if init is not None:
+            data = dataclasses.replace(data, **init.data)
+        prepared = source or prepared_for(data, seed, tokenizers=given)
         assert isinstance(prepared, PreparedText)
         corpus = {"name": prepared.report["corpus"]["name"], "report": prepared.report["corpus"]["report"]}
         tokenizers = TokenizerPair(prepared.tokenizer, prepared.tokenizer)
-        return Prepared(data, corpus, tokenizers, prepared.lines, prepared), init  # its block size, not the cache's
+        return Prepared(data, corpus, tokenizers, prepared.lines, prepared, given is not None), init  # its block size
 
     def save(self, prepared: Prepared, data_dir: Path) -> None:
         from dotformer.runs.run_data import save_reference
@@ -81,6 +95,10 @@ class LanguageModelTask(Task):
     def model_config(
         self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
     ) -> tuple[ModelConfig, str | None]:
+        if init is not None:
+            from dotformer.runs.text_init import text_init_model_config
+
+            return text_init_model_config(init, prepared.data.block_size)
         return lm_model_config(model_section, prepared.tokenizers.tgt.vocab_size, prepared.data.block_size)
 
     def load(self, run_dir: Path, record: dict[str, Any]) -> Loaded:

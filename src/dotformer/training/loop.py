@@ -25,6 +25,7 @@ from dotformer import checkpoint as ckpt
 from dotformer.data.batching import Batch, PlannedBatches
 from dotformer.data.blocks import TokenStream, sampler_for
 from dotformer.errors import ConfigError, TrainingError
+from dotformer.training.adapting import adapt_model
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext, barrier, setup_distributed, teardown_distributed
 from dotformer.training.logging import MetricsLog
@@ -117,7 +118,8 @@ def fit(
             lines of metrics.jsonl logged after the checkpoint's step are removed (they are logged again).
         init_from: a checkpoint (or run) whose weights start a fresh run (fine-tuning): a new optimizer, schedule
             and data position. Its model config must equal the model's (dropout rates aside) and its tokenizers
-            ``data``'s. Ignored when resuming.
+            ``data``'s. Ignored when resuming. With ``config.lora_rank`` its weights stay frozen and LoRA adapters
+            train (:mod:`dotformer.lora`); the checkpoints save the adapters and refer to it.
 
     Returns:
         :class:`FitResult`.
@@ -137,6 +139,7 @@ def fit(
         raise ConfigError("resume needs a run directory")
     context = setup_distributed(config.device)
     try:
+        adapt_model(model, config, resume or init_from is not None, context.is_main and config.progress)
         setup = set_up(model, data, config, Path(run_dir) if run_dir else None, dict(info or {}), context)
         state = TrainState()
         start(setup, state, resume, None if init_from is None else Path(init_from))
