@@ -38,7 +38,7 @@ import torch
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError
 from dotformer.export.hf_tokenizer import HFVocabulary
-from dotformer.export.hf_writer import StateDictWriter
+from dotformer.export.hf_writer import StateDictWriter, generator_rows
 from dotformer.export.params import EngineNames, LayerNames, embedding_params
 from dotformer.model import Transformer
 
@@ -116,19 +116,6 @@ def gpt2_config(config: ModelConfig, vocabulary: HFVocabulary, tie: bool) -> Any
     )
     hf.architectures = ["GPT2LMHeadModel"]
     return hf
-
-
-def generator_rows(model: Transformer, vocabulary: HFVocabulary) -> torch.Tensor:
-    """(V, D) the generator's exported rows, after checking that their bias (if any) is zero: a released vocabulary's
-    generator carries a bias only to keep the four copied rows from being produced, and those rows are dropped.
-
-    Raises:
-        ConfigError: a generator bias that is not zero on an exported row.
-    """
-    bias = model.generator.bias
-    if bias is not None and bool(vocabulary.rows(bias.detach()).ne(0).any()):
-        raise ConfigError("ModelConfig.generator_bias=True: the HF causal-LM layouts have no bias on their lm_head")
-    return vocabulary.rows(model.generator.weight.detach())
 
 
 def tied(model: Transformer) -> bool:

@@ -32,7 +32,7 @@ from torch import nn
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError
 from dotformer.export.hf_tokenizer import HFVocabulary
-from dotformer.export.hf_writer import StateDictWriter
+from dotformer.export.hf_writer import StateDictWriter, generator_rows
 from dotformer.export.params import EngineNames, LayerNames, embedding_params, join
 from dotformer.layers import DecoderLayer
 from dotformer.model import Transformer
@@ -140,6 +140,37 @@ def rope_parameters(config: ModelConfig, theta: float) -> dict[str, Any]:
     return parameters
 
 
+def gemma_options(c: ModelConfig, layout: str, head_dim: int, activation: str) -> dict[str, Any]:
+    """The Gemma 2/3 config fields of a dotformer config: the score scale, soft caps, layer types and RoPE bases.
+
+    Raises:
+        ConfigError: an attention scale that is not 1/√n for an integer n (HF's query_pre_attn_scalar).
+    """
+    layer_types = c.layer_types or (("sliding",) * c.num_decoder_layers if c.sliding_window else None)
+    scale = c.attention_scale if c.attention_scale is not None else head_dim**-0.5
+    scalar = round(scale**-2)  # HF's query_pre_attn_scalar is an integer
+    if abs(scalar * scale**2 - 1) > 1e-6:
+        raise ConfigError(f"ModelConfig.attention_scale={scale}: Gemma's layout needs 1/√n for an integer n")
+    options: dict[str, Any] = dict(
+        hidden_activation=activation,
+        query_pre_attn_scalar=scalar,  # scores · query_pre_attn_scalar^-1/2
+        attn_logit_softcapping=c.attention_softcap,
+        final_logit_softcapping=c.logit_softcap,
+        sliding_window=c.sliding_window if c.sliding_window is not None else c.max_len,
+        layer_types=[HF_LAYER_TYPES[t] for t in layer_types]
+        if layer_types
+        else ["full_attention"] * c.num_decoder_layers,
+        attention_bias=False,
+    )
+    if layout == "gemma3":
+        local = c.rope_local_theta if c.rope_local_theta is not None else c.rope_theta
+        options["rope_parameters"] = {
+            "full_attention": rope_parameters(c, c.rope_theta),
+            "sliding_attention": {"rope_type": "default", "rope_theta": local},
+        }
+    return options
+
+
 def modern_config(config: ModelConfig, vocabulary: HFVocabulary, layout: str, tie: bool) -> Any:
     """The HF config of ``layout`` for a dotformer config of the modern block."""
     from transformers import AutoConfig
@@ -167,28 +198,7 @@ def modern_config(config: ModelConfig, vocabulary: HFVocabulary, layout: str, ti
     )
     activation = HF_ACTIVATIONS[c.activation]
     if layout in GEMMA:
-        layer_types = c.layer_types or (("sliding",) * c.num_decoder_layers if c.sliding_window else None)
-        scale = c.attention_scale if c.attention_scale is not None else head_dim**-0.5
-        scalar = round(scale**-2)  # HF's query_pre_attn_scalar is an integer
-        if abs(scalar * scale**2 - 1) > 1e-6:
-            raise ConfigError(f"ModelConfig.attention_scale={scale}: Gemma's layout needs 1/√n for an integer n")
-        common.update(
-            hidden_activation=activation,
-            query_pre_attn_scalar=scalar,  # scores · query_pre_attn_scalar^-1/2
-            attn_logit_softcapping=c.attention_softcap,
-            final_logit_softcapping=c.logit_softcap,
-            sliding_window=c.sliding_window if c.sliding_window is not None else c.max_len,
-            layer_types=[HF_LAYER_TYPES[t] for t in layer_types]
-            if layer_types
-            else ["full_attention"] * c.num_decoder_layers,
-            attention_bias=False,
-        )
-        if layout == "gemma3":
-            local = c.rope_local_theta if c.rope_local_theta is not None else c.rope_theta
-            common["rope_parameters"] = {
-                "full_attention": rope_parameters(c, c.rope_theta),
-                "sliding_attention": {"rope_type": "default", "rope_theta": local},
-            }
+        common.update(gemma_options(c, layout, head_dim, activation))
     else:
         common["hidden_act"] = activation
         if layout == "llama":
@@ -231,7 +241,6 @@ class ModernWriter(StateDictWriter):
 @torch.no_grad()
 def modern_tensors(model: Transformer, vocabulary: HFVocabulary, layout: str, tie: bool) -> dict[str, torch.Tensor]:
     """The state dict of ``layout`` for ``model`` (module docstring)."""
-    from dotformer.export.hf_lm import generator_rows
 
     assert model.decoder is not None
     writer = ModernWriter(layout)

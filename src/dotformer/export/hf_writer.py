@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from dotformer.errors import ConfigError
 from dotformer.export.hf_tokenizer import HFVocabulary
 from dotformer.export.params import Converter, EngineNames, join
 
@@ -98,3 +99,16 @@ def save_hf_directory(
         )
         generation.save_pretrained(str(directory))
     vocabulary.write(directory, max_len)
+
+
+def generator_rows(model: nn.Module, vocabulary: HFVocabulary) -> torch.Tensor:
+    """(V, D) the generator's exported rows, after checking that their bias (if any) is zero: a released vocabulary's
+    generator carries a bias only to keep the four copied rows from being produced, and those rows are dropped.
+
+    Raises:
+        ConfigError: a generator bias that is not zero on an exported row.
+    """
+    bias = model.generator.bias
+    if bias is not None and bool(vocabulary.rows(bias.detach()).ne(0).any()):
+        raise ConfigError("ModelConfig.generator_bias=True: the HF causal-LM layouts have no bias on their lm_head")
+    return vocabulary.rows(model.generator.weight.detach())
