@@ -143,6 +143,7 @@ def generate(
     config: DecodeConfig | None = None,
     window: int | None = None,
     on_token: TokenCallback | None = None,
+    stop_ids: Sequence[int] = (),
 ) -> list[Generation]:
     """Continue ``prompt`` (token ids; empty: start a new line) with a decoder-only model.
 
@@ -153,6 +154,9 @@ def generate(
             returned), the new-token limit ``max_len_b``, temperature / top-k / top-p / seed, ``use_cache``.
         window: the most tokens the model reads at once (default ``model.config.max_len``; give the block size).
         on_token: called with the (N,) tokens of every greedy or sampling step, as they are chosen (streaming).
+        stop_ids: an imported model's EOS ids (:class:`~dotformer.decoding.inputs.TextRules`): greedy decoding and
+            sampling stop once every row has produced one (a row's tokens after its first stop are not part of its
+            text); empty: run ``max_len_b`` steps, across lines.
 
     Returns:
         ``n_best`` generations: for sampling in draw order, for beam search best first (each ends at the line's
@@ -170,13 +174,18 @@ def generate(
         context = ContextWindow(model, window, config.use_cache)
         if config.strategy == "beam":
             return beam_generate(context, ids, config)
-        return left_to_right(context, ids, config, on_token)
+        return left_to_right(context, ids, config, on_token, stop_ids)
 
 
 def left_to_right(
-    context: ContextWindow, prompt: Tensor, config: DecodeConfig, on_token: TokenCallback | None
+    context: ContextWindow,
+    prompt: Tensor,
+    config: DecodeConfig,
+    on_token: TokenCallback | None,
+    stop_ids: Sequence[int] = (),
 ) -> list[Generation]:
-    """Greedy decoding or sampling of ``config.n_best`` rows for ``config.max_len_b`` new tokens each."""
+    """Greedy decoding or sampling of ``config.n_best`` rows for ``config.max_len_b`` new tokens each (fewer when
+    every row has produced one of ``stop_ids``)."""
     N, steps = config.n_best, config.max_len_b
     if config.strategy == "greedy":
         pick = pick_most_likely
@@ -187,6 +196,8 @@ def left_to_right(
     tokens: list[list[int]] = [[] for _ in range(N)]  # grown step by step: memory follows the tokens made
     log_probs: list[list[float]] = [[] for _ in range(N)]
     step_log_probs = forbid_special_tokens(context.feed(prompt.expand(N, -1)))  # (N, V)
+    stops = torch.tensor(list(stop_ids), dtype=torch.int64, device=prompt.device)  # (E,)
+    stopped = torch.zeros(N, dtype=torch.bool, device=prompt.device)  # (N,)
     for t in range(steps):
         token = pick(step_log_probs)  # (N,)
         chosen = step_log_probs.gather(1, token[:, None]).squeeze(1)  # (N,)
@@ -195,6 +206,9 @@ def left_to_right(
             log_probs[row].append(log_prob)
         if on_token is not None:
             on_token(token)
+        stopped |= torch.isin(token, stops)
+        if bool(stopped.all()):
+            break
         if t + 1 < steps:
             step_log_probs = forbid_special_tokens(context.feed(token[:, None]))  # (N, V)
     return [Generation(row, lp) for row, lp in zip(tokens, log_probs, strict=True)]
