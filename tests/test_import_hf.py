@@ -206,7 +206,11 @@ def cut_at_eos(tokens: list[int], eos_ids: tuple[int, ...]) -> list[int]:
 @pytest.mark.parametrize(
     ("family", "changes", "message"),
     [
-        ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_type 'dynamic'"),
+        (
+            "llama",
+            {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}},
+            "rope_type 'dynamic'",
+        ),
         ("llama", {"attention_bias": True}, "attention_bias=True with mlp_bias=False"),
         ("gpt2", {"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
     ],
