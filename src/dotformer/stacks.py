@@ -15,7 +15,8 @@ from typing import NamedTuple, Protocol
 
 from torch import Tensor, nn
 
-from dotformer.layers import PADDED, DecoderLayer, EncoderLayer, LayerKeyValues, LayerSizes, PassMode
+from dotformer.layers import PADDED, DecoderLayer, EncoderLayer, LayerKeyValues, LayerSizes, PassMode, make_norm
+from dotformer.positional import Rotary, RotarySettings
 
 
 class StackKeyValues(Protocol):
@@ -43,13 +44,32 @@ class DecoderOutput(NamedTuple):
     cross_weights: tuple[Tensor, ...] | None
 
 
+def final_norm(sizes: LayerSizes) -> nn.Module | None:
+    """A pre-LN stack's last norm (LayerNorm or RMSNorm, ``sizes.norm``); None for post-LN."""
+    if not sizes.norm_first:
+        return None
+    return make_norm(sizes.d_model, sizes.norm, sizes.layer_norm_eps, sizes.norm_unit_offset)
+
+
+def layer_rotaries(per_layer: list[LayerSizes]) -> list[Rotary | None]:
+    """One :class:`~dotformer.positional.Rotary` per distinct setting (global, sliding), shared by the layers that
+    use it (its table is a buffer, never a parameter); None for layers without RoPE."""
+    shared: dict[RotarySettings, Rotary] = {}
+    for sizes in per_layer:
+        if sizes.rotary is not None and sizes.rotary not in shared:
+            shared[sizes.rotary] = Rotary(sizes.rotary)
+    return [shared[sizes.rotary] if sizes.rotary is not None else None for sizes in per_layer]
+
+
 class Encoder(nn.Module):
     """N encoder layers; pre-LN stacks end with a LayerNorm (post-LN layers already end with one)."""
 
     def __init__(self, sizes: LayerSizes, num_layers: int) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(sizes) for _ in range(num_layers))
-        self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
+        per_layer = [sizes.for_layer(i) for i in range(num_layers)]
+        rotaries = layer_rotaries(per_layer)
+        self.layers = nn.ModuleList(EncoderLayer(s, r) for s, r in zip(per_layer, rotaries, strict=True))
+        self.final_norm = final_norm(sizes)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, mode: PassMode = PADDED) -> EncoderOutput:
         """x: (B, S, D) embedded source (or (N_S, D) packed with ``mode.packing``); mask: bool broadcastable to
@@ -68,8 +88,12 @@ class Decoder(nn.Module):
 
     def __init__(self, sizes: LayerSizes, num_layers: int, cross_attention: bool = True) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(sizes, cross_attention) for _ in range(num_layers))
-        self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
+        per_layer = [sizes.for_layer(i) for i in range(num_layers)]
+        rotaries = layer_rotaries(per_layer)
+        self.layers = nn.ModuleList(
+            DecoderLayer(s, cross_attention, r) for s, r in zip(per_layer, rotaries, strict=True)
+        )
+        self.final_norm = final_norm(sizes)
 
     def forward(
         self,
