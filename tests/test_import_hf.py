@@ -161,10 +161,10 @@ def test_logits_and_greedy_tokens_equal_transformers(family: str, tmp_path: Path
     hf_model = save_family(family, tmp_path / "hf")
     loaded = import_dir(tmp_path / "hf", tmp_path / "ckpt")
     model, rules = loaded.model.eval(), text_rules(loaded.info)
-    rows = [prompt_ids(loaded, text) for text in PROMPTS]  # dotformer's ids: the released ids + 4
-    theirs = [[i - 4 for i in row] for row in rows]
-    assert all(min(row) >= 0 for row in theirs)
     specials, (pad, bos, eos), _ = FAMILIES[family]
+    rows = [prompt_ids(loaded, text) for text in PROMPTS]  # dotformer's ids: BOS (1, a copy of bos), the released + 4
+    theirs = [[bos if i == 1 else i - 4 for i in row] for row in rows]
+    assert all(min(row) >= 0 for row in theirs)
     assert rules.add_bos == (family in ("llama", "llama3", "mistral", "gemma2", "gemma3_text"))
     assert [r[0] for r in theirs] == ([bos] * 2 if rules.add_bos else [r[0] for r in theirs])
     eos_ids = eos if isinstance(eos, list) else [eos]
