@@ -217,7 +217,8 @@ def fused_attention(
         ShapeError: the shapes do not fit, or both ``mask`` and ``is_causal`` are given.
     """
     groups = key_groups(query, key)
-    check_attention_shapes(query, key if groups == 1 else repeat_heads(key[..., :0, :], groups), value, mask)
+    # grouped heads: check the shapes as if each key/value head were repeated (a shape on the meta device, no data)
+    check_attention_shapes(query, key if groups == 1 else key.to("meta").repeat_interleave(groups, -3), value, mask)
     if is_causal and mask is not None:
         raise ShapeError("pass an explicit mask or is_causal=True, not both (combine them with masks.causal_mask)")
     if not keys_hidden:

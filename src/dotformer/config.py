@@ -240,6 +240,15 @@ class ModelConfig:
         ]
         return extra + changed
 
+    def check_2017_block(self, what: str) -> None:
+        """Raise :class:`ConfigError` naming the first modern switch (:meth:`modern_switches`) set in this config:
+        ``what`` (an exporter) writes the 2017 block only."""
+        switches = self.modern_switches()
+        if switches:
+            raise ConfigError(
+                f"ModelConfig.{switches[0]}: {what} writes the 2017 block only (this switch is off there)"
+            )
+
     def _check_head(self) -> None:
         """A classifier head (sequence, token) sits on an encoder-only model and has at least 2 labels; the
         generator has none.

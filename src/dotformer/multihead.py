@@ -272,12 +272,13 @@ class MultiHeadAttention(nn.Module):
         window = self.sliding_window if self.sliding_window is not None and self.sliding_window < S else None
         if is_causal and T == 1 and window is None:
             is_causal = False  # one query, aligned to the last key, may see every key: nothing to mask
-        if is_causal and (need_weights or mask is not None or T != S or window is not None):
+        reference = need_weights or self.softcap is not None  # the fused kernel has no soft cap
+        if is_causal and (reference or mask is not None or T != S or window is not None):
             # The fused kernel's is_causal flag is top-left aligned; spell the mask out when it is not enough.
             mask = combine_masks(mask, causal_mask(T, S, device=q.device, sliding_window=window))  # (.., T, S)
             is_causal = False
         dropout_p = self.dropout if self.training else 0.0
-        if need_weights or self.softcap is not None:  # the fused kernel has no soft cap
+        if reference:
             groups = self.num_heads // self.num_kv_heads
             k, v = repeat_heads(k, groups), repeat_heads(v, groups)  # (B, H, S, Dh)
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, self.scale, self.softcap)

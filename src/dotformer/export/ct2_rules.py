@@ -37,6 +37,8 @@ def model_problem(config: ModelConfig) -> str | None:
         return f"ModelConfig.head={config.head!r}: CTranslate2 runs a model whose head is the generator (its logits)"
     if config.embedding_norm:
         return "ModelConfig.embedding_norm=True: the CTranslate2 export does not carry embedding LayerNorms"
+    if config.modern_switches():
+        return f"ModelConfig.{config.modern_switches()[0]}: the CTranslate2 export writes the 2017 block only"
     if config.activation not in CT2_ACTIVATIONS:
         return (
             f"ModelConfig.activation={config.activation!r}: CTranslate2's Transformer has "
