@@ -79,7 +79,7 @@ def write_gguf(hf_model: Any, path: Path, tokenizer_tokens: list[str]) -> dict[s
         else:
             _, _, i, *rest = name.split(".")
             gguf_name = f"blk.{i}.{LAYER['.'.join(rest[:-1])]}.weight"
-        heads = {"attn_q": c.num_attention_heads, "attn_k": c.num_key_value_heads}.get(gguf_name.split(".")[2], 0)
+        heads = {"attn_q": c.num_attention_heads, "attn_k": c.num_key_value_heads}.get(gguf_name.split(".")[-2], 0)
         stored = llama_cpp_permute(weight, heads) if heads else weight
         if weight.ndim == 1 or gguf_name.startswith(("token_embd", "output")):
             writer.add_tensor(gguf_name, stored)
