@@ -258,3 +258,39 @@ def test_import_then_generate_from_the_command_line(tmp_path: Path, cli: Cli) ->
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout == prompt + tokenizer.decode(new, skip_special_tokens=True) + "\n"
+
+
+@pytest.mark.numerical
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_evaluate_lm_scores_the_text_as_transformers_reads_it(family: str, tmp_path: Path, cli: Cli) -> None:
+    """dotformer evaluate --task lm on an imported model: the text as its tokenizer encodes it (line breaks
+    included), BOS first for Llama and not for GPT-2, no EOS added; its nats per token are transformers' mean
+    next-token cross-entropy on the same ids (each within 2 logit tolerances: a log-sum-exp and a target logit)."""
+    import torch.nn.functional as F
+    from tokenizers import Tokenizer
+
+    from dotformer.checkpoint import load_checkpoint
+
+    hf_model = save_family(family, tmp_path / "hf")
+    import_dir(tmp_path / "hf", tmp_path / "ckpt")
+    text = "the cat sat on the mat\n\na bird sings at night while we read\n"
+    (tmp_path / "text.txt").write_text(text, encoding="utf-8")
+    result = cli(
+        "evaluate", "--checkpoint", str(tmp_path / "ckpt"), "--data", str(tmp_path / "text.txt"),
+        "--json", str(tmp_path / "score.json"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    score = json.loads((tmp_path / "score.json").read_text())
+
+    tokenizer = Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    _, (_, bos, _), _ = FAMILIES[family]
+    add_bos = family == "llama"
+    ids = [bos] * add_bos + tokenizer.encode(text, add_special_tokens=False).ids
+    with torch.no_grad():
+        logits = hf_model(torch.tensor([ids])).logits[0]  # (T, V)
+    nll = F.cross_entropy(logits[:-1].double(), torch.tensor(ids[1:]), reduction="sum").item()
+    unscored = 0 if add_bos else len(tokenizer.decode(ids[:1]))  # the first token has no context
+    assert score["tokens"] == len(ids) - 1
+    assert score["characters"] == len(text) - unscored
+    tolerance = 2 * logits_tolerance(load_checkpoint(tmp_path / "ckpt").config, logits[None])
+    assert abs(score["nats_per_token"] - nll / (len(ids) - 1)) <= tolerance

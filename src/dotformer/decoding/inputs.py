@@ -21,6 +21,7 @@ from dotformer.errors import ConfigError, ShapeError
 
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
+    from dotformer.data.blocks import TokenStream
     from dotformer.data.tokenizers import Tokenizer
     from dotformer.decoding.config import DecodeConfig
 
@@ -379,6 +380,31 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str, rules: TextRules = LINES) -
             ids.append(EOS_ID)
         ids.extend(tokenizer.encode(line))
     return ids
+
+
+def encode_document(tokenizer: Tokenizer, lines: Sequence[str], rules: TextRules, block_size: int) -> TokenStream:
+    """The :class:`~dotformer.data.blocks.TokenStream` an imported model scores (``evaluate --task lm``): the text as
+    its file holds it (every line ending in ``\\n``), encoded at once by the model's tokenizer, after BOS when the
+    family adds it (``rules.add_bos``); no EOS is added. Its characters count each line end as one, as
+    :func:`~dotformer.data.blocks.encode_text` counts them for dotformer's own models.
+
+    Shape:
+        the stream's ids: (N,) int64, N = ``add_bos`` + the text's tokens.
+
+    Raises:
+        ConfigError: ``block_size`` < 1, or ``rules`` are dotformer's line stream (use ``encode_text``).
+    """
+    import numpy as np
+
+    from dotformer.data.blocks import TokenStream
+
+    if rules.lines:
+        raise ConfigError("encode_document reads an imported model's text; a line stream is encode_text's")
+    if block_size < 1:
+        raise ConfigError(f"block_size must be a positive number of tokens, got {block_size}")
+    text = "".join(line + "\n" for line in lines)
+    ids = np.asarray([BOS_ID] * rules.add_bos + tokenizer.encode(text), dtype=np.int64)  # (N,)
+    return TokenStream(ids, block_size, len(text))
 
 
 def generated_text(tokenizer: Tokenizer, ids: Sequence[int], rules: TextRules = LINES) -> str:
