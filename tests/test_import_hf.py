@@ -294,3 +294,43 @@ def test_evaluate_lm_scores_the_text_as_transformers_reads_it(family: str, tmp_p
     assert score["characters"] == len(text) - unscored
     tolerance = 2 * logits_tolerance(load_checkpoint(tmp_path / "ckpt").config, logits[None])
     assert abs(score["nats_per_token"] - nll / (len(ids) - 1)) <= tolerance
+
+
+@pytest.mark.numerical
+@pytest.mark.parametrize("family", ["llama", "llama3"])
+def test_beam_search_ends_at_the_models_eos_ids_as_transformers_does(family: str, tmp_path: Path) -> None:
+    """Beam search on an imported model ends its hypotheses at the model's EOS ids (Llama 3: either of two), not
+    only at dotformer's: with α = 0, beams of 1 and 4 give transformers' beam search tokens, cached or not. The
+    last EOS's output row is made a slightly larger copy of a token the model often produces, so that the text ends
+    well within the limit."""
+    from tokenizers import Tokenizer
+
+    from dotformer.decoding.config import generation_config
+    from dotformer.decoding.generate import generate
+    from dotformer.decoding.inputs import text_rules
+
+    hf_model = save_family(family, tmp_path / "hf")
+    _, (_, bos, eos), _ = FAMILIES[family]
+    eos_ids = eos if isinstance(eos, list) else [eos]
+    tokenizer = Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    prompt = torch.tensor([[bos, *tokenizer.encode(PROMPTS[0], add_special_tokens=False).ids]])
+    settings: dict[str, Any] = dict(max_new_tokens=STEPS, do_sample=False, eos_token_id=eos_ids)
+    settings["pad_token_id"] = eos_ids[0]
+    with torch.no_grad():
+        greedy = hf_model.generate(prompt, **settings)[0, prompt.size(1) :].tolist()
+        frequent = max(set(greedy), key=greedy.count)
+        hf_model.lm_head.weight[eos_ids[-1]] = 1.02 * hf_model.lm_head.weight[frequent]
+    hf_model.save_pretrained(tmp_path / "hf")
+    loaded = import_dir(tmp_path / "hf", tmp_path / "ckpt")
+    rules = text_rules(loaded.info)
+    row = prompt_ids(loaded, PROMPTS[0])
+    for K in (1, 4):
+        with torch.no_grad():
+            beams = {"num_beams": K, "length_penalty": 0.0} if K > 1 else {}
+            theirs = hf_model.generate(prompt, **settings, **beams)[0, prompt.size(1) :].tolist()
+        assert theirs[-1] in eos_ids and len(theirs) < STEPS, (K, theirs)
+        for use_cache in (True, False):
+            config = generation_config(STEPS, "beam", 1, beam_size=K, use_cache=use_cache)
+            (ours,) = generate(loaded.model, row, config, stop_ids=rules.eos_ids)
+            assert [t - 4 for t in ours.tokens] == theirs[:-1], (K, use_cache)  # a finished beam: its EOS dropped
+            assert len(ours.log_probs) == len(theirs)  # ... and its log-probability kept
