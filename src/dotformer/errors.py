@@ -69,6 +69,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "datasets": ("datasets",),
     "serve": ("aiohttp",),
     "ct2": ("ctranslate2",),
+    "gguf": ("gguf",),
 }
 
 

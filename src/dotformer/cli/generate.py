@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
 def refuse_translation_model(checkpoint: Any) -> list[str]:
     """Refuse a checkpoint that is not a language model before it is converted or loaded (the ``refuse`` of
-    :func:`~dotformer.cli.decode_flags.load_translator`).
+    :func:`~dotformer.cli.decode_flags.load_translator`); an imported model runs on the torch engine.
 
     Raises:
         ConfigError: an encoder-decoder (or encoder-only) checkpoint, naming ``translate``.
@@ -134,6 +134,8 @@ def refuse_translation_model(checkpoint: Any) -> list[str]:
             f"{checkpoint.path} is an {arch} model: generate continues text with a language model (dotformer train "
             f"--task lm); translate it with dotformer translate"
         )
+    if isinstance(checkpoint.info.get("text_rules"), dict):  # CTranslate2's export has no modern block nor its rules
+        return ["an imported model (its BOS/EOS rules)"]
     return []
 
 

@@ -74,7 +74,12 @@ class CT2Generate:
         return f"CT2Generate({str(self.model_dir)!r}, {self.options['compute_type']}, {self.device})"
 
     def generate(
-        self, prompt: Sequence[int], config: DecodeConfig, window: int, on_token: TokenCallback | None = None
+        self,
+        prompt: Sequence[int],
+        config: DecodeConfig,
+        window: int,
+        on_token: TokenCallback | None = None,
+        stop_ids: Sequence[int] = (),
     ) -> list[list[int]]:
         """The new ids of each continuation of ``prompt`` (ids, EOS = a line end; empty: a new line).
 
@@ -88,10 +93,12 @@ class CT2Generate:
             ``max_new_tokens``).
 
         Raises:
-            EngineOptionError: ``use_cache=False``, a prompt and ``max_new_tokens`` beyond ``window``, or a prompt
-                longer than the model's ``sliding_window``.
+            EngineOptionError: ``use_cache=False``, ``stop_ids`` (an imported model's EOS: the torch engine's), a
+                prompt and ``max_new_tokens`` beyond ``window``, or a prompt longer than the model's ``sliding_window``.
         """
         new = config.max_len_b
+        if stop_ids:
+            raise EngineOptionError("an imported model's EOS rules run on the torch engine only")
         if not config.use_cache:
             raise EngineOptionError("use_cache=False runs on the torch engine only (CTranslate2 always caches)")
         tokens = [self.vocab[t] for t in (list(prompt) or [EOS_ID])]

@@ -125,13 +125,15 @@ class LanguageModelTask(Task):
     def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
         """Perplexity, nats and bits per token and bits per character of a text file or the run's held-out text
         (its first ``limit`` lines), read as one stream and scored block by block with the training block size
-        (:func:`dotformer.training.scoring.score_text`).
+        (:func:`dotformer.training.scoring.score_text`); an imported model reads the text as its own tokenizer does,
+        BOS first when its family adds one (the checkpoint's text rules).
 
         Raises:
             ConfigError: a ``limit`` below 1. CheckpointError: no run directory and no ``data``. DataError /
                 MissingDataError: an unreadable or empty text.
         """
         from dotformer.data.text import read_text_corpus
+        from dotformer.decoding.inputs import text_rules
         from dotformer.training.progress import count
         from dotformer.training.scoring import score_text
 
@@ -153,7 +155,8 @@ class LanguageModelTask(Task):
             shown = count(len(lines), "line")
         block = loaded.context_window
         batch_tokens = request.batch_size * block  # B blocks a batch
-        score = score_text(loaded.model, lines, loaded.tgt_tokenizer, block, batch_tokens)
+        rules = text_rules(loaded.info)  # an imported model reads the text as its tokenizer does, BOS first
+        score = score_text(loaded.model, lines, loaded.tgt_tokenizer, block, batch_tokens, rules)
         description = f"({shown}, {score.tokens:,} tokens scored), task lm, blocks of {block} tokens"
         table = (
             f"perplexity {score.perplexity:.3f}  nats/token {score.nats_per_token:.4f}  bits/token "
