@@ -53,6 +53,20 @@ def gemma_layer_types(hf: dict[str, Any], N: int, where: str) -> list[str]:
     return layer_types(hf, N, where, ["sliding" if (i + 1) % pattern else "full" for i in range(N)])
 
 
+def local_rope(hf: dict[str, Any], where: str) -> dict[str, Any]:
+    """Gemma 3's sliding layers' RoPE base (``rope_parameters["sliding_attention"]``, else ``rope_local_base_freq``).
+
+    Raises:
+        ConfigError: a scaled RoPE on the sliding layers (dotformer's local layers are unscaled).
+    """
+    if isinstance(hf.get("rope_parameters"), dict) and "sliding_attention" in hf["rope_parameters"]:
+        local_fields = rope_fields(rope_parameters(hf, "sliding_attention"), where)
+        if set(local_fields) != {"rope_theta"}:
+            raise ConfigError(f"{where}: a scaled RoPE on the sliding layers is not supported")
+        return {"rope_local_theta": local_fields["rope_theta"]}
+    return {"rope_local_theta": float(hf.get("rope_local_base_freq", 10000.0))}
+
+
 def gemma_config(hf: dict[str, Any], where: str) -> ModelConfig:
     """The dotformer config of a Gemma 2 or Gemma 3 text ``config.json``.
 
@@ -68,16 +82,7 @@ def gemma_config(hf: dict[str, Any], where: str) -> ModelConfig:
     head_dim = int(hf.get("head_dim") or D // H)
     types = gemma_layer_types(hf, N, where)
     global_rope = rope_fields(rope_parameters(hf, "full_attention"), where)
-    local: dict[str, Any] = {}
-    if family == "gemma3_text":
-        local_params = rope_parameters(hf, "sliding_attention")
-        if isinstance(hf.get("rope_parameters"), dict) and "sliding_attention" in hf["rope_parameters"]:
-            local_fields = rope_fields(local_params, where)
-            if set(local_fields) != {"rope_theta"}:
-                raise ConfigError(f"{where}: a scaled RoPE on the sliding layers is not supported")
-            local = {"rope_local_theta": local_fields["rope_theta"]}
-        else:
-            local = {"rope_local_theta": float(hf.get("rope_local_base_freq", 10000.0))}
+    local = local_rope(hf, where) if family == "gemma3_text" else {}
     caps = {"attention_softcap": hf.get("attn_logit_softcapping"), "logit_softcap": hf.get("final_logit_softcapping")}
     return lm_config(
         vocab_size=int(hf["vocab_size"]),

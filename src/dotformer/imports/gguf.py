@@ -86,6 +86,31 @@ def unpermute(weight: Tensor, heads: int) -> Tensor:
     return weight.reshape(heads, Dh // 2, 2, D).transpose(1, 2).reshape(rows, D)  # (H, Dh/2, 2, D) -> (H·Dh, D)
 
 
+def gguf_options(meta: dict[str, Any], arch: str, where: Path) -> dict[str, Any]:
+    """The optional ``config.json`` fields of a GGUF file's metadata: RoPE scaling, sliding window, special ids.
+
+    Raises:
+        ConfigError: a rope scaling other than linear.
+    """
+    options: dict[str, Any] = {}
+    scaling = meta.get(f"{arch}.rope.scaling.type", "none")
+    if scaling == "linear":
+        options["rope_scaling"] = {"rope_type": "linear", "factor": float(meta.get(f"{arch}.rope.scaling.factor", 1.0))}
+    elif scaling not in ("none", None):
+        raise ConfigError(f"{where}: rope scaling {scaling!r} in GGUF is not supported (linear is)")
+    window = meta.get(f"{arch}.attention.sliding_window")
+    if window:
+        options["sliding_window"] = int(window)
+        if arch != "llama":
+            options["use_sliding_window"], options["max_window_layers"] = True, 0
+    for ours, theirs in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id")):
+        if f"tokenizer.ggml.{theirs}" in meta:
+            options[ours] = int(meta[f"tokenizer.ggml.{theirs}"])
+    if "tokenizer.ggml.padding_token_id" in meta:
+        options["pad_token_id"] = int(meta["tokenizer.ggml.padding_token_id"])
+    return options
+
+
 def hf_config(meta: dict[str, Any], tensors: dict[str, Tensor], where: Path) -> dict[str, Any]:
     """The HF ``config.json`` fields of a GGUF file's metadata.
 
@@ -120,21 +145,7 @@ def hf_config(meta: dict[str, Any], tensors: dict[str, Tensor], where: Path) -> 
         "rope_theta": float(key("rope.freq_base", 10000.0)),
         "attention_bias": False,
     }
-    scaling = key("rope.scaling.type", "none")
-    if scaling == "linear":
-        config["rope_scaling"] = {"rope_type": "linear", "factor": float(key("rope.scaling.factor", 1.0))}
-    elif scaling not in ("none", None):
-        raise ConfigError(f"{where}: rope scaling {scaling!r} in GGUF is not supported (linear is)")
-    window = key("attention.sliding_window")
-    if window:
-        config["sliding_window"] = int(window)
-        if arch != "llama":
-            config["use_sliding_window"], config["max_window_layers"] = True, 0
-    for ours, theirs in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id")):
-        if f"tokenizer.ggml.{theirs}" in meta:
-            config[ours] = int(meta[f"tokenizer.ggml.{theirs}"])
-    if "tokenizer.ggml.padding_token_id" in meta:
-        config["pad_token_id"] = int(meta["tokenizer.ggml.padding_token_id"])
+    config.update(gguf_options(meta, arch, where))
     return config
 
 

@@ -77,6 +77,35 @@ def gated_activation(hf: Mapping[str, Any], where: str, key: str = "hidden_act")
     return GATED_ACTIVATIONS[activation]
 
 
+def family_biases(hf: dict[str, Any], where: str) -> dict[str, Any]:
+    """The bias fields: Qwen2's on W_q, W_k, W_v only; else all or none (``attention_bias``, ``mlp_bias``).
+
+    Raises:
+        ConfigError: attention biases without MLP biases, or the reverse.
+    """
+    attention_bias, mlp_bias = bool(hf.get("attention_bias", False)), bool(hf.get("mlp_bias", False))
+    if hf["model_type"] == "qwen2":
+        return {"bias": False, "qkv_bias": True}
+    if attention_bias != mlp_bias:
+        raise ConfigError(
+            f"{where}: attention_bias={attention_bias} with mlp_bias={mlp_bias} is not supported (both or neither)"
+        )
+    return {"bias": attention_bias}
+
+
+def family_layer_types(hf: dict[str, Any], N: int, where: str) -> list[str]:
+    """Each layer's attention, "sliding" or "full": Mistral's window on every layer; Qwen's from
+    ``max_window_layers`` on when ``use_sliding_window``; Llama's full (``layer_types`` wins where given)."""
+    family, window = hf["model_type"], hf.get("sliding_window")
+    if family == "mistral":
+        return layer_types(hf, N, where, ["sliding" if window else "full"] * N)
+    if family in ("qwen2", "qwen3"):
+        slides = hf.get("use_sliding_window", False) and window
+        first = int(hf.get("max_window_layers", N))
+        return layer_types(hf, N, where, ["sliding" if slides and i >= first else "full" for i in range(N)])
+    return layer_types(hf, N, where)
+
+
 def llama_config(hf: dict[str, Any], where: str) -> ModelConfig:
     """The dotformer config of a Llama, Mistral, Qwen2 or Qwen3 ``config.json``.
 
@@ -85,24 +114,8 @@ def llama_config(hf: dict[str, Any], where: str) -> ModelConfig:
     """
     family = hf["model_type"]
     D, H, N = int(hf["hidden_size"]), int(hf["num_attention_heads"]), int(hf["num_hidden_layers"])
-    attention_bias, mlp_bias = bool(hf.get("attention_bias", False)), bool(hf.get("mlp_bias", False))
-    if family == "qwen2":
-        biases: dict[str, Any] = {"bias": False, "qkv_bias": True}
-    elif attention_bias == mlp_bias:
-        biases = {"bias": attention_bias}
-    else:
-        raise ConfigError(
-            f"{where}: attention_bias={attention_bias} with mlp_bias={mlp_bias} is not supported (both or neither)"
-        )
     window = hf.get("sliding_window")
-    if family == "mistral":
-        types = layer_types(hf, N, where, ["sliding" if window else "full"] * N)
-    elif family in ("qwen2", "qwen3"):
-        slides = hf.get("use_sliding_window", False) and window
-        first = int(hf.get("max_window_layers", N))
-        types = layer_types(hf, N, where, ["sliding" if slides and i >= first else "full" for i in range(N)])
-    else:
-        types = layer_types(hf, N, where)
+    types = family_layer_types(hf, N, where)
     head_dim = hf.get("head_dim") or D // H
     return lm_config(
         vocab_size=int(hf["vocab_size"]),
@@ -124,5 +137,5 @@ def llama_config(hf: dict[str, Any], where: str) -> ModelConfig:
         rope_fraction=float(hf.get("partial_rotary_factor", 1.0)),
         **rope_fields(rope_parameters(hf), where),
         **window_fields(types, window, where),
-        **biases,
+        **family_biases(hf, where),
     )
