@@ -298,12 +298,12 @@ def test_a_large_request_lets_a_small_one_through(translator: Any) -> None:
         files, max_input_length = translator.files, translator.max_input_length
         tgt_tokenizer = translator.tgt_tokenizer
 
-        def translate(self, texts: list[str], **options: Any) -> Any:
+        def translate(self, texts: list[str], request: Any) -> Any:
             calls.append(len(texts))
             if len(calls) == 1:
                 first_running.set()
                 release.wait(TIMEOUT_S)
-            return translator.translate(texts, **options)
+            return translator.translate(texts, request)
 
     async def main() -> None:
         turns = ModelTurns()
@@ -371,10 +371,10 @@ def test_stopping_answers_the_request_being_decoded_and_drops_the_slow_ones(tran
         files, max_input_length = translator.files, translator.max_input_length
         tgt_tokenizer, path, task = translator.tgt_tokenizer, translator.path, translator.task
 
-        def translate(self, texts: list[str], **options: Any) -> Any:
+        def translate(self, texts: list[str], request: Any) -> Any:
             decoding.set()
             release.wait(TIMEOUT_S)
-            return translator.translate(texts, **options)
+            return translator.translate(texts, request)
 
     server = TranslationServer(Held(), port=0, header_timeout=600.0, body_timeout=600.0).start()  # type: ignore[arg-type]
     address = server.server_address

@@ -16,6 +16,7 @@ import functools
 import json
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,7 +27,8 @@ from dotformer.decoding.options import (
     DECODE_OPTIONS,
     OPTION_NAMES,
     DecodeOption,
-    decode_config,
+    DecodeRequest,
+    decode_request,
     only_apply,
     with_surface_names,
 )
@@ -52,8 +54,9 @@ def _positive_int(request: dict[str, Any], name: str, default: int, largest: int
     return value
 
 
-def parse_request(request: Any) -> tuple[list[str], dict[str, Any]]:
-    """Check a decoded JSON request; return its texts and the keyword arguments of ``Translator.translate``.
+def parse_request(request: Any) -> tuple[list[str], DecodeRequest]:
+    """Check a decoded JSON request; return its texts and its :class:`~dotformer.decoding.options.DecodeRequest`
+    (details wanted, no progress bar).
 
     Raises:
         RequestError: not an object, unknown fields, ``texts`` missing, empty, too many or too long, not strings,
@@ -90,10 +93,10 @@ def parse_request(request: Any) -> tuple[list[str], dict[str, Any]]:
             raise RequestError(f'"{name}" must be at most {MAX_LEN_B}, got {options[name]}')
     options["prefix"] = _prefixes(request, len(texts))
     try:
-        decode_config(options, _json_misplaced)
+        decoding = decode_request(options, _json_misplaced)
     except ConfigError as exc:
         raise RequestError(str(exc).replace("DecodeConfig.", "")) from None
-    return texts, {name: value for name, value in options.items() if value is not None}
+    return texts, replace(decoding, details=True, progress=False)
 
 
 def _typed(request: dict[str, Any], option: DecodeOption) -> Any:
@@ -168,14 +171,14 @@ def chunk_by_work(work: list[int], chunk_work: int) -> list[range]:
     return chunks
 
 
-def _translate_chunk(translator: Translator, texts: list[str], options: dict[str, Any], chunk: range) -> list[Any]:
+def _translate_chunk(translator: Translator, texts: list[str], request: DecodeRequest, chunk: range) -> list[Any]:
     """``Translator.translate`` on the texts of one chunk (their prefixes too), its warnings silenced: unknown symbols
     are reported per text in the reply."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prefix = options.get("prefix")
-        chunk_options = {**options, "prefix": None if prefix is None else [prefix[i] for i in chunk]}
-        return translator.translate([texts[i] for i in chunk], details=True, **chunk_options)
+        prefix = request.prefix
+        chunk_request = replace(request, prefix=None if prefix is None else tuple(prefix[i] for i in chunk))
+        return translator.translate([texts[i] for i in chunk], chunk_request)
 
 
 async def _here(fn: Callable[..., T], *args: Any) -> T:
@@ -205,9 +208,10 @@ async def translate_request(
     """
     from dotformer.decoding.inputs import encode_sources, unknown_prefix_symbols
 
-    texts, options = parse_request(request)
+    texts, decoding = parse_request(request)
     encoded = encode_sources(translator.files, texts, translator.max_input_length)  # cheap: not a turn
-    width = options.get("beam", 4) if options["strategy"] == "beam" else options["n_best"]
+    config = decoding.config
+    width = config.beam_size if config.strategy == "beam" else config.n_best
     work = [len(ids) * width for ids in encoded.ids]
     if sum(work) > max_work:
         raise RequestError(
@@ -218,8 +222,8 @@ async def translate_request(
     run = turns.run if turns is not None else _here
     results = []
     for chunk in chunk_by_work(work, chunk_work):  # the next chunk queues behind those that arrived meanwhile
-        results += await run(_translate_chunk, translator, texts, options, chunk)
-    prefixes = options.get("prefix") or [None] * len(results)
+        results += await run(_translate_chunk, translator, texts, decoding, chunk)
+    prefixes = decoding.prefix or [None] * len(results)
     translations = []
     for result, prefix in zip(results, prefixes, strict=True):
         best = result.hypotheses[0]
@@ -232,7 +236,7 @@ async def translate_request(
         }
         if best.alignment is not None:
             item["alignment"] = [list(pair) for pair in best.alignment]
-        if options["n_best"] > 1:
+        if config.n_best > 1:
             item["hypotheses"] = [hypothesis_json(h) for h in result.hypotheses]
         translations.append(item)
     return {"translations": translations}
