@@ -21,6 +21,7 @@ from conftest import CLI_TIMEOUT_S, Cli
 from dotformer import ModelConfig, Transformer
 from dotformer.checkpoint import save_checkpoint
 from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.engines.choice import ctranslate2_installed as ct2_installed
 
 TIMEOUT_S = CLI_TIMEOUT_S  # every wait is bounded, by a limit only a hung server reaches
 
@@ -206,3 +207,77 @@ def test_cli_serve_refuses_a_bad_port(checkpoint_dir: Path, cli: Cli) -> None:
     result = cli("serve", "--checkpoint", str(checkpoint_dir), "--port", "70000")
     assert result.returncode == 2
     assert result.stderr.strip() == "dotformer serve: error: --port must be in 0..65535, got 70000"
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory: pytest.TempPathFactory, checkpoint_dir: Path) -> dict[str, Path]:
+    """A checkpoint of each kind a server may be given: translation (``checkpoint_dir``), language model, classifier."""
+    root = tmp_path_factory.mktemp("kinds")
+    symbols = train_tokenizer("symbol", ["a1 a2 a3 a4 a5 a6 a7 a8 a9"])
+    size = symbols.vocab_size
+    torch.manual_seed(3)
+    small = dict(d_model=16, num_heads=2, d_ff=32, dropout=0.0, max_len=32)
+    lm = ModelConfig(arch="decoder-only", src_vocab_size=size, tgt_vocab_size=size, num_encoder_layers=0,
+                     num_decoder_layers=2, **small)  # fmt: skip
+    save_checkpoint(root / "lm", Transformer(lm).eval(), symbols, symbols, {"task": "lm"})
+    classifier = ModelConfig(arch="encoder-only", src_vocab_size=size, tgt_vocab_size=size, num_encoder_layers=2,
+                             num_decoder_layers=0, head="sequence", num_labels=2, **small)  # fmt: skip
+    info = {"task": "classify", "labels": ["no", "yes"]}
+    save_checkpoint(root / "classifier", Transformer(classifier).eval(), symbols, symbols, info)
+    return {"translation": checkpoint_dir, "lm": root / "lm", "classifier": root / "classifier"}
+
+
+ROUTES = {"translation": "POST /api/translate", "lm": "POST /api/generate", "classifier": "POST /api/classify"}
+BODIES = {
+    "POST /api/translate": {"texts": ["a1 a2"]},
+    "POST /api/generate": {"prompt": "a1", "max_new_tokens": 2},
+    "POST /api/classify": {"texts": ["a1 a2"]},
+}
+ENGINES = ["torch", pytest.param("ctranslate2", marks=pytest.mark.skipif(not ct2_installed(), reason="no ctranslate2"))]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("kind", ["translation", "lm", "classifier"])
+def test_a_route_the_model_cannot_serve_is_a_400_naming_the_right_one(
+    kinds: dict[str, Path], kind: str, engine: str
+) -> None:
+    """A language model's /api/translate, a classifier's /api/translate or /api/generate, a translation model's
+    /api/classify: 400, one line naming the route that serves the model, on each engine (the converted language
+    model on CTranslate2 once answered 500); the model's own route answers 200."""
+    import dotformer
+    from dotformer.api.serve import TranslationServer
+
+    if engine == "ctranslate2" and kind == "classifier":
+        pytest.skip("CTranslate2 runs no classifier (auto serves it on torch)")
+    translator = dotformer.load(kinds[kind], device="cpu", engine=engine)
+    with TranslationServer(translator, port=0) as server:
+        root = server.url.rsplit("/api/", 1)[0]
+        for route, body in BODIES.items():
+            status, reply = post(root + route.split()[1], body)
+            if route == ROUTES[kind]:
+                assert status == 200, reply
+                continue
+            assert status == 400, (route, reply)
+            assert reply["error"].endswith(f"send {ROUTES[kind]}"), reply
+            assert route.split()[1] in reply["error"] and "\n" not in reply["error"]
+            assert "alignment layer" not in reply["error"]
+
+
+def test_a_failure_logs_its_traceback(translator: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bug answers 500 in one line, and the command's log gets the traceback (not only "POST ... failed")."""
+    from dotformer.api.serve import TranslationServer
+    from dotformer.cli.log import command_logging
+
+    class Failing:
+        files, max_input_length = translator.files, translator.max_input_length
+        tgt_tokenizer, path, task = translator.tgt_tokenizer, translator.path, translator.task
+
+        def translate(self, texts: list[str], request: Any) -> Any:
+            raise RuntimeError("a bug in the decoder")
+
+    with command_logging("serve"), TranslationServer(Failing(), port=0) as server:  # type: ignore[arg-type]
+        status, reply = post(server.url, {"texts": ["a1"]})
+    assert status == 500 and "RuntimeError" in reply["error"] and "\n" not in reply["error"]
+    err = capsys.readouterr().err
+    assert "POST /api/translate failed" in err
+    assert "Traceback (most recent call last)" in err and "RuntimeError: a bug in the decoder" in err

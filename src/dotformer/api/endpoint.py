@@ -47,6 +47,42 @@ FIELDS = ("texts", *OPTION_NAMES)
 T = TypeVar("T")
 
 
+def model_kind(config: Any) -> tuple[str, str | None]:
+    """What a model of ``config`` is, in words, and the route of :mod:`dotformer.api.serve` that runs it (None: no
+    route does): ``("a language model", "POST /api/generate")``."""
+    if config.head == "sequence":
+        return "a classifier", "POST /api/classify"
+    if config.head == "token":
+        return "a tagger", "POST /api/classify"
+    if config.arch == "decoder-only":
+        return "a language model", "POST /api/generate"
+    if config.arch == "encoder-only":
+        return "a masked language model", None
+    return "a translation model", "POST /api/translate"
+
+
+def require_route(translator: Any, route: str) -> None:
+    """Refuse a request to ``route`` (``"POST /api/translate"``) that the loaded model cannot serve, before anything
+    is decoded, naming the route that serves it, on every engine.
+
+    Raises:
+        RequestError: (400) the model is not one ``route`` runs.
+    """
+    kind, served = model_kind(translator.files.config)
+    if served == route:
+        return
+    path, wanted = route.split()[1], ROUTE_MODELS[route]
+    where = f"send {served}" if served is not None else "no route of dotformer serve runs it (try dotformer embed)"
+    raise RequestError(f"{translator.files.path} is {kind}: {path} serves {wanted}; {where}")
+
+
+ROUTE_MODELS = {
+    "POST /api/translate": "a translation model",
+    "POST /api/generate": "a language model",
+    "POST /api/classify": "a classifier or a tagger",
+}  # what each route runs
+
+
 def _positive_int(request: dict[str, Any], name: str, default: int, largest: int) -> int:
     value = request.get(name, default)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= largest:
@@ -208,6 +244,7 @@ async def translate_request(
     """
     from dotformer.decoding.inputs import encode_sources, unknown_prefix_symbols
 
+    require_route(translator, "POST /api/translate")
     texts, decoding = parse_request(request)
     encoded = encode_sources(translator.files, texts, translator.max_input_length)  # cheap: not a turn
     config = decoding.config
@@ -262,6 +299,7 @@ async def generate_request(translator: Translator, request: Any, turns: ModelTur
         RequestError: not an object, an unknown field, a value of the wrong type or out of range, or a checkpoint
             that is not a language model.
     """
+    require_route(translator, "POST /api/generate")
     if not isinstance(request, dict):
         raise RequestError('the body must be a JSON object: {"prompt": "..."}')
     unknown = sorted(set(request) - set(GENERATE_FIELDS))
@@ -302,8 +340,7 @@ async def classify_request(translator: Translator, request: Any, turns: ModelTur
     """
     from dotformer.api.classifier import classify_texts
 
-    if translator.model.config.head not in ("sequence", "token"):
-        raise RequestError(f"{translator.path} is no classifier: POST /api/translate (or /api/generate) instead")
+    require_route(translator, "POST /api/classify")
     if not isinstance(request, dict):
         raise RequestError('the body must be a JSON object: {"texts": ["..."]}')
     unknown = sorted(set(request) - set(CLASSIFY_FIELDS))

@@ -40,6 +40,7 @@ from dotformer.api.endpoint import (
     classify_request,
     describe_api,
     generate_request,
+    model_kind,
     translate_request,
 )
 from dotformer.api.turns import ModelTurns
@@ -93,8 +94,8 @@ class TranslationServer(LocalServer):
     @property
     def url(self) -> str:
         """The endpoint's address, e.g. http://127.0.0.1:8080/api/translate (/api/generate for a language model)."""
-        route = {"lm": "api/generate", "classify": "api/classify", "tag": "api/classify"}.get(self.translator.task)
-        return super().url + (route or "api/translate")
+        _, route = model_kind(self.translator.files.config)
+        return super().url + (route or "POST /api/translate").split()[1].lstrip("/")
 
     def announcement(self) -> str:
         """``POST http://127.0.0.1:8080/api/translate``."""
