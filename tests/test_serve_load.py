@@ -246,18 +246,6 @@ def test_work_above_the_limit_is_refused(server: Any) -> None:
         assert json.loads(response.read())["limits"]["max_work"] == 400
 
 
-def test_chunks_cover_every_text_once() -> None:
-    from dotformer.api.endpoint import chunk_by_work
-
-    assert chunk_by_work([3, 3, 3, 3], 6) == [range(0, 2), range(2, 4)]
-    assert chunk_by_work([10, 1, 1], 4) == [range(0, 1), range(1, 3)]  # a text above the chunk is a chunk alone
-    assert chunk_by_work([], 4) == []
-    work = [5, 1, 7, 2, 2, 9, 3]
-    chunks = chunk_by_work(work, 8)
-    assert [i for chunk in chunks for i in chunk] == list(range(len(work)))
-    assert all(sum(work[i] for i in chunk) <= 8 or len(chunk) == 1 for chunk in chunks)
-
-
 def test_turns_are_first_come_first_served() -> None:
     """Calls queued while the model's thread is busy run in the order they were made, one at a time."""
     from dotformer.api.turns import ModelTurns
@@ -286,12 +274,14 @@ def test_turns_are_first_come_first_served() -> None:
 
 
 def test_a_large_request_lets_a_small_one_through(translator: Any) -> None:
-    """A request cut into chunks gives up the model between chunks: a small request that asks meanwhile is served
-    before the large one's next chunk (a translator that records its calls, and holds the first until told)."""
+    """A request above the batch budget is split across engine calls: a small request that asks meanwhile rides in
+    the large one's next call, not after its last (a translator that records its calls, and holds the first until
+    told)."""
+    from dotformer.api.batcher import Batcher
     from dotformer.api.endpoint import translate_request
     from dotformer.api.turns import ModelTurns
 
-    calls: list[int] = []
+    calls: list[list[str]] = []
     first_running, release = threading.Event(), threading.Event()
 
     class Recording:
@@ -299,7 +289,7 @@ def test_a_large_request_lets_a_small_one_through(translator: Any) -> None:
         tgt_tokenizer = translator.tgt_tokenizer
 
         def translate(self, texts: list[str], request: Any) -> Any:
-            calls.append(len(texts))
+            calls.append(list(texts))
             if len(calls) == 1:
                 first_running.set()
                 release.wait(TIMEOUT_S)
@@ -307,39 +297,42 @@ def test_a_large_request_lets_a_small_one_through(translator: Any) -> None:
 
     async def main() -> None:
         turns = ModelTurns()
+        batcher = Batcher(turns, max_tokens=8, max_wait_s=0.0)  # two texts of 4 tokens per call
         try:
-            # two texts of 4 tokens per chunk: three chunks
             large = asyncio.ensure_future(
-                translate_request(Recording(), {"texts": ["a1 a2 a3"] * 6, "strategy": "greedy"}, turns, chunk_work=8)
+                translate_request(Recording(), {"texts": ["a1 a2 a3"] * 6, "strategy": "greedy"}, batcher)
             )
             assert await asyncio.to_thread(first_running.wait, TIMEOUT_S)
             small_request = {"texts": ["a1"], "strategy": "greedy"}
-            small = asyncio.ensure_future(translate_request(Recording(), small_request, turns))
-            for _ in range(1000):  # the small request's chunk is queued (bounded wait)
-                if turns.waiting == 2:
+            small = asyncio.ensure_future(translate_request(Recording(), small_request, batcher))
+            for _ in range(1000):  # the small request's text is queued (bounded wait)
+                if batcher.waiting == 5:
                     break
                 await asyncio.sleep(0.005)
             release.set()
             replies = await asyncio.wait_for(asyncio.gather(large, small), TIMEOUT_S)
             assert [len(reply["translations"]) for reply in replies] == [6, 1]
         finally:
+            batcher.close()
             turns.close()
 
     asyncio.run(main())
-    assert calls == [2, 1, 2, 2]
+    assert [len(texts) for texts in calls] == [2, 2, 2, 1]
+    assert "a1" in calls[1]  # the small request's text, in the call after the one it arrived during
 
 
 def test_the_help_states_the_limits() -> None:
-    from dotformer.api import endpoint, web
+    from dotformer.api import batcher, endpoint, web
     from dotformer.api.serve import MAX_BODY_BYTES
     from dotformer.cli.serve import EPILOG
 
     numbers = (endpoint.MAX_TEXTS, endpoint.MAX_TEXT_CHARS, endpoint.MAX_BEAM, endpoint.MAX_REQUEST_WORK)
-    for value in (*numbers, endpoint.CHUNK_WORK, MAX_BODY_BYTES, web.MAX_JSON_DEPTH):
+    for value in (*numbers, batcher.MAX_BATCH_TOKENS, MAX_BODY_BYTES, web.MAX_JSON_DEPTH):
         assert re.search(rf"\b{value}\b", EPILOG), value
     assert f"within {web.HEADER_TIMEOUT_S:g} s of connecting" in EPILOG
     assert f"the body within {web.BODY_TIMEOUT_S:g} s more (408)" in EPILOG
     assert f"up to {web.LISTEN_BACKLOG} connections" in EPILOG
+    assert f"--batch-wait-ms ({batcher.MAX_WAIT_MS:g})" in EPILOG
 
 
 def test_the_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,11 +1,13 @@
 """One request of ``POST /api/translate`` (or ``/api/generate``, ``/api/classify``): its checks, its limits, and its
-decoding in fair turns at the model.
+decoding beside the other requests waiting.
 
 :func:`parse_request` checks a decoded JSON body against the limits (:data:`MAX_TEXTS` texts of at most
 :data:`MAX_TEXT_CHARS` characters, beam at most :data:`MAX_BEAM`); :func:`translate_request` also bounds its work
-(source tokens x beam, at most :data:`MAX_REQUEST_WORK`) and decodes it in chunks of at most :data:`CHUNK_WORK`, each
-chunk one turn at the model (:class:`~dotformer.api.turns.ModelTurns`), so that requests arriving meanwhile are
-served between the chunks of a large one. Nothing here knows HTTP, nor how the
+(source tokens x beam, at most :data:`MAX_REQUEST_WORK`) and hands its texts to the server's batcher
+(:class:`~dotformer.api.batcher.Batcher`), which decodes them in engine calls beside the texts of the other requests
+with the same options, a large request split across calls so that the small ones arriving meanwhile are not held
+back. :func:`require_route` refuses a request the model cannot serve, naming the route that does. Nothing here knows
+HTTP, nor how the
 :class:`~dotformer.api.Translator` decodes (it calls ``translate``, ``generate`` and ``classify``); the HTTP side is
 :mod:`dotformer.api.serve`.
 """
@@ -15,12 +17,11 @@ from __future__ import annotations
 import functools
 import json
 import warnings
-from collections.abc import Callable
 from dataclasses import replace
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from dotformer.api.turns import ModelTurns
+from dotformer.api.batcher import Batcher
 from dotformer.api.web import RequestError
 from dotformer.decoding.config import STRATEGIES
 from dotformer.decoding.options import (
@@ -41,10 +42,8 @@ MAX_TEXTS = 64  # most texts per request
 MAX_TEXT_CHARS = 2000  # most characters per text
 MAX_BEAM = 16  # widest beam (and most n_best) a request may ask for
 MAX_REQUEST_WORK = 16384  # most source tokens (EOS included) x beam one request may ask for
-CHUNK_WORK = 1024  # most source tokens x beam decoded in one turn at the model
 MAX_LEN_B = 1024  # most output tokens beyond max_len_a x input length (and most min_len_b) a request may ask for
 FIELDS = ("texts", *OPTION_NAMES)
-T = TypeVar("T")
 
 
 def model_kind(config: Any) -> tuple[str, str | None]:
@@ -186,60 +185,40 @@ def hypothesis_json(hypothesis: Any) -> dict[str, Any]:
     return item
 
 
-def chunk_by_work(work: list[int], chunk_work: int) -> list[range]:
-    """Cut consecutive texts into chunks of at most ``chunk_work`` in all (a text above it is a chunk alone).
-
-    Args:
-        work: per text, its source tokens x beam.
-        chunk_work: the most work per chunk.
-
-    Returns:
-        The index ranges of the chunks, in order, covering every text once.
-    """
-    chunks, start, total = [], 0, 0
-    for i, amount in enumerate(work):
-        if i > start and total + amount > chunk_work:
-            chunks.append(range(start, i))
-            start, total = i, 0
-        total += amount
-    if start < len(work):
-        chunks.append(range(start, len(work)))
-    return chunks
-
-
-def _translate_chunk(translator: Translator, texts: list[str], request: DecodeRequest, chunk: range) -> list[Any]:
-    """``Translator.translate`` on the texts of one chunk (their prefixes too), its warnings silenced: unknown symbols
-    are reported per text in the reply."""
+def _translate_items(translator: Translator, request: DecodeRequest, items: list[tuple[str, str | None]]) -> list[Any]:
+    """``Translator.translate`` on one engine call's ``(text, prefix)`` pairs (``request``: their options, without
+    prefixes), its warnings silenced: unknown symbols are reported per text in the reply."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prefix = request.prefix
-        chunk_request = replace(request, prefix=None if prefix is None else tuple(prefix[i] for i in chunk))
-        return translator.translate([texts[i] for i in chunk], chunk_request)
+        prefixes = tuple(prefix for _, prefix in items)
+        with_prefix = replace(request, prefix=prefixes if any(p is not None for p in prefixes) else None)
+        return translator.translate([text for text, _ in items], with_prefix)
 
 
-async def _here(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in the calling thread: the model's turns of a caller without a server."""
-    return fn(*args)
+async def _batched(
+    batcher: Batcher | None, key: Any, items: list[Any], sizes: list[int], run: Any, whole: bool = False
+) -> list[Any]:
+    """``run(items)`` through the server's batcher (beside other requests of the same ``key``), or here without one."""
+    if batcher is None:
+        return list(run(items))
+    return await batcher.submit(key, items, sizes, run, whole)
 
 
 async def translate_request(
-    translator: Translator,
-    request: Any,
-    turns: ModelTurns | None = None,
-    max_work: int = MAX_REQUEST_WORK,
-    chunk_work: int = CHUNK_WORK,
+    translator: Translator, request: Any, batcher: Batcher | None = None, max_work: int = MAX_REQUEST_WORK
 ) -> dict[str, Any]:
     """The JSON reply to one request (see the module docstring).
 
     Args:
         translator: the loaded model.
         request: the decoded JSON body.
-        turns: the model's turns, shared by every request of a server (None: decode in the calling thread).
+        batcher: the server's :class:`~dotformer.api.batcher.Batcher`, which decodes the request's texts beside
+            those of other requests with the same options (None: decode here, in the calling thread).
         max_work: the most source tokens (EOS included) x beam (1 for greedy) the request may ask for.
-        chunk_work: the most of that decoded in one turn.
 
     Raises:
-        RequestError: a bad request (see :func:`parse_request`), or one that asks for more than ``max_work`` (413).
+        RequestError: a bad request (see :func:`parse_request`), a model this route does not serve, or one that asks
+            for more than ``max_work`` (413).
         DotformerError: the model cannot decode an input (e.g. longer than it reads).
     """
     from dotformer.decoding.inputs import encode_sources, unknown_prefix_symbols
@@ -256,11 +235,13 @@ async def translate_request(
             f"send fewer or shorter texts, or a narrower beam",
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
         )
-    run = turns.run if turns is not None else _here
-    results = []
-    for chunk in chunk_by_work(work, chunk_work):  # the next chunk queues behind those that arrived meanwhile
-        results += await run(_translate_chunk, translator, texts, decoding, chunk)
-    prefixes = decoding.prefix or [None] * len(results)
+    prefixes = decoding.prefix or (None,) * len(texts)
+    options = replace(decoding, prefix=None)
+    sampling = config.strategy == "sample"  # one random generator per call: decoded whole and alone
+    key = object() if sampling else ("translate", options, decoding.prefix is not None)
+    items = list(zip(texts, prefixes, strict=True))
+    run = functools.partial(_translate_items, translator, options)
+    results = await _batched(batcher, key, items, work, run, whole=sampling)
     translations = []
     for result, prefix in zip(results, prefixes, strict=True):
         best = result.hypotheses[0]
@@ -288,7 +269,7 @@ GENERATE_KINDS: dict[str, type] = {
 GENERATE_NAMES: dict[str, str] = {**{name: name for name in GENERATE_FIELDS}, "n_best": "n"}  # DecodeConfig -> JSON
 
 
-async def generate_request(translator: Translator, request: Any, turns: ModelTurns | None = None) -> dict[str, Any]:
+async def generate_request(translator: Translator, request: Any, batcher: Batcher | None = None) -> dict[str, Any]:
     """The JSON reply ``{"texts": [...]}`` to one ``POST /api/generate`` request, for a language model.
 
     The fields are the keywords of :meth:`dotformer.api.Translator.generate`: ``prompt`` ("" by default),
@@ -316,9 +297,13 @@ async def generate_request(translator: Translator, request: Any, turns: ModelTur
     n = _positive_int(request, "n", 1, MAX_BEAM)
     _positive_int(request, "beam_size", 1, MAX_BEAM)
     settings = {name: value for name, value in request.items() if name not in ("prompt", "n")}
-    run = turns.run if turns is not None else _here
+    prompt = request.get("prompt", "")
+
+    def run(prompts: list[str]) -> list[Any]:  # one prompt per call (the engines continue one prompt at a time)
+        return [translator.generate(prompts[0], n=n, **settings)]
+
     try:
-        texts = await run(functools.partial(translator.generate, request.get("prompt", ""), n=n, **settings))
+        (texts,) = await _batched(batcher, object(), [prompt], [len(prompt) + 1], run, whole=True)
     except ConfigError as exc:
         raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
     return {"texts": texts if isinstance(texts, list) else [texts]}
@@ -327,11 +312,11 @@ async def generate_request(translator: Translator, request: Any, turns: ModelTur
 CLASSIFY_FIELDS = ("texts",)
 
 
-async def classify_request(translator: Translator, request: Any, turns: ModelTurns | None = None) -> dict[str, Any]:
+async def classify_request(translator: Translator, request: Any, batcher: Batcher | None = None) -> dict[str, Any]:
     """The JSON reply to one ``POST /api/classify``: ``{"texts": [...]}`` -> ``{"results": [...]}``, one object per
     text: ``{"label", "probability", "probabilities"}`` for a classifier, ``{"words", "labels", "probabilities"}``
     for a tagger (:func:`dotformer.api.classifier.classify_texts`). At most :data:`MAX_TEXTS` texts of
-    :data:`MAX_TEXT_CHARS` characters; classified in one turn at the model (``turns``: the server's, else here).
+    :data:`MAX_TEXT_CHARS` characters; classified through ``batcher`` beside other requests (None: here).
 
     Raises:
         RequestError: not an object, an unknown field, ``texts`` missing, empty, too many or too long, or not
@@ -357,12 +342,13 @@ async def classify_request(translator: Translator, request: Any, turns: ModelTur
         if len(text) > MAX_TEXT_CHARS:
             raise RequestError(f'"texts"[{i}] has {len(text)} characters; the endpoint takes at most {MAX_TEXT_CHARS}')
 
-    def quietly() -> list[Any]:
+    def quietly(batch: list[str]) -> list[Any]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a reply has no warnings channel; the figures say what the model read
-            return classify_texts(translator.checkpoint, texts)
+            return classify_texts(translator.checkpoint, batch)
 
-    results = await turns.run(quietly) if turns is not None else quietly()
+    sizes = [len(ids) for ids in translator.src_tokenizer.encode_batch(texts)]
+    results = await _batched(batcher, ("classify",), texts, sizes, quietly)
     if translator.model.config.head == "sequence":
         return {"results": [{"label": r.label, "probability": r.probability, "probabilities": r.probabilities}
                             for r in results]}  # fmt: skip

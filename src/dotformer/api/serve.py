@@ -18,20 +18,26 @@ checkpoints (:meth:`dotformer.api.Translator.generate`), ``/api/classify`` for c
 path of ``dotformer translate``, so both give the same outputs for the same settings; the server does not know how
 the Translator decodes.
 
+Requests are decoded together: the texts of every request waiting (translate, classify; a generate request is one
+call) are gathered by :class:`~dotformer.api.batcher.Batcher` into one engine call, up to ``batch_tokens`` source
+tokens x beam or after ``batch_wait_ms``, and each request gets back exactly its own outputs, those of ``dotformer
+translate`` with the same options (requests with different options are never mixed; a sampling request is decoded
+alone, whole).
+
 Bad input gets one line ``{"error": "..."}`` (400; 413 for a body over :data:`MAX_BODY_BYTES` or a request over
 :data:`~dotformer.api.endpoint.MAX_REQUEST_WORK`; 408 for a body not received in time; 404, 405) and the server keeps
 serving. The request's limits are :mod:`dotformer.api.endpoint`'s, the connection's :mod:`dotformer.api.web`'s: the
-event loop reads every connection, so a slow or idle client costs no decoding. The model decodes one chunk of a
-request at a time on its own thread, the chunks of all requests taking turns first come, first served
-(:class:`~dotformer.api.turns.ModelTurns`), so a large request does not hold back the small ones that arrive while it
-runs. It listens on 127.0.0.1 unless told otherwise; Ctrl-C or SIGTERM stops it once the requests being decoded are
-answered.
+event loop reads every connection, so a slow or idle client costs no decoding. The model decodes one call at a time
+on its own thread (:class:`~dotformer.api.turns.ModelTurns`); a large request's texts are split across calls, the
+requests that arrive meanwhile riding in the next call beside it, so it does not hold back the small ones. It listens
+on 127.0.0.1 unless told otherwise; Ctrl-C or SIGTERM stops it once the requests being decoded are answered.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dotformer.api.batcher import MAX_BATCH_TOKENS, MAX_WAIT_MS, Batcher
 from dotformer.api.endpoint import (
     MAX_BEAM,
     MAX_REQUEST_WORK,
@@ -67,6 +73,8 @@ class TranslationServer(LocalServer):
         header_timeout: the longest wait for a request's line and headers, seconds (:data:`HEADER_TIMEOUT_S`).
         body_timeout: the longest wait for its body after the headers, seconds (:data:`BODY_TIMEOUT_S`).
         max_work: the most source tokens x beam per request (:data:`MAX_REQUEST_WORK`).
+        batch_tokens: the most source tokens x beam of all requests decoded in one engine call.
+        batch_wait_ms: the longest a request waits for others to share its call, milliseconds.
 
     Raises:
         ConfigError: a limit that is not positive.
@@ -81,6 +89,8 @@ class TranslationServer(LocalServer):
         header_timeout: float = HEADER_TIMEOUT_S,
         body_timeout: float = BODY_TIMEOUT_S,
         max_work: int = MAX_REQUEST_WORK,
+        batch_tokens: int = MAX_BATCH_TOKENS,
+        batch_wait_ms: float = MAX_WAIT_MS,
     ) -> None:
         if isinstance(max_work, bool) or not isinstance(max_work, int) or max_work < 1:
             raise ConfigError(f"TranslationServer max_work must be a positive integer, got {max_work!r}")
@@ -90,6 +100,7 @@ class TranslationServer(LocalServer):
         body = '{"texts": ["..."]}'
         super().__init__(routes, host, port, "serve", body, MAX_BODY_BYTES, header_timeout, body_timeout, verbose)
         self.translator, self.max_work, self.turns = translator, max_work, ModelTurns()
+        self.batcher = Batcher(self.turns, batch_tokens, batch_wait_ms / 1000)
 
     @property
     def url(self) -> str:
@@ -115,21 +126,28 @@ class TranslationServer(LocalServer):
         return self.health()
 
     async def _translate(self, request: Any) -> dict[str, Any]:
-        return await translate_request(self.translator, request, self.turns, self.max_work)
+        return await translate_request(self.translator, request, self.batcher, self.max_work)
 
     async def _generate(self, request: Any) -> dict[str, Any]:
-        return await generate_request(self.translator, request, self.turns)
+        return await generate_request(self.translator, request, self.batcher)
 
     async def _classify(self, request: Any) -> dict[str, Any]:
-        return await classify_request(self.translator, request, self.turns)
+        return await classify_request(self.translator, request, self.batcher)
 
     def closed(self) -> None:
-        """Stop the model's thread once every request is answered."""
+        """Stop the batcher and the model's thread once every request is answered."""
+        self.batcher.close()
         self.turns.close()
 
 
 def serve(
-    translator: Translator, port: int = 8080, host: str = HOST, verbose: bool = False, announce: Any = print
+    translator: Translator,
+    port: int = 8080,
+    host: str = HOST,
+    verbose: bool = False,
+    announce: Any = print,
+    batch_tokens: int = MAX_BATCH_TOKENS,
+    batch_wait_ms: float = MAX_WAIT_MS,
 ) -> None:
     """Serve ``POST /api/translate`` (``POST /api/generate`` for a language model) on ``host:port`` until Ctrl-C or
     SIGTERM (then answer the requests being decoded, close the socket and return).
@@ -138,4 +156,5 @@ def serve(
         ConfigError: the address cannot be bound.
         MissingExtraError: aiohttp is not installed (``pip install "dotformer[serve]"``).
     """
-    TranslationServer(translator, port, host, verbose).run(announce)
+    server = TranslationServer(translator, port, host, verbose, batch_tokens=batch_tokens, batch_wait_ms=batch_wait_ms)
+    server.run(announce)
