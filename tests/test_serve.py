@@ -281,3 +281,58 @@ def test_a_failure_logs_its_traceback(translator: Any, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert "POST /api/translate failed" in err
     assert "Traceback (most recent call last)" in err and "RuntimeError: a bug in the decoder" in err
+
+
+def get(url: str, key: str | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return response.status, json.loads(response.read()), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read()), dict(error.headers)
+
+
+def test_health_and_ready(server: Any, translator: Any) -> None:
+    root = server.url.rsplit("/api/", 1)[0]
+    assert get(root + "/health")[:2] == (200, {"status": "ok"})
+    status, reply, _ = get(root + "/ready")
+    assert status == 200 and reply == {"ready": True, "model": str(translator.path), "engine": translator.engine}
+
+
+def test_an_api_key_guards_every_route_but_health(translator: Any) -> None:
+    from dotformer.api.serve import TranslationServer
+
+    with TranslationServer(translator, port=0, api_key="s3cret") as server:
+        root = server.url.rsplit("/api/", 1)[0]
+        assert get(root + "/health")[0] == 200
+        for path in ("/ready", "/api/health", "/"):
+            status, reply, headers = get(root + path)
+            assert status == 401 and reply["error"].startswith("no API key given"), path
+            assert headers["WWW-Authenticate"] == "Bearer"
+            assert get(root + path, key="wrong")[0] == 401
+            assert get(root + path, key="s3cret")[0] == 200
+        assert post(server.url, {"texts": ["a1"]})[0] == 401
+        request = urllib.request.Request(
+            server.url, data=b'{"texts": ["a1"]}', headers={"Authorization": "Bearer s3cret"}, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            assert response.status == 200 and len(json.loads(response.read())["translations"]) == 1
+
+
+def test_cli_serve_reads_the_api_key_from_the_environment(checkpoint_dir: Path, cli: Cli) -> None:
+    """``DOTFORMER_API_KEY`` stands for --api-key: the served routes then answer 401 without it."""
+    process = subprocess.Popen(
+        cli.command("serve", "--checkpoint", str(checkpoint_dir), "--port", "0", "--engine", "torch"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli.env(DOTFORMER_API_KEY="k3y"),
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        url = line.split("POST ", 1)[1].split()[0]
+        assert post(url, {"texts": ["a1"]})[0] == 401
+        root = url.rsplit("/api/", 1)[0]
+        assert get(root + "/ready", key="k3y")[0] == 200
+    finally:
+        process.terminate()
+        process.wait(TIMEOUT_S)

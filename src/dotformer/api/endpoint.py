@@ -382,6 +382,8 @@ def describe_api(translator: Translator) -> dict[str, Any]:
                 "for": 'classifiers and taggers (task "classify", "tag")',
             },
             "GET /api/health": "the model and the limits",
+            "GET /health": "the process answers (liveness; never needs the API key)",
+            "GET /ready": "the model is loaded and takes requests (readiness)",
             "GET /": "this description",
         },
         "translate_options": options,

@@ -7,6 +7,8 @@
     POST /api/classify    {"texts": ["...", ...]} -> {"results": [{"label": "...", "probability": 0.9,
                                                        "probabilities": {...}}, ...]} (a tagger: words, labels)
     GET  /api/health      {"ok": true, "model": "...", "limits": {...}}
+    GET  /health          {"status": "ok"}: the process answers (for a container's liveness probe; never needs a key)
+    GET  /ready           {"ready": true, "model": "...", "engine": "..."}: the model is loaded and takes requests
     GET  /                the model, the endpoints and every decoding option (name, type, default, help)
 
 Only ``texts`` is required; ``beam``, ``n_best``, ``strategy`` and every other option of
@@ -75,6 +77,7 @@ class TranslationServer(LocalServer):
         max_work: the most source tokens x beam per request (:data:`MAX_REQUEST_WORK`).
         batch_tokens: the most source tokens x beam of all requests decoded in one engine call.
         batch_wait_ms: the longest a request waits for others to share its call, milliseconds.
+        api_key: when given, every route but ``GET /health`` needs ``Authorization: Bearer API_KEY`` (401 without).
 
     Raises:
         ConfigError: a limit that is not positive.
@@ -91,14 +94,19 @@ class TranslationServer(LocalServer):
         max_work: int = MAX_REQUEST_WORK,
         batch_tokens: int = MAX_BATCH_TOKENS,
         batch_wait_ms: float = MAX_WAIT_MS,
+        api_key: str | None = None,
     ) -> None:
         if isinstance(max_work, bool) or not isinstance(max_work, int) or max_work < 1:
             raise ConfigError(f"TranslationServer max_work must be a positive integer, got {max_work!r}")
         routes = {"GET /": self._describe, "GET /api/health": self._health}
+        routes |= {"GET /health": self._alive, "GET /ready": self._ready}
         routes |= {"POST /api/translate": self._translate, "POST /api/generate": self._generate}
         routes |= {"POST /api/classify": self._classify}
         body = '{"texts": ["..."]}'
-        super().__init__(routes, host, port, "serve", body, MAX_BODY_BYTES, header_timeout, body_timeout, verbose)
+        super().__init__(
+            routes, host, port, "serve", body, MAX_BODY_BYTES, header_timeout, body_timeout, verbose, api_key,
+            frozenset({"GET /health"}),
+        )  # fmt: skip
         self.translator, self.max_work, self.turns = translator, max_work, ModelTurns()
         self.batcher = Batcher(self.turns, batch_tokens, batch_wait_ms / 1000)
 
@@ -125,6 +133,12 @@ class TranslationServer(LocalServer):
     async def _health(self, _: None) -> dict[str, Any]:
         return self.health()
 
+    async def _alive(self, _: None) -> dict[str, Any]:
+        return {"status": "ok"}
+
+    async def _ready(self, _: None) -> dict[str, Any]:
+        return {"ready": True, "model": str(self.translator.path), "engine": self.translator.engine}
+
     async def _translate(self, request: Any) -> dict[str, Any]:
         return await translate_request(self.translator, request, self.batcher, self.max_work)
 
@@ -148,6 +162,7 @@ def serve(
     announce: Any = print,
     batch_tokens: int = MAX_BATCH_TOKENS,
     batch_wait_ms: float = MAX_WAIT_MS,
+    api_key: str | None = None,
 ) -> None:
     """Serve ``POST /api/translate`` (``POST /api/generate`` for a language model) on ``host:port`` until Ctrl-C or
     SIGTERM (then answer the requests being decoded, close the socket and return).
@@ -156,5 +171,7 @@ def serve(
         ConfigError: the address cannot be bound.
         MissingExtraError: aiohttp is not installed (``pip install "dotformer[serve]"``).
     """
-    server = TranslationServer(translator, port, host, verbose, batch_tokens=batch_tokens, batch_wait_ms=batch_wait_ms)
+    server = TranslationServer(
+        translator, port, host, verbose, batch_tokens=batch_tokens, batch_wait_ms=batch_wait_ms, api_key=api_key
+    )
     server.run(announce)

@@ -101,6 +101,9 @@ class LocalServer:
         body_example: the smallest good body, quoted in errors (``{"texts": ["..."]}``).
         max_body_bytes, header_timeout, body_timeout: the limits of the module docstring.
         verbose: log each request.
+        api_key: when given, every route but those in ``open_routes`` needs the header ``Authorization: Bearer
+            API_KEY`` (else 401, one line).
+        open_routes: the routes served without the key (a health check).
 
     Raises:
         ConfigError: a timeout that is not a positive number.
@@ -117,7 +120,12 @@ class LocalServer:
         header_timeout: float = HEADER_TIMEOUT_S,
         body_timeout: float = BODY_TIMEOUT_S,
         verbose: bool = False,
+        api_key: str | None = None,
+        open_routes: frozenset[str] = frozenset(),
     ) -> None:
+        if api_key is not None and (not api_key or any(c.isspace() for c in api_key)):
+            raise ConfigError("the API key must be a non-empty string without spaces")
+        self.api_key, self.open_routes = api_key, open_routes
         for field, value in {"header_timeout": header_timeout, "body_timeout": body_timeout}.items():
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ConfigError(f"{type(self).__name__} {field} must be a positive number of seconds, got {value!r}")
@@ -159,6 +167,7 @@ class LocalServer:
                     raise RequestError(f"no such endpoint: {request.path}", HTTPStatus.NOT_FOUND)
                 message = f"{request.path} takes {' or '.join(allowed)}, not {request.method}"
                 raise RequestError(message, HTTPStatus.METHOD_NOT_ALLOWED)
+            self._check_key(request)
             reply = await handler(await self._read_json(request) if request.method == "POST" else None)
         except DotformerError as exc:  # a RequestError says its status; any other user error is a 400
             status, reply = getattr(exc, "status", HTTPStatus.BAD_REQUEST), {"error": str(exc)}
@@ -172,9 +181,27 @@ class LocalServer:
             body = json.dumps(reply, ensure_ascii=False).encode("utf-8")
         response = self._web.Response(body=body, status=status, content_type=content_type, charset="utf-8")
         response.headers["Cache-Control"] = "no-store"
+        if status == HTTPStatus.UNAUTHORIZED:
+            response.headers["WWW-Authenticate"] = "Bearer"
         if status in _CLOSING:
             response.force_close()  # what follows on this connection cannot be read as the next request
         return response
+
+    def _check_key(self, request: Any) -> None:
+        """Refuse a request without the API key, on every route but the open ones.
+
+        Raises:
+            RequestError: (401) no ``Authorization: Bearer KEY`` header, or another key.
+        """
+        if self.api_key is None or f"{request.method} {request.path}" in self.open_routes:
+            return
+        import hmac
+
+        given = request.headers.get("Authorization", "")
+        scheme, _, key = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), self.api_key.encode()):
+            why = "no API key given" if not given else "the API key is not this server's"
+            raise RequestError(f"{why}: send the header Authorization: Bearer KEY", HTTPStatus.UNAUTHORIZED)
 
     async def _read_json(self, request: Any) -> Any:
         """The body of a POST, decoded (:func:`parse_json`), within the size and time limits.

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+
+API_KEY_ENV = "DOTFORMER_API_KEY"  # the API key when --api-key is not given
 
 EPILOG = """\
 The server listens on 127.0.0.1 (this machine only) unless --host says otherwise. A request is a JSON object
@@ -26,6 +29,10 @@ most --batch-tokens (4096) source tokens x beam, started once the oldest has wai
 is full; a larger request is split across calls, the requests arriving meanwhile riding beside it, so it does not
 hold back the small ones. Each request gets exactly the outputs dotformer translate gives with the same options (a
 sampling request is decoded alone, whole, as its seed draws for the whole call).
+
+operations: GET /health answers {"status": "ok"} while the process runs (a liveness probe) and GET /ready once the
+model is loaded; --api-key KEY (or $DOTFORMER_API_KEY) makes every other route answer 401 without the header
+Authorization: Bearer KEY.
 
 Ctrl-C or SIGTERM stops the server once the requests being decoded are answered (exit 0; a second Ctrl-C exits at
 once, 130). Serving needs the serve extra: pip install "dotformer[serve]".
@@ -82,6 +89,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MS",
         help=f"longest a request waits for others to share its engine call, milliseconds ({MAX_WAIT_MS:g}; 0: none)",
     )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help=f"require the header Authorization: Bearer KEY on every route but GET /health (default: "
+        f"${API_KEY_ENV} when set, else no key)",
+    )
     parser.add_argument("--verbose", action="store_true", help="log every request on stderr")
 
 
@@ -94,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {args.port}")
+    if args.api_key is not None and (not args.api_key or any(c.isspace() for c in args.api_key)):
+        raise ConfigError("--api-key must be a non-empty key without spaces")
     if args.batch_tokens < 1:
         raise ConfigError(f"--batch-tokens must be positive, got {args.batch_tokens}")
     if not 0 <= args.batch_wait_ms <= 10_000:
@@ -101,5 +117,6 @@ def run(args: argparse.Namespace) -> int:
     aiohttp_web()  # a missing extra is said before the model loads
     translator = load_translator(args)  # several --checkpoint: an ensemble (dotformer.decoding.ensemble), on torch
     announce = lambda line: print(line, flush=True)  # noqa: E731
-    serve(translator, args.port, args.host, args.verbose, announce, args.batch_tokens, args.batch_wait_ms)
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    serve(translator, args.port, args.host, args.verbose, announce, args.batch_tokens, args.batch_wait_ms, api_key)
     return 0
