@@ -336,3 +336,63 @@ def test_cli_serve_reads_the_api_key_from_the_environment(checkpoint_dir: Path, 
     finally:
         process.terminate()
         process.wait(TIMEOUT_S)
+
+
+def scrape(root: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """GET /metrics, parsed with prometheus-client's own parser: {(sample name, sorted labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(root + "/metrics", timeout=TIMEOUT_S) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=")
+        text = response.read().decode("utf-8")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_count_requests_batches_and_tokens_per_server(translator: Any) -> None:
+    """/metrics counts what this server answered: requests by route and status, their latencies, the engine calls'
+    sizes, the output tokens (those of the hypotheses translate returns); a second server in the same process
+    counts nothing of the first's."""
+    from dotformer.api.serve import TranslationServer
+
+    texts = ["a1 a2 a3", "a5 a6", "a9"]
+    route = (("route", "POST /api/translate"),)
+    with TranslationServer(translator, port=0) as first, TranslationServer(translator, port=0) as second:
+        root = first.url.rsplit("/api/", 1)[0]
+        assert post(first.url, {"texts": texts, "beam": 2, "n_best": 2})[0] == 200
+        assert post(first.url, {"texts": ["a1"], "beam": 0})[0] == 400
+        assert post(root + "/api/nowhere", {})[0] == 404
+        metrics = scrape(root)
+        others = scrape(second.url.rsplit("/api/", 1)[0])
+    expected = translator.translate(texts, beam=2, n_best=2, details=True)
+    tokens = sum(len(h.tokens) for result in expected for h in result.hypotheses)
+    assert metrics["dotformer_requests_total", (*route, ("status", "200"))] == 1
+    assert metrics["dotformer_requests_total", (*route, ("status", "400"))] == 1
+    assert metrics["dotformer_requests_total", (("route", "other"), ("status", "404"))] == 1
+    assert metrics["dotformer_request_seconds_count", route] == 2
+    assert metrics["dotformer_batch_sentences_count", ()] == 1 and metrics["dotformer_batch_sentences_sum", ()] == 3
+    assert metrics["dotformer_batch_requests_sum", ()] == 1
+    assert metrics["dotformer_generated_tokens_total", route] == tokens > 0
+    assert metrics["dotformer_queue_sentences", ()] == 0
+    assert ("dotformer_requests_total", (*route, ("status", "200"))) not in others
+    assert others["dotformer_batch_sentences_count", ()] == 0
+
+
+def test_access_log_is_one_json_line_per_request(translator: Any, caplog: pytest.LogCaptureFixture) -> None:
+    from dotformer.api.serve import TranslationServer
+
+    with (
+        caplog.at_level("INFO", logger="dotformer.serve.access"),
+        TranslationServer(translator, port=0, verbose=True) as server,
+    ):
+        post(server.url, {"texts": ["a1", "a2 a3"]})
+        post(server.url, {"texts": []})
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dotformer.serve.access"]
+    assert [(line["route"], line["status"], line["sentences"]) for line in lines] == [
+        ("POST /api/translate", 200, 2),
+        ("POST /api/translate", 400, 0),
+    ]
+    assert all(set(line) == {"route", "status", "ms", "sentences"} and line["ms"] > 0 for line in lines)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -185,14 +186,23 @@ def hypothesis_json(hypothesis: Any) -> dict[str, Any]:
     return item
 
 
-def _translate_items(translator: Translator, request: DecodeRequest, items: list[tuple[str, str | None]]) -> list[Any]:
+Counted = Callable[[int], None]  # told the number of output tokens an engine call produced (metrics)
+
+
+def _translate_items(
+    translator: Translator, request: DecodeRequest, counted: Counted | None, items: list[tuple[str, str | None]]
+) -> list[Any]:
     """``Translator.translate`` on one engine call's ``(text, prefix)`` pairs (``request``: their options, without
-    prefixes), its warnings silenced: unknown symbols are reported per text in the reply."""
+    prefixes), its warnings silenced: unknown symbols are reported per text in the reply. ``counted`` is told the
+    output tokens of every hypothesis."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         prefixes = tuple(prefix for _, prefix in items)
         with_prefix = replace(request, prefix=prefixes if any(p is not None for p in prefixes) else None)
-        return translator.translate([text for text, _ in items], with_prefix)
+        results = translator.translate([text for text, _ in items], with_prefix)
+    if counted is not None:
+        counted(sum(len(h.tokens) for result in results for h in result.hypotheses))
+    return results
 
 
 async def _batched(
@@ -205,7 +215,11 @@ async def _batched(
 
 
 async def translate_request(
-    translator: Translator, request: Any, batcher: Batcher | None = None, max_work: int = MAX_REQUEST_WORK
+    translator: Translator,
+    request: Any,
+    batcher: Batcher | None = None,
+    max_work: int = MAX_REQUEST_WORK,
+    counted: Counted | None = None,
 ) -> dict[str, Any]:
     """The JSON reply to one request (see the module docstring).
 
@@ -215,6 +229,7 @@ async def translate_request(
         batcher: the server's :class:`~dotformer.api.batcher.Batcher`, which decodes the request's texts beside
             those of other requests with the same options (None: decode here, in the calling thread).
         max_work: the most source tokens (EOS included) x beam (1 for greedy) the request may ask for.
+        counted: told the output tokens of each engine call (metrics; from the model's thread).
 
     Raises:
         RequestError: a bad request (see :func:`parse_request`), a model this route does not serve, or one that asks
@@ -240,7 +255,7 @@ async def translate_request(
     sampling = config.strategy == "sample"  # one random generator per call: decoded whole and alone
     key = object() if sampling else ("translate", options, decoding.prefix is not None)
     items = list(zip(texts, prefixes, strict=True))
-    run = functools.partial(_translate_items, translator, options)
+    run = functools.partial(_translate_items, translator, options, counted)
     results = await _batched(batcher, key, items, work, run, whole=sampling)
     translations = []
     for result, prefix in zip(results, prefixes, strict=True):
@@ -269,12 +284,21 @@ GENERATE_KINDS: dict[str, type] = {
 GENERATE_NAMES: dict[str, str] = {**{name: name for name in GENERATE_FIELDS}, "n_best": "n"}  # DecodeConfig -> JSON
 
 
-async def generate_request(translator: Translator, request: Any, batcher: Batcher | None = None) -> dict[str, Any]:
+def text_tokens(translator: Translator, texts: list[str]) -> int:
+    """The tokens of generated ``texts`` as the model's tokenizer reads them (each line end one EOS)."""
+    from dotformer.decoding.inputs import encode_prompt
+
+    return sum(len(encode_prompt(translator.tgt_tokenizer, text)) - 1 for text in texts)
+
+
+async def generate_request(
+    translator: Translator, request: Any, batcher: Batcher | None = None, counted: Counted | None = None
+) -> dict[str, Any]:
     """The JSON reply ``{"texts": [...]}`` to one ``POST /api/generate`` request, for a language model.
 
     The fields are the keywords of :meth:`dotformer.api.Translator.generate`: ``prompt`` ("" by default),
     ``max_new_tokens`` (1..:data:`MAX_NEW_TOKENS`, 200), ``strategy``, ``n`` (1..:data:`MAX_BEAM`), ``temperature``,
-    ``top_k``, ``top_p``, ``seed``, ``beam_size``.
+    ``top_k``, ``top_p``, ``seed``, ``beam_size``. ``counted`` is told the tokens generated (metrics).
 
     Raises:
         RequestError: not an object, an unknown field, a value of the wrong type or out of range, or a checkpoint
@@ -306,7 +330,10 @@ async def generate_request(translator: Translator, request: Any, batcher: Batche
         (texts,) = await _batched(batcher, object(), [prompt], [len(prompt) + 1], run, whole=True)
     except ConfigError as exc:
         raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
-    return {"texts": texts if isinstance(texts, list) else [texts]}
+    texts = texts if isinstance(texts, list) else [texts]
+    if counted is not None:
+        counted(text_tokens(translator, texts))
+    return {"texts": texts}
 
 
 CLASSIFY_FIELDS = ("texts",)
@@ -384,6 +411,7 @@ def describe_api(translator: Translator) -> dict[str, Any]:
             "GET /api/health": "the model and the limits",
             "GET /health": "the process answers (liveness; never needs the API key)",
             "GET /ready": "the model is loaded and takes requests (readiness)",
+            "GET /metrics": "requests, latencies, batch sizes, queue and tokens in Prometheus' text format",
             "GET /": "this description",
         },
         "translate_options": options,

@@ -9,6 +9,7 @@
     GET  /api/health      {"ok": true, "model": "...", "limits": {...}}
     GET  /health          {"status": "ok"}: the process answers (for a container's liveness probe; never needs a key)
     GET  /ready           {"ready": true, "model": "...", "engine": "..."}: the model is loaded and takes requests
+    GET  /metrics         the server's figures in Prometheus' text format (:mod:`dotformer.api.metrics`)
     GET  /                the model, the endpoints and every decoding option (name, type, default, help)
 
 Only ``texts`` is required; ``beam``, ``n_best``, ``strategy`` and every other option of
@@ -37,6 +38,7 @@ on 127.0.0.1 unless told otherwise; Ctrl-C or SIGTERM stops it once the requests
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from dotformer.api.batcher import MAX_BATCH_TOKENS, MAX_WAIT_MS, Batcher
@@ -51,8 +53,9 @@ from dotformer.api.endpoint import (
     model_kind,
     translate_request,
 )
+from dotformer.api.metrics import ServerMetrics
 from dotformer.api.turns import ModelTurns
-from dotformer.api.web import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_JSON_DEPTH, LocalServer
+from dotformer.api.web import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_JSON_DEPTH, LocalServer, Raw
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -71,7 +74,8 @@ class TranslationServer(LocalServer):
         translator: from :func:`dotformer.load`.
         port: TCP port (0: any free port; :attr:`server_address` holds the bound one once started).
         host: the interface to listen on (default 127.0.0.1, this machine only).
-        verbose: log each request (``logging``, logger ``dotformer.serve``).
+        verbose: log each request, one JSON line (route, status, ms, sentences) on the logger
+            ``dotformer.serve.access``.
         header_timeout: the longest wait for a request's line and headers, seconds (:data:`HEADER_TIMEOUT_S`).
         body_timeout: the longest wait for its body after the headers, seconds (:data:`BODY_TIMEOUT_S`).
         max_work: the most source tokens x beam per request (:data:`MAX_REQUEST_WORK`).
@@ -101,14 +105,15 @@ class TranslationServer(LocalServer):
         routes = {"GET /": self._describe, "GET /api/health": self._health}
         routes |= {"GET /health": self._alive, "GET /ready": self._ready}
         routes |= {"POST /api/translate": self._translate, "POST /api/generate": self._generate}
-        routes |= {"POST /api/classify": self._classify}
+        routes |= {"POST /api/classify": self._classify, "GET /metrics": self._metrics}
         body = '{"texts": ["..."]}'
         super().__init__(
             routes, host, port, "serve", body, MAX_BODY_BYTES, header_timeout, body_timeout, verbose, api_key,
             frozenset({"GET /health"}),
         )  # fmt: skip
         self.translator, self.max_work, self.turns = translator, max_work, ModelTurns()
-        self.batcher = Batcher(self.turns, batch_tokens, batch_wait_ms / 1000)
+        self.metrics = ServerMetrics(lambda: self.batcher.waiting)  # a registry of this server's own
+        self.batcher = Batcher(self.turns, batch_tokens, batch_wait_ms / 1000, self.metrics.batch)
 
     @property
     def url(self) -> str:
@@ -139,11 +144,29 @@ class TranslationServer(LocalServer):
     async def _ready(self, _: None) -> dict[str, Any]:
         return {"ready": True, "model": str(self.translator.path), "engine": self.translator.engine}
 
+    async def _metrics(self, _: None) -> Raw:
+        return Raw(*self.metrics.render())
+
+    def answered(self, route: str, status: int, seconds: float, reply: Any) -> None:
+        """Count the request in :attr:`metrics`, and log it (with ``verbose``)."""
+        self.metrics.answered(route, status, seconds)
+        super().answered(route, status, seconds, reply)
+
+    def sentences(self, reply: Any) -> int:
+        """The texts a reply answers: translations, classifications, generated texts (a stream: 1)."""
+        if not isinstance(reply, dict):
+            return 0
+        if reply.get("stream"):
+            return 1
+        return next((len(reply[name]) for name in ("translations", "results", "texts") if name in reply), 0)
+
     async def _translate(self, request: Any) -> dict[str, Any]:
-        return await translate_request(self.translator, request, self.batcher, self.max_work)
+        counted = functools.partial(self.metrics.tokens, "POST /api/translate")
+        return await translate_request(self.translator, request, self.batcher, self.max_work, counted)
 
     async def _generate(self, request: Any) -> dict[str, Any]:
-        return await generate_request(self.translator, request, self.batcher)
+        counted = functools.partial(self.metrics.tokens, "POST /api/generate")
+        return await generate_request(self.translator, request, self.batcher, counted)
 
     async def _classify(self, request: Any) -> dict[str, Any]:
         return await classify_request(self.translator, request, self.batcher)

@@ -22,10 +22,11 @@ import logging
 import re
 import signal
 import threading
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from dotformer.errors import ConfigError, DotformerError, require_extra
 
@@ -38,7 +39,16 @@ MAX_JSON_DEPTH = 32  # the deepest nesting of arrays and objects a body may have
 _CLOSING = (HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, HTTPStatus.SERVICE_UNAVAILABLE)
 _STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a JSON string (skipped whole) or a bracket
 
-Handler = Callable[[Any], Awaitable[dict[str, Any] | bytes]]  # JSON body (None for GET) -> JSON reply, or a page
+
+class Raw(NamedTuple):
+    """A reply that is not JSON: its bytes and their content type (``GET /metrics``'s text)."""
+
+    body: bytes
+    content_type: str
+
+
+Reply = dict[str, Any] | bytes | Raw | AsyncIterator[dict[str, Any]]  # JSON, an HTML page, other bytes, or events
+Handler = Callable[[Any], Awaitable[Reply]]  # JSON body (None for GET) -> the reply
 Server = TypeVar("Server", bound="LocalServer")
 
 
@@ -100,7 +110,7 @@ class LocalServer:
         name: the command's name in announcements and logs (``serve``: logger ``dotformer.serve``).
         body_example: the smallest good body, quoted in errors (``{"texts": ["..."]}``).
         max_body_bytes, header_timeout, body_timeout: the limits of the module docstring.
-        verbose: log each request.
+        verbose: log each request, one JSON line on the logger ``dotformer.NAME.access``.
         api_key: when given, every route but those in ``open_routes`` needs the header ``Authorization: Bearer
             API_KEY`` (else 401, one line).
         open_routes: the routes served without the key (a health check).
@@ -133,6 +143,7 @@ class LocalServer:
         self.server_address: tuple[str, int] = (host, port)
         self.max_body_bytes, self.header_timeout, self.body_timeout = max_body_bytes, header_timeout, body_timeout
         self.verbose, self.logger = verbose, logging.getLogger(f"dotformer.{name}")
+        self.access_logger = logging.getLogger(f"dotformer.{name}.access")
         self._web: Any = None  # aiohttp.web, imported when the server starts
         self._runner: Any = None  # the aiohttp.web.AppRunner while serving
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -156,10 +167,36 @@ class LocalServer:
     def closed(self) -> None:
         """Called once the server has stopped and answered every request (a subclass frees what it holds)."""
 
+    def answered(self, route: str, status: int, seconds: float, reply: Any) -> None:
+        """Called once per request answered (``route``: ``"POST /api/translate"``, ``"other"`` for a path that is
+        none; ``seconds`` from its headers read to its answer; ``reply``: what the handler returned, None after an
+        error): with ``verbose``, one JSON line on the logger ``dotformer.NAME.access``
+        (:func:`~dotformer.api.metrics.access_line`). A subclass counts it too."""
+        if self.verbose:
+            from dotformer.api.metrics import access_line
+
+            access_line(self.access_logger, route, status, seconds, self.sentences(reply))
+
+    def sentences(self, reply: Any) -> int:
+        """How many texts ``reply`` answers (for the access log; 0 here, a subclass knows its replies)."""
+        return 0
+
     async def _dispatch(self, request: Any) -> Any:
         """aiohttp's handler for every path: route, read the body, call the handler, answer."""
+        started = time.perf_counter()
+        key = f"{request.method} {request.path}"
+        route = key if key in self.routes else "other"
+        try:
+            response = await self._answer(request, started, route)
+        except BaseException:  # the client went away (the task cancelled): counted as status 499, nginx's convention
+            self.answered(route, 499, time.perf_counter() - started, None)
+            raise
+        return response
+
+    async def _answer(self, request: Any, started: float, route: str) -> Any:
+        """Route, read the body, call the handler, answer (a stream of events is written as it comes)."""
         handler = self.routes.get(f"{request.method} {request.path}")
-        status, content_type = HTTPStatus.OK, "application/json"
+        status, content_type, reply = HTTPStatus.OK, "application/json", None
         try:
             if handler is None:
                 allowed = sorted(key.split()[0] for key in self.routes if key.split()[1] == request.path)
@@ -175,16 +212,50 @@ class LocalServer:
             self.logger.exception("%s %s failed", request.method, request.path)
             status = HTTPStatus.INTERNAL_SERVER_ERROR
             reply = {"error": f"the server failed on this request ({type(exc).__name__}); its log has the details"}
-        if isinstance(reply, bytes):
-            body, content_type = reply, "text/html"
+        if hasattr(reply, "__aiter__"):
+            return await self._stream(request, reply, started, route)
+        headers = {"Cache-Control": "no-store"}
+        if isinstance(reply, Raw):
+            body, headers["Content-Type"] = reply.body, reply.content_type
+        elif isinstance(reply, bytes):
+            body, headers["Content-Type"] = reply, "text/html; charset=utf-8"
         else:
-            body = json.dumps(reply, ensure_ascii=False).encode("utf-8")
-        response = self._web.Response(body=body, status=status, content_type=content_type, charset="utf-8")
-        response.headers["Cache-Control"] = "no-store"
+            body, headers["Content-Type"] = json.dumps(reply, ensure_ascii=False).encode("utf-8"), content_type
+        response = self._web.Response(body=body, status=status, headers=headers)
         if status == HTTPStatus.UNAUTHORIZED:
             response.headers["WWW-Authenticate"] = "Bearer"
         if status in _CLOSING:
             response.force_close()  # what follows on this connection cannot be read as the next request
+        self.answered(route, status, time.perf_counter() - started, None if status != HTTPStatus.OK else reply)
+        return response
+
+    async def _stream(self, request: Any, events: AsyncIterator[dict[str, Any]], started: float, route: str) -> Any:
+        """Send ``events`` as server-sent events as they come: ``data: {JSON}`` each, then ``data: [DONE]``. A
+        failure once the stream has begun is one last event ``data: {"error": "..."}``; a client gone stops the
+        events (the iterator is closed, so the decoding it drives stops)."""
+        response = self._web.StreamResponse(
+            status=HTTPStatus.OK, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
+        )
+        await response.prepare(request)
+        try:
+            try:
+                async for event in events:
+                    await response.write(b"data: " + json.dumps(event, ensure_ascii=False).encode("utf-8") + b"\n\n")
+                last: dict[str, Any] | None = None
+            except DotformerError as exc:
+                last = {"error": str(exc)}
+            except ConnectionError:  # the client went away between two events
+                self.answered(route, 499, time.perf_counter() - started, None)
+                return response
+            except Exception as exc:  # noqa: BLE001 (a bug: one event to the client, the traceback to the log)
+                self.logger.exception("%s %s failed while streaming", request.method, request.path)
+                last = {"error": f"the server failed on this request ({type(exc).__name__}); its log has the details"}
+            tail = b"data: [DONE]\n\n" if last is None else b"data: " + json.dumps(last).encode("utf-8") + b"\n\n"
+            await response.write(tail)
+            await response.write_eof()
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+        self.answered(route, HTTPStatus.OK, time.perf_counter() - started, {"stream": True})
         return response
 
     def _check_key(self, request: Any) -> None:
@@ -242,7 +313,7 @@ class LocalServer:
             keepalive_timeout=self.header_timeout,  # armed when a connection opens, and after each answer
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
             lingering_time=LINGER_S,  # so that a refused client reads the answer, not a reset
-            access_log=self.logger if self.verbose else None,
+            access_log=None,  # one JSON line per request instead: answered()
             logger=_OneLineLog(self.logger, {}),
         )
         await runner.setup()

@@ -31,8 +31,9 @@ hold back the small ones. Each request gets exactly the outputs dotformer transl
 sampling request is decoded alone, whole, as its seed draws for the whole call).
 
 operations: GET /health answers {"status": "ok"} while the process runs (a liveness probe) and GET /ready once the
-model is loaded; --api-key KEY (or $DOTFORMER_API_KEY) makes every other route answer 401 without the header
-Authorization: Bearer KEY.
+model is loaded; GET /metrics gives requests by route and status, latencies, batch sizes, the queue and the tokens
+produced in Prometheus' text format; --verbose logs one JSON line per request (route, status, ms, sentences);
+--api-key KEY (or $DOTFORMER_API_KEY) makes every other route answer 401 without the header Authorization: Bearer KEY.
 
 Ctrl-C or SIGTERM stops the server once the requests being decoded are answered (exit 0; a second Ctrl-C exits at
 once, 130). Serving needs the serve extra: pip install "dotformer[serve]".
@@ -96,7 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"require the header Authorization: Bearer KEY on every route but GET /health (default: "
         f"${API_KEY_ENV} when set, else no key)",
     )
-    parser.add_argument("--verbose", action="store_true", help="log every request on stderr")
+    parser.add_argument("--verbose", action="store_true", help="log every request on stderr, one JSON line each")
 
 
 def run(args: argparse.Namespace) -> int:
