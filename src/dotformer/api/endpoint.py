@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -276,10 +276,12 @@ async def translate_request(
 
 
 MAX_NEW_TOKENS = 1024  # most tokens one POST /api/generate may ask for
-GENERATE_FIELDS = ("prompt", "max_new_tokens", "strategy", "n", "temperature", "top_k", "top_p", "seed", "beam_size")
+GENERATE_FIELDS = (
+    "prompt", "max_new_tokens", "strategy", "n", "temperature", "top_k", "top_p", "seed", "beam_size", "stream",
+)  # fmt: skip
 GENERATE_KINDS: dict[str, type] = {
     "prompt": str, "max_new_tokens": int, "strategy": str, "n": int, "temperature": float, "top_k": int,
-    "top_p": float, "seed": int, "beam_size": int,
+    "top_p": float, "seed": int, "beam_size": int, "stream": bool,
 }  # fmt: skip
 GENERATE_NAMES: dict[str, str] = {**{name: name for name in GENERATE_FIELDS}, "n_best": "n"}  # DecodeConfig -> JSON
 
@@ -293,17 +295,23 @@ def text_tokens(translator: Translator, texts: list[str]) -> int:
 
 async def generate_request(
     translator: Translator, request: Any, batcher: Batcher | None = None, counted: Counted | None = None
-) -> dict[str, Any]:
-    """The JSON reply ``{"texts": [...]}`` to one ``POST /api/generate`` request, for a language model.
+) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+    """The JSON reply ``{"texts": [...]}`` to one ``POST /api/generate`` request, for a language model; with
+    ``"stream": true``, the events ``{"text": "..."}`` of the new text's pieces as they are produced (one greedy or
+    sampled continuation: :func:`dotformer.api.streaming.stream_continuation`; their text joined is the ``texts[0]``
+    the same request gives without ``stream``).
 
     The fields are the keywords of :meth:`dotformer.api.Translator.generate`: ``prompt`` ("" by default),
     ``max_new_tokens`` (1..:data:`MAX_NEW_TOKENS`, 200), ``strategy``, ``n`` (1..:data:`MAX_BEAM`), ``temperature``,
-    ``top_k``, ``top_p``, ``seed``, ``beam_size``. ``counted`` is told the tokens generated (metrics).
+    ``top_k``, ``top_p``, ``seed``, ``beam_size``; and ``stream``. ``counted`` is told the tokens generated
+    (metrics).
 
     Raises:
-        RequestError: not an object, an unknown field, a value of the wrong type or out of range, or a checkpoint
-            that is not a language model.
+        RequestError: not an object, an unknown field, a value of the wrong type or out of range, a stream of
+            several continuations or of beam search, or a checkpoint that is not a language model.
     """
+    from dotformer.api.generation import generation_settings
+
     require_route(translator, "POST /api/generate")
     if not isinstance(request, dict):
         raise RequestError('the body must be a JSON object: {"prompt": "..."}')
@@ -313,15 +321,24 @@ async def generate_request(
     for name, value in request.items():
         kind = GENERATE_KINDS[name]
         ok = isinstance(value, int | float) if kind is float else isinstance(value, kind)
-        if isinstance(value, bool) or not ok:
-            raise RequestError(f'"{name}" must be {"a string" if kind is str else "a number"}, got {json.dumps(value)}')
+        if (isinstance(value, bool) and kind is not bool) or not ok:
+            kinds = {str: "a string", bool: "true or false"}
+            raise RequestError(f'"{name}" must be {kinds.get(kind, "a number")}, got {json.dumps(value)}')
     if len(request.get("prompt", "")) > MAX_TEXT_CHARS:
         raise RequestError(f'"prompt" has more than {MAX_TEXT_CHARS} characters')
     _positive_int(request, "max_new_tokens", 200, MAX_NEW_TOKENS)
     n = _positive_int(request, "n", 1, MAX_BEAM)
     _positive_int(request, "beam_size", 1, MAX_BEAM)
-    settings = {name: value for name, value in request.items() if name not in ("prompt", "n")}
+    settings = {name: value for name, value in request.items() if name not in ("prompt", "n", "stream")}
     prompt = request.get("prompt", "")
+    if request.get("stream", False):
+        if n != 1 or request.get("strategy", "sample") == "beam":
+            raise RequestError('"stream": true sends one greedy or sampled continuation: leave out "n" and "beam"')
+        try:
+            config = generation_settings(n=1, **settings)
+        except ConfigError as exc:
+            raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
+        return _generate_events(translator, prompt, config, batcher, counted)
 
     def run(prompts: list[str]) -> list[Any]:  # one prompt per call (the engines continue one prompt at a time)
         return [translator.generate(prompts[0], n=n, **settings)]
@@ -334,6 +351,24 @@ async def generate_request(
     if counted is not None:
         counted(text_tokens(translator, texts))
     return {"texts": texts}
+
+
+async def _generate_events(
+    translator: Translator, prompt: str, config: Any, batcher: Batcher | None, counted: Counted | None
+) -> AsyncIterator[dict[str, Any]]:
+    """``{"text": piece}`` per piece of the continuation as it comes (the tokens counted at the end)."""
+    from dotformer.api.streaming import stream_continuation
+
+    produced: list[str] = []
+    pieces = stream_continuation(translator, prompt, config, batcher)
+    try:
+        async for piece in pieces:
+            produced.append(piece)
+            yield {"text": piece}
+    finally:
+        await pieces.aclose()
+        if counted is not None:
+            counted(text_tokens(translator, ["".join(produced)]))
 
 
 CLASSIFY_FIELDS = ("texts",)

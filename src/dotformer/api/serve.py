@@ -10,12 +10,16 @@
     GET  /health          {"status": "ok"}: the process answers (for a container's liveness probe; never needs a key)
     GET  /ready           {"ready": true, "model": "...", "engine": "..."}: the model is loaded and takes requests
     GET  /metrics         the server's figures in Prometheus' text format (:mod:`dotformer.api.metrics`)
+    POST /v1/completions  OpenAI-style completions for a language model, streamed or not
+                          (:mod:`dotformer.api.completions`); GET /v1/models lists the model
     GET  /                the model, the endpoints and every decoding option (name, type, default, help)
 
 Only ``texts`` is required; ``beam``, ``n_best``, ``strategy`` and every other option of
 :data:`dotformer.decoding.options.DECODE_OPTIONS` are optional (``prefix``: one string or null per text).
 ``unknown_symbols`` counts the symbols of the text and of its prefix read as <unk>; ``hypotheses`` is there when
-``n_best`` > 1 (best first, each ``{"text", "score", "finished"}``). ``/api/generate`` is for language-model
+``n_best`` > 1 (best first, each ``{"text", "score", "finished"}``). ``/api/generate`` with ``"stream": true``
+answers with server-sent events, ``data: {"text": "..."}`` per piece of text as the engine produces it, then
+``data: [DONE]``. ``/api/generate`` is for language-model
 checkpoints (:meth:`dotformer.api.Translator.generate`), ``/api/classify`` for classifiers and taggers
 (:func:`dotformer.api.endpoint.classify_request`). Decoding is :meth:`dotformer.api.Translator.translate`, the
 path of ``dotformer translate``, so both give the same outputs for the same settings; the server does not know how
@@ -39,9 +43,11 @@ on 127.0.0.1 unless told otherwise; Ctrl-C or SIGTERM stops it once the requests
 from __future__ import annotations
 
 import functools
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from dotformer.api.batcher import MAX_BATCH_TOKENS, MAX_WAIT_MS, Batcher
+from dotformer.api.completions import chat_refusal, completion_request, describe_completions, models_reply
 from dotformer.api.endpoint import (
     MAX_BEAM,
     MAX_REQUEST_WORK,
@@ -106,6 +112,8 @@ class TranslationServer(LocalServer):
         routes |= {"GET /health": self._alive, "GET /ready": self._ready}
         routes |= {"POST /api/translate": self._translate, "POST /api/generate": self._generate}
         routes |= {"POST /api/classify": self._classify, "GET /metrics": self._metrics}
+        routes |= {"POST /v1/completions": self._complete, "POST /v1/chat/completions": self._chat}
+        routes |= {"GET /v1/models": self._models}
         body = '{"texts": ["..."]}'
         super().__init__(
             routes, host, port, "serve", body, MAX_BODY_BYTES, header_timeout, body_timeout, verbose, api_key,
@@ -133,7 +141,9 @@ class TranslationServer(LocalServer):
         return {"ok": True, "model": str(self.translator.path), "task": self.translator.task, "limits": limits}
 
     async def _describe(self, _: None) -> dict[str, Any]:
-        return describe_api(self.translator)
+        description = describe_api(self.translator)
+        description["endpoints"] |= describe_completions()
+        return description
 
     async def _health(self, _: None) -> dict[str, Any]:
         return self.health()
@@ -152,21 +162,40 @@ class TranslationServer(LocalServer):
         self.metrics.answered(route, status, seconds)
         super().answered(route, status, seconds, reply)
 
+    def error_reply(self, path: str, message: str, status: int) -> dict[str, Any]:
+        """``{"error": "..."}``; on the OpenAI-style routes (``/v1/...``) OpenAI's shape, whose ``message`` its
+        clients show: ``{"error": {"message", "type", "param", "code"}}``."""
+        if not path.startswith("/v1/"):
+            return super().error_reply(path, message, status)
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        code = "invalid_api_key" if status == 401 else None
+        return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
     def sentences(self, reply: Any) -> int:
         """The texts a reply answers: translations, classifications, generated texts (a stream: 1)."""
         if not isinstance(reply, dict):
             return 0
         if reply.get("stream"):
             return 1
-        return next((len(reply[name]) for name in ("translations", "results", "texts") if name in reply), 0)
+        return next((len(reply[name]) for name in ("translations", "results", "texts", "choices") if name in reply), 0)
 
     async def _translate(self, request: Any) -> dict[str, Any]:
         counted = functools.partial(self.metrics.tokens, "POST /api/translate")
         return await translate_request(self.translator, request, self.batcher, self.max_work, counted)
 
-    async def _generate(self, request: Any) -> dict[str, Any]:
+    async def _generate(self, request: Any) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
         counted = functools.partial(self.metrics.tokens, "POST /api/generate")
         return await generate_request(self.translator, request, self.batcher, counted)
+
+    async def _complete(self, request: Any) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+        counted = functools.partial(self.metrics.tokens, "POST /v1/completions")
+        return await completion_request(self.translator, request, self.batcher, counted)
+
+    async def _chat(self, _: Any) -> dict[str, Any]:
+        raise chat_refusal(self.translator)
+
+    async def _models(self, _: None) -> dict[str, Any]:
+        return models_reply(self.translator)
 
     async def _classify(self, request: Any) -> dict[str, Any]:
         return await classify_request(self.translator, request, self.batcher)

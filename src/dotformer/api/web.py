@@ -181,6 +181,10 @@ class LocalServer:
         """How many texts ``reply`` answers (for the access log; 0 here, a subclass knows its replies)."""
         return 0
 
+    def error_reply(self, path: str, message: str, status: int) -> dict[str, Any]:
+        """The body of a refusal at ``path``: ``{"error": message}`` (a subclass may speak another API's shape)."""
+        return {"error": message}
+
     async def _dispatch(self, request: Any) -> Any:
         """aiohttp's handler for every path: route, read the body, call the handler, answer."""
         started = time.perf_counter()
@@ -207,11 +211,13 @@ class LocalServer:
             self._check_key(request)
             reply = await handler(await self._read_json(request) if request.method == "POST" else None)
         except DotformerError as exc:  # a RequestError says its status; any other user error is a 400
-            status, reply = getattr(exc, "status", HTTPStatus.BAD_REQUEST), {"error": str(exc)}
+            status = getattr(exc, "status", HTTPStatus.BAD_REQUEST)
+            reply = self.error_reply(request.path, str(exc), status)
         except Exception as exc:  # noqa: BLE001 (a bug: one line to the client, the traceback to the log)
             self.logger.exception("%s %s failed", request.method, request.path)
             status = HTTPStatus.INTERNAL_SERVER_ERROR
-            reply = {"error": f"the server failed on this request ({type(exc).__name__}); its log has the details"}
+            message = f"the server failed on this request ({type(exc).__name__}); its log has the details"
+            reply = self.error_reply(request.path, message, status)
         if hasattr(reply, "__aiter__"):
             return await self._stream(request, reply, started, route)
         headers = {"Cache-Control": "no-store"}
@@ -243,13 +249,14 @@ class LocalServer:
                     await response.write(b"data: " + json.dumps(event, ensure_ascii=False).encode("utf-8") + b"\n\n")
                 last: dict[str, Any] | None = None
             except DotformerError as exc:
-                last = {"error": str(exc)}
+                last = self.error_reply(request.path, str(exc), getattr(exc, "status", HTTPStatus.BAD_REQUEST))
             except ConnectionError:  # the client went away between two events
                 self.answered(route, 499, time.perf_counter() - started, None)
                 return response
             except Exception as exc:  # noqa: BLE001 (a bug: one event to the client, the traceback to the log)
                 self.logger.exception("%s %s failed while streaming", request.method, request.path)
-                last = {"error": f"the server failed on this request ({type(exc).__name__}); its log has the details"}
+                message = f"the server failed on this request ({type(exc).__name__}); its log has the details"
+                last = self.error_reply(request.path, message, HTTPStatus.INTERNAL_SERVER_ERROR)
             tail = b"data: [DONE]\n\n" if last is None else b"data: " + json.dumps(last).encode("utf-8") + b"\n\n"
             await response.write(tail)
             await response.write_eof()

@@ -16,7 +16,9 @@ requests get HTTP 400 (404, 405: no such path or method, 408: body too slow, 413
 line {"error": "..."} (HTTP too malformed to read gets a plain-text 400). GET / describes the endpoints, the options
 and the engine that decodes (--engine: CTranslate2 when installed, with --threads per batch and --inter-threads
 batches at once, else torch), GET /api/health shows the limits, and a language model (train --task lm) answers POST
-/api/generate {"prompt": "...", "max_new_tokens": 200, ...}.
+/api/generate {"prompt": "...", "max_new_tokens": 200, ...} ("stream": true sends the text as server-sent events,
+piece by piece as it is produced) and the OpenAI-style POST /v1/completions (prompt, max_tokens, temperature, top_p,
+stop, seed, stream), so that the openai client works against http://HOST:PORT/v1 unchanged.
 
 limits: every connection is read by an event loop (aiohttp), so slow or idle clients cost no decoding and any
 number of them holds back no one; the request line and headers must arrive within 10 s of connecting, or the
