@@ -701,8 +701,15 @@ def open_translator(
         check_purpose(loaded, purpose)
         return Translator(loaded, dtype)
     from dotformer.checkpoint.files import read_checkpoint_files
+    from dotformer.engines.choice import ctranslate2_installed
+    from dotformer.engines.digests import checkpoint_sha256
 
-    files = read_checkpoint_files(paths[0])
+    # the copy's key: digests remembered beside the cache by (size, mtime, inode), where there is a cache to find
+    files = (
+        read_checkpoint_files(paths[0], checkpoint_sha256)
+        if ctranslate2_installed()
+        else read_checkpoint_files(paths[0])
+    )
     asked = [*torch_only, *check_purpose(files, purpose)]
     asked += torch_only_settings(request, files.config, names) if request is not None else []
     chosen = choose_engine(engine, asked, ct2_problem(files.config, dtype, str(device)), flag)
