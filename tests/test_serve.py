@@ -396,3 +396,40 @@ def test_access_log_is_one_json_line_per_request(translator: Any, caplog: pytest
         ("POST /api/translate", 400, 0),
     ]
     assert all(set(line) == {"route", "status", "ms", "sentences"} and line["ms"] > 0 for line in lines)
+
+
+@pytest.mark.numerical
+def test_embed_gives_the_python_apis_vectors_under_concurrency(server: Any, translator: Any) -> None:
+    """POST /api/embed from several clients at once (their texts batched together): each gets
+    ``Translator.embed``'s vectors for its texts, up to the reordering of sums a different batch brings."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    from tolerance import reordering_bound
+
+    root = server.url.rsplit("/api/", 1)[0]
+    requests = [["a1 a2 a3", "a5"], ["a9 a8 a7 a6"], ["", "a2 a2"], ["a4 a5 a6 a7 a8"]]
+    bodies = [
+        {"texts": texts, "pooling": pooling, "normalize": True} for texts in requests for pooling in ("mean", "cls")
+    ]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        replies = list(pool.map(lambda body: post(root + "/api/embed", body), bodies))
+    config = translator.config
+    bound = reordering_bound([config.d_model + config.d_ff + config.max_len] * config.num_encoder_layers, scale=1.0)
+    for body, (status, reply) in zip(bodies, replies, strict=True):
+        assert status == 200, reply
+        expected = translator.embed(body["texts"], pooling=body["pooling"], normalize=True)
+        assert reply["dimensions"] == config.d_model == expected.shape[1]
+        np.testing.assert_allclose(np.array(reply["embeddings"]), expected, rtol=0, atol=bound)
+    status, reply = post(root + "/api/embed", {"texts": ["a1"], "pooling": "max"})
+    assert status == 400 and reply["error"] == '"pooling" must be "mean" or "cls", got "max"'
+
+
+def test_embed_refuses_a_language_model(kinds: dict[str, Path]) -> None:
+    import dotformer
+    from dotformer.api.serve import TranslationServer
+
+    with TranslationServer(dotformer.load(kinds["lm"], device="cpu", engine="torch"), port=0) as server:
+        status, reply = post(server.url.rsplit("/api/", 1)[0] + "/api/embed", {"texts": ["a1"]})
+    assert status == 400 and "is a language model: /api/embed serves a model with an encoder" in reply["error"]
+    assert reply["error"].endswith("send POST /api/generate")

@@ -57,7 +57,7 @@ def model_kind(config: Any) -> tuple[str, str | None]:
     if config.arch == "decoder-only":
         return "a language model", "POST /api/generate"
     if config.arch == "encoder-only":
-        return "a masked language model", None
+        return "a masked language model", "POST /api/embed"
     return "a translation model", "POST /api/translate"
 
 
@@ -72,7 +72,7 @@ def require_route(translator: Any, route: str) -> None:
     if served == route:
         return
     path, wanted = route.split()[1], ROUTE_MODELS[route]
-    where = f"send {served}" if served is not None else "no route of dotformer serve runs it (try dotformer embed)"
+    where = f"send {served}" if served is not None else "no route of dotformer serve runs it"
     raise RequestError(f"{translator.files.path} is {kind}: {path} serves {wanted}; {where}")
 
 
@@ -80,6 +80,7 @@ ROUTE_MODELS = {
     "POST /api/translate": "a translation model",
     "POST /api/generate": "a language model",
     "POST /api/classify": "a classifier or a tagger",
+    "POST /api/embed": "a model with an encoder",
 }  # what each route runs
 
 
@@ -393,16 +394,7 @@ async def classify_request(translator: Translator, request: Any, batcher: Batche
     unknown = sorted(set(request) - set(CLASSIFY_FIELDS))
     if unknown:
         raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(CLASSIFY_FIELDS)}")
-    texts = request.get("texts")
-    if not isinstance(texts, list) or not texts:
-        raise RequestError('"texts" must be a non-empty list of strings')
-    if len(texts) > MAX_TEXTS:
-        raise RequestError(f'"texts" holds {len(texts)} texts; one request takes at most {MAX_TEXTS}')
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise RequestError(f'"texts"[{i}] is not a string')
-        if len(text) > MAX_TEXT_CHARS:
-            raise RequestError(f'"texts"[{i}] has {len(text)} characters; the endpoint takes at most {MAX_TEXT_CHARS}')
+    texts = _texts(request)
 
     def quietly(batch: list[str]) -> list[Any]:
         with warnings.catch_warnings():
@@ -415,6 +407,71 @@ async def classify_request(translator: Translator, request: Any, batcher: Batche
         return {"results": [{"label": r.label, "probability": r.probability, "probabilities": r.probabilities}
                             for r in results]}  # fmt: skip
     return {"results": [{"words": r.words, "labels": r.labels, "probabilities": r.probabilities} for r in results]}
+
+
+EMBED_FIELDS = ("texts", "pooling", "normalize")
+
+
+async def embed_request(
+    translator: Translator, request: Any, batcher: Batcher | None = None, max_work: int = MAX_REQUEST_WORK
+) -> dict[str, Any]:
+    """The JSON reply to one ``POST /api/embed``: ``{"texts": [...], "pooling": "mean", "normalize": false}`` ->
+    ``{"embeddings": [[...], ...], "dimensions": D}``, one vector per text, :meth:`dotformer.api.Translator.embed`'s
+    (the encoder's memory pooled: "mean" over the real tokens or "cls", the first; ``normalize``: unit length). Any
+    model with an encoder (translation models, masked language models, classifiers) serves it; the texts are
+    embedded through ``batcher`` beside those of other requests with the same pooling (None: here).
+
+    Raises:
+        RequestError: not an object, an unknown field, ``texts`` missing, empty, too many or too long, a bad
+            ``pooling`` or ``normalize``, more than ``max_work`` tokens (413), or a language model (no encoder).
+    """
+    import numpy as np
+
+    if translator.files.config.arch == "decoder-only":
+        raise RequestError(f"{translator.files.path} is a language model: /api/embed serves a model with an encoder; "
+                           "send POST /api/generate")  # fmt: skip
+    if not isinstance(request, dict):
+        raise RequestError('the body must be a JSON object: {"texts": ["..."]}')
+    unknown = sorted(set(request) - set(EMBED_FIELDS))
+    if unknown:
+        raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(EMBED_FIELDS)}")
+    texts = _texts(request)
+    pooling, normalize = request.get("pooling", "mean"), request.get("normalize", False)
+    if pooling not in ("mean", "cls"):
+        raise RequestError(f'"pooling" must be "mean" or "cls", got {json.dumps(pooling)}')
+    if not isinstance(normalize, bool):
+        raise RequestError(f'"normalize" must be true or false, got {json.dumps(normalize)}')
+    sizes = [len(ids) for ids in translator.src_tokenizer.encode_batch(texts)]
+    if sum(sizes) > max_work:
+        raise RequestError(f"the request holds {sum(sizes)} tokens; one request takes at most {max_work}",
+                           HTTPStatus.REQUEST_ENTITY_TOO_LARGE)  # fmt: skip
+
+    def run(batch: list[str]) -> list[Any]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a reply has no warnings channel
+            return list(np.asarray(translator.embed(batch, pooling=pooling, normalize=normalize)))
+
+    vectors = await _batched(batcher, ("embed", pooling, normalize), texts, sizes, run)
+    return {"embeddings": [vector.tolist() for vector in vectors], "dimensions": int(len(vectors[0]))}
+
+
+def _texts(request: dict[str, Any]) -> list[str]:
+    """``"texts"``: a non-empty list of at most :data:`MAX_TEXTS` strings of at most :data:`MAX_TEXT_CHARS`.
+
+    Raises:
+        RequestError: anything else (the message names the text).
+    """
+    texts = request.get("texts")
+    if not isinstance(texts, list) or not texts:
+        raise RequestError('"texts" must be a non-empty list of strings')
+    if len(texts) > MAX_TEXTS:
+        raise RequestError(f'"texts" holds {len(texts)} texts; one request takes at most {MAX_TEXTS}')
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise RequestError(f'"texts"[{i}] is not a string')
+        if len(text) > MAX_TEXT_CHARS:
+            raise RequestError(f'"texts"[{i}] has {len(text)} characters; the endpoint takes at most {MAX_TEXT_CHARS}')
+    return texts
 
 
 def describe_api(translator: Translator) -> dict[str, Any]:
@@ -442,6 +499,10 @@ def describe_api(translator: Translator) -> dict[str, Any]:
             "POST /api/classify": {
                 "fields": ["texts (required: a list of strings)"],
                 "for": 'classifiers and taggers (task "classify", "tag")',
+            },
+            "POST /api/embed": {
+                "fields": ["texts (required: a list of strings)", "pooling", "normalize"],
+                "for": "models with an encoder",
             },
             "GET /api/health": "the model and the limits",
             "GET /health": "the process answers (liveness; never needs the API key)",

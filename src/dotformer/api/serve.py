@@ -6,6 +6,8 @@
     POST /api/generate    {"prompt": "...", "max_new_tokens": 200, "n": 1, ...} -> {"texts": ["...", ...]}
     POST /api/classify    {"texts": ["...", ...]} -> {"results": [{"label": "...", "probability": 0.9,
                                                        "probabilities": {...}}, ...]} (a tagger: words, labels)
+    POST /api/embed       {"texts": ["...", ...], "pooling": "mean", "normalize": false}
+                          -> {"embeddings": [[...], ...], "dimensions": D} (a model with an encoder)
     GET  /api/health      {"ok": true, "model": "...", "limits": {...}}
     GET  /health          {"status": "ok"}: the process answers (for a container's liveness probe; never needs a key)
     GET  /ready           {"ready": true, "model": "...", "engine": "..."}: the model is loaded and takes requests
@@ -25,8 +27,8 @@ checkpoints (:meth:`dotformer.api.Translator.generate`), ``/api/classify`` for c
 path of ``dotformer translate``, so both give the same outputs for the same settings; the server does not know how
 the Translator decodes.
 
-Requests are decoded together: the texts of every request waiting (translate, classify; a generate request is one
-call) are gathered by :class:`~dotformer.api.batcher.Batcher` into one engine call, up to ``batch_tokens`` source
+Requests are decoded together: the texts of every request waiting (translate, classify, embed; a generate request
+is one call) are gathered by :class:`~dotformer.api.batcher.Batcher` into one engine call, up to ``batch_tokens`` source
 tokens x beam or after ``batch_wait_ms``, and each request gets back exactly its own outputs, those of ``dotformer
 translate`` with the same options (requests with different options are never mixed; a sampling request is decoded
 alone, whole).
@@ -55,6 +57,7 @@ from dotformer.api.endpoint import (
     MAX_TEXTS,
     classify_request,
     describe_api,
+    embed_request,
     generate_request,
     model_kind,
     translate_request,
@@ -113,7 +116,7 @@ class TranslationServer(LocalServer):
         routes |= {"POST /api/translate": self._translate, "POST /api/generate": self._generate}
         routes |= {"POST /api/classify": self._classify, "GET /metrics": self._metrics}
         routes |= {"POST /v1/completions": self._complete, "POST /v1/chat/completions": self._chat}
-        routes |= {"GET /v1/models": self._models}
+        routes |= {"GET /v1/models": self._models, "POST /api/embed": self._embed}
         body = '{"texts": ["..."]}'
         super().__init__(
             routes, host, port, "serve", body, MAX_BODY_BYTES, header_timeout, body_timeout, verbose, api_key,
@@ -177,7 +180,8 @@ class TranslationServer(LocalServer):
             return 0
         if reply.get("stream"):
             return 1
-        return next((len(reply[name]) for name in ("translations", "results", "texts", "choices") if name in reply), 0)
+        names = ("translations", "results", "texts", "choices", "embeddings")
+        return next((len(reply[name]) for name in names if name in reply), 0)
 
     async def _translate(self, request: Any) -> dict[str, Any]:
         counted = functools.partial(self.metrics.tokens, "POST /api/translate")
@@ -196,6 +200,9 @@ class TranslationServer(LocalServer):
 
     async def _models(self, _: None) -> dict[str, Any]:
         return models_reply(self.translator)
+
+    async def _embed(self, request: Any) -> dict[str, Any]:
+        return await embed_request(self.translator, request, self.batcher, self.max_work)
 
     async def _classify(self, request: Any) -> dict[str, Any]:
         return await classify_request(self.translator, request, self.batcher)

@@ -18,7 +18,8 @@ and the engine that decodes (--engine: CTranslate2 when installed, with --thread
 batches at once, else torch), GET /api/health shows the limits, and a language model (train --task lm) answers POST
 /api/generate {"prompt": "...", "max_new_tokens": 200, ...} ("stream": true sends the text as server-sent events,
 piece by piece as it is produced) and the OpenAI-style POST /v1/completions (prompt, max_tokens, temperature, top_p,
-stop, seed, stream), so that the openai client works against http://HOST:PORT/v1 unchanged.
+stop, seed, stream), so that the openai client works against http://HOST:PORT/v1 unchanged. POST /api/embed
+{"texts": [...], "pooling": "mean", "normalize": false} gives sentence embeddings of any model with an encoder.
 
 limits: every connection is read by an event loop (aiohttp), so slow or idle clients cost no decoding and any
 number of them holds back no one; the request line and headers must arrive within 10 s of connecting, or the
