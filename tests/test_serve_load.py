@@ -342,7 +342,8 @@ def test_the_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     serve_load = importlib.import_module("serve_load")
-    payload = serve_load.main(["--quick", "--threads", "1", "--out", str(tmp_path / "serve_load.json")])
+    out = str(tmp_path / "serve_load.json")
+    payload = serve_load.main(["--mode", "trickle", "--quick", "--threads", "1", "--out", out])
     assert json.loads((tmp_path / "serve_load.json").read_text()) == json.loads(json.dumps(payload))
     assert [(row["clients"], row["trickling"]) for row in payload["rows"]] == [(1, 0), (4, 0), (4, 20)]
     for row in payload["rows"]:
@@ -350,6 +351,23 @@ def test_the_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["max_ms"]
     assert payload["rows"][-1]["trickling_opened"] >= 20
     assert payload["trickling"]["p95_ratio"] == payload["rows"][2]["p95_ms"] / payload["rows"][1]["p95_ms"]
+
+
+def test_the_sentence_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/serve_load.py --mode sentences --quick: a row per number of clients sending single sentences, every
+    answer equal to the offline translation of its sentence, the batch sizes read from /metrics (figures, not
+    asserted beyond their range: no timed test)."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    serve_load = importlib.import_module("serve_load")
+    out = str(tmp_path / "sentences.json")
+    payload = serve_load.main(["--quick", "--engine", "torch", "--threads", "1", "--out", out])
+    assert payload["mode"] == "sentences" and payload["engine"] == "torch"
+    assert [row["clients"] for row in payload["rows"]] == [1, 4]
+    for row in payload["rows"]:
+        assert row["ok"] == row["requests"] == row["clients"] * 3 and row["errors"] == 0 and row["equal_outputs"]
+        assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"] and 1 <= row["mean_batch"] <= row["clients"]
 
 
 def test_stopping_answers_the_request_being_decoded_and_drops_the_slow_ones(translator: Any) -> None:
