@@ -200,7 +200,7 @@ class LocalServer:
     async def _answer(self, request: Any, started: float, route: str) -> Any:
         """Route, read the body, call the handler, answer (a stream of events is written as it comes)."""
         handler = self.routes.get(f"{request.method} {request.path}")
-        status, content_type, reply = HTTPStatus.OK, "application/json", None
+        status, content_type, reply = HTTPStatus.OK, "application/json; charset=utf-8", None
         try:
             if handler is None:
                 allowed = sorted(key.split()[0] for key in self.routes if key.split()[1] == request.path)

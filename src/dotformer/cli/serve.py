@@ -118,7 +118,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batch-tokens must be positive, got {args.batch_tokens}")
     if not 0 <= args.batch_wait_ms <= 10_000:
         raise ConfigError(f"--batch-wait-ms must be from 0 to 10000, got {args.batch_wait_ms:g}")
+    from dotformer.errors import require_extra
+
     aiohttp_web()  # a missing extra is said before the model loads
+    require_extra("serve", "prometheus_client", "GET /metrics")
     translator = load_translator(args)  # several --checkpoint: an ensemble (dotformer.decoding.ensemble), on torch
     announce = lambda line: print(line, flush=True)  # noqa: E731
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
