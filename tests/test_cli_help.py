@@ -231,6 +231,9 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
     "explore": {"--checkpoint", "--device", "--port", "--target", "--text", "--verbose", "--write"},
     "export": {"--quantization", "--to"},
     "serve": {
+        "--api-key",
+        "--batch-tokens",
+        "--batch-wait-ms",
         "--checkpoint",
         "--device",
         "--dtype",
@@ -411,6 +414,9 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--warmup": ("warmup", None, False),
     },
     "serve": {
+        "--api-key": ("api_key", None, False),
+        "--batch-tokens": ("batch_tokens", 4096, False),
+        "--batch-wait-ms": ("batch_wait_ms", 5.0, False),
         "--engine": ("engine", "auto", False),
         "--inter-threads": ("inter_threads", None, False),
         "--checkpoint": ("checkpoint", None, True),
