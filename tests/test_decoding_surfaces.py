@@ -126,7 +126,8 @@ def test_get_root_describes_the_api(servers: dict[str, Any]) -> None:
     assert status == 200
     assert [o["name"] for o in reply["translate_options"]] == list(OPTION_NAMES)
     endpoints = {"POST /api/translate", "POST /api/generate", "POST /api/classify", "GET /api/health", "GET /"}
-    endpoints |= {"GET /health", "GET /ready"}
+    endpoints |= {"GET /health", "GET /ready", "GET /metrics", "POST /api/embed"}
+    endpoints |= {"POST /v1/completions", "POST /v1/chat/completions", "GET /v1/models"}
     assert endpoints == set(reply["endpoints"])
 
 
