@@ -22,9 +22,9 @@ from dotformer.cli import main
 from dotformer.data.config import EncoderDataConfig, LMDataConfig
 from dotformer.data.labelled import LabelledSampler, Masking, labelled_examples, masked_examples
 from dotformer.data.labelled_text import read_classified, read_tagged
-from dotformer.data.prepared import PreparedLabelled, PreparedText, open_prepared
-from dotformer.data.preparing import fingerprint_of, prepare_text
-from dotformer.data.preparing_labelled import prepare_labelled
+from dotformer.data.prepared.kinds import fingerprint_of, open_prepared, prepare
+from dotformer.data.prepared.labelled_kind import PreparedLabelled
+from dotformer.data.prepared.text_kind import PreparedText
 from dotformer.data.splits import TRAIN
 from dotformer.data.tokenizers import EOS_ID
 from dotformer.data.words import IGNORE_LABEL, WordPieces, label_positions
@@ -85,7 +85,7 @@ def training_rows(prepared: PreparedLabelled | PreparedText, source: list) -> li
 
 def test_a_masked_language_models_text_is_prepared_with_its_mask_token(files: dict[str, Path], tmp_path: Path) -> None:
     config = EncoderDataConfig(task="mlm", dataset=str(files["text.txt"]), tokenizer="char", block_size=16)
-    prepared = prepare_text(config, 3, tmp_path / "mlm")
+    prepared = prepare(config, 3, tmp_path / "mlm")
     again = open_prepared(tmp_path / "mlm")
     assert isinstance(again, PreparedText) and again.task == "mlm" and again.report == prepared.report
     tokenizer = again.tokenizer
@@ -114,7 +114,7 @@ def training_rows_of(prepared: PreparedText, source: list[str], code: int) -> li
 def test_a_classifiers_texts_round_trip(files: dict[str, Path], tmp_path: Path, tokenizer: str) -> None:
     config = EncoderDataConfig(task="classify", dataset=str(files["labels.tsv"]), tokenizer=tokenizer,
                                vocab_size=300 if tokenizer == "bpe" else None)  # fmt: skip
-    prepare_labelled(config, 1, tmp_path / "cls")
+    prepare(config, 1, tmp_path / "cls")
     prepared = open_prepared(tmp_path / "cls")
     assert isinstance(prepared, PreparedLabelled) and prepared.task == "classify"
     assert prepared.labels == ["animal", "place"] and prepared.report["labels"] == prepared.labels
@@ -140,7 +140,7 @@ def test_a_classifiers_texts_round_trip(files: dict[str, Path], tmp_path: Path, 
 
 def test_a_taggers_labels_sit_on_the_first_token_of_each_word(files: dict[str, Path], tmp_path: Path) -> None:
     config = EncoderDataConfig(task="tag", dataset=str(files["tags.conll"]), tokenizer="bpe", vocab_size=300)
-    prepared = prepare_labelled(config, 1, tmp_path / "tag")
+    prepared = prepare(config, 1, tmp_path / "tag")
     assert prepared.labels == ["ANIMAL", "O", "PLACE"] and prepared.report["corpus"]["report"]["skipped"] == 1
     source = read_tagged(files["tags.conll"])
     train = training_rows(prepared, list(zip(source.texts, source.labels, strict=True)))
@@ -165,7 +165,7 @@ def test_a_held_out_label_unknown_to_the_training_texts_is_one_line(files: dict[
     (tmp_path / "test.tsv").write_text("the cat\tanimal\na town\tcity\n")
     config = EncoderDataConfig(task="classify", dataset=str(files["labels.tsv"]), test=str(tmp_path / "test.tsv"))
     with pytest.raises(DataError, match=r"test.tsv \(the test split\): label 'city' is not among the training labels"):
-        prepare_labelled(config, 1, tmp_path / "out")
+        prepare(config, 1, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial*"))
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from dotformer.data.batching import BatchSampler, EncodedPair, SamplerPosition
-from dotformer.data.blocks import BlockSampler, TokenStream, encode_text, sampler_for
+from dotformer.data.batching import BatchSampler, EncodedPair, SamplerPosition, sampler_for
+from dotformer.data.blocks import BlockSampler, TokenStream, encode_text
 from dotformer.data.text import PIECE_LINES, TextCorpus, read_file_text, split_text
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import EOS_ID, PAD_ID

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from dotformer.errors import ConfigError
 
@@ -78,6 +78,7 @@ class DataConfig:
         ConfigError: a field is out of range (the message names it).
     """
 
+    kind: ClassVar[str] = "pairs"  # its data kind (dotformer.data.prepared.kinds)
     # --- the pairs ---
     dataset: str = "copy"  # "cmudict", "bible", "copy", "reverse", a TSV/CSV path, "train.src,train.tgt", "hf:NAME"
     valid: str | None = None  # validation pairs (same forms as dataset); given: nothing is split at random
@@ -302,6 +303,7 @@ class LMDataConfig:
         ConfigError: a field out of range (the message names it).
     """
 
+    kind: ClassVar[str] = "text"  # its data kind (dotformer.data.prepared.kinds)
     dataset: str = "bible"  # "bible" (KJV), "bible:WEB", "bible:MODULE", or a UTF-8 text file
     task: str = LM_TASK  # always "lm" (it marks a language-model config)
     valid: str | None = None  # held-out text file for validation; given: nothing is split at random
@@ -351,7 +353,9 @@ class LMDataConfig:
         return config_from_dict(cls, data, source)
 
 
-ENCODER_TASKS = ("mlm", "classify", "tag")  # the encoder's tasks: masked language model, classification, tagging
+# the encoder's tasks (masked language model, classification, tagging) and the data kind each reads
+ENCODER_KINDS = {"mlm": "text", "classify": "labelled", "tag": "labelled"}
+ENCODER_TASKS = tuple(ENCODER_KINDS)
 DEFAULT_ENCODER_BLOCK = 128  # an encoder's example: most tokens, [BOS] and [EOS] included
 _TASK_FIELDS = {"mlm_unit": "mlm", "mask_probability": "mlm", "tag_format": "tag", "label_subtokens": "tag"}
 
@@ -406,6 +410,11 @@ class EncoderDataConfig:
                 raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
         if self.test_books is not None:
             object.__setattr__(self, "test_books", tuple(self.test_books))
+
+    @property
+    def kind(self) -> str:
+        """Its data kind: running text (mlm) or labelled texts (classify, tag)."""
+        return ENCODER_KINDS[self.task]
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-serialisable dict (run.json, every checkpoint's config.json)."""

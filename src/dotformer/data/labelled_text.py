@@ -14,7 +14,7 @@ Sources (``dataset``):
 
 :class:`LabelledReader` reads a source in passes, one text at a time (a file is streamed a block at a time, never
 held whole; a Bible's verses are held as :class:`~dotformer.data.text.TextReader` holds them), which is how data is
-prepared (:mod:`dotformer.data.preparing_labelled`); :func:`read_labelled` collects one pass into
+prepared (:mod:`dotformer.data.prepared.labelled_kind`); :func:`read_labelled` collects one pass into
 :class:`LabelledTexts` (a held-out file, what ``evaluate`` scores). A line of a file that cannot be read as its form
 is one :class:`~dotformer.errors.DataError` naming FILE:LINE. No torch here.
 """

@@ -15,11 +15,11 @@ tag        WORDS<TAB>LABELS lines or CoNLL columns:   a per-token classifier  to
            a label per word, on its first token                                                macro-F1
 =========  =========================================  ======================  ===============  ======================
 
-The data is prepared once (:func:`dotformer.data.cache.prepared_for`) and the run refers to it
+The data is prepared once (:func:`dotformer.data.prepared.cache.prepared_for`) and the run refers to it
 (:mod:`dotformer.runs.run_data`), as every task's: a masked language model's text as a language model's
-(:func:`dotformer.data.preparing.prepare_text`: given valid/test files, or whole books of the Bible / pieces of a
+(:mod:`dotformer.data.prepared.text_kind`: given valid/test files, or whole books of the Bible / pieces of a
 file held out, seeded; its tokenizer learned with ``<mask>``), a classifier's or a tagger's texts as the ``labelled``
-kind (:mod:`dotformer.data.preparing_labelled`: split by the same dealing, each text of a file on its own, a Bible
+kind (:mod:`dotformer.data.prepared.labelled_kind`: split by the same dealing, each text of a file on its own, a Bible
 verse with its book; each text's ids with its label id, or a label per token). One tokenizer is learned on a sample
 of the training text (byte-level BPE by default) or read from a file. A classifier or tagger starts afresh, or from
 an encoder's weights with ``--init-from CKPT`` (a ``--task mlm`` run's, or an imported BERT: ``dotformer import
@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from dotformer.config import PRESETS, ModelConfig
 from dotformer.data.config import DEFAULT_ENCODER_BLOCK, EncoderDataConfig
-from dotformer.data.prepared import PreparedLabelled, PreparedText
+from dotformer.data.prepared.labelled_kind import PreparedLabelled
+from dotformer.data.prepared.text_kind import PreparedText
 from dotformer.errors import ConfigError, DataError
 from dotformer.runs.pairs import record_data_config
 from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task, run_split_file
@@ -104,7 +105,7 @@ class EncoderTask(Task):
         progress: bool,
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
-        from dotformer.data.cache import prepared_for
+        from dotformer.data.prepared.cache import prepared_for
         from dotformer.data.tokenizer_files import TokenizerPair
 
         if extend_vocab:

@@ -1,8 +1,8 @@
 """The tasks of pairs: a source text to a target text (``g2p``, ``translation``, ``exact``, ``synthetic``).
 
 An encoder-decoder model trained with teacher forcing on token-budget batches of pairs. The data is prepared once
-(:func:`dotformer.data.cache.prepared_for`: given valid/test files or a seeded group-disjoint split of one corpus,
-tokenizers learned on a sample of the training split or read from files, every split encoded into memory-mapped
+(:func:`~dotformer.data.prepared.cache.prepared_for`: given valid/test files or a seeded group-disjoint split of one
+corpus, tokenizers learned on a sample of the training split or read from files, every split encoded into memory-mapped
 token arrays) and the run refers to it (:mod:`dotformer.runs.run_data`). The task's defaults are the ``[model]`` and
 ``[train]`` of its shipped config (:data:`TASK_RECIPES`), and ``--init-from`` fine-tunes an encoder-decoder
 checkpoint (:mod:`dotformer.runs.finetune`).
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dotformer.config import PRESETS, ModelConfig
 from dotformer.data.config import DataConfig
-from dotformer.data.prepared import PreparedPairs
+from dotformer.data.prepared.pair_kind import PreparedPairs
 from dotformer.errors import CheckpointError, ConfigError, DotformerError
 from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task, run_split_file
 
@@ -74,7 +74,7 @@ class PairsTask(Task):
         progress: bool,
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
-        from dotformer.data.cache import prepared_for
+        from dotformer.data.prepared.cache import prepared_for
         from dotformer.data.tokenizer_files import TokenizerPair
         from dotformer.runs.finetune import init_data_config
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.config import ENCODER_TASKS, LM_TASK, DataConfig, LMDataConfig
-from dotformer.data.prepared import PreparedLabelled, PreparedPairs, PreparedText
+from dotformer.data.config import ENCODER_TASKS, LM_TASK
+from dotformer.data.prepared.kinds import Prepared
 from dotformer.data.types import NAMED_TASKS
 from dotformer.errors import ConfigError
 from dotformer.runs.config_files import ConfigSections, read_config_file
@@ -54,7 +54,7 @@ def task_of_section(data: dict[str, Any]) -> Task:
 
 def prepared_source(
     section: dict[str, Any],
-) -> tuple[dict[str, Any], PreparedPairs | PreparedText | PreparedLabelled] | None:
+) -> tuple[dict[str, Any], Prepared] | None:
     """When ``section``'s dataset names a prepared directory (``dotformer prepare --out DIR``): the ``[data]`` it was
     prepared from (with the section's settings that are decided at batching time: a block size, a masked language
     model's unit and masking), and the mapped data; else None.
@@ -68,20 +68,20 @@ def prepared_source(
             data settings are fixed when the data is prepared), or another task.
         DataError: a damaged prepared directory.
     """
-    from dotformer.data.prepared import REPORT_FILE, open_prepared
-    from dotformer.data.preparing import BATCH_TIME_FIELDS
+    from dotformer.data.prepared.kinds import open_prepared
+    from dotformer.data.prepared.layout import REPORT_FILE
 
     dataset = section.get("dataset")
     if not isinstance(dataset, str) or not (Path(dataset) / REPORT_FILE).is_file():
         return None
     prepared = open_prepared(dataset)
-    batch_time = BATCH_TIME_FIELDS.get(prepared.task, ())
+    batch_time = prepared.batch_time_fields.get(prepared.task, ())
     if section.get("task") not in (None, prepared.task):
         raise ConfigError(f"{dataset} is prepared for task {prepared.task}, not {section['task']}")
     differing = [
         f"{key} = {section[key]!r} (prepared with {prepared.report['data'].get(key)!r})"
         for key in sorted(set(section) - {"dataset", "task", *batch_time})
-        if not _same_setting(prepared, key, section[key])
+        if not prepared.same_setting(key, section[key])
     ]
     if differing:
         raise ConfigError(
@@ -92,22 +92,6 @@ def prepared_source(
     data = dict(prepared.report["data"])
     data.update({key: section[key] for key in batch_time if key in section})
     return data, prepared
-
-
-def _same_setting(prepared: PreparedPairs | PreparedText | PreparedLabelled, key: str, value: Any) -> bool:
-    """Whether ``key = value`` leaves the data settings of ``prepared`` as they are (its task's defaults filled in:
-    ``vocab_size = 8000`` is the default's own value); a value its config refuses is another setting. An encoder
-    task's settings compare as written."""
-    own = prepared.report["data"]
-    if isinstance(prepared, PreparedLabelled):
-        return own.get(key) == value
-    try:
-        if isinstance(prepared, PreparedPairs):
-            asked = DataConfig.from_dict({**own, key: value}).resolved(prepared.task)
-            return asked == DataConfig.from_dict(own).resolved(prepared.task)
-        return LMDataConfig.from_section({**own, key: value}) == LMDataConfig.from_section(own)
-    except ConfigError:
-        return False
 
 
 def read_task_config_file(path: str | Path) -> ConfigSections:

@@ -1,8 +1,8 @@
 """The language-model task (``lm``): the lesson's decoder alone, trained GPT-style on running text.
 
-The text is prepared once (:func:`dotformer.data.cache.prepared_for`: given files, or whole books / pieces of a file
-held out, seeded; one tokenizer learned on a sample of the training text, characters or byte-level BPE, or read from
-a file; every line's ids and EOS in one memory-mapped stream per split), the run refers to it
+The text is prepared once (:func:`~dotformer.data.prepared.cache.prepared_for`: given files, or whole books / pieces of
+a file held out, seeded; one tokenizer learned on a sample of the training text, characters or byte-level BPE, or read
+from a file; every line's ids and EOS in one memory-mapped stream per split), the run refers to it
 (:mod:`dotformer.runs.run_data`), and the model is built decoder-only with ``max_len`` = the block size (its
 positions are those it trained on; generation reads at most that many tokens). Batches are contiguous blocks of the
 text (:mod:`dotformer.data.blocks`), cut when batching, so one preparation serves every block size. The defaults
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from dotformer.config import PRESETS, ModelConfig
 from dotformer.data.config import LM_TASK, LMDataConfig
-from dotformer.data.prepared import PreparedText
+from dotformer.data.prepared.text_kind import PreparedText
 from dotformer.errors import ConfigError, DataError
 from dotformer.runs.pairs import record_data_config
 from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task, run_split_file
@@ -64,7 +64,7 @@ class LanguageModelTask(Task):
         progress: bool,
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
-        from dotformer.data.cache import prepared_for
+        from dotformer.data.prepared.cache import prepared_for
         from dotformer.data.tokenizer_files import TokenizerPair
 
         prepared = source or prepared_for(data, seed)
