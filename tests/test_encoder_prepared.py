@@ -47,12 +47,7 @@ FLAGS = ["--max-tokens", "256", "--warmup", "2", "--device", "cpu", "--no-progre
          "--save-every", "2"]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def sentence(rng: random.Random, words: list[str]) -> str:
@@ -234,3 +229,22 @@ def test_a_fine_tuned_run_resumes_exactly_on_the_checkpoints_tokenizer(files: di
     scratch = ["--task", "tag", "--data", str(files["tags.conll"]), *tiny, "--max-steps", "1"]
     assert main(["train", *scratch, "--out", str(tmp_path / "scratch")]) == 0
     assert len(cached("labelled")) == 2  # the checkpoint's tokenizer is in the fingerprint
+
+
+def test_a_masked_language_models_settings_beside_its_prepared_text_are_compared_as_its_own(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    """A [data] table beside prepared mlm text may repeat its settings (given, or the task's defaults) and set its
+    batch-time ones; a setting that differs is named with both values."""
+    from dotformer.errors import ConfigError
+    from dotformer.runs.tasks import prepared_source
+
+    out = tmp_path / "prepared"
+    prepare(EncoderDataConfig(task="mlm", dataset=str(files["text.txt"]), tokenizer="char"), 1, out)
+    same = {"dataset": str(out), "task": "mlm", "tokenizer": "char", "valid_fraction": 0.05, "mlm_unit": "blocks"}
+    data, prepared = prepared_source(same)  # type: ignore[misc]
+    assert prepared.task == "mlm" and data["mlm_unit"] == "blocks" and data["tokenizer"] == "char"
+    with pytest.raises(ConfigError, match=r"valid_fraction = 0\.2 \(prepared with 0\.05\) would change them"):
+        prepared_source({**same, "valid_fraction": 0.2})
+    with pytest.raises(ConfigError, match=r"tokenizer = 'bpe' \(prepared with 'char'\)"):
+        prepared_source({**same, "tokenizer": "bpe"})

@@ -6,24 +6,36 @@ name                                   task
 =====================================  ==========================================
 g2p, translation, exact, synthetic     :class:`~dotformer.runs.pairs.PairsTask`
 lm                                     :class:`~dotformer.runs.text.LanguageModelTask`
-mlm, classify, tag                     :class:`~dotformer.runs.encoder.EncoderTask`
+mlm                                    :class:`~dotformer.runs.encoder.MaskedLanguageModelTask`
+classify                               :class:`~dotformer.runs.encoder.ClassifyTask`
+tag                                    :class:`~dotformer.runs.encoder.TagTask`
 =====================================  ==========================================
+
+A new task is a module of its own (a :class:`~dotformer.runs.task.Task`) and a row of :data:`TASKS`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.config import ENCODER_TASKS, LM_TASK
 from dotformer.data.prepared.kinds import Prepared
 from dotformer.data.types import NAMED_TASKS
+from dotformer.data.types import TASKS as PAIR_TASKS
 from dotformer.errors import ConfigError
 from dotformer.runs.config_files import ConfigSections, read_config_file
-from dotformer.runs.encoder import EncoderTask
+from dotformer.runs.encoder import ClassifyTask, MaskedLanguageModelTask, TagTask
 from dotformer.runs.pairs import PairsTask
-from dotformer.runs.task import PAIR_TASKS, TASK_NAMES, Task
+from dotformer.runs.task import Task
 from dotformer.runs.text import LanguageModelTask
+
+TASKS: dict[str, Callable[[], Task]] = {
+    **{name: partial(PairsTask, name) for name in PAIR_TASKS},
+    LanguageModelTask.name: LanguageModelTask,
+    **{task.name: task for task in (MaskedLanguageModelTask, ClassifyTask, TagTask)},
+}
 
 
 def task_named(name: str) -> Task:
@@ -32,13 +44,9 @@ def task_named(name: str) -> Task:
     Raises:
         ConfigError: an unknown name (the message lists the known ones).
     """
-    if name in PAIR_TASKS:
-        return PairsTask(name)
-    if name == LM_TASK:
-        return LanguageModelTask()
-    if name in ENCODER_TASKS:
-        return EncoderTask(name)
-    raise ConfigError(f"unknown task {name!r}; the tasks are {', '.join(TASK_NAMES)}")
+    if name not in TASKS:
+        raise ConfigError(f"unknown task {name!r}; the tasks are {', '.join(TASKS)}")
+    return TASKS[name]()
 
 
 def task_of_section(data: dict[str, Any]) -> Task:
@@ -108,4 +116,4 @@ def read_task_config_file(path: str | Path) -> ConfigSections:
     return sections
 
 
-__all__ = ["prepared_source", "read_task_config_file", "task_named", "task_of_section"]
+__all__ = ["TASKS", "prepared_source", "read_task_config_file", "task_named", "task_of_section"]

@@ -18,12 +18,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.config import PRESETS, ModelConfig
+from dotformer.config import ModelConfig
 from dotformer.data.config import LM_TASK, LMDataConfig
 from dotformer.data.prepared.text_kind import PreparedText
 from dotformer.errors import ConfigError, DataError
-from dotformer.runs.pairs import record_data_config
-from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task, run_split_file
+from dotformer.runs.task import (
+    ANY_VOCAB_SIZE,
+    EvalReport,
+    EvalRequest,
+    Loaded,
+    Prepared,
+    Task,
+    corpus_record,
+    pop_preset,
+    run_split_file,
+)
 
 if TYPE_CHECKING:
     from dotformer.decoding.engine import TranslationEngine
@@ -31,7 +40,6 @@ if TYPE_CHECKING:
     from dotformer.runs.finetune import InitSource
 
 RECIPE = "lm-bible"  # the shipped config whose [model] and [train] are a language model's defaults
-ANY_VOCAB_SIZE = 1 << 20  # the vocabulary size of the model config checked before the text is read
 
 
 class LanguageModelTask(Task):
@@ -69,14 +77,8 @@ class LanguageModelTask(Task):
 
         prepared = source or prepared_for(data, seed)
         assert isinstance(prepared, PreparedText)
-        corpus = {"name": prepared.report["corpus"]["name"], "report": prepared.report["corpus"]["report"]}
         tokenizers = TokenizerPair(prepared.tokenizer, prepared.tokenizer)
-        return Prepared(data, corpus, tokenizers, prepared.lines, prepared), init  # its block size, not the cache's
-
-    def save(self, prepared: Prepared, data_dir: Path) -> None:
-        from dotformer.runs.run_data import save_reference
-
-        save_reference(prepared.splits, data_dir, prepared.given_tokenizers)
+        return Prepared(data, corpus_record(prepared), tokenizers, prepared.lines, prepared), init  # its block size
 
     def model_config(
         self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
@@ -88,7 +90,7 @@ class LanguageModelTask(Task):
         from dotformer.runs.run_data import open_run_data
         from dotformer.training.state import TrainData
 
-        data = record_data_config(self, record, run_dir)
+        data = self.record_data(record, run_dir)
         prepared = open_run_data(run_dir, data)
         assert isinstance(prepared, PreparedText)
         T = data.block_size
@@ -157,9 +159,7 @@ def lm_model_config(model_section: dict[str, Any], vocab_size: int, block_size: 
             an invalid field.
     """
     section = dict(model_section)
-    preset = section.pop("preset", None) or "small"
-    if preset not in PRESETS:
-        raise ConfigError(f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    preset = pop_preset(section)
     if section.setdefault("arch", "decoder-only") != "decoder-only":
         raise ConfigError(f"a language model is decoder-only; [model] arch = {section['arch']!r}")
     if section.setdefault("max_len", block_size) < block_size:

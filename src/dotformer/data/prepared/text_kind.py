@@ -66,18 +66,18 @@ class PreparedText(PreparedData):
     def data_config(self) -> LMDataConfig | EncoderDataConfig:
         """The data config it was prepared from (its block size is the one given then: blocks are cut later); a
         masked language model's :class:`EncoderDataConfig`."""
-        where = str(self.directory / REPORT_FILE)
-        if self.task == LM_TASK:
-            return LMDataConfig.from_section(self.report["data"], where)
-        return EncoderDataConfig.from_section(self.report["data"], where)
+        return self._config(self.report["data"], str(self.directory / REPORT_FILE))
+
+    def _config(self, data: dict[str, Any], where: str = "[data]") -> LMDataConfig | EncoderDataConfig:
+        """The data config of the task it was prepared for, from ``data``."""
+        return (LMDataConfig if self.task == LM_TASK else EncoderDataConfig).from_section(data, where)
 
     def same_setting(self, key: str, value: Any) -> bool:
-        """Whether ``key = value`` leaves the data settings as they were prepared (a language model's config
-        compared, its defaults filled in); a value the config refuses is another setting (and every setting of a
-        masked language model's text, which a language model's config does not read)."""
+        """Whether ``key = value`` leaves the data settings as they were prepared (the task's config compared, its
+        defaults filled in); a value the config refuses is another setting."""
         own = self.report["data"]
         try:
-            return LMDataConfig.from_section({**own, key: value}) == LMDataConfig.from_section(own)
+            return self._config({**own, key: value}) == self._config(own)
         except ConfigError:
             return False
 
