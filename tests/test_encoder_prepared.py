@@ -7,6 +7,7 @@ checkpoint it was fine-tuned from gave the tokenizer."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -248,3 +249,46 @@ def test_a_masked_language_models_settings_beside_its_prepared_text_are_compared
         prepared_source({**same, "valid_fraction": 0.2})
     with pytest.raises(ConfigError, match=r"tokenizer = 'bpe' \(prepared with 'char'\)"):
         prepared_source({**same, "tokenizer": "bpe"})
+
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def test_conll_comment_lines_are_skipped_and_counted(tmp_path: Path) -> None:
+    """A line that starts with # before a sentence's words is a comment (CoNLL-U's ``# sent_id``), counted in the
+    report and its lines; a # inside a sentence is a word."""
+    texts = read_tagged(DATA / "tagged_comments.conll")
+    assert texts.texts == ["the cat sat", "a dog by the river", "the # horse"]
+    assert texts.labels[2] == ["O", "O", "ANIMAL"]
+    assert texts.report["comments"] == 7 and texts.report["skipped"] == 1 and texts.report["words"] == 11
+    config = EncoderDataConfig(task="tag", dataset=str(DATA / "tagged_comments.conll"), tokenizer="char",
+                               valid_fraction=0.0, test_fraction=0.0)  # fmt: skip
+    prepared = prepare(config, 1, tmp_path / "out")
+    assert f"{DATA / 'tagged_comments.conll'}: 7 comment lines (#) skipped" in prepared.lines
+    assert prepared.labels == ["ANIMAL", "O", "PLACE"] and prepared.warnings == []
+
+
+def test_a_conll_file_of_one_sentence_or_a_sentence_far_past_the_block_is_warned_about(tmp_path: Path) -> None:
+    """Sentences that run together (no blank line between them) make one long sentence: the preparation warns of a
+    file of one sentence, and a tagging run of a sentence over four blocks long (it is cut short)."""
+    from dotformer.runs.tasks import task_named
+
+    rng = random.Random(0)
+    one = tmp_path / "one.conll"
+    one.write_text("".join(f"{rng.choice(FILLER + ANIMALS)} {rng.choice('NO')}\n" for _ in range(60)))
+    config = EncoderDataConfig(task="tag", dataset=str(one), tokenizer="char", valid_fraction=0.0, test_fraction=0.0)
+    prepared = prepare(config, 1, tmp_path / "one")
+    assert prepared.warnings == [f"{one} holds one sentence of 60 words: a blank line ends a CoNLL sentence"]
+    tagged = tmp_path / "tagged.conll"
+    sentences = [[rng.choice(FILLER + ANIMALS) for _ in range(n)] for n in [3, 4, 5, 40]]
+    tagged.write_text("\n".join("".join(f"{w} {'N' if w in ANIMALS else 'O'}\n" for w in s) for s in sentences))
+    task = task_named("tag")
+    data = task.data_config({"dataset": str(tagged), "tokenizer": "char", "valid_fraction": 0.0,
+                             "test_fraction": 0.0, "block_size": 24}, "test")  # fmt: skip
+    (warning,) = task.prepare(data, 1, None, False, False)[0].warnings
+    longest = sum(map(len, sentences[3])) + len(sentences[3]) - 1 + 2  # characters and spaces, [BOS] and [EOS]
+    assert warning == (
+        f"{tagged}: a training sentence of {longest} tokens is over 4 times the block size 24, and is cut short: "
+        f"is every sentence apart?"
+    )
+    assert task.prepare(dataclasses.replace(data, block_size=longest), 1, None, False, False)[0].warnings == []

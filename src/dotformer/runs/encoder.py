@@ -66,6 +66,8 @@ if TYPE_CHECKING:
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
 
+LONG_TEXT_BLOCKS = 4  # a training text longer than this many blocks is warned about (it is cut short to one)
+
 
 class EncoderTask(Task):
     """What the encoder's tasks share: an encoder-only model with the task's head, data prepared as the task's kind,
@@ -131,7 +133,21 @@ class EncoderTask(Task):
             data = data_with_tokenizer_of(data, init)
         prepared = source or prepared_for(data, seed, tokenizers=given)
         tokenizers = TokenizerPair(prepared.tokenizer, prepared.tokenizer)
-        return Prepared(data, corpus_record(prepared), tokenizers, prepared.lines, prepared, given is not None), init
+        warnings = [*prepared.warnings, *self.long_texts(prepared, data.block_size)]
+        record = corpus_record(prepared)
+        return Prepared(data, record, tokenizers, prepared.lines, prepared, given is not None, warnings), init
+
+    def long_texts(self, prepared: Any, block: int) -> list[str]:
+        """A warning when the longest training text is far longer than a block (over :data:`LONG_TEXT_BLOCKS`
+        blocks): it is cut short, which is rarely meant (a file whose texts run together: a CoNLL file without the
+        blank lines between its sentences)."""
+        longest = int(prepared.splits["train"].text.lengths.max(initial=0)) + 2  # [BOS] and [EOS]
+        if longest <= LONG_TEXT_BLOCKS * block:
+            return []
+        return [
+            f"{prepared.report['corpus']['name']}: a training {self.unit} of {longest:,} tokens is over "
+            f"{LONG_TEXT_BLOCKS} times the block size {block}, and is cut short: is every {self.unit} apart?"
+        ]
 
     def check_tokenizer(self, init: InitSource) -> None:
         """Check the ``--init-from`` checkpoint's tokenizer for the task (nothing to check by default).
@@ -249,6 +265,9 @@ class MaskedLanguageModelTask(EncoderTask):
 
     def num_labels(self, prepared: Any) -> int:
         return 0
+
+    def long_texts(self, prepared: Any, block: int) -> list[str]:
+        return []  # running text: a long line is cut into pieces, none lost
 
     def examples(
         self, prepared: PreparedText, data: EncoderDataConfig

@@ -219,6 +219,8 @@ class LabelledKind(DataKind):
             f"{counts['valid']:,} valid / {counts['test']:,} test texts{limit}; {len(names)} labels: {shown}",
             sample["line"],
         ]
+        if reading.scan.report.get("comments"):
+            lines.insert(1, f"{reader.name}: {reading.scan.report['comments']:,} comment lines (#) skipped")
         body = {
             "data": config.to_dict(),
             "corpus": {"name": reader.name, "report": reading.scan.report},
@@ -228,6 +230,8 @@ class LabelledKind(DataKind):
             "tokenizers": tokenizer_report(tokenizers.src, tokenizers.tgt, sample),
             "splits": written,
         }
+        if reader.warnings:
+            body["warnings"] = reader.warnings
         return body, lines
 
     @classmethod
