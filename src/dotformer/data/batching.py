@@ -113,6 +113,11 @@ class Batch:
             tgt_out=self.tgt_out.to(device, non_blocking=non_blocking),
         )
 
+    def without_targets(self) -> Batch:
+        """The batch with nothing scored (every label PAD): a rank's stand-in in the last, short step of an epoch
+        budget (the forward and backward run, the loss and gradient are zero)."""
+        return dataclasses.replace(self, tgt_out=torch.full_like(self.tgt_out, PAD_ID), num_tgt_tokens=0)
+
 
 def collate(examples: Sequence[EncodedPair], indices: Sequence[int] | None = None) -> Batch:
     """Pad examples into a :class:`Batch` (shapes in its docstring): :func:`collate_rows` of all of them.
