@@ -425,11 +425,13 @@ _MASKING_FIELDS = ("task", "block_size", "mlm_unit", "mask_probability")
 
 
 def held_out_texts(loaded: LoadedCheckpoint, request: EvalRequest, task: str) -> tuple[LabelledTexts, str]:
-    """The labelled texts a classifier or tagger is scored on (a seeded sample of ``limit`` of them), and where."""
+    """The labelled texts a classifier or tagger is scored on (a seeded sample of ``limit`` of them), and where; read
+    in the form of the checkpoint's data (its data config's task, else ``task``)."""
     from dotformer.data.labelled_text import read_labelled, read_saved
 
+    saved = loaded.info.get("data") if isinstance(loaded.info.get("data"), dict) else {}
+    task = str(saved.get("task", task))
     if request.data is not None:
-        saved = loaded.info.get("data") if isinstance(loaded.info.get("data"), dict) else {}
         texts, where = read_labelled(request.data, task, saved.get("sword_path"), saved.get("tag_format")), request.data
     else:
         path = run_split_file(loaded.path, f"{request.split}.tsv")

@@ -144,6 +144,10 @@ class Task(ABC):
     fine_tunable = False  # whether --init-from CKPT may start it (a checkpoint of the same family)
     decodes = True  # whether its evaluation decodes outputs (the decoding flags apply, --hyps writes them)
 
+    def __init__(self, name: str | None = None) -> None:
+        if name is not None:  # one class may serve several names (the tasks of pairs)
+            self.name = name
+
     @abstractmethod
     def data_config(self, section: dict[str, Any], source: str) -> Any:
         """The task's frozen data config from a ``[data]`` table (flags and files layered).

@@ -11,30 +11,35 @@ classify                               :class:`~dotformer.runs.encoder.ClassifyT
 tag                                    :class:`~dotformer.runs.encoder.TagTask`
 =====================================  ==========================================
 
-A new task is a module of its own (a :class:`~dotformer.runs.task.Task`) and a row of :data:`TASKS`.
+A new task is a module of its own (a :class:`~dotformer.runs.task.Task`) and a row of :data:`TASKS`, which the
+command line's ``--task`` reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
+from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dotformer.data.prepared.kinds import Prepared
 from dotformer.data.types import NAMED_TASKS
-from dotformer.data.types import TASKS as PAIR_TASKS
 from dotformer.errors import ConfigError
-from dotformer.runs.config_files import ConfigSections, read_config_file
-from dotformer.runs.encoder import ClassifyTask, MaskedLanguageModelTask, TagTask
-from dotformer.runs.pairs import PairsTask
-from dotformer.runs.task import Task
-from dotformer.runs.text import LanguageModelTask
 
-TASKS: dict[str, Callable[[], Task]] = {
-    **{name: partial(PairsTask, name) for name in PAIR_TASKS},
-    LanguageModelTask.name: LanguageModelTask,
-    **{task.name: task for task in (MaskedLanguageModelTask, ClassifyTask, TagTask)},
+if TYPE_CHECKING:
+    from dotformer.data.prepared.kinds import Prepared
+    from dotformer.runs.config_files import ConfigSections
+    from dotformer.runs.task import Task
+
+# task name -> "module:class" of its Task, imported when the task is asked for (the command line lists the names
+# without loading the tasks)
+TASKS: dict[str, str] = {
+    "g2p": "dotformer.runs.pairs:PairsTask",
+    "translation": "dotformer.runs.pairs:PairsTask",
+    "exact": "dotformer.runs.pairs:PairsTask",
+    "synthetic": "dotformer.runs.pairs:PairsTask",
+    "lm": "dotformer.runs.text:LanguageModelTask",
+    "mlm": "dotformer.runs.encoder:MaskedLanguageModelTask",
+    "classify": "dotformer.runs.encoder:ClassifyTask",
+    "tag": "dotformer.runs.encoder:TagTask",
 }
 
 
@@ -46,7 +51,8 @@ def task_named(name: str) -> Task:
     """
     if name not in TASKS:
         raise ConfigError(f"unknown task {name!r}; the tasks are {', '.join(TASKS)}")
-    return TASKS[name]()
+    module, _, cls = TASKS[name].partition(":")
+    return getattr(import_module(module), cls)(name)  # type: ignore[no-any-return]
 
 
 def task_of_section(data: dict[str, Any]) -> Task:
@@ -110,6 +116,8 @@ def read_task_config_file(path: str | Path) -> ConfigSections:
         ConfigError: not TOML, an unknown section, key or task, or a bad ``[data]`` value.
         MissingDataError: no such file and no shipped config of that name.
     """
+    from dotformer.runs.config_files import read_config_file
+
     sections = read_config_file(path)
     if sections.data:
         task_of_section(sections.data).data_config(sections.data, f"{sections.source} [data]")
