@@ -9,6 +9,7 @@ lm                                     :class:`~dotformer.runs.text.LanguageMode
 mlm                                    :class:`~dotformer.runs.encoder.MaskedLanguageModelTask`
 classify                               :class:`~dotformer.runs.encoder.ClassifyTask`
 tag                                    :class:`~dotformer.runs.encoder.TagTask`
+classify-pairs                         :class:`~dotformer.runs.sentence_pairs.SentencePairTask`
 =====================================  ==========================================
 
 A new task is a module of its own (a :class:`~dotformer.runs.task.Task`) and a row of :data:`TASKS`, which the
@@ -40,6 +41,7 @@ TASKS: dict[str, str] = {
     "mlm": "dotformer.runs.encoder:MaskedLanguageModelTask",
     "classify": "dotformer.runs.encoder:ClassifyTask",
     "tag": "dotformer.runs.encoder:TagTask",
+    "classify-pairs": "dotformer.runs.sentence_pairs:SentencePairTask",
 }
 
 
