@@ -22,7 +22,7 @@ from dotformer.checkpoint import load_weights
 from dotformer.cli import main
 from dotformer.data.config import EncoderDataConfig, LMDataConfig
 from dotformer.data.labelled import LabelledSampler, Masking, labelled_examples, masked_examples
-from dotformer.data.labelled_text import read_classified, read_tagged
+from dotformer.data.labelled_reader import read_classified, read_tagged
 from dotformer.data.prepared.kinds import fingerprint_of, open_prepared, prepare
 from dotformer.data.prepared.labelled_kind import PreparedLabelled
 from dotformer.data.prepared.text_kind import PreparedText

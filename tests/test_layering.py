@@ -201,8 +201,8 @@ def test_the_top_of_the_package_is_the_lesson() -> None:
 
 READERS = ("cmudict", "bible", "synthetic", "hf", "tsv", "parallel")
 # what preparing data reads and writes: numpy and tokenizers, no torch (dotformer prepare needs none)
-STORAGE = ("arrays", "textio", "text", "labelled_text", "words", "splits", "tokenizers", "tokenizer_files", "bpe",
-           "pretrained", "config", "corpora", "types", *READERS)  # fmt: skip
+STORAGE = ("arrays", "textio", "text_corpus", "labelled_reader", "words", "splits", "tokenizers", "tokenizer_files",
+           "bpe", "pretrained", "config", "corpora", "types", *READERS)  # fmt: skip
 # (source files, modules they must not import, at the top or inside a function)
 DIRECT_IMPORTS = [
     (["checkpoint"], ["dotformer.decoding", "dotformer.training"]),
@@ -352,8 +352,8 @@ READERS_AND_METRICS = {
     "data/parallel.py": "a g2p corpus's phones are read as space-separated symbols (the reader's option)",
     "data/types.py": "a g2p corpus's phones are read as space-separated symbols (the reader's option)",
     "data/tokenizer_files.py": "the default tokenizer kinds of a task of pairs (characters, phone symbols, BPE)",
-    "data/labelled_text.py": "the two forms of labelled files: a label a text (classify), a label a word (tag)",
-    "data/prepare.py": "the synthetic corpora's and exact match's tokenizers (the in-memory path of evaluation)",
+    "data/labelled_reader.py": "the two forms of labelled files: a label a text (classify), a label a word (tag)",
+    "data/pair_splits.py": "--task checked against a named corpus (copy/reverse may be scored as exact match)",
     "decoding/evaluation.py": "the metrics of a task of pairs: WER/PER (g2p), BLEU/chrF (translation), exact match",
 }
 

@@ -59,7 +59,7 @@ from dotformer.runs.task import (
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.data.labelled import LabelledExamples
-    from dotformer.data.labelled_text import LabelledTexts
+    from dotformer.data.labelled_reader import LabelledTexts
     from dotformer.data.prepared.text_kind import PreparedText
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.metrics.labels import LabelScore
@@ -217,7 +217,7 @@ class EncoderTask(Task):
 
     def score(self, loaded: Any, request: EvalRequest) -> EvalReport:
         """Accuracy and macro-F1 of the labels the model gives (:mod:`dotformer.metrics.labels`)."""
-        from dotformer.data.labelled_text import label_ids
+        from dotformer.data.labelled_reader import label_ids
         from dotformer.decoding.classify import check_classifier, checkpoint_labels, label_texts
         from dotformer.training.progress import count
 
@@ -375,7 +375,7 @@ def describe_examples(
 
 def held_out_lines(loaded: LoadedCheckpoint, request: EvalRequest) -> tuple[list[str], str]:
     """The lines a masked language model is scored on, and where they come from."""
-    from dotformer.data.text import read_text_corpus
+    from dotformer.data.text_corpus import read_text_corpus
     from dotformer.runs.text import load_text_split
 
     if request.data is not None:
@@ -427,7 +427,7 @@ _MASKING_FIELDS = ("task", "block_size", "mlm_unit", "mask_probability")
 def held_out_texts(loaded: LoadedCheckpoint, request: EvalRequest, task: str) -> tuple[LabelledTexts, str]:
     """The labelled texts a classifier or tagger is scored on (a seeded sample of ``limit`` of them), and where; read
     in the form of the checkpoint's data (its data config's task, else ``task``)."""
-    from dotformer.data.labelled_text import read_labelled, read_saved
+    from dotformer.data.labelled_reader import read_labelled, read_saved
 
     saved = loaded.info.get("data") if isinstance(loaded.info.get("data"), dict) else {}
     task = str(saved.get("task", task))

@@ -115,7 +115,7 @@ class LanguageModelTask(Task):
             ConfigError: a ``limit`` below 1. CheckpointError: no run directory and no ``data``. DataError /
                 MissingDataError: an unreadable or empty text.
         """
-        from dotformer.data.text import read_text_corpus
+        from dotformer.data.text_corpus import read_text_corpus
         from dotformer.training.progress import count
         from dotformer.training.scoring import score_text
 

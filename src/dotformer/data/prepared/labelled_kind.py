@@ -3,7 +3,7 @@ from the training split, one tokenizer learned on a sample, every text encoded i
 with its labels (the ``labelled`` kind of :mod:`dotformer.data.prepared`).
 
 The passes are the skeleton's (:mod:`dotformer.data.prepared.skeleton`), over a
-:class:`~dotformer.data.labelled_text.LabelledReader` (a file streamed a block at a time; the Bible's verses with
+:class:`~dotformer.data.labelled_reader.LabelledReader` (a file streamed a block at a time; the Bible's verses with
 their genres), holding a chunk at a time, never the corpus:
 
 1. **count**: the texts, and the Bible's books; the split is dealt as a language model's text is
@@ -35,7 +35,7 @@ import numpy as np
 
 from dotformer.data.arrays import LabelledArrays, load_array, token_dtype
 from dotformer.data.config import EncoderDataConfig
-from dotformer.data.labelled_text import (
+from dotformer.data.labelled_reader import (
     LabelledReader,
     LabelledText,
     LabelledTexts,
@@ -142,7 +142,7 @@ class LabelledKind(DataKind):
         if config.task == "classify" and (config.dataset == "bible" or config.dataset.startswith("bible:")):
             from importlib import resources
 
-            from dotformer.data.labelled_text import GENRES_FILE
+            from dotformer.data.labelled_reader import GENRES_FILE
             from dotformer.data.prepared.fingerprint import describe_inputs
 
             inputs += describe_inputs([Path(str(resources.files("dotformer.data").joinpath(GENRES_FILE)))])

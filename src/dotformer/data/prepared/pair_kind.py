@@ -198,7 +198,7 @@ class PairsKind(DataKind):
     ) -> tuple[TokenizerPair, dict[str, Any]]:
         """The tokenizers: given, read from files, or learned on a sample of the training pairs (written to a file
         of ``directory`` for the time it takes)."""
-        from dotformer.data.prepare import make_tokenizers
+        from dotformer.data.pair_splits import make_tokenizers
 
         if isinstance(given, TokenizerPair):
             return given, {"given": True, "line": "tokenizers: given (those of the checkpoint fine-tuned)"}

@@ -32,7 +32,7 @@ from dotformer.data.prepared.skeleton import (
 )
 from dotformer.data.prepared.writing import SplitWriters
 from dotformer.data.splits import SPLIT_NAMES, TRAIN
-from dotformer.data.text import TextReader, pieces
+from dotformer.data.text_corpus import TextReader, pieces
 from dotformer.data.tokenizer_files import TokenizerPair
 from dotformer.data.tokenizers import MASK_TOKEN, UNK_ID, Tokenizer
 from dotformer.errors import ConfigError, DataError
@@ -103,7 +103,7 @@ class PreparedText(PreparedData):
         Raises:
             DataError: the text changed since it was prepared.
         """
-        from dotformer.data.text import TextReader
+        from dotformer.data.text_corpus import TextReader
 
         self._check_inputs()
         config = self.data_config
@@ -111,7 +111,7 @@ class PreparedText(PreparedData):
 
 
 class TextKind(DataKind):
-    """Running text: read in passes (:class:`~dotformer.data.text.TextReader`: a file, or the Bible's verses),
+    """Running text: read in passes (:class:`~dotformer.data.text_corpus.TextReader`: a file, or the Bible's verses),
     whole groups (Bible books, or pieces of 100 lines) held out with the seed, or given files; ``limit`` keeps the
     first lines of the training split.
 
@@ -151,7 +151,7 @@ class TextKind(DataKind):
         return settings
 
     def read(self, seed: int) -> Reading:
-        from dotformer.data.text import read_file_text
+        from dotformer.data.text_corpus import read_file_text
 
         config = self.config
         source = TextReader(config.dataset, config.sword_path)

@@ -14,8 +14,8 @@ Sources (``dataset``):
   whole books.
 
 :class:`LabelledReader` reads a source in passes, one text at a time (a file is streamed a block at a time, never
-held whole; a Bible's verses are held as :class:`~dotformer.data.text.TextReader` holds them), which is how data is
-prepared (:mod:`dotformer.data.prepared.labelled_kind`); :func:`read_labelled` collects one pass into
+held whole; a Bible's verses are held as :class:`~dotformer.data.text_corpus.TextReader` holds them), which is how
+data is prepared (:mod:`dotformer.data.prepared.labelled_kind`); :func:`read_labelled` collects one pass into
 :class:`LabelledTexts` (a held-out file, what ``evaluate`` scores). A line of a file that cannot be read as its form
 is one :class:`~dotformer.errors.DataError` naming FILE:LINE. No torch here.
 """
@@ -270,7 +270,7 @@ def read_bible_genres(module: str = "KJV", sword_path: str | None = None) -> Lab
         MissingDataError: pysword or the module is not installed (the message gives the apt-get line).
         DataError: a book the genre table does not list.
     """
-    from dotformer.data.text import read_bible_text
+    from dotformer.data.text_corpus import read_bible_text
 
     corpus = read_bible_text(module, sword_path)
     genres = bible_genres()

@@ -1,4 +1,6 @@
-"""From a run's data settings to its three splits and its tokenizers: what ``dotformer train`` reads before training.
+"""Pairs read whole into memory: a run's three splits from its data settings, and the tokenizers of pairs. What
+fine-tuning reads to check (or extend) a checkpoint's vocabulary, and what the pairs kind learns its tokenizers with
+(:mod:`dotformer.data.prepared.pair_kind`, which prepares every run's data in passes).
 
 Two ways to get the splits:
 
