@@ -295,6 +295,23 @@ _ALIASES = {"src_tokenizer": "tokenizer", "tgt_tokenizer": "tokenizer", "tgt_tok
             "src_tokenizer_file": "tokenizer_file", "train": "dataset"}  # fmt: skip
 
 
+def one_tokenizer_section(section: dict[str, Any], source: str) -> dict[str, Any]:
+    """A ``[data]`` table of a one-tokenizer config (a language model's, an encoder's) with the translation names of
+    its keys read as its own (``src_tokenizer`` -> ``tokenizer``, ...) and ``shared_vocab`` dropped (always shared).
+
+    Raises:
+        ConfigError: two keys that name one field with different values (named with ``source``).
+    """
+    data: dict[str, Any] = {}
+    for key, value in section.items():
+        name = _ALIASES.get(key, key)
+        if name in data and data[name] != value:
+            raise ConfigError(f"{source}: {key} = {value!r} contradicts {name} = {data[name]!r}")
+        data[name] = value
+    data.pop("shared_vocab", None)
+    return data
+
+
 @dataclass(frozen=True)
 class LMDataConfig:
     """Which text a language model trains on and how it is cut; frozen, validated.
@@ -343,14 +360,7 @@ class LMDataConfig:
         Raises:
             ConfigError: an unknown key (named with ``source``), two values for one key, or a bad value.
         """
-        data: dict[str, Any] = {}
-        for key, value in section.items():
-            name = _ALIASES.get(key, key)
-            if name in data and data[name] != value:
-                raise ConfigError(f"{source}: {key} = {value!r} contradicts {name} = {data[name]!r}")
-            data[name] = value
-        data.pop("shared_vocab", None)  # one tokenizer: always shared
-        return config_from_dict(cls, data, source)
+        return config_from_dict(cls, one_tokenizer_section(section, source), source)
 
 
 # the encoder's tasks (masked language model, classification, tagging) and the data kind each reads
@@ -430,13 +440,7 @@ class EncoderDataConfig:
             ConfigError: an unknown key (named with ``source``), a key of another encoder task set (to anything but
                 its default), two values for one key, or a bad value.
         """
-        data: dict[str, Any] = {}
-        for key, value in section.items():
-            name = _ALIASES.get(key, key)
-            if name in data and data[name] != value:
-                raise ConfigError(f"{source}: {key} = {value!r} contradicts {name} = {data[name]!r}")
-            data[name] = value
-        data.pop("shared_vocab", None)  # one tokenizer: always shared
+        data = one_tokenizer_section(section, source)
         task = data.get("task", "mlm")
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         for name, owner in _TASK_FIELDS.items():

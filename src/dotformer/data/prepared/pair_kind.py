@@ -133,13 +133,9 @@ class PairsKind(DataKind):
 
     def check(self) -> None:
         """Raise ConfigError when ``config.task`` contradicts a named corpus."""
-        config = self.config
-        named_task = NAMED_TASKS.get(config.dataset)
-        compatible = config.task == named_task or (named_task == "synthetic" and config.task == "exact")
-        if config.task is not None and named_task is not None and not compatible:
-            raise ConfigError(
-                f"--task {config.task}: {config.dataset} is a {named_task} corpus; --task is for your own files"
-            )
+        from dotformer.data.pair_splits import check_named_task
+
+        check_named_task(self.config)
 
     def read(self, seed: int) -> Reading:
         config = self.config
