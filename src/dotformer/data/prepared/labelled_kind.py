@@ -46,7 +46,7 @@ from dotformer.data.labelled_reader import (
     read_saved,
     unknown_label,
 )
-from dotformer.data.prepared.fingerprint import InputFile, text_inputs, tokenizer_digest
+from dotformer.data.prepared.fingerprint import InputFile, text_inputs
 from dotformer.data.prepared.layout import REPORT_FILE, UNUSED, PreparedData, SplitName, labels_file
 from dotformer.data.prepared.skeleton import (
     DataKind,
@@ -151,13 +151,6 @@ class LabelledKind(DataKind):
     def uses_seed(self) -> bool:
         """A random split, or a ``limit`` (a seeded sample of the training texts)."""
         return self.config.valid is None or self.config.limit is not None
-
-    def settings_data(self) -> dict[str, Any]:
-        skipped = BATCH_TIME_FIELDS[self.config.task]
-        return {key: value for key, value in self.config.to_dict().items() if key not in skipped}
-
-    def given_digests(self, tokenizers: Any) -> list[Any]:
-        return [tokenizer_digest(tokenizers)]
 
     def check(self) -> None:
         if self.config.task not in LABELLED_TASKS:

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dotformer.data.arrays import save_array
-from dotformer.data.prepared.fingerprint import InputFile, fingerprint
+from dotformer.data.prepared.fingerprint import InputFile, fingerprint, tokenizer_digest
 from dotformer.data.prepared.layout import (
     FORMAT_VERSION,
     REPORT_FILE,
@@ -116,13 +116,15 @@ class DataKind(ABC):
         """Whether the prepared data depends on the run's seed (a random split: no ``valid`` file)."""
         return self.config.valid is None
 
-    @abstractmethod
     def settings_data(self) -> dict[str, Any]:
-        """The data config as the fingerprint sees it (less what does not change the data)."""
+        """The data config as the fingerprint sees it: less what does not change the data (the fields its task
+        decides when batching)."""
+        skipped = self.batch_time_fields.get(self.config.task, ())
+        return {key: value for key, value in self.config.to_dict().items() if key not in skipped}
 
-    @abstractmethod
     def given_digests(self, tokenizers: Any) -> list[Any]:
-        """The hashes of the tokenizers given (fine-tuning), as the fingerprint records them."""
+        """The hashes of the tokenizers given (fine-tuning), as the fingerprint records them: one tokenizer's."""
+        return [tokenizer_digest(tokenizers)]
 
     def settings(self, seed: int, tokenizers: Any = None, sample_lines: int = DEFAULT_SAMPLE_LINES) -> dict[str, Any]:
         """Everything but the input files' contents that prepared data depends on: the kind, the format, the data

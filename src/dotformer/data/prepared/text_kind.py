@@ -17,7 +17,7 @@ import numpy as np
 
 from dotformer.data.arrays import RaggedArray, token_dtype
 from dotformer.data.config import LM_TASK, EncoderDataConfig, LMDataConfig
-from dotformer.data.prepared.fingerprint import InputFile, text_inputs, tokenizer_digest
+from dotformer.data.prepared.fingerprint import InputFile, text_inputs
 from dotformer.data.prepared.layout import REPORT_FILE, UNUSED, PreparedData, SplitName
 from dotformer.data.prepared.skeleton import (
     DEFAULT_SAMPLE_LINES,
@@ -135,13 +135,6 @@ class TextKind(DataKind):
 
     def inputs(self) -> list[InputFile]:
         return text_inputs(self.config)
-
-    def settings_data(self) -> dict[str, Any]:
-        skipped = BATCH_TIME_FIELDS[self.config.task]
-        return {key: value for key, value in self.config.to_dict().items() if key not in skipped}
-
-    def given_digests(self, tokenizers: Any) -> list[Any]:
-        return [tokenizer_digest(tokenizers)]
 
     def settings(self, seed: int, tokenizers: Any = None, sample_lines: int = DEFAULT_SAMPLE_LINES) -> dict[str, Any]:
         """:meth:`DataKind.settings`, and a masked language model's mask token (its tokenizer is learned with it)."""
