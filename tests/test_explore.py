@@ -48,13 +48,7 @@ WORDS = ["cat", "dog", "bird", "head"]
 PHONES = ["K AE1 T", "D AO1 G", "B ER1 D", "HH EH1 D"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    """Tiny models: one intra-op thread (on a busy 2-core machine a second thread makes small ops much slower)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

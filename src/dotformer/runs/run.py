@@ -50,7 +50,7 @@ from dotformer.training.config import TrainConfig
 from dotformer.training.progress import count
 
 if TYPE_CHECKING:
-    from dotformer.data.prepared import PreparedLabelled, PreparedPairs, PreparedText
+    from dotformer.data.prepared.kinds import Prepared
     from dotformer.runs.finetune import InitSource
     from dotformer.training.distributed import DistContext
     from dotformer.training.loop import FitResult
@@ -316,7 +316,7 @@ def _train(
     import torch
 
     from dotformer.config import ModelConfig
-    from dotformer.data.blocks import sampler_for
+    from dotformer.data.batching import sampler_for
     from dotformer.model import Transformer
     from dotformer.training.loop import fit
     from dotformer.training.warmup import peak_flops, steps_per_epoch, warmup_warning
@@ -352,7 +352,7 @@ def _train(
 
 def prepare_data(
     section: dict[str, Any], seed: int = 1, out: str | Path | None = None, **options: Any
-) -> PreparedPairs | PreparedText | PreparedLabelled:
+) -> Prepared:
     """Prepare the data of a ``[data]`` table once (``dotformer prepare``): into the directory ``out`` (new or empty),
     which ``train --data OUT`` then maps as it is, or into the cache of prepared data (``out`` None), where a run on
     the same files and settings finds it.
@@ -361,7 +361,7 @@ def prepare_data(
         section: the ``[data]`` table (its task: :func:`~dotformer.runs.tasks.task_of_section`).
         seed: the seed of a random split (a run with another ``--seed`` on a random split prepares its own).
         out: the directory, or None for the cache.
-        options: ``sample_lines`` and ``chunk`` of :func:`dotformer.data.preparing.prepare_pairs`.
+        options: ``sample_lines`` and ``chunk`` of :meth:`dotformer.data.prepared.skeleton.DataKind.prepare`.
 
     An encoder's data is prepared for its task: a masked language model's text with ``<mask>`` in its tokenizer, a
     classifier's or a tagger's labelled texts (the ``labelled`` kind).
@@ -370,7 +370,8 @@ def prepare_data(
         ConfigError: no dataset, bad settings, an ``out`` that is a file or a directory that is not empty.
         DataError / MissingDataError: the data cannot be read.
     """
-    from dotformer.data.cache import prepare, prepared_for
+    from dotformer.data.prepared.cache import prepared_for
+    from dotformer.data.prepared.kinds import prepare
 
     if not section.get("dataset") and "task" not in section:
         raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")

@@ -1,8 +1,8 @@
 """The language-model task (``lm``): the lesson's decoder alone, trained GPT-style on running text.
 
-The text is prepared once (:func:`dotformer.data.cache.prepared_for`: given files, or whole books / pieces of a file
-held out, seeded; one tokenizer learned on a sample of the training text, characters or byte-level BPE, or read from
-a file; every line's ids and EOS in one memory-mapped stream per split), the run refers to it
+The text is prepared once (:func:`~dotformer.data.prepared.cache.prepared_for`: given files, or whole books / pieces of
+a file held out, seeded; one tokenizer learned on a sample of the training text, characters or byte-level BPE, or read
+from a file; every line's ids and EOS in one memory-mapped stream per split), the run refers to it
 (:mod:`dotformer.runs.run_data`), and the model is built decoder-only with ``max_len`` = the block size (its
 positions are those it trained on; generation reads at most that many tokens). Batches are contiguous blocks of the
 text (:mod:`dotformer.data.blocks`), cut when batching, so one preparation serves every block size. The defaults
@@ -19,12 +19,21 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.config import PRESETS, ModelConfig
+from dotformer.config import ModelConfig
 from dotformer.data.config import LM_TASK, LMDataConfig
-from dotformer.data.prepared import PreparedText
+from dotformer.data.prepared.text_kind import PreparedText
 from dotformer.errors import ConfigError, DataError
-from dotformer.runs.pairs import record_data_config
-from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task, run_split_file
+from dotformer.runs.task import (
+    ANY_VOCAB_SIZE,
+    EvalReport,
+    EvalRequest,
+    Loaded,
+    Prepared,
+    Task,
+    corpus_record,
+    pop_preset,
+    run_split_file,
+)
 
 if TYPE_CHECKING:
     from dotformer.decoding.engine import TranslationEngine
@@ -32,7 +41,6 @@ if TYPE_CHECKING:
     from dotformer.runs.finetune import InitSource
 
 RECIPE = "lm-bible"  # the shipped config whose [model] and [train] are a language model's defaults
-ANY_VOCAB_SIZE = 1 << 20  # the vocabulary size of the model config checked before the text is read
 
 
 class LanguageModelTask(Task):
@@ -71,7 +79,7 @@ class LanguageModelTask(Task):
         progress: bool,
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
-        from dotformer.data.cache import prepared_for
+        from dotformer.data.prepared.cache import prepared_for
         from dotformer.data.tokenizer_files import TokenizerPair
 
         if extend_vocab:
@@ -83,14 +91,8 @@ class LanguageModelTask(Task):
             data = dataclasses.replace(data, **init.data)
         prepared = source or prepared_for(data, seed, tokenizers=given)
         assert isinstance(prepared, PreparedText)
-        corpus = {"name": prepared.report["corpus"]["name"], "report": prepared.report["corpus"]["report"]}
         tokenizers = TokenizerPair(prepared.tokenizer, prepared.tokenizer)
-        return Prepared(data, corpus, tokenizers, prepared.lines, prepared, given is not None), init  # its block size
-
-    def save(self, prepared: Prepared, data_dir: Path) -> None:
-        from dotformer.runs.run_data import save_reference
-
-        save_reference(prepared.splits, data_dir, prepared.given_tokenizers)
+        return Prepared(data, corpus_record(prepared), tokenizers, prepared.lines, prepared, given is not None), init
 
     def model_config(
         self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
@@ -106,7 +108,7 @@ class LanguageModelTask(Task):
         from dotformer.runs.run_data import open_run_data
         from dotformer.training.state import TrainData
 
-        data = record_data_config(self, record, run_dir)
+        data = self.record_data(record, run_dir)
         prepared = open_run_data(run_dir, data)
         assert isinstance(prepared, PreparedText)
         T = data.block_size
@@ -132,7 +134,7 @@ class LanguageModelTask(Task):
             ConfigError: a ``limit`` below 1. CheckpointError: no run directory and no ``data``. DataError /
                 MissingDataError: an unreadable or empty text.
         """
-        from dotformer.data.text import read_text_corpus
+        from dotformer.data.text_corpus import read_text_corpus
         from dotformer.decoding.inputs import text_rules
         from dotformer.training.progress import count
         from dotformer.training.scoring import score_text
@@ -178,9 +180,7 @@ def lm_model_config(model_section: dict[str, Any], vocab_size: int, block_size: 
             an invalid field.
     """
     section = dict(model_section)
-    preset = section.pop("preset", None) or "small"
-    if preset not in PRESETS:
-        raise ConfigError(f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    preset = pop_preset(section)
     if section.setdefault("arch", "decoder-only") != "decoder-only":
         raise ConfigError(f"a language model is decoder-only; [model] arch = {section['arch']!r}")
     if section.setdefault("max_len", block_size) < block_size:
