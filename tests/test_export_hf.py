@@ -42,7 +42,7 @@ def export_lm(model: Transformer, tmp_path, info=None, tokenizer=None):
     from dotformer.export.hf_tokenizer import hf_vocabulary
 
     tokenizer = tokenizer or CharTokenizer(VOCAB)
-    vocabulary = hf_vocabulary(tokenizer, model.tgt_embed.token.weight.detach(), "lm", info or {})
+    vocabulary = hf_vocabulary(tokenizer, model.tgt_embed.token.weight.detach(), "continuation", info or {})
     out = tmp_path / "hf"
     out.mkdir()
     write_causal_lm(model, vocabulary, out)

@@ -176,7 +176,9 @@ def write_hf(loaded: LoadedCheckpoint, directory: Path) -> None:
 
         lm_layout(config)  # refused before the tokenizer is looked at
         assert model.tgt_embed is not None
-        vocabulary = hf_vocabulary(loaded.tgt_tokenizer, model.tgt_embed.token.weight.detach(), "lm", loaded.info)
+        vocabulary = hf_vocabulary(
+            loaded.tgt_tokenizer, model.tgt_embed.token.weight.detach(), "continuation", loaded.info
+        )
         write_causal_lm(model, vocabulary, directory)
     else:
         from dotformer.export.hf_encoder import bert_problem, write_bert

@@ -34,7 +34,7 @@ from dotformer.errors import ConfigError
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-Reader = Literal["lm", "encoder"]  # how the model reads a text: a line end first, or [BOS] ids [EOS]
+Reader = Literal["continuation", "encoder"]  # how the model reads a text: a line end first, or [BOS] ids [EOS]
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def hf_vocabulary(tokenizer: Tokenizer, table: Tensor, reader: Reader, info: dic
     Args:
         tokenizer: the checkpoint's (target, or an encoder's source) tokenizer.
         table: (V_dotformer, D) the model's token embedding, to find the rows a released vocabulary's specials copy.
-        reader: ``"lm"`` (a line end first) or ``"encoder"`` (``[BOS] ids [EOS]``).
+        reader: ``"continuation"`` (a language model's text: a line end first) or ``"encoder"`` (``[BOS] ids [EOS]``).
         info: the checkpoint's config.json (a released vocabulary's ``"text_rules"``).
 
     Raises:
@@ -134,7 +134,7 @@ def hf_vocabulary(tokenizer: Tokenizer, table: Tensor, reader: Reader, info: dic
         for i, token in enumerate(SPECIAL_TOKENS) if i not in added
     ]  # fmt: skip
     tokenizer_json["added_tokens"] = sorted([*tokenizer_json.get("added_tokens", []), *missing], key=lambda e: e["id"])
-    bos = EOS_ID if reader == "lm" else BOS_ID  # what the tokenizer puts in front of a text
+    bos = EOS_ID if reader == "continuation" else BOS_ID  # what the tokenizer puts in front of a text
     return HFVocabulary(
         tokenizer_json=tokenizer_json,
         first_row=0,
@@ -152,7 +152,7 @@ def hf_vocabulary(tokenizer: Tokenizer, table: Tensor, reader: Reader, info: dic
 def _template(reader: Reader) -> dict[str, Any]:
     """The post-processor: ``</s> $A`` (a language model's line start), or ``<s> $A </s>`` (an encoder's text)."""
     bos, eos = SPECIAL_TOKENS[BOS_ID], SPECIAL_TOKENS[EOS_ID]
-    if reader == "lm":
+    if reader == "continuation":
         single = [{"SpecialToken": {"id": eos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]
         pair = [*single, {"SpecialToken": {"id": eos, "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 0}}]
     else:
@@ -202,7 +202,7 @@ def _released(
     """A released vocabulary (ids shifted by four in dotformer): rows 0..3 dropped, its own ids and text rules."""
     rules = info.get("text_rules") or {}
     eos = tuple(int(i) - NUM_SPECIAL for i in rules.get("eos_ids", ()) if int(i) >= NUM_SPECIAL)
-    if reader == "lm" and not eos:
+    if reader == "continuation" and not eos:
         raise ConfigError("the checkpoint's released vocabulary has no EOS ids (its config.json 'text_rules')")
     with torch.no_grad():
         bos, pad, unk = (released_row(table, row) for row in (BOS_ID, PAD_ID, UNK_ID))
