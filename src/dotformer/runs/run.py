@@ -350,9 +350,7 @@ def _train(
     return RunResult(fit=result, run_dir=run_dir, is_main=context.is_main, task=task)
 
 
-def prepare_data(
-    section: dict[str, Any], seed: int = 1, out: str | Path | None = None, **options: Any
-) -> Prepared:
+def prepare_data(section: dict[str, Any], seed: int = 1, out: str | Path | None = None, **options: Any) -> Prepared:
     """Prepare the data of a ``[data]`` table once (``dotformer prepare``): into the directory ``out`` (new or empty),
     which ``train --data OUT`` then maps as it is, or into the cache of prepared data (``out`` None), where a run on
     the same files and settings finds it.
