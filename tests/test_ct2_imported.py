@@ -162,3 +162,34 @@ def test_gemma2_stays_on_torch(tmp_path: Path, capsys: pytest.CaptureFixture[str
     reference = capsys.readouterr().out
     assert main([*argv, "--engine", "auto"]) == 0
     assert capsys.readouterr().out == reference != ""
+
+
+def test_an_exported_import_ends_at_its_eos_with_ctranslate2s_defaults(
+    imported: tuple[str, Path, Any], tmp_path: Path
+) -> None:
+    """``dotformer export --to ct2`` of an imported model names its first EOS id as CTranslate2's end token: a
+    ``Generator`` with default options continues a prompt with the torch engine's greedy tokens up to that EOS."""
+    import json
+
+    from dotformer.cli import main
+    from dotformer.decoding.config import generation_config
+    from dotformer.decoding.inputs import encode_prompt, text_rules
+
+    _, checkpoint, _ = imported
+    out = tmp_path / "ct2"
+    assert main(["export", "--to", "ct2", str(checkpoint), str(out)]) == 0
+    vocabulary = json.loads((out / "vocabulary.json").read_text())
+    torch_engine, _ = engines(checkpoint)
+    loaded = torch_engine.checkpoint
+    rules = text_rules(loaded.info)
+    assert json.loads((out / "config.json").read_text())["eos_token"] == vocabulary[rules.eos_ids[0]]
+    generator = ctranslate2.Generator(str(out), device="cpu", intra_threads=1)
+    for text in PROMPTS:
+        ids = encode_prompt(loaded.tgt_tokenizer, text, rules)
+        (result,) = generator.generate_batch(
+            [[vocabulary[i] for i in ids]], max_length=STEPS, include_prompt_in_result=False
+        )
+        (ours,) = torch_engine.generate(
+            ids, generation_config(STEPS, "greedy"), loaded.context_window, None, rules.eos_ids[:1]
+        )
+        assert [vocabulary.index(t) for t in result.sequences[0]] == [t for t in ours if t != rules.eos_ids[0]]
