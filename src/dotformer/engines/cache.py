@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 CACHE_DIR_ENV = "DOTFORMER_CACHE_DIR"  # overrides the user cache directory
 CACHE_NAME = ".ct2-cache"  # the directory beside a checkpoint
-CONVERSION_VERSION = 1  # raise when the converter writes a different model: old copies are then converted again
+CONVERSION_VERSION = 2  # raise when the converter writes a different model: old copies are then converted again
 STAMP_FILE = "dotformer_conversion.json"  # what a copy was made from; written last, inside the copy
 
 Convert = Callable[[Path], None]  # writes a CTranslate2 model into the (empty) directory it is given
@@ -171,6 +171,6 @@ def ct2_copy(files: CheckpointFiles, quantization: str = "float32") -> Path:
         from dotformer.export.checkpoint import write_ct2
 
         stored = None if quantization == "float32" else quantization
-        write_ct2(load_checkpoint(files.path), directory, stored, suppress_specials=False)
+        write_ct2(load_checkpoint(files.path), directory, stored, suppress_specials=False, announce=False)
 
     return cached_copy(files, quantization, convert)

@@ -6,14 +6,22 @@ dotformer                   CTranslate2
 ==========================  ======================================================================================
 the prompt (a line start)   the start tokens, ``</s>`` first (:func:`dotformer.decoding.inputs.encode_prompt`)
 greedy, sampling            ``generate_batch`` (``end_token=[]``: run on across line ends for max_new_tokens)
+an imported model's text    its prompt as the torch engine reads it (BOS first where the family adds one, no line
+                            start); ``end_token`` = its EOS ids' strings, the end token kept (``return_end_token``)
 sampling settings, seed     ``sampling_topk`` / ``_topp`` / ``_temperature``; a fresh ``Generator`` after
                             ``set_random_seed`` (CTranslate2 seeds a thread's generator once, on first use)
 n samples                   the prompt n times in one batch: samples in draw order
 beam K, n best              ``beam_size`` K, K + 1 hypotheses ranked as dotformer ranks them, each ending at
                             ``</s>`` (the line's end)
 streaming                   ``generate_tokens``: each token as it comes
-PAD and BOS                 ``suppress_sequences=[["<pad>"], ["<s>"]]``
+PAD and BOS                 ``suppress_sequences=[["<pad>"], ["<s>"]]``; an imported model's four copied special
+                            rows (held down by its generator's bias) all four
 ==========================  ======================================================================================
+
+Beam search over an imported model's several EOS ids ranks as the torch engine's
+(:func:`dotformer.decoding.generate.end_of_text`): a hypothesis ends at any of them, scored with the likeliest.
+CTranslate2 keeps one finished hypothesis per EOS id that ends it, so it is asked for K + E of them (E EOS ids), the
+copies of one text are merged into the best scored, and the rest are ranked as dotformer ranks them.
 
 The torch engine slides its view when the text outgrows the model's context window (the block size it trained on);
 CTranslate2 has no such window, so a prompt and ``max_new_tokens`` longer than it run on the torch engine only; so
@@ -29,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.data.tokenizers import EOS_ID
+from dotformer.data.tokenizers import EOS_ID, NUM_SPECIAL
 from dotformer.engines.choice import EngineOptionError, ct2_model_options
 from dotformer.engines.ct2_translate import MAX_SEED, SUPPRESSED, read_vocabulary
 
@@ -84,21 +92,23 @@ class CT2Generate:
         """The new ids of each continuation of ``prompt`` (ids, EOS = a line end; empty: a new line).
 
         Args:
-            prompt: the prompt's ids. config: from :func:`dotformer.api.generation.generation_settings`.
+            prompt: the prompt's ids (:func:`~dotformer.decoding.inputs.encode_prompt`: an imported model's BOS
+                first where its family adds one). config: from :func:`dotformer.api.generation.generation_settings`.
             window: the model's context (its block size): the prompt and the new tokens must fit in it.
             on_token: called with ``[token]`` for each token of a single greedy or sampled continuation, as it comes.
+            stop_ids: an imported model's EOS ids (:class:`~dotformer.decoding.inputs.TextRules`): a continuation
+                ends at the first of them (kept, as the torch engine keeps it), beam search's hypotheses end at any
+                of them; empty: dotformer's line stream.
 
         Returns:
-            ``n_best`` continuations: samples in draw order, beams best first (ending at EOS, which is left out, or at
-            ``max_new_tokens``).
+            ``n_best`` continuations: samples in draw order, beams best first (ending at EOS or one of ``stop_ids``,
+            which is left out, or at ``max_new_tokens``).
 
         Raises:
-            EngineOptionError: ``use_cache=False``, ``stop_ids`` (an imported model's EOS: the torch engine's), a
-                prompt and ``max_new_tokens`` beyond ``window``, or a prompt longer than the model's ``sliding_window``.
+            EngineOptionError: ``use_cache=False``, a prompt and ``max_new_tokens`` beyond ``window``, or a prompt
+                longer than the model's ``sliding_window``.
         """
         new = config.max_len_b
-        if stop_ids:
-            raise EngineOptionError("an imported model's EOS rules run on the torch engine only")
         if not config.use_cache:
             raise EngineOptionError("use_cache=False runs on the torch engine only (CTranslate2 always caches)")
         tokens = [self.vocab[t] for t in (list(prompt) or [EOS_ID])]
@@ -119,38 +129,52 @@ class CT2Generate:
 
             ctranslate2.set_random_seed(config.seed % (MAX_SEED + 1))
             generator = ctranslate2.Generator(str(self.model_dir), **{**self.options, "inter_threads": 1})
-        common = dict(max_length=new, suppress_sequences=SUPPRESSED, **sampling)
-        if config.strategy != "beam" and on_token is not None and config.n_best == 1:
-            produced = []
-            for step in generator.generate_tokens(tokens, end_token=[], **common):
+        ends = [self.vocab[i] for i in stop_ids]  # empty: run on across line ends
+        common = dict(max_length=new, suppress_sequences=self.suppressed(bool(stop_ids)), **sampling)
+        if config.strategy == "beam":
+            return self.beam(generator, tokens, config, common, ends)
+        if on_token is not None and config.n_best == 1:
+            produced: list[int] = []
+            for step in generator.generate_tokens(tokens, end_token=ends, **common):
                 produced.append(int(step.token_id))
                 on_token([produced[-1]])
             return [produced]
-        if config.strategy == "beam":
-            return self.beam(generator, tokens, config, common)
         results = generator.generate_batch(
-            [tokens] * config.n_best, beam_size=1, end_token=[], include_prompt_in_result=False, **common
-        )
+            [tokens] * config.n_best, beam_size=1, end_token=ends, return_end_token=True,
+            include_prompt_in_result=False, **common,
+        )  # fmt: skip
         return [[self.ids[t] for t in result.sequences[0]] for result in results]
 
-    def beam(self, generator: Any, tokens: list[str], config: DecodeConfig, common: dict[str, Any]) -> list[list[int]]:
+    def suppressed(self, imported: bool) -> list[list[str]]:
+        """The tokens never generated: PAD and BOS (dotformer's rule); an imported model's four copied special rows
+        (:mod:`dotformer.imports.decoder`: its generator's bias holds them down, this keeps them out)."""
+        return [[token] for token in self.vocab[:NUM_SPECIAL]] if imported else SUPPRESSED
+
+    def beam(
+        self, generator: Any, tokens: list[str], config: DecodeConfig, common: dict[str, Any], ends: list[str]
+    ) -> list[list[int]]:
         """The ``n_best`` continuations of beam search, ranked as dotformer ranks them: CTranslate2 is asked for
-        K + 1 finished hypotheses (``patience`` (K + 1) / K), whose summed log-probabilities (EOS included) are
-        divided by dotformer's length penalty (see :mod:`dotformer.engines.ct2_translate`)."""
+        K + E finished hypotheses (E = 1, or an imported model's E EOS ids ``ends``; ``patience`` (K + E) / K),
+        whose summed log-probabilities (the end token included) are divided by dotformer's length penalty (see
+        :mod:`dotformer.engines.ct2_translate`). A text that ends at several EOS ids counts once, with its best
+        score: the likeliest EOS, as :func:`~dotformer.decoding.generate.end_of_text` scores it."""
         from dotformer.engines.ct2_translate import EOS, gnmt_penalty
 
         k, alpha = config.beam_size, config.length_penalty
+        ends = ends or [EOS]
+        wanted = k + len(ends)
         (result,) = generator.generate_batch(
-            [tokens], beam_size=k, num_hypotheses=k + 1, patience=(k + 1) / k, length_penalty=alpha,
-            return_scores=True, return_end_token=True, include_prompt_in_result=False, **common,
+            [tokens], beam_size=k, num_hypotheses=wanted, patience=wanted / k, length_penalty=alpha,
+            end_token=ends, return_scores=True, return_end_token=True, include_prompt_in_result=False, **common,
         )  # fmt: skip
-        ranked = []
+        best: dict[tuple[int, ...], float] = {}
         for sequence, score in zip(result.sequences, result.scores, strict=True):
-            length = len(sequence)  # |Y|, the EOS included
-            body = sequence[:-1] if sequence and sequence[-1] == EOS else sequence
-            ranked.append((score * length**alpha / gnmt_penalty(length, alpha), [self.ids[t] for t in body]))
-        ranked.sort(key=lambda item: -item[0])  # stable: CTranslate2's order among ties
-        return [ids for _, ids in ranked[: config.n_best]]
+            length = len(sequence)  # |Y|, the end token included
+            body = tuple(self.ids[t] for t in (sequence[:-1] if sequence and sequence[-1] in ends else sequence))
+            score = score * length**alpha / gnmt_penalty(length, alpha)
+            best[body] = max(score, best.get(body, float("-inf")))
+        ranked = sorted(best.items(), key=lambda item: -item[1])  # stable: CTranslate2's order among ties
+        return [list(ids) for ids, _ in ranked[: config.n_best]]
 
     @staticmethod
     def sampling(config: DecodeConfig) -> dict[str, Any]:

@@ -103,10 +103,16 @@ def export_checkpoint(
 
 
 def write_ct2(
-    loaded: LoadedCheckpoint, directory: Path, quantization: str | None, suppress_specials: bool = True
+    loaded: LoadedCheckpoint,
+    directory: Path,
+    quantization: str | None,
+    suppress_specials: bool = True,
+    announce: bool = True,
 ) -> None:
     """CTranslate2 files in ``directory`` (which exists and is empty), with the tokenizers' pieces as vocabularies:
-    a ``Translator`` directory for an encoder-decoder, a ``Generator`` directory for a language model.
+    a ``Translator`` directory for an encoder-decoder, a ``Generator`` directory for a language model (its target
+    vocabulary alone; an imported model's first EOS id as the model's end token, so that CTranslate2's defaults end
+    its text where the torch engine does).
 
     Args:
         loaded: the checkpoint (float weights).
@@ -115,21 +121,25 @@ def write_ct2(
         suppress_specials: PAD and BOS never generated with CTranslate2's default options (``dotformer export``);
             False keeps the trained generator (the CTranslate2 engine suppresses them per call, so that its scores
             are dotformer's, see :class:`~dotformer.export.ct2.SpecWriter`).
+        announce: warn when a tokenizer's pieces are not unique and the vocabulary names ids ``t4, t5, ...``
+            instead (the CTranslate2 engine's own copy maps ids itself and says nothing).
 
     Raises:
         ConfigError: a model CTranslate2 cannot hold (the message says why).
     """
+    from dotformer.decoding.inputs import text_rules
     from dotformer.export.ct2 import id_vocabulary, tokenizer_vocabulary, transformer_spec
 
     config = loaded.config
+    sides = [("target", loaded.tgt_tokenizer, config.tgt_vocab_size)]
+    if config.arch != "decoder-only":  # a language model has no source side
+        sides.insert(0, ("source", loaded.src_tokenizer, config.src_vocab_size))
     vocabularies = []
-    for side, tokenizer, size in (
-        ("source", loaded.src_tokenizer, config.src_vocab_size),
-        ("target", loaded.tgt_tokenizer, config.tgt_vocab_size),
-    ):
+    for side, tokenizer, size in sides:
         pieces = tokenizer_vocabulary(tokenizer)
         if len(set(pieces)) != len(pieces):
-            logger.warning(
+            logger.log(
+                logging.WARNING if announce else logging.DEBUG,
                 "the %s tokenizer shows some pieces alike; the CTranslate2 vocabulary names its ids t4, t5, ... "
                 "instead (map ids with dotformer.export.ct2.ids_to_tokens)",
                 side,
@@ -142,7 +152,9 @@ def write_ct2(
     if config.arch == "decoder-only":  # a language model: CTranslate2's decoder-only spec (ctranslate2.Generator)
         from dotformer.export.ct2_lm import language_model_spec
 
-        spec = language_model_spec(loaded.model, vocabularies[1], suppress_specials)
+        rules = text_rules(loaded.info)
+        eos = rules.eos_ids[0] if rules.eos_ids else None
+        spec = language_model_spec(loaded.model, vocabularies[-1], suppress_specials, eos)
     else:
         spec = transformer_spec(loaded.model, *vocabularies, suppress_specials=suppress_specials)
     spec.optimize(quantization=quantization)

@@ -213,7 +213,10 @@ def check_language_model(config: ModelConfig, vocabulary: Sequence[str]) -> None
 
 
 def language_model_spec(
-    model: Transformer, vocabulary: Sequence[str] | None = None, suppress_specials: bool = True
+    model: Transformer,
+    vocabulary: Sequence[str] | None = None,
+    suppress_specials: bool = True,
+    eos_id: int | None = None,
 ) -> Any:
     """Build the ``ctranslate2.specs.TransformerDecoderModelSpec`` holding ``model``'s weights (float32).
 
@@ -224,19 +227,24 @@ def language_model_spec(
             :func:`~dotformer.export.ct2.id_vocabulary`.
         suppress_specials: PAD and BOS never generated with the default options (see
             :class:`~dotformer.export.ct2.SpecWriter`).
+        eos_id: the id CTranslate2 ends a text at by default (its ``eos_token``): an imported model's first EOS id
+            (:class:`~dotformer.decoding.inputs.TextRules`); None: dotformer's EOS, the line end.
 
     Returns:
         The validated spec; ``spec.save(directory)`` writes it (``ctranslate2.Generator(directory)`` loads it).
 
     Raises:
-        ConfigError: not decoder-only, embedding norms, a switch CTranslate2 lacks (naming the field), or a
-            vocabulary that does not fit the model.
+        ConfigError: not decoder-only, embedding norms, a switch CTranslate2 lacks (naming the field), a
+            vocabulary that does not fit the model, or an ``eos_id`` outside it.
     """
     from ctranslate2.specs import common_spec, transformer_spec
 
     config = model.config
     vocabulary = list(vocabulary) if vocabulary is not None else id_vocabulary(config.tgt_vocab_size)
     check_language_model(config, vocabulary)
+    eos_id = EOS_ID if eos_id is None else eos_id
+    if not 0 <= eos_id < len(vocabulary):
+        raise ConfigError(f"the EOS id {eos_id} is outside the vocabulary of {len(vocabulary)} tokens")
     spec = transformer_spec.TransformerDecoderModelSpec.from_config(
         config.num_decoder_layers,
         config.num_heads,
@@ -251,7 +259,7 @@ def language_model_spec(
     spec.register_vocabulary(vocabulary)
     spec.config.unk_token = SPECIAL_TOKENS[UNK_ID]
     spec.config.bos_token = SPECIAL_TOKENS[BOS_ID]
-    spec.config.eos_token = SPECIAL_TOKENS[EOS_ID]
+    spec.config.eos_token = vocabulary[eos_id]
     spec.validate()
     return spec
 
