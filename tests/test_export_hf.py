@@ -224,6 +224,9 @@ LONG = torch.tensor([[EOS_ID, 4, 5, 6, 7, 8, 9, 10, 11], [EOS_ID, 10, 11, 12, 4,
             "Gemma3ForCausalLM",
         ),
         ({**MODERN, "num_kv_heads": 2}, "LlamaForCausalLM"),
+        ({**MODERN, "scale_embeddings": True}, "LlamaForCausalLM"),  # √D folded into the table and the final norm
+        ({**MODERN, "scale_embeddings": True, "tie_output": False}, "LlamaForCausalLM"),
+        ({**MODERN, "scale_embeddings": True, "qk_norm": True}, "Qwen3ForCausalLM"),
         ({**GEMMA, "attention_softcap": 5.0}, "Gemma2ForCausalLM"),
     ],
 )  # fmt: skip
@@ -241,7 +244,6 @@ def test_the_modern_block_loads_in_its_llama_family_layout(tmp_path, overrides, 
     [
         ({**MODERN, "positional": "learned"}, "ModelConfig.positional='learned': the Llama family's layouts need"),
         ({**MODERN, "rope_fraction": 0.5}, "ModelConfig.rope_fraction=0.5: the Llama family rotates every dimension"),
-        ({**MODERN, "scale_embeddings": True}, "ModelConfig.scale_embeddings=True: only Gemma's layout scales"),
         ({**MODERN, "sliding_window": 3, "layer_types": ("sliding", "full")}, "ModelConfig.layer_types mixes full"),
     ],
 )

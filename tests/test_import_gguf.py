@@ -178,3 +178,13 @@ def test_gguf_without_tokenizer_json_or_of_another_architecture_is_refused(tmp_p
         writer.close()
         with pytest.raises(error, match=message):
             import_gguf(path, tmp_path / f"out-{arch}")
+
+
+def test_a_directory_or_a_missing_path_is_named_as_such(tmp_path: Path) -> None:
+    from dotformer.errors import CheckpointError
+    from dotformer.imports.gguf import read_gguf
+
+    with pytest.raises(CheckpointError, match=r"is a directory \(give a \.gguf file\)$"):
+        read_gguf(tmp_path)
+    with pytest.raises(CheckpointError, match=r"is missing \(give a \.gguf file\)$"):
+        read_gguf(tmp_path / "absent.gguf")

@@ -68,3 +68,28 @@ def test_train_and_evaluate_a_sentence_pair_classifier(tmp_path: Path, capsys: p
     scored = json.loads(report.read_text())
     assert scored["labels"] == ["other", "same"] and 0.0 <= scored["metrics"]["accuracy"] <= 100.0
     assert main(["evaluate", "--checkpoint", str(run), "--split", "test"]) == 0
+
+
+def test_classify_reads_text_tab_text_as_the_training_pairs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """classify (CLI and Python) joins TEXT<TAB>TEXT with the separator, as training did; one text alone is refused."""
+    import torch
+
+    from dotformer.api.classifier import classify_texts
+    from dotformer.decoding.classify import label_texts
+    from dotformer.errors import DataError
+
+    (tmp_path / "tiny.toml").write_text(MODEL, encoding="utf-8")
+    run = tmp_path / "run"
+    argv = ["train", "--task", "classify-pairs", "--data", str(pairs_file(tmp_path / "train.tsv", 60, seed=1))]
+    assert main([*argv, "--config", str(tmp_path / "tiny.toml"), *FLAGS, "--max-steps", "2", "--out", str(run)]) == 0
+    loaded = load_checkpoint(run / "best")
+    [result] = classify_texts(loaded, ["the cat old\ta dog by"])
+    joined = label_texts(loaded.model, loaded.src_tokenizer, [f"the cat old{SEPARATOR}a dog by"], 8, 8192)
+    tabbed = label_texts(loaded.model, loaded.src_tokenizer, ["the cat old\ta dog by"], 8, 8192)
+    assert list(result.probabilities.values()) == pytest.approx(joined.probabilities[0].tolist(), abs=1e-6)
+    assert not torch.allclose(joined.probabilities[0], tabbed.probabilities[0])  # the tab alone reads otherwise
+    with pytest.raises(DataError, match=r"^input 2: a sentence-pair classifier reads TEXT<TAB>TEXT"):
+        classify_texts(loaded, ["a cat\tthe cat", "a cat"])
+    capsys.readouterr()
+    assert main(["classify", "--checkpoint", str(run), "a cat"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -55,11 +55,13 @@ def classify_texts(
 
     Args:
         loaded: a :class:`~dotformer.checkpoint.LoadedCheckpoint` of a classifier or tagger.
-        texts: the inputs. batch_size, max_tokens: texts and padded tokens per batch.
+        texts: the inputs (a sentence-pair classifier's: ``TEXT<TAB>TEXT`` each).
+        batch_size, max_tokens: texts and padded tokens per batch.
 
     Raises:
         ConfigError: not a classifier or tagger, a bad batch size. CheckpointError: no label names recorded.
-        InputTooLongError: a text to tag longer than the model reads.
+        InputTooLongError: a text to tag longer than the model reads. DataError: an input of a sentence-pair
+            classifier that is not TEXT<TAB>TEXT.
 
     Warns:
         UnknownTokenWarning, TruncationWarning: once per call each (module docstring).
@@ -69,7 +71,12 @@ def classify_texts(
 
     check_classifier(loaded.model, loaded.path)
     names = checkpoint_labels(loaded)
-    scores = label_texts(loaded.model, loaded.src_tokenizer, texts, batch_size, max_tokens or 8192)
+    read = texts
+    if loaded.info.get("task") == "classify-pairs":  # TEXT<TAB>TEXT, read as its training pairs were
+        from dotformer.runs.sentence_pairs import join_pairs
+
+        read = join_pairs(texts)
+    scores = label_texts(loaded.model, loaded.src_tokenizer, read, batch_size, max_tokens or 8192)
     if scores.unknown:
         first = scores.texts_with_unknown[0]
         warnings.warn(

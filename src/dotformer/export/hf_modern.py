@@ -20,10 +20,15 @@ Names (under ``model.``; ``lm_head`` beside it, absent when tied): ``embed_token
 ``mlp.up_proj`` (``W_1``), ``mlp.down_proj`` (``W_2``), ``post_attention_layernorm`` (Llama: ``res_ff.norm``; Gemma:
 ``res_self.post_norm``), Gemma's ``pre_feedforward_layernorm`` (``res_ff.norm``) and ``post_feedforward_layernorm``
 (``res_ff.post_norm``), ``norm`` (``decoder.final_norm``). A switch no layout holds is refused in one line naming it.
+
+Only Gemma's layout scales its embeddings by √D. The others get ``embed_tokens`` = E·√D from a model that scales
+(``scale_embeddings``, dotformer's default); when the output is tied to E, the final RMSNorm's weight is divided by
+√D, so that ``norm(h)·embed_tokensᵀ = RMSNorm(h)·Eᵀ`` exactly (as GPT-2's layout does, :mod:`dotformer.export.hf_lm`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -96,8 +101,6 @@ def modern_layout(config: ModelConfig) -> str:
         if c.bias or c.qkv_bias:
             return _refuse("ModelConfig.bias=True: Gemma's layout has no biases")
         return "gemma3" if c.qk_norm else "gemma2"
-    if c.scale_embeddings:
-        return _refuse("ModelConfig.scale_embeddings=True: only Gemma's layout scales embeddings by √D")
     for field in ("attention_scale", "rope_local_theta"):
         if getattr(c, field) is not None:
             return _refuse(f"ModelConfig.{field}={getattr(c, field)!r}: only Gemma's layout has it")
@@ -244,9 +247,14 @@ def modern_tensors(model: Transformer, vocabulary: HFVocabulary, layout: str, ti
 
     assert model.decoder is not None
     writer = ModernWriter(layout)
-    writer.put("embed_tokens.weight", vocabulary.rows(embedding_params(model)["tgt"].weight))
+    scaled = model.config.scale_embeddings and layout not in GEMMA  # Gemma's layout scales by √D itself
+    scale = math.sqrt(model.config.d_model) if scaled else 1.0
+    writer.put("embed_tokens.weight", vocabulary.rows(embedding_params(model)["tgt"].weight) * scale)
     writer.copy_stack("decoder", model.decoder, writer.names.layers["decoder"])
     rows = generator_rows(model, vocabulary)
+    if tie and scaled:
+        assert model.decoder.final_norm is not None  # pre-norm
+        writer.put("norm.weight", model.decoder.final_norm.weight / scale)  # norm(h)·(E·√D)ᵀ = RMSNorm(h)·Eᵀ
     if not tie:
         writer.put("lm_head.weight", rows, root=True)
     return writer.tensors

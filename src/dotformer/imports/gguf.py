@@ -64,7 +64,8 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
     gguf = require_extra("gguf", "gguf", "reading GGUF files")
     dequantize = require_extra("gguf", "gguf.quants", "reading GGUF files").dequantize
     if not path.is_file():
-        raise CheckpointError(f"{path} is missing (give a .gguf file)")
+        what = "is a directory" if path.is_dir() else "is missing"
+        raise CheckpointError(f"{path} {what} (give a .gguf file)")
     try:
         reader = gguf.GGUFReader(str(path))
     except (ValueError, OSError, KeyError) as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,22 @@ class SentencePairTask(ClassifyTask):
         if request.data is not None:
             request = dataclasses.replace(request, data=joined_file(request.data))
         return super().score(loaded, request)
+
+
+def join_pairs(texts: Sequence[str]) -> list[str]:
+    """The texts a sentence-pair classifier reads, from ``TEXT<TAB>TEXT`` inputs (``dotformer classify``, ``classify``
+    from Python, ``POST /api/classify``): the two texts joined by :data:`SEPARATOR`, as its training files were.
+
+    Raises:
+        DataError: an input that is not two non-empty texts separated by one tab (naming the input, from 1).
+    """
+    joined = []
+    for number, text in enumerate(texts, 1):
+        fields = [field.strip() for field in text.split("\t")]
+        if len(fields) != 2 or not all(fields) or any(SEPARATOR.strip() in field for field in fields):
+            raise DataError(f"input {number}: a sentence-pair classifier reads TEXT<TAB>TEXT, got {text[:60]!r}")
+        joined.append(f"{fields[0]}{SEPARATOR}{fields[1]}")
+    return joined
 
 
 def joined_file(path: str) -> str:
