@@ -338,6 +338,10 @@ def _train(
         if message:
             logger.warning(message)
     base = record.get("from_base") if isinstance(record.get("from_base"), dict) else {}  # an imported base's rules
+    if isinstance(base.get("text_rules"), dict) and model.generator.bias is not None:
+        # an imported base's generator bias only holds dotformer's four special rows down (its released rows have
+        # none): kept as it is, so the continued model stays in its family's layout (export --to hf, ct2)
+        model.generator.bias.requires_grad_(False)
     info = {**base, "task": task.name, "dataset": loaded.data.dataset, "data": loaded.data.to_dict(), **loaded.info}
     init_path = None if init is None else init.path
     if extend_vocab and init_path is not None:  # the grown tables: copied here by rows, not by fit's strict copy
