@@ -122,7 +122,8 @@ def read_encoder_init(path: str | Path, model_section: dict[str, Any], data_sect
     config = ckpt.model_config_of(info, path / ckpt.CONFIG_FILE)
     if config.arch != "encoder-only":
         raise CheckpointError(
-            f"{path} is an {config.arch} model; an encoder task's --init-from needs an encoder-only checkpoint (a "
+            f"{path} is {'a' if config.arch == 'decoder-only' else 'an'} {config.arch} model; an encoder task's "
+            f"--init-from needs an encoder-only checkpoint (a "
             f"--task mlm run's, or dotformer import --from bert)"
         )
     where = path / ckpt.CONFIG_FILE
