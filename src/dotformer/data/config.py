@@ -357,9 +357,12 @@ class LMDataConfig:
             object.__setattr__(self, "test_books", tuple(self.test_books))
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-serialisable dict (run.json, every checkpoint's config.json)."""
+        """The fields as a JSON-serialisable dict (run.json, every checkpoint's config.json, the fingerprint of its
+        prepared data); a line stream's has no ``text_form`` and ``add_bos`` (it reads as it always has)."""
         data = dataclasses.asdict(self)
         data["test_books"] = list(self.test_books) if self.test_books is not None else None
+        if self.text_form == "lines":
+            del data["text_form"], data["add_bos"]
         return data
 
     @classmethod

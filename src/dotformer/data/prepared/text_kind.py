@@ -11,8 +11,8 @@ tokenizer's own newline piece, never dotformer's EOS (a row an imported model ho
 starts a text with BOS (``add_bos``), BOS once at the start of each split's text: BOS per document, as continued
 pretraining does (HF's ``run_clm``, litgpt) and as ``evaluate --task lm`` scores a file, not per training block (a
 block cut from the middle of the text starts without it, as an evaluated one does). Both settings are in the
-fingerprint, so a cache of line-stream text is never reused for a document, and they leave a line stream's
-fingerprint as it was. No torch here.
+fingerprint, so a cache of line-stream text is never reused for a document, and a line stream's config leaves them
+out (:meth:`~dotformer.data.config.LMDataConfig.to_dict`), so its fingerprint is what it was. No torch here.
 """
 
 from __future__ import annotations
@@ -151,14 +151,6 @@ class TextKind(DataKind):
     def document(self) -> bool:
         """Whether the text is read as a released tokenizer reads a document (an imported model's text)."""
         return getattr(self.config, "text_form", "lines") == "document"
-
-    def settings_data(self) -> dict[str, Any]:
-        """:meth:`DataKind.settings_data`, less the text form of a line stream (its fingerprint stays as it was)."""
-        data = super().settings_data()
-        if not self.document:
-            for key in ("text_form", "add_bos"):
-                data.pop(key, None)
-        return data
 
     def settings(self, seed: int, tokenizers: Any = None, sample_lines: int = DEFAULT_SAMPLE_LINES) -> dict[str, Any]:
         """:meth:`DataKind.settings`, and a masked language model's mask token (its tokenizer is learned with it)."""
