@@ -51,10 +51,7 @@ def generate_text(
     """
     checkpoint = engine.checkpoint
     if checkpoint.config.arch != "decoder-only":
-        raise ConfigError(
-            f"{checkpoint.path} is an {checkpoint.config.arch} model: generate continues text with a language "
-            f"model (dotformer train --task lm); translate it with dotformer translate"
-        )
+        raise ConfigError(not_a_language_model(checkpoint.path, checkpoint.config.arch))
     tokenizer, rules = checkpoint.tgt_tokenizer, text_rules(checkpoint.info)
     on_token = None
     if on_text is not None:
@@ -132,3 +129,16 @@ def generation_settings(
             raise ConfigError(misplaced(["beam_size"], "beam", strategy))
         given["beam_size"] = beam_size
     return generation_config(max_new_tokens, strategy, n, use_cache=use_cache, **given)
+
+
+def not_a_language_model(path: Any, arch: str) -> str:
+    """The one line refusing ``generate`` of a model that is not decoder-only, naming the command that reads it: an
+    encoder classifies or embeds texts, an encoder-decoder translates them."""
+    use = (
+        "classify or embed texts with it: dotformer classify, dotformer embed"
+        if arch == "encoder-only"
+        else "translate with it: dotformer translate"
+    )
+    return (
+        f"{path} is an {arch} model: generate continues text with a language model (dotformer train --task lm); {use}"
+    )

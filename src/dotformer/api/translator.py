@@ -731,10 +731,9 @@ def check_purpose(checkpoint: CheckpointLike, purpose: str) -> list[str]:
     if purpose == "translate":
         refuse_language_model(checkpoint)
     elif purpose == "generate" and checkpoint.config.arch != "decoder-only":
-        raise ConfigError(
-            f"{checkpoint.path} is an {checkpoint.config.arch} model: generate continues text with a language model "
-            f"(dotformer train --task lm); translate it with dotformer translate"
-        )
+        from dotformer.api.generation import not_a_language_model
+
+        raise ConfigError(not_a_language_model(checkpoint.path, checkpoint.config.arch))
     elif purpose == "evaluate":
         from dotformer.runs.tasks import task_named
 

@@ -39,7 +39,8 @@ READER_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
      "files: g2p (WER/PER; a word's pronunciations are its references; char -> symbol tokenizers), translation "
      "(BLEU/chrF; BPE; the default), exact (exact match; char -> char), lm (train: a language model on plain text or "
      "--data bible[:WEB]); an encoder's: mlm (a masked language model of plain text or --data bible), classify "
-     "(TEXT<TAB>LABEL lines, or --data bible: verses by the genre of their book), tag (a label per word: "
+     "(TEXT<TAB>LABEL lines, or --data bible: verses by the genre of their book), classify-pairs (a label for two "
+     "texts together, as in NLI or paraphrase detection: TEXT<TAB>TEXT<TAB>LABEL lines), tag (a label per word: "
      "WORDS<TAB>LABELS lines or CoNLL columns)")),
     ("--delimiter", "delimiter", dict(metavar="C", help="column separator of a TSV/CSV file: one character or tab, "
      "comma, semicolon, pipe, space (default: comma for .csv, else tab)")),

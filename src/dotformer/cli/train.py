@@ -185,13 +185,15 @@ _GROUPS: dict[str, tuple[str, ...]] = {
 _HELP_ORDER = {flag: i for i, flag in enumerate([*_LEAD, *(flag for flags in _GROUPS.values() for flag in flags)])}
 
 EPILOG = """\
-Flags override the config file, which overrides the task's defaults (the model and recipe of its shipped config:
-g2p for g2p and exact, bible for translation, copy for copy/reverse, lm-bible for --task lm, mlm-bible for
---task mlm, classify-bible for --task classify and tag). The run directory gets run.json, data/ (the split and the
-tokenizers), metrics.jsonl and the checkpoints (best/, last/, checkpoints/step_N/); the last line printed sums the
-run up. --init-from fine-tunes a checkpoint of the task's family: an encoder-decoder for pairs, an encoder (a --task
-mlm run, an imported BERT) for classify and tag, whose head starts afresh, a decoder-only model for --task lm
-(its tokenizer kept); with --lora-rank its weights stay frozen and only LoRA adapters (and a new head) train.
+Flags override the config file, which overrides the task's defaults (the model and recipe of its shipped config: g2p
+for g2p and exact, bible for translation, copy for copy/reverse, lm-bible for --task lm, mlm-bible for --task mlm,
+classify-bible for --task classify, classify-pairs and tag). The run directory gets run.json, data/ (the split and
+the tokenizers), metrics.jsonl and the checkpoints (best/, last/, checkpoints/step_N/); the last line printed sums
+the run up. --init-from fine-tunes a checkpoint of the task's family: an encoder-decoder for pairs, an encoder (a
+--task mlm run, an imported BERT) for classify, classify-pairs and tag, whose head starts afresh, a decoder-only
+model for --task lm (its tokenizer kept; an imported one reads the text as its released tokenizer does, BOS first
+where its family adds it, and its checkpoints keep its text rules); with --lora-rank its weights stay frozen and
+only LoRA adapters (and a new head) train.
 
 examples:
   dotformer train --data cmudict --max-epochs 10

@@ -334,8 +334,17 @@ class LMDataConfig:
     valid_fraction: float = 0.05  # share of the lines (whole books / pieces of 100 lines) held out for validation
     test_fraction: float = 0.05  # the same for the test split (unused with test_books or a test file)
     sword_path: str | None = None  # bible: the SWORD library root (None: $SWORD_PATH, ~/.sword, /usr/share/sword)
+    text_form: Literal["lines", "document"] = "lines"  # lines: each line's ids and EOS (dotformer's own models);
+    # document: the text as a released tokenizer reads a file, line ends its own newline pieces (an imported model's)
+    add_bos: bool = False  # document: BOS before each split's text (the families that start a text with BOS)
 
     def __post_init__(self) -> None:
+        if self.text_form not in ("lines", "document"):
+            raise ConfigError(f"text_form must be lines or document, got {self.text_form!r}")
+        if self.text_form == "document" and not self.tokenizer_file:
+            raise ConfigError("text_form = document reads the text as a released tokenizer does: give tokenizer_file")
+        if not isinstance(self.add_bos, bool) or (self.add_bos and self.text_form != "document"):
+            raise ConfigError(f"add_bos starts a document with BOS (text_form = document), got {self.add_bos!r}")
         if self.task != LM_TASK:
             raise ConfigError(f"LMDataConfig.task must be {LM_TASK!r}, got {self.task!r}")
         if self.tokenizer not in ("char", "bpe"):
@@ -348,9 +357,12 @@ class LMDataConfig:
             object.__setattr__(self, "test_books", tuple(self.test_books))
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-serialisable dict (run.json, every checkpoint's config.json)."""
+        """The fields as a JSON-serialisable dict (run.json, every checkpoint's config.json, the fingerprint of its
+        prepared data); a line stream's has no ``text_form`` and ``add_bos`` (it reads as it always has)."""
         data = dataclasses.asdict(self)
         data["test_books"] = list(self.test_books) if self.test_books is not None else None
+        if self.text_form == "lines":
+            del data["text_form"], data["add_bos"]
         return data
 
     @classmethod

@@ -20,6 +20,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from dotformer.data.tokenizers import (
     FORMAT_VERSION,
     NUM_SPECIAL,
@@ -108,6 +110,22 @@ class HFFileTokenizer(Tokenizer):
         """As :meth:`Tokenizer.encode_arrays`, through the batch encoder without offsets, on every core."""
         encodings = self._hf.encode_batch_fast(list(texts), add_special_tokens=False)
         return self._ids.chunk_to_ours([encoding.ids for encoding in encodings])
+
+    def encode_document(self, lines: Sequence[str]) -> EncodedChunk:
+        """As :meth:`Tokenizer.encode_document`: ``"".join(line + "\\n")`` encoded at once (so its pieces are those
+        the released tokenizer reads in the document), each piece given to the line its first character is in (a
+        piece that spans a line end, such as a run of newlines, belongs to the line it starts in; a line may then
+        have none)."""
+        if not lines:
+            return chunk_of([])
+        text = "".join(line + "\n" for line in lines)
+        encoding = self._hf.encode(text, add_special_tokens=False)
+        ids = self._ids.chunk_to_ours([encoding.ids]).ids  # (T,)
+        starts = np.cumsum([0, *(len(line) + 1 for line in lines[:-1])])  # (n,) each line's first character
+        first = np.fromiter((start for start, _ in encoding.offsets), dtype=np.int64, count=len(ids))  # (T,)
+        line_of = np.searchsorted(starts, first, side="right") - 1  # (T,) non-decreasing
+        lengths = np.bincount(np.clip(line_of, 0, len(lines) - 1), minlength=len(lines)).astype(np.int64)
+        return EncodedChunk(ids, lengths)
 
     def decode(self, ids: Sequence[int]) -> str:
         ids = [int(index) for index in ids]

@@ -65,6 +65,14 @@ class EncodedChunk(NamedTuple):
         ids[~is_end] = self.ids
         return EncodedChunk(ids, lengths)
 
+    def with_bos(self) -> EncodedChunk:
+        """BOS before the first text's ids (a released model's document that its family starts with BOS)."""
+        if not len(self.lengths):
+            return self
+        lengths = self.lengths.copy()
+        lengths[0] += 1
+        return EncodedChunk(np.concatenate([np.array([BOS_ID], dtype=np.int64), self.ids]), lengths)
+
 
 def chunk_of(rows: Sequence[Sequence[int]]) -> EncodedChunk:
     """The :class:`EncodedChunk` of lists of ids."""
@@ -121,6 +129,13 @@ class Tokenizer(ABC):
         kinds give a faster path where they have one (characters through numpy, BPE through the batch encoder on
         every core)."""
         return chunk_of(self.encode_batch(texts))
+
+    def encode_document(self, lines: Sequence[str]) -> EncodedChunk:
+        """The ids of the text ``lines`` make, each ending in ``"\\n"``, one row per line (no BOS, no EOS: a line end
+        is the tokenizer's own newline piece). Here each line is read by itself (``encode(line + "\\n")``); a
+        tokenizer that knows its pieces' offsets (:class:`~dotformer.data.pretrained.HFFileTokenizer`) encodes the
+        text at once, as a released model reads a document, and gives each line the pieces that start in it."""
+        return chunk_of([self.encode(line + "\n") for line in lines])
 
     def tokens(self, text: str) -> list[str]:
         """The pieces of ``text`` as the model sees them: ``[id_to_token(i) for i in encode(text)]``."""

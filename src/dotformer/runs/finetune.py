@@ -37,6 +37,8 @@ class InitSource(NamedTuple):
         preset: the checkpoint run's preset name (or None).
         data: the tokenizer fields of its DataConfig (kinds, vocabulary size, shared vocabulary).
         src_tokenizer, tgt_tokenizer: its tokenizers (one object when the vocabulary is shared).
+        carried: facts of its config.json that the run's checkpoints keep (an imported language model's text rules,
+            family and origin); None: none.
     """
 
     path: Path
@@ -45,6 +47,7 @@ class InitSource(NamedTuple):
     data: dict[str, Any]
     src_tokenizer: Any
     tgt_tokenizer: Any
+    carried: dict[str, Any] | None = None
 
 
 def read_init_source(path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
@@ -119,7 +122,8 @@ def read_encoder_init(path: str | Path, model_section: dict[str, Any], data_sect
     config = ckpt.model_config_of(info, path / ckpt.CONFIG_FILE)
     if config.arch != "encoder-only":
         raise CheckpointError(
-            f"{path} is an {config.arch} model; an encoder task's --init-from needs an encoder-only checkpoint (a "
+            f"{path} is {'a' if config.arch == 'decoder-only' else 'an'} {config.arch} model; an encoder task's "
+            f"--init-from needs an encoder-only checkpoint (a "
             f"--task mlm run's, or dotformer import --from bert)"
         )
     where = path / ckpt.CONFIG_FILE

@@ -238,6 +238,8 @@ def _prepare_fresh(
         model_config, preset = task.model_config(sections.model, prepared, init)
         if init is not None:
             invocation = {**invocation, "init_from": str(init.path), **({"extend_vocab": True} if extend_vocab else {})}
+            if init.carried:  # what every checkpoint of the run keeps of its base (read back when resuming)
+                invocation["from_base"] = init.carried
         configs = (model_config, train_config, prepared.data)
         write_new_record(
             run_dir, prepared.data.dataset, task.name, prepared.corpus, preset, configs, invocation, context.world_size
@@ -335,7 +337,12 @@ def _train(
         message = warmup_warning(c, epoch_steps, model.num_parameters(), flops)
         if message:
             logger.warning(message)
-    info = {"task": task.name, "dataset": loaded.data.dataset, "data": loaded.data.to_dict(), **loaded.info}
+    base = record.get("from_base") if isinstance(record.get("from_base"), dict) else {}  # an imported base's rules
+    if isinstance(base.get("text_rules"), dict) and model.generator.bias is not None:
+        # an imported base's generator bias only holds dotformer's four special rows down (its released rows have
+        # none): kept as it is, so the continued model stays in its family's layout (export --to hf, ct2)
+        model.generator.bias.requires_grad_(False)
+    info = {**base, "task": task.name, "dataset": loaded.data.dataset, "data": loaded.data.to_dict(), **loaded.info}
     init_path = None if init is None else init.path
     if extend_vocab and init_path is not None:  # the grown tables: copied here by rows, not by fit's strict copy
         from dotformer.runs.finetune import load_extended_weights

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from dotformer.config import ModelConfig
 from dotformer.data.config import LM_TASK, LMDataConfig
 from dotformer.data.prepared.text_kind import PreparedText
-from dotformer.errors import ConfigError, DataError
+from dotformer.errors import ConfigError, DataError, DotformerError
 from dotformer.runs.task import (
     ANY_VOCAB_SIZE,
     EvalReport,
@@ -37,6 +37,7 @@ from dotformer.runs.task import (
 
 if TYPE_CHECKING:
     from dotformer.decoding.engine import TranslationEngine
+    from dotformer.decoding.inputs import TextRules
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
 
@@ -207,8 +208,27 @@ def valid_bits_per_character(run_dir: Path, nats_per_token: float | None) -> flo
     if nats_per_token is None:
         return None
     tokenizer = load_tokenizer(run_dir / "data" / TGT_TOKENIZER_FILE)
-    stream = encode_text(load_text_split(run_dir / "data", "valid"), tokenizer, block_size=1)
+    lines = load_text_split(run_dir / "data", "valid")
+    rules = _base_rules(run_dir)
+    if not rules.lines:  # an imported model's text: as its tokenizer reads it, as it was trained on
+        from dotformer.decoding.inputs import encode_document
+
+        stream = encode_document(tokenizer, lines, rules, block_size=1)
+    else:
+        stream = encode_text(lines, tokenizer, block_size=1)
     if len(stream) < 2:
         return None
     scored = len(stream) - 1  # every token but the first
     return LanguageModelScore(nats_per_token * scored, scored, scored_characters(stream, tokenizer)).bits_per_character
+
+
+def _base_rules(run_dir: Path) -> TextRules:
+    """The text rules of the run's imported base (run.json's ``"from_base"``), or dotformer's line stream."""
+    from dotformer.decoding.inputs import text_rules
+    from dotformer.runs.records import read_run_json
+
+    try:
+        base = read_run_json(run_dir).get("from_base")
+    except DotformerError:
+        base = None
+    return text_rules(base if isinstance(base, dict) else {})

@@ -7,6 +7,12 @@ trained on, or (an imported model, whose context may be thousands of tokens) the
 positions, unless ``--block-size`` sets them. A setting that would change the model or the tokenizer is refused in
 one line naming both values. Any decoder-only checkpoint serves: a ``--task lm`` run's, an imported one's, an
 adapted one's (its adapters merged).
+
+An imported model (its config.json has ``"text_rules"``: :mod:`dotformer.imports`) reads its text as its released
+tokenizer reads a document (``text_form = "document"``, BOS first where its family adds it:
+:mod:`~dotformer.data.prepared.text_kind`), not as dotformer's stream of lines, so its first training loss is the loss
+``evaluate --task lm`` reports on the same text; and the continued checkpoints keep what ``generate``, ``evaluate``
+and ``export`` read of the base (:data:`CARRIED`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from dotformer.runs.finetune import TUNABLE_MODEL_FIELDS, InitSource, _check_pre
 # the [data] names of a language model's tokenizer settings (one tokenizer: both sides' names are its own)
 LM_KEYS = {"src_tokenizer": "tokenizer", "tgt_tokenizer": "tokenizer", "src_tokenizer_file": "tokenizer_file",
            "tgt_tokenizer_file": "tokenizer_file"}  # fmt: skip
+# what a continued checkpoint keeps of its base's config.json: how its text becomes ids and back (prompts, scoring,
+# export's tokenizer rules), its family and where it was imported from
+CARRIED = ("text_rules", "family", "imported_from")
 
 
 def read_text_init(path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
@@ -30,7 +39,8 @@ def read_text_init(path: str | Path, model_section: dict[str, Any], data_section
 
     Returns:
         :class:`~dotformer.runs.finetune.InitSource` whose ``data`` holds the [data] fields the run takes from the
-        checkpoint: its tokenizer file, and its block size unless the run sets one.
+        checkpoint: its tokenizer file, its block size unless the run sets one, and an imported model's text form;
+        its ``carried`` the base's :data:`CARRIED` facts.
 
     Raises:
         CheckpointError: a missing or damaged checkpoint, one that is not decoder-only, a model field or tokenizer
@@ -71,6 +81,10 @@ def read_text_init(path: str | Path, model_section: dict[str, Any], data_section
     data: dict[str, Any] = {"tokenizer_file": str(path.resolve() / ckpt.TGT_TOKENIZER_FILE), "vocab_size": None}
     if saved_data.get("tokenizer") in ("char", "bpe"):
         data["tokenizer"] = saved_data["tokenizer"]
+    carried = {key: info[key] for key in CARRIED if key in info}
+    if isinstance(info.get("text_rules"), dict):  # an imported model: its text read as its tokenizer reads a document
+        data["text_form"] = "document"
+        data["add_bos"] = bool(info["text_rules"].get("add_bos", False))
     block = data_section.get("block_size")
     if block is None:
         data["block_size"] = window
@@ -83,7 +97,7 @@ def read_text_init(path: str | Path, model_section: dict[str, Any], data_section
     except DotformerError as exc:
         raise CheckpointError(f"--init-from {path}: {exc}") from None
     preset = info.get("preset") if isinstance(info.get("preset"), str) else None
-    return InitSource(path, config, preset, data, tokenizer, tokenizer)
+    return InitSource(path, config, preset, data, tokenizer, tokenizer, carried)
 
 
 def text_init_model_config(init: InitSource, block_size: int) -> tuple[ModelConfig, str | None]:

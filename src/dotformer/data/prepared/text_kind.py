@@ -2,7 +2,17 @@
 :class:`~dotformer.data.config.EncoderDataConfig` of task ``mlm``): one tokenizer, each line its ids and EOS, a
 split's rows one after the other its token stream; the held-out lines kept as ``valid.txt`` and ``test.txt``, each
 split's characters counted (bits per character). A masked language model's text differs by its tokenizer, which has
-a mask token (in the fingerprint). No torch here.
+a mask token (in the fingerprint).
+
+An imported model's text (``text_form = "document"``, set by ``train --task lm --init-from IMPORTED``) is read as
+its released tokenizer reads a file: each split's lines, every one ending in ``"\\n"``, encoded as one document (a
+chunk of lines at a time: :meth:`~dotformer.data.tokenizers.Tokenizer.encode_document`), so a line end is the
+tokenizer's own newline piece, never dotformer's EOS (a row an imported model holds down); and, where its family
+starts a text with BOS (``add_bos``), BOS once at the start of each split's text: BOS per document, as continued
+pretraining does (HF's ``run_clm``, litgpt) and as ``evaluate --task lm`` scores a file, not per training block (a
+block cut from the middle of the text starts without it, as an evaluated one does). Both settings are in the
+fingerprint, so a cache of line-stream text is never reused for a document, and a line stream's config leaves them
+out (:meth:`~dotformer.data.config.LMDataConfig.to_dict`), so its fingerprint is what it was. No torch here.
 """
 
 from __future__ import annotations
@@ -52,7 +62,8 @@ class PreparedText(PreparedData):
         report: ``prepared.json``.
         tokenizer: the one tokenizer.
         splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.arrays.RaggedArray` whose rows are
-            the lines (ids, then EOS); its ``ids`` are the split's token stream.
+            the lines (ids, then EOS; a document's: the pieces that start in the line, BOS first when its family adds
+            one); its ``ids`` are the split's token stream.
     """
 
     held_out_suffix = "txt"
@@ -136,6 +147,11 @@ class TextKind(DataKind):
     def inputs(self) -> list[InputFile]:
         return text_inputs(self.config)
 
+    @property
+    def document(self) -> bool:
+        """Whether the text is read as a released tokenizer reads a document (an imported model's text)."""
+        return getattr(self.config, "text_form", "lines") == "document"
+
     def settings(self, seed: int, tokenizers: Any = None, sample_lines: int = DEFAULT_SAMPLE_LINES) -> dict[str, Any]:
         """:meth:`DataKind.settings`, and a masked language model's mask token (its tokenizer is learned with it)."""
         settings = super().settings(seed, tokenizers, sample_lines)
@@ -173,9 +189,10 @@ class TextKind(DataKind):
         return TokenizerPair(tokenizer, tokenizer), sample
 
     def encode(self, directory: Path, reading: Reading, tokenizers: TokenizerPair, chunk: int) -> dict[str, Any]:
-        """Every line's ids and EOS into its split's array, the valid/test lines written as text; per split the
-        lines, tokens and characters, and the training tokens read as <unk> (how many, and their share of the
-        training tokens but the line ends).
+        """Every line's ids and EOS into its split's array (a document: the split's lines of a chunk encoded as one
+        text, a row per line, BOS first in the split when ``add_bos``), the valid/test lines written as text; per
+        split the lines, tokens and characters, and the training tokens read as <unk> (how many, and their share of
+        the training tokens but the line ends).
 
         Raises:
             DataError: a tokenizer file that reads more than half of the training text as <unk>.
@@ -189,25 +206,64 @@ class TextKind(DataKind):
         )
         unknown = tokens = 0
         with SplitWriters(directory, ("text",), (token_dtype(tokenizer.vocab_size),), self) as out:
-            start = 0
-            for lines in chunks((line for line, _ in islice(source.records(), used)), chunk):
-                codes = split[start : start + len(lines)]
-                start += len(lines)
-                encoded = tokenizer.encode_arrays(lines)
-                train = np.repeat(codes == TRAIN, encoded.lengths)
-                unknown += int((encoded.ids[train] == UNK_ID).sum())
-                tokens += int(train.sum())
-                for code, name in enumerate(SPLIT_NAMES):
-                    out.write(name, codes == code, (encoded.with_eos(),), lines if name not in given else ())
-            for role, held_out in given.items():
-                for lines in chunks(held_out, chunk):
-                    out.write(
-                        role, np.ones(len(lines), dtype=bool), (tokenizer.encode_arrays(lines).with_eos(),), lines
-                    )
+            if self.document:
+                unknown, tokens = self._encode_document(out, reading, tokenizer, chunk)
+            else:
+                start = 0
+                for lines in chunks((line for line, _ in islice(source.records(), used)), chunk):
+                    codes = split[start : start + len(lines)]
+                    start += len(lines)
+                    encoded = tokenizer.encode_arrays(lines)
+                    train = np.repeat(codes == TRAIN, encoded.lengths)
+                    unknown += int((encoded.ids[train] == UNK_ID).sum())
+                    tokens += int(train.sum())
+                    for code, name in enumerate(SPLIT_NAMES):
+                        out.write(name, codes == code, (encoded.with_eos(),), lines if name not in given else ())
+                for role, held_out in given.items():
+                    for lines in chunks(held_out, chunk):
+                        out.write(
+                            role, np.ones(len(lines), dtype=bool), (tokenizer.encode_arrays(lines).with_eos(),), lines
+                        )
         summary = out.summary()
         summary["train"].update(unknown=unknown, unknown_share=unknown / tokens if tokens else 0.0)
         check_unknown_share(self.config, summary["train"])
         return summary
+
+    def _encode_document(
+        self, out: SplitWriters, reading: Reading, tokenizer: Tokenizer, chunk: int
+    ) -> tuple[int, int]:
+        """Write each split's lines as one document (module docstring): per chunk, the lines of each split encoded
+        together, a row per line; BOS before a split's first line when ``add_bos``. Returns the training tokens
+        read as <unk> and the training tokens."""
+        add_bos = bool(getattr(self.config, "add_bos", False))
+        started: set[str] = set()
+        unknown = tokens = 0
+
+        def write(name: str, lines: list[str], keep_text: bool) -> None:
+            nonlocal unknown, tokens
+            if not lines:
+                return
+            encoded = tokenizer.encode_document(lines)
+            if add_bos and name not in started:
+                encoded = encoded.with_bos()
+            started.add(name)
+            if name == SPLIT_NAMES[TRAIN]:
+                unknown += int((encoded.ids == UNK_ID).sum())
+                tokens += len(encoded.ids)
+            out.write(name, np.ones(len(lines), dtype=bool), (encoded,), lines if keep_text else ())
+
+        start = 0
+        for lines in chunks((line for line, _ in islice(reading.source.records(), reading.scan.used)), chunk):
+            codes = reading.split[start : start + len(lines)]
+            start += len(lines)
+            for code, name in enumerate(SPLIT_NAMES):
+                write(
+                    name, [line for line, c in zip(lines, codes, strict=True) if c == code], name not in reading.given
+                )
+        for role, held_out in reading.given.items():
+            for lines in chunks(held_out, chunk):
+                write(role, list(lines), True)
+        return unknown, tokens
 
     def report(
         self, reading: Reading, written: dict[str, Any], tokenizers: TokenizerPair, sample: dict[str, Any], seed: int
