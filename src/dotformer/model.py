@@ -154,7 +154,12 @@ class Transformer(nn.Module):
                 **embedding_options(c),
             )
             self.decoder = Decoder(sizes, c.num_decoder_layers, cross_attention=c.arch == "encoder-decoder")
-        self.generator = Generator(c.d_model, c.tgt_vocab_size, bias=c.generator_bias, softcap=c.logit_softcap)
+        # the paper's linear layer; a soft-capped one (Gemma 2) only where the config asks (int8 quantizes nn.Linear)
+        self.generator: nn.Linear = (
+            nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.generator_bias)
+            if c.logit_softcap is None
+            else Generator(c.d_model, c.tgt_vocab_size, bias=c.generator_bias, softcap=c.logit_softcap)
+        )
         self.classifier: SequenceClassifier | TokenClassifier | None = None  # an encoder's labels (dotformer.heads)
         if c.head == "sequence":
             self.classifier = SequenceClassifier(c.d_model, c.num_labels, c.pooling, c.dropout)

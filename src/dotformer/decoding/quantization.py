@@ -35,7 +35,8 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     feature; each call quantizes its (N, D_in) float32 input from the range of the whole input (7 bits on x86),
     multiplies in integers and returns float32 (N, D_out), the bias added in float32 (see the module docstring).
     Shapes and dtypes seen by the rest of the model do not change. A tied generator gets its own int8 copy; the
-    embedding it shares stays float32. The copy cannot be trained, saved as a checkpoint or exported
+    embedding it shares stays float32; a soft-capped generator (:class:`dotformer.model.Generator`, Gemma 2's) stays
+    float32 too (the quantized layer has no soft cap). The copy cannot be trained, saved as a checkpoint or exported
     (:func:`require_float_weights`): quantize after loading, as ``--dtype int8`` does.
 
     Args:
