@@ -314,3 +314,20 @@ def test_an_encoders_attention_maps_read_both_sides(
     np.testing.assert_allclose(np.array(data["maps"]["encoder"]), maps.encoder, atol=5e-5)  # 4 decimals on the page
     page = write_page(loaded, ["the cat"], tmp_path / "page.html").read_text(encoding="utf-8")
     assert '"encoder": true' in page and "an encoder (encoder only, head: generator)" in page
+
+
+def test_classify_writes_its_output_file(classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the cat and the dog\nnear the river by the sea\n")
+    out = tmp_path / "out" / "labels.jsonl"
+    assert run("classify", "--checkpoint", classifier, "--input", texts, "--format", "jsonl", "--output", out) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(row["id"], row["text"], row["label"]) for row in rows] == [
+        (0, "the cat and the dog", "animal"),
+        (1, "near the river by the sea", "place"),
+    ]
+    assert run("classify", "--checkpoint", classifier, "--output", tmp_path / "one.txt", "a small goat") == 0
+    assert (tmp_path / "one.txt").read_text().split("\t")[0] == "animal"
+    capsys.readouterr()
+    assert run("classify", "--checkpoint", classifier, "--input", texts, "--output", texts) == 2
+    assert "--output" in capsys.readouterr().err and texts.read_text().startswith("the cat")  # the input is kept

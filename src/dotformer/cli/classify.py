@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     check_input_file(args.input)
     to_file = args.output not in (None, "-")
     if to_file:
-        check_output_file(args.output, "--output", (args.input,))
+        check_output_file(args.output, "--output", (("--input", args.input),))
     texts = read_texts(args)
     model = Translator(load_for_decoding(args), args.dtype)
     try:
