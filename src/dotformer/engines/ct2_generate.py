@@ -9,8 +9,8 @@ greedy, sampling            ``generate_batch`` (``end_token=[]``: run on across 
 sampling settings, seed     ``sampling_topk`` / ``_topp`` / ``_temperature``; a fresh ``Generator`` after
                             ``set_random_seed`` (CTranslate2 seeds a thread's generator once, on first use)
 n samples                   the prompt n times in one batch: samples in draw order
-beam K, n best              ``beam_size`` K, K + 1 hypotheses ranked as dotformer ranks them, each ending at
-                            ``</s>`` (the line's end)
+beam K, n best              ``beam_size`` K, searched in rounds until dotformer's search stops, ranked as dotformer
+                            ranks them, each ending at ``</s>`` (the line's end)
 streaming                   ``generate_tokens``: each token as it comes
 PAD and BOS                 ``suppress_sequences=[["<pad>"], ["<s>"]]``
 ==========================  ======================================================================================
@@ -118,21 +118,34 @@ class CT2Generate:
         return [[self.ids[t] for t in result.sequences[0]] for result in results]
 
     def beam(self, generator: Any, tokens: list[str], config: DecodeConfig, common: dict[str, Any]) -> list[list[int]]:
-        """The ``n_best`` continuations of beam search, ranked as dotformer ranks them: CTranslate2 is asked for
-        K + 1 finished hypotheses (``patience`` (K + 1) / K), whose summed log-probabilities (EOS included) are
-        divided by dotformer's length penalty (see :mod:`dotformer.engines.ct2_translate`)."""
-        from dotformer.engines.ct2_translate import EOS, gnmt_penalty
+        """The ``n_best`` continuations of beam search, found and ranked as dotformer finds and ranks them: searched
+        in rounds until dotformer's search would have stopped (:meth:`CT2Translate.beam_rounds
+        <dotformer.engines.ct2_translate.CT2Translate.beam_rounds>`), the summed log-probabilities (EOS included)
+        divided by dotformer's length penalty."""
+        from dotformer.engines.ct2_translate import EOS, beam_settled, first_round, gnmt_penalty
 
-        k, alpha = config.beam_size, config.length_penalty
-        (result,) = generator.generate_batch(
-            [tokens], beam_size=k, num_hypotheses=k + 1, patience=(k + 1) / k, length_penalty=alpha,
-            return_scores=True, return_end_token=True, include_prompt_in_result=False, **common,
-        )  # fmt: skip
+        k, alpha, most = config.beam_size, config.length_penalty, common["max_length"]
+        steps = first_round(0, most)  # a continuation's length does not follow its prompt's
+        while True:
+            (result,) = generator.generate_batch(
+                [tokens], beam_size=k, num_hypotheses=k * (steps + 1), patience=steps + 1, length_penalty=alpha,
+                return_scores=True, return_end_token=True, include_prompt_in_result=False,
+                **{**common, "max_length": steps},
+            )  # fmt: skip
+            found = [
+                (score * len(sequence) ** alpha, len(sequence), bool(sequence) and sequence[-1] == EOS, sequence)
+                for sequence, score in zip(result.sequences, result.scores, strict=True)
+            ]  # (summed log-probability, |Y| with the EOS, finished, tokens)
+            if steps >= most:
+                break
+            if beam_settled([hyp[:3] for hyp in found], steps, most, k, alpha):
+                found = [hyp for hyp in found if hyp[2]]
+                break
+            steps = min(2 * steps, most)
         ranked = []
-        for sequence, score in zip(result.sequences, result.scores, strict=True):
-            length = len(sequence)  # |Y|, the EOS included
-            body = sequence[:-1] if sequence and sequence[-1] == EOS else sequence
-            ranked.append((score * length**alpha / gnmt_penalty(length, alpha), [self.ids[t] for t in body]))
+        for total, length, finished, sequence in found:
+            body = sequence[:-1] if finished else sequence
+            ranked.append((total / gnmt_penalty(length, alpha), [self.ids[t] for t in body]))
         ranked.sort(key=lambda item: -item[0])  # stable: CTranslate2's order among ties
         return [ids for _, ids in ranked[: config.n_best]]
 
