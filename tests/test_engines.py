@@ -435,6 +435,95 @@ def test_a_read_only_checkpoint_is_converted_into_the_user_cache(
     assert cache_module.user_cache_dir() == Path.home() / ".cache" / "dotformer"
 
 
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def flip_a_bit(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def delete_vocabularies(directory: Path) -> None:
+    for vocabulary in directory.glob("*vocabulary.json"):
+        vocabulary.unlink()
+
+
+def partly_delete(directory: Path) -> None:
+    (directory / "model.bin").unlink()
+    (directory / cache_module.STAMP_FILE).unlink()
+
+
+def stamp_without_files(directory: Path) -> None:
+    stamp = directory / cache_module.STAMP_FILE
+    stamp.write_text(json.dumps({k: v for k, v in json.loads(stamp.read_text()).items() if k != "files"}))
+
+
+DAMAGES = {
+    "model.bin truncated": (lambda d: truncate(d / "model.bin"), "model.bin has"),
+    "model.bin bit-flipped": (lambda d: flip_a_bit(d / "model.bin"), "model.bin was changed"),
+    "vocabulary deleted": (delete_vocabularies, "vocabulary.json is missing"),
+    "config.json cut": (lambda d: truncate(d / "config.json"), "config.json has"),
+    "partly deleted": (partly_delete, "no dotformer_conversion.json"),
+    "stamp without checksums": (stamp_without_files, "is damaged (KeyError)"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_copy_is_converted_again_and_replaced(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    """A damaged or partly deleted copy in .ct2-cache/ is found by its stamp's sizes and checksums, converted again
+    (one warning naming the copy and what is wrong) and replaced in one step; the next call uses the new copy."""
+    loaded = load_checkpoint(checkpoint)
+    mine = save_checkpoint(tmp_path / "run" / "best", loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, {})
+    copy = dotformer.load(mine, device="cpu", engine="ctranslate2").translation_engine().model_dir
+    expected = dotformer.load(mine, device="cpu", engine="ctranslate2").translate("a1 a2 a3", strategy="greedy")
+    harm, what = DAMAGES[damage]
+    harm(copy)
+    done = conversions(monkeypatch)
+    with caplog.at_level("WARNING", logger="dotformer.engines.cache"):
+        again = dotformer.load(mine, device="cpu", engine="ctranslate2")
+    assert again.translation_engine().model_dir == copy and len(done) == 1
+    assert again.translate("a1 a2 a3", strategy="greedy") == expected
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert str(copy) in warning and what in warning and "converting the checkpoint again" in warning
+    assert cache_module.copy_damage(copy) is None
+    assert set(os.listdir(copy.parent)) == {copy.name, f".{copy.name}.lock"}  # the damaged copy is gone
+    dotformer.load(mine, device="cpu", engine="ctranslate2")
+    assert len(done) == 1  # whole again: not converted a third time
+
+
+def test_a_copy_that_cannot_be_written_says_where_and_why(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both places read-only: one error naming both; a conversion that fails to write (a file-size limit, a full
+    disk): one error naming the place and the reason, nothing left behind."""
+    import errno
+    import tempfile
+
+    files = read_checkpoint_files(checkpoint)
+    monkeypatch.setattr(cache_module, "cache_roots", lambda path: [tmp_path / "a", tmp_path / "b"])
+    mkdtemp = tempfile.mkdtemp
+
+    def read_only(*args: Any, dir: Any = None, **kwargs: Any) -> str:  # noqa: A002 (tempfile's name)
+        raise PermissionError(errno.EACCES, "Permission denied", str(dir))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    with pytest.raises(cache_module.CopyWriteError, match=r"neither .*/a \(Permission denied\) nor .*/b \(Perm"):
+        cache_module.cached_copy(files, "float32", lambda directory: None)
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+
+    def too_large(directory: Path) -> None:
+        (directory / "model.bin").write_bytes(b"half")
+        raise OSError(errno.EFBIG, "File too large")
+
+    with pytest.raises(cache_module.CopyWriteError, match=r"into .*/a \(File too large\): free space there or lift"):
+        cache_module.cached_copy(files, "float32", too_large)
+    assert [p.name for p in (tmp_path / "a").iterdir() if not p.name.endswith(".lock")] == []
+
+
 def test_concurrent_first_uses_convert_once_and_leave_one_whole_copy(checkpoint: Path, tmp_path: Path) -> None:
     """Four threads ask for the same copy at once; the conversion (slow on purpose) runs once, inside the lock, and
     every thread gets the same complete directory; a failed conversion leaves nothing behind."""
