@@ -104,3 +104,35 @@ def learning_rate(step: int, config: TrainConfig, d_model: int) -> float:
     if config.lr_schedule == "inverse_sqrt":
         return inverse_sqrt_lr(step, config.lr_peak, config.warmup_steps)
     return constant_lr(step, config.lr_peak, config.warmup_steps)
+
+
+def used_fraction(config: TrainConfig, step: int, seconds: float) -> float | None:
+    """The fraction of ``config``'s step and minute budgets spent after ``step`` steps and ``seconds`` seconds, in
+    [0, 1] (the nearest limit counts; None: neither is set)."""
+    fractions = []
+    if config.max_steps is not None:
+        fractions.append(step / max(config.max_steps, 1))
+    if config.max_minutes is not None:
+        fractions.append(seconds / max(config.max_minutes * 60, 1e-9))
+    return min(1.0, max(fractions)) if fractions else None
+
+
+def cooldown_resume_note(before: TrainConfig, after: TrainConfig, step: int, seconds: float) -> str | None:
+    """One line when a run resumed at ``step`` (after ``seconds`` of training) had already begun its cooldown under
+    its earlier budget ``before`` and the new budget ``after`` raises its learning rate again: the resumed run then
+    cannot equal a run trained to the new budget from the start. None otherwise (no cooldown begun, or the same
+    budget)."""
+    old, new = used_fraction(before, step, seconds), used_fraction(after, step, seconds)
+    if not before.lr_cooldown or old is None or new is None or new >= old:
+        return None
+    was = cooldown_factor(1.0 - old, before.lr_cooldown)
+    if was >= 1.0:
+        return None
+    now = cooldown_factor(1.0 - new, after.lr_cooldown)
+    budget = f"{before.max_steps:,}-step" if before.max_steps is not None else f"{before.max_minutes:g}-minute"
+    return (
+        f"resuming at step {step:,} after its learning-rate cooldown had begun (lr_cooldown {before.lr_cooldown:g} "
+        f"of the {budget} budget had lowered it to {was:.0%} of the schedule's rate); the new budget raises it to "
+        f"{now:.0%} again, so this run will not equal one trained to the new budget from the start (to extend a run "
+        f"later, train it with --lr-cooldown 0 and give the cooldown on its last --resume)"
+    )

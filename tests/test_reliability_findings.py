@@ -1,0 +1,132 @@
+"""Faults and confusing moments a user meets, each with its input: two trainings in one run directory, a resume
+after the learning rate's cooldown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dotformer.cli import main
+
+QUICK = ["--data", "copy", "--preset", "tiny", "--limit", "200", "--no-progress", "--device", "cpu"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_a_second_training_in_a_busy_run_directory_is_refused_naming_the_holder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """While one process trains in RUN (here: holds its training lock), ``train --resume --out RUN`` is refused in
+    one line naming that process and its host, and writes nothing; once it has ended, the resume runs."""
+    run = tmp_path / "run"
+    assert main(["train", *QUICK, "--max-steps", "4", "--out", str(run)]) == 0
+    metrics = (run / "metrics.jsonl").read_text()
+    code = (
+        "import sys, time\n"
+        "from dotformer.checkpoint import training_lock\n"
+        "with training_lock(sys.argv[1]):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(120)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    holder = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        assert main(["train", *QUICK, "--max-steps", "8", "--out", str(run), "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("dotformer train: error: ")
+        assert f"process {holder.pid} on {socket.gethostname()}" in err and str(run) in err and "is in use" in err
+        assert (run / "metrics.jsonl").read_text() == metrics
+        assert "resumes" not in json.loads((run / "run.json").read_text())
+    finally:
+        holder.send_signal(signal.SIGKILL)  # killed: the operating system releases its lock
+        holder.wait()
+    assert main(["train", *QUICK, "--max-steps", "8", "--out", str(run), "--resume"]) == 0
+    assert not (run / ".dotformer-train.owner").exists()
+
+
+def test_a_resume_after_the_cooldown_began_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert main(["train", *QUICK, "--max-steps", "10", "--lr-cooldown", "0.2", "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["train", *QUICK, "--max-steps", "20", "--out", str(run), "--resume"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "cooldown" in line]
+    assert len(lines) == 1 and "resuming at step 10" in lines[0] and "lr_cooldown 0.2 of the 10-step budget" in lines[0]
+    assert "to 0% of the schedule's rate" in lines[0] and "raises it to 100% again" in lines[0]
+    assert "--lr-cooldown 0" in lines[0]
+    plain = tmp_path / "plain"  # no cooldown: resumed to a longer budget without a word
+    assert main(["train", *QUICK, "--max-steps", "10", "--lr-cooldown", "0", "--out", str(plain)]) == 0
+    capsys.readouterr()
+    assert main(["train", *QUICK, "--max-steps", "20", "--out", str(plain), "--resume"]) == 0
+    assert "cooldown" not in capsys.readouterr().err
+
+
+def cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def replaced_by_a_directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+@pytest.mark.parametrize(
+    "harm",
+    [cut, Path.unlink, replaced_by_a_directory, lambda p: (p.parent / "train.src.idx").unlink()],
+    ids=["prepared.json cut", "prepared.json deleted", "prepared.json a directory", "an index deleted"],
+)
+def test_a_damaged_entry_of_the_data_cache_is_prepared_again(
+    tmp_path: Path, _data_cache: Path, capsys: pytest.CaptureFixture[str], harm
+) -> None:
+    """A cache entry that cannot be opened is prepared again, with one warning naming it (it used to fail every run
+    on the same files, naming a cache directory the user never gave, until deleted by hand)."""
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{w}\t{' '.join(reversed(w))}\n" for w in ("cat", "dog", "bird", "fish", "cow") * 8))
+    flags = ["--data", str(pairs), "--task", "exact", "--preset", "tiny", "--max-steps", "2", "--no-progress"]
+    assert main(["train", *flags, "--warmup", "1", "--out", str(tmp_path / "one")]) == 0
+    (entry,) = [p for p in (_data_cache / "prepared").iterdir() if p.name.startswith("pairs-") and p.is_dir()]
+    harm(entry / "prepared.json")
+    capsys.readouterr()
+    assert main(["train", *flags, "--warmup", "1", "--out", str(tmp_path / "two")]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "damaged" in line]
+    assert len(lines) == 1 and str(entry) in lines[0] and "preparing it again" in lines[0]
+    assert (entry / "prepared.json").is_file() and not list((_data_cache / "prepared").glob(".*partial*"))
+
+
+def test_a_resume_names_an_input_rewritten_with_its_size_and_time_kept(
+    tmp_path: Path, _data_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{w}\t{' '.join(reversed(w))}\n" for w in ("cat", "dog", "bird", "fish", "cow") * 8))
+    run = tmp_path / "run"
+    flags = ["--data", str(pairs), "--task", "exact", "--preset", "tiny", "--no-progress", "--warmup", "1"]
+    assert main(["train", *flags, "--max-steps", "2", "--out", str(run)]) == 0
+    for entry in (_data_cache / "prepared").iterdir():
+        if entry.name.startswith("pairs-") and entry.is_dir():
+            shutil.rmtree(entry)  # the prepared data is gone, so the resume prepares it again
+    stat = pairs.stat()
+    pairs.write_text(pairs.read_text().replace("cat\tt a c", "cut\tt u c"))  # the same size
+    os.utime(pairs, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same modification time
+    capsys.readouterr()
+    assert main(["train", "--out", str(run), "--resume", "--max-steps", "4", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{pairs} changed since the run started (other content" in err
