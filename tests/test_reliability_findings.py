@@ -130,3 +130,23 @@ def test_a_resume_names_an_input_rewritten_with_its_size_and_time_kept(
     assert main(["train", "--out", str(run), "--resume", "--max-steps", "4", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{pairs} changed since the run started (other content" in err
+
+
+def test_a_full_disk_during_prepare_names_the_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{w}\t{' '.join(reversed(w))}\n" for w in ("cat", "dog", "bird", "fish", "cow") * 8))
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError("450000 requested and 204672 written")  # what numpy says on a full disk
+
+    monkeypatch.setattr(np, "save", full)
+    out = tmp_path / "prepared"
+    assert main(["prepare", "--data", str(pairs), "--task", "exact", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write the prepared data (450000 requested and 204672 written" in err
+    assert "is the disk full?" in err and err.rstrip().endswith(str(out))
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["pairs.tsv"]  # no partial directory left
