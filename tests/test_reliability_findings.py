@@ -150,3 +150,16 @@ def test_a_full_disk_during_prepare_names_the_directory(
     assert err.count("\n") == 1 and "cannot write the prepared data (450000 requested and 204672 written" in err
     assert "is the disk full?" in err and err.rstrip().endswith(str(out))
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["pairs.tsv"]  # no partial directory left
+
+
+def test_a_run_that_ended_inside_its_warmup_says_so() -> None:
+    """A budget in minutes that held fewer steps than the bound from the device's peak speed (a 22M-parameter
+    encoder fine-tuned for 2 minutes on 1 thread: 29 steps of a 50-step warmup) is named after the run."""
+    from dotformer.training.config import TrainConfig
+    from dotformer.training.warmup import warmup_unfinished
+
+    config = TrainConfig(lr_schedule="inverse_sqrt", warmup_steps=50, max_minutes=2.0)
+    line = warmup_unfinished(config, 29, "max_minutes")
+    assert line is not None and "ended at step 29 (stopped by max_minutes)" in line and "warmup of 50 steps" in line
+    assert warmup_unfinished(config, 50, "max_minutes") is None
+    assert warmup_unfinished(TrainConfig(lr_schedule="constant", warmup_steps=0), 3, "max_steps") is None

@@ -52,8 +52,9 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "(default: the task's config: 1024 for g2p and exact, 4096 for translation; 4096 for copy/reverse)")),
     ("--accumulate", "train", "accumulation_steps", dict(type=int, metavar="K", help="batches per optimizer step "
      "(gradient accumulation; default 1)")),
-    ("--lr-schedule", "train", "lr_schedule", dict(choices=["noam", "inverse_sqrt", "constant"], help="noam: the "
-     "paper's d_model^-0.5·min(step^-0.5, step·warmup^-1.5); inverse_sqrt: --lr-peak after warmup, then 1/√step")),
+    ("--lr-schedule", "train", "lr_schedule", dict(choices=["noam", "inverse_sqrt", "constant", "cosine", "linear"],
+     help="noam: the paper's d_model^-0.5·min(step^-0.5, step·warmup^-1.5); inverse_sqrt: --lr-peak after warmup, "
+     "then 1/√step; cosine, linear: --lr-peak after warmup, then a cosine or linear fall to 0 by the budget's end")),
     ("--lr-scale", "train", "lr_scale", dict(type=float, metavar="X", help="multiplier of the noam schedule "
      "(default 1)")),
     ("--lr-peak", "train", "lr_peak", dict(type=float, metavar="LR", help="peak learning rate of the inverse_sqrt "

@@ -319,12 +319,13 @@ def _train(
     from dotformer.data.blocks import sampler_for
     from dotformer.model import Transformer
     from dotformer.training.loop import fit
-    from dotformer.training.warmup import peak_flops, steps_per_epoch, warmup_warning
+    from dotformer.training.warmup import peak_flops, steps_per_epoch, warmup_unfinished, warmup_warning
 
     model_config = ModelConfig.from_dict(record["model"])
     torch.manual_seed(train_config.seed)  # the model's initial weights
     model = Transformer(model_config)
     data = loaded.train_data
+    foreseen = False  # the warmup's end was warned about before step 1
     if context.is_main and not resume:  # a resumed run was warned about when it started
         c = train_config
         epoch_steps = None
@@ -335,6 +336,7 @@ def _train(
         message = warmup_warning(c, epoch_steps, model.num_parameters(), flops)
         if message:
             logger.warning(message)
+            foreseen = True
     if context.is_main and resume:
         message = _cooldown_note(record, train_config, run_dir)
         if message:
@@ -351,6 +353,9 @@ def _train(
         for line in [*lines, *loaded.lines]:
             print(f"data: {line}", file=sys.stderr)
     result = fit(model, data, train_config, run_dir=run_dir, info=info, resume=resume, init_from=init_path)
+    late = warmup_unfinished(train_config, result.steps, result.stopped_by)
+    if context.is_main and late and not foreseen:
+        logger.warning(late)
     return RunResult(fit=result, run_dir=run_dir, is_main=context.is_main, task=task)
 
 
