@@ -331,3 +331,22 @@ def test_classify_writes_its_output_file(classifier: Path, tmp_path: Path, capsy
     capsys.readouterr()
     assert run("classify", "--checkpoint", classifier, "--input", texts, "--output", texts) == 2
     assert "--output" in capsys.readouterr().err and texts.read_text().startswith("the cat")  # the input is kept
+
+
+@pytest.mark.parametrize("typed", ["<mask>", "[MASK]"])
+def test_a_mask_typed_in_the_text_reaches_the_mask_token(mlm: Path, typed: str) -> None:
+    """``explore`` and ``plot attention`` read the text through encoder_attention_weights: ``<mask>`` or ``[MASK]``
+    typed there is the mask token (one position, filled by the model), not the pieces of its letters."""
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.decoding.attention_maps import encoder_attention_weights
+    from dotformer.decoding.inputs import encode_with_masks
+
+    loaded = load_checkpoint(mlm, device="cpu")
+    tokenizer = loaded.src_tokenizer
+    ids = encode_with_masks(tokenizer, f"the {typed} and a dog")
+    assert ids == [*tokenizer.encode("the "), tokenizer.mask_id, *tokenizer.encode(" and a dog")]
+    maps = encoder_attention_weights(loaded, f"the {typed} and a dog")
+    assert maps.src_tokens == ["<s>", *"the ", "<mask>", *" and a dog", "</s>"]
+    filled = maps.output_text
+    assert len(filled) == len("the x and a dog") and filled.startswith("the ") and filled.endswith(" and a dog")
+    assert filled[4] == maps.out_tokens[5]  # the model's guess at the mask's position

@@ -28,7 +28,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 
-from dotformer.decoding.inputs import encode_prompt, generated_text
+from dotformer.decoding.inputs import encode_prompt, encode_with_masks, generated_text
 from dotformer.errors import ConfigError, DataError
 
 MapKind = Literal["encoder", "decoder_self", "cross"]
@@ -281,7 +281,7 @@ def encoder_attention_weights(loaded: Any, text: str) -> AttentionMaps:
     if model.config.arch != "encoder-only":
         raise ConfigError(f"encoder attention maps need an encoder-only model, this one is {model.config.arch}")
     tokenizer = loaded.src_tokenizer
-    ids = tokenizer.encode(text) if text.strip() else []
+    ids = encode_with_masks(tokenizer, text) if text.strip() else []  # "<mask>" or "[MASK]": the mask token
     if not ids:
         raise DataError(f"the input {text!r} has no tokens")
     if len(ids) + 2 > model.config.max_len:

@@ -354,3 +354,26 @@ def generated_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
         else:
             lines[-1].append(int(token))
     return "\n".join(tokenizer.decode(line) for line in lines)
+
+
+MASK_SPELLINGS = ("<mask>", "[MASK]")  # what a user types for the hidden token: dotformer's and RoBERTa's, BERT's
+
+
+def encode_with_masks(tokenizer: Tokenizer, text: str) -> list[int]:
+    """``tokenizer.encode(text)``, where every ``<mask>`` or ``[MASK]`` typed in ``text`` becomes the tokenizer's
+    mask token (:attr:`~dotformer.data.tokenizers.Tokenizer.mask_id`) instead of the pieces of its letters; the text
+    between them is encoded as it stands (its spaces included). A tokenizer without a mask token encodes the text
+    as it is."""
+    import re
+
+    mask_id = tokenizer.mask_id
+    if mask_id is None:
+        return tokenizer.encode(text)
+    ids: list[int] = []
+    parts = re.split("|".join(re.escape(spelling) for spelling in MASK_SPELLINGS), text)
+    for k, part in enumerate(parts):
+        if k:
+            ids.append(mask_id)
+        if part:
+            ids.extend(tokenizer.encode(part))
+    return ids
