@@ -320,7 +320,8 @@ def test_classify_writes_its_output_file(classifier: Path, tmp_path: Path, capsy
     texts = tmp_path / "texts.txt"
     texts.write_text("the cat and the dog\nnear the river by the sea\n")
     out = tmp_path / "out" / "labels.jsonl"
-    assert run("classify", "--checkpoint", classifier, "--input", texts, "--format", "jsonl", "--output", out) == 0
+    flags = ("--input", texts, "--output-format", "jsonl", "--output", out)  # as translate and embed
+    assert run("classify", "--checkpoint", classifier, *flags) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(row["id"], row["text"], row["label"]) for row in rows] == [
         (0, "the cat and the dog", "animal"),

@@ -163,3 +163,23 @@ def test_a_run_that_ended_inside_its_warmup_says_so() -> None:
     assert line is not None and "ended at step 29 (stopped by max_minutes)" in line and "warmup of 50 steps" in line
     assert warmup_unfinished(config, 50, "max_minutes") is None
     assert warmup_unfinished(TrainConfig(lr_schedule="constant", warmup_steps=0), 3, "max_steps") is None
+
+
+def test_export_and_average_take_checkpoint_flags_beside_the_positional_form(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ctranslate2")
+    run = tmp_path / "run"
+    assert main(["train", *QUICK, "--max-steps", "4", "--save-every", "2", "--out", str(run)]) == 0
+    assert main(["export", "--to", "ct2", "--checkpoint", str(run), "--out", str(tmp_path / "a")]) == 0
+    assert main(["export", "--to", "ct2", str(run), str(tmp_path / "b")]) == 0  # the positional form, as before
+    assert main(["export", "--to", "ct2", "--checkpoint", str(run), str(tmp_path / "c")]) == 0
+    assert all((tmp_path / name / "model.bin").is_file() for name in "abc")
+    capsys.readouterr()
+    assert main(["export", "--to", "ct2", "--checkpoint", str(run)]) == 2
+    assert "give the checkpoint and the output directory" in capsys.readouterr().err
+    steps = sorted(str(p) for p in (run / "checkpoints").iterdir())
+    assert main(["average", "--checkpoint", steps[0], "--checkpoint", steps[1], "--out", str(tmp_path / "avg")]) == 0
+    assert (tmp_path / "avg" / "model.safetensors").is_file()
+    assert main(["average", "--out", str(tmp_path / "none")]) == 2
+    assert "give the checkpoints to average" in capsys.readouterr().err

@@ -74,8 +74,11 @@ def default_max_input_length(config: ModelConfig) -> int:
     return int(config.max_len)
 
 
-def check_max_input_length(config: ModelConfig, max_input_length: int | None) -> int:
+def check_max_input_length(config: ModelConfig, max_input_length: int | None, name: str = "max_input_length") -> int:
     """``max_input_length`` checked against the model (None: :func:`default_max_input_length`).
+
+    Args:
+        name: the setting's name in the messages (``max_seq_length`` for ``embed``).
 
     Raises:
         ConfigError: not a positive integer, or above a learned positional table's ``max_len``.
@@ -83,11 +86,10 @@ def check_max_input_length(config: ModelConfig, max_input_length: int | None) ->
     if max_input_length is None:
         return default_max_input_length(config)
     if not isinstance(max_input_length, int) or isinstance(max_input_length, bool) or max_input_length < 1:
-        raise ConfigError(f"max_input_length must be a positive integer, got {max_input_length!r}")
+        raise ConfigError(f"{name} must be a positive integer, got {max_input_length!r}")
     if config.positional == "learned" and max_input_length > config.max_len:
         raise ConfigError(
-            f"max_input_length {max_input_length} exceeds this model's learned positional table "
-            f"({config.max_len} positions)"
+            f"{name} {max_input_length} exceeds this model's learned positional table ({config.max_len} positions)"
         )
     return max_input_length
 
