@@ -183,3 +183,18 @@ def test_export_and_average_take_checkpoint_flags_beside_the_positional_form(
     assert (tmp_path / "avg" / "model.safetensors").is_file()
     assert main(["average", "--out", str(tmp_path / "none")]) == 2
     assert "give the checkpoints to average" in capsys.readouterr().err
+
+
+def test_the_help_and_the_readme_name_every_shipped_config(capsys: pytest.CaptureFixture[str]) -> None:
+    from dotformer.runs.shipped_configs import shipped_config_names
+
+    names = shipped_config_names()
+    assert len(names) >= 8
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for name in names:
+        assert name in shown and f"`{name}`" in readme, name
+    for kind in ("hf:NAME", "dotformer prepare", "--task lm or mlm", "--task classify or tag"):
+        assert kind in shown, kind

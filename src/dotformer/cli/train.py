@@ -189,17 +189,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     groups = {title: parser.add_argument_group(title) for title in _GROUPS}
     group_of = {flag: groups[title] for title, flags in _GROUPS.items() for flag in flags}
+    from dotformer.runs.shipped_configs import shipped_config_names
+
     parser.add_argument(
         "--data",
         metavar="DATASET",
-        help="cmudict, bible, copy, reverse, a TSV/CSV file of pairs, or SRC,TGT parallel files "
-        "(required unless the config file sets [data] dataset)",
+        help="cmudict, bible, copy, reverse, a TSV/CSV file of pairs, SRC,TGT parallel files, hf:NAME (a Hugging Face "
+        "dataset), a directory of dotformer prepare, a text file (--task lm or mlm) or labelled texts (--task "
+        "classify or tag) (required unless the config file sets [data] dataset)",
     )
     parser.add_argument(
         "--config",
         metavar="FILE.toml",
-        help="config file with [model], [train], [data] sections, or the name of a shipped one: g2p, g2p-long, bible, "
-        "copy (see configs/)",
+        help="config file with [model], [train], [data] sections, or the name of a shipped one: "
+        f"{', '.join(shipped_config_names())} (see configs/)",
     )
     parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<dataset>-<preset>)")
     parser.add_argument(
