@@ -103,11 +103,17 @@ class AttentionMaps(NamedTuple):
         return self.out_tokens, self.src_tokens
 
 
+VISIBLE_WHITESPACE = str.maketrans({" ": "\u2423", "\t": "\u21e5", "\n": "\u21b5"})  # ␣ ⇥ ↵
+
+
 def token_label(tokenizer: Any, token_id: int) -> str:
-    """The printable label of one token id (special ids get their fixed names)."""
+    """The printable label of one token id: special ids get their fixed names, and a token made of whitespace alone
+    (a character model's space) shows it as a visible symbol (␣ for a space, ⇥ a tab, ↵ a line break), where it
+    would be a blank axis label."""
     if 0 <= token_id < len(SPECIAL_LABELS):
         return SPECIAL_LABELS[token_id]
-    return str(tokenizer.id_to_token(token_id))
+    label = str(tokenizer.id_to_token(token_id))
+    return label.translate(VISIBLE_WHITESPACE) if label.isspace() else label
 
 
 def greedy_output_ids(model: torch.nn.Module, src: torch.Tensor) -> list[int]:
