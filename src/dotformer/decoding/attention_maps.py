@@ -103,6 +103,7 @@ class AttentionMaps(NamedTuple):
         return self.out_tokens, self.src_tokens
 
 
+SHOWN_LABELS = 5  # a classifier's output text: its likeliest labels with their probabilities
 VISIBLE_WHITESPACE = str.maketrans({" ": "\u2423", "\t": "\u21e5", "\n": "\u21b5"})  # ␣ ⇥ ↵
 
 
@@ -310,9 +311,11 @@ def encoder_attention_weights(loaded: Any, text: str) -> AttentionMaps:
     if head in ("sequence", "token"):
         names = [str(name) for name in loaded.info.get("labels") or range(model.config.num_labels)]
         probabilities = scores.softmax(dim=-1)
-        if head == "sequence":  # (C,)
-            best = int(probabilities.argmax())
-            out_tokens, output_text = [], f"{names[best]} ({float(probabilities[best]):.3f})"
+        if head == "sequence":  # (C,): the labels by probability, the likeliest first (the first SHOWN_LABELS)
+            ranked = probabilities.argsort(descending=True).tolist()
+            shown = [f"{names[i]} ({float(probabilities[i]):.3f})" for i in ranked[:SHOWN_LABELS]]
+            more = f"; {len(ranked) - SHOWN_LABELS} more" if len(ranked) > SHOWN_LABELS else ""
+            out_tokens, output_text = [], "; ".join(shown) + more
         else:  # (S, C): a label at every position; BOS and EOS carry none
             out_tokens = [names[int(i)] for i in probabilities.argmax(dim=-1).tolist()]
             pairs = zip(labels[1:-1], out_tokens[1:-1], strict=True)
