@@ -198,3 +198,25 @@ def test_the_help_and_the_readme_name_every_shipped_config(capsys: pytest.Captur
         assert name in shown and f"`{name}`" in readme, name
     for kind in ("hf:NAME", "dotformer prepare", "--task lm or mlm", "--task classify or tag"):
         assert kind in shown, kind
+
+
+def test_a_token_id_outside_the_vocabulary_names_its_array(
+    tmp_path: Path, _data_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bit flipped in a prepared array (an id past the vocabulary) is named with its file when the data is opened,
+    instead of "token ids must lie in [0, V)" in the middle of training."""
+    import numpy as np
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{w}\t{' '.join(reversed(w))}\n" for w in ("cat", "dog", "bird", "fish", "cow") * 8))
+    prepared = tmp_path / "prepared"
+    assert main(["prepare", "--data", str(pairs), "--task", "exact", "--out", str(prepared)]) == 0
+    ids = prepared / "train.src.bin"
+    data = np.fromfile(ids, dtype=np.uint8)
+    data[3] = 0xFF  # the high byte of the second uint16 id: far past a 30-symbol vocabulary
+    data.tofile(ids)
+    capsys.readouterr()
+    flags = ["--task", "exact", "--preset", "tiny", "--max-steps", "2", "--warmup", "1", "--no-progress"]
+    assert main(["train", "--data", str(prepared), *flags, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{ids}: token id" in err and "outside the tokenizer's" in err

@@ -320,7 +320,8 @@ def open_prepared(directory: str | Path) -> PreparedPairs | PreparedText | Prepa
 
     Raises:
         MissingDataError: no ``prepared.json`` there.
-        DataError: a damaged directory: an array missing or of another length than the report says.
+        DataError: a damaged directory: an array missing, of another length than the report says, or holding a
+            token id outside its tokenizer's vocabulary (the file named).
     """
     directory = Path(directory)
     report = read_report(directory)
@@ -335,9 +336,16 @@ def open_prepared(directory: str | Path) -> PreparedPairs | PreparedText | Prepa
     for split in SPLIT_NAMES:
         arrays[split] = {side: open_ragged(array_stem(directory, split, side)) for side in sides}
         expected = report["splits"][split]["examples"]
-        for array in arrays[split].values():
+        for side, array in arrays[split].items():
             if len(array) != expected:
                 raise DataError(f"{array.name}: {len(array):,} rows, but {REPORT_FILE} says {expected:,}")
+            vocabulary = {"src": src, "text": src, "tgt": tgt}.get(side)  # tags are labels: checked where read
+            largest = int(array.ids.max()) if vocabulary is not None and len(array.ids) else -1
+            if vocabulary is not None and largest >= vocabulary.vocab_size:
+                raise DataError(
+                    f"{array.name}.bin: token id {largest} outside the tokenizer's {vocabulary.vocab_size} ids: the "
+                    f"array is damaged (prepare the data again)"
+                )
     if kind == "pairs":
         splits = {split: PairArrays(arrays[split]["src"], arrays[split]["tgt"]) for split in SPLIT_NAMES}
         return PreparedPairs(directory, report, TokenizerPair(src, tgt), splits)
