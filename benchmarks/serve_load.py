@@ -15,9 +15,18 @@ and 0 errors).
 Without ``--checkpoint``, a random ``small`` model over a symbol vocabulary is written to a temporary directory (its
 outputs are arbitrary; with a random model each output runs to the maximum length, a heavy request).
 
-Run: ``python benchmarks/serve_load.py --clients 1,4,16 --requests 25 --trickling 200 --threads 1 --out
-benchmarks/results/serve_load.json``; prints a table and writes the JSON (default ``out/serve_load.json``).
+Run: ``python benchmarks/serve_load.py --mode trickle --clients 1,4,16 --requests 25 --trickling 200 --threads 1
+--out benchmarks/results/serve_load.json``; prints a table and writes the JSON (default ``out/serve_load.json``).
 ``--quick`` checks that it runs (tiny model, few requests, 20 trickling connections).
+
+``--mode sentences`` (the default) measures batching: 1, 4, 16 and 64 clients at once, each sending single sentences
+(``--sentences FILE``, one a line; default random symbol strings) one request after another, on ``--engine``; per
+round the throughput (sentences/s), p50/p95/p99 latency, the mean sentences per engine call (the server's
+/metrics), whether every answer equals the offline translation of the same sentence, beside the offline run (the
+same sentences in one ``translate`` call in this process, on the same engine). Target at 16 clients: throughput >=
+0.8x offline, p95 <= 3x one request's latency alone, no error, equal outputs.
+
+    python benchmarks/serve_load.py --checkpoint runs/g2p --sentences words.txt --engine ctranslate2 --threads 1
 """
 
 from __future__ import annotations
@@ -62,10 +71,13 @@ def random_checkpoint(directory: Path, preset: str) -> Path:
     return path
 
 
-def start_server(checkpoint: Path, threads: int | None) -> tuple[subprocess.Popen[str], str]:
-    """``dotformer serve --port 0`` in a new process; returns it and its URL (read from its first line)."""
+def start_server(
+    checkpoint: Path, threads: int | None, extra: list[str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """``dotformer serve --port 0`` (and ``extra`` flags) in a new process; returns it and its URL (read from its
+    first line)."""
     command = [sys.executable, "-m", "dotformer", "serve", "--checkpoint", str(checkpoint), "--port", "0"]
-    command += ["--device", "cpu"] + (["--threads", str(threads)] if threads else [])
+    command += ["--device", "cpu"] + (["--threads", str(threads)] if threads else []) + (extra or [])
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
@@ -77,14 +89,17 @@ def start_server(checkpoint: Path, threads: int | None) -> tuple[subprocess.Pope
     return process, lines[0].split()[3]
 
 
-def one_request(url: str, payload: bytes) -> tuple[float, str]:
-    """Send one request; (seconds, outcome) with outcome "ok", "reset", "http NNN" or the error's name."""
+def one_request(url: str, payload: bytes, answers: list[Any] | None = None) -> tuple[float, str]:
+    """Send one request; (seconds, outcome) with outcome "ok", "reset", "http NNN" or the error's name (``answers``
+    gets the reply's translations)."""
     start = time.perf_counter()
     request = urllib.request.Request(url, data=payload, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            response.read()
+            body = response.read()
             outcome = "ok"
+        if answers is not None:
+            answers.append([t["text"] for t in json.loads(body)["translations"]])
     except urllib.error.HTTPError as error:
         outcome = f"http {error.code}"
     except (ConnectionResetError, urllib.error.URLError) as error:
@@ -182,12 +197,112 @@ def round_of(url: str, clients: int, requests: int, payload: bytes, trickling: i
     }
 
 
+def batch_figures(url: str) -> tuple[float, float]:
+    """(engine calls, sentences in them) so far, from the server's GET /metrics."""
+    root = url.rsplit("/api/", 1)[0]
+    with urllib.request.urlopen(root + "/metrics", timeout=TIMEOUT_S) as response:
+        text = response.read().decode("utf-8")
+    figures = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("dotformer_batch_sentences_"))
+    return float(figures.get("dotformer_batch_sentences_count", 0)), float(
+        figures.get("dotformer_batch_sentences_sum", 0)
+    )
+
+
+def sentence_round(url: str, clients: int, requests: int, sentences: list[str], beam: int) -> dict[str, Any]:
+    """``clients`` clients at once, each sending ``requests`` single-sentence requests one after another (client c
+    sends sentences c, c + clients, ...); the row, with each sentence's answer under ``"answers"``."""
+    calls_before, sent_before = batch_figures(url)
+    work = [[sentences[(c + clients * i) % len(sentences)] for i in range(requests)] for c in range(clients)]
+
+    def client(texts: list[str]) -> list[tuple[float, str, str, list[Any]]]:
+        done = []
+        for text in texts:
+            answers: list[Any] = []
+            seconds, outcome = one_request(url, json.dumps({"texts": [text], "beam": beam}).encode(), answers)
+            done.append((seconds, outcome, text, answers))
+        return done
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        runs = list(pool.map(client, work))
+    wall = time.perf_counter() - start
+    calls_after, sent_after = batch_figures(url)
+    results = [result for run in runs for result in run]
+    latencies = [seconds * 1000 for seconds, outcome, _, _ in results if outcome == "ok"]
+    calls = calls_after - calls_before
+    return {
+        "clients": clients,
+        "requests": len(results),
+        "ok": len(latencies),
+        "errors": len(results) - len(latencies),
+        "sentences_per_s": len(latencies) / wall,
+        "p50_ms": percentile(latencies, 0.5) if latencies else None,
+        "p95_ms": percentile(latencies, 0.95) if latencies else None,
+        "p99_ms": percentile(latencies, 0.99) if latencies else None,
+        "mean_batch": (sent_after - sent_before) / calls if calls else None,
+        "answers": {text: answers[0][0] for _, outcome, text, answers in results if outcome == "ok"},
+    }
+
+
+def offline(checkpoint: Path, engine: str, threads: int | None, sentences: list[str], beam: int) -> dict[str, Any]:
+    """``sentences`` translated in this process on ``engine`` in one call (dotformer translate's path)."""
+    import dotformer
+
+    model = dotformer.load(checkpoint, device="cpu", engine=engine, **({"intra_threads": threads} if threads else {}))
+    model.translate(sentences[:8], beam=beam)  # warm: the copy converted, the caches allocated
+    start = time.perf_counter()
+    outputs = model.translate(sentences, beam=beam)
+    wall = time.perf_counter() - start
+    answers = dict(zip(sentences, outputs, strict=True))
+    return {"engine": model.engine, "sentences_per_s": len(sentences) / wall, "outputs": answers}
+
+
+def sentence_load(args: argparse.Namespace, checkpoint: Path, clients: list[int], requests: int) -> dict[str, Any]:
+    """The rounds of single sentences on one engine, beside the offline run of the same sentences."""
+    if args.sentences:
+        sentences = [line.strip() for line in Path(args.sentences).read_text(encoding="utf-8").splitlines()]
+        sentences = [s for s in sentences if s]
+    else:
+        sentences = [" ".join(SYMBOLS[(i * 7 + k) % len(SYMBOLS)] for k in range(3 + i % 9)) for i in range(200)]
+    alone = offline(checkpoint, args.engine, args.threads, sentences, args.beam)
+    extra = ["--engine", args.engine, "--batch-wait-ms", str(args.batch_wait_ms)]
+    process, url = start_server(checkpoint, args.threads, extra)
+    try:
+        rows = [sentence_round(url, n, requests, sentences, args.beam) for n in clients]
+    finally:
+        process.terminate()
+        process.wait(TIMEOUT_S)
+    single = next((row for row in rows if row["clients"] == 1), None)
+    for row in rows:
+        answers = row.pop("answers")
+        row["equal_outputs"] = all(alone["outputs"][text] == answer for text, answer in answers.items())
+        row["throughput_vs_offline"] = row["sentences_per_s"] / alone["sentences_per_s"]
+        row["p95_vs_one_client_p50"] = row["p95_ms"] / single["p50_ms"] if single and row["p95_ms"] else None
+    print(f"offline, one call on {alone['engine']}: {alone['sentences_per_s']:.1f} sentences/s")
+    columns = ["clients", "requests", "ok", "errors", "sentences_per_s", "throughput_vs_offline", "p50_ms", "p95_ms"]
+    columns += ["p99_ms", "p95_vs_one_client_p50", "mean_batch", "equal_outputs"]
+    print(format_table(rows, columns))
+    sixteen = next((row for row in rows if row["clients"] == 16), None)
+    met = sixteen is not None and sixteen["throughput_vs_offline"] >= 0.8 and sixteen["errors"] == 0
+    met = met and sixteen["p95_vs_one_client_p50"] is not None and sixteen["p95_vs_one_client_p50"] <= 3
+    met = met and all(row["equal_outputs"] for row in rows)
+    return {
+        "engine": alone["engine"],
+        "offline_sentences_per_s": alone["sentences_per_s"],
+        "sentences": len(sentences),
+        "batch_wait_ms": args.batch_wait_ms,
+        "rows": rows,
+        "target": "at 16 clients: throughput >= 0.8x offline, p95 <= 3x one request alone, no error, equal outputs",
+        "met": met,
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Parse the command line, run the rounds, print the table and write the JSON (its path: ``--out``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--checkpoint", default=None, help="checkpoint or run directory (default: a random model)")
     parser.add_argument("--preset", default="small", help="preset of the random model (small)")
-    parser.add_argument("--clients", default="1,4,16", help="comma-separated numbers of concurrent clients")
+    parser.add_argument("--clients", default="1,4,16,64", help="comma-separated numbers of concurrent clients")
     parser.add_argument("--requests", type=int, default=25, help="requests per client per round (25)")
     parser.add_argument("--texts", type=int, default=1, help="texts per request (1)")
     parser.add_argument("--text", default=None, help="the text sent (default: 8 symbols of the random model)")
@@ -197,10 +312,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--trickle-clients", type=int, default=16, help="clients of the trickling round (16)")
     parser.add_argument("--trickle-pause", type=float, default=3.0, help="seconds between a connection's bytes (3)")
     parser.add_argument("--quick", action="store_true", help="tiny model, 1 and 4 clients x 3 requests, 20 trickling")
+    parser.add_argument("--mode", choices=("sentences", "trickle"), default="sentences",
+                        help="sentences: clients sending single sentences, beside the offline run (default); "
+                        "trickle: fixed requests beside trickling connections")  # fmt: skip
+    parser.add_argument("--sentences", default=None, help="file of sentences, one a line (default: random symbols)")
+    parser.add_argument("--engine", default="auto", help="the server's and the offline run's --engine (auto)")
+    parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the server's --batch-wait-ms (5)")
     parser.add_argument("--out", default=str(default_output_dir() / "serve_load.json"))
     args = parser.parse_args(argv)
     clients = [1, 4] if args.quick else [int(n) for n in args.clients.split(",")]
     requests = 3 if args.quick else args.requests
+    if args.mode == "sentences":
+        with tempfile.TemporaryDirectory() as temporary:
+            checkpoint = (
+                Path(args.checkpoint)
+                if args.checkpoint
+                else random_checkpoint(Path(temporary), "tiny" if args.quick else args.preset)
+            )
+            result = sentence_load(args, checkpoint, clients, requests)
+        payload_out = {
+            "benchmark": "serve_load",
+            "mode": "sentences",
+            "command": command_line(),
+            "machine": machine_info("cpu"),
+            "settings": {
+                "checkpoint": args.checkpoint or "random model",
+                "requests_per_client": requests,
+                "beam": args.beam,
+                "server_threads": args.threads,
+            },  # fmt: skip
+            **result,
+        }
+        print(f"{'met' if result['met'] else 'NOT met'}: {result['target']}")
+        print(f"wrote {write_json(args.out, payload_out)}")
+        return payload_out
     trickling, trickle_clients = (20, 4) if args.quick else (args.trickling, args.trickle_clients)
     pause_s = 0.5 if args.quick else args.trickle_pause
     if trickling and trickle_clients not in clients:

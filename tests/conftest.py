@@ -1,12 +1,12 @@
-"""Shared fixtures: a fixed random seed for every test, a factory of tiny models, and the command line run in a
-subprocess."""
+"""Shared fixtures: a fixed random seed for every test, one torch thread for a module that asks for it, a factory of
+tiny models, and the command line run in a subprocess."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,16 @@ def _data_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     cache = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("DOTFORMER_CACHE", str(cache))
     return cache
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """One intra-op torch thread for a module's tests (``pytestmark = pytest.mark.usefixtures("one_thread")``): tiny
+    models gain nothing from more, and the test workers share the cores; the count is restored after the module."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture

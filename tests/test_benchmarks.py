@@ -7,6 +7,7 @@ import importlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from tolerance import logits_tolerance
@@ -288,3 +289,133 @@ def test_data_scale_runs_the_real_commands(bench, tmp_path, capsys):
     assert first.startswith("DOTFORMER_CACHE=") and first == second  # the same command on the same cache
     assert rows[3]["prepared_s"] == rows[4]["prepared_s"]  # the second run mapped the data the first prepared
     assert printed.out.count("| 2,000 ") == 5
+
+
+# --- benchmarks/classic.py: the classic tool of each job ------------------------------------------------------------
+
+
+def kneser_ney_reference(train: list[int], order: int, V: int, history: list[int], word: int, classic) -> float:
+    """P(word | history) by the formula of classic.KneserNey's docstring, with Counters (no codes, no arrays)."""
+    from collections import Counter
+
+    raw = {k: Counter(tuple(train[i : i + k]) for i in range(len(train) - k + 1)) for k in range(1, order + 1)}
+    counts = {order: raw[order]}
+    for k in range(1, order):  # continuation counts: distinct tokens before the k-gram
+        counts[k] = Counter(gram[1:] for gram in raw[k + 1])
+    p = 1.0 / V
+    for k in range(1, order + 1):
+        table = counts[k]
+        D = classic.discounts(np.array(list(table.values())))
+        h = tuple(history[len(history) - k + 1 :]) if k > 1 else ()
+        if k > 1 and len(history) < k - 1:
+            break
+        following = {g[-1]: c for g, c in table.items() if g[:-1] == h}
+        total = sum(following.values())
+        if total == 0:
+            continue
+        gamma = sum(D[min(c, 3) - 1] for c in following.values())
+        c = following.get(word, 0)
+        p = (max(c - (D[min(c, 3) - 1] if c else 0.0), 0.0) + gamma * p) / total
+    return p
+
+
+@pytest.mark.numerical
+def test_kneser_ney_is_the_formula_and_sums_to_one(bench):
+    import itertools
+    import math
+
+    classic = bench("classic")
+    rng = np.random.default_rng(0)
+    train = rng.integers(0, 5, size=400)
+    train[::7] = 2  # some n-grams frequent, others seen once or twice
+    V = 6  # token 5 never seen: only the uniform share
+    model = classic.KneserNey(train, 4, V)
+    for order in (1, 2, 4):
+        for history in itertools.product(range(V), repeat=3):
+            stream = np.array([[*history, w] for w in range(V)])
+            probs = [math.exp(model.log_probs(row, order)[-1]) for row in stream]
+            assert sum(probs) == pytest.approx(1.0, abs=1e-12)
+            if history[0] < 2:  # a sample of the histories against the Counter formula
+                expected = [kneser_ney_reference(list(train), order, V, list(history), w, classic) for w in range(V)]
+                assert probs == pytest.approx(expected, rel=1e-12)
+    # the first token is not scored; the others are, with the history before them
+    assert model.log_probs(np.array([1, 2, 3]), 2).shape == (2,)
+
+
+def test_kneser_ney_discounts_are_chen_and_goodmans(bench):
+    classic = bench("classic")
+    counts = np.array([1] * 10 + [2] * 4 + [3] * 2 + [4] * 1 + [9])  # n1..n4 = 10, 4, 2, 1
+    Y = 10 / (10 + 2 * 4)
+    expected = [1 - 2 * Y * 4 / 10, 2 - 3 * Y * 2 / 4, 3 - 4 * Y * 1 / 2]
+    assert classic.discounts(counts) == pytest.approx(expected, rel=1e-12)
+    assert list(classic.discounts(np.array([1, 1, 2]))) == [0.75] * 3  # no n3, n4: the single discount
+
+
+def test_word_for_word_learns_the_dictionary(bench):
+    classic = bench("classic")
+    texts = [("la casa", "the house"), ("la casa verde", "the green house"), ("el libro", "the book"),
+             ("un libro", "a book"), ("un libro verde", "a green book"), ("la mesa", "the table")]  # fmt: skip
+    pairs = [classic.Pair(*text) for text in texts]
+    model = classic.WordForWord(pairs, iterations=10)
+    assert model.dictionary["casa"] == "house" and model.dictionary["libro"] == "book"
+    assert model.dictionary["verde"] == "green" and model.dictionary["un"] == "a"
+    assert model.translate("La casa, Pedro.") == "The house, Pedro."  # a capital kept, an unknown word copied
+
+
+def classic_run(classic, tmp_path, jobs: list[str]) -> list[dict]:
+    """Run ``jobs`` of benchmarks/classic.py end to end on small files of their kind (through dotformer's split
+    code), made so that a working tool is right on every held-out example (G2P, genre, word for word); its rows, as
+    written to the JSON file."""
+    import argparse
+    import random
+
+    rng = random.Random(0)
+    phones = {"a": "AH", "b": "B", "d": "D", "e": "IY", "k": "K", "m": "M", "o": "OW", "t": "T"}
+    words = sorted({"".join(rng.choice("abdekmot") for _ in range(rng.randint(3, 6))) for _ in range(400)})
+    (tmp_path / "g2p.tsv").write_text("".join(f"{w}\t{' '.join(phones[c] for c in w)}\n" for w in words))
+    topics = {"law": "statute commandment ordinance judgment", "song": "sing praise harp psalm"}
+    verses = [f"{' '.join(rng.choices(topics[g].split(), k=5))} and the {rng.choice(['man', 'day'])}\t{g}"
+              for g in topics for _ in range(150)]  # fmt: skip
+    (tmp_path / "genre.tsv").write_text("\n".join(rng.sample(verses, len(verses))) + "\n")
+    (tmp_path / "lm.txt").write_text("\n".join(f"and the {w} said unto {w}" for w in words) + "\n")
+    spanish = {"casa": "house", "libro": "book", "verde": "green", "grande": "big", "la": "the", "una": "a",
+               "mesa": "table", "roja": "red"}  # fmt: skip
+    pairs = [rng.sample(list(spanish), 6) for _ in range(200)]  # six words: BLEU's 4-grams are there to count
+    (tmp_path / "bible.tsv").write_text("".join(f"{' '.join(p)}\t{' '.join(spanish[w] for w in p)}\n" for p in pairs))
+    sections = {
+        "g2p": {"dataset": str(tmp_path / "g2p.tsv"), "task": "g2p"},
+        "genre": {"dataset": str(tmp_path / "genre.tsv"), "task": "classify", "vocab_size": 300},
+        "lm": {"dataset": str(tmp_path / "lm.txt"), "task": "lm", "block_size": 16},
+        "bible": {"dataset": str(tmp_path / "bible.tsv"), "vocab_size": 300},
+    }
+    args = argparse.Namespace(limit=None, test_limit=None, orders=[2, 3, 4], iterations=5, out=tmp_path / "c.json")
+    payload = classic.run(args, jobs, sections)
+    rows = json.loads(args.out.read_text())["rows"]
+    assert [row["job"] for row in rows] == [row["job"] for row in payload["rows"]]
+    assert [row["job"] for row in rows] == [job for job in jobs for _ in range(4 if job == "bible" else 1)]
+    for row in rows:
+        assert row["cpu_s"] >= 0 and row["wall_s"] >= 0
+    return rows
+
+
+def test_classic_jobs_run_on_tiny_files(bench, tmp_path, capsys):
+    pytest.importorskip("sklearn", reason="the genre job needs scikit-learn (the eval extra)")
+    pytest.importorskip("sacrebleu", reason="the bible job's BLEU needs sacrebleu (the eval extra)")
+    classic = bench("classic")
+    rows = classic_run(classic, tmp_path, ["genre", "lm", "bible"])
+    by_system = {row["system"].split(",")[0]: row for row in rows}
+    assert by_system["TF-IDF + logistic regression"]["accuracy"] == 100.0
+    (lm,) = [row for row in rows if row["job"] == "lm"]
+    assert lm["valid_bits_per_char"] == min(lm["valid_bits_by_order"].values())  # the order chosen on valid
+    assert lm["valid_bits_by_order"][str(lm["order"])] == lm["valid_bits_per_char"]
+    assert 0 < lm["bits_per_char"] < 2  # a repetitive text: far below the uniform log2(V) bits
+    assert by_system["IBM Model 1 word for word"]["bleu"] == pytest.approx(100.0)
+    assert by_system["copy the source"]["bleu"] < 10
+    assert "| job" in capsys.readouterr().out
+
+
+def test_classic_g2p_job_runs_phonetisaurus(bench, tmp_path):
+    pytest.importorskip("phonetisaurus", reason="Phonetisaurus is not installed (the classic extra; Linux x86-64)")
+    pytest.importorskip("rapidfuzz", reason="WER and PER need rapidfuzz (the eval extra)")
+    (row,) = classic_run(bench("classic"), tmp_path, ["g2p"])
+    assert row["wer"] == 0.0 and row["per"] == 0.0 and row["missing"] == 0  # one phone per letter

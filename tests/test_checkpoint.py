@@ -15,13 +15,7 @@ from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.errors import CheckpointError
 from dotformer.model import Transformer
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def tokenizers():

@@ -18,6 +18,12 @@ PREPARE_FLAGS = {"--config", "--data", "--out", "--sample-lines", "--seed"}
 EXPECTED_FLAGS: dict[str, set[str]] = {
     "train": {
         "--accumulate",
+        "--activation-checkpointing",
+        "--lora-alpha",
+        "--lora-dropout",
+        "--lora-rank",
+        "--lora-targets",
+        "--no-activation-checkpointing",
         "--amp",
         "--best-metric",
         "--bible-check-alignment",
@@ -226,6 +232,9 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
     "explore": {"--checkpoint", "--device", "--port", "--target", "--text", "--verbose", "--write"},
     "export": {"--checkpoint", "--out", "--quantization", "--to"},
     "serve": {
+        "--api-key",
+        "--batch-tokens",
+        "--batch-wait-ms",
         "--checkpoint",
         "--device",
         "--dtype",
@@ -419,6 +428,9 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--warmup": ("warmup", None, False),
     },
     "serve": {
+        "--api-key": ("api_key", None, False),
+        "--batch-tokens": ("batch_tokens", 4096, False),
+        "--batch-wait-ms": ("batch_wait_ms", 5.0, False),
         "--engine": ("engine", "auto", False),
         "--inter-threads": ("inter_threads", None, False),
         "--checkpoint": ("checkpoint", None, True),
@@ -431,6 +443,11 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
     },
     "train": {
         "--accumulate": ("opt_accumulation_steps", None, False),
+        "--no-activation-checkpointing": ("opt_activation_checkpointing", None, False),
+        "--lora-alpha": ("opt_lora_alpha", None, False),
+        "--lora-dropout": ("opt_lora_dropout", None, False),
+        "--lora-rank": ("opt_lora_rank", None, False),
+        "--lora-targets": ("opt_lora_targets", None, False),
         "--amp": ("opt_amp", None, False),
         "--best-metric": ("opt_best_metric", None, False),
         "--bible-max-ratio": ("opt_bible_max_ratio", None, False),

@@ -6,19 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from dotformer import checkpoint as ckpt
 from dotformer.cli import main
 from dotformer.config import PRESETS
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 QUICK = ["--data", "copy", "--preset", "tiny", "--limit", "200", "--no-progress", "--device", "cpu"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,13 +32,7 @@ from dotformer.plots.compare import Series, draw_series, plot_gradients, plot_re
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    """Small ops: one intra-op thread (on a busy 2-core machine a second thread makes them much slower)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def test_every_preset_builds_a_valid_config():
         ({"dropout": 1.0}, ["dropout", "[0, 1)"]),
         ({"attention_dropout": -0.1}, ["attention_dropout"]),
         ({"activation": "tanh"}, ["activation", "'tanh'"]),
-        ({"positional": "rotary"}, ["positional", "'rotary'"]),
+        ({"positional": "alibi"}, ["positional", "'alibi'"]),
         ({"arch": "seq2seq"}, ["arch", "'seq2seq'"]),
         ({"max_len": 0}, ["max_len"]),
         ({"pad_id": 20}, ["pad_id=20"]),

@@ -12,7 +12,7 @@ import pytest
 
 from dotformer.data.config import DataConfig, data_table
 from dotformer.data.corpora import CorpusOptions, Pair, describe_corpus, load_pairs, parse_column, parse_delimiter
-from dotformer.data.prepare import make_tokenizers, read_run_data
+from dotformer.data.pair_splits import make_tokenizers, read_run_data
 from dotformer.data.splits import split_corpus
 from dotformer.data.tokenizer_files import load_tokenizer, tokenizer_from_dict
 from dotformer.data.tokenizers import UNK_ID

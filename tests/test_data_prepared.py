@@ -21,13 +21,15 @@ from hypothesis import strategies as st
 from dotformer.data.arrays import PairArrays
 from dotformer.data.batching import BatchSampler, encode_pairs
 from dotformer.data.blocks import BlockSampler, encode_text, prepared_stream
-from dotformer.data.cache import prepared_for
 from dotformer.data.config import DataConfig, LMDataConfig
-from dotformer.data.fingerprint import changed_inputs
-from dotformer.data.prepare import make_tokenizers, read_run_data
-from dotformer.data.prepared import PreparedPairs, PreparedText, open_prepared
-from dotformer.data.preparing import SAMPLE_SEED, fingerprint_of, prepare_pairs, prepare_text
-from dotformer.data.text import read_file_text, split_text
+from dotformer.data.pair_splits import make_tokenizers, read_run_data
+from dotformer.data.prepared.cache import prepared_for
+from dotformer.data.prepared.fingerprint import changed_inputs
+from dotformer.data.prepared.kinds import fingerprint_of, open_prepared, prepare
+from dotformer.data.prepared.pair_kind import PreparedPairs
+from dotformer.data.prepared.skeleton import SAMPLE_SEED
+from dotformer.data.prepared.text_kind import PreparedText
+from dotformer.data.text_corpus import read_file_text, split_text
 from dotformer.data.tokenizer_files import train_tokenizer, train_tokenizer_pair
 from dotformer.data.tokenizers import EOS_ID
 from dotformer.data.types import Pair
@@ -59,7 +61,7 @@ def test_prepared_pairs_equal_the_in_memory_path(tmp_path: Path, given_valid: bo
     train = write_pairs(tmp_path / "train.tsv", 600)
     valid = write_pairs(tmp_path / "valid.tsv", 40, seed=1) if given_valid else None
     config = DataConfig(dataset=str(train), valid=None if valid is None else str(valid), vocab_size=300)
-    prepared = prepare_pairs(config, seed=3, directory=tmp_path / "prepared")
+    prepared = prepare(config, seed=3, directory=tmp_path / "prepared")
     old = read_run_data(config, 3)  # the splits read into memory
     tokenizers = make_tokenizers(config.resolved("translation"), old.splits.train)
     assert tokenizers.src.to_dict() == prepared.tokenizers.src.to_dict()
@@ -81,7 +83,7 @@ def test_prepared_pairs_equal_the_in_memory_path(tmp_path: Path, given_valid: bo
 
 def test_a_reopened_directory_equals_the_first(tmp_path: Path) -> None:
     config = DataConfig(dataset=str(write_pairs(tmp_path / "train.tsv", 300)), task="exact")
-    first = prepare_pairs(config, seed=0, directory=tmp_path / "p")
+    first = prepare(config, seed=0, directory=tmp_path / "p")
     again = open_prepared(tmp_path / "p")
     assert isinstance(again, PreparedPairs) and again.report == first.report
     assert again.fingerprint == first.fingerprint and again.task == "exact"
@@ -98,7 +100,7 @@ def test_a_reopened_directory_equals_the_first(tmp_path: Path) -> None:
 def test_a_g2p_file_keeps_a_words_pronunciations_in_one_split(tmp_path: Path) -> None:
     path = tmp_path / "words.tsv"
     path.write_text("".join(f"w{i}\tA{i} B\nw{i}\tA{i} C\n" for i in range(200)), encoding="utf-8")
-    prepared = prepare_pairs(DataConfig(dataset=str(path), task="g2p"), seed=5, directory=tmp_path / "p")
+    prepared = prepare(DataConfig(dataset=str(path), task="g2p"), seed=5, directory=tmp_path / "p")
     split = prepared.split_of
     assert (split[0::2] == split[1::2]).all()  # the two pronunciations of each word
     assert prepared.report["tokenizers"]["src"]["kind"] == "char"
@@ -107,7 +109,7 @@ def test_a_g2p_file_keeps_a_words_pronunciations_in_one_split(tmp_path: Path) ->
 
 def test_a_limit_keeps_the_first_pairs_and_is_counted(tmp_path: Path) -> None:
     config = DataConfig(dataset=str(write_pairs(tmp_path / "t.tsv", 500)), limit=200, task="exact")
-    prepared = prepare_pairs(config, seed=0, directory=tmp_path / "p")
+    prepared = prepare(config, seed=0, directory=tmp_path / "p")
     assert sum(prepared.report["splits"][n]["examples"] for n in ("train", "valid", "test")) == 200
     assert (prepared.split_of[200:] == 255).all() and len(prepared.split_of) == 500
     assert "--limit keeps the first 200" in prepared.lines[0]
@@ -117,7 +119,7 @@ def test_the_lm_stream_equals_the_in_memory_stream(tmp_path: Path) -> None:
     path = tmp_path / "text.txt"
     lines = [f"line {i}: {'ab ' * (i % 7)}" if i % 13 else "" for i in range(1000)]  # blank lines are kept
     path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    prepared = prepare_text(LMDataConfig(dataset=str(path)), seed=1, directory=tmp_path / "p")
+    prepared = prepare(LMDataConfig(dataset=str(path)), seed=1, directory=tmp_path / "p")
     splits = split_text(read_file_text(path), seed=1)  # the lines read into memory and split
     tokenizer = train_tokenizer("char", splits.train)
     assert isinstance(prepared, PreparedText) and prepared.tokenizer.to_dict() == tokenizer.to_dict()
@@ -140,7 +142,7 @@ def test_a_text_limit_and_given_files(tmp_path: Path) -> None:
         (tmp_path / f"{name}.txt").write_text("".join(f"{name} {i}\n" for i in range(count)), encoding="utf-8")
     config = LMDataConfig(dataset=str(tmp_path / "train.txt"), valid=str(tmp_path / "valid.txt"),
                           test=str(tmp_path / "test.txt"), limit=100)  # fmt: skip
-    prepared = prepare_text(config, seed=9, directory=tmp_path / "p")
+    prepared = prepare(config, seed=9, directory=tmp_path / "p")
     assert [len(prepared.splits[n]) for n in ("train", "valid", "test")] == [100, 20, 10]
     assert prepared.seed is None and prepared.texts("test") == [f"test {i}" for i in range(10)]
     assert prepared.data_config == config and open_prepared(tmp_path / "p").report == prepared.report
@@ -206,7 +208,7 @@ def test_the_cache_maps_what_it_prepared_and_names_a_changed_file(
         f"{path.resolve()}: changed since it was prepared ({path.stat().st_size - 12:,} bytes then, "
         f"{path.stat().st_size:,} now)"
     ]
-    with caplog.at_level(logging.INFO, logger="dotformer.data.cache"):
+    with caplog.at_level(logging.INFO, logger="dotformer.data.prepared.cache"):
         changed = prepared_for(config, seed=1, cache_root=tmp_path / "cache")
     assert changed.directory != first.directory and len(changed.split_of) == 201
     assert f"{path.resolve()}: changed since it was prepared" in caplog.text
@@ -215,7 +217,7 @@ def test_the_cache_maps_what_it_prepared_and_names_a_changed_file(
 
 
 def test_the_default_cache_is_the_environments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dotformer.data.cache import default_cache_root
+    from dotformer.data.prepared.cache import default_cache_root
 
     monkeypatch.setenv("DOTFORMER_CACHE", str(tmp_path / "mine"))
     assert default_cache_root() == tmp_path / "mine"
@@ -241,7 +243,7 @@ def test_the_fingerprint_holds_what_changes_the_data(tmp_path: Path) -> None:
 WORKER = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
-from dotformer.data.cache import prepared_for
+from dotformer.data.prepared.cache import prepared_for
 from dotformer.data.config import DataConfig
 prepared = prepared_for(DataConfig(dataset=sys.argv[1], task="exact"), 0, sys.argv[2])
 print(prepared.directory, prepared.report["splits"]["train"]["examples"])
@@ -278,7 +280,7 @@ def test_two_processes_preparing_one_entry_give_one_directory(tmp_path: Path) ->
 def test_bpe_learned_on_a_sample_is_stated_and_is_that_samples(tmp_path: Path) -> None:
     train = write_pairs(tmp_path / "t.tsv", 400)
     config = DataConfig(dataset=str(train), valid=str(write_pairs(tmp_path / "v.tsv", 10, seed=2)), vocab_size=290)
-    prepared = prepare_pairs(config, seed=0, directory=tmp_path / "p", sample_lines=100)
+    prepared = prepare(config, seed=0, directory=tmp_path / "p", sample_lines=100)
     sample = prepared.report["tokenizers"]["sample"]
     assert (sample["lines"], sample["of"], sample["seed"]) == (100, 400, SAMPLE_SEED)
     assert "tokenizers: shared bpe, learned on a sample of 100 of the 400 training pairs (seed 0)" in prepared.lines
@@ -294,23 +296,23 @@ def test_bad_input_is_one_error_and_leaves_no_directory(tmp_path: Path) -> None:
     bad = tmp_path / "bad.tsv"
     bad.write_bytes(b"a\tb\n" * 50 + b"c\t\xff\n")
     with pytest.raises(DataError, match=r"bad\.tsv:51: byte 0xff at byte offset 202"):
-        prepare_pairs(DataConfig(dataset=str(bad)), 0, tmp_path / "p")
+        prepare(DataConfig(dataset=str(bad)), 0, tmp_path / "p")
     text = tmp_path / "t.txt"
     text.write_text("hello world\n" * 200, encoding="utf-8")
     other = train_tokenizer("char", ["xyz"])
     other.save(tmp_path / "other.json")
     with pytest.raises(DataError, match=r"other\.json: 100% of the training text's tokens are unknown"):
-        prepare_text(LMDataConfig(dataset=str(text), tokenizer_file=str(tmp_path / "other.json")), 0, tmp_path / "p")
+        prepare(LMDataConfig(dataset=str(text), tokenizer_file=str(tmp_path / "other.json")), 0, tmp_path / "p")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tsv", "other.json", "t.txt"]  # no partial directory
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     with pytest.raises(ConfigError, match="full exists and is not empty"):
-        prepare_pairs(DataConfig(dataset="copy"), 0, tmp_path / "full")
+        prepare(DataConfig(dataset="copy"), 0, tmp_path / "full")
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
     with pytest.raises(MissingDataError, match="no prepared data here"):
         open_prepared(tmp_path / "full")
     with pytest.raises(ConfigError, match="not a Bible"):
-        prepare_text(LMDataConfig(dataset=str(text), test_books=("Ruth",)), 0, tmp_path / "q")
+        prepare(LMDataConfig(dataset=str(text), test_books=("Ruth",)), 0, tmp_path / "q")
 
 
 def test_opening_prepared_data_holds_no_python_object_per_token(tmp_path: Path) -> None:
@@ -321,7 +323,7 @@ def test_opening_prepared_data_holds_no_python_object_per_token(tmp_path: Path) 
     path.write_text("".join(f"{' '.join(rng.choices(WORDS, k=25))}\t{' '.join(rng.choices(WORDS, k=25))}\n"
                             for _ in range(4000)), encoding="utf-8")  # fmt: skip
     config = DataConfig(dataset=str(path), src_tokenizer="symbol", tgt_tokenizer="symbol", task="exact")
-    prepare_pairs(config, seed=0, directory=tmp_path / "p")
+    prepare(config, seed=0, directory=tmp_path / "p")
     tracemalloc.start()
     prepared = open_prepared(tmp_path / "p")
     assert isinstance(prepared, PreparedPairs)
@@ -337,7 +339,7 @@ def test_opening_prepared_data_holds_no_python_object_per_token(tmp_path: Path) 
 
 def test_the_tokenizer_file_names_are_the_checkpoints() -> None:
     from dotformer import checkpoint
-    from dotformer.data import prepared
+    from dotformer.data.prepared import layout as prepared
 
     assert (prepared.SRC_TOKENIZER_FILE, prepared.TGT_TOKENIZER_FILE) == (
         checkpoint.SRC_TOKENIZER_FILE,
@@ -347,7 +349,7 @@ def test_the_tokenizer_file_names_are_the_checkpoints() -> None:
 
 def test_the_report_is_json_with_its_inputs(tmp_path: Path) -> None:
     path = write_pairs(tmp_path / "t.tsv", 60)
-    prepared = prepare_pairs(DataConfig(dataset=str(path), task="exact"), 4, tmp_path / "p")
+    prepared = prepare(DataConfig(dataset=str(path), task="exact"), 4, tmp_path / "p")
     report = json.loads((tmp_path / "p" / "prepared.json").read_text())
     (entry,) = report["inputs"]
     assert entry["path"] == str(path.resolve()) and entry["size"] == path.stat().st_size

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import urllib.error
 import urllib.request
@@ -17,8 +16,8 @@ from decoding_support import random_model, single_thread
 
 import dotformer
 from dotformer import ModelConfig, Transformer
-from dotformer.api import Translator
 from dotformer.api.endpoint import FIELDS
+from dotformer.api.translator import translate_keywords
 from dotformer.checkpoint import save_checkpoint
 from dotformer.cli.translate import add_arguments
 from dotformer.data.tokenizer_files import train_tokenizer
@@ -27,7 +26,7 @@ from dotformer.decoding.options import OPTION_NAMES
 SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"
 TIMEOUT_S = 30
 NOT_DECODING = {
-    "self", "texts", "config", "batch_size", "max_tokens", "max_input_length", "progress", "details", "scores",
+    "config", "batch_size", "max_tokens", "max_input_length", "progress", "details", "scores",
 }  # fmt: skip
 
 
@@ -41,7 +40,7 @@ def test_the_three_surfaces_accept_the_same_options() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     cli = {action.dest for action in parser._actions} & set(OPTION_NAMES)
-    api = set(inspect.signature(Translator.translate).parameters) - NOT_DECODING - {"attention"}
+    api = set(translate_keywords()) - NOT_DECODING - {"attention"}
     assert cli == set(OPTION_NAMES)
     assert api == set(OPTION_NAMES)
     assert set(FIELDS) - {"texts"} == set(OPTION_NAMES)
@@ -127,6 +126,8 @@ def test_get_root_describes_the_api(servers: dict[str, Any]) -> None:
     assert status == 200
     assert [o["name"] for o in reply["translate_options"]] == list(OPTION_NAMES)
     endpoints = {"POST /api/translate", "POST /api/generate", "POST /api/classify", "GET /api/health", "GET /"}
+    endpoints |= {"GET /health", "GET /ready", "GET /metrics", "POST /api/embed"}
+    endpoints |= {"POST /v1/completions", "POST /v1/chat/completions", "GET /v1/models"}
     assert endpoints == set(reply["endpoints"])
 
 

@@ -253,14 +253,14 @@ def test_every_entry_point_decodes_in_batches_of_the_same_default_size() -> None
     """The library, the API, validation during training and the CLI share one default batch size."""
     import inspect
 
-    from dotformer.api.translator import Translator
     from dotformer.cli import build_parser
     from dotformer.decoding.evaluation import evaluate_pairs
+    from dotformer.decoding.options import DecodeRequest
     from dotformer.decoding.order import DEFAULT_BATCH_SIZE
     from dotformer.decoding.translate import decode_encoded
     from dotformer.training.selection import validation_score
 
-    functions = (translate, decode_encoded, evaluate_pairs, Translator.translate, validation_score)
+    functions = (translate, decode_encoded, evaluate_pairs, DecodeRequest, validation_score)
     defaults = {f.__qualname__: inspect.signature(f).parameters["batch_size"].default for f in functions}
     assert defaults == dict.fromkeys(defaults, DEFAULT_BATCH_SIZE)
     for command in ("translate", "evaluate"):

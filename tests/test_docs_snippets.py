@@ -18,7 +18,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)]
-OPTIONAL_PEERS = {"ctranslate2", "transformers", "onnxruntime"}  # the snippets of other engines
+OPTIONAL_PEERS = {"ctranslate2", "transformers", "onnxruntime", "openai"}  # other engines' snippets; a server's client
 FENCE = re.compile(r"^( *)```python[ \t]*\n(.*?)^\1```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 

@@ -1,4 +1,4 @@
-"""An encoder's examples, batches and objectives (data/labelled.py, data/words.py, data/labelled_text.py,
+"""An encoder's examples, batches and objectives (data/labelled.py, data/words.py, data/labelled_reader.py,
 training/objective.py): BERT's masking as a pure function of (seed, epoch, example) with its 15% and 80/10/10, lines
 and blocks cut from a text's arrays, a word's label on its first token, the three objectives equal to the
 cross-entropy written out, the readers' forms and their one-line errors, and the metrics on known values."""
@@ -24,7 +24,7 @@ from dotformer.data.labelled import (
     mask_tokens,
     masked_examples,
 )
-from dotformer.data.labelled_text import LabelledReader, bible_genres, read_classified, read_tagged
+from dotformer.data.labelled_reader import LabelledReader, bible_genres, read_classified, read_tagged
 from dotformer.data.tokenizer_files import train_tokenizer
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, MASK_TOKEN, PAD_ID, Tokenizer
 from dotformer.data.words import IGNORE_LABEL, WordPieces, token_labels

@@ -7,6 +7,7 @@ checkpoint it was fine-tuned from gave the tokenizer."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -21,10 +22,10 @@ from dotformer.checkpoint import load_weights
 from dotformer.cli import main
 from dotformer.data.config import EncoderDataConfig, LMDataConfig
 from dotformer.data.labelled import LabelledSampler, Masking, labelled_examples, masked_examples
-from dotformer.data.labelled_text import read_classified, read_tagged
-from dotformer.data.prepared import PreparedLabelled, PreparedText, open_prepared
-from dotformer.data.preparing import fingerprint_of, prepare_text
-from dotformer.data.preparing_labelled import prepare_labelled
+from dotformer.data.labelled_reader import read_classified, read_tagged
+from dotformer.data.prepared.kinds import fingerprint_of, open_prepared, prepare
+from dotformer.data.prepared.labelled_kind import PreparedLabelled
+from dotformer.data.prepared.text_kind import PreparedText
 from dotformer.data.splits import TRAIN
 from dotformer.data.tokenizers import EOS_ID
 from dotformer.data.words import IGNORE_LABEL, WordPieces, label_positions
@@ -47,12 +48,7 @@ FLAGS = ["--max-tokens", "256", "--warmup", "2", "--device", "cpu", "--no-progre
          "--save-every", "2"]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def sentence(rng: random.Random, words: list[str]) -> str:
@@ -85,7 +81,7 @@ def training_rows(prepared: PreparedLabelled | PreparedText, source: list) -> li
 
 def test_a_masked_language_models_text_is_prepared_with_its_mask_token(files: dict[str, Path], tmp_path: Path) -> None:
     config = EncoderDataConfig(task="mlm", dataset=str(files["text.txt"]), tokenizer="char", block_size=16)
-    prepared = prepare_text(config, 3, tmp_path / "mlm")
+    prepared = prepare(config, 3, tmp_path / "mlm")
     again = open_prepared(tmp_path / "mlm")
     assert isinstance(again, PreparedText) and again.task == "mlm" and again.report == prepared.report
     tokenizer = again.tokenizer
@@ -114,7 +110,7 @@ def training_rows_of(prepared: PreparedText, source: list[str], code: int) -> li
 def test_a_classifiers_texts_round_trip(files: dict[str, Path], tmp_path: Path, tokenizer: str) -> None:
     config = EncoderDataConfig(task="classify", dataset=str(files["labels.tsv"]), tokenizer=tokenizer,
                                vocab_size=300 if tokenizer == "bpe" else None)  # fmt: skip
-    prepare_labelled(config, 1, tmp_path / "cls")
+    prepare(config, 1, tmp_path / "cls")
     prepared = open_prepared(tmp_path / "cls")
     assert isinstance(prepared, PreparedLabelled) and prepared.task == "classify"
     assert prepared.labels == ["animal", "place"] and prepared.report["labels"] == prepared.labels
@@ -140,7 +136,7 @@ def test_a_classifiers_texts_round_trip(files: dict[str, Path], tmp_path: Path, 
 
 def test_a_taggers_labels_sit_on_the_first_token_of_each_word(files: dict[str, Path], tmp_path: Path) -> None:
     config = EncoderDataConfig(task="tag", dataset=str(files["tags.conll"]), tokenizer="bpe", vocab_size=300)
-    prepared = prepare_labelled(config, 1, tmp_path / "tag")
+    prepared = prepare(config, 1, tmp_path / "tag")
     assert prepared.labels == ["ANIMAL", "O", "PLACE"] and prepared.report["corpus"]["report"]["skipped"] == 1
     source = read_tagged(files["tags.conll"])
     train = training_rows(prepared, list(zip(source.texts, source.labels, strict=True)))
@@ -165,7 +161,7 @@ def test_a_held_out_label_unknown_to_the_training_texts_is_one_line(files: dict[
     (tmp_path / "test.tsv").write_text("the cat\tanimal\na town\tcity\n")
     config = EncoderDataConfig(task="classify", dataset=str(files["labels.tsv"]), test=str(tmp_path / "test.tsv"))
     with pytest.raises(DataError, match=r"test.tsv \(the test split\): label 'city' is not among the training labels"):
-        prepare_labelled(config, 1, tmp_path / "out")
+        prepare(config, 1, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial*"))
 
 
@@ -234,3 +230,65 @@ def test_a_fine_tuned_run_resumes_exactly_on_the_checkpoints_tokenizer(files: di
     scratch = ["--task", "tag", "--data", str(files["tags.conll"]), *tiny, "--max-steps", "1"]
     assert main(["train", *scratch, "--out", str(tmp_path / "scratch")]) == 0
     assert len(cached("labelled")) == 2  # the checkpoint's tokenizer is in the fingerprint
+
+
+def test_a_masked_language_models_settings_beside_its_prepared_text_are_compared_as_its_own(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    """A [data] table beside prepared mlm text may repeat its settings (given, or the task's defaults) and set its
+    batch-time ones; a setting that differs is named with both values."""
+    from dotformer.errors import ConfigError
+    from dotformer.runs.tasks import prepared_source
+
+    out = tmp_path / "prepared"
+    prepare(EncoderDataConfig(task="mlm", dataset=str(files["text.txt"]), tokenizer="char"), 1, out)
+    same = {"dataset": str(out), "task": "mlm", "tokenizer": "char", "valid_fraction": 0.05, "mlm_unit": "blocks"}
+    data, prepared = prepared_source(same)  # type: ignore[misc]
+    assert prepared.task == "mlm" and data["mlm_unit"] == "blocks" and data["tokenizer"] == "char"
+    with pytest.raises(ConfigError, match=r"valid_fraction = 0\.2 \(prepared with 0\.05\) would change them"):
+        prepared_source({**same, "valid_fraction": 0.2})
+    with pytest.raises(ConfigError, match=r"tokenizer = 'bpe' \(prepared with 'char'\)"):
+        prepared_source({**same, "tokenizer": "bpe"})
+
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def test_conll_comment_lines_are_skipped_and_counted(tmp_path: Path) -> None:
+    """A line that starts with # before a sentence's words is a comment (CoNLL-U's ``# sent_id``), counted in the
+    report and its lines; a # inside a sentence is a word."""
+    texts = read_tagged(DATA / "tagged_comments.conll")
+    assert texts.texts == ["the cat sat", "a dog by the river", "the # horse"]
+    assert texts.labels[2] == ["O", "O", "ANIMAL"]
+    assert texts.report["comments"] == 7 and texts.report["skipped"] == 1 and texts.report["words"] == 11
+    config = EncoderDataConfig(task="tag", dataset=str(DATA / "tagged_comments.conll"), tokenizer="char",
+                               valid_fraction=0.0, test_fraction=0.0)  # fmt: skip
+    prepared = prepare(config, 1, tmp_path / "out")
+    assert f"{DATA / 'tagged_comments.conll'}: 7 comment lines (#) skipped" in prepared.lines
+    assert prepared.labels == ["ANIMAL", "O", "PLACE"] and prepared.warnings == []
+
+
+def test_a_conll_file_of_one_sentence_or_a_sentence_far_past_the_block_is_warned_about(tmp_path: Path) -> None:
+    """Sentences that run together (no blank line between them) make one long sentence: the preparation warns of a
+    file of one sentence, and a tagging run of a sentence over four blocks long (it is cut short)."""
+    from dotformer.runs.tasks import task_named
+
+    rng = random.Random(0)
+    one = tmp_path / "one.conll"
+    one.write_text("".join(f"{rng.choice(FILLER + ANIMALS)} {rng.choice('NO')}\n" for _ in range(60)))
+    config = EncoderDataConfig(task="tag", dataset=str(one), tokenizer="char", valid_fraction=0.0, test_fraction=0.0)
+    prepared = prepare(config, 1, tmp_path / "one")
+    assert prepared.warnings == [f"{one} holds one sentence of 60 words: a blank line ends a CoNLL sentence"]
+    tagged = tmp_path / "tagged.conll"
+    sentences = [[rng.choice(FILLER + ANIMALS) for _ in range(n)] for n in [3, 4, 5, 40]]
+    tagged.write_text("\n".join("".join(f"{w} {'N' if w in ANIMALS else 'O'}\n" for w in s) for s in sentences))
+    task = task_named("tag")
+    data = task.data_config({"dataset": str(tagged), "tokenizer": "char", "valid_fraction": 0.0,
+                             "test_fraction": 0.0, "block_size": 24}, "test")  # fmt: skip
+    (warning,) = task.prepare(data, 1, None, False, False)[0].warnings
+    longest = sum(map(len, sentences[3])) + len(sentences[3]) - 1 + 2  # characters and spaces, [BOS] and [EOS]
+    assert warning == (
+        f"{tagged}: a training sentence of {longest} tokens is over 4 times the block size 24, and is cut short: "
+        f"is every sentence apart?"
+    )
+    assert task.prepare(dataclasses.replace(data, block_size=longest), 1, None, False, False)[0].warnings == []

@@ -48,13 +48,7 @@ WORDS = ["cat", "dog", "bird", "head"]
 PHONES = ["K AE1 T", "D AO1 G", "B ER1 D", "HH EH1 D"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    """Tiny models: one intra-op thread (on a busy 2-core machine a second thread makes small ops much slower)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
@@ -797,6 +791,47 @@ def test_a_language_models_example_is_its_causal_self_attention(lm_checkpoint: L
         example_json(lm_checkpoint, "x" * 30)
     translation = example_json.__globals__["MAP_KINDS"]
     assert tuple(translation) == ("cross", "encoder", "decoder_self")
+
+
+@pytest.fixture(scope="module")
+def imported_lm(one_thread: None, tmp_path_factory: pytest.TempPathFactory) -> tuple[LoadedCheckpoint, Any]:
+    """A tiny Llama built by transformers (random weights; rotary positions, grouped-query attention, RMSNorm),
+    imported with ``dotformer import --from hf``: the loaded checkpoint and transformers' model (eager attention)."""
+    pytest.importorskip("transformers")
+    from test_import_hf import import_dir, save_family
+
+    root = tmp_path_factory.mktemp("explore-imported")
+    hf_model = save_family("llama", root / "hf")
+    return import_dir(root / "hf", root / "ckpt"), hf_model
+
+
+@pytest.mark.numerical
+def test_an_imported_language_models_example_is_transformers_attention(
+    imported_lm: tuple[LoadedCheckpoint, Any], tmp_path: Path
+) -> None:
+    """An imported model reads the text as generate does (BOS first, its own tokenizer): each layer's maps are the
+    attention weights transformers returns for the same ids, and the next token is transformers' argmax. The
+    tolerance: two logit tolerances (a weight is a softmax of scores, which go through fewer sums than a logit)."""
+    from tolerance import logits_tolerance
+
+    loaded, hf_model = imported_lm
+    text = "the cat sat"
+    data = json.loads(json.dumps(example_json(loaded, text)))
+    ids = [hf_model.config.bos_token_id, *(i - 4 for i in loaded.tgt_tokenizer.encode(text))]  # the released ids
+    assert data["lm"] is True and data["kinds"] == ["decoder_self"] and data["src_tokens"] == []
+    assert data["tgt_tokens"][0] == "<s>" and len(data["tgt_tokens"]) == len(ids)
+    with torch.no_grad():
+        theirs = hf_model(torch.tensor([ids]), output_attentions=True)
+    expected = np.stack([weights[0].numpy() for weights in theirs.attentions])  # (L, H, T, T)
+    maps = np.array(data["maps"]["decoder_self"])
+    assert maps.shape == expected.shape == (2, 4, len(ids), len(ids))
+    tolerance = 2 * logits_tolerance(loaded.config, theirs.logits)
+    assert np.abs(maps - expected).max() <= tolerance
+    next_token = int(theirs.logits[0, -1].argmax())
+    assert data["output"] == text + loaded.tgt_tokenizer.decode([next_token + 4])
+    out = tmp_path / "imported.html"
+    assert main(["explore", "--checkpoint", str(loaded.path), "--write", str(out), "--text", text]) == 0
+    assert '"lm": true' in out.read_text(encoding="utf-8")
 
 
 def test_a_language_models_default_examples_fit_its_window(lm_checkpoint: LoadedCheckpoint, tmp_path: Path) -> None:

@@ -20,12 +20,7 @@ LATIN = "abcdefgh"
 CYRILLIC = "абвгдежз"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def g2p_file(path: Path, letters: str, phone_case: str, seed: int, count: int = 60) -> Path:

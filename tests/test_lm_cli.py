@@ -206,6 +206,38 @@ def test_attention_maps_of_a_language_model_are_causal(run_dir: Path, capsys: py
     assert "is a language model: its only attention is decoder_self, not cross (--kind decoder_self" in err
 
 
+@pytest.mark.numerical
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_attention_maps_of_an_imported_language_model_are_transformers(
+    family: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """plot attention on an imported model (a tiny Llama; a Gemma 2, with sliding-window layers and soft-capped
+    scores): the text read as generate reads it (BOS first), its maps transformers' attention weights for the same
+    ids, within two logit tolerances (a weight is a softmax of scores, which go through fewer sums than a logit)."""
+    pytest.importorskip("transformers")
+    import numpy as np
+    import torch
+    from test_import_hf import import_dir, save_family
+    from tolerance import logits_tolerance
+
+    from dotformer.decoding.attention_maps import lm_attention_weights
+
+    hf_model = save_family(family, tmp_path / "hf")
+    loaded = import_dir(tmp_path / "hf", tmp_path / "ckpt")
+    text = "a bird sings at night"
+    maps = lm_attention_weights(loaded, text)
+    ids = [hf_model.config.bos_token_id, *(i - 4 for i in loaded.tgt_tokenizer.encode(text))]  # the released ids
+    assert maps.tgt_tokens[0] == "<s>" and len(maps.tgt_tokens) == len(ids) > 5  # longer than Gemma's window
+    with torch.no_grad():
+        theirs = hf_model(torch.tensor([ids]), output_attentions=True)
+    expected = np.stack([weights[0].numpy() for weights in theirs.attentions])  # (L, H, T, T)
+    assert maps.decoder_self.shape == expected.shape == (2, 4, len(ids), len(ids))
+    assert np.abs(maps.decoder_self - expected).max() <= 2 * logits_tolerance(loaded.config, theirs.logits)
+    out = tmp_path / "attention.png"
+    assert main(["plot", "attention", "--checkpoint", str(tmp_path / "ckpt"), text, "--out", str(out)]) == 0
+    assert out.is_file() and "(8 maps)" in capsys.readouterr().out  # 2 layers × 4 heads
+
+
 def test_resuming_continues_exactly(tmp_path: Path) -> None:
     """2 steps, then a resume to 4, end with the weights of 4 steps in one go (the same blocks, RNG and schedule)."""
     from safetensors.torch import load_file

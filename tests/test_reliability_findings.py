@@ -12,19 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from dotformer.cli import main
 
 QUICK = ["--data", "copy", "--preset", "tiny", "--limit", "200", "--no-progress", "--device", "cpu"]
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_a_second_training_in_a_busy_run_directory_is_refused_naming_the_holder(

@@ -20,12 +20,7 @@ QUICK = ["--preset", "tiny", "--max-steps", "4", "--warmup", "1", "--max-tokens"
          "--no-progress", "--eval-every", "2", "--save-every", "2"]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from conftest import CLI_TIMEOUT_S, Cli
 from dotformer import ModelConfig, Transformer
 from dotformer.checkpoint import save_checkpoint
 from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.engines.choice import ctranslate2_installed as ct2_installed
 
 TIMEOUT_S = CLI_TIMEOUT_S  # every wait is bounded, by a limit only a hung server reaches
 
@@ -206,3 +207,229 @@ def test_cli_serve_refuses_a_bad_port(checkpoint_dir: Path, cli: Cli) -> None:
     result = cli("serve", "--checkpoint", str(checkpoint_dir), "--port", "70000")
     assert result.returncode == 2
     assert result.stderr.strip() == "dotformer serve: error: --port must be in 0..65535, got 70000"
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory: pytest.TempPathFactory, checkpoint_dir: Path) -> dict[str, Path]:
+    """A checkpoint of each kind a server may be given: translation (``checkpoint_dir``), language model, classifier."""
+    root = tmp_path_factory.mktemp("kinds")
+    symbols = train_tokenizer("symbol", ["a1 a2 a3 a4 a5 a6 a7 a8 a9"])
+    size = symbols.vocab_size
+    torch.manual_seed(3)
+    small = dict(d_model=16, num_heads=2, d_ff=32, dropout=0.0, max_len=32)
+    lm = ModelConfig(arch="decoder-only", src_vocab_size=size, tgt_vocab_size=size, num_encoder_layers=0,
+                     num_decoder_layers=2, **small)  # fmt: skip
+    save_checkpoint(root / "lm", Transformer(lm).eval(), symbols, symbols, {"task": "lm"})
+    classifier = ModelConfig(arch="encoder-only", src_vocab_size=size, tgt_vocab_size=size, num_encoder_layers=2,
+                             num_decoder_layers=0, head="sequence", num_labels=2, **small)  # fmt: skip
+    info = {"task": "classify", "labels": ["no", "yes"]}
+    save_checkpoint(root / "classifier", Transformer(classifier).eval(), symbols, symbols, info)
+    return {"translation": checkpoint_dir, "lm": root / "lm", "classifier": root / "classifier"}
+
+
+ROUTES = {"translation": "POST /api/translate", "lm": "POST /api/generate", "classifier": "POST /api/classify"}
+BODIES = {
+    "POST /api/translate": {"texts": ["a1 a2"]},
+    "POST /api/generate": {"prompt": "a1", "max_new_tokens": 2},
+    "POST /api/classify": {"texts": ["a1 a2"]},
+}
+ENGINES = ["torch", pytest.param("ctranslate2", marks=pytest.mark.skipif(not ct2_installed(), reason="no ctranslate2"))]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("kind", ["translation", "lm", "classifier"])
+def test_a_route_the_model_cannot_serve_is_a_400_naming_the_right_one(
+    kinds: dict[str, Path], kind: str, engine: str
+) -> None:
+    """A language model's /api/translate, a classifier's /api/translate or /api/generate, a translation model's
+    /api/classify: 400, one line naming the route that serves the model, on each engine (the converted language
+    model on CTranslate2 once answered 500); the model's own route answers 200."""
+    import dotformer
+    from dotformer.api.serve import TranslationServer
+
+    if engine == "ctranslate2" and kind == "classifier":
+        pytest.skip("CTranslate2 runs no classifier (auto serves it on torch)")
+    translator = dotformer.load(kinds[kind], device="cpu", engine=engine)
+    with TranslationServer(translator, port=0) as server:
+        root = server.url.rsplit("/api/", 1)[0]
+        for route, body in BODIES.items():
+            status, reply = post(root + route.split()[1], body)
+            if route == ROUTES[kind]:
+                assert status == 200, reply
+                continue
+            assert status == 400, (route, reply)
+            assert reply["error"].endswith(f"send {ROUTES[kind]}"), reply
+            assert route.split()[1] in reply["error"] and "\n" not in reply["error"]
+            assert "alignment layer" not in reply["error"]
+
+
+def test_a_failure_logs_its_traceback(translator: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bug answers 500 in one line, and the command's log gets the traceback (not only "POST ... failed")."""
+    from dotformer.api.serve import TranslationServer
+    from dotformer.cli.log import command_logging
+
+    class Failing:
+        files, max_input_length = translator.files, translator.max_input_length
+        tgt_tokenizer, path, task = translator.tgt_tokenizer, translator.path, translator.task
+
+        def translate(self, texts: list[str], request: Any) -> Any:
+            raise RuntimeError("a bug in the decoder")
+
+    with command_logging("serve"), TranslationServer(Failing(), port=0) as server:  # type: ignore[arg-type]
+        status, reply = post(server.url, {"texts": ["a1"]})
+    assert status == 500 and "RuntimeError" in reply["error"] and "\n" not in reply["error"]
+    err = capsys.readouterr().err
+    assert "POST /api/translate failed" in err
+    assert "Traceback (most recent call last)" in err and "RuntimeError: a bug in the decoder" in err
+
+
+def get(url: str, key: str | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return response.status, json.loads(response.read()), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read()), dict(error.headers)
+
+
+def test_health_and_ready(server: Any, translator: Any) -> None:
+    root = server.url.rsplit("/api/", 1)[0]
+    assert get(root + "/health")[:2] == (200, {"status": "ok"})
+    status, reply, _ = get(root + "/ready")
+    assert status == 200 and reply == {"ready": True, "model": str(translator.path), "engine": translator.engine}
+
+
+def test_an_api_key_guards_every_route_but_health(translator: Any) -> None:
+    from dotformer.api.serve import TranslationServer
+
+    with TranslationServer(translator, port=0, api_key="s3cret") as server:
+        root = server.url.rsplit("/api/", 1)[0]
+        assert get(root + "/health")[0] == 200
+        for path in ("/ready", "/api/health", "/"):
+            status, reply, headers = get(root + path)
+            assert status == 401 and reply["error"].startswith("no API key given"), path
+            assert headers["WWW-Authenticate"] == "Bearer"
+            assert get(root + path, key="wrong")[0] == 401
+            assert get(root + path, key="s3cret")[0] == 200
+        assert post(server.url, {"texts": ["a1"]})[0] == 401
+        request = urllib.request.Request(
+            server.url, data=b'{"texts": ["a1"]}', headers={"Authorization": "Bearer s3cret"}, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            assert response.status == 200 and len(json.loads(response.read())["translations"]) == 1
+
+
+def test_cli_serve_reads_the_api_key_from_the_environment(checkpoint_dir: Path, cli: Cli) -> None:
+    """``DOTFORMER_API_KEY`` stands for --api-key: the served routes then answer 401 without it."""
+    process = subprocess.Popen(
+        cli.command("serve", "--checkpoint", str(checkpoint_dir), "--port", "0", "--engine", "torch"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli.env(DOTFORMER_API_KEY="k3y"),
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        url = line.split("POST ", 1)[1].split()[0]
+        assert post(url, {"texts": ["a1"]})[0] == 401
+        root = url.rsplit("/api/", 1)[0]
+        assert get(root + "/ready", key="k3y")[0] == 200
+    finally:
+        process.terminate()
+        process.wait(TIMEOUT_S)
+
+
+def scrape(root: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """GET /metrics, parsed with prometheus-client's own parser: {(sample name, sorted labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(root + "/metrics", timeout=TIMEOUT_S) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=")
+        text = response.read().decode("utf-8")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_count_requests_batches_and_tokens_per_server(translator: Any) -> None:
+    """/metrics counts what this server answered: requests by route and status, their latencies, the engine calls'
+    sizes, the output tokens (those of the hypotheses translate returns); a second server in the same process
+    counts nothing of the first's."""
+    from dotformer.api.serve import TranslationServer
+
+    texts = ["a1 a2 a3", "a5 a6", "a9"]
+    route = (("route", "POST /api/translate"),)
+    with TranslationServer(translator, port=0) as first, TranslationServer(translator, port=0) as second:
+        root = first.url.rsplit("/api/", 1)[0]
+        assert post(first.url, {"texts": texts, "beam": 2, "n_best": 2})[0] == 200
+        assert post(first.url, {"texts": ["a1"], "beam": 0})[0] == 400
+        assert post(root + "/api/nowhere", {})[0] == 404
+        metrics = scrape(root)
+        others = scrape(second.url.rsplit("/api/", 1)[0])
+    expected = translator.translate(texts, beam=2, n_best=2, details=True)
+    tokens = sum(len(h.tokens) for result in expected for h in result.hypotheses)
+    assert metrics["dotformer_requests_total", (*route, ("status", "200"))] == 1
+    assert metrics["dotformer_requests_total", (*route, ("status", "400"))] == 1
+    assert metrics["dotformer_requests_total", (("route", "other"), ("status", "404"))] == 1
+    assert metrics["dotformer_request_seconds_count", route] == 2
+    assert metrics["dotformer_batch_sentences_count", ()] == 1 and metrics["dotformer_batch_sentences_sum", ()] == 3
+    assert metrics["dotformer_batch_requests_sum", ()] == 1
+    assert metrics["dotformer_generated_tokens_total", route] == tokens > 0
+    assert metrics["dotformer_queue_sentences", ()] == 0
+    assert ("dotformer_requests_total", (*route, ("status", "200"))) not in others
+    assert others["dotformer_batch_sentences_count", ()] == 0
+
+
+def test_access_log_is_one_json_line_per_request(translator: Any, caplog: pytest.LogCaptureFixture) -> None:
+    from dotformer.api.serve import TranslationServer
+
+    with (
+        caplog.at_level("INFO", logger="dotformer.serve.access"),
+        TranslationServer(translator, port=0, verbose=True) as server,
+    ):
+        post(server.url, {"texts": ["a1", "a2 a3"]})
+        post(server.url, {"texts": []})
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dotformer.serve.access"]
+    assert [(line["route"], line["status"], line["sentences"]) for line in lines] == [
+        ("POST /api/translate", 200, 2),
+        ("POST /api/translate", 400, 0),
+    ]
+    assert all(set(line) == {"route", "status", "ms", "sentences"} and line["ms"] > 0 for line in lines)
+
+
+@pytest.mark.numerical
+def test_embed_gives_the_python_apis_vectors_under_concurrency(server: Any, translator: Any) -> None:
+    """POST /api/embed from several clients at once (their texts batched together): each gets
+    ``Translator.embed``'s vectors for its texts, up to the reordering of sums a different batch brings."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    from tolerance import reordering_bound
+
+    root = server.url.rsplit("/api/", 1)[0]
+    requests = [["a1 a2 a3", "a5"], ["a9 a8 a7 a6"], ["", "a2 a2"], ["a4 a5 a6 a7 a8"]]
+    bodies = [
+        {"texts": texts, "pooling": pooling, "normalize": True} for texts in requests for pooling in ("mean", "cls")
+    ]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        replies = list(pool.map(lambda body: post(root + "/api/embed", body), bodies))
+    config = translator.config
+    bound = reordering_bound([config.d_model + config.d_ff + config.max_len] * config.num_encoder_layers, scale=1.0)
+    for body, (status, reply) in zip(bodies, replies, strict=True):
+        assert status == 200, reply
+        expected = translator.embed(body["texts"], pooling=body["pooling"], normalize=True)
+        assert reply["dimensions"] == config.d_model == expected.shape[1]
+        np.testing.assert_allclose(np.array(reply["embeddings"]), expected, rtol=0, atol=bound)
+    status, reply = post(root + "/api/embed", {"texts": ["a1"], "pooling": "max"})
+    assert status == 400 and reply["error"] == '"pooling" must be "mean" or "cls", got "max"'
+
+
+def test_embed_refuses_a_language_model(kinds: dict[str, Path]) -> None:
+    import dotformer
+    from dotformer.api.serve import TranslationServer
+
+    with TranslationServer(dotformer.load(kinds["lm"], device="cpu", engine="torch"), port=0) as server:
+        status, reply = post(server.url.rsplit("/api/", 1)[0] + "/api/embed", {"texts": ["a1"]})
+    assert status == 400 and "is a language model: /api/embed serves a model with an encoder" in reply["error"]
+    assert reply["error"].endswith("send POST /api/generate")

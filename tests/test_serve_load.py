@@ -246,18 +246,6 @@ def test_work_above_the_limit_is_refused(server: Any) -> None:
         assert json.loads(response.read())["limits"]["max_work"] == 400
 
 
-def test_chunks_cover_every_text_once() -> None:
-    from dotformer.api.endpoint import chunk_by_work
-
-    assert chunk_by_work([3, 3, 3, 3], 6) == [range(0, 2), range(2, 4)]
-    assert chunk_by_work([10, 1, 1], 4) == [range(0, 1), range(1, 3)]  # a text above the chunk is a chunk alone
-    assert chunk_by_work([], 4) == []
-    work = [5, 1, 7, 2, 2, 9, 3]
-    chunks = chunk_by_work(work, 8)
-    assert [i for chunk in chunks for i in chunk] == list(range(len(work)))
-    assert all(sum(work[i] for i in chunk) <= 8 or len(chunk) == 1 for chunk in chunks)
-
-
 def test_turns_are_first_come_first_served() -> None:
     """Calls queued while the model's thread is busy run in the order they were made, one at a time."""
     from dotformer.api.turns import ModelTurns
@@ -286,60 +274,65 @@ def test_turns_are_first_come_first_served() -> None:
 
 
 def test_a_large_request_lets_a_small_one_through(translator: Any) -> None:
-    """A request cut into chunks gives up the model between chunks: a small request that asks meanwhile is served
-    before the large one's next chunk (a translator that records its calls, and holds the first until told)."""
+    """A request above the batch budget is split across engine calls: a small request that asks meanwhile rides in
+    the large one's next call, not after its last (a translator that records its calls, and holds the first until
+    told)."""
+    from dotformer.api.batcher import Batcher
     from dotformer.api.endpoint import translate_request
     from dotformer.api.turns import ModelTurns
 
-    calls: list[int] = []
+    calls: list[list[str]] = []
     first_running, release = threading.Event(), threading.Event()
 
     class Recording:
         files, max_input_length = translator.files, translator.max_input_length
         tgt_tokenizer = translator.tgt_tokenizer
 
-        def translate(self, texts: list[str], **options: Any) -> Any:
-            calls.append(len(texts))
+        def translate(self, texts: list[str], request: Any) -> Any:
+            calls.append(list(texts))
             if len(calls) == 1:
                 first_running.set()
                 release.wait(TIMEOUT_S)
-            return translator.translate(texts, **options)
+            return translator.translate(texts, request)
 
     async def main() -> None:
         turns = ModelTurns()
+        batcher = Batcher(turns, max_tokens=8, max_wait_s=0.0)  # two texts of 4 tokens per call
         try:
-            # two texts of 4 tokens per chunk: three chunks
             large = asyncio.ensure_future(
-                translate_request(Recording(), {"texts": ["a1 a2 a3"] * 6, "strategy": "greedy"}, turns, chunk_work=8)
+                translate_request(Recording(), {"texts": ["a1 a2 a3"] * 6, "strategy": "greedy"}, batcher)
             )
             assert await asyncio.to_thread(first_running.wait, TIMEOUT_S)
             small_request = {"texts": ["a1"], "strategy": "greedy"}
-            small = asyncio.ensure_future(translate_request(Recording(), small_request, turns))
-            for _ in range(1000):  # the small request's chunk is queued (bounded wait)
-                if turns.waiting == 2:
+            small = asyncio.ensure_future(translate_request(Recording(), small_request, batcher))
+            for _ in range(1000):  # the small request's text is queued (bounded wait)
+                if batcher.waiting == 5:
                     break
                 await asyncio.sleep(0.005)
             release.set()
             replies = await asyncio.wait_for(asyncio.gather(large, small), TIMEOUT_S)
             assert [len(reply["translations"]) for reply in replies] == [6, 1]
         finally:
+            batcher.close()
             turns.close()
 
     asyncio.run(main())
-    assert calls == [2, 1, 2, 2]
+    assert [len(texts) for texts in calls] == [2, 2, 2, 1]
+    assert "a1" in calls[1]  # the small request's text, in the call after the one it arrived during
 
 
 def test_the_help_states_the_limits() -> None:
-    from dotformer.api import endpoint, web
+    from dotformer.api import batcher, endpoint, web
     from dotformer.api.serve import MAX_BODY_BYTES
     from dotformer.cli.serve import EPILOG
 
     numbers = (endpoint.MAX_TEXTS, endpoint.MAX_TEXT_CHARS, endpoint.MAX_BEAM, endpoint.MAX_REQUEST_WORK)
-    for value in (*numbers, endpoint.CHUNK_WORK, MAX_BODY_BYTES, web.MAX_JSON_DEPTH):
+    for value in (*numbers, batcher.MAX_BATCH_TOKENS, MAX_BODY_BYTES, web.MAX_JSON_DEPTH):
         assert re.search(rf"\b{value}\b", EPILOG), value
     assert f"within {web.HEADER_TIMEOUT_S:g} s of connecting" in EPILOG
     assert f"the body within {web.BODY_TIMEOUT_S:g} s more (408)" in EPILOG
     assert f"up to {web.LISTEN_BACKLOG} connections" in EPILOG
+    assert f"--batch-wait-ms ({batcher.MAX_WAIT_MS:g})" in EPILOG
 
 
 def test_the_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -349,7 +342,8 @@ def test_the_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     serve_load = importlib.import_module("serve_load")
-    payload = serve_load.main(["--quick", "--threads", "1", "--out", str(tmp_path / "serve_load.json")])
+    out = str(tmp_path / "serve_load.json")
+    payload = serve_load.main(["--mode", "trickle", "--quick", "--threads", "1", "--out", out])
     assert json.loads((tmp_path / "serve_load.json").read_text()) == json.loads(json.dumps(payload))
     assert [(row["clients"], row["trickling"]) for row in payload["rows"]] == [(1, 0), (4, 0), (4, 20)]
     for row in payload["rows"]:
@@ -357,6 +351,23 @@ def test_the_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["max_ms"]
     assert payload["rows"][-1]["trickling_opened"] >= 20
     assert payload["trickling"]["p95_ratio"] == payload["rows"][2]["p95_ms"] / payload["rows"][1]["p95_ms"]
+
+
+def test_the_sentence_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/serve_load.py --mode sentences --quick: a row per number of clients sending single sentences, every
+    answer equal to the offline translation of its sentence, the batch sizes read from /metrics (figures, not
+    asserted beyond their range: no timed test)."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    serve_load = importlib.import_module("serve_load")
+    out = str(tmp_path / "sentences.json")
+    payload = serve_load.main(["--quick", "--engine", "torch", "--threads", "1", "--out", out])
+    assert payload["mode"] == "sentences" and payload["engine"] == "torch"
+    assert [row["clients"] for row in payload["rows"]] == [1, 4]
+    for row in payload["rows"]:
+        assert row["ok"] == row["requests"] == row["clients"] * 3 and row["errors"] == 0 and row["equal_outputs"]
+        assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"] and 1 <= row["mean_batch"] <= row["clients"]
 
 
 def test_stopping_answers_the_request_being_decoded_and_drops_the_slow_ones(translator: Any) -> None:
@@ -371,10 +382,10 @@ def test_stopping_answers_the_request_being_decoded_and_drops_the_slow_ones(tran
         files, max_input_length = translator.files, translator.max_input_length
         tgt_tokenizer, path, task = translator.tgt_tokenizer, translator.path, translator.task
 
-        def translate(self, texts: list[str], **options: Any) -> Any:
+        def translate(self, texts: list[str], request: Any) -> Any:
             decoding.set()
             release.wait(TIMEOUT_S)
-            return translator.translate(texts, **options)
+            return translator.translate(texts, request)
 
     server = TranslationServer(Held(), port=0, header_timeout=600.0, body_timeout=600.0).start()  # type: ignore[arg-type]
     address = server.server_address

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from dotformer.cli import main
 from dotformer.errors import DataError
@@ -15,12 +14,7 @@ from dotformer.runs.records import removed_if_unfinished
 COPY = ["--data", "copy", "--preset", "tiny", "--limit", "200", "--device", "cpu", "--max-steps", "1"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

@@ -30,13 +30,7 @@ from dotformer.training.state import TrainData
 from dotformer.training.step import StepRecipe, StepResult, train_step
 from dotformer.training.stopping import TrainingInterrupted
 
-
-@pytest.fixture(autouse=True)
-def one_thread():  # tiny models run fastest on one thread, and the test workers share the cores
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def tiny_data(num_examples: int = 48, seed: int = 0) -> TrainData:

@@ -31,6 +31,8 @@ from torch import Tensor
 
 from dotformer.errors import ShapeError
 
+SDPA_GROUPS = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 5)  # enable_gqa: torch 2.5+
+
 
 class AttentionOutput(NamedTuple):
     """Result of attention.
@@ -126,6 +128,8 @@ def scaled_dot_product_attention(
     value: Tensor,
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
+    scale: float | None = None,
+    softcap: float | None = None,
 ) -> AttentionOutput:
     """The reference attention of the lesson, written out step by step (paper §3.2.1, Eq. 1).
 
@@ -135,6 +139,8 @@ def scaled_dot_product_attention(
         value: (..., S, Dv) float tensor V.
         mask: optional bool tensor broadcastable to (..., T, S); True = may attend.
         dropout_p: dropout probability applied to the weights (0 at inference).
+        scale: scores = Q·Kᵀ · scale instead of Q·Kᵀ / √d_k (Gemma's query_pre_attn_scalar^-1/2).
+        softcap: c: scores = c · tanh(scores / c) before the mask, bounded to (-c, c) (Gemma 2).
 
     Returns:
         :class:`AttentionOutput` with ``output`` (..., T, Dv) and ``weights`` (..., T, S), in the input dtype. Scores,
@@ -158,7 +164,12 @@ def scaled_dot_product_attention(
 
     # Steps 1-2: every query against every key, scaled by 1/sqrt(d_k) to keep the variance near 1. Scaling Q before
     # the product gives the same scores and keeps them in range in float16, where Q·Kᵀ alone may overflow.
-    scores = torch.matmul(query / math.sqrt(d_k), key.transpose(-2, -1))  # (..., T, S)
+    if scale is None:
+        scores = torch.matmul(query / math.sqrt(d_k), key.transpose(-2, -1))  # (..., T, S)
+    else:
+        scores = torch.matmul(query, key.transpose(-2, -1)) * scale  # (..., T, S)
+    if softcap is not None:  # scores = c · tanh(scores / c): no score grows beyond ±c
+        scores = torch.tanh(scores / softcap) * softcap  # (..., T, S)
 
     # Step 3: masked positions get a score so low that softmax gives them weight 0.
     if mask is not None:
@@ -184,17 +195,20 @@ def fused_attention(
     is_causal: bool = False,
     dropout_p: float = 0.0,
     keys_hidden: bool = False,
+    scale: float | None = None,
 ) -> Tensor:
     """The same attention through ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient).
 
     Args:
-        query: (B, H, T, Dh), key: (B, H, S, Dh), value: (B, H, S, Dh).
+        query: (B, H, T, Dh), key: (B, H, S, Dh), value: (B, H, S, Dh); or key, value (B, H_kv, S, Dh) with H_kv
+            dividing H: grouped-query attention, query head h reading key/value head h // (H / H_kv).
         mask: optional bool, broadcastable to (B, H, T, S), True = may attend. Leave it ``None`` and set
             ``is_causal`` for a plain causal mask (key j allowed for query i iff j <= i): the flash kernels then run.
         is_causal: apply the causal mask (top-left aligned, as :func:`dotformer.masks.causal_mask` with T == S).
         dropout_p: dropout on the weights (pass 0 at inference).
         keys_hidden: the caller already zeroed the keys/values no query may see (:func:`hide_masked_keys`), e.g. a
             decoding cache that did it once for every step, or packed keys whose padding is zeros: skip it.
+        scale: scores = Q·Kᵀ · scale; None: 1/√Dh.
 
     Returns:
         (B, H, T, Dh) output, equal to :func:`scaled_dot_product_attention`'s (tested), zeros on fully masked rows.
@@ -202,11 +216,37 @@ def fused_attention(
     Raises:
         ShapeError: the shapes do not fit, or both ``mask`` and ``is_causal`` are given.
     """
-    check_attention_shapes(query, key, value, mask)
+    groups = key_groups(query, key)
+    # grouped heads: check the shapes as if each key/value head were repeated (a shape on the meta device, no data)
+    check_attention_shapes(query, key if groups == 1 else key.to("meta").repeat_interleave(groups, -3), value, mask)
     if is_causal and mask is not None:
         raise ShapeError("pass an explicit mask or is_causal=True, not both (combine them with masks.causal_mask)")
     if not keys_hidden:
         key, value = hide_masked_keys(key, value, mask)
     if mask is not None and mask.dim() < 2:
         mask = mask.unsqueeze(0)  # (1, S): the kernel wants a (T, S)-shaped mask
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+    options = {} if scale is None else {"scale": scale}
+    if groups > 1 and SDPA_GROUPS:
+        options["enable_gqa"] = True  # the kernel reads each key/value head for its group of query heads
+    elif groups > 1:
+        key, value = repeat_heads(key, groups), repeat_heads(value, groups)  # (B, H, S, Dh)
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, **options
+    )
+
+
+def key_groups(query: Tensor, key: Tensor) -> int:
+    """G = H / H_kv, the query heads per key/value head of (B, H, T, Dh) queries and (B, H_kv, S, Dh) keys; 1 when
+    the heads match (or the tensors have no head dim)."""
+    if query.dim() < 3 or key.dim() != query.dim():
+        return 1
+    heads, kv_heads = query.size(-3), key.size(-3)
+    if kv_heads == heads or kv_heads == 0 or heads % kv_heads:
+        return 1  # the same heads, or shapes that check_attention_shapes reports
+    return heads // kv_heads
+
+
+def repeat_heads(x: Tensor, groups: int) -> Tensor:
+    """(B, H_kv, S, Dh) -> (B, H_kv·G, S, Dh): each key/value head repeated for the G query heads of its group
+    (grouped-query attention, Ainslie et al. 2023; HF's ``repeat_kv``)."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=-3)  # (B, H, S, Dh)

@@ -67,8 +67,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "plots": ("matplotlib",),
     "tensorboard": ("tensorboard",),
     "datasets": ("datasets",),
-    "serve": ("aiohttp",),
+    "serve": ("aiohttp", "prometheus_client"),
     "ct2": ("ctranslate2",),
+    "gguf": ("gguf",),
 }
 
 

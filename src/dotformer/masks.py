@@ -31,27 +31,41 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, S)
 
 
-def causal_mask(query_len: int, key_len: int | None = None, device: torch.device | str | None = None) -> Tensor:
-    """The decoder's "no peeking at the future" mask (paper §3.2.3).
+def causal_mask(
+    query_len: int,
+    key_len: int | None = None,
+    device: torch.device | str | None = None,
+    sliding_window: int | None = None,
+) -> Tensor:
+    """The decoder's "no peeking at the future" mask (paper §3.2.3), optionally within a sliding window.
 
     Query i may attend to key j iff j <= i + (key_len - query_len): with a cache holding ``key_len - query_len``
-    earlier positions the queries are the last ``query_len`` positions (bottom-right alignment).
+    earlier positions the queries are the last ``query_len`` positions (bottom-right alignment). With a window W
+    (sliding-window attention: Child et al. 2019, Beltagy et al. 2020; Mistral, Gemma's local layers) it also needs
+    i' - W < j, i' = i + key_len - query_len the query's position: each query sees its last W positions, itself
+    included (HF's convention).
 
     Args:
         query_len: T, number of queries.
         key_len: S, number of keys (default T).
         device: where to build the mask.
+        sliding_window: W >= 1, or None for no window.
 
     Returns:
         (T, S) bool, True = may attend; broadcasts to (B, H, T, S).
 
     Raises:
-        ShapeError: negative lengths or key_len < query_len.
+        ShapeError: negative lengths, key_len < query_len, or a window below 1.
     """
     key_len = query_len if key_len is None else key_len
     if query_len < 0 or key_len < query_len:
         raise ShapeError(f"causal_mask needs 0 <= query_len <= key_len, got query_len={query_len}, key_len={key_len}")
-    return torch.ones(query_len, key_len, dtype=torch.bool, device=device).tril(diagonal=key_len - query_len)
+    mask = torch.ones(query_len, key_len, dtype=torch.bool, device=device).tril(diagonal=key_len - query_len)
+    if sliding_window is None:
+        return mask  # (T, S)
+    if sliding_window < 1:
+        raise ShapeError(f"causal_mask needs sliding_window >= 1, got {sliding_window}")
+    return mask.triu(diagonal=key_len - query_len - sliding_window + 1)  # (T, S) and j > i' - W
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:

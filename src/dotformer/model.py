@@ -21,11 +21,11 @@ from torch import Tensor, nn
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError, ShapeError
 from dotformer.heads import SequenceClassifier, TokenClassifier
-from dotformer.layers import LayerSizes, PassMode
+from dotformer.layers import LayerSizes, PassMode, make_norm
 from dotformer.masks import check_right_padded, padding_mask
 from dotformer.multihead import pack, unpack
 from dotformer.packing import Packing
-from dotformer.positional import InputEmbedding, TokenEmbedding
+from dotformer.positional import InputEmbedding, RotarySettings, TokenEmbedding
 from dotformer.stacks import Decoder, DecoderOutput, Encoder, EncoderOutput, StackKeyValues
 
 
@@ -48,12 +48,66 @@ def layer_sizes(config: ModelConfig) -> LayerSizes:
         norm_first=config.norm_first,
         layer_norm_eps=config.layer_norm_eps,
         bias=config.bias,
+        norm=config.norm,
+        norm_unit_offset=config.norm_unit_offset,
+        ffn_gated=config.ffn_gated,
+        num_kv_heads=config.num_kv_heads,
+        head_size=config.head_size,
+        qkv_bias=config.qkv_bias,
+        qk_norm=config.qk_norm,
+        attention_scale=config.attention_scale,
+        attention_softcap=config.attention_softcap,
+        sandwich_norm=config.sandwich_norm,
+        rotary=rotary_settings(config),
+        sliding_window=config.sliding_window,
+        layer_types=config.layer_types,
+    )
+
+
+def rotary_settings(config: ModelConfig) -> RotarySettings | None:
+    """The RoPE of a ``positional="rotary"`` config's self-attention, or None."""
+    if config.positional != "rotary":
+        return None
+    return RotarySettings(
+        dims=config.rotary_dims,
+        theta=config.rope_theta,
+        scaling=config.rope_scaling,
+        factor=config.rope_factor,
+        low_freq_factor=config.rope_low_freq_factor,
+        high_freq_factor=config.rope_high_freq_factor,
+        original_max_len=config.rope_original_max_len,
+        local_theta=config.rope_local_theta,
+        max_len=config.max_len,
     )
 
 
 def embedding_options(config: ModelConfig) -> dict[str, Any]:
-    """The :class:`InputEmbedding` switches of imported models: unscaled embeddings, an embedding LayerNorm."""
-    return {"scale": config.scale_embeddings, "norm": config.embedding_norm, "eps": config.layer_norm_eps}
+    """The :class:`InputEmbedding` switches of imported models: unscaled embeddings, an embedding norm (LayerNorm or
+    RMSNorm, ``config.norm``)."""
+    options: dict[str, Any] = {"scale": config.scale_embeddings, "norm": config.embedding_norm}
+    if config.embedding_norm and config.norm != "layernorm":
+        options["norm_module"] = make_norm(config.d_model, config.norm, config.layer_norm_eps, config.norm_unit_offset)
+    return {**options, "eps": config.layer_norm_eps}
+
+
+class Generator(nn.Linear):
+    """The generator (§3.4): logits = hidden · W_genᵀ (+ b), the next token's scores over the vocabulary.
+
+    ``softcap`` c bounds them: logits = c · tanh(logits / c) (Gemma 2's final_logit_softcapping); None leaves them.
+
+    Shape: (..., D) -> (..., V).
+    """
+
+    def __init__(self, d_model: int, vocab_size: int, bias: bool = False, softcap: float | None = None) -> None:
+        super().__init__(d_model, vocab_size, bias=bias)
+        self.softcap = softcap
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        """(..., D) -> (..., V) logits."""
+        logits = super().forward(hidden)  # (..., V)
+        if self.softcap is None:
+            return logits
+        return torch.tanh(logits / self.softcap) * self.softcap  # (..., V) in (-c, c)
 
 
 class Transformer(nn.Module):
@@ -100,7 +154,7 @@ class Transformer(nn.Module):
                 **embedding_options(c),
             )
             self.decoder = Decoder(sizes, c.num_decoder_layers, cross_attention=c.arch == "encoder-decoder")
-        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.generator_bias)
+        self.generator = Generator(c.d_model, c.tgt_vocab_size, bias=c.generator_bias, softcap=c.logit_softcap)
         self.classifier: SequenceClassifier | TokenClassifier | None = None  # an encoder's labels (dotformer.heads)
         if c.head == "sequence":
             self.classifier = SequenceClassifier(c.d_model, c.num_labels, c.pooling, c.dropout)
@@ -400,21 +454,28 @@ def expected_num_parameters(config: ModelConfig) -> int:
     (1 attention and 2 LayerNorms without cross-attention); pre-LN adds one LayerNorm per stack;
     embeddings V·D each (shared once), plus max_len·D per learned positional table; generator V·D unless tied;
     ``embedding_norm`` adds a LayerNorm per embedding, ``generator_bias`` V; a classifier head C·D + C.
+
+    The modern switches: with H heads of Dh and H_kv key/value heads, attention = D·H·Dh (W_q) + 2·D·H_kv·Dh (W_k,
+    W_v) + H·Dh·D (W_o), biases H·Dh + 2·H_kv·Dh (``qkv_bias``) and D (``bias``), QK-norm 2·Dh; a gated FFN adds D·F
+    (+ F); an RMSNorm is D; a sandwich norm doubles each sublayer's norms.
     """
     c = config
-    D, F = c.d_model, c.d_ff
-    attention = 4 * D * D + (4 * D if c.bias else 0)
-    ffn = 2 * D * F + ((F + D) if c.bias else 0)
-    norm = 2 * D
+    D, F, H, Dh, Hkv = c.d_model, c.d_ff, c.num_heads, c.head_dim, c.kv_heads
+    qkv_bias = c.bias if c.qkv_bias is None else c.qkv_bias
+    attention = 2 * D * H * Dh + 2 * D * Hkv * Dh + ((H + 2 * Hkv) * Dh if qkv_bias else 0) + (D if c.bias else 0)
+    attention += 2 * Dh if c.qk_norm else 0
+    ffn = (3 if c.ffn_gated else 2) * D * F + ((F + D + (F if c.ffn_gated else 0)) if c.bias else 0)
+    norm = 2 * D if c.norm == "layernorm" else D
+    sub_norm = norm * (2 if c.sandwich_norm else 1)  # the norms around one sublayer
     total = 0
     has_encoder = c.arch in ("encoder-decoder", "encoder-only")
     has_decoder = c.arch in ("encoder-decoder", "decoder-only")
     if has_encoder:
-        total += c.num_encoder_layers * (attention + ffn + 2 * norm) + (norm if c.norm_first else 0)
+        total += c.num_encoder_layers * (attention + ffn + 2 * sub_norm) + (norm if c.norm_first else 0)
         total += c.src_vocab_size * D + (c.max_len * D if c.positional == "learned" else 0)
     if has_decoder:
         cross = c.arch == "encoder-decoder"
-        per_layer = (2 if cross else 1) * attention + ffn + (3 if cross else 2) * norm
+        per_layer = (2 if cross else 1) * attention + ffn + (3 if cross else 2) * sub_norm
         total += c.num_decoder_layers * per_layer + (norm if c.norm_first else 0)
         total += c.max_len * D if c.positional == "learned" else 0
         if not (c.share_embeddings and has_encoder):

@@ -10,6 +10,16 @@ Every mode runs through the one :meth:`MultiHeadAttention.forward`; speed enters
   every step so far, so each step projects only its new positions (:class:`dotformer.decoding.cache.KVCache`);
 * a :class:`Layout` (packed training, beam search's grouped queries): ``unpack`` moves the caller's vectors into the
   (B, L, D) rows attention reads, ``pack`` moves the result back (:class:`dotformer.packing.Packing`).
+
+The modern block's changes enter through seams of the same forward, each off by default:
+
+* rotary positions (RoPE, :class:`dotformer.positional.Rotary`) turn each head's q and k by their positions, in the
+  (B, H, L, Dh) rows (after ``unpack``: positions 0 .. L - 1 of every row, packed or not), after the positions a
+  cache already holds;
+* grouped-query attention (Ainslie et al. 2023): W_k and W_v project H_kv < H heads, each read by H / H_kv query
+  heads; the cache holds the H_kv heads;
+* QK-norm (an RMSNorm over Dh of each head's q and k, before RoPE), a score scale other than 1/√Dh, a soft cap of the
+  scores, and a sliding window on the causal mask.
 """
 
 from __future__ import annotations
@@ -18,9 +28,10 @@ from typing import NamedTuple, Protocol
 
 from torch import Tensor, nn
 
-from dotformer.attention import AttentionOutput, fused_attention, scaled_dot_product_attention
+from dotformer.attention import AttentionOutput, fused_attention, repeat_heads, scaled_dot_product_attention
 from dotformer.errors import ShapeError
 from dotformer.masks import causal_mask, combine_masks
+from dotformer.positional import Rotary
 
 
 class Layout(Protocol):
@@ -62,8 +73,13 @@ class KeyValueCache(Protocol):
         """Its keys/values are zero where the padding mask hides them: attention may skip zeroing them."""
         ...
 
+    @property
+    def length(self) -> int:
+        """The positions it holds: the position of the next step's first key (rotary positions start there)."""
+        ...
+
     def update(self, key: Tensor | None, value: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Add the new (B, H, T_new, Dh) keys/values (None when ``fixed``); return all (B, H, S, Dh) held so far."""
+        """Add the new (B, H_kv, T_new, Dh) keys/values (None when ``fixed``); return all (B, H_kv, S, Dh) held."""
         ...
 
     def layout(self, query: Tensor, key_value: Tensor) -> Layout | None:
@@ -98,36 +114,72 @@ class MultiHeadAttention(nn.Module):
 
     Args:
         d_model: D, width of the inputs and output.
-        num_heads: H; D must be divisible by H, each head has Dh = D / H.
+        num_heads: H; without ``head_size``, D must be divisible by H and each head has Dh = D / H.
         dropout: dropout on the attention weights during training.
-        bias: whether the four projections have biases.
+        bias: whether the projections have biases (W_o's; W_q's, W_k's, W_v's too unless ``qkv_bias`` says).
+        num_kv_heads: H_kv, the key/value heads (grouped-query attention; 1: multi-query); None: H. H_kv divides H.
+        head_size: Dh when it is not D / H: W_q (H·Dh, D), W_k and W_v (H_kv·Dh, D), W_o (D, H·Dh).
+        qkv_bias: biases on W_q, W_k, W_v; None: as ``bias``.
+        q_norm, k_norm: a norm over Dh applied to each head's q and k (QK-norm, e.g. an RMSNorm), or None.
+        rotary: turn q and k by their positions (RoPE, self-attention only), or None.
+        scale: scores = q·kᵀ · scale; None: 1/√Dh.
+        softcap: c: scores = c · tanh(scores / c) (the reference computation: the fused kernel has no soft cap).
+        sliding_window: W: with ``is_causal``, query i sees only keys i - W < j <= i.
 
     Raises:
-        ShapeError: D is not divisible by H.
+        ShapeError: the sizes do not fit (D not divisible by H without ``head_size``, H not divisible by H_kv).
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        *,
+        num_kv_heads: int | None = None,
+        head_size: int | None = None,
+        qkv_bias: bool | None = None,
+        q_norm: nn.Module | None = None,
+        k_norm: nn.Module | None = None,
+        rotary: Rotary | None = None,
+        scale: float | None = None,
+        softcap: float | None = None,
+        sliding_window: int | None = None,
+    ) -> None:
         super().__init__()
-        if d_model <= 0 or num_heads <= 0 or d_model % num_heads != 0:
+        if d_model <= 0 or num_heads <= 0 or (head_size is None and d_model % num_heads != 0):
             raise ShapeError(f"d_model={d_model} must be a positive multiple of num_heads={num_heads}")
+        kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if kv_heads <= 0 or num_heads % kv_heads or (head_size is not None and head_size <= 0):
+            raise ShapeError(f"num_heads={num_heads} must be a multiple of num_kv_heads={kv_heads}; head_size > 0")
         self.d_model = d_model
         self.num_heads = num_heads
-        self.head_dim = d_model // num_heads
+        self.num_kv_heads = kv_heads
+        self.head_dim = d_model // num_heads if head_size is None else head_size
         self.dropout = dropout
-        self.W_q = nn.Linear(d_model, d_model, bias=bias)
-        self.W_k = nn.Linear(d_model, d_model, bias=bias)
-        self.W_v = nn.Linear(d_model, d_model, bias=bias)
-        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.scale = scale
+        self.softcap = softcap
+        self.sliding_window = sliding_window
+        qkv_bias = bias if qkv_bias is None else qkv_bias
+        self.W_q = nn.Linear(d_model, num_heads * self.head_dim, bias=qkv_bias)
+        self.W_k = nn.Linear(d_model, kv_heads * self.head_dim, bias=qkv_bias)
+        self.W_v = nn.Linear(d_model, kv_heads * self.head_dim, bias=qkv_bias)
+        self.W_o = nn.Linear(num_heads * self.head_dim, d_model, bias=bias)
+        self.q_norm = q_norm
+        self.k_norm = k_norm
+        self.rotary = rotary
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """(B, L, D) -> (B, H, L, Dh): each head sees its own Dh-wide slice of the projection."""
-        B, L, _ = x.shape
-        return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
+        """(B, L, H·Dh) -> (B, H, L, Dh): each head sees its own Dh-wide slice of the projection (H_kv heads for
+        keys and values)."""
+        B, L, width = x.shape
+        return x.view(B, L, width // self.head_dim, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
 
     def merge_heads(self, x: Tensor) -> Tensor:
-        """(B, H, L, Dh) -> (B, L, D): concatenate the heads side by side."""
+        """(B, H, L, Dh) -> (B, L, H·Dh): concatenate the heads side by side."""
         B, _, L, _ = x.shape
-        return x.transpose(1, 2).reshape(B, L, self.d_model)  # (B, L, D)
+        return x.transpose(1, 2).reshape(B, L, self.num_heads * self.head_dim)  # (B, L, H·Dh)
 
     def forward(
         self,
@@ -167,19 +219,29 @@ class MultiHeadAttention(nn.Module):
         packing = packing if cache is None else cache.layout(query, source)  # G beams' queries per memory row
         self.check_inputs(query, source, packing, kv_packing)
         q = self.split_heads(unpack(self.W_q(query), packing))  # (B, H, T, Dh)   Q·W_q for every head at once
+        q = q if self.q_norm is None else self.q_norm(q)  # QK-norm: each head's query normalised over Dh
         k, v = (None, None) if cache is not None and cache.fixed else self.keys_values(source, kv_packing)
+        q, k = self.rotate(q, k, 0 if cache is None else cache.length)  # RoPE: positions after the cached ones
         if cache is not None:  # decoding: the keys/values of every step so far (paper §3.2.3)
-            k, v = cache.update(k, v, mask)  # (B, H, S, Dh)
+            k, v = cache.update(k, v, mask)  # (B, H_kv, S, Dh)
         hidden = kv_packing is not None if cache is None else cache.keys_hidden  # padding keys already zero
         heads, weights = self.attend(q, k, v, mask, is_causal, need_weights, hidden)  # (B, H, T, Dh) head_i
         out = self.W_o(pack(self.merge_heads(heads), packing))  # (B, T, D)  Concat(heads) · W_o
         return MultiHeadOutput(out, weights if packing is None or weights is None else packing.pack_weights(weights))
 
     def keys_values(self, source: Tensor, packing: Layout | None = None) -> tuple[Tensor, Tensor]:
-        """K·W_k and V·W_v for every head: (B, S, D) (or (N_S, D) with ``packing``) -> two (B, H, S, Dh)."""
-        k = self.split_heads(unpack(self.W_k(source), packing))  # (B, H, S, Dh)  K·W_k
-        v = self.split_heads(unpack(self.W_v(source), packing))  # (B, H, S, Dh)  V·W_v
-        return k, v
+        """K·W_k and V·W_v for every key/value head (keys normalised with QK-norm): (B, S, D) (or (N_S, D) with
+        ``packing``) -> two (B, H_kv, S, Dh)."""
+        k = self.split_heads(unpack(self.W_k(source), packing))  # (B, H_kv, S, Dh)  K·W_k
+        v = self.split_heads(unpack(self.W_v(source), packing))  # (B, H_kv, S, Dh)  V·W_v
+        return (k if self.k_norm is None else self.k_norm(k)), v
+
+    def rotate(self, q: Tensor, k: Tensor | None, offset: int) -> tuple[Tensor, Tensor | None]:
+        """RoPE (:class:`~dotformer.positional.Rotary`) of the queries (B, H, T, Dh) and the new keys
+        (B, H_kv, T, Dh), at positions ``offset .. offset + T - 1``; both unchanged without ``rotary``."""
+        if self.rotary is None or k is None:
+            return q, k
+        return self.rotary(q, offset), self.rotary(k, offset)
 
     def attend(
         self,
@@ -191,11 +253,14 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         keys_hidden: bool = False,
     ) -> AttentionOutput:
-        """Attention(Q, K, V) in every head at once: the reference with weights, else the fused kernel (tested equal).
+        """Attention(Q, K, V) in every head at once: the reference with weights (or a soft cap), else the fused kernel
+        (tested equal).
 
         Args:
-            q: (B, H, T, Dh). k, v: (B, H, S, Dh). mask: bool broadcastable to (B, H, T, S), True = may attend.
-            is_causal: add the causal mask, aligned to the last T keys (a cache holds S - T earlier positions).
+            q: (B, H, T, Dh). k, v: (B, H_kv, S, Dh), each key/value head read by H / H_kv query heads.
+            mask: bool broadcastable to (B, H, T, S), True = may attend.
+            is_causal: add the causal mask, aligned to the last T keys (a cache holds S - T earlier positions),
+                within the module's sliding window.
             need_weights: return the (B, H, T, S) weights.
             keys_hidden: the fused kernel may skip zeroing the masked keys/values (see
                 :func:`~dotformer.attention.fused_attention`); the reference always does it.
@@ -204,16 +269,23 @@ class MultiHeadAttention(nn.Module):
             :class:`~dotformer.attention.AttentionOutput`: (B, H, T, Dh) output, weights or None.
         """
         T, S = q.size(-2), k.size(-2)
-        if is_causal and T == 1:
+        window = self.sliding_window if self.sliding_window is not None and self.sliding_window < S else None
+        if is_causal and T == 1 and window is None:
             is_causal = False  # one query, aligned to the last key, may see every key: nothing to mask
-        if is_causal and (need_weights or mask is not None or T != S):
+        reference = need_weights or self.softcap is not None  # the fused kernel has no soft cap
+        if is_causal and (reference or mask is not None or T != S or window is not None):
             # The fused kernel's is_causal flag is top-left aligned; spell the mask out when it is not enough.
-            mask = combine_masks(mask, causal_mask(T, S, device=q.device))  # (.., T, S)
+            mask = combine_masks(mask, causal_mask(T, S, device=q.device, sliding_window=window))  # (.., T, S)
             is_causal = False
         dropout_p = self.dropout if self.training else 0.0
-        if need_weights:
-            return scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=dropout_p)
-        out = fused_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p, keys_hidden=keys_hidden)
+        if reference:
+            groups = self.num_heads // self.num_kv_heads
+            k, v = repeat_heads(k, groups), repeat_heads(v, groups)  # (B, H, S, Dh)
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, self.scale, self.softcap)
+            return AttentionOutput(out, weights if need_weights else None)
+        out = fused_attention(
+            q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p, keys_hidden=keys_hidden, scale=self.scale
+        )
         return AttentionOutput(out, None)  # (B, H, T, Dh)
 
     def check_inputs(

@@ -11,11 +11,14 @@ puts them between the embeddings and the generator. Shapes follow the legend in 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
+import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
-from dotformer.layers import PADDED, DecoderLayer, EncoderLayer, LayerKeyValues, LayerSizes, PassMode
+from dotformer.layers import PADDED, DecoderLayer, EncoderLayer, LayerKeyValues, LayerSizes, PassMode, make_norm
+from dotformer.positional import Rotary, RotarySettings
 
 
 class StackKeyValues(Protocol):
@@ -43,20 +46,49 @@ class DecoderOutput(NamedTuple):
     cross_weights: tuple[Tensor, ...] | None
 
 
+def final_norm(sizes: LayerSizes) -> nn.Module | None:
+    """A pre-LN stack's last norm (LayerNorm or RMSNorm, ``sizes.norm``); None for post-LN."""
+    if not sizes.norm_first:
+        return None
+    return make_norm(sizes.d_model, sizes.norm, sizes.layer_norm_eps, sizes.norm_unit_offset)
+
+
+def layer_rotaries(per_layer: list[LayerSizes]) -> list[Rotary | None]:
+    """One :class:`~dotformer.positional.Rotary` per distinct setting (global, sliding), shared by the layers that
+    use it (its table is a buffer, never a parameter); None for layers without RoPE."""
+    shared: dict[RotarySettings, Rotary] = {}
+    for sizes in per_layer:
+        if sizes.rotary is not None and sizes.rotary not in shared:
+            shared[sizes.rotary] = Rotary(sizes.rotary)
+    return [shared[sizes.rotary] if sizes.rotary is not None else None for sizes in per_layer]
+
+
+def run_layer(layer: nn.Module, checkpointed: bool, *args: Any) -> Any:
+    """``layer(*args)``; ``checkpointed`` (with gradients on): through ``torch.utils.checkpoint`` (non-reentrant), which
+    keeps only the layer's input and recomputes its activations in the backward pass (Chen et al. 2016, "Training
+    Deep Nets with Sublinear Memory Cost"): one more forward per layer for the memory of the layer's activations."""
+    if checkpointed and torch.is_grad_enabled():
+        return checkpoint(layer, *args, use_reentrant=False)
+    return layer(*args)
+
+
 class Encoder(nn.Module):
     """N encoder layers; pre-LN stacks end with a LayerNorm (post-LN layers already end with one)."""
 
     def __init__(self, sizes: LayerSizes, num_layers: int) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(sizes) for _ in range(num_layers))
-        self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
+        per_layer = [sizes.for_layer(i) for i in range(num_layers)]
+        rotaries = layer_rotaries(per_layer)
+        self.layers = nn.ModuleList(EncoderLayer(s, r) for s, r in zip(per_layer, rotaries, strict=True))
+        self.final_norm = final_norm(sizes)
+        self.checkpointing = False  # training's memory seam: recompute each layer in the backward pass (run_layer)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, mode: PassMode = PADDED) -> EncoderOutput:
         """x: (B, S, D) embedded source (or (N_S, D) packed with ``mode.packing``); mask: bool broadcastable to
         (B, H, S, S); mode: :class:`~dotformer.layers.PassMode`. Returns the memory, shaped as x."""
         weights = []
         for layer in self.layers:
-            x, w = layer(x, mask, mode)  # (B, S, D)
+            x, w = run_layer(layer, self.checkpointing, x, mask, mode)  # (B, S, D)
             weights.append(w)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -68,8 +100,13 @@ class Decoder(nn.Module):
 
     def __init__(self, sizes: LayerSizes, num_layers: int, cross_attention: bool = True) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(sizes, cross_attention) for _ in range(num_layers))
-        self.final_norm = nn.LayerNorm(sizes.d_model, eps=sizes.layer_norm_eps) if sizes.norm_first else None
+        per_layer = [sizes.for_layer(i) for i in range(num_layers)]
+        rotaries = layer_rotaries(per_layer)
+        self.layers = nn.ModuleList(
+            DecoderLayer(s, cross_attention, r) for s, r in zip(per_layer, rotaries, strict=True)
+        )
+        self.final_norm = final_norm(sizes)
+        self.checkpointing = False  # training's memory seam: recompute each layer in the backward pass (run_layer)
 
     def forward(
         self,
@@ -85,7 +122,7 @@ class Decoder(nn.Module):
         layer_caches = cache.for_layers(len(self.layers)) if cache is not None else [None] * len(self.layers)
         self_w, cross_w = [], []
         for layer, layer_cache in zip(self.layers, layer_caches, strict=True):
-            out = layer(x, memory, tgt_mask, memory_mask, layer_cache, mode)
+            out = run_layer(layer, self.checkpointing, x, memory, tgt_mask, memory_mask, layer_cache, mode)
             x = out.output  # (B, T, D)
             self_w.append(out.self_weights)
             cross_w.append(out.cross_weights)

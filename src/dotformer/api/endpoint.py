@@ -1,11 +1,13 @@
 """One request of ``POST /api/translate`` (or ``/api/generate``, ``/api/classify``): its checks, its limits, and its
-decoding in fair turns at the model.
+decoding beside the other requests waiting.
 
 :func:`parse_request` checks a decoded JSON body against the limits (:data:`MAX_TEXTS` texts of at most
 :data:`MAX_TEXT_CHARS` characters, beam at most :data:`MAX_BEAM`); :func:`translate_request` also bounds its work
-(source tokens x beam, at most :data:`MAX_REQUEST_WORK`) and decodes it in chunks of at most :data:`CHUNK_WORK`, each
-chunk one turn at the model (:class:`~dotformer.api.turns.ModelTurns`), so that requests arriving meanwhile are
-served between the chunks of a large one. Nothing here knows HTTP, nor how the
+(source tokens x beam, at most :data:`MAX_REQUEST_WORK`) and hands its texts to the server's batcher
+(:class:`~dotformer.api.batcher.Batcher`), which decodes them in engine calls beside the texts of the other requests
+with the same options, a large request split across calls so that the small ones arriving meanwhile are not held
+back. :func:`require_route` refuses a request the model cannot serve, naming the route that does. Nothing here knows
+HTTP, nor how the
 :class:`~dotformer.api.Translator` decodes (it calls ``translate``, ``generate`` and ``classify``); the HTTP side is
 :mod:`dotformer.api.serve`.
 """
@@ -15,18 +17,20 @@ from __future__ import annotations
 import functools
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from dotformer.api.turns import ModelTurns
+from dotformer.api.batcher import Batcher
 from dotformer.api.web import RequestError
 from dotformer.decoding.config import STRATEGIES
 from dotformer.decoding.options import (
     DECODE_OPTIONS,
     OPTION_NAMES,
     DecodeOption,
-    decode_config,
+    DecodeRequest,
+    decode_request,
     only_apply,
     with_surface_names,
 )
@@ -39,10 +43,45 @@ MAX_TEXTS = 64  # most texts per request
 MAX_TEXT_CHARS = 2000  # most characters per text
 MAX_BEAM = 16  # widest beam (and most n_best) a request may ask for
 MAX_REQUEST_WORK = 16384  # most source tokens (EOS included) x beam one request may ask for
-CHUNK_WORK = 1024  # most source tokens x beam decoded in one turn at the model
 MAX_LEN_B = 1024  # most output tokens beyond max_len_a x input length (and most min_len_b) a request may ask for
 FIELDS = ("texts", *OPTION_NAMES)
-T = TypeVar("T")
+
+
+def model_kind(config: Any) -> tuple[str, str | None]:
+    """What a model of ``config`` is, in words, and the route of :mod:`dotformer.api.serve` that runs it (None: no
+    route does): ``("a language model", "POST /api/generate")``."""
+    if config.head == "sequence":
+        return "a classifier", "POST /api/classify"
+    if config.head == "token":
+        return "a tagger", "POST /api/classify"
+    if config.arch == "decoder-only":
+        return "a language model", "POST /api/generate"
+    if config.arch == "encoder-only":
+        return "a masked language model", "POST /api/embed"
+    return "a translation model", "POST /api/translate"
+
+
+def require_route(translator: Any, route: str) -> None:
+    """Refuse a request to ``route`` (``"POST /api/translate"``) that the loaded model cannot serve, before anything
+    is decoded, naming the route that serves it, on every engine.
+
+    Raises:
+        RequestError: (400) the model is not one ``route`` runs.
+    """
+    kind, served = model_kind(translator.files.config)
+    if served == route:
+        return
+    path, wanted = route.split()[1], ROUTE_MODELS[route]
+    where = f"send {served}" if served is not None else "no route of dotformer serve runs it"
+    raise RequestError(f"{translator.files.path} is {kind}: {path} serves {wanted}; {where}")
+
+
+ROUTE_MODELS = {
+    "POST /api/translate": "a translation model",
+    "POST /api/generate": "a language model",
+    "POST /api/classify": "a classifier or a tagger",
+    "POST /api/embed": "a model with an encoder",
+}  # what each route runs
 
 
 def _positive_int(request: dict[str, Any], name: str, default: int, largest: int) -> int:
@@ -52,8 +91,9 @@ def _positive_int(request: dict[str, Any], name: str, default: int, largest: int
     return value
 
 
-def parse_request(request: Any) -> tuple[list[str], dict[str, Any]]:
-    """Check a decoded JSON request; return its texts and the keyword arguments of ``Translator.translate``.
+def parse_request(request: Any) -> tuple[list[str], DecodeRequest]:
+    """Check a decoded JSON request; return its texts and its :class:`~dotformer.decoding.options.DecodeRequest`
+    (details wanted, no progress bar).
 
     Raises:
         RequestError: not an object, unknown fields, ``texts`` missing, empty, too many or too long, not strings,
@@ -90,10 +130,10 @@ def parse_request(request: Any) -> tuple[list[str], dict[str, Any]]:
             raise RequestError(f'"{name}" must be at most {MAX_LEN_B}, got {options[name]}')
     options["prefix"] = _prefixes(request, len(texts))
     try:
-        decode_config(options, _json_misplaced)
+        decoding = decode_request(options, _json_misplaced)
     except ConfigError as exc:
         raise RequestError(str(exc).replace("DecodeConfig.", "")) from None
-    return texts, {name: value for name, value in options.items() if value is not None}
+    return texts, replace(decoding, details=True, progress=False)
 
 
 def _typed(request: dict[str, Any], option: DecodeOption) -> Any:
@@ -147,67 +187,63 @@ def hypothesis_json(hypothesis: Any) -> dict[str, Any]:
     return item
 
 
-def chunk_by_work(work: list[int], chunk_work: int) -> list[range]:
-    """Cut consecutive texts into chunks of at most ``chunk_work`` in all (a text above it is a chunk alone).
-
-    Args:
-        work: per text, its source tokens x beam.
-        chunk_work: the most work per chunk.
-
-    Returns:
-        The index ranges of the chunks, in order, covering every text once.
-    """
-    chunks, start, total = [], 0, 0
-    for i, amount in enumerate(work):
-        if i > start and total + amount > chunk_work:
-            chunks.append(range(start, i))
-            start, total = i, 0
-        total += amount
-    if start < len(work):
-        chunks.append(range(start, len(work)))
-    return chunks
+Counted = Callable[[int], None]  # told the number of output tokens an engine call produced (metrics)
 
 
-def _translate_chunk(translator: Translator, texts: list[str], options: dict[str, Any], chunk: range) -> list[Any]:
-    """``Translator.translate`` on the texts of one chunk (their prefixes too), its warnings silenced: unknown symbols
-    are reported per text in the reply."""
+def _translate_items(
+    translator: Translator, request: DecodeRequest, counted: Counted | None, items: list[tuple[str, str | None]]
+) -> list[Any]:
+    """``Translator.translate`` on one engine call's ``(text, prefix)`` pairs (``request``: their options, without
+    prefixes), its warnings silenced: unknown symbols are reported per text in the reply. ``counted`` is told the
+    output tokens of every hypothesis."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prefix = options.get("prefix")
-        chunk_options = {**options, "prefix": None if prefix is None else [prefix[i] for i in chunk]}
-        return translator.translate([texts[i] for i in chunk], details=True, **chunk_options)
+        prefixes = tuple(prefix for _, prefix in items)
+        with_prefix = replace(request, prefix=prefixes if any(p is not None for p in prefixes) else None)
+        results = translator.translate([text for text, _ in items], with_prefix)
+    if counted is not None:
+        counted(sum(len(h.tokens) for result in results for h in result.hypotheses))
+    return results
 
 
-async def _here(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in the calling thread: the model's turns of a caller without a server."""
-    return fn(*args)
+async def _batched(
+    batcher: Batcher | None, key: Any, items: list[Any], sizes: list[int], run: Any, whole: bool = False
+) -> list[Any]:
+    """``run(items)`` through the server's batcher (beside other requests of the same ``key``), or here without one."""
+    if batcher is None:
+        return list(run(items))
+    return await batcher.submit(key, items, sizes, run, whole)
 
 
 async def translate_request(
     translator: Translator,
     request: Any,
-    turns: ModelTurns | None = None,
+    batcher: Batcher | None = None,
     max_work: int = MAX_REQUEST_WORK,
-    chunk_work: int = CHUNK_WORK,
+    counted: Counted | None = None,
 ) -> dict[str, Any]:
     """The JSON reply to one request (see the module docstring).
 
     Args:
         translator: the loaded model.
         request: the decoded JSON body.
-        turns: the model's turns, shared by every request of a server (None: decode in the calling thread).
+        batcher: the server's :class:`~dotformer.api.batcher.Batcher`, which decodes the request's texts beside
+            those of other requests with the same options (None: decode here, in the calling thread).
         max_work: the most source tokens (EOS included) x beam (1 for greedy) the request may ask for.
-        chunk_work: the most of that decoded in one turn.
+        counted: told the output tokens of each engine call (metrics; from the model's thread).
 
     Raises:
-        RequestError: a bad request (see :func:`parse_request`), or one that asks for more than ``max_work`` (413).
+        RequestError: a bad request (see :func:`parse_request`), a model this route does not serve, or one that asks
+            for more than ``max_work`` (413).
         DotformerError: the model cannot decode an input (e.g. longer than it reads).
     """
     from dotformer.decoding.inputs import encode_sources, unknown_prefix_symbols
 
-    texts, options = parse_request(request)
+    require_route(translator, "POST /api/translate")
+    texts, decoding = parse_request(request)
     encoded = encode_sources(translator.files, texts, translator.max_input_length)  # cheap: not a turn
-    width = options.get("beam", 4) if options["strategy"] == "beam" else options["n_best"]
+    config = decoding.config
+    width = config.beam_size if config.strategy == "beam" else config.n_best
     work = [len(ids) * width for ids in encoded.ids]
     if sum(work) > max_work:
         raise RequestError(
@@ -215,11 +251,13 @@ async def translate_request(
             f"send fewer or shorter texts, or a narrower beam",
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
         )
-    run = turns.run if turns is not None else _here
-    results = []
-    for chunk in chunk_by_work(work, chunk_work):  # the next chunk queues behind those that arrived meanwhile
-        results += await run(_translate_chunk, translator, texts, options, chunk)
-    prefixes = options.get("prefix") or [None] * len(results)
+    prefixes = decoding.prefix or (None,) * len(texts)
+    options = replace(decoding, prefix=None)
+    sampling = config.strategy == "sample"  # one random generator per call: decoded whole and alone
+    key = object() if sampling else ("translate", options, decoding.prefix is not None)
+    items = list(zip(texts, prefixes, strict=True))
+    run = functools.partial(_translate_items, translator, options, counted)
+    results = await _batched(batcher, key, items, work, run, whole=sampling)
     translations = []
     for result, prefix in zip(results, prefixes, strict=True):
         best = result.hypotheses[0]
@@ -232,32 +270,50 @@ async def translate_request(
         }
         if best.alignment is not None:
             item["alignment"] = [list(pair) for pair in best.alignment]
-        if options["n_best"] > 1:
+        if config.n_best > 1:
             item["hypotheses"] = [hypothesis_json(h) for h in result.hypotheses]
         translations.append(item)
     return {"translations": translations}
 
 
 MAX_NEW_TOKENS = 1024  # most tokens one POST /api/generate may ask for
-GENERATE_FIELDS = ("prompt", "max_new_tokens", "strategy", "n", "temperature", "top_k", "top_p", "seed", "beam_size")
+GENERATE_FIELDS = (
+    "prompt", "max_new_tokens", "strategy", "n", "temperature", "top_k", "top_p", "seed", "beam_size", "stream",
+)  # fmt: skip
 GENERATE_KINDS: dict[str, type] = {
     "prompt": str, "max_new_tokens": int, "strategy": str, "n": int, "temperature": float, "top_k": int,
-    "top_p": float, "seed": int, "beam_size": int,
+    "top_p": float, "seed": int, "beam_size": int, "stream": bool,
 }  # fmt: skip
 GENERATE_NAMES: dict[str, str] = {**{name: name for name in GENERATE_FIELDS}, "n_best": "n"}  # DecodeConfig -> JSON
 
 
-async def generate_request(translator: Translator, request: Any, turns: ModelTurns | None = None) -> dict[str, Any]:
-    """The JSON reply ``{"texts": [...]}`` to one ``POST /api/generate`` request, for a language model.
+def text_tokens(translator: Translator, texts: list[str]) -> int:
+    """The tokens of generated ``texts`` as the model's tokenizer reads them (each line end one EOS)."""
+    from dotformer.decoding.inputs import encode_prompt
+
+    return sum(len(encode_prompt(translator.tgt_tokenizer, text)) - 1 for text in texts)
+
+
+async def generate_request(
+    translator: Translator, request: Any, batcher: Batcher | None = None, counted: Counted | None = None
+) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+    """The JSON reply ``{"texts": [...]}`` to one ``POST /api/generate`` request, for a language model; with
+    ``"stream": true``, the events ``{"text": "..."}`` of the new text's pieces as they are produced (one greedy or
+    sampled continuation: :func:`dotformer.api.streaming.stream_continuation`; their text joined is the ``texts[0]``
+    the same request gives without ``stream``).
 
     The fields are the keywords of :meth:`dotformer.api.Translator.generate`: ``prompt`` ("" by default),
     ``max_new_tokens`` (1..:data:`MAX_NEW_TOKENS`, 200), ``strategy``, ``n`` (1..:data:`MAX_BEAM`), ``temperature``,
-    ``top_k``, ``top_p``, ``seed``, ``beam_size``.
+    ``top_k``, ``top_p``, ``seed``, ``beam_size``; and ``stream``. ``counted`` is told the tokens generated
+    (metrics).
 
     Raises:
-        RequestError: not an object, an unknown field, a value of the wrong type or out of range, or a checkpoint
-            that is not a language model.
+        RequestError: not an object, an unknown field, a value of the wrong type or out of range, a stream of
+            several continuations or of beam search, or a checkpoint that is not a language model.
     """
+    from dotformer.api.generation import generation_settings
+
+    require_route(translator, "POST /api/generate")
     if not isinstance(request, dict):
         raise RequestError('the body must be a JSON object: {"prompt": "..."}')
     unknown = sorted(set(request) - set(GENERATE_FIELDS))
@@ -266,30 +322,64 @@ async def generate_request(translator: Translator, request: Any, turns: ModelTur
     for name, value in request.items():
         kind = GENERATE_KINDS[name]
         ok = isinstance(value, int | float) if kind is float else isinstance(value, kind)
-        if isinstance(value, bool) or not ok:
-            raise RequestError(f'"{name}" must be {"a string" if kind is str else "a number"}, got {json.dumps(value)}')
+        if (isinstance(value, bool) and kind is not bool) or not ok:
+            kinds = {str: "a string", bool: "true or false"}
+            raise RequestError(f'"{name}" must be {kinds.get(kind, "a number")}, got {json.dumps(value)}')
     if len(request.get("prompt", "")) > MAX_TEXT_CHARS:
         raise RequestError(f'"prompt" has more than {MAX_TEXT_CHARS} characters')
     _positive_int(request, "max_new_tokens", 200, MAX_NEW_TOKENS)
     n = _positive_int(request, "n", 1, MAX_BEAM)
     _positive_int(request, "beam_size", 1, MAX_BEAM)
-    settings = {name: value for name, value in request.items() if name not in ("prompt", "n")}
-    run = turns.run if turns is not None else _here
+    settings = {name: value for name, value in request.items() if name not in ("prompt", "n", "stream")}
+    prompt = request.get("prompt", "")
+    if request.get("stream", False):
+        if n != 1 or request.get("strategy", "sample") == "beam":
+            raise RequestError('"stream": true sends one greedy or sampled continuation: leave out "n" and "beam"')
+        try:
+            config = generation_settings(n=1, **settings)
+        except ConfigError as exc:
+            raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
+        return _generate_events(translator, prompt, config, batcher, counted)
+
+    def run(prompts: list[str]) -> list[Any]:  # one prompt per call (the engines continue one prompt at a time)
+        return [translator.generate(prompts[0], n=n, **settings)]
+
     try:
-        texts = await run(functools.partial(translator.generate, request.get("prompt", ""), n=n, **settings))
+        (texts,) = await _batched(batcher, object(), [prompt], [len(prompt) + 1], run, whole=True)
     except ConfigError as exc:
         raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
-    return {"texts": texts if isinstance(texts, list) else [texts]}
+    texts = texts if isinstance(texts, list) else [texts]
+    if counted is not None:
+        counted(text_tokens(translator, texts))
+    return {"texts": texts}
+
+
+async def _generate_events(
+    translator: Translator, prompt: str, config: Any, batcher: Batcher | None, counted: Counted | None
+) -> AsyncIterator[dict[str, Any]]:
+    """``{"text": piece}`` per piece of the continuation as it comes (the tokens counted at the end)."""
+    from dotformer.api.streaming import stream_continuation
+
+    produced: list[str] = []
+    pieces = stream_continuation(translator, prompt, config, batcher)
+    try:
+        async for piece in pieces:
+            produced.append(piece)
+            yield {"text": piece}
+    finally:
+        await pieces.aclose()
+        if counted is not None:
+            counted(text_tokens(translator, ["".join(produced)]))
 
 
 CLASSIFY_FIELDS = ("texts",)
 
 
-async def classify_request(translator: Translator, request: Any, turns: ModelTurns | None = None) -> dict[str, Any]:
+async def classify_request(translator: Translator, request: Any, batcher: Batcher | None = None) -> dict[str, Any]:
     """The JSON reply to one ``POST /api/classify``: ``{"texts": [...]}`` -> ``{"results": [...]}``, one object per
     text: ``{"label", "probability", "probabilities"}`` for a classifier, ``{"words", "labels", "probabilities"}``
     for a tagger (:func:`dotformer.api.classifier.classify_texts`). At most :data:`MAX_TEXTS` texts of
-    :data:`MAX_TEXT_CHARS` characters; classified in one turn at the model (``turns``: the server's, else here).
+    :data:`MAX_TEXT_CHARS` characters; classified through ``batcher`` beside other requests (None: here).
 
     Raises:
         RequestError: not an object, an unknown field, ``texts`` missing, empty, too many or too long, or not
@@ -298,13 +388,79 @@ async def classify_request(translator: Translator, request: Any, turns: ModelTur
     """
     from dotformer.api.classifier import classify_texts
 
-    if translator.model.config.head not in ("sequence", "token"):
-        raise RequestError(f"{translator.path} is no classifier: POST /api/translate (or /api/generate) instead")
+    require_route(translator, "POST /api/classify")
     if not isinstance(request, dict):
         raise RequestError('the body must be a JSON object: {"texts": ["..."]}')
     unknown = sorted(set(request) - set(CLASSIFY_FIELDS))
     if unknown:
         raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(CLASSIFY_FIELDS)}")
+    texts = _texts(request)
+
+    def quietly(batch: list[str]) -> list[Any]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a reply has no warnings channel; the figures say what the model read
+            return classify_texts(translator.checkpoint, batch)
+
+    sizes = [len(ids) for ids in translator.src_tokenizer.encode_batch(texts)]
+    results = await _batched(batcher, ("classify",), texts, sizes, quietly)
+    if translator.model.config.head == "sequence":
+        return {"results": [{"label": r.label, "probability": r.probability, "probabilities": r.probabilities}
+                            for r in results]}  # fmt: skip
+    return {"results": [{"words": r.words, "labels": r.labels, "probabilities": r.probabilities} for r in results]}
+
+
+EMBED_FIELDS = ("texts", "pooling", "normalize")
+
+
+async def embed_request(
+    translator: Translator, request: Any, batcher: Batcher | None = None, max_work: int = MAX_REQUEST_WORK
+) -> dict[str, Any]:
+    """The JSON reply to one ``POST /api/embed``: ``{"texts": [...], "pooling": "mean", "normalize": false}`` ->
+    ``{"embeddings": [[...], ...], "dimensions": D}``, one vector per text, :meth:`dotformer.api.Translator.embed`'s
+    (the encoder's memory pooled: "mean" over the real tokens or "cls", the first; ``normalize``: unit length). Any
+    model with an encoder (translation models, masked language models, classifiers) serves it; the texts are
+    embedded through ``batcher`` beside those of other requests with the same pooling (None: here).
+
+    Raises:
+        RequestError: not an object, an unknown field, ``texts`` missing, empty, too many or too long, a bad
+            ``pooling`` or ``normalize``, more than ``max_work`` tokens (413), or a language model (no encoder).
+    """
+    import numpy as np
+
+    if translator.files.config.arch == "decoder-only":
+        raise RequestError(f"{translator.files.path} is a language model: /api/embed serves a model with an encoder; "
+                           "send POST /api/generate")  # fmt: skip
+    if not isinstance(request, dict):
+        raise RequestError('the body must be a JSON object: {"texts": ["..."]}')
+    unknown = sorted(set(request) - set(EMBED_FIELDS))
+    if unknown:
+        raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(EMBED_FIELDS)}")
+    texts = _texts(request)
+    pooling, normalize = request.get("pooling", "mean"), request.get("normalize", False)
+    if pooling not in ("mean", "cls"):
+        raise RequestError(f'"pooling" must be "mean" or "cls", got {json.dumps(pooling)}')
+    if not isinstance(normalize, bool):
+        raise RequestError(f'"normalize" must be true or false, got {json.dumps(normalize)}')
+    sizes = [len(ids) for ids in translator.src_tokenizer.encode_batch(texts)]
+    if sum(sizes) > max_work:
+        raise RequestError(f"the request holds {sum(sizes)} tokens; one request takes at most {max_work}",
+                           HTTPStatus.REQUEST_ENTITY_TOO_LARGE)  # fmt: skip
+
+    def run(batch: list[str]) -> list[Any]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a reply has no warnings channel
+            return list(np.asarray(translator.embed(batch, pooling=pooling, normalize=normalize)))
+
+    vectors = await _batched(batcher, ("embed", pooling, normalize), texts, sizes, run)
+    return {"embeddings": [vector.tolist() for vector in vectors], "dimensions": int(len(vectors[0]))}
+
+
+def _texts(request: dict[str, Any]) -> list[str]:
+    """``"texts"``: a non-empty list of at most :data:`MAX_TEXTS` strings of at most :data:`MAX_TEXT_CHARS`.
+
+    Raises:
+        RequestError: anything else (the message names the text).
+    """
     texts = request.get("texts")
     if not isinstance(texts, list) or not texts:
         raise RequestError('"texts" must be a non-empty list of strings')
@@ -315,17 +471,7 @@ async def classify_request(translator: Translator, request: Any, turns: ModelTur
             raise RequestError(f'"texts"[{i}] is not a string')
         if len(text) > MAX_TEXT_CHARS:
             raise RequestError(f'"texts"[{i}] has {len(text)} characters; the endpoint takes at most {MAX_TEXT_CHARS}')
-
-    def quietly() -> list[Any]:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a reply has no warnings channel; the figures say what the model read
-            return classify_texts(translator.checkpoint, texts)
-
-    results = await turns.run(quietly) if turns is not None else quietly()
-    if translator.model.config.head == "sequence":
-        return {"results": [{"label": r.label, "probability": r.probability, "probabilities": r.probabilities}
-                            for r in results]}  # fmt: skip
-    return {"results": [{"words": r.words, "labels": r.labels, "probabilities": r.probabilities} for r in results]}
+    return texts
 
 
 def describe_api(translator: Translator) -> dict[str, Any]:
@@ -354,7 +500,14 @@ def describe_api(translator: Translator) -> dict[str, Any]:
                 "fields": ["texts (required: a list of strings)"],
                 "for": 'classifiers and taggers (task "classify", "tag")',
             },
+            "POST /api/embed": {
+                "fields": ["texts (required: a list of strings)", "pooling", "normalize"],
+                "for": "models with an encoder",
+            },
             "GET /api/health": "the model and the limits",
+            "GET /health": "the process answers (liveness; never needs the API key)",
+            "GET /ready": "the model is loaded and takes requests (readiness)",
+            "GET /metrics": "requests, latencies, batch sizes, queue and tokens in Prometheus' text format",
             "GET /": "this description",
         },
         "translate_options": options,

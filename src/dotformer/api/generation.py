@@ -10,7 +10,9 @@
 
 A prompt is read as the start of a line (the text stream before it ends with a line end), each of its own line
 breaks an EOS; the continuation's EOS tokens come back as line breaks
-(:func:`~dotformer.decoding.inputs.generated_text`). The model reads at most
+(:func:`~dotformer.decoding.inputs.generated_text`). An imported model reads text by its own rules
+(:class:`~dotformer.decoding.inputs.TextRules`): BOS first when its family adds one, and its continuation ends at
+its EOS. The model reads at most
 its training block size of tokens at once. Either engine continues the prompt
 (:meth:`dotformer.engines.torch.TorchEngine.generate`, :meth:`dotformer.engines.ct2_generate.CT2Generate.generate`);
 nothing here imports torch.
@@ -21,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dotformer.decoding.inputs import encode_prompt, generated_text
+from dotformer.decoding.inputs import encode_prompt, generated_text, text_rules
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -53,7 +55,7 @@ def generate_text(
             f"{checkpoint.path} is an {checkpoint.config.arch} model: generate continues text with a language "
             f"model (dotformer train --task lm); translate it with dotformer translate"
         )
-    tokenizer = checkpoint.tgt_tokenizer
+    tokenizer, rules = checkpoint.tgt_tokenizer, text_rules(checkpoint.info)
     on_token = None
     if on_text is not None:
         produced: list[int] = []
@@ -61,14 +63,14 @@ def generate_text(
 
         def on_token(tokens: Any) -> None:
             produced.append(int(tokens[0]))
-            text = generated_text(tokenizer, produced)
+            text = generated_text(tokenizer, produced, rules)
             if len(text) > shown[0] and not text.endswith("\ufffd"):  # a byte piece waits for the rest of its char
                 on_text(text[shown[0] :])
                 shown[0] = len(text)
 
-    ids = encode_prompt(tokenizer, prompt)
-    outputs = engine.generate(ids, config, checkpoint.context_window, on_token)
-    return [generated_text(tokenizer, tokens) for tokens in outputs]
+    ids = encode_prompt(tokenizer, prompt, rules)
+    outputs = engine.generate(ids, config, checkpoint.context_window, on_token, rules.eos_ids)
+    return [generated_text(tokenizer, tokens, rules) for tokens in outputs]
 
 
 def warn_unknown_prompt(checkpoint: CheckpointLike, prompt: str, where: str | None = None) -> None:

@@ -6,32 +6,50 @@
     POST /api/generate    {"prompt": "...", "max_new_tokens": 200, "n": 1, ...} -> {"texts": ["...", ...]}
     POST /api/classify    {"texts": ["...", ...]} -> {"results": [{"label": "...", "probability": 0.9,
                                                        "probabilities": {...}}, ...]} (a tagger: words, labels)
+    POST /api/embed       {"texts": ["...", ...], "pooling": "mean", "normalize": false}
+                          -> {"embeddings": [[...], ...], "dimensions": D} (a model with an encoder)
     GET  /api/health      {"ok": true, "model": "...", "limits": {...}}
+    GET  /health          {"status": "ok"}: the process answers (for a container's liveness probe; never needs a key)
+    GET  /ready           {"ready": true, "model": "...", "engine": "..."}: the model is loaded and takes requests
+    GET  /metrics         the server's figures in Prometheus' text format (:mod:`dotformer.api.metrics`)
+    POST /v1/completions  OpenAI-style completions for a language model, streamed or not
+                          (:mod:`dotformer.api.completions`); GET /v1/models lists the model
     GET  /                the model, the endpoints and every decoding option (name, type, default, help)
 
 Only ``texts`` is required; ``beam``, ``n_best``, ``strategy`` and every other option of
 :data:`dotformer.decoding.options.DECODE_OPTIONS` are optional (``prefix``: one string or null per text).
 ``unknown_symbols`` counts the symbols of the text and of its prefix read as <unk>; ``hypotheses`` is there when
-``n_best`` > 1 (best first, each ``{"text", "score", "finished"}``). ``/api/generate`` is for language-model
+``n_best`` > 1 (best first, each ``{"text", "score", "finished"}``). ``/api/generate`` with ``"stream": true``
+answers with server-sent events, ``data: {"text": "..."}`` per piece of text as the engine produces it, then
+``data: [DONE]``. ``/api/generate`` is for language-model
 checkpoints (:meth:`dotformer.api.Translator.generate`), ``/api/classify`` for classifiers and taggers
 (:func:`dotformer.api.endpoint.classify_request`). Decoding is :meth:`dotformer.api.Translator.translate`, the
 path of ``dotformer translate``, so both give the same outputs for the same settings; the server does not know how
 the Translator decodes.
 
+Requests are decoded together: the texts of every request waiting (translate, classify, embed; a generate request
+is one call) are gathered by :class:`~dotformer.api.batcher.Batcher` into one engine call, up to ``batch_tokens`` source
+tokens x beam or after ``batch_wait_ms``, and each request gets back exactly its own outputs, those of ``dotformer
+translate`` with the same options (requests with different options are never mixed; a sampling request is decoded
+alone, whole).
+
 Bad input gets one line ``{"error": "..."}`` (400; 413 for a body over :data:`MAX_BODY_BYTES` or a request over
 :data:`~dotformer.api.endpoint.MAX_REQUEST_WORK`; 408 for a body not received in time; 404, 405) and the server keeps
 serving. The request's limits are :mod:`dotformer.api.endpoint`'s, the connection's :mod:`dotformer.api.web`'s: the
-event loop reads every connection, so a slow or idle client costs no decoding. The model decodes one chunk of a
-request at a time on its own thread, the chunks of all requests taking turns first come, first served
-(:class:`~dotformer.api.turns.ModelTurns`), so a large request does not hold back the small ones that arrive while it
-runs. It listens on 127.0.0.1 unless told otherwise; Ctrl-C or SIGTERM stops it once the requests being decoded are
-answered.
+event loop reads every connection, so a slow or idle client costs no decoding. The model decodes one call at a time
+on its own thread (:class:`~dotformer.api.turns.ModelTurns`); a large request's texts are split across calls, the
+requests that arrive meanwhile riding in the next call beside it, so it does not hold back the small ones. It listens
+on 127.0.0.1 unless told otherwise; Ctrl-C or SIGTERM stops it once the requests being decoded are answered.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from dotformer.api.batcher import MAX_BATCH_TOKENS, MAX_WAIT_MS, Batcher
+from dotformer.api.completions import chat_refusal, completion_request, describe_completions, models_reply
 from dotformer.api.endpoint import (
     MAX_BEAM,
     MAX_REQUEST_WORK,
@@ -39,11 +57,14 @@ from dotformer.api.endpoint import (
     MAX_TEXTS,
     classify_request,
     describe_api,
+    embed_request,
     generate_request,
+    model_kind,
     translate_request,
 )
+from dotformer.api.metrics import ServerMetrics
 from dotformer.api.turns import ModelTurns
-from dotformer.api.web import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_JSON_DEPTH, LocalServer
+from dotformer.api.web import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_JSON_DEPTH, LocalServer, Raw
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -62,10 +83,14 @@ class TranslationServer(LocalServer):
         translator: from :func:`dotformer.load`.
         port: TCP port (0: any free port; :attr:`server_address` holds the bound one once started).
         host: the interface to listen on (default 127.0.0.1, this machine only).
-        verbose: log each request (``logging``, logger ``dotformer.serve``).
+        verbose: log each request, one JSON line (route, status, ms, sentences) on the logger
+            ``dotformer.serve.access``.
         header_timeout: the longest wait for a request's line and headers, seconds (:data:`HEADER_TIMEOUT_S`).
         body_timeout: the longest wait for its body after the headers, seconds (:data:`BODY_TIMEOUT_S`).
         max_work: the most source tokens x beam per request (:data:`MAX_REQUEST_WORK`).
+        batch_tokens: the most source tokens x beam of all requests decoded in one engine call.
+        batch_wait_ms: the longest a request waits for others to share its call, milliseconds.
+        api_key: when given, every route but ``GET /health`` needs ``Authorization: Bearer API_KEY`` (401 without).
 
     Raises:
         ConfigError: a limit that is not positive.
@@ -80,21 +105,32 @@ class TranslationServer(LocalServer):
         header_timeout: float = HEADER_TIMEOUT_S,
         body_timeout: float = BODY_TIMEOUT_S,
         max_work: int = MAX_REQUEST_WORK,
+        batch_tokens: int = MAX_BATCH_TOKENS,
+        batch_wait_ms: float = MAX_WAIT_MS,
+        api_key: str | None = None,
     ) -> None:
         if isinstance(max_work, bool) or not isinstance(max_work, int) or max_work < 1:
             raise ConfigError(f"TranslationServer max_work must be a positive integer, got {max_work!r}")
         routes = {"GET /": self._describe, "GET /api/health": self._health}
+        routes |= {"GET /health": self._alive, "GET /ready": self._ready}
         routes |= {"POST /api/translate": self._translate, "POST /api/generate": self._generate}
-        routes |= {"POST /api/classify": self._classify}
+        routes |= {"POST /api/classify": self._classify, "GET /metrics": self._metrics}
+        routes |= {"POST /v1/completions": self._complete, "POST /v1/chat/completions": self._chat}
+        routes |= {"GET /v1/models": self._models, "POST /api/embed": self._embed}
         body = '{"texts": ["..."]}'
-        super().__init__(routes, host, port, "serve", body, MAX_BODY_BYTES, header_timeout, body_timeout, verbose)
+        super().__init__(
+            routes, host, port, "serve", body, MAX_BODY_BYTES, header_timeout, body_timeout, verbose, api_key,
+            frozenset({"GET /health"}),
+        )  # fmt: skip
         self.translator, self.max_work, self.turns = translator, max_work, ModelTurns()
+        self.metrics = ServerMetrics(lambda: self.batcher.waiting)  # a registry of this server's own
+        self.batcher = Batcher(self.turns, batch_tokens, batch_wait_ms / 1000, self.metrics.batch)
 
     @property
     def url(self) -> str:
         """The endpoint's address, e.g. http://127.0.0.1:8080/api/translate (/api/generate for a language model)."""
-        route = {"lm": "api/generate", "classify": "api/classify", "tag": "api/classify"}.get(self.translator.task)
-        return super().url + (route or "api/translate")
+        _, route = model_kind(self.translator.files.config)
+        return super().url + (route or "POST /api/translate").split()[1].lstrip("/")
 
     def announcement(self) -> str:
         """``POST http://127.0.0.1:8080/api/translate``."""
@@ -108,27 +144,84 @@ class TranslationServer(LocalServer):
         return {"ok": True, "model": str(self.translator.path), "task": self.translator.task, "limits": limits}
 
     async def _describe(self, _: None) -> dict[str, Any]:
-        return describe_api(self.translator)
+        description = describe_api(self.translator)
+        description["endpoints"] |= describe_completions()
+        return description
 
     async def _health(self, _: None) -> dict[str, Any]:
         return self.health()
 
-    async def _translate(self, request: Any) -> dict[str, Any]:
-        return await translate_request(self.translator, request, self.turns, self.max_work)
+    async def _alive(self, _: None) -> dict[str, Any]:
+        return {"status": "ok"}
 
-    async def _generate(self, request: Any) -> dict[str, Any]:
-        return await generate_request(self.translator, request, self.turns)
+    async def _ready(self, _: None) -> dict[str, Any]:
+        return {"ready": True, "model": str(self.translator.path), "engine": self.translator.engine}
+
+    async def _metrics(self, _: None) -> Raw:
+        return Raw(*self.metrics.render())
+
+    def answered(self, route: str, status: int, seconds: float, reply: Any) -> None:
+        """Count the request in :attr:`metrics`, and log it (with ``verbose``)."""
+        self.metrics.answered(route, status, seconds)
+        super().answered(route, status, seconds, reply)
+
+    def error_reply(self, path: str, message: str, status: int) -> dict[str, Any]:
+        """``{"error": "..."}``; on the OpenAI-style routes (``/v1/...``) OpenAI's shape, whose ``message`` its
+        clients show: ``{"error": {"message", "type", "param", "code"}}``."""
+        if not path.startswith("/v1/"):
+            return super().error_reply(path, message, status)
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        code = "invalid_api_key" if status == 401 else None
+        return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+    def sentences(self, reply: Any) -> int:
+        """The texts a reply answers: translations, classifications, generated texts (a stream: 1)."""
+        if not isinstance(reply, dict):
+            return 0
+        if reply.get("stream"):
+            return 1
+        names = ("translations", "results", "texts", "choices", "embeddings")
+        return next((len(reply[name]) for name in names if name in reply), 0)
+
+    async def _translate(self, request: Any) -> dict[str, Any]:
+        counted = functools.partial(self.metrics.tokens, "POST /api/translate")
+        return await translate_request(self.translator, request, self.batcher, self.max_work, counted)
+
+    async def _generate(self, request: Any) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+        counted = functools.partial(self.metrics.tokens, "POST /api/generate")
+        return await generate_request(self.translator, request, self.batcher, counted)
+
+    async def _complete(self, request: Any) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+        counted = functools.partial(self.metrics.tokens, "POST /v1/completions")
+        return await completion_request(self.translator, request, self.batcher, counted)
+
+    async def _chat(self, _: Any) -> dict[str, Any]:
+        raise chat_refusal(self.translator)
+
+    async def _models(self, _: None) -> dict[str, Any]:
+        return models_reply(self.translator)
+
+    async def _embed(self, request: Any) -> dict[str, Any]:
+        return await embed_request(self.translator, request, self.batcher, self.max_work)
 
     async def _classify(self, request: Any) -> dict[str, Any]:
-        return await classify_request(self.translator, request, self.turns)
+        return await classify_request(self.translator, request, self.batcher)
 
     def closed(self) -> None:
-        """Stop the model's thread once every request is answered."""
+        """Stop the batcher and the model's thread once every request is answered."""
+        self.batcher.close()
         self.turns.close()
 
 
 def serve(
-    translator: Translator, port: int = 8080, host: str = HOST, verbose: bool = False, announce: Any = print
+    translator: Translator,
+    port: int = 8080,
+    host: str = HOST,
+    verbose: bool = False,
+    announce: Any = print,
+    batch_tokens: int = MAX_BATCH_TOKENS,
+    batch_wait_ms: float = MAX_WAIT_MS,
+    api_key: str | None = None,
 ) -> None:
     """Serve ``POST /api/translate`` (``POST /api/generate`` for a language model) on ``host:port`` until Ctrl-C or
     SIGTERM (then answer the requests being decoded, close the socket and return).
@@ -137,4 +230,7 @@ def serve(
         ConfigError: the address cannot be bound.
         MissingExtraError: aiohttp is not installed (``pip install "dotformer[serve]"``).
     """
-    TranslationServer(translator, port, host, verbose).run(announce)
+    server = TranslationServer(
+        translator, port, host, verbose, batch_tokens=batch_tokens, batch_wait_ms=batch_wait_ms, api_key=api_key
+    )
+    server.run(announce)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from dotformer.decoding import DecodeConfig
     from dotformer.decoding.attention_maps import AttentionMaps
     from dotformer.decoding.engine import CheckpointLike, TranslationEngine
+    from dotformer.decoding.options import DecodeRequest
     from dotformer.decoding.results import Translation
     from dotformer.engines.ct2_generate import CT2Generate
     from dotformer.engines.ct2_translate import CT2Translate
@@ -374,137 +375,77 @@ class Translator:
         return f"Translator({where}, engine={self.engine!r}, device={self.device!r}, dtype={self.dtype!r})"
 
     @overload
-    def translate(
-        self, texts: str, beam: int = ..., n_best: int = ..., *, details: Literal[False] = ..., **options: Any
-    ) -> str | list[str]: ...
+    def translate(self, texts: str, request: DecodeRequest | None = ..., /, **options: Any) -> Any: ...
     @overload
-    def translate(
-        self,
-        texts: Sequence[str],
-        beam: int = ...,
-        n_best: int = ...,
-        *,
-        details: Literal[False] = ...,
-        **options: Any,
-    ) -> list[str] | list[list[str]]: ...
-    @overload
-    def translate(
-        self, texts: str, beam: int = ..., n_best: int = ..., *, details: Literal[True], **options: Any
-    ) -> TranslationResult: ...
-    @overload
-    def translate(
-        self, texts: Sequence[str], beam: int = ..., n_best: int = ..., *, details: Literal[True], **options: Any
-    ) -> list[TranslationResult]: ...
+    def translate(self, texts: Sequence[str], request: DecodeRequest | None = ..., /, **options: Any) -> list[Any]: ...
 
-    def translate(
-        self,
-        texts: str | Sequence[str],
-        beam: int | None = None,
-        n_best: int = 1,
-        *,
-        strategy: str = "beam",
-        length_penalty: float = 0.6,
-        max_len_a: float = 1.0,
-        max_len_b: int = 50,
-        min_len_a: float = 0.0,
-        min_len_b: int = 0,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        config: DecodeConfig | None = None,
-        batch_size: int = 256,
-        max_tokens: int | None = None,
-        max_input_length: int | None = None,
-        progress: bool | None = None,
-        details: bool = False,
-        attention: bool = False,
-        prefix: str | Sequence[str | None] | None = None,
-        alignments: bool = False,
-        alignment_layer: int = -1,
-        replace_unk: bool = False,
-        scores: bool = True,
-    ) -> Any:
-        """Decode one text or a list of texts, on this translator's engine (:attr:`engine`).
+    def translate(self, texts: str | Sequence[str], request: DecodeRequest | None = None, /, **options: Any) -> Any:
+        """Decode one text or a list of texts, on the engine :mod:`dotformer.engines.choice` picks for the request.
 
         Args:
             texts: a string (one input) or a sequence of strings; each is normalised as the checkpoint's training
                 sources were (e.g. lower case for CMUdict) and may be empty.
-            beam: beam size K (strategy "beam" only; default 4). n_best: hypotheses per input (<= beam; 1 for
-                greedy).
-            strategy: "beam", "greedy" or "sample"; length_penalty (α), max_len_a, max_len_b (most output steps =
-                a · input length + b), min_len_a, min_len_b (fewest output tokens before the end = a · input length +
-                b; 0 by default), temperature (1.0), top_k (0), top_p (1.0), seed (0): see
-                :class:`~dotformer.decoding.DecodeConfig`; the last four apply to strategy "sample" only.
-            config: a ready :class:`~dotformer.decoding.DecodeConfig`; when given it replaces every search argument
-                above (``beam`` ... ``seed``), and ``beam`` or a sampling argument beside it is refused.
-            batch_size: most inputs decoded together. max_tokens: most padded source tokens per batch (default
-                :data:`~dotformer.decoding.order.DEFAULT_MAX_TOKENS`). max_input_length: most tokens (EOS
-                included) an input may have (default ``self.max_input_length``, the model's ``max_len``).
-                progress: a progress bar on stderr (None: from 500 inputs on).
-            details: return :class:`TranslationResult` (scores, tokens, ``finished``, unknown symbols) instead of
-                texts. attention: also compute each input's attention maps (implies ``details``).
-            prefix: the start every output of the input must have, written as outputs are (a string for a string
-                input; a sequence with one string or None per text for a sequence): its tokens are forced, scored
-                and kept in the output (fairseq's prefix, CTranslate2's ``target_prefix``).
-            alignments: give each hypothesis an ``alignment``, one (source index, output index) pair per output token
-                from decoder layer ``alignment_layer``'s cross-attention averaged over heads (-1: the last; see
-                :mod:`dotformer.decoding.alignment`); implies ``details``. replace_unk: replace each <unk> of an output
-                by the source piece it aligns to (char and symbol vocabularies).
-            scores: with ``details``, each hypothesis's exact ``score`` and ``log_probs``; False lets the CTranslate2
-                engine skip the scoring pass they cost (its hypotheses then carry its search's score and no
-                ``log_probs``). The torch engine scores as it searches and ignores it.
+            request: the whole request, ready (:class:`~dotformer.decoding.options.DecodeRequest`: what the CLI and
+                the server build); or else the keywords below, the options of
+                :data:`~dotformer.decoding.options.DECODE_OPTIONS` and the request's fields.
+            options: ``beam`` (strategy "beam" only; default 4), ``n_best`` (hypotheses per input, <= beam; 1 for
+                greedy), ``strategy`` ("beam", "greedy" or "sample"), ``length_penalty`` (α), ``max_len_a``,
+                ``max_len_b`` (most output steps = a · input length + b), ``min_len_a``, ``min_len_b`` (fewest output
+                tokens before the end), ``temperature`` (1.0), ``top_k`` (0), ``top_p`` (1.0), ``seed`` (0) (the
+                last four for strategy "sample" only): see :class:`~dotformer.decoding.DecodeConfig`. ``config``: a
+                ready :class:`~dotformer.decoding.DecodeConfig` in place of those (beside it they are refused).
+                ``prefix``: the start every output of the input must have (a string for a string input; one string
+                or None per text for a sequence): its tokens are forced, scored and kept in the output (fairseq's
+                prefix, CTranslate2's ``target_prefix``). ``alignments``: give each hypothesis an ``alignment``, one
+                (source index, output index) pair per output token from decoder layer ``alignment_layer``'s
+                cross-attention averaged over heads (-1: the last; :mod:`dotformer.decoding.alignment`); implies
+                ``details``. ``replace_unk``: replace each <unk> of an output by the source piece it aligns to.
+                ``batch_size`` (256), ``max_tokens``, ``max_input_length``, ``progress``, ``details``,
+                ``attention``, ``scores``: see :class:`~dotformer.decoding.options.DecodeRequest`.
 
         Returns:
             ``details`` False: the best text (n_best = 1) or the n_best texts, best first, for a string input; a list
             of those for a sequence. ``details`` True: a :class:`TranslationResult`, or a list of them.
 
         Raises:
-            ArgumentTypeError: ``texts`` is not a string or a sequence of strings (e.g. None, 123).
-            ConfigError: a bad setting (the message names it), ``beam`` without beam search, a sampling argument
-            (``temperature``, ``top_k``, ``top_p``, ``seed``) without sampling. InputTooLongError: an input longer
-            than ``max_input_length`` (a ShapeError naming it, 1-based). EngineOptionError: on
-            ``engine="ctranslate2"``, a setting only the torch engine runs (``attention``, another
-            ``alignment_layer``; the message names it).
+            ArgumentTypeError: ``texts`` is not a string or a sequence of strings (e.g. None, 123), an unknown
+            keyword, or ``request`` beside keywords. ConfigError: a bad setting (the message names it), ``beam``
+            without beam search, a sampling argument (``temperature``, ``top_k``, ``top_p``, ``seed``) without
+            sampling. InputTooLongError: an input longer than ``max_input_length`` (a ShapeError naming it,
+            1-based). EngineOptionError: on ``engine="ctranslate2"``, a setting only the torch engine runs
+            (``attention``, another ``alignment_layer``; the message names it).
 
         Warns:
             UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary, and once
                 when prefixes hold symbols outside the target vocabulary (naming them).
         """
-        arguments = dict(locals())  # the decoding options by name, as given
         from dotformer.decoding.inputs import encode_prefixes, encode_sources, warn_unknown
-        from dotformer.decoding.options import OPTION_NAMES, decode_config
-        from dotformer.engines.choice import torch_only_fields, torch_only_reason
+        from dotformer.engines.choice import torch_only_settings
 
+        request = _request(request, options)
         single = isinstance(texts, str)
         inputs = [texts] if single else _text_list(texts)
-        given = [name for name in ("beam", "temperature", "top_k", "top_p", "seed") if arguments[name] is not None]
-        if config is not None and given:
-            raise ConfigError(f"translate(): config= replaces the search arguments; leave out {', '.join(given)}")
-        if config is None:
-            values = {name: arguments[name] for name in OPTION_NAMES if name != "prefix"}
-            config = decode_config(values, _api_misplaced)
-        encoded = encode_sources(self.files, inputs, self._input_limit(max_input_length))
+        config = request.config
+        encoded = encode_sources(self.files, inputs, self._input_limit(request.max_input_length))
         warn_unknown(encoded)
+        prefix = request.prefix
         prefixes = None if prefix is None else encode_prefixes(self.files, _prefix_list(prefix, single, len(inputs)))
-        torch_only = [
-            f"{field}={getattr(config, field)!r} ({torch_only_reason(field)})"
-            for field in torch_only_fields(config, self.config)
-        ]
-        torch_only += ["attention=True (attention maps)"] if attention else []
-        wanted = details or attention or config.alignments
+        wanted = request.wants_details
         outputs = self._run(
-            torch_only,
+            torch_only_settings(request, self.config),
             lambda engine: engine.decode(
-                encoded, config, batch_size, progress, max_tokens, prefixes, wanted and scores
+                encoded, config, request.batch_size, request.progress, request.max_tokens, prefixes,
+                wanted and request.scores,
             ),
-        )
+        )  # fmt: skip
         if not wanted:
             texts_out = [[h.text for h in hyps] for hyps in outputs]
             flat: list[Any] = [hyps[0] for hyps in texts_out] if config.n_best == 1 else texts_out
             return flat[0] if single else flat
         results = [
-            TranslationResult(i, source, hyps, encoded.unknown_counts[i], self._attention(source, hyps, attention))
+            TranslationResult(
+                i, source, hyps, encoded.unknown_counts[i], self._attention(source, hyps, request.attention)
+            )
             for i, (source, hyps) in enumerate(zip(inputs, outputs, strict=True))
         ]
         return results[0] if single else results
@@ -599,6 +540,35 @@ class Translator:
             return attention_weights(checkpoint, source, target=hyps[0].text)
 
 
+def translate_keywords() -> tuple[str, ...]:
+    """The keywords :meth:`Translator.translate` takes: the decoding options and the request's fields."""
+    from dotformer.decoding.options import REQUEST_NAMES
+
+    return REQUEST_NAMES
+
+
+def _request(request: Any, options: dict[str, Any]) -> DecodeRequest:
+    """The :class:`~dotformer.decoding.options.DecodeRequest` of one :meth:`Translator.translate` call.
+
+    Raises:
+        ArgumentTypeError: ``request`` is not a DecodeRequest, or is given beside keywords; an unknown keyword.
+        ConfigError: see :func:`~dotformer.decoding.options.decode_request`.
+    """
+    from dotformer.decoding.options import DecodeRequest, decode_request
+
+    if request is not None:
+        if not isinstance(request, DecodeRequest):
+            raise ArgumentTypeError(f"translate(): request is a DecodeRequest, got {type(request).__name__}")
+        if options:
+            raise ArgumentTypeError(f"translate(): request= holds every setting; leave out {', '.join(options)}")
+        return request
+    unknown = [name for name in options if name not in translate_keywords()]
+    if unknown:
+        known = ", ".join(translate_keywords())
+        raise ArgumentTypeError(f"translate(): unknown argument(s) {', '.join(unknown)}; the arguments are {known}")
+    return decode_request(options, _api_misplaced)
+
+
 def _api_misplaced(options: list[Any], wanted: str, strategy: str) -> str:
     """``translate(): temperature only applies to strategy='sample', not strategy='beam'``."""
     from dotformer.decoding.options import misplaced_message
@@ -690,47 +660,85 @@ def open_translator(
     dtype: str = "float32",
     engine: str = "auto",
     *,
+    request: DecodeRequest | None = None,
+    purpose: str = "any",
     torch_only: Sequence[str] = (),
+    names: Mapping[str, str] | None = None,
     flag: str = "--engine",
     ensemble: str = "several --checkpoint",
     intra_threads: int = 0,
     inter_threads: int = 1,
-    refuse: Any = None,
 ) -> Translator:
     """A :class:`Translator` of ``paths`` (several: an ensemble) on the engine :func:`~dotformer.engines.choice
-    .choose_engine` picks; what :func:`load` and the commands run.
+    .choose_engine` picks for ``request``; what :func:`load` and the commands run.
 
     Args:
-        torch_only: the settings asked for that only torch runs, as the surface names them (``--alignment-layer 0``).
+        request: the decoding the caller will ask for (its torch-only settings, :func:`~dotformer.engines.choice
+            .torch_only_settings`, make ``auto`` choose torch and ``ctranslate2`` refuse); None: nothing yet.
+        purpose: what the model is opened for (:data:`PURPOSES`), checked before anything is converted or loaded:
+            "translate" refuses a language model, "generate" anything else, "evaluate" runs the evaluation of a
+            task that scores text (a language model's perplexity) on torch; "any" checks nothing.
+        torch_only: other settings asked for that only torch runs, as the surface names them (``--no-cache``).
+        names: how the surface names the request's fields (flags; None: keywords), for the messages.
         flag: how the surface names its engine setting (``--engine``, ``engine=``), for the messages.
         ensemble: how the surface names several checkpoints (an ensemble runs on torch only).
-        refuse: called with the checkpoint's files before anything is converted or loaded (e.g. refusing a
-            language model where a translation model is needed); it may return more torch-only settings.
 
     Raises:
-        See :func:`load`.
+        ConfigError: a checkpoint that does not serve ``purpose`` (the message names the right command); or see
+            :func:`load`.
     """
-    from dotformer.engines.choice import check_engine, choose_engine, ct2_problem
+    from dotformer.engines.choice import check_engine, choose_engine, ct2_problem, torch_only_settings
 
     check_engine(engine, flag)
+    if purpose not in PURPOSES:
+        raise ConfigError(f"purpose must be one of {', '.join(PURPOSES)}, got {purpose!r}")
     if len(paths) > 1:
-        choose_engine(engine, [ensemble + " (an ensemble)", *torch_only], None, flag)  # ctranslate2 refuses it
+        asked = torch_only_settings(request, None, names) if request is not None else []
+        choose_engine(engine, [ensemble + " (an ensemble)", *torch_only, *asked], None, flag)  # ctranslate2 refuses
         return Translator(load_ensemble_for_decoding(paths, device, dtype), dtype)
     if engine == "torch" or (engine == "auto" and torch_only):
-        return _torch_translator(paths[0], device, dtype, refuse)
+        loaded = load_checkpoint_for_decoding(paths[0], device, dtype)
+        check_purpose(loaded, purpose)
+        return Translator(loaded, dtype)
     from dotformer.checkpoint.files import read_checkpoint_files
+    from dotformer.engines.choice import ctranslate2_installed
+    from dotformer.engines.digests import checkpoint_sha256
 
-    files = read_checkpoint_files(paths[0])
-    extra = list(refuse(files) or []) if refuse is not None else []
-    chosen = choose_engine(engine, [*torch_only, *extra], ct2_problem(files.config, dtype, str(device)), flag)
+    # the copy's key: digests remembered beside the cache by (size, mtime, inode), where there is a cache to find
+    files = (
+        read_checkpoint_files(paths[0], checkpoint_sha256)
+        if ctranslate2_installed()
+        else read_checkpoint_files(paths[0])
+    )
+    asked = [*torch_only, *check_purpose(files, purpose)]
+    asked += torch_only_settings(request, files.config, names) if request is not None else []
+    chosen = choose_engine(engine, asked, ct2_problem(files.config, dtype, str(device)), flag)
     if chosen == "torch":
         return Translator(load_checkpoint_for_decoding(paths[0], device, dtype), dtype)
     return Translator(files, dtype, engine, str(device), intra_threads, inter_threads)
 
 
-def _torch_translator(path: str | Path, device: Any, dtype: str, refuse: Any) -> Translator:
-    """The torch engine's :class:`Translator` of ``path`` (``refuse`` checks the checkpoint first)."""
-    loaded = load_checkpoint_for_decoding(path, device, dtype)
-    if refuse is not None:
-        refuse(loaded)
-    return Translator(loaded, dtype)
+PURPOSES: tuple[str, ...] = ("any", "translate", "generate", "evaluate")
+
+
+def check_purpose(checkpoint: CheckpointLike, purpose: str) -> list[str]:
+    """Whether ``checkpoint`` serves ``purpose`` (see :func:`open_translator`); returns what of it only torch runs.
+
+    Raises:
+        ConfigError: "translate" of a language model (naming ``generate``), "generate" of another model (naming
+            ``translate``).
+    """
+    if purpose == "translate":
+        refuse_language_model(checkpoint)
+    elif purpose == "generate" and checkpoint.config.arch != "decoder-only":
+        raise ConfigError(
+            f"{checkpoint.path} is an {checkpoint.config.arch} model: generate continues text with a language model "
+            f"(dotformer train --task lm); translate it with dotformer translate"
+        )
+    elif purpose == "evaluate":
+        from dotformer.runs.tasks import task_named
+
+        name = checkpoint.info.get("task")
+        if name is not None and not task_named(str(name)).decodes:
+            return ["a language model's evaluation (it scores text)"]
+    return []

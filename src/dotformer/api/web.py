@@ -22,10 +22,11 @@ import logging
 import re
 import signal
 import threading
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from dotformer.errors import ConfigError, DotformerError, require_extra
 
@@ -38,7 +39,16 @@ MAX_JSON_DEPTH = 32  # the deepest nesting of arrays and objects a body may have
 _CLOSING = (HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, HTTPStatus.SERVICE_UNAVAILABLE)
 _STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a JSON string (skipped whole) or a bracket
 
-Handler = Callable[[Any], Awaitable[dict[str, Any] | bytes]]  # JSON body (None for GET) -> JSON reply, or a page
+
+class Raw(NamedTuple):
+    """A reply that is not JSON: its bytes and their content type (``GET /metrics``'s text)."""
+
+    body: bytes
+    content_type: str
+
+
+Reply = dict[str, Any] | bytes | Raw | AsyncIterator[dict[str, Any]]  # JSON, an HTML page, other bytes, or events
+Handler = Callable[[Any], Awaitable[Reply]]  # JSON body (None for GET) -> the reply
 Server = TypeVar("Server", bound="LocalServer")
 
 
@@ -100,7 +110,10 @@ class LocalServer:
         name: the command's name in announcements and logs (``serve``: logger ``dotformer.serve``).
         body_example: the smallest good body, quoted in errors (``{"texts": ["..."]}``).
         max_body_bytes, header_timeout, body_timeout: the limits of the module docstring.
-        verbose: log each request.
+        verbose: log each request, one JSON line on the logger ``dotformer.NAME.access``.
+        api_key: when given, every route but those in ``open_routes`` needs the header ``Authorization: Bearer
+            API_KEY`` (else 401, one line).
+        open_routes: the routes served without the key (a health check).
 
     Raises:
         ConfigError: a timeout that is not a positive number.
@@ -117,7 +130,12 @@ class LocalServer:
         header_timeout: float = HEADER_TIMEOUT_S,
         body_timeout: float = BODY_TIMEOUT_S,
         verbose: bool = False,
+        api_key: str | None = None,
+        open_routes: frozenset[str] = frozenset(),
     ) -> None:
+        if api_key is not None and (not api_key or any(c.isspace() for c in api_key)):
+            raise ConfigError("the API key must be a non-empty string without spaces")
+        self.api_key, self.open_routes = api_key, open_routes
         for field, value in {"header_timeout": header_timeout, "body_timeout": body_timeout}.items():
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ConfigError(f"{type(self).__name__} {field} must be a positive number of seconds, got {value!r}")
@@ -125,6 +143,7 @@ class LocalServer:
         self.server_address: tuple[str, int] = (host, port)
         self.max_body_bytes, self.header_timeout, self.body_timeout = max_body_bytes, header_timeout, body_timeout
         self.verbose, self.logger = verbose, logging.getLogger(f"dotformer.{name}")
+        self.access_logger = logging.getLogger(f"dotformer.{name}.access")
         self._web: Any = None  # aiohttp.web, imported when the server starts
         self._runner: Any = None  # the aiohttp.web.AppRunner while serving
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -148,10 +167,40 @@ class LocalServer:
     def closed(self) -> None:
         """Called once the server has stopped and answered every request (a subclass frees what it holds)."""
 
+    def answered(self, route: str, status: int, seconds: float, reply: Any) -> None:
+        """Called once per request answered (``route``: ``"POST /api/translate"``, ``"other"`` for a path that is
+        none; ``seconds`` from its headers read to its answer; ``reply``: what the handler returned, None after an
+        error): with ``verbose``, one JSON line on the logger ``dotformer.NAME.access``
+        (:func:`~dotformer.api.metrics.access_line`). A subclass counts it too."""
+        if self.verbose:
+            from dotformer.api.metrics import access_line
+
+            access_line(self.access_logger, route, status, seconds, self.sentences(reply))
+
+    def sentences(self, reply: Any) -> int:
+        """How many texts ``reply`` answers (for the access log; 0 here, a subclass knows its replies)."""
+        return 0
+
+    def error_reply(self, path: str, message: str, status: int) -> dict[str, Any]:
+        """The body of a refusal at ``path``: ``{"error": message}`` (a subclass may speak another API's shape)."""
+        return {"error": message}
+
     async def _dispatch(self, request: Any) -> Any:
         """aiohttp's handler for every path: route, read the body, call the handler, answer."""
+        started = time.perf_counter()
+        key = f"{request.method} {request.path}"
+        route = key if key in self.routes else "other"
+        try:
+            response = await self._answer(request, started, route)
+        except BaseException:  # the client went away (the task cancelled): counted as status 499, nginx's convention
+            self.answered(route, 499, time.perf_counter() - started, None)
+            raise
+        return response
+
+    async def _answer(self, request: Any, started: float, route: str) -> Any:
+        """Route, read the body, call the handler, answer (a stream of events is written as it comes)."""
         handler = self.routes.get(f"{request.method} {request.path}")
-        status, content_type = HTTPStatus.OK, "application/json"
+        status, content_type, reply = HTTPStatus.OK, "application/json; charset=utf-8", None
         try:
             if handler is None:
                 allowed = sorted(key.split()[0] for key in self.routes if key.split()[1] == request.path)
@@ -159,22 +208,78 @@ class LocalServer:
                     raise RequestError(f"no such endpoint: {request.path}", HTTPStatus.NOT_FOUND)
                 message = f"{request.path} takes {' or '.join(allowed)}, not {request.method}"
                 raise RequestError(message, HTTPStatus.METHOD_NOT_ALLOWED)
+            self._check_key(request)
             reply = await handler(await self._read_json(request) if request.method == "POST" else None)
         except DotformerError as exc:  # a RequestError says its status; any other user error is a 400
-            status, reply = getattr(exc, "status", HTTPStatus.BAD_REQUEST), {"error": str(exc)}
+            status = getattr(exc, "status", HTTPStatus.BAD_REQUEST)
+            reply = self.error_reply(request.path, str(exc), status)
         except Exception as exc:  # noqa: BLE001 (a bug: one line to the client, the traceback to the log)
             self.logger.exception("%s %s failed", request.method, request.path)
             status = HTTPStatus.INTERNAL_SERVER_ERROR
-            reply = {"error": f"the server failed on this request ({type(exc).__name__}); its log has the details"}
-        if isinstance(reply, bytes):
-            body, content_type = reply, "text/html"
+            message = f"the server failed on this request ({type(exc).__name__}); its log has the details"
+            reply = self.error_reply(request.path, message, status)
+        if hasattr(reply, "__aiter__"):
+            return await self._stream(request, reply, started, route)
+        headers = {"Cache-Control": "no-store"}
+        if isinstance(reply, Raw):
+            body, headers["Content-Type"] = reply.body, reply.content_type
+        elif isinstance(reply, bytes):
+            body, headers["Content-Type"] = reply, "text/html; charset=utf-8"
         else:
-            body = json.dumps(reply, ensure_ascii=False).encode("utf-8")
-        response = self._web.Response(body=body, status=status, content_type=content_type, charset="utf-8")
-        response.headers["Cache-Control"] = "no-store"
+            body, headers["Content-Type"] = json.dumps(reply, ensure_ascii=False).encode("utf-8"), content_type
+        response = self._web.Response(body=body, status=status, headers=headers)
+        if status == HTTPStatus.UNAUTHORIZED:
+            response.headers["WWW-Authenticate"] = "Bearer"
         if status in _CLOSING:
             response.force_close()  # what follows on this connection cannot be read as the next request
+        self.answered(route, status, time.perf_counter() - started, None if status != HTTPStatus.OK else reply)
         return response
+
+    async def _stream(self, request: Any, events: AsyncIterator[dict[str, Any]], started: float, route: str) -> Any:
+        """Send ``events`` as server-sent events as they come: ``data: {JSON}`` each, then ``data: [DONE]``. A
+        failure once the stream has begun is one last event ``data: {"error": "..."}``; a client gone stops the
+        events (the iterator is closed, so the decoding it drives stops)."""
+        response = self._web.StreamResponse(
+            status=HTTPStatus.OK, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
+        )
+        await response.prepare(request)
+        try:
+            try:
+                async for event in events:
+                    await response.write(b"data: " + json.dumps(event, ensure_ascii=False).encode("utf-8") + b"\n\n")
+                last: dict[str, Any] | None = None
+            except DotformerError as exc:
+                last = self.error_reply(request.path, str(exc), getattr(exc, "status", HTTPStatus.BAD_REQUEST))
+            except ConnectionError:  # the client went away between two events
+                self.answered(route, 499, time.perf_counter() - started, None)
+                return response
+            except Exception as exc:  # noqa: BLE001 (a bug: one event to the client, the traceback to the log)
+                self.logger.exception("%s %s failed while streaming", request.method, request.path)
+                message = f"the server failed on this request ({type(exc).__name__}); its log has the details"
+                last = self.error_reply(request.path, message, HTTPStatus.INTERNAL_SERVER_ERROR)
+            tail = b"data: [DONE]\n\n" if last is None else b"data: " + json.dumps(last).encode("utf-8") + b"\n\n"
+            await response.write(tail)
+            await response.write_eof()
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+        self.answered(route, HTTPStatus.OK, time.perf_counter() - started, {"stream": True})
+        return response
+
+    def _check_key(self, request: Any) -> None:
+        """Refuse a request without the API key, on every route but the open ones.
+
+        Raises:
+            RequestError: (401) no ``Authorization: Bearer KEY`` header, or another key.
+        """
+        if self.api_key is None or f"{request.method} {request.path}" in self.open_routes:
+            return
+        import hmac
+
+        given = request.headers.get("Authorization", "")
+        scheme, _, key = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), self.api_key.encode()):
+            why = "no API key given" if not given else "the API key is not this server's"
+            raise RequestError(f"{why}: send the header Authorization: Bearer KEY", HTTPStatus.UNAUTHORIZED)
 
     async def _read_json(self, request: Any) -> Any:
         """The body of a POST, decoded (:func:`parse_json`), within the size and time limits.
@@ -215,7 +320,7 @@ class LocalServer:
             keepalive_timeout=self.header_timeout,  # armed when a connection opens, and after each answer
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
             lingering_time=LINGER_S,  # so that a refused client reads the answer, not a reset
-            access_log=self.logger if self.verbose else None,
+            access_log=None,  # one JSON line per request instead: answered()
             logger=_OneLineLog(self.logger, {}),
         )
         await runner.setup()

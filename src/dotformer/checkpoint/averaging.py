@@ -8,6 +8,7 @@ from pathlib import Path
 
 from torch import Tensor
 
+from dotformer.checkpoint.adapters import LORA_KEY, full_weights
 from dotformer.checkpoint.format import (
     CONFIG_FILE,
     MODEL_FILE,
@@ -24,7 +25,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
     """The element-wise mean of the weights of several checkpoints of the same model (e.g. the last k).
 
     Averaging the last checkpoints is the paper's trick for its final models (§6.1: "averaging the last 5
-    checkpoints"). Floating tensors are averaged in float64 and cast back; other tensors are taken from the last.
+    checkpoints"). Floating tensors are averaged in float64 and cast back; other tensors are taken from the last. A
+    checkpoint of LoRA adapters gives its base's weights with the adapters merged.
 
     Args:
         paths: checkpoint (or run) directories, at least one.
@@ -43,12 +45,16 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
     last: dict[str, Tensor] = {}
     for directory in dirs:
         verify_checkpoint(directory)
-        config = model_config_of(read_json(directory / CONFIG_FILE), directory / CONFIG_FILE)
+        info = read_json(directory / CONFIG_FILE)
+        config = model_config_of(info, directory / CONFIG_FILE)
         if first_config is None:
             first_config = config
         elif config != first_config:
             raise CheckpointError(f"{directory / CONFIG_FILE}: model config differs from that of {dirs[0]}")
-        tensors, metadata = _load_safetensors(directory / MODEL_FILE)
+        if LORA_KEY in info:  # LoRA adapters: the base's weights with them merged (A and B alone do not average)
+            tensors, metadata = full_weights(directory), {}
+        else:
+            tensors, metadata = _load_safetensors(directory / MODEL_FILE)
         if sums and set(tensors) != set(sums):
             raise CheckpointError(f"{directory / MODEL_FILE} holds different tensors from {dirs[0] / MODEL_FILE}")
         for name, tensor in tensors.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,8 +72,9 @@ class CheckpointFiles:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def read_checkpoint_files(path: str | Path) -> CheckpointFiles:
-    """Read a checkpoint's config and tokenizers (or a run directory's best/, else last/), and digest its files.
+def read_checkpoint_files(path: str | Path, digest: Callable[[Path], str] = _sha256) -> CheckpointFiles:
+    """Read a checkpoint's config and tokenizers (or a run directory's best/, else last/), and digest its files
+    (``digest``: a file's SHA-256 in hex; :func:`dotformer.engines.digests.checkpoint_sha256` remembers them).
 
     Raises:
         CheckpointError: a file is missing, truncated or differs from manifest.json, the config is invalid, or the
@@ -85,7 +87,7 @@ def read_checkpoint_files(path: str | Path) -> CheckpointFiles:
     for name in MODEL_FILES:
         if not (path / name).is_file():
             raise CheckpointError(f"checkpoint file {path / name} is missing")
-    digests = {name: _sha256(path / name) for name in MODEL_FILES}
+    digests = {name: digest(path / name) for name in MODEL_FILES}
     check_digests(path, digests)
     info = read_json(path / CONFIG_FILE)
     config = model_config_of(info, path / CONFIG_FILE)

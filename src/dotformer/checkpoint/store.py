@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from dotformer.checkpoint.adapters import load_model_weights, save_adapters
 from dotformer.checkpoint.atomic import atomic_directory
 from dotformer.checkpoint.format import (
     CONFIG_FILE,
@@ -22,7 +23,6 @@ from dotformer.checkpoint.format import (
     check_vocabulary,
     context_window_of,
     load_tokenizer_file,
-    load_weights_into,
     model_config_of,
     read_json,
     require_plain_weights,
@@ -32,6 +32,7 @@ from dotformer.checkpoint.format import (
 from dotformer.checkpoint.rundir import resolve_checkpoint
 from dotformer.checkpoint.train_state import save_train_state
 from dotformer.config import ModelConfig
+from dotformer.lora import is_adapted
 from dotformer.model import Transformer
 
 if TYPE_CHECKING:
@@ -80,6 +81,8 @@ def save_checkpoint(
             wrapper is unwrapped.
         src_tokenizer, tgt_tokenizer: saved as tokenizer_src.json and tokenizer_tgt.json.
         info: JSON-serialisable facts saved in config.json next to "model" (task, data config, step, ...).
+            A model with LoRA adapters (:mod:`dotformer.lora`) saves only what trained, and needs ``info["lora"]``
+            naming its base (:mod:`~dotformer.checkpoint.adapters`).
         train_state: optional nested dict of tensors and JSON values (optimizer state, RNG, data position, ...):
             tensors go to train_state.safetensors, everything else to train_state.json.
 
@@ -95,7 +98,10 @@ def save_checkpoint(
     require_plain_weights(model)  # an int8 copy is for decoding only
     config = model.config
     with atomic_directory(directory) as tmp:
-        _save_weights(model, tmp / MODEL_FILE)
+        if is_adapted(model):  # LoRA: the adapters (and a head) only, with info["lora"] naming the base
+            save_adapters(model, tmp / MODEL_FILE, info)
+        else:
+            _save_weights(model, tmp / MODEL_FILE)
         info = {k: v for k, v in info.items() if k not in ("model", "format_version")}  # the model's own config wins
         _write_json(tmp / CONFIG_FILE, {"model": config.to_dict(), **info, "format_version": FORMAT_VERSION})
         src_tokenizer.save(tmp / SRC_TOKENIZER_FILE)
@@ -116,9 +122,12 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Loa
     Returns:
         :class:`LoadedCheckpoint` (model, config, src_tokenizer, tgt_tokenizer, info, path).
 
+    An adapted checkpoint (LoRA) is read onto its base and its adapters merged into the weights: the model is plain.
+
     Raises:
         CheckpointError: a file is missing, truncated or corrupted, the config is invalid, the tokenizers' vocabulary
-            sizes differ from the config, or the weights do not fit the config. The message names the file.
+            sizes differ from the config, or the weights do not fit the config (an adapted checkpoint: its base is
+            missing or changed). The message names the file.
     """
     path = resolve_checkpoint(path)
     verify_checkpoint(path)
@@ -128,6 +137,6 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Loa
     tgt_tokenizer = load_tokenizer_file(path / TGT_TOKENIZER_FILE)
     check_vocabulary(config, src_tokenizer, tgt_tokenizer, path)
     model = Transformer(config)
-    load_weights_into(model, path / MODEL_FILE)
+    load_model_weights(model, path, info)  # LoRA adapters: put on their base and merged
     model.to(device).eval()
     return LoadedCheckpoint(model, config, src_tokenizer, tgt_tokenizer, info, path)

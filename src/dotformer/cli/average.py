@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
             if load_tokenizer(path / name).to_dict() != tokenizer.to_dict():
                 raise CheckpointError(f"{path / name} differs from {paths[-1] / name}: not checkpoints of one run")
     loaded.model.load_state_dict(state)
-    info = {k: v for k, v in loaded.info.items() if k not in ("model", "format_version")}
+    info = {k: v for k, v in loaded.info.items() if k not in ("model", "format_version", "lora")}  # merged weights
     info["averaged_from"] = [str(p) for p in paths]
     out = save_checkpoint(out, loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, info)
     print(f"averaged {len(paths)} checkpoint(s) into {out}")

@@ -11,6 +11,8 @@ import argparse
 from typing import Any
 
 from dotformer.data.corpora import FILE_TASKS, parse_column
+from dotformer.data.types import TASKS as PAIR_TASKS
+from dotformer.runs.tasks import TASKS
 
 
 def column_flag(text: str) -> int | str:
@@ -32,7 +34,8 @@ def comma_list(text: str) -> tuple[str, ...]:
 
 # how to read a file of pairs: train and evaluate
 READER_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
-    ("--task", "task", dict(choices=[*FILE_TASKS, "lm", "mlm", "classify", "tag"], help="the task of your own "
+    ("--task", "task", dict(choices=[*FILE_TASKS, *(name for name in TASKS if name not in PAIR_TASKS)], help="the "
+     "task of your own "
      "files: g2p (WER/PER; a word's pronunciations are its references; char -> symbol tokenizers), translation "
      "(BLEU/chrF; BPE; the default), exact (exact match; char -> char), lm (train: a language model on plain text or "
      "--data bible[:WEB]); an encoder's: mlm (a masked language model of plain text or --data bible), classify "

@@ -7,8 +7,8 @@ and ``serve`` take the same engine flags (:func:`add_engine_flags`).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from dotformer.cli.threads import add_threads_argument, apply_threads
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from dotformer.api.translator import Translator
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.decoding import DecodeConfig
-    from dotformer.decoding.options import DecodeOption
+    from dotformer.decoding.options import DecodeOption, DecodeRequest
 
 
 DTYPE_HELP = (
@@ -118,48 +118,35 @@ def engine_threads(args: argparse.Namespace, engine: str) -> tuple[int, int]:
 
 def load_translator(
     args: argparse.Namespace,
-    refuse: Callable[[Any], list[str] | None] | None = None,
+    request: DecodeRequest | None = None,
+    purpose: str = "any",
     torch_only: Collection[str] = (),
 ) -> Translator:
     """The :class:`~dotformer.api.translator.Translator` of ``--checkpoint`` on ``--engine`` (with ``--device``,
-    ``--dtype``, ``--threads``, ``--inter-threads``).
+    ``--dtype``, ``--threads``, ``--inter-threads``), for ``request`` (its flags only torch runs choose torch, or are
+    refused by ``--engine ctranslate2``, named as flags) and ``purpose`` (:func:`~dotformer.api.translator
+    .open_translator`).
 
     Args:
-        refuse: called with the checkpoint (its files, or the loaded checkpoint on torch) before anything is
-            converted; it raises for a checkpoint the command cannot use, and may return flags only torch runs.
         torch_only: flags given that only torch runs (``--no-cache``).
 
     Raises:
-        ConfigError: a flag ``--engine ctranslate2`` cannot run (named), a bad device, dtype or thread count.
+        ConfigError: a flag ``--engine ctranslate2`` cannot run (named), a checkpoint that does not serve
+            ``purpose``, a bad device, dtype or thread count.
         CheckpointError: see ``load_checkpoint``.
     """
     from dotformer.api.translator import open_translator
+    from dotformer.decoding.options import FLAG_NAMES
 
     paths = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
     intra, inter = engine_threads(args, args.engine)
     translator = open_translator(
-        paths, args.device, getattr(args, "dtype", "float32"), args.engine, torch_only=list(torch_only),
-        refuse=refuse, intra_threads=intra, inter_threads=inter,
+        paths, args.device, getattr(args, "dtype", "float32"), args.engine, request=request, purpose=purpose,
+        torch_only=list(torch_only), names=FLAG_NAMES, intra_threads=intra, inter_threads=inter,
     )  # fmt: skip
     if translator.engine == "torch":
         apply_threads(args.threads)
     return translator
-
-
-def option_refusals(config: DecodeConfig) -> Callable[[Any], list[str]]:
-    """A ``refuse`` for :func:`load_translator`: the decoding flags of ``config`` that only torch runs, named as the
-    command line names them (``--alignment-layer 0 (CTranslate2 aligns with the last decoder layer)``)."""
-
-    def torch_only(checkpoint: Any) -> list[str]:
-        from dotformer.decoding.options import FLAG_NAMES
-        from dotformer.engines.choice import torch_only_fields, torch_only_reason
-
-        return [
-            f"{FLAG_NAMES.get(field, field)} {getattr(config, field)} ({torch_only_reason(field)})"
-            for field in torch_only_fields(config, checkpoint.config)
-        ]
-
-    return torch_only
 
 
 def add_option_flags(

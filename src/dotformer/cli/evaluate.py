@@ -11,7 +11,6 @@ from dotformer.cli.decode_flags import (
     add_decoding_arguments,
     decode_config_from_args,
     load_translator,
-    option_refusals,
 )
 
 EPILOG = """\
@@ -73,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dotformer.cli.outputs import check_output_file, same_file
     from dotformer.config import MAX_SEED
+    from dotformer.decoding.options import DecodeRequest
     from dotformer.errors import CheckpointError, ConfigError
     from dotformer.runs.task import EvalRequest
     from dotformer.runs.tasks import task_named
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         and (Path(args.json).resolve() == Path(args.hyps).resolve() or same_file(args.json, args.hyps))
     ):
         raise ConfigError(f"--json and --hyps name one file ({args.json}); give two")
-    translator = load_translator(args, evaluation_refusals(config))
+    translator = load_translator(args, DecodeRequest(config), purpose="evaluate")
     files = translator.files
     if files.info.get("task") is None:
         raise CheckpointError(f"{files.path}/config.json records no task (g2p, translation, exact or synthetic)")
@@ -142,21 +142,6 @@ def run(args: argparse.Namespace) -> int:
         }
         _write(outputs["--json"], json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     return 0
-
-
-def evaluation_refusals(config: Any) -> Any:
-    """The ``refuse`` of :func:`~dotformer.cli.decode_flags.load_translator`: the evaluation of a task that decodes
-    nothing (a language model's perplexity) and the decoding flags CTranslate2 lacks run on the torch engine only."""
-    torch_only = option_refusals(config)
-
-    def refuse(checkpoint: Any) -> list[str]:
-        from dotformer.runs.tasks import task_named
-
-        name = checkpoint.info.get("task")
-        scores_text = name is not None and not task_named(str(name)).decodes
-        return [*(["a language model's evaluation (it scores text)"] if scores_text else []), *torch_only(checkpoint)]
-
-    return refuse
 
 
 def _decoding_flags_given(args: argparse.Namespace) -> list[str]:

@@ -1,4 +1,4 @@
-"""``dotformer export``: write a checkpoint's model for another engine (CTranslate2, HF Marian, ONNX)."""
+"""``dotformer export``: write a checkpoint's model for another engine (CTranslate2, Hugging Face, ONNX)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ EPILOG = """\
 formats:
   ct2     a CTranslate2 directory (model.bin, vocabularies = the tokenizers' pieces); --quantization int8 stores int8;
           a language model (--task lm) becomes CTranslate2's decoder-only model, run by ctranslate2.Generator
+  hf      a Hugging Face model directory with its tokenizer.json: a language model as a causal LM
+          (AutoModelForCausalLM: GPT-2's layout for the 2017 block, pre-LN; the Llama family's for the modern
+          block), an encoder as BertModel (AutoModel: post-LN, embedding LayerNorm), an encoder-decoder as marian
   marian  a Hugging Face MarianMTModel directory (config.json, model.safetensors) with dotformer's ids
           (PAD 0, BOS 1 = decoder start, EOS 2, UNK 3); needs post-LN, sinusoidal positions, layer_norm_eps 1e-5
   onnx    encoder.onnx + decoder_step.onnx (one cached step) + onnx_config.json, for onnxruntime and friends
@@ -20,6 +23,7 @@ examples:
   dotformer export --to ct2 runs/bible exported/bible-ct2 --quantization int8
   dotformer export --to ct2 --checkpoint runs/bible --out exported/bible-ct2
   dotformer export --to marian runs/bible exported/bible-marian
+  dotformer export --to hf runs/lm-bible exported/lm-bible-hf
   dotformer export --to onnx runs/g2p exported/g2p-onnx
 """
 
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
     args.checkpoint, args.output = checkpoint_and_output(args)
 
-    if args.to == "marian":
+    if args.to in ("hf", "marian"):
         _quiet_hf_progress_bars()
     try:
         path = export_checkpoint(args.checkpoint, args.output, args.to, args.quantization)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dotformer.cli.lines import StreamLines
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             f"generate continues text with one language model, {len(args.checkpoint)} --checkpoint given: give one "
             f"(translate and evaluate decode an ensemble of translation models)"
         )
-    translator = load_translator(args, refuse_translation_model, ["--no-cache"] if args.no_cache else [])
+    translator = load_translator(args, purpose="generate", torch_only=["--no-cache"] if args.no_cache else [])
     if args.prompt is not None:
         prompts: Iterable[tuple[str, str]] = [("--prompt", args.prompt)]
     else:
@@ -117,24 +117,6 @@ def run(args: argparse.Namespace) -> int:
                 print(f"# sample {i + 1}" if strategy != "beam" else f"# beam {i + 1}")
             print(prompt + text)
     return 0
-
-
-def refuse_translation_model(checkpoint: Any) -> list[str]:
-    """Refuse a checkpoint that is not a language model before it is converted or loaded (the ``refuse`` of
-    :func:`~dotformer.cli.decode_flags.load_translator`).
-
-    Raises:
-        ConfigError: an encoder-decoder (or encoder-only) checkpoint, naming ``translate``.
-    """
-    from dotformer.errors import ConfigError
-
-    arch = checkpoint.config.arch
-    if arch != "decoder-only":
-        raise ConfigError(
-            f"{checkpoint.path} is an {arch} model: generate continues text with a language model (dotformer train "
-            f"--task lm); translate it with dotformer translate"
-        )
-    return []
 
 
 def _stdin_prompts(lines: StreamLines) -> Iterator[tuple[str, str]]:

@@ -30,7 +30,9 @@ class StderrLineHandler(logging.Handler):
         """The message; warnings and errors prefixed with the command, like the CLI's error lines."""
         message = " ".join(record.getMessage().splitlines())
         if record.levelno >= logging.WARNING:
-            return f"dotformer {self.command}: {record.levelname.lower()}: {message}"
+            message = f"dotformer {self.command}: {record.levelname.lower()}: {message}"
+        if record.exc_info:  # a bug (logger.exception): its traceback follows, for the report
+            message += "\n" + logging.Formatter().formatException(record.exc_info)
         return message
 
     def emit(self, record: logging.LogRecord) -> None:

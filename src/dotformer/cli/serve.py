@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+
+API_KEY_ENV = "DOTFORMER_API_KEY"  # the API key when --api-key is not given
 
 EPILOG = """\
 The server listens on 127.0.0.1 (this machine only) unless --host says otherwise. A request is a JSON object
@@ -13,16 +16,30 @@ requests get HTTP 400 (404, 405: no such path or method, 408: body too slow, 413
 line {"error": "..."} (HTTP too malformed to read gets a plain-text 400). GET / describes the endpoints, the options
 and the engine that decodes (--engine: CTranslate2 when installed, with --threads per batch and --inter-threads
 batches at once, else torch), GET /api/health shows the limits, and a language model (train --task lm) answers POST
-/api/generate {"prompt": "...", "max_new_tokens": 200, ...}.
+/api/generate {"prompt": "...", "max_new_tokens": 200, ...} ("stream": true sends the text as server-sent events,
+piece by piece as it is produced) and the OpenAI-style POST /v1/completions (prompt, max_tokens, temperature, top_p,
+stop, seed, stream), so that the openai client works against http://HOST:PORT/v1 unchanged. POST /api/embed
+{"texts": [...], "pooling": "mean", "normalize": false} gives sentence embeddings of any model with an encoder.
 
 limits: every connection is read by an event loop (aiohttp), so slow or idle clients cost no decoding and any
 number of them holds back no one; the request line and headers must arrive within 10 s of connecting, or the
 connection is closed; the body within 30 s more (408), of at most 262144 bytes (413), JSON nested at most 32 deep;
 up to 128 connections wait to be accepted. A request holds at most 64 texts of at most 2000 characters, beam at most
-16, and at most 16384 source tokens x beam (beam 1 for greedy) in all. The model decodes 1024 source tokens x beam at
-a time on its own thread, requests taking turns first come, first served, so a large request does not hold back the
-small ones. Ctrl-C or SIGTERM stops the server once the requests being decoded are answered (exit 0; a second
-Ctrl-C exits at once, 130). Serving needs the serve extra: pip install "dotformer[serve]".
+16, and at most 16384 source tokens x beam (beam 1 for greedy) in all.
+
+batching: the texts of every waiting request with the same options are decoded together, in one engine call of at
+most --batch-tokens (4096) source tokens x beam, started once the oldest has waited --batch-wait-ms (5) or the call
+is full; a larger request is split across calls, the requests arriving meanwhile riding beside it, so it does not
+hold back the small ones. Each request gets exactly the outputs dotformer translate gives with the same options (a
+sampling request is decoded alone, whole, as its seed draws for the whole call).
+
+operations: GET /health answers {"status": "ok"} while the process runs (a liveness probe) and GET /ready once the
+model is loaded; GET /metrics gives requests by route and status, latencies, batch sizes, the queue and the tokens
+produced in Prometheus' text format; --verbose logs one JSON line per request (route, status, ms, sentences);
+--api-key KEY (or $DOTFORMER_API_KEY) makes every other route answer 401 without the header Authorization: Bearer KEY.
+
+Ctrl-C or SIGTERM stops the server once the requests being decoded are answered (exit 0; a second Ctrl-C exits at
+once, 130). Serving needs the serve extra: pip install "dotformer[serve]".
 
 examples:
   dotformer serve --checkpoint runs/g2p --port 8080
@@ -59,7 +76,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="weights for decoding (float32)",
     )
     add_engine_threads(speed)
-    parser.add_argument("--verbose", action="store_true", help="log every request on stderr")
+    from dotformer.api.batcher import MAX_BATCH_TOKENS, MAX_WAIT_MS
+
+    speed.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=MAX_BATCH_TOKENS,
+        metavar="N",
+        help=f"most source tokens x beam of all waiting requests decoded in one engine call ({MAX_BATCH_TOKENS}); "
+        "a larger request is split across calls",
+    )
+    speed.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=MAX_WAIT_MS,
+        metavar="MS",
+        help=f"longest a request waits for others to share its engine call, milliseconds ({MAX_WAIT_MS:g}; 0: none)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help=f"require the header Authorization: Bearer KEY on every route but GET /health (default: "
+        f"${API_KEY_ENV} when set, else no key)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="log every request on stderr, one JSON line each")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,8 +112,18 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {args.port}")
+    if args.api_key is not None and (not args.api_key or any(c.isspace() for c in args.api_key)):
+        raise ConfigError("--api-key must be a non-empty key without spaces")
+    if args.batch_tokens < 1:
+        raise ConfigError(f"--batch-tokens must be positive, got {args.batch_tokens}")
+    if not 0 <= args.batch_wait_ms <= 10_000:
+        raise ConfigError(f"--batch-wait-ms must be from 0 to 10000, got {args.batch_wait_ms:g}")
+    from dotformer.errors import require_extra
+
     aiohttp_web()  # a missing extra is said before the model loads
+    require_extra("serve", "prometheus_client", "GET /metrics")
     translator = load_translator(args)  # several --checkpoint: an ensemble (dotformer.decoding.ensemble), on torch
     announce = lambda line: print(line, flush=True)  # noqa: E731
-    serve(translator, args.port, args.host, verbose=args.verbose, announce=announce)
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    serve(translator, args.port, args.host, args.verbose, announce, args.batch_tokens, args.batch_wait_ms, api_key)
     return 0

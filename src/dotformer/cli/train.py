@@ -31,6 +31,12 @@ from typing import Any
 from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS
 from dotformer.cli.threads import add_threads_argument, apply_threads
 
+
+def layer_names(text: str) -> list[str]:
+    """``"W_q,W_v"`` -> ``["W_q", "W_v"]`` (--lora-targets)."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 # (flag, section, field, argparse keywords); every flag defaults to None = "not given", so that only the flags
 # given on the command line override the config file.
 _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
@@ -102,6 +108,20 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "budget on standard error: a bar on a terminal, else one line every --log-every steps (default on)")),
     ("--tensorboard", "train", "tensorboard", dict(action=argparse.BooleanOptionalAction, help="also write "
      "TensorBoard logs to RUN/tensorboard (needs the tensorboard package)")),
+    ("--activation-checkpointing", "train", "activation_checkpointing", dict(action=argparse.BooleanOptionalAction,
+     help="recompute each layer's activations in the backward pass instead of keeping them: less memory, about "
+     "one more forward pass of time (default off)")),
+    # LoRA adapters
+    ("--lora-rank", "train", "lora_rank", dict(type=int, metavar="R", help="fine-tune --init-from CKPT with LoRA "
+     "adapters of rank R on its frozen weights (default 0: every weight trains); the checkpoints save the adapters "
+     "and refer to CKPT")),
+    ("--lora-alpha", "train", "lora_alpha", dict(type=float, metavar="A", help="LoRA's α: the adapters' change is "
+     "scaled by A / R (default 16)")),
+    ("--lora-targets", "train", "lora_targets", dict(type=layer_names, metavar="W_q,W_v", help="the linear layers "
+     "adapted, by name: W_q, W_k, W_v, W_o (attention), W_1, W_2 (feed-forward), generator, or any other the model "
+     "names (default W_q,W_v, as the LoRA paper and peft)")),
+    ("--lora-dropout", "train", "lora_dropout", dict(type=float, metavar="P", help="dropout on the adapters' input "
+     "(default 0)")),
     # data
     ("--tokenizer", "data", "tokenizer", dict(choices=["char", "symbol", "bpe"], help="tokenizer kind of both "
      "sides (default per task: char->symbol for cmudict, bpe for bible and files, symbol for copy/reverse)")),
@@ -157,7 +177,10 @@ _GROUPS: dict[str, tuple[str, ...]] = {
                  "--lr-cooldown", "--label-smoothing", "--clip-norm", "--weight-decay", "--seed"),
     "checkpoints and validation": ("--overwrite", "--init-from", "--extend-vocab", "--eval-every", "--save-every",
                                    "--keep-last", "--best-metric", "--valid-decode-limit", "--patience"),
+    "fine-tuning with LoRA adapters (with --init-from)": ("--lora-rank", "--lora-alpha", "--lora-targets",
+                                                            "--lora-dropout"),
     "speed": ("--amp", "--compile", "--packed", "--threads"),
+    "memory": ("--activation-checkpointing",),
     "output": ("--log-every", "--metrics-every", "--progress", "--tensorboard"),
 }  # fmt: skip
 _HELP_ORDER = {flag: i for i, flag in enumerate([*_LEAD, *(flag for flags in _GROUPS.values() for flag in flags)])}
@@ -168,7 +191,8 @@ g2p for g2p and exact, bible for translation, copy for copy/reverse, lm-bible fo
 --task mlm, classify-bible for --task classify and tag). The run directory gets run.json, data/ (the split and the
 tokenizers), metrics.jsonl and the checkpoints (best/, last/, checkpoints/step_N/); the last line printed sums the
 run up. --init-from fine-tunes a checkpoint of the task's family: an encoder-decoder for pairs, an encoder (a --task
-mlm run, an imported BERT) for classify and tag, whose head starts afresh.
+mlm run, an imported BERT) for classify and tag, whose head starts afresh, a decoder-only model for --task lm
+(its tokenizer kept); with --lora-rank its weights stay frozen and only LoRA adapters (and a new head) train.
 
 examples:
   dotformer train --data cmudict --max-epochs 10
@@ -179,6 +203,7 @@ examples:
   dotformer train --task mlm --data corpus.txt --out runs/mlm --max-minutes 10
   dotformer train --task classify --data reviews.tsv --init-from runs/mlm --out runs/cls --max-minutes 5
   dotformer train --task tag --data ner.conll --init-from runs/bert --out runs/ner --max-epochs 3
+  dotformer train --task lm --data mine.txt --init-from runs/lm --lora-rank 8 --out runs/lm-mine --max-minutes 5
   torchrun --nproc_per_node=2 $(which dotformer) train --data cmudict --max-epochs 10
 """
 

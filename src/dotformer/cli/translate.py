@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
@@ -24,7 +24,6 @@ from dotformer.cli.decode_flags import (
     add_option_flags,
     decode_config_from_args,
     load_translator,
-    option_refusals,
 )
 from dotformer.cli.inputs import check_input_file, check_input_flags, open_input, too_long, where
 from dotformer.cli.lines import StreamLines, TextAsBytes, argument_chunks, format_result
@@ -222,19 +221,13 @@ def input_limit(args: argparse.Namespace, translator: Translator) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, then read, decode and write chunk by chunk. Returns 0 (130 on Ctrl-C)."""
-    from dotformer.api.translator import refuse_language_model
     from dotformer.decoding.inputs import unknown_prefix_symbols
+    from dotformer.decoding.options import DecodeRequest
     from dotformer.errors import DataError
 
     config = decode_config_from_args(args)
     output_format = check_arguments(args, config.n_best)
-    torch_only = option_refusals(config)
-
-    def refuse(checkpoint: Any) -> list[str]:
-        refuse_language_model(checkpoint)
-        return torch_only(checkpoint)
-
-    translator = load_translator(args, refuse)
+    translator = load_translator(args, DecodeRequest(config), purpose="translate")
     limit = input_limit(args, translator)
 
     close: list[IO[Any]] = []
@@ -390,10 +383,12 @@ def decode_chunk(
     import warnings
 
     from dotformer.decoding.inputs import InputTooLongError, UnknownTokenWarning
+    from dotformer.decoding.options import DecodeRequest
 
     error: Exception | None = None
-    options: dict[str, Any] = dict(
+    request = DecodeRequest(
         config=config,
+        prefix=None if prefixes is None else tuple(prefixes),
         batch_size=args.batch_size,
         max_tokens=args.max_tokens,
         max_input_length=limit,
@@ -404,11 +399,11 @@ def decode_chunk(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnknownTokenWarning)  # counted over the whole input, warned once at the end
         try:
-            results = translator.translate(lines, prefix=prefixes, **options)
+            results = translator.translate(lines, request)
         except InputTooLongError as exc:
             error = too_long(exc, name, first + exc.index, "EOS")
-            before = None if prefixes is None else prefixes[: exc.index]
-            results = translator.translate(lines[: exc.index], prefix=before, **options) if exc.index else []
+            before = None if prefixes is None else tuple(prefixes[: exc.index])
+            results = translator.translate(lines[: exc.index], replace(request, prefix=before)) if exc.index else []
     return [(result, first - 1 + i) for i, result in enumerate(results)], error
 
 

@@ -19,18 +19,17 @@ Read the modules in this order:
 3. :mod:`dotformer.data.tokenizers`  char, symbol and byte-level BPE tokenizers with PAD/BOS/EOS/UNK = 0/1/2/3
    (BPE itself in :mod:`dotformer.data.bpe`; existing tokenizer files in :mod:`dotformer.data.pretrained`;
    training any kind and reading any file back in :mod:`dotformer.data.tokenizer_files`)
-4. Data prepared once, memory-mapped by every run and rank:
-
-   - :mod:`dotformer.data.arrays`      ragged token arrays on disk (flat ids + offsets, ``.bin``/``.idx``)
-   - :mod:`dotformer.data.preparing`   ``prepare_pairs``, ``prepare_text``: read in passes, split, tokenizers learned on
-     a sample, encoded in chunks (:mod:`dotformer.data.writing` writes the directory atomically)
-   - :mod:`dotformer.data.prepared`    the directory's layout and ``open_prepared``: ``PreparedPairs``, ``PreparedText``
-   - :mod:`dotformer.data.fingerprint` input files (size, time, content hash) and the fingerprint of prepared data
-   - :mod:`dotformer.data.cache`       ``prepared_for(config, seed)``: the cached directory, prepared once under a lock
+4. Data prepared once, memory-mapped by every run and rank (:mod:`dotformer.data.prepared`): one class per data kind
+   (pairs, running text, labelled texts: :mod:`~dotformer.data.prepared.pair_kind`,
+   :mod:`~dotformer.data.prepared.text_kind`, :mod:`~dotformer.data.prepared.labelled_kind`) over one skeleton
+   (:mod:`~dotformer.data.prepared.skeleton`: check, read, split, tokenizers, encode, report, finish); the table of
+   kinds (:mod:`~dotformer.data.prepared.kinds`: ``prepare``, ``open_prepared``, ``fingerprint_of``); ragged token
+   arrays on disk (:mod:`dotformer.data.arrays`); the cache (:mod:`~dotformer.data.prepared.cache`:
+   ``prepared_for(config, seed)``, prepared once under a lock)
 
 5. :mod:`dotformer.data.batching`    ``Batch``, ``BatchSampler`` (token budget, length buckets, (seed, epoch)-pure
-   order planned from the lengths, sharding by rank, resumable positions); :mod:`dotformer.data.blocks` cuts a
-   language model's stream into blocks
+   order planned from the lengths, sharding by rank, resumable positions), ``sampler_for`` (the examples' own
+   sampler); :mod:`dotformer.data.blocks` cuts a language model's stream into blocks
 
 Nothing is imported here: import the module you need (``from dotformer.data.corpora import load_pairs``), so that
 ``import dotformer.data`` stays free of heavy dependencies (pysword, datasets, tokenizers).

@@ -113,6 +113,11 @@ class Batch:
             tgt_out=self.tgt_out.to(device, non_blocking=non_blocking),
         )
 
+    def without_targets(self) -> Batch:
+        """The batch with nothing scored (every label PAD): a rank's stand-in in the last, short step of an epoch
+        budget (the forward and backward run, the loss and gradient are zero)."""
+        return dataclasses.replace(self, tgt_out=torch.full_like(self.tgt_out, PAD_ID), num_tgt_tokens=0)
+
 
 def collate(examples: Sequence[EncodedPair], indices: Sequence[int] | None = None) -> Batch:
     """Pad examples into a :class:`Batch` (shapes in its docstring): :func:`collate_rows` of all of them.
@@ -430,6 +435,14 @@ class BatchSampler:
         """The collated batch of the examples ``indices`` of ``epoch`` (one batch of :meth:`plan`)."""
         return collate_rows(self.examples, indices)
 
+    reads_text = False  # whether its examples are running text, whose characters give bits per character
+
+    def data_line(self, valid: int, src: Tokenizer, tgt: Tokenizer, objective: str, max_tokens: int) -> list[str]:
+        """What the line before training says of this sampler's examples: their counts (``valid`` validation
+        examples), the vocabulary, the size of a batch."""
+        return [f"{len(self.examples):,} train / {valid:,} valid pairs",
+                f"vocabulary {src.vocab_size:,} -> {tgt.vocab_size:,}", f"<= {max_tokens:,} tokens"]  # fmt: skip
+
     def padding_fraction(self, plan: BatchPlan) -> float:
         """The :func:`padding_fraction` of the batches of ``plan``, counted from the lengths (nothing is collated):
         a batch of B examples has B·S + B·T cells, S and T its longest source + EOS and target + BOS/EOS."""
@@ -460,3 +473,18 @@ class BatchSampler:
                 "and world size"
             )
         return SamplerPosition(int(state["epoch"]), int(state["index"]))
+
+
+def sampler_for(
+    examples: Any, max_tokens: int, seed: int = 0, shuffle: bool = True, rank: int = 0, world_size: int = 1
+) -> BatchSampler:
+    """The sampler of a training loop's examples: their own (``examples.sampler``: a language model's text in
+    blocks, an encoder's examples with their labels), else a :class:`BatchSampler` of pairs (arrays or a list).
+
+    Raises:
+        ConfigError, DataError: as the sampler's constructor.
+    """
+    own = getattr(examples, "sampler", None)
+    if own is None:
+        return BatchSampler(examples, max_tokens, seed, shuffle, rank, world_size)
+    return own(max_tokens, seed, shuffle, rank, world_size)  # type: ignore[no-any-return]

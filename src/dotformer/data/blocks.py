@@ -29,14 +29,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from dotformer.data.arrays import PairArrays
-from dotformer.data.batching import Batch, BatchPlan, BatchSampler, EncodedPair, check_sampler_arguments
+from dotformer.data.batching import Batch, BatchPlan, BatchSampler, check_sampler_arguments
 from dotformer.data.tokenizers import Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
-    from dotformer.data.labelled import LabelledExamples
-    from dotformer.data.prepared import PreparedText
+    from dotformer.data.prepared.text_kind import PreparedText
 
 HASH_TOKENS = 1 << 20  # tokens of the stream hashed at a time for the sampler's fingerprint
 
@@ -60,6 +58,10 @@ class TokenStream:
     def __len__(self) -> int:
         """N, the tokens of the stream."""
         return len(self.ids)
+
+    def sampler(self, max_tokens: int, seed: int, shuffle: bool, rank: int, world_size: int) -> BlockSampler:
+        """Its batches: contiguous blocks of T tokens (:class:`BlockSampler`)."""
+        return BlockSampler(self, max_tokens, seed, shuffle, rank, world_size)
 
 
 def encode_text(lines: Sequence[str], tokenizer: Tokenizer, block_size: int) -> TokenStream:
@@ -187,32 +189,18 @@ class BlockSampler(BatchSampler):
         """0.0: blocks are cut from running text, every cell is a real token."""
         return 0.0
 
+    reads_text = True
+
+    def data_line(self, valid: int, src: Tokenizer, tgt: Tokenizer, objective: str, max_tokens: int) -> list[str]:
+        """Tokens and blocks, the vocabulary, whole blocks a batch (at least one: ``max(1, max_tokens // T)``)."""
+        T, blocks = self.stream.block_size, self.blocks_per_batch
+        size = f"{blocks:,} {'block' if blocks == 1 else 'blocks'} ({blocks * T:,} tokens"
+        size += f"; max_tokens {max_tokens:,} is less than one block)" if max_tokens < T else ")"
+        return [f"{len(self.stream):,} train / {valid:,} valid tokens, blocks of {T:,} tokens",
+                f"vocabulary {tgt.vocab_size:,}", size]  # fmt: skip
+
     def make_batch(self, indices: Sequence[int] | np.ndarray, epoch: int) -> Batch:
         """The batch of blocks ``indices`` of ``epoch`` (one entry of :meth:`batch_indices`)."""
         T, o, full = self.stream.block_size, self.offset(epoch), self.num_blocks(epoch)
         length = T if indices[0] < full else len(self.stream) - 1 - full * T  # the tail block is shorter
         return collate_blocks(self.stream.ids, [o + j * T for j in indices], length, indices)
-
-
-def sampler_for(
-    examples: PairArrays | Sequence[EncodedPair] | TokenStream | LabelledExamples,
-    max_tokens: int,
-    seed: int = 0,
-    shuffle: bool = True,
-    rank: int = 0,
-    world_size: int = 1,
-) -> BatchSampler:
-    """The sampler of a training loop's examples: :class:`BlockSampler` for a :class:`TokenStream` (a language
-    model), :class:`~dotformer.data.labelled.LabelledSampler` for an encoder's examples, :class:`BatchSampler` for
-    encoded pairs (arrays or a list).
-
-    Raises:
-        ConfigError, DataError: as the sampler's constructor.
-    """
-    from dotformer.data.labelled import LabelledExamples, LabelledSampler
-
-    if isinstance(examples, TokenStream):
-        return BlockSampler(examples, max_tokens, seed, shuffle, rank, world_size)
-    if isinstance(examples, LabelledExamples):
-        return LabelledSampler(examples, max_tokens, seed, shuffle, rank, world_size)
-    return BatchSampler(examples, max_tokens, seed, shuffle, rank, world_size)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from dotformer.errors import ConfigError
 
@@ -78,6 +78,7 @@ class DataConfig:
         ConfigError: a field is out of range (the message names it).
     """
 
+    kind: ClassVar[str] = "pairs"  # its data kind (dotformer.data.prepared.kinds)
     # --- the pairs ---
     dataset: str = "copy"  # "cmudict", "bible", "copy", "reverse", a TSV/CSV path, "train.src,train.tgt", "hf:NAME"
     valid: str | None = None  # validation pairs (same forms as dataset); given: nothing is split at random
@@ -294,6 +295,23 @@ _ALIASES = {"src_tokenizer": "tokenizer", "tgt_tokenizer": "tokenizer", "tgt_tok
             "src_tokenizer_file": "tokenizer_file", "train": "dataset"}  # fmt: skip
 
 
+def one_tokenizer_section(section: dict[str, Any], source: str) -> dict[str, Any]:
+    """A ``[data]`` table of a one-tokenizer config (a language model's, an encoder's) with the translation names of
+    its keys read as its own (``src_tokenizer`` -> ``tokenizer``, ...) and ``shared_vocab`` dropped (always shared).
+
+    Raises:
+        ConfigError: two keys that name one field with different values (named with ``source``).
+    """
+    data: dict[str, Any] = {}
+    for key, value in section.items():
+        name = _ALIASES.get(key, key)
+        if name in data and data[name] != value:
+            raise ConfigError(f"{source}: {key} = {value!r} contradicts {name} = {data[name]!r}")
+        data[name] = value
+    data.pop("shared_vocab", None)
+    return data
+
+
 @dataclass(frozen=True)
 class LMDataConfig:
     """Which text a language model trains on and how it is cut; frozen, validated.
@@ -302,6 +320,7 @@ class LMDataConfig:
         ConfigError: a field out of range (the message names it).
     """
 
+    kind: ClassVar[str] = "text"  # its data kind (dotformer.data.prepared.kinds)
     dataset: str = "bible"  # "bible" (KJV), "bible:WEB", "bible:MODULE", or a UTF-8 text file
     task: str = LM_TASK  # always "lm" (it marks a language-model config)
     valid: str | None = None  # held-out text file for validation; given: nothing is split at random
@@ -341,17 +360,12 @@ class LMDataConfig:
         Raises:
             ConfigError: an unknown key (named with ``source``), two values for one key, or a bad value.
         """
-        data: dict[str, Any] = {}
-        for key, value in section.items():
-            name = _ALIASES.get(key, key)
-            if name in data and data[name] != value:
-                raise ConfigError(f"{source}: {key} = {value!r} contradicts {name} = {data[name]!r}")
-            data[name] = value
-        data.pop("shared_vocab", None)  # one tokenizer: always shared
-        return config_from_dict(cls, data, source)
+        return config_from_dict(cls, one_tokenizer_section(section, source), source)
 
 
-ENCODER_TASKS = ("mlm", "classify", "tag")  # the encoder's tasks: masked language model, classification, tagging
+# the encoder's tasks (masked language model, classification, tagging) and the data kind each reads
+ENCODER_KINDS = {"mlm": "text", "classify": "labelled", "tag": "labelled"}
+ENCODER_TASKS = tuple(ENCODER_KINDS)
 DEFAULT_ENCODER_BLOCK = 128  # an encoder's example: most tokens, [BOS] and [EOS] included
 _TASK_FIELDS = {"mlm_unit": "mlm", "mask_probability": "mlm", "tag_format": "tag", "label_subtokens": "tag"}
 
@@ -407,6 +421,11 @@ class EncoderDataConfig:
         if self.test_books is not None:
             object.__setattr__(self, "test_books", tuple(self.test_books))
 
+    @property
+    def kind(self) -> str:
+        """Its data kind: running text (mlm) or labelled texts (classify, tag)."""
+        return ENCODER_KINDS[self.task]
+
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-serialisable dict (run.json, every checkpoint's config.json)."""
         data = dataclasses.asdict(self)
@@ -421,13 +440,7 @@ class EncoderDataConfig:
             ConfigError: an unknown key (named with ``source``), a key of another encoder task set (to anything but
                 its default), two values for one key, or a bad value.
         """
-        data: dict[str, Any] = {}
-        for key, value in section.items():
-            name = _ALIASES.get(key, key)
-            if name in data and data[name] != value:
-                raise ConfigError(f"{source}: {key} = {value!r} contradicts {name} = {data[name]!r}")
-            data[name] = value
-        data.pop("shared_vocab", None)  # one tokenizer: always shared
+        data = one_tokenizer_section(section, source)
         task = data.get("task", "mlm")
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         for name, owner in _TASK_FIELDS.items():

@@ -16,7 +16,7 @@ spec                        what it reads                                       
 Every reader returns a :class:`Corpus` whose ``report`` says how many pairs were read, how many were dropped and why
 (``report["dropped"]``: reason -> count); nothing is dropped or truncated silently. :func:`open_pairs` gives the same
 pairs as a :class:`PairReader`, read in passes without holding a file's corpus in memory (what preparing data at
-scale reads, :mod:`dotformer.data.preparing`).
+scale reads, :mod:`dotformer.data.prepared.skeleton`).
 """
 
 from __future__ import annotations

@@ -150,6 +150,10 @@ class LabelledExamples:
         """(N,) int64, the padded length each example needs: its ids, BOS and EOS."""
         return self.sizes + 2
 
+    def sampler(self, max_tokens: int, seed: int, shuffle: bool, rank: int, world_size: int) -> LabelledSampler:
+        """Its batches: token-budget batches of whole examples with their labels (:class:`LabelledSampler`)."""
+        return LabelledSampler(self, max_tokens, seed, shuffle, rank, world_size)
+
 
 def check_block_size(block_size: int) -> int:
     """The most ids an example holds besides BOS and EOS.
@@ -339,6 +343,11 @@ class LabelledSampler(BatchSampler):
     def make_batch(self, indices: Sequence[int] | np.ndarray, epoch: int) -> LabelledBatch:  # type: ignore[override]
         """The batch of the examples ``indices`` of ``epoch`` (masked as epoch 0 in evaluation)."""
         return collate_labelled(self.data, indices, self.seed, epoch)
+
+    def data_line(self, valid: int, src: Tokenizer, tgt: Tokenizer, objective: str, max_tokens: int) -> list[str]:
+        """Examples and the objective, the vocabulary, the size of a batch."""
+        return [f"{len(self.examples):,} train / {valid:,} valid examples, objective {objective}",
+                f"vocabulary {tgt.vocab_size:,}", f"<= {max_tokens:,} tokens"]  # fmt: skip
 
     def padding_fraction(self, plan: BatchPlan) -> float:
         """Share of PAD cells among the inputs of the batches of ``plan``, counted from the lengths: a batch of B

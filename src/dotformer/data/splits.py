@@ -2,9 +2,9 @@
 
 A split is a pure function of (corpus, seed, fractions, test_groups): the same inputs give the same split on every
 machine. :func:`assign_splits` deals it with numpy arrays of one number per pair, so it serves a corpus read in
-passes (:mod:`dotformer.data.preparing`) as well as one in memory (:func:`split_corpus`). When the corpus has groups
-and keeps them together (CMUdict: the word), whole groups are assigned, so no word has one pronunciation in train and
-another in test. The Bible keeps its groups (books) apart only on request:
+passes (:mod:`dotformer.data.prepared.skeleton`) as well as one in memory (:func:`split_corpus`). When the corpus
+has groups and keeps them together (CMUdict: the word), whole groups are assigned, so no word has one pronunciation
+in train and another in test. The Bible keeps its groups (books) apart only on request:
 its default split draws random verses, and ``test_groups=["Matt", "Mark"]`` holds whole books out as the test set.
 
 On disk (``save_splits``)::

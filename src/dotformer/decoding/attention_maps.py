@@ -28,7 +28,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 
-from dotformer.decoding.inputs import encode_prompt, encode_with_masks, generated_text
+from dotformer.decoding.inputs import encode_prompt, encode_with_masks, generated_text, text_rules
 from dotformer.errors import ConfigError, DataError
 
 MapKind = Literal["encoder", "decoder_self", "cross"]
@@ -216,7 +216,9 @@ def lm_attention_weights(loaded: Any, text: str) -> AttentionMaps:
 
     Args:
         loaded: a :class:`dotformer.checkpoint.LoadedCheckpoint` of a language model.
-        text: the text to read (its line breaks are line ends).
+        text: the text to read, as ``generate`` reads a prompt (:func:`~dotformer.decoding.inputs.encode_prompt`
+            with the checkpoint's text rules): a line end first and its line breaks as line ends; for an imported
+            model, BOS first when its family adds one and the line breaks as its tokenizer encodes them.
 
     Returns:
         :class:`AttentionMaps`: ``decoder_self`` (L, H, T, T) float32 equal to
@@ -224,16 +226,20 @@ def lm_attention_weights(loaded: Any, text: str) -> AttentionMaps:
         and ``cross`` (L, H, T, 0) empty; ``out_tokens`` the argmax next token at each position.
 
     Raises:
-        ConfigError: the model is not decoder-only, or the text is longer than its window.
+        ConfigError: the model is not decoder-only, or the text is longer than its window. DataError: no tokens (an
+            empty text, for a model that adds no BOS).
     """
     model = loaded.model
     if model.config.arch != "decoder-only":
         raise ConfigError(f"language-model attention maps need a decoder-only model, this one is {model.config.arch}")
-    tokenizer = loaded.tgt_tokenizer
-    ids = encode_prompt(tokenizer, text)
+    tokenizer, rules = loaded.tgt_tokenizer, text_rules(loaded.info)
+    ids = encode_prompt(tokenizer, text, rules)
+    if not ids:
+        raise DataError(f"the text {text!r} has no tokens")
     window = loaded.context_window
     if len(ids) > window:
-        raise ConfigError(f"the text has {len(ids)} tokens (a line end first); this model reads at most {window}")
+        first = " (a line end first)" if rules.lines else " (BOS first)" if rules.add_bos else ""
+        raise ConfigError(f"the text has {len(ids)} tokens{first}; this model reads at most {window}")
     device = next(model.parameters()).device
     tgt = torch.tensor([ids], dtype=torch.int64, device=device)  # (1, T)
     was_training = model.training
@@ -250,7 +256,7 @@ def lm_attention_weights(loaded: Any, text: str) -> AttentionMaps:
     labels = [token_label(tokenizer, i) for i in ids]
     return AttentionMaps(
         source_text=text,
-        output_text=text + generated_text(tokenizer, predicted[-1:]),  # the text and its likeliest next token
+        output_text=text + generated_text(tokenizer, predicted[-1:], rules),  # the text and its likeliest next token
         src_tokens=[],
         tgt_tokens=labels,
         out_tokens=[token_label(tokenizer, i) for i in predicted],

@@ -100,7 +100,13 @@ class GenerationEngine(Protocol):
     checkpoint: CheckpointLike
 
     def generate(
-        self, prompt: Sequence[int], config: DecodeConfig, window: int, on_token: TokenCallback | None = None
+        self,
+        prompt: Sequence[int],
+        config: DecodeConfig,
+        window: int,
+        on_token: TokenCallback | None = None,
+        stop_ids: Sequence[int] = (),
     ) -> list[list[int]]:
-        """The new token ids of each continuation of ``prompt`` (see :func:`dotformer.decoding.generate.generate`)."""
+        """The new token ids of each continuation of ``prompt`` (see :func:`dotformer.decoding.generate.generate`;
+        ``stop_ids``: an imported model's EOS ids, where its continuations end)."""
         ...

@@ -7,7 +7,9 @@ the token is the translation decoder's: the argmax (greedy), a draw from the tem
 distribution (:func:`dotformer.decoding.sampling.sampling_picker`), or beam search's step
 (:mod:`dotformer.decoding.beam`). The text is one stream of lines: EOS stands for a line end, so sampling and greedy
 decoding run on across lines for ``max_new_tokens`` tokens, while beam search, whose hypotheses end at EOS, finds the
-best completion of the current line.
+best completion of the current line. An imported model's text ends at its own EOS ids (``stop_ids``, from the
+checkpoint's :class:`~dotformer.decoding.inputs.TextRules`): greedy decoding and sampling stop once every row has
+produced one, and beam search reads them as its EOS (:func:`end_of_text`).
 
 A model sees at most ``window`` tokens (the block size it was trained on: its positions beyond that were never
 trained). When the text outgrows the window, the window jumps forward to keep the newest ``window // 2`` tokens, and
@@ -143,20 +145,26 @@ def generate(
     config: DecodeConfig | None = None,
     window: int | None = None,
     on_token: TokenCallback | None = None,
+    stop_ids: Sequence[int] = (),
 ) -> list[Generation]:
     """Continue ``prompt`` (token ids; empty: start a new line) with a decoder-only model.
 
     Args:
         model: a decoder-only :class:`Transformer` (its training flag is restored afterwards).
-        prompt: the prompt's ids (no BOS: the text stream has none).
+        prompt: the prompt's ids (:func:`~dotformer.decoding.inputs.encode_prompt`: no BOS for dotformer's own
+            models, whose text stream has none; BOS first for an imported model whose family adds one).
         config: from :func:`~dotformer.decoding.config.generation_config`: strategy, ``n_best`` samples (or beams
             returned), the new-token limit ``max_len_b``, temperature / top-k / top-p / seed, ``use_cache``.
         window: the most tokens the model reads at once (default ``model.config.max_len``; give the block size).
         on_token: called with the (N,) tokens of every greedy or sampling step, as they are chosen (streaming).
+        stop_ids: an imported model's EOS ids (:class:`~dotformer.decoding.inputs.TextRules`): greedy decoding and
+            sampling stop once every row has produced one (a row's tokens after its first stop are not part of its
+            text), beam search's hypotheses end at them (:func:`end_of_text`); empty: run ``max_len_b`` steps,
+            across lines.
 
     Returns:
         ``n_best`` generations: for sampling in draw order, for beam search best first (each ends at the line's
-        end or at the limit). The same seed, prompt and settings give the same tokens.
+        end, or the model's EOS, or at the limit). The same seed, prompt and settings give the same tokens.
 
     Raises:
         ConfigError: not a decoder-only model, or a window < 2. ShapeError: prompt ids outside the vocabulary.
@@ -169,14 +177,19 @@ def generate(
     with inference(model):
         context = ContextWindow(model, window, config.use_cache)
         if config.strategy == "beam":
-            return beam_generate(context, ids, config)
-        return left_to_right(context, ids, config, on_token)
+            return beam_generate(context, ids, config, stop_ids)
+        return left_to_right(context, ids, config, on_token, stop_ids)
 
 
 def left_to_right(
-    context: ContextWindow, prompt: Tensor, config: DecodeConfig, on_token: TokenCallback | None
+    context: ContextWindow,
+    prompt: Tensor,
+    config: DecodeConfig,
+    on_token: TokenCallback | None,
+    stop_ids: Sequence[int] = (),
 ) -> list[Generation]:
-    """Greedy decoding or sampling of ``config.n_best`` rows for ``config.max_len_b`` new tokens each."""
+    """Greedy decoding or sampling of ``config.n_best`` rows for ``config.max_len_b`` new tokens each (fewer when
+    every row has produced one of ``stop_ids``)."""
     N, steps = config.n_best, config.max_len_b
     if config.strategy == "greedy":
         pick = pick_most_likely
@@ -187,6 +200,8 @@ def left_to_right(
     tokens: list[list[int]] = [[] for _ in range(N)]  # grown step by step: memory follows the tokens made
     log_probs: list[list[float]] = [[] for _ in range(N)]
     step_log_probs = forbid_special_tokens(context.feed(prompt.expand(N, -1)))  # (N, V)
+    stops = torch.tensor(list(stop_ids), dtype=torch.int64, device=prompt.device)  # (E,)
+    stopped = torch.zeros(N, dtype=torch.bool, device=prompt.device)  # (N,)
     for t in range(steps):
         token = pick(step_log_probs)  # (N,)
         chosen = step_log_probs.gather(1, token[:, None]).squeeze(1)  # (N,)
@@ -195,17 +210,45 @@ def left_to_right(
             log_probs[row].append(log_prob)
         if on_token is not None:
             on_token(token)
+        stopped |= torch.isin(token, stops)
+        if bool(stopped.all()):
+            break
         if t + 1 < steps:
             step_log_probs = forbid_special_tokens(context.feed(token[:, None]))  # (N, V)
     return [Generation(row, lp) for row, lp in zip(tokens, log_probs, strict=True)]
 
 
-def beam_generate(context: ContextWindow, prompt: Tensor, config: DecodeConfig) -> list[Generation]:
-    """Beam search over the continuations of one prompt: K beams, each ending at EOS (the line end) or at
-    ``config.max_len_b`` tokens, with :mod:`dotformer.decoding.beam`'s step, stopping rule and length penalty."""
+def end_of_text(log_probs: Tensor, stop_ids: Sequence[int]) -> Tensor:
+    """An imported model's EOS ids ``stop_ids`` as beam search's one EOS: the EOS column takes the log-probability of
+    the likeliest of them, and theirs become -inf. A hypothesis then ends where the model would end it with any of
+    its EOS ids, scored with the best of them; the other columns keep the model's values. No ``stop_ids``: unchanged.
+
+    Shape:
+        (N, V) float -> (N, V), in place and returned.
+    """
+    if not stop_ids:
+        return log_probs
+    stops = torch.tensor(list(stop_ids), dtype=torch.int64, device=log_probs.device)  # (E,)
+    likeliest = log_probs.index_select(1, stops).max(dim=1).values  # (N,)
+    log_probs[:, stops] = float("-inf")
+    log_probs[:, EOS_ID] = likeliest
+    return log_probs
+
+
+def beam_generate(
+    context: ContextWindow, prompt: Tensor, config: DecodeConfig, stop_ids: Sequence[int] = ()
+) -> list[Generation]:
+    """Beam search over the continuations of one prompt: K beams, each ending at EOS (the line end; an imported
+    model's EOS ids, :func:`end_of_text`) or at ``config.max_len_b`` tokens, with :mod:`dotformer.decoding.beam`'s
+    step, stopping rule and length penalty. A finished generation's tokens stop before its EOS (whichever id it was);
+    its log-probabilities end with the EOS's."""
     K, alpha = config.beam_size, config.length_penalty
+
+    def next_log_probs(tokens: Tensor) -> Tensor:
+        return end_of_text(forbid_special_tokens(context.feed(tokens)), stop_ids)  # (N, V)
+
     state = initial_state(torch.tensor([config.max_len_b], device=prompt.device), K)
-    step_log_probs = forbid_special_tokens(context.feed(prompt)).expand(K, -1)  # (K, V): beams 1..K-1 start at -inf
+    step_log_probs = next_log_probs(prompt).expand(K, -1)  # (K, V): beams 1..K-1 start at -inf
     context.reorder(torch.zeros(K, dtype=torch.int64, device=prompt.device))  # K rows, all holding the prompt
     while True:
         state, origin = advance(state, unflatten_beam_dim(step_log_probs, K), alpha)
@@ -213,5 +256,5 @@ def beam_generate(context: ContextWindow, prompt: Tensor, config: DecodeConfig) 
         if bool(is_done(state, at_limit, alpha).all()):
             break
         context.reorder(flatten_beam_dim(origin))  # (K,) the beam each new beam grew from
-        step_log_probs = forbid_special_tokens(context.feed(state.alive_tokens[0, :, -1:]))  # (K, V)
+        step_log_probs = next_log_probs(state.alive_tokens[0, :, -1:])  # (K, V)
     return [Generation(h.tokens, h.log_probs) for h in hypotheses(state, 0, config.n_best, alpha)]

@@ -16,11 +16,12 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dotformer.data.tokenizers import EOS_ID
+from dotformer.data.tokenizers import BOS_ID, EOS_ID
 from dotformer.errors import ConfigError, ShapeError
 
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
+    from dotformer.data.blocks import TokenStream
     from dotformer.data.tokenizers import Tokenizer
     from dotformer.decoding.config import DecodeConfig
 
@@ -337,8 +338,44 @@ def encode_prefixes(loaded: Any, prefixes: Sequence[str | None]) -> list[list[in
     return ids
 
 
-def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
-    """``[EOS] + ids`` of ``prompt``, its line breaks as EOS: the model continues it as the start of a line."""
+class TextRules(NamedTuple):
+    """How a language model's text becomes ids and back, saved in its checkpoint's config.json as ``"text_rules"``.
+
+    A model trained by dotformer reads one stream of lines: EOS stands for a line end, a prompt starts after one, and
+    generation runs on across lines (the defaults). An imported model (:mod:`dotformer.imports`) reads texts as its
+    own tokenizer encodes them (line breaks included), starts each with BOS when its family does (``add_bos``), and
+    ends a continuation at any of its ``eos_ids``.
+
+    Attributes:
+        add_bos: prepend BOS to a prompt (Llama, Gemma).
+        eos_ids: dotformer ids that end a text; empty: dotformer's line stream.
+    """
+
+    add_bos: bool = False
+    eos_ids: tuple[int, ...] = ()
+
+    @property
+    def lines(self) -> bool:
+        """The text is dotformer's stream of lines (EOS = a line end)."""
+        return not self.eos_ids
+
+
+LINES = TextRules()  # dotformer's own language models: one stream of lines
+
+
+def text_rules(info: dict[str, Any]) -> TextRules:
+    """The :class:`TextRules` of a checkpoint's config.json dict (dotformer's line stream when it has none)."""
+    rules = info.get("text_rules")
+    if not isinstance(rules, dict):
+        return LINES
+    return TextRules(bool(rules.get("add_bos", False)), tuple(int(i) for i in rules.get("eos_ids", ())))
+
+
+def encode_prompt(tokenizer: Tokenizer, prompt: str, rules: TextRules = LINES) -> list[int]:
+    """``[EOS] + ids`` of ``prompt``, its line breaks as EOS: the model continues it as the start of a line; with an
+    imported model's ``rules``, ``[BOS] + ids`` (BOS when the family adds it) as its tokenizer encodes the text."""
+    if not rules.lines:
+        return [BOS_ID] * rules.add_bos + tokenizer.encode(prompt)
     ids = [EOS_ID]
     for i, line in enumerate(prompt.split("\n")):
         if i:
@@ -347,8 +384,37 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
     return ids
 
 
-def generated_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
-    """The text of generated ids: each EOS a line end, the pieces between decoded by ``tokenizer``."""
+def encode_document(tokenizer: Tokenizer, lines: Sequence[str], rules: TextRules, block_size: int) -> TokenStream:
+    """The :class:`~dotformer.data.blocks.TokenStream` an imported model scores (``evaluate --task lm``): the text as
+    its file holds it (every line ending in ``\\n``), encoded at once by the model's tokenizer, after BOS when the
+    family adds it (``rules.add_bos``); no EOS is added. Its characters count each line end as one, as
+    :func:`~dotformer.data.blocks.encode_text` counts them for dotformer's own models.
+
+    Shape:
+        the stream's ids: (N,) int64, N = ``add_bos`` + the text's tokens.
+
+    Raises:
+        ConfigError: ``block_size`` < 1, or ``rules`` are dotformer's line stream (use ``encode_text``).
+    """
+    import numpy as np
+
+    from dotformer.data.blocks import TokenStream
+
+    if rules.lines:
+        raise ConfigError("encode_document reads an imported model's text; a line stream is encode_text's")
+    if block_size < 1:
+        raise ConfigError(f"block_size must be a positive number of tokens, got {block_size}")
+    text = "".join(line + "\n" for line in lines)
+    ids = np.asarray([BOS_ID] * rules.add_bos + tokenizer.encode(text), dtype=np.int64)  # (N,)
+    return TokenStream(ids, block_size, len(text))
+
+
+def generated_text(tokenizer: Tokenizer, ids: Sequence[int], rules: TextRules = LINES) -> str:
+    """The text of generated ids: each EOS a line end, the pieces between decoded by ``tokenizer``; with an imported
+    model's ``rules``, the ids up to the first of its EOS ids, decoded."""
+    if not rules.lines:
+        stops = [i for i, token in enumerate(ids) if int(token) in rules.eos_ids]
+        return tokenizer.decode(ids[: stops[0]] if stops else ids)
     lines: list[list[int]] = [[]]
     for token in ids:
         if token == EOS_ID:

@@ -1,21 +1,25 @@
 """The decoding options, defined once for every surface: ``dotformer translate``/``evaluate`` flags, the keywords of
-:meth:`dotformer.api.Translator.translate`, and the JSON fields of ``POST /api/translate``.
+:meth:`dotformer.api.Translator.translate`, and the JSON fields of ``POST /api/translate``; and the request object
+they all build, :class:`DecodeRequest`.
 
 Each :class:`DecodeOption` names its keyword (also its JSON field), its command-line flag, its type and the
 :class:`~dotformer.decoding.DecodeConfig` field it sets; :func:`decode_config` turns given values (None: not given)
 into a checked :class:`DecodeConfig` with the same rules everywhere (a sampling option needs strategy "sample", a
 beam width strategy "beam"). A new option added to :data:`DECODE_OPTIONS` reaches the three surfaces, and a test
-checks that each accepts exactly this set.
+checks that each accepts exactly this set. :func:`decode_request` makes the whole request of one call: the search
+(its :class:`DecodeConfig`), the per-input prefixes and how the call batches and what it returns; every surface builds
+one, the engine that runs it is chosen from it once (:func:`dotformer.engines.choice.torch_only_settings`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dotformer.decoding.config import STRATEGIES, DecodeConfig
+from dotformer.decoding.order import DEFAULT_BATCH_SIZE
 from dotformer.errors import ConfigError
 
 
@@ -179,3 +183,65 @@ def decode_config(values: Mapping[str, Any], misplaced: Misplaced = misplaced_me
             raise ConfigError(misplaced(given, wanted, strategy))
     fields = {o.field: values[o.name] for o in SEARCH_OPTIONS if o.field and values.get(o.name) is not None}
     return DecodeConfig(**fields)
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """One call's decoding, as every surface asks for it: what :meth:`dotformer.api.Translator.translate` runs.
+
+    Attributes:
+        config: the search (the options of :data:`SEARCH_OPTIONS`).
+        prefix: the forced start of each output (the ``prefix`` option): a string for one text, one string or None
+            per text for several; None: no prefixes.
+        batch_size: most inputs decoded together. max_tokens: most padded source tokens per batch (None: the
+            default of :mod:`dotformer.decoding.order`). max_input_length: most tokens (EOS included) an input may
+            have (None: the model's). progress: a progress bar on stderr (None: from 500 inputs on).
+        details: results with scores and tokens instead of texts. attention: also each input's attention maps (the
+            torch engine only). scores: with details, each hypothesis's exact score (False lets CTranslate2 skip
+            its scoring pass).
+    """
+
+    config: DecodeConfig = field(default_factory=DecodeConfig)
+    prefix: str | tuple[str | None, ...] | None = None
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_tokens: int | None = None
+    max_input_length: int | None = None
+    progress: bool | None = None
+    details: bool = False
+    attention: bool = False
+    scores: bool = True
+
+    @property
+    def wants_details(self) -> bool:
+        """Whether the call returns results rather than texts (details, attention maps or alignments asked for)."""
+        return self.details or self.attention or self.config.alignments
+
+
+REQUEST_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DecodeRequest))  # config, prefix, batch_size, ...
+REQUEST_NAMES: tuple[str, ...] = tuple(dict.fromkeys((*OPTION_NAMES, *REQUEST_FIELDS)))  # what a call may name
+
+
+def decode_request(values: Mapping[str, Any], misplaced: Misplaced = misplaced_message) -> DecodeRequest:
+    """The :class:`DecodeRequest` of the given values: options of :data:`DECODE_OPTIONS` by name (None: not given)
+    and fields of :class:`DecodeRequest`; a ready ``config`` replaces the search options.
+
+    Raises:
+        ConfigError: an unknown name, a search option beside ``config`` (the message names it), or see
+            :func:`decode_config`.
+    """
+    unknown = [name for name in values if name not in REQUEST_NAMES]
+    if unknown:
+        known = ", ".join(REQUEST_NAMES)
+        raise ConfigError(f"unknown decoding option(s) {', '.join(unknown)}; the options are {known}")
+    config = values.get("config")
+    if config is not None:
+        given = [o.name for o in SEARCH_OPTIONS if values.get(o.name) is not None]
+        if given:
+            raise ConfigError(f"config= replaces the search arguments; leave out {', '.join(given)}")
+    else:
+        config = decode_config(values, misplaced)
+    prefix = values.get("prefix")
+    if prefix is not None and not isinstance(prefix, str):
+        prefix = tuple(prefix) if isinstance(prefix, Sequence) else prefix
+    settings = {name: values[name] for name in REQUEST_FIELDS if name not in ("config", "prefix") and name in values}
+    return DecodeRequest(config=config, prefix=prefix, **settings)

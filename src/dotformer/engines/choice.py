@@ -7,15 +7,18 @@ The rule, the same on every surface (the CLI's ``--engine``, ``dotformer.load(..
   cannot hold (saying why);
 * ``auto`` runs CTranslate2 when it is installed and runs the model and every requested setting, else torch.
 
-What CTranslate2 lacks is listed in one place: :func:`torch_only_fields` (decoding options, from the ``ctranslate2``
-column of :data:`~dotformer.decoding.options.DECODE_OPTIONS`), :func:`ct2_problem` (the installation, the model, the
-device and the dtype). A surface adds its own (an ensemble, attention maps, ``--no-cache``) as plain names.
+What CTranslate2 lacks is listed in one place: :func:`torch_only_settings` (what a
+:class:`~dotformer.decoding.options.DecodeRequest` asks for that only torch runs: decoding options, from the
+``ctranslate2`` column of :data:`~dotformer.decoding.options.DECODE_OPTIONS`, and attention maps), :func:`ct2_problem`
+(the installation, the model, the device and the dtype). A surface adds its own (an ensemble, ``--no-cache``) as plain
+names. Every surface builds its request and this module decides from it: the commands at load time, the
+:class:`~dotformer.api.Translator` per call, with the same function.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dotformer.errors import ConfigError
@@ -23,6 +26,7 @@ from dotformer.errors import ConfigError
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
     from dotformer.decoding.config import DecodeConfig
+    from dotformer.decoding.options import DecodeRequest
 
 ENGINES: tuple[str, ...] = ("auto", "torch", "ctranslate2")
 COMPUTE_TYPES = {"float32": "float32", "int8": "int8", "bfloat16": "bfloat16", "float16": "float16"}  # --dtype ->
@@ -79,6 +83,29 @@ def torch_only_reason(field: str) -> str:
         if option.field == field and option.ctranslate2:
             return option.ctranslate2
     return "CTranslate2 always caches its keys and values" if field == "use_cache" else "CTranslate2 lacks it"
+
+
+def torch_only_settings(
+    request: DecodeRequest, model: ModelConfig | None = None, names: Mapping[str, str] | None = None
+) -> list[str]:
+    """What ``request`` asks for that only the torch engine runs, each as ``"SETTING (why)"`` for
+    :func:`choose_engine`: its search's :func:`torch_only_fields` and attention maps.
+
+    Args:
+        request: the call's decoding.
+        model: the checkpoint's config (an alignment layer is compared modulo its decoder layers).
+        names: how the surface names the fields, as flags (``{"alignment_layer": "--alignment-layer"}``: the
+            setting reads ``--alignment-layer 0``); None: as keywords (``alignment_layer=0``).
+    """
+    config = request.config
+    settings = []
+    for name in torch_only_fields(config, model):
+        value = getattr(config, name)
+        shown = f"{name}={value!r}" if names is None else f"{names.get(name, name)} {value}"
+        settings.append(f"{shown} ({torch_only_reason(name)})")
+    if request.attention:
+        settings.append("attention=True (attention maps)")
+    return settings
 
 
 def ct2_device(device: str) -> tuple[str, int]:

@@ -16,7 +16,9 @@ PAD and BOS                 ``suppress_sequences=[["<pad>"], ["<s>"]]``
 ==========================  ======================================================================================
 
 The torch engine slides its view when the text outgrows the model's context window (the block size it trained on);
-CTranslate2 has no such window, so a prompt and ``max_new_tokens`` longer than it run on the torch engine only.
+CTranslate2 has no such window, so a prompt and ``max_new_tokens`` longer than it run on the torch engine only; so
+does a prompt longer than a model's sliding window W (CTranslate2 reads such a prompt in pieces of W tokens, and
+its outputs then differ from the window's).
 Greedy and beam outputs are the torch engine's (tested); samples follow the same distribution with another random
 generator.
 """
@@ -72,7 +74,12 @@ class CT2Generate:
         return f"CT2Generate({str(self.model_dir)!r}, {self.options['compute_type']}, {self.device})"
 
     def generate(
-        self, prompt: Sequence[int], config: DecodeConfig, window: int, on_token: TokenCallback | None = None
+        self,
+        prompt: Sequence[int],
+        config: DecodeConfig,
+        window: int,
+        on_token: TokenCallback | None = None,
+        stop_ids: Sequence[int] = (),
     ) -> list[list[int]]:
         """The new ids of each continuation of ``prompt`` (ids, EOS = a line end; empty: a new line).
 
@@ -86,9 +93,12 @@ class CT2Generate:
             ``max_new_tokens``).
 
         Raises:
-            EngineOptionError: ``use_cache=False``, or a prompt and ``max_new_tokens`` beyond ``window``.
+            EngineOptionError: ``use_cache=False``, ``stop_ids`` (an imported model's EOS: the torch engine's), a
+                prompt and ``max_new_tokens`` beyond ``window``, or a prompt longer than the model's ``sliding_window``.
         """
         new = config.max_len_b
+        if stop_ids:
+            raise EngineOptionError("an imported model's EOS rules run on the torch engine only")
         if not config.use_cache:
             raise EngineOptionError("use_cache=False runs on the torch engine only (CTranslate2 always caches)")
         tokens = [self.vocab[t] for t in (list(prompt) or [EOS_ID])]
@@ -96,6 +106,12 @@ class CT2Generate:
             raise EngineOptionError(
                 f"the prompt ({len(tokens)} tokens) and the {new} new tokens asked for exceed the model's context "
                 f"window ({window} tokens): only the torch engine slides its window along a longer text"
+            )
+        window_of_layers = self.checkpoint.config.sliding_window
+        if window_of_layers is not None and len(tokens) > window_of_layers:
+            raise EngineOptionError(
+                f"the prompt ({len(tokens)} tokens) is longer than the model's sliding window ({window_of_layers}): "
+                "CTranslate2 reads it in pieces that do not keep to the window, only the torch engine does"
             )
         generator, sampling = self.generator, self.sampling(config)
         if config.strategy == "sample":  # a fresh Generator: CTranslate2 seeds a thread's generator once, on first use

@@ -70,9 +70,15 @@ class TorchEngine:
         return NLLResult(result.nll * result.num_tokens, result.num_tokens)
 
     def generate(
-        self, prompt: Sequence[int], config: DecodeConfig, window: int, on_token: TokenCallback | None = None
+        self,
+        prompt: Sequence[int],
+        config: DecodeConfig,
+        window: int,
+        on_token: TokenCallback | None = None,
+        stop_ids: Sequence[int] = (),
     ) -> list[list[int]]:
         """The new ids of each continuation: :func:`dotformer.decoding.generate.generate` on the model."""
         from dotformer.decoding.generate import generate
 
-        return [g.tokens for g in generate(self.checkpoint.model, prompt, config, window, on_token)]
+        model = self.checkpoint.model
+        return [g.tokens for g in generate(model, prompt, config, window, on_token, stop_ids)]

@@ -20,9 +20,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Format = Literal["ct2", "marian", "onnx"]
-FORMATS: tuple[str, ...] = ("ct2", "marian", "onnx")
-EXTRA_OF_FORMAT = {"ct2": ("ctranslate2", "bench"), "marian": ("transformers", "bench"), "onnx": ("onnx", "onnx")}
+Format = Literal["ct2", "hf", "marian", "onnx"]
+FORMATS: tuple[str, ...] = ("ct2", "hf", "marian", "onnx")
+EXTRA_OF_FORMAT = {
+    "ct2": ("ctranslate2", "bench"),
+    "hf": ("transformers", "bench"),
+    "marian": ("transformers", "bench"),
+    "onnx": ("onnx", "onnx"),
+}
 
 
 def require_package(module: str, extra: str, purpose: str) -> None:
@@ -41,7 +46,8 @@ def export_checkpoint(
     Args:
         checkpoint: a checkpoint or run directory.
         output_dir: created; an existing non-empty directory is refused before anything is read or written.
-        to: ``"ct2"`` (CTranslate2 directory; vocabularies are the tokenizers' pieces), ``"marian"`` (HF
+        to: ``"ct2"`` (CTranslate2 directory; vocabularies are the tokenizers' pieces), ``"hf"`` (a Hugging Face
+            model directory of the model's family, :func:`write_hf`), ``"marian"`` (HF
             ``MarianMTModel`` directory with dotformer's ids), or ``"onnx"`` (encoder + decoder-step graphs; a
             language model's cached step; an encoder-only model's one graph of its head's logits).
         quantization: CTranslate2 only: store weights as ``int8``, ``int8_float32``, ``float16``, ...
@@ -72,6 +78,8 @@ def export_checkpoint(
     with fresh_output_dir(output_dir) as tmp:
         if to == "ct2":
             write_ct2(loaded, tmp, quantization)
+        elif to == "hf":
+            write_hf(loaded, tmp)
         elif to == "marian":
             from dotformer.export.marian import save_marian
 
@@ -139,3 +147,45 @@ def write_ct2(
         spec = transformer_spec(loaded.model, *vocabularies, suppress_specials=suppress_specials)
     spec.optimize(quantization=quantization)
     spec.save(str(directory))
+
+
+def write_hf(loaded: LoadedCheckpoint, directory: Path) -> None:
+    """A Hugging Face model directory of the checkpoint's family in ``directory`` (which exists and is empty), with
+    its tokenizer as ``tokenizer.json`` and ``tokenizer_config.json`` (:mod:`dotformer.export.hf_tokenizer`):
+
+    * a language model: a causal LM in GPT-2's layout, or the Llama family's for the modern block
+      (:mod:`dotformer.export.hf_lm`), for ``AutoModelForCausalLM``, with its ``generation_config.json``;
+    * an encoder: a ``BertModel`` (:mod:`dotformer.export.hf_encoder`), for ``AutoModel``;
+    * an encoder-decoder: a ``MarianMTModel`` (:mod:`dotformer.export.marian`; its tokenizers stay dotformer's).
+
+    Raises:
+        ConfigError: a model that fits no HF layout (one line naming the field), or a tokenizer without a
+            tokenizer.json form.
+    """
+    from dotformer.decoding.quantization import require_float_weights
+    from dotformer.export.hf_tokenizer import hf_vocabulary
+
+    model, config = loaded.model, loaded.config
+    require_float_weights(model, "export to HF")
+    if config.arch == "encoder-decoder":
+        from dotformer.export.marian import save_marian
+
+        save_marian(model, directory)
+    elif config.arch == "decoder-only":
+        from dotformer.export.hf_lm import lm_layout, write_causal_lm
+
+        lm_layout(config)  # refused before the tokenizer is looked at
+        assert model.tgt_embed is not None
+        vocabulary = hf_vocabulary(
+            loaded.tgt_tokenizer, model.tgt_embed.token.weight.detach(), "continuation", loaded.info
+        )
+        write_causal_lm(model, vocabulary, directory)
+    else:
+        from dotformer.export.hf_encoder import bert_problem, write_bert
+
+        problem = bert_problem(config)
+        if problem is not None:
+            raise ConfigError(problem)
+        assert model.src_embed is not None
+        vocabulary = hf_vocabulary(loaded.src_tokenizer, model.src_embed.token.weight.detach(), "encoder", loaded.info)
+        write_bert(model, vocabulary, directory)

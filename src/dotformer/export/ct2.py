@@ -61,6 +61,7 @@ from dotformer.export.ct2_rules import (
     model_problem,
 )
 from dotformer.export.params import SUPPRESSED_LOGIT, Converter, EngineNames, LayerNames, embedding_params, locate
+from dotformer.layers import RMSNorm
 from dotformer.model import Transformer
 
 
@@ -165,9 +166,16 @@ class SpecWriter(Converter):
         if ours[0].bias is not None:
             target.bias = torch.cat([_tensor(linear.bias) for linear in ours])
 
-    def copy_norm(self, ours: nn.LayerNorm, theirs: str) -> None:
+    def copy_norm(self, ours: nn.Module, theirs: str) -> None:
+        """A LayerNorm's weight and bias (``gamma``, ``beta``), or an RMSNorm's weight: its (1 + w) is CTranslate2's
+        ``layer_norm_use_residual``."""
         target = locate(self.spec, theirs)
-        target.gamma, target.beta = _tensor(ours.weight), _tensor(ours.bias)
+        target.gamma = _tensor(ours.weight)
+        if isinstance(ours, RMSNorm):
+            if ours.unit_offset:
+                target.layer_norm_use_residual = True
+        else:
+            target.beta = _tensor(ours.bias)
 
     def copy_embeddings(self, model: Transformer) -> None:
         """Token tables, the positional tables (×√D is CTranslate2's ``scale_embeddings``): ``max_len`` rows of a

@@ -16,6 +16,34 @@ sinusoidal or learned table             ``decoder.position_encodings.encodings``
 ``generator``                          ``decoder.projection``
 =====================================  ====================================================
 
+The modern block (:mod:`dotformer.layers`' switches) maps onto the same spec's options, as CTranslate2's own Llama,
+Qwen3 and Gemma converters set them:
+
+=====================================  ====================================================
+dotformer                              CTranslate2 decoder-only spec
+=====================================  ====================================================
+``norm="rmsnorm"`` (unit offset)       ``rms_norm`` (each norm's ``layer_norm_use_residual``: (1 + w))
+``ffn_gated``: ``W_gate``, ``W_1``     ``ffn.linear_0`` (activated), ``ffn.linear_0_noact``
+``positional="rotary"``                ``rotary_dim`` R, ``rotary_interleave=False`` (rotate half), ``rotary_base``,
+                                       ``rotary_scaling_type`` linear / llama3 and their factors
+``num_kv_heads``, ``head_size``        ``num_heads_kv``, ``head_dim`` (W_k, W_v rows follow W_q's in ``linear[0]``)
+``qk_norm``: ``q_norm``, ``k_norm``    ``self_attention.q_norm``, ``k_norm``
+``sliding_window``, ``layer_types``    ``sliding_window`` (0 on a full layer); a sliding layer's
+                                       ``rope_local_theta`` is its own ``rotary_base``, unscaled
+``sandwich_norm``                      ``pre_post_layer_norm``: ``input_layer_norm``, ``post_attention_layer_norm``,
+                                       ``pre_feedforward_layer_norm``, ``post_feedforward_layer_norm``
+``attention_scale``                    each attention's ``queries_scale``
+``logit_softcap``                      ``decoder.final_logit_softcapping``
+=====================================  ====================================================
+
+What CTranslate2 lacks is refused in one line naming the field (an attention soft cap, yarn's scaling:
+:func:`~dotformer.export.ct2_rules.modern_problem`). With ``logit_softcap`` the logits of PAD and BOS are capped
+too: their bias of :data:`~dotformer.export.params.SUPPRESSED_LOGIT` leaves them at -c, the least a capped logit
+can be, so pass ``suppress_sequences=[["<pad>"], ["<s>"]]`` to be sure never to generate them. With
+``sliding_window`` W, CTranslate2 gives dotformer's outputs for prompts of at most W tokens (then the window slides
+as dotformer's does); it reads a longer prompt in pieces of W tokens that do not keep to the window (``dotformer
+generate`` runs such a prompt on the torch engine).
+
 The vocabulary is one list (the tokenizer's pieces, or ``t4``, ``t5``, ... when pieces look alike); ``</s>`` is both
 the end token and dotformer's line end. A prompt is read as dotformer reads it (a line end first:
 :func:`dotformer.decoding.inputs.encode_prompt`) and goes to ``Generator.generate_batch`` or ``forward_batch`` as token
@@ -28,6 +56,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +73,17 @@ from dotformer.export.ct2 import (
     save_spec,
 )
 from dotformer.export.ct2_rules import CT2_ACTIVATIONS, check_quantization, model_problem
-from dotformer.export.params import EngineNames, embedding_params, locate
+from dotformer.export.params import EngineNames, LayerNames, embedding_params, join, locate
+from dotformer.layers import DecoderLayer
 from dotformer.model import Transformer
+
+LOCAL_UNSCALED = (  # a sliding layer's RoPE with rope_local_theta is unscaled: these attributes go
+    "rotary_scaling_type",
+    "rotary_scaling_factor",
+    "rotary_low_freq_factor",
+    "rotary_high_freq_factor",
+    "original_max_position_embeddings",
+)
 
 CT2_LM_NAMES = EngineNames(
     layers={"decoder": _layer_names("decoder", cross=False)},  # the decoder alone: no encoder attention
@@ -55,22 +93,108 @@ CT2_LM_NAMES = EngineNames(
 )
 
 
+def language_model_names(config: ModelConfig) -> EngineNames:
+    """:data:`CT2_LM_NAMES`, with the modern block's names where ``config`` switches them: a gated feed-forward's
+    W_1 is ``ffn.linear_0_noact`` (W_gate takes ``linear_0``), sandwich norms sit on the layer itself."""
+    layer = CT2_LM_NAMES.layers["decoder"]
+    ffn = {"in": "ffn.linear_0_noact", "out": "ffn.linear_1"} if config.ffn_gated else layer.ffn
+    norms = {"self": "input_layer_norm", "ffn": "pre_feedforward_layer_norm"} if config.sandwich_norm else layer.norms
+    return replace(CT2_LM_NAMES, layers={"decoder": replace(layer, ffn=ffn, norms=norms)})
+
+
 class LanguageModelSpecWriter(SpecWriter):
     """:class:`~dotformer.export.ct2.SpecWriter` over a ``TransformerDecoderModelSpec``: the decoder's names only
-    (:data:`CT2_LM_NAMES`), one token table and one positional table."""
+    (:func:`language_model_names`), one token table and one positional table (none for rotary positions), and the
+    modern block's extra weights of a layer: ``W_gate``, the QK-norms, the norms after each sublayer."""
 
-    def __init__(self, spec: Any, suppress_specials: bool = True) -> None:
+    def __init__(self, spec: Any, config: ModelConfig, suppress_specials: bool = True) -> None:
         super().__init__(spec, suppress_specials)
-        self.names = CT2_LM_NAMES
+        self.names = language_model_names(config)
 
     def copy_embeddings(self, model: Transformer) -> None:
         """The token table, the positional table up to ``max_len`` (×√D is ``scale_embeddings``)."""
         assert model.tgt_embed is not None  # every model has a decoder
         config = model.config
         locate(self.spec, self.names.embeddings["tgt"]).weight = _tensor(embedding_params(model)["tgt"].weight)
-        positions = model.tgt_embed.position.encoding(config.max_len)  # (max_len, D)
-        locate(self.spec, self.names.positions["tgt"]).encodings = _tensor(positions)
+        if model.tgt_embed.position is not None:  # rotary positions turn q and k in each layer instead
+            positions = model.tgt_embed.position.encoding(config.max_len)  # (max_len, D)
+            locate(self.spec, self.names.positions["tgt"]).encodings = _tensor(positions)
         self.spec.decoder.scale_embeddings = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
+
+    def copy_layer(self, ours: DecoderLayer, names: LayerNames, theirs: str) -> None:  # type: ignore[override]
+        """The 2017 layer's weights (:class:`~dotformer.export.params.Converter`), then W_gate, the QK-norms and the
+        sandwich's norms after each sublayer, where the layer has them."""
+        super().copy_layer(ours, names, theirs)
+        if ours.feed_forward.W_gate is not None:
+            self.copy_linear([ours.feed_forward.W_gate], join(theirs, "ffn.linear_0"), ("gate",))
+        for side in ("q", "k"):
+            norm = getattr(ours.self_attn, f"{side}_norm", None)
+            if norm is not None:
+                self.copy_norm(norm, join(theirs, f"self_attention.{side}_norm"))
+        if ours.res_self.post_norm is not None:
+            assert ours.res_ff.post_norm is not None  # sandwich_norm puts one after each sublayer
+            self.copy_norm(ours.res_self.post_norm, join(theirs, "post_attention_layer_norm"))
+            self.copy_norm(ours.res_ff.post_norm, join(theirs, "post_feedforward_layer_norm"))
+
+
+def modern_options(config: ModelConfig) -> dict[str, Any]:
+    """The keyword arguments of ``TransformerDecoderModelSpec.from_config`` for ``config``'s modern switches (none
+    for the 2017 block, whose spec stays as it was): the options every layer shares."""
+    from ctranslate2.specs import attention_spec
+
+    c = config
+    options: dict[str, Any] = {}
+    if c.norm == "rmsnorm":
+        options["rms_norm"] = True
+    if c.ffn_gated:
+        options["ffn_glu"] = True
+    if c.sandwich_norm:
+        options["pre_post_layer_norm"] = True
+    if c.qk_norm:
+        options["qk_norm"] = True
+    if c.kv_heads != c.num_heads:
+        options["num_heads_kv"] = c.kv_heads
+    if c.head_size is not None:
+        options["head_dim"] = c.head_dim
+    if c.sliding_window is not None:
+        options["sliding_window"] = c.sliding_window
+    if c.positional == "rotary":
+        options.update(rotary_dim=c.rotary_dims, rotary_interleave=False, rotary_base=c.rope_theta)
+        if c.rope_scaling != "none":
+            kind = {"linear": "Linear", "llama3": "Llama3"}[c.rope_scaling]  # checked by modern_problem
+            options["rotary_scaling_type"] = getattr(attention_spec.RotaryScalingType, kind)
+            options["rotary_scaling_factor"] = c.rope_factor
+        if c.rope_scaling == "llama3":
+            options["original_max_position_embeddings"] = c.rope_original_max_len
+    return options
+
+
+def set_layer_options(spec: Any, config: ModelConfig) -> None:
+    """The options set layer by layer, on each self-attention: no window on a full layer among sliding ones, a
+    sliding layer's own unscaled RoPE base (``rope_local_theta``), llama3's factors, the attention scale; and the
+    logits' soft cap on the decoder."""
+    import numpy as np
+
+    c = config
+    for i, layer in enumerate(spec.decoder.layer):
+        attention = layer.self_attention
+        sliding = c.sliding_window is not None and (c.layer_types is None or c.layer_types[i] == "sliding")
+        if c.sliding_window is not None and not sliding:
+            attention.sliding_window = np.int32(0)  # 0: every key, as the decoder's option would otherwise give W
+        if c.rope_scaling == "llama3":
+            # the spec declares the factor for linear scaling only; CTranslate2 reads it for llama3 too (default 1)
+            object.__setattr__(attention, "rotary_scaling_factor", np.float32(c.rope_factor))
+            attention.rotary_low_freq_factor = np.float32(c.rope_low_freq_factor)
+            attention.rotary_high_freq_factor = np.float32(c.rope_high_freq_factor)
+        if sliding and c.rope_local_theta is not None:
+            attention.rotary_base = np.float32(c.rope_local_theta)
+            for name in LOCAL_UNSCALED:
+                if hasattr(attention, name):
+                    delattr(attention, name)
+        if c.attention_scale is not None:
+            attention.queries_scale = np.float32(c.attention_scale)
+    if c.logit_softcap is not None:
+        spec.decoder.final_logit_softcapping = np.float32(c.logit_softcap)
 
 
 def check_language_model(config: ModelConfig, vocabulary: Sequence[str]) -> None:
@@ -95,7 +219,7 @@ def language_model_spec(
 
     Args:
         model: a decoder-only :class:`Transformer` (post-LN or pre-LN, ReLU, GELU or SiLU, sinusoidal or learned
-            positions).
+            positions), or of the modern block (module docstring).
         vocabulary: the token strings of ids 0..V-1 (unique, specials first); default
             :func:`~dotformer.export.ct2.id_vocabulary`.
         suppress_specials: PAD and BOS never generated with the default options (see
@@ -105,7 +229,8 @@ def language_model_spec(
         The validated spec; ``spec.save(directory)`` writes it (``ctranslate2.Generator(directory)`` loads it).
 
     Raises:
-        ConfigError: not decoder-only, embedding norms, or a vocabulary that does not fit the model.
+        ConfigError: not decoder-only, embedding norms, a switch CTranslate2 lacks (naming the field), or a
+            vocabulary that does not fit the model.
     """
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -118,9 +243,11 @@ def language_model_spec(
         pre_norm=config.norm_first,
         activation=getattr(common_spec.Activation, CT2_ACTIVATIONS[config.activation]),
         no_final_norm=model.decoder.final_norm is None,
+        **modern_options(config),
     )
+    set_layer_options(spec, config)
     spec.config.layer_norm_epsilon = config.layer_norm_eps
-    LanguageModelSpecWriter(spec, suppress_specials).copy_model(model)
+    LanguageModelSpecWriter(spec, config, suppress_specials).copy_model(model)
     spec.register_vocabulary(vocabulary)
     spec.config.unk_token = SPECIAL_TOKENS[UNK_ID]
     spec.config.bos_token = SPECIAL_TOKENS[BOS_ID]

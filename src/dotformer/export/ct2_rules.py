@@ -10,7 +10,13 @@ from __future__ import annotations
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError
 
-CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}  # dotformer's -> common_spec.Activation
+CT2_ACTIVATIONS = {
+    "relu": "RELU",
+    "gelu": "GELU",
+    "silu": "SWISH",
+    "gelu_tanh": "GELUTanh",
+}  # -> common_spec.Activation
+CT2_ROTARY_SCALINGS = ("none", "linear", "llama3")  # ModelConfig.rope_scaling values CTranslate2's attention has
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 CT2_ARCHITECTURES = ("encoder-decoder", "decoder-only")  # a Translator and a Generator; no encoder-only model
 CT2_POSITIONS = 1024  # positional rows exported for a sinusoidal model: CTranslate2's default max_input_length
@@ -37,6 +43,9 @@ def model_problem(config: ModelConfig) -> str | None:
         return f"ModelConfig.head={config.head!r}: CTranslate2 runs a model whose head is the generator (its logits)"
     if config.embedding_norm:
         return "ModelConfig.embedding_norm=True: the CTranslate2 export does not carry embedding LayerNorms"
+    modern = modern_problem(config)
+    if modern is not None:
+        return modern
     if config.activation not in CT2_ACTIVATIONS:
         return (
             f"ModelConfig.activation={config.activation!r}: CTranslate2's Transformer has "
@@ -49,3 +58,31 @@ def exported_positions(config: ModelConfig) -> int:
     """Rows of the positional tables written for an encoder-decoder: ``max_len`` for a learned table, at least
     :data:`CT2_POSITIONS` for sinusoids (which have no limit in dotformer)."""
     return config.max_len if config.positional == "learned" else max(config.max_len, CT2_POSITIONS)
+
+
+def modern_problem(config: ModelConfig) -> str | None:
+    """The first switch of the modern block that the CTranslate2 export cannot carry (one line naming the field), or
+    None.
+
+    A decoder-only model becomes a ``Generator`` with every switch CTranslate2's decoder has: RMSNorm (Gemma's
+    (1 + w) too), gated feed-forwards, rotary positions (partial, linear and llama3 scalings, a local base on sliding
+    layers), shared key/value heads, ``head_size``, biases on W_q, W_k, W_v alone, QK-norm, sliding-window layers
+    among full ones, sandwich norms, an attention scale and the logits' soft cap (:mod:`dotformer.export.ct2_lm`).
+    The encoder-decoder export (a ``Translator``) writes the 2017 block only.
+    """
+    switches = config.modern_switches()
+    if not switches:
+        return None
+    if config.arch != "decoder-only":
+        return f"ModelConfig.{switches[0]}: the CTranslate2 Translator export writes the 2017 block only"
+    if config.attention_softcap is not None:
+        return (
+            f"ModelConfig.attention_softcap={config.attention_softcap!r}: CTranslate2 has no soft cap on attention "
+            "scores"
+        )
+    if config.rope_scaling not in CT2_ROTARY_SCALINGS:
+        return (
+            f"ModelConfig.rope_scaling={config.rope_scaling!r}: CTranslate2 scales rotary frequencies "
+            f"{' or '.join(CT2_ROTARY_SCALINGS[1:])} only"
+        )
+    return None

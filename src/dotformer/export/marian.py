@@ -64,6 +64,7 @@ def check_exportable(config: ModelConfig) -> None:
     """
     if config.arch != "encoder-decoder":
         raise ConfigError(f"only encoder-decoder models can be exported to Marian, got arch={config.arch!r}")
+    config.check_2017_block("the Marian export")
     if config.norm_first:
         raise ConfigError("Marian is post-LN: a model with norm_first=True cannot be exported to it")
     if config.embedding_norm:

@@ -137,8 +137,10 @@ def write_graphs(
     """Run ``write(model, directory, opset)`` into a fresh directory that becomes ``output_dir`` when it succeeds.
 
     Raises:
-        ConfigError: ``output_dir`` exists and is not empty. MissingDataError: the ``onnx`` package is missing.
+        ConfigError: ``output_dir`` exists and is not empty, or the model has a modern switch on (the graphs hold the
+            2017 block). MissingDataError: the ``onnx`` package is missing.
     """
+    model.config.check_2017_block("the ONNX export")
     try:
         import onnx  # noqa: F401 (torch.onnx needs it)
     except ImportError:

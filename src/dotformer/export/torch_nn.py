@@ -332,6 +332,7 @@ def _transformer_pairs(model: Transformer, torch_transformer: nn.Transformer, to
     c = model.config
     if c.arch != "encoder-decoder" or model.encoder is None or model.decoder is None:
         raise ConfigError(f"torch.nn.Transformer is an encoder-decoder; this model is {c.arch!r}")
+    c.check_2017_block("torch.nn.Transformer")
     pairs = _TorchPairs(torch_transformer, to_torch, config=c)
     pairs.copy_stacks(model)
     return pairs.pairs

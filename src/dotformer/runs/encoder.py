@@ -15,11 +15,11 @@ tag        WORDS<TAB>LABELS lines or CoNLL columns:   a per-token classifier  to
            a label per word, on its first token                                                macro-F1
 =========  =========================================  ======================  ===============  ======================
 
-The data is prepared once (:func:`dotformer.data.cache.prepared_for`) and the run refers to it
+The data is prepared once (:func:`dotformer.data.prepared.cache.prepared_for`) and the run refers to it
 (:mod:`dotformer.runs.run_data`), as every task's: a masked language model's text as a language model's
-(:func:`dotformer.data.preparing.prepare_text`: given valid/test files, or whole books of the Bible / pieces of a
+(:mod:`dotformer.data.prepared.text_kind`: given valid/test files, or whole books of the Bible / pieces of a
 file held out, seeded; its tokenizer learned with ``<mask>``), a classifier's or a tagger's texts as the ``labelled``
-kind (:mod:`dotformer.data.preparing_labelled`: split by the same dealing, each text of a file on its own, a Bible
+kind (:mod:`dotformer.data.prepared.labelled_kind`: split by the same dealing, each text of a file on its own, a Bible
 verse with its book; each text's ids with its label id, or a label per token). One tokenizer is learned on a sample
 of the training text (byte-level BPE by default) or read from a file. A classifier or tagger starts afresh, or from
 an encoder's weights with ``--init-from CKPT`` (a ``--task mlm`` run's, or an imported BERT: ``dotformer import
@@ -39,40 +39,55 @@ from __future__ import annotations
 import dataclasses
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from dotformer.config import PRESETS, ModelConfig
+from dotformer.config import ModelConfig
 from dotformer.data.config import DEFAULT_ENCODER_BLOCK, EncoderDataConfig
-from dotformer.data.prepared import PreparedLabelled, PreparedText
 from dotformer.errors import ConfigError, DataError
-from dotformer.runs.pairs import record_data_config
-from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task, run_split_file
+from dotformer.runs.task import (
+    ANY_VOCAB_SIZE,
+    EvalReport,
+    EvalRequest,
+    Loaded,
+    Prepared,
+    Task,
+    corpus_record,
+    pop_preset,
+    run_split_file,
+)
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.data.labelled import LabelledExamples
-    from dotformer.data.labelled_text import LabelledTexts
+    from dotformer.data.labelled_reader import LabelledTexts
+    from dotformer.data.prepared.text_kind import PreparedText
     from dotformer.decoding.engine import TranslationEngine
+    from dotformer.metrics.labels import LabelScore
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
 
-HEADS = {"mlm": "generator", "classify": "sequence", "tag": "token"}
-OBJECTIVES = {"mlm": "masked-token", "classify": "sequence-label", "tag": "token-label"}
-RECIPES = {"mlm": "mlm-bible", "classify": "classify-bible", "tag": "classify-bible"}  # shipped [model], [train]
-TITLES = {"mlm": "a masked language model", "classify": "a classifier", "tag": "a tagger"}
-ANY_VOCAB_SIZE = 1 << 20  # the vocabulary size of the model config checked before the text is read
+LONG_TEXT_BLOCKS = 4  # a training text longer than this many blocks is warned about (it is cut short to one)
 
 
 class EncoderTask(Task):
-    """An encoder-only model trained for ``name``: "mlm", "classify" or "tag" (module docstring)."""
+    """What the encoder's tasks share: an encoder-only model with the task's head, data prepared as the task's kind,
+    fine-tuned from an encoder's weights (module docstring); a subclass says what differs.
+
+    Class attributes:
+        head: the model's head ("generator", "sequence", "token").
+        objective: the training objective's name (:data:`dotformer.training.objective.OBJECTIVES`).
+        recipe: the shipped config whose ``[model]`` and ``[train]`` are the task's defaults.
+        unit: what a text is called in messages ("line", "text", "sentence").
+        cut: what becomes of a text longer than a block, in the data line.
+    """
 
     fine_tunable = True
     decodes = False
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.title = TITLES[name]
-        self.head = HEADS[name]
+    head: ClassVar[str]
+    objective: ClassVar[str]
+    recipe: ClassVar[str]
+    unit: ClassVar[str]
+    cut: ClassVar[str] = "cut short"
 
     def data_config(self, section: dict[str, Any], source: str) -> EncoderDataConfig:
         return EncoderDataConfig.from_section({**section, "task": self.name}, source)
@@ -80,15 +95,14 @@ class EncoderTask(Task):
     def defaults(self, fine_tuning: bool = False) -> ConfigSections:
         from dotformer.runs.config_files import recipe_defaults
 
-        return recipe_defaults(RECIPES[self.name], fine_tuning)
+        return recipe_defaults(self.recipe, fine_tuning)
 
     def default_run_dir(self, data: EncoderDataConfig, model_section: dict[str, Any]) -> Path:
         return Path("runs") / f"{Path(data.dataset.replace(':', '-')).stem}-{self.name}"
 
     def check_model(self, model_section: dict[str, Any], data: EncoderDataConfig) -> None:
-        labels = 0 if self.head == "generator" else 2  # the count is the data's; any two check the fields
         block = data.block_size or DEFAULT_ENCODER_BLOCK
-        encoder_model_config(model_section, ANY_VOCAB_SIZE, block, self.head, labels)
+        encoder_model_config(model_section, ANY_VOCAB_SIZE, block, self.head, self.num_labels(None))
 
     def read_init(self, path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
         from dotformer.runs.finetune import read_encoder_init
@@ -104,7 +118,7 @@ class EncoderTask(Task):
         progress: bool,
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
-        from dotformer.data.cache import prepared_for
+        from dotformer.data.prepared.cache import prepared_for
         from dotformer.data.tokenizer_files import TokenizerPair
 
         if extend_vocab:
@@ -115,25 +129,41 @@ class EncoderTask(Task):
         given = None
         if init is not None:  # the checkpoint's tokenizer, given to the preparation (its hash is in the fingerprint)
             given = init.src_tokenizer
-            if self.name == "mlm" and given.mask_id is None:
-                raise DataError(
-                    f"{init.path}: the vocabulary has no mask token (<mask> or [MASK]) for a masked language model"
-                )
+            self.check_tokenizer(init)
             data = data_with_tokenizer_of(data, init)
         prepared = source or prepared_for(data, seed, tokenizers=given)
-        corpus = {"name": prepared.report["corpus"]["name"], "report": prepared.report["corpus"]["report"]}
         tokenizers = TokenizerPair(prepared.tokenizer, prepared.tokenizer)
-        return Prepared(data, corpus, tokenizers, prepared.lines, prepared, given is not None), init
+        warnings = [*prepared.warnings, *self.long_texts(prepared, data.block_size)]
+        record = corpus_record(prepared)
+        return Prepared(data, record, tokenizers, prepared.lines, prepared, given is not None, warnings), init
 
-    def save(self, prepared: Prepared, data_dir: Path) -> None:
-        from dotformer.runs.run_data import save_reference
+    def long_texts(self, prepared: Any, block: int) -> list[str]:
+        """A warning when the longest training text is far longer than a block (over :data:`LONG_TEXT_BLOCKS`
+        blocks): it is cut short, which is rarely meant (a file whose texts run together: a CoNLL file without the
+        blank lines between its sentences)."""
+        longest = int(prepared.splits["train"].text.lengths.max(initial=0)) + 2  # [BOS] and [EOS]
+        if longest <= LONG_TEXT_BLOCKS * block:
+            return []
+        return [
+            f"{prepared.report['corpus']['name']}: a training {self.unit} of {longest:,} tokens is over "
+            f"{LONG_TEXT_BLOCKS} times the block size {block}, and is cut short: is every {self.unit} apart?"
+        ]
 
-        save_reference(prepared.splits, data_dir, prepared.given_tokenizers)
+    def check_tokenizer(self, init: InitSource) -> None:
+        """Check the ``--init-from`` checkpoint's tokenizer for the task (nothing to check by default).
+
+        Raises:
+            DataError: a tokenizer the task cannot use.
+        """
+
+    def num_labels(self, prepared: Any) -> int:
+        """The head's outputs: the prepared data's labels (any two before the data is read: they check the fields)."""
+        return 2 if prepared is None else len(prepared.labels)
 
     def model_config(
         self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
     ) -> tuple[ModelConfig, str | None]:
-        labels = 0 if self.name == "mlm" else len(prepared.splits.labels)
+        labels = self.num_labels(prepared.splits)
         if init is not None:
             config = init.model_config
             if prepared.data.block_size > config.max_len:
@@ -146,34 +176,30 @@ class EncoderTask(Task):
         vocab = prepared.tokenizers.tgt.vocab_size
         return encoder_model_config(model_section, vocab, prepared.data.block_size, self.head, labels)
 
+    def examples(self, prepared: Any, data: EncoderDataConfig) -> tuple[LabelledExamples, LabelledExamples, list[str]]:
+        """The training and validation examples of the prepared data, and the label names (none for no labels)."""
+        from dotformer.data.labelled import labelled_examples
+
+        train = labelled_examples(prepared.splits["train"], data.block_size)
+        return train, labelled_examples(prepared.splits["valid"], data.block_size), prepared.labels
+
     def load(self, run_dir: Path, record: dict[str, Any]) -> Loaded:
-        from dotformer.data.labelled import Masking, labelled_examples, masked_examples
         from dotformer.runs.run_data import open_run_data
-        from dotformer.training.objective import OBJECTIVES as OBJECTIVE_OF
+        from dotformer.training.objective import OBJECTIVES
         from dotformer.training.state import TrainData
 
-        data = record_data_config(self, record, run_dir)
+        data = self.record_data(record, run_dir)
         prepared = open_run_data(run_dir, data)
-        tokenizer = prepared.tokenizer  # type: ignore[union-attr]
-        names: list[str] = []
-        if self.name == "mlm":
-            assert isinstance(prepared, PreparedText) and tokenizer.mask_id is not None
-            masking = Masking(tokenizer.mask_id, tokenizer.vocab_size, data.mask_probability)
-            train = masked_examples(prepared.splits["train"], data.block_size, masking, data.mlm_unit)
-            valid = masked_examples(prepared.splits["valid"], data.block_size, masking, data.mlm_unit)
-        else:
-            assert isinstance(prepared, PreparedLabelled)
-            names = prepared.labels
-            train = labelled_examples(prepared.splits["train"], data.block_size)
-            valid = labelled_examples(prepared.splits["valid"], data.block_size)
+        train, valid, names = self.examples(prepared, data)
         if not len(train):
             raise DataError(f"{prepared.directory}: the training split holds no text to train on")
+        tokenizer = prepared.tokenizer  # type: ignore[union-attr]
         train_data = TrainData(
             train=train, valid=valid, src_tokenizer=tokenizer, tgt_tokenizer=tokenizer,
-            objective=OBJECTIVE_OF[OBJECTIVES[self.name]],
+            objective=OBJECTIVES[self.objective],
         )  # fmt: skip
         unknown = int(prepared.report["splits"]["train"].get("unknown", 0))
-        line = describe_examples(train, valid, data, names, unknown)
+        line = describe_examples(train, valid, data, names, unknown, self.unit, self.cut)
         return Loaded(data, train_data, [line], {"labels": names} if names else {})
 
     def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
@@ -187,10 +213,102 @@ class EncoderTask(Task):
         """
         if request.limit is not None and request.limit < 1:
             raise ConfigError(f"--limit must be a positive number, got {request.limit}")
-        loaded: Any = engine.checkpoint  # an encoder: the torch engine's loaded checkpoint
-        if self.name == "mlm":
-            return evaluate_masked(loaded, request)
-        return evaluate_labels(loaded, request, self.name)
+        return self.score(engine.checkpoint, request)  # an encoder: the torch engine's loaded checkpoint
+
+    def score(self, loaded: Any, request: EvalRequest) -> EvalReport:
+        """Accuracy and macro-F1 of the labels the model gives (:mod:`dotformer.metrics.labels`)."""
+        from dotformer.data.labelled_reader import label_ids
+        from dotformer.decoding.classify import check_classifier, checkpoint_labels, label_texts
+        from dotformer.training.progress import count
+
+        head = check_classifier(loaded.model, loaded.path)
+        if head != self.head:
+            raise ConfigError(f"{loaded.path} has a {head} head, not {self.title}'s")
+        names = checkpoint_labels(loaded)
+        texts, where = held_out_texts(loaded, request, self.name)
+        label_ids(texts, names, where)  # every label is one the model knows
+        scores = label_texts(loaded.model, loaded.src_tokenizer, texts.texts, min(request.batch_size, 512))
+        predicted = [[names[int(i)] for i in p.argmax(dim=-1).tolist()] if p.dim() == 2 else names[int(p.argmax())]
+                     for p in scores.probabilities]  # fmt: skip
+        score = self.label_score(texts.labels, predicted, names)
+        sample = f", a random sample (seed {request.seed})" if request.limit is not None else ""
+        description = f"({count(len(texts.texts), self.unit)}{sample}), task {self.name}, "
+        description += count(len(names), "label")
+        were = "was" if scores.cut == 1 else "were"
+        warnings = [f"{count(scores.cut, 'text')} longer than the model reads {were} cut short"] if scores.cut else []
+        payload = {"metrics": score.to_dict(), "labels": names}
+        return EvalReport(where, description, score.table(), warnings=warnings, payload=payload)
+
+    def label_score(self, gold: list[Any], predicted: list[Any], names: list[str]) -> LabelScore:
+        """The score of the labels predicted against the gold ones (one label a text)."""
+        from dotformer.metrics.labels import classification_score
+
+        return classification_score(gold, predicted, names)
+
+
+class MaskedLanguageModelTask(EncoderTask):
+    """A masked language model (BERT's): running text, a token in 15% masked, the generator head predicts it."""
+
+    name = "mlm"
+    title = "a masked language model"
+    head = "generator"
+    objective = "masked-token"
+    recipe = "mlm-bible"
+    unit = "line"
+    cut = "cut into pieces"
+
+    def check_tokenizer(self, init: InitSource) -> None:
+        if init.src_tokenizer.mask_id is None:
+            raise DataError(
+                f"{init.path}: the vocabulary has no mask token (<mask> or [MASK]) for a masked language model"
+            )
+
+    def num_labels(self, prepared: Any) -> int:
+        return 0
+
+    def long_texts(self, prepared: Any, block: int) -> list[str]:
+        return []  # running text: a long line is cut into pieces, none lost
+
+    def examples(
+        self, prepared: PreparedText, data: EncoderDataConfig
+    ) -> tuple[LabelledExamples, LabelledExamples, list[str]]:
+        from dotformer.data.labelled import Masking, masked_examples
+
+        tokenizer = prepared.tokenizer
+        assert tokenizer.mask_id is not None
+        masking = Masking(tokenizer.mask_id, tokenizer.vocab_size, data.mask_probability)
+        train = masked_examples(prepared.splits["train"], data.block_size, masking, data.mlm_unit)
+        return train, masked_examples(prepared.splits["valid"], data.block_size, masking, data.mlm_unit), []
+
+    def score(self, loaded: Any, request: EvalRequest) -> EvalReport:
+        return evaluate_masked(loaded, request)
+
+
+class ClassifyTask(EncoderTask):
+    """A classifier: a label a text (TEXT<TAB>LABEL lines, or Bible verses by genre), from a pooled encoder."""
+
+    name = "classify"
+    title = "a classifier"
+    head = "sequence"
+    objective = "sequence-label"
+    recipe = "classify-bible"
+    unit = "text"
+
+
+class TagTask(EncoderTask):
+    """A tagger: a label a word (WORDS<TAB>LABELS lines or CoNLL columns), on the word's first token."""
+
+    name = "tag"
+    title = "a tagger"
+    head = "token"
+    objective = "token-label"
+    recipe = "classify-bible"
+    unit = "sentence"
+
+    def label_score(self, gold: list[Any], predicted: list[Any], names: list[str]) -> LabelScore:
+        from dotformer.metrics.labels import tagging_score
+
+        return tagging_score(gold, predicted, names)
 
 
 # -- the model ---------------------------------------------------------------------------------------------------------
@@ -207,9 +325,7 @@ def encoder_model_config(
             hand, a ``max_len`` below the block size, or an invalid field.
     """
     section = dict(model_section)
-    preset = section.pop("preset", None) or "small"
-    if preset not in PRESETS:
-        raise ConfigError(f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    preset = pop_preset(section)
     if section.setdefault("arch", "encoder-only") != "encoder-only":
         raise ConfigError(f"an encoder task's model is encoder-only; [model] arch = {section['arch']!r}")
     for key in ("head", "num_labels"):
@@ -233,21 +349,21 @@ def data_with_tokenizer_of(data: EncoderDataConfig, init: InitSource) -> Encoder
 
 
 def describe_examples(
-    train: LabelledExamples, valid: LabelledExamples, data: EncoderDataConfig, names: list[str], unknown: int
-) -> str:
-    """The data line before training: texts, examples, what was cut, unknown tokens, labels."""
+    train: LabelledExamples, valid: LabelledExamples, data: EncoderDataConfig, names: list[str], unknown: int,
+    unit: str, what: str,
+) -> str:  # fmt: skip
+    """The data line before training: texts (each called ``unit``), examples, what was cut (``what`` became of them),
+    unknown tokens, labels."""
     from dotformer.training.progress import count
 
-    unit = {"mlm": "lines", "classify": "texts", "tag": "sentences"}[data.task]
     text = (
-        f"{train.num_texts:,} train / {valid.num_texts:,} valid {unit} "
+        f"{train.num_texts:,} train / {valid.num_texts:,} valid {unit}s "
         f"({len(train):,} / {len(valid):,} examples of at most {data.block_size} tokens)"
     )
     if names:
         text += f"; {count(len(names), 'label')}: {', '.join(names[:12])}{', ...' if len(names) > 12 else ''}"
     cut = train.cut + valid.cut
     if cut:
-        what = "cut into pieces" if data.task == "mlm" else "cut short"
         text += f"; {count(cut, 'text')} longer than {data.block_size} tokens {what}"
     if unknown:
         text += f"; {unknown:,} training tokens read as <unk>"
@@ -259,7 +375,7 @@ def describe_examples(
 
 def held_out_lines(loaded: LoadedCheckpoint, request: EvalRequest) -> tuple[list[str], str]:
     """The lines a masked language model is scored on, and where they come from."""
-    from dotformer.data.text import read_text_corpus
+    from dotformer.data.text_corpus import read_text_corpus
     from dotformer.runs.text import load_text_split
 
     if request.data is not None:
@@ -309,11 +425,13 @@ _MASKING_FIELDS = ("task", "block_size", "mlm_unit", "mask_probability")
 
 
 def held_out_texts(loaded: LoadedCheckpoint, request: EvalRequest, task: str) -> tuple[LabelledTexts, str]:
-    """The labelled texts a classifier or tagger is scored on (a seeded sample of ``limit`` of them), and where."""
-    from dotformer.data.labelled_text import read_labelled, read_saved
+    """The labelled texts a classifier or tagger is scored on (a seeded sample of ``limit`` of them), and where; read
+    in the form of the checkpoint's data (its data config's task, else ``task``)."""
+    from dotformer.data.labelled_reader import read_labelled, read_saved
 
+    saved = loaded.info.get("data") if isinstance(loaded.info.get("data"), dict) else {}
+    task = str(saved.get("task", task))
     if request.data is not None:
-        saved = loaded.info.get("data") if isinstance(loaded.info.get("data"), dict) else {}
         texts, where = read_labelled(request.data, task, saved.get("sword_path"), saved.get("tag_format")), request.data
     else:
         path = run_split_file(loaded.path, f"{request.split}.tsv")
@@ -327,33 +445,4 @@ def held_out_texts(loaded: LoadedCheckpoint, request: EvalRequest, task: str) ->
     return texts, where
 
 
-def evaluate_labels(loaded: LoadedCheckpoint, request: EvalRequest, task: str) -> EvalReport:
-    """Accuracy and macro-F1 of the labels the model gives (:mod:`dotformer.metrics.labels`)."""
-    from dotformer.data.labelled_text import label_ids
-    from dotformer.decoding.classify import check_classifier, checkpoint_labels, label_texts
-    from dotformer.metrics.labels import classification_score, tagging_score
-    from dotformer.training.progress import count
-
-    head = check_classifier(loaded.model, loaded.path)
-    if head != HEADS[task]:
-        raise ConfigError(f"{loaded.path} has a {head} head, not {TITLES[task]}'s")
-    names = checkpoint_labels(loaded)
-    texts, where = held_out_texts(loaded, request, task)
-    label_ids(texts, names, where)  # every label is one the model knows
-    scores = label_texts(loaded.model, loaded.src_tokenizer, texts.texts, min(request.batch_size, 512))
-    predicted = [[names[int(i)] for i in p.argmax(dim=-1).tolist()] if p.dim() == 2 else names[int(p.argmax())]
-                 for p in scores.probabilities]  # fmt: skip
-    if task == "classify":
-        score = classification_score(texts.labels, predicted, names)
-    else:
-        score = tagging_score(texts.labels, predicted, names)
-    sample = f", a random sample (seed {request.seed})" if request.limit is not None else ""
-    noun = "text" if task == "classify" else "sentence"
-    description = f"({count(len(texts.texts), noun)}{sample}), task {task}, {count(len(names), 'label')}"
-    cut = f"{count(scores.cut, 'text')} longer than the model reads {'was' if scores.cut == 1 else 'were'} cut short"
-    warnings = [cut] if scores.cut else []
-    payload = {"metrics": score.to_dict(), "labels": names}
-    return EvalReport(where, description, score.table(), warnings=warnings, payload=payload)
-
-
-__all__ = ["EncoderTask", "encoder_model_config"]
+__all__ = ["ClassifyTask", "EncoderTask", "MaskedLanguageModelTask", "TagTask", "encoder_model_config"]

@@ -1,8 +1,8 @@
 """The tasks of pairs: a source text to a target text (``g2p``, ``translation``, ``exact``, ``synthetic``).
 
 An encoder-decoder model trained with teacher forcing on token-budget batches of pairs. The data is prepared once
-(:func:`dotformer.data.cache.prepared_for`: given valid/test files or a seeded group-disjoint split of one corpus,
-tokenizers learned on a sample of the training split or read from files, every split encoded into memory-mapped
+(:func:`~dotformer.data.prepared.cache.prepared_for`: given valid/test files or a seeded group-disjoint split of one
+corpus, tokenizers learned on a sample of the training split or read from files, every split encoded into memory-mapped
 token arrays) and the run refers to it (:mod:`dotformer.runs.run_data`). The task's defaults are the ``[model]`` and
 ``[train]`` of its shipped config (:data:`TASK_RECIPES`), and ``--init-from`` fine-tunes an encoder-decoder
 checkpoint (:mod:`dotformer.runs.finetune`).
@@ -15,11 +15,21 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.config import PRESETS, ModelConfig
+from dotformer.config import ModelConfig
 from dotformer.data.config import DataConfig
-from dotformer.data.prepared import PreparedPairs
-from dotformer.errors import CheckpointError, ConfigError, DotformerError
-from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task, run_split_file
+from dotformer.data.prepared.pair_kind import PreparedPairs
+from dotformer.errors import ConfigError
+from dotformer.runs.task import (
+    ANY_VOCAB_SIZE,
+    EvalReport,
+    EvalRequest,
+    Loaded,
+    Prepared,
+    Task,
+    corpus_record,
+    pop_preset,
+    run_split_file,
+)
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
@@ -33,7 +43,6 @@ logger = logging.getLogger(__name__)  # "dotformer.runs.pairs": what reading the
 TASK_PRESETS = {"g2p": "small", "translation": "small", "exact": "small", "synthetic": "tiny"}  # preset per task
 # task -> the shipped config whose [model] and [train] are the task's defaults (its [data] names its own corpus)
 TASK_RECIPES = {"g2p": "g2p", "exact": "g2p", "translation": "bible", "synthetic": "copy"}
-ANY_VOCAB_SIZE = 1 << 20  # the vocabulary sizes of the model config checked before the data is read (not yet known)
 
 
 class PairsTask(Task):
@@ -74,7 +83,7 @@ class PairsTask(Task):
         progress: bool,
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
-        from dotformer.data.cache import prepared_for
+        from dotformer.data.prepared.cache import prepared_for
         from dotformer.data.tokenizer_files import TokenizerPair
         from dotformer.runs.finetune import init_data_config
 
@@ -84,16 +93,10 @@ class PairsTask(Task):
             data = init_data_config(data, init)
             tokenizers = TokenizerPair(init.src_tokenizer, init.tgt_tokenizer)
         prepared = source or prepared_for(data, seed, tokenizers=tokenizers)
-        corpus = {"name": prepared.report["corpus"]["name"], "report": prepared.report["corpus"]["report"]}
         given = tokenizers is not None
         resolved = data.resolved(prepared.task)  # what run.json records: the tokenizer settings filled in
         lines, warnings = prepared.lines, prepared.warnings
-        return Prepared(resolved, corpus, prepared.tokenizers, lines, prepared, given, warnings), init
-
-    def save(self, prepared: Prepared, data_dir: Path) -> None:
-        from dotformer.runs.run_data import save_reference
-
-        save_reference(prepared.splits, data_dir, prepared.given_tokenizers)
+        return Prepared(resolved, corpus_record(prepared), prepared.tokenizers, lines, prepared, given, warnings), init
 
     def model_config(
         self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
@@ -107,7 +110,7 @@ class PairsTask(Task):
         from dotformer.runs.run_data import open_run_data
         from dotformer.training.state import TrainData
 
-        data = record_data_config(self, record, run_dir)
+        data = self.record_data(record, run_dir)
         prepared = open_run_data(run_dir, data)
         assert isinstance(prepared, PreparedPairs)
         src, tgt = prepared.tokenizers
@@ -217,20 +220,6 @@ def read_run_pairs(loaded: LoadedCheckpoint, split: str) -> tuple[list[Pair], st
     return pairs, str(path)
 
 
-def record_data_config(task: Task, record: dict[str, Any], run_dir: Path) -> Any:
-    """The task's data config of ``run_dir``'s run.json ``record``.
-
-    Raises:
-        CheckpointError: the data settings are damaged (the message names run.json once).
-    """
-    where = str(run_dir / "run.json")
-    try:
-        return task.data_config(record["data"], where)
-    except DotformerError as exc:
-        message = str(exc)
-        raise CheckpointError(message if message.startswith(f"{where}:") else f"{where}: {message}") from None
-
-
 def checked_init_source(
     data: DataConfig, seed: int, init: InitSource, extend_vocab: bool, progress: bool
 ) -> InitSource:
@@ -242,7 +231,7 @@ def checked_init_source(
         CheckpointError: unknown symbols without ``extend_vocab`` (the message names them), or a vocabulary that
             cannot grow (BPE, a tokenizer file).
     """
-    from dotformer.data.prepare import read_run_data
+    from dotformer.data.pair_splits import read_run_data
     from dotformer.runs.finetune import check_known_symbols, extend_vocabulary
 
     splits = read_run_data(data, seed).splits
@@ -270,9 +259,7 @@ def build_model_config(
         ConfigError: an unknown preset or an invalid field.
     """
     section = dict(model_section)
-    preset = section.pop("preset", None) or TASK_PRESETS.get(task, "small")
-    if preset not in PRESETS:
-        raise ConfigError(f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    preset = pop_preset(section, TASK_PRESETS.get(task, "small"))
     section.setdefault("share_embeddings", shared)
     return ModelConfig.preset(preset, src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, **section), preset
 

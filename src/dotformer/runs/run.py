@@ -51,7 +51,7 @@ from dotformer.training.config import TrainConfig
 from dotformer.training.progress import count
 
 if TYPE_CHECKING:
-    from dotformer.data.prepared import PreparedLabelled, PreparedPairs, PreparedText
+    from dotformer.data.prepared.kinds import Prepared
     from dotformer.runs.finetune import InitSource
     from dotformer.training.distributed import DistContext
     from dotformer.training.loop import FitResult
@@ -174,6 +174,12 @@ def train_run(
     run_dir = Path(out_dir) if out_dir is not None else task.default_run_dir(data, sections.model)
     train_config = budgeted_train_config(sections.train, file_sections, flag_sections)
     check_requirements(train_config)
+    if train_config.lora_rank and record is None and init_from is None:  # before anything is read or written
+        raise ConfigError("--lora-rank trains adapters on the frozen weights of a checkpoint: give --init-from CKPT")
+    if train_config.lora_rank and extend_vocab:
+        raise ConfigError(
+            "--extend-vocab adds embedding rows that LoRA would keep frozen: fine-tune without --lora-rank"
+        )
     if record is None and init_from is None:  # before the run directory is made: bad [model] fields are one line
         task.check_model(sections.model, data)
     context = setup_distributed(train_config.device)
@@ -316,7 +322,7 @@ def _train(
     import torch
 
     from dotformer.config import ModelConfig
-    from dotformer.data.blocks import sampler_for
+    from dotformer.data.batching import sampler_for
     from dotformer.model import Transformer
     from dotformer.training.loop import fit
     from dotformer.training.warmup import peak_flops, steps_per_epoch, warmup_unfinished, warmup_warning
@@ -372,9 +378,7 @@ def _cooldown_note(record: dict[str, Any], train_config: TrainConfig, run_dir: P
     return cooldown_resume_note(previous, train_config, int(state["step"]), float(state.get("seconds", 0.0)))
 
 
-def prepare_data(
-    section: dict[str, Any], seed: int = 1, out: str | Path | None = None, **options: Any
-) -> PreparedPairs | PreparedText | PreparedLabelled:
+def prepare_data(section: dict[str, Any], seed: int = 1, out: str | Path | None = None, **options: Any) -> Prepared:
     """Prepare the data of a ``[data]`` table once (``dotformer prepare``): into the directory ``out`` (new or empty),
     which ``train --data OUT`` then maps as it is, or into the cache of prepared data (``out`` None), where a run on
     the same files and settings finds it.
@@ -383,7 +387,7 @@ def prepare_data(
         section: the ``[data]`` table (its task: :func:`~dotformer.runs.tasks.task_of_section`).
         seed: the seed of a random split (a run with another ``--seed`` on a random split prepares its own).
         out: the directory, or None for the cache.
-        options: ``sample_lines`` and ``chunk`` of :func:`dotformer.data.preparing.prepare_pairs`.
+        options: ``sample_lines`` and ``chunk`` of :meth:`dotformer.data.prepared.skeleton.DataKind.prepare`.
 
     An encoder's data is prepared for its task: a masked language model's text with ``<mask>`` in its tokenizer, a
     classifier's or a tagger's labelled texts (the ``labelled`` kind).
@@ -392,7 +396,8 @@ def prepare_data(
         ConfigError: no dataset, bad settings, an ``out`` that is a file or a directory that is not empty.
         DataError / MissingDataError: the data cannot be read.
     """
-    from dotformer.data.cache import prepare, prepared_for
+    from dotformer.data.prepared.cache import prepared_for
+    from dotformer.data.prepared.kinds import prepare
 
     if not section.get("dataset") and "task" not in section:
         raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")

@@ -21,33 +21,24 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.prepared import (
-    REPORT_FILE,
-    PreparedLabelled,
-    PreparedPairs,
-    PreparedText,
-    kind_of_task,
-    open_prepared,
-    text_file,
-)
+from dotformer.data.prepared.kinds import KINDS, Prepared, open_prepared
+from dotformer.data.prepared.layout import REPORT_FILE
 from dotformer.errors import CheckpointError
 
 REFERENCE_FILE = "data.json"
 TOKENIZER_FILES = ("tokenizer_src.json", "tokenizer_tgt.json")
-AnyPrepared = PreparedPairs | PreparedText | PreparedLabelled
 
 
-def save_reference(prepared: AnyPrepared, data_dir: Path, given_tokenizers: bool) -> None:
+def save_reference(prepared: Prepared, data_dir: Path, given_tokenizers: bool) -> None:
     """Write ``RUN/data``: the reference to ``prepared`` (of any kind), its tokenizers and its held-out text
     (rank 0)."""
     from dotformer.runs.records import write_json_atomic
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    kind = kind_of_task(prepared.task)
     for name in TOKENIZER_FILES:
         shutil.copyfile(prepared.directory / name, data_dir / name)
     for split in ("valid", "test"):
-        source = text_file(prepared.directory, split, kind)
+        source = prepared.text_file(split)
         shutil.copyfile(source, data_dir / source.name)
     reference = {
         "prepared": str(prepared.directory.resolve()),
@@ -59,7 +50,7 @@ def save_reference(prepared: AnyPrepared, data_dir: Path, given_tokenizers: bool
     write_json_atomic(data_dir / REFERENCE_FILE, reference)
 
 
-def open_run_data(run_dir: str | Path, data_config: Any = None) -> AnyPrepared:
+def open_run_data(run_dir: str | Path, data_config: Any = None) -> Prepared:
     """The prepared data of the run in ``run_dir``: its directory mapped, or (given the run's ``data_config``) the
     data prepared again into the cache from the same inputs when the directory is gone.
 
@@ -67,8 +58,8 @@ def open_run_data(run_dir: str | Path, data_config: Any = None) -> AnyPrepared:
         CheckpointError: no reference (a run of an earlier dotformer, whose data/ holds the corpus itself), a
             directory gone and no ``data_config``, or an input that changed since the run started (named).
     """
-    from dotformer.data.cache import prepared_for
-    from dotformer.data.fingerprint import changed_inputs
+    from dotformer.data.prepared.cache import prepared_for
+    from dotformer.data.prepared.fingerprint import changed_inputs
     from dotformer.data.textio import read_json
     from dotformer.data.tokenizer_files import TokenizerPair, load_tokenizer
 
@@ -92,8 +83,7 @@ def open_run_data(run_dir: str | Path, data_config: Any = None) -> AnyPrepared:
     if reference.get("given_tokenizers"):
         src, tgt = (load_tokenizer(data_dir / name) for name in TOKENIZER_FILES)
         shared = reference["report"]["tokenizers"]["shared"]
-        one = reference["report"]["kind"] in ("text", "labelled")  # one tokenizer
-        tokenizers = src if one else TokenizerPair(src, src if shared else tgt)
+        tokenizers = KINDS[reference["report"]["kind"]].given_tokenizers(TokenizerPair(src, src if shared else tgt))
     changed = changed_inputs(reference["report"].get("inputs", []))
     if changed:
         raise CheckpointError(

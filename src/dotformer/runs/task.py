@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.data.config import ENCODER_TASKS, LM_TASK
-from dotformer.data.types import TASKS
-from dotformer.errors import CheckpointError
+from dotformer.config import PRESETS
+from dotformer.errors import CheckpointError, ConfigError, DotformerError
 
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
@@ -44,8 +43,7 @@ if TYPE_CHECKING:
     from dotformer.runs.finetune import InitSource
     from dotformer.training.state import TrainData
 
-PAIR_TASKS = TASKS  # g2p, translation, exact, synthetic: a source text to a target text
-TASK_NAMES = (*PAIR_TASKS, LM_TASK, *ENCODER_TASKS)
+ANY_VOCAB_SIZE = 1 << 20  # the vocabulary sizes of a model config checked before the data is read (not yet known)
 
 
 @dataclass
@@ -146,6 +144,10 @@ class Task(ABC):
     fine_tunable = False  # whether --init-from CKPT may start it (a checkpoint of the same family)
     decodes = True  # whether its evaluation decodes outputs (the decoding flags apply, --hyps writes them)
 
+    def __init__(self, name: str | None = None) -> None:
+        if name is not None:  # one class may serve several names (the tasks of pairs)
+            self.name = name
+
     @abstractmethod
     def data_config(self, section: dict[str, Any], source: str) -> Any:
         """The task's frozen data config from a ``[data]`` table (flags and files layered).
@@ -188,9 +190,11 @@ class Task(ABC):
             CheckpointError: data the ``init`` checkpoint's vocabulary cannot read.
         """
 
-    @abstractmethod
     def save(self, prepared: Prepared, data_dir: Path) -> None:
-        """Write the splits and tokenizers of ``prepared`` to ``RUN/data`` (rank 0)."""
+        """Write the reference to the prepared data, its held-out text and tokenizers to ``RUN/data`` (rank 0)."""
+        from dotformer.runs.run_data import save_reference
+
+        save_reference(prepared.splits, data_dir, prepared.given_tokenizers)
 
     @abstractmethod
     def model_config(
@@ -214,6 +218,19 @@ class Task(ABC):
 
         return read_init_source(path, model_section, data_section)
 
+    def record_data(self, record: dict[str, Any], run_dir: Path) -> Any:
+        """The task's data config of ``run_dir``'s run.json ``record``.
+
+        Raises:
+            CheckpointError: the data settings are damaged (the message names run.json once).
+        """
+        where = str(run_dir / "run.json")
+        try:
+            return self.data_config(record["data"], where)
+        except DotformerError as exc:
+            message = str(exc)
+            raise CheckpointError(message if message.startswith(f"{where}:") else f"{where}: {message}") from None
+
     @abstractmethod
     def load(self, run_dir: Path, record: dict[str, Any]) -> Loaded:
         """The run's data config, encoded examples and tokenizers, read from ``RUN/data`` (every rank).
@@ -236,6 +253,23 @@ class Task(ABC):
     def summary(self, run_dir: Path, best_valid_loss: float | None) -> str:
         """What the last line of ``dotformer train`` adds to the shared summary for this task ("" for nothing)."""
         return ""
+
+
+def corpus_record(prepared: Any) -> dict[str, Any]:
+    """run.json's ``"corpus"`` of prepared data: the source's name and what its reader reported."""
+    return {"name": prepared.report["corpus"]["name"], "report": prepared.report["corpus"]["report"]}
+
+
+def pop_preset(section: dict[str, Any], default: str = "small") -> str:
+    """The preset a ``[model]`` section names (removed from it), else ``default``.
+
+    Raises:
+        ConfigError: an unknown preset (the message lists the known ones).
+    """
+    preset = section.pop("preset", None) or default
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    return str(preset)
 
 
 def run_split_file(checkpoint: Path, name: str) -> Path:

@@ -6,24 +6,43 @@ name                                   task
 =====================================  ==========================================
 g2p, translation, exact, synthetic     :class:`~dotformer.runs.pairs.PairsTask`
 lm                                     :class:`~dotformer.runs.text.LanguageModelTask`
-mlm, classify, tag                     :class:`~dotformer.runs.encoder.EncoderTask`
+mlm                                    :class:`~dotformer.runs.encoder.MaskedLanguageModelTask`
+classify                               :class:`~dotformer.runs.encoder.ClassifyTask`
+tag                                    :class:`~dotformer.runs.encoder.TagTask`
+classify-pairs                         :class:`~dotformer.runs.sentence_pairs.SentencePairTask`
 =====================================  ==========================================
+
+A new task is a module of its own (a :class:`~dotformer.runs.task.Task`) and a row of :data:`TASKS`, which the
+command line's ``--task`` reads.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dotformer.data.config import ENCODER_TASKS, LM_TASK, DataConfig, LMDataConfig
-from dotformer.data.prepared import PreparedLabelled, PreparedPairs, PreparedText
 from dotformer.data.types import NAMED_TASKS
 from dotformer.errors import ConfigError
-from dotformer.runs.config_files import ConfigSections, read_config_file
-from dotformer.runs.encoder import EncoderTask
-from dotformer.runs.pairs import PairsTask
-from dotformer.runs.task import PAIR_TASKS, TASK_NAMES, Task
-from dotformer.runs.text import LanguageModelTask
+
+if TYPE_CHECKING:
+    from dotformer.data.prepared.kinds import Prepared
+    from dotformer.runs.config_files import ConfigSections
+    from dotformer.runs.task import Task
+
+# task name -> "module:class" of its Task, imported when the task is asked for (the command line lists the names
+# without loading the tasks)
+TASKS: dict[str, str] = {
+    "g2p": "dotformer.runs.pairs:PairsTask",
+    "translation": "dotformer.runs.pairs:PairsTask",
+    "exact": "dotformer.runs.pairs:PairsTask",
+    "synthetic": "dotformer.runs.pairs:PairsTask",
+    "lm": "dotformer.runs.text:LanguageModelTask",
+    "mlm": "dotformer.runs.encoder:MaskedLanguageModelTask",
+    "classify": "dotformer.runs.encoder:ClassifyTask",
+    "tag": "dotformer.runs.encoder:TagTask",
+    "classify-pairs": "dotformer.runs.sentence_pairs:SentencePairTask",
+}
 
 
 def task_named(name: str) -> Task:
@@ -32,13 +51,10 @@ def task_named(name: str) -> Task:
     Raises:
         ConfigError: an unknown name (the message lists the known ones).
     """
-    if name in PAIR_TASKS:
-        return PairsTask(name)
-    if name == LM_TASK:
-        return LanguageModelTask()
-    if name in ENCODER_TASKS:
-        return EncoderTask(name)
-    raise ConfigError(f"unknown task {name!r}; the tasks are {', '.join(TASK_NAMES)}")
+    if name not in TASKS:
+        raise ConfigError(f"unknown task {name!r}; the tasks are {', '.join(TASKS)}")
+    module, _, cls = TASKS[name].partition(":")
+    return getattr(import_module(module), cls)(name)  # type: ignore[no-any-return]
 
 
 def task_of_section(data: dict[str, Any]) -> Task:
@@ -54,7 +70,7 @@ def task_of_section(data: dict[str, Any]) -> Task:
 
 def prepared_source(
     section: dict[str, Any],
-) -> tuple[dict[str, Any], PreparedPairs | PreparedText | PreparedLabelled] | None:
+) -> tuple[dict[str, Any], Prepared] | None:
     """When ``section``'s dataset names a prepared directory (``dotformer prepare --out DIR``): the ``[data]`` it was
     prepared from (with the section's settings that are decided at batching time: a block size, a masked language
     model's unit and masking), and the mapped data; else None.
@@ -68,20 +84,20 @@ def prepared_source(
             data settings are fixed when the data is prepared), or another task.
         DataError: a damaged prepared directory.
     """
-    from dotformer.data.prepared import REPORT_FILE, open_prepared
-    from dotformer.data.preparing import BATCH_TIME_FIELDS
+    from dotformer.data.prepared.kinds import open_prepared
+    from dotformer.data.prepared.layout import REPORT_FILE
 
     dataset = section.get("dataset")
     if not isinstance(dataset, str) or not (Path(dataset) / REPORT_FILE).is_file():
         return None
     prepared = open_prepared(dataset)
-    batch_time = BATCH_TIME_FIELDS.get(prepared.task, ())
+    batch_time = prepared.batch_time_fields.get(prepared.task, ())
     if section.get("task") not in (None, prepared.task):
         raise ConfigError(f"{dataset} is prepared for task {prepared.task}, not {section['task']}")
     differing = [
         f"{key} = {section[key]!r} (prepared with {prepared.report['data'].get(key)!r})"
         for key in sorted(set(section) - {"dataset", "task", *batch_time})
-        if not _same_setting(prepared, key, section[key])
+        if not prepared.same_setting(key, section[key])
     ]
     if differing:
         raise ConfigError(
@@ -94,22 +110,6 @@ def prepared_source(
     return data, prepared
 
 
-def _same_setting(prepared: PreparedPairs | PreparedText | PreparedLabelled, key: str, value: Any) -> bool:
-    """Whether ``key = value`` leaves the data settings of ``prepared`` as they are (its task's defaults filled in:
-    ``vocab_size = 8000`` is the default's own value); a value its config refuses is another setting. An encoder
-    task's settings compare as written."""
-    own = prepared.report["data"]
-    if isinstance(prepared, PreparedLabelled):
-        return own.get(key) == value
-    try:
-        if isinstance(prepared, PreparedPairs):
-            asked = DataConfig.from_dict({**own, key: value}).resolved(prepared.task)
-            return asked == DataConfig.from_dict(own).resolved(prepared.task)
-        return LMDataConfig.from_section({**own, key: value}) == LMDataConfig.from_section(own)
-    except ConfigError:
-        return False
-
-
 def read_task_config_file(path: str | Path) -> ConfigSections:
     """A config file's ``[model]``, ``[train]`` and ``[data]`` tables (:func:`~dotformer.runs.config_files.
     read_config_file`), its ``[data]`` checked by the task it is for (keys and values, named with the file).
@@ -118,10 +118,12 @@ def read_task_config_file(path: str | Path) -> ConfigSections:
         ConfigError: not TOML, an unknown section, key or task, or a bad ``[data]`` value.
         MissingDataError: no such file and no shipped config of that name.
     """
+    from dotformer.runs.config_files import read_config_file
+
     sections = read_config_file(path)
     if sections.data:
         task_of_section(sections.data).data_config(sections.data, f"{sections.source} [data]")
     return sections
 
 
-__all__ = ["prepared_source", "read_task_config_file", "task_named", "task_of_section"]
+__all__ = ["TASKS", "prepared_source", "read_task_config_file", "task_named", "task_of_section"]

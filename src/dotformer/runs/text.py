@@ -1,8 +1,8 @@
 """The language-model task (``lm``): the lesson's decoder alone, trained GPT-style on running text.
 
-The text is prepared once (:func:`dotformer.data.cache.prepared_for`: given files, or whole books / pieces of a file
-held out, seeded; one tokenizer learned on a sample of the training text, characters or byte-level BPE, or read from
-a file; every line's ids and EOS in one memory-mapped stream per split), the run refers to it
+The text is prepared once (:func:`~dotformer.data.prepared.cache.prepared_for`: given files, or whole books / pieces of
+a file held out, seeded; one tokenizer learned on a sample of the training text, characters or byte-level BPE, or read
+from a file; every line's ids and EOS in one memory-mapped stream per split), the run refers to it
 (:mod:`dotformer.runs.run_data`), and the model is built decoder-only with ``max_len`` = the block size (its
 positions are those it trained on; generation reads at most that many tokens). Batches are contiguous blocks of the
 text (:mod:`dotformer.data.blocks`), cut when batching, so one preparation serves every block size. The defaults
@@ -15,15 +15,25 @@ and the one tokenizer as tokenizer_src.json and tokenizer_tgt.json (the names ch
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.config import PRESETS, ModelConfig
+from dotformer.config import ModelConfig
 from dotformer.data.config import LM_TASK, LMDataConfig
-from dotformer.data.prepared import PreparedText
+from dotformer.data.prepared.text_kind import PreparedText
 from dotformer.errors import ConfigError, DataError
-from dotformer.runs.pairs import record_data_config
-from dotformer.runs.task import EvalReport, EvalRequest, Loaded, Prepared, Task, run_split_file
+from dotformer.runs.task import (
+    ANY_VOCAB_SIZE,
+    EvalReport,
+    EvalRequest,
+    Loaded,
+    Prepared,
+    Task,
+    corpus_record,
+    pop_preset,
+    run_split_file,
+)
 
 if TYPE_CHECKING:
     from dotformer.decoding.engine import TranslationEngine
@@ -31,7 +41,6 @@ if TYPE_CHECKING:
     from dotformer.runs.finetune import InitSource
 
 RECIPE = "lm-bible"  # the shipped config whose [model] and [train] are a language model's defaults
-ANY_VOCAB_SIZE = 1 << 20  # the vocabulary size of the model config checked before the text is read
 
 
 class LanguageModelTask(Task):
@@ -39,6 +48,7 @@ class LanguageModelTask(Task):
 
     name = LM_TASK
     title = "a language model"
+    fine_tunable = True  # from a decoder-only checkpoint, its tokenizer kept (dotformer.runs.text_init)
     decodes = False
 
     def data_config(self, section: dict[str, Any], source: str) -> LMDataConfig:
@@ -55,6 +65,11 @@ class LanguageModelTask(Task):
     def check_model(self, model_section: dict[str, Any], data: LMDataConfig) -> None:
         lm_model_config(model_section, ANY_VOCAB_SIZE, data.block_size)
 
+    def read_init(self, path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
+        from dotformer.runs.text_init import read_text_init
+
+        return read_text_init(path, model_section, data_section)
+
     def prepare(
         self,
         data: LMDataConfig,
@@ -64,23 +79,28 @@ class LanguageModelTask(Task):
         progress: bool,
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
-        from dotformer.data.cache import prepared_for
+        from dotformer.data.prepared.cache import prepared_for
         from dotformer.data.tokenizer_files import TokenizerPair
 
-        prepared = source or prepared_for(data, seed)
+        if extend_vocab:
+            raise ConfigError(
+                "--extend-vocab grows the char/symbol vocabularies of pairs; a language model keeps its own"
+            )
+        given = None if init is None else init.tgt_tokenizer  # fine-tuning: the checkpoint's tokenizer
+        if init is not None:
+            data = dataclasses.replace(data, **init.data)
+        prepared = source or prepared_for(data, seed, tokenizers=given)
         assert isinstance(prepared, PreparedText)
-        corpus = {"name": prepared.report["corpus"]["name"], "report": prepared.report["corpus"]["report"]}
         tokenizers = TokenizerPair(prepared.tokenizer, prepared.tokenizer)
-        return Prepared(data, corpus, tokenizers, prepared.lines, prepared), init  # its block size, not the cache's
-
-    def save(self, prepared: Prepared, data_dir: Path) -> None:
-        from dotformer.runs.run_data import save_reference
-
-        save_reference(prepared.splits, data_dir, prepared.given_tokenizers)
+        return Prepared(data, corpus_record(prepared), tokenizers, prepared.lines, prepared, given is not None), init
 
     def model_config(
         self, model_section: dict[str, Any], prepared: Prepared, init: InitSource | None = None
     ) -> tuple[ModelConfig, str | None]:
+        if init is not None:
+            from dotformer.runs.text_init import text_init_model_config
+
+            return text_init_model_config(init, prepared.data.block_size)
         return lm_model_config(model_section, prepared.tokenizers.tgt.vocab_size, prepared.data.block_size)
 
     def load(self, run_dir: Path, record: dict[str, Any]) -> Loaded:
@@ -88,7 +108,7 @@ class LanguageModelTask(Task):
         from dotformer.runs.run_data import open_run_data
         from dotformer.training.state import TrainData
 
-        data = record_data_config(self, record, run_dir)
+        data = self.record_data(record, run_dir)
         prepared = open_run_data(run_dir, data)
         assert isinstance(prepared, PreparedText)
         T = data.block_size
@@ -107,13 +127,15 @@ class LanguageModelTask(Task):
     def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
         """Perplexity, nats and bits per token and bits per character of a text file or the run's held-out text
         (its first ``limit`` lines), read as one stream and scored block by block with the training block size
-        (:func:`dotformer.training.scoring.score_text`).
+        (:func:`dotformer.training.scoring.score_text`); an imported model reads the text as its own tokenizer does,
+        BOS first when its family adds one (the checkpoint's text rules).
 
         Raises:
             ConfigError: a ``limit`` below 1. CheckpointError: no run directory and no ``data``. DataError /
                 MissingDataError: an unreadable or empty text.
         """
-        from dotformer.data.text import read_text_corpus
+        from dotformer.data.text_corpus import read_text_corpus
+        from dotformer.decoding.inputs import text_rules
         from dotformer.training.progress import count
         from dotformer.training.scoring import score_text
 
@@ -135,7 +157,8 @@ class LanguageModelTask(Task):
             shown = count(len(lines), "line")
         block = loaded.context_window
         batch_tokens = request.batch_size * block  # B blocks a batch
-        score = score_text(loaded.model, lines, loaded.tgt_tokenizer, block, batch_tokens)
+        rules = text_rules(loaded.info)  # an imported model reads the text as its tokenizer does, BOS first
+        score = score_text(loaded.model, lines, loaded.tgt_tokenizer, block, batch_tokens, rules)
         description = f"({shown}, {score.tokens:,} tokens scored), task lm, blocks of {block} tokens"
         table = (
             f"perplexity {score.perplexity:.3f}  nats/token {score.nats_per_token:.4f}  bits/token "
@@ -157,9 +180,7 @@ def lm_model_config(model_section: dict[str, Any], vocab_size: int, block_size: 
             an invalid field.
     """
     section = dict(model_section)
-    preset = section.pop("preset", None) or "small"
-    if preset not in PRESETS:
-        raise ConfigError(f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    preset = pop_preset(section)
     if section.setdefault("arch", "decoder-only") != "decoder-only":
         raise ConfigError(f"a language model is decoder-only; [model] arch = {section['arch']!r}")
     if section.setdefault("max_len", block_size) < block_size:

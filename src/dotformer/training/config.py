@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dotformer.config import MAX_SEED
 from dotformer.data.config import choice, config_from_dict, is_number, non_negative_int, positive_int
 from dotformer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dotformer.lora import LoRASpec
 
 Schedule = Literal["noam", "inverse_sqrt", "constant", "cosine", "linear"]
 Amp = Literal["none", "bf16", "fp16"]
@@ -58,6 +61,12 @@ class TrainConfig:
     compile: bool = False  # wrap the model in torch.compile for the training steps
     packed: bool = True  # run every layer on the real tokens only, skipping the padding (dotformer.packing)
     device: str = "auto"  # "auto" (cuda:LOCAL_RANK if available, else cpu), "cpu", "cuda", "cuda:1", ...
+    activation_checkpointing: bool = False  # recompute each layer's activations in the backward pass (less memory)
+    # fine-tuning with LoRA adapters (dotformer.lora): the weights of --init-from stay frozen, the adapters train
+    lora_rank: int = 0  # r, the rank of every adapter; 0: no adapters (every weight trains)
+    lora_alpha: float = 16.0  # α: an adapter's change is scaled by α / r
+    lora_targets: tuple[str, ...] = ("W_q", "W_v")  # the linears adapted, by name: W_q W_k W_v W_o W_1 W_2 generator
+    lora_dropout: float = 0.0  # dropout on the adapters' input
     # bookkeeping
     seed: int = 1  # seeds model init, data order, dropout and the split
     eval_every: int = 500  # steps between validation passes (and "best" checkpoint updates); 0: only at the end
@@ -105,7 +114,18 @@ class TrainConfig:
             raise ConfigError("TrainConfig.warmup_steps must be positive for the noam schedule (it divides by it)")
         if not isinstance(self.device, str) or not self.device:
             raise ConfigError(f"TrainConfig.device must be a device name such as 'cpu' or 'cuda', got {self.device!r}")
-        for name in ("compile", "packed", "progress", "tensorboard"):
+        non_negative_int(self, "lora_rank")
+        if not (is_number(self.lora_alpha) and self.lora_alpha > 0):
+            raise ConfigError(f"TrainConfig.lora_alpha must be positive, got {self.lora_alpha!r}")
+        if not (is_number(self.lora_dropout) and 0.0 <= self.lora_dropout < 1.0):
+            raise ConfigError(f"TrainConfig.lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
+        targets = self.lora_targets
+        if isinstance(targets, str) or not isinstance(targets, (list, tuple)) or not targets:
+            raise ConfigError(f"TrainConfig.lora_targets must be a non-empty list of layer names, got {targets!r}")
+        if not all(isinstance(name, str) and name.isidentifier() for name in targets):
+            raise ConfigError(f"TrainConfig.lora_targets must name layers such as W_q, got {list(targets)!r}")
+        object.__setattr__(self, "lora_targets", tuple(targets))  # a TOML or JSON list
+        for name in ("compile", "packed", "progress", "tensorboard", "activation_checkpointing"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"TrainConfig.{name} must be true or false, got {getattr(self, name)!r}")
 
@@ -113,6 +133,15 @@ class TrainConfig:
     def has_budget(self) -> bool:
         """True when at least one of max_steps, max_minutes, max_epochs is set."""
         return any(b is not None for b in (self.max_steps, self.max_minutes, self.max_epochs))
+
+    @property
+    def lora(self) -> LoRASpec | None:
+        """The :class:`~dotformer.lora.LoRASpec` of the lora_* fields (None when lora_rank is 0)."""
+        if not self.lora_rank:
+            return None
+        from dotformer.lora import LoRASpec
+
+        return LoRASpec(self.lora_rank, self.lora_alpha, self.lora_targets, self.lora_dropout)
 
     def replace(self, **changes: Any) -> TrainConfig:
         """A copy with some fields changed, validated again."""

@@ -22,9 +22,9 @@ import torch
 from torch import nn
 
 from dotformer import checkpoint as ckpt
-from dotformer.data.batching import Batch, PlannedBatches
-from dotformer.data.blocks import TokenStream, sampler_for
+from dotformer.data.batching import Batch, PlannedBatches, sampler_for
 from dotformer.errors import ConfigError, TrainingError
+from dotformer.training.adapting import adapt_model
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext, barrier, setup_distributed, teardown_distributed
 from dotformer.training.logging import MetricsLog
@@ -117,7 +117,8 @@ def fit(
             lines of metrics.jsonl logged after the checkpoint's step are removed (they are logged again).
         init_from: a checkpoint (or run) whose weights start a fresh run (fine-tuning): a new optimizer, schedule
             and data position. Its model config must equal the model's (dropout rates aside) and its tokenizers
-            ``data``'s. Ignored when resuming.
+            ``data``'s. Ignored when resuming. With ``config.lora_rank`` its weights stay frozen and LoRA adapters
+            train (:mod:`dotformer.lora`); the checkpoints save the adapters and refer to it.
 
     Returns:
         :class:`FitResult`.
@@ -137,6 +138,7 @@ def fit(
         raise ConfigError("resume needs a run directory")
     context = setup_distributed(config.device)
     try:
+        adapt_model(model, config, resume or init_from is not None, context.is_main and config.progress)
         setup = set_up(model, data, config, Path(run_dir) if run_dir else None, dict(info or {}), context)
         state = TrainState()
         start(setup, state, resume, None if init_from is None else Path(init_from))
@@ -250,30 +252,18 @@ def start(setup: Setup, state: TrainState, resume: bool, init_from: Path | None)
 
 
 def describe_data(setup: Setup) -> str:
-    """One line before training: pair counts (a language model's tokens and blocks), vocabulary sizes, parameters,
-    batches per epoch, padding fraction (counted from the lengths: no batch is collated)."""
-    from dotformer.data.labelled import LabelledExamples
-
-    d, c = setup.data, setup.config
+    """One line before training: the examples' counts and vocabulary as their sampler says them (pairs, a language
+    model's tokens and blocks, an encoder's examples), parameters, batches per epoch, padding fraction (counted from
+    the lengths: no batch is collated)."""
+    d, c, sampler = setup.data, setup.config, setup.stream.sampler
     plan = setup.stream.own_plan(setup.stream.epoch)
-    size = f"<= {c.max_tokens:,} tokens"
-    if isinstance(d.train, TokenStream):
-        T = d.train.block_size
-        counts = f"{len(d.train):,} train / {len(d.valid):,} valid tokens, blocks of {T:,} tokens"
-        vocabulary = f"vocabulary {d.tgt_tokenizer.vocab_size:,}"
-        blocks = setup.stream.sampler.blocks_per_batch  # max(1, max_tokens // T): whole blocks, at least one
-        size = f"{count(blocks, 'block')} ({blocks * T:,} tokens"
-        size += f"; max_tokens {c.max_tokens:,} is less than one block)" if c.max_tokens < T else ")"
-    elif isinstance(d.train, LabelledExamples):  # an encoder's
-        counts = f"{len(d.train):,} train / {len(d.valid):,} valid examples, objective {setup.recipe.objective.name}"
-        vocabulary = f"vocabulary {d.tgt_tokenizer.vocab_size:,}"
-    else:
-        counts = f"{len(d.train):,} train / {len(d.valid):,} valid pairs"
-        vocabulary = f"vocabulary {d.src_tokenizer.vocab_size:,} -> {d.tgt_tokenizer.vocab_size:,}"
+    counts, vocabulary, size = sampler.data_line(
+        len(d.valid), d.src_tokenizer, d.tgt_tokenizer, setup.recipe.objective.name, c.max_tokens
+    )
     return (
         f"data: {counts}; {vocabulary};"
         f" model {setup.model.num_parameters():,} parameters; {count(len(plan), 'batch', 'batches')} of"
-        f" {size} per epoch (this process), {setup.stream.sampler.padding_fraction(plan):.1%} padding"
+        f" {size} per epoch (this process), {sampler.padding_fraction(plan):.1%} padding"
     )
 
 

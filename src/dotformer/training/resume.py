@@ -17,7 +17,9 @@ import torch
 from torch import Tensor
 
 from dotformer import checkpoint as ckpt
+from dotformer.checkpoint.adapters import LORA_KEY, base_reference, full_weights, load_adapted, load_base
 from dotformer.errors import CheckpointError, DataError
+from dotformer.lora import is_adapted
 from dotformer.training.distributed import DistContext
 from dotformer.training.progress import count
 from dotformer.training.state import Setup, TrainState
@@ -40,7 +42,8 @@ def restore(setup: Setup, state: TrainState) -> None:
     assert setup.run_dir is not None
     run_dir, context, model_config = setup.run_dir, setup.context, setup.model.config
     path, skipped = ckpt.choose_resume_checkpoint(run_dir)
-    saved_config = ckpt.model_config_of(ckpt.read_json(path / ckpt.CONFIG_FILE), path / ckpt.CONFIG_FILE)
+    saved_info = ckpt.read_json(path / ckpt.CONFIG_FILE)
+    saved_config = ckpt.model_config_of(saved_info, path / ckpt.CONFIG_FILE)
     if saved_config != model_config:
         diff = sorted(k for k, v in saved_config.to_dict().items() if model_config.to_dict()[k] != v)
         raise CheckpointError(
@@ -51,7 +54,7 @@ def restore(setup: Setup, state: TrainState) -> None:
         (ckpt.TGT_TOKENIZER_FILE, setup.data.tgt_tokenizer),
     ):
         check_same_vocabulary(tokenizer, ckpt.load_tokenizer_file(path / name), path / name)
-    ckpt.load_weights_into(setup.model, path / ckpt.MODEL_FILE)
+    load_resumed_weights(setup, path, saved_info)
     saved = ckpt.load_train_state(path)
     where = path / ckpt.TRAIN_STATE_JSON
     try:
@@ -88,6 +91,29 @@ def restore(setup: Setup, state: TrainState) -> None:
         _say_what_changed(setup, state, path, skipped, saved_metric)
 
 
+def load_resumed_weights(setup: Setup, path: Path, info: dict[str, Any]) -> None:
+    """The weights of the checkpoint ``path`` (``info``: its config.json) into the run's model; an adapted run's
+    adapters onto their base (:mod:`dotformer.checkpoint.adapters`), whose reference its next checkpoints keep.
+
+    Raises:
+        CheckpointError: adapters where the run has none or the other way round, or other adapters than the run's.
+    """
+    adapted, saved_adapted = is_adapted(setup.model), LORA_KEY in info
+    if adapted != saved_adapted:
+        raise CheckpointError(
+            f"cannot resume from {path}: it was trained {'with' if saved_adapted else 'without'} LoRA adapters, and "
+            f"this run asks for {'them' if adapted else 'none'} (--lora-rank)"
+        )
+    if not adapted:
+        ckpt.load_weights_into(setup.model, path / ckpt.MODEL_FILE)
+        return
+    try:
+        load_adapted(setup.model, path, info)
+    except CheckpointError as exc:
+        raise CheckpointError(f"cannot resume: {exc}") from None
+    setup.info[LORA_KEY] = info[LORA_KEY]
+
+
 def _say_what_changed(setup: Setup, state: TrainState, path: Path, skipped: list[str], saved_metric: str) -> None:
     """Rank 0's warnings on resuming: damaged newer checkpoints skipped, another best_metric, metrics lines removed."""
     assert setup.run_dir is not None
@@ -117,7 +143,8 @@ def initialise_from(setup: Setup, path: Path) -> None:
     """Copy the weights of the checkpoint ``path`` into the model (fine-tuning; optimizer and schedule fresh) and
     record it as ``init_from`` in ``setup.info``. A model whose head differs from the checkpoint's (an encoder's
     classifier on a masked language model or an imported BERT) takes every weight but the head's, which starts as
-    initialised.
+    initialised. A model with LoRA adapters takes them into its frozen tensors (the adapters start as initialised)
+    and records ``path`` as their base (``setup.info["lora"]``); an adapted checkpoint gives its merged weights.
 
     Raises:
         CheckpointError: a damaged checkpoint, another model config (dropout rates and the head aside) or another
@@ -125,7 +152,8 @@ def initialise_from(setup: Setup, path: Path) -> None:
     """
     path = ckpt.resolve_checkpoint(path)
     ckpt.verify_checkpoint(path)
-    saved = ckpt.model_config_of(ckpt.read_json(path / ckpt.CONFIG_FILE), path / ckpt.CONFIG_FILE).to_dict()
+    info = ckpt.read_json(path / ckpt.CONFIG_FILE)
+    saved = ckpt.model_config_of(info, path / ckpt.CONFIG_FILE).to_dict()
     ours = setup.model.config.to_dict()
     free = (*FINE_TUNABLE, *HEAD_FIELDS)
     diff = [f"{k} {saved[k]!r} there, {ours[k]!r} here" for k in ours if k not in free and saved[k] != ours[k]]
@@ -144,7 +172,12 @@ def initialise_from(setup: Setup, path: Path) -> None:
         except CheckpointError as exc:
             raise CheckpointError(f"cannot initialise from {path}: {side} {exc}") from None
     fresh_head = any(saved[k] != ours[k] for k in HEAD_FIELDS)
-    ckpt.load_weights_into(setup.model, path / ckpt.MODEL_FILE, fresh=HEAD_TENSORS if fresh_head else ())
+    if is_adapted(setup.model) or LORA_KEY in info:  # the frozen weights; an adapted checkpoint's merged
+        load_base(setup.model, full_weights(path), path, head=not fresh_head)
+    else:
+        ckpt.load_weights_into(setup.model, path / ckpt.MODEL_FILE, fresh=HEAD_TENSORS if fresh_head else ())
+    if is_adapted(setup.model):  # its checkpoints save the adapters with a reference to this base
+        setup.info[LORA_KEY] = base_reference(setup.model, path)
     setup.info["init_from"] = str(path)
 
 

@@ -24,6 +24,7 @@ from dotformer.training.objective import NEXT_TOKEN
 if TYPE_CHECKING:
     from dotformer.data.batching import Batch
     from dotformer.data.tokenizers import Tokenizer
+    from dotformer.decoding.inputs import TextRules
     from dotformer.metrics.language import LanguageModelScore
     from dotformer.model import Transformer
     from dotformer.training.objective import Objective
@@ -89,9 +90,16 @@ def evaluate_loss(
 
 
 def score_text(
-    model: Transformer, lines: Sequence[str], tokenizer: Tokenizer, block_size: int, max_tokens: int = 4096
+    model: Transformer,
+    lines: Sequence[str],
+    tokenizer: Tokenizer,
+    block_size: int,
+    max_tokens: int = 4096,
+    rules: TextRules | None = None,
 ) -> LanguageModelScore:
-    """Score ``lines`` (read as one stream, each line ending in EOS) with a decoder-only model, block by block.
+    """Score ``lines`` (read as one stream, each line ending in EOS) with a decoder-only model, block by block; an
+    imported model's ``rules`` read them as its own tokenizer does, BOS first when its family adds one
+    (:func:`~dotformer.decoding.inputs.encode_document`).
 
     The stream is cut into blocks of ``block_size`` tokens from its start (and a shorter last one), as evaluation
     batches it (:class:`~dotformer.data.blocks.BlockSampler`): every token after the first is scored once, with the
@@ -100,6 +108,7 @@ def score_text(
     Args:
         model: a decoder-only :class:`Transformer`. lines: the text. tokenizer: the model's.
         block_size: T, the context (at most what the model was trained on). max_tokens: tokens per batch.
+        rules: the checkpoint's :class:`~dotformer.decoding.inputs.TextRules` (None: dotformer's line stream).
 
     Returns:
         :class:`LanguageModelScore` over the N - 1 scored tokens and the characters they spell.
@@ -112,7 +121,12 @@ def score_text(
 
     if model.config.arch != "decoder-only":
         raise ConfigError(f"bits per character score a decoder-only language model, this one is {model.config.arch}")
-    stream = encode_text(lines, tokenizer, block_size)
+    if rules is None or rules.lines:
+        stream = encode_text(lines, tokenizer, block_size)
+    else:
+        from dotformer.decoding.inputs import encode_document
+
+        stream = encode_document(tokenizer, lines, rules, block_size)
     batches = BlockSampler(stream, max_tokens, shuffle=False).batches(0)
     result = evaluate_loss(model, batches, label_smoothing=0.0, pad_id=model.config.pad_id, packed=False)
     return LanguageModelScore(result.nll * result.num_tokens, result.num_tokens, scored_characters(stream, tokenizer))

@@ -8,13 +8,9 @@ process sees with A·N, and their update is the same (the loss is normalised by 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-import torch
-
 from dotformer.data.batching import Batch, BatchPlan
-from dotformer.data.tokenizers import PAD_ID
 from dotformer.errors import TrainingError
 
 
@@ -93,15 +89,5 @@ class BatchStream:
                 self.epoch, self.index = self.epoch + 1, 0
         mine = [self.sampler.make_batch(rows, epoch) for rows, epoch in taken[self.rank :: self.world_size]]
         if taken and not mine:
-            mine = [_no_targets(self.sampler.make_batch(*taken[0]))]
+            mine = [self.sampler.make_batch(*taken[0]).without_targets()]  # the loss and gradient zero
         return mine
-
-
-def _no_targets(batch: Batch) -> Batch:
-    """``batch`` with every label PAD (an encoder's: IGNORE): the loss and its gradient are zero, the forward and
-    backward still run."""
-    from dotformer.data.labelled import LabelledBatch
-
-    if isinstance(batch, LabelledBatch):
-        return batch.without_targets()  # type: ignore[return-value]
-    return dataclasses.replace(batch, tgt_out=torch.full_like(batch.tgt_out, PAD_ID), num_tgt_tokens=0)

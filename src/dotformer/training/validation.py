@@ -67,12 +67,12 @@ def validate(setup: Setup, state: TrainState, log: MetricsLog, progress: Progres
 
 def language_figures(setup: Setup, result: EvalResult) -> dict[str, float]:
     """A language model's figures of a validation pass: bits per token and bits per character of the validation text
-    (:mod:`dotformer.metrics.language`, from the pass's NLL); empty for pairs, or a text of unknown length."""
-    from dotformer.data.blocks import TokenStream
+    (:mod:`dotformer.metrics.language`, from the pass's NLL); empty for examples that are no running text (their
+    sampler's ``reads_text``), or a text of unknown length."""
     from dotformer.metrics.language import LanguageModelScore, scored_characters
 
     valid = setup.data.valid
-    if not isinstance(valid, TokenStream) or not valid.characters or not math.isfinite(result.nll):
+    if not setup.stream.sampler.reads_text or not valid.characters or not math.isfinite(result.nll):
         return {}
     characters = scored_characters(valid, setup.data.tgt_tokenizer)
     score = LanguageModelScore(result.nll * result.num_tokens, result.num_tokens, characters)

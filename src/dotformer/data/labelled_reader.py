@@ -6,15 +6,16 @@ Sources (``dataset``):
   header; blank lines are skipped and counted);
 * tagging, a label per word, in either of two forms: ``tokens<TAB>labels`` lines (a sentence's words and its labels,
   each separated by spaces, as many of both), or CoNLL-style ``word ... label`` lines (the first column the word,
-  the last its label) with a blank line between sentences (``-DOCSTART-`` lines are skipped and counted). Which one
-  a file is: ``tag_format``, else CoNLL when a non-blank line has no tab or a blank line separates two sentences;
+  the last its label) with a blank line between sentences (``-DOCSTART-`` lines are skipped and counted, and so are
+  comment lines, as CoNLL-U's: a line that starts with ``#`` before a sentence's first word). Which one a file is:
+  ``tag_format``, else CoNLL when a non-blank line has no tab or a blank line separates two sentences;
 * ``"bible"`` (``"bible:MODULE"``): the verses of an English Bible, each labelled by the kind of book it is in
   (:func:`bible_genres`: law, history, poetry, prophets, gospels, letters), grouped by book so that splits hold out
   whole books.
 
 :class:`LabelledReader` reads a source in passes, one text at a time (a file is streamed a block at a time, never
-held whole; a Bible's verses are held as :class:`~dotformer.data.text.TextReader` holds them), which is how data is
-prepared (:mod:`dotformer.data.preparing_labelled`); :func:`read_labelled` collects one pass into
+held whole; a Bible's verses are held as :class:`~dotformer.data.text_corpus.TextReader` holds them), which is how
+data is prepared (:mod:`dotformer.data.prepared.labelled_kind`); :func:`read_labelled` collects one pass into
 :class:`LabelledTexts` (a held-out file, what ``evaluate`` scores). A line of a file that cannot be read as its form
 is one :class:`~dotformer.errors.DataError` naming FILE:LINE. No torch here.
 """
@@ -98,6 +99,7 @@ class LabelledReader:
         self.task = task
         self.groups: list[str] | None = None  # one key per text (a Bible's books); None for a file
         self.report: dict[str, Any] = {}
+        self.warnings: list[str] = []  # what the last pass found suspicious (a CoNLL file of one sentence)
         self.form = "text<TAB>label"
         self._bible: LabelledTexts | None = None
         if dataset == "bible" or dataset.startswith("bible:"):
@@ -185,11 +187,14 @@ class LabelledReader:
         self._tagged_report(texts, words, skipped, lines)
 
     def _conll(self) -> Iterator[LabelledText]:
-        path, texts, words, skipped, lines = self.name, 0, 0, 0, 0
+        path, texts, words, skipped, lines, comments = self.name, 0, 0, 0, 0, 0
         sentence: list[str] = []
         labels: list[str] = []
         for number, line in enumerate(chain(iter_text_lines(path), [""]), 1):  # a last blank line ends the last one
             lines = number - 1
+            if line.startswith("#") and not sentence:  # a comment (# sent_id = 1, # text = ...), not a word
+                comments += 1
+                continue
             fields = line.split()
             if not fields or fields[0] == DOCSTART:
                 skipped += bool(fields)
@@ -204,11 +209,16 @@ class LabelledReader:
             sentence.append(fields[0])
             labels.append(fields[-1])
         self._tagged_report(texts, words, skipped, lines)
+        if comments:
+            self.report["comments"] = comments
+        if texts == 1:
+            self.warnings = [f"{path} holds one sentence of {words:,} words: a blank line ends a CoNLL sentence"]
 
     def _tagged_report(self, texts: int, words: int, skipped: int, lines: int) -> None:
         if not texts:
             raise DataError(f"{self.name}: no tagged sentences")
         self.report = {"format": self.form, "lines": lines, "texts": texts, "words": words, "skipped": skipped}
+        self.warnings = []
 
 
 def tag_format_of(lines: Iterable[str]) -> str:
@@ -260,7 +270,7 @@ def read_bible_genres(module: str = "KJV", sword_path: str | None = None) -> Lab
         MissingDataError: pysword or the module is not installed (the message gives the apt-get line).
         DataError: a book the genre table does not list.
     """
-    from dotformer.data.text import read_bible_text
+    from dotformer.data.text_corpus import read_bible_text
 
     corpus = read_bible_text(module, sword_path)
     genres = bible_genres()

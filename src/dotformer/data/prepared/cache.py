@@ -2,7 +2,7 @@
 when no directory has its fingerprint.
 
 A directory's name holds the fingerprint of what it was made from
-(:func:`~dotformer.data.preparing.fingerprint_of`): the content of every
+(:meth:`~dotformer.data.prepared.skeleton.DataKind.fingerprint`): the content of every
 input file, the options that change the result, the seed when a random split depends on it, the tokenizers given.
 So a changed file gives another fingerprint, and its data is prepared again, never read stale; the cache keeps an
 index of the newest preparation of each config, and says in one line which file changed. A lock keeps two processes
@@ -11,7 +11,7 @@ and then maps what the first wrote.
 
 Layout::
 
-    CACHE/prepared/pairs-FINGERPRINT/     a prepared directory (:mod:`dotformer.data.prepared`), or text-...,
+    CACHE/prepared/pairs-FINGERPRINT/     a prepared directory (:mod:`dotformer.data.prepared.layout`), or text-...,
                                           labelled-...
     CACHE/prepared/pairs-FINGERPRINT.lock the lock of its preparation (and .owner: who holds it)
     CACHE/prepared/index/SETTINGS.json    the fingerprint and inputs of the newest preparation of these settings
@@ -32,20 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.config import DataConfig, EncoderDataConfig, LMDataConfig
-from dotformer.data.fingerprint import changed_inputs, fingerprint, json_digest
-from dotformer.data.prepared import REPORT_FILE, PreparedLabelled, PreparedPairs, PreparedText, open_prepared
-from dotformer.data.preparing import (
-    CHUNK_EXAMPLES,
-    DEFAULT_SAMPLE_LINES,
-    inputs_of,
-    prepare_pairs,
-    prepare_text,
-    settings_of,
-)
-from dotformer.data.preparing_labelled import prepare_labelled
-from dotformer.data.tokenizer_files import TokenizerPair
-from dotformer.data.tokenizers import Tokenizer
+from dotformer.data.prepared.fingerprint import changed_inputs, fingerprint, json_digest
+from dotformer.data.prepared.kinds import Prepared, kind_of, open_prepared
+from dotformer.data.prepared.layout import REPORT_FILE
+from dotformer.data.prepared.skeleton import CHUNK_EXAMPLES, DEFAULT_SAMPLE_LINES
 from dotformer.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -62,30 +52,26 @@ def default_cache_root() -> Path:
     return Path("~/.cache/dotformer").expanduser()
 
 
-Prepared = PreparedPairs | PreparedText | PreparedLabelled
-
-
 def prepared_for(
-    config: DataConfig | LMDataConfig | EncoderDataConfig,
+    config: Any,
     seed: int,
     cache_root: str | Path | None = None,
-    tokenizers: TokenizerPair | Tokenizer | None = None,
+    tokenizers: Any = None,
     *,
     sample_lines: int = DEFAULT_SAMPLE_LINES,
     chunk: int = CHUNK_EXAMPLES,
     wait_seconds: float | None = None,
 ) -> Prepared:
     """The prepared data of ``config``: mapped from the cache when a directory has its fingerprint, else prepared
-    there first (:func:`prepare`).
+    there first (by its kind: :func:`~dotformer.data.prepared.kinds.kind_of`).
 
     Args:
-        config: a translation task's :class:`DataConfig`, a language model's :class:`LMDataConfig`, or an encoder
-            task's :class:`EncoderDataConfig`.
+        config: the data config of any kind (pairs, text, labelled texts).
         seed: the seed of a random split.
         cache_root: the cache (None: :func:`default_cache_root`).
         tokenizers: tokenizers to use instead of learning them (a :class:`TokenizerPair`, or one tokenizer for text
             and labelled texts).
-        sample_lines, chunk: as :func:`~dotformer.data.preparing.prepare_pairs`.
+        sample_lines, chunk: as :meth:`~dotformer.data.prepared.skeleton.DataKind.prepare`.
         wait_seconds: how long to wait for another process preparing the same data (None: as long as it takes).
 
     Raises:
@@ -94,8 +80,9 @@ def prepared_for(
     from filelock import FileLock, Timeout
 
     root = default_cache_root() if cache_root is None else Path(cache_root).expanduser()
-    settings = settings_of(config, seed, tokenizers, sample_lines)
-    inputs = inputs_of(config)
+    kind = kind_of(config)
+    settings = kind.settings(seed, tokenizers, sample_lines)
+    inputs = kind.inputs()
     entries = root / "prepared"
     directory = entries / f"{settings['kind']}-{fingerprint(settings, inputs)}"
     if (directory / REPORT_FILE).is_file() and (opened := _open_cached(directory, warn=False)) is not None:
@@ -126,7 +113,7 @@ def prepared_for(
             logger.info(f"{line}: preparing the data again")
         for leftover in entries.glob(f".{directory.name}.partial-*"):  # a preparation that died (the lock is ours)
             shutil.rmtree(leftover, ignore_errors=True)
-        prepared = prepare(config, seed, directory, tokenizers, sample_lines=sample_lines, chunk=chunk, inputs=inputs)
+        prepared = kind.prepare(seed, directory, tokenizers, sample_lines=sample_lines, chunk=chunk, inputs=inputs)
         index.parent.mkdir(exist_ok=True)
         record = {"fingerprint": prepared.fingerprint, "directory": directory.name, "inputs": prepared.report["inputs"]}
         partial = index.with_name(index.name + ".partial")
@@ -147,31 +134,6 @@ def _open_cached(directory: Path, warn: bool) -> Prepared | None:
         if warn:
             logger.warning(f"the prepared data in {directory} is damaged ({exc}): preparing it again")
         return None
-
-
-def prepare(
-    config: DataConfig | LMDataConfig | EncoderDataConfig,
-    seed: int,
-    directory: str | Path,
-    tokenizers: TokenizerPair | Tokenizer | None = None,
-    **options: Any,
-) -> Prepared:
-    """Prepare the data of ``config`` into ``directory`` (a new or empty one) by its kind:
-    :func:`~dotformer.data.preparing.prepare_pairs` (a :class:`DataConfig`),
-    :func:`~dotformer.data.preparing.prepare_text` (a language model's, or a masked language model's text), or
-    :func:`~dotformer.data.preparing_labelled.prepare_labelled` (a classifier's or a tagger's texts); ``options``:
-    theirs (``sample_lines``, ``chunk``, ``inputs``).
-
-    Raises:
-        what they raise.
-    """
-    if isinstance(config, DataConfig):
-        return prepare_pairs(config, seed, directory, tokenizers if isinstance(tokenizers, TokenizerPair) else None,
-                             **options)  # fmt: skip
-    one = tokenizers if isinstance(tokenizers, Tokenizer) else None
-    if isinstance(config, LMDataConfig) or config.task == "mlm":
-        return prepare_text(config, seed, directory, one, **options)
-    return prepare_labelled(config, seed, directory, one, **options)
 
 
 def _what_changed(index: Path) -> list[str]:

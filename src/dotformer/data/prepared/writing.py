@@ -1,4 +1,5 @@
-"""Writing a prepared directory (its layout: :mod:`dotformer.data.prepared`): the arrays of the three splits and the
+"""Writing a prepared directory (its layout: :mod:`dotformer.data.prepared.layout`): the arrays of the three splits
+and the
 held-out text, filled chunk by chunk, inside a partial directory renamed to its name only when everything is written.
 No torch here.
 """
@@ -10,17 +11,24 @@ import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import numpy as np
 
 from dotformer.data.arrays import RaggedWriter, save_array
-from dotformer.data.labelled_text import LabelledText, labelled_line
-from dotformer.data.prepared import Kind, array_stem, labels_file, text_file
+from dotformer.data.prepared.layout import array_stem, labels_file
 from dotformer.data.splits import SPLIT_NAMES
 from dotformer.data.tokenizers import EncodedChunk
-from dotformer.data.types import Pair
-from dotformer.errors import ConfigError, DataError
+from dotformer.errors import ConfigError
+
+
+class HeldOutText(Protocol):
+    """What a data kind says of its held-out text: the files' suffix, whether characters are counted, and a line."""
+
+    held_out_suffix: str
+    counts_characters: bool
+
+    def text_line(self, item: Any, split: str) -> str: ...
 
 
 class SplitWriters:
@@ -30,8 +38,8 @@ class SplitWriters:
 
     Args:
         directory: the (partial) directory. sides: the arrays of each split. dtypes: their ids' dtypes.
-        kind: ``"pairs"`` (valid.tsv, test.tsv), ``"text"`` (valid.txt, test.txt, and characters counted) or
-            ``"labelled"`` (valid.tsv, test.tsv of labelled texts).
+        kind: the data kind (:class:`~dotformer.data.prepared.skeleton.DataKind`): its held-out files'
+            suffix (valid.tsv or valid.txt), whether characters are counted, the line of an example.
         label_dtype: a classifier's: the dtype of its label per text, saved as ``SPLIT.labels.npy`` at the end.
     """
 
@@ -40,7 +48,7 @@ class SplitWriters:
         directory: Path,
         sides: tuple[str, ...],
         dtypes: tuple[np.dtype, ...],
-        kind: Kind,
+        kind: HeldOutText,
         label_dtype: np.dtype | None = None,
     ) -> None:
         self.directory = directory
@@ -54,7 +62,8 @@ class SplitWriters:
             for name in SPLIT_NAMES
         }
         self.texts: dict[str, TextIO] = {
-            name: text_file(directory, name, kind).open("w", encoding="utf-8") for name in ("valid", "test")
+            name: (directory / f"{name}.{kind.held_out_suffix}").open("w", encoding="utf-8")
+            for name in ("valid", "test")
         }
         self.characters = dict.fromkeys(SPLIT_NAMES, 0)
 
@@ -75,13 +84,13 @@ class SplitWriters:
         if self.label_dtype is not None:
             assert labels is not None
             self.labels[name].append(np.asarray(labels)[mask].astype(self.label_dtype))
-        if not items or (name not in self.texts and self.kind != "text"):
+        if not items or (name not in self.texts and not self.kind.counts_characters):
             return
         selected = [item for item, keep in zip(items, mask, strict=True) if keep]
-        if self.kind == "text":
+        if self.kind.counts_characters:
             self.characters[name] += sum(len(line) + 1 for line in selected)
         if name in self.texts:
-            self.texts[name].write("".join(text_line(item, name, self.kind) for item in selected))
+            self.texts[name].write("".join(self.kind.text_line(item, name) for item in selected))
 
     def summary(self) -> dict[str, Any]:
         """Per split: the examples, the tokens of each side (and the characters of a text)."""
@@ -89,7 +98,7 @@ class SplitWriters:
         for name, writers in self.arrays.items():
             tokens = {side: writer.tokens for side, writer in zip(self.sides, writers, strict=True)}
             out[name] = {"examples": writers[0].rows, "tokens": tokens}
-            if self.kind == "text":
+            if self.kind.counts_characters:
                 out[name]["characters"] = self.characters[name]
         return out
 
@@ -108,27 +117,6 @@ class SplitWriters:
                     writer.close()
                 else:
                     writer.abort()
-
-
-def text_line(item: Pair | str | LabelledText, split: str, kind: str) -> str:
-    """One line of ``valid.tsv`` (a pair, a labelled text) or ``valid.txt`` (a line).
-
-    Raises:
-        DataError: a text holds a tab or line break, which a TSV line cannot hold (the readers replace them).
-    """
-    if kind == "text":
-        return f"{item}\n"
-    if kind == "labelled":
-        assert isinstance(item, LabelledText)
-        try:
-            return labelled_line(item)
-        except DataError as exc:
-            raise DataError(f"{split} text: {exc}") from None
-    assert isinstance(item, Pair)
-    for side, text in zip(("source", "target"), item, strict=True):
-        if any(char in text for char in "\t\n\r"):
-            raise DataError(f"{split} pair: the {side} holds a tab or line break: {text!r:.80}")
-    return f"{item.source}\t{item.target}\n"
 
 
 @contextmanager

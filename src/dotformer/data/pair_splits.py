@@ -1,4 +1,6 @@
-"""From a run's data settings to its three splits and its tokenizers: what ``dotformer train`` reads before training.
+"""Pairs read whole into memory: a run's three splits from its data settings, and the tokenizers of pairs. What
+fine-tuning reads to check (or extend) a checkpoint's vocabulary, and what the pairs kind learns its tokenizers with
+(:mod:`dotformer.data.prepared.pair_kind`, which prepares every run's data in passes).
 
 Two ways to get the splits:
 
@@ -50,6 +52,14 @@ class RunData:
     lines: list[str] = field(default_factory=list)
 
 
+def check_named_task(data: DataConfig) -> None:
+    """Raise ConfigError when ``data.task`` contradicts a named corpus (copy/reverse may be scored as exact match)."""
+    named_task = NAMED_TASKS.get(data.dataset)
+    compatible = data.task == named_task or (named_task == "synthetic" and data.task == "exact")
+    if data.task is not None and named_task is not None and not compatible:
+        raise ConfigError(f"--task {data.task}: {data.dataset} is a {named_task} corpus; --task is for your own files")
+
+
 def read_run_data(data: DataConfig, seed: int) -> RunData:
     """Read the training corpus, and the valid/test files when given, into the run's splits (module docstring).
 
@@ -62,10 +72,7 @@ def read_run_data(data: DataConfig, seed: int) -> RunData:
             test files whose task differs from the training file's.
         DataError / MissingDataError: a file cannot be read (FILE:LINE in the message).
     """
-    named_task = NAMED_TASKS.get(data.dataset)
-    compatible = data.task == named_task or (named_task == "synthetic" and data.task == "exact")
-    if data.task is not None and named_task is not None and not compatible:
-        raise ConfigError(f"--task {data.task}: {data.dataset} is a {named_task} corpus; --task is for your own files")
+    check_named_task(data)
     corpus = load_pairs(data.dataset, data.corpus_options("train"))
     lines = [describe_corpus(corpus, "train")]
     if data.valid is None and data.test is None:

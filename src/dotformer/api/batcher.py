@@ -1,0 +1,214 @@
+"""The batcher between a server's requests and the engine: the sentences of every waiting request, gathered into one
+engine call.
+
+A request hands the batcher its sentences, each with its size (source tokens x beam), under a key: requests whose
+keys are equal decode alike (the same options, the same kind of call) and may share a call; others never do. One
+coroutine, the batcher's own, forms the calls: once the oldest waiting sentence has waited ``max_wait_s`` (or its
+key's waiting sentences fill ``max_tokens``), it takes sentences of that key up to ``max_tokens``, one request at a
+time in turn (round robin, oldest request first), so that a large request's sentences are split across calls and the
+small requests that arrive meanwhile ride in the next call beside them instead of waiting for the large one to end.
+The sentences of a call are sorted by size (the engines sort them again for their own batches), decoded in one call
+on the model's thread (:class:`~dotformer.api.turns.ModelTurns`), and each result goes back to its request, in the
+request's order. A request cancelled while it waits (its client gone) takes its sentences out of the queue.
+
+Each request gets exactly what it would get decoded alone: a key is only shared by calls whose outputs do not depend
+on what else is in the batch (greedy and beam search; sampling draws from one generator per call, so a sampling
+request is a key of its own and is decoded whole in one call, as ``dotformer translate`` decodes it).
+
+    batcher = Batcher(turns, max_tokens=4096, max_wait_s=0.005)
+    results = await batcher.submit(key, sentences, sizes, run)   # run(sentences of one call) -> their results
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dotformer.api.turns import ModelTurns
+from dotformer.errors import ConfigError
+
+MAX_BATCH_TOKENS = 4096  # default: most source tokens x beam in one engine call
+MAX_WAIT_MS = 5.0  # default: longest wait for more requests before a call starts
+
+Run = Callable[[list[Any]], list[Any]]  # the sentences of one call -> one result per sentence, in order
+
+
+@dataclass(eq=False)
+class _Job:
+    """One request's sentences in the queue."""
+
+    key: Hashable
+    items: Sequence[Any]
+    sizes: Sequence[int]
+    run: Run
+    whole: bool  # decoded in one call, never split (sampling)
+    future: asyncio.Future[list[Any]]
+    arrived: float = field(default_factory=time.monotonic)
+    taken: int = 0  # sentences handed to calls so far
+    done: int = 0  # sentences whose results came back
+    results: list[Any] = field(default_factory=list)
+
+    @property
+    def left(self) -> int:
+        return len(self.items) - self.taken
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What one engine call held: its sentences, their size (source tokens x beam), the requests they came from."""
+
+    sentences: int
+    tokens: int
+    requests: int
+
+
+class Batcher:
+    """Gathers the sentences of waiting requests into engine calls (see the module docstring).
+
+    Args:
+        turns: the model's thread, where every call runs.
+        max_tokens: most source tokens x beam in one call (a sentence above it is a call alone).
+        max_wait_s: longest wait of the oldest sentence for more before a call starts.
+        on_batch: called (on the event loop) with each call's :class:`BatchStats` (metrics).
+
+    Raises:
+        ConfigError: a budget below 1 or a negative wait.
+    """
+
+    def __init__(
+        self,
+        turns: ModelTurns,
+        max_tokens: int = MAX_BATCH_TOKENS,
+        max_wait_s: float = MAX_WAIT_MS / 1000,
+        on_batch: Callable[[BatchStats], None] | None = None,
+    ) -> None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ConfigError(f"the batch token budget must be a positive integer, got {max_tokens!r}")
+        if not max_wait_s >= 0:
+            raise ConfigError(f"the batch wait must be >= 0 ms, got {max_wait_s * 1000!r}")
+        self.turns, self.max_tokens, self.max_wait_s, self.on_batch = turns, max_tokens, max_wait_s, on_batch
+        self._jobs: list[_Job] = []
+        self._changed: asyncio.Event | None = None
+        self._worker: asyncio.Task[None] | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Sentences queued and not yet in a call."""
+        return sum(job.left for job in self._jobs)
+
+    async def submit(
+        self, key: Hashable, items: Sequence[Any], sizes: Sequence[int], run: Run, whole: bool = False
+    ) -> list[Any]:
+        """Queue one request's sentences and wait for their results, in order.
+
+        Args:
+            key: requests of equal keys may share a call (the same options); ``run`` of the first one queued runs it.
+            items: the request's sentences (what ``run`` takes). sizes: each one's source tokens x beam.
+            run: decodes the sentences of one call, on the model's thread; returns one result per sentence.
+            whole: never split the request (its sentences go in one call, alone when its key is its own).
+
+        Raises:
+            Whatever ``run`` raises for a call holding one of the sentences.
+        """
+        if not items:
+            return []
+        loop = asyncio.get_running_loop()
+        if self._worker is None or self._worker.done():
+            self._changed = asyncio.Event()
+            self._worker = loop.create_task(self._work())
+        job = _Job(key, items, sizes, run, whole, loop.create_future())
+        job.results = [None] * len(items)
+        self._jobs.append(job)
+        assert self._changed is not None
+        self._changed.set()
+        try:
+            return await job.future
+        finally:
+            if job in self._jobs:  # cancelled while waiting: its sentences leave the queue
+                self._jobs.remove(job)
+
+    def close(self) -> None:
+        """Stop forming calls (the server is closing; every request has been answered)."""
+        if self._worker is not None:
+            self._worker.cancel()
+
+    async def _work(self) -> None:
+        """Form and run calls for as long as the server runs."""
+        assert self._changed is not None
+        while True:
+            while not any(job.left for job in self._jobs):
+                self._changed.clear()
+                await self._changed.wait()
+            first = next(job for job in self._jobs if job.left)
+            while not self._full(first.key):
+                remaining = first.arrived + self.max_wait_s - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._changed.clear()
+                try:
+                    await asyncio.wait_for(self._changed.wait(), remaining)
+                except TimeoutError:
+                    break
+            await self._call(first)
+
+    def _full(self, key: Hashable) -> bool:
+        """Whether the waiting sentences of ``key`` fill a call."""
+        total = 0
+        for job in self._jobs:
+            if job.key == key:
+                if job.whole:
+                    return True
+                total += sum(job.sizes[job.taken :])
+                if total >= self.max_tokens:
+                    return True
+        return False
+
+    def _take(self, first: _Job) -> list[tuple[_Job, int]]:
+        """The sentences of the next call: ``first``'s key, one sentence per request in turn, up to the budget."""
+        if first.whole:
+            taken = [(first, i) for i in range(first.taken, len(first.items))]
+            first.taken = len(first.items)
+            return taken
+        jobs = [job for job in self._jobs if job.key == first.key and job.left and not job.whole]
+        taken: list[tuple[_Job, int]] = []
+        total = 0
+        while jobs:
+            for job in list(jobs):
+                size = job.sizes[job.taken]
+                if taken and total + size > self.max_tokens:
+                    return taken
+                taken.append((job, job.taken))
+                job.taken += 1
+                total += size
+                if not job.left:
+                    jobs.remove(job)
+        return taken
+
+    async def _call(self, first: _Job) -> None:
+        """Run one call and hand each result back to its request."""
+        taken = sorted(self._take(first), key=lambda pair: pair[0].sizes[pair[1]])
+        requests = list(dict.fromkeys(job for job, _ in taken))
+        if self.on_batch is not None:
+            tokens = sum(job.sizes[i] for job, i in taken)
+            self.on_batch(BatchStats(len(taken), tokens, len(requests)))
+        try:
+            results = await self.turns.run(first.run, [job.items[i] for job, i in taken])
+        except Exception as exc:  # noqa: BLE001 (each request of the call answers with the error)
+            for job in requests:
+                if job in self._jobs:
+                    self._jobs.remove(job)
+                if not job.future.done():
+                    job.future.set_exception(exc)
+            return
+        for (job, i), result in zip(taken, results, strict=True):
+            job.results[i] = result
+            job.done += 1
+        for job in requests:
+            if job.done == len(job.items):
+                if job in self._jobs:
+                    self._jobs.remove(job)
+                if not job.future.done():
+                    job.future.set_result(job.results)

@@ -1,0 +1,226 @@
+"""The OpenAI-style routes of ``dotformer serve`` for a language model, so that existing clients (the ``openai``
+Python package, anything speaking its completions API) work against it unchanged.
+
+    POST /v1/completions   {"prompt": "...", "max_tokens": 16, "temperature": 1.0, "top_p": 1.0, "stop": ["\\n"],
+                            "stream": false, "seed": 0, "model": "..."}
+                           -> {"id": "cmpl-...", "object": "text_completion", "created": 1700000000, "model": "...",
+                               "choices": [{"text": "...", "index": 0, "logprobs": null, "finish_reason": "length"}],
+                               "usage": {"prompt_tokens": 3, "completion_tokens": 16, "total_tokens": 19}}
+    GET  /v1/models        {"object": "list", "data": [{"id": "...", "object": "model", ...}]}
+
+``temperature`` 0 is greedy decoding, anything above samples (``top_p``: nucleus; ``seed``: the draws, 0 when not
+given, so the same request gives the same text). ``stop``: up to 4 strings; the text ends before the first one found
+(``finish_reason`` "stop"; else "length": dotformer's language models read a line end as one more token and go on
+to ``max_tokens``). ``n`` is 1. ``"stream": true`` sends the text as server-sent events, one chunk per piece as the
+engine produces it (:func:`dotformer.api.streaming.stream_continuation`), then a chunk with the ``finish_reason``,
+then ``data: [DONE]``. ``model`` is accepted and answered with the served model's name (the checkpoint's folder).
+``POST /v1/chat/completions`` needs a chat template, which no dotformer tokenizer has: it answers 400 naming
+``/v1/completions``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from dotformer.api.batcher import Batcher
+from dotformer.api.endpoint import MAX_NEW_TOKENS, MAX_TEXT_CHARS, Counted, model_kind, text_tokens
+from dotformer.api.streaming import StopText, stream_continuation
+from dotformer.api.web import RequestError
+from dotformer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dotformer.api.translator import Translator
+
+COMPLETION_FIELDS = ("model", "prompt", "max_tokens", "temperature", "top_p", "stop", "n", "stream", "seed", "user")
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
+MAX_STOPS = 4  # most stop sequences (OpenAI's limit)
+
+
+def model_name(translator: Translator) -> str:
+    """The name the routes answer with: the checkpoint's folder name."""
+    return translator.path.name
+
+
+def models_reply(translator: Translator) -> dict[str, Any]:
+    """What ``GET /v1/models`` answers: the one model served."""
+    model = {"id": model_name(translator), "object": "model", "created": 0, "owned_by": "dotformer"}
+    return {"object": "list", "data": [model]}
+
+
+def _require_language_model(translator: Translator, path: str) -> None:
+    """Raises RequestError (400) when the served model is not a language model, naming the route that serves it."""
+    kind, served = model_kind(translator.files.config)
+    if served != "POST /api/generate":
+        where = f"send {served}" if served else "no route of dotformer serve runs it"
+        raise RequestError(f"{translator.files.path} is {kind}: {path} serves a language model; {where}")
+
+
+def chat_refusal(translator: Translator) -> RequestError:
+    """The 400 of ``POST /v1/chat/completions``: the model's tokenizer has no chat template."""
+    _require_language_model(translator, "/v1/chat/completions")
+    return RequestError(
+        f"{translator.files.path} has no chat template (its tokenizer reads plain text): /v1/chat/completions needs "
+        "one; send the text to continue to POST /v1/completions"
+    )
+
+
+class Completion:
+    """One checked ``POST /v1/completions`` request: its prompt, decoding settings and stop sequences."""
+
+    def __init__(self, request: Any) -> None:
+        """Check ``request`` (a decoded JSON body).
+
+        Raises:
+            RequestError: not an object, an unknown field, a value of the wrong type or out of range (the message
+                names the field).
+        """
+        from dotformer.api.generation import generation_settings
+
+        if not isinstance(request, dict):
+            raise RequestError('the body must be a JSON object: {"prompt": "..."}')
+        unknown = sorted(set(request) - set(COMPLETION_FIELDS))
+        if unknown:
+            raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(COMPLETION_FIELDS)}")
+        prompt = request.get("prompt", "")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise RequestError('"prompt" must be a string (or a list of one string)')
+        if len(prompt) > MAX_TEXT_CHARS:
+            raise RequestError(f'"prompt" has more than {MAX_TEXT_CHARS} characters')
+        max_tokens = _number(request, "max_tokens", DEFAULT_MAX_TOKENS, 1, MAX_NEW_TOKENS, integer=True)
+        temperature = _number(request, "temperature", 1.0, 0.0, 2.0)
+        top_p = _number(request, "top_p", 1.0, 0.0, 1.0)
+        if "top_p" in request and top_p == 0:
+            raise RequestError('"top_p" must be above 0, got 0')
+        seed = _number(request, "seed", 0, 0, 2**31 - 1, integer=True)
+        _number(request, "n", 1, 1, 1, integer=True)  # one choice
+        if not isinstance(request.get("stream", False), bool):
+            raise RequestError(f'"stream" must be true or false, got {json.dumps(request["stream"])}')
+        for name in ("model", "user"):
+            if name in request and not isinstance(request[name], str):
+                raise RequestError(f'"{name}" must be a string, got {json.dumps(request[name])}')
+        stop = request.get("stop")
+        stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
+        if not isinstance(stops, list) or len(stops) > MAX_STOPS or not all(isinstance(s, str) and s for s in stops):
+            raise RequestError(f'"stop" must be a non-empty string or a list of at most {MAX_STOPS} of them')
+        try:
+            if temperature == 0:
+                config = generation_settings(int(max_tokens), "greedy", 1)
+            else:
+                config = generation_settings(
+                    int(max_tokens), "sample", 1, temperature=float(temperature), top_p=float(top_p), seed=int(seed)
+                )
+        except ConfigError as exc:
+            raise RequestError(str(exc)) from None
+        self.prompt, self.config, self.stops = prompt, config, stops
+        self.stream: bool = request.get("stream", False)
+        self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+
+
+def _number(
+    request: dict[str, Any], name: str, default: float, low: float, high: float, integer: bool = False
+) -> float:
+    """``request[name]`` (``default`` when absent or null), a number (an integer with ``integer``) in [low, high].
+
+    Raises:
+        RequestError: another type, or out of range.
+    """
+    value = request.get(name)
+    if value is None:
+        return default
+    kind_ok = isinstance(value, int) if integer else isinstance(value, int | float)
+    if isinstance(value, bool) or not kind_ok or not low <= value <= high:
+        what = "an integer" if integer else "a number"
+        raise RequestError(f'"{name}" must be {what} from {low:g} to {high:g}, got {json.dumps(value)}')
+    return value
+
+
+async def _pieces(
+    translator: Translator, completion: Completion, batcher: Batcher | None
+) -> AsyncIterator[tuple[str, bool]]:
+    """The completion's text, piece by piece, cut at its first stop sequence: ``(piece, stopped)``; the decoding
+    stops once a stop sequence is found."""
+    stop = StopText(completion.stops)
+    pieces = stream_continuation(translator, completion.prompt, completion.config, batcher)
+    try:
+        async for piece in pieces:
+            text = stop.feed(piece)
+            if text:
+                yield text, False
+            if stop.stopped:
+                yield "", True
+                return
+        if held := stop.flush():
+            yield held, False
+    finally:
+        await pieces.aclose()
+
+
+def _chunk(completion: Completion, model: str, text: str, finish: str | None) -> dict[str, Any]:
+    """One object of the reply (or of the stream): its one choice with ``text`` and ``finish``."""
+    choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+    kind = {"id": completion.id, "object": "text_completion", "created": completion.created, "model": model}
+    return {**kind, "choices": [choice]}
+
+
+async def completion_request(
+    translator: Translator, request: Any, batcher: Batcher | None = None, counted: Counted | None = None
+) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+    """The reply to one ``POST /v1/completions`` (see the module docstring): one object, or with ``"stream": true``
+    the chunks to send as server-sent events. ``counted`` is told the tokens produced (metrics).
+
+    Raises:
+        RequestError: a bad request (see :class:`Completion`), or a model that is not a language model (400).
+    """
+    from dotformer.decoding.inputs import encode_prompt
+
+    _require_language_model(translator, "/v1/completions")
+    completion = Completion(request)
+    model = model_name(translator)
+    if completion.stream:
+        return _completion_events(translator, completion, model, batcher, counted)
+    text, finish = [], "length"
+    async for piece, stopped in _pieces(translator, completion, batcher):
+        text.append(piece)
+        finish = "stop" if stopped else finish
+    reply = _chunk(completion, model, "".join(text), finish)
+    produced = text_tokens(translator, ["".join(text)])
+    if counted is not None:
+        counted(produced)
+    prompt_tokens = len(encode_prompt(translator.tgt_tokenizer, completion.prompt))
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": produced, "total_tokens": prompt_tokens + produced}
+    return {**reply, "usage": usage}
+
+
+async def _completion_events(
+    translator: Translator, completion: Completion, model: str, batcher: Batcher | None, counted: Counted | None
+) -> AsyncIterator[dict[str, Any]]:
+    """A chunk per piece, then one with the ``finish_reason`` (the tokens counted at the end)."""
+    text, finish = [], "length"
+    pieces = _pieces(translator, completion, batcher)
+    try:
+        async for piece, stopped in pieces:
+            if stopped:
+                finish = "stop"
+                break
+            text.append(piece)
+            yield _chunk(completion, model, piece, None)
+        yield _chunk(completion, model, "", finish)
+    finally:
+        await pieces.aclose()
+        if counted is not None:
+            counted(text_tokens(translator, ["".join(text)]))
+
+
+def describe_completions() -> dict[str, Any]:
+    """The routes' entry in ``GET /``."""
+    return {
+        "POST /v1/completions": {"fields": list(COMPLETION_FIELDS), "for": "language models (OpenAI-style)"},
+        "POST /v1/chat/completions": "needs a chat template (none of dotformer's tokenizers has one)",
+        "GET /v1/models": "the model served (OpenAI-style)",
+    }

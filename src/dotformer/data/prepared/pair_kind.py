@@ -1,0 +1,309 @@
+"""Pairs (translation, G2P, copy/reverse: a :class:`~dotformer.data.config.DataConfig`): a source and a target
+side, each with its tokenizer (one when the vocabulary is shared); the held-out pairs kept as ``valid.tsv`` and
+``test.tsv`` (what decoding metrics and ``evaluate`` compare with). No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dotformer.data.arrays import PairArrays, token_dtype
+from dotformer.data.config import DataConfig
+from dotformer.data.corpora import NAMED_TASKS, describe_corpus, describe_report, load_pairs, open_pairs
+from dotformer.data.prepared.fingerprint import InputFile, pair_inputs, tokenizer_digest
+from dotformer.data.prepared.layout import REPORT_FILE, PreparedData, SplitName
+from dotformer.data.prepared.skeleton import (
+    DataKind,
+    Reading,
+    SampleFile,
+    book_ids,
+    chunks,
+    deal,
+    sample_mask,
+    sample_report,
+    scan_source,
+    tokenizer_report,
+    with_unused,
+)
+from dotformer.data.prepared.writing import SplitWriters
+from dotformer.data.splits import SPLIT_NAMES, TEST, TRAIN, VALID
+from dotformer.data.tokenizer_files import TokenizerPair
+from dotformer.data.types import Corpus, Pair
+from dotformer.errors import ConfigError, DataError
+
+_NOT_READ = ("hf_cache_dir",)  # a field of pairs that does not change the data (where datasets caches a download)
+
+
+@dataclass(frozen=True)
+class PreparedPairs(PreparedData):
+    """Prepared pairs (translation, G2P, copy/reverse): tokenizers and the mapped token arrays of each split.
+
+    Attributes:
+        directory: the prepared directory.
+        report: ``prepared.json``.
+        tokenizers: the source and target tokenizers (one object when the vocabulary is shared).
+        splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.arrays.PairArrays` (a split with no
+            pairs has empty arrays).
+    """
+
+    directory: Path
+    report: dict[str, Any]
+    tokenizers: TokenizerPair
+    splits: dict[str, PairArrays]
+
+    @property
+    def data_config(self) -> DataConfig:
+        """The data config it was prepared from, its task's defaults filled in."""
+        return DataConfig.from_dict(self.report["data"], str(self.directory / REPORT_FILE))
+
+    def same_setting(self, key: str, value: Any) -> bool:
+        """Whether ``key = value`` leaves the data settings as they were prepared, the task's defaults filled in
+        (``vocab_size = 8000`` is the default's own value); a value the config refuses is another setting."""
+        own = self.report["data"]
+        try:
+            asked = DataConfig.from_dict({**own, key: value}).resolved(self.task)
+            return asked == DataConfig.from_dict(own).resolved(self.task)
+        except ConfigError:
+            return False
+
+    def lengths(self, split: SplitName) -> np.ndarray:
+        """(N,) int64, the padded length of every example of ``split``: max(source, target) + 1."""
+        return self.splits[split].lengths
+
+    def texts(self, split: SplitName) -> list[Pair]:
+        """The pairs of ``valid`` or ``test`` as text, exactly as read (``DIR/SPLIT.tsv``).
+
+        Raises:
+            DataError: ``train`` (its text is not kept: it is the source's; :meth:`training_pairs` reads it).
+        """
+        return [Pair(*line.split("\t")) for line in self._texts(split)]
+
+    def training_pairs(self) -> Iterator[Pair]:
+        """The training pairs as text, in order, read again from the training source (for a peer that trains on
+        the same pairs); one pair at a time.
+
+        Raises:
+            DataError: the source changed since it was prepared.
+        """
+        from dotformer.data.corpora import open_pairs
+
+        self._check_inputs()
+        config = self.data_config
+        yield from self._training_records(open_pairs(config.dataset, config.corpus_options("train")).records())
+
+
+class PairsKind(DataKind):
+    """Pairs of texts: read in passes from a corpus (:func:`~dotformer.data.corpora.open_pairs`), split at random
+    (seeded, group-disjoint) or by given valid/test files, a source and a target tokenizer.
+
+    Args:
+        config: the dataset, valid/test files, reader options, tokenizer settings, fractions of a random split.
+    """
+
+    name = "pairs"
+    unit = "pairs"
+    handle = PreparedPairs
+    config: DataConfig
+
+    def inputs(self) -> list[InputFile]:
+        return pair_inputs(self.config)
+
+    def settings_data(self) -> dict[str, Any]:
+        """The config with its task's defaults filled in (a setting left to its default and the same setting given
+        are one), less the datasets cache directory."""
+        config = self.config
+        resolved = config.resolved(NAMED_TASKS.get(config.dataset) or config.task or "translation")
+        return {key: value for key, value in resolved.to_dict().items() if key not in _NOT_READ}
+
+    def given_digests(self, tokenizers: Any) -> list[Any]:
+        if isinstance(tokenizers, TokenizerPair):
+            return [
+                tokenizer_digest(tokenizers.src),
+                tokenizer_digest(tokenizers.tgt),
+                tokenizers.src is tokenizers.tgt,
+            ]
+        return [tokenizer_digest(tokenizers)]
+
+    def check(self) -> None:
+        """Raise ConfigError when ``config.task`` contradicts a named corpus."""
+        from dotformer.data.pair_splits import check_named_task
+
+        check_named_task(self.config)
+
+    def read(self, seed: int) -> Reading:
+        config = self.config
+        reader = open_pairs(config.dataset, config.corpus_options("train"))
+        scan = scan_source(reader, config.limit)
+        if scan.used == 0:
+            raise DataError(f"{config.dataset}: no pairs left to train on (report: {scan.report})")
+        lines = [describe_report(reader.name, reader.task, scan.report, "train")]
+        given: dict[str, Corpus] = {}
+        info: dict[str, Any] = {"random": config.valid is None}
+        if config.valid is None and config.test is None:
+            test_groups = book_ids(config.test_books) if config.test_books and config.dataset == "bible" else None
+            split = deal(scan, seed, config.valid_fraction, config.test_fraction, test_groups or config.test_books,
+                          reader.keep_groups_together, reader.name)  # fmt: skip
+            counts = [int((split == code).sum()) for code in (TRAIN, VALID, TEST)]
+            lines[0] += f"; split at random (seed {seed}): {counts[0]:,} / {counts[1]:,} / {counts[2]:,}"
+            info.update(valid_fraction=config.valid_fraction, test_fraction=config.test_fraction)
+            info.update(test_groups=list(test_groups or config.test_books or []) or None)
+        else:
+            if config.test_books:
+                raise ConfigError(
+                    f"test_books ({','.join(config.test_books)}) holds Bible books out of a random split, and --valid/"
+                    f"--test give the splits as files: drop one (--test-books '' clears a config file's books)"
+                )
+            for role in ("valid", "test"):
+                spec = getattr(config, role)
+                if spec is not None:
+                    given[role] = load_pairs(spec, config.corpus_options(role))
+                    if given[role].task != reader.task:
+                        raise ConfigError(
+                            f"{spec}: task {given[role].task}, but the training data {reader.name} is {reader.task}"
+                        )
+                    lines.append(describe_corpus(given[role], role))
+            if "valid" in given:
+                split = np.full(scan.used, TRAIN, dtype=np.uint8)
+            else:  # a test file, and valid drawn from the training file
+                split = deal(scan, seed, config.valid_fraction, 0.0, None, reader.keep_groups_together, reader.name)
+                info.update(valid_fraction=config.valid_fraction)
+                lines.append(
+                    f"valid: {int((split == VALID).sum()):,} pairs drawn at random (seed {seed}) from {reader.name}"
+                )
+            if "test" not in given:
+                lines.append(
+                    "test: none (no --test file): evaluate a test file later with dotformer evaluate --checkpoint RUN "
+                    "--data TEST"
+                )
+            info["given"] = {role: getattr(config, role) for role in ("valid", "test")}
+        return Reading(reader, scan, with_unused(split, scan.count), given, info, lines)
+
+    def resolved(self, reading: Reading) -> DataConfig:
+        """The config with the reader's task's defaults filled in (tokenizer kinds and sizes)."""
+        return self.config.resolved(reading.source.task)
+
+    def tokenizers(
+        self, directory: Path, reading: Reading, given: Any, sample_lines: int
+    ) -> tuple[TokenizerPair, dict[str, Any]]:
+        """The tokenizers: given, read from files, or learned on a sample of the training pairs (written to a file
+        of ``directory`` for the time it takes)."""
+        from dotformer.data.pair_splits import make_tokenizers
+
+        if isinstance(given, TokenizerPair):
+            return given, {"given": True, "line": "tokenizers: given (those of the checkpoint fine-tuned)"}
+        config, reader, used = self.resolved(reading), reading.source, reading.scan.used
+        if config.src_tokenizer_file and config.tgt_tokenizer_file:
+            files = f"{config.src_tokenizer_file}" + (
+                "" if config.src_tokenizer_file == config.tgt_tokenizer_file else f", {config.tgt_tokenizer_file}"
+            )
+            return make_tokenizers(config, []), {"given": True, "line": f"tokenizers: read from {files}"}
+        mask, train_count = sample_mask(reading.split, sample_lines)
+        with SampleFile(
+            directory, (pair for i, (pair, _) in enumerate(islice(reader.records(), used)) if mask[i])
+        ) as sample:
+            tokenizers = make_tokenizers(config, sample)
+        kinds = [f"{side} {kind}" for side, kind in (("source", config.src_tokenizer), ("target", config.tgt_tokenizer))
+                 if kind is not None]  # fmt: skip
+        learned = "shared " + config.src_tokenizer if config.shared_vocab else ", ".join(kinds)  # type: ignore[operator]
+        return tokenizers, sample_report(learned, sample.count, train_count, sample_lines, "pairs")
+
+    def encode(self, directory: Path, reading: Reading, tokenizers: TokenizerPair, chunk: int) -> dict[str, Any]:
+        """Every pair encoded into its split's arrays, the valid/test pairs written as TSV; per split the examples
+        and tokens, and how many distinct sources of each given file the training pairs share."""
+        reader, used, split, given = reading.source, reading.scan.used, reading.split, reading.given
+        dtypes = (token_dtype(tokenizers.src.vocab_size), token_dtype(tokenizers.tgt.vocab_size))
+        held_out = {role: {pair.source for pair in corpus.pairs} for role, corpus in given.items()}
+        shared: dict[str, set[str]] = {role: set() for role in given}
+        with SplitWriters(directory, ("src", "tgt"), dtypes, self) as out:
+            start = 0
+            for pairs in chunks((pair for pair, _ in islice(reader.records(), used)), chunk):
+                codes = split[start : start + len(pairs)]
+                start += len(pairs)
+                encoded = (tokenizers.src.encode_arrays([p.source for p in pairs]),
+                           tokenizers.tgt.encode_arrays([p.target for p in pairs]))  # fmt: skip
+                for code, name in enumerate(SPLIT_NAMES):
+                    out.write(name, codes == code, encoded, pairs if name not in given else ())
+                for role, sources in held_out.items():
+                    trained = (pair.source for pair, code in zip(pairs, codes, strict=True) if code == TRAIN)
+                    shared[role].update(source for source in trained if source in sources)
+            for role, corpus in given.items():
+                for pairs in chunks(corpus.pairs, chunk):
+                    encoded = (tokenizers.src.encode_arrays([p.source for p in pairs]),
+                               tokenizers.tgt.encode_arrays([p.target for p in pairs]))  # fmt: skip
+                    out.write(role, np.ones(len(pairs), dtype=bool), encoded, pairs)
+        shared_sources = {role: (len(found), len(held_out[role])) for role, found in shared.items()}
+        return {**out.summary(), "shared_sources": shared_sources}
+
+    def report(
+        self, reading: Reading, written: dict[str, Any], tokenizers: TokenizerPair, sample: dict[str, Any], seed: int
+    ) -> tuple[dict[str, Any], list[str]]:
+        config, reader = self.config, reading.source
+        warnings = [
+            _leakage_line(role, getattr(config, role), config.dataset, shared, sources)
+            for role, (shared, sources) in written.pop("shared_sources").items()
+            if shared
+        ]
+        body = {
+            "data": self.resolved(reading).to_dict(),
+            "corpus": {"name": reader.name, "task": reader.task, "report": reading.scan.report},
+            "given": {role: {"name": c.name, "report": c.report} for role, c in reading.given.items()},
+            "split": reading.info,
+            "tokenizers": tokenizer_report(tokenizers.src, tokenizers.tgt, sample),
+            "splits": written,
+            "warnings": warnings,
+        }
+        return body, [*reading.lines, sample["line"]]
+
+    def task_of(self, reading: Reading) -> str:
+        return str(reading.source.task)
+
+    @classmethod
+    def sides(cls, report: dict[str, Any]) -> tuple[str, ...]:
+        return ("src", "tgt")
+
+    @classmethod
+    def mapped(
+        cls, directory: Path, report: dict[str, Any], tokenizers: TokenizerPair, arrays: dict[str, dict[str, Any]]
+    ) -> PreparedPairs:
+        splits = {split: PairArrays(arrays[split]["src"], arrays[split]["tgt"]) for split in SPLIT_NAMES}
+        return PreparedPairs(directory, report, tokenizers, splits)
+
+    @classmethod
+    def given_tokenizers(cls, tokenizers: TokenizerPair) -> TokenizerPair:
+        return tokenizers
+
+    def text_line(self, item: Pair, split: str) -> str:
+        """``SOURCE<TAB>TARGET``.
+
+        Raises:
+            DataError: a text holds a tab or line break, which a TSV line cannot hold (the readers replace them).
+        """
+        for side, text in zip(("source", "target"), item, strict=True):
+            if any(char in text for char in "\t\n\r"):
+                raise DataError(f"{split} pair: the {side} holds a tab or line break: {text!r:.80}")
+        return f"{item.source}\t{item.target}\n"
+
+
+def _leakage_line(role: str, spec: str, dataset: str, shared: int, sources: int) -> str:
+    """The warning for a given valid/test file that shares ``shared`` of its ``sources`` with the training pairs:
+    its scores would measure recall of trained pairs, not generalisation."""
+    same = " (the training file itself)" if _same_file(spec, dataset) else ""
+    return (
+        f"--{role} {spec}{same}: {shared:,} of its {sources:,} sources are training sources too, so its "
+        f"{'scores' if role == 'test' else 'loss and best/'} measure recall of trained pairs, not generalisation: "
+        f"give {role} pairs that are not in the training data"
+    )
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False

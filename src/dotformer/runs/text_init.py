@@ -1,0 +1,99 @@
+"""A language model fine-tuned from a checkpoint (``train --task lm --init-from CKPT``): the checkpoint's decoder-only
+model and tokenizer, the user's text.
+
+The run keeps the checkpoint's tokenizer (its embedding rows are what the weights learned) and its model config
+(flags may change the dropout rates); its text is prepared with that tokenizer. Its blocks are those the checkpoint
+trained on, or (an imported model, whose context may be thousands of tokens) the default block size within its
+positions, unless ``--block-size`` sets them. A setting that would change the model or the tokenizer is refused in
+one line naming both values. Any decoder-only checkpoint serves: a ``--task lm`` run's, an imported one's, an
+adapted one's (its adapters merged).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dotformer import checkpoint as ckpt
+from dotformer.config import ModelConfig
+from dotformer.data.config import DEFAULT_BLOCK_SIZE
+from dotformer.errors import CheckpointError, ConfigError, DotformerError
+from dotformer.runs.finetune import TUNABLE_MODEL_FIELDS, InitSource, _check_preset
+
+# the [data] names of a language model's tokenizer settings (one tokenizer: both sides' names are its own)
+LM_KEYS = {"src_tokenizer": "tokenizer", "tgt_tokenizer": "tokenizer", "src_tokenizer_file": "tokenizer_file",
+           "tgt_tokenizer_file": "tokenizer_file"}  # fmt: skip
+
+
+def read_text_init(path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
+    """Read the decoder-only checkpoint of ``--init-from`` for a language model.
+
+    Returns:
+        :class:`~dotformer.runs.finetune.InitSource` whose ``data`` holds the [data] fields the run takes from the
+        checkpoint: its tokenizer file, and its block size unless the run sets one.
+
+    Raises:
+        CheckpointError: a missing or damaged checkpoint, one that is not decoder-only, a model field or tokenizer
+            setting asked for that differs from the checkpoint's, or a block size beyond its positions.
+    """
+    path = ckpt.resolve_checkpoint(path)
+    ckpt.verify_checkpoint(path)
+    info = ckpt.read_json(path / ckpt.CONFIG_FILE)
+    config = ckpt.model_config_of(info, path / ckpt.CONFIG_FILE)
+    where = path / ckpt.CONFIG_FILE
+    if config.arch != "decoder-only":
+        raise CheckpointError(
+            f"{path} is an {config.arch} model; --task lm --init-from needs a decoder-only checkpoint"
+        )
+    saved, changes = config.to_dict(), {}
+    for key, value in model_section.items():
+        if key == "preset":
+            _check_preset(value, config, path)
+        elif key in TUNABLE_MODEL_FIELDS:
+            changes[key] = value
+        elif key in saved and saved[key] != value:
+            raise CheckpointError(
+                f"--init-from {path}: model {key} = {value!r} asked for, the checkpoint has {saved[key]!r} ({where}); "
+                f"fine-tuning keeps the checkpoint's shapes"
+            )
+    saved_data = info.get("data") if isinstance(info.get("data"), dict) else {}
+    for name in ("tokenizer", "vocab_size", "tokenizer_file", *LM_KEYS):
+        key, asked = LM_KEYS.get(name, name), data_section.get(name)
+        if asked is not None and (key == "tokenizer_file" or saved_data.get(key) not in (None, asked)):
+            raise CheckpointError(
+                f"--init-from {path}: {name} = {asked!r} asked for; fine-tuning keeps the checkpoint's tokenizer "
+                f"({path / ckpt.TGT_TOKENIZER_FILE})"
+            )
+    tokenizer = ckpt.load_tokenizer_file(path / ckpt.TGT_TOKENIZER_FILE)
+    ckpt.check_vocabulary(config, tokenizer, tokenizer, path)
+    trained = saved_data.get("block_size")  # the blocks it trained on; else (an import) the default, within max_len
+    window = trained if isinstance(trained, int) and trained > 1 else min(config.max_len, DEFAULT_BLOCK_SIZE)
+    data: dict[str, Any] = {"tokenizer_file": str(path.resolve() / ckpt.TGT_TOKENIZER_FILE), "vocab_size": None}
+    if saved_data.get("tokenizer") in ("char", "bpe"):
+        data["tokenizer"] = saved_data["tokenizer"]
+    block = data_section.get("block_size")
+    if block is None:
+        data["block_size"] = window
+    elif isinstance(block, int) and block > config.max_len:
+        raise CheckpointError(
+            f"--init-from {path}: block_size {block} exceeds the {config.max_len} positions of the checkpoint ({where})"
+        )
+    try:
+        config = config.replace(**changes)
+    except DotformerError as exc:
+        raise CheckpointError(f"--init-from {path}: {exc}") from None
+    preset = info.get("preset") if isinstance(info.get("preset"), str) else None
+    return InitSource(path, config, preset, data, tokenizer, tokenizer)
+
+
+def text_init_model_config(init: InitSource, block_size: int) -> tuple[ModelConfig, str | None]:
+    """The model config of a language model fine-tuned from ``init``: the checkpoint's.
+
+    Raises:
+        ConfigError: blocks longer than the checkpoint's positions.
+    """
+    if block_size > init.model_config.max_len:
+        raise ConfigError(
+            f"block_size {block_size} exceeds the {init.model_config.max_len} positions of --init-from {init.path}"
+        )
+    return init.model_config, init.preset

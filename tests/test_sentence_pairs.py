@@ -1,0 +1,70 @@
+"""Sentence-pair classification, a task in one module (:mod:`dotformer.runs.sentence_pairs`): TEXT<TAB>TEXT<TAB>LABEL
+files, the two texts joined by the separator token, trained and evaluated through the command line as a classifier."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from dotformer.checkpoint import load_checkpoint
+from dotformer.cli import main
+from dotformer.runs.sentence_pairs import SEPARATOR, joined_file
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+ANIMALS = ["cat", "dog", "horse", "bird"]
+FILLER = ["the", "a", "by", "near", "old"]
+MODEL = '[model]\npreset = "tiny"\nd_model = 32\nnum_heads = 2\nd_ff = 64\nnum_encoder_layers = 1\ndropout = 0.0\n'
+FLAGS = ["--max-tokens", "256", "--warmup", "2", "--device", "cpu", "--no-progress", "--eval-every", "2",
+         "--save-every", "2", "--tokenizer", "char"]  # fmt: skip
+
+
+def pairs_file(path: Path, count: int, seed: int) -> Path:
+    """Pairs of short texts, labelled "same" when both name the same animal, else "other"."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(count):
+        first, second = rng.choice(ANIMALS), rng.choice(ANIMALS)
+        texts = [" ".join([rng.choice(FILLER), animal, rng.choice(FILLER)]) for animal in (first, second)]
+        lines.append(f"{texts[0]}\t{texts[1]}\t{'same' if first == second else 'other'}\n")
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def test_a_file_of_pairs_is_a_classifiers_file_with_the_separator(tmp_path: Path) -> None:
+    source = tmp_path / "pairs.tsv"
+    source.write_text("a cat\tthe dog\tother\n\nold bird\ta bird\tsame\n", encoding="utf-8")
+    joined = Path(joined_file(str(source)))
+    assert joined.read_text(encoding="utf-8") == f"a cat{SEPARATOR}the dog\tother\n\nold bird{SEPARATOR}a bird\tsame\n"
+    assert joined_file(str(source)) == str(joined)  # written once, named by the content
+    source.write_text("a cat\tother\n", encoding="utf-8")
+    with pytest.raises(Exception, match=r"pairs.tsv:1: a line of a sentence-pair file is TEXT<TAB>TEXT<TAB>LABEL"):
+        joined_file(str(source))
+
+
+def test_train_and_evaluate_a_sentence_pair_classifier(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train = pairs_file(tmp_path / "train.tsv", 120, seed=1)
+    test = pairs_file(tmp_path / "test.tsv", 20, seed=2)
+    (tmp_path / "tiny.toml").write_text(MODEL, encoding="utf-8")
+    run = tmp_path / "run"
+    argv = ["train", "--task", "classify-pairs", "--data", str(train), "--config", str(tmp_path / "tiny.toml")]
+    assert main([*argv, *FLAGS, "--max-steps", "4", "--out", str(run)]) == 0
+    record = json.loads((run / "run.json").read_text())
+    assert record["task"] == "classify-pairs" and record["data"]["task"] == "classify"
+    held_out = (run / "data" / "test.tsv").read_text(encoding="utf-8").splitlines()
+    assert held_out and all(SEPARATOR in line.split("\t")[0] for line in held_out)
+    loaded = load_checkpoint(run / "best")
+    assert loaded.model.config.head == "sequence" and loaded.model.config.num_labels == 2
+    tokenizer = loaded.src_tokenizer
+    assert len(tokenizer.encode(SEPARATOR.strip())) == 1  # one token between the two texts
+    capsys.readouterr()
+    report = tmp_path / "e.json"
+    assert main(["evaluate", "--checkpoint", str(run), "--data", str(test), "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "(20 pairs), task classify-pairs, 2 labels" in out
+    scored = json.loads(report.read_text())
+    assert scored["labels"] == ["other", "same"] and 0.0 <= scored["metrics"]["accuracy"] <= 100.0
+    assert main(["evaluate", "--checkpoint", str(run), "--split", "test"]) == 0
