@@ -26,9 +26,8 @@ from dotformer.plots.compare import plot_gradients, plot_report
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison and write its JSON and figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
+    add_arguments(parser)  # dotformer compare's flags, --threads included
     parser.set_defaults(out=str(default_output_dir()))
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

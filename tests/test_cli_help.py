@@ -204,7 +204,7 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--top-k",
         "--top-p",
     },
-    "average": {"--last", "--out", "--overwrite"},
+    "average": {"--checkpoint", "--last", "--out", "--overwrite"},
     "plot": set(),
     "plot attention": {"--checkpoint", "--device", "--head", "--kind", "--layer", "--out", "--target"},
     "plot positional": {"--d-model", "--length", "--out"},
@@ -226,10 +226,11 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--quiet",
         "--repeats",
         "--seed",
+        "--threads",
         "--train-steps",
     },
     "explore": {"--checkpoint", "--device", "--port", "--target", "--text", "--verbose", "--write"},
-    "export": {"--quantization", "--to"},
+    "export": {"--checkpoint", "--out", "--quantization", "--to"},
     "serve": {
         "--api-key",
         "--batch-tokens",
@@ -259,7 +260,17 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--pooling",
         "--threads",
     },
-    "classify": {"--batch-size", "--checkpoint", "--device", "--dtype", "--format", "--input", "--output", "--threads"},
+    "classify": {
+        "--batch-size",
+        "--checkpoint",
+        "--device",
+        "--dtype",
+        "--format",
+        "--input",
+        "--output",
+        "--output-format",
+        "--threads",
+    },
 }
 EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
     "classify": {
@@ -277,6 +288,7 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--last": ("last", None, False),
         "--out": ("out", None, True),
         "--overwrite": ("overwrite", False, False),
+        "--checkpoint": ("checkpoint_flags", [], False),
         "checkpoints": ("checkpoints", None, True),
     },
     "compare": {
@@ -292,6 +304,7 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--quiet": ("quiet", False, False),
         "--repeats": ("repeats", 3, False),
         "--seed": ("seed", 0, False),
+        "--threads": ("threads", None, False),
         "--train-steps": ("train_steps", 100, False),
     },
     "embed": {
@@ -362,8 +375,9 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
     "export": {
         "--quantization": ("quantization", None, False),
         "--to": ("to", None, True),
-        "checkpoint": ("checkpoint", None, True),
-        "output": ("output", None, True),
+        "--checkpoint": ("checkpoint_flag", None, False),
+        "--out": ("out_flag", None, False),
+        "paths": ("paths", None, True),
     },
     "generate": {
         "--engine": ("engine", "auto", False),

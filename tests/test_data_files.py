@@ -314,9 +314,13 @@ def test_a_bad_tokenizer_file_is_one_error(tmp_path: Path) -> None:
 
     with pytest.raises(DataError, match=r"x\.json: a JSON file, but not"):
         read_tokenizer_file(write(tmp_path / "x.json", '{"a": 1}'))
+    with pytest.raises(DataError, match=r"vocab\.txt: a text file, not a tokenizer \(a tokenizer file is a Hugging"):
+        read_tokenizer_file(write(tmp_path / "vocab.txt", "the\nof\nand\n"))  # with or without sentencepiece
     pytest.importorskip("sentencepiece")
+    junk = tmp_path / "junk.model"
+    junk.write_bytes(b"\n\x00not a model")
     with pytest.raises(DataError, match=r"junk\.model: not a sentencepiece model") as caught:
-        read_tokenizer_file(write(tmp_path / "junk.model", "not a model"))
+        read_tokenizer_file(junk)
     assert "INTERNAL" not in str(caught.value) and ".cc" not in str(caught.value)  # no C++ source lines
 
 

@@ -191,8 +191,8 @@ def test_bad_settings_are_refused(bert: dict[str, Any]) -> None:
     model = load(bert["ck"])
     with pytest.raises(ConfigError, match="pooling 'max' is not one of mean, cls"):
         model.embed(["a"], pooling="max")
-    with pytest.raises(ConfigError, match="learned positional table"):
-        model.embed(["a"], max_seq_length=41)
+    with pytest.raises(ConfigError, match="^max_seq_length 41 exceeds this model's learned positional table"):
+        model.embed(["a"], max_seq_length=41)  # named as the setting given (not max_input_length)
     with pytest.raises(ConfigError, match="at least 2 tokens"):
         model.embed(["a"], max_seq_length=1)
     with pytest.raises(ConfigError, match="batch_size"):

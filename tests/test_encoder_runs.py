@@ -285,7 +285,7 @@ def test_an_encoders_attention_maps_read_both_sides(
 
     loaded = load_checkpoint(mlm, device="cpu")
     maps = encoder_attention_weights(loaded, "the cat")
-    assert maps.encoder.shape == (2, 2, 9, 9) and maps.src_tokens == ["<s>", *"the cat", "</s>"]  # char tokens
+    assert maps.encoder.shape == (2, 2, 9, 9) and maps.src_tokens == ["<s>", *"the\u2423cat", "</s>"]  # a visible space
     assert maps.decoder_self.shape == (2, 2, 0, 0) and maps.cross.shape == (2, 2, 0, 9)
     ids = torch.tensor([[1, *loaded.src_tokenizer.encode("the cat"), 2]])
     with torch.no_grad():
@@ -298,8 +298,11 @@ def test_an_encoders_attention_maps_read_both_sides(
     assert maps.output_text == "the cat" and len(maps.out_tokens) == 9  # no mask in the text: the text, and a guess
 
     labelled = encoder_attention_weights(load_checkpoint(classifier, device="cpu"), "the cat near the hill")
-    label, probability = labelled.output_text.split(" ")
-    assert label in ("animal", "place") and 0.5 <= float(probability.strip("()")) <= 1.0 and labelled.out_tokens == []
+    first, second = labelled.output_text.split("; ")  # every label with its probability, the likeliest first
+    (label, probability), (other, rest) = first.split(" "), second.split(" ")
+    assert {label, other} == {"animal", "place"} and 0.5 <= float(probability.strip("()")) <= 1.0
+    assert float(probability.strip("()")) + float(rest.strip("()")) == pytest.approx(1.0, abs=2e-3)
+    assert labelled.out_tokens == []
 
     out = tmp_path / "encoder.png"
     assert run("plot", "attention", "--checkpoint", classifier, "the cat", "--out", out) == 0
@@ -314,3 +317,40 @@ def test_an_encoders_attention_maps_read_both_sides(
     np.testing.assert_allclose(np.array(data["maps"]["encoder"]), maps.encoder, atol=5e-5)  # 4 decimals on the page
     page = write_page(loaded, ["the cat"], tmp_path / "page.html").read_text(encoding="utf-8")
     assert '"encoder": true' in page and "an encoder (encoder only, head: generator)" in page
+
+
+def test_classify_writes_its_output_file(classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the cat and the dog\nnear the river by the sea\n")
+    out = tmp_path / "out" / "labels.jsonl"
+    flags = ("--input", texts, "--output-format", "jsonl", "--output", out)  # as translate and embed
+    assert run("classify", "--checkpoint", classifier, *flags) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(row["id"], row["text"], row["label"]) for row in rows] == [
+        (0, "the cat and the dog", "animal"),
+        (1, "near the river by the sea", "place"),
+    ]
+    assert run("classify", "--checkpoint", classifier, "--output", tmp_path / "one.txt", "a small goat") == 0
+    assert (tmp_path / "one.txt").read_text().split("\t")[0] == "animal"
+    capsys.readouterr()
+    assert run("classify", "--checkpoint", classifier, "--input", texts, "--output", texts) == 2
+    assert "--output" in capsys.readouterr().err and texts.read_text().startswith("the cat")  # the input is kept
+
+
+@pytest.mark.parametrize("typed", ["<mask>", "[MASK]"])
+def test_a_mask_typed_in_the_text_reaches_the_mask_token(mlm: Path, typed: str) -> None:
+    """``explore`` and ``plot attention`` read the text through encoder_attention_weights: ``<mask>`` or ``[MASK]``
+    typed there is the mask token (one position, filled by the model), not the pieces of its letters."""
+    from dotformer.checkpoint import load_checkpoint
+    from dotformer.decoding.attention_maps import encoder_attention_weights
+    from dotformer.decoding.inputs import encode_with_masks
+
+    loaded = load_checkpoint(mlm, device="cpu")
+    tokenizer = loaded.src_tokenizer
+    ids = encode_with_masks(tokenizer, f"the {typed} and a dog")
+    assert ids == [*tokenizer.encode("the "), tokenizer.mask_id, *tokenizer.encode(" and a dog")]
+    maps = encoder_attention_weights(loaded, f"the {typed} and a dog")
+    assert maps.src_tokens == ["<s>", *"the\u2423", "<mask>", *"\u2423and\u2423a\u2423dog", "</s>"]
+    filled = maps.output_text
+    assert len(filled) == len("the x and a dog") and filled.startswith("the ") and filled.endswith(" and a dog")
+    assert filled[4] == maps.out_tokens[5].replace("\u2423", " ")  # the model's guess at the mask's position

@@ -779,7 +779,7 @@ def lm_self_attention(loaded: LoadedCheckpoint, text: str) -> np.ndarray:
 def test_a_language_models_example_is_its_causal_self_attention(lm_checkpoint: LoadedCheckpoint) -> None:
     data = json.loads(json.dumps(example_json(lm_checkpoint, "the light")))
     assert data["lm"] is True and data["kinds"] == ["decoder_self"] and not data["forced"]
-    assert data["tgt_tokens"] == ["</s>", *"the light"] and data["src_tokens"] == []
+    assert data["tgt_tokens"] == ["</s>", *"the\u2423light"] and data["src_tokens"] == []  # a visible space
     maps = np.array(data["maps"]["decoder_self"])
     assert maps.shape == (2, 2, 10, 10)
     np.testing.assert_allclose(maps, lm_self_attention(lm_checkpoint, "the light"), atol=5e-5)
@@ -877,7 +877,7 @@ def test_a_language_model_in_headless_chromium(
             "r => Number(r.dataset.col) > Number(r.dataset.row)).map(r => r.getAttribute('fill'));"
         )
         assert fills and set(fills) == {"rgb({},{},{})".format(*page_colour(0.0))}
-        assert texts(browser, "#heatmap .row-label") == ["</s>", *"the light"]
+        assert texts(browser, "#heatmap .row-label") == ["</s>", *"the\u2423light"]  # the space shown
         caption = browser.run_js("return document.getElementById('caption').textContent;")
         assert caption.startswith("decoder self-attention, layer 1, head 1: rows text (query) (10)")
         assert caption.endswith("zeros above the diagonal: the causal mask")
@@ -941,7 +941,7 @@ def test_an_encoder_in_headless_chromium(
         check_heatmap(browser, weights[1, 1])
         cells = browser.run_js(CELLS_JS, "#heatmap")
         assert any(w > 0 for r, c, w in cells if c > r)  # no causal mask: a token reads the tokens after it
-        assert texts(browser, "#heatmap .row-label") == ["<s>", *"the light", "</s>"]
+        assert texts(browser, "#heatmap .row-label") == ["<s>", *"the\u2423light", "</s>"]  # the space shown
         caption = browser.run_js("return document.getElementById('caption').textContent;")
         assert caption.startswith("encoder self-attention, layer 1, head 1: rows source (query) (11)")
         assert caption.endswith("no causal mask: each token reads the tokens before and after it")
@@ -949,5 +949,34 @@ def test_an_encoder_in_headless_chromium(
         assert name == "What the encoder's head reads"
         check_overview(browser, weights)
         browser.screenshot(tmp_path / "encoder-map.png")
+    finally:
+        explorer.stop()
+
+
+def test_the_overview_of_twelve_heads_fits_a_1300_pixel_window(
+    browser: WebDriver, one_thread: None, tmp_path: Path
+) -> None:
+    """A BERT-sized head count (12, and their mean): one layer's thumbnails share the page's width, with each
+    thumbnail still painting the model's weights."""
+    tokenizer = train_tokenizer("char", LM_LINES, mask=True)
+    torch.manual_seed(0)
+    config = ModelConfig(
+        src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, d_model=48, num_heads=12, d_ff=32,
+        num_encoder_layers=2, num_decoder_layers=0, dropout=0.0, arch="encoder-only", max_len=24,
+    )  # fmt: skip
+    save_checkpoint(tmp_path / "run" / "best", Transformer(config), tokenizer, tokenizer, {"task": "mlm"})
+    loaded = load_checkpoint(tmp_path / "run" / "best")
+    explorer = ExplorerServer(loaded, port=0, examples=["in the"]).start()
+    try:
+        browser.get(explorer.url + "#overview")
+        browser.wait_for("return document.body.dataset.ready === '1'")
+        browser.wait_for("return document.querySelectorAll('#overview canvas.thumb').length === 26 ? true : null;")
+        right = browser.run_js(
+            "return Math.max(...Array.from(document.querySelectorAll('#overview canvas.thumb'))"
+            ".map(c => c.getBoundingClientRect().right));"
+        )
+        assert right <= browser.run_js("return innerWidth;") <= 1300
+        check_overview(browser, encoder_self_attention(loaded, "in the"))
+        browser.screenshot(tmp_path / "overview-12-heads.png")
     finally:
         explorer.stop()

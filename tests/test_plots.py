@@ -161,6 +161,23 @@ def test_plot_attention_draws_exactly_the_returned_weights(loaded: LoadedCheckpo
         plot_attention(maps, tmp_path / "bad.jpg")
 
 
+def test_many_layers_and_heads_draw_the_last_layer_unless_one_is_chosen(tmp_path: Path) -> None:
+    """A 6-layer, 12-head encoder (a BERT) would be 72 heatmaps in one unreadable picture: its last layer's 12 are
+    drawn; --layer picks another; --head one head of every layer."""
+    from dotformer.decoding.attention_maps import ENCODER_MAP_KINDS, AttentionMaps
+
+    weights = np.random.default_rng(0).dirichlet(np.ones(4), size=(6, 12, 4)).astype(np.float32)  # (L, H, S, S)
+    maps = AttentionMaps("a b", "x", ["<s>", "a", "b", "</s>"], [], [], weights, np.zeros((6, 12, 0, 0)),
+                         np.zeros((6, 12, 0, 4)))  # fmt: skip
+    last = plot_attention(maps, tmp_path / "last.png", kinds=ENCODER_MAP_KINDS)
+    assert [(p.layer, p.head) for p in last.panels] == [(5, h) for h in range(12)]
+    np.testing.assert_array_equal(last.panels[3].weights, weights[5, 3])
+    chosen = plot_attention(maps, tmp_path / "two.png", layer=2, kinds=ENCODER_MAP_KINDS)
+    assert [(p.layer, p.head) for p in chosen.panels] == [(2, h) for h in range(12)]
+    column = plot_attention(maps, tmp_path / "head.png", head=7, kinds=ENCODER_MAP_KINDS)
+    assert [(p.layer, p.head) for p in column.panels] == [(layer, 7) for layer in range(6)]
+
+
 def test_attention_rejects_empty_input(loaded: LoadedCheckpoint) -> None:
     with pytest.raises(DataError, match="no tokens"):
         attention_weights(loaded, "")

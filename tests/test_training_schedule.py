@@ -52,7 +52,7 @@ def test_bad_arguments() -> None:
     with pytest.raises(ConfigError):
         TrainConfig(lr_schedule="noam", warmup_steps=0)
     with pytest.raises(ConfigError):
-        TrainConfig(lr_schedule="cosine")  # type: ignore[arg-type]
+        TrainConfig(lr_schedule="exponential")  # type: ignore[arg-type]
 
 
 def test_cooldown_factor_falls_linearly_over_the_final_fraction() -> None:
@@ -67,3 +67,28 @@ def test_cooldown_factor_falls_linearly_over_the_final_fraction() -> None:
             cooldown_factor(0.5, bad)
         with pytest.raises(ConfigError, match="lr_cooldown"):
             TrainConfig(lr_cooldown=bad)
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear"])
+def test_cosine_and_linear_fall_from_the_peak_to_zero_at_the_end_of_the_budget(schedule: str) -> None:
+    """HF's get_cosine_schedule_with_warmup / get_linear_schedule_with_warmup on a 100-step budget, 10 warmup
+    steps: lr(step) = peak · step / 10 in the warmup, then peak · ½(1 + cos(π p)) or peak · (1 - p), with
+    p = (step - 10) / 90."""
+    from dotformer.training.schedule import decay_factor
+
+    config = TrainConfig(lr_schedule=schedule, lr_peak=1e-3, warmup_steps=10, max_steps=100)
+
+    def lr(step: int) -> float:  # as the loop computes it: the budget left after step - 1 steps
+        return learning_rate(step, config, 64) * decay_factor(config, 1.0 - (step - 1) / 100)
+
+    def expected(step: int) -> float:
+        if step <= 10:
+            return 1e-3 * step / 10
+        p = (step - 1 - 10) / 90
+        return 1e-3 * (0.5 * (1 + math.cos(math.pi * p)) if schedule == "cosine" else 1 - p)
+
+    for step in (1, 5, 10, 11, 30, 55, 80, 100):
+        assert lr(step) == pytest.approx(expected(step), rel=1e-12, abs=1e-15), step
+    assert decay_factor(config, 0.0) == 0.0 and decay_factor(config, 1.0) == 1.0
+    cooled = TrainConfig(lr_schedule=schedule, lr_peak=1e-3, warmup_steps=10, max_steps=100, lr_cooldown=0.5)
+    assert decay_factor(cooled, 0.25) == pytest.approx(decay_factor(config, 0.25) * 0.5)  # a cooldown multiplies

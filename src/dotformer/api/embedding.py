@@ -110,7 +110,7 @@ def max_seq_length_of(loaded: Any, max_seq_length: int | None = None) -> int:
     from dotformer.decoding.inputs import check_max_input_length
 
     limit = max_seq_length if max_seq_length is not None else loaded.info.get("max_seq_length")
-    limit = check_max_input_length(loaded.model.config, limit)
+    limit = check_max_input_length(loaded.model.config, limit, "max_seq_length")
     if limit < 2:
         raise ConfigError(f"max_seq_length must be at least 2 tokens (the special tokens and one more), got {limit}")
     return limit

@@ -68,7 +68,9 @@ from dotformer.checkpoint.format import (
 from dotformer.checkpoint.rundir import (
     RUN_ENTRIES,
     STEP_DIR,
+    TRAIN_LOCK,
     ResumePoint,
+    RunBusyError,
     choose_resume_checkpoint,
     clear_run_directory,
     find_resume_checkpoint,
@@ -80,6 +82,7 @@ from dotformer.checkpoint.rundir import (
     run_has_checkpoint,
     step_checkpoints,
     step_dir_name,
+    training_lock,
 )
 from dotformer.errors import CheckpointError  # raised by every function here
 
@@ -119,6 +122,8 @@ __all__ = [
     "MODEL_FILES",
     "RUN_ENTRIES",
     "ResumePoint",
+    "RunBusyError",
+    "TRAIN_LOCK",
     "SRC_TOKENIZER_FILE",
     "STEP_DIR",
     "TGT_TOKENIZER_FILE",
@@ -131,6 +136,7 @@ __all__ = [
     "clear_run_directory",
     "current_umask",
     "find_resume_checkpoint",
+    "training_lock",
     "is_replaceable_checkpoint",
     "is_run_directory",
     "link_checkpoint",

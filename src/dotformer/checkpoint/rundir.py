@@ -2,16 +2,22 @@
 
 ``runs/NAME/`` holds ``checkpoints/step_XXXXXXX/`` (the last few), ``best/`` (lowest validation loss), ``last/``
 (the newest), ``data/`` (the saved split), ``metrics.jsonl`` and ``run.json``. Every function here touches only what
-a dotformer run wrote (``RUN_ENTRIES`` and the hidden leftovers of its atomic writes).
+a dotformer run wrote (``RUN_ENTRIES`` and the hidden leftovers of its atomic writes). While a process trains in a run
+directory it holds the lock ``.dotformer-train.lock`` there (:func:`training_lock`), and ``.dotformer-train.owner``
+names it, so a second process is refused in one line instead of writing the same files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import socket
 import tempfile
+import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -24,10 +30,48 @@ from dotformer.checkpoint.format import (
     CheckpointWarning,
     verify_checkpoint,
 )
-from dotformer.errors import CheckpointError
+from dotformer.errors import CheckpointError, TrainingError
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 RUN_ENTRIES = ("run.json", "data", "checkpoints", "best", "last", "metrics.jsonl", "tensorboard")  # what a run holds
+TRAIN_LOCK = ".dotformer-train.lock"  # held while a process trains in the run directory
+TRAIN_OWNER = ".dotformer-train.owner"  # who holds it: "process PID on HOST since TIME"
+
+
+class RunBusyError(TrainingError):
+    """Another process is training in the run directory (it holds :data:`TRAIN_LOCK`)."""
+
+
+@contextlib.contextmanager
+def training_lock(run_dir: str | Path) -> Iterator[None]:
+    """Hold the run directory's training lock while the block runs (the directory is made if missing); its owner
+    file names this process, and is removed when the block ends. The lock is the operating system's (``filelock``):
+    a process that dies, even by kill -9, releases it.
+
+    Raises:
+        RunBusyError: another process holds it; the message names it (process id, host, since when).
+    """
+    from filelock import FileLock, Timeout
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock, owner = FileLock(str(run_dir / TRAIN_LOCK)), run_dir / TRAIN_OWNER
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        try:
+            holder = owner.read_text(encoding="utf-8").strip() or "another process"
+        except OSError:
+            holder = "another process"
+        raise RunBusyError(
+            f"{run_dir} is in use: {holder} is training in it; wait for it to end (or stop it) before training there"
+        ) from None
+    try:
+        owner.write_text(f"process {os.getpid()} on {socket.gethostname()} since {time.ctime()}\n", encoding="utf-8")
+        yield
+    finally:
+        owner.unlink(missing_ok=True)
+        lock.release()
 
 
 class ResumePoint(NamedTuple):

@@ -30,7 +30,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "translate": ("dotformer.cli.translate", "decode inputs with a trained checkpoint (greedy, beam, sampling)"),
     "generate": ("dotformer.cli.generate", "continue prompts with a language model (sampling, greedy, beam)"),
-    "evaluate": ("dotformer.cli.evaluate", "metrics (BLEU/chrF or WER/PER, perplexity) on a held-out split"),
+    "evaluate": ("dotformer.cli.evaluate", "metrics (BLEU/chrF, WER/PER, accuracy/F1, perplexity) on a held-out split"),
     "average": ("dotformer.cli.average", "average the weights of several checkpoints"),
     "plot": ("dotformer.cli.plot", "draw attention maps, positional encodings, masks, schedules, curves"),
     "explain": ("dotformer.cli.explain", "print the lesson's worked attention example step by step"),

@@ -25,7 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="average the last K step checkpoints (RUN/checkpoints/step_*) of the one run directory given",
     )
     parser.add_argument(
-        "checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint directories of one model (e.g. the last 5)"
+        "checkpoints", nargs="*", metavar="CHECKPOINT", help="checkpoint directories of one model (e.g. the last 5)"
+    )
+    parser.add_argument(
+        "--checkpoint",
+        dest="checkpoint_flags",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a checkpoint directory, as CHECKPOINT (repeat it)",
     )
 
 
@@ -48,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.data.tokenizer_files import load_tokenizer
     from dotformer.errors import CheckpointError
 
+    args.checkpoints = [*args.checkpoint_flags, *args.checkpoints]
+    if not args.checkpoints:
+        raise CheckpointError("give the checkpoints to average: CHECKPOINT ... or --checkpoint DIR (repeated)")
     out = check_output_dir(args.out, "--out")  # never a run's best/, last/ or step checkpoints: training owns them
     if out.exists() or out.is_symlink():
         refuse_unless_checkpoint(out)  # a run directory, a user's folder or a file: never replaced

@@ -20,7 +20,7 @@ FORMATS = ("text", "jsonl")
 EPILOG = """\
 input:  the TEXT arguments, or else --input FILE, or else standard input: one text per line (UTF-8). A tagger's
         words are the whitespace-separated pieces of a line.
-output: standard output or --output FILE, one line per input, in its order (--format):
+output: standard output or --output FILE, one line per input, in its order (--output-format, or --format):
           text   a classifier: LABEL<TAB>PROBABILITY; a tagger: WORDS<TAB>LABELS (the words and their labels, each
                  separated by spaces: the form --task tag trains on)
           jsonl  a classifier: {"id", "text", "label", "probability", "probabilities": {label: p, ...}};
@@ -29,7 +29,7 @@ output: standard output or --output FILE, one line per input, in its order (--fo
 
 examples:
   dotformer classify --checkpoint runs/genres "Blessed is the man that walketh not in the counsel of the ungodly"
-  dotformer classify --checkpoint runs/genres --input verses.txt --format jsonl --output labels.jsonl
+  dotformer classify --checkpoint runs/genres --input verses.txt --output-format jsonl --output labels.jsonl
   echo "John lives in Paris" | dotformer classify --checkpoint runs/ner
 """
 
@@ -43,7 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     speed.add_argument("--batch-size", type=int, default=64, metavar="B", help="texts at once (64)")
     parser.add_argument("--input", default=None, metavar="FILE", help="read the inputs from FILE (default: stdin)")
     parser.add_argument("--output", default=None, metavar="FILE", help="write the results to FILE (default: stdout)")
-    parser.add_argument("--format", default="text", choices=FORMATS, help="text (default) or jsonl")
+    parser.add_argument(
+        "--output-format",
+        "--format",
+        dest="format",
+        default="text",
+        choices=FORMATS,
+        help="text (default) or jsonl (--format is the same flag)",
+    )
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to label (default: lines of stdin)")
 
 
@@ -97,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     check_input_file(args.input)
     to_file = args.output not in (None, "-")
     if to_file:
-        check_output_file(args.output, "--output", (args.input,))
+        check_output_file(args.output, "--output", (("--input", args.input),))
     texts = read_texts(args)
     model = Translator(load_for_decoding(args), args.dtype)
     try:

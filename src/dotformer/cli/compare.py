@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dotformer.cli.threads import add_threads_argument
+
 if TYPE_CHECKING:
     from dotformer.compare import CompareConfig
 
@@ -70,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", default="compare-out", metavar="DIR", help="where to write JSON and figures (compare-out)"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_threads_argument(parser)  # timings on one thread: --threads 1
 
 
 def config_from_args(args: argparse.Namespace) -> CompareConfig:
@@ -95,12 +98,14 @@ def run(args: argparse.Namespace) -> int:
     """Measure, print the tables, write JSON and figures."""
     import json
 
+    from dotformer.cli.threads import apply_threads
     from dotformer.compare import compare, format_report
     from dotformer.errors import require_extra
     from dotformer.plots.compare import plot_gradients, plot_report
 
     config = config_from_args(args)
     require_extra("plots", "matplotlib", "compare's figures")  # before minutes of measuring, not after
+    apply_threads(args.threads)
     report = compare(config, progress=None if args.quiet else print)
     print(format_report(report))
     out = Path(args.out)

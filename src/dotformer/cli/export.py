@@ -21,6 +21,7 @@ an export never writes over existing files.
 
 examples:
   dotformer export --to ct2 runs/bible exported/bible-ct2 --quantization int8
+  dotformer export --to ct2 --checkpoint runs/bible --out exported/bible-ct2
   dotformer export --to marian runs/bible exported/bible-marian
   dotformer export --to hf runs/lm-bible exported/lm-bible-hf
   dotformer export --to onnx runs/g2p exported/g2p-onnx
@@ -33,8 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.epilog = EPILOG
     parser.add_argument("--to", required=True, choices=FORMATS, help="the target format")
-    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint or run directory")
-    parser.add_argument("output", metavar="OUT", help="output directory (new, or empty)")
+    parser.add_argument(
+        "paths", nargs="*", metavar="CHECKPOINT OUT", help="checkpoint or run directory, then the output directory"
+    )
+    parser.add_argument(
+        "--checkpoint", dest="checkpoint_flag", metavar="DIR", help="checkpoint or run directory (as CHECKPOINT)"
+    )
+    parser.add_argument("--out", dest="out_flag", metavar="DIR", help="output directory, new or empty (as OUT)")
     parser.add_argument(
         "--quantization",
         default=None,
@@ -43,9 +49,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def checkpoint_and_output(args: argparse.Namespace) -> tuple[str, str]:
+    """CHECKPOINT and OUT, given as the two positional arguments or as ``--checkpoint`` and ``--out`` (either one
+    in place of its positional argument).
+
+    Raises:
+        ConfigError: one missing, or given twice.
+    """
+    from dotformer.errors import ConfigError
+
+    paths = list(args.paths)
+    checkpoint = args.checkpoint_flag if args.checkpoint_flag is not None else (paths.pop(0) if paths else None)
+    output = args.out_flag if args.out_flag is not None else (paths.pop(0) if paths else None)
+    if paths:
+        raise ConfigError(f"unexpected argument(s) {' '.join(paths)}: give CHECKPOINT OUT, or --checkpoint and --out")
+    if checkpoint is None or output is None:
+        raise ConfigError("give the checkpoint and the output directory: CHECKPOINT OUT, or --checkpoint and --out")
+    return checkpoint, output
+
+
 def run(args: argparse.Namespace) -> int:
     """Export, then print where the files are."""
     from dotformer.export.checkpoint import export_checkpoint
+
+    args.checkpoint, args.output = checkpoint_and_output(args)
 
     if args.to in ("hf", "marian"):
         _quiet_hf_progress_bars()

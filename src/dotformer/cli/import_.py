@@ -21,7 +21,8 @@ formats:
 
 Weights are read from safetensors only: a directory holding only pytorch_model.bin (a pickle) is refused.
 OUT must not exist or be empty. A Marian checkpoint works with translate, evaluate (--dtype int8), explore and
-serve; a BERT checkpoint (an encoder alone, nothing to decode) with embed, which pools its encoder's output.
+serve; a BERT checkpoint (an encoder alone, nothing to decode) with embed (which pools its encoder's output),
+train --init-from (fine-tuning: --task classify, tag or mlm), plot attention and explore.
 
 examples:
   dotformer import --from hf ~/models/SmolLM2-135M runs/smollm

@@ -110,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
             kinds = tuple(dict.fromkeys(args.kind)) if args.kind else attention_maps.MAP_KINDS
         result = plots.plot_attention(maps, args.out, layer=args.layer, head=args.head, kinds=kinds)
         print(f"{maps.source_text} -> {maps.output_text}" + (" (forced: the reference given)" if maps.forced else ""))
+        drawn = sorted({panel.layer for panel in result.panels})
+        if args.layer is None and len(drawn) < maps.num_layers:
+            print(f"drew layer {drawn[-1]} (of layers 0..{maps.num_layers - 1}): all of them would be too many maps "
+                  f"for one picture; --layer N draws another, --head H one head of each layer")  # fmt: skip
         print(f"wrote {result.path} ({len(result.panels)} maps)")
     elif args.plot_kind == "positional":
         print(f"wrote {plots.plot_positional(args.d_model, args.length, args.out).path}")

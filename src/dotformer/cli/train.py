@@ -58,8 +58,9 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "(default: the task's config: 1024 for g2p and exact, 4096 for translation; 4096 for copy/reverse)")),
     ("--accumulate", "train", "accumulation_steps", dict(type=int, metavar="K", help="batches per optimizer step "
      "(gradient accumulation; default 1)")),
-    ("--lr-schedule", "train", "lr_schedule", dict(choices=["noam", "inverse_sqrt", "constant"], help="noam: the "
-     "paper's d_model^-0.5·min(step^-0.5, step·warmup^-1.5); inverse_sqrt: --lr-peak after warmup, then 1/√step")),
+    ("--lr-schedule", "train", "lr_schedule", dict(choices=["noam", "inverse_sqrt", "constant", "cosine", "linear"],
+     help="noam: the paper's d_model^-0.5·min(step^-0.5, step·warmup^-1.5); inverse_sqrt: --lr-peak after warmup, "
+     "then 1/√step; cosine, linear: --lr-peak after warmup, then a cosine or linear fall to 0 by the budget's end")),
     ("--lr-scale", "train", "lr_scale", dict(type=float, metavar="X", help="multiplier of the noam schedule "
      "(default 1)")),
     ("--lr-peak", "train", "lr_peak", dict(type=float, metavar="LR", help="peak learning rate of the inverse_sqrt "
@@ -215,17 +216,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     groups = {title: parser.add_argument_group(title) for title in _GROUPS}
     group_of = {flag: groups[title] for title, flags in _GROUPS.items() for flag in flags}
+    from dotformer.runs.shipped_configs import shipped_config_names
+
     parser.add_argument(
         "--data",
         metavar="DATASET",
-        help="cmudict, bible, copy, reverse, a TSV/CSV file of pairs, or SRC,TGT parallel files "
-        "(required unless the config file sets [data] dataset)",
+        help="cmudict, bible, copy, reverse, a TSV/CSV file of pairs, SRC,TGT parallel files, hf:NAME (a Hugging Face "
+        "dataset), a directory of dotformer prepare, a text file (--task lm or mlm) or labelled texts (--task "
+        "classify or tag) (required unless the config file sets [data] dataset)",
     )
     parser.add_argument(
         "--config",
         metavar="FILE.toml",
-        help="config file with [model], [train], [data] sections, or the name of a shipped one: g2p, g2p-long, bible, "
-        "copy (see configs/)",
+        help="config file with [model], [train], [data] sections, or the name of a shipped one: "
+        f"{', '.join(shipped_config_names())} (see configs/)",
     )
     parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<dataset>-<preset>)")
     parser.add_argument(

@@ -183,6 +183,11 @@ def read_tokenizer_file(path: str | Path) -> Tokenizer:
         raise MissingDataError(f"{path}: no such tokenizer file")
     raw = path.read_bytes()
     if raw.lstrip()[:1] != b"{":
+        if raw[:1] != b"\n" and b"\x00" not in raw[: 1 << 16]:  # a .model is a protobuf: 0x0A first, NULs inside
+            raise DataError(
+                f"{path}: a text file, not a tokenizer (a tokenizer file is a Hugging Face tokenizer.json, a "
+                f"sentencepiece .model or a dotformer tokenizer_*.json)"
+            )
         return SentencePieceTokenizer(raw, str(path))
     try:
         data = json.loads(raw.decode("utf-8"))

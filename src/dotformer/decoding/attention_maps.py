@@ -28,7 +28,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 
-from dotformer.decoding.inputs import encode_prompt, generated_text, text_rules
+from dotformer.decoding.inputs import encode_prompt, encode_with_masks, generated_text, text_rules
 from dotformer.errors import ConfigError, DataError
 
 MapKind = Literal["encoder", "decoder_self", "cross"]
@@ -103,11 +103,18 @@ class AttentionMaps(NamedTuple):
         return self.out_tokens, self.src_tokens
 
 
+SHOWN_LABELS = 5  # a classifier's output text: its likeliest labels with their probabilities
+VISIBLE_WHITESPACE = str.maketrans({" ": "\u2423", "\t": "\u21e5", "\n": "\u21b5"})  # ␣ ⇥ ↵
+
+
 def token_label(tokenizer: Any, token_id: int) -> str:
-    """The printable label of one token id (special ids get their fixed names)."""
+    """The printable label of one token id: special ids get their fixed names, and a token made of whitespace alone
+    (a character model's space) shows it as a visible symbol (␣ for a space, ⇥ a tab, ↵ a line break), where it
+    would be a blank axis label."""
     if 0 <= token_id < len(SPECIAL_LABELS):
         return SPECIAL_LABELS[token_id]
-    return str(tokenizer.id_to_token(token_id))
+    label = str(tokenizer.id_to_token(token_id))
+    return label.translate(VISIBLE_WHITESPACE) if label.isspace() else label
 
 
 def greedy_output_ids(model: torch.nn.Module, src: torch.Tensor) -> list[int]:
@@ -287,7 +294,7 @@ def encoder_attention_weights(loaded: Any, text: str) -> AttentionMaps:
     if model.config.arch != "encoder-only":
         raise ConfigError(f"encoder attention maps need an encoder-only model, this one is {model.config.arch}")
     tokenizer = loaded.src_tokenizer
-    ids = tokenizer.encode(text) if text.strip() else []
+    ids = encode_with_masks(tokenizer, text) if text.strip() else []  # "<mask>" or "[MASK]": the mask token
     if not ids:
         raise DataError(f"the input {text!r} has no tokens")
     if len(ids) + 2 > model.config.max_len:
@@ -310,9 +317,11 @@ def encoder_attention_weights(loaded: Any, text: str) -> AttentionMaps:
     if head in ("sequence", "token"):
         names = [str(name) for name in loaded.info.get("labels") or range(model.config.num_labels)]
         probabilities = scores.softmax(dim=-1)
-        if head == "sequence":  # (C,)
-            best = int(probabilities.argmax())
-            out_tokens, output_text = [], f"{names[best]} ({float(probabilities[best]):.3f})"
+        if head == "sequence":  # (C,): the labels by probability, the likeliest first (the first SHOWN_LABELS)
+            ranked = probabilities.argsort(descending=True).tolist()
+            shown = [f"{names[i]} ({float(probabilities[i]):.3f})" for i in ranked[:SHOWN_LABELS]]
+            more = f"; {len(ranked) - SHOWN_LABELS} more" if len(ranked) > SHOWN_LABELS else ""
+            out_tokens, output_text = [], "; ".join(shown) + more
         else:  # (S, C): a label at every position; BOS and EOS carry none
             out_tokens = [names[int(i)] for i in probabilities.argmax(dim=-1).tolist()]
             pairs = zip(labels[1:-1], out_tokens[1:-1], strict=True)

@@ -75,8 +75,11 @@ def default_max_input_length(config: ModelConfig) -> int:
     return int(config.max_len)
 
 
-def check_max_input_length(config: ModelConfig, max_input_length: int | None) -> int:
+def check_max_input_length(config: ModelConfig, max_input_length: int | None, name: str = "max_input_length") -> int:
     """``max_input_length`` checked against the model (None: :func:`default_max_input_length`).
+
+    Args:
+        name: the setting's name in the messages (``max_seq_length`` for ``embed``).
 
     Raises:
         ConfigError: not a positive integer, or above a learned positional table's ``max_len``.
@@ -84,11 +87,10 @@ def check_max_input_length(config: ModelConfig, max_input_length: int | None) ->
     if max_input_length is None:
         return default_max_input_length(config)
     if not isinstance(max_input_length, int) or isinstance(max_input_length, bool) or max_input_length < 1:
-        raise ConfigError(f"max_input_length must be a positive integer, got {max_input_length!r}")
+        raise ConfigError(f"{name} must be a positive integer, got {max_input_length!r}")
     if config.positional == "learned" and max_input_length > config.max_len:
         raise ConfigError(
-            f"max_input_length {max_input_length} exceeds this model's learned positional table "
-            f"({config.max_len} positions)"
+            f"{name} {max_input_length} exceeds this model's learned positional table ({config.max_len} positions)"
         )
     return max_input_length
 
@@ -420,3 +422,26 @@ def generated_text(tokenizer: Tokenizer, ids: Sequence[int], rules: TextRules = 
         else:
             lines[-1].append(int(token))
     return "\n".join(tokenizer.decode(line) for line in lines)
+
+
+MASK_SPELLINGS = ("<mask>", "[MASK]")  # what a user types for the hidden token: dotformer's and RoBERTa's, BERT's
+
+
+def encode_with_masks(tokenizer: Tokenizer, text: str) -> list[int]:
+    """``tokenizer.encode(text)``, where every ``<mask>`` or ``[MASK]`` typed in ``text`` becomes the tokenizer's
+    mask token (:attr:`~dotformer.data.tokenizers.Tokenizer.mask_id`) instead of the pieces of its letters; the text
+    between them is encoded as it stands (its spaces included). A tokenizer without a mask token encodes the text
+    as it is."""
+    import re
+
+    mask_id = tokenizer.mask_id
+    if mask_id is None:
+        return tokenizer.encode(text)
+    ids: list[int] = []
+    parts = re.split("|".join(re.escape(spelling) for spelling in MASK_SPELLINGS), text)
+    for k, part in enumerate(parts):
+        if k:
+            ids.append(mask_id)
+        if part:
+            ids.extend(tokenizer.encode(part))
+    return ids

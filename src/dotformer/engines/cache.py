@@ -15,14 +15,19 @@ directory: ``$DOTFORMER_CACHE_DIR``, else ``$XDG_CACHE_HOME/dotformer``, else ``
 
 Concurrent first uses do not corrupt the cache: a conversion is written into a temporary sibling directory and renamed
 into place in one step (a copy is there whole or not at all), and a lock file makes a second process wait for the
-first one's copy instead of converting again. A copy is never modified once in place; nothing here deletes a
-directory it did not create. The cache holds one copy per checkpoint version and quantization; old ones stay until
-removed by hand (``rm -r .ct2-cache``).
+first one's copy instead of converting again. The copy's stamp, written last, lists each of its files with its size,
+modification time and SHA-256: a copy is used only when every listed file is there with its size, and a file whose
+modification time changed is hashed again and must match (a truncated, cut, rewritten or deleted file is caught; an
+untouched copy costs one ``stat`` per file). A damaged copy, or a partly deleted one, is converted again and
+replaced in one step (the new copy renamed into place, the damaged one moved aside first, then removed), with one
+warning naming what was wrong. Nothing here deletes a directory it did not create. The cache holds one copy per
+checkpoint version and quantization; old ones stay until removed by hand (``rm -r .ct2-cache``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -32,6 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from dotformer.checkpoint.files import CheckpointFiles
+from dotformer.errors import DotformerError
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +46,16 @@ CACHE_NAME = ".ct2-cache"  # the directory beside a checkpoint
 CONVERSION_VERSION = 2  # raise when the converter writes a different model: old copies are then converted again
 STAMP_FILE = "dotformer_conversion.json"  # what a copy was made from; written last, inside the copy
 
-Convert = Callable[[Path], None]  # writes a CTranslate2 model into the (empty) directory it is given
+READ_ONLY = (13, 30)  # EACCES, EROFS: this place cannot be written, the next one is tried
+
+Convert = Callable[[Path], None]
+
+
+class CopyWriteError(DotformerError, OSError):
+    """The CTranslate2 copy of a checkpoint could not be written: its message names where and why, and what to do."""
+
+
+# writes a CTranslate2 model into the (empty) directory it is given
 
 
 def user_cache_dir() -> Path:
@@ -66,9 +81,61 @@ def copy_name(files: CheckpointFiles, quantization: str) -> str:
     return f"{files.path.name}-{files.fingerprint[:16]}-{quantization}-v{CONVERSION_VERSION}.{major}"
 
 
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file's bytes, in hex (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def copy_manifest(directory: Path) -> dict[str, dict[str, int | str]]:
+    """Each file of a converted copy (its stamp excluded, sorted by name) with its ``size``, ``mtime_ns`` and
+    ``sha256``: what the stamp records and :func:`copy_damage` checks."""
+    manifest: dict[str, dict[str, int | str]] = {}
+    for path in sorted(directory.iterdir()):
+        if path.name == STAMP_FILE or not path.is_file():
+            continue
+        info = path.stat()
+        manifest[path.name] = {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": file_digest(path)}
+    return manifest
+
+
+def copy_damage(directory: Path) -> str | None:
+    """What is wrong with the copy in ``directory``, in a few words, or None when it is whole: no directory; no
+    stamp, a stamp that is not JSON or lists no files (a copy made before stamps listed them); a listed file missing,
+    of another size, or changed (its modification time differs and so does its SHA-256)."""
+    if not directory.is_dir():
+        return "missing"
+    try:
+        stamp = json.loads((directory / STAMP_FILE).read_text(encoding="utf-8"))
+        listed = stamp["files"]
+        entries = [
+            (str(name), int(entry["size"]), int(entry["mtime_ns"]), str(entry["sha256"]))
+            for name, entry in listed.items()
+        ]
+    except FileNotFoundError:
+        return f"no {STAMP_FILE} (an unfinished or partly deleted copy)"
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"its {STAMP_FILE} is damaged ({type(exc).__name__})"
+    if not any(name == "model.bin" for name, *_ in entries):
+        return f"its {STAMP_FILE} lists no model.bin"
+    for name, size, mtime_ns, sha256 in entries:
+        try:
+            info = (directory / name).stat()
+        except OSError:
+            return f"{name} is missing"
+        if info.st_size != size:
+            return f"{name} has {info.st_size:,} bytes, not the {size:,} it was written with"
+        if info.st_mtime_ns != mtime_ns and file_digest(directory / name) != sha256:
+            return f"{name} was changed since it was written (its SHA-256 differs)"
+    return None
+
+
 def is_complete(directory: Path) -> bool:
-    """Whether ``directory`` is a finished copy (its stamp is written last, before the copy is renamed into place)."""
-    return (directory / STAMP_FILE).is_file() and (directory / "model.bin").is_file()
+    """Whether ``directory`` is a whole copy (:func:`copy_damage` finds nothing wrong)."""
+    return copy_damage(directory) is None
 
 
 def cached_copy(files: CheckpointFiles, quantization: str, convert: Convert) -> Path:
@@ -80,28 +147,35 @@ def cached_copy(files: CheckpointFiles, quantization: str, convert: Convert) -> 
         convert: writes the model into a given empty directory (the first use only; it may import torch).
 
     Raises:
-        OSError: neither the checkpoint's directory nor the user cache directory can be written.
+        CopyWriteError: neither the checkpoint's directory nor the user cache directory can be written (both named),
+            or the conversion failed to write (a full disk, a file-size limit: the place and the reason named).
         ConfigError: from ``convert`` (a model CTranslate2 cannot hold).
     """
     name = copy_name(files, quantization)
     roots = cache_roots(files.path)
     for root in roots:
-        if is_complete(root / name):
+        damage = copy_damage(root / name)
+        if damage is None:
             return root / name
-    error: OSError | None = None
+        if damage != "missing":
+            logger.warning(
+                "the CTranslate2 copy %s is damaged (%s): converting the checkpoint again", root / name, damage
+            )
+    refused: list[tuple[Path, OSError]] = []
     for root in roots:
         try:
             root.mkdir(parents=True, exist_ok=True)
             return convert_into(root, name, files, quantization, convert)
-        except PermissionError as exc:  # a read-only checkpoint directory: the user cache directory next
-            logger.debug("cannot write a CTranslate2 copy in %s (%s)", root, exc)
-            error = error or exc
         except OSError as exc:
-            if exc.errno not in (30, 13):  # EROFS, EACCES: try the next place; anything else is the user's to see
+            if isinstance(exc, CopyWriteError) or exc.errno not in READ_ONLY:
                 raise
-            error = error or exc
-    assert error is not None
-    raise error
+            logger.debug("cannot write a CTranslate2 copy in %s (%s)", root, exc)
+            refused.append((root, exc))
+    places = " nor ".join(f"{root} ({exc.strerror or exc})" for root, exc in refused)
+    raise CopyWriteError(
+        f"cannot write the CTranslate2 copy of {files.path}: neither {places} can be written; set "
+        f"{CACHE_DIR_ENV} to a writable directory, or run on the torch engine (--engine torch)"
+    )
 
 
 def convert_into(root: Path, name: str, files: CheckpointFiles, quantization: str, convert: Convert) -> Path:
@@ -118,20 +192,45 @@ def convert_into(root: Path, name: str, files: CheckpointFiles, quantization: st
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
         try:
             logger.debug("converting %s for CTranslate2 (%s), once: %s", files.path, quantization, target)
-            convert(tmp)
-            stamp = {"checkpoint": str(files.path), "fingerprint": files.fingerprint, "quantization": quantization}
+            try:
+                convert(tmp)
+            except OSError as exc:
+                if exc.errno in READ_ONLY or isinstance(exc, DotformerError):
+                    raise
+                raise CopyWriteError(
+                    f"cannot write the CTranslate2 copy of {files.path} into {root} ({exc.strerror or exc}): free "
+                    f"space there or lift the limit (ulimit -f), set {CACHE_DIR_ENV} to another directory, or run on "
+                    f"the torch engine (--engine torch)"
+                ) from exc
+            stamp = {
+                "checkpoint": str(files.path),
+                "fingerprint": files.fingerprint,
+                "quantization": quantization,
+                "files": copy_manifest(tmp),
+            }
             (tmp / STAMP_FILE).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
             os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700: the copy follows the umask like any directory
-            try:
-                os.rename(tmp, target)
-            except OSError:
-                if not is_complete(target):  # not another process's copy: a real error
-                    raise
-                shutil.rmtree(tmp, ignore_errors=True)
+            replace_directory(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return target
+
+
+def replace_directory(new: Path, target: Path) -> None:
+    """Rename the directory ``new`` to ``target`` (same parent). A ``target`` already there (a damaged or partly
+    deleted copy: the caller holds the lock and found it unusable) is first renamed aside to a temporary name, so
+    that ``target`` is at every moment either the old directory or the new one, then removed."""
+    try:
+        os.rename(new, target)
+        return
+    except OSError:
+        if not target.exists():
+            raise
+    aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.damaged-", dir=target.parent))
+    os.rename(target, aside / target.name)
+    os.rename(new, target)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 @contextlib.contextmanager

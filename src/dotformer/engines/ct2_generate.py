@@ -11,8 +11,8 @@ an imported model's text    its prompt as the torch engine reads it (BOS first w
 sampling settings, seed     ``sampling_topk`` / ``_topp`` / ``_temperature``; a fresh ``Generator`` after
                             ``set_random_seed`` (CTranslate2 seeds a thread's generator once, on first use)
 n samples                   the prompt n times in one batch: samples in draw order
-beam K, n best              ``beam_size`` K, K + 1 hypotheses ranked as dotformer ranks them, each ending at
-                            ``</s>`` (the line's end)
+beam K, n best              ``beam_size`` K, searched in rounds until dotformer's search stops, ranked as dotformer
+                            ranks them, each ending at ``</s>`` (the line's end)
 streaming                   ``generate_tokens``: each token as it comes
 PAD and BOS                 ``suppress_sequences=[["<pad>"], ["<s>"]]``; an imported model's four copied special
                             rows (held down by its generator's bias) all four
@@ -153,28 +153,45 @@ class CT2Generate:
     def beam(
         self, generator: Any, tokens: list[str], config: DecodeConfig, common: dict[str, Any], ends: list[str]
     ) -> list[list[int]]:
-        """The ``n_best`` continuations of beam search, ranked as dotformer ranks them: CTranslate2 is asked for
-        K + E finished hypotheses (E = 1, or an imported model's E EOS ids ``ends``; ``patience`` (K + E) / K),
-        whose summed log-probabilities (the end token included) are divided by dotformer's length penalty (see
-        :mod:`dotformer.engines.ct2_translate`). A text that ends at several EOS ids counts once, with its best
-        score: the likeliest EOS, as :func:`~dotformer.decoding.generate.end_of_text` scores it."""
-        from dotformer.engines.ct2_translate import EOS, gnmt_penalty
+        """The ``n_best`` continuations of beam search, found and ranked as dotformer finds and ranks them: searched
+        in rounds until dotformer's search would have stopped (:meth:`CT2Translate.beam_rounds
+        <dotformer.engines.ct2_translate.CT2Translate.beam_rounds>`), the summed log-probabilities (the end token
+        included) divided by dotformer's length penalty. The end tokens are EOS, or an imported model's EOS ids
+        ``ends``: a text that ends at several of them counts once, with its best score (the likeliest EOS, as
+        :func:`~dotformer.decoding.generate.end_of_text` scores it)."""
+        from dotformer.engines.ct2_translate import EOS, beam_settled, first_round, gnmt_penalty
 
-        k, alpha = config.beam_size, config.length_penalty
+        k, alpha, most = config.beam_size, config.length_penalty, common["max_length"]
         ends = ends or [EOS]
-        wanted = k + len(ends)
-        (result,) = generator.generate_batch(
-            [tokens], beam_size=k, num_hypotheses=wanted, patience=wanted / k, length_penalty=alpha,
-            end_token=ends, return_scores=True, return_end_token=True, include_prompt_in_result=False, **common,
-        )  # fmt: skip
-        best: dict[tuple[int, ...], float] = {}
+        steps = first_round(0, most)  # a continuation's length does not follow its prompt's
+        while True:
+            (result,) = generator.generate_batch(
+                [tokens], beam_size=k, num_hypotheses=k * (steps + 1), patience=steps + 1, length_penalty=alpha,
+                end_token=ends, return_scores=True, return_end_token=True, include_prompt_in_result=False,
+                **{**common, "max_length": steps},
+            )  # fmt: skip
+            found = self.texts_of(result, ends, alpha)
+            if steps >= most:
+                break
+            if beam_settled([hyp[:3] for hyp in found], steps, most, k, alpha):
+                found = [hyp for hyp in found if hyp[2]]
+                break
+            steps = min(2 * steps, most)
+        ranked = [(total / gnmt_penalty(length, alpha), body) for total, length, _, body in found]
+        ranked.sort(key=lambda item: -item[0])  # stable: CTranslate2's order among ties
+        return [list(ids) for _, ids in ranked[: config.n_best]]
+
+    def texts_of(self, result: Any, ends: list[str], alpha: float) -> list[tuple[float, int, bool, tuple[int, ...]]]:
+        """One round's hypotheses as ``(summed log-probability, |Y| with the end token, finished, ids without it)``,
+        one per distinct text and state: a text ending at several end tokens once, with its best score."""
+        best: dict[tuple[tuple[int, ...], bool], tuple[float, int, bool, tuple[int, ...]]] = {}
         for sequence, score in zip(result.sequences, result.scores, strict=True):
-            length = len(sequence)  # |Y|, the end token included
-            body = tuple(self.ids[t] for t in (sequence[:-1] if sequence and sequence[-1] in ends else sequence))
-            score = score * length**alpha / gnmt_penalty(length, alpha)
-            best[body] = max(score, best.get(body, float("-inf")))
-        ranked = sorted(best.items(), key=lambda item: -item[1])  # stable: CTranslate2's order among ties
-        return [list(ids) for ids, _ in ranked[: config.n_best]]
+            finished = bool(sequence) and sequence[-1] in ends
+            body = tuple(self.ids[t] for t in (sequence[:-1] if finished else sequence))
+            hyp = (score * len(sequence) ** alpha, len(sequence), finished, body)
+            if (body, finished) not in best or hyp[0] > best[body, finished][0]:
+                best[body, finished] = hyp
+        return list(best.values())
 
     @staticmethod
     def sampling(config: DecodeConfig) -> dict[str, Any]:

@@ -7,7 +7,8 @@ dotformer                       CTranslate2
 ==============================  ========================================================================
 greedy / beam K / sample        ``beam_size`` 1 / K / 1 with ``sampling_topk``, ``sampling_topp``,
                                 ``sampling_temperature`` (top_k 0: the whole vocabulary)
-n_best                          ``num_hypotheses`` (beam: K + 1, ranked as dotformer ranks, see below)
+n_best                          beam: every finished hypothesis (``num_hypotheses`` K·(M + 1)), ranked as dotformer
+                                ranks them (see below)
 max_len_a, max_len_b            ``max_decoding_length`` (steps, EOS included; a prefix counts)
 min_len_a, min_len_b            ``min_decoding_length`` (tokens before EOS; a prefix counts)
 seed                            ``ctranslate2.set_random_seed`` before a fresh ``Translator``
@@ -25,20 +26,31 @@ decoding does (a second one would change every output).
 included) divided by ``|Y|^α``; dotformer's is the sum over every token (the prefix's included) divided by the GNMT
 penalty ``((5 + |Y|) / 6)^α``, |Y| counting the EOS. The sum is recovered (``score · |Y|^α``, plus the prefix's
 log-probability from ``score_batch``) and divided by dotformer's penalty, and a beam's finished hypotheses are ranked
-by that, as dotformer's beam search ranks them (CTranslate2 is asked for K + 1 of them, ``patience`` (K + 1) / K,
-and returns them all: asked for K, it would first cut them to K by its own penalty). Those log-probabilities are
+by that, as dotformer's beam search ranks them (CTranslate2 returns every hypothesis it finished: asked for fewer,
+it would first cut them by its own penalty). Those log-probabilities are
 CTranslate2's search's, where PAD and BOS are suppressed before the softmax; dotformer's leave the model's
 probabilities untouched. With ``scores=True`` (the default) each returned hypothesis is therefore scored once more
 with ``score_batch`` on the copy, whose generator is the checkpoint's own (PAD and BOS not suppressed): its
 ``log_probs`` and ``score`` are then dotformer's, to float precision. With ``scores=False`` (the CLI's text output,
 evaluation) that pass is skipped: ``score`` is the search's and ``log_probs`` is empty.
 
+**Beam search.** CTranslate2's search stops once a set number of hypotheses have finished (``patience`` times K),
+dotformer's once no alive hypothesis can still win (its bound with ``L_max``, :mod:`dotformer.decoding.beam`): asked
+for K + 1, CTranslate2 stopped before the best output had finished on 1 to 3% of a reversal model's inputs (the empty
+output at step 0, finished where no minimum length forbids it, counts as one). So a beam search runs in rounds: M
+steps with a patience no search reaches (every finished hypothesis and, at step M, the K best candidates are
+returned), after which :func:`beam_settled` checks dotformer's stopping rule on them; a source whose search would go
+on is searched again for 2M steps, up to its limit. Both take the K best non-EOS of 2K candidates at each step and
+finish the EOS among the best K, so the hypotheses are the same, to float rounding, as long as PAD and BOS carry no
+probability: CTranslate2 takes them out before its softmax, dotformer after (its log-probabilities stay the model's),
+so where a model gives them mass (a few percent per step on the tests' briefly fitted model, about 10⁻⁵ on a trained
+one) the two searches rank candidates slightly differently and near-ties may break either way.
+
 **Where outputs differ.** Greedy decoding chooses the same token at every step (the argmax does not depend on the
-suppressed mass). Beam search collects K + 1 finished hypotheses and stops, where dotformer's stops only once no alive
-hypothesis can still win (its bound with ``L_max``), so on rare near-ties the best output differs. Sampling draws
-from the same distribution with another random generator: the same seed gives the same samples on one engine, not
-across engines. CTranslate2's length limit holds per batch, dotformer's per sentence: a batch decodes to its longest
-limit, and the few inputs whose output reaches their own limit are decoded again with it.
+suppressed mass). Beam search: above. Sampling draws from the same distribution with another random generator: the
+same seed gives the same samples on one engine, not across engines. CTranslate2's length limit holds per batch,
+dotformer's per sentence: greedy and sampling decode a batch to its longest limit, and the few inputs whose output
+reaches their own limit are decoded again with it; a beam search's last round runs to each input's own limit.
 """
 
 from __future__ import annotations
@@ -70,6 +82,8 @@ EOS = "</s>"
 SUPPRESSED = [["<pad>"], ["<s>"]]  # PAD and BOS are never generated (dotformer's rule, decoding/rules.py)
 MAX_SEED = 2**32 - 2  # CTranslate2's seeds are 32-bit, and 2**32 - 1 means "random": seeds are taken modulo this + 1
 PROGRESS_CHUNK = 8  # with a progress bar, inputs go to CTranslate2 in chunks of this many batches
+FIRST_ROUND_EXTRA = 8  # a beam search's first round: 1.5 times the source's length plus this (first_round)
+NEG_INF = float("-inf")
 
 
 class Ranked(NamedTuple):
@@ -119,6 +133,33 @@ def read_vocabularies(model_dir: Path) -> tuple[list[str], list[str]]:
 def gnmt_penalty(length: int, alpha: float) -> float:
     """dotformer's GNMT length penalty ((5 + |Y|) / 6)^α (:func:`dotformer.decoding.length_penalty`), in Python."""
     return float(((5.0 + length) / 6.0) ** alpha)
+
+
+def first_round(source_length: int, most: int) -> int:
+    """Steps of a source's first beam-search round (:meth:`CT2Translate.beam_rounds`): 1.5 times its length plus
+    :data:`FIRST_ROUND_EXTRA` (where a search of an output about as long as its source, or twice as long, has
+    mostly stopped), at most its limit ``most``. Any value gives the same outputs; this one only sets the cost."""
+    return min(most, (3 * source_length) // 2 + FIRST_ROUND_EXTRA)
+
+
+def beam_settled(hyps: Sequence[tuple[float, int, bool]], steps: int, most: int, beam_size: int, alpha: float) -> bool:
+    """True when dotformer's beam search has stopped by step ``steps`` (:func:`dotformer.decoding.beam.is_done`): it
+    holds K finished hypotheses and the best beam alive at step ``steps``, divided by the penalty of the limit
+    ``most``, cannot beat the K-th of them.
+
+    Args:
+        hyps: one round's hypotheses as ``(summed log-probability, |Y|, finished)``: every finished one, and the K
+            best candidates of its last step (alive, or ending there). The best alive beam is the best unfinished
+            one among those K; when all K end with EOS, every alive beam scores at most the last of them.
+        steps: the round's steps. most: the search's limit L_max. beam_size: K. alpha: the length penalty's α.
+    """
+    finished = sorted((total / gnmt_penalty(length, alpha) for total, length, done in hyps if done), reverse=True)
+    if len(finished) < beam_size:
+        return False
+    alive = [total for total, _, done in hyps if not done]
+    last = [total for total, length, done in hyps if done and length == steps]
+    best_alive = max(alive) if alive else min(last, default=NEG_INF)
+    return best_alive / gnmt_penalty(most, alpha) <= finished[beam_size - 1]
 
 
 class CT2Translate:
@@ -212,8 +253,9 @@ class CT2Translate:
             bar.update(len(encoded.ids) - len(todo))
             for start in range(0, len(todo), chunk):
                 part = todo[start : start + chunk]
-                found = self.search(encoded, part, limits, config, batch_size, max_tokens, prefixes)
-                kept = self.ranked(encoded, found, config, prefixes, batch_size)
+                sums = self.prefix_sums(encoded, part, prefixes, batch_size)
+                found = self.search(encoded, part, limits, config, batch_size, max_tokens, prefixes, sums)
+                kept = self.ranked(found, config, sums)
                 exact = self.exact_scores(encoded, kept, batch_size) if scores else {}
                 for i in part:
                     results[i] = self.translations(encoded, i, kept[i], exact.get(i), config)
@@ -236,9 +278,13 @@ class CT2Translate:
         batch_size: int,
         max_tokens: int | None,
         prefixes: Sequence[Sequence[int]] | None,
+        sums: dict[int, float],
     ) -> dict[int, list[Found]]:
-        """CTranslate2's hypotheses of the sources ``indices``: decoded together to their longest length limit
-        (one call per minimum length), then the few whose output reached its own limit again with that limit."""
+        """CTranslate2's hypotheses of the sources ``indices``. Greedy and sampling: decoded together to their
+        longest length limit (one call per minimum length), then the few whose output reached its own limit again
+        with that limit. Beam search: :meth:`beam_rounds`."""
+        if config.strategy == "beam":
+            return self.beam_rounds(encoded, indices, limits, config, batch_size, max_tokens, prefixes, sums)
         found: dict[int, list[Found]] = {}
         groups: dict[int, list[int]] = {}
         for i in indices:
@@ -254,6 +300,56 @@ class CT2Translate:
         for (most, least), group in again.items():
             found.update(self.run(encoded, group, most, least, config, batch_size, max_tokens, prefixes))
         return found
+
+    def beam_rounds(
+        self,
+        encoded: EncodedTexts,
+        indices: Sequence[int],
+        limits: dict[int, tuple[int, int]],
+        config: DecodeConfig,
+        batch_size: int,
+        max_tokens: int | None,
+        prefixes: Sequence[Sequence[int]] | None,
+        sums: dict[int, float],
+    ) -> dict[int, list[Found]]:
+        """Beam search that stops where dotformer's does (module docstring, "Beam search"): each source is searched
+        for M steps (a round: ``max_decoding_length`` M, every finished hypothesis kept, the K beams alive at step M
+        returned as they are), and its search is over once :meth:`settled` holds at step M, or M is its own limit;
+        otherwise it is searched again for twice as many steps. M starts at :func:`first_round`. Returns per
+        source its finished hypotheses (and, at its own limit, the alive ones cut there, as dotformer's search
+        finalises them)."""
+        found: dict[int, list[Found]] = {}
+        steps = {i: first_round(len(encoded.ids[i]), limits[i][0]) for i in indices}
+        while steps:
+            groups: dict[tuple[int, int], list[int]] = {}
+            for i, m in steps.items():
+                groups.setdefault((m, limits[i][1]), []).append(i)
+            steps = {}
+            for (m, least), group in groups.items():
+                searched = self.run(encoded, group, m, least, config, batch_size, max_tokens, prefixes)
+                for i in group:
+                    most = limits[i][0]
+                    if m >= most:
+                        found[i] = searched[i]
+                    elif self.settled(searched[i], m, most, config, sums.get(i, 0.0)):
+                        found[i] = [hyp for hyp in searched[i] if hyp.tokens and hyp.tokens[-1] == EOS]
+                    else:
+                        steps[i] = min(2 * m, most)
+        return found
+
+    @staticmethod
+    def settled(hyps: Sequence[Found], steps: int, most: int, config: DecodeConfig, prefix_sum: float) -> bool:
+        """:func:`beam_settled` for one round's hypotheses of a source whose prefix sums ``prefix_sum``."""
+        alpha = config.length_penalty
+        summed = [
+            (
+                hyp.score * len(hyp.tokens) ** alpha + prefix_sum,
+                len(hyp.tokens),
+                bool(hyp.tokens) and hyp.tokens[-1] == EOS,
+            )
+            for hyp in hyps
+        ]
+        return beam_settled(summed, steps, most, config.beam_size, alpha)
 
     def run(
         self,
@@ -271,7 +367,7 @@ class CT2Translate:
         target_prefix = None
         if prefixes is not None and any(prefixes[i] for i in indices):
             target_prefix = [[self.tgt_vocab[t] for t in prefixes[i]] or None for i in indices]
-        translator, options = self.translator, self.search_options(config)
+        translator, options = self.translator, self.search_options(config, most)
         if config.strategy == "sample":  # a fresh Translator: CTranslate2 seeds a thread's generator once, on first use
             import ctranslate2
 
@@ -299,11 +395,11 @@ class CT2Translate:
             ]
         return found
 
-    def search_options(self, config: DecodeConfig) -> dict[str, Any]:
-        """The ``translate_batch`` options of ``config``'s strategy."""
-        if config.strategy == "beam":  # K + 1 finished hypotheses, all returned, ranked by dotformer's penalty after
-            k = config.beam_size
-            return dict(beam_size=k, num_hypotheses=k + 1, length_penalty=config.length_penalty, patience=(k + 1) / k)
+    def search_options(self, config: DecodeConfig, steps: int) -> dict[str, Any]:
+        """The ``translate_batch`` options of ``config``'s strategy, for a search of at most ``steps`` steps."""
+        if config.strategy == "beam":  # never stops early: every finished hypothesis (at most K a step) is returned
+            k, most = config.beam_size, steps + 1
+            return dict(beam_size=k, num_hypotheses=k * most, length_penalty=config.length_penalty, patience=most)
         if config.strategy == "greedy":
             return dict(beam_size=1, num_hypotheses=1, length_penalty=0.0)
         return dict(
@@ -328,22 +424,27 @@ class CT2Translate:
 
     # -- from CTranslate2's hypotheses to dotformer's --------------------------------------------------------------
 
-    def ranked(
+    def prefix_sums(
         self,
         encoded: EncodedTexts,
-        found: dict[int, list[Found]],
-        config: DecodeConfig,
+        indices: Sequence[int],
         prefixes: Sequence[Sequence[int]] | None,
         batch_size: int,
+    ) -> dict[int, float]:
+        """Per source with a prefix, its prefix's summed log-probability (CTranslate2's search does not count a
+        forced prefix: it is scored on the copy)."""
+        with_prefix = [i for i in indices if prefixes is not None and prefixes[i]]
+        if not with_prefix:
+            return {}
+        assert prefixes is not None
+        rows = self.log_probs([encoded.ids[i] for i in with_prefix], [prefixes[i] for i in with_prefix], batch_size)
+        return {i: sum(row[: len(prefixes[i])]) for i, row in zip(with_prefix, rows, strict=True)}
+
+    def ranked(
+        self, found: dict[int, list[Found]], config: DecodeConfig, sums: dict[int, float]
     ) -> dict[int, list[Ranked]]:
         """Per source, the hypotheses to return (``n_best``; 1 for greedy), ranked as dotformer ranks them: by the
-        search's summed log-probability (a prefix's added) over dotformer's length penalty."""
-        with_prefix = [i for i in found if prefixes is not None and prefixes[i]]
-        sums: dict[int, float] = {}
-        if with_prefix:  # CTranslate2's search does not count a forced prefix: score it
-            assert prefixes is not None
-            rows = self.log_probs([encoded.ids[i] for i in with_prefix], [prefixes[i] for i in with_prefix], batch_size)
-            sums = {i: sum(row[: len(prefixes[i])]) for i, row in zip(with_prefix, rows, strict=True)}
+        search's summed log-probability (a prefix's, ``sums``, added) over dotformer's length penalty."""
         alpha, wanted = config.length_penalty, config.n_best if config.strategy != "greedy" else 1
         kept = {}
         for i, hyps in found.items():

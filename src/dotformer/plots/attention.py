@@ -53,6 +53,9 @@ class AttentionPlot(NamedTuple):
     panels: list[AttentionPanel]
 
 
+MAX_PANELS = 24  # more heatmaps than this in one picture are unreadable: without --layer, the last layer alone
+
+
 def select_indices(value: int | None, count: int, name: str) -> list[int]:
     """[value] (checked against 0..count-1), or every index when value is None.
 
@@ -79,7 +82,8 @@ def plot_attention(
         maps: from :func:`~dotformer.decoding.attention_maps.attention_weights` or
             :func:`~dotformer.decoding.attention_maps.lm_attention_weights`.
         path: output file, .png or .svg.
-        layer, head: draw only this 0-based layer / head (None: all).
+        layer, head: draw only this 0-based layer / head (None: all; but when every layer's heads would make
+            more than :data:`MAX_PANELS` heatmaps (a 6-layer, 12-head BERT: 72), the last layer's alone).
         kinds: which map kinds to draw.
 
     Returns:
@@ -93,6 +97,8 @@ def plot_attention(
         maps.kind(kind)  # validates the kind
     layers = select_indices(layer, maps.num_layers, "layer")
     heads = select_indices(head, maps.num_heads, "head")
+    if layer is None and len(kinds) * len(layers) * len(heads) > MAX_PANELS:
+        layers = layers[-1:]  # the last layer, a readable grid; --layer N draws another
     panels = []
     for kind in kinds:
         rows, cols = maps.labels(kind)

@@ -108,23 +108,26 @@ def removed_if_unfinished(run_dir: Path, is_main: bool = True) -> Iterator[None]
     that the same ``--out`` can be tried again: the topmost of ``run_dir`` and its parents that did not exist on
     entry, or, in a directory that existed, the run's entries (``RUN_ENTRIES``) that were not there on entry. A
     directory that existed before, anything else in it, and a run with a checkpoint are never deleted. The error
-    goes on as it was; only rank 0 (``is_main``) deletes."""
-    from dotformer.checkpoint import RUN_ENTRIES, run_has_checkpoint
+    goes on as it was; only rank 0 (``is_main``) deletes, and nothing when another process trains there."""
+    from dotformer.checkpoint import RUN_ENTRIES, TRAIN_LOCK, RunBusyError, run_has_checkpoint
 
     created = None
     for path in (run_dir, *run_dir.parents):
         if os.path.lexists(path):
             break
         created = path
-    there = {name for name in RUN_ENTRIES if os.path.lexists(run_dir / name)}
+    entries = (*RUN_ENTRIES, TRAIN_LOCK)
+    there = {name for name in entries if os.path.lexists(run_dir / name)}
     try:
         yield
+    except RunBusyError:  # another process trains there: nothing here is this one's to delete
+        raise
     except BaseException:
         if is_main and not run_has_checkpoint(run_dir):
             if created is not None:
                 shutil.rmtree(created, ignore_errors=True)
             else:
-                for path in (run_dir / name for name in RUN_ENTRIES if name not in there):
+                for path in (run_dir / name for name in entries if name not in there):
                     if path.is_dir() and not path.is_symlink():
                         shutil.rmtree(path, ignore_errors=True)
                     elif os.path.lexists(path):

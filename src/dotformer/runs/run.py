@@ -25,6 +25,7 @@ that all train on exactly the same data and vocabularies.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import sys
@@ -127,10 +128,12 @@ def train_run(
 
     Raises:
         ConfigError: bad configs, a missing dataset, an existing run without --resume.
+        RunBusyError: another process is training in ``out_dir`` (it is named).
         CheckpointError: --resume with nothing to resume, or with a model or data config that differs from the run's.
         DataError / MissingDataError: the data cannot be read. MissingExtraError: an option's package is not
             installed (:func:`check_requirements`, before anything is read or written). TrainingError: see :func:`fit`.
     """
+    from dotformer.checkpoint import training_lock
     from dotformer.training.distributed import setup_distributed, teardown_distributed
 
     if resume and (overwrite or init_from is not None):
@@ -184,7 +187,10 @@ def train_run(
         from dotformer.training.optim import autocast_dtype
 
         autocast_dtype(train_config.amp, context.device)  # fp16 on a CPU: one line before anything is read or written
-        with removed_if_unfinished(run_dir, context.is_main):  # a failure before the first checkpoint: no leftovers
+        with (
+            removed_if_unfinished(run_dir, context.is_main),  # a failure before the first checkpoint: no leftovers
+            training_lock(run_dir) if context.is_main else contextlib.nullcontext(),  # one process trains in it
+        ):
             if record is not None:
                 check_resumable(task, record, sections, run_dir)
                 if context.is_main:
@@ -321,12 +327,13 @@ def _train(
     from dotformer.data.batching import sampler_for
     from dotformer.model import Transformer
     from dotformer.training.loop import fit
-    from dotformer.training.warmup import peak_flops, steps_per_epoch, warmup_warning
+    from dotformer.training.warmup import peak_flops, steps_per_epoch, warmup_unfinished, warmup_warning
 
     model_config = ModelConfig.from_dict(record["model"])
     torch.manual_seed(train_config.seed)  # the model's initial weights
     model = Transformer(model_config)
     data = loaded.train_data
+    foreseen = False  # the warmup's end was warned about before step 1
     if context.is_main and not resume:  # a resumed run was warned about when it started
         c = train_config
         epoch_steps = None
@@ -335,6 +342,11 @@ def _train(
             epoch_steps = steps_per_epoch(sampler.num_batches(0), c.accumulation_steps)
         flops = peak_flops(context.device.type, torch.get_num_threads())
         message = warmup_warning(c, epoch_steps, model.num_parameters(), flops)
+        if message:
+            logger.warning(message)
+            foreseen = True
+    if context.is_main and resume:
+        message = _cooldown_note(record, train_config, run_dir)
         if message:
             logger.warning(message)
     base = record.get("from_base") if isinstance(record.get("from_base"), dict) else {}  # an imported base's rules
@@ -354,7 +366,23 @@ def _train(
         for line in [*lines, *loaded.lines]:
             print(f"data: {line}", file=sys.stderr)
     result = fit(model, data, train_config, run_dir=run_dir, info=info, resume=resume, init_from=init_path)
+    late = warmup_unfinished(train_config, result.steps, result.stopped_by)
+    if context.is_main and late and not foreseen:
+        logger.warning(late)
     return RunResult(fit=result, run_dir=run_dir, is_main=context.is_main, task=task)
+
+
+def _cooldown_note(record: dict[str, Any], train_config: TrainConfig, run_dir: Path) -> str | None:
+    """The line of :func:`~dotformer.training.schedule.cooldown_resume_note` for a run resumed with
+    ``train_config``: its budget before this resume (run.json's previous ``[train]``) and the step it resumes at."""
+    from dotformer.checkpoint import TRAIN_STATE_JSON, find_resume_checkpoint, read_json
+    from dotformer.training.schedule import cooldown_resume_note
+
+    resumes = record.get("resumes", [])
+    before = resumes[-2]["train"] if len(resumes) > 1 else record["train"]
+    state = read_json(find_resume_checkpoint(run_dir) / TRAIN_STATE_JSON)
+    previous = TrainConfig.from_dict(before, str(run_dir / "run.json"))
+    return cooldown_resume_note(previous, train_config, int(state["step"]), float(state.get("seconds", 0.0)))
 
 
 def prepare_data(section: dict[str, Any], seed: int = 1, out: str | Path | None = None, **options: Any) -> Prepared:

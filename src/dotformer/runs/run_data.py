@@ -92,6 +92,18 @@ def open_run_data(run_dir: str | Path, data_config: Any = None) -> Prepared:
         )
     prepared = prepared_for(data_config, reference["seed"] or 0, tokenizers=tokenizers)
     if prepared.fingerprint != reference["fingerprint"]:
+        before = {entry["path"]: entry.get("blake2b") for entry in reference["report"].get("inputs", [])}
+        rewritten = [
+            entry["path"]
+            for entry in prepared.report.get("inputs", [])
+            if entry["path"] in before and before[entry["path"]] != entry.get("blake2b")
+        ]
+        if rewritten:
+            raise CheckpointError(
+                f"cannot resume {run_dir}: its prepared data {directory} is gone and {', '.join(rewritten)} changed "
+                f"since the run started (other content, though the same size and modification time): restore it, "
+                f"or start a new run with --out"
+            )
         raise CheckpointError(
             f"cannot resume {run_dir}: its data prepared again has fingerprint {prepared.fingerprint}, the run's is "
             f"{reference['fingerprint']} (another dotformer or tokenizers version?); start a new run with --out"

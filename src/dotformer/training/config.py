@@ -18,7 +18,7 @@ from dotformer.errors import ConfigError
 if TYPE_CHECKING:
     from dotformer.lora import LoRASpec
 
-Schedule = Literal["noam", "inverse_sqrt", "constant"]
+Schedule = Literal["noam", "inverse_sqrt", "constant", "cosine", "linear"]
 Amp = Literal["none", "bf16", "fp16"]
 BestMetric = Literal["loss", "bleu", "chrf", "wer", "per"]
 BEST_METRICS: tuple[str, ...] = ("loss", "bleu", "chrf", "wer", "per")
@@ -50,7 +50,7 @@ class TrainConfig:
     # learning rate (§5.3, Eq. 3)
     lr_schedule: Schedule = "noam"  # "noam": the paper's formula; "inverse_sqrt": peak lr, linear warmup, 1/√step
     lr_scale: float = 1.0  # noam: lr = lr_scale · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
-    lr_peak: float = 5e-4  # inverse_sqrt and constant: the learning rate reached at the end of warmup
+    lr_peak: float = 5e-4  # inverse_sqrt, constant, cosine, linear: the learning rate reached at the end of warmup
     warmup_steps: int = 4000  # steps of linear warmup (paper: 4000)
     lr_cooldown: float = 0.0  # the final fraction of the budget over which the lr falls linearly to 0 (0: none)
     # regularisation (§5.4)
@@ -108,7 +108,7 @@ class TrainConfig:
             raise ConfigError(f"TrainConfig.lr_cooldown must be in [0, 1], got {self.lr_cooldown!r}")
         if not (is_number(self.label_smoothing) and 0.0 <= self.label_smoothing < 1.0):
             raise ConfigError(f"TrainConfig.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
-        choice(self, "lr_schedule", ("noam", "inverse_sqrt", "constant"))
+        choice(self, "lr_schedule", ("noam", "inverse_sqrt", "constant", "cosine", "linear"))
         choice(self, "amp", ("none", "bf16", "fp16"))
         if self.lr_schedule == "noam" and self.warmup_steps == 0:
             raise ConfigError("TrainConfig.warmup_steps must be positive for the noam schedule (it divides by it)")

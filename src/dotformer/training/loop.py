@@ -32,7 +32,7 @@ from dotformer.training.optim import autocast_dtype, build_grad_scaler, build_op
 from dotformer.training.progress import Budget, Progress, TokenRate, count
 from dotformer.training.resume import initialise_from, restore
 from dotformer.training.saving import save, seed_everything
-from dotformer.training.schedule import cooldown_factor, learning_rate
+from dotformer.training.schedule import decay_factor, learning_rate
 from dotformer.training.state import Setup, TrainData, TrainState
 from dotformer.training.step import StepRecipe, StepResult, train_step
 from dotformer.training.stopping import (
@@ -168,7 +168,7 @@ def train_loop(setup: Setup, state: TrainState) -> FitResult:
                 stopped_by = stop_before_step(setup, state, first_step)
                 if stopped_by is not None:
                     break
-                lr_factor = cooldown_factor(budget_left(setup, state), c.lr_cooldown) if c.lr_cooldown else 1.0
+                lr_factor = decay_factor(c, budget_left(setup, state))  # cosine and linear decay, a cooldown
                 batches = setup.stream.take(c.accumulation_steps)
                 if not batches:
                     stopped_by = "max_epochs"

@@ -85,3 +85,16 @@ def warmup_warning(
         f"the learning-rate warmup of {warmup:,} steps is longer than {budget}: the learning rate stays below its peak "
         f"throughout; pass --warmup N (e.g. a tenth of the steps) or a larger budget"
     )
+
+
+def warmup_unfinished(config: TrainConfig, steps: int, stopped_by: str) -> str | None:
+    """One line when a run ended (after ``steps`` optimizer steps, stopped by ``stopped_by``) before its warmup
+    did: a budget in minutes or epochs, or an early stop, that :func:`warmup_warning` could not foresee. None when
+    the warmup was over."""
+    if steps >= config.warmup_steps or config.lr_schedule == "noam" and config.warmup_steps == 0:
+        return None
+    return (
+        f"the run ended at step {steps:,} (stopped by {stopped_by}), before its learning-rate warmup of "
+        f"{config.warmup_steps:,} steps did: the learning rate never reached its peak; pass --warmup N (e.g. a "
+        f"tenth of the steps) or a larger budget"
+    )

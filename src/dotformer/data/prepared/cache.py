@@ -17,7 +17,8 @@ Layout::
     CACHE/prepared/index/SETTINGS.json    the fingerprint and inputs of the newest preparation of these settings
 
 CACHE is ``$DOTFORMER_CACHE``, else ``$XDG_CACHE_HOME/dotformer``, else ``~/.cache/dotformer``
-(:func:`default_cache_root`). Nothing in the cache is deleted but the leftovers of a preparation that died.
+(:func:`default_cache_root`). Nothing in the cache is deleted but the leftovers of a preparation that died, and an
+entry that cannot be opened (damaged, partly deleted), which is prepared again with one warning.
 """
 
 from __future__ import annotations
@@ -84,8 +85,8 @@ def prepared_for(
     inputs = kind.inputs()
     entries = root / "prepared"
     directory = entries / f"{settings['kind']}-{fingerprint(settings, inputs)}"
-    if (directory / REPORT_FILE).is_file():
-        return open_prepared(directory)
+    if (directory / REPORT_FILE).is_file() and (opened := _open_cached(directory, warn=False)) is not None:
+        return opened
     entries.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(directory) + ".lock")
     owner = Path(str(directory) + ".owner")
@@ -101,8 +102,11 @@ def prepared_for(
                 f"{directory}: still being prepared by {holder} after {wait_seconds:,.0f} s; try again when it is done"
             ) from None
     try:
-        if (directory / REPORT_FILE).is_file():  # prepared while this process waited
-            return open_prepared(directory)
+        if directory.exists():  # prepared while this process waited, or damaged: prepared again
+            opened = _open_cached(directory, warn=True)
+            if opened is not None:
+                return opened
+            os.replace(directory, entries / f".{directory.name}.partial-damaged")  # removed below, with leftovers
         owner.write_text(f"process {os.getpid()} on {socket.gethostname()} since {time.ctime()}\n", encoding="utf-8")
         index = entries / "index" / f"{settings['kind']}-{json_digest(settings)}.json"
         for line in _what_changed(index):
@@ -119,6 +123,17 @@ def prepared_for(
     finally:
         owner.unlink(missing_ok=True)
         lock.release()
+
+
+def _open_cached(directory: Path, warn: bool) -> Prepared | None:
+    """``open_prepared(directory)`` of a cache entry, or None when it cannot be opened (a damaged or partly deleted
+    entry, which the caller prepares again; ``warn``: say so in one line naming the entry and what is wrong)."""
+    try:
+        return open_prepared(directory)
+    except (ValueError, OSError) as exc:  # DataError, CheckpointError, a missing or unreadable file
+        if warn:
+            logger.warning(f"the prepared data in {directory} is damaged ({exc}): preparing it again")
+        return None
 
 
 def _what_changed(index: Path) -> list[str]:

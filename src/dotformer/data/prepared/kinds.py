@@ -61,8 +61,8 @@ def open_prepared(directory: str | Path) -> Prepared:
 
     Raises:
         MissingDataError: no ``prepared.json`` there.
-        DataError: an unknown kind, or a damaged directory: an array missing or of another length than the report
-            says.
+        DataError: an unknown kind, or a damaged directory: an array missing, of another length than the report
+            says, or holding a token id outside its tokenizer's vocabulary (the file named).
     """
     kind = read_report(directory).get("kind")
     if kind not in KINDS:

@@ -260,7 +260,8 @@ class DataKind(ABC):
 
         Raises:
             MissingDataError: no ``prepared.json`` there.
-            DataError: a damaged directory: an array missing or of another length than the report says.
+            DataError: a damaged directory: an array missing, of another length than the report says, or holding a
+                token id outside its tokenizer's vocabulary (the file named).
         """
         from dotformer.data.arrays import open_ragged
         from dotformer.data.prepared.layout import read_report
@@ -274,9 +275,16 @@ class DataKind(ABC):
         for split in SPLIT_NAMES:
             arrays[split] = {side: open_ragged(array_stem(directory, split, side)) for side in cls.sides(report)}
             expected = report["splits"][split]["examples"]
-            for array in arrays[split].values():
+            for side, array in arrays[split].items():
                 if len(array) != expected:
                     raise DataError(f"{array.name}: {len(array):,} rows, but {REPORT_FILE} says {expected:,}")
+                vocabulary = {"src": src, "text": src, "tgt": tgt}.get(side)  # tags are labels: checked where read
+                largest = int(array.ids.max()) if vocabulary is not None and len(array.ids) else -1
+                if vocabulary is not None and largest >= vocabulary.vocab_size:
+                    raise DataError(
+                        f"{array.name}.bin: token id {largest} outside the tokenizer's {vocabulary.vocab_size} ids: "
+                        f"the array is damaged (prepare the data again)"
+                    )
         return cls.mapped(directory, report, TokenizerPair(src, tgt), arrays)
 
     @classmethod

@@ -125,6 +125,8 @@ def writing_directory(directory: Path) -> Iterator[Path]:
 
     Raises:
         ConfigError: ``directory`` exists and is not an empty directory (nothing there is touched).
+        OSError: a write failed; one that named no file (a full disk under numpy) is raised again naming
+            ``directory``.
     """
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ConfigError(f"{directory} exists and is not empty: prepared data goes to a new or empty directory")
@@ -140,6 +142,12 @@ def writing_directory(directory: Path) -> Iterator[Path]:
             directory.rmdir()  # empty: checked above
         os.replace(partial, directory)
         fsync(directory.parent)
+    except OSError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        if exc.filename is not None:
+            raise
+        reason = exc.strerror or f"{exc}: is the disk full?"  # numpy's "N requested and M written" names no file
+        raise OSError(exc.errno, f"cannot write the prepared data ({reason})", str(directory)) from exc
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

@@ -7,7 +7,8 @@ const FONT = "ui-monospace, Menlo, Consolas, monospace";
 const FONT_PX = 12;
 const MAX_LABEL = 18;          // characters of a token label drawn; the full label is in its tooltip
 const HEAD_VIEW_MIN = 0.01;    // the head view draws lines of weight >= this
-const THUMB = 120;             // overview thumbnails fit in THUMB x THUMB CSS pixels
+const THUMB = 120;             // overview thumbnails fit in THUMB x THUMB CSS pixels (less where many heads share a row)
+const OVERVIEW_LABEL_PX = 70;  // the overview's "layer N" column
 const MAX_SVG_CELLS = 40000;
 const HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                       "#bcbd22", "#17becf"];
@@ -208,8 +209,11 @@ function drawOverview() {
   if (!example) return;
   const {kind, layer, head} = choice();
   const [rows, cols] = labelsFor(example, kind);
-  const c = Math.max(1, Math.floor(THUMB / Math.max(rows.length, cols.length)));
   const heads = [...Array(example.heads).keys()].map(String).concat(["avg"]);
+  // the thumbnails of one layer share the page's width (12 heads and their mean fit a 1300-pixel window)
+  const room = (grid.parentElement ? grid.parentElement.clientWidth : 0) || window.innerWidth || 1200;
+  const box = Math.max(THUMB / 3, Math.min(THUMB, Math.floor((room - OVERVIEW_LABEL_PX) / heads.length) - 10));
+  const c = Math.max(1, Math.floor(box / Math.max(rows.length, cols.length)));
   grid.style.gridTemplateColumns = "auto repeat(" + heads.length + ", auto)";
   const cellText = (text, cls) => {
     const d = document.createElement("div"); d.className = cls || "hdr"; d.textContent = text; grid.appendChild(d);
@@ -222,10 +226,10 @@ function drawOverview() {
       const canvas = document.createElement("canvas");
       canvas.className = "thumb"; canvas.dataset.layer = l; canvas.dataset.head = h; canvas.dataset.cell = c;
       canvas.width = cols.length * c; canvas.height = rows.length * c;
-      const scale = Math.min(1, THUMB / Math.max(canvas.width, canvas.height));
+      const scale = Math.min(1, box / Math.max(canvas.width, canvas.height));
       // a very long, thin map (10 outputs x 1000 inputs) is stretched to a quarter of the box on its short side
-      canvas.style.width = Math.max(THUMB / 4, canvas.width * scale) + "px";
-      canvas.style.height = Math.max(THUMB / 4, canvas.height * scale) + "px";
+      canvas.style.width = Math.max(box / 4, canvas.width * scale) + "px";
+      canvas.style.height = Math.max(box / 4, canvas.height * scale) + "px";
       canvas.title = KIND_NAMES[kind] + ", layer " + l + ", " + headName(h);
       if (l === layer && h === head) canvas.classList.add("selected");
       paint(canvas, headMatrix(example, kind, l, h), c);
