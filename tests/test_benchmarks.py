@@ -288,3 +288,66 @@ def test_data_scale_runs_the_real_commands(bench, tmp_path, capsys):
     assert first.startswith("DOTFORMER_CACHE=") and first == second  # the same command on the same cache
     assert rows[3]["prepared_s"] == rows[4]["prepared_s"]  # the second run mapped the data the first prepared
     assert printed.out.count("| 2,000 ") == 5
+
+
+TINY_LM = """[data]
+task = "lm"
+tokenizer = "char"
+block_size = 32
+valid_fraction = 0.1
+test_fraction = 0.1
+
+[model]
+arch = "decoder-only"
+d_model = 32
+num_heads = 4
+d_ff = 64
+num_decoder_layers = 1
+dropout = 0.0
+norm_first = true
+
+[train]
+max_tokens = 256
+lr_schedule = "constant"
+lr_peak = 1e-3
+warmup_steps = 1
+seed = 1
+"""
+
+
+def test_modern_ablation_runs_each_variant_at_the_2017_blocks_parameter_count(bench, tmp_path):
+    """Two steps a variant through the real train and evaluate commands: the pre-norm row of a pre-norm config is
+    not run again, every run's parameters are within 2% of the 2017 block's, and the fields reach the runs."""
+    ablation = bench("modern_ablation")
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"in the beginning {i} was the word and the word was {i * 7}\n" for i in range(300)))
+    (tmp_path / "tiny.toml").write_text(TINY_LM)
+    argv = ["--config", str(tmp_path / "tiny.toml"), "--data", str(text), "--steps", "2", "--threads", "1"]
+    argv += ["--variants", "pre-norm,modern", "--work-dir", str(tmp_path / "w"), "--out", str(tmp_path / "a.json")]
+    payload = ablation.main(argv)
+    rows = {row["variant"]: row for row in json.loads((tmp_path / "a.json").read_text())["rows"]}
+    assert list(rows) == ["2017", "pre-norm", "modern"] == [row["variant"] for row in payload["rows"]]
+    assert rows["pre-norm"]["skipped"] and "own" in rows["pre-norm"]["what"]
+    base, modern = rows["2017"], rows["modern"]
+    assert modern["fields"] == dict(norm="rmsnorm", ffn_gated=True, activation="silu", positional="rotary",
+                                    bias=False, num_kv_heads=2)  # fmt: skip
+    assert modern["d_ff"] != base["d_ff"] and abs(modern["parameters"] / base["parameters"] - 1) < 0.02
+    run = json.loads((tmp_path / "w" / "lm" / "modern" / "run.json").read_text())["model"]
+    assert run["norm"] == "rmsnorm" and run["num_kv_heads"] == 2 and run["d_ff"] == modern["d_ff"]
+    for row in (base, modern):
+        assert row["steps"] == 2 and row["tokens_per_s"] > 0 and row["test_bits_per_char"] > 0
+        assert row["commands"][0].startswith("dotformer train --config") and "--max-steps 2" in row["commands"][0]
+
+
+def test_modern_ablation_matches_d_ff_to_the_parameter_count(bench):
+    ablation = bench("modern_ablation")
+    from dotformer.model import expected_num_parameters
+
+    base = ModelConfig(0, 71, d_model=128, num_heads=4, d_ff=512, num_encoder_layers=0, num_decoder_layers=4,
+                       arch="decoder-only", norm_first=True)  # fmt: skip
+    target = expected_num_parameters(base)
+    llama = base.replace(**ablation.LLAMA, num_kv_heads=2)
+    assert ablation.matched_d_ff(llama, target) == 384  # configs/lm-bible-modern.toml's
+    assert ablation.matched_d_ff(base.replace(norm="rmsnorm"), target) == 512  # a few norm weights: d_ff stays
+    assert abs(expected_num_parameters(llama.replace(d_ff=384)) / target - 1) < 0.01
+    assert ablation.toml_value(["a", 1, True, 0.5]) == '["a", 1, true, 0.5]'
