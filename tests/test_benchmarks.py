@@ -351,3 +351,35 @@ def test_modern_ablation_matches_d_ff_to_the_parameter_count(bench):
     assert ablation.matched_d_ff(base.replace(norm="rmsnorm"), target) == 512  # a few norm weights: d_ff stays
     assert abs(expected_num_parameters(llama.replace(d_ff=384)) / target - 1) < 0.01
     assert ablation.toml_value(["a", 1, True, 0.5]) == '["a", 1, true, 0.5]'
+
+
+def test_generate_speed_runs_and_the_engines_agree(bench, tmp_path):
+    """A 2-layer model of Llama's shape: dotformer holds HF's weights and generates HF's greedy tokens; the rows the
+    machine cannot measure say why."""
+    pytest.importorskip("transformers")
+    speed = bench("generate_speed")
+    argv = ["--tiny", "--threads", "1", "--prompts", "2", "--prompt-len", "5", "--new-tokens", "6"]
+    payload = speed.main([*argv, "--out", str(tmp_path / "g.json")])
+    rows = {row["system"]: row for row in json.loads((tmp_path / "g.json").read_text())["rows"]}
+    assert [row["system"] for row in payload["rows"]] == ["dotformer", "hf_generate", "dotformer_ct2", "llama_cpp"]
+    assert rows["dotformer"]["tokens_per_s"] > 0 and rows["hf_generate"]["tokens_per_s"] > 0
+    assert rows["hf_generate"]["agree"] == 1.0  # the same weights, the same greedy tokens
+    for system in ("dotformer_ct2", "llama_cpp"):
+        assert "tokens_per_s" in rows[system] or rows[system]["note"].startswith("skipped: ")
+
+
+@pytest.mark.numerical
+def test_generate_speed_holds_hf_llamas_weights(bench):
+    pytest.importorskip("transformers")
+    speed = bench("generate_speed")
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(speed.llama_config(speed.TINY)).eval()
+    model = speed.dotformer_of(hf)
+    assert model.num_parameters() == sum(p.numel() for p in hf.parameters())  # tied: the embedding counted once
+    tokens = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    with torch.no_grad():
+        theirs = hf(input_ids=tokens).logits
+        ours = model(tgt=tokens)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=logits_tolerance(model.config, theirs))
