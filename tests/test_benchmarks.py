@@ -353,6 +353,28 @@ def test_modern_ablation_matches_d_ff_to_the_parameter_count(bench):
     assert ablation.toml_value(["a", 1, True, 0.5]) == '["a", 1, true, 0.5]'
 
 
+def test_the_shipped_modern_lm_is_lm_bible_with_llamas_block_at_its_parameter_count(bench):
+    """configs/lm-bible-modern.toml is the ablation's "modern" row of lm-bible.toml: its data and recipe, the Llama
+    block's fields, d_ff matched; within 2% of the parameters on the KJV's 71 characters."""
+    ablation = bench("modern_ablation")
+    from dotformer.model import expected_num_parameters
+    from dotformer.runs.config_files import read_config_file
+
+    def config(name: str) -> ModelConfig:
+        model = dict(read_config_file(name).model)
+        return ModelConfig.preset(model.pop("preset"), src_vocab_size=0, tgt_vocab_size=71, **model)
+
+    old, new = read_config_file("lm-bible"), read_config_file("lm-bible-modern")
+    assert new.data == old.data and new.train == old.train
+    base = config("lm-bible")
+    target = expected_num_parameters(base)
+    [modern] = [variant for variant in ablation.VARIANTS if variant.name == "modern"]
+    fields = ablation.changes(ablation.variant_fields(modern, base), base)
+    d_ff = ablation.matched_d_ff(base.replace(**fields), target)
+    assert config("lm-bible-modern") == base.replace(**fields, d_ff=d_ff)
+    assert abs(expected_num_parameters(config("lm-bible-modern")) / target - 1) < 0.02
+
+
 def test_generate_speed_runs_and_the_engines_agree(bench, tmp_path):
     """A 2-layer model of Llama's shape: dotformer holds HF's weights and generates HF's greedy tokens; the rows the
     machine cannot measure say why."""
