@@ -50,7 +50,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SMOLLM_135M = dict(layers=30, d_model=576, heads=9, kv_heads=3, d_ff=1536, vocab=49152)  # HuggingFaceTB/SmolLM-135M
 TINY = dict(layers=2, d_model=64, heads=4, kv_heads=2, d_ff=96, vocab=500)  # the smoke test's
 COLUMNS = ["threads", "system", "tokens_per_s", "ms_per_token", "agree", "parameters", "note"]
-Generator = Callable[[list[int]], list[int]]  # a prompt's ids -> the new ids
+GenerateFn = Callable[[list[int]], list[int]]  # a prompt's ids -> the new ids
 
 
 def llama_config(shape: dict[str, int]) -> Any:
@@ -116,7 +116,7 @@ def dotformer_of(hf: Any) -> Transformer:
     return model
 
 
-def hf_generator(hf: Any, new_tokens: int) -> Generator:
+def hf_generator(hf: Any, new_tokens: int) -> GenerateFn:
     """HF ``generate``: greedy with its cache, exactly ``new_tokens`` tokens, PAD and BOS never generated."""
 
     def run(prompt: list[int]) -> list[int]:
@@ -131,7 +131,7 @@ def hf_generator(hf: Any, new_tokens: int) -> Generator:
     return run
 
 
-def dotformer_generator(model: Transformer, new_tokens: int) -> Generator:
+def dotformer_generator(model: Transformer, new_tokens: int) -> GenerateFn:
     """dotformer's torch engine: :func:`~dotformer.decoding.generate.generate`, greedy, with the cache."""
     config = generation_config(new_tokens, "greedy", use_cache=True)
 
@@ -141,7 +141,7 @@ def dotformer_generator(model: Transformer, new_tokens: int) -> Generator:
     return run
 
 
-def ct2_generator(model: Transformer, new_tokens: int, threads: int, work: Path) -> Generator:
+def ct2_generator(model: Transformer, new_tokens: int, threads: int, work: Path) -> GenerateFn:
     """CTranslate2's ``Generator`` on the model's export (float32, ``threads`` intra-op threads).
 
     Raises:
@@ -169,7 +169,7 @@ def ct2_generator(model: Transformer, new_tokens: int, threads: int, work: Path)
     return run
 
 
-def timed(run: Generator, prompts: list[list[int]]) -> tuple[float, list[list[int]]]:
+def timed(run: GenerateFn, prompts: list[list[int]]) -> tuple[float, list[list[int]]]:
     """Seconds to generate from every prompt (after one untimed warm-up generation), and the outputs."""
     run(prompts[0])
     started = time.perf_counter()
@@ -183,7 +183,10 @@ def make_prompts(count: int, length: int, vocab: int, seed: int = 0) -> list[lis
     return torch.randint(4, vocab, (count, length), generator=generator).tolist()
 
 
-def row_of(threads: int, system: str, seconds: float, tokens: int, agree: float | None, parameters: int) -> dict:
+def row_of(
+    threads: int, system: str, seconds: float, tokens: int, agree: float | None, parameters: int
+) -> dict[str, Any]:
+    """A measured row: tokens per second and milliseconds per token of ``tokens`` generated in ``seconds``."""
     return {"threads": threads, "system": system, "tokens_per_s": round(tokens / seconds, 2),
             "ms_per_token": round(1000 * seconds / tokens, 2), "agree": agree, "parameters": parameters}  # fmt: skip
 
