@@ -419,3 +419,118 @@ def test_classic_g2p_job_runs_phonetisaurus(bench, tmp_path):
     pytest.importorskip("rapidfuzz", reason="WER and PER need rapidfuzz (the eval extra)")
     (row,) = classic_run(bench("classic"), tmp_path, ["g2p"])
     assert row["wer"] == 0.0 and row["per"] == 0.0 and row["missing"] == 0  # one phone per letter
+TINY_LM = """[data]
+task = "lm"
+tokenizer = "char"
+block_size = 32
+valid_fraction = 0.1
+test_fraction = 0.1
+
+[model]
+arch = "decoder-only"
+d_model = 32
+num_heads = 4
+d_ff = 64
+num_decoder_layers = 1
+dropout = 0.0
+norm_first = true
+
+[train]
+max_tokens = 256
+lr_schedule = "constant"
+lr_peak = 1e-3
+warmup_steps = 1
+seed = 1
+"""
+
+
+def test_modern_ablation_runs_each_variant_at_the_2017_blocks_parameter_count(bench, tmp_path):
+    """Two steps a variant through the real train and evaluate commands: the pre-norm row of a pre-norm config is
+    not run again, every run's parameters are within 2% of the 2017 block's, and the fields reach the runs."""
+    ablation = bench("modern_ablation")
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"in the beginning {i} was the word and the word was {i * 7}\n" for i in range(300)))
+    (tmp_path / "tiny.toml").write_text(TINY_LM)
+    argv = ["--config", str(tmp_path / "tiny.toml"), "--data", str(text), "--steps", "2", "--threads", "1"]
+    argv += ["--variants", "pre-norm,modern", "--work-dir", str(tmp_path / "w"), "--out", str(tmp_path / "a.json")]
+    payload = ablation.main(argv)
+    rows = {row["variant"]: row for row in json.loads((tmp_path / "a.json").read_text())["rows"]}
+    assert list(rows) == ["2017", "pre-norm", "modern"] == [row["variant"] for row in payload["rows"]]
+    assert rows["pre-norm"]["skipped"] and "own" in rows["pre-norm"]["what"]
+    base, modern = rows["2017"], rows["modern"]
+    assert modern["fields"] == dict(norm="rmsnorm", ffn_gated=True, activation="silu", positional="rotary",
+                                    bias=False, num_kv_heads=2)  # fmt: skip
+    assert modern["d_ff"] != base["d_ff"] and abs(modern["parameters"] / base["parameters"] - 1) < 0.02
+    run = json.loads((tmp_path / "w" / "lm" / "modern" / "run.json").read_text())["model"]
+    assert run["norm"] == "rmsnorm" and run["num_kv_heads"] == 2 and run["d_ff"] == modern["d_ff"]
+    for row in (base, modern):
+        assert row["steps"] == 2 and row["tokens_per_s"] > 0 and row["test_bits_per_char"] > 0
+        assert row["commands"][0].startswith("dotformer train --config") and "--max-steps 2" in row["commands"][0]
+
+
+def test_modern_ablation_matches_d_ff_to_the_parameter_count(bench):
+    ablation = bench("modern_ablation")
+    from dotformer.model import expected_num_parameters
+
+    base = ModelConfig(0, 71, d_model=128, num_heads=4, d_ff=512, num_encoder_layers=0, num_decoder_layers=4,
+                       arch="decoder-only", norm_first=True)  # fmt: skip
+    target = expected_num_parameters(base)
+    llama = base.replace(**ablation.LLAMA, num_kv_heads=2)
+    assert ablation.matched_d_ff(llama, target) == 384  # configs/lm-bible-modern.toml's
+    assert ablation.matched_d_ff(base.replace(norm="rmsnorm"), target) == 512  # a few norm weights: d_ff stays
+    assert abs(expected_num_parameters(llama.replace(d_ff=384)) / target - 1) < 0.01
+    assert ablation.toml_value(["a", 1, True, 0.5]) == '["a", 1, true, 0.5]'
+
+
+def test_the_shipped_modern_lm_is_lm_bible_with_llamas_block_at_its_parameter_count(bench):
+    """configs/lm-bible-modern.toml is the ablation's "modern" row of lm-bible.toml: its data and recipe, the Llama
+    block's fields, d_ff matched; within 2% of the parameters on the KJV's 71 characters."""
+    ablation = bench("modern_ablation")
+    from dotformer.model import expected_num_parameters
+    from dotformer.runs.config_files import read_config_file
+
+    def config(name: str) -> ModelConfig:
+        model = dict(read_config_file(name).model)
+        return ModelConfig.preset(model.pop("preset"), src_vocab_size=0, tgt_vocab_size=71, **model)
+
+    old, new = read_config_file("lm-bible"), read_config_file("lm-bible-modern")
+    assert new.data == old.data and new.train == old.train
+    base = config("lm-bible")
+    target = expected_num_parameters(base)
+    [modern] = [variant for variant in ablation.VARIANTS if variant.name == "modern"]
+    fields = ablation.changes(ablation.variant_fields(modern, base), base)
+    d_ff = ablation.matched_d_ff(base.replace(**fields), target)
+    assert config("lm-bible-modern") == base.replace(**fields, d_ff=d_ff)
+    assert abs(expected_num_parameters(config("lm-bible-modern")) / target - 1) < 0.02
+
+
+def test_generate_speed_runs_and_the_engines_agree(bench, tmp_path):
+    """A 2-layer model of Llama's shape: dotformer holds HF's weights and generates HF's greedy tokens; the rows the
+    machine cannot measure say why."""
+    pytest.importorskip("transformers")
+    speed = bench("generate_speed")
+    argv = ["--tiny", "--threads", "1", "--prompts", "2", "--prompt-len", "5", "--new-tokens", "6"]
+    payload = speed.main([*argv, "--out", str(tmp_path / "g.json")])
+    rows = {row["system"]: row for row in json.loads((tmp_path / "g.json").read_text())["rows"]}
+    assert [row["system"] for row in payload["rows"]] == ["dotformer", "hf_generate", "dotformer_ct2", "llama_cpp"]
+    assert rows["dotformer"]["tokens_per_s"] > 0 and rows["hf_generate"]["tokens_per_s"] > 0
+    assert rows["hf_generate"]["agree"] == 1.0  # the same weights, the same greedy tokens
+    for system in ("dotformer_ct2", "llama_cpp"):
+        assert "tokens_per_s" in rows[system] or rows[system]["note"].startswith("skipped: ")
+
+
+@pytest.mark.numerical
+def test_generate_speed_holds_hf_llamas_weights(bench):
+    pytest.importorskip("transformers")
+    speed = bench("generate_speed")
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(speed.llama_config(speed.TINY)).eval()
+    model = speed.dotformer_of(hf)
+    assert model.num_parameters() == sum(p.numel() for p in hf.parameters())  # tied: the embedding counted once
+    tokens = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    with torch.no_grad():
+        theirs = hf(input_ids=tokens).logits
+        ours = model(tgt=tokens)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=logits_tolerance(model.config, theirs))

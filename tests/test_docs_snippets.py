@@ -42,7 +42,7 @@ def test_the_fence_pattern_finds_blocks_and_their_lines() -> None:
 
 def test_the_pages_have_snippets() -> None:
     counts = {p.name: len(python_blocks(p.read_text(encoding="utf-8"))) for p in PAGES}
-    assert counts["README.md"] >= 1 and counts["lesson.md"] >= 10
+    assert counts["README.md"] >= 1 and counts["lesson.md"] >= 10 and counts["modern.md"] >= 10
 
 
 @pytest.fixture
