@@ -419,6 +419,8 @@ def test_classic_g2p_job_runs_phonetisaurus(bench, tmp_path):
     pytest.importorskip("rapidfuzz", reason="WER and PER need rapidfuzz (the eval extra)")
     (row,) = classic_run(bench("classic"), tmp_path, ["g2p"])
     assert row["wer"] == 0.0 and row["per"] == 0.0 and row["missing"] == 0  # one phone per letter
+
+
 TINY_LM = """[data]
 task = "lm"
 tokenizer = "char"

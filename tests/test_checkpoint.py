@@ -300,6 +300,8 @@ def test_clear_run_directory_deletes_only_a_runs_own_entries(tmp_path: Path) -> 
     empty.mkdir()
     assert ckpt.clear_run_directory(empty) == [] and empty.is_dir()
     assert ckpt.clear_run_directory(tmp_path / "missing") == []
+    with ckpt.training_lock(tmp_path / "locked"):  # a fresh --out holding only this process's lock (train --overwrite)
+        assert ckpt.clear_run_directory(tmp_path / "locked") == []
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])

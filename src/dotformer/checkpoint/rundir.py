@@ -180,8 +180,8 @@ def clear_run_directory(run_dir: str | Path) -> list[Path]:
         CheckpointError: ``run_dir`` exists but is not a run directory (nothing is deleted).
     """
     run_dir = Path(run_dir)
-    if not run_dir.is_dir() or not any(run_dir.iterdir()):
-        return []  # nothing there (an empty directory is a run's start as much as a missing one)
+    if not run_dir.is_dir() or not any(p.name not in (TRAIN_LOCK, TRAIN_OWNER) for p in run_dir.iterdir()):
+        return []  # nothing there but this process's lock (an empty directory is a run's start as a missing one is)
     if not is_run_directory(run_dir):
         raise CheckpointError(
             f"{run_dir} is not a dotformer run directory (no run.json, last/ or checkpoints/step_*); "
