@@ -454,8 +454,8 @@ class Translator:
         self,
         texts: str | Sequence[str],
         *,
-        pooling: str = "mean",
-        normalize: bool = False,
+        pooling: str | None = None,
+        normalize: bool | None = None,
         batch_size: int = 64,
         max_tokens: int | None = None,
         max_seq_length: int | None = None,
@@ -464,10 +464,11 @@ class Translator:
 
         Args:
             texts: a string or a sequence of strings. pooling: "mean" (real tokens, padding excluded) or "cls"
-                (the first token). normalize: L2-normalise each vector. batch_size, max_tokens: batching by
-                texts and padded tokens. max_seq_length: most tokens (special tokens included) a text keeps, a longer
-                one cut there as sentence-transformers cuts it (default: the imported model's ``max_seq_length``,
-                else the model's ``max_len``).
+                (the first token); default: an imported sentence-transformers model's own, else mean. normalize:
+                L2-normalise each vector; default: if the model has a Normalize module (False opts out).
+                batch_size, max_tokens: batching by texts and padded tokens. max_seq_length: most tokens (special
+                tokens included) a text keeps, a longer one cut there as sentence-transformers cuts it (default:
+                the imported model's ``max_seq_length``, else the model's ``max_len``).
 
         Returns:
             float32 numpy array: (N, D) for a sequence, (D,) for a string.
