@@ -248,6 +248,98 @@ def test_an_imported_sentence_transformers_models_max_seq_length_is_kept(bert: d
         import_bert(tmp_path / "st", tmp_path / "ck2")
 
 
+def make_sentence_transformers_dir(bert_dir: Path, directory: Path, pooling: str, normalize: bool) -> None:
+    """``bert_dir`` laid out as sentence-transformers saves a model: modules.json (Transformer, Pooling[, Normalize])
+    and 1_Pooling/config.json with one pooling mode on."""
+    import shutil
+
+    shutil.copytree(bert_dir, directory)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (directory / "2_Normalize").mkdir()
+    (directory / "modules.json").write_text(json.dumps(modules))
+    (directory / "1_Pooling").mkdir()
+    modes = {"pooling_mode_cls_token": pooling == "cls", "pooling_mode_mean_tokens": pooling == "mean",
+             "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}  # fmt: skip
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **modes}))
+
+
+@pytest.mark.numerical
+@pytest.mark.parametrize(("pooling", "normalize"), [("mean", True), ("cls", True), ("cls", False)])
+def test_an_imported_sentence_transformers_models_pooling_and_normalize_are_the_defaults(
+    bert: dict[str, Any], tmp_path: Path, pooling: str, normalize: bool
+) -> None:
+    """As sentence-transformers' encode: its Pooling module's mode, and unit vectors when a Normalize module follows."""
+    from dotformer.imports.bert import import_bert
+
+    make_sentence_transformers_dir(bert["hf"], tmp_path / "st", pooling, normalize)
+    import_bert(tmp_path / "st", tmp_path / "ck")
+    model = load(tmp_path / "ck")
+    assert model.info["sentence_embedding"] == {"pooling": pooling, "normalize": normalize}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = model.embed(TEXTS)
+        raw = model.embed(TEXTS, normalize=False)
+    np.testing.assert_allclose(got, hf_pooling(bert["hidden"], bert["mask"], pooling, normalize), atol=1e-5)
+    norms = np.linalg.norm(got, axis=-1)
+    assert np.allclose(norms, 1.0, atol=1e-6) if normalize else not np.allclose(norms, 1.0, atol=1e-2)
+    assert not np.allclose(np.linalg.norm(raw, axis=-1), 1.0, atol=1e-2)  # normalize=False opts out
+    np.testing.assert_allclose(raw, hf_pooling(bert["hidden"], bert["mask"], pooling, False), atol=1e-5)
+    plain = load(bert["ck"])  # a plain BERT import: mean pooling, unnormalised
+    assert "sentence_embedding" not in plain.info
+
+
+def test_cli_embed_normalises_by_the_models_normalize_module_and_no_normalize_opts_out(
+    bert: dict[str, Any], tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dotformer.imports.bert import import_bert
+
+    make_sentence_transformers_dir(bert["hf"], tmp_path / "st", "mean", True)
+    import_bert(tmp_path / "st", tmp_path / "ck")
+    lines = "".join(t + "\n" for t in TEXTS[:5]).encode("utf-8")
+    runs = {}
+    for flag in ([], ["--no-normalize"], ["--normalize"]):
+        out_file = tmp_path / f"v{len(runs)}.jsonl"
+        argv = ["embed", "--checkpoint", str(tmp_path / "ck"), "--output", str(out_file), *flag]
+        status, out, err = run_cli(capsysbinary, monkeypatch, *argv, stdin=lines)
+        assert status == 0, err
+        records = [json.loads(line) for line in out_file.read_text(encoding="utf-8").splitlines()]
+        runs[tuple(flag)] = records
+    norms = {flag: np.linalg.norm([r["embedding"] for r in records], axis=-1) for flag, records in runs.items()}
+    np.testing.assert_allclose(norms[()], 1.0, atol=1e-6)
+    np.testing.assert_allclose(norms[("--normalize",)], 1.0, atol=1e-6)
+    assert not np.allclose(norms[("--no-normalize",)], 1.0, atol=1e-2)
+    assert [r["normalized"] for r in runs[()]] == [True] * 5
+    assert [r["normalized"] for r in runs[("--no-normalize",)]] == [False] * 5
+    # a plain BERT (no Normalize module): unnormalised by default, --normalize still normalises
+    status, out, err = run_cli(capsysbinary, monkeypatch, "embed", "--checkpoint", str(bert["ck"]), "--output-format",
+                               "jsonl", "--normalize", "a bird", "we read")  # fmt: skip
+    assert status == 0, err
+    vectors = [json.loads(line)["embedding"] for line in out.decode().splitlines()]
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=-1), 1.0, atol=1e-6)
+
+
+def test_a_sentence_transformers_pooling_embed_lacks_is_logged_not_recorded(
+    bert: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from dotformer.imports.bert import import_bert
+
+    make_sentence_transformers_dir(bert["hf"], tmp_path / "st", "max", True)
+    config = tmp_path / "st" / "1_Pooling" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "pooling_mode_max_tokens": True}))
+    with caplog.at_level("WARNING", logger="dotformer.imports.bert"):
+        import_bert(tmp_path / "st", tmp_path / "ck")
+    assert "pooling pooling_mode_max_tokens is not one embed has" in caplog.text
+    assert load(tmp_path / "ck").info["sentence_embedding"] == {"normalize": True}
+    (tmp_path / "st" / "modules.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="modules.json: not a sentence-transformers modules list"):
+        import_bert(tmp_path / "st", tmp_path / "ck2")
+
+
 def test_unknown_symbols_are_one_warning_per_call(bert: dict[str, Any]) -> None:
     from dotformer.decoding.inputs import UnknownTokenWarning
 

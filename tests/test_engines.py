@@ -524,6 +524,50 @@ def test_a_copy_that_cannot_be_written_says_where_and_why(
     assert [p.name for p in (tmp_path / "a").iterdir() if not p.name.endswith(".lock")] == []
 
 
+def test_auto_runs_on_torch_when_the_copy_cannot_be_written_anywhere(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The checkpoint's directory and the cache directory both read-only: ``auto`` warns once, naming both, and
+    translates on torch as ``engine="torch"`` does; ``engine="ctranslate2"`` keeps the error."""
+    import errno
+    import shutil
+    import stat
+    import tempfile
+
+    mine = tmp_path / "ro" / "reverse"
+    shutil.copytree(checkpoint, mine)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv(cache_module.CACHE_DIR_ENV, str(cache))
+    expected = dotformer.load(mine, device="cpu", engine="torch").translate("a1 a2 a3", strategy="greedy")
+    places = cache_module.cache_roots(mine)
+    assert places == [mine.parent / cache_module.CACHE_NAME, cache / "ct2"]  # beside the checkpoint, the user cache
+    for place in places:
+        place.mkdir(parents=True, exist_ok=True)
+        place.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    if any(os.access(place, os.W_OK) for place in places):  # root writes anyway: refuse the writes by hand
+        mkdtemp = tempfile.mkdtemp
+
+        def read_only(*args: Any, dir: Any = None, **kwargs: Any) -> str:  # noqa: A002 (tempfile's name)
+            if dir is not None and Path(dir) in places:
+                raise PermissionError(errno.EACCES, "Permission denied", str(dir))
+            return mkdtemp(*args, dir=dir, **kwargs)
+
+        monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    try:
+        with caplog.at_level("WARNING"):
+            model = dotformer.load(mine, device="cpu")
+        assert model.engine == "torch" and model.translate("a1 a2 a3", strategy="greedy") == expected
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert f"neither {places[0]} (Permission denied) nor {places[1]} (Permission denied)" in warning
+        assert warning.endswith("running on the torch engine")
+        with pytest.raises(cache_module.CopyWriteError, match=r"neither .* nor .* can be written"):
+            dotformer.load(mine, device="cpu", engine="ctranslate2")
+    finally:
+        for place in places:
+            place.chmod(stat.S_IRWXU)
+
+
 def test_concurrent_first_uses_convert_once_and_leave_one_whole_copy(checkpoint: Path, tmp_path: Path) -> None:
     """Four threads ask for the same copy at once; the conversion (slow on purpose) runs once, inside the lock, and
     every thread gets the same complete directory; a failed conversion leaves nothing behind."""

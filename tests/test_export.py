@@ -518,6 +518,23 @@ def test_cli_export_refuses_a_non_empty_output_and_bad_models(checkpoint_dir, tm
     assert not (tmp_path / "q").exists() and not list(tmp_path.glob(".q.tmp-*"))
 
 
+def test_cli_export_ct2_of_an_encoder_names_the_models_that_export(tmp_path, cli):
+    """An encoder-only model is refused in one line that names what CTranslate2 holds, language models included."""
+    pytest.importorskip("ctranslate2")
+    from dotformer.checkpoint import save_checkpoint
+
+    tok = train_tokenizer("char", ["hello world", "the quick brown fox"])
+    model = tiny_model(seed=6, arch="encoder-only", num_decoder_layers=0, src_vocab_size=tok.vocab_size,
+                       tgt_vocab_size=tok.vocab_size)  # fmt: skip
+    save_checkpoint(tmp_path / "enc", model, tok, tok, {"task": "encoder"})
+    result = cli("export", "--to", "ct2", str(tmp_path / "enc"), str(tmp_path / "out"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "encoder-decoders (a Translator) and language models (a Generator), not an arch='encoder-only'" in line
+    assert "--to hf" in line and "only encoder-decoder" not in line
+    assert not (tmp_path / "out").exists()
+
+
 # -- the engines' default options -------------------------------------------------------------------------------------
 
 

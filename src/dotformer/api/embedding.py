@@ -13,6 +13,11 @@ tokens of each row:
 With ``normalize`` each vector is divided by its L2 norm (``e / max(‖e‖₂, 1e-12)``, so a zero vector stays zero), and
 the dot product of two vectors is then their cosine similarity.
 
+Defaults. An imported sentence-transformers model carries its own modules' settings (its ``Pooling`` module's mode and
+whether a ``Normalize`` module follows, :func:`dotformer.imports.bert.sentence_transformers_modules`): left unset,
+``pooling`` and ``normalize`` are those, as sentence-transformers applies them (:func:`embedding_settings`); any other
+model pools by mean and does not normalise. ``normalize=False`` opts out of a model's Normalize.
+
 Inputs. An encoder-only model (an imported BERT) reads ``[BOS] ids [EOS]``, BERT's ``[CLS] ... [SEP]``
 (:func:`dotformer.imports.bert.bert_inputs`), so its CLS pooling is BERT's ``[CLS]`` vector; an encoder-decoder
 model's encoder reads ``ids [EOS]``, the source it was trained on (:func:`dotformer.decoding.inputs.encode_sources`),
@@ -70,6 +75,18 @@ def check_has_encoder(loaded: Any) -> None:
             f"{loaded.path}: a decoder-only model has no encoder to embed with; use an encoder-only checkpoint "
             "(dotformer import --from bert) or an encoder-decoder one"
         )
+
+
+def embedding_settings(loaded: Any, pooling: str | None = None, normalize: bool | None = None) -> tuple[str, bool]:
+    """The pooling and normalisation to embed with: those given, else the model's own (an imported
+    sentence-transformers model's ``info["sentence_embedding"]``), else mean pooling without normalisation.
+
+    Raises:
+        ConfigError: an unknown pooling.
+    """
+    own = loaded.info.get("sentence_embedding") or {}
+    chosen = pooling if pooling is not None else own.get("pooling", POOLINGS[0])
+    return check_pooling(chosen), bool(normalize if normalize is not None else own.get("normalize", False))
 
 
 def embedding_inputs(loaded: Any, texts: Sequence[str], max_seq_length: int | None = None) -> tuple[EncodedTexts, int]:
@@ -169,8 +186,8 @@ def embed_encoded(
 def embed_texts(
     loaded: Any,
     texts: Sequence[str],
-    pooling: str = "mean",
-    normalize: bool = False,
+    pooling: str | None = None,
+    normalize: bool | None = None,
     batch_size: int = 64,
     max_tokens: int | None = None,
     max_seq_length: int | None = None,
@@ -181,8 +198,9 @@ def embed_texts(
         loaded: a :class:`~dotformer.checkpoint.LoadedCheckpoint` with an encoder (encoder-only or
             encoder-decoder).
         texts: the inputs; an empty text is read as the special tokens alone.
-        pooling: "mean" (over the real tokens, padding excluded) or "cls" (the first token).
-        normalize: divide each vector by its L2 norm.
+        pooling: "mean" (over the real tokens, padding excluded) or "cls" (the first token); None: the model's own
+            (:func:`embedding_settings`), else mean.
+        normalize: divide each vector by its L2 norm; None: if the model has a Normalize module.
         batch_size: most texts encoded together. max_tokens: most padded tokens per batch (default
             :data:`~dotformer.decoding.order.DEFAULT_MAX_TOKENS`); a longer text is encoded alone.
         max_seq_length: most tokens (special tokens included) a text keeps; a longer one is cut there, as
@@ -202,7 +220,7 @@ def embed_texts(
 
     from dotformer.decoding.inputs import TruncationWarning, warn_unknown
 
-    check_pooling(pooling)
+    pooling, normalize = embedding_settings(loaded, pooling, normalize)
     check_has_encoder(loaded)
     if not texts:
         return np.zeros((0, loaded.model.config.d_model), dtype=np.float32)

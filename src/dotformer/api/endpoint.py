@@ -417,7 +417,8 @@ async def embed_request(
 ) -> dict[str, Any]:
     """The JSON reply to one ``POST /api/embed``: ``{"texts": [...], "pooling": "mean", "normalize": false}`` ->
     ``{"embeddings": [[...], ...], "dimensions": D}``, one vector per text, :meth:`dotformer.api.Translator.embed`'s
-    (the encoder's memory pooled: "mean" over the real tokens or "cls", the first; ``normalize``: unit length). Any
+    (the encoder's memory pooled: "mean" over the real tokens or "cls", the first; ``normalize``: unit length; either
+    left out: the model's own, as an imported sentence-transformers model records them, else mean and false). Any
     model with an encoder (translation models, masked language models, classifiers) serves it; the texts are
     embedded through ``batcher`` beside those of other requests with the same pooling (None: here).
 
@@ -436,10 +437,10 @@ async def embed_request(
     if unknown:
         raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(EMBED_FIELDS)}")
     texts = _texts(request)
-    pooling, normalize = request.get("pooling", "mean"), request.get("normalize", False)
-    if pooling not in ("mean", "cls"):
+    pooling, normalize = request.get("pooling"), request.get("normalize")  # None: the model's own (or mean, false)
+    if pooling is not None and pooling not in ("mean", "cls"):
         raise RequestError(f'"pooling" must be "mean" or "cls", got {json.dumps(pooling)}')
-    if not isinstance(normalize, bool):
+    if normalize is not None and not isinstance(normalize, bool):
         raise RequestError(f'"normalize" must be true or false, got {json.dumps(normalize)}')
     sizes = [len(ids) for ids in translator.src_tokenizer.encode_batch(texts)]
     if sum(sizes) > max_work:

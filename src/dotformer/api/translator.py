@@ -19,12 +19,15 @@ outputs for the same settings. A call that asks for what only torch runs (``atte
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 from dotformer.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import torch
@@ -454,8 +457,8 @@ class Translator:
         self,
         texts: str | Sequence[str],
         *,
-        pooling: str = "mean",
-        normalize: bool = False,
+        pooling: str | None = None,
+        normalize: bool | None = None,
         batch_size: int = 64,
         max_tokens: int | None = None,
         max_seq_length: int | None = None,
@@ -464,10 +467,11 @@ class Translator:
 
         Args:
             texts: a string or a sequence of strings. pooling: "mean" (real tokens, padding excluded) or "cls"
-                (the first token). normalize: L2-normalise each vector. batch_size, max_tokens: batching by
-                texts and padded tokens. max_seq_length: most tokens (special tokens included) a text keeps, a longer
-                one cut there as sentence-transformers cuts it (default: the imported model's ``max_seq_length``,
-                else the model's ``max_len``).
+                (the first token); default: an imported sentence-transformers model's own, else mean. normalize:
+                L2-normalise each vector; default: if the model has a Normalize module (False opts out).
+                batch_size, max_tokens: batching by texts and padded tokens. max_seq_length: most tokens (special
+                tokens included) a text keeps, a longer one cut there as sentence-transformers cuts it (default:
+                the imported model's ``max_seq_length``, else the model's ``max_len``).
 
         Returns:
             float32 numpy array: (N, D) for a sequence, (D,) for a string.
@@ -683,9 +687,12 @@ def open_translator(
         flag: how the surface names its engine setting (``--engine``, ``engine=``), for the messages.
         ensemble: how the surface names several checkpoints (an ensemble runs on torch only).
 
+    Under ``engine="auto"``, a CTranslate2 copy that cannot be written anywhere (:class:`~dotformer.engines.cache
+    .CopyWriteError`) is one logged warning naming the places tried, and the model runs on torch.
+
     Raises:
         ConfigError: a checkpoint that does not serve ``purpose`` (the message names the right command); or see
-            :func:`load`.
+            :func:`load`. CopyWriteError: ``engine="ctranslate2"`` and the copy cannot be written.
     """
     from dotformer.engines.choice import check_engine, choose_engine, ct2_problem, torch_only_settings
 
@@ -715,7 +722,15 @@ def open_translator(
     chosen = choose_engine(engine, asked, ct2_problem(files.config, dtype, str(device)), flag)
     if chosen == "torch":
         return Translator(load_checkpoint_for_decoding(paths[0], device, dtype), dtype)
-    return Translator(files, dtype, engine, str(device), intra_threads, inter_threads)
+    from dotformer.engines.cache import CopyWriteError
+
+    try:
+        return Translator(files, dtype, engine, str(device), intra_threads, inter_threads)
+    except CopyWriteError as exc:  # no place for the CTranslate2 copy: `auto` runs on torch, `ctranslate2` fails
+        if engine != "auto":
+            raise
+        logger.warning("%s; running on the torch engine", exc)
+        return Translator(load_checkpoint_for_decoding(paths[0], device, dtype), dtype)
 
 
 PURPOSES: tuple[str, ...] = ("any", "translate", "generate", "evaluate")

@@ -34,6 +34,8 @@ output: standard output or --output FILE; --output-format (default: jsonl for a 
         ID is the input's 0-based index.
 pooling: mean (the encoder's memory averaged over the real tokens, padding excluded) or cls (the first token: BERT's
         [CLS]); --normalize divides each vector by its L2 norm (dot products are then cosine similarities).
+        An imported sentence-transformers model pools and normalises as its own modules say (1_Pooling, Normalize),
+        as sentence-transformers does; --pooling and --no-normalize override them. Other models: mean, unnormalised.
         A text longer than --max-seq-length tokens is cut there, as sentence-transformers cuts it (one warning).
         An imported BERT (encoder-only) reads "[CLS] text [SEP]"; an encoder-decoder model's encoder reads its
         source as in translate ("text </s>"). A decoder-only model has no encoder and is refused.
@@ -53,11 +55,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_flags(speed, "precision of the weights (vectors are pooled and written in float32)")
     parser.add_argument(
         "--pooling",
-        default="mean",
+        default=None,
         metavar="{" + ",".join(POOLINGS) + "}",
-        help="mean over the real tokens (default) or the first token",
+        help="mean over the real tokens or the first token (default: the model's own pooling, else mean)",
     )
-    parser.add_argument("--normalize", action="store_true", help="L2-normalise each vector")
+    parser.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="L2-normalise each vector (default: if the model has a Normalize module; --no-normalize opts out)",
+    )
     speed.add_argument("--batch-size", type=int, default=64, metavar="B", help="texts encoded together (64)")
     speed.add_argument("--max-tokens", type=int, default=None, metavar="N", help="most padded tokens per batch (8192)")
     speed.add_argument(
@@ -90,7 +97,8 @@ def check_arguments(args: argparse.Namespace) -> str:
     from dotformer.cli.outputs import check_output_file
     from dotformer.errors import ConfigError
 
-    check_pooling(args.pooling)
+    if args.pooling is not None:
+        check_pooling(args.pooling)
     check_input_flags(
         args,
         ("--batch-size", args.batch_size),
@@ -139,20 +147,22 @@ def read_texts(args: argparse.Namespace) -> tuple[list[str], str | None]:
 def run(args: argparse.Namespace) -> int:
     """Read the inputs, embed them, write the vectors. Returns 0."""
     from dotformer.api import Translator
+    from dotformer.api.embedding import embedding_settings
     from dotformer.errors import ConfigError
 
     output_format = check_arguments(args)
     texts, _ = read_texts(args)
     translator = Translator(load_for_decoding(args), args.dtype)
+    pooling, normalize = embedding_settings(translator.checkpoint, args.pooling, args.normalize)
     vectors = translator.embed(
         texts,
-        pooling=args.pooling,
-        normalize=args.normalize,
+        pooling=pooling,
+        normalize=normalize,
         batch_size=args.batch_size,
         max_tokens=args.max_tokens,
         max_seq_length=args.max_seq_length,
     )
-    payload = npy_bytes(vectors) if output_format == "npy" else jsonl_text(texts, vectors, args.pooling, args.normalize)
+    payload = npy_bytes(vectors) if output_format == "npy" else jsonl_text(texts, vectors, pooling, normalize)
     if args.output in (None, "-"):
         out: Any = getattr(sys.stdout, "buffer", None)
         if out is None:  # a text stream without bytes underneath: JSON lines go as text, a .npy cannot
@@ -168,10 +178,10 @@ def run(args: argparse.Namespace) -> int:
     path.write_bytes(payload)
     if output_format == "npy":
         sidecar = Path(str(path) + SIDECAR_SUFFIX)
-        sidecar.write_text(sidecar_text(vectors, args.pooling, args.normalize, translator), encoding="utf-8")
+        sidecar.write_text(sidecar_text(vectors, pooling, normalize, translator), encoding="utf-8")
     shown = f"{path} (pooling in {path}{SIDECAR_SUFFIX})" if output_format == "npy" else str(path)
-    print(f"wrote {shown}: {vectors.shape[0]} x {vectors.shape[1]} float32, {args.pooling} pooling"
-          f"{', L2-normalised' if args.normalize else ''}")  # fmt: skip
+    print(f"wrote {shown}: {vectors.shape[0]} x {vectors.shape[1]} float32, {pooling} pooling"
+          f"{', L2-normalised' if normalize else ''}")  # fmt: skip
     return 0
 
 

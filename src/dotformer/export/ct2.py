@@ -93,13 +93,16 @@ def tokens_to_ids(tokens: Sequence[str], vocabulary: Sequence[str]) -> list[int]
 
 
 def _check(config: ModelConfig, src_vocab: Sequence[str], tgt_vocab: Sequence[str]) -> None:
-    if config.arch != "encoder-decoder":
-        hint = (
-            " (a language model: dotformer.export.ct2_lm.export_language_model)"
-            if config.arch == "decoder-only"
-            else ""
+    if config.arch == "decoder-only":
+        raise ConfigError(
+            "only encoder-decoder models make a CTranslate2 Translator, got arch='decoder-only' (a language model: "
+            "dotformer.export.ct2_lm.export_language_model)"
         )
-        raise ConfigError(f"only encoder-decoder models make a CTranslate2 Translator, got arch={config.arch!r}{hint}")
+    if config.arch != "encoder-decoder":
+        raise ConfigError(
+            f"CTranslate2 export holds encoder-decoders (a Translator) and language models (a Generator), not an "
+            f"arch={config.arch!r} model; export an encoder with --to hf (BertModel) or --to onnx"
+        )
     problem = model_problem(config)
     if problem is not None:
         raise ConfigError(problem)

@@ -15,7 +15,10 @@ the WordPiece ``tokenizer.json``. BERT is the paper's post-LN encoder with three
 The encoder's memory is then BERT's ``last_hidden_state`` (tested). The pooler and any task head (``cls.*``) are
 not part of it and are not imported (logged); the checkpoint's generator is tied to the embeddings and is no MLM head.
 A sentence-transformers directory's ``max_seq_length`` (``sentence_bert_config.json``) is kept in the checkpoint's
-config.json: ``embed`` cuts texts to it, as sentence-transformers does.
+config.json: ``embed`` cuts texts to it, as sentence-transformers does. So are its modules' facts
+(``modules.json``): the pooling of its ``Pooling`` module (``1_Pooling/config.json``: mean or CLS) and whether a
+``Normalize`` module follows it, as ``info["sentence_embedding"] = {"pooling": "mean", "normalize": true}``: ``embed``
+pools and normalises by them unless told otherwise, as sentence-transformers does.
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ def import_bert(directory: str | Path, output: str | Path) -> Path:
     max_seq_length = sentence_transformers_length(directory, model.config.max_len)
     if max_seq_length is not None:  # what `embed` cuts texts to, as sentence-transformers does
         info["max_seq_length"] = max_seq_length
+    modules = sentence_transformers_modules(directory)
+    if modules is not None:  # the pooling and normalisation `embed` applies by default
+        info["sentence_embedding"] = modules
     with fresh_output_dir(output) as tmp:
         save_checkpoint(tmp, model, tokenizer, tokenizer, info)
     return output
@@ -94,6 +100,52 @@ def sentence_transformers_length(directory: Path, max_len: int) -> int | None:
     if not isinstance(length, int) or isinstance(length, bool) or not 2 <= length <= max_len:
         raise CheckpointError(f"{path}: max_seq_length {length!r} is not an integer in [2, {max_len}] (positions)")
     return length
+
+
+MODULES_FILE = "modules.json"  # a sentence-transformers model's modules, in order: [{"type": ..., "path": ...}, ...]
+ST_MODULE = "sentence_transformers.models."  # the prefix of its module types
+ST_POOLINGS = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}  # the poolings `embed` has
+
+
+def sentence_transformers_modules(directory: Path) -> dict[str, Any] | None:
+    """``{"pooling": "mean" | "cls", "normalize": bool}`` of a sentence-transformers model directory
+    (``modules.json``, its ``Pooling`` module's ``config.json``), or None for a plain BERT directory.
+
+    A pooling other than exactly one of mean and CLS (max, several concatenated), or a module ``embed`` does not run
+    (``Dense``), is logged as a warning and that fact is not recorded (``embed`` then pools by its own default).
+
+    Raises:
+        CheckpointError: ``modules.json`` or the pooling config is not the JSON sentence-transformers writes.
+    """
+    import json
+
+    path = directory / MODULES_FILE
+    if not path.is_file():
+        return None
+    try:
+        modules = json.loads(path.read_text(encoding="utf-8"))
+        types = [(str(m["type"]).removeprefix(ST_MODULE), str(m.get("path", ""))) for m in modules]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CheckpointError(f"{path}: not a sentence-transformers modules list ({exc!r})") from None
+    facts: dict[str, Any] = {"normalize": any(kind == "Normalize" for kind, _ in types)}
+    unknown = [kind for kind, _ in types if kind not in ("Transformer", "Pooling", "Normalize")]
+    if unknown:
+        logger.warning("%s: embed does not run the module(s) %s; its vectors are the pooled encoder's", path,
+                       ", ".join(unknown))  # fmt: skip
+    for kind, where in types:
+        if kind == "Pooling":
+            pooling_path = directory / (where or "1_Pooling") / "config.json"
+            try:
+                config = json.loads(pooling_path.read_text(encoding="utf-8"))
+                modes = [name for name, on in config.items() if name.startswith("pooling_mode_") and on is True]
+            except (OSError, ValueError, AttributeError) as exc:
+                raise CheckpointError(f"{pooling_path}: not a sentence-transformers pooling config ({exc})") from None
+            if len(modes) == 1 and modes[0] in ST_POOLINGS:
+                facts["pooling"] = ST_POOLINGS[modes[0]]
+            else:
+                logger.warning("%s: pooling %s is not one embed has (mean, cls); embed pools by its --pooling",
+                               pooling_path, " + ".join(modes) or "none")  # fmt: skip
+    return facts
 
 
 BERT_NAMES = EngineNames(
