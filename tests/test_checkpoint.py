@@ -256,6 +256,29 @@ def test_recover_run_directory_puts_back_a_checkpoint_renamed_aside(tmp_path: Pa
     assert same_weights(old, ckpt.load_checkpoint(run / "best").model)
 
 
+def test_recover_run_directory_links_last_to_a_newer_step(tmp_path: Path) -> None:
+    """A kill between writing checkpoints/step_N and linking last/ to it leaves last/ at the step before: the next
+    start links it to step N (a damaged step N is left alone: resuming skips it)."""
+    run = tmp_path / "run"
+    for step in (10, 20):
+        save(run / "checkpoints" / ckpt.step_dir_name(step), seed=step, train_state={"step": step})
+    ckpt.link_checkpoint(run / "checkpoints" / "step_0000010", run / "last")
+    assert ckpt.recover_run_directory(run) == [f"linked {run / 'last'} to {run / 'checkpoints' / 'step_0000020'}"]
+    assert ckpt.load_train_state(run / "last")["step"] == 20
+    assert ckpt.recover_run_directory(run) == []  # last/ is the newest step: nothing to do
+
+    save(run / "checkpoints" / ckpt.step_dir_name(30), seed=30, train_state={"step": 30})
+    weights = run / "checkpoints" / "step_0000030" / ckpt.MODEL_FILE
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x10
+    weights.write_bytes(bytes(data))  # damaged: last/ stays at step 20
+    assert ckpt.recover_run_directory(run) == []
+    assert ckpt.load_train_state(run / "last")["step"] == 20
+    (run / "last").rename(tmp_path / "gone")
+    (run / "checkpoints" / "step_0000030").rename(tmp_path / "step_30")
+    assert ckpt.recover_run_directory(run) == [f"linked {run / 'last'} to {run / 'checkpoints' / 'step_0000020'}"]
+
+
 def test_a_checkpoint_without_manifest_loads_with_a_warning(tmp_path: Path) -> None:
     model = save(tmp_path / "c")
     (tmp_path / "c" / ckpt.MANIFEST_FILE).unlink()

@@ -42,7 +42,12 @@ progress = false
 """
 PAIRS = 80  # a copy task written as a TSV file: "s3 s1 s7<TAB>s3 s1 s7"
 CLI = Cli()  # the conftest fixture's runner: its command, environment and time limit
-ENV = CLI.env(PYTHONWARNINGS="ignore::DeprecationWarning")
+
+
+def env() -> dict[str, str]:
+    """The child's environment, read when a test runs: it inherits the test's own cache of prepared data
+    ($DOTFORMER_CACHE, set by a conftest fixture), never the user's ~/.cache/dotformer."""
+    return CLI.env(PYTHONWARNINGS="ignore::DeprecationWarning")
 
 
 @pytest.fixture
@@ -62,9 +67,8 @@ def train_command(config: Path, out: Path, *extra: str) -> list[str]:
 
 
 def train(config: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        train_command(config, out, *extra), capture_output=True, text=True, env=ENV, timeout=CLI.timeout_s, check=False
-    )
+    command = train_command(config, out, *extra)
+    return subprocess.run(command, capture_output=True, text=True, env=env(), timeout=CLI.timeout_s, check=False)
 
 
 def train_steps(run: Path) -> list[int]:
@@ -131,6 +135,16 @@ def finished(run: Path, steps: int) -> bool:
         return False
 
 
+def resume_finished(config: Path, run: Path, steps: int) -> None:
+    """What a user does after a kill that came after the final checkpoint: resume, and be told the run is done (that
+    start also finishes what the kill interrupted, e.g. links last/ to the final step)."""
+    done = subprocess.run(
+        next_command(config, run, steps), capture_output=True, text=True, env=env(), timeout=CLI.timeout_s, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().endswith(f"the budget allows no step: the run is at step {steps}, max_steps={steps}")
+
+
 def assert_same_as_reference(run: Path, reference: Path, steps: int) -> None:
     assert_every_checkpoint_loadable(run)
     assert_same_state(reference / "last", run / "last")
@@ -149,7 +163,7 @@ def kill_and_resume(tmp_path: Path, config: Path, kills: int, steps: int, seed: 
     while True:
         log = run / "metrics.jsonl"
         size = log.stat().st_size if log.exists() else -1
-        process = subprocess.Popen(next_command(config, run, steps), env=ENV, stdout=subprocess.DEVNULL,
+        process = subprocess.Popen(next_command(config, run, steps), env=env(), stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True)  # fmt: skip
         if killed == kills:  # the last start runs to the end
             wait_until(process, time.monotonic() + CLI.timeout_s)
@@ -166,6 +180,8 @@ def kill_and_resume(tmp_path: Path, config: Path, kills: int, steps: int, seed: 
         assert process.returncode in (0, -signal.SIGKILL), err
         assert_every_checkpoint_loadable(run)
         if process.returncode == 0 or finished(run, steps):  # the run reached its end: compare, start again
+            if process.returncode != 0:
+                resume_finished(config, run, steps)
             assert_same_as_reference(run, reference, steps)
             if killed == kills:
                 break
@@ -187,7 +203,7 @@ def test_kill_9_many_times_resumes_bit_identical(tmp_path: Path, config: Path) -
 def test_a_signal_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path, config: Path, signum: int) -> None:
     run = tmp_path / "run"
     process = subprocess.Popen(train_command(config, run, "--max-steps", "100000", "--save-every", "100000"),
-                               env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                               env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     while process.poll() is None and not ((run / "metrics.jsonl").exists() and len(train_steps(run)) >= 5):
         time.sleep(0.02)
     process.send_signal(signum)

@@ -182,8 +182,8 @@ def test_a_cooldown_by_the_clock_ends_near_zero(tmp_path: Path) -> None:
 
 
 def test_the_last_checkpoint_knows_the_final_validation_pass(tmp_path: Path) -> None:
-    """Step 6 is saved by save_every before the final validation pass runs: last/ is written again after it, so
-    that its best_step and valid loss are the final pass's (a resume compares the next pass with the true best)."""
+    """Step 6, a save_every step, is saved after the final validation pass: last/ holds the final pass's best_step
+    and valid loss (a resume compares the next pass with the true best)."""
     data = tiny_data()
     config = tiny_config(max_steps=6, save_every=3, eval_every=4, lr_schedule="constant", lr_peak=3e-3)
     fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path)
@@ -195,6 +195,53 @@ def test_the_last_checkpoint_knows_the_final_validation_pass(tmp_path: Path) -> 
     assert state["step"] == 6 and state["best_step"] == best["step"]
     assert state["best_valid_loss"] == pytest.approx(best["loss"])
     assert ckpt.load_checkpoint(tmp_path / "last").info["valid"]["loss"] == pytest.approx(passes[-1]["loss"])
+
+
+class KilledError(Exception):
+    """A crash simulated inside the loop."""
+
+
+@pytest.mark.numerical
+@pytest.mark.parametrize("budget", [{"max_steps": 6}, {"max_epochs": 1.5}])
+def test_a_crash_before_the_final_validation_pass_resumes_bit_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: dict[str, object]
+) -> None:
+    """The budget's last step is saved once, after the final validation pass: a crash during that pass leaves the
+    step before the newest checkpoint, and the resumed run ends bit-identical to one never interrupted (weights,
+    optimizer, best_step and best/). A checkpoint of the last step written before the pass would look finished:
+    a resume would refuse to step on and never redo the pass."""
+    data = tiny_data()
+    vocab = data.src_tokenizer.vocab_size
+    config = tiny_config(save_every=1, eval_every=4, lr_schedule="constant", lr_peak=3e-3, **budget)
+    whole = fit(tiny_model(vocab), data, config, run_dir=tmp_path / "whole")
+    assert whole.steps % 4 and whole.best_step == whole.steps  # a final pass of its own, which is the best one
+    real = loop.validate
+
+    def killed_in_the_final_pass(setup, state, *args):  # type: ignore[no-untyped-def]
+        if state.step == whole.steps:
+            raise KilledError
+        return real(setup, state, *args)
+
+    monkeypatch.setattr(loop, "validate", killed_in_the_final_pass)
+    with pytest.raises(KilledError):
+        fit(tiny_model(vocab), data, config, run_dir=tmp_path / "parts")
+    assert ckpt.load_train_state(ckpt.find_resume_checkpoint(tmp_path / "parts"))["step"] == whole.steps - 1
+    monkeypatch.setattr(loop, "validate", real)
+    resumed = fit(tiny_model(vocab), data, config, run_dir=tmp_path / "parts", resume=True)
+    assert (resumed.steps, resumed.best_step) == (whole.steps, whole.best_step)
+    for name in ("last", "best"):
+        a = ckpt.load_weights(tmp_path / "whole" / name / ckpt.MODEL_FILE)
+        b = ckpt.load_weights(tmp_path / "parts" / name / ckpt.MODEL_FILE)
+        assert all(torch.equal(a[k], b[k]) for k in a), name
+    a, b = (ckpt.load_train_state(tmp_path / run / "last") for run in ("whole", "parts"))
+    assert all(torch.equal(x, y) for x, y in zip(state_tensors(a), state_tensors(b), strict=True))
+    assert {**a, "seconds": 0, "optimizer": 0, "rng": 0} == {**b, "seconds": 0, "optimizer": 0, "rng": 0}
+
+
+def state_tensors(state: dict) -> list[torch.Tensor]:
+    """The optimizer's moments and the random generators' states of a training state, in a fixed order."""
+    moments = [t for _, s in sorted(state["optimizer"]["state"].items()) for _, t in sorted(s.items())]
+    return [*moments, *state["rng"]["torch"]]
 
 
 def test_budgets_count_from_the_start_of_the_run(tmp_path: Path) -> None:

@@ -21,13 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from dotformer.checkpoint.atomic import _aside_copy
+from dotformer.checkpoint.atomic import _aside_copy, link_checkpoint
 from dotformer.checkpoint.format import (
     CONFIG_FILE,
     MANIFEST_FILE,
     MODEL_FILE,
     TRAIN_STATE_JSON,
     CheckpointWarning,
+    read_json,
     verify_checkpoint,
 )
 from dotformer.errors import CheckpointError, TrainingError
@@ -122,10 +123,12 @@ def recover_run_directory(run_dir: str | Path) -> list[str]:
     * a checkpoint that was renamed aside while being replaced (``.NAME.old-*/NAME``) and whose replacement never
       arrived is renamed back to ``NAME``; once ``NAME`` exists, such aside copies are deleted;
     * unfinished writes (``.NAME.tmp-*``, also of run.json and metrics.jsonl) and interrupted prunes
-      (``.NAME.pruned-*``) are deleted.
+      (``.NAME.pruned-*``) are deleted;
+    * ``last/``, when it is missing or older than the newest ``checkpoints/step_*`` (a crash between writing a step
+      and linking ``last/`` to it), is linked to that step again, if it passes verification.
 
     Looks at ``run_dir`` (best/, last/) and ``run_dir/checkpoints`` (step_*). Only these hidden leftovers of
-    dotformer's own writes are touched.
+    dotformer's own writes, and ``last/``, are touched.
 
     Returns:
         One line per action, e.g. "restored best/ from .best.old-ab12/best".
@@ -149,7 +152,35 @@ def recover_run_directory(run_dir: str | Path) -> list[str]:
                 actions.append(f"restored {target} from {leftover / name}")
             shutil.rmtree(leftover, ignore_errors=True)
             actions.append(f"removed {leftover}")
+    newest = _step_ahead_of_last(Path(run_dir))
+    if newest is not None:
+        link_checkpoint(newest, Path(run_dir) / "last")
+        actions.append(f"linked {Path(run_dir) / 'last'} to {newest}")
     return actions
+
+
+def _step_ahead_of_last(run_dir: Path) -> Path | None:
+    """The newest ``checkpoints/step_*`` when it is newer than ``last/`` (or ``last/`` is missing or unreadable) and
+    passes verification; else None."""
+    steps = step_checkpoints(run_dir / "checkpoints")
+    if not steps:
+        return None
+    newest, last = _saved_step(steps[-1]), _saved_step(run_dir / "last")
+    if newest is None or (last is not None and last >= newest):
+        return None
+    try:
+        verify_checkpoint(steps[-1])
+    except CheckpointError:
+        return None  # a damaged step: resuming skips it, and last/ stays as it is
+    return steps[-1]
+
+
+def _saved_step(checkpoint: Path) -> int | None:
+    """The step in a checkpoint's train_state.json; None when it has none or it cannot be read."""
+    try:
+        return int(read_json(checkpoint / TRAIN_STATE_JSON)["step"])
+    except (CheckpointError, KeyError, TypeError, ValueError):
+        return None
 
 
 def run_has_checkpoint(run_dir: str | Path) -> bool:

@@ -36,6 +36,7 @@ from dotformer.training.schedule import decay_factor, learning_rate
 from dotformer.training.state import Setup, TrainData, TrainState
 from dotformer.training.step import StepRecipe, StepResult, train_step
 from dotformer.training.stopping import (
+    budget_ends_here,
     budget_left,
     check_budget_allows_a_step,
     interrupted,
@@ -188,13 +189,14 @@ def train_loop(setup: Setup, state: TrainState) -> FitResult:
                     log.write(train_record(setup, state, last, logged.read(), time.process_time() - cpu_start))
                 if c.eval_every and state.step % c.eval_every == 0:
                     validate(setup, state, log, progress)
-                if c.save_every and state.step % c.save_every == 0:
-                    save(setup, state)
+                if c.save_every and state.step % c.save_every == 0 and not budget_ends_here(setup, state):
+                    save(setup, state)  # the budget's last step is saved after the final validation pass, below
                 if c.patience and state.evals_without_gain >= c.patience:
                     stopped_by = "patience"
                     break
             if stop_requested(state, setup.context):
                 raise interrupted(setup, state)
+            # a step saved by save_every when the clock ran out after it (max_minutes) is saved again after its pass
             saved_before_its_validation = state.saved_step == state.step and state.evaluated_step != state.step
             if state.evaluated_step != state.step:
                 validate(setup, state, log, progress)

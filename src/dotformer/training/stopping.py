@@ -66,6 +66,15 @@ def stop_before_step(setup: Setup, state: TrainState, first_step: int) -> str | 
     return None
 
 
+def budget_ends_here(setup: Setup, state: TrainState) -> bool:
+    """True when the step or epoch budget allows no step after the one just taken (the same on every rank): the
+    loop ends, and this step's checkpoint is written once, after the final validation pass. A checkpoint of the last
+    step written before that pass would look finished to a resume, which refuses to step on and would never redo the
+    pass, if a crash came between the two."""
+    c = setup.config
+    return (c.max_steps is not None and state.step >= c.max_steps) or setup.stream.exhausted()
+
+
 def stop_requested(state: TrainState, context: DistContext) -> bool:
     """True (on every rank) when SIGINT or SIGTERM arrived on any rank."""
     if not context.distributed:
