@@ -254,6 +254,7 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--input",
         "--max-seq-length",
         "--max-tokens",
+        "--no-normalize",
         "--normalize",
         "--output",
         "--output-format",
