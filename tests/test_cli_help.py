@@ -316,10 +316,10 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--input": ("input", None, False),
         "--max-seq-length": ("max_seq_length", None, False),
         "--max-tokens": ("max_tokens", None, False),
-        "--normalize": ("normalize", False, False),
+        "--no-normalize": ("normalize", None, False),  # --normalize / --no-normalize; None: the model's own
         "--output": ("output", None, False),
         "--output-format": ("output_format", None, False),
-        "--pooling": ("pooling", "mean", False),
+        "--pooling": ("pooling", None, False),  # None: the model's own pooling, else mean
         "--threads": ("threads", None, False),
         "texts": ("texts", None, True),
     },
