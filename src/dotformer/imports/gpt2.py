@@ -17,7 +17,7 @@ from typing import Any
 
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError
-from dotformer.export.params import EngineNames, LayerNames
+from dotformer.export.hf_lm import GPT2_NAMES as GPT2_LAYOUT
 from dotformer.imports.decoder import LMNames, lm_config
 
 GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
@@ -26,21 +26,7 @@ GPT2_BUFFERS = (".attn.bias", ".attn.masked_bias")  # the causal mask older vers
 ADDS_BOS = False
 
 GPT2_NAMES = LMNames(
-    engine=EngineNames(
-        layers={
-            "decoder": LayerNames(
-                path="h.{i}",
-                attention={"self": "attn"},
-                projections={"self": {"c_attn": ("q", "k", "v"), "c_proj": ("o",)}},
-                ffn={"in": "mlp.c_fc", "out": "mlp.c_proj"},
-                norms={"self": "ln_1", "ffn": "ln_2"},
-                final_norm="ln_f",
-            )
-        },
-        embeddings={"tgt": "wte"},
-        positions={"tgt": "wpe"},
-        generator="lm_head",
-    ),
+    engine=GPT2_LAYOUT,  # the names export --to hf writes, read back
     conv1d=True,
 )
 
