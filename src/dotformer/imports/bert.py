@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from dotformer.config import ModelConfig
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
 from dotformer.errors import CheckpointError, ConfigError
-from dotformer.export.params import EngineNames, LayerNames
+from dotformer.export.hf_encoder import BERT_NAMES  # BertModel's names (the pooler and heads are not imported)
 from dotformer.imports.common import Copier, TensorReader, TensorSource, read_hf_config, read_safetensors
 from dotformer.model import Transformer
 
@@ -148,22 +148,6 @@ def sentence_transformers_modules(directory: Path) -> dict[str, Any] | None:
     return facts
 
 
-BERT_NAMES = EngineNames(
-    layers={
-        "encoder": LayerNames(
-            path="encoder.layer.{i}",
-            attention={"self": "attention"},
-            projections={
-                "self": {"self.query": ("q",), "self.key": ("k",), "self.value": ("v",), "output.dense": ("o",)}
-            },
-            ffn={"in": "intermediate.dense", "out": "output.dense"},
-            norms={"self": "attention.output.LayerNorm", "ffn": "output.LayerNorm"},
-        )
-    },
-    embeddings={"src": "embeddings.word_embeddings"},
-    positions={"src": "embeddings.position_embeddings"},
-    embedding_norms={"src": "embeddings.LayerNorm"},
-)  # BertModel's names (the pooler and heads are not imported); post-LN: no final norm
 TOKEN_TYPES = "embeddings.token_type_embeddings"  # BERT's segment vectors; dotformer reads segment 0 only
 
 
