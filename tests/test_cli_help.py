@@ -154,6 +154,7 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--checkpoint",
         "--device",
         "--greedy",
+        "--strategy",
         "--max-new-tokens",
         "--n",
         "--no-cache",
@@ -304,7 +305,7 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--out": ("out", "compare-out", False),
         "--quiet": ("quiet", False, False),
         "--repeats": ("repeats", 3, False),
-        "--seed": ("seed", 0, False),
+        "--seed": ("seed", 1, False),
         "--threads": ("threads", None, False),
         "--train-steps": ("train_steps", 100, False),
     },
@@ -391,11 +392,12 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--n": ("n", 1, False),
         "--no-cache": ("no_cache", False, False),
         "--prompt": ("prompt", None, False),
-        "--seed": ("seed", 0, False),
-        "--temperature": ("temperature", 1.0, False),
+        "--seed": ("seed", None, False),  # the decoding table's sampling flags: None, not given (default 1)
+        "--strategy": ("strategy", None, False),  # None: sample, or beam with --beam K
+        "--temperature": ("temperature", None, False),
         "--threads": ("threads", None, False),
-        "--top-k": ("top_k", 0, False),
-        "--top-p": ("top_p", 1.0, False),
+        "--top-k": ("top_k", None, False),
+        "--top-p": ("top_p", None, False),
     },
     "import": {
         "--from": ("source_format", None, True),
@@ -780,3 +782,81 @@ def test_fill_breaks_between_words_only() -> None:
     lines = fill_help_text(text, 16).splitlines()
     assert " ".join(lines).split() == text.split()
     assert "--max-len-a" in lines[1] and all(len(line) <= 16 for line in lines if " " in line)
+
+
+def _action(command: str, flag: str) -> argparse.Action:
+    """The action of ``flag`` in ``command``'s parser."""
+    (action,) = [a for a in _parsers()[command]._actions if flag in a.option_strings]
+    return action
+
+
+def test_every_seed_has_one_default_and_the_help_says_it() -> None:
+    """``--seed`` of every command (train's split and weights, prepare's split, evaluate's --limit sample, the draws
+    of translate and generate, compare's layers) defaults to one value, defined once, and its help says which."""
+    from dotformer.compare import CompareConfig
+    from dotformer.config import DEFAULT_SEED
+    from dotformer.decoding import DecodeConfig
+    from dotformer.runs.task import EvalRequest
+    from dotformer.training.config import TrainConfig
+
+    assert DEFAULT_SEED == 1  # train's: a run's random split and initial weights stay those of earlier versions
+    assert DecodeConfig().seed == TrainConfig().seed == CompareConfig().seed == EvalRequest().seed == DEFAULT_SEED
+    seeded = {command for command in COMMANDS if "--seed" in EXPECTED_FLAGS[command]}
+    assert seeded == {"train", "prepare", "translate", "evaluate", "generate", "compare"}
+    for command in sorted(seeded):
+        action = _action(command, "--seed")
+        assert action.default in (DEFAULT_SEED, None), command  # None: not given, the config's default
+        assert f"(default {DEFAULT_SEED}" in action.help, (command, action.help)
+
+
+def test_translate_and_generate_choose_the_search_with_one_flag_and_say_why_their_defaults_differ(
+    monkeypatch, capsys
+) -> None:
+    from dotformer.decoding.config import STRATEGIES
+    from dotformer.decoding.options import strategy_help
+
+    for command in ("translate", "evaluate", "generate"):
+        assert tuple(_action(command, "--strategy").choices) == STRATEGIES, command
+    assert _action("translate", "--strategy").help == strategy_help("beam") == _action("evaluate", "--strategy").help
+    assert _action("generate", "--strategy").help.startswith(strategy_help("sample"))
+    translate = " ".join(_help(["translate"], 200, monkeypatch, capsys).split())
+    generate = " ".join(_help(["generate"], 200, monkeypatch, capsys).split())
+    assert "default beam, as a translation wants the likeliest whole output" in translate
+    assert "generate defaults to sample" in translate
+    assert "default sample, as open-ended text is drawn" in generate and "translate defaults to beam" in generate
+    assert "--greedy and --beam K are its short forms" in generate
+    assert "--greedy short for --strategy greedy" in generate and "short for --strategy beam --beam K" in generate
+
+
+def test_every_device_flag_is_worded_alike() -> None:
+    """One wording of ``--device`` on every command (the default aside), and every command takes its names."""
+    from dotformer.cli.threads import device_help
+    from dotformer.training.config import TrainConfig
+
+    devices = {command for command in COMMANDS if "--device" in EXPECTED_FLAGS[command]}
+    assert {"train", "translate", "generate", "serve", "compare", "plot attention", "explore"} <= devices
+    for command in sorted(devices):
+        action = _action(command, "--device")
+        default = TrainConfig().device if action.default is None else action.default  # train's: its config's
+        assert action.help == device_help(default), (command, action.help)
+    assert device_help("auto") == (
+        "where the model runs: auto (CUDA if available, else the CPU), cpu, cuda or cuda:N (default auto)"
+    )
+
+
+def test_compare_takes_the_device_names_of_every_command() -> None:
+    import torch
+
+    from dotformer.cli.compare import config_from_args
+
+    parser = _parsers()["compare"]
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert config_from_args(parser.parse_args(["--device", "auto"])).device == expected
+    assert config_from_args(parser.parse_args([])).device == "cpu"
+
+
+def test_top_level_help_names_what_each_command_reports(monkeypatch, capsys) -> None:
+    text = " ".join(_help([], 200, monkeypatch, capsys).split())
+    assert "evaluate metrics (BLEU/chrF, WER/PER, accuracy/F1, perplexity)" in text
+    imported = " ".join(_help(["import"], 200, monkeypatch, capsys).split())
+    assert "train --init-from (fine-tuning: --task classify, tag or mlm), plot attention and explore" in imported

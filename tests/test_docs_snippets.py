@@ -47,8 +47,9 @@ def test_the_pages_have_snippets() -> None:
 
 @pytest.fixture
 def reader_dir(tmp_path: Path) -> Iterator[Path]:
-    """A working directory with ``runs/g2p/last``: a small untrained letters-to-phones checkpoint; and
-    ``runs/lm-bible/best``, a small untrained character language model with lm-bible's block size."""
+    """A working directory with ``runs/g2p/last``: a small untrained letters-to-phones checkpoint;
+    ``runs/lm-bible/best``, a small untrained character language model with lm-bible's block size; and the guide's
+    classifier ``runs/genres`` (the Bible's six genres) and tagger ``runs/ner``, small and untrained."""
     from dotformer import ModelConfig, Transformer
     from dotformer.checkpoint import save_checkpoint
     from dotformer.data.tokenizer_files import train_tokenizer
@@ -68,6 +69,20 @@ def reader_dir(tmp_path: Path) -> Iterator[Path]:
     )
     info = {"task": "lm", "dataset": "bible", "data": {"block_size": 128}}
     save_checkpoint(tmp_path / "runs/lm-bible/best", Transformer(lm).eval(), text, text, info)
+    genres = ["gospels", "history", "law", "letters", "poetry", "prophets"]
+    entities = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    letters_and_space = train_tokenizer(
+        "char", ["Blessed is the man that walketh not in the counsel of the ungodly", "John lives in Paris"]
+    )
+    for path, task, head, labels in (("genres", "classify", "sequence", genres), ("ner", "tag", "token", entities)):
+        encoder = ModelConfig.preset(
+            "tiny", src_vocab_size=letters_and_space.vocab_size, tgt_vocab_size=letters_and_space.vocab_size,
+            arch="encoder-only", num_decoder_layers=0, head=head, num_labels=len(labels),
+        )  # fmt: skip
+        model = Transformer(encoder).eval()
+        save_checkpoint(
+            tmp_path / "runs" / path, model, letters_and_space, letters_and_space, {"task": task, "labels": labels}
+        )
     cwd = os.getcwd()
     threads = torch.get_num_threads()
     os.chdir(tmp_path)
@@ -90,3 +105,22 @@ def test_every_python_block_runs(page: Path, reader_dir: Path, capsys: pytest.Ca
             if error.name not in OPTIONAL_PEERS:
                 raise
             pytest.skip(f"{page.name}:{line}: needs {error.name} (the bench extra)")
+
+
+ANY_FENCE = re.compile(r"^( *)```(\w*)[ \t]*\n(.*?)^\1```[ \t]*$", re.MULTILINE | re.DOTALL)
+PYTHON_LINE = re.compile(r"dotformer\.load\(|^ *import \w|^ *from [\w.]+ import ", re.MULTILINE)
+
+
+def test_python_of_the_pages_is_in_python_blocks_that_run() -> None:
+    """A Python example in a ```text (or unmarked) block would never run, so it could drift from the code: every block
+    that calls the API or imports is a ```python block (the guide's classifier example was one)."""
+    assert PYTHON_LINE.search('model = dotformer.load("runs/genres")\n') and not PYTHON_LINE.search("dotformer train\n")
+    stray = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for m in ANY_FENCE.finditer(text):
+            if m.group(2) != "python" and PYTHON_LINE.search(m.group(3)):
+                stray.append(f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1} ```{m.group(2)}")
+    assert not stray, stray
+    guide = (ROOT / "docs" / "guide.md").read_text(encoding="utf-8")
+    assert any('dotformer.load("runs/genres")' in code for _, code in python_blocks(guide))

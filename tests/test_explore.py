@@ -249,6 +249,7 @@ def test_write_page_and_cli(loaded: LoadedCheckpoint, tmp_path: Path) -> None:
     out = tmp_path / "cli.html"
     args = ["explore", "--checkpoint", str(loaded.path), "--write", str(out), "--text", "dog"]
     assert main(args) == 0 and '"output": "D AO1 G"' in out.read_text(encoding="utf-8")
+    assert main([*args, "--device", "auto"]) == 0  # every command's device names (auto: CUDA if available)
     assert main(["explore", "--checkpoint", str(loaded.path), "--write", str(out)]) == 2  # no examples to embed
     # forced examples: one --target per --text ('' decodes that one)
     args += ["--target", "K AE1 T", "--text", "cat", "--target", ""]

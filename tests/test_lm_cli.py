@@ -343,6 +343,41 @@ def test_generate_cli_refuses_flags_of_another_strategy(run_dir: Path, capsys: p
         assert capsys.readouterr().err == f"dotformer generate: error: {message}\n"
 
 
+def test_generate_chooses_its_search_with_strategy_and_its_short_forms(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--strategy`` chooses generate's search as it chooses translate's (default: sample); ``--greedy`` and
+    ``--beam K`` are its short forms; every sampling draw without ``--seed`` draws with the one default seed."""
+
+    def generated(*flags: str) -> str:
+        argv = ["generate", "--checkpoint", str(run_dir), "--prompt", "in", "--max-new-tokens", "10", *flags]
+        assert main([*argv, "--engine", "torch"]) == 0
+        return capsys.readouterr().out
+
+    assert generated("--strategy", "greedy") == generated("--greedy")
+    assert generated("--strategy", "beam", "--beam", "3", "--n", "2") == generated("--beam", "3", "--n", "2")
+    assert generated("--strategy", "beam") == generated("--beam", "4")  # K: 4 when not given
+    sampled = generated()
+    assert sampled == generated("--strategy", "sample") == generated("--seed", "1")  # the default seed, 1
+    assert sampled != generated("--seed", "0")
+    refused = [
+        (["--strategy", "greedy", "--beam", "3"], "--beam only applies to beam search (--strategy beam), not "
+         "--strategy greedy"),
+        (["--greedy", "--beam", "3"], "--beam only applies to beam search (--strategy beam), not --greedy"),
+        (["--strategy", "beam", "--top-p", "0.5"], "--top-p only applies to sampling (the default), not --strategy "
+         "beam"),
+        (["--strategy", "sample", "--beam", "2"], "--beam only applies to beam search (--strategy beam), not "
+         "--strategy sample"),
+    ]  # fmt: skip
+    for flags, message in refused:
+        assert main(["generate", "--checkpoint", str(run_dir), "--prompt", "in", *flags]) == 2
+        assert capsys.readouterr().err == f"dotformer generate: error: {message}\n"
+    with pytest.raises(SystemExit) as exit_info:  # two ways to say one thing: argparse refuses the pair
+        main(["generate", "--checkpoint", str(run_dir), "--prompt", "in", "--greedy", "--strategy", "beam"])
+    assert exit_info.value.code == 2
+    assert "--strategy: not allowed with argument --greedy" in capsys.readouterr().err
+
+
 def test_generate_reads_stdin_as_translate_does(
     run_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -347,6 +347,8 @@ def test_cli_plots(loaded: LoadedCheckpoint, tmp_path: Path, capsys: pytest.Capt
     out = tmp_path / "a.png"
     assert main(["plot", "attention", "--checkpoint", str(loaded.path), "cat", "--head", "1", "--out", str(out)]) == 0
     assert out.is_file() and (tmp_path / "p.svg").is_file() and (tmp_path / "m.png").is_file()
+    auto = ["plot", "attention", "--checkpoint", str(loaded.path), "cat", "--device", "auto", "--out", str(out)]
+    assert main(auto) == 0  # every command's device names (auto: CUDA if available)
     assert "wrote" in capsys.readouterr().out
     assert main(["plot", "attention", "--checkpoint", str(loaded.path), "cat", "--head", "5", "--out", str(out)]) == 2
     assert main(["plot", "curves", "--run", str(tmp_path / "none"), "--out", str(tmp_path / "c.png")]) == 2

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from dotformer.errors import ConfigError
 
 MAX_SEED = 2**63 - 1  # the largest seed torch's random generator takes (a signed 64-bit integer): every config's bound
+DEFAULT_SEED = 1  # every command's --seed default: train's split, weights and order, prepare's split, the draws
 Architecture = Literal["encoder-decoder", "decoder-only", "encoder-only"]
 Head = Literal["generator", "sequence", "token"]
 Norm = Literal["layernorm", "rmsnorm"]

@@ -2,20 +2,20 @@
 Python package, anything speaking its completions API) work against it unchanged.
 
     POST /v1/completions   {"prompt": "...", "max_tokens": 16, "temperature": 1.0, "top_p": 1.0, "stop": ["\\n"],
-                            "stream": false, "seed": 0, "model": "..."}
+                            "stream": false, "seed": 1, "model": "..."}
                            -> {"id": "cmpl-...", "object": "text_completion", "created": 1700000000, "model": "...",
                                "choices": [{"text": "...", "index": 0, "logprobs": null, "finish_reason": "length"}],
                                "usage": {"prompt_tokens": 3, "completion_tokens": 16, "total_tokens": 19}}
     GET  /v1/models        {"object": "list", "data": [{"id": "...", "object": "model", ...}]}
 
-``temperature`` 0 is greedy decoding, anything above samples (``top_p``: nucleus; ``seed``: the draws, 0 when not
-given, so the same request gives the same text). ``stop``: up to 4 strings; the text ends before the first one found
-(``finish_reason`` "stop"; else "length": dotformer's language models read a line end as one more token and go on
-to ``max_tokens``). ``n`` is 1. ``"stream": true`` sends the text as server-sent events, one chunk per piece as the
-engine produces it (:func:`dotformer.api.streaming.stream_continuation`), then a chunk with the ``finish_reason``,
-then ``data: [DONE]``. ``model`` is accepted and answered with the served model's name (the checkpoint's folder).
-``POST /v1/chat/completions`` needs a chat template, which no dotformer tokenizer has: it answers 400 naming
-``/v1/completions``.
+``temperature`` 0 is greedy decoding, anything above samples (``top_p``: nucleus; ``seed``: the draws, when not given 1,
+every command's default seed, so the same request gives the same text). ``stop``: up to 4 strings; the text ends before
+the first one found (``finish_reason`` "stop"; else "length": dotformer's language models read a line end as one more
+token and go on to ``max_tokens``). ``n`` is 1. ``"stream": true`` sends the text as server-sent events, one chunk per
+piece as the engine produces it (:func:`dotformer.api.streaming.stream_continuation`), then a chunk with the
+``finish_reason``, then ``data: [DONE]``. ``model`` is accepted and answered with the served model's name (the
+checkpoint's folder). ``POST /v1/chat/completions`` needs a chat template, which no dotformer tokenizer has: it answers
+400 naming ``/v1/completions``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dotformer.api.batcher import Batcher
 from dotformer.api.endpoint import MAX_NEW_TOKENS, MAX_TEXT_CHARS, Counted, model_kind, text_tokens
 from dotformer.api.streaming import StopText, stream_continuation
 from dotformer.api.web import RequestError
+from dotformer.config import DEFAULT_SEED
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class Completion:
         top_p = _number(request, "top_p", 1.0, 0.0, 1.0)
         if "top_p" in request and top_p == 0:
             raise RequestError('"top_p" must be above 0, got 0')
-        seed = _number(request, "seed", 0, 0, 2**31 - 1, integer=True)
+        seed = _number(request, "seed", DEFAULT_SEED, 0, 2**31 - 1, integer=True)
         _number(request, "n", 1, 1, 1, integer=True)  # one choice
         if not isinstance(request.get("stream", False), bool):
             raise RequestError(f'"stream" must be true or false, got {json.dumps(request["stream"])}')

@@ -111,7 +111,7 @@ def generation_settings(
 ) -> DecodeConfig:
     """The :class:`DecodeConfig` of the API's and the CLI's keyword arguments (see :func:`generation_config`).
 
-    ``temperature`` (1.0), ``top_k`` (0: all), ``top_p`` (1.0) and ``seed`` (0) apply to strategy "sample" only,
+    ``temperature`` (1.0), ``top_k`` (0: all), ``top_p`` (1.0) and ``seed`` (1) apply to strategy "sample" only,
     ``beam_size`` to strategy "beam" only; None: not given.
 
     Raises:

@@ -69,7 +69,7 @@ def resolve_device(name: str | torch.device, dtype: str = "float32") -> str:
     try:
         device = torch.device(name)
     except (RuntimeError, ValueError):
-        raise ConfigError(f"device {name!r} is not a device (cpu, cuda, cuda:N)") from None
+        raise ConfigError(f"device {name!r} is not a device (auto, cpu, cuda, cuda:N)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device {name}: CUDA is not available on this machine")
     return name
@@ -394,7 +394,7 @@ class Translator:
             options: ``beam`` (strategy "beam" only; default 4), ``n_best`` (hypotheses per input, <= beam; 1 for
                 greedy), ``strategy`` ("beam", "greedy" or "sample"), ``length_penalty`` (α), ``max_len_a``,
                 ``max_len_b`` (most output steps = a · input length + b), ``min_len_a``, ``min_len_b`` (fewest output
-                tokens before the end), ``temperature`` (1.0), ``top_k`` (0), ``top_p`` (1.0), ``seed`` (0) (the
+                tokens before the end), ``temperature`` (1.0), ``top_k`` (0), ``top_p`` (1.0), ``seed`` (1) (the
                 last four for strategy "sample" only): see :class:`~dotformer.decoding.DecodeConfig`. ``config``: a
                 ready :class:`~dotformer.decoding.DecodeConfig` in place of those (beside it they are refused).
                 ``prefix``: the start every output of the input must have (a string for a string input; one string

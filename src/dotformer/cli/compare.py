@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dotformer.cli.threads import add_threads_argument
+from dotformer.cli.threads import add_threads_argument, device_help
 
 if TYPE_CHECKING:
     from dotformer.compare import CompareConfig
@@ -66,8 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--train-steps", type=int, default=d.train_steps, help=f"brief training steps ({d.train_steps})"
     )
-    parser.add_argument("--seed", type=int, default=d.seed, help=f"seed ({d.seed})")
-    parser.add_argument("--device", default=d.device, help="cpu or cuda (cpu)")
+    parser.add_argument(
+        "--seed", type=int, default=d.seed, help=f"seed of the layers, the inputs and the training (default {d.seed})"
+    )
+    parser.add_argument("--device", default=d.device, help=device_help(d.device))
     parser.add_argument(
         "--out", default="compare-out", metavar="DIR", help="where to write JSON and figures (compare-out)"
     )
@@ -76,7 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> CompareConfig:
-    """The :class:`CompareConfig` that the parsed flags of :func:`add_arguments` describe."""
+    """The :class:`CompareConfig` that the parsed flags of :func:`add_arguments` describe (``--device auto``: CUDA if
+    available, else the CPU).
+
+    Raises:
+        ConfigError: ``--device`` names no device, or CUDA that is not available.
+    """
+    from dotformer.api import resolve_device
     from dotformer.compare import CompareConfig
 
     return CompareConfig(
@@ -90,7 +98,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         gradient_length=args.gradient_length,
         train_steps=args.train_steps,
         seed=args.seed,
-        device=args.device,
+        device=resolve_device(args.device),
     )
 
 

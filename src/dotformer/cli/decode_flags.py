@@ -7,10 +7,10 @@ and ``serve`` take the same engine flags (:func:`add_engine_flags`).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Collection
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
 
-from dotformer.cli.threads import add_threads_argument, apply_threads
+from dotformer.cli.threads import add_threads_argument, apply_threads, device_help
 
 if TYPE_CHECKING:
     from dotformer.api.translator import Translator
@@ -59,7 +59,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, exclude: Collection[
 def add_device_flags(group: argparse._ActionsContainer, dtype_help: str, engines: bool = False) -> None:
     """``--device``, ``--threads`` and ``--dtype`` (its help ``dtype_help``): where and in which precision the
     checkpoint of :func:`load_for_decoding` runs (``engines``: also ``--inter-threads``, for CTranslate2)."""
-    group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    group.add_argument("--device", default="auto", help=device_help("auto"))
     if engines:
         add_engine_threads(group)
     else:
@@ -150,20 +150,27 @@ def load_translator(
 
 
 def add_option_flags(
-    parser: argparse._ActionsContainer, exclude: Collection[str] = (), only: Collection[str] | None = None
+    parser: argparse._ActionsContainer,
+    exclude: Collection[str] = (),
+    only: Collection[str] | None = None,
+    surface: Mapping[str, tuple[Any, str]] | None = None,
 ) -> None:
     """One flag per option of :data:`dotformer.decoding.options.DECODE_OPTIONS` (but those named in ``exclude``;
-    with ``only``, just those),
-    defaulting to the :class:`DecodeConfig` default; an option of one strategy only (``--beam``, the sampling flags)
-    defaults to None, so :func:`decode_config_from_args` knows whether it was asked for."""
+    with ``only``, just those), defaulting to the :class:`DecodeConfig` default; an option of one strategy only
+    (``--beam``, the sampling flags) defaults to None, so :func:`decode_config_from_args` knows whether it was asked
+    for. ``surface``: option name -> (default, help) where a command's differ from the table's (``generate``'s
+    ``--strategy`` defaults to sampling)."""
     from dotformer.decoding.options import DECODE_OPTIONS
 
     for option in DECODE_OPTIONS:
         if option.name in exclude or (only is not None and option.name not in only):
             continue
         default = None if option.strategy is not None else option.default
+        help_text = option.help
+        if surface and option.name in surface:
+            default, help_text = surface[option.name]
         if option.kind is bool:
-            parser.add_argument(option.flag, dest=option.name, action="store_true", default=default, help=option.help)
+            parser.add_argument(option.flag, dest=option.name, action="store_true", default=default, help=help_text)
         else:
             metavar = None if option.choices else option.metavar or option.name.split("_")[-1].upper()
             kind = str if option.kind is str else option.kind
@@ -174,7 +181,7 @@ def add_option_flags(
                 default=default,
                 choices=option.choices,
                 metavar=metavar,
-                help=option.help,
+                help=help_text,
             )
 
 

@@ -26,7 +26,7 @@ and copy/reverse: exact match. Every task also reports the teacher-forced perple
 of another task (--task, or a named corpus) is refused. Outputs cut at the maximum length are counted
 ("unfinished" in the JSON) and reported in one warning line.
 
---limit N decodes a random sample of N distinct sources, drawn with --seed (default 0): the same N and seed give
+--limit N decodes a random sample of N distinct sources, drawn with --seed (default 1): the same N and seed give
 the same sample. --hyps FILE writes the output of every evaluated pair, one line each, in the file's order.
 
 examples:
@@ -71,14 +71,14 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dotformer.cli.outputs import check_output_file, same_file
-    from dotformer.config import MAX_SEED
+    from dotformer.config import DEFAULT_SEED, MAX_SEED
     from dotformer.decoding.options import DecodeRequest
     from dotformer.errors import CheckpointError, ConfigError
     from dotformer.runs.task import EvalRequest
     from dotformer.runs.tasks import task_named
 
     decoding = _decoding_flags_given(args)  # a task that decodes nothing refuses them
-    seed = args.seed if args.seed is not None else 0
+    seed = args.seed if args.seed is not None else DEFAULT_SEED
     if not 0 <= seed <= MAX_SEED:  # also the --limit sample's seed, with any strategy
         raise ConfigError(f"--seed must be an integer in [0, 2**63 - 1], got {seed}")
     if args.strategy != "sample":  # --seed then only draws the --limit sample

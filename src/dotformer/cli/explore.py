@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from dotformer.cli.threads import device_help
+
 EPILOG = """\
 Serve mode (default) runs the model for every input typed in the page, greedily or force-decoding a reference typed
 beside it; it listens on 127.0.0.1 only, stops on Ctrl-C and needs pip install "dotformer[serve]". Write mode
@@ -49,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="REF",
         help="force-decode REF for the --text at the same place (one per --text; '' decodes that one)",
     )
-    parser.add_argument("--device", default="cpu", help="where to run the model (cpu)")
+    parser.add_argument("--device", default="cpu", help=device_help("cpu"))
     parser.add_argument("--verbose", action="store_true", help="log every request (serve mode)")
 
 
@@ -82,6 +84,7 @@ def lm_examples(loaded: Any, data_dir: Path, count: int) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C, or write the page."""
+    from dotformer.api import resolve_device
     from dotformer.checkpoint import load_checkpoint
     from dotformer.cli.outputs import check_output_file
     from dotformer.errors import ConfigError
@@ -94,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         from dotformer.api.web import aiohttp_web
 
         aiohttp_web()  # serve mode needs the serve extra: said before the model loads
-    loaded = load_checkpoint(args.checkpoint, device=args.device)
+    loaded = load_checkpoint(args.checkpoint, device=resolve_device(args.device))
     if args.target is not None and len(args.target) != len(args.text):
         raise ConfigError(
             f"give one --target per --text ({len(args.text)} --text, {len(args.target)} --target); '' decodes that one"

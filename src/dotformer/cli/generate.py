@@ -5,6 +5,10 @@
     dotformer generate --checkpoint runs/lm --prompt "Blessed are the" --beam 4     # the most likely end of the line
     printf 'In the beginning\\nJesus wept' | dotformer generate --checkpoint runs/lm --greedy --max-new-tokens 80
 
+``--strategy`` chooses the search as ``translate``'s does, with another default: sampling, as open-ended text is
+drawn (translate's beam search wants the likeliest whole output); ``--greedy`` and ``--beam K`` are short for
+``--strategy greedy`` and ``--strategy beam --beam K``.
+
 Each prompt (``--prompt``, else one per line of standard input) is printed followed by its continuation; with
 ``--n`` above 1, each sample starts with a ``# sample I`` line. Prompt i (from 0) draws with ``--seed`` + i. On a
 terminal a single continuation is printed token by token as it is produced.
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,27 +36,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--prompt", metavar="TEXT", help="the text to continue (default: one prompt per stdin line)")
     parser.add_argument("--max-new-tokens", type=int, default=200, metavar="N", help="tokens to add (200)")
+    from dotformer.cli.decode_flags import add_engine_flags, add_engine_threads, add_option_flags
+    from dotformer.cli.threads import device_help
+    from dotformer.decoding.options import strategy_help
+
     search = parser.add_argument_group("decoding")
     speed = parser.add_argument_group("device and speed")
     how = search.add_mutually_exclusive_group()
-    how.add_argument("--greedy", action="store_true", help="take the most likely token each step (default: sample)")
-    how.add_argument("--beam", type=int, metavar="K", help="beam search with K beams: the most likely end of the line")
-    search.add_argument("--temperature", type=float, default=1.0, metavar="T", help="sampling temperature (1.0)")
-    search.add_argument("--top-k", type=int, default=0, metavar="K", help="sample among the K likeliest (0: all)")
-    search.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling mass (1.0: off)")
-    search.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draws (0)")
+    short_forms = "; --greedy and --beam K are its short forms"
+    add_option_flags(how, only=("strategy",), surface={"strategy": (None, strategy_help("sample") + short_forms)})
+    how.add_argument("--greedy", action="store_true", help="short for --strategy greedy")
+    beam_help = (
+        "beam search with K beams, the likeliest end of the line: short for --strategy beam --beam K (K: 4, or --n "
+        "if more)"
+    )
+    add_option_flags(search, only=("beam",), surface={"beam": (None, beam_help)})
+    add_option_flags(search, only=SAMPLING_FLAGS)
     parser.add_argument("--n", type=int, default=1, metavar="N", help="samples (or best beams) per prompt (1)")
-    from dotformer.cli.decode_flags import add_engine_flags, add_engine_threads
 
     add_engine_flags(speed)
-    speed.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
+    speed.add_argument("--device", default="auto", help=device_help("auto"))
     speed.add_argument(
         "--no-cache", action="store_true", help="recompute every step (slower; the same output; the torch engine)"
     )
     add_engine_threads(speed)
 
 
-SAMPLING_FLAGS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}  # sampling flags and their defaults
+SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "seed")  # the sampling options of the decoding table
 
 
 def generate_flags() -> dict[str, str]:
@@ -63,13 +73,29 @@ def generate_flags() -> dict[str, str]:
     return {**FLAG_NAMES, "n_best": "--n", "max_new_tokens": "--max-new-tokens"}
 
 
-def cli_misplaced(names: Sequence[str], wanted: str, strategy: str) -> str:
-    """``--top-k only applies to sampling (the default), not --greedy`` (translate's wording, generate's flags)."""
+def chosen_strategy(args: argparse.Namespace) -> tuple[str, str]:
+    """``(strategy, how it was chosen)`` from ``--strategy`` and its short forms ``--greedy`` and ``--beam K``
+    (``--beam`` alone: beam search); neither: sampling, the default."""
+    if args.greedy:
+        return "greedy", "--greedy"
+    if args.strategy is not None:
+        return args.strategy, f"--strategy {args.strategy}"
+    if args.beam is not None:
+        return "beam", "--beam"
+    return "sample", "--strategy sample"
+
+
+def cli_misplaced(chosen: str) -> Callable[[Sequence[str], str, str], str]:
+    """The message for flags of another strategy than the one ``chosen`` (as the user chose it): ``--top-k only
+    applies to sampling (the default), not --greedy`` (translate's wording, generate's flags)."""
     from dotformer.decoding.options import only_apply
 
-    flags = generate_flags()
-    where = "--beam" if wanted == "beam" else "sampling (the default)"
-    return f"{only_apply([flags[name] for name in names], where)}, not --{strategy}"
+    def message(names: Sequence[str], wanted: str, strategy: str) -> str:
+        flags = generate_flags()
+        where = "beam search (--strategy beam)" if wanted == "beam" else "sampling (the default)"
+        return f"{only_apply([flags[name] for name in names], where)}, not {chosen}"
+
+    return message
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,16 +103,16 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.api.generation import generation_settings, warn_unknown_prompt
     from dotformer.cli.decode_flags import load_translator
     from dotformer.cli.lines import StreamLines, binary_stdin
-    from dotformer.config import MAX_SEED
+    from dotformer.config import DEFAULT_SEED, MAX_SEED
     from dotformer.decoding.options import with_surface_names
     from dotformer.errors import ConfigError
 
-    strategy = "beam" if args.beam is not None else "greedy" if args.greedy else "sample"
-    given = {name: getattr(args, name) for name, default in SAMPLING_FLAGS.items() if getattr(args, name) != default}
+    strategy, chosen = chosen_strategy(args)
+    given = {name: getattr(args, name) for name in SAMPLING_FLAGS if getattr(args, name) is not None}
     try:
         config = generation_settings(
             args.max_new_tokens, strategy, args.n, beam_size=args.beam, use_cache=not args.no_cache,
-            misplaced=cli_misplaced, **given,
+            misplaced=cli_misplaced(chosen), **given,
         )  # fmt: skip
     except ConfigError as exc:
         raise ConfigError(with_surface_names(str(exc), generate_flags())) from None
@@ -101,11 +127,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         prompts = _stdin_prompts(StreamLines(binary_stdin(), "<stdin>"))
     stream = sys.stdout.isatty() and args.n == 1 and strategy != "beam"
+    seed = args.seed if args.seed is not None else DEFAULT_SEED
     for i, (where, prompt) in enumerate(prompts):
         warn_unknown_prompt(translator.files, prompt, where)
-        if args.seed + i > MAX_SEED:
+        if seed + i > MAX_SEED:
             raise ConfigError(f"{where}: prompt {i + 1} would draw with --seed + {i}, above 2**63 - 1; lower --seed")
-        config = config.replace(seed=args.seed + i)  # prompt i draws with seed + i: the same prompts, the same text
+        config = config.replace(seed=seed + i)  # prompt i draws with seed + i: the same prompts, the same text
         if stream:
             print(prompt, end="", flush=True)
             translator.generate_texts(prompt, config, on_text=lambda piece: print(piece, end="", flush=True))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from dotformer.cli.threads import device_help
+
 EPILOG = """\
 examples:
   dotformer plot attention --checkpoint runs/g2p transformer --out attention.png
@@ -49,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["encoder", "decoder_self", "cross"],
         help="which maps (repeatable; default: all three, or the model's one kind)",
     )
-    attention.add_argument("--device", default="cpu", help="where to run the model (cpu)")
+    attention.add_argument("--device", default="cpu", help=device_help("cpu"))
     attention.add_argument("--out", default="attention.png", metavar="FILE", help=".png, .svg or .pdf (attention.png)")
 
     positional = kinds.add_parser("positional", help="the sinusoidal positional encoding (paper §3.5)")
@@ -93,10 +95,11 @@ def run(args: argparse.Namespace) -> int:
     check_output_path(args.out)  # a bad extension fails before any work
     check_output_file(args.out, "--out")  # so does a directory, or a parent that is a file
     if args.plot_kind == "attention":
+        from dotformer.api import resolve_device
         from dotformer.checkpoint import load_checkpoint
         from dotformer.decoding import attention_maps
 
-        loaded = load_checkpoint(args.checkpoint, device=args.device)
+        loaded = load_checkpoint(args.checkpoint, device=resolve_device(args.device))
         arch = loaded.model.config.arch
         if arch in ("decoder-only", "encoder-only"):  # a language model or an encoder: one kind, over the text itself
             lm = arch == "decoder-only"

@@ -36,6 +36,8 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``dotformer prepare``: where the data comes from (train's data flags) and where it goes."""
+    from dotformer.config import DEFAULT_SEED
+
     parser.usage = "%(prog)s --data DATASET [--task TASK] [--out DIR] [...]"
     parser.epilog = EPILOG
     parser.add_argument(
@@ -50,7 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", metavar="DIR", help="a new (or empty) directory for the prepared data (default: the cache of prepared "
         "data, $DOTFORMER_CACHE or ~/.cache/dotformer, where train finds it)",
     )  # fmt: skip
-    parser.add_argument("--seed", type=int, default=1, metavar="N", help="seed of a random split (default 1, train's)")
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, metavar="N", help=f"seed of a random split (default {DEFAULT_SEED})"
+    )
     parser.add_argument(
         "--sample-lines", type=int, default=None, metavar="N",
         help="learn the tokenizers on a seeded sample of at most N training examples (default 1,000,000)",

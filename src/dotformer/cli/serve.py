@@ -65,10 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--host", default=HOST, help=f"interface to listen on ({HOST}: this machine only; 0.0.0.0 opens it to others)"
     )
     from dotformer.cli.decode_flags import add_engine_flags, add_engine_threads
+    from dotformer.cli.threads import device_help
 
     speed = parser.add_argument_group("device and speed")
     add_engine_flags(speed)
-    speed.add_argument("--device", default="cpu", help="where to run the model: cpu, cuda, cuda:N, auto (cpu)")
+    speed.add_argument("--device", default="cpu", help=device_help("cpu"))
     speed.add_argument(
         "--dtype",
         default="float32",

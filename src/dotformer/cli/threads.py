@@ -1,10 +1,17 @@
-"""``--threads N``, the CPU threads of torch's kernels, for the commands that compute (train, translate, serve, ...)."""
+"""``--threads N``, the CPU threads of torch's kernels, for the commands that compute (train, translate, serve, ...),
+and the one wording of every command's ``--device`` (:func:`device_help`)."""
 
 from __future__ import annotations
 
 import argparse
 
 MAX_THREADS = 1024  # more threads than any CPU has cores; far more crash OpenMP's thread pool
+
+
+def device_help(default: str) -> str:
+    """The help of ``--device`` where its default is ``default`` ("auto" or "cpu"), the same words on every command:
+    ``where the model runs: auto (CUDA if available, else the CPU), cpu, cuda or cuda:N (default auto)``."""
+    return f"where the model runs: auto (CUDA if available, else the CPU), cpu, cuda or cuda:N (default {default})"
 
 
 def add_threads_argument(parser: argparse._ActionsContainer) -> None:

@@ -29,7 +29,8 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS
-from dotformer.cli.threads import add_threads_argument, apply_threads
+from dotformer.cli.threads import add_threads_argument, apply_threads, device_help
+from dotformer.config import DEFAULT_SEED
 
 
 def layer_names(text: str) -> list[str]:
@@ -83,9 +84,9 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "for training")),
     ("--packed", "train", "packed", dict(action=argparse.BooleanOptionalAction, help="run every layer on the real "
      "tokens only, skipping the padding (default on; --no-packed computes the padded batch)")),
-    ("--device", "train", "device", dict(metavar="DEV", help="auto (default: CUDA if available), cpu, cuda, cuda:N")),
+    ("--device", "train", "device", dict(metavar="DEV", help=device_help("auto"))),
     ("--seed", "train", "seed", dict(type=int, metavar="N", help="seed of the split, the initial weights, the data "
-     "order and dropout (default 1)")),
+     f"order and dropout (default {DEFAULT_SEED})")),
     ("--eval-every", "train", "eval_every", dict(type=int, metavar="N", help="validation loss/perplexity every N "
      "steps (default 500; 0: only at the end)")),
     ("--save-every", "train", "save_every", dict(type=int, metavar="N", help="checkpoint every N steps (default "

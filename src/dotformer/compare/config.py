@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from dotformer.config import DEFAULT_SEED
 from dotformer.errors import ConfigError
 
 LayerKind = Literal["lstm", "gru", "attention", "attention-fused"]
@@ -43,7 +44,7 @@ class CompareConfig:
     train_batch: int = 32  # sequences per training step
     train_lr: float = 3e-3  # Adam learning rate of the brief training
     vocab_size: int = 16  # tokens of the recall-the-first-token task
-    seed: int = 0  # seeds the layers, the inputs and the training
+    seed: int = DEFAULT_SEED  # seeds the layers, the inputs and the training
     device: str = "cpu"  # where to run ("cpu", "cuda")
 
     def __post_init__(self) -> None:

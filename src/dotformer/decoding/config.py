@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from dotformer.config import MAX_SEED
+from dotformer.config import DEFAULT_SEED, MAX_SEED
 from dotformer.errors import ConfigError
 
 Strategy = Literal["greedy", "beam", "sample"]
@@ -42,7 +42,7 @@ class DecodeConfig:
     temperature: float = 1.0  # sampling: logits are divided by it before the softmax (< 1 sharper, > 1 flatter)
     top_k: int = 0  # sampling: keep only the k most likely tokens (0 = no limit)
     top_p: float = 1.0  # sampling: keep the smallest set of tokens whose probability reaches p (1.0 = no limit)
-    seed: int = 0  # sampling: seed of the random generator; the same seed gives the same samples
+    seed: int = DEFAULT_SEED  # sampling: seed of the random generator; the same seed gives the same samples
     alignments: bool = False  # also align each output token to the source token it attended to most
     alignment_layer: int = -1  # the decoder layer whose cross-attention (averaged over heads) aligns; -1 = the last
     replace_unk: bool = False  # replace each <unk> of the output by the source piece it aligns to

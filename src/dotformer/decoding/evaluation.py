@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from dotformer.config import DEFAULT_SEED
 from dotformer.data.tokenizers import UNK_ID
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.order import DEFAULT_BATCH_SIZE
@@ -113,7 +114,7 @@ def limit_sources(pairs: Sequence[Pair], limit: int | None) -> list[Pair]:
     return _keep_sources(pairs, limit, lambda sources, n: sources[:n])
 
 
-def sample_sources(pairs: Sequence[Pair], limit: int | None, seed: int = 0) -> list[Pair]:
+def sample_sources(pairs: Sequence[Pair], limit: int | None, seed: int = DEFAULT_SEED) -> list[Pair]:
     """The pairs of ``limit`` distinct sources drawn at random with ``random.Random(seed)`` (all their references
     kept), in the order of ``pairs``; None, or a limit of at least the number of sources, keeps every pair.
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from dotformer.config import DEFAULT_SEED
 from dotformer.decoding.config import STRATEGIES, DecodeConfig
 from dotformer.decoding.order import DEFAULT_BATCH_SIZE
 from dotformer.errors import ConfigError
@@ -58,8 +59,29 @@ class DecodeOption:
         return DecodeConfig.__dataclass_fields__[self.field].default
 
 
+def strategy_help(default: str) -> str:
+    """The help of ``--strategy`` on a surface whose default is ``default``, saying why: ``translate`` (and
+    ``evaluate``, ``POST /api/translate``) default to beam search, as a translation wants the likeliest whole output
+    (the paper's search, fairseq's and Marian's default); ``generate`` samples, as open-ended text is drawn (the
+    likeliest continuation tends to repeat itself).
+
+    Raises:
+        KeyError: ``default`` is not "beam" or "sample".
+    """
+    why = {
+        "beam": "beam, as a translation wants the likeliest whole output (the paper's search, as in fairseq and "
+        "Marian); generate defaults to sample",
+        "sample": "sample, as open-ended text is drawn (the likeliest continuation tends to repeat itself); "
+        "translate defaults to beam",
+    }[default]
+    return (
+        "how each output is chosen: greedy (the likeliest token each step), beam (beam search, --beam K wide) or "
+        f"sample (drawn at random: --temperature, --top-k, --top-p, --seed); default {why}"
+    )
+
+
 DECODE_OPTIONS: tuple[DecodeOption, ...] = (
-    DecodeOption("strategy", str, "--strategy", "strategy", "search strategy (default: beam)", choices=STRATEGIES),
+    DecodeOption("strategy", str, "--strategy", "strategy", strategy_help("beam"), choices=STRATEGIES),
     DecodeOption("beam", int, "--beam", "beam_size", "beam size (default 4, the paper's)", "beam", metavar="K"),
     DecodeOption("n_best", int, "--n-best", "n_best", "outputs per input (1)", metavar="N"),
     DecodeOption(
@@ -93,9 +115,13 @@ DECODE_OPTIONS: tuple[DecodeOption, ...] = (
     DecodeOption(
         "temperature", float, "--temperature", "temperature", "sampling temperature (1.0)", "sample", metavar="T"
     ),
-    DecodeOption("top_k", int, "--top-k", "top_k", "sample from the K likeliest tokens", "sample"),
-    DecodeOption("top_p", float, "--top-p", "top_p", "nucleus sampling mass P in (0, 1]", "sample"),
-    DecodeOption("seed", int, "--seed", "seed", "sampling seed (0)", "sample", metavar="N"),
+    DecodeOption(
+        "top_k", int, "--top-k", "top_k", "sample from the K likeliest tokens (0, the default: all)", "sample"
+    ),
+    DecodeOption(
+        "top_p", float, "--top-p", "top_p", "nucleus sampling mass P in (0, 1] (1.0, the default: off)", "sample"
+    ),
+    DecodeOption("seed", int, "--seed", "seed", f"sampling seed (default {DEFAULT_SEED})", "sample", metavar="N"),
     DecodeOption(
         "alignments",
         bool,

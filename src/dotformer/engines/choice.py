@@ -122,7 +122,7 @@ def ct2_device(device: str) -> tuple[str, int]:
         return ("cuda", 0) if ctranslate2.get_cuda_device_count() > 0 else ("cpu", 0)
     kind, _, index = name.partition(":")
     if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
-        raise ConfigError(f"device {name!r} is not a device (cpu, cuda, cuda:N)")
+        raise ConfigError(f"device {name!r} is not a device (auto, cpu, cuda, cuda:N)")
     return kind, int(index or 0)
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dotformer.config import DEFAULT_SEED
 from dotformer.errors import CheckpointError, ConfigError
 from dotformer.runs.config_files import ConfigSections, budgeted_train_config, merge
 from dotformer.runs.records import (
@@ -385,7 +386,9 @@ def _cooldown_note(record: dict[str, Any], train_config: TrainConfig, run_dir: P
     return cooldown_resume_note(previous, train_config, int(state["step"]), float(state.get("seconds", 0.0)))
 
 
-def prepare_data(section: dict[str, Any], seed: int = 1, out: str | Path | None = None, **options: Any) -> Prepared:
+def prepare_data(
+    section: dict[str, Any], seed: int = DEFAULT_SEED, out: str | Path | None = None, **options: Any
+) -> Prepared:
     """Prepare the data of a ``[data]`` table once (``dotformer prepare``): into the directory ``out`` (new or empty),
     which ``train --data OUT`` then maps as it is, or into the cache of prepared data (``out`` None), where a run on
     the same files and settings finds it.

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.config import PRESETS
+from dotformer.config import DEFAULT_SEED, PRESETS
 from dotformer.errors import CheckpointError, ConfigError, DotformerError
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class EvalRequest:
     data: str | None = None
     split: str = "test"
     limit: int | None = None
-    seed: int = 0
+    seed: int = DEFAULT_SEED
     decode: DecodeConfig | None = None
     batch_size: int = 256
     reader: dict[str, Any] = field(default_factory=dict)

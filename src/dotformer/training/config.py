@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from dotformer.config import MAX_SEED
+from dotformer.config import DEFAULT_SEED, MAX_SEED
 from dotformer.data.config import choice, config_from_dict, is_number, non_negative_int, positive_int
 from dotformer.errors import ConfigError
 
@@ -68,7 +68,7 @@ class TrainConfig:
     lora_targets: tuple[str, ...] = ("W_q", "W_v")  # the linears adapted, by name: W_q W_k W_v W_o W_1 W_2 generator
     lora_dropout: float = 0.0  # dropout on the adapters' input
     # bookkeeping
-    seed: int = 1  # seeds model init, data order, dropout and the split
+    seed: int = DEFAULT_SEED  # seeds model init, data order, dropout and the split
     eval_every: int = 500  # steps between validation passes (and "best" checkpoint updates); 0: only at the end
     save_every: int = 1000  # steps between checkpoints (one is also written at the end); 0: only at the end
     keep_last: int = 3  # step checkpoints kept in checkpoints/ (older ones deleted); best/ and last/ are extra
