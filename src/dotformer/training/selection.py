@@ -8,7 +8,13 @@ or a seeded sample of ``valid_decode_limit`` sources, the same sample at every p
   (:func:`dotformer.metrics.bleu`, :func:`dotformer.metrics.chrf`); higher is better;
 * ``wer``, ``per``: word and phone error rates against every reference of a source, stress kept
   (:func:`dotformer.metrics.g2p_error_rates`, as ``dotformer evaluate`` computes them for G2P); lower is better.
-  On other tasks a "word" is a whole output and a "phone" a whitespace-separated token.
+  On other tasks a "word" is a whole output and a "phone" a whitespace-separated token;
+* ``accuracy``, ``f1``: a classifier's or a tagger's accuracy and macro-F1 of the labels it gives the validation
+  texts, as ``dotformer evaluate`` computes them (:mod:`dotformer.metrics.labels`); higher is better. The task
+  computes them (a :class:`ValidFigures` in its :class:`~dotformer.training.state.TrainData`) at every pass.
+
+Each task offers some of them (``TrainData.best_metrics``: pairs the decoding metrics, a classifier or a tagger its
+label figures, every task the loss); a run asking for another is refused before its first step.
 """
 
 from __future__ import annotations
@@ -17,18 +23,51 @@ import random
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from dotformer.data.corpora import Pair
     from dotformer.data.tokenizers import Tokenizer
     from dotformer.model import Transformer
     from dotformer.training.scoring import EvalResult
     from dotformer.training.state import TrainState
 
-LOWER_IS_BETTER = {"loss": True, "wer": True, "per": True, "bleu": False, "chrf": False}
+LOWER_IS_BETTER = {"loss": True, "wer": True, "per": True, "bleu": False, "chrf": False, "accuracy": False, "f1": False}
+DECODING_METRICS = ("bleu", "chrf", "wer", "per")  # scores of the greedy outputs of the validation sources
+LABEL_METRICS = ("accuracy", "f1")  # a classifier's or a tagger's figures of its validation texts
+
+
+class ValidFigures(Protocol):
+    """A task's own figures of a validation pass beside its loss (a classifier's or a tagger's accuracy and
+    macro-F1), each one a best metric that picks ``best/`` (higher is better)."""
+
+    names: tuple[str, ...]  # the figures it gives, by name (keys of the dict a call returns)
+
+    def __call__(self, model: nn.Module) -> dict[str, float]:
+        """The figures of ``model`` (the Transformer, not a DDP wrapper) on the validation texts, computed in eval mode
+        without gradients; the model's training flag is restored. The same on every rank."""
+        ...
+
+
+def check_offered(metric: str, offered: Sequence[str]) -> None:
+    """Refuse a best metric the run's data does not offer (``TrainData.best_metrics``).
+
+    Raises:
+        ConfigError: one line naming the metric and the ones offered.
+    """
+    if metric not in offered:
+        offers = or_list(offered)
+        raise ConfigError(f"best_metric {metric!r} is not a figure of this run's validation; choose {offers}")
+
+
+def or_list(names: Sequence[str]) -> str:
+    """``"loss"``, ``"loss or f1"``, ``"loss, accuracy or f1"``."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def is_improvement(metric: str, score: float, best: float | None) -> bool:
@@ -110,7 +149,7 @@ def validation_score(
     from dotformer.errors import DataError
     from dotformer.metrics import bleu, chrf, g2p_error_rates
 
-    if metric not in ("bleu", "chrf", "wer", "per"):
+    if metric not in DECODING_METRICS:
         raise ConfigError(f"{metric!r} is not a decoding metric; choose bleu, chrf, wer or per")
     if not pairs:
         raise DataError("no validation pairs to decode for the best metric")
