@@ -296,7 +296,10 @@ def metrics_log(setup: Setup) -> MetricsLog:
 def train_record(setup: Setup, state: TrainState, last: StepResult, speed: float, cpu_seconds: float) -> dict[str, Any]:
     """The metrics.jsonl line of the step just taken (see :mod:`~dotformer.training.logging`)."""
     record = {"split": "train", "step": state.step, "epoch": round(setup.stream.epochs_done, 4)}
-    record.update(loss=last.loss, nll=last.nll, ppl=math.exp(min(last.nll, 700.0)), lr=last.lr)
+    record.update(loss=last.loss, nll=last.nll)
+    if setup.recipe.objective.perplexity:  # a loss over labels has none
+        record.update(ppl=math.exp(min(last.nll, 700.0)))
+    record.update(lr=last.lr)
     record.update(grad_norm=last.grad_norm, tokens=last.num_tokens, tokens_per_s=round(speed, 1))
     record.update(elapsed_s=round(state.elapsed(), 3), cpu_s=round(cpu_seconds, 3))
     return record

@@ -62,7 +62,10 @@ def validate(setup: Setup, state: TrainState, log: MetricsLog, progress: Progres
         save_best(setup, state)
     if context.is_main:
         record = {"split": "valid", "step": state.step, "epoch": round(setup.stream.epochs_done, 4)}
-        record.update(loss=result.loss, nll=result.nll, ppl=result.perplexity, tokens=result.num_tokens)
+        record.update(loss=result.loss, nll=result.nll)
+        if recipe.objective.perplexity:  # a loss over labels has none
+            record.update(ppl=result.perplexity)
+        record.update(tokens=result.num_tokens)
         language = language_figures(setup, result)
         record.update(language)
         record.update(figures)
@@ -73,7 +76,8 @@ def validate(setup: Setup, state: TrainState, log: MetricsLog, progress: Progres
         shown = f"valid loss {result.loss:.4f}"
         if recipe.objective.perplexity:
             shown += f", ppl {result.perplexity:.3f}"
-        shown += "".join(f", {FIGURE_NAMES.get(name, name)} {value:.2f}" for name, value in figures.items())
+        for name, value in figures.items():
+            shown += ", " + FIGURE_FORMATS.get(name, name + " {:.2f}").format(value)
         if metric in DECODING_METRICS:
             shown += f", {metric} {score:.2f}"
         if language:
@@ -81,7 +85,7 @@ def validate(setup: Setup, state: TrainState, log: MetricsLog, progress: Progres
         progress.write(f"step {state.step:,}: {shown}" + (" (best)" if improved else ""))
 
 
-FIGURE_NAMES = {"accuracy": "accuracy %", "f1": "macro-F1"}  # a figure's name on the validation line
+FIGURE_FORMATS = {"accuracy": "accuracy {:.2f}%", "f1": "macro-F1 {:.2f}"}  # a figure on the validation line
 
 
 def language_figures(setup: Setup, result: EvalResult) -> dict[str, float]:
