@@ -385,7 +385,7 @@ class TagTask(EncoderTask):
 
 
 class LabelFigures:
-    """A classifier's or a tagger's figures of a validation pass (a :class:`~dotformer.training.selection.
+    """A classifier's or a tagger's figures of a validation pass (a :class:`~dotformer.training.best_metrics.
     ValidFigures`): the accuracy and macro-F1 (``"accuracy"``, ``"f1"``, percent) of the labels the model gives the
     validation texts, by :meth:`EncoderTask.labels_given`, the code of ``dotformer evaluate``: at a checkpoint they
     equal what ``dotformer evaluate --checkpoint CKPT --split valid`` prints.

@@ -143,7 +143,7 @@ class Task(ABC):
     title: str  # what a run of it is called in messages ("a language model", "a g2p model")
     fine_tunable = False  # whether --init-from CKPT may start it (a checkpoint of the same family)
     decodes = True  # whether its evaluation decodes outputs (the decoding flags apply, --hyps writes them)
-    best_metrics: tuple[str, ...] = ("loss",)  # what may choose best/ (--best-metric; training.selection): the loss,
+    best_metrics: tuple[str, ...] = ("loss",)  # what may choose best/ (--best-metric; training.best_metrics): the loss,
     # and the task's own validation figures (its TrainData's best_metrics and figures)
 
     def __init__(self, name: str | None = None) -> None:
@@ -258,7 +258,7 @@ class Task(ABC):
         Raises:
             ConfigError: one line naming the metric, why it does not apply, and the ones the task offers.
         """
-        from dotformer.training.selection import DECODING_METRICS, or_list
+        from dotformer.training.best_metrics import DECODING_METRICS, or_list
 
         if metric in self.best_metrics:
             return

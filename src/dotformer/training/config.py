@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from dotformer.config import MAX_SEED
 from dotformer.data.config import choice, config_from_dict, is_number, non_negative_int, positive_int
 from dotformer.errors import ConfigError
+from dotformer.training.best_metrics import DECODING_METRICS, LABEL_METRICS
 
 if TYPE_CHECKING:
     from dotformer.lora import LoRASpec
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 Schedule = Literal["noam", "inverse_sqrt", "constant", "cosine", "linear"]
 Amp = Literal["none", "bf16", "fp16"]
 BestMetric = Literal["loss", "bleu", "chrf", "wer", "per", "accuracy", "f1"]
-BEST_METRICS: tuple[str, ...] = ("loss", "bleu", "chrf", "wer", "per", "accuracy", "f1")
+BEST_METRICS: tuple[str, ...] = ("loss", *DECODING_METRICS, *LABEL_METRICS)  # a task offers some (best_metrics)
 
 
 @dataclass(frozen=True)

@@ -12,19 +12,13 @@ import time
 from typing import TYPE_CHECKING
 
 from dotformer.errors import ConfigError
+from dotformer.training.best_metrics import DECODING_METRICS, LABEL_METRICS, check_offered
 from dotformer.training.config import TrainConfig
 from dotformer.training.logging import MetricsLog
 from dotformer.training.progress import Progress
 from dotformer.training.saving import save_best
 from dotformer.training.scoring import evaluate_loss
-from dotformer.training.selection import (
-    DECODING_METRICS,
-    LABEL_METRICS,
-    check_offered,
-    decode_sample,
-    select_best,
-    validation_score,
-)
+from dotformer.training.selection import decode_sample, select_best, validation_score
 from dotformer.training.state import Setup, TrainState
 
 if TYPE_CHECKING:
