@@ -7,6 +7,7 @@ no perplexity."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -53,12 +54,14 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     rows = [(sentence(ANIMALS), "animal") if i % 2 else (sentence(PLACES), "place") for i in range(300)]
     (root / "labels.tsv").write_text("".join(f"{t}\t{label}\n" for t, label in rows))
-    tagged = []
+    tagged, bio = [], []
     for _ in range(160):
         words = sentence(ANIMALS + PLACES).split()
         tags = ["ANIMAL" if w in ANIMALS else "PLACE" if w in PLACES else "O" for w in words]
         tagged.append("\n".join(f"{w} X {t}" for w, t in zip(words, tags, strict=True)))
+        bio.append("\n".join(f"{w} X {'O' if t == 'O' else 'B-' + t}" for w, t in zip(words, tags, strict=True)))
     (root / "tags.conll").write_text("\n\n".join(tagged) + "\n")
+    (root / "bio.conll").write_text("\n\n".join(bio) + "\n")  # entities: F1 by seqeval
     (root / "labels.txt").write_text("".join(f"{t}\n" for t, _ in rows))
     (root / "tiny.toml").write_text(MODEL)
     return {path.name: path for path in root.iterdir()}
@@ -121,18 +124,39 @@ def test_a_classifier_picks_best_by_accuracy_as_evaluate_computes_it(
     assert f"best valid accuracy {records[best]['accuracy']:.2f}" in summary
 
 
+@pytest.mark.parametrize(("data", "f1_by"), [("tags.conll", "labels"), ("bio.conll", "entities")])
 def test_a_tagger_records_word_accuracy_and_macro_f1_as_evaluate_computes_them(
-    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], data: str, f1_by: str
 ) -> None:
     out = tmp_path / "tag"
-    assert train(files, out, "tag", "tags.conll", "--max-steps", "20", "--best-metric", "f1", "--no-progress") == 0
+    assert train(files, out, "tag", data, "--max-steps", "20", "--best-metric", "f1") == 0
+    err = capsys.readouterr().err.splitlines()
+    progress = [line for line in err if line.startswith("train: step")]
+    assert progress and all(" words/s, epoch " in line for line in progress)
+    assert all("ppl" not in line for line in err if ": valid loss" in line)
     records = valid_records(out)
     best = [r["f1"] for r in records].index(max(r["f1"] for r in records))
     info = json.loads((out / "best" / "config.json").read_text())
     assert info["best"] == {"metric": "f1", "score": records[best]["f1"]} and info["step"] == records[best]["step"]
     figures = evaluated(out / "last", capsys)
+    assert figures["f1_by"] == f1_by
     assert figures["accuracy"] == pytest.approx(records[-1]["accuracy"], abs=1e-9)
     assert figures["macro_f1"] == pytest.approx(records[-1]["f1"], abs=1e-9)
+
+
+def test_a_masked_language_model_counts_masked_tokens_and_keeps_its_perplexity(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "mlm"
+    assert train(files, out, "mlm", "labels.txt", "--max-steps", "10", "--block-size", "48") == 0
+    err = capsys.readouterr().err.splitlines()
+    progress = [line for line in err if line.startswith("train: step")]
+    assert progress and all(" masked tok/s" in line for line in progress)
+    (record,) = valid_records(out)
+    assert "accuracy" not in record and record["ppl"] == pytest.approx(math.exp(record["nll"]))
+    assert [line for line in err if ": valid loss" in line] == [
+        f"step 10: valid loss {record['loss']:.4f}, ppl {record['ppl']:.3f} (best)"
+    ]
 
 
 def test_patience_and_resume_keep_the_best_by_accuracy(files: dict[str, Path], tmp_path: Path) -> None:
