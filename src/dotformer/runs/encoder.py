@@ -214,9 +214,9 @@ class EncoderTask(Task):
     ) -> LabelFigures | None:
         """The figures of each validation pass beside the loss: the accuracy and macro-F1 of the labels the model
         gives the run's validation texts (``RUN/data/valid.tsv``), as ``dotformer evaluate --split valid`` computes
-        them (:class:`LabelFigures`). None without labels (a masked language model), without validation texts, or
-        without the packages that compute them (the ``eval`` extra: a warning says so; ``--best-metric accuracy``
-        or ``f1`` checks for them before the run starts).
+        them (:class:`LabelFigures`). None without labels (a masked language model), without validation texts the
+        model reads (:meth:`readable`), or without the packages that compute them (the ``eval`` extra: a warning
+        says so; ``--best-metric accuracy`` or ``f1`` checks for them before the run starts).
         """
         from dotformer.data.labelled_reader import read_saved
 
@@ -232,7 +232,8 @@ class EncoderTask(Task):
                 f'(pip install "dotformer[eval]")'
             )
             return None
-        return LabelFigures(self, self.readable(texts, tokenizer, max_len), names, tokenizer)
+        readable = self.readable(texts, tokenizer, max_len)
+        return LabelFigures(self, readable, names, tokenizer) if readable.texts else None
 
     def figure_packages(self, names: list[str]) -> list[str]:
         """The modules :meth:`label_score` needs for these labels."""
