@@ -5,6 +5,7 @@ cross-entropy written out, the readers' forms and their one-line errors, and the
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -245,6 +246,7 @@ def test_the_metrics_on_known_values() -> None:
     tags = tagging_score([["B-PER", "I-PER", "O"]], [["B-PER", "O", "O"]], ["B-PER", "I-PER", "O"])
     assert tags.f1_by == "entities" and tags.macro_f1 == 0.0  # the span's end is wrong: the entity is missed
     assert tags.accuracy == pytest.approx(200 / 3)
+    assert json.loads(json.dumps(tags.to_dict()))["per_label"]["PER"]["support"] == 1  # plain numbers: --json
     pos = tagging_score([["DT", "NN"]], [["DT", "VB"]], ["DT", "NN", "VB"])
     assert pos.f1_by == "labels" and pos.accuracy == 50.0
 

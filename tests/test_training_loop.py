@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -462,7 +463,19 @@ def test_best_metric_and_patience_need_a_validation_split() -> None:
         with pytest.raises(ConfigError, match="needs a validation split"):
             fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=1, **changes))
     with pytest.raises(ConfigError, match="best_metric"):
-        TrainConfig(best_metric="accuracy")
+        TrainConfig(best_metric="precision")
+
+
+def test_a_best_metric_the_data_does_not_offer_is_refused() -> None:
+    """Pairs offer the loss and the decoding metrics; a classifier's accuracy needs the task's figures."""
+    data = tiny_data()
+    for metric in ("accuracy", "f1"):
+        with pytest.raises(ConfigError, match=rf"best_metric '{metric}' is not a figure of this run's validation; "
+                           r"choose loss, bleu, chrf, wer or per$"):  # fmt: skip
+            fit(tiny_model(data.src_tokenizer.vocab_size), data, tiny_config(max_steps=1, best_metric=metric))
+    offered = dataclasses.replace(data, best_metrics=("loss", "accuracy"))
+    with pytest.raises(ConfigError, match=r"best_metric 'accuracy' needs the task's validation figures"):
+        fit(tiny_model(data.src_tokenizer.vocab_size), offered, tiny_config(max_steps=1, best_metric="accuracy"))
 
 
 def test_a_signal_during_training_saves_the_step_and_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -93,9 +93,11 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "1000; always at the end)")),
     ("--keep-last", "train", "keep_last", dict(type=int, metavar="N", help="step checkpoints to keep besides best/ "
      "and last/ (default 3)")),
-    ("--best-metric", "train", "best_metric", dict(choices=["loss", "bleu", "chrf", "wer", "per"], help="what "
-     "picks best/ at each validation pass: the valid loss (default), or BLEU/chrF (higher is better) or WER/PER "
-     "(lower is better) of greedy outputs on the validation split")),
+    ("--best-metric", "train", "best_metric", dict(choices=["loss", "bleu", "chrf", "wer", "per", "accuracy", "f1"],
+     help="what picks best/ at each validation pass: the valid loss (default, every task); of pairs, BLEU/chrF "
+     "(higher is better) or WER/PER (lower is better) of greedy outputs on the validation split; of a classifier "
+     "or a tagger (classify, tag), the accuracy or macro-F1 (f1) of its labels on the validation texts (higher is "
+     "better)")),
     ("--valid-decode-limit", "train", "valid_decode_limit", dict(type=int, metavar="N", help="decode only a "
      "seeded random sample of N validation sources for --best-metric (the same sample at every pass)")),
     ("--patience", "train", "patience", dict(type=int, metavar="N", help="early stopping: stop when the "

@@ -154,8 +154,8 @@ def tagging_score(
     macro = 100 * float(seqeval.f1_score(gold_lists, predicted_lists, average="macro", zero_division=0))
     report = seqeval.classification_report(gold_lists, predicted_lists, output_dict=True, zero_division=0)
     per_entity = {
-        name: {"precision": 100 * row["precision"], "recall": 100 * row["recall"], "f1": 100 * row["f1-score"],
-               "support": row["support"]}
+        name: {"precision": 100 * float(row["precision"]), "recall": 100 * float(row["recall"]),
+               "f1": 100 * float(row["f1-score"]), "support": int(row["support"])}  # numpy's numbers: JSON's
         for name, row in report.items() if not name.endswith(" avg")
     }  # fmt: skip
     return LabelScore(words.count, words.accuracy, macro, "entities", per_entity)

@@ -37,6 +37,8 @@ readers read: what ``evaluate --split`` scores), and the one tokenizer as tokeni
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import logging
 import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -61,10 +63,14 @@ if TYPE_CHECKING:
     from dotformer.data.labelled import LabelledExamples
     from dotformer.data.labelled_reader import LabelledTexts
     from dotformer.data.prepared.text_kind import PreparedText
+    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.decoding.classify import LabelScores
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.metrics.labels import LabelScore
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
+
+logger = logging.getLogger(__name__)  # "dotformer.runs.encoder": what the validation figures leave out
 
 LONG_TEXT_BLOCKS = 4  # a training text longer than this many blocks is warned about (it is cut short to one)
 
@@ -194,13 +200,61 @@ class EncoderTask(Task):
         if not len(train):
             raise DataError(f"{prepared.directory}: the training split holds no text to train on")
         tokenizer = prepared.tokenizer  # type: ignore[union-attr]
+        figures = self.valid_figures(run_dir, data, tokenizer, names, int(record["model"]["max_len"]))
         train_data = TrainData(
             train=train, valid=valid, src_tokenizer=tokenizer, tgt_tokenizer=tokenizer,
-            objective=OBJECTIVES[self.objective],
+            objective=OBJECTIVES[self.objective], best_metrics=self.best_metrics, figures=figures,
         )  # fmt: skip
         unknown = int(prepared.report["splits"]["train"].get("unknown", 0))
         line = describe_examples(train, valid, data, names, unknown, self.unit, self.cut)
         return Loaded(data, train_data, [line], {"labels": names} if names else {})
+
+    def valid_figures(
+        self, run_dir: Path, data: EncoderDataConfig, tokenizer: Tokenizer, names: list[str], max_len: int
+    ) -> LabelFigures | None:
+        """The figures of each validation pass beside the loss: the accuracy and macro-F1 of the labels the model
+        gives the run's validation texts (``RUN/data/valid.tsv``), as ``dotformer evaluate --split valid`` computes
+        them (:class:`LabelFigures`). None without labels (a masked language model), without validation texts the
+        model reads (:meth:`readable`), or without the packages that compute them (the ``eval`` extra: a warning
+        says so; ``--best-metric accuracy`` or ``f1`` checks for them before the run starts).
+        """
+        from dotformer.data.labelled_reader import read_saved
+
+        if not names:
+            return None
+        texts = read_saved(run_dir / "data" / "valid.tsv", data.task)
+        if not texts.texts:
+            return None
+        missing = [module for module in self.figure_packages(names) if importlib.util.find_spec(module) is None]
+        if missing:
+            logger.warning(
+                f"validation shows only the loss: its accuracy and macro-F1 need {' and '.join(missing)} "
+                f'(pip install "dotformer[eval]")'
+            )
+            return None
+        readable = self.readable(texts, tokenizer, max_len)
+        return LabelFigures(self, readable, names, tokenizer) if readable.texts else None
+
+    def figure_packages(self, names: list[str]) -> list[str]:
+        """The modules :meth:`label_score` needs for these labels."""
+        return ["sklearn"]
+
+    def readable(self, texts: LabelledTexts, tokenizer: Tokenizer, max_len: int) -> LabelledTexts:
+        """The validation texts the figures are computed on: every one (a text longer than the model reads is cut
+        there, as in evaluation)."""
+        return texts
+
+    def labels_given(
+        self, model: Any, tokenizer: Tokenizer, texts: LabelledTexts, names: list[str], batch_size: int
+    ) -> tuple[LabelScore, LabelScores]:
+        """The score of the labels ``model`` gives ``texts`` (:meth:`label_score`), and their probabilities: what
+        ``dotformer evaluate`` and each validation pass compute, one code path."""
+        from dotformer.decoding.classify import label_texts
+
+        scores = label_texts(model, tokenizer, texts.texts, min(batch_size, 512))
+        predicted = [[names[int(i)] for i in p.argmax(dim=-1).tolist()] if p.dim() == 2 else names[int(p.argmax())]
+                     for p in scores.probabilities]  # fmt: skip
+        return self.label_score(texts.labels, predicted, names), scores
 
     def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
         """mlm: masked-token accuracy and perplexity of held-out text (masked with ``request.seed``; ``limit``: its
@@ -218,7 +272,7 @@ class EncoderTask(Task):
     def score(self, loaded: Any, request: EvalRequest) -> EvalReport:
         """Accuracy and macro-F1 of the labels the model gives (:mod:`dotformer.metrics.labels`)."""
         from dotformer.data.labelled_reader import label_ids
-        from dotformer.decoding.classify import check_classifier, checkpoint_labels, label_texts
+        from dotformer.decoding.classify import check_classifier, checkpoint_labels
         from dotformer.training.progress import count
 
         head = check_classifier(loaded.model, loaded.path)
@@ -227,10 +281,7 @@ class EncoderTask(Task):
         names = checkpoint_labels(loaded)
         texts, where = held_out_texts(loaded, request, self.name)
         label_ids(texts, names, where)  # every label is one the model knows
-        scores = label_texts(loaded.model, loaded.src_tokenizer, texts.texts, min(request.batch_size, 512))
-        predicted = [[names[int(i)] for i in p.argmax(dim=-1).tolist()] if p.dim() == 2 else names[int(p.argmax())]
-                     for p in scores.probabilities]  # fmt: skip
-        score = self.label_score(texts.labels, predicted, names)
+        score, scores = self.labels_given(loaded.model, loaded.src_tokenizer, texts, names, request.batch_size)
         sample = f", a random sample (seed {request.seed})" if request.limit is not None else ""
         description = f"({count(len(texts.texts), self.unit)}{sample}), task {self.name}, "
         description += count(len(names), "label")
@@ -293,6 +344,7 @@ class ClassifyTask(EncoderTask):
     objective = "sequence-label"
     recipe = "classify-bible"
     unit = "text"
+    best_metrics = ("loss", "accuracy", "f1")  # of the labels given the validation texts (LabelFigures)
 
 
 class TagTask(EncoderTask):
@@ -304,11 +356,62 @@ class TagTask(EncoderTask):
     objective = "token-label"
     recipe = "classify-bible"
     unit = "sentence"
+    best_metrics = ("loss", "accuracy", "f1")  # word accuracy and macro-F1 of the validation sentences
 
     def label_score(self, gold: list[Any], predicted: list[Any], names: list[str]) -> LabelScore:
         from dotformer.metrics.labels import tagging_score
 
         return tagging_score(gold, predicted, names)
+
+    def figure_packages(self, names: list[str]) -> list[str]:
+        from dotformer.metrics.labels import BIO
+
+        bio = all(BIO.match(label) for label in names) and "O" in names
+        return ["sklearn", "seqeval"] if bio else ["sklearn"]
+
+    def readable(self, texts: LabelledTexts, tokenizer: Tokenizer, max_len: int) -> LabelledTexts:
+        """The validation sentences the model reads whole (a longer one, cut in training, could not have a label
+        for each of its words; evaluation refuses it): those are left out of the figures, and counted."""
+        from dotformer.data.words import WordPieces
+
+        tokens = WordPieces(tokenizer).encode_sentences([text.split() for text in texts.texts]).ids.lengths
+        kept = [i for i, n in enumerate(tokens.tolist()) if n + 2 <= max_len]  # + 2: BOS and EOS
+        if len(kept) < len(texts.texts):
+            left = len(texts.texts) - len(kept)
+            logger.warning(
+                f"{texts.name}: {left:,} of {len(texts.texts):,} validation sentences are longer than the model's "
+                f"{max_len} tokens and are left out of the validation accuracy and macro-F1"
+            )
+        return texts.subset(kept)
+
+
+class LabelFigures:
+    """A classifier's or a tagger's figures of a validation pass (a :class:`~dotformer.training.best_metrics.
+    ValidFigures`): the accuracy and macro-F1 (``"accuracy"``, ``"f1"``, percent) of the labels the model gives the
+    validation texts, by :meth:`EncoderTask.labels_given`, the code of ``dotformer evaluate``: at a checkpoint they
+    equal what ``dotformer evaluate --checkpoint CKPT --split valid`` prints.
+
+    Args:
+        task: the classifier's or tagger's task (its :meth:`~EncoderTask.label_score`).
+        texts: the validation texts and their labels. names: the labels, one per output of the head.
+        tokenizer: the model's.
+    """
+
+    names = ("accuracy", "f1")
+
+    def __init__(self, task: EncoderTask, texts: LabelledTexts, names: list[str], tokenizer: Tokenizer) -> None:
+        self.task, self.texts, self.labels, self.tokenizer = task, texts, names, tokenizer
+
+    def __call__(self, model: Any) -> dict[str, float]:
+        if not self.texts.texts:
+            return {}
+        was_training = model.training
+        model.eval()
+        try:
+            score, _ = self.task.labels_given(model, self.tokenizer, self.texts, self.labels, EvalRequest().batch_size)
+        finally:
+            model.train(was_training)
+        return {"accuracy": score.accuracy, "f1": score.macro_f1}
 
 
 # -- the model ---------------------------------------------------------------------------------------------------------
@@ -445,4 +548,11 @@ def held_out_texts(loaded: LoadedCheckpoint, request: EvalRequest, task: str) ->
     return texts, where
 
 
-__all__ = ["ClassifyTask", "EncoderTask", "MaskedLanguageModelTask", "TagTask", "encoder_model_config"]
+__all__ = [
+    "ClassifyTask",
+    "EncoderTask",
+    "LabelFigures",
+    "MaskedLanguageModelTask",
+    "TagTask",
+    "encoder_model_config",
+]

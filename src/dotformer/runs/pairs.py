@@ -49,6 +49,7 @@ class PairsTask(Task):
     """A source text to a target text; ``name`` picks the metrics, the tokenizers and the defaults."""
 
     fine_tunable = True
+    best_metrics = ("loss", "bleu", "chrf", "wer", "per")  # the decoding metrics of the greedy outputs
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -115,7 +116,10 @@ class PairsTask(Task):
         assert isinstance(prepared, PreparedPairs)
         src, tgt = prepared.tokenizers
         splits = prepared.splits
-        train_data = TrainData(splits["train"], splits["valid"], src, tgt, valid_pairs=prepared.texts("valid"))
+        train_data = TrainData(
+            splits["train"], splits["valid"], src, tgt, valid_pairs=prepared.texts("valid"),
+            best_metrics=self.best_metrics,
+        )  # fmt: skip
         return Loaded(data, train_data)
 
     def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:

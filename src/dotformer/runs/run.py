@@ -81,15 +81,14 @@ class RunResult:
         text = (
             f"trained {count(f.steps, 'step')} ({f.epochs:.2f} epochs, stopped by {f.stopped_by}) in "
             f"{f.run_seconds:.1f} s, "
-            f"{f.tokens_per_second:,.0f} target tokens/s"
+            f"{f.tokens_per_second:,.0f} {f.scored}/s"
         )
         if f.best_valid_loss is not None and f.best_metric != "loss" and f.best_score is not None:
             text += f"; best valid {f.best_metric} {f.best_score:.2f} (loss {f.best_valid_loss:.4f})"
             text += f" at step {f.best_step:,}"
         elif f.best_valid_loss is not None:
-            text += (
-                f"; best valid loss {f.best_valid_loss:.4f} (ppl {f.best_valid_perplexity:.3f}) at step {f.best_step:,}"
-            )
+            ppl = f" (ppl {f.best_valid_perplexity:.3f})" if f.best_valid_perplexity is not None else ""
+            text += f"; best valid loss {f.best_valid_loss:.4f}{ppl} at step {f.best_step:,}"
         return text + f"; checkpoint: {f.checkpoint}" + self.task.summary(self.run_dir, f.best_valid_loss)
 
 
@@ -128,7 +127,8 @@ def train_run(
     the [model] fields of a fresh run are checked before anything is written.
 
     Raises:
-        ConfigError: bad configs, a missing dataset, an existing run without --resume.
+        ConfigError: bad configs, a missing dataset, an existing run without --resume, a best_metric the task does
+            not offer (:meth:`~dotformer.runs.task.Task.check_best_metric`).
         RunBusyError: another process is training in ``out_dir`` (it is named).
         CheckpointError: --resume with nothing to resume, or with a model or data config that differs from the run's.
         DataError / MissingDataError: the data cannot be read. MissingExtraError: an option's package is not
@@ -174,6 +174,7 @@ def train_run(
     data = task.data_config(sections.data, where)
     run_dir = Path(out_dir) if out_dir is not None else task.default_run_dir(data, sections.model)
     train_config = budgeted_train_config(sections.train, file_sections, flag_sections)
+    task.check_best_metric(train_config.best_metric)
     check_requirements(train_config)
     if train_config.lora_rank and record is None and init_from is None:  # before anything is read or written
         raise ConfigError("--lora-rank trains adapters on the frozen weights of a checkpoint: give --init-from CKPT")
@@ -292,6 +293,8 @@ _OPTION_NEEDS: dict[tuple[str, object], tuple[str, str, str]] = {
     ("best_metric", "per"): ("eval", "rapidfuzz", "--best-metric per"),
     ("best_metric", "bleu"): ("eval", "sacrebleu", "--best-metric bleu"),
     ("best_metric", "chrf"): ("eval", "sacrebleu", "--best-metric chrf"),
+    ("best_metric", "accuracy"): ("eval", "sklearn", "--best-metric accuracy"),
+    ("best_metric", "f1"): ("eval", "sklearn", "--best-metric f1"),
     ("tensorboard", True): ("tensorboard", "tensorboard", "--tensorboard"),
 }
 

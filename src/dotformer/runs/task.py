@@ -143,6 +143,8 @@ class Task(ABC):
     title: str  # what a run of it is called in messages ("a language model", "a g2p model")
     fine_tunable = False  # whether --init-from CKPT may start it (a checkpoint of the same family)
     decodes = True  # whether its evaluation decodes outputs (the decoding flags apply, --hyps writes them)
+    best_metrics: tuple[str, ...] = ("loss",)  # what may choose best/ (--best-metric; training.best_metrics): the loss,
+    # and the task's own validation figures (its TrainData's best_metrics and figures)
 
     def __init__(self, name: str | None = None) -> None:
         if name is not None:  # one class may serve several names (the tasks of pairs)
@@ -249,6 +251,22 @@ class Task(ABC):
             CheckpointError: no run directory and no test file. DataError / MissingDataError: unreadable, empty or
                 mismatched data. ConfigError: settings the task cannot take.
         """
+
+    def check_best_metric(self, metric: str) -> None:
+        """Refuse a ``--best-metric`` the task's validation does not give, before anything is read or written.
+
+        Raises:
+            ConfigError: one line naming the metric, why it does not apply, and the ones the task offers.
+        """
+        from dotformer.training.best_metrics import DECODING_METRICS, or_list
+
+        if metric in self.best_metrics:
+            return
+        if metric in DECODING_METRICS:
+            why = f"scores the greedy outputs of validation pairs, and {self.title} has none"
+        else:
+            why = f"is not a figure of {self.title}'s validation"
+        raise ConfigError(f"--best-metric {metric} {why}; choose {or_list(self.best_metrics)}")
 
     def summary(self, run_dir: Path, best_valid_loss: float | None) -> str:
         """What the last line of ``dotformer train`` adds to the shared summary for this task ("" for nothing)."""

@@ -117,7 +117,9 @@ class LanguageModelTask(Task):
         check_training_stream(train)  # before the data line: an error is one line
         valid = prepared_stream(prepared, "valid", T)
         tokenizer = prepared.tokenizer
-        train_data = TrainData(train=train, valid=valid, src_tokenizer=tokenizer, tgt_tokenizer=tokenizer)
+        train_data = TrainData(
+            train=train, valid=valid, src_tokenizer=tokenizer, tgt_tokenizer=tokenizer, best_metrics=self.best_metrics
+        )
         lines = prepared.splits["train"], prepared.splits["valid"]
         line = (
             f"{len(lines[0]):,} train lines ({train.characters:,} characters, {len(train):,} tokens), "

@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from dotformer.config import DEFAULT_SEED, MAX_SEED
 from dotformer.data.config import choice, config_from_dict, is_number, non_negative_int, positive_int
 from dotformer.errors import ConfigError
+from dotformer.training.best_metrics import DECODING_METRICS, LABEL_METRICS
 
 if TYPE_CHECKING:
     from dotformer.lora import LoRASpec
 
 Schedule = Literal["noam", "inverse_sqrt", "constant", "cosine", "linear"]
 Amp = Literal["none", "bf16", "fp16"]
-BestMetric = Literal["loss", "bleu", "chrf", "wer", "per"]
-BEST_METRICS: tuple[str, ...] = ("loss", "bleu", "chrf", "wer", "per")
+BestMetric = Literal["loss", "bleu", "chrf", "wer", "per", "accuracy", "f1"]
+BEST_METRICS: tuple[str, ...] = ("loss", *DECODING_METRICS, *LABEL_METRICS)  # a task offers some (best_metrics)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ class TrainConfig:
     progress: bool = True  # show a tqdm progress bar on standard error (rank 0 only)
     tensorboard: bool = False  # also write TensorBoard event files to RUN/tensorboard (needs `tensorboard`)
     # model selection and early stopping (fairseq's --best-checkpoint-metric and --patience)
-    best_metric: BestMetric = "loss"  # picks best/: valid "loss", or the "bleu", "chrf", "wer", "per" of greedy outputs
+    best_metric: BestMetric = "loss"  # picks best/: valid "loss"; the "bleu", "chrf", "wer", "per" of greedy outputs
+    # (pairs); the "accuracy" or macro-"f1" of the labels given (a classifier, a tagger): the task says which it offers
     valid_decode_limit: int | None = None  # decode a seeded sample of N valid sources for best_metric (None: all)
     patience: int = 0  # stop when the best_metric has not improved for this many validation passes (0: never)
 

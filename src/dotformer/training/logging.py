@@ -6,9 +6,12 @@ measured then. Train lines come every ``metrics_every`` steps (default 1: every 
 ``log_every`` (the progress lines) is; valid lines at every validation pass. Train lines have loss and nll per
 target token, ppl, lr, grad_norm (before clipping), tokens (target tokens of the step), tokens_per_s (since the
 previous line), elapsed_s (training seconds of the whole run) and cpu_s (CPU seconds of this process since this call
-started, all threads); valid lines have loss, nll, ppl, tokens, best (a new best validation loss) and seconds (the
-pass's duration), and for a language model bits_per_token and bits_per_char (nll / ln 2 per token, and per
-character of the validation text: :mod:`dotformer.metrics.language`). A resumed run appends to the same file.
+started, all threads); valid lines have loss, nll, ppl, tokens, best (a new best by the best metric) and seconds
+(the pass's duration), and for a language model bits_per_token and bits_per_char (nll / ln 2 per token, and per
+character of the validation text: :mod:`dotformer.metrics.language`), for a decoding best metric its score (bleu,
+chrf, wer or per) and the sources decoded, for a classifier or a tagger its accuracy and macro-F1 (accuracy, f1,
+percent). An encoder's "tokens" are what its objective scores (masked tokens, texts, words), and a loss over labels
+(a classifier's, a tagger's) has no ppl. A resumed run appends to the same file.
 """
 
 from __future__ import annotations

@@ -63,16 +63,18 @@ class FitResult:
         epochs: passes over the training data in total (fractional).
         seconds: training wall-clock seconds in total (earlier runs included).
         run_seconds: seconds spent in this call.
-        tokens: target tokens trained on in total.
-        tokens_per_second: target tokens per second in this call.
+        tokens: target tokens trained on in total (an encoder's: the masked tokens, texts or words its objective
+            scores: ``scored``).
+        tokens_per_second: of them, per second in this call.
         train_loss: label-smoothed loss per token of the last step (nan when no step ran).
         best_valid_loss, best_valid_perplexity, best_step: the best validation pass by ``best_metric`` (its loss
-            and perplexity; None without validation).
+            and perplexity; None without validation; no perplexity for an objective over labels).
         last_valid: the last validation pass (None without validation).
         stopped_by: "max_steps", "max_minutes", "max_epochs" or "patience" (early stopping).
         checkpoint: best/ when it exists, else last/ (None without a run directory).
-        best_metric: what chose best/ ("loss", "bleu", "chrf", "wer", "per").
+        best_metric: what chose best/ ("loss", "bleu", "chrf", "wer", "per", "accuracy", "f1").
         best_score: its value at the best pass (None without validation).
+        scored: what ``tokens`` counts, plural ("target tokens", "masked tokens", "texts", "words").
     """
 
     steps: int
@@ -90,6 +92,7 @@ class FitResult:
     checkpoint: Path | None
     best_metric: str = "loss"
     best_score: float | None = None
+    scored: str = "target tokens"
 
 
 def fit(
@@ -125,8 +128,8 @@ def fit(
         :class:`FitResult`.
 
     Raises:
-        ConfigError: no budget, fp16 on CPU, bad device, resume without a run directory, a decoding best_metric or
-            patience without validation pairs.
+        ConfigError: no budget, fp16 on CPU, bad device, resume without a run directory, a best_metric the data
+            does not offer (``data.best_metrics``), a best_metric other than the loss or patience without validation.
         CheckpointError: nothing to resume, a damaged checkpoint, or a model/vocabulary different from the checkpoint's
             (the resumed one or ``init_from``; the message names both sides).
         TrainingError: the budget allows no step (nothing is written), or the loss became NaN/inf (the last good
@@ -160,7 +163,8 @@ def train_loop(setup: Setup, state: TrainState) -> FitResult:
     model = training_model(setup)
     log = metrics_log(setup)
     state.started = time.monotonic()
-    progress = Progress(Budget.of(c), lambda: position(setup, state), enabled=main and c.progress)
+    unit = setup.recipe.objective.unit  # what the speed counts: target tokens, or an encoder's texts, words, ...
+    progress = Progress(Budget.of(c), lambda: position(setup, state), enabled=main and c.progress, unit=unit)
     first_step, first_tokens, cpu_start = state.step, state.tokens, time.process_time()
     shown, logged = TokenRate(state.started), TokenRate(state.started)  # speeds of progress and metrics lines
     try:
@@ -215,7 +219,8 @@ def set_up(
     """The model on its device, the optimizer, the step's recipe, the batches; the pairs a decoding metric decodes.
 
     Raises:
-        ConfigError: fp16 on a CPU, a decoding best_metric or patience without validation pairs.
+        ConfigError: fp16 on a CPU, a best_metric the data does not offer, a best_metric other than the loss or
+            patience without validation.
         DataError: an example longer than max_tokens.
     """
     amp_dtype = autocast_dtype(config.amp, context.device)
@@ -291,7 +296,10 @@ def metrics_log(setup: Setup) -> MetricsLog:
 def train_record(setup: Setup, state: TrainState, last: StepResult, speed: float, cpu_seconds: float) -> dict[str, Any]:
     """The metrics.jsonl line of the step just taken (see :mod:`~dotformer.training.logging`)."""
     record = {"split": "train", "step": state.step, "epoch": round(setup.stream.epochs_done, 4)}
-    record.update(loss=last.loss, nll=last.nll, ppl=math.exp(min(last.nll, 700.0)), lr=last.lr)
+    record.update(loss=last.loss, nll=last.nll)
+    if setup.recipe.objective.perplexity:  # a loss over labels has none
+        record.update(ppl=math.exp(min(last.nll, 700.0)))
+    record.update(lr=last.lr)
     record.update(grad_norm=last.grad_norm, tokens=last.num_tokens, tokens_per_s=round(speed, 1))
     record.update(elapsed_s=round(state.elapsed(), 3), cpu_s=round(cpu_seconds, 3))
     return record
@@ -313,11 +321,12 @@ def result(setup: Setup, state: TrainState, stopped_by: str, first_tokens: int) 
         tokens_per_second=(state.tokens - first_tokens) / max(run_seconds, 1e-9),
         train_loss=state.train_loss,
         best_valid_loss=None if math.isinf(state.best_loss) else state.best_loss,
-        best_valid_perplexity=state.best_perplexity,
+        best_valid_perplexity=state.best_perplexity if setup.recipe.objective.perplexity else None,
         best_step=state.best_step,
         last_valid=state.last_valid,
         stopped_by=stopped_by,
         checkpoint=checkpoint,
         best_metric=setup.config.best_metric,
         best_score=state.best_score,
+        scored=setup.recipe.objective.scored,
     )

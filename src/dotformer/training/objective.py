@@ -53,6 +53,9 @@ class Objective(Protocol):
     """What a step learns from a batch (module docstring)."""
 
     name: str  # "next-token", "masked-token", "sequence-label" or "token-label"
+    scored: str  # what its scored positions are, plural, for speeds: "target tokens", "masked tokens", "texts", "words"
+    unit: str  # the same, short, for the progress line: "tok", "masked tok", "texts", "words"
+    perplexity: bool  # whether exp(NLL) means something: a perplexity over tokens (not over labels)
 
     def predict(self, model: nn.Module, batch: Any, packed: bool, pad_id: int) -> Prediction:
         """Run ``model`` (the Transformer or its DDP/compiled wrapper: always through its ``forward``) on ``batch``."""
@@ -73,6 +76,7 @@ class NextToken:
     """Teacher forcing (§3, §5.4): the logits of every target position against the next token, ``tgt_out``."""
 
     name = "next-token"
+    scored, unit, perplexity = "target tokens", "tok", True
 
     def predict(self, model: nn.Module, batch: Batch, packed: bool, pad_id: int) -> Prediction:
         logits = model(batch.src, batch.tgt_in, packed=packed)  # (B, T, V) or (N_T, V)
@@ -87,6 +91,7 @@ class MaskedTokens:
     there (a :class:`~dotformer.data.labelled.LabelledBatch` whose ``labels`` hold them)."""
 
     name = "masked-token"
+    scored, unit, perplexity = "masked tokens", "masked tok", True
 
     def predict(self, model: nn.Module, batch: Any, packed: bool, pad_id: int) -> Prediction:
         scored = batch.scored  # (B, S) bool: the masked positions
@@ -100,6 +105,7 @@ class SequenceLabels:
     """Classification: the pooled classifier's logits (B, C) against each text's label (B,)."""
 
     name = "sequence-label"
+    scored, unit, perplexity = "texts", "texts", False
 
     def predict(self, model: nn.Module, batch: Any, packed: bool, pad_id: int) -> Prediction:
         scored = batch.scored  # (B,) bool: every text, unless the batch stands in for a rank with nothing to score
@@ -113,6 +119,7 @@ class TokenLabels:
     """Tagging: the per-token classifier's logits at the labelled positions (N, C) against their labels (N,)."""
 
     name = "token-label"
+    scored, unit, perplexity = "words", "words", False
 
     def predict(self, model: nn.Module, batch: Any, packed: bool, pad_id: int) -> Prediction:
         scored = batch.scored  # (B, S) bool: the labelled positions

@@ -129,6 +129,7 @@ class Progress:
         enabled: False shows nothing (other ranks, ``--no-progress``).
         stream: where to write (default: ``sys.stderr`` at construction).
         interactive: draw a bar (True) or write lines (False); default: whether ``stream`` is a terminal.
+        unit: what the speed counts, per second ("tok": target tokens; an encoder's "masked tok", "texts", "words").
     """
 
     def __init__(
@@ -138,8 +139,10 @@ class Progress:
         enabled: bool = True,
         stream: TextIO | None = None,
         interactive: bool | None = None,
+        unit: str = "tok",
     ) -> None:
         self.budget = budget
+        self.unit = unit
         self._position = position
         self.start = position()
         self.stream = stream if stream is not None else sys.stderr
@@ -162,11 +165,12 @@ class Progress:
             )
 
     def update(self, loss: float, lr: float, tokens_per_second: float) -> None:
-        """Show the run's latest numbers at its current position (a line, or a redraw of the bar)."""
+        """Show the run's latest numbers at its current position (a line, or a redraw of the bar); the speed counts
+        the progress's ``unit`` (target tokens, or an encoder's texts, words, masked tokens)."""
         if not self.enabled:
             return
         now = self._position()
-        self._numbers = f"loss {loss:.3f}, lr {lr:.2e}, {tokens_per_second:,.0f} tok/s"
+        self._numbers = f"loss {loss:.3f}, lr {lr:.2e}, {tokens_per_second:,.0f} {self.unit}/s"
         self._numbers_step = now.step
         self._show(now, final=False)
 

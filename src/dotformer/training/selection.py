@@ -8,7 +8,14 @@ or a seeded sample of ``valid_decode_limit`` sources, the same sample at every p
   (:func:`dotformer.metrics.bleu`, :func:`dotformer.metrics.chrf`); higher is better;
 * ``wer``, ``per``: word and phone error rates against every reference of a source, stress kept
   (:func:`dotformer.metrics.g2p_error_rates`, as ``dotformer evaluate`` computes them for G2P); lower is better.
-  On other tasks a "word" is a whole output and a "phone" a whitespace-separated token.
+  On other tasks a "word" is a whole output and a "phone" a whitespace-separated token;
+* ``accuracy``, ``f1``: a classifier's or a tagger's accuracy and macro-F1 of the labels it gives the validation
+  texts, as ``dotformer evaluate`` computes them (:mod:`dotformer.metrics.labels`); higher is better. The task
+  computes them (a :class:`ValidFigures` in its :class:`~dotformer.training.state.TrainData`) at every pass.
+
+Each task offers some of them (``TrainData.best_metrics``: pairs the decoding metrics, a classifier or a tagger its
+label figures, every task the loss; :mod:`~dotformer.training.best_metrics`); a run asking for another is refused
+before its first step.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dotformer.errors import ConfigError
+from dotformer.training.best_metrics import DECODING_METRICS, LOWER_IS_BETTER
 
 if TYPE_CHECKING:
     from dotformer.data.corpora import Pair
@@ -27,8 +35,6 @@ if TYPE_CHECKING:
     from dotformer.model import Transformer
     from dotformer.training.scoring import EvalResult
     from dotformer.training.state import TrainState
-
-LOWER_IS_BETTER = {"loss": True, "wer": True, "per": True, "bleu": False, "chrf": False}
 
 
 def is_improvement(metric: str, score: float, best: float | None) -> bool:
@@ -110,7 +116,7 @@ def validation_score(
     from dotformer.errors import DataError
     from dotformer.metrics import bleu, chrf, g2p_error_rates
 
-    if metric not in ("bleu", "chrf", "wer", "per"):
+    if metric not in DECODING_METRICS:
         raise ConfigError(f"{metric!r} is not a decoding metric; choose bleu, chrf, wer or per")
     if not pairs:
         raise DataError("no validation pairs to decode for the best metric")

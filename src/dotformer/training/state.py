@@ -19,6 +19,7 @@ from dotformer.data.batching import Batch, EncodedPair
 from dotformer.data.blocks import TokenStream
 from dotformer.data.labelled import LabelledExamples
 from dotformer.data.tokenizers import Tokenizer
+from dotformer.training.best_metrics import DECODING_METRICS, ValidFigures
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext
 from dotformer.training.objective import NEXT_TOKEN, Objective
@@ -45,6 +46,10 @@ class TrainData:
             by detokenising its ids, which loses symbols read as UNK).
         objective: what the model learns from them (:mod:`~dotformer.training.objective`): the next token for
             pairs and text, masked tokens or labels for an encoder's examples.
+        best_metrics: the best metrics a run on them may choose ``best/`` by (:mod:`~dotformer.training.best_metrics`):
+            the loss, and what the task offers (pairs: the decoding metrics; a classifier, a tagger: its figures).
+        figures: the task's own figures of each validation pass beside the loss (a classifier's or a tagger's
+            accuracy and macro-F1), logged and printed, and the best metrics among them; None: the loss only.
     """
 
     train: PairArrays | Sequence[EncodedPair] | TokenStream | LabelledExamples
@@ -53,6 +58,8 @@ class TrainData:
     tgt_tokenizer: Tokenizer
     valid_pairs: Sequence[Pair] | None = None
     objective: Objective = NEXT_TOKEN
+    best_metrics: tuple[str, ...] = ("loss", *DECODING_METRICS)
+    figures: ValidFigures | None = None
 
 
 @dataclass
