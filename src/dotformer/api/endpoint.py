@@ -145,6 +145,14 @@ def _typed(request: dict[str, Any], option: DecodeOption) -> Any:
     if option.name not in request or option.name == "prefix":
         return None
     value = request[option.name]
+    if option.many:  # a string (comma-separated) or a list of strings (suppress: also lists of strings)
+        ok = isinstance(value, str) or (
+            isinstance(value, list)
+            and all(isinstance(v, str) or (isinstance(v, list) and all(isinstance(t, str) for t in v)) for v in value)
+        )
+        if not ok:
+            raise RequestError(f'"{option.name}" must be a string or a list of strings, got {json.dumps(value)}')
+        return value
     if option.kind is bool:
         ok = isinstance(value, bool)
     elif option.kind is float:
@@ -482,7 +490,11 @@ def describe_api(translator: Translator) -> dict[str, Any]:
     options = [
         {
             "name": option.name,
-            "type": "list of strings or nulls, one per text" if option.name == "prefix" else kinds[option.kind],
+            "type": "list of strings or nulls, one per text"
+            if option.name == "prefix"
+            else "string or list of strings"
+            if option.many
+            else kinds[option.kind],
             "default": {"beam": 4, "n_best": 1}.get(option.name, option.default),
             "help": option.help,
             **({"choices": list(option.choices)} if option.choices else {}),

@@ -164,6 +164,10 @@ def add_option_flags(
         default = None if option.strategy is not None else option.default
         if option.kind is bool:
             parser.add_argument(option.flag, dest=option.name, action="store_true", default=default, help=option.help)
+        elif option.many:  # repeated or comma-separated: decode_config_from_args splits the values
+            parser.add_argument(
+                option.flag, dest=option.name, action="append", default=None, metavar=option.metavar, help=option.help
+            )
         else:
             metavar = None if option.choices else option.metavar or option.name.split("_")[-1].upper()
             kind = str if option.kind is str else option.kind
@@ -193,10 +197,14 @@ def decode_config_from_args(args: argparse.Namespace, n_best: int = 1) -> Decode
         ConfigError: a flag that does not belong to the chosen strategy, or an invalid value (the message names
             the flag, ``--beam``, not the :class:`DecodeConfig` field).
     """
-    from dotformer.decoding.options import FLAG_NAMES, OPTION_NAMES, decode_config, with_surface_names
+    from dotformer.decoding.config import split_tokens
+    from dotformer.decoding.options import DECODE_OPTIONS, FLAG_NAMES, OPTION_NAMES, decode_config, with_surface_names
     from dotformer.errors import ConfigError
 
     values = {name: getattr(args, name, None) for name in OPTION_NAMES}
+    for option in DECODE_OPTIONS:
+        if option.many and values.get(option.name) is not None:  # ["a,b", "c"] -> ["a", "b", "c"]
+            values[option.name] = [token for value in values[option.name] for token in split_tokens(value)]
     if values["n_best"] is None:
         values["n_best"] = n_best
     try:
