@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dotformer.cli.threads import add_threads_argument, apply_threads
 
@@ -197,20 +197,29 @@ def decode_config_from_args(args: argparse.Namespace, n_best: int = 1) -> Decode
         ConfigError: a flag that does not belong to the chosen strategy, or an invalid value (the message names
             the flag, ``--beam``, not the :class:`DecodeConfig` field).
     """
-    from dotformer.decoding.config import split_tokens
-    from dotformer.decoding.options import DECODE_OPTIONS, FLAG_NAMES, OPTION_NAMES, decode_config, with_surface_names
+    from dotformer.decoding.options import FLAG_NAMES, OPTION_NAMES, decode_config, with_surface_names
     from dotformer.errors import ConfigError
 
-    values = {name: getattr(args, name, None) for name in OPTION_NAMES}
-    for option in DECODE_OPTIONS:
-        if option.many and values.get(option.name) is not None:  # ["a,b", "c"] -> ["a", "b", "c"]
-            values[option.name] = [token for value in values[option.name] for token in split_tokens(value)]
+    values = option_values(args, OPTION_NAMES)
     if values["n_best"] is None:
         values["n_best"] = n_best
     try:
         return decode_config(values, cli_misplaced)
     except ConfigError as exc:
         raise ConfigError(with_surface_names(str(exc), FLAG_NAMES)) from None
+
+
+def option_values(args: argparse.Namespace, names: Collection[str]) -> dict[str, Any]:
+    """The values of the option flags ``names`` (None: not given); an option of several values (``--end-token``,
+    ``--suppress``) as one list, each flag's value split at its commas: ``["a,b", "c"]`` -> ``["a", "b", "c"]``."""
+    from dotformer.decoding.config import split_tokens
+    from dotformer.decoding.options import DECODE_OPTIONS
+
+    values = {name: getattr(args, name, None) for name in names}
+    for option in DECODE_OPTIONS:
+        if option.many and values.get(option.name) is not None:
+            values[option.name] = [token for value in values[option.name] for token in split_tokens(value)]
+    return values
 
 
 def resolve_device(name: str) -> str:

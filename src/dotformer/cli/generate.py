@@ -41,8 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--top-k", type=int, default=0, metavar="K", help="sample among the K likeliest (0: all)")
     search.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling mass (1.0: off)")
     search.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draws (0)")
+    from dotformer.cli.decode_flags import add_engine_flags, add_engine_threads, add_option_flags
+    from dotformer.decoding.options import CONTROL_NAMES
+
+    add_option_flags(search, only=CONTROL_NAMES)  # translate's controls, from the one options table
     parser.add_argument("--n", type=int, default=1, metavar="N", help="samples (or best beams) per prompt (1)")
-    from dotformer.cli.decode_flags import add_engine_flags, add_engine_threads
 
     add_engine_flags(speed)
     speed.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
@@ -75,14 +78,16 @@ def cli_misplaced(names: Sequence[str], wanted: str, strategy: str) -> str:
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, continue each prompt, print prompt and continuation."""
     from dotformer.api.generation import generation_settings, warn_unknown_prompt
-    from dotformer.cli.decode_flags import load_translator
+    from dotformer.cli.decode_flags import load_translator, option_values
     from dotformer.cli.lines import StreamLines, binary_stdin
     from dotformer.config import MAX_SEED
-    from dotformer.decoding.options import with_surface_names
+    from dotformer.decoding.options import CONTROL_NAMES, with_surface_names
     from dotformer.errors import ConfigError
 
     strategy = "beam" if args.beam is not None else "greedy" if args.greedy else "sample"
     given = {name: getattr(args, name) for name, default in SAMPLING_FLAGS.items() if getattr(args, name) != default}
+    controls = option_values(args, CONTROL_NAMES)
+    given.update({name: value for name, value in controls.items() if value is not None and value != ()})
     try:
         config = generation_settings(
             args.max_new_tokens, strategy, args.n, beam_size=args.beam, use_cache=not args.no_cache,

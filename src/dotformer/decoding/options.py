@@ -172,6 +172,9 @@ DECODE_OPTIONS: tuple[DecodeOption, ...] = (
     ),
 )
 OPTION_NAMES: tuple[str, ...] = tuple(option.name for option in DECODE_OPTIONS)
+# the controls (dotformer.decoding.controls): translate's options that generate and /v1/completions take too
+CONTROL_NAMES: tuple[str, ...] = ("repetition_penalty", "no_repeat_ngram_size", "end_token", "suppress")
+CONTROL_OPTIONS: tuple[DecodeOption, ...] = tuple(option for option in DECODE_OPTIONS if option.name in CONTROL_NAMES)
 SEARCH_OPTIONS: tuple[DecodeOption, ...] = tuple(option for option in DECODE_OPTIONS if option.field is not None)
 
 
