@@ -284,7 +284,7 @@ def beam_search(
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     with inference(model):
         source = encode_source(model, src, config)
-        rules = step_rules(source.min_len, source.max_len, prefix)
+        rules = step_rules(source.min_len, source.max_len, prefix, controls.end_ids)
         decoder = IncrementalDecoder(model, source.memory, source.src_mask, config.use_cache, rows_per_source=K)
         state = initial_state(source.max_len, K)
         last = torch.full((src.size(0) * K,), BOS_ID, dtype=torch.int64, device=src.device)  # (B'·K,)

@@ -59,7 +59,7 @@ def decode_left_to_right(
     """
     with inference(model):
         source = encode_source(model, src, config)
-        rules = step_rules(source.min_len, source.max_len, prefix)
+        rules = step_rules(source.min_len, source.max_len, prefix, controls.end_ids)
         B = src.size(0)
         N = B * copies
         decoder = IncrementalDecoder(

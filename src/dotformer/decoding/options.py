@@ -37,7 +37,8 @@ class DecodeOption:
         choices: the allowed values, for a str option.
         metavar: how the flag's help names its value (default: the last word of the name, upper case).
         ctranslate2: what the CTranslate2 engine lacks of this option, when it runs the default value only (None: it
-            runs every value); another value runs on the torch engine only (:mod:`dotformer.engines.choice`).
+            runs every value); another value runs on the torch engine only (:mod:`dotformer.engines.choice`; end
+            tokens: with beam search only).
         many: the option takes several values (a str option): its flag repeated or comma-separated, a list of
             strings or one string in the API and in JSON.
     """
@@ -150,6 +151,7 @@ DECODE_OPTIONS: tuple[DecodeOption, ...] = (
         "by commas); the token is not part of the output",
         metavar="TOKEN",
         many=True,
+        ctranslate2="CTranslate2's beam search runs on past an end token other than </s>",
     ),
     DecodeOption(
         "suppress",

@@ -17,8 +17,9 @@ streaming                   ``generate_tokens``: each token as it comes
 repetition_penalty,         ``repetition_penalty``, ``no_repeat_ngram_size``, ``suppress_sequences``; both read the
 no_repeat_ngram_size,       new tokens only (``include_prompt_in_result=False``), as the torch engine does
 suppress
-end_token                   ``end_token`` (beside an imported model's EOS ids; beam search: beside ``</s>``); a
-                            continuation stops before the first of them
+end_token                   ``end_token`` (beside an imported model's EOS ids); a continuation stops before the
+                            first of them; with beam search, the torch engine runs (CTranslate2's beam search runs on
+                            past an end token other than ``</s>``)
 PAD and BOS                 ``suppress_sequences=[["<pad>"], ["<s>"]]``; an imported model's four copied special
                             rows (held down by its generator's bias) all four
 ==========================  ======================================================================================
@@ -46,6 +47,8 @@ from dotformer.data.tokenizers import EOS_ID, NUM_SPECIAL
 from dotformer.decoding.controls import controls_of
 from dotformer.engines.choice import EngineOptionError, ct2_model_options
 from dotformer.engines.ct2_translate import EOS, MAX_SEED, SUPPRESSED, read_vocabulary
+
+END_TOKEN_BEAM = "CTranslate2's beam search runs on past an end token other than </s>"
 
 if TYPE_CHECKING:
     from dotformer.checkpoint.files import CheckpointFiles
@@ -144,7 +147,9 @@ class CT2Generate:
             no_repeat_ngram_size=config.no_repeat_ngram_size, **sampling,
         )  # fmt: skip
         if config.strategy == "beam":
-            return self.beam(generator, tokens, config, common, ends if stop_ids else [EOS, *user_ends])
+            if user_ends:
+                raise EngineOptionError(f"end_token with beam search runs on the torch engine only ({END_TOKEN_BEAM})")
+            return self.beam(generator, tokens, config, common, ends)
         if on_token is not None and config.n_best == 1:
             produced: list[int] = []
             for step in generator.generate_tokens(tokens, end_token=ends, **common):

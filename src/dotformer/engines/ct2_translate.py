@@ -15,7 +15,8 @@ seed                            ``ctranslate2.set_random_seed`` before a fresh `
 prefix                          ``target_prefix`` (kept in the output, as dotformer keeps it)
 repetition_penalty              ``repetition_penalty`` (:mod:`dotformer.decoding.controls`: the same rule on the logits)
 no_repeat_ngram_size            ``no_repeat_ngram_size``
-end_token                       ``end_token`` (``</s>`` and those tokens; the one that ends an output is left out)
+end_token                       ``end_token`` (``</s>`` and those tokens, left out of the output); greedy and sampling
+                                only: CTranslate2's beam search runs on past an end token other than ``</s>``
 suppress                        ``suppress_sequences`` (beside PAD and BOS)
 alignments                      ``return_attention`` (the last layer's heads averaged, as dotformer's)
 replace_unk                     dotformer's own replacement, on those alignments
