@@ -102,9 +102,7 @@ class StepRules:
         return log_probs
 
 
-def step_rules(
-    min_len: Tensor, max_len: Tensor, prefix: Tensor | None, end_ids: Sequence[int] = ()
-) -> StepRules:
+def step_rules(min_len: Tensor, max_len: Tensor, prefix: Tensor | None, end_ids: Sequence[int] = ()) -> StepRules:
     """The :class:`StepRules` of a batch, checked.
 
     Args:
