@@ -103,7 +103,8 @@ def torch_only_settings(
     settings = []
     for name in torch_only_fields(config, model):
         value = getattr(config, name)
-        shown = f"{name}={value!r}" if names is None else f"{names.get(name, name)} {value}"
+        flag_value = ",".join(map(str, value)) if isinstance(value, tuple) else value  # end tokens: a,b
+        shown = f"{name}={value!r}" if names is None else f"{names.get(name, name)} {flag_value}"
         settings.append(f"{shown} ({torch_only_reason(name)})")
     if request.attention:
         settings.append("attention=True (attention maps)")
