@@ -724,6 +724,22 @@ def test_generate_with_each_control_is_the_torch_engines(language_model: Path, c
     assert changed > 0
 
 
+def test_streamed_generation_with_controls_is_the_torch_engines(language_model: Path) -> None:
+    """Token by token, both engines stream the same pieces, and the end token that stops the text is not one."""
+    config = DecodeConfig(
+        strategy="greedy", max_len_a=0.0, max_len_b=15, length_penalty=0.0, end_token=("a5",), repetition_penalty=1.2
+    )
+    streamed = []
+    for engine in ("ctranslate2", "torch"):
+        pieces: list[str] = []
+        (text,) = dotformer.load(language_model, device="cpu", engine=engine).generate_texts(
+            "a0", config, pieces.append
+        )
+        assert "".join(pieces) == text and "a5" not in text
+        streamed.append(pieces)
+    assert streamed[0] == streamed[1] and len(streamed[0]) > 1
+
+
 def test_a_text_beyond_the_window_runs_on_torch(language_model: Path) -> None:
     auto = dotformer.load(language_model, device="cpu")
     reference = dotformer.load(language_model, device="cpu", engine="torch")

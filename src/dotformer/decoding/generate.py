@@ -160,7 +160,8 @@ def generate(
         config: from :func:`~dotformer.decoding.config.generation_config`: strategy, ``n_best`` samples (or beams
             returned), the new-token limit ``max_len_b``, temperature / top-k / top-p / seed, ``use_cache``.
         window: the most tokens the model reads at once (default ``model.config.max_len``; give the block size).
-        on_token: called with the (N,) tokens of every greedy or sampling step, as they are chosen (streaming).
+        on_token: called with the (N,) tokens of every greedy or sampling step, as they are chosen (streaming), until
+            the first row produces an end token (``controls``).
         stop_ids: an imported model's EOS ids (:class:`~dotformer.decoding.inputs.TextRules`): greedy decoding and
             sampling stop once every row has produced one (a row's tokens after its first stop are not part of its
             text), beam search's hypotheses end at them (:func:`end_of_text`); empty: run ``max_len_b`` steps,
@@ -219,13 +220,16 @@ def left_to_right(
     step_scores, step_log_probs = next_scores(context, prompt.expand(N, -1), P, controls)  # (N, V) each
     stops = torch.tensor([*stop_ids, *controls.end_ids], dtype=torch.int64, device=prompt.device)  # (E,)
     stopped = torch.zeros(N, dtype=torch.bool, device=prompt.device)  # (N,)
+    user_ends = torch.tensor(controls.end_ids, dtype=torch.int64, device=prompt.device)  # (E',)
+    ended = torch.zeros(N, dtype=torch.bool, device=prompt.device)  # (N,) rows past an end token
     for t in range(steps):
         token = pick(step_scores)  # (N,)
         chosen = step_log_probs.gather(1, token[:, None]).squeeze(1)  # (N,)
         for row, (new, log_prob) in enumerate(zip(token.tolist(), chosen.tolist(), strict=True)):
             tokens[row].append(new)
             log_probs[row].append(log_prob)
-        if on_token is not None:
+        ended |= torch.isin(token, user_ends)  # (N,) an end token is not part of the text: not streamed
+        if on_token is not None and not bool(ended[0]):
             on_token(token)
         stopped |= torch.isin(token, stops)
         if bool(stopped.all()):
