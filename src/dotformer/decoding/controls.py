@@ -51,7 +51,7 @@ def block_repeated_ngrams(logits: Tensor, history: Tensor, size: int) -> Tensor:
     last n - 1 tokens occurred before, the token that followed them then is forbidden now.
 
     Shape:
-        logits (N, V) float, history (N, t) int64 -> (N, V), a new tensor. ``size`` 0 or t < n - 1 ... nothing to block.
+        logits (N, V) float, history (N, t) int64 -> (N, V), a new tensor; unchanged for ``size`` 0 or t < n.
     """
     if size <= 0 or history.size(1) < size:
         return logits
