@@ -148,3 +148,34 @@ def test_generate_endpoint_serves_language_models(servers: dict[str, Any], check
     )
     status, reply = call(servers["mt"].url.replace("/api/translate", "/api/generate"), {"prompt": "a1"})
     assert status == 400 and "language model" in reply["error"]
+
+
+def test_every_surface_takes_the_controls(servers: dict[str, Any], checkpoints: dict[str, Path]) -> None:
+    """The controls of the options table through /api/translate (a string or a list), /api/generate and
+    /v1/completions decode as the Python API does; a bad value or an unknown token is a 400 naming it."""
+    translator = dotformer.load(checkpoints["mt"], device="cpu")
+    controls: dict[str, Any] = dict(repetition_penalty=1.7, no_repeat_ngram_size=2, suppress=["a1", "a2 a3"])
+    for end_token in ("a4,a5", ["a4", "a5"]):
+        options = dict(strategy="greedy", min_len_b=3, end_token=end_token, **controls)
+        status, reply = call(servers["mt"].url, {"texts": ["a1 a2", "a3 a4 a5"], **options})
+        assert status == 200
+        expected = translator.translate(["a1 a2", "a3 a4 a5"], **options)
+        assert [item["text"] for item in reply["translations"]] == expected
+    for body, fragment in [
+        ({"texts": ["a1"], "repetition_penalty": -1}, "repetition_penalty must be a finite number > 0"),
+        ({"texts": ["a1"], "suppress": 3}, '"suppress" must be a string or a list of strings, got 3'),
+        ({"texts": ["a1"], "end_token": "zz"}, "end_token: 'zz' is not a token of the model's target vocabulary"),
+    ]:
+        status, reply = call(servers["mt"].url, body)
+        assert status == 400 and fragment in reply["error"] and "\n" not in reply["error"], reply
+    lm = dotformer.load(checkpoints["lm"], device="cpu")
+    settings = dict(max_new_tokens=8, strategy="greedy", repetition_penalty=1.5, suppress="a2", end_token=["a6"])
+    status, reply = call(servers["lm"].url, {"prompt": "a1 a2", **settings})
+    assert status == 200 and reply == {"texts": [lm.generate("a1 a2", **settings)]}
+    status, reply = call(servers["lm"].url, {"prompt": "a1", "no_repeat_ngram_size": -1})
+    assert status == 400 and "no_repeat_ngram_size must be a non-negative integer" in reply["error"]
+    completions = servers["lm"].url.replace("/api/generate", "/v1/completions")
+    body = {"prompt": "a1 a2", "max_tokens": 8, "temperature": 0, "repetition_penalty": 1.5, "suppress": ["a2"]}
+    status, reply = call(completions, body)
+    expected = lm.generate("a1 a2", max_new_tokens=8, strategy="greedy", repetition_penalty=1.5, suppress=["a2"])
+    assert status == 200 and reply["choices"][0]["text"] == expected

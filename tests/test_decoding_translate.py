@@ -160,9 +160,9 @@ def test_one_long_input_is_decoded_alone_and_outputs_do_not_change(monkeypatch: 
     shapes: list[tuple[int, int]] = []
     real = module.decode_batch
 
-    def recording(model, src, config, prefix=None):  # type: ignore[no-untyped-def]
+    def recording(model, src, config, prefix=None, controls=None):  # type: ignore[no-untyped-def]
         shapes.append(tuple(src.shape))
-        return real(model, src, config, prefix)
+        return real(model, src, config, prefix, controls)
 
     monkeypatch.setattr(module, "decode_batch", recording)
     loaded = loaded_copy_model()
@@ -222,9 +222,9 @@ def test_empty_and_blank_sources_give_empty_outputs_without_the_model(
     rows: list[list[list[int]]] = []
     real = module.decode_batch
 
-    def recording(model, src, config, prefix=None):  # type: ignore[no-untyped-def]
+    def recording(model, src, config, prefix=None, controls=None):  # type: ignore[no-untyped-def]
         rows.append(src.tolist())
-        return real(model, src, config, prefix)
+        return real(model, src, config, prefix, controls)
 
     monkeypatch.setattr(module, "decode_batch", recording)
     tokenizer = train_tokenizer("char", ["cat dog"])

@@ -185,6 +185,54 @@ def test_beam_search_stops_where_the_torch_engines_does(
             assert a.score == pytest.approx(b.score, abs=SCORE_TOLERANCE), source
 
 
+CONTROLS = [
+    dict(repetition_penalty=1.5),
+    dict(repetition_penalty=0.7),
+    dict(no_repeat_ngram_size=1),
+    dict(no_repeat_ngram_size=2),
+    dict(suppress=(("a3",), ("a5", "a6"))),
+    dict(end_token=("a3",), min_len_b=2),
+]
+
+
+@pytest.mark.parametrize("controls", CONTROLS, ids=lambda c: ",".join(c))
+def test_greedy_with_each_control_is_the_torch_engines(engines: tuple[Any, TorchEngine], controls: Any) -> None:
+    """The controls run on the logits before the softmax on both engines: the same outputs, the model's scores."""
+    inputs = texts(200, seed=7)
+    ours, theirs = decode_both(engines, inputs, DecodeConfig(strategy="greedy", **controls))
+    assert [h[0].text for h in ours] == [h[0].text for h in theirs]  # 100%
+    assert_scores_agree(ours, theirs)
+    plain = [h[0].text for h in decode_both(engines, inputs, DecodeConfig(strategy="greedy"))[1]]
+    assert sum(a != b[0].text for a, b in zip(plain, theirs, strict=True)) > 10  # the control changed outputs
+
+
+@pytest.mark.numerical
+@pytest.mark.parametrize("controls", CONTROLS[:-1], ids=lambda c: ",".join(c))
+def test_beam_search_with_each_control_gives_the_torch_engines_lists(
+    sure_engines: tuple[Any, TorchEngine], controls: Any
+) -> None:
+    """Every K-best list is the torch engine's, each hypothesis with the model's score."""
+    inputs = texts(200, seed=8)
+    ours, theirs = decode_both(sure_engines, inputs, DecodeConfig(beam_size=4, n_best=4, **controls))
+    for source, mine, ref in zip(inputs, ours, theirs, strict=True):
+        assert sorted(h.text for h in mine) == sorted(h.text for h in ref), source
+        for a, b in zip(sorted(mine, key=lambda h: h.text), sorted(ref, key=lambda h: h.text), strict=True):
+            assert a.score == pytest.approx(b.score, abs=SCORE_TOLERANCE), source
+
+
+def test_end_tokens_with_beam_search_run_on_torch(checkpoint: Path) -> None:
+    """CTranslate2's beam search runs on past an end token other than </s>: beam search with end tokens is the torch
+    engine's (auto picks it; ctranslate2 names why), greedy decoding and sampling with them CTranslate2's."""
+    assert torch_only_fields(DecodeConfig(end_token=("a3",))) == ["end_token"]
+    assert torch_only_fields(DecodeConfig(strategy="greedy", end_token=("a3",))) == []
+    strict = dotformer.load(checkpoint, device="cpu", engine="ctranslate2")
+    with pytest.raises(EngineOptionError, match="end_token=.*beam search runs on past an end token"):
+        strict.translate("a1 a2", end_token="a3")
+    auto = dotformer.load(checkpoint, device="cpu")
+    reference = dotformer.load(checkpoint, device="cpu", engine="torch")
+    assert auto.translate(["a1 a2", "a3 a4"], end_token="a3") == reference.translate(["a1 a2", "a3 a4"], end_token="a3")
+
+
 def test_n_best_hypotheses_are_scored_as_the_torch_engine_scores_them(engines: tuple[Any, TorchEngine]) -> None:
     """Every returned hypothesis (not only those the torch engine also finds) has dotformer's score: its exact
     log-probabilities under the model, the GNMT penalty, the EOS counted."""
@@ -648,6 +696,48 @@ def test_generate_on_ctranslate2_is_the_torch_engines(language_model: Path) -> N
     config = DecodeConfig(strategy="greedy", max_len_a=0.0, max_len_b=15, length_penalty=0.0)
     (text,) = ct2.generate_texts("a0", config, on_text=pieces.append)
     assert len(pieces) > 1 and "".join(pieces) == text == reference.generate("a0", max_new_tokens=15, strategy="greedy")
+
+
+@pytest.mark.parametrize(
+    "controls",
+    [
+        dict(repetition_penalty=1.5),
+        dict(repetition_penalty=0.7),
+        dict(no_repeat_ngram_size=2),
+        dict(suppress=["a1", "a5 a6"]),
+        dict(end_token="a5"),
+    ],
+    ids=lambda c: ",".join(c),
+)
+def test_generate_with_each_control_is_the_torch_engines(language_model: Path, controls: Any) -> None:
+    """Both engines read the new tokens only (not the prompt): the same continuations, greedy and beam (end tokens
+    with beam search: the torch engine runs)."""
+    ct2 = dotformer.load(language_model, device="cpu", intra_threads=1)
+    reference = dotformer.load(language_model, device="cpu", engine="torch")
+    assert ct2.engine == "ctranslate2"
+    changed = 0
+    for prompt in ("", "a0 a1", "a3\na4 a5"):
+        for settings in (dict(strategy="greedy"), dict(strategy="beam", n=2, beam_size=3)):
+            ours = ct2.generate(prompt, max_new_tokens=20, **settings, **controls)
+            assert ours == reference.generate(prompt, max_new_tokens=20, **settings, **controls)
+            changed += ours != reference.generate(prompt, max_new_tokens=20, **settings)
+    assert changed > 0
+
+
+def test_streamed_generation_with_controls_is_the_torch_engines(language_model: Path) -> None:
+    """Token by token, both engines stream the same pieces, and the end token that stops the text is not one."""
+    config = DecodeConfig(
+        strategy="greedy", max_len_a=0.0, max_len_b=15, length_penalty=0.0, end_token=("a5",), repetition_penalty=1.2
+    )
+    streamed = []
+    for engine in ("ctranslate2", "torch"):
+        pieces: list[str] = []
+        (text,) = dotformer.load(language_model, device="cpu", engine=engine).generate_texts(
+            "a0", config, pieces.append
+        )
+        assert "".join(pieces) == text and "a5" not in text
+        streamed.append(pieces)
+    assert streamed[0] == streamed[1] and len(streamed[0]) > 1
 
 
 def test_a_text_beyond_the_window_runs_on_torch(language_model: Path) -> None:

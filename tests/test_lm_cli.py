@@ -314,7 +314,7 @@ def test_generate_refuses_what_translate_refuses(run_dir: Path) -> None:
         lm.generate("in", foo=1)
     assert str(caught.value) == (
         "generate(): unknown argument(s) foo; the settings are max_new_tokens, strategy, temperature, top_k, top_p, "
-        "seed, beam_size, use_cache"
+        "seed, beam_size, use_cache, repetition_penalty, no_repeat_ngram_size, end_token, suppress"
     )
     refused = [
         ({"beam_size": 4}, "generate(): beam_size only applies to strategy='beam', not strategy='sample'"),

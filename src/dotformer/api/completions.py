@@ -27,16 +27,29 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from dotformer.api.batcher import Batcher
-from dotformer.api.endpoint import MAX_NEW_TOKENS, MAX_TEXT_CHARS, Counted, model_kind, text_tokens
+from dotformer.api.endpoint import MAX_NEW_TOKENS, MAX_TEXT_CHARS, Counted, model_kind, text_tokens, typed_option
 from dotformer.api.streaming import StopText, stream_continuation
 from dotformer.api.web import RequestError
 from dotformer.config import DEFAULT_SEED
+from dotformer.decoding.options import CONTROL_NAMES, CONTROL_OPTIONS
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
     from dotformer.api.translator import Translator
 
-COMPLETION_FIELDS = ("model", "prompt", "max_tokens", "temperature", "top_p", "stop", "n", "stream", "seed", "user")
+COMPLETION_FIELDS = (
+    "model",
+    "prompt",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "n",
+    "stream",
+    "seed",
+    "user",
+    *CONTROL_NAMES,
+)  # fmt: skip  (OpenAI's fields, and the decoding controls of dotformer's options table)
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 MAX_STOPS = 4  # most stop sequences (OpenAI's limit)
 
@@ -109,13 +122,16 @@ class Completion:
         stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
         if not isinstance(stops, list) or len(stops) > MAX_STOPS or not all(isinstance(s, str) and s for s in stops):
             raise RequestError(f'"stop" must be a non-empty string or a list of at most {MAX_STOPS} of them')
+        controls = {option.name: typed_option(request, option) for option in CONTROL_OPTIONS}
+        controls = {name: value for name, value in controls.items() if value is not None}
         try:
             if temperature == 0:
-                config = generation_settings(int(max_tokens), "greedy", 1)
+                config = generation_settings(int(max_tokens), "greedy", 1, **controls)
             else:
                 config = generation_settings(
-                    int(max_tokens), "sample", 1, temperature=float(temperature), top_p=float(top_p), seed=int(seed)
-                )
+                    int(max_tokens), "sample", 1, temperature=float(temperature), top_p=float(top_p), seed=int(seed),
+                    **controls,
+                )  # fmt: skip
         except ConfigError as exc:
             raise RequestError(str(exc)) from None
         self.prompt, self.config, self.stops = prompt, config, stops

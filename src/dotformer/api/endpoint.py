@@ -26,6 +26,8 @@ from dotformer.api.batcher import Batcher
 from dotformer.api.web import RequestError
 from dotformer.decoding.config import STRATEGIES
 from dotformer.decoding.options import (
+    CONTROL_NAMES,
+    CONTROL_OPTIONS,
     DECODE_OPTIONS,
     OPTION_NAMES,
     DecodeOption,
@@ -123,7 +125,7 @@ def parse_request(request: Any) -> tuple[list[str], DecodeRequest]:
         raise RequestError('"strategy": "greedy" finds one output: leave out "beam" and "n_best"')
     if strategy == "beam" and n_best > beam:
         raise RequestError(f'"n_best"={n_best} cannot exceed "beam"={beam}')
-    options: dict[str, Any] = {option.name: _typed(request, option) for option in DECODE_OPTIONS}
+    options: dict[str, Any] = {option.name: typed_option(request, option) for option in DECODE_OPTIONS}
     options.update(strategy=strategy, n_best=n_best, beam=beam if strategy == "beam" else None)
     for name in ("max_len_b", "min_len_b"):
         if options[name] is not None and options[name] > MAX_LEN_B:
@@ -136,7 +138,7 @@ def parse_request(request: Any) -> tuple[list[str], DecodeRequest]:
     return texts, replace(decoding, details=True, progress=False)
 
 
-def _typed(request: dict[str, Any], option: DecodeOption) -> Any:
+def typed_option(request: dict[str, Any], option: DecodeOption) -> Any:
     """The value of ``option`` in the request (None when absent), checked against its type.
 
     Raises:
@@ -145,6 +147,14 @@ def _typed(request: dict[str, Any], option: DecodeOption) -> Any:
     if option.name not in request or option.name == "prefix":
         return None
     value = request[option.name]
+    if option.many:  # a string (comma-separated) or a list of strings (suppress: also lists of strings)
+        ok = isinstance(value, str) or (
+            isinstance(value, list)
+            and all(isinstance(v, str) or (isinstance(v, list) and all(isinstance(t, str) for t in v)) for v in value)
+        )
+        if not ok:
+            raise RequestError(f'"{option.name}" must be a string or a list of strings, got {json.dumps(value)}')
+        return value
     if option.kind is bool:
         ok = isinstance(value, bool)
     elif option.kind is float:
@@ -279,10 +289,12 @@ async def translate_request(
 MAX_NEW_TOKENS = 1024  # most tokens one POST /api/generate may ask for
 GENERATE_FIELDS = (
     "prompt", "max_new_tokens", "strategy", "n", "temperature", "top_k", "top_p", "seed", "beam_size", "stream",
+    *CONTROL_NAMES,
 )  # fmt: skip
 GENERATE_KINDS: dict[str, type] = {
     "prompt": str, "max_new_tokens": int, "strategy": str, "n": int, "temperature": float, "top_k": int,
     "top_p": float, "seed": int, "beam_size": int, "stream": bool,
+    **{option.name: option.kind for option in CONTROL_OPTIONS},
 }  # fmt: skip
 GENERATE_NAMES: dict[str, str] = {**{name: name for name in GENERATE_FIELDS}, "n_best": "n"}  # DecodeConfig -> JSON
 
@@ -312,6 +324,7 @@ async def generate_request(
             several continuations or of beam search, or a checkpoint that is not a language model.
     """
     from dotformer.api.generation import generation_settings
+    from dotformer.decoding.controls import controls_of
 
     require_route(translator, "POST /api/generate")
     if not isinstance(request, dict):
@@ -319,7 +332,11 @@ async def generate_request(
     unknown = sorted(set(request) - set(GENERATE_FIELDS))
     if unknown:
         raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(GENERATE_FIELDS)}")
+    for option in CONTROL_OPTIONS:  # the controls: checked as /api/translate checks them
+        typed_option(request, option)
     for name, value in request.items():
+        if name in CONTROL_NAMES:
+            continue
         kind = GENERATE_KINDS[name]
         ok = isinstance(value, int | float) if kind is float else isinstance(value, kind)
         if (isinstance(value, bool) and kind is not bool) or not ok:
@@ -337,6 +354,7 @@ async def generate_request(
             raise RequestError('"stream": true sends one greedy or sampled continuation: leave out "n" and "beam"')
         try:
             config = generation_settings(n=1, **settings)
+            controls_of(config, translator.tgt_tokenizer)  # an unknown end or suppressed token, before the stream
         except ConfigError as exc:
             raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
         return _generate_events(translator, prompt, config, batcher, counted)
@@ -482,7 +500,11 @@ def describe_api(translator: Translator) -> dict[str, Any]:
     options = [
         {
             "name": option.name,
-            "type": "list of strings or nulls, one per text" if option.name == "prefix" else kinds[option.kind],
+            "type": "list of strings or nulls, one per text"
+            if option.name == "prefix"
+            else "string or list of strings"
+            if option.many
+            else kinds[option.kind],
             "default": {"beam": 4, "n_best": 1}.get(option.name, option.default),
             "help": option.help,
             **({"choices": list(option.choices)} if option.choices else {}),

@@ -107,12 +107,18 @@ def generation_settings(
     seed: int | None = None,
     beam_size: int | None = None,
     use_cache: bool = True,
+    repetition_penalty: float | None = None,
+    no_repeat_ngram_size: int | None = None,
+    end_token: str | Sequence[str] | None = None,
+    suppress: str | Sequence[str | Sequence[str]] | None = None,
     misplaced: Misplaced = api_misplaced,
 ) -> DecodeConfig:
     """The :class:`DecodeConfig` of the API's and the CLI's keyword arguments (see :func:`generation_config`).
 
     ``temperature`` (1.0), ``top_k`` (0: all), ``top_p`` (1.0) and ``seed`` (1) apply to strategy "sample" only,
-    ``beam_size`` to strategy "beam" only; None: not given.
+    ``beam_size`` to strategy "beam" only; None: not given. ``repetition_penalty``, ``no_repeat_ngram_size``,
+    ``end_token`` and ``suppress`` are the controls of :data:`~dotformer.decoding.options.CONTROL_OPTIONS`
+    (:mod:`dotformer.decoding.controls`), for every strategy.
 
     Raises:
         ConfigError: a value out of range (the message names it), or a setting of another strategy (the message,
@@ -128,6 +134,11 @@ def generation_settings(
         if strategy != "beam":
             raise ConfigError(misplaced(["beam_size"], "beam", strategy))
         given["beam_size"] = beam_size
+    controls = {
+        "repetition_penalty": repetition_penalty, "no_repeat_ngram_size": no_repeat_ngram_size,
+        "end_token": end_token, "suppress": suppress,
+    }  # fmt: skip
+    given.update({name: value for name, value in controls.items() if value is not None})
     return generation_config(max_new_tokens, strategy, n, use_cache=use_cache, **given)
 
 

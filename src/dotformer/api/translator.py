@@ -331,7 +331,8 @@ class Translator:
         """Continue ``prompt`` with a language model (a ``task = "lm"`` checkpoint): the new text, without the prompt.
 
         Settings: ``max_new_tokens`` (200), ``strategy`` ("sample", "greedy" or "beam"), ``temperature``, ``top_k``,
-        ``top_p``, ``seed``, ``beam_size``, ``use_cache`` (:func:`dotformer.api.generation.generation_settings`).
+        ``top_p``, ``seed``, ``beam_size``, ``use_cache``, and the controls ``repetition_penalty``,
+        ``no_repeat_ngram_size``, ``end_token``, ``suppress`` (:func:`dotformer.api.generation.generation_settings`).
         Returns one string, or a list of ``n`` (samples in draw order, beams best first) when ``n`` > 1.
 
         Raises:
@@ -403,6 +404,8 @@ class Translator:
                 (source index, output index) pair per output token from decoder layer ``alignment_layer``'s
                 cross-attention averaged over heads (-1: the last; :mod:`dotformer.decoding.alignment`); implies
                 ``details``. ``replace_unk``: replace each <unk> of an output by the source piece it aligns to.
+                ``repetition_penalty``, ``no_repeat_ngram_size``, ``end_token``, ``suppress``: the controls
+                (:mod:`dotformer.decoding.controls`; tokens as a string, comma-separated, or a list).
                 ``batch_size`` (256), ``max_tokens``, ``max_input_length``, ``progress``, ``details``,
                 ``attention``, ``scores``: see :class:`~dotformer.decoding.options.DecodeRequest`.
 

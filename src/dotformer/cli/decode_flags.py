@@ -171,6 +171,10 @@ def add_option_flags(
             default, help_text = surface[option.name]
         if option.kind is bool:
             parser.add_argument(option.flag, dest=option.name, action="store_true", default=default, help=help_text)
+        elif option.many:  # repeated or comma-separated: decode_config_from_args splits the values
+            parser.add_argument(
+                option.flag, dest=option.name, action="append", default=None, metavar=option.metavar, help=help_text
+            )
         else:
             metavar = None if option.choices else option.metavar or option.name.split("_")[-1].upper()
             kind = str if option.kind is str else option.kind
@@ -203,13 +207,26 @@ def decode_config_from_args(args: argparse.Namespace, n_best: int = 1) -> Decode
     from dotformer.decoding.options import FLAG_NAMES, OPTION_NAMES, decode_config, with_surface_names
     from dotformer.errors import ConfigError
 
-    values = {name: getattr(args, name, None) for name in OPTION_NAMES}
+    values = option_values(args, OPTION_NAMES)
     if values["n_best"] is None:
         values["n_best"] = n_best
     try:
         return decode_config(values, cli_misplaced)
     except ConfigError as exc:
         raise ConfigError(with_surface_names(str(exc), FLAG_NAMES)) from None
+
+
+def option_values(args: argparse.Namespace, names: Collection[str]) -> dict[str, Any]:
+    """The values of the option flags ``names`` (None: not given); an option of several values (``--end-token``,
+    ``--suppress``) as one list, each flag's value split at its commas: ``["a,b", "c"]`` -> ``["a", "b", "c"]``."""
+    from dotformer.decoding.config import split_tokens
+    from dotformer.decoding.options import DECODE_OPTIONS
+
+    values = {name: getattr(args, name, None) for name in names}
+    for option in DECODE_OPTIONS:
+        if option.many and values.get(option.name) is not None:
+            values[option.name] = [token for value in values[option.name] for token in split_tokens(value)]
+    return values
 
 
 def resolve_device(name: str) -> str:

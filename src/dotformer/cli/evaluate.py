@@ -152,7 +152,8 @@ def _decoding_flags_given(args: argparse.Namespace) -> list[str]:
     return [
         option.flag
         for option in SEARCH_OPTIONS
-        if hasattr(args, option.name) and getattr(args, option.name) != (None if option.strategy else option.default)
+        if hasattr(args, option.name)
+        and getattr(args, option.name) != (None if option.strategy or option.many else option.default)
     ]
 
 

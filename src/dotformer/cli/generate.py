@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=200, metavar="N", help="tokens to add (200)")
     from dotformer.cli.decode_flags import add_engine_flags, add_engine_threads, add_option_flags
     from dotformer.cli.threads import device_help
-    from dotformer.decoding.options import strategy_help
+    from dotformer.decoding.options import CONTROL_NAMES, strategy_help
 
     search = parser.add_argument_group("decoding")
     speed = parser.add_argument_group("device and speed")
@@ -52,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_option_flags(search, only=("beam",), surface={"beam": (None, beam_help)})
     add_option_flags(search, only=SAMPLING_FLAGS)
+    add_option_flags(search, only=CONTROL_NAMES)  # translate's controls, from the one options table
     parser.add_argument("--n", type=int, default=1, metavar="N", help="samples (or best beams) per prompt (1)")
 
     add_engine_flags(speed)
@@ -101,14 +102,16 @@ def cli_misplaced(chosen: str) -> Callable[[Sequence[str], str, str], str]:
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, continue each prompt, print prompt and continuation."""
     from dotformer.api.generation import generation_settings, warn_unknown_prompt
-    from dotformer.cli.decode_flags import load_translator
+    from dotformer.cli.decode_flags import load_translator, option_values
     from dotformer.cli.lines import StreamLines, binary_stdin
     from dotformer.config import DEFAULT_SEED, MAX_SEED
-    from dotformer.decoding.options import with_surface_names
+    from dotformer.decoding.options import CONTROL_NAMES, with_surface_names
     from dotformer.errors import ConfigError
 
     strategy, chosen = chosen_strategy(args)
     given = {name: getattr(args, name) for name in SAMPLING_FLAGS if getattr(args, name) is not None}
+    controls = option_values(args, CONTROL_NAMES)
+    given.update({name: value for name, value in controls.items() if value is not None and value != ()})
     try:
         config = generation_settings(
             args.max_new_tokens, strategy, args.n, beam_size=args.beam, use_cache=not args.no_cache,

@@ -7,18 +7,20 @@ Read in this order:
 3. :mod:`~dotformer.decoding.cache`        the key/value cache, its beam reorders, grouped cross-attention queries
 4. :mod:`~dotformer.decoding.incremental`  the decoder run one position at a time with the key/value cache
 5. :mod:`~dotformer.decoding.rules`        what a step may generate: no PAD/BOS, a minimum length, a forced prefix
-6. :mod:`~dotformer.decoding.greedy`       greedy decoding (and the left-to-right loop shared with sampling)
-7. :mod:`~dotformer.decoding.beam`         beam search: :class:`~dotformer.decoding.beam.BeamState`, stopping rule
-8. :mod:`~dotformer.decoding.sampling`     temperature, top-k and top-p sampling
-9. :mod:`~dotformer.decoding.batch`        :func:`decode_batch`, one entry point for the three
-10. :mod:`~dotformer.decoding.ensemble`    several checkpoints decoded as one: their distributions averaged
-11. :mod:`~dotformer.decoding.alignment`   hard alignments from the cross-attention, <unk> replacement
-12. :mod:`~dotformer.decoding.options`     the decoding options of the CLI, the API and the server, defined once
-13. :mod:`~dotformer.decoding.inputs`      a user's text as source ids: normalised, tokenised, length checked
-14. :mod:`~dotformer.decoding.translate`   text in, text out with a loaded checkpoint and its tokenizers
-15. :mod:`~dotformer.decoding.evaluation`  decode a held-out split and compute its metrics
-16. :mod:`~dotformer.decoding.attention_maps` every attention weight of one decoded input (plots and the explorer)
-17. :mod:`~dotformer.decoding.quantization` int8 linear layers for faster decoding on a CPU (not in the paper)
+6. :mod:`~dotformer.decoding.controls`     the controls as logits processors: repetition penalty, no-repeat n-grams,
+                                          suppressed sequences, end tokens
+7. :mod:`~dotformer.decoding.greedy`       greedy decoding (and the left-to-right loop shared with sampling)
+8. :mod:`~dotformer.decoding.beam`         beam search: :class:`~dotformer.decoding.beam.BeamState`, stopping rule
+9. :mod:`~dotformer.decoding.sampling`     temperature, top-k and top-p sampling
+10. :mod:`~dotformer.decoding.batch`       :func:`decode_batch`, one entry point for the three
+11. :mod:`~dotformer.decoding.ensemble`    several checkpoints decoded as one: their distributions averaged
+12. :mod:`~dotformer.decoding.alignment`   hard alignments from the cross-attention, <unk> replacement
+13. :mod:`~dotformer.decoding.options`     the decoding options of the CLI, the API and the server, defined once
+14. :mod:`~dotformer.decoding.inputs`      a user's text as source ids: normalised, tokenised, length checked
+15. :mod:`~dotformer.decoding.translate`   text in, text out with a loaded checkpoint and its tokenizers
+16. :mod:`~dotformer.decoding.evaluation`  decode a held-out split and compute its metrics
+17. :mod:`~dotformer.decoding.attention_maps` every attention weight of one decoded input (plots and the explorer)
+18. :mod:`~dotformer.decoding.quantization` int8 linear layers for faster decoding on a CPU (not in the paper)
 
 The engines' protocols are in :mod:`~dotformer.decoding.engine`; the engines themselves in :mod:`dotformer.engines`.
 """

@@ -6,6 +6,7 @@ from torch import Tensor
 
 from dotformer.decoding.beam import beam_search
 from dotformer.decoding.config import DecodeConfig
+from dotformer.decoding.controls import Controls, controls_of
 from dotformer.decoding.greedy import greedy_decode
 from dotformer.decoding.hypothesis import Hypothesis
 from dotformer.decoding.sampling import sample
@@ -13,7 +14,11 @@ from dotformer.model import Transformer
 
 
 def decode_batch(
-    model: Transformer, src: Tensor, config: DecodeConfig | None = None, prefix: Tensor | None = None
+    model: Transformer,
+    src: Tensor,
+    config: DecodeConfig | None = None,
+    prefix: Tensor | None = None,
+    controls: Controls | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode a batch of source sentences with the strategy of ``config`` (default: beam search, K=4, α=0.6).
 
@@ -23,6 +28,9 @@ def decode_batch(
         config: a :class:`DecodeConfig`.
         prefix: None, or (B, P) int64 forced first tokens per sentence, right-padded with PAD: every output starts
             with them, scored like generated tokens (see :mod:`dotformer.decoding.rules`).
+        controls: the config's repetition penalty, no-repeat n-gram size, end tokens and suppressed sequences as
+            ids (:func:`~dotformer.decoding.controls.controls_of`); None: those of ``config``, which then may name
+            no token.
 
     Returns:
         For each of the B sentences, its hypotheses best first: 1 for greedy, ``n_best`` for beam and sampling.
@@ -32,8 +40,9 @@ def decode_batch(
         the model allows, or ``prefix`` is malformed or too long.
     """
     config = config or DecodeConfig()
+    controls = controls or controls_of(config, None)
     if config.strategy == "greedy":
-        return greedy_decode(model, src, config, prefix)
+        return greedy_decode(model, src, config, prefix, controls)
     if config.strategy == "sample":
-        return sample(model, src, config, prefix)
-    return beam_search(model, src, config, prefix)
+        return sample(model, src, config, prefix, controls)
+    return beam_search(model, src, config, prefix, controls)

@@ -33,6 +33,7 @@ costs, not B times that. Shapes: B' sentences still searching, K beams, t steps 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +42,7 @@ from torch import Tensor
 
 from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.config import DecodeConfig
+from dotformer.decoding.controls import NO_CONTROLS, Controls
 from dotformer.decoding.hypothesis import Hypothesis, length_penalty, make_hypothesis
 from dotformer.decoding.incremental import IncrementalDecoder, encode_source, inference
 from dotformer.decoding.rules import step_rules
@@ -165,13 +167,22 @@ def merge_finished(state: BeamState, tokens: Tensor, log_probs: Tensor, lengths:
     return state
 
 
-def advance(state: BeamState, log_probs: Tensor, alpha: float) -> tuple[BeamState, Tensor]:
+def advance(
+    state: BeamState,
+    log_probs: Tensor,
+    alpha: float,
+    model_log_probs: Tensor | None = None,
+    ends: Tensor | None = None,
+) -> tuple[BeamState, Tensor]:
     """One step of beam search (steps 1-3 of the module docstring).
 
     Args:
         state: the state after t steps.
-        log_probs: (B', K, V) float32 next-token log-probabilities of every alive beam (PAD and BOS at -inf).
+        log_probs: (B', K, V) float32 next-token scores of every alive beam (PAD and BOS at -inf): the model's
+            log-probabilities, or with controls set the search's (:meth:`~dotformer.decoding.controls.Controls.scores`).
         alpha: the length penalty's α.
+        model_log_probs: (B', K, V) the model's log-probabilities, which the hypotheses keep; None: ``log_probs``.
+        ends: (E,) int64 the tokens that finish a hypothesis (EOS and the end tokens); None: EOS.
 
     Returns:
         The state after t + 1 steps, and ``origin`` (B', K) int64: the beam (in [0, K)) each new alive beam grew from,
@@ -183,10 +194,11 @@ def advance(state: BeamState, log_probs: Tensor, alpha: float) -> tuple[BeamStat
     top_scores, top_index = candidates.topk(2 * K, dim=1)  # (B', 2K)
     top_beam, top_token = top_index // V, top_index % V  # (B', 2K) each
     top_tokens = torch.cat([gather_beams(state.alive_tokens, top_beam), top_token[:, :, None]], dim=2)  # (B', 2K, t1)
-    token_log_prob = log_probs.reshape(B, K * V).gather(1, top_index)  # (B', 2K)
+    kept = log_probs if model_log_probs is None else model_log_probs
+    token_log_prob = kept.reshape(B, K * V).gather(1, top_index)  # (B', 2K)
     top_log_probs = torch.cat([gather_beams(state.alive_log_probs, top_beam), token_log_prob[:, :, None]], dim=2)
 
-    is_eos = top_token == EOS_ID  # (B', 2K)
+    is_eos = top_token == EOS_ID if ends is None else torch.isin(top_token, ends)  # (B', 2K)
     in_beam = torch.arange(2 * K, device=log_probs.device) < K  # (2K,) the best K candidates form the next beam
     ends = is_eos & in_beam & torch.isfinite(top_scores)  # (B', 2K)
     penalised = top_scores / length_penalty(t1, alpha)  # (B', 2K)
@@ -226,8 +238,9 @@ def is_done(state: BeamState, at_limit: Tensor, alpha: float) -> Tensor:
     return at_limit | hopeless
 
 
-def hypotheses(state: BeamState, row: int, n_best: int, alpha: float) -> list[Hypothesis]:
-    """The ``n_best`` best finished hypotheses of sentence row ``row`` of the state, best first."""
+def hypotheses(state: BeamState, row: int, n_best: int, alpha: float, end_ids: Sequence[int] = ()) -> list[Hypothesis]:
+    """The ``n_best`` best finished hypotheses of sentence row ``row`` of the state, best first (ranked by the
+    search's scores; each scored with the log-probabilities it keeps). ``end_ids``: end tokens besides EOS."""
     scores = state.finished_scores[row].tolist()
     lengths = state.finished_lengths[row].tolist()
     tokens = state.finished_tokens[row].tolist()
@@ -237,12 +250,16 @@ def hypotheses(state: BeamState, row: int, n_best: int, alpha: float) -> list[Hy
         if len(out) == n_best or scores[k] == NEG_INF:
             break
         n = lengths[k]
-        out.append(make_hypothesis(tokens[k][:n], log_probs[k][:n], alpha))
+        out.append(make_hypothesis(tokens[k][:n], log_probs[k][:n], alpha, end_ids))
     return out
 
 
 def beam_search(
-    model: Transformer, src: Tensor, config: DecodeConfig | None = None, prefix: Tensor | None = None
+    model: Transformer,
+    src: Tensor,
+    config: DecodeConfig | None = None,
+    prefix: Tensor | None = None,
+    controls: Controls = NO_CONTROLS,
 ) -> list[list[Hypothesis]]:
     """Beam search over a batch of sentences (B·K decoder rows), with the cache and the GNMT length penalty.
 
@@ -252,6 +269,8 @@ def beam_search(
         config: ``beam_size`` K, ``n_best`` (≤ K), ``length_penalty`` α, the length limits, ``use_cache``.
         prefix: None, or (B, P) int64 forced first tokens per sentence, right-padded with PAD (every hypothesis starts
             with them; the beam widens after them).
+        controls: repetition penalty, no-repeat n-grams, suppressed sequences, end tokens
+            (:mod:`dotformer.decoding.controls`).
 
     Returns:
         For each sentence, its ``n_best`` best hypotheses, best first (fewer only if the vocabulary is too small to
@@ -265,18 +284,22 @@ def beam_search(
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     with inference(model):
         source = encode_source(model, src, config)
-        rules = step_rules(source.min_len, source.max_len, prefix)
+        rules = step_rules(source.min_len, source.max_len, prefix, controls.end_ids)
         decoder = IncrementalDecoder(model, source.memory, source.src_mask, config.use_cache, rows_per_source=K)
         state = initial_state(source.max_len, K)
         last = torch.full((src.size(0) * K,), BOS_ID, dtype=torch.int64, device=src.device)  # (B'·K,)
+        ends = controls.ends(src.device)  # (E,)
         while True:
-            log_probs = rules.apply(decoder.step(last), state.steps, state.sentence.repeat_interleave(K))  # (B'·K, V)
-            log_probs = unflatten_beam_dim(log_probs, K)  # (B', K, V)
-            state, origin = advance(state, log_probs, alpha)
+            history = flatten_beam_dim(state.alive_tokens)  # (B'·K, t)
+            scores, log_probs = controls.scores(decoder.step_logits(last), history, normalised=bool(decoder.members))
+            scores = rules.apply(scores, state.steps, state.sentence.repeat_interleave(K))  # (B'·K, V)
+            state, origin = advance(
+                state, unflatten_beam_dim(scores, K), alpha, unflatten_beam_dim(log_probs, K), ends
+            )  # (B', K, V) in
             state, at_limit = finalise_at_max_len(state, alpha)
             done = is_done(state, at_limit, alpha)  # (B',)
             for row in done.nonzero().squeeze(1).tolist():
-                results[int(state.sentence[row])] = hypotheses(state, row, config.n_best, alpha)
+                results[int(state.sentence[row])] = hypotheses(state, row, config.n_best, alpha, controls.end_ids)
             if bool(done.all()):
                 break
             rows = flatten_beam_dim(torch.arange(origin.size(0), device=src.device)[:, None] * K + origin)  # (B'·K,)

@@ -46,9 +46,15 @@ class DecodeConfig:
     alignments: bool = False  # also align each output token to the source token it attended to most
     alignment_layer: int = -1  # the decoder layer whose cross-attention (averaged over heads) aligns; -1 = the last
     replace_unk: bool = False  # replace each <unk> of the output by the source piece it aligns to
+    repetition_penalty: float = 1.0  # R: a token already in the output has its logit / R if > 0, · R if not (1: off)
+    no_repeat_ngram_size: int = 0  # n: a token completing an n-gram already in the output is forbidden (0: off)
+    end_token: tuple[str, ...] = ()  # tokens that end a hypothesis, as EOS does (it always does)
+    suppress: tuple[tuple[str, ...], ...] = ()  # tokens never produced, and sequences of tokens never completed
     use_cache: bool = True  # reuse keys/values between steps; False recomputes the whole prefix (for tests, benchmarks)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "end_token", token_list(self.end_token, "end_token"))
+        object.__setattr__(self, "suppress", sequence_list(self.suppress, "suppress"))
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"DecodeConfig.strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
         for name in ("beam_size", "n_best"):
@@ -87,6 +93,14 @@ class DecodeConfig:
             raise ConfigError(f"DecodeConfig.top_k must be a non-negative integer (0 = off), got {self.top_k!r}")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"DecodeConfig.top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        penalty = self.repetition_penalty
+        if isinstance(penalty, bool) or not isinstance(penalty, int | float) or not 0 < penalty < math.inf:
+            raise ConfigError(f"DecodeConfig.repetition_penalty must be a finite number > 0 (1 = off), got {penalty!r}")
+        size = self.no_repeat_ngram_size
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ConfigError(
+                f"DecodeConfig.no_repeat_ngram_size must be a non-negative integer (0 = off), got {size!r}"
+            )
         if not isinstance(self.alignment_layer, int) or isinstance(self.alignment_layer, bool):
             raise ConfigError(f"DecodeConfig.alignment_layer must be an integer, got {self.alignment_layer!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
@@ -111,6 +125,11 @@ class DecodeConfig:
         """
         return max(0, math.floor(self.min_len_a * source_length + self.min_len_b))
 
+    @property
+    def has_controls(self) -> bool:
+        """Whether a repetition penalty, a no-repeat n-gram size, an end token or a suppressed sequence is set."""
+        return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0 or bool(self.end_token or self.suppress)
+
     def replace(self, **changes: Any) -> DecodeConfig:
         """A copy with some fields changed, validated again."""
         return dataclasses.replace(self, **changes)
@@ -118,6 +137,44 @@ class DecodeConfig:
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-serialisable dict."""
         return dataclasses.asdict(self)
+
+
+def split_tokens(value: str) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]``: a comma-separated list of tokens (a lone ``","`` is the comma token)."""
+    if value == ",":
+        return [value]
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def token_list(value: Any, name: str) -> tuple[str, ...]:
+    """End tokens as a tuple of token strings: one string (comma-separated) or a sequence of strings.
+
+    Raises:
+        ConfigError: not strings, or an empty token.
+    """
+    items = split_tokens(value) if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(item, str) and item for item in items):
+        raise ConfigError(f"DecodeConfig.{name} must be tokens (a string or a list of strings), got {value!r}")
+    return tuple(items)
+
+
+def sequence_list(value: Any, name: str) -> tuple[tuple[str, ...], ...]:
+    """Suppressed sequences as a tuple of token tuples: one string (comma-separated entries) or a sequence of
+    entries, each a string (its tokens separated by spaces) or a sequence of token strings.
+
+    Raises:
+        ConfigError: not strings, or an empty entry.
+    """
+    items = split_tokens(value) if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ConfigError(f"DecodeConfig.{name} must be tokens or sequences of tokens, got {value!r}")
+    out = []
+    for item in items:
+        tokens = item.split() or [item] if isinstance(item, str) else item
+        if not isinstance(tokens, list | tuple) or not tokens or not all(isinstance(t, str) and t for t in tokens):
+            raise ConfigError(f"DecodeConfig.{name} must be tokens or sequences of tokens, got {value!r}")
+        out.append(tuple(tokens))
+    return tuple(out)
 
 
 def generation_config(

@@ -40,6 +40,7 @@ from dotformer.decoding.beam import (
 )
 from dotformer.decoding.cache import DecoderCache
 from dotformer.decoding.config import DecodeConfig, generation_config
+from dotformer.decoding.controls import NO_CONTROLS, Controls
 from dotformer.decoding.greedy import pick_most_likely
 from dotformer.decoding.hypothesis import forbid_special_tokens
 from dotformer.decoding.incremental import inference
@@ -67,12 +68,13 @@ class Generation(NamedTuple):
         return float(sum(self.log_probs))
 
 
-def run_decoder(model: Transformer, tokens: Tensor, cache: DecoderCache | None) -> Tensor:
+def run_decoder(model: Transformer, tokens: Tensor, cache: DecoderCache | None, logits: bool = False) -> Tensor:
     """The model's one use of the decoder here: (N, T) int64 new tokens -> (N, V) float32 log-probabilities of the
-    token after the last one; ``cache`` (a :class:`DecoderCache`, empty at first) holds the earlier positions and
-    is updated."""
+    token after the last one (``logits``: before the softmax); ``cache`` (a :class:`DecoderCache`, empty at first)
+    holds the earlier positions and is updated."""
     hidden = model.decode(tokens, cache=cache).hidden[:, -1]  # (N, D)
-    return model.generator(hidden).float().log_softmax(dim=-1)  # (N, V)
+    out = model.generator(hidden).float()  # (N, V)
+    return out if logits else out.log_softmax(dim=-1)
 
 
 class ContextWindow:
@@ -94,8 +96,9 @@ class ContextWindow:
         self.cache: DecoderCache | None = None
         self.cached_to = 0  # positions start .. cached_to - 1 are in the cache
 
-    def feed(self, new: Tensor) -> Tensor:
-        """Append (N, T_new) int64 tokens to every row; return the (N, V) float32 log-probabilities of the next one.
+    def feed(self, new: Tensor, logits: bool = False) -> Tensor:
+        """Append (N, T_new) int64 tokens to every row; return the (N, V) float32 log-probabilities of the next one
+        (``logits``: its logits).
 
         Raises:
             ShapeError: ``new`` has a different number of rows than the tokens so far.
@@ -108,12 +111,12 @@ class ContextWindow:
             self.start = t - (self.window if t == new.size(1) else self.window // 2)
             self.cache = None
         if not self.use_cache:
-            return run_decoder(self.model, self.tokens[:, self.start :], None)
+            return run_decoder(self.model, self.tokens[:, self.start :], None, logits)
         if self.cache is None:
             self.cache, self.cached_to = DecoderCache(), self.start
-        log_probs = run_decoder(self.model, self.tokens[:, self.cached_to :], self.cache)
+        out = run_decoder(self.model, self.tokens[:, self.cached_to :], self.cache, logits)
         self.cached_to = t
-        return log_probs
+        return out
 
     def reorder(self, index: Tensor) -> None:
         """Row i continues row ``index[i]`` ((N',) int64): beam search follows its beams with it."""
@@ -146,6 +149,7 @@ def generate(
     window: int | None = None,
     on_token: TokenCallback | None = None,
     stop_ids: Sequence[int] = (),
+    controls: Controls = NO_CONTROLS,
 ) -> list[Generation]:
     """Continue ``prompt`` (token ids; empty: start a new line) with a decoder-only model.
 
@@ -156,11 +160,14 @@ def generate(
         config: from :func:`~dotformer.decoding.config.generation_config`: strategy, ``n_best`` samples (or beams
             returned), the new-token limit ``max_len_b``, temperature / top-k / top-p / seed, ``use_cache``.
         window: the most tokens the model reads at once (default ``model.config.max_len``; give the block size).
-        on_token: called with the (N,) tokens of every greedy or sampling step, as they are chosen (streaming).
+        on_token: called with the (N,) tokens of every greedy or sampling step, as they are chosen (streaming), until
+            the first row produces an end token (``controls``).
         stop_ids: an imported model's EOS ids (:class:`~dotformer.decoding.inputs.TextRules`): greedy decoding and
             sampling stop once every row has produced one (a row's tokens after its first stop are not part of its
             text), beam search's hypotheses end at them (:func:`end_of_text`); empty: run ``max_len_b`` steps,
             across lines.
+        controls: repetition penalty, no-repeat n-grams, suppressed sequences over the new tokens (the prompt is not
+            read), and end tokens: a continuation ends before the first of them (:mod:`dotformer.decoding.controls`).
 
     Returns:
         ``n_best`` generations: for sampling in draw order, for beam search best first (each ends at the line's
@@ -177,8 +184,17 @@ def generate(
     with inference(model):
         context = ContextWindow(model, window, config.use_cache)
         if config.strategy == "beam":
-            return beam_generate(context, ids, config, stop_ids)
-        return left_to_right(context, ids, config, on_token, stop_ids)
+            return beam_generate(context, ids, config, stop_ids, controls)
+        return left_to_right(context, ids, config, on_token, stop_ids, controls)
+
+
+def next_scores(context: ContextWindow, new: Tensor, prompt_length: int, controls: Controls) -> tuple[Tensor, Tensor]:
+    """Feed ``new`` ((N, T) int64) and return the next token's ``(scores, log_probs)``, both (N, V): what the search
+    chooses from (:meth:`Controls.scores` over the tokens after the prompt, PAD and BOS at -inf) and the model's."""
+    logits = context.feed(new, logits=True)  # (N, V)
+    history = None if context.tokens is None else context.tokens[:, prompt_length:]  # (N, t) the new tokens so far
+    scores, log_probs = controls.scores(logits, history)
+    return forbid_special_tokens(scores), log_probs
 
 
 def left_to_right(
@@ -187,9 +203,10 @@ def left_to_right(
     config: DecodeConfig,
     on_token: TokenCallback | None,
     stop_ids: Sequence[int] = (),
+    controls: Controls = NO_CONTROLS,
 ) -> list[Generation]:
     """Greedy decoding or sampling of ``config.n_best`` rows for ``config.max_len_b`` new tokens each (fewer when
-    every row has produced one of ``stop_ids``)."""
+    every row has produced one of ``stop_ids`` or an end token; a row's tokens stop before its first end token)."""
     N, steps = config.n_best, config.max_len_b
     if config.strategy == "greedy":
         pick = pick_most_likely
@@ -199,23 +216,36 @@ def left_to_right(
         pick = sampling_picker(config, generator)
     tokens: list[list[int]] = [[] for _ in range(N)]  # grown step by step: memory follows the tokens made
     log_probs: list[list[float]] = [[] for _ in range(N)]
-    step_log_probs = forbid_special_tokens(context.feed(prompt.expand(N, -1)))  # (N, V)
-    stops = torch.tensor(list(stop_ids), dtype=torch.int64, device=prompt.device)  # (E,)
+    P = prompt.size(1)
+    step_scores, step_log_probs = next_scores(context, prompt.expand(N, -1), P, controls)  # (N, V) each
+    stops = torch.tensor([*stop_ids, *controls.end_ids], dtype=torch.int64, device=prompt.device)  # (E,)
     stopped = torch.zeros(N, dtype=torch.bool, device=prompt.device)  # (N,)
+    user_ends = torch.tensor(controls.end_ids, dtype=torch.int64, device=prompt.device)  # (E',)
+    ended = torch.zeros(N, dtype=torch.bool, device=prompt.device)  # (N,) rows past an end token
     for t in range(steps):
-        token = pick(step_log_probs)  # (N,)
+        token = pick(step_scores)  # (N,)
         chosen = step_log_probs.gather(1, token[:, None]).squeeze(1)  # (N,)
         for row, (new, log_prob) in enumerate(zip(token.tolist(), chosen.tolist(), strict=True)):
             tokens[row].append(new)
             log_probs[row].append(log_prob)
-        if on_token is not None:
+        ended |= torch.isin(token, user_ends)  # (N,) an end token is not part of the text: not streamed
+        if on_token is not None and not bool(ended[0]):
             on_token(token)
         stopped |= torch.isin(token, stops)
         if bool(stopped.all()):
             break
         if t + 1 < steps:
-            step_log_probs = forbid_special_tokens(context.feed(token[:, None]))  # (N, V)
-    return [Generation(row, lp) for row, lp in zip(tokens, log_probs, strict=True)]
+            step_scores, step_log_probs = next_scores(context, token[:, None], P, controls)  # (N, V) each
+    return [before_end(row, lp, controls.end_ids) for row, lp in zip(tokens, log_probs, strict=True)]
+
+
+def before_end(tokens: list[int], log_probs: list[float], end_ids: Sequence[int]) -> Generation:
+    """A row's generation up to its first end token (kept out of the tokens; its log-probability kept, as an EOS's
+    is); no end token: the row as it is."""
+    for i, token in enumerate(tokens):
+        if token in end_ids:
+            return Generation(tokens[:i], log_probs[: i + 1])
+    return Generation(tokens, log_probs)
 
 
 def end_of_text(log_probs: Tensor, stop_ids: Sequence[int]) -> Tensor:
@@ -236,25 +266,33 @@ def end_of_text(log_probs: Tensor, stop_ids: Sequence[int]) -> Tensor:
 
 
 def beam_generate(
-    context: ContextWindow, prompt: Tensor, config: DecodeConfig, stop_ids: Sequence[int] = ()
+    context: ContextWindow,
+    prompt: Tensor,
+    config: DecodeConfig,
+    stop_ids: Sequence[int] = (),
+    controls: Controls = NO_CONTROLS,
 ) -> list[Generation]:
     """Beam search over the continuations of one prompt: K beams, each ending at EOS (the line end; an imported
     model's EOS ids, :func:`end_of_text`) or at ``config.max_len_b`` tokens, with :mod:`dotformer.decoding.beam`'s
     step, stopping rule and length penalty. A finished generation's tokens stop before its EOS (whichever id it was);
-    its log-probabilities end with the EOS's."""
-    K, alpha = config.beam_size, config.length_penalty
+    its log-probabilities end with the EOS's. End tokens (``controls``) end a hypothesis as those EOS ids do."""
+    K, alpha, P = config.beam_size, config.length_penalty, prompt.size(1)
+    ends = [*(stop_ids or [EOS_ID]), *controls.end_ids] if controls.end_ids else list(stop_ids)
 
-    def next_log_probs(tokens: Tensor) -> Tensor:
-        return end_of_text(forbid_special_tokens(context.feed(tokens)), stop_ids)  # (N, V)
+    def next_log_probs(tokens: Tensor) -> tuple[Tensor, Tensor]:
+        scores, log_probs = next_scores(context, tokens, P, controls)  # (N, V) each
+        if log_probs is not scores:
+            log_probs = end_of_text(forbid_special_tokens(log_probs), ends)
+        return end_of_text(scores, ends), log_probs
 
     state = initial_state(torch.tensor([config.max_len_b], device=prompt.device), K)
-    step_log_probs = next_log_probs(prompt).expand(K, -1)  # (K, V): beams 1..K-1 start at -inf
+    step_scores, step_log_probs = (x.expand(K, -1) for x in next_log_probs(prompt))  # (K, V): beams 1.. at -inf
     context.reorder(torch.zeros(K, dtype=torch.int64, device=prompt.device))  # K rows, all holding the prompt
     while True:
-        state, origin = advance(state, unflatten_beam_dim(step_log_probs, K), alpha)
+        state, origin = advance(state, unflatten_beam_dim(step_scores, K), alpha, unflatten_beam_dim(step_log_probs, K))
         state, at_limit = finalise_at_max_len(state, alpha)
         if bool(is_done(state, at_limit, alpha).all()):
             break
         context.reorder(flatten_beam_dim(origin))  # (K,) the beam each new beam grew from
-        step_log_probs = next_log_probs(state.alive_tokens[0, :, -1:])  # (K, V)
+        step_scores, step_log_probs = next_log_probs(state.alive_tokens[0, :, -1:])  # (K, V) each
     return [Generation(h.tokens, h.log_probs) for h in hypotheses(state, 0, config.n_best, alpha)]

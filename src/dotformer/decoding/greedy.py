@@ -13,8 +13,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID
+from dotformer.data.tokenizers import BOS_ID
 from dotformer.decoding.config import DecodeConfig
+from dotformer.decoding.controls import NO_CONTROLS, Controls, is_end
 from dotformer.decoding.hypothesis import Hypothesis, make_hypothesis
 from dotformer.decoding.incremental import IncrementalDecoder, encode_source, expand_rows, inference
 from dotformer.decoding.rules import step_rules
@@ -35,6 +36,7 @@ def decode_left_to_right(
     pick: TokenPicker,
     copies: int = 1,
     prefix: Tensor | None = None,
+    controls: Controls = NO_CONTROLS,
 ) -> list[list[Hypothesis]]:
     """Generate ``copies`` outputs per source sentence, one token per step, choosing each token with ``pick``.
 
@@ -46,6 +48,8 @@ def decode_left_to_right(
         copies: outputs per sentence (independent samples; 1 for greedy).
         prefix: None, or (B, P) int64 forced first tokens per sentence, right-padded with PAD (see
             :mod:`dotformer.decoding.rules`); they are generated, scored and kept in the outputs.
+        controls: repetition penalty, no-repeat n-grams, suppressed sequences, end tokens
+            (:mod:`dotformer.decoding.controls`).
 
     Returns:
         For each of the B sentences, its ``copies`` hypotheses sorted by score (best first; stable for ties).
@@ -55,7 +59,7 @@ def decode_left_to_right(
     """
     with inference(model):
         source = encode_source(model, src, config)
-        rules = step_rules(source.min_len, source.max_len, prefix)
+        rules = step_rules(source.min_len, source.max_len, prefix, controls.end_ids)
         B = src.size(0)
         N = B * copies
         decoder = IncrementalDecoder(
@@ -68,14 +72,19 @@ def decode_left_to_right(
         out_lengths = torch.zeros(N, dtype=torch.int64, device=src.device)  # (N,) steps taken per row
         active = torch.arange(N, device=src.device)  # (N',) the original row of each row still decoding
         last = torch.full((N,), BOS_ID, dtype=torch.int64, device=src.device)  # (N',)
+        ends = controls.ends(src.device)  # (E,) EOS and the end tokens
         for t in range(int(max_len.max())):  # every row ends by its limit; most end at EOS long before
-            log_probs = rules.apply(decoder.step(last), t, active // copies)  # (N', V)
-            token = pick(log_probs)  # (N',)
+            history = None  # (N', t) the tokens so far, for the controls that read them
+            if token_columns and controls.changes_logits:
+                history = torch.stack(token_columns, dim=1)[active]
+            scores, log_probs = controls.scores(decoder.step_logits(last), history, normalised=bool(decoder.members))
+            scores = rules.apply(scores, t, active // copies)  # (N', V)
+            token = pick(scores)  # (N',)
             token_columns.append(torch.zeros(N, dtype=torch.int64, device=src.device).index_copy(0, active, token))
-            chosen = log_probs.gather(1, token[:, None]).squeeze(1)  # (N',)
+            chosen = log_probs.gather(1, token[:, None]).squeeze(1)  # (N',) the model's log-probability
             log_prob_columns.append(torch.zeros(N, device=src.device).index_copy(0, active, chosen.float()))
             out_lengths[active] = t + 1
-            done = (token == EOS_ID) | (t + 1 >= max_len[active])  # (N',)
+            done = is_end(token, ends) | (t + 1 >= max_len[active])  # (N',)
             if bool(done.all()):
                 break
             if bool(done.any()):
@@ -90,7 +99,9 @@ def decode_left_to_right(
     for b in range(B):
         rows = range(b * copies, (b + 1) * copies)
         hyps = [
-            make_hypothesis(tokens[r][: lengths[r]], log_probs_list[r][: lengths[r]], config.length_penalty)
+            make_hypothesis(
+                tokens[r][: lengths[r]], log_probs_list[r][: lengths[r]], config.length_penalty, controls.end_ids
+            )
             for r in rows
         ]
         results.append(sorted(hyps, key=lambda h: -h.score))
@@ -98,7 +109,11 @@ def decode_left_to_right(
 
 
 def greedy_decode(
-    model: Transformer, src: Tensor, config: DecodeConfig | None = None, prefix: Tensor | None = None
+    model: Transformer,
+    src: Tensor,
+    config: DecodeConfig | None = None,
+    prefix: Tensor | None = None,
+    controls: Controls = NO_CONTROLS,
 ) -> list[list[Hypothesis]]:
     """Greedy decoding: the most likely token at each step, stopping at EOS or at the length limit.
 
@@ -107,6 +122,7 @@ def greedy_decode(
         src: (B, S) int64 source ids (each ending with EOS), right-padded with PAD.
         config: a :class:`DecodeConfig`; only the length limits, ``length_penalty`` (scores) and ``use_cache`` matter.
         prefix: None, or (B, P) int64 forced first tokens per sentence, right-padded with PAD.
+        controls: see :mod:`dotformer.decoding.controls`.
 
     Returns:
         For each sentence, a list with one :class:`Hypothesis`.
@@ -115,4 +131,4 @@ def greedy_decode(
         ConfigError, ShapeError: the model cannot decode, or ``src`` is malformed or too long for the model.
     """
     config = config or DecodeConfig(strategy="greedy")
-    return decode_left_to_right(model, src, config, pick_most_likely, copies=1, prefix=prefix)
+    return decode_left_to_right(model, src, config, pick_most_likely, copies=1, prefix=prefix, controls=controls)

@@ -8,6 +8,7 @@ is part of log P(Y | X)). With α = 0 the score is the plain summed log-probabil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -63,15 +64,18 @@ def forbid_special_tokens(log_probs: Tensor) -> Tensor:
     return log_probs
 
 
-def make_hypothesis(tokens: list[int], log_probs: list[float], alpha: float) -> Hypothesis:
-    """Build a :class:`Hypothesis` from a generated sequence that may end with EOS (which is dropped from tokens).
+def make_hypothesis(tokens: list[int], log_probs: list[float], alpha: float, end_ids: Sequence[int] = ()) -> Hypothesis:
+    """Build a :class:`Hypothesis` from a generated sequence that may end with EOS or one of ``end_ids`` (dropped from
+    tokens, as the end it is).
 
     Args:
-        tokens: generated ids, one per step; EOS may appear only as the last one.
+        tokens: generated ids, one per step; EOS (or an end token) may appear only as the last one.
         log_probs: the model's log-probability of each of them (natural log), same length.
         alpha: the length penalty's α.
+        end_ids: the end tokens besides EOS (:mod:`dotformer.decoding.controls`).
     """
-    body = tokens[:-1] if tokens and tokens[-1] == EOS_ID else list(tokens)
+    ended = bool(tokens) and (tokens[-1] == EOS_ID or tokens[-1] in end_ids)
+    body = tokens[:-1] if ended else list(tokens)
     total = float(sum(log_probs))
     score = total / float(length_penalty(len(log_probs), alpha)) if log_probs else 0.0
     return Hypothesis(body, score, [float(p) for p in log_probs])

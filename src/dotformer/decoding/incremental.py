@@ -191,6 +191,16 @@ class IncrementalDecoder:
         Raises:
             ShapeError: ``tokens`` is not (N,) with N = G × the memory's rows.
         """
+        logits = self.step_logits(tokens)  # (N, V)
+        return logits if self.members else logits.log_softmax(dim=-1)  # an ensemble's are log-probabilities already
+
+    def step_logits(self, tokens: Tensor) -> Tensor:
+        """:meth:`step` before the softmax: (N, V) float32 logits of the token at position t + 1 (an ensemble's: the
+        average of its models' log-probabilities), for the searches' controls (:mod:`dotformer.decoding.controls`).
+
+        Raises:
+            ShapeError: ``tokens`` is not (N,) with N = G × the memory's rows.
+        """
         if self.members:  # an ensemble: the average of the models' distributions
             return average_log_probs([member.step(tokens) for member in self.members])  # (N, V)
         if tokens.dim() != 1 or tokens.size(0) != self.memory.size(0) * self.rows_per_source:
@@ -204,8 +214,7 @@ class IncrementalDecoder:
         else:
             self.prefix = new if self.prefix is None else torch.cat([self.prefix, new], dim=1)  # (N, t + 1)
             hidden = self.model.decode(self.prefix, self.memory, self.attend_mask).hidden  # (N, t + 1, D)
-        logits = self.model.generator(hidden[:, -1])  # (N, V)
-        return logits.float().log_softmax(dim=-1)  # (N, V)
+        return self.model.generator(hidden[:, -1]).float()  # (N, V)
 
     def reorder(self, index: Tensor) -> None:
         """Row i continues row ``index[i]`` (LongTensor (N,)), where both rows read the same source sentence.

@@ -38,7 +38,10 @@ class DecodeOption:
         choices: the allowed values, for a str option.
         metavar: how the flag's help names its value (default: the last word of the name, upper case).
         ctranslate2: what the CTranslate2 engine lacks of this option, when it runs the default value only (None: it
-            runs every value); another value runs on the torch engine only (:mod:`dotformer.engines.choice`).
+            runs every value); another value runs on the torch engine only (:mod:`dotformer.engines.choice`; end
+            tokens: with beam search only).
+        many: the option takes several values (a str option): its flag repeated or comma-separated, a list of
+            strings or one string in the API and in JSON.
     """
 
     name: str
@@ -50,6 +53,7 @@ class DecodeOption:
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     ctranslate2: str | None = None
+    many: bool = False
 
     @property
     def default(self) -> Any:
@@ -147,6 +151,45 @@ DECODE_OPTIONS: tuple[DecodeOption, ...] = (
         "replace each <unk> of an output by the source symbol it aligns to (char or symbol vocabularies)",
     ),
     DecodeOption(
+        "repetition_penalty",
+        float,
+        "--repetition-penalty",
+        "repetition_penalty",
+        "a token already in the output has its logit divided by R where positive, multiplied by R where not (the "
+        "CTRL paper's rule; 1, the default, is off; > 1 discourages repeats)",
+        metavar="R",
+    ),
+    DecodeOption(
+        "no_repeat_ngram_size",
+        int,
+        "--no-repeat-ngram-size",
+        "no_repeat_ngram_size",
+        "no n-gram of N tokens occurs twice in an output: a token that would complete one is forbidden (0, the "
+        "default, is off)",
+        metavar="N",
+    ),
+    DecodeOption(
+        "end_token",
+        str,
+        "--end-token",
+        "end_token",
+        "an output also ends at this target token, as at the end of sentence (repeat the flag, or separate tokens "
+        "by commas); the token is not part of the output",
+        metavar="TOKEN",
+        many=True,
+        ctranslate2="CTranslate2's beam search runs on past an end token other than </s>",
+    ),
+    DecodeOption(
+        "suppress",
+        str,
+        "--suppress",
+        "suppress",
+        "target tokens never produced (repeat the flag, or separate them by commas); an entry of several tokens "
+        'separated by spaces ("a b") is a sequence never completed',
+        metavar="TOKENS",
+        many=True,
+    ),
+    DecodeOption(
         "prefix",
         str,
         "--prefix-file",
@@ -157,6 +200,9 @@ DECODE_OPTIONS: tuple[DecodeOption, ...] = (
     ),
 )
 OPTION_NAMES: tuple[str, ...] = tuple(option.name for option in DECODE_OPTIONS)
+# the controls (dotformer.decoding.controls): translate's options that generate and /v1/completions take too
+CONTROL_NAMES: tuple[str, ...] = ("repetition_penalty", "no_repeat_ngram_size", "end_token", "suppress")
+CONTROL_OPTIONS: tuple[DecodeOption, ...] = tuple(option for option in DECODE_OPTIONS if option.name in CONTROL_NAMES)
 SEARCH_OPTIONS: tuple[DecodeOption, ...] = tuple(option for option in DECODE_OPTIONS if option.field is not None)
 
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from dotformer.decoding.config import DecodeConfig
+from dotformer.decoding.controls import NO_CONTROLS, Controls
 from dotformer.decoding.greedy import TokenPicker, decode_left_to_right
 from dotformer.decoding.hypothesis import Hypothesis
 from dotformer.model import Transformer
@@ -59,7 +60,11 @@ def sampling_picker(config: DecodeConfig, generator: torch.Generator) -> TokenPi
 
 
 def sample(
-    model: Transformer, src: Tensor, config: DecodeConfig | None = None, prefix: Tensor | None = None
+    model: Transformer,
+    src: Tensor,
+    config: DecodeConfig | None = None,
+    prefix: Tensor | None = None,
+    controls: Controls = NO_CONTROLS,
 ) -> list[list[Hypothesis]]:
     """Sample ``config.n_best`` outputs per sentence (independent draws), token by token.
 
@@ -69,6 +74,7 @@ def sample(
         config: temperature, top_k, top_p, seed, n_best, the length limits and ``length_penalty`` (for the scores).
         prefix: None, or (B, P) int64 forced first tokens per sentence, right-padded with PAD (every sample starts
             with them).
+        controls: see :mod:`dotformer.decoding.controls`.
 
     Returns:
         For each sentence, ``n_best`` hypotheses sorted by score (best first). The same seed, inputs and batch give
@@ -81,5 +87,5 @@ def sample(
     generator = torch.Generator(device=src.device)
     generator.manual_seed(config.seed)
     return decode_left_to_right(
-        model, src, config, sampling_picker(config, generator), copies=config.n_best, prefix=prefix
+        model, src, config, sampling_picker(config, generator), copies=config.n_best, prefix=prefix, controls=controls
     )

@@ -25,6 +25,7 @@ from dotformer.decoding.alignment import (
 )
 from dotformer.decoding.batch import decode_batch
 from dotformer.decoding.config import DecodeConfig
+from dotformer.decoding.controls import controls_of
 from dotformer.decoding.inputs import (
     EncodedTexts,
     check_max_input_length,
@@ -95,6 +96,7 @@ def decode_encoded(
     if config.replace_unk:
         check_replace_unk(loaded)
     check_alignment_layer(model, config.alignment_layer)  # with or without alignments: a wrong value is named
+    controls = controls_of(config, loaded.tgt_tokenizer)  # an unknown end or suppressed token is named
     results: list[list[Translation]] = [[] for _ in encoded.ids]
     empty = [i for i, text in enumerate(encoded.texts) if is_empty_source(text) and not (prefixes and prefixes[i])]
     for i in empty:
@@ -110,7 +112,7 @@ def decode_encoded(
         for batch in batches:
             src = pad_batch([encoded.ids[i] for i in batch], device)  # (B, S)
             prefix = None if prefixes is None else pad_batch([prefixes[i] for i in batch], device)  # (B, P)
-            for i, hyps in zip(batch, decode_batch(model, src, config, prefix), strict=True):
+            for i, hyps in zip(batch, decode_batch(model, src, config, prefix, controls), strict=True):
                 results[i] = [
                     Translation(loaded.tgt_tokenizer.decode(h.tokens), h.tokens, h.score, h.log_probs, h.finished)
                     for h in hyps

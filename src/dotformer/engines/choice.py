@@ -62,6 +62,8 @@ def torch_only_fields(config: DecodeConfig, model: ModelConfig | None = None) ->
     for option in SEARCH_OPTIONS:
         if option.ctranslate2 is None or option.field is None:
             continue
+        if option.field == "end_token" and config.strategy != "beam":  # greedy and sampling end where torch's do
+            continue
         value, default = getattr(config, option.field), option.default
         if option.field == "alignment_layer" and model is not None:  # -1 and N - 1 name the same (last) layer
             layers = max(1, model.num_decoder_layers)
@@ -101,7 +103,8 @@ def torch_only_settings(
     settings = []
     for name in torch_only_fields(config, model):
         value = getattr(config, name)
-        shown = f"{name}={value!r}" if names is None else f"{names.get(name, name)} {value}"
+        flag_value = ",".join(map(str, value)) if isinstance(value, tuple) else value  # end tokens: a,b
+        shown = f"{name}={value!r}" if names is None else f"{names.get(name, name)} {flag_value}"
         settings.append(f"{shown} ({torch_only_reason(name)})")
     if request.attention:
         settings.append("attention=True (attention maps)")

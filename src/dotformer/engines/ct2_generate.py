@@ -14,6 +14,12 @@ n samples                   the prompt n times in one batch: samples in draw ord
 beam K, n best              ``beam_size`` K, searched in rounds until dotformer's search stops, ranked as dotformer
                             ranks them, each ending at ``</s>`` (the line's end)
 streaming                   ``generate_tokens``: each token as it comes
+repetition_penalty,         ``repetition_penalty``, ``no_repeat_ngram_size``, ``suppress_sequences``; both read the
+no_repeat_ngram_size,       new tokens only (``include_prompt_in_result=False``), as the torch engine does
+suppress
+end_token                   ``end_token`` (beside an imported model's EOS ids); a continuation stops before the
+                            first of them; with beam search, the torch engine runs (CTranslate2's beam search runs on
+                            past an end token other than ``</s>``)
 PAD and BOS                 ``suppress_sequences=[["<pad>"], ["<s>"]]``; an imported model's four copied special
                             rows (held down by its generator's bias) all four
 ==========================  ======================================================================================
@@ -38,8 +44,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dotformer.data.tokenizers import EOS_ID, NUM_SPECIAL
+from dotformer.decoding.controls import controls_of
 from dotformer.engines.choice import EngineOptionError, ct2_model_options
-from dotformer.engines.ct2_translate import MAX_SEED, SUPPRESSED, read_vocabulary
+from dotformer.engines.ct2_translate import EOS, MAX_SEED, SUPPRESSED, read_vocabulary
+
+END_TOKEN_BEAM = "CTranslate2's beam search runs on past an end token other than </s>"
 
 if TYPE_CHECKING:
     from dotformer.checkpoint.files import CheckpointFiles
@@ -129,13 +138,23 @@ class CT2Generate:
 
             ctranslate2.set_random_seed(config.seed % (MAX_SEED + 1))
             generator = ctranslate2.Generator(str(self.model_dir), **{**self.options, "inter_threads": 1})
-        ends = [self.vocab[i] for i in stop_ids]  # empty: run on across line ends
-        common = dict(max_length=new, suppress_sequences=self.suppressed(bool(stop_ids)), **sampling)
+        controls = controls_of(config, self.checkpoint.tgt_tokenizer)  # an unknown token, named as torch's
+        user_ends = [self.vocab[i] for i in controls.end_ids]
+        ends = [self.vocab[i] for i in stop_ids] + user_ends  # empty: run on across line ends
+        suppressed = self.suppressed(bool(stop_ids)) + [list(sequence) for sequence in config.suppress]
+        common = dict(
+            max_length=new, suppress_sequences=suppressed, repetition_penalty=config.repetition_penalty,
+            no_repeat_ngram_size=config.no_repeat_ngram_size, **sampling,
+        )  # fmt: skip
         if config.strategy == "beam":
+            if user_ends:
+                raise EngineOptionError(f"end_token with beam search runs on the torch engine only ({END_TOKEN_BEAM})")
             return self.beam(generator, tokens, config, common, ends)
         if on_token is not None and config.n_best == 1:
             produced: list[int] = []
             for step in generator.generate_tokens(tokens, end_token=ends, **common):
+                if int(step.token_id) in controls.end_ids:
+                    break
                 produced.append(int(step.token_id))
                 on_token([produced[-1]])
             return [produced]
@@ -143,7 +162,8 @@ class CT2Generate:
             [tokens] * config.n_best, beam_size=1, end_token=ends, return_end_token=True,
             include_prompt_in_result=False, **common,
         )  # fmt: skip
-        return [[self.ids[t] for t in result.sequences[0]] for result in results]
+        outputs = [[self.ids[t] for t in result.sequences[0]] for result in results]
+        return [ids[:-1] if ids and ids[-1] in controls.end_ids else ids for ids in outputs]
 
     def suppressed(self, imported: bool) -> list[list[str]]:
         """The tokens never generated: PAD and BOS (dotformer's rule); an imported model's four copied special rows
@@ -159,7 +179,7 @@ class CT2Generate:
         included) divided by dotformer's length penalty. The end tokens are EOS, or an imported model's EOS ids
         ``ends``: a text that ends at several of them counts once, with its best score (the likeliest EOS, as
         :func:`~dotformer.decoding.generate.end_of_text` scores it)."""
-        from dotformer.engines.ct2_translate import EOS, beam_settled, first_round, gnmt_penalty
+        from dotformer.engines.ct2_translate import beam_settled, first_round, gnmt_penalty
 
         k, alpha, most = config.beam_size, config.length_penalty, common["max_length"]
         ends = ends or [EOS]

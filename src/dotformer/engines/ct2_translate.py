@@ -13,6 +13,11 @@ max_len_a, max_len_b            ``max_decoding_length`` (steps, EOS included; a 
 min_len_a, min_len_b            ``min_decoding_length`` (tokens before EOS; a prefix counts)
 seed                            ``ctranslate2.set_random_seed`` before a fresh ``Translator``
 prefix                          ``target_prefix`` (kept in the output, as dotformer keeps it)
+repetition_penalty              ``repetition_penalty`` (:mod:`dotformer.decoding.controls`: the same rule on the logits)
+no_repeat_ngram_size            ``no_repeat_ngram_size``
+end_token                       ``end_token`` (``</s>`` and those tokens, left out of the output); greedy and sampling
+                                only: CTranslate2's beam search runs on past an end token other than ``</s>``
+suppress                        ``suppress_sequences`` (beside PAD and BOS)
 alignments                      ``return_attention`` (the last layer's heads averaged, as dotformer's)
 replace_unk                     dotformer's own replacement, on those alignments
 PAD and BOS never generated     ``suppress_sequences=[["<pad>"], ["<s>"]]``
@@ -65,6 +70,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dotformer.data.tokenizers import UNK_ID
 from dotformer.decoding.alignment import check_alignment_layer, check_replace_unk, unknowns_replaced
+from dotformer.decoding.controls import controls_of
 from dotformer.decoding.engine import NLLResult
 from dotformer.decoding.inputs import check_prefixes, is_empty_source
 from dotformer.decoding.order import check_batch_limits, show_progress
@@ -90,15 +96,17 @@ class Ranked(NamedTuple):
     """One hypothesis in dotformer's terms, ranked.
 
     Attributes:
-        ids: the target ids (the prefix's included, no EOS). finished: the model ended it with EOS.
+        ids: the target ids (the prefix's included, no EOS). finished: the model ended it with EOS (or an end token).
         score: the search's summed log-probability over dotformer's length penalty.
         alignment: ``(source index, output index)`` per token, when attention was asked for.
+        end: the id of the end token that finished it, when not EOS.
     """
 
     ids: list[int]
     finished: bool
     score: float
     alignment: list[tuple[int, int]] | None
+    end: int | None = None
 
 
 class Found(NamedTuple):
@@ -128,6 +136,16 @@ def read_vocabularies(model_dir: Path) -> tuple[list[str], list[str]]:
         vocabulary = read_vocabulary(shared)
         return vocabulary, vocabulary
     return read_vocabulary(model_dir / "source_vocabulary.json"), read_vocabulary(model_dir / "target_vocabulary.json")
+
+
+def end_pieces(config: DecodeConfig) -> list[str]:
+    """The pieces that end an output: ``</s>`` and the config's end tokens (:mod:`dotformer.decoding.controls`)."""
+    return [EOS, *(token for token in config.end_token if token != EOS)]
+
+
+def ended(tokens: Sequence[str], ends: Sequence[str]) -> bool:
+    """Whether a hypothesis's pieces end with one of ``ends`` (it finished)."""
+    return bool(tokens) and tokens[-1] in ends
 
 
 def gnmt_penalty(length: int, alpha: float) -> float:
@@ -230,6 +248,7 @@ class CT2Translate:
         check_batch_limits(batch_size, max_tokens)
         check_alignment_layer(self.checkpoint, config.alignment_layer)  # with or without alignments, as torch's
         check_engine_options(config, self.checkpoint)
+        controls_of(config, self.checkpoint.tgt_tokenizer)  # an unknown end or suppressed token, named as torch's
         if prefixes is not None:
             check_prefixes(prefixes, encoded, config)
         if config.replace_unk:
@@ -332,7 +351,7 @@ class CT2Translate:
                     if m >= most:
                         found[i] = searched[i]
                     elif self.settled(searched[i], m, most, config, sums.get(i, 0.0)):
-                        found[i] = [hyp for hyp in searched[i] if hyp.tokens and hyp.tokens[-1] == EOS]
+                        found[i] = [hyp for hyp in searched[i] if ended(hyp.tokens, end_pieces(config))]
                     else:
                         steps[i] = min(2 * m, most)
         return found
@@ -340,12 +359,12 @@ class CT2Translate:
     @staticmethod
     def settled(hyps: Sequence[Found], steps: int, most: int, config: DecodeConfig, prefix_sum: float) -> bool:
         """:func:`beam_settled` for one round's hypotheses of a source whose prefix sums ``prefix_sum``."""
-        alpha = config.length_penalty
+        alpha, ends = config.length_penalty, end_pieces(config)
         summed = [
             (
                 hyp.score * len(hyp.tokens) ** alpha + prefix_sum,
                 len(hyp.tokens),
-                bool(hyp.tokens) and hyp.tokens[-1] == EOS,
+                ended(hyp.tokens, ends),
             )
             for hyp in hyps
         ]
@@ -380,9 +399,9 @@ class CT2Translate:
             max_input_length=0,
             max_decoding_length=most,
             min_decoding_length=least,
-            suppress_sequences=SUPPRESSED,
             return_end_token=True,
             return_scores=True,
+            **self.controls(config),
             return_attention=config.alignments or config.replace_unk,
             **options,
         )
@@ -394,6 +413,17 @@ class CT2Translate:
                 for tokens, score, weights in zip(result.hypotheses, result.scores, attention, strict=True)
             ]
         return found
+
+    def controls(self, config: DecodeConfig) -> dict[str, Any]:
+        """The ``translate_batch`` options of the config's controls (:mod:`dotformer.decoding.controls`): the
+        repetition penalty, the no-repeat n-gram size, the suppressed sequences beside PAD and BOS, the end tokens
+        beside ``</s>``."""
+        return dict(
+            suppress_sequences=SUPPRESSED + [list(sequence) for sequence in config.suppress],
+            repetition_penalty=config.repetition_penalty,
+            no_repeat_ngram_size=config.no_repeat_ngram_size,
+            end_token=end_pieces(config),
+        )
 
     def search_options(self, config: DecodeConfig, steps: int) -> dict[str, Any]:
         """The ``translate_batch`` options of ``config``'s strategy, for a search of at most ``steps`` steps."""
@@ -446,16 +476,18 @@ class CT2Translate:
         """Per source, the hypotheses to return (``n_best``; 1 for greedy), ranked as dotformer ranks them: by the
         search's summed log-probability (a prefix's, ``sums``, added) over dotformer's length penalty."""
         alpha, wanted = config.length_penalty, config.n_best if config.strategy != "greedy" else 1
+        ends = end_pieces(config)
         kept = {}
         for i, hyps in found.items():
             ranked = []
             for hyp in hyps:
-                finished = bool(hyp.tokens) and hyp.tokens[-1] == EOS
+                finished = ended(hyp.tokens, ends)
+                end = self.tgt_ids[hyp.tokens[-1]] if finished and hyp.tokens[-1] != EOS else None
                 ids = [self.tgt_ids[t] for t in (hyp.tokens[:-1] if finished else hyp.tokens)]
                 length = len(hyp.tokens)  # |Y|: the prefix and the EOS included
                 total = hyp.score * (length**alpha if config.strategy == "beam" else 1.0) + sums.get(i, 0.0)
                 alignment = None if hyp.attention is None else attention_alignment(hyp.attention[: len(ids)])
-                ranked.append(Ranked(ids, finished, total / gnmt_penalty(length, alpha), alignment))
+                ranked.append(Ranked(ids, finished, total / gnmt_penalty(length, alpha), alignment, end))
             ranked.sort(key=lambda item: -item.score)  # stable: CTranslate2's order among ties
             kept[i] = ranked[:wanted]
         return kept
@@ -464,7 +496,7 @@ class CT2Translate:
         self, encoded: EncodedTexts, kept: dict[int, list[Ranked]], batch_size: int
     ) -> dict[int, list[list[float]]]:
         """Per source, each kept hypothesis's log-probabilities from the copy's own generator (one scoring pass):
-        one per token, and one for the EOS when the hypothesis finished."""
+        one per token, and one for the EOS (or the end token) when the hypothesis finished."""
         rows = [(i, hyp) for i, hyps in kept.items() for hyp in hyps]
         for i, hyp in rows:
             if len(hyp.ids) >= self.positions:  # scoring reads one position more than the copy has
@@ -472,10 +504,11 @@ class CT2Translate:
                     f"input {i + 1}: its output fills the model's {self.positions} positions, and CTranslate2 "
                     f"cannot score it (the torch engine can); its text is given without scores (text output)"
                 )
-        scored = self.log_probs([encoded.ids[i] for i, _ in rows], [hyp.ids for _, hyp in rows], batch_size)
+        outputs = [hyp.ids if hyp.end is None else [*hyp.ids, hyp.end] for _, hyp in rows]  # an end token is scored
+        scored = self.log_probs([encoded.ids[i] for i, _ in rows], outputs, batch_size)
         exact: dict[int, list[list[float]]] = {}
         for (i, hyp), log_probs in zip(rows, scored, strict=True):
-            exact.setdefault(i, []).append(log_probs if hyp.finished else log_probs[:-1])
+            exact.setdefault(i, []).append(log_probs if hyp.finished and hyp.end is None else log_probs[:-1])
         return exact
 
     def translations(

@@ -78,7 +78,8 @@ class TorchEngine:
         stop_ids: Sequence[int] = (),
     ) -> list[list[int]]:
         """The new ids of each continuation: :func:`dotformer.decoding.generate.generate` on the model."""
+        from dotformer.decoding.controls import controls_of
         from dotformer.decoding.generate import generate
 
-        model = self.checkpoint.model
-        return [g.tokens for g in generate(model, prompt, config, window, on_token, stop_ids)]
+        model, controls = self.checkpoint.model, controls_of(config, self.checkpoint.tgt_tokenizer)
+        return [g.tokens for g in generate(model, prompt, config, window, on_token, stop_ids, controls)]
