@@ -23,7 +23,8 @@ Run: ``python benchmarks/serve_load.py --mode trickle --clients 1,4,16 --request
 (``--sentences FILE``, one a line; default random symbol strings) one request after another, on ``--engine``; per
 round the throughput (sentences/s), p50/p95/p99 latency, the mean sentences per engine call (the server's
 /metrics), whether every answer equals the offline translation of the same sentence, beside the offline run (the
-same sentences in one ``translate`` call in this process, on the same engine). Target at 16 clients: throughput >=
+same sentences in one ``translate`` call in this process, on the same engine). Each client keeps its connection
+open from one request to the next. Target at 16 clients: throughput >=
 0.8x offline, p95 <= 3x one request's latency alone, no error, equal outputs. The offline run is timed before
 the first round and after each (the shared machine's speed drifts): a round compares with the mean of the two beside
 it. ``engine_busy`` is the share of the round's time the engine spent decoding (the server's /metrics): below 1,
@@ -35,6 +36,7 @@ the server loses time around the engine (waits, hand-offs, HTTP); near 1, in the
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import select
@@ -109,6 +111,40 @@ def one_request(url: str, payload: bytes, answers: list[Any] | None = None) -> t
         reason = getattr(error, "reason", error)
         outcome = "reset" if isinstance(reason, ConnectionResetError) else type(reason).__name__
     return time.perf_counter() - start, outcome
+
+
+class Client:
+    """One client's connection, kept open from one request to the next (as HTTP clients such as ``requests.Session``
+    and ``openai`` keep it), so that a round measures the server rather than the clients' connection set-up."""
+
+    def __init__(self, url: str) -> None:
+        address, self.path = url.split("//", 1)[1].split("/", 1)
+        host, port = address.rsplit(":", 1)
+        self.connection = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT_S)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.connection.close()
+
+    def send(self, payload: bytes, answers: list[Any]) -> tuple[float, str]:
+        """POST ``payload``; (seconds, outcome) as :func:`one_request` (``answers`` gets the translations)."""
+        start = time.perf_counter()
+        try:
+            self.connection.request("POST", "/" + self.path, payload, {"Content-Type": "application/json"})
+            response = self.connection.getresponse()
+            body = response.read()
+        except (ConnectionError, http.client.HTTPException) as error:
+            self.connection.close()  # opened again by the next request
+            return time.perf_counter() - start, "reset" if isinstance(error, ConnectionResetError) else type(
+                error
+            ).__name__
+        seconds = time.perf_counter() - start
+        if response.status != 200:
+            return seconds, f"http {response.status}"
+        answers.append([t["text"] for t in json.loads(body)["translations"]])
+        return seconds, "ok"
 
 
 IN_HEADERS = b"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1"  # then a digit more of the host now and then
@@ -218,10 +254,11 @@ def sentence_round(url: str, clients: int, requests: int, sentences: list[str], 
 
     def client(texts: list[str]) -> list[tuple[float, str, str, list[Any]]]:
         done = []
-        for text in texts:
-            answers: list[Any] = []
-            seconds, outcome = one_request(url, json.dumps({"texts": [text], "beam": beam}).encode(), answers)
-            done.append((seconds, outcome, text, answers))
+        with Client(url) as connection:
+            for text in texts:
+                answers: list[Any] = []
+                seconds, outcome = connection.send(json.dumps({"texts": [text], "beam": beam}).encode(), answers)
+                done.append((seconds, outcome, text, answers))
         return done
 
     start = time.perf_counter()

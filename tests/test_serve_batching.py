@@ -196,6 +196,24 @@ def test_the_clients_of_a_call_get_the_wait_to_send_again() -> None:
     assert stats[0].seconds >= 0.5  # the held call's engine time: it ran until released, after the 0.6 s sleep
 
 
+def test_a_client_alone_does_not_wait_for_others() -> None:
+    """One client sending one request after another: nobody else is on the way, so no call waits ``max_wait``
+    (30 s here: each request must be answered well before it)."""
+    from dotformer.api.batcher import Batcher
+    from dotformer.api.turns import ModelTurns
+
+    async def main() -> list[Any]:
+        turns = ModelTurns()
+        batcher = Batcher(turns, max_tokens=100, max_wait_s=30.0)
+        try:
+            return [await asyncio.wait_for(batcher.submit("k", [t], [1], list), 10) for t in ("a", "b", "c")]
+        finally:
+            batcher.close()
+            turns.close()
+
+    assert asyncio.run(main()) == [["a"], ["b"], ["c"]]
+
+
 # -- a server under concurrent clients, against dotformer translate ----------------------------------------------------
 
 

@@ -3,10 +3,12 @@ engine call.
 
 A request hands the batcher its sentences, each with its size (source tokens x beam), under a key: requests whose
 keys are equal decode alike (the same options, the same kind of call) and may share a call; others never do. One
-coroutine, the batcher's own, forms the calls: once the oldest waiting sentence has waited ``max_wait_s`` since it
-arrived and since the last call ended (or its key's waiting sentences fill ``max_tokens``), it takes sentences of that key up to ``max_tokens``, one request at a
-time in turn (round robin, oldest request first), so that a large request's sentences are split across calls and the
-small requests that arrive meanwhile ride in the next call beside them instead of waiting for the large one to end.
+coroutine, the batcher's own, forms the calls. A call starts once the oldest waiting sentence has waited
+``max_wait_s`` since it arrived and since the last call ended, or its key's waiting sentences fill ``max_tokens``,
+or every request known to be on its way is there (those waiting when the last call ended and those it answered).
+It takes sentences of that key up to ``max_tokens``, one request at a time in turn (round robin, oldest request
+first), so that a large request's sentences are split across calls and the small requests that arrive meanwhile
+ride in the next call beside them instead of waiting for the large one to end.
 The sentences of a call are sorted by size (the engines sort them again for their own batches), decoded in one call
 on the model's thread (:class:`~dotformer.api.turns.ModelTurns`), and each result goes back to its request, in the
 request's order. A request cancelled while it waits (its client gone) takes its sentences out of the queue.
@@ -14,6 +16,8 @@ request's order. A request cancelled while it waits (its client gone) takes its 
 The wait counts from the last call's end too because the clients that call just answered send their next request a
 moment later: without it, the requests that queued during the call would start the next one alone at once, and
 under steady load the clients would split into two halves whose calls alternate, each half the size it could be.
+And the wait ends as soon as the clients expected are back: one client alone never waits, nor does a crowd once
+all of it has sent again.
 
 Each request gets exactly what it would get decoded alone: a key is only shared by calls whose outputs do not depend
 on what else is in the batch (greedy and beam search; sampling draws from one generator per call, so a sampling
@@ -100,6 +104,7 @@ class Batcher:
         self._changed: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._freed = 0.0  # when the last call ended (time.monotonic)
+        self._expected = 1  # requests known to be on their way: waiting, or answered by the last call (and back soon)
 
     @property
     def waiting(self) -> int:
@@ -151,7 +156,7 @@ class Batcher:
                 await self._changed.wait()
             first = next(job for job in self._jobs if job.left)
             since = max(first.arrived, self._freed)  # the clients of the last call get the wait to send again
-            while not self._full(first.key):
+            while not self._full(first.key) and self._requests() < self._expected:
                 remaining = since + self.max_wait_s - time.monotonic()
                 if remaining <= 0:
                     break
@@ -160,8 +165,12 @@ class Batcher:
                     await asyncio.wait_for(self._changed.wait(), remaining)
                 except TimeoutError:
                     break
-            await self._call(first)
-            self._freed = time.monotonic()
+            answered = await self._call(first)
+            self._freed, self._expected = time.monotonic(), self._requests() + answered
+
+    def _requests(self) -> int:
+        """Requests with sentences waiting for a call."""
+        return sum(1 for job in self._jobs if job.left)
 
     def _full(self, key: Hashable) -> bool:
         """Whether the waiting sentences of ``key`` fill a call."""
@@ -196,8 +205,8 @@ class Batcher:
                     jobs.remove(job)
         return taken
 
-    async def _call(self, first: _Job) -> None:
-        """Run one call and hand each result back to its request."""
+    async def _call(self, first: _Job) -> int:
+        """Run one call and hand each result back to its request; the number of requests it answered whole."""
         taken = sorted(self._take(first), key=lambda pair: pair[0].sizes[pair[1]])
         requests = list(dict.fromkeys(job for job, _ in taken))
         try:
@@ -208,19 +217,22 @@ class Batcher:
                     self._jobs.remove(job)
                 if not job.future.done():
                     job.future.set_exception(exc)
-            return
+            return len(requests)
         if self.on_batch is not None:
             tokens = sum(job.sizes[i] for job, i in taken)
             self.on_batch(BatchStats(len(taken), tokens, len(requests), seconds))
         for (job, i), result in zip(taken, results, strict=True):
             job.results[i] = result
             job.done += 1
+        answered = 0
         for job in requests:
             if job.done == len(job.items):
+                answered += 1
                 if job in self._jobs:
                     self._jobs.remove(job)
                 if not job.future.done():
                     job.future.set_result(job.results)
+        return answered
 
 
 def _timed(run: Run, items: list[Any]) -> tuple[list[Any], float]:
