@@ -263,3 +263,43 @@ def test_stop_text_cuts_at_the_first_stop_sequence_however_the_text_is_split(
     found = [i for i in (text.find(s) for s in stops) if i >= 0]
     assert "".join(sent) == (text[: min(found)] if found else text)
     assert stop.stopped == bool(found)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_concurrent_greedy_generate_requests_share_calls_and_get_what_one_alone_gets(
+    lm_path: Path, engine: str
+) -> None:
+    """8 clients at once sending greedy /api/generate requests of different prompts: the requests share engine calls
+    (a call holds several), and each text equals what ``generate`` gives that prompt alone. Sampling requests
+    (the engines draw every row of a call from one generator, seeded once per call) and beam search are decoded
+    one request per call, so they too get what they get alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import dotformer
+    from dotformer.api.serve import TranslationServer
+
+    words = [f"a{i}" for i in range(1, 10)]
+    prompts = [" ".join(words[(i * 5 + j) % 9] for j in range(i % 7)) for i in range(24)]  # "" first: a new text
+    translator = dotformer.load(lm_path, device="cpu", engine=engine)
+    alone = {p: translator.generate(p, max_new_tokens=NEW, strategy="greedy") for p in prompts}
+    sampled = translator.generate("a2 a3", max_new_tokens=NEW, temperature=0.8, seed=5)
+    batches: list[Any] = []
+    with TranslationServer(translator, port=0, api_key="k3y", batch_wait_ms=50.0) as server:
+        server.batcher.on_batch = batches.append
+
+        def client(k: int) -> list[tuple[str, str]]:
+            got = []
+            for prompt in prompts[k::8]:
+                status, reply = post(server.url, {"prompt": prompt, "max_new_tokens": NEW, "strategy": "greedy"})
+                assert status == 200, reply
+                got.append((prompt, reply["texts"][0]))
+            status, reply = post(server.url, {"prompt": "a2 a3", "max_new_tokens": NEW, "temperature": 0.8, "seed": 5})
+            assert status == 200, reply
+            return [*got, ("sampled", reply["texts"][0])]
+
+        with ThreadPoolExecutor(8) as pool:
+            replies = [item for got in pool.map(client, range(8), timeout=TIMEOUT_S) for item in got]
+    assert len(replies) == len(prompts) + 8
+    for prompt, text in replies:
+        assert text == (sampled if prompt == "sampled" else alone[prompt]), prompt
+    assert max(batch.requests for batch in batches) > 1  # greedy requests did share engine calls

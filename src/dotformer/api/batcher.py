@@ -21,7 +21,9 @@ all of it has sent again.
 
 Each request gets exactly what it would get decoded alone: a key is only shared by calls whose outputs do not depend
 on what else is in the batch (greedy and beam search; sampling draws from one generator per call, so a sampling
-request is a key of its own and is decoded whole in one call, as ``dotformer translate`` decodes it).
+request is a key of its own and is decoded whole in one call, as ``dotformer translate`` decodes it). The same holds
+for generate requests: greedy ones share calls (each prompt's continuation reads nothing of the other rows);
+sampling ones do not, since both engines draw every row of a call from one generator seeded once per call.
 
     batcher = Batcher(turns, max_tokens=4096, max_wait_s=0.005)
     results = await batcher.submit(key, sentences, sizes, run)   # run(sentences of one call) -> their results

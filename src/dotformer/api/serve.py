@@ -27,10 +27,11 @@ checkpoints (:meth:`dotformer.api.Translator.generate`), ``/api/classify`` for c
 path of ``dotformer translate``, so both give the same outputs for the same settings; the server does not know how
 the Translator decodes.
 
-Requests are decoded together: the texts of every request waiting (translate, classify, embed; a generate request
-is one call) are gathered by :class:`~dotformer.api.batcher.Batcher` into one engine call, up to ``batch_tokens`` source
-tokens x beam or after ``batch_wait_ms``, and each request gets back exactly its own outputs, those of ``dotformer
-translate`` with the same options (requests with different options are never mixed; a sampling request is decoded
+Requests are decoded together: the texts of every request waiting (translate, classify, embed, and the prompts of
+greedy generate requests; a sampling or beam-search generate request is one call alone) are gathered by
+:class:`~dotformer.api.batcher.Batcher` into one engine call, up to ``batch_tokens`` source tokens x beam or after
+``batch_wait_ms``, and each request gets back exactly its own outputs, those of ``dotformer translate`` (or
+``generate``) with the same options (requests with different options are never mixed; a sampling request is decoded
 alone, whole).
 
 Bad input gets one line ``{"error": "..."}`` (400; 413 for a body over :data:`MAX_BODY_BYTES` or a request over

@@ -108,6 +108,63 @@ class CT2Generate:
             EngineOptionError: ``use_cache=False``, a prompt and ``max_new_tokens`` beyond ``window``, or a prompt
                 longer than the model's ``sliding_window``.
         """
+        tokens = self.prompt_tokens(prompt, config, window)
+        generator, sampling = self.generator, self.sampling(config)
+        if config.strategy == "sample":  # a fresh Generator: CTranslate2 seeds a thread's generator once, on first use
+            import ctranslate2
+
+            ctranslate2.set_random_seed(config.seed % (MAX_SEED + 1))
+            generator = ctranslate2.Generator(str(self.model_dir), **{**self.options, "inter_threads": 1})
+        ends = [self.vocab[i] for i in stop_ids]  # empty: run on across line ends
+        common = dict(max_length=config.max_len_b, suppress_sequences=self.suppressed(bool(stop_ids)), **sampling)
+        if config.strategy == "beam":
+            return self.beam(generator, tokens, config, common, ends)
+        if on_token is not None and config.n_best == 1:
+            produced: list[int] = []
+            for step in generator.generate_tokens(tokens, end_token=ends, **common):
+                produced.append(int(step.token_id))
+                on_token([produced[-1]])
+            return [produced]
+        results = generator.generate_batch(
+            [tokens] * config.n_best, beam_size=1, end_token=ends, return_end_token=True,
+            include_prompt_in_result=False, **common,
+        )  # fmt: skip
+        return [[self.ids[t] for t in result.sequences[0]] for result in results]
+
+    def greedy_batch(
+        self, prompts: Sequence[Sequence[int]], config: DecodeConfig, window: int, stop_ids: Sequence[int] = ()
+    ) -> list[list[int]]:
+        """The greedy continuation of each prompt, all in one ``generate_batch`` call: each row's is the one
+        :meth:`generate` gives it alone (greedy decoding reads nothing of the other rows).
+
+        Raises:
+            EngineOptionError: as :meth:`generate`, for the first prompt it refuses.
+            ValueError: a strategy other than greedy, or ``n_best`` > 1.
+        """
+        if config.strategy != "greedy" or config.n_best != 1:
+            raise ValueError("greedy_batch continues each prompt once, greedily")
+        rows = [self.prompt_tokens(prompt, config, window) for prompt in prompts]
+        # CTranslate2 forwards the shortest prompt's length at once and the rest of each longer prompt step by step,
+        # in the search's steps: each row's output starts with that rest, and the search runs that many more steps
+        shortest, longest = min(len(row) for row in rows), max(len(row) for row in rows)
+        results = self.generator.generate_batch(
+            rows, beam_size=1, end_token=[self.vocab[i] for i in stop_ids], return_end_token=True,
+            include_prompt_in_result=False, max_length=config.max_len_b + longest - shortest,
+            suppress_sequences=self.suppressed(bool(stop_ids)),
+        )  # fmt: skip
+        outputs = []
+        for row, result in zip(rows, results, strict=True):
+            ids = result.sequences[0][len(row) - shortest :]  # the prompt's rest left out
+            outputs.append([self.ids[t] for t in ids[: config.max_len_b]])
+        return outputs
+
+    def prompt_tokens(self, prompt: Sequence[int], config: DecodeConfig, window: int) -> list[str]:
+        """The prompt as the copy's tokens (empty: EOS, a new line), once it is known to fit.
+
+        Raises:
+            EngineOptionError: ``use_cache=False``, a prompt and ``max_new_tokens`` beyond ``window``, or a prompt
+                longer than the model's ``sliding_window``.
+        """
         new = config.max_len_b
         if not config.use_cache:
             raise EngineOptionError("use_cache=False runs on the torch engine only (CTranslate2 always caches)")
@@ -123,27 +180,7 @@ class CT2Generate:
                 f"the prompt ({len(tokens)} tokens) is longer than the model's sliding window ({window_of_layers}): "
                 "CTranslate2 reads it in pieces that do not keep to the window, only the torch engine does"
             )
-        generator, sampling = self.generator, self.sampling(config)
-        if config.strategy == "sample":  # a fresh Generator: CTranslate2 seeds a thread's generator once, on first use
-            import ctranslate2
-
-            ctranslate2.set_random_seed(config.seed % (MAX_SEED + 1))
-            generator = ctranslate2.Generator(str(self.model_dir), **{**self.options, "inter_threads": 1})
-        ends = [self.vocab[i] for i in stop_ids]  # empty: run on across line ends
-        common = dict(max_length=new, suppress_sequences=self.suppressed(bool(stop_ids)), **sampling)
-        if config.strategy == "beam":
-            return self.beam(generator, tokens, config, common, ends)
-        if on_token is not None and config.n_best == 1:
-            produced: list[int] = []
-            for step in generator.generate_tokens(tokens, end_token=ends, **common):
-                produced.append(int(step.token_id))
-                on_token([produced[-1]])
-            return [produced]
-        results = generator.generate_batch(
-            [tokens] * config.n_best, beam_size=1, end_token=ends, return_end_token=True,
-            include_prompt_in_result=False, **common,
-        )  # fmt: skip
-        return [[self.ids[t] for t in result.sequences[0]] for result in results]
+        return tokens
 
     def suppressed(self, imported: bool) -> list[list[str]]:
         """The tokens never generated: PAD and BOS (dotformer's rule); an imported model's four copied special rows

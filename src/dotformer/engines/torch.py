@@ -82,3 +82,10 @@ class TorchEngine:
 
         model = self.checkpoint.model
         return [g.tokens for g in generate(model, prompt, config, window, on_token, stop_ids)]
+
+    def greedy_batch(
+        self, prompts: Sequence[Sequence[int]], config: DecodeConfig, window: int, stop_ids: Sequence[int] = ()
+    ) -> list[list[int]]:
+        """The greedy continuation of each prompt (:meth:`generate` of each, one after another: the lesson's decoder
+        continues one prompt at a time)."""
+        return [self.generate(prompt, config, window, None, stop_ids)[0] for prompt in prompts]
