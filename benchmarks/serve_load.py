@@ -23,8 +23,12 @@ Run: ``python benchmarks/serve_load.py --mode trickle --clients 1,4,16 --request
 (``--sentences FILE``, one a line; default random symbol strings) one request after another, on ``--engine``; per
 round the throughput (sentences/s), p50/p95/p99 latency, the mean sentences per engine call (the server's
 /metrics), whether every answer equals the offline translation of the same sentence, beside the offline run (the
-same sentences in one ``translate`` call in this process, on the same engine). Target at 16 clients: throughput >=
-0.8x offline, p95 <= 3x one request's latency alone, no error, equal outputs.
+same sentences in one ``translate`` call in this process, on the same engine). Each client keeps its connection
+open from one request to the next. Target at 16 clients: throughput >=
+0.8x offline, p95 <= 3x one request's latency alone, no error, equal outputs. The offline run is timed before
+the first round and after each (the shared machine's speed drifts): a round compares with the mean of the two beside
+it. ``engine_busy`` is the share of the round's time the engine spent decoding (the server's /metrics): below 1,
+the server loses time around the engine (waits, hand-offs, HTTP); near 1, in the engine calls themselves.
 
     python benchmarks/serve_load.py --checkpoint runs/g2p --sentences words.txt --engine ctranslate2 --threads 1
 """
@@ -32,6 +36,7 @@ same sentences in one ``translate`` call in this process, on the same engine). T
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import select
@@ -106,6 +111,40 @@ def one_request(url: str, payload: bytes, answers: list[Any] | None = None) -> t
         reason = getattr(error, "reason", error)
         outcome = "reset" if isinstance(reason, ConnectionResetError) else type(reason).__name__
     return time.perf_counter() - start, outcome
+
+
+class Client:
+    """One client's connection, kept open from one request to the next (as HTTP clients such as ``requests.Session``
+    and ``openai`` keep it), so that a round measures the server rather than the clients' connection set-up."""
+
+    def __init__(self, url: str) -> None:
+        address, self.path = url.split("//", 1)[1].split("/", 1)
+        host, port = address.rsplit(":", 1)
+        self.connection = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT_S)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.connection.close()
+
+    def send(self, payload: bytes, answers: list[Any]) -> tuple[float, str]:
+        """POST ``payload``; (seconds, outcome) as :func:`one_request` (``answers`` gets the translations)."""
+        start = time.perf_counter()
+        try:
+            self.connection.request("POST", "/" + self.path, payload, {"Content-Type": "application/json"})
+            response = self.connection.getresponse()
+            body = response.read()
+        except (ConnectionError, http.client.HTTPException) as error:
+            self.connection.close()  # opened again by the next request
+            return time.perf_counter() - start, "reset" if isinstance(error, ConnectionResetError) else type(
+                error
+            ).__name__
+        seconds = time.perf_counter() - start
+        if response.status != 200:
+            return seconds, f"http {response.status}"
+        answers.append([t["text"] for t in json.loads(body)["translations"]])
+        return seconds, "ok"
 
 
 IN_HEADERS = b"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1"  # then a digit more of the host now and then
@@ -197,36 +236,36 @@ def round_of(url: str, clients: int, requests: int, payload: bytes, trickling: i
     }
 
 
-def batch_figures(url: str) -> tuple[float, float]:
-    """(engine calls, sentences in them) so far, from the server's GET /metrics."""
+def batch_figures(url: str) -> tuple[float, float, float]:
+    """(engine calls, sentences in them, seconds the engine spent on them) so far, from the server's GET /metrics."""
     root = url.rsplit("/api/", 1)[0]
     with urllib.request.urlopen(root + "/metrics", timeout=TIMEOUT_S) as response:
         text = response.read().decode("utf-8")
-    figures = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("dotformer_batch_sentences_"))
-    return float(figures.get("dotformer_batch_sentences_count", 0)), float(
-        figures.get("dotformer_batch_sentences_sum", 0)
-    )
+    names = ("dotformer_batch_sentences_count", "dotformer_batch_sentences_sum", "dotformer_engine_seconds_total")
+    figures = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith(names))
+    return tuple(float(figures.get(name, 0)) for name in names)  # type: ignore[return-value]
 
 
 def sentence_round(url: str, clients: int, requests: int, sentences: list[str], beam: int) -> dict[str, Any]:
     """``clients`` clients at once, each sending ``requests`` single-sentence requests one after another (client c
     sends sentences c, c + clients, ...); the row, with each sentence's answer under ``"answers"``."""
-    calls_before, sent_before = batch_figures(url)
+    calls_before, sent_before, busy_before = batch_figures(url)
     work = [[sentences[(c + clients * i) % len(sentences)] for i in range(requests)] for c in range(clients)]
 
     def client(texts: list[str]) -> list[tuple[float, str, str, list[Any]]]:
         done = []
-        for text in texts:
-            answers: list[Any] = []
-            seconds, outcome = one_request(url, json.dumps({"texts": [text], "beam": beam}).encode(), answers)
-            done.append((seconds, outcome, text, answers))
+        with Client(url) as connection:
+            for text in texts:
+                answers: list[Any] = []
+                seconds, outcome = connection.send(json.dumps({"texts": [text], "beam": beam}).encode(), answers)
+                done.append((seconds, outcome, text, answers))
         return done
 
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         runs = list(pool.map(client, work))
     wall = time.perf_counter() - start
-    calls_after, sent_after = batch_figures(url)
+    calls_after, sent_after, busy_after = batch_figures(url)
     results = [result for run in runs for result in run]
     latencies = [seconds * 1000 for seconds, outcome, _, _ in results if outcome == "ok"]
     calls = calls_after - calls_before
@@ -240,55 +279,73 @@ def sentence_round(url: str, clients: int, requests: int, sentences: list[str], 
         "p95_ms": percentile(latencies, 0.95) if latencies else None,
         "p99_ms": percentile(latencies, 0.99) if latencies else None,
         "mean_batch": (sent_after - sent_before) / calls if calls else None,
+        "engine_busy": (busy_after - busy_before) / wall,
         "answers": {text: answers[0][0] for _, outcome, text, answers in results if outcome == "ok"},
     }
 
 
-def offline(checkpoint: Path, engine: str, threads: int | None, sentences: list[str], beam: int) -> dict[str, Any]:
-    """``sentences`` translated in this process on ``engine`` in one call (dotformer translate's path)."""
-    import dotformer
+class Offline:
+    """``sentences`` translated in this process on ``engine`` in one call (dotformer translate's path), timed as
+    often as asked: the rounds interleave with it, so that each round compares with the offline rate of the same
+    minutes (on a shared machine the rate drifts)."""
 
-    model = dotformer.load(checkpoint, device="cpu", engine=engine, **({"intra_threads": threads} if threads else {}))
-    model.translate(sentences[:8], beam=beam)  # warm: the copy converted, the caches allocated
-    start = time.perf_counter()
-    outputs = model.translate(sentences, beam=beam)
-    wall = time.perf_counter() - start
-    answers = dict(zip(sentences, outputs, strict=True))
-    return {"engine": model.engine, "sentences_per_s": len(sentences) / wall, "outputs": answers}
+    def __init__(self, checkpoint: Path, engine: str, threads: int | None, sentences: list[str], beam: int) -> None:
+        import dotformer
+
+        options = {"intra_threads": threads} if threads else {}
+        self.model = dotformer.load(checkpoint, device="cpu", engine=engine, **options)
+        self.sentences, self.beam = sentences, beam
+        self.model.translate(sentences[:8], beam=beam)  # warm: the copy converted, the caches allocated
+        self.outputs: dict[str, str] = {}
+
+    def rate(self) -> float:
+        """Sentences per second of one timed run."""
+        start = time.perf_counter()
+        outputs = self.model.translate(self.sentences, beam=self.beam)
+        wall = time.perf_counter() - start
+        self.outputs = dict(zip(self.sentences, outputs, strict=True))
+        return len(self.sentences) / wall
 
 
 def sentence_load(args: argparse.Namespace, checkpoint: Path, clients: list[int], requests: int) -> dict[str, Any]:
-    """The rounds of single sentences on one engine, beside the offline run of the same sentences."""
+    """The rounds of single sentences on one engine, each between two offline runs of the same sentences."""
     if args.sentences:
         sentences = [line.strip() for line in Path(args.sentences).read_text(encoding="utf-8").splitlines()]
         sentences = [s for s in sentences if s]
     else:
         sentences = [" ".join(SYMBOLS[(i * 7 + k) % len(SYMBOLS)] for k in range(3 + i % 9)) for i in range(200)]
-    alone = offline(checkpoint, args.engine, args.threads, sentences, args.beam)
+    alone = Offline(checkpoint, args.engine, args.threads, sentences, args.beam)
     extra = ["--engine", args.engine, "--batch-wait-ms", str(args.batch_wait_ms)]
     process, url = start_server(checkpoint, args.threads, extra)
+    rates = [alone.rate()]
+    rows = []
     try:
-        rows = [sentence_round(url, n, requests, sentences, args.beam) for n in clients]
+        for n in clients:
+            rows.append(sentence_round(url, n, requests, sentences, args.beam))
+            rates.append(alone.rate())
     finally:
         process.terminate()
         process.wait(TIMEOUT_S)
     single = next((row for row in rows if row["clients"] == 1), None)
-    for row in rows:
+    for row, before, after in zip(rows, rates, rates[1:], strict=False):
         answers = row.pop("answers")
-        row["equal_outputs"] = all(alone["outputs"][text] == answer for text, answer in answers.items())
-        row["throughput_vs_offline"] = row["sentences_per_s"] / alone["sentences_per_s"]
+        row["equal_outputs"] = all(alone.outputs[text] == answer for text, answer in answers.items())
+        row["offline_per_s"] = (before + after) / 2
+        row["throughput_vs_offline"] = row["sentences_per_s"] / row["offline_per_s"]
         row["p95_vs_one_client_p50"] = row["p95_ms"] / single["p50_ms"] if single and row["p95_ms"] else None
-    print(f"offline, one call on {alone['engine']}: {alone['sentences_per_s']:.1f} sentences/s")
-    columns = ["clients", "requests", "ok", "errors", "sentences_per_s", "throughput_vs_offline", "p50_ms", "p95_ms"]
-    columns += ["p99_ms", "p95_vs_one_client_p50", "mean_batch", "equal_outputs"]
+    engine = alone.model.engine
+    print(f"offline, one call on {engine}, timed between the rounds: {', '.join(f'{r:.1f}' for r in rates)} "
+          f"sentences/s")  # fmt: skip
+    columns = ["clients", "requests", "ok", "errors", "sentences_per_s", "offline_per_s", "throughput_vs_offline"]
+    columns += ["p50_ms", "p95_ms", "p99_ms", "p95_vs_one_client_p50", "mean_batch", "engine_busy", "equal_outputs"]
     print(format_table(rows, columns))
     sixteen = next((row for row in rows if row["clients"] == 16), None)
     met = sixteen is not None and sixteen["throughput_vs_offline"] >= 0.8 and sixteen["errors"] == 0
     met = met and sixteen["p95_vs_one_client_p50"] is not None and sixteen["p95_vs_one_client_p50"] <= 3
     met = met and all(row["equal_outputs"] for row in rows)
     return {
-        "engine": alone["engine"],
-        "offline_sentences_per_s": alone["sentences_per_s"],
+        "engine": engine,
+        "offline_sentences_per_s": rates,
         "sentences": len(sentences),
         "batch_wait_ms": args.batch_wait_ms,
         "rows": rows,

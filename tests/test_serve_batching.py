@@ -157,6 +157,63 @@ def test_a_cancelled_request_leaves_the_queue() -> None:
     assert calls == [["kept"]]
 
 
+def test_the_clients_of_a_call_get_the_wait_to_send_again() -> None:
+    """A request that waited through a call does not start the next one at once: the clients just answered get
+    ``max_wait`` from the call's end to send their next request, so the two ride together (full batches, no
+    alternating halves)."""
+    from dotformer.api.batcher import Batcher, BatchStats
+    from dotformer.api.turns import ModelTurns
+
+    calls: list[list[str]] = []
+
+    def run(items: list[str]) -> list[str]:
+        calls.append(list(items))
+        return items
+
+    async def main() -> list[Any]:
+        turns = ModelTurns()
+        stats: list[BatchStats] = []
+        batcher = Batcher(turns, max_tokens=3, max_wait_s=0.5, on_batch=stats.append)
+        held = Held()
+        try:
+            first = await held.start(batcher)
+            waited = asyncio.ensure_future(batcher.submit("k", ["waited"], [1], run))
+            await asyncio.sleep(0.6)  # longer than max_wait since it arrived
+            held.release.set()
+            await first  # the held call's client is answered ...
+            again = asyncio.ensure_future(batcher.submit("k", ["again"], [1], run))  # ... and sends again at once
+            third = asyncio.ensure_future(batcher.submit("k", ["third"], [1], run))  # the budget is now full
+            results = await asyncio.wait_for(asyncio.gather(waited, again, third), TIMEOUT_S)
+            return [results, stats]
+        finally:
+            batcher.close()
+            turns.close()
+
+    results, stats = asyncio.run(main())
+    assert results == [["waited"], ["again"], ["third"]]
+    assert calls == [["waited", "again", "third"]]
+    assert [s.sentences for s in stats] == [1, 3] and all(s.seconds >= 0 for s in stats)
+    assert stats[0].seconds >= 0.5  # the held call's engine time: it ran until released, after the 0.6 s sleep
+
+
+def test_a_client_alone_does_not_wait_for_others() -> None:
+    """One client sending one request after another: nobody else is on the way, so no call waits ``max_wait``
+    (30 s here: each request must be answered well before it)."""
+    from dotformer.api.batcher import Batcher
+    from dotformer.api.turns import ModelTurns
+
+    async def main() -> list[Any]:
+        turns = ModelTurns()
+        batcher = Batcher(turns, max_tokens=100, max_wait_s=30.0)
+        try:
+            return [await asyncio.wait_for(batcher.submit("k", [t], [1], list), 10) for t in ("a", "b", "c")]
+        finally:
+            batcher.close()
+            turns.close()
+
+    assert asyncio.run(main()) == [["a"], ["b"], ["c"]]
+
+
 # -- a server under concurrent clients, against dotformer translate ----------------------------------------------------
 
 

@@ -30,17 +30,20 @@ ENGINES = ["torch", pytest.param("ctranslate2", marks=pytest.mark.skipif(not ctr
 NEW = 12  # new tokens per request: the prompt and these fit CTranslate2's window
 
 
-@pytest.fixture(scope="module")
-def lm_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def save_lm(path: Path, info: dict[str, Any]) -> Path:
     """A tiny random language model over the symbols a1..a9 (its continuations are arbitrary but deterministic)."""
     symbols = train_tokenizer("symbol", ["a1 a2 a3 a4 a5 a6 a7 a8 a9"])
     torch.manual_seed(11)
     config = ModelConfig(arch="decoder-only", src_vocab_size=symbols.vocab_size, tgt_vocab_size=symbols.vocab_size,
                          num_encoder_layers=0, num_decoder_layers=2, d_model=16, num_heads=2, d_ff=32, dropout=0.0,
                          max_len=64)  # fmt: skip
-    path = tmp_path_factory.mktemp("stream") / "lm"
-    save_checkpoint(path, Transformer(config).eval(), symbols, symbols, {"task": "lm"})
+    save_checkpoint(path, Transformer(config).eval(), symbols, symbols, info)
     return path
+
+
+@pytest.fixture(scope="module")
+def lm_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_lm(tmp_path_factory.mktemp("stream") / "lm", {"task": "lm"})
 
 
 @pytest.fixture(scope="module", params=ENGINES)
@@ -263,3 +266,121 @@ def test_stop_text_cuts_at_the_first_stop_sequence_however_the_text_is_split(
     found = [i for i in (text.find(s) for s in stops) if i >= 0]
     assert "".join(sent) == (text[: min(found)] if found else text)
     assert stop.stopped == bool(found)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_concurrent_greedy_generate_requests_share_calls_and_get_what_one_alone_gets(
+    lm_path: Path, engine: str
+) -> None:
+    """8 clients at once sending greedy /api/generate requests of different prompts: the requests share engine calls
+    (a call holds several), and each text equals what ``generate`` gives that prompt alone. Sampling requests
+    (the engines draw every row of a call from one generator, seeded once per call) and beam search are decoded
+    one request per call, so they too get what they get alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import dotformer
+    from dotformer.api.serve import TranslationServer
+
+    words = [f"a{i}" for i in range(1, 10)]
+    prompts = [" ".join(words[(i * 5 + j) % 9] for j in range(i % 7)) for i in range(24)]  # "" first: a new text
+    translator = dotformer.load(lm_path, device="cpu", engine=engine)
+    alone = {p: translator.generate(p, max_new_tokens=NEW, strategy="greedy") for p in prompts}
+    sampled = translator.generate("a2 a3", max_new_tokens=NEW, temperature=0.8, seed=5)
+    batches: list[Any] = []
+    with TranslationServer(translator, port=0, api_key="k3y", batch_wait_ms=50.0) as server:
+        server.batcher.on_batch = batches.append
+
+        def client(k: int) -> list[tuple[str, str]]:
+            got = []
+            for prompt in prompts[k::8]:
+                status, reply = post(server.url, {"prompt": prompt, "max_new_tokens": NEW, "strategy": "greedy"})
+                assert status == 200, reply
+                got.append((prompt, reply["texts"][0]))
+            status, reply = post(server.url, {"prompt": "a2 a3", "max_new_tokens": NEW, "temperature": 0.8, "seed": 5})
+            assert status == 200, reply
+            return [*got, ("sampled", reply["texts"][0])]
+
+        with ThreadPoolExecutor(8) as pool:
+            replies = [item for got in pool.map(client, range(8), timeout=TIMEOUT_S) for item in got]
+    assert len(replies) == len(prompts) + 8
+    for prompt, text in replies:
+        assert text == (sampled if prompt == "sampled" else alone[prompt]), prompt
+    assert max(batch.requests for batch in batches) > 1  # greedy requests did share engine calls
+
+
+CHATML = (
+    "{% for message in messages %}{% if message['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{ raise_exception('roles are system, user and assistant') }}{% endif %}"
+    "{{ bos_token }}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)  # the shape of Qwen's and many others' template (ChatML), with a BOS string and a refusal
+
+
+def test_a_chat_template_renders_as_transformers_apply_chat_template_renders_it(tmp_path: Path) -> None:
+    """The template read from an HF directory's tokenizer_config.json (an AddedToken's BOS too) renders a
+    conversation as ``transformers``' ``apply_chat_template(..., add_generation_prompt=True)``, the BOS string left
+    out when the model's rules add BOS themselves; a template's ``raise_exception`` is the request's 400."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from dotformer.api.completions import render_chat
+    from dotformer.api.web import RequestError
+    from dotformer.imports.hf import chat_template
+
+    bos = {"content": "<s>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
+    config = {"chat_template": CHATML, "bos_token": bos, "eos_token": "</s>"}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    chat = chat_template(tmp_path)
+    assert chat == {"template": CHATML, "bos_token": "<s>", "eos_token": "</s>"}
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi."},
+        {"role": "user", "content": "Name a colour\nplease"},
+    ]
+    backend = Tokenizer(models.WordLevel({"<unk>": 0, "<s>": 1, "</s>": 2}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    reference = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, chat_template=CHATML, bos_token="<s>", eos_token="</s>"
+    )
+    expected = reference.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert render_chat(chat, messages, adds_bos=False) == expected
+    assert render_chat(chat, messages, adds_bos=True) == expected[len("<s>") :]
+    with pytest.raises(RequestError, match="refuses the messages: roles are system, user and assistant"):
+        render_chat(chat, [{"role": "tool", "content": "x"}], adds_bos=False)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": [{"name": "default",
+                                                    "template": "{{ messages[0]['content'] }}"}]}))  # fmt: skip
+    assert chat_template(tmp_path) == {"template": "{{ messages[0]['content'] }}", "bos_token": "", "eos_token": ""}
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    assert chat_template(tmp_path) is None
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_openai_client_chats_with_a_model_that_has_a_chat_template(tmp_path: Path, engine: str) -> None:
+    """A language model whose checkpoint carries a chat template: the openai client's chat.completions (streamed
+    or not) answers the greedy continuation of the rendered conversation, in the chat shapes."""
+    import dotformer
+    from dotformer.api.serve import TranslationServer
+
+    template = "{% for m in messages %}{{ m['content'] }} {% endfor %}{% if add_generation_prompt %}a9{% endif %}"
+    path = save_lm(tmp_path / "chat-lm", {"task": "lm", "chat": {"template": template, "bos_token": ""}})
+    translator = dotformer.load(path, device="cpu", engine=engine)
+    expected = translator.generate("a1 a2 a3 a4 a9", max_new_tokens=NEW, strategy="greedy")
+    messages = [
+        {"role": "user", "content": "a1 a2"},
+        {"role": "assistant", "content": "a3"},
+        {"role": "user", "content": [{"type": "text", "text": "a4"}]},
+    ]
+    with TranslationServer(translator, port=0, api_key="k3y") as server:
+        client = openai_client(server)
+        reply = client.chat.completions.create(model="any", messages=messages, max_tokens=NEW, temperature=0)
+        assert reply.object == "chat.completion" and reply.choices[0].message.role == "assistant"
+        assert reply.choices[0].message.content == expected and reply.choices[0].finish_reason == "length"
+        assert reply.usage.completion_tokens == NEW
+        chunks = list(client.chat.completions.create(model="any", messages=messages, max_completion_tokens=NEW,
+                                                     temperature=0, stream=True))  # fmt: skip
+        assert chunks[0].choices[0].delta.role == "assistant"
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected
+        assert chunks[-1].choices[0].finish_reason == "length"
+        status, error = post(root(server) + "/v1/chat/completions", {"messages": []})
+        assert status == 400 and '"messages" must be a non-empty list' in error["error"]["message"]

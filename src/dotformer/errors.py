@@ -67,7 +67,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "plots": ("matplotlib",),
     "tensorboard": ("tensorboard",),
     "datasets": ("datasets",),
-    "serve": ("aiohttp", "prometheus_client"),
+    "serve": ("aiohttp", "prometheus_client", "jinja2"),
     "ct2": ("ctranslate2",),
     "gguf": ("gguf",),
 }

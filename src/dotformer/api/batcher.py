@@ -3,17 +3,27 @@ engine call.
 
 A request hands the batcher its sentences, each with its size (source tokens x beam), under a key: requests whose
 keys are equal decode alike (the same options, the same kind of call) and may share a call; others never do. One
-coroutine, the batcher's own, forms the calls: once the oldest waiting sentence has waited ``max_wait_s`` (or its
-key's waiting sentences fill ``max_tokens``), it takes sentences of that key up to ``max_tokens``, one request at a
-time in turn (round robin, oldest request first), so that a large request's sentences are split across calls and the
-small requests that arrive meanwhile ride in the next call beside them instead of waiting for the large one to end.
+coroutine, the batcher's own, forms the calls. A call starts once the oldest waiting sentence has waited
+``max_wait_s`` since it arrived and since the last call ended, or its key's waiting sentences fill ``max_tokens``,
+or every request known to be on its way is there (those waiting when the last call ended and those it answered).
+It takes sentences of that key up to ``max_tokens``, one request at a time in turn (round robin, oldest request
+first), so that a large request's sentences are split across calls and the small requests that arrive meanwhile
+ride in the next call beside them instead of waiting for the large one to end.
 The sentences of a call are sorted by size (the engines sort them again for their own batches), decoded in one call
 on the model's thread (:class:`~dotformer.api.turns.ModelTurns`), and each result goes back to its request, in the
 request's order. A request cancelled while it waits (its client gone) takes its sentences out of the queue.
 
+The wait counts from the last call's end too because the clients that call just answered send their next request a
+moment later: without it, the requests that queued during the call would start the next one alone at once, and
+under steady load the clients would split into two halves whose calls alternate, each half the size it could be.
+And the wait ends as soon as the clients expected are back: one client alone never waits, nor does a crowd once
+all of it has sent again.
+
 Each request gets exactly what it would get decoded alone: a key is only shared by calls whose outputs do not depend
 on what else is in the batch (greedy and beam search; sampling draws from one generator per call, so a sampling
-request is a key of its own and is decoded whole in one call, as ``dotformer translate`` decodes it).
+request is a key of its own and is decoded whole in one call, as ``dotformer translate`` decodes it). The same holds
+for generate requests: greedy ones share calls (each prompt's continuation reads nothing of the other rows);
+sampling ones do not, since both engines draw every row of a call from one generator seeded once per call.
 
     batcher = Batcher(turns, max_tokens=4096, max_wait_s=0.005)
     results = await batcher.submit(key, sentences, sizes, run)   # run(sentences of one call) -> their results
@@ -58,11 +68,13 @@ class _Job:
 
 @dataclass(frozen=True)
 class BatchStats:
-    """What one engine call held: its sentences, their size (source tokens x beam), the requests they came from."""
+    """What one engine call held: its sentences, their size (source tokens x beam), the requests they came from, and
+    the seconds the engine spent on it (on the model's thread, the wait for its turn not counted)."""
 
     sentences: int
     tokens: int
     requests: int
+    seconds: float = 0.0
 
 
 class Batcher:
@@ -93,6 +105,8 @@ class Batcher:
         self._jobs: list[_Job] = []
         self._changed: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
+        self._freed = 0.0  # when the last call ended (time.monotonic)
+        self._expected = 1  # requests known to be on their way: waiting, or answered by the last call (and back soon)
 
     @property
     def waiting(self) -> int:
@@ -143,8 +157,9 @@ class Batcher:
                 self._changed.clear()
                 await self._changed.wait()
             first = next(job for job in self._jobs if job.left)
-            while not self._full(first.key):
-                remaining = first.arrived + self.max_wait_s - time.monotonic()
+            since = max(first.arrived, self._freed)  # the clients of the last call get the wait to send again
+            while not self._full(first.key) and self._requests() < self._expected:
+                remaining = since + self.max_wait_s - time.monotonic()
                 if remaining <= 0:
                     break
                 self._changed.clear()
@@ -152,7 +167,12 @@ class Batcher:
                     await asyncio.wait_for(self._changed.wait(), remaining)
                 except TimeoutError:
                     break
-            await self._call(first)
+            answered = await self._call(first)
+            self._freed, self._expected = time.monotonic(), self._requests() + answered
+
+    def _requests(self) -> int:
+        """Requests with sentences waiting for a call."""
+        return sum(1 for job in self._jobs if job.left)
 
     def _full(self, key: Hashable) -> bool:
         """Whether the waiting sentences of ``key`` fill a call."""
@@ -187,28 +207,38 @@ class Batcher:
                     jobs.remove(job)
         return taken
 
-    async def _call(self, first: _Job) -> None:
-        """Run one call and hand each result back to its request."""
+    async def _call(self, first: _Job) -> int:
+        """Run one call and hand each result back to its request; the number of requests it answered whole."""
         taken = sorted(self._take(first), key=lambda pair: pair[0].sizes[pair[1]])
         requests = list(dict.fromkeys(job for job, _ in taken))
-        if self.on_batch is not None:
-            tokens = sum(job.sizes[i] for job, i in taken)
-            self.on_batch(BatchStats(len(taken), tokens, len(requests)))
         try:
-            results = await self.turns.run(first.run, [job.items[i] for job, i in taken])
+            results, seconds = await self.turns.run(_timed, first.run, [job.items[i] for job, i in taken])
         except Exception as exc:  # noqa: BLE001 (each request of the call answers with the error)
             for job in requests:
                 if job in self._jobs:
                     self._jobs.remove(job)
                 if not job.future.done():
                     job.future.set_exception(exc)
-            return
+            return len(requests)
+        if self.on_batch is not None:
+            tokens = sum(job.sizes[i] for job, i in taken)
+            self.on_batch(BatchStats(len(taken), tokens, len(requests), seconds))
         for (job, i), result in zip(taken, results, strict=True):
             job.results[i] = result
             job.done += 1
+        answered = 0
         for job in requests:
             if job.done == len(job.items):
+                answered += 1
                 if job in self._jobs:
                     self._jobs.remove(job)
                 if not job.future.done():
                     job.future.set_result(job.results)
+        return answered
+
+
+def _timed(run: Run, items: list[Any]) -> tuple[list[Any], float]:
+    """``run(items)`` and the seconds it took."""
+    start = time.perf_counter()
+    results = run(items)
+    return results, time.perf_counter() - start

@@ -8,14 +8,16 @@ Python package, anything speaking its completions API) work against it unchanged
                                "usage": {"prompt_tokens": 3, "completion_tokens": 16, "total_tokens": 19}}
     GET  /v1/models        {"object": "list", "data": [{"id": "...", "object": "model", ...}]}
 
-``temperature`` 0 is greedy decoding, anything above samples (``top_p``: nucleus; ``seed``: the draws, when not given 1,
-every command's default seed, so the same request gives the same text). ``stop``: up to 4 strings; the text ends before
-the first one found (``finish_reason`` "stop"; else "length": dotformer's language models read a line end as one more
-token and go on to ``max_tokens``). ``n`` is 1. ``"stream": true`` sends the text as server-sent events, one chunk per
-piece as the engine produces it (:func:`dotformer.api.streaming.stream_continuation`), then a chunk with the
-``finish_reason``, then ``data: [DONE]``. ``model`` is accepted and answered with the served model's name (the
-checkpoint's folder). ``POST /v1/chat/completions`` needs a chat template, which no dotformer tokenizer has: it answers
-400 naming ``/v1/completions``.
+``temperature`` 0 is greedy decoding, anything above samples (``top_p``: nucleus; ``seed``: the draws, when not
+given 1, every command's default seed, so the same request gives the same text). ``stop``: up to 4 strings; the text
+ends before the first one found (``finish_reason`` "stop"; else "length": dotformer's language models read a line end
+as one more token and go on to ``max_tokens``). ``n`` is 1. ``"stream": true`` sends the text as server-sent events, one chunk per piece as the
+engine produces it (:func:`dotformer.api.streaming.stream_continuation`), then a chunk with the ``finish_reason``,
+then ``data: [DONE]``. ``model`` is accepted and answered with the served model's name (the checkpoint's folder).
+``POST /v1/chat/completions`` (``messages``, and the same settings) renders the messages with the model's chat
+template (:func:`chat_prompt`: an imported Hugging Face model keeps its ``tokenizer_config.json``'s) and completes
+that text, answering in the chat shapes; a model without a template (every model dotformer trains reads plain
+text) gets a 400 naming ``/v1/completions``.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from dotformer.api.endpoint import MAX_NEW_TOKENS, MAX_TEXT_CHARS, Counted, mode
 from dotformer.api.streaming import StopText, stream_continuation
 from dotformer.api.web import RequestError
 from dotformer.config import DEFAULT_SEED
+from dotformer.decoding.inputs import text_rules
 from dotformer.decoding.options import CONTROL_NAMES, CONTROL_OPTIONS
-from dotformer.errors import ConfigError
+from dotformer.errors import ConfigError, require_extra
 
 if TYPE_CHECKING:
     from dotformer.api.translator import Translator
@@ -52,6 +55,7 @@ COMPLETION_FIELDS = (
 )  # fmt: skip  (OpenAI's fields, and the decoding controls of dotformer's options table)
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 MAX_STOPS = 4  # most stop sequences (OpenAI's limit)
+MAX_CHAT_CHARS = 4 * MAX_TEXT_CHARS  # most characters of a chat's rendered text (its messages and the template's)
 
 
 def model_name(translator: Translator) -> str:
@@ -74,7 +78,8 @@ def _require_language_model(translator: Translator, path: str) -> None:
 
 
 def chat_refusal(translator: Translator) -> RequestError:
-    """The 400 of ``POST /v1/chat/completions``: the model's tokenizer has no chat template."""
+    """The 400 of ``POST /v1/chat/completions`` for a model without a chat template (its tokenizer reads plain text,
+    as every model dotformer trains; an imported model keeps its ``tokenizer_config.json``'s template)."""
     _require_language_model(translator, "/v1/chat/completions")
     return RequestError(
         f"{translator.files.path} has no chat template (its tokenizer reads plain text): /v1/chat/completions needs "
@@ -82,11 +87,69 @@ def chat_refusal(translator: Translator) -> RequestError:
     )
 
 
+CHAT_ROLES = ("system", "user", "assistant", "developer", "tool")
+
+
+def chat_prompt(translator: Translator, messages: Any) -> str:
+    """The text the model continues for ``messages`` (``[{"role": "user", "content": "..."}, ...]``): its chat
+    template rendered with ``add_generation_prompt`` as Hugging Face's ``apply_chat_template`` renders it (a
+    sandboxed Jinja2 environment, ``trim_blocks`` and ``lstrip_blocks``), the BOS string it writes first left out
+    where the model's text rules add BOS to every prompt.
+
+    Raises:
+        RequestError: a model without a chat template, ``messages`` not a non-empty list of ``{"role", "content"}``
+            objects with string (or text-part) contents, or a template that refuses them (its own message).
+    """
+    chat = translator.files.info.get("chat")
+    if not isinstance(chat, dict) or not isinstance(chat.get("template"), str):
+        raise chat_refusal(translator)
+    if not isinstance(messages, list) or not messages:
+        raise RequestError('"messages" must be a non-empty list of {"role": "...", "content": "..."} objects')
+    checked = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
+            raise RequestError(f'"messages"[{i}] must be an object with "role" one of {", ".join(CHAT_ROLES)}')
+        content = message.get("content", "")
+        if isinstance(content, list):  # OpenAI's content parts: the text ones, joined
+            if not all(isinstance(part, dict) and part.get("type") == "text" for part in content):
+                raise RequestError(f'"messages"[{i}]: only text content parts are read')
+            content = "".join(str(part.get("text", "")) for part in content)
+        if not isinstance(content, str):
+            raise RequestError(f'"messages"[{i}]["content"] must be a string')
+        checked.append({"role": message["role"], "content": content})
+    return render_chat(chat, checked, bool(text_rules(translator.files.info).add_bos))
+
+
+def render_chat(chat: dict[str, str], messages: list[dict[str, str]], adds_bos: bool) -> str:
+    """``chat["template"]`` rendered for ``messages`` with the generation prompt (see :func:`chat_prompt`).
+
+    Raises:
+        RequestError: the template raises (``raise_exception``) or fails to render.
+        MissingExtraError: Jinja2 is not installed (``pip install "dotformer[serve]"``).
+    """
+    jinja2 = require_extra("serve", "jinja2", "POST /v1/chat/completions")
+    sandbox = require_extra("serve", "jinja2.sandbox", "POST /v1/chat/completions")
+
+    def raise_exception(message: str) -> None:
+        raise RequestError(f"the model's chat template refuses the messages: {message}")
+
+    environment = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    environment.globals["raise_exception"] = raise_exception
+    bos = chat.get("bos_token", "")
+    try:
+        text = environment.from_string(chat["template"]).render(
+            messages=messages, add_generation_prompt=True, bos_token=bos, eos_token=chat.get("eos_token", "")
+        )
+    except jinja2.TemplateError as exc:
+        raise RequestError(f"the model's chat template cannot render the messages: {exc}") from None
+    return text[len(bos) :] if adds_bos and bos and text.startswith(bos) else text
+
+
 class Completion:
     """One checked ``POST /v1/completions`` request: its prompt, decoding settings and stop sequences."""
 
-    def __init__(self, request: Any) -> None:
-        """Check ``request`` (a decoded JSON body).
+    def __init__(self, request: Any, max_chars: int = MAX_TEXT_CHARS) -> None:
+        """Check ``request`` (a decoded JSON body; a prompt of at most ``max_chars`` characters).
 
         Raises:
             RequestError: not an object, an unknown field, a value of the wrong type or out of range (the message
@@ -104,8 +167,8 @@ class Completion:
             prompt = prompt[0]
         if not isinstance(prompt, str):
             raise RequestError('"prompt" must be a string (or a list of one string)')
-        if len(prompt) > MAX_TEXT_CHARS:
-            raise RequestError(f'"prompt" has more than {MAX_TEXT_CHARS} characters')
+        if len(prompt) > max_chars:
+            raise RequestError(f'"prompt" has more than {max_chars} characters')
         max_tokens = _number(request, "max_tokens", DEFAULT_MAX_TOKENS, 1, MAX_NEW_TOKENS, integer=True)
         temperature = _number(request, "temperature", 1.0, 0.0, 2.0)
         top_p = _number(request, "top_p", 1.0, 0.0, 1.0)
@@ -186,7 +249,11 @@ def _chunk(completion: Completion, model: str, text: str, finish: str | None) ->
 
 
 async def completion_request(
-    translator: Translator, request: Any, batcher: Batcher | None = None, counted: Counted | None = None
+    translator: Translator,
+    request: Any,
+    batcher: Batcher | None = None,
+    counted: Counted | None = None,
+    max_chars: int = MAX_TEXT_CHARS,
 ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
     """The reply to one ``POST /v1/completions`` (see the module docstring): one object, or with ``"stream": true``
     the chunks to send as server-sent events. ``counted`` is told the tokens produced (metrics).
@@ -197,7 +264,7 @@ async def completion_request(
     from dotformer.decoding.inputs import encode_prompt
 
     _require_language_model(translator, "/v1/completions")
-    completion = Completion(request)
+    completion = Completion(request, max_chars)
     model = model_name(translator)
     if completion.stream:
         return _completion_events(translator, completion, model, batcher, counted)
@@ -234,10 +301,60 @@ async def _completion_events(
             counted(text_tokens(translator, ["".join(text)]))
 
 
+CHAT_FIELDS = tuple(name for name in COMPLETION_FIELDS if name != "prompt") + ("messages", "max_completion_tokens")
+
+
+async def chat_request(
+    translator: Translator, request: Any, batcher: Batcher | None = None, counted: Counted | None = None
+) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+    """The reply to one ``POST /v1/chat/completions``: the completion of :func:`chat_prompt`'s text, in the chat
+    shapes (``{"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content": ...}}]}``;
+    streamed: ``chat.completion.chunk`` objects whose ``delta`` holds each piece).
+
+    Raises:
+        RequestError: a model that is not a language model or has no chat template, or a bad request (400).
+    """
+    _require_language_model(translator, "/v1/chat/completions")
+    if not isinstance(request, dict):
+        raise RequestError('the body must be a JSON object: {"messages": [{"role": "user", "content": "..."}]}')
+    unknown = sorted(set(request) - set(CHAT_FIELDS))
+    if unknown:
+        raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(CHAT_FIELDS)}")
+    fields = {name: value for name, value in request.items() if name not in ("messages", "max_completion_tokens")}
+    if request.get("max_completion_tokens") is not None:
+        fields["max_tokens"] = request["max_completion_tokens"]
+    prompt = chat_prompt(translator, request.get("messages"))
+    reply = await completion_request(translator, {**fields, "prompt": prompt}, batcher, counted, MAX_CHAT_CHARS)
+    if isinstance(reply, dict):
+        choice = reply["choices"][0]
+        message = {"role": "assistant", "content": choice["text"]}
+        choices = [{"index": 0, "message": message, "logprobs": None, "finish_reason": choice["finish_reason"]}]
+        return {**reply, "id": "chat" + reply["id"], "object": "chat.completion", "choices": choices}
+    return _chat_chunks(reply)
+
+
+async def _chat_chunks(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    """The completion's chunks as ``chat.completion.chunk`` objects (the first delta names the role)."""
+    first = True
+    try:
+        async for chunk in chunks:
+            choice = chunk["choices"][0]
+            delta = {"role": "assistant", "content": choice["text"]} if first else {"content": choice["text"]}
+            delta = delta if choice["text"] or first else {}
+            first = False
+            choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": choice["finish_reason"]}]
+            yield {**chunk, "id": "chat" + chunk["id"], "object": "chat.completion.chunk", "choices": choices}
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
+
+
 def describe_completions() -> dict[str, Any]:
     """The routes' entry in ``GET /``."""
     return {
         "POST /v1/completions": {"fields": list(COMPLETION_FIELDS), "for": "language models (OpenAI-style)"},
-        "POST /v1/chat/completions": "needs a chat template (none of dotformer's tokenizers has one)",
+        "POST /v1/chat/completions": {
+            "fields": list(CHAT_FIELDS),
+            "for": "language models with a chat template (imported from Hugging Face with one)",
+        },
         "GET /v1/models": "the model served (OpenAI-style)",
     }

@@ -33,6 +33,7 @@ from dotformer.decoding.options import (
     DecodeOption,
     DecodeRequest,
     decode_request,
+    has_controls,
     only_apply,
     with_surface_names,
 )
@@ -325,6 +326,7 @@ async def generate_request(
     """
     from dotformer.api.generation import generation_settings
     from dotformer.decoding.controls import controls_of
+    from dotformer.decoding.inputs import encode_prompt, text_rules
 
     require_route(translator, "POST /api/generate")
     if not isinstance(request, dict):
@@ -359,17 +361,40 @@ async def generate_request(
             raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
         return _generate_events(translator, prompt, config, batcher, counted)
 
-    def run(prompts: list[str]) -> list[Any]:  # one prompt per call (the engines continue one prompt at a time)
-        return [translator.generate(prompts[0], n=n, **settings)]
-
     try:
-        (texts,) = await _batched(batcher, object(), [prompt], [len(prompt) + 1], run, whole=True)
+        config = generation_settings(n=n, **settings)
+    except ConfigError as exc:
+        raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
+    tokens = len(encode_prompt(translator.tgt_tokenizer, prompt, text_rules(translator.files.info)))
+    if mergeable(translator, config, tokens):  # one greedy continuation: beside the other clients' in one call
+        key = ("generate", config)
+        run: Callable[[list[str]], list[Any]] = functools.partial(translator.greedy_continuations, config=config)
+        merged = run
+    else:  # sampling draws from one generator per call; beam search: one prompt per call
+
+        def run(prompts: list[str]) -> list[Any]:
+            return [translator.generate(prompts[0], n=n, **settings)]
+
+        key, merged = object(), None
+    try:
+        (texts,) = await _batched(batcher, key, [prompt], [tokens + config.max_len_b], run, whole=run is not merged)
     except ConfigError as exc:
         raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
     texts = texts if isinstance(texts, list) else [texts]
     if counted is not None:
         counted(text_tokens(translator, texts))
     return {"texts": texts}
+
+
+def mergeable(translator: Translator, config: Any, prompt_tokens: int) -> bool:
+    """Whether a generate request may share an engine call with other clients' (one greedy continuation without
+    controls, whose prompt every engine continues as it is: within the context window, and within the layers'
+    sliding window; a longer one may go to the torch engine alone, and must not take the others with it; the
+    controls read the output so far, in which CTranslate2's batch would count the rest of a longer prompt)."""
+    model = translator.files.config
+    fits = prompt_tokens + config.max_len_b <= translator.files.context_window
+    fits = fits and (model.sliding_window is None or prompt_tokens <= model.sliding_window)
+    return config.strategy == "greedy" and config.n_best == 1 and config.use_cache and fits and not has_controls(config)
 
 
 async def _generate_events(

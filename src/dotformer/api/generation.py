@@ -70,6 +70,21 @@ def generate_text(
     return [generated_text(tokenizer, tokens, rules) for tokens in outputs]
 
 
+def greedy_texts(engine: GenerationEngine, prompts: Sequence[str], config: DecodeConfig) -> list[str]:
+    """The greedy continuation of each prompt, as text, in one engine call (each the ``generate_text`` of it alone).
+
+    Raises:
+        ConfigError: the checkpoint is not a language model. EngineOptionError: a prompt CTranslate2 cannot continue.
+    """
+    checkpoint = engine.checkpoint
+    if checkpoint.config.arch != "decoder-only":
+        raise ConfigError(not_a_language_model(checkpoint.path, checkpoint.config.arch))
+    tokenizer, rules = checkpoint.tgt_tokenizer, text_rules(checkpoint.info)
+    rows = [encode_prompt(tokenizer, prompt, rules) for prompt in prompts]
+    outputs = engine.greedy_batch(rows, config, checkpoint.context_window, rules.eos_ids)
+    return [generated_text(tokenizer, tokens, rules) for tokens in outputs]
+
+
 def warn_unknown_prompt(checkpoint: CheckpointLike, prompt: str, where: str | None = None) -> None:
     """Issue one :class:`~dotformer.decoding.inputs.UnknownTokenWarning` when ``prompt`` holds symbols outside the
     model's vocabulary (read as <unk>), as translate warns about unknown source symbols; ``where`` names the prompt

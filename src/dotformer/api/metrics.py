@@ -9,6 +9,8 @@ own counts. The figures (``dotformer_`` prefixed):
     batch_sentences, batch_tokens,          what each engine call of the batcher held: sentences, source tokens x
     batch_requests                          beam, requests (histograms)
     queue_sentences                         sentences waiting for an engine call now (gauge)
+    engine_seconds_total                    seconds the engine spent on the batcher's calls (``rate(...[1m])`` is
+                                            the engine's busy share: near 1, more requests only wait longer)
     generated_tokens_total{route}           output tokens produced (``rate(...[1m])`` is tokens/s)
 
 A scraper reads them with ``curl http://127.0.0.1:8080/metrics`` (with ``Authorization: Bearer KEY`` when the
@@ -67,6 +69,9 @@ class ServerMetrics:
             "dotformer_queue_sentences", "Sentences waiting for an engine call.", registry=registry
         )
         self.queue.set_function(queue)
+        self.engine_seconds = prometheus.Counter(
+            "dotformer_engine_seconds", "Seconds the engine spent on the batcher's calls.", registry=registry
+        )
         self.generated = prometheus.Counter(
             "dotformer_generated_tokens", "Output tokens produced, by route.", ["route"], registry=registry
         )
@@ -81,6 +86,7 @@ class ServerMetrics:
         self.batch_sentences.observe(stats.sentences)
         self.batch_tokens.observe(stats.tokens)
         self.batch_requests.observe(stats.requests)
+        self.engine_seconds.inc(stats.seconds)
 
     def tokens(self, route: str, count: int) -> None:
         """Count ``count`` output tokens produced for ``route`` (safe from the model's thread)."""

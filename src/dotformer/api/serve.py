@@ -14,6 +14,7 @@
     GET  /metrics         the server's figures in Prometheus' text format (:mod:`dotformer.api.metrics`)
     POST /v1/completions  OpenAI-style completions for a language model, streamed or not
                           (:mod:`dotformer.api.completions`); GET /v1/models lists the model
+    POST /v1/chat/completions  the same for chat messages, where the model has a chat template
     GET  /                the model, the endpoints and every decoding option (name, type, default, help)
 
 Only ``texts`` is required; ``beam``, ``n_best``, ``strategy`` and every other option of
@@ -27,10 +28,11 @@ checkpoints (:meth:`dotformer.api.Translator.generate`), ``/api/classify`` for c
 path of ``dotformer translate``, so both give the same outputs for the same settings; the server does not know how
 the Translator decodes.
 
-Requests are decoded together: the texts of every request waiting (translate, classify, embed; a generate request
-is one call) are gathered by :class:`~dotformer.api.batcher.Batcher` into one engine call, up to ``batch_tokens`` source
-tokens x beam or after ``batch_wait_ms``, and each request gets back exactly its own outputs, those of ``dotformer
-translate`` with the same options (requests with different options are never mixed; a sampling request is decoded
+Requests are decoded together: the texts of every request waiting (translate, classify, embed, and the prompts of
+greedy generate requests; a sampling or beam-search generate request is one call alone) are gathered by
+:class:`~dotformer.api.batcher.Batcher` into one engine call, up to ``batch_tokens`` source tokens x beam or after
+``batch_wait_ms``, and each request gets back exactly its own outputs, those of ``dotformer translate`` (or
+``generate``) with the same options (requests with different options are never mixed; a sampling request is decoded
 alone, whole).
 
 Bad input gets one line ``{"error": "..."}`` (400; 413 for a body over :data:`MAX_BODY_BYTES` or a request over
@@ -49,7 +51,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from dotformer.api.batcher import MAX_BATCH_TOKENS, MAX_WAIT_MS, Batcher
-from dotformer.api.completions import chat_refusal, completion_request, describe_completions, models_reply
+from dotformer.api.completions import chat_request, completion_request, describe_completions, models_reply
 from dotformer.api.endpoint import (
     MAX_BEAM,
     MAX_REQUEST_WORK,
@@ -195,8 +197,9 @@ class TranslationServer(LocalServer):
         counted = functools.partial(self.metrics.tokens, "POST /v1/completions")
         return await completion_request(self.translator, request, self.batcher, counted)
 
-    async def _chat(self, _: Any) -> dict[str, Any]:
-        raise chat_refusal(self.translator)
+    async def _chat(self, request: Any) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+        counted = functools.partial(self.metrics.tokens, "POST /v1/chat/completions")
+        return await chat_request(self.translator, request, self.batcher, counted)
 
     async def _models(self, _: None) -> dict[str, Any]:
         return models_reply(self.translator)

@@ -374,6 +374,18 @@ class Translator:
         torch_only = [] if config.use_cache else ["use_cache=False"]  # a language model's engine generates
         return list(self._run(torch_only, lambda engine: generate_text(engine, prompt, config, on_text)))
 
+    def greedy_continuations(self, prompts: Sequence[str], config: DecodeConfig) -> list[str]:
+        """The greedy continuation of each of ``prompts`` in one engine call, each the text :meth:`generate_texts`
+        gives it alone (``config``: greedy, one continuation; :func:`dotformer.api.generation.greedy_texts`).
+
+        Raises:
+            See :meth:`generate`.
+        """
+        from dotformer.api.generation import greedy_texts
+
+        torch_only = [] if config.use_cache else ["use_cache=False"]
+        return list(self._run(torch_only, lambda engine: greedy_texts(engine, prompts, config)))
+
     def __repr__(self) -> str:
         where = f"path={str(self.path)!r}, task={self.task!r}"
         return f"Translator({where}, engine={self.engine!r}, device={self.device!r}, dtype={self.dtype!r})"

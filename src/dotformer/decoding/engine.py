@@ -110,3 +110,10 @@ class GenerationEngine(Protocol):
         """The new token ids of each continuation of ``prompt`` (see :func:`dotformer.decoding.generate.generate`;
         ``stop_ids``: an imported model's EOS ids, where its continuations end)."""
         ...
+
+    def greedy_batch(
+        self, prompts: Sequence[Sequence[int]], config: DecodeConfig, window: int, stop_ids: Sequence[int] = ()
+    ) -> list[list[int]]:
+        """The greedy continuation of each prompt (``config``: greedy, one continuation), each the one
+        :meth:`generate` gives it alone (a server merges the greedy requests of several clients in one call)."""
+        ...

@@ -206,6 +206,11 @@ CONTROL_OPTIONS: tuple[DecodeOption, ...] = tuple(option for option in DECODE_OP
 SEARCH_OPTIONS: tuple[DecodeOption, ...] = tuple(option for option in DECODE_OPTIONS if option.field is not None)
 
 
+def has_controls(config: DecodeConfig) -> bool:
+    """Whether ``config`` sets any of the controls of :data:`CONTROL_OPTIONS` to another value than its default."""
+    return any(getattr(config, option.field) != option.default for option in CONTROL_OPTIONS if option.field)
+
+
 def with_surface_names(message: str, names: Mapping[str, str]) -> str:
     """``message`` (a :class:`DecodeConfig` error) with each field it names written as ``names`` says, for a
     surface that calls its options otherwise: ``"DecodeConfig.beam_size must be a positive integer, got 0"`` with

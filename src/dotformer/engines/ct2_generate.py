@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from dotformer.data.tokenizers import EOS_ID, NUM_SPECIAL
 from dotformer.decoding.controls import controls_of
+from dotformer.decoding.options import has_controls
 from dotformer.engines.choice import EngineOptionError, ct2_model_options
 from dotformer.engines.ct2_translate import EOS, MAX_SEED, SUPPRESSED, read_vocabulary
 
@@ -117,21 +118,7 @@ class CT2Generate:
             EngineOptionError: ``use_cache=False``, a prompt and ``max_new_tokens`` beyond ``window``, or a prompt
                 longer than the model's ``sliding_window``.
         """
-        new = config.max_len_b
-        if not config.use_cache:
-            raise EngineOptionError("use_cache=False runs on the torch engine only (CTranslate2 always caches)")
-        tokens = [self.vocab[t] for t in (list(prompt) or [EOS_ID])]
-        if len(tokens) + new > window:
-            raise EngineOptionError(
-                f"the prompt ({len(tokens)} tokens) and the {new} new tokens asked for exceed the model's context "
-                f"window ({window} tokens): only the torch engine slides its window along a longer text"
-            )
-        window_of_layers = self.checkpoint.config.sliding_window
-        if window_of_layers is not None and len(tokens) > window_of_layers:
-            raise EngineOptionError(
-                f"the prompt ({len(tokens)} tokens) is longer than the model's sliding window ({window_of_layers}): "
-                "CTranslate2 reads it in pieces that do not keep to the window, only the torch engine does"
-            )
+        tokens = self.prompt_tokens(prompt, config, window)
         generator, sampling = self.generator, self.sampling(config)
         if config.strategy == "sample":  # a fresh Generator: CTranslate2 seeds a thread's generator once, on first use
             import ctranslate2
@@ -143,7 +130,7 @@ class CT2Generate:
         ends = [self.vocab[i] for i in stop_ids] + user_ends  # empty: run on across line ends
         suppressed = self.suppressed(bool(stop_ids)) + [list(sequence) for sequence in config.suppress]
         common = dict(
-            max_length=new, suppress_sequences=suppressed, repetition_penalty=config.repetition_penalty,
+            max_length=config.max_len_b, suppress_sequences=suppressed, repetition_penalty=config.repetition_penalty,
             no_repeat_ngram_size=config.no_repeat_ngram_size, **sampling,
         )  # fmt: skip
         if config.strategy == "beam":
@@ -164,6 +151,57 @@ class CT2Generate:
         )  # fmt: skip
         outputs = [[self.ids[t] for t in result.sequences[0]] for result in results]
         return [ids[:-1] if ids and ids[-1] in controls.end_ids else ids for ids in outputs]
+
+    def greedy_batch(
+        self, prompts: Sequence[Sequence[int]], config: DecodeConfig, window: int, stop_ids: Sequence[int] = ()
+    ) -> list[list[int]]:
+        """The greedy continuation of each prompt, all in one ``generate_batch`` call: each row's is the one
+        :meth:`generate` gives it alone (greedy decoding reads nothing of the other rows).
+
+        Raises:
+            EngineOptionError: as :meth:`generate`, for the first prompt it refuses.
+            ValueError: a strategy other than greedy, or ``n_best`` > 1.
+        """
+        if config.strategy != "greedy" or config.n_best != 1 or has_controls(config):
+            raise ValueError("greedy_batch continues each prompt once, greedily, without controls")
+        rows = [self.prompt_tokens(prompt, config, window) for prompt in prompts]
+        # CTranslate2 forwards the shortest prompt's length at once and the rest of each longer prompt step by step,
+        # in the search's steps: each row's output starts with that rest, and the search runs that many more steps
+        shortest, longest = min(len(row) for row in rows), max(len(row) for row in rows)
+        results = self.generator.generate_batch(
+            rows, beam_size=1, end_token=[self.vocab[i] for i in stop_ids], return_end_token=True,
+            include_prompt_in_result=False, max_length=config.max_len_b + longest - shortest,
+            suppress_sequences=self.suppressed(bool(stop_ids)),
+        )  # fmt: skip
+        outputs = []
+        for row, result in zip(rows, results, strict=True):
+            ids = result.sequences[0][len(row) - shortest :]  # the prompt's rest left out
+            outputs.append([self.ids[t] for t in ids[: config.max_len_b]])
+        return outputs
+
+    def prompt_tokens(self, prompt: Sequence[int], config: DecodeConfig, window: int) -> list[str]:
+        """The prompt as the copy's tokens (empty: EOS, a new line), once it is known to fit.
+
+        Raises:
+            EngineOptionError: ``use_cache=False``, a prompt and ``max_new_tokens`` beyond ``window``, or a prompt
+                longer than the model's ``sliding_window``.
+        """
+        new = config.max_len_b
+        if not config.use_cache:
+            raise EngineOptionError("use_cache=False runs on the torch engine only (CTranslate2 always caches)")
+        tokens = [self.vocab[t] for t in (list(prompt) or [EOS_ID])]
+        if len(tokens) + new > window:
+            raise EngineOptionError(
+                f"the prompt ({len(tokens)} tokens) and the {new} new tokens asked for exceed the model's context "
+                f"window ({window} tokens): only the torch engine slides its window along a longer text"
+            )
+        window_of_layers = self.checkpoint.config.sliding_window
+        if window_of_layers is not None and len(tokens) > window_of_layers:
+            raise EngineOptionError(
+                f"the prompt ({len(tokens)} tokens) is longer than the model's sliding window ({window_of_layers}): "
+                "CTranslate2 reads it in pieces that do not keep to the window, only the torch engine does"
+            )
+        return tokens
 
     def suppressed(self, imported: bool) -> list[list[str]]:
         """The tokens never generated: PAD and BOS (dotformer's rule); an imported model's four copied special rows

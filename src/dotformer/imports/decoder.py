@@ -321,8 +321,17 @@ def read_lm(
     return model
 
 
-def save_lm(output: Path, model: Transformer, vocabulary: LMVocabulary, origin: dict[str, Any], family: str) -> Path:
-    """Write the imported language model as a dotformer checkpoint (task ``lm``) with its tokenizer and text rules."""
+def save_lm(
+    output: Path,
+    model: Transformer,
+    vocabulary: LMVocabulary,
+    origin: dict[str, Any],
+    family: str,
+    chat: dict[str, str] | None = None,
+) -> Path:
+    """Write the imported language model as a dotformer checkpoint (task ``lm``) with its tokenizer and text rules
+    (and ``chat``, its chat template with the BOS and EOS strings it reads, under ``info["chat"]``, when it has one:
+    ``dotformer serve`` answers ``/v1/chat/completions`` with it)."""
     from dotformer.checkpoint import save_checkpoint
     from dotformer.export.outdir import fresh_output_dir
 
@@ -331,6 +340,7 @@ def save_lm(output: Path, model: Transformer, vocabulary: LMVocabulary, origin: 
         "family": family,
         "imported_from": origin,
         "text_rules": vocabulary.text_rules(),
+        **({"chat": chat} if chat else {}),
     }
     with fresh_output_dir(output) as tmp:
         save_checkpoint(tmp, model, vocabulary.tokenizer, vocabulary.tokenizer, info)

@@ -115,7 +115,43 @@ def import_hf(directory: str | Path, output: str | Path) -> Path:
 
     model, vocabulary = read_hf_lm(directory, hf)
     origin = {"format": f"hf-{family}", "path": str(directory.resolve())}
-    return save_lm(output, model, vocabulary, origin, family)
+    return save_lm(output, model, vocabulary, origin, family, chat_template(directory))
+
+
+def chat_template(directory: Path) -> dict[str, str] | None:
+    """The chat template of a Hugging Face directory's ``tokenizer_config.json`` (its ``"chat_template"``, the
+    ``"default"`` one of a list of named templates, or ``chat_template.jinja``), with the ``bos_token`` and
+    ``eos_token`` strings it reads: ``{"template", "bos_token", "eos_token"}``; None without one.
+
+    Raises:
+        CheckpointError: ``tokenizer_config.json`` is not JSON.
+    """
+    import json
+
+    from dotformer.errors import CheckpointError
+
+    path = directory / "tokenizer_config.json"
+    config: dict[str, object] = {}
+    if path.is_file():
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise CheckpointError(f"{path}: not JSON ({exc})") from None
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: [{"name": "default", "template": "..."}, ...]
+        named = {item.get("name"): item.get("template") for item in template if isinstance(item, dict)}
+        template = named.get("default")
+    if not isinstance(template, str) and (directory / "chat_template.jinja").is_file():
+        template = (directory / "chat_template.jinja").read_text(encoding="utf-8")
+    if not isinstance(template, str) or not template.strip():
+        return None
+
+    def token(name: str) -> str:
+        value = config.get(name)
+        value = value.get("content") if isinstance(value, dict) else value  # an AddedToken written out
+        return value if isinstance(value, str) else ""
+
+    return {"template": template, "bos_token": token("bos_token"), "eos_token": token("eos_token")}
 
 
 def read_hf_lm(directory: Path, hf: dict[str, Any]) -> tuple[Any, Any]:
