@@ -8,15 +8,15 @@ Python package, anything speaking its completions API) work against it unchanged
                                "usage": {"prompt_tokens": 3, "completion_tokens": 16, "total_tokens": 19}}
     GET  /v1/models        {"object": "list", "data": [{"id": "...", "object": "model", ...}]}
 
-``temperature`` 0 is greedy decoding, anything above samples (``top_p``: nucleus; ``seed``: the draws, when not
-given 1, every command's default seed, so the same request gives the same text). ``stop``: up to 4 strings; the text
-ends before the first one found (``finish_reason`` "stop"; else "length": dotformer's language models read a line end
-as one more token and go on to ``max_tokens``). ``n`` is 1. ``"stream": true`` sends the text as server-sent events, one chunk per piece as the
-engine produces it (:func:`dotformer.api.streaming.stream_continuation`), then a chunk with the ``finish_reason``,
-then ``data: [DONE]``. ``model`` is accepted and answered with the served model's name (the checkpoint's folder).
-``POST /v1/chat/completions`` (``messages``, and the same settings) renders the messages with the model's chat
-template (:func:`chat_prompt`: an imported Hugging Face model keeps its ``tokenizer_config.json``'s) and completes
-that text, answering in the chat shapes; a model without a template (every model dotformer trains reads plain
+``temperature`` 0 is greedy decoding, anything above samples (``top_p``: nucleus; ``seed``: the draws, when not given 1,
+every command's default seed, so the same request gives the same text). ``stop``: up to 4 strings; the text ends before
+the first one found (``finish_reason`` "stop"; else "length": dotformer's language models read a line end as one more
+token and go on to ``max_tokens``). ``n`` is 1. ``"stream": true`` sends the text as server-sent events, one chunk per
+piece as the engine produces it (:func:`dotformer.api.streaming.stream_continuation`), then a chunk with the
+``finish_reason``, then ``data: [DONE]``. ``model`` is accepted and answered with the served model's name (the
+checkpoint's folder). ``POST /v1/chat/completions`` (``messages``, and the same settings) renders the messages with the
+model's chat template (:func:`chat_prompt`: an imported Hugging Face model keeps its ``tokenizer_config.json``'s) and
+completes that text, answering in the chat shapes; a model without a template (every model dotformer trains reads plain
 text) gets a 400 naming ``/v1/completions``.
 """
 
