@@ -220,3 +220,17 @@ def test_the_api_checks_the_controls(checkpoint: Path) -> None:
     assert DecodeConfig(end_token="a1, a2", suppress="a1 a2,a3").end_token == ("a1", "a2")
     assert DecodeConfig(suppress="a1 a2,a3").suppress == (("a1", "a2"), ("a3",))
     assert DecodeConfig(end_token=",").end_token == (",",)
+
+
+def test_has_controls_tells_a_config_with_any_control_from_one_without():
+    """A greedy generate request shares an engine call with other clients' only without controls (the server's
+    rule): the check reads every control of the options table."""
+    from dotformer.decoding import DecodeConfig
+    from dotformer.decoding.options import has_controls
+
+    assert not has_controls(DecodeConfig())
+    assert not has_controls(DecodeConfig(repetition_penalty=1.0, no_repeat_ngram_size=0))
+    assert has_controls(DecodeConfig(repetition_penalty=1.3))
+    assert has_controls(DecodeConfig(no_repeat_ngram_size=2))
+    assert has_controls(DecodeConfig(end_token=("a",)))
+    assert has_controls(DecodeConfig(suppress=(("a", "b"),)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -287,6 +288,19 @@ def test_concurrent_greedy_generate_requests_share_calls_and_get_what_one_alone_
     alone = {p: translator.generate(p, max_new_tokens=NEW, strategy="greedy") for p in prompts}
     sampled = translator.generate("a2 a3", max_new_tokens=NEW, temperature=0.8, seed=5)
     batches: list[Any] = []
+    continuations, first_call = translator.greedy_continuations, [True]
+
+    def held_first(prompts: list[str], config: Any) -> list[str]:
+        # the first call waits for other clients' requests to queue (whatever the machine's load): the next call
+        # then has several to share
+        if first_call[0]:
+            first_call[0] = False
+            deadline = time.monotonic() + TIMEOUT_S
+            while server.batcher.waiting < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return continuations(prompts, config)
+
+    translator.greedy_continuations = held_first  # type: ignore[method-assign]
     with TranslationServer(translator, port=0, api_key="k3y", batch_wait_ms=50.0) as server:
         server.batcher.on_batch = batches.append
 
