@@ -163,7 +163,7 @@ def train_run(
                     f"was prepared with its own: give the data files instead"
                 )
             section, source = prepared_data
-            task = task_named(source.task)
+            task = task_named(str(section.get("task") or source.task))  # the task asked, of data prepared as its own
             file_sections = dataclasses.replace(file_sections, data={})  # the prepared data's settings, and no other
             flag_sections = dataclasses.replace(flag_sections, data=section)
         if init_from is not None and not task.fine_tunable:
@@ -234,6 +234,7 @@ def _prepare_fresh(
     # every rank: the first to get there prepares the data into the cache, the others wait (no collective call is in
     # flight meanwhile, so a long preparation meets no timeout) and map what it wrote
     progress = train_config.progress and context.is_main
+    data = data if source is not None else task.kind_data(data)  # prepared data holds its kind's inputs already
     prepared, init = task.prepare(data, train_config.seed, init, extend_vocab, progress, source)
     if context.is_main:
         for line in prepared.warnings:  # on standard error with --no-progress too
@@ -408,7 +409,8 @@ def prepare_data(section: dict[str, Any], seed: int = 1, out: str | Path | None 
 
     if not section.get("dataset") and "task" not in section:
         raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
-    data = task_of_section(section).data_config(section, "[data]")
+    task = task_of_section(section)
+    data = task.kind_data(task.data_config(section, "[data]"))
     if out is None:
         return prepared_for(data, seed, **options)
     return prepare(data, seed, out, **options)

@@ -190,6 +190,21 @@ class Task(ABC):
             CheckpointError: data the ``init`` checkpoint's vocabulary cannot read.
         """
 
+    @property
+    def data_task(self) -> str:
+        """The task its prepared data records (``dotformer prepare``, ``train --data DIR``): its own name, or the
+        task whose data its kind prepares (a task that reads its inputs as another's)."""
+        return self.name
+
+    def kind_data(self, data: Any) -> Any:
+        """The data config its kind prepares (``dotformer prepare`` and a fresh run): ``data``, or the task's inputs
+        rewritten as the kind reads them.
+
+        Raises:
+            DataError, MissingDataError: inputs that cannot be rewritten.
+        """
+        return data
+
     def save(self, prepared: Prepared, data_dir: Path) -> None:
         """Write the reference to the prepared data, its held-out text and tokenizers to ``RUN/data`` (rank 0)."""
         from dotformer.runs.run_data import save_reference
