@@ -51,7 +51,7 @@ def reader_dir(tmp_path: Path) -> Iterator[Path]:
     ``runs/lm-bible/best``, a small untrained character language model with lm-bible's block size."""
     from dotformer import ModelConfig, Transformer
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     letters = train_tokenizer("char", ["abcdefghijklmnopqrstuvwxyz'"])
     phones = train_tokenizer(

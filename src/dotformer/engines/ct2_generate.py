@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.data.tokenizers import EOS_ID, NUM_SPECIAL
+from dotformer.data.tokenize.tokenizers import EOS_ID, NUM_SPECIAL
 from dotformer.engines.choice import EngineOptionError, ct2_model_options
 from dotformer.engines.ct2_translate import MAX_SEED, SUPPRESSED, read_vocabulary
 

@@ -63,7 +63,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dotformer.data.tokenizers import UNK_ID
+from dotformer.data.tokenize.tokenizers import UNK_ID
 from dotformer.decoding.alignment import check_alignment_layer, check_replace_unk, unknowns_replaced
 from dotformer.decoding.engine import NLLResult
 from dotformer.decoding.inputs import check_prefixes, is_empty_source
@@ -74,7 +74,7 @@ from dotformer.export.ct2_rules import exported_positions
 
 if TYPE_CHECKING:
     from dotformer.checkpoint.files import CheckpointFiles
-    from dotformer.data.types import Pair
+    from dotformer.data.read.types import Pair
     from dotformer.decoding.config import DecodeConfig
     from dotformer.decoding.inputs import EncodedTexts
 
@@ -417,7 +417,7 @@ class CT2Translate:
 
     def source_pieces(self, ids: Sequence[int]) -> list[str]:
         """A source's pieces without its final EOS (the copy's ``add_source_eos`` appends it)."""
-        from dotformer.data.tokenizers import EOS_ID
+        from dotformer.data.tokenize.tokenizers import EOS_ID
 
         body = ids[:-1] if ids and ids[-1] == EOS_ID else ids
         return [self.src_vocab[t] for t in body]

@@ -51,7 +51,7 @@ import torch
 from torch import nn
 
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
 from dotformer.export.ct2_rules import (

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
 from dotformer.export.params import (

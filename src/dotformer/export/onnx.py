@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from dotformer.decoding.cache import DecoderCache, KVCache, LayerCache
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError, MissingDataError

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from dotformer.decoding.cache import DecoderCache, KVCache, LayerCache
 from dotformer.errors import ConfigError
 from dotformer.export.onnx import ONNX_CONFIG_FILE, OPSET, _names, write_graphs

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import NUM_SPECIAL
+from dotformer.data.tokenize.tokenizers import NUM_SPECIAL
 from dotformer.errors import ConfigError
 from dotformer.imports.decoder import LMNames
 

@@ -22,7 +22,8 @@ What changes on the way, and why the function stays the same:
   own table gives Marian's positions. LayerNorm does not care about the order of its dimensions.
 * Tokenizers. Each side's sentencepiece model becomes a Hugging Face ``tokenizers`` Unigram model over dotformer's
   ids (the pieces' scores, the spm normaliser's precompiled character map, its whitespace rules), saved with the
-  checkpoint (:class:`dotformer.data.pretrained.HFFileTokenizer`); it segments as ``MarianTokenizer`` does (tested).
+  checkpoint (:class:`dotformer.data.tokenize.pretrained.HFFileTokenizer`); it segments as ``MarianTokenizer`` does
+  (tested).
 
 Refused with one line (:class:`~dotformer.errors.ConfigError` / :class:`~dotformer.errors.CheckpointError`): an
 activation other than ReLU, GELU and SiLU/swish, different encoder/decoder head counts or FFN widths, a
@@ -43,7 +44,7 @@ from torch import Tensor
 
 from dotformer.checkpoint.format import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import SPECIAL_TOKENS, UNK_ID
+from dotformer.data.tokenize.tokenizers import SPECIAL_TOKENS, UNK_ID
 from dotformer.errors import CheckpointError, ConfigError, MissingDataError
 from dotformer.export.params import SUPPRESSED_LOGIT
 from dotformer.imports.common import (
@@ -200,8 +201,8 @@ def import_marian(directory: str | Path, output: str | Path) -> Path:
         MissingDataError: sentencepiece is not installed.
     """
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.pretrained import HFFileTokenizer
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.tokenize.pretrained import HFFileTokenizer
+    from dotformer.data.tokenize.tokenizers import Tokenizer
     from dotformer.export.outdir import check_output_dir, fresh_output_dir
 
     directory, output = Path(directory), check_output_dir(output)

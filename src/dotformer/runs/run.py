@@ -325,7 +325,7 @@ def _train(
     import torch
 
     from dotformer.config import ModelConfig
-    from dotformer.data.batching import sampler_for
+    from dotformer.data.batch.batching import sampler_for
     from dotformer.model import Transformer
     from dotformer.training.loop import fit
     from dotformer.training.warmup import peak_flops, steps_per_epoch, warmup_unfinished, warmup_warning

@@ -36,7 +36,7 @@ from dotformer.errors import CheckpointError, ConfigError, DotformerError
 
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
-    from dotformer.data.tokenizer_files import TokenizerPair
+    from dotformer.data.tokenize.tokenizer_files import TokenizerPair
     from dotformer.decoding.config import DecodeConfig
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.runs.config_files import ConfigSections

@@ -22,7 +22,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.data.types import NAMED_TASKS
+from dotformer.data.read.types import NAMED_TASKS
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from dotformer import checkpoint as ckpt
-from dotformer.data.batching import SamplerPosition
+from dotformer.data.batch.batching import SamplerPosition
 from dotformer.training.distributed import DistContext, all_gather_tensor, barrier
 from dotformer.training.state import Setup, TrainState
 

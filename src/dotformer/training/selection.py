@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from dotformer.data.corpora import Pair
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.read.corpora import Pair
+    from dotformer.data.tokenize.tokenizers import Tokenizer
     from dotformer.model import Transformer
     from dotformer.training.scoring import EvalResult
     from dotformer.training.state import TrainState

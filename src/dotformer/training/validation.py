@@ -19,7 +19,7 @@ from dotformer.training.selection import decode_sample, select_best, validation_
 from dotformer.training.state import Setup, TrainState
 
 if TYPE_CHECKING:
-    from dotformer.data.corpora import Pair
+    from dotformer.data.read.corpora import Pair
     from dotformer.training.scoring import EvalResult
     from dotformer.training.state import TrainData
 
@@ -93,7 +93,7 @@ def pairs_to_decode(data: TrainData, config: TrainConfig) -> list[Pair]:
         return []
     pairs = data.valid_pairs
     if pairs is None:
-        from dotformer.data.corpora import Pair
+        from dotformer.data.read.corpora import Pair
 
         src, tgt = data.src_tokenizer, data.tgt_tokenizer
         pairs = [Pair(src.decode(e.src), tgt.decode(e.tgt)) for e in data.valid]

@@ -21,7 +21,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.types import Corpus, CorpusOptions, Pair, PairReader, check_empty, file_group, make_report, one_line
+from dotformer.data.read.types import (
+    Corpus,
+    CorpusOptions,
+    Pair,
+    PairReader,
+    check_empty,
+    file_group,
+    make_report,
+    one_line,
+)
 from dotformer.errors import DataError, MissingDataError, require_extra
 
 _BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}

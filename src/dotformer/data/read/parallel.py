@@ -11,8 +11,17 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from dotformer.data.textio import iter_text_lines
-from dotformer.data.types import Corpus, CorpusOptions, Pair, PairReader, check_empty, file_group, is_empty, make_report
+from dotformer.data.read.textio import iter_text_lines
+from dotformer.data.read.types import (
+    Corpus,
+    CorpusOptions,
+    Pair,
+    PairReader,
+    check_empty,
+    file_group,
+    is_empty,
+    make_report,
+)
 from dotformer.errors import DataError
 
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from dotformer.data.textio import iter_text_lines
-from dotformer.data.types import (
+from dotformer.data.read.textio import iter_text_lines
+from dotformer.data.read.types import (
     SOURCE_NAMES,
     TARGET_NAMES,
     Corpus,
