@@ -13,6 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
+from dotformer.data.read.corpora import CorpusOptions
+from dotformer.data.tokenize.tokenizer_files import default_kinds
+from dotformer.data.tokenize.tokenizers import DEFAULT_BPE_VOCAB_SIZE
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -170,7 +173,6 @@ class DataConfig:
         Raises:
             ConfigError: an invalid reader option.
         """
-        from dotformer.data.read.corpora import CorpusOptions
 
         split = {"train": self.hf_split, "valid": self.hf_valid_split or "validation", "test": self.hf_test_split}
         if role == "test" and split["test"] is None:
@@ -197,8 +199,6 @@ class DataConfig:
         Raises:
             ConfigError: a shared vocabulary with two kinds or two different tokenizer files.
         """
-        from dotformer.data.tokenize.tokenizer_files import default_kinds
-        from dotformer.data.tokenize.tokenizers import DEFAULT_BPE_VOCAB_SIZE
 
         src_default, tgt_default = default_kinds(task)
         src = None if self.src_tokenizer_file else self.src_tokenizer or src_default

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dotformer.data.read.bible import find_modules, resolve_module, sword_libraries
 from dotformer.errors import DotformerError
 
 if TYPE_CHECKING:
@@ -157,7 +158,6 @@ def _cmudict_files() -> list[Path]:
 
 
 def _bible_files(modules: list[str], sword_path: str | None) -> list[Path]:
-    from dotformer.data.read.bible import find_modules, resolve_module, sword_libraries
 
     try:
         libraries = sword_libraries(sword_path)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ import numpy as np
 
 from dotformer.data.config import EncoderDataConfig
 from dotformer.data.prepared.arrays import LabelledArrays, load_array, token_dtype
-from dotformer.data.prepared.fingerprint import InputFile, text_inputs
+from dotformer.data.prepared.fingerprint import InputFile, describe_inputs, text_inputs
 from dotformer.data.prepared.layout import REPORT_FILE, UNUSED, PreparedData, SplitName, labels_file
 from dotformer.data.prepared.skeleton import (
     DataKind,
@@ -50,6 +51,7 @@ from dotformer.data.prepared.skeleton import (
 from dotformer.data.prepared.splits import SPLIT_NAMES, TEST, TRAIN, VALID
 from dotformer.data.prepared.writing import SplitWriters
 from dotformer.data.read.labelled_reader import (
+    GENRES_FILE,
     LabelledReader,
     LabelledText,
     LabelledTexts,
@@ -140,11 +142,6 @@ class LabelledKind(DataKind):
         inputs = text_inputs(self.config)
         config = self.config
         if config.task == "classify" and (config.dataset == "bible" or config.dataset.startswith("bible:")):
-            from importlib import resources
-
-            from dotformer.data.prepared.fingerprint import describe_inputs
-            from dotformer.data.read.labelled_reader import GENRES_FILE
-
             inputs += describe_inputs([Path(str(resources.files("dotformer.data").joinpath(GENRES_FILE)))])
         return inputs
 

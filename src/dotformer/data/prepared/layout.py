@@ -46,6 +46,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from dotformer.data.prepared.arrays import load_array
+from dotformer.data.prepared.fingerprint import changed_inputs
 from dotformer.data.prepared.splits import TRAIN
 from dotformer.data.read.textio import read_json, split_lines
 from dotformer.errors import DataError
@@ -123,7 +124,6 @@ class PreparedData:
 
     def _check_inputs(self) -> None:
         """Raise DataError when an input file changed since the data was prepared (its text would not match)."""
-        from dotformer.data.prepared.fingerprint import changed_inputs
 
         changed = changed_inputs(self.report.get("inputs", []))
         if changed:

@@ -18,11 +18,11 @@ from dotformer.data.config import DataConfig
 from dotformer.data.prepared.arrays import PairArrays, token_dtype
 from dotformer.data.prepared.fingerprint import InputFile, pair_inputs, tokenizer_digest
 from dotformer.data.prepared.layout import REPORT_FILE, PreparedData, SplitName
+from dotformer.data.prepared.pair_splits import check_named_task, make_tokenizers
 from dotformer.data.prepared.skeleton import (
     DataKind,
     Reading,
     SampleFile,
-    book_ids,
     chunks,
     deal,
     sample_mask,
@@ -33,6 +33,7 @@ from dotformer.data.prepared.skeleton import (
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TEST, TRAIN, VALID
 from dotformer.data.prepared.writing import SplitWriters
+from dotformer.data.read.bible import book_ids
 from dotformer.data.read.corpora import NAMED_TASKS, describe_corpus, describe_report, load_pairs, open_pairs
 from dotformer.data.read.types import Corpus, Pair
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair
@@ -92,7 +93,6 @@ class PreparedPairs(PreparedData):
         Raises:
             DataError: the source changed since it was prepared.
         """
-        from dotformer.data.read.corpora import open_pairs
 
         self._check_inputs()
         config = self.data_config
@@ -133,7 +133,6 @@ class PairsKind(DataKind):
 
     def check(self) -> None:
         """Raise ConfigError when ``config.task`` contradicts a named corpus."""
-        from dotformer.data.prepared.pair_splits import check_named_task
 
         check_named_task(self.config)
 
@@ -147,7 +146,7 @@ class PairsKind(DataKind):
         given: dict[str, Corpus] = {}
         info: dict[str, Any] = {"random": config.valid is None}
         if config.valid is None and config.test is None:
-            test_groups = book_ids(config.test_books) if config.test_books and config.dataset == "bible" else None
+            test_groups = book_ids(list(config.test_books)) if config.test_books and config.dataset == "bible" else None
             split = deal(scan, seed, config.valid_fraction, config.test_fraction, test_groups or config.test_books,
                           reader.keep_groups_together, reader.name)  # fmt: skip
             counts = [int((split == code).sum()) for code in (TRAIN, VALID, TEST)]
@@ -194,7 +193,6 @@ class PairsKind(DataKind):
     ) -> tuple[TokenizerPair, dict[str, Any]]:
         """The tokenizers: given, read from files, or learned on a sample of the training pairs (written to a file
         of ``directory`` for the time it takes)."""
-        from dotformer.data.prepared.pair_splits import make_tokenizers
 
         if isinstance(given, TokenizerPair):
             return given, {"given": True, "line": "tokenizers: given (those of the checkpoint fine-tuned)"}

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dotformer.data.prepared.arrays import save_array
+from dotformer.data.prepared.arrays import open_ragged, save_array
 from dotformer.data.prepared.fingerprint import InputFile, fingerprint, tokenizer_digest
 from dotformer.data.prepared.layout import (
     FORMAT_VERSION,
@@ -43,11 +43,13 @@ from dotformer.data.prepared.layout import (
     UNUSED,
     PreparedData,
     array_stem,
+    read_report,
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TRAIN, VALID, GroupIndex, assign_splits
 from dotformer.data.prepared.writing import writing_directory
+from dotformer.data.read.bible import book_ids
 from dotformer.data.read.types import Pair
-from dotformer.data.tokenize.tokenizer_files import TokenizerPair
+from dotformer.data.tokenize.tokenizer_files import TokenizerPair, load_tokenizer, read_tokenizer_file, train_tokenizer
 from dotformer.data.tokenize.tokenizers import Tokenizer
 from dotformer.errors import ConfigError, DataError
 
@@ -263,9 +265,6 @@ class DataKind(ABC):
             DataError: a damaged directory: an array missing, of another length than the report says, or holding a
                 token id outside its tokenizer's vocabulary (the file named).
         """
-        from dotformer.data.prepared.arrays import open_ragged
-        from dotformer.data.prepared.layout import read_report
-        from dotformer.data.tokenize.tokenizer_files import load_tokenizer
 
         directory = Path(directory)
         report = read_report(directory)
@@ -364,7 +363,6 @@ def text_tokenizer(
     Raises:
         DataError: a masked language model's tokenizer without a mask token.
     """
-    from dotformer.data.tokenize.tokenizer_files import read_tokenizer_file, train_tokenizer
 
     mask = masked
     if given is not None:
@@ -441,12 +439,6 @@ def text_books(source: Any, books: Sequence[str] | None) -> list[str]:
     if not source.is_bible:
         raise ConfigError(f"test books hold out Bible books; {source.name} is not a Bible (use --test FILE)")
     return book_ids(books)
-
-
-def book_ids(books: Sequence[str]) -> list[str]:
-    from dotformer.data.read.bible import book_ids
-
-    return book_ids(list(books))
 
 
 # --- checks, the report -------------------------------------------------------------------------------------------

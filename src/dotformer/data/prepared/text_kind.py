@@ -42,7 +42,7 @@ from dotformer.data.prepared.skeleton import (
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TRAIN
 from dotformer.data.prepared.writing import SplitWriters
-from dotformer.data.read.text_corpus import TextReader, pieces
+from dotformer.data.read.text_corpus import TextReader, pieces, read_file_text
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair
 from dotformer.data.tokenize.tokenizers import MASK_TOKEN, UNK_ID, Tokenizer
 from dotformer.errors import ConfigError, DataError
@@ -114,7 +114,6 @@ class PreparedText(PreparedData):
         Raises:
             DataError: the text changed since it was prepared.
         """
-        from dotformer.data.read.text_corpus import TextReader
 
         self._check_inputs()
         config = self.data_config
@@ -160,7 +159,6 @@ class TextKind(DataKind):
         return settings
 
     def read(self, seed: int) -> Reading:
-        from dotformer.data.read.text_corpus import read_file_text
 
         config = self.config
         source = TextReader(config.dataset, config.sword_path)

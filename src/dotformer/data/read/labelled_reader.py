@@ -29,6 +29,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from dotformer.data.read.text_corpus import read_bible_text
 from dotformer.data.read.textio import iter_text_lines
 from dotformer.errors import ConfigError, DataError
 
@@ -270,7 +271,6 @@ def read_bible_genres(module: str = "KJV", sword_path: str | None = None) -> Lab
         MissingDataError: pysword or the module is not installed (the message gives the apt-get line).
         DataError: a book the genre table does not list.
     """
-    from dotformer.data.read.text_corpus import read_bible_text
 
     corpus = read_bible_text(module, sword_path)
     genres = bible_genres()

@@ -19,6 +19,15 @@ from typing import Any
 
 import numpy as np
 
+from dotformer.data.prepared.splits import split_indices
+from dotformer.data.read.bible import (
+    _missing_message,
+    book_ids,
+    find_modules,
+    read_verses,
+    resolve_module,
+    sword_libraries,
+)
 from dotformer.data.read.textio import iter_text_lines, read_text_lines
 from dotformer.data.read.types import Corpus, Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
@@ -142,7 +151,6 @@ def read_bible_text(module: str = DEFAULT_BIBLE_MODULE, sword_path: str | None =
         MissingDataError: pysword is not installed, or the module is not (the message gives the apt-get line).
         DataError: the module cannot be read.
     """
-    from dotformer.data.read.bible import _missing_message, find_modules, read_verses, resolve_module, sword_libraries
 
     libraries = sword_libraries(sword_path)
     info = resolve_module(module, find_modules(libraries))
@@ -174,7 +182,6 @@ def split_text(
         ConfigError: bad fractions, or unknown test groups (the message lists the known ones).
         DataError: the training split would be empty.
     """
-    from dotformer.data.prepared.splits import split_indices
 
     # split_indices deals the positions of a Corpus by group; the lines stand in as targets of source-less pairs
     stand_in = Corpus(corpus.name, "exact", [Pair("", line) for line in corpus.lines], list(corpus.groups))
@@ -210,6 +217,4 @@ def check_books(corpus: TextCorpus, books: list[str] | tuple[str, ...]) -> list[
         return []
     if corpus.report.get("format") != "bible":
         raise ConfigError(f"test books hold out Bible books; {corpus.name} is not a Bible (use --test FILE)")
-    from dotformer.data.read.bible import book_ids
-
     return book_ids(list(books))

@@ -3,7 +3,7 @@ dotformer saved, a Hugging Face ``tokenizer.json``, a sentencepiece ``.model``).
 
 :mod:`dotformer.data.tokenize.tokenizers` defines what a tokenizer is and the two vocabulary kinds;
 :mod:`dotformer.data.tokenize.bpe` and :mod:`dotformer.data.tokenize.pretrained` the others. This module sits above them
-all, so none of them imports it. """
+all, so none of them imports it."""
 
 from __future__ import annotations
 
