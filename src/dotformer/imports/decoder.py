@@ -28,9 +28,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from dotformer.checkpoint import save_checkpoint
 from dotformer.config import ModelConfig
+from dotformer.data.tokenize.pretrained import HFFileTokenizer, hf_from_str
 from dotformer.data.tokenize.tokenizers import NUM_SPECIAL
-from dotformer.errors import CheckpointError, ConfigError
+from dotformer.errors import CheckpointError, ConfigError, DataError
+from dotformer.export.outdir import fresh_output_dir
 from dotformer.export.params import SUPPRESSED_LOGIT, EngineNames, join, locate
 from dotformer.imports.common import Copier, TensorReader, TensorSource, read_json_file
 from dotformer.model import Transformer
@@ -159,7 +162,6 @@ def lm_vocabulary(
         CheckpointError: the tokenizer has more tokens than the model has rows, its first four tokens are dotformer's
             specials (nothing to shift), or a special id is outside the rows.
     """
-    from dotformer.data.tokenize.pretrained import HFFileTokenizer
 
     size = hf_tokenizer.get_vocab_size(with_added_tokens=True)
     if size > V:
@@ -188,8 +190,6 @@ def read_tokenizer_json(directory: Path) -> Any:
     Raises:
         CheckpointError: no tokenizer.json (a sentencepiece-only directory is named), or not a valid one.
     """
-    from dotformer.data.tokenize.pretrained import hf_from_str
-    from dotformer.errors import DataError
 
     path = directory / TOKENIZER_FILE
     if not path.is_file():
@@ -323,8 +323,6 @@ def read_lm(
 
 def save_lm(output: Path, model: Transformer, vocabulary: LMVocabulary, origin: dict[str, Any], family: str) -> Path:
     """Write the imported language model as a dotformer checkpoint (task ``lm``) with its tokenizer and text rules."""
-    from dotformer.checkpoint import save_checkpoint
-    from dotformer.export.outdir import fresh_output_dir
 
     info = {
         "task": "lm",

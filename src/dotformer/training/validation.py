@@ -9,7 +9,9 @@ import math
 import time
 from typing import TYPE_CHECKING
 
+from dotformer.data.read.corpora import Pair
 from dotformer.errors import ConfigError
+from dotformer.metrics.language import LanguageModelScore, scored_characters
 from dotformer.training.config import TrainConfig
 from dotformer.training.logging import MetricsLog
 from dotformer.training.progress import Progress
@@ -69,7 +71,6 @@ def language_figures(setup: Setup, result: EvalResult) -> dict[str, float]:
     """A language model's figures of a validation pass: bits per token and bits per character of the validation text
     (:mod:`dotformer.metrics.language`, from the pass's NLL); empty for examples that are no running text (their
     sampler's ``reads_text``), or a text of unknown length."""
-    from dotformer.metrics.language import LanguageModelScore, scored_characters
 
     valid = setup.data.valid
     if not setup.stream.sampler.reads_text or not valid.characters or not math.isfinite(result.nll):
@@ -93,8 +94,6 @@ def pairs_to_decode(data: TrainData, config: TrainConfig) -> list[Pair]:
         return []
     pairs = data.valid_pairs
     if pairs is None:
-        from dotformer.data.read.corpora import Pair
-
         src, tgt = data.src_tokenizer, data.tgt_tokenizer
         pairs = [Pair(src.decode(e.src), tgt.decode(e.tgt)) for e in data.valid]
     return decode_sample(pairs, c.valid_decode_limit, c.seed)
