@@ -49,7 +49,6 @@ from dotformer.data.tokenize.words import IGNORE_LABEL
 from dotformer.errors import ConfigError, DataError
 
 LabelKind = Literal["masked", "sequence", "token"]
-MLM_UNITS = ("lines", "blocks")
 
 
 @dataclass(frozen=True)

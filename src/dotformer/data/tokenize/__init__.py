@@ -1,10 +1,3 @@
-"""Tokenizers: text <-> token ids. No torch here.
-
-- :mod:`~dotformer.data.tokenize.tokenizers`       the interface and the char and symbol kinds
-- :mod:`~dotformer.data.tokenize.bpe`              byte-level BPE
-- :mod:`~dotformer.data.tokenize.pretrained`       a Hugging Face ``tokenizer.json`` or a sentencepiece ``.model``
-- :mod:`~dotformer.data.tokenize.tokenizer_files`  training any kind, reading any file back
-- :mod:`~dotformer.data.tokenize.words`            which token of a tagged word carries its label
-
-Nothing is imported here.
-"""
+"""Tokenizers, text <-> token ids (no torch here): the interface and kinds (:mod:`~dotformer.data.tokenize.tokenizers`,
+:mod:`~dotformer.data.tokenize.bpe`), existing files (:mod:`~dotformer.data.tokenize.pretrained`), training or reading
+any (:mod:`~dotformer.data.tokenize.tokenizer_files`). Nothing is imported here."""
