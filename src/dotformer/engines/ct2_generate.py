@@ -39,7 +39,15 @@ from typing import TYPE_CHECKING, Any
 
 from dotformer.data.tokenize.tokenizers import EOS_ID, NUM_SPECIAL
 from dotformer.engines.choice import EngineOptionError, ct2_model_options
-from dotformer.engines.ct2_translate import MAX_SEED, SUPPRESSED, read_vocabulary
+from dotformer.engines.ct2_translate import (
+    EOS,
+    MAX_SEED,
+    SUPPRESSED,
+    beam_settled,
+    first_round,
+    gnmt_penalty,
+    read_vocabulary,
+)
 
 if TYPE_CHECKING:
     from dotformer.checkpoint.files import CheckpointFiles
@@ -159,7 +167,6 @@ class CT2Generate:
         included) divided by dotformer's length penalty. The end tokens are EOS, or an imported model's EOS ids
         ``ends``: a text that ends at several of them counts once, with its best score (the likeliest EOS, as
         :func:`~dotformer.decoding.generate.end_of_text` scores it)."""
-        from dotformer.engines.ct2_translate import EOS, beam_settled, first_round, gnmt_penalty
 
         k, alpha, most = config.beam_size, config.length_penalty, common["max_length"]
         ends = ends or [EOS]
