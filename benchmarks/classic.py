@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 from common import command_line, format_table, machine_info, write_json
 
-from dotformer.data.corpora import Pair
+from dotformer.data.read.corpora import Pair
 
 CONFIGS = {"g2p": "g2p", "genre": "classify-bible", "lm": "lm-bible", "bible": "bible"}
 COLUMNS = ["job", "system", "train", "test", "metric", "value", "cpu_s", "wall_s"]
@@ -271,8 +271,8 @@ def lookup(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.ndar
 def lm_job(args: argparse.Namespace, prepared: Any) -> list[dict[str, Any]]:
     """A Kneser-Ney character n-gram on the language model's split: bits/char of the held-out books, its order the
     best of ``--orders`` on the valid split."""
-    from dotformer.data.blocks import encode_text
-    from dotformer.data.tokenizers import EOS_ID
+    from dotformer.data.batch.blocks import encode_text
+    from dotformer.data.tokenize.tokenizers import EOS_ID
     from dotformer.metrics.language import LanguageModelScore, scored_characters
 
     tokenizer, block = prepared.tokenizer, prepared.data_config.block_size

@@ -13,7 +13,7 @@ macro-F1 over the six genres):
    (``dotformer.load(mlm).embed(texts, pooling="mean")``) of the training verses.
 4. **HF BERT** (``transformers``, the ``bench`` extra): ``BertForMaskedLM`` of the run's shape (layers, heads,
    width, feed-forward size, GELU, positions, dropout, tied output), random init, pretrained in this process on
-   exactly the MLM run's training examples and masks (the same :class:`~dotformer.data.labelled.LabelledSampler`
+   exactly the MLM run's training examples and masks (the same :class:`~dotformer.data.batch.labelled.LabelledSampler`
    batches: seed, tokens per batch, masking), with dotformer's AdamW settings, learning-rate schedule, cooldown and
    clipping, for the same minutes on the same threads; then ``BertForSequenceClassification`` from its encoder,
    fine-tuned the same way on the classifier run's batches. BERT differs where the lesson does: post-LN layers, a
@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from common import command_line, format_table, git_commit, machine_info, write_json
 
-from dotformer.data.labelled import LabelledSampler
+from dotformer.data.batch.labelled import LabelledSampler
 from dotformer.metrics.labels import classification_score
 from dotformer.runs.records import read_run_json
 from dotformer.runs.run_data import open_run_data
@@ -160,9 +160,9 @@ def hf_bert(args: argparse.Namespace, mlm: Path, run: Path, names: list[str]) ->
     import numpy as np
     from transformers import BertForMaskedLM, BertForSequenceClassification
 
-    from dotformer.data.arrays import LabelledArrays
-    from dotformer.data.labelled import encode_texts, labelled_examples
-    from dotformer.data.tokenizer_files import load_tokenizer
+    from dotformer.data.batch.labelled import encode_texts, labelled_examples
+    from dotformer.data.prepared.arrays import LabelledArrays
+    from dotformer.data.tokenize.tokenizer_files import load_tokenizer
 
     started = time.monotonic()
     torch.manual_seed(1)

@@ -24,7 +24,7 @@ import torch
 from common import command_line, default_output_dir, format_table, machine_info, write_json
 
 from dotformer import ModelConfig, Transformer
-from dotformer.data.tokenizers import EOS_ID, NUM_SPECIAL
+from dotformer.data.tokenize.tokenizers import EOS_ID, NUM_SPECIAL
 from dotformer.decoding import DecodeConfig, decode_batch
 
 

@@ -42,7 +42,7 @@ import torch
 from common import command_line, format_table, git_commit, machine_info, write_json
 
 from dotformer import ModelConfig, Transformer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.config import generation_config
 from dotformer.decoding.generate import generate
 

@@ -9,7 +9,7 @@ One system after the other (never both at once: they would share the cores):
 2. **HF GPT-2** (``transformers.GPT2LMHeadModel``, the ``bench`` extra), built from a ``GPT2Config`` of the run's
    shape (layers, heads, width, feed-forward size and activation, block size, dropout, tied output), random init,
    trained in this process on exactly the run's training text, tokenizer and blocks (the same
-   :class:`~dotformer.data.blocks.BlockSampler` order: seed, block size, tokens per batch), with dotformer's Adam
+   :class:`~dotformer.data.batch.blocks.BlockSampler` order: seed, block size, tokens per batch), with dotformer's Adam
    settings, learning-rate schedule, cooldown and gradient clipping, for the same minutes on the same threads, and
    validated on the same blocks of the same validation text every ``eval_every`` steps, inside its clock as
    dotformer's passes are.
@@ -41,9 +41,9 @@ import torch
 import torch.nn.functional as F
 from common import command_line, format_table, git_commit, machine_info, write_json
 
-from dotformer.data.blocks import BlockSampler, TokenStream, encode_text
-from dotformer.data.tokenizer_files import load_tokenizer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.batch.blocks import BlockSampler, TokenStream, encode_text
+from dotformer.data.tokenize.tokenizer_files import load_tokenizer
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.runs.run_data import open_run_data
 from dotformer.runs.text import load_text_split
 from dotformer.training.config import TrainConfig

@@ -69,9 +69,9 @@ Marian's settings, and why (Marian NMT's transformer recipe, as far as it fits a
   Marian model's own ``labels=`` loss has no smoothing); loss summed and divided by the batch's target tokens.
 * Gradient norm clipped at the dotformer config's 1.0 (Marian NMT's recipe uses 5; at these high short-budget peaks
   1.0 is the safer choice; ``--marian-clip-norm``).
-* Batches: dotformer's :class:`~dotformer.data.batching.BatchSampler` over the same encoded training pairs with the
-  same ``max_tokens`` (4096 padded tokens) and seed, so Marian sees the very batches dotformer sees, in the same order.
-  Marian computes them padded (HF has no packing); dotformer skips the padding, as ``dotformer train`` does.
+* Batches: dotformer's :class:`~dotformer.data.batch.batching.BatchSampler` over the same encoded training pairs with
+  the same ``max_tokens`` (4096 padded tokens) and seed, so Marian sees the very batches dotformer sees, in the same
+  order. Marian computes them padded (HF has no packing); dotformer skips the padding, as ``dotformer train`` does.
 * Validation: label-smoothed loss on the valid split every ``eval_every`` steps of the config (500) and at the end; the
   best pass is logged (and kept in memory, as dotformer writes ``best/``); its weights are the ones tested with
   ``--average-last 0``, as dotformer's ``best/``.
@@ -114,11 +114,11 @@ from common import command_line, default_output_dir, format_table, git_commit, m
 from torch import nn
 
 from dotformer.config import ModelConfig
-from dotformer.data.batching import Batch, BatchSampler, EncodedPair, encode_pairs
-from dotformer.data.splits import load_split
-from dotformer.data.tokenizer_files import load_tokenizer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from dotformer.data.types import Pair
+from dotformer.data.batch.batching import Batch, BatchSampler, EncodedPair, encode_pairs
+from dotformer.data.prepared.splits import load_split
+from dotformer.data.read.types import Pair
+from dotformer.data.tokenize.tokenizer_files import load_tokenizer
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from dotformer.decoding.evaluation import group_references, sample_sources
 from dotformer.decoding.inputs import source_normaliser
 from dotformer.metrics import bleu, chrf, g2p_error_rates, perplexity

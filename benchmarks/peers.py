@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from dotformer import ModelConfig, Transformer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
 from dotformer.positional import sinusoidal_positional_encoding
 from dotformer.training.objective import gold_tokens as loop_gold_tokens
 

@@ -65,7 +65,7 @@ def random_checkpoint(directory: Path, preset: str) -> Path:
 
     from dotformer import ModelConfig, Transformer
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     tokenizer = train_tokenizer("symbol", [" ".join(SYMBOLS)])
     torch.manual_seed(0)

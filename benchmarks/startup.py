@@ -65,7 +65,7 @@ def tiny_checkpoint(directory: Path) -> Path:
 
     from dotformer import ModelConfig, Transformer
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     letters = train_tokenizer("char", ["abcdefghijklmnopqrstuvwxyz"])
     torch.manual_seed(0)

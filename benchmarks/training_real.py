@@ -4,7 +4,7 @@ step's achieved FLOP/s beside this machine's own matmul ceiling.
 Batches:
 
 * ``g2p`` / ``bible``: the first ``--batches`` batches of a run's training data exactly as ``dotformer train`` cuts
-  them (the run's prepared training pairs, :class:`dotformer.data.batching.BatchSampler` with the config's
+  them (the run's prepared training pairs, :class:`dotformer.data.batch.batching.BatchSampler` with the config's
   ``max_tokens``, epoch 0), at the run's model sizes (``--g2p-run`` / ``--bible-run``: a run directory);
 * ``g2p_unpadded`` / ``small_unpadded``: random batches without padding (:func:`peers.make_batch` with every
   sentence at full length) at the G2P size and at ``small``, where packing saves nothing and the step itself is
@@ -59,7 +59,7 @@ def run_batches(run: Path, count: int) -> tuple[ModelConfig, list[Batch]]:
     """The model config of run directory ``run`` and the first ``count`` batches of its training data (epoch 0)."""
     import json
 
-    from dotformer.data.batching import BatchSampler
+    from dotformer.data.batch.batching import BatchSampler
     from dotformer.runs.run_data import open_run_data
 
     record = json.loads((run / "run.json").read_text())

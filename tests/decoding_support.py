@@ -14,7 +14,7 @@ from scripted_model import VOCAB as COPY_VOCAB
 from torch import Tensor
 
 from dotformer import ModelConfig, Transformer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding import Hypothesis
 
 COPY_SYMBOLS = range(4, 12)  # token ids of the copy task's symbols (after PAD, BOS, EOS, UNK)

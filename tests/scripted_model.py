@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from dotformer import ModelConfig, Transformer
-from dotformer.data.tokenizers import EOS_ID, PAD_ID, UNK_ID
+from dotformer.data.tokenize.tokenizers import EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 12  # PAD, BOS, EOS, UNK and 8 symbols; source and target share the ids
 POSITIONS = 63  # the Hadamard rows 1..63 (row 0, all ones, has a non-zero mean): max_len of the model

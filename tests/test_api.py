@@ -26,8 +26,8 @@ from dotformer import Transformer
 from dotformer.api import TranslationResult, Translator
 from dotformer.checkpoint import load_checkpoint, save_checkpoint
 from dotformer.cli import main
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import EOS_ID
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import EOS_ID
 from dotformer.decoding import DecodeConfig
 from dotformer.decoding.inputs import InputTooLongError, UnknownTokenWarning
 from dotformer.decoding.translate import translate

@@ -9,7 +9,7 @@ import dotformer
 from dotformer import ModelConfig, Transformer
 from dotformer.api import ArgumentTypeError
 from dotformer.checkpoint import save_checkpoint
-from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.decoding import DecodeConfig
 from dotformer.errors import ConfigError
 

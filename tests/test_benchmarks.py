@@ -13,7 +13,7 @@ import torch
 from tolerance import logits_tolerance
 
 from dotformer import ModelConfig, Transformer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -11,7 +11,7 @@ import torch
 
 from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.errors import CheckpointError
 from dotformer.model import Transformer
 

@@ -17,8 +17,8 @@ from scripted_model import copy_model
 from dotformer import Transformer
 from dotformer.checkpoint import load_checkpoint, save_checkpoint
 from dotformer.cli import main
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import EOS_ID
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import EOS_ID
 from dotformer.decoding import DecodeConfig
 from dotformer.decoding.translate import translate
 from dotformer.metrics import bleu

@@ -14,7 +14,7 @@ import torch
 
 from dotformer import ModelConfig, Transformer
 from dotformer.checkpoint import save_checkpoint
-from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
 
 def dotformer(*argv: str, stdin: object = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -148,7 +148,7 @@ def test_out_under_a_regular_file_names_the_file(checkpoint_dir: Path, tmp_path:
 
 def tiny_checkpoint(path: Path, texts: list[str], eos_bias: float | None = None, **fields: object) -> Path:
     """A random tiny model over the symbols of ``texts``; ``eos_bias`` added to EOS's logit (negative: never ends)."""
-    from dotformer.data.tokenizers import EOS_ID
+    from dotformer.data.tokenize.tokenizers import EOS_ID
 
     tok = train_tokenizer("symbol", texts)
     torch.manual_seed(0)

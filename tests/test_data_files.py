@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from dotformer.data.config import DataConfig, data_table
-from dotformer.data.corpora import CorpusOptions, Pair, describe_corpus, load_pairs, parse_column, parse_delimiter
-from dotformer.data.pair_splits import make_tokenizers, read_run_data
-from dotformer.data.splits import split_corpus
-from dotformer.data.tokenizer_files import load_tokenizer, tokenizer_from_dict
-from dotformer.data.tokenizers import UNK_ID
+from dotformer.data.prepared.pair_splits import make_tokenizers, read_run_data
+from dotformer.data.prepared.splits import split_corpus
+from dotformer.data.read.corpora import CorpusOptions, Pair, describe_corpus, load_pairs, parse_column, parse_delimiter
+from dotformer.data.tokenize.tokenizer_files import load_tokenizer, tokenizer_from_dict
+from dotformer.data.tokenize.tokenizers import UNK_ID
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.evaluation import (
     check_same_task,
@@ -255,7 +255,7 @@ def test_sentencepiece_model_file(tmp_path: Path, layout: str) -> None:
 
     ids = dict(pad_id=0, bos_id=1, eos_id=2, unk_id=3) if layout == "dotformer ids" else {}
     path = _sentencepiece(tmp_path / "sp.model", **ids)
-    from dotformer.data.tokenizer_files import read_tokenizer_file
+    from dotformer.data.tokenize.tokenizer_files import read_tokenizer_file
 
     tokenizer = read_tokenizer_file(path)
     reference = sentencepiece.SentencePieceProcessor(model_file=path)
@@ -277,7 +277,7 @@ def test_sentencepiece_model_file(tmp_path: Path, layout: str) -> None:
 def test_hf_tokenizer_json_file(tmp_path: Path) -> None:
     from tokenizers import Tokenizer
 
-    from dotformer.data.tokenizer_files import read_tokenizer_file
+    from dotformer.data.tokenize.tokenizer_files import read_tokenizer_file
 
     path = _hf_word_level(tmp_path / "tokenizer.json")
     reference = Tokenizer.from_file(path)
@@ -310,7 +310,7 @@ def test_tokenizer_files_in_a_run(tmp_path: Path) -> None:
 
 
 def test_a_bad_tokenizer_file_is_one_error(tmp_path: Path) -> None:
-    from dotformer.data.tokenizer_files import read_tokenizer_file
+    from dotformer.data.tokenize.tokenizer_files import read_tokenizer_file
 
     with pytest.raises(DataError, match=r"x\.json: a JSON file, but not"):
         read_tokenizer_file(write(tmp_path / "x.json", '{"a": 1}'))
@@ -352,7 +352,7 @@ def test_task_checks() -> None:
     check_same_task("synthetic", "exact", "t.tsv", "ck")  # copy/reverse and exact are scored alike
     with pytest.raises(DataError, match=r"t\.tsv is translation data, but the checkpoint ck was trained for g2p"):
         check_same_task("g2p", "translation", "t.tsv", "ck")
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     phones = train_tokenizer("symbol", ["K AE1 T", "D AO1 G"])
     assert unknown_fraction(phones, ["K AE1 T"]) == 0.0

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from dotformer.cli import main
-from dotformer.data.splits import Splits
-from dotformer.data.types import Pair
+from dotformer.data.prepared.splits import Splits
+from dotformer.data.read.types import Pair
 
 
 def pairs_file(path: Path, words: list[str]) -> Path:

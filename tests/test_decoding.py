@@ -18,7 +18,7 @@ from decoding_support import (
 from scripted_model import copy_model
 
 from dotformer import ModelConfig, Transformer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding import DecodeConfig, decode_batch, greedy_decode, length_penalty
 from dotformer.errors import ConfigError, ShapeError
 

@@ -19,7 +19,7 @@ from decoding_support import (
 )
 from scripted_model import copy_model
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding import DecodeConfig, beam_search, greedy_decode, length_penalty
 from dotformer.decoding import beam as beam_module
 from dotformer.decoding.beam import best_possible_score, flatten_beam_dim, gather_beams, unflatten_beam_dim

@@ -9,7 +9,7 @@ import pytest
 import torch
 from decoding_support import pad, random_model, single_thread, sources_of_mixed_lengths
 
-from dotformer.data.tokenizers import BOS_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID
 from dotformer.decoding import DecodeConfig, decode_batch
 from dotformer.decoding.incremental import IncrementalDecoder, attention_mask, encode_source, inference
 

@@ -13,8 +13,8 @@ from decoding_support import random_model, single_thread
 import dotformer
 from dotformer.checkpoint import save_checkpoint
 from dotformer.cli import main
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import EOS_ID
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import EOS_ID
 from dotformer.errors import ConfigError, ShapeError
 
 SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"  # ids 4..11 in this order

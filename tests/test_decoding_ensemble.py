@@ -57,7 +57,7 @@ def test_an_ensemble_needs_shared_vocabularies() -> None:
 def test_cli_checkpoints_repeated_decode_as_an_ensemble(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     from dotformer.checkpoint import save_checkpoint
     from dotformer.cli import main
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     symbols = train_tokenizer("symbol", ["a0 a1 a2 a3 a4 a5 a6 a7"])
     a, b = random_model(vocab=12, seed=1), random_model(vocab=12, seed=2, d_model=16, d_ff=32)
@@ -80,7 +80,7 @@ def test_cli_checkpoints_repeated_decode_as_an_ensemble(tmp_path, capsys) -> Non
 def test_api_load_of_a_list_is_an_ensemble(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import dotformer
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     symbols = train_tokenizer("symbol", ["a0 a1 a2 a3 a4 a5 a6 a7"])
     save_checkpoint(tmp_path / "a", random_model(vocab=12, seed=1), symbols, symbols, {"task": "synthetic"})
@@ -100,7 +100,7 @@ def test_serve_takes_repeated_checkpoints_as_an_ensemble(tmp_path, monkeypatch) 
     import dotformer.api.serve
     from dotformer.checkpoint import save_checkpoint
     from dotformer.cli import main
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     symbols = train_tokenizer("symbol", ["a0 a1 a2 a3 a4 a5 a6 a7"])
     save_checkpoint(tmp_path / "a", random_model(vocab=12, seed=1), symbols, symbols, {"task": "synthetic"})

@@ -14,7 +14,7 @@ from decoding_support import random_model, single_thread
 import dotformer
 from dotformer.checkpoint import save_checkpoint
 from dotformer.cli import main
-from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.decoding import DecodeConfig
 from dotformer.decoding.controls import (
     Controls,

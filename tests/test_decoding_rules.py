@@ -8,7 +8,7 @@ import pytest
 import torch
 from decoding_support import pad, random_model, sources_of_mixed_lengths, teacher_forced_log_probs, with_eos
 
-from dotformer.data.tokenizers import EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import EOS_ID, PAD_ID
 from dotformer.decoding import DecodeConfig, decode_batch
 from dotformer.decoding.rules import StepRules, forbid_eos_before, force_prefix
 from dotformer.errors import ConfigError, ShapeError

@@ -9,7 +9,7 @@ import torch
 from decoding_support import pad, random_sources
 from scripted_model import ANSWER_LOGIT, NOISE, POSITIONS, build_copy_model, copy_model, scripted_config
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID
 from dotformer.decoding.quantization import quantize_int8
 
 pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
@@ -51,7 +51,7 @@ def test_the_log_probabilities_depend_on_the_previous_token() -> None:
 
 def test_the_model_is_a_checkpointable_transformer_with_a_learned_table(tmp_path) -> None:
     from dotformer.checkpoint import load_checkpoint, save_checkpoint
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     tokenizer = train_tokenizer("symbol", ["a0 a1 a2 a3 a4 a5 a6 a7"])
     save_checkpoint(tmp_path / "copy", copy_model(), tokenizer, tokenizer, {"task": "synthetic"})

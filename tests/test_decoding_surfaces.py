@@ -20,7 +20,7 @@ from dotformer.api.endpoint import FIELDS
 from dotformer.api.translator import translate_keywords
 from dotformer.checkpoint import save_checkpoint
 from dotformer.cli.translate import add_arguments
-from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.decoding.options import OPTION_NAMES
 
 SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"

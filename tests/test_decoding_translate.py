@@ -12,9 +12,9 @@ from decoding_support import random_model, single_thread
 from scripted_model import copy_model
 
 from dotformer.checkpoint import LoadedCheckpoint
-from dotformer.data.corpora import Pair
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import EOS_ID
+from dotformer.data.read.corpora import Pair
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import EOS_ID
 from dotformer.decoding import DecodeConfig
 from dotformer.decoding.evaluation import Evaluation, format_evaluation, group_references, limit_sources
 from dotformer.decoding.inputs import (

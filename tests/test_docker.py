@@ -52,7 +52,7 @@ def test_the_image_builds_and_serves_a_mounted_checkpoint(tmp_path: Path) -> Non
     import dotformer
     from dotformer import ModelConfig, Transformer
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     tokenizer = train_tokenizer("symbol", ["a1 a2 a3"])
     config = ModelConfig.preset("tiny", src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size)

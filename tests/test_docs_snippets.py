@@ -52,7 +52,7 @@ def reader_dir(tmp_path: Path) -> Iterator[Path]:
     classifier ``runs/genres`` (the Bible's six genres) and tagger ``runs/ner``, small and untrained."""
     from dotformer import ModelConfig, Transformer
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     letters = train_tokenizer("char", ["abcdefghijklmnopqrstuvwxyz'"])
     phones = train_tokenizer(

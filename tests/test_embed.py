@@ -359,7 +359,7 @@ def seq2seq(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny random encoder-decoder checkpoint (characters to words) and a decoder-only one."""
     from dotformer import ModelConfig, Transformer
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     root = tmp_path_factory.mktemp("seq2seq")
     letters = train_tokenizer("char", ["abcdefghijklmnopqrstuvwxyz "])
@@ -381,7 +381,7 @@ def seq2seq(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.mark.numerical
 def test_an_encoder_decoder_checkpoint_pools_its_encoders_memory(seq2seq: dict[str, Path]) -> None:
-    from dotformer.data.tokenizers import EOS_ID
+    from dotformer.data.tokenize.tokenizers import EOS_ID
 
     model = load(seq2seq["enc-dec"])
     texts = ["the cat", "a much longer text"]

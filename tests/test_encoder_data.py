@@ -1,7 +1,8 @@
-"""An encoder's examples, batches and objectives (data/labelled.py, data/words.py, data/labelled_reader.py,
-training/objective.py): BERT's masking as a pure function of (seed, epoch, example) with its 15% and 80/10/10, lines
-and blocks cut from a text's arrays, a word's label on its first token, the three objectives equal to the
-cross-entropy written out, the readers' forms and their one-line errors, and the metrics on known values."""
+"""An encoder's examples, batches and objectives (data/batch/labelled.py, data/tokenize/words.py,
+data/read/labelled_reader.py, training/objective.py): BERT's masking as a pure function of (seed, epoch, example) with
+its 15% and 80/10/10, lines and blocks cut from a text's arrays, a word's label on its first token, the three objectives
+equal to the cross-entropy written out, the readers' forms and their one-line errors, and the metrics on known
+values."""
 
 from __future__ import annotations
 
@@ -15,8 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from dotformer.config import ModelConfig
-from dotformer.data.arrays import LabelledArrays, RaggedArray
-from dotformer.data.labelled import (
+from dotformer.data.batch.labelled import (
     LabelledExamples,
     LabelledSampler,
     Masking,
@@ -25,10 +25,11 @@ from dotformer.data.labelled import (
     mask_tokens,
     masked_examples,
 )
-from dotformer.data.labelled_reader import LabelledReader, bible_genres, read_classified, read_tagged
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, MASK_TOKEN, PAD_ID, Tokenizer
-from dotformer.data.words import IGNORE_LABEL, WordPieces, token_labels
+from dotformer.data.prepared.arrays import LabelledArrays, RaggedArray
+from dotformer.data.read.labelled_reader import LabelledReader, bible_genres, read_classified, read_tagged
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, MASK_TOKEN, PAD_ID, Tokenizer
+from dotformer.data.tokenize.words import IGNORE_LABEL, WordPieces, token_labels
 from dotformer.errors import DataError
 from dotformer.model import Transformer
 from dotformer.training.loss import label_cross_entropy

@@ -20,15 +20,15 @@ import torch
 
 from dotformer.checkpoint import load_weights
 from dotformer.cli import main
+from dotformer.data.batch.labelled import LabelledSampler, Masking, labelled_examples, masked_examples
 from dotformer.data.config import EncoderDataConfig, LMDataConfig
-from dotformer.data.labelled import LabelledSampler, Masking, labelled_examples, masked_examples
-from dotformer.data.labelled_reader import read_classified, read_tagged
 from dotformer.data.prepared.kinds import fingerprint_of, open_prepared, prepare
 from dotformer.data.prepared.labelled_kind import PreparedLabelled
+from dotformer.data.prepared.splits import TRAIN
 from dotformer.data.prepared.text_kind import PreparedText
-from dotformer.data.splits import TRAIN
-from dotformer.data.tokenizers import EOS_ID
-from dotformer.data.words import IGNORE_LABEL, WordPieces, label_positions
+from dotformer.data.read.labelled_reader import read_classified, read_tagged
+from dotformer.data.tokenize.tokenizers import EOS_ID
+from dotformer.data.tokenize.words import IGNORE_LABEL, WordPieces, label_positions
 from dotformer.errors import DataError
 
 ANIMALS = ["cat", "dog", "horse", "bird", "fish", "cow"]

@@ -97,7 +97,7 @@ def test_a_memo_hit_finds_the_same_converted_copy(tmp_path: Path) -> None:
     import dotformer
     from dotformer import ModelConfig, Transformer
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     tokenizer = train_tokenizer("symbol", ["a1 a2 a3"])
     config = ModelConfig.preset("tiny", src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size)

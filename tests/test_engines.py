@@ -21,8 +21,8 @@ from decoding_support import single_thread
 import dotformer
 from dotformer import ModelConfig, Transformer
 from dotformer.checkpoint import load_checkpoint, read_checkpoint_files, save_checkpoint
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from dotformer.decoding import DecodeConfig
 from dotformer.decoding.inputs import encode_prefixes, encode_sources
 from dotformer.engines import cache as cache_module
@@ -342,7 +342,7 @@ def test_batching_threads_and_int8_give_the_same_kind_of_outputs(checkpoint: Pat
 
 
 def test_perplexity_is_the_torch_engines(engines: tuple[Any, TorchEngine]) -> None:
-    from dotformer.data.types import Pair
+    from dotformer.data.read.types import Pair
 
     ct2, reference = engines
     pairs = [Pair(t, " ".join(reversed(t.split()))) for t in texts(50, seed=12)]

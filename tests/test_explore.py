@@ -28,8 +28,8 @@ import torch
 from dotformer.checkpoint import LoadedCheckpoint, load_checkpoint, save_checkpoint
 from dotformer.cli import main
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.attention_maps import attention_weights
 from dotformer.errors import ConfigError
 from dotformer.explore import ExplorerServer, build_page, example_json, maps_to_json, write_page

@@ -14,8 +14,8 @@ import torch
 from tolerance import encoder_sums, logits_tolerance, reordering_bound
 
 from dotformer import ConfigError, ModelConfig, Transformer
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.export.params import Converter, EngineNames, join, locate
 
 SRC_V, TGT_V = 40, 50

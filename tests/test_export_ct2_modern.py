@@ -16,7 +16,7 @@ from decoding_support import single_thread
 from tolerance import logits_tolerance
 
 from dotformer import ModelConfig, Transformer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.config import generation_config
 from dotformer.decoding.generate import generate
 from dotformer.errors import ConfigError
@@ -192,7 +192,7 @@ def test_a_translation_model_keeps_to_the_2017_block(tmp_path: Path) -> None:
 def modern_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Gemma-3-shaped language model (sliding and full layers, W = 5) saved with a symbol tokenizer."""
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     symbols = train_tokenizer("symbol", [" ".join(f"a{i}" for i in range(V - 4))])
     assert symbols.vocab_size == V

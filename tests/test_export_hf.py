@@ -11,7 +11,7 @@ import torch
 from tolerance import encoder_sums, logits_tolerance, reordering_bound
 
 from dotformer import ModelConfig, Transformer
-from dotformer.data.tokenizers import EOS_ID, NUM_SPECIAL, PAD_ID, SPECIAL_TOKENS, CharTokenizer
+from dotformer.data.tokenize.tokenizers import EOS_ID, NUM_SPECIAL, PAD_ID, SPECIAL_TOKENS, CharTokenizer
 from dotformer.errors import ConfigError
 
 pytestmark = pytest.mark.numerical  # run again under another vector unit by scripts/test.sh
@@ -125,7 +125,7 @@ def test_the_exported_tokenizer_reads_text_as_dotformer(tmp_path) -> None:
 def test_a_bpe_tokenizer_keeps_its_pieces(tmp_path) -> None:
     from transformers import AutoTokenizer
 
-    from dotformer.data.bpe import train_bpe
+    from dotformer.data.tokenize.bpe import train_bpe
 
     tokenizer = train_bpe(["the cat sat on the mat", "a dog ate the hat"] * 5, vocab_size=280)
     size = tokenizer.vocab_size
@@ -157,7 +157,7 @@ def test_a_released_vocabulary_goes_back_to_its_own_ids(tmp_path) -> None:
     from tokenizers import models, pre_tokenizers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dotformer.data.pretrained import HFFileTokenizer
+    from dotformer.data.tokenize.pretrained import HFFileTokenizer
     from dotformer.export.params import SUPPRESSED_LOGIT
 
     released = ["[unk]", "[bos]", "[eos]", *CHARS]  # its ids: [unk] 0, [bos] 1, [eos] 2

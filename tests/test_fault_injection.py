@@ -96,8 +96,8 @@ def assert_same_state(a: Path, b: Path) -> None:
 def assert_every_checkpoint_loadable(run: Path) -> None:
     """Every checkpoint directory of the run (step_*, last/, best/) is absent or loads completely; once run.json
     is written, the prepared data it refers to and the tokenizers in data/ (written before it) load too."""
-    from dotformer.data.splits import load_split
-    from dotformer.data.tokenizer_files import load_tokenizer
+    from dotformer.data.prepared.splits import load_split
+    from dotformer.data.tokenize.tokenizer_files import load_tokenizer
     from dotformer.runs.run_data import open_run_data
 
     if (run / "run.json").exists():

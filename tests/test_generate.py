@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 import torch
 
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import EOS_ID
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import EOS_ID
 from dotformer.decoding.config import generation_config
 from dotformer.decoding.generate import ContextWindow, generate
 from dotformer.decoding.inputs import encode_prompt, generated_text

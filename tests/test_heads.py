@@ -115,7 +115,7 @@ def test_the_config_checks_the_head() -> None:
 
 def test_a_classifier_is_saved_and_loaded_with_its_checkpoint(tmp_path: Path) -> None:
     from dotformer.checkpoint import load_checkpoint, save_checkpoint
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     model = encoder("token", 4)
     tokenizer = train_tokenizer("char", ["abcdefghi"])

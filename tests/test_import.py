@@ -454,7 +454,7 @@ def test_opus_config_is_the_published_ones(opus: dict[str, Any]) -> None:
 @pytest.mark.numerical
 def test_opus_logits_and_log_probabilities_equal_hf(opus: dict[str, Any]) -> None:
     import dotformer
-    from dotformer.data.tokenizers import BOS_ID, PAD_ID
+    from dotformer.data.tokenize.tokenizers import BOS_ID, PAD_ID
     from dotformer.decoding.translate import pad_batch
 
     translator = dotformer.load(opus["ck"], device="cpu")

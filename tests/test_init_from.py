@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from dotformer.cli import main
-from dotformer.data.tokenizers import CharTokenizer, SymbolTokenizer
-from dotformer.data.types import Pair
+from dotformer.data.read.types import Pair
+from dotformer.data.tokenize.tokenizers import CharTokenizer, SymbolTokenizer
 from dotformer.errors import CheckpointError
 from dotformer.runs.finetune import check_known_symbols, unknown_symbols
 
@@ -174,7 +174,7 @@ def test_extended_weights_keep_the_checkpoints_rows_and_a_fresh_models_new_rows(
 def test_extend_vocab_refuses_bpe_and_needs_init_from(
     base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
     from dotformer.runs.finetune import extend_vocabulary, read_init_source
 
     source = read_init_source(base, {}, {})

@@ -43,7 +43,7 @@ RANK = {folder: rank for rank, layer in enumerate(LAYERS) for folder in layer}
 
 
 def folder_of(module: str) -> str:
-    """``dotformer.data.bpe`` -> ``data``; a top-level module (or the package itself) -> ``lesson``."""
+    """``dotformer.data.tokenize.bpe`` -> ``data``; a top-level module (or the package itself) -> ``lesson``."""
     parts = module.split(".")
     if len(parts) == 1 or not (SRC / parts[1]).is_dir():
         return "__main__" if parts[1:] == ["__main__"] else "lesson"
@@ -51,7 +51,8 @@ def folder_of(module: str) -> str:
 
 
 def module_name(path: Path) -> str:
-    """``src/dotformer/data/bpe.py`` -> ``dotformer.data.bpe``; a package's ``__init__.py`` is the package."""
+    """``src/dotformer/data/tokenize/bpe.py`` -> ``dotformer.data.tokenize.bpe``; a package's ``__init__.py`` is the
+    package."""
     parts = ["dotformer", *path.relative_to(SRC).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -130,7 +131,7 @@ def test_the_probe_sees_every_kind_of_import() -> None:
     assert "dotformer.decoding.engine" in seen  # under TYPE_CHECKING
     assert "dotformer.training.loss" in {name for _, name in package_imports(SRC / "training" / "__init__.py")}
     assert folder_of("dotformer") == folder_of("dotformer.multihead") == "lesson"
-    assert folder_of("dotformer.data.bpe") == "data"
+    assert folder_of("dotformer.data.tokenize.bpe") == "data"
 
 
 @pytest.mark.parametrize(
@@ -162,7 +163,7 @@ TANGLES = [
     ("import dotformer.checkpoint", ["dotformer.decoding.quantization", "dotformer.training", "dotformer.decoding"]),
     (
         "import dotformer.decoding.evaluation",
-        ["dotformer.training.loop", "dotformer.training.step", "dotformer.checkpoint", "dotformer.data.batching"],
+        ["dotformer.training.loop", "dotformer.training.step", "dotformer.checkpoint", "dotformer.data.batch.batching"],
     ),
     ("import dotformer.training.scoring", ["dotformer.training.loop", "dotformer.data", "dotformer.checkpoint"]),
     ("import dotformer.export.torch_nn", ["dotformer.decoding", "dotformer.data", "dotformer.checkpoint"]),
@@ -199,20 +200,19 @@ def test_the_top_of_the_package_is_the_lesson() -> None:
     assert {"data", "decoding", "training", "export", "imports", "cli"} <= set(TOOLING)  # the probe sees them
 
 
-READERS = ("cmudict", "bible", "synthetic", "hf", "tsv", "parallel")
+READERS = ("read/cmudict", "read/bible", "read/synthetic", "read/hf_datasets", "read/tsv", "read/parallel")
 # what preparing data reads and writes: numpy and tokenizers, no torch (dotformer prepare needs none)
-STORAGE = ("arrays", "textio", "text_corpus", "labelled_reader", "words", "splits", "tokenizers", "tokenizer_files",
-           "bpe", "pretrained", "config", "corpora", "types", *READERS)  # fmt: skip
+STORAGE = ("read", "tokenize", "prepared", "config.py")
 # (source files, modules they must not import, at the top or inside a function)
 DIRECT_IMPORTS = [
     (["checkpoint"], ["dotformer.decoding", "dotformer.training"]),
-    (["data/batching.py"], ["dotformer.masks", "dotformer.data.corpora"]),
-    ([f"data/{name}.py" for name in READERS], ["dotformer.data.corpora"]),
-    (["data/types.py"], ["dotformer.data.corpora", *(f"dotformer.data.{name}" for name in READERS)]),
+    (["data/batch/batching.py"], ["dotformer.masks", "dotformer.data.read.corpora"]),
+    ([f"data/{name}.py" for name in READERS], ["dotformer.data.read.corpora"]),
     (
-        [*(f"data/{name}.py" for name in STORAGE), "data/prepared"],
-        ["torch", "dotformer.data.batching", "dotformer.data.blocks"],
+        ["data/read/types.py"],
+        ["dotformer.data.read.corpora", *(f"dotformer.data.{name.replace('/', '.')}" for name in READERS)],
     ),
+    ([f"data/{name}" for name in STORAGE], ["torch", "dotformer.data.batch"]),
     (["plots/curves.py"], ["dotformer.runs.run"]),
     (
         ["decoding/evaluation.py", "decoding/engine.py", "training/scoring.py"],
@@ -238,8 +238,8 @@ def test_no_module_reaches_sideways(paths: list[str], forbidden: list[str]) -> N
 
 def test_the_import_probe_sees_imports() -> None:
     """The static probe finds a function-level import (so an empty result above means something)."""
-    assert "dotformer.checkpoint.store.save_checkpoint" not in imported_modules(SRC / "data/batching.py")
-    assert "dotformer.data.types" in imported_modules(SRC / "data/batching.py")
+    assert "dotformer.checkpoint.store.save_checkpoint" not in imported_modules(SRC / "data/batch/batching.py")
+    assert "dotformer.data.read.types" in imported_modules(SRC / "data/batch/batching.py")
     engine = imported_modules(SRC / "engines/torch.py")
     assert "dotformer.training.scoring" in engine  # imported inside a function
 
@@ -294,7 +294,7 @@ def test_the_cycle_finder_finds_cycles() -> None:
 def test_the_import_graph_sees_the_package() -> None:
     graph = import_graph()
     assert len(graph) > 100
-    assert "dotformer.data.tokenizer_files" in graph["dotformer.runs.text"]  # imported inside a function
+    assert "dotformer.data.tokenize.tokenizer_files" in graph["dotformer.runs.text"]  # imported inside a function
     assert "dotformer.attention" in graph["dotformer.multihead"]
     assert "dotformer.decoding.batch" in graph["dotformer.decoding.translate"]  # from dotformer.decoding.batch import
     assert "dotformer.checkpoint" in graph["dotformer.runs.run"]  # a name of the package's __init__
@@ -347,13 +347,14 @@ KINDS_AND_TASKS = {
 }  # fmt: skip
 # what still picks by a task's name below the tasks, and why: a reader's options or a metric, not a kind
 READERS_AND_METRICS = {
-    "data/hf.py": "a g2p corpus's phones are read as space-separated symbols (the reader's option)",
-    "data/tsv.py": "a g2p corpus's phones are read as space-separated symbols (the reader's option)",
-    "data/parallel.py": "a g2p corpus's phones are read as space-separated symbols (the reader's option)",
-    "data/types.py": "a g2p corpus's phones are read as space-separated symbols (the reader's option)",
-    "data/tokenizer_files.py": "the default tokenizer kinds of a task of pairs (characters, phone symbols, BPE)",
-    "data/labelled_reader.py": "the two forms of labelled files: a label a text (classify), a label a word (tag)",
-    "data/pair_splits.py": "--task checked against a named corpus (copy/reverse may be scored as exact match)",
+    "data/read/hf_datasets.py": "a g2p corpus's phones are read as space-separated symbols (the reader's option)",
+    "data/read/tsv.py": "a g2p corpus's phones are read as space-separated symbols (the reader's option)",
+    "data/read/parallel.py": "a g2p corpus's phones are read as space-separated symbols (the reader's option)",
+    "data/read/types.py": "a g2p corpus's phones are read as space-separated symbols (the reader's option)",
+    "data/tokenize/tokenizer_files.py": "the default tokenizer kinds of a task of pairs (characters, phone symbols, "
+    "BPE)",
+    "data/read/labelled_reader.py": "the two forms of labelled files: a label a text (classify), a label a word (tag)",
+    "data/prepared/pair_splits.py": "--task checked against a named corpus (copy/reverse may be scored as exact match)",
     "decoding/evaluation.py": "the metrics of a task of pairs: WER/PER (g2p), BLEU/chrF (translation), exact match",
 }
 

@@ -440,7 +440,7 @@ def test_evaluate_limits_the_lines_and_refuses_decoding_flags(
 
 
 def test_a_tokenizer_that_does_not_know_the_text_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     corpus = write_corpus(tmp_path / "c.txt", 60)  # with --valid given, every line of it is a training line
     valid = write_corpus(tmp_path / "v.txt", 5)

@@ -57,8 +57,8 @@ def test_the_first_loss_is_transformers_and_evaluates(
     from tokenizers import Tokenizer
 
     from dotformer.checkpoint import load_checkpoint
-    from dotformer.data.batching import sampler_for
-    from dotformer.data.blocks import prepared_stream
+    from dotformer.data.batch.batching import sampler_for
+    from dotformer.data.batch.blocks import prepared_stream
     from dotformer.data.config import LMDataConfig
     from dotformer.runs.run_data import open_run_data
 

@@ -12,7 +12,7 @@ import torch
 from tolerance import logits_tolerance
 
 from dotformer import ModelConfig, Transformer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.config import generation_config
 from dotformer.decoding.generate import generate
 from dotformer.errors import ConfigError

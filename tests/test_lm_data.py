@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from dotformer.data.batching import BatchSampler, EncodedPair, SamplerPosition, sampler_for
-from dotformer.data.blocks import BlockSampler, TokenStream, encode_text
-from dotformer.data.text_corpus import PIECE_LINES, TextCorpus, read_file_text, split_text
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import EOS_ID, PAD_ID
+from dotformer.data.batch.batching import BatchSampler, EncodedPair, SamplerPosition, sampler_for
+from dotformer.data.batch.blocks import BlockSampler, TokenStream, encode_text
+from dotformer.data.read.text_corpus import PIECE_LINES, TextCorpus, read_file_text, split_text
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import EOS_ID, PAD_ID
 from dotformer.errors import ConfigError, DataError
 from dotformer.metrics.language import LanguageModelScore
 from dotformer.training.scoring import score_text
@@ -147,7 +147,7 @@ def test_a_uniform_model_scores_log2_v_bits_per_character(make_model) -> None:
 
 
 def kjv_installed() -> bool:
-    from dotformer.data import bible
+    from dotformer.data.read import bible
     from dotformer.errors import MissingDataError
 
     try:
@@ -158,7 +158,7 @@ def kjv_installed() -> bool:
 
 @pytest.mark.skipif(not kjv_installed(), reason="needs pysword and the KJV module (apt-get install -y sword-text-kjv)")
 def test_the_kjv_as_text_held_out_by_books() -> None:
-    from dotformer.data.text_corpus import check_books, read_text_corpus
+    from dotformer.data.read.text_corpus import check_books, read_text_corpus
 
     corpus = read_text_corpus("bible")
     assert corpus.lines[0] == "In the beginning God created the heaven and the earth."

@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 import dotformer
 import dotformer.metrics
 from dotformer.cli import main as cli_main
-from dotformer.data.corpora import load_pairs
+from dotformer.data.read.corpora import load_pairs
 from dotformer.errors import DISTRIBUTIONS, EXTRAS, MissingExtraError
 from dotformer.runs.shipped_configs import find_config_file, shipped_config_dir, shipped_config_names
 from dotformer.training.logging import MetricsLog
@@ -300,7 +300,7 @@ def test_evaluate_needs_eval_before_it_decodes(
 ) -> None:
     """A missing [eval] package stops evaluate at once, not after decoding every test sentence."""
     from dotformer.checkpoint import load_checkpoint
-    from dotformer.data.corpora import Pair
+    from dotformer.data.read.corpora import Pair
     from dotformer.decoding import evaluation
     from dotformer.engines.torch import TorchEngine
 

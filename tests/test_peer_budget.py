@@ -143,8 +143,8 @@ class FixedBatches:
 def random_batches(count: int, src_vocab: int, tgt_vocab: int, seed: int) -> list:
     """``count`` batches of 4 pairs, right-padded, 2 to 8 tokens a side: src = x + EOS, tgt_in = BOS + y,
     tgt_out = y + EOS."""
-    from dotformer.data.batching import Batch
-    from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+    from dotformer.data.batch.batching import Batch
+    from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
     g = torch.Generator().manual_seed(seed)
 
@@ -182,7 +182,7 @@ def test_marian_from_dotformers_weights_follows_dotformers_training(monkeypatch:
     unit, another summation order) their weights part by up to 12 · lr (from 1e-6 to 3e-3 in these logits,
     depending on the CPU's vector unit). In float64 that noise (≈ 1e-17) stays far below ε = 1e-9."""
     from dotformer.config import ModelConfig
-    from dotformer.data.tokenizers import PAD_ID
+    from dotformer.data.tokenize.tokenizers import PAD_ID
     from dotformer.export.marian import to_marian
     from dotformer.model import Transformer
     from dotformer.training.config import TrainConfig

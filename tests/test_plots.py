@@ -14,8 +14,8 @@ import torch
 from dotformer import ModelConfig, Transformer, causal_mask, padding_mask, sinusoidal_positional_encoding
 from dotformer.checkpoint import LoadedCheckpoint, load_checkpoint, save_checkpoint
 from dotformer.cli import main
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from dotformer.decoding import DecodeConfig, greedy_decode
 from dotformer.decoding.attention_maps import attention_weights
 from dotformer.errors import ConfigError, DataError, MissingDataError

@@ -73,7 +73,7 @@ def test_non_float32_or_non_cpu_models_are_refused() -> None:
 
 def test_int8_models_cannot_be_saved_or_exported(tmp_path) -> None:
     from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.tokenizer_files import train_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
     from dotformer.export.ct2 import export_ctranslate2
     from dotformer.export.torch_nn import to_torch_transformer
 

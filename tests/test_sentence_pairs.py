@@ -70,6 +70,39 @@ def test_train_and_evaluate_a_sentence_pair_classifier(tmp_path: Path, capsys: p
     assert main(["evaluate", "--checkpoint", str(run), "--split", "test"]) == 0
 
 
+def test_prepare_then_train_a_sentence_pair_classifier_from_the_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dotformer prepare --task classify-pairs writes a classifier's prepared data (the texts joined), which train
+    --task classify-pairs maps as it is, as train --data FILE would have prepared it; another task is refused."""
+    train = pairs_file(tmp_path / "train.tsv", 60, seed=1)
+    (tmp_path / "tiny.toml").write_text(MODEL, encoding="utf-8")
+    prepared = tmp_path / "prepared"
+    assert main(["prepare", "--task", "classify-pairs", "--data", str(train), "--tokenizer", "char",
+                 "--out", str(prepared)]) == 0  # fmt: skip
+    report = json.loads((prepared / "prepared.json").read_text())
+    assert (
+        report["kind"] == "labelled"
+        and report["task"] == "classify"
+        and report["data"]["dataset"] == joined_file(str(train))
+    )
+    held_out = (prepared / "test.tsv").read_text(encoding="utf-8").splitlines()
+    assert held_out and all(SEPARATOR in line.split("\t")[0] for line in held_out)
+    run = tmp_path / "run"
+    argv = ["train", "--task", "classify-pairs", "--data", str(prepared), "--config", str(tmp_path / "tiny.toml")]
+    assert main([*argv, *FLAGS[:-2], "--max-steps", "2", "--out", str(run)]) == 0
+    record = json.loads((run / "run.json").read_text())
+    assert record["task"] == "classify-pairs" and record["data"]["task"] == "classify"
+    assert json.loads((run / "data" / "data.json").read_text())["fingerprint"] == report["fingerprint"]
+    fresh = tmp_path / "fresh"
+    argv = ["train", "--task", "classify-pairs", "--data", str(train), "--config", str(tmp_path / "tiny.toml")]
+    assert main([*argv, *FLAGS, "--max-steps", "2", "--out", str(fresh)]) == 0
+    assert json.loads((fresh / "data" / "data.json").read_text())["fingerprint"] == report["fingerprint"]
+    capsys.readouterr()
+    assert main(["train", "--task", "tag", "--data", str(prepared), "--out", str(tmp_path / "tag")]) == 2
+    assert "is prepared for task classify, not tag" in capsys.readouterr().err
+
+
 def test_classify_reads_text_tab_text_as_the_training_pairs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """classify (CLI and Python) joins TEXT<TAB>TEXT with the separator, as training did; one text alone is refused."""
     import torch

@@ -20,7 +20,7 @@ from conftest import CLI_TIMEOUT_S, Cli
 
 from dotformer import ModelConfig, Transformer
 from dotformer.checkpoint import save_checkpoint
-from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.engines.choice import ctranslate2_installed as ct2_installed
 
 TIMEOUT_S = CLI_TIMEOUT_S  # every wait is bounded, by a limit only a hung server reaches

@@ -22,7 +22,7 @@ from conftest import Cli
 
 from dotformer import ModelConfig, Transformer
 from dotformer.checkpoint import save_checkpoint
-from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.engines.choice import ctranslate2_installed
 
 TIMEOUT_S = 60

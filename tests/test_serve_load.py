@@ -26,8 +26,8 @@ import torch
 
 from dotformer import ModelConfig, Transformer
 from dotformer.checkpoint import save_checkpoint
-from dotformer.data.tokenizer_files import train_tokenizer
-from dotformer.data.tokenizers import EOS_ID
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizers import EOS_ID
 
 TIMEOUT_S = 30
 CLIENTS, REQUESTS = 16, 25

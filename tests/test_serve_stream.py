@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from dotformer import ModelConfig, Transformer
 from dotformer.api.streaming import StopText
 from dotformer.checkpoint import save_checkpoint
-from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.engines.choice import ctranslate2_installed
 
 TIMEOUT_S = CLI_TIMEOUT_S

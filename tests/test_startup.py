@@ -15,7 +15,7 @@ import torch
 from dotformer import ModelConfig, Transformer
 from dotformer.checkpoint import save_checkpoint
 from dotformer.cli import SUBCOMMANDS
-from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
 MODEL_CODE = ("torch", "dotformer.model", "dotformer.attention", "dotformer.layers", "dotformer.decoding.translate")
 SYMBOLS = "a0 a1 a2 a3 a4 a5"

@@ -18,9 +18,9 @@ from safetensors.torch import load_file, save_file
 
 from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
-from dotformer.data.batching import BatchSampler, collate, encode_pairs, example_length
-from dotformer.data.corpora import CorpusOptions, load_pairs
-from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.batch.batching import BatchSampler, collate, encode_pairs, example_length
+from dotformer.data.read.corpora import CorpusOptions, load_pairs
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.errors import ConfigError
 from dotformer.model import Transformer
 from dotformer.training.config import TrainConfig

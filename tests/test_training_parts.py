@@ -13,7 +13,7 @@ from test_training_loop import tiny_config, tiny_data, tiny_model
 
 import dotformer.training
 from dotformer import checkpoint as ckpt
-from dotformer.data.batching import BatchSampler
+from dotformer.data.batch.batching import BatchSampler
 from dotformer.errors import TrainingError
 from dotformer.training.loop import set_up
 from dotformer.training.progress import count

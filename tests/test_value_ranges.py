@@ -16,9 +16,9 @@ from dotformer.checkpoint import save_checkpoint
 from dotformer.cli import main
 from dotformer.cli.threads import apply_threads
 from dotformer.cli.translate import add_arguments
-from dotformer.data.corpora import load_pairs
-from dotformer.data.textio import read_text
-from dotformer.data.tokenizer_files import train_tokenizer
+from dotformer.data.read.corpora import load_pairs
+from dotformer.data.read.textio import read_text
+from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.decoding import DecodeConfig
 from dotformer.decoding.options import SEARCH_OPTIONS, misplaced_message
 from dotformer.errors import ConfigError, DataError

@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from dotformer.data.tokenizers import BOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, PAD_ID
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def embedding_inputs(loaded: Any, texts: Sequence[str], max_seq_length: int | No
     Returns:
         (the encoded texts, how many of them were cut).
     """
-    from dotformer.data.tokenizers import EOS_ID
+    from dotformer.data.tokenize.tokenizers import EOS_ID
     from dotformer.decoding.inputs import encode_sources
 
     encoded = encode_sources(loaded, texts, None)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.checkpoint.files import CheckpointFiles
     from dotformer.config import ModelConfig
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.tokenize.tokenizers import Tokenizer
     from dotformer.decoding import DecodeConfig
     from dotformer.decoding.attention_maps import AttentionMaps
     from dotformer.decoding.engine import CheckpointLike, TranslationEngine

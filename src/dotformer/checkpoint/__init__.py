@@ -4,7 +4,7 @@ A checkpoint is a directory::
 
     model.safetensors        the weights (tied weights stored once; the aliases are in the file's metadata)
     config.json              {"model": ModelConfig.to_dict(), "task": ..., "data": {...}, "step": ..., ...}
-    tokenizer_src.json       the source tokenizer (dotformer.data.tokenizers)
+    tokenizer_src.json       the source tokenizer (dotformer.data.tokenize.tokenizers)
     tokenizer_tgt.json       the target tokenizer
     train_state.safetensors  optional: optimizer moments, RNG states, ... (every tensor of the training state)
     train_state.json         optional: the rest of the training state (step, epoch, batch index, best metric, ...)

@@ -31,6 +31,7 @@ from dotformer.checkpoint.format import (
 )
 from dotformer.errors import CheckpointError, ConfigError
 from dotformer.lora import HEAD_PREFIX, LoRASpec, adapter_state, add_adapters, is_trained, merge_adapters, spec_of
+from dotformer.model import Transformer
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -95,7 +96,6 @@ def full_weights(path: Path) -> dict[str, Tensor]:
     info = read_json(path / CONFIG_FILE)
     if LORA_KEY not in info:
         return load_weights(path / MODEL_FILE)
-    from dotformer.model import Transformer
 
     model = Transformer(model_config_of(info, path / CONFIG_FILE))
     return load_model_weights(model, path, info).state_dict()

@@ -35,7 +35,7 @@ from dotformer.config import ModelConfig
 from dotformer.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.tokenize.tokenizers import Tokenizer
 
 MODEL_FILES = (MODEL_FILE, CONFIG_FILE, SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE)  # what a model is made of
 

@@ -19,7 +19,7 @@ from dotformer.errors import CheckpointError, ConfigError, DotformerError
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.tokenize.tokenizers import Tokenizer
 
 
 MODEL_FILE = "model.safetensors"
@@ -121,7 +121,7 @@ def load_weights_into(model: nn.Module, path: str | Path, fresh: tuple[str, ...]
 
 def load_tokenizer_file(path: Path) -> Tokenizer:
     """A checkpoint's tokenizer file. Raises CheckpointError naming the file when it is missing or damaged."""
-    from dotformer.data.tokenizer_files import load_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import load_tokenizer
 
     if not path.is_file():
         raise CheckpointError(f"checkpoint file {path} is missing")

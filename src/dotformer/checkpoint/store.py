@@ -36,7 +36,7 @@ from dotformer.lora import is_adapted
 from dotformer.model import Transformer
 
 if TYPE_CHECKING:
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.tokenize.tokenizers import Tokenizer
 
 
 @dataclass

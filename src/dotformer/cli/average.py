@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         step_checkpoints,
     )
     from dotformer.cli.outputs import check_output_dir, same_directory
-    from dotformer.data.tokenizer_files import load_tokenizer
+    from dotformer.data.tokenize.tokenizer_files import load_tokenizer
     from dotformer.errors import CheckpointError
 
     args.checkpoints = [*args.checkpoint_flags, *args.checkpoints]

@@ -59,7 +59,7 @@ def default_examples(checkpoint: str, count: int = 5, loaded: Any = None) -> lis
     """The first ``count`` sources of the run's saved test split, or [] when the run has none; for a language model
     (``loaded`` decoder-only) the first ``count`` test lines that fit in its window."""
     from dotformer.checkpoint import run_data_dir
-    from dotformer.data.splits import load_split
+    from dotformer.data.prepared.splits import load_split
     from dotformer.errors import DotformerError
 
     try:

@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     from dotformer.api import TranslationResult
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.tokenize.tokenizers import Tokenizer
 
 READ_SIZE = 1 << 16  # bytes asked of the input per read; a pipe returns what has arrived
 BOM = b"\xef\xbb\xbf"

@@ -3,7 +3,7 @@
 frozen config of the package uses to check its fields and to be built from a TOML table or JSON.
 
 :class:`DataConfig` maps one-to-one onto the ``[data]`` section of a TOML config file (see ``configs/*.toml``) and the
-data flags of ``dotformer train``; the reader options map onto :class:`dotformer.data.types.CorpusOptions`.
+data flags of ``dotformer train``; the reader options map onto :class:`dotformer.data.read.types.CorpusOptions`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
+from dotformer.data.read.corpora import CorpusOptions
+from dotformer.data.tokenize.tokenizer_files import default_kinds
+from dotformer.data.tokenize.tokenizers import DEFAULT_BPE_VOCAB_SIZE
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from dotformer.data.corpora import CorpusOptions
+    from dotformer.data.read.corpora import CorpusOptions
 
 TokenizerKind = Literal["char", "symbol", "bpe"]
 FileTask = Literal["g2p", "translation", "exact"]
@@ -71,7 +74,7 @@ _T = TypeVar("_T")
 class DataConfig:
     """Which pairs to train on, how to read them, and how to tokenize them.
 
-    The reader options map onto :class:`dotformer.data.corpora.CorpusOptions` (:meth:`corpus_options`); None
+    The reader options map onto :class:`dotformer.data.read.corpora.CorpusOptions` (:meth:`corpus_options`); None
     means the reader's default, written after each field.
 
     Raises:
@@ -170,7 +173,6 @@ class DataConfig:
         Raises:
             ConfigError: an invalid reader option.
         """
-        from dotformer.data.corpora import CorpusOptions
 
         split = {"train": self.hf_split, "valid": self.hf_valid_split or "validation", "test": self.hf_test_split}
         if role == "test" and split["test"] is None:
@@ -197,8 +199,6 @@ class DataConfig:
         Raises:
             ConfigError: a shared vocabulary with two kinds or two different tokenizer files.
         """
-        from dotformer.data.tokenizer_files import default_kinds
-        from dotformer.data.tokenizers import DEFAULT_BPE_VOCAB_SIZE
 
         src_default, tgt_default = default_kinds(task)
         src = None if self.src_tokenizer_file else self.src_tokenizer or src_default

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from dotformer.data.tokenizers import BOS_ID, PAD_ID, UNK_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, PAD_ID, UNK_ID
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def check_replace_unk(loaded: Any) -> None:
     Raises:
         ConfigError: a byte-level BPE tokenizer (it has no <unk> to replace).
     """
-    from dotformer.data.tokenizers import VocabularyTokenizer
+    from dotformer.data.tokenize.tokenizers import VocabularyTokenizer
 
     for side, tokenizer in (("source", loaded.src_tokenizer), ("target", loaded.tgt_tokenizer)):
         if not isinstance(tokenizer, VocabularyTokenizer):

@@ -35,7 +35,7 @@ MapKind = Literal["encoder", "decoder_self", "cross"]
 MAP_KINDS: tuple[MapKind, ...] = ("encoder", "decoder_self", "cross")
 LM_MAP_KINDS: tuple[MapKind, ...] = ("decoder_self",)  # the one kind of a decoder-only model
 ENCODER_MAP_KINDS: tuple[MapKind, ...] = ("encoder",)  # the one kind of an encoder-only model
-# Special token ids shared by every tokenizer (dotformer.data.tokenizers): PAD=0, BOS=1, EOS=2, UNK=3.
+# Special token ids shared by every tokenizer (dotformer.data.tokenize.tokenizers): PAD=0, BOS=1, EOS=2, UNK=3.
 SPECIAL_LABELS = ("<pad>", "<s>", "</s>", "<unk>")
 PAD, BOS, EOS = 0, 1, 2
 

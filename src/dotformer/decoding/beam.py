@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.controls import NO_CONTROLS, Controls
 from dotformer.decoding.hypothesis import Hypothesis, length_penalty, make_hypothesis

@@ -3,7 +3,8 @@
 The texts are read as the model was trained to read them, ``[BOS] ids [EOS]``, batched longest first by padded tokens
 (:func:`~dotformer.decoding.translate.length_sorted_batches`), and the head's logits become probabilities with a
 softmax over the C labels: a text's (a sequence head's), or each word's at its first token (a token head's; the
-words of a text are its whitespace-separated pieces, encoded as :class:`~dotformer.data.words.WordPieces` does in
+words of a text are its whitespace-separated pieces, encoded as
+:class:`~dotformer.data.tokenize.words.WordPieces` does in
 training). Padding never reaches a text's scores, so they do not depend on the texts batched with it.
 
 A text longer than the model reads (``max_len`` tokens with BOS and EOS) is cut there for a label per text, as
@@ -19,7 +20,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, UNK_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, UNK_ID
 from dotformer.errors import CheckpointError, ConfigError
 
 DEFAULT_BATCH_SIZE = 64
@@ -101,7 +102,7 @@ def label_texts(
         ConfigError: no classifier head, or a batch size below 1. InputTooLongError: a text to tag longer than the
             model reads.
     """
-    from dotformer.data.words import WordPieces
+    from dotformer.data.tokenize.words import WordPieces
     from dotformer.decoding.inputs import InputTooLongError
 
     head = check_classifier(model, "the model")

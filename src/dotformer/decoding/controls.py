@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dotformer.data.tokenizers import EOS_ID, Tokenizer
+from dotformer.data.tokenize.tokenizers import EOS_ID, Tokenizer
 from dotformer.errors import ConfigError
 
 NEG_INF = float("-inf")

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
-    from dotformer.data.tokenizers import Tokenizer
-    from dotformer.data.types import Pair
+    from dotformer.data.read.types import Pair
+    from dotformer.data.tokenize.tokenizers import Tokenizer
     from dotformer.decoding.config import DecodeConfig
     from dotformer.decoding.inputs import EncodedTexts
     from dotformer.decoding.results import Translation

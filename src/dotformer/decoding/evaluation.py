@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dotformer.config import DEFAULT_SEED
-from dotformer.data.tokenizers import UNK_ID
+from dotformer.data.tokenize.tokenizers import UNK_ID
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.order import DEFAULT_BATCH_SIZE
 from dotformer.decoding.results import Translation
@@ -36,8 +36,8 @@ from dotformer.metrics import (
 
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
-    from dotformer.data.corpora import Pair
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.read.corpora import Pair
+    from dotformer.data.tokenize.tokenizers import Tokenizer
     from dotformer.decoding.engine import TranslationEngine
 
 TASKS = ("g2p", "translation", "exact", "synthetic")

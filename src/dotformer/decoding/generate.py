@@ -28,7 +28,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dotformer.data.tokenizers import EOS_ID
+from dotformer.data.tokenize.tokenizers import EOS_ID
 from dotformer.decoding.beam import (
     advance,
     finalise_at_max_len,

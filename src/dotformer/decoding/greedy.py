@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from dotformer.data.tokenizers import BOS_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.controls import NO_CONTROLS, Controls, is_end
 from dotformer.decoding.hypothesis import Hypothesis, make_hypothesis

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
 
 class Hypothesis(NamedTuple):

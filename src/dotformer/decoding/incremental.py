@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import EOS_ID
+from dotformer.data.tokenize.tokenizers import EOS_ID
 from dotformer.decoding.cache import DecoderCache, check_rows, group_sources
 from dotformer.decoding.config import DecodeConfig
 from dotformer.decoding.ensemble import Ensemble, average_log_probs

@@ -16,13 +16,13 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID
 from dotformer.errors import ConfigError, ShapeError
 
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
-    from dotformer.data.blocks import TokenStream
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.batch.blocks import TokenStream
+    from dotformer.data.tokenize.tokenizers import Tokenizer
     from dotformer.decoding.config import DecodeConfig
 
 
@@ -158,14 +158,14 @@ def encode_sources(loaded: Any, texts: Sequence[str], max_len: int | None = None
 def source_normaliser(info: dict[str, Any]) -> Callable[[str], str]:
     """How to prepare a user's input the way the checkpoint's training sources were prepared.
 
-    A CMUdict G2P model read lower-case words (:func:`dotformer.data.cmudict.normalise_word`), so "Transformer"
+    A CMUdict G2P model read lower-case words (:func:`dotformer.data.read.cmudict.normalise_word`), so "Transformer"
     becomes "transformer"; other corpora were read as they are, and so are their inputs.
 
     Args:
         info: the checkpoint's config.json (``info["dataset"]`` names the corpus).
     """
     if info.get("dataset") == "cmudict":
-        from dotformer.data.cmudict import normalise_word
+        from dotformer.data.read.cmudict import normalise_word
 
         return normalise_word
     return str
@@ -183,7 +183,7 @@ def target_normaliser(info: dict[str, Any]) -> Callable[[str], str]:
     """
     data = info.get("data") or {}
     if info.get("dataset") == "cmudict" and isinstance(data, dict) and data.get("strip_stress"):
-        from dotformer.data.cmudict import strip_stress
+        from dotformer.data.read.cmudict import strip_stress
 
         return lambda text: " ".join(strip_stress(phone) for phone in text.split())
     return str
@@ -211,7 +211,7 @@ def encode_target(loaded: Any, text: str) -> EncodedTarget:
         loaded: anything with ``tgt_tokenizer`` and, optionally, ``info`` (config.json).
         text: the target as the user wrote it.
     """
-    from dotformer.data.tokenizers import UNK_ID
+    from dotformer.data.tokenize.tokenizers import UNK_ID
 
     tokenizer = loaded.tgt_tokenizer
     text = target_normaliser(getattr(loaded, "info", None) or {})(text)
@@ -385,10 +385,11 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str, rules: TextRules = LINES) -
 
 
 def encode_document(tokenizer: Tokenizer, lines: Sequence[str], rules: TextRules, block_size: int) -> TokenStream:
-    """The :class:`~dotformer.data.blocks.TokenStream` an imported model scores (``evaluate --task lm``): the text as
+    """The :class:`~dotformer.data.batch.blocks.TokenStream` an imported model scores (``evaluate --task lm``):
+    the text as
     its file holds it (every line ending in ``\\n``), encoded at once by the model's tokenizer, after BOS when the
     family adds it (``rules.add_bos``); no EOS is added. Its characters count each line end as one, as
-    :func:`~dotformer.data.blocks.encode_text` counts them for dotformer's own models.
+    :func:`~dotformer.data.batch.blocks.encode_text` counts them for dotformer's own models.
 
     Shape:
         the stream's ids: (N,) int64, N = ``add_bos`` + the text's tokens.
@@ -398,7 +399,7 @@ def encode_document(tokenizer: Tokenizer, lines: Sequence[str], rules: TextRules
     """
     import numpy as np
 
-    from dotformer.data.blocks import TokenStream
+    from dotformer.data.batch.blocks import TokenStream
 
     if rules.lines:
         raise ConfigError("encode_document reads an imported model's text; a line stream is encode_text's")
@@ -429,7 +430,8 @@ MASK_SPELLINGS = ("<mask>", "[MASK]")  # what a user types for the hidden token:
 
 def encode_with_masks(tokenizer: Tokenizer, text: str) -> list[int]:
     """``tokenizer.encode(text)``, where every ``<mask>`` or ``[MASK]`` typed in ``text`` becomes the tokenizer's
-    mask token (:attr:`~dotformer.data.tokenizers.Tokenizer.mask_id`) instead of the pieces of its letters; the text
+    mask token (:attr:`~dotformer.data.tokenize.tokenizers.Tokenizer.mask_id`) instead of the pieces of its letters;
+    the text
     between them is encoded as it stands (its spaces included). A tokenizer without a mask token encodes the text
     as it is."""
     import re

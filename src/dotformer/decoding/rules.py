@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.hypothesis import forbid_special_tokens
 from dotformer.errors import ShapeError
 from dotformer.masks import check_right_padded

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from dotformer.data.tokenizers import PAD_ID, UNK_ID
+from dotformer.data.tokenize.tokenizers import PAD_ID, UNK_ID
 from dotformer.decoding.alignment import (
     check_alignment_layer,
     check_replace_unk,

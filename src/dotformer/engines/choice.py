@@ -21,7 +21,9 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dotformer.errors import ConfigError
+from dotformer.decoding.options import SEARCH_OPTIONS
+from dotformer.errors import ConfigError, install_hint
+from dotformer.export.ct2_rules import model_problem
 
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
@@ -56,7 +58,6 @@ def torch_only_fields(config: DecodeConfig, model: ModelConfig | None = None) ->
     """The :class:`~dotformer.decoding.DecodeConfig` fields of ``config`` that only the torch engine runs: options
     whose ``ctranslate2`` column names a limit, set to another value than their default (an alignment layer that is
     not the last), and ``use_cache=False``."""
-    from dotformer.decoding.options import SEARCH_OPTIONS
 
     fields = []
     for option in SEARCH_OPTIONS:
@@ -79,7 +80,6 @@ def torch_only_fields(config: DecodeConfig, model: ModelConfig | None = None) ->
 
 def torch_only_reason(field: str) -> str:
     """Why ``field`` (a :class:`DecodeConfig` field) runs on torch only: the ``ctranslate2`` column of its option."""
-    from dotformer.decoding.options import SEARCH_OPTIONS
 
     for option in SEARCH_OPTIONS:
         if option.field == field and option.ctranslate2:
@@ -151,11 +151,8 @@ def ct2_problem(config: ModelConfig, dtype: str, device: str) -> str | None:
     Raises:
         ConfigError: ``device`` is not a device name.
     """
-    from dotformer.export.ct2_rules import model_problem
 
     if not ctranslate2_installed():
-        from dotformer.errors import install_hint
-
         return f"CTranslate2 is not installed ({install_hint('ct2')})"
     problem = model_problem(config)
     if problem is not None:

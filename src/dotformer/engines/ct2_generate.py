@@ -43,11 +43,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.data.tokenizers import EOS_ID, NUM_SPECIAL
+from dotformer.data.tokenize.tokenizers import EOS_ID, NUM_SPECIAL
 from dotformer.decoding.controls import controls_of
 from dotformer.decoding.options import has_controls
 from dotformer.engines.choice import EngineOptionError, ct2_model_options
-from dotformer.engines.ct2_translate import EOS, MAX_SEED, SUPPRESSED, read_vocabulary
+from dotformer.engines.ct2_translate import (
+    EOS,
+    MAX_SEED,
+    SUPPRESSED,
+    beam_settled,
+    first_round,
+    gnmt_penalty,
+    read_vocabulary,
+)
 
 END_TOKEN_BEAM = "CTranslate2's beam search runs on past an end token other than </s>"
 
@@ -217,7 +225,6 @@ class CT2Generate:
         included) divided by dotformer's length penalty. The end tokens are EOS, or an imported model's EOS ids
         ``ends``: a text that ends at several of them counts once, with its best score (the likeliest EOS, as
         :func:`~dotformer.decoding.generate.end_of_text` scores it)."""
-        from dotformer.engines.ct2_translate import beam_settled, first_round, gnmt_penalty
 
         k, alpha, most = config.beam_size, config.length_penalty, common["max_length"]
         ends = ends or [EOS]

@@ -68,7 +68,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dotformer.data.tokenizers import UNK_ID
+from dotformer.data.tokenize.tokenizers import EOS_ID, UNK_ID
 from dotformer.decoding.alignment import check_alignment_layer, check_replace_unk, unknowns_replaced
 from dotformer.decoding.controls import controls_of
 from dotformer.decoding.engine import NLLResult
@@ -76,11 +76,12 @@ from dotformer.decoding.inputs import check_prefixes, is_empty_source
 from dotformer.decoding.order import check_batch_limits, show_progress
 from dotformer.decoding.results import Translation, empty_translation
 from dotformer.engines.choice import EngineOptionError, ct2_model_options, torch_only_fields, torch_only_reason
+from dotformer.errors import DataError
 from dotformer.export.ct2_rules import exported_positions
 
 if TYPE_CHECKING:
     from dotformer.checkpoint.files import CheckpointFiles
-    from dotformer.data.types import Pair
+    from dotformer.data.read.types import Pair
     from dotformer.decoding.config import DecodeConfig
     from dotformer.decoding.inputs import EncodedTexts
 
@@ -450,7 +451,6 @@ class CT2Translate:
 
     def source_pieces(self, ids: Sequence[int]) -> list[str]:
         """A source's pieces without its final EOS (the copy's ``add_source_eos`` appends it)."""
-        from dotformer.data.tokenizers import EOS_ID
 
         body = ids[:-1] if ids and ids[-1] == EOS_ID else ids
         return [self.src_vocab[t] for t in body]
@@ -557,7 +557,6 @@ class CT2Translate:
         Raises:
             DataError: no pairs.
         """
-        from dotformer.errors import DataError
 
         if not pairs:
             raise DataError("no pairs to score")

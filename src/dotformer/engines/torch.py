@@ -15,7 +15,7 @@ from dotformer.decoding.engine import NLLResult, TokenCallback
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
-    from dotformer.data.types import Pair
+    from dotformer.data.read.types import Pair
     from dotformer.decoding.config import DecodeConfig
     from dotformer.decoding.inputs import EncodedTexts
     from dotformer.decoding.results import Translation
@@ -55,7 +55,7 @@ class TorchEngine:
         Raises:
             DataError: no pairs.
         """
-        from dotformer.data.batching import collate, encode_pairs, example_length
+        from dotformer.data.batch.batching import collate, encode_pairs, example_length
         from dotformer.decoding.order import length_sorted_batches
         from dotformer.errors import DataError
         from dotformer.training.scoring import evaluate_loss

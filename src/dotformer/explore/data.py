@@ -18,7 +18,15 @@ import numpy as np
 
 from dotformer.decoding.attention_maps import ENCODER_MAP_KINDS as ENCODER_KINDS
 from dotformer.decoding.attention_maps import LM_MAP_KINDS as LM_KINDS
-from dotformer.decoding.attention_maps import AttentionMaps
+from dotformer.decoding.attention_maps import (
+    AttentionMaps,
+    attention_weights,
+    encoder_attention_weights,
+    lm_attention_weights,
+    token_label,
+)
+from dotformer.decoding.inputs import UnknownTokenWarning, encode_target, unknown_target_message
+from dotformer.errors import ConfigError
 from dotformer.explore.page import DATA_PLACEHOLDER, page_template
 
 MAX_TEXT_CHARS = 1000  # longest input the explorer accepts (serve mode); longer inputs are refused, not cut
@@ -48,7 +56,6 @@ def token_steps(maps: AttentionMaps, tgt_tokenizer: Any, k: int = TOP_K) -> list
         ``maps.logits`` (natural exponent, over the whole target vocabulary) rounded to PROB_DIGITS decimals; ``top``
         is the k most probable tokens, most probable first. Empty when the maps carry no logits.
     """
-    from dotformer.decoding.attention_maps import token_label
 
     if maps.logits is None or not maps.next_ids:
         return []
@@ -144,20 +151,12 @@ def example_json(loaded: Any, text: str, target: str | None = None) -> dict[str,
         DataError: the text has no tokens. ConfigError: a target for a language model or an encoder, or a text
             longer than its window.
     """
-    from dotformer.decoding.attention_maps import attention_weights
-    from dotformer.decoding.inputs import UnknownTokenWarning, encode_target
 
     if is_encoder(loaded):
-        from dotformer.decoding.attention_maps import encoder_attention_weights
-        from dotformer.errors import ConfigError
-
         if target is not None:
             raise ConfigError("an encoder reads its text as it is: there is no reference to force-decode")
         return maps_to_json(encoder_attention_weights(loaded, text), kinds=ENCODER_KINDS)
     if is_language_model(loaded):
-        from dotformer.decoding.attention_maps import lm_attention_weights
-        from dotformer.errors import ConfigError
-
         if target is not None:
             raise ConfigError("a language model reads its text as it is: there is no reference to force-decode")
         maps = lm_attention_weights(loaded, text)
@@ -231,7 +230,6 @@ def examples_json(
     Raises:
         ConfigError: targets given, but not one per text. DataError: a text has no tokens.
     """
-    from dotformer.errors import ConfigError
 
     if targets is None:
         targets = [None] * len(texts)
@@ -239,7 +237,6 @@ def examples_json(
         raise ConfigError(
             f"give one --target per --text ({len(texts)} text(s), {len(targets)} target(s)); '' decodes that text"
         )
-    from dotformer.decoding.inputs import UnknownTokenWarning, encode_target, unknown_target_message
 
     unknown = [symbol for target in targets if target for symbol in encode_target(loaded, target).unknown]
     if (message := unknown_target_message(unknown)) is not None:  # once for all the examples, as plot does
@@ -255,7 +252,6 @@ def write_page(
     Raises:
         ConfigError: no texts, or targets not one per text. DataError: a text has no tokens.
     """
-    from dotformer.errors import ConfigError
 
     if not texts:
         raise ConfigError("the static page needs at least one example text (--text)")

@@ -51,7 +51,7 @@ import torch
 from torch import nn
 
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
 from dotformer.export.ct2_rules import (
@@ -60,6 +60,7 @@ from dotformer.export.ct2_rules import (
     exported_positions,
     model_problem,
 )
+from dotformer.export.outdir import fresh_output_dir
 from dotformer.export.params import SUPPRESSED_LOGIT, Converter, EngineNames, LayerNames, embedding_params, locate
 from dotformer.layers import RMSNorm
 from dotformer.model import Transformer
@@ -297,7 +298,6 @@ def save_spec(spec: Any, output_dir: str | Path, quantization: str | None = None
     Raises:
         ConfigError: ``output_dir`` exists and is not empty.
     """
-    from dotformer.export.outdir import fresh_output_dir
 
     spec.optimize(quantization=quantization)
     with fresh_output_dir(output_dir) as tmp:

@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
 from dotformer.export.ct2 import (

@@ -36,7 +36,7 @@ import torch
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError
 from dotformer.export.hf_tokenizer import HFVocabulary
-from dotformer.export.hf_writer import StateDictWriter
+from dotformer.export.hf_writer import StateDictWriter, save_hf_directory
 from dotformer.export.params import EngineNames, LayerNames, embedding_params
 from dotformer.model import Transformer
 
@@ -130,7 +130,6 @@ def write_bert(model: Transformer, vocabulary: HFVocabulary, directory: Path) ->
     Raises:
         ConfigError: the model does not fit BERT's layout (:func:`bert_problem`).
     """
-    from dotformer.export.hf_writer import save_hf_directory
 
     problem = bert_problem(model.config)
     if problem is not None:

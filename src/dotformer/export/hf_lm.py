@@ -37,8 +37,9 @@ import torch
 
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError
+from dotformer.export.hf_modern import modern_config, modern_layout, modern_tensors
 from dotformer.export.hf_tokenizer import HFVocabulary
-from dotformer.export.hf_writer import StateDictWriter, generator_rows
+from dotformer.export.hf_writer import StateDictWriter, generator_rows, save_hf_directory
 from dotformer.export.params import EngineNames, LayerNames, embedding_params
 from dotformer.model import Transformer
 
@@ -155,8 +156,6 @@ def lm_layout(config: ModelConfig) -> str:
     if config.arch != "decoder-only":
         raise ConfigError(f"an HF causal LM holds a decoder-only model, got arch={config.arch!r}")
     if is_modern(config):
-        from dotformer.export.hf_modern import modern_layout
-
         return modern_layout(config)
     problem = gpt2_problem(config)
     if problem is not None:
@@ -170,14 +169,11 @@ def write_causal_lm(model: Transformer, vocabulary: HFVocabulary, directory: Pat
     Raises:
         ConfigError: the model fits no HF layout (:func:`lm_layout`), or its generator has a bias.
     """
-    from dotformer.export.hf_writer import save_hf_directory
 
     layout = lm_layout(model.config)
     if layout == "gpt2":
         hf_config, tensors = gpt2_config(model.config, vocabulary, tied(model)), gpt2_tensors(model, vocabulary)
     else:
-        from dotformer.export.hf_modern import modern_config, modern_tensors
-
         tie = tied(model)
         hf_config = modern_config(model.config, vocabulary, layout, tie)
         tensors = modern_tensors(model, vocabulary, layout, tie)

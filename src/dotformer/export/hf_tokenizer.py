@@ -29,7 +29,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
 from dotformer.errors import ConfigError
 
 TOKENIZER_FILE = "tokenizer.json"

@@ -57,8 +57,6 @@ class StateDictWriter(Converter):
         self.put(f"{theirs}.weight", weight.T if self.conv1d else weight)
         has_bias = [linear.bias is not None for linear in ours]
         if self.biases is False and any(has_bias):
-            from dotformer.errors import ConfigError
-
             raise ConfigError(f"{theirs}: the HF layout has no bias there, and the dotformer model has one")
         if self.biases or any(has_bias):
             parts = [

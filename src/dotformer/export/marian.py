@@ -34,9 +34,10 @@ import torch
 from torch import nn
 
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
+from dotformer.export.outdir import check_output_dir, fresh_output_dir
 from dotformer.export.params import (
     READS_STREAM,
     WRITES_STREAM,
@@ -267,7 +268,6 @@ def save_marian(model: Transformer, output_dir: str | Path) -> Path:
             "ModelConfig.positional='learned': HF Marian has sinusoidal positions only (it rebuilds them on load), "
             "so a learned table cannot be saved as a Marian model; export to ct2 or onnx instead"
         )
-    from dotformer.export.outdir import check_output_dir, fresh_output_dir
 
     output_dir = check_output_dir(output_dir)
     marian = to_marian(model)

@@ -37,10 +37,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from dotformer.decoding.cache import DecoderCache, KVCache, LayerCache
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError, MissingDataError
+from dotformer.export.outdir import check_output_dir, fresh_output_dir
 from dotformer.model import Transformer
 
 ENCODER_FILE = "encoder.onnx"
@@ -145,7 +146,6 @@ def write_graphs(
         import onnx  # noqa: F401 (torch.onnx needs it)
     except ImportError:
         raise MissingDataError('exporting to ONNX needs the onnx package: pip install "dotformer[onnx]"') from None
-    from dotformer.export.outdir import check_output_dir, fresh_output_dir
 
     output_dir = check_output_dir(output_dir)
     with fresh_output_dir(output_dir) as tmp:

@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
 from dotformer.export.onnx import ONNX_CONFIG_FILE, OPSET, write_graphs
 from dotformer.model import Transformer
@@ -57,7 +58,6 @@ def export_encoder_onnx(
             non-empty ``output_dir``.
         MissingDataError: the ``onnx`` package (needed by ``torch.onnx``) is not installed.
     """
-    from dotformer.decoding.quantization import require_float_weights
 
     require_float_weights(model, "export to ONNX")
     c = model.config

@@ -22,8 +22,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from dotformer.decoding.cache import DecoderCache, KVCache, LayerCache
+from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
 from dotformer.export.onnx import ONNX_CONFIG_FILE, OPSET, _names, write_graphs
 from dotformer.model import Transformer
@@ -72,7 +73,6 @@ def export_lm_onnx(model: Transformer, output_dir: str | Path, opset: int = OPSE
             ``output_dir``.
         MissingDataError: the ``onnx`` package (needed by ``torch.onnx``) is not installed.
     """
-    from dotformer.decoding.quantization import require_float_weights
 
     require_float_weights(model, "export to ONNX")
     if model.config.arch != "decoder-only":

@@ -8,8 +8,8 @@ the WordPiece ``tokenizer.json``. BERT is the paper's post-LN encoder with three
   LayerNorm (``embedding_norm=True``); positions are a learned table (``positional="learned"``);
 * it adds a token-type (segment) embedding; dotformer reads one segment, so type 0's vector is added to every row
   of the positional table (exact for single-segment inputs, which is what dotformer feeds);
-* its ids: dotformer's ids are BERT's shifted by 4 (:class:`dotformer.data.pretrained.HFFileTokenizer`), and rows
-  0..3 (PAD, BOS, EOS, UNK) are BERT's ``[PAD]``, ``[CLS]``, ``[SEP]``, ``[UNK]`` rows, so ``[BOS] ids [EOS]`` is
+* its ids: dotformer's ids are BERT's shifted by 4 (:class:`dotformer.data.tokenize.pretrained.HFFileTokenizer`), and
+  rows 0..3 (PAD, BOS, EOS, UNK) are BERT's ``[PAD]``, ``[CLS]``, ``[SEP]``, ``[UNK]`` rows, so ``[BOS] ids [EOS]`` is
   BERT's ``[CLS] ids [SEP]`` (:func:`bert_inputs`).
 
 The encoder's memory is then BERT's ``last_hidden_state`` (tested). The pooler and any task head (``cls.*``) are
@@ -31,10 +31,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from dotformer.checkpoint import save_checkpoint
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
+from dotformer.data.tokenize.pretrained import HFFileTokenizer
+from dotformer.data.tokenize.tokenizer_files import read_tokenizer_file
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
+from dotformer.decoding.translate import pad_batch
 from dotformer.errors import CheckpointError, ConfigError
 from dotformer.export.hf_encoder import BERT_NAMES  # BertModel's names (the pooler and heads are not imported)
+from dotformer.export.outdir import check_output_dir, fresh_output_dir
 from dotformer.imports.common import Copier, TensorReader, TensorSource, read_hf_config, read_safetensors
 from dotformer.model import Transformer
 
@@ -60,8 +65,6 @@ def import_bert(directory: str | Path, output: str | Path) -> Path:
             non-empty ``output``.
         CheckpointError: a file is missing or damaged, only a pickle holds the weights, or tensors do not fit.
     """
-    from dotformer.checkpoint import save_checkpoint
-    from dotformer.export.outdir import check_output_dir, fresh_output_dir
 
     directory, output = Path(directory), check_output_dir(output)
     model, tokenizer = read_bert(directory)
@@ -199,9 +202,6 @@ def _vocabulary(directory: Path, V: int, pad: int) -> tuple[Any, Tensor]:
     """
     from tokenizers import Tokenizer as HFTokenizer
 
-    from dotformer.data.pretrained import HFFileTokenizer
-    from dotformer.data.tokenizer_files import read_tokenizer_file
-
     tokenizer_file = directory / "tokenizer.json"
     tokenizer = read_tokenizer_file(tokenizer_file)
     if not isinstance(tokenizer, HFFileTokenizer) or tokenizer.offset != NUM_SPECIAL:
@@ -287,6 +287,5 @@ def _not_imported(name: str) -> bool:
 
 def bert_inputs(tokenizer: Any, texts: Sequence[str]) -> Tensor:
     """(B, S) int64: each text as ``[BOS] ids [EOS]`` (BERT's ``[CLS] ... [SEP]``), right-padded with PAD."""
-    from dotformer.decoding.translate import pad_batch
 
     return pad_batch([[BOS_ID, *tokenizer.encode(text), EOS_ID] for text in texts])

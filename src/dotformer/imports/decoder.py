@@ -2,14 +2,14 @@
 EOS) that travel with it, and the reader that copies a family's tensors by its parameter map.
 
 Ids. dotformer's ids 0..3 are ``<pad> <s> </s> <unk>`` in every vocabulary; a released model's tokenizer.json keeps
-its own ids shifted by four (:class:`~dotformer.data.pretrained.HFFileTokenizer`: the file's id i is dotformer's
-i + 4). The model's embedding gets four rows in front (:class:`LMVocabulary`): dotformer's PAD, BOS, EOS and UNK rows
-are copies of the released model's pad, BOS, EOS and unknown rows, so that ``[BOS] ids`` reads exactly as the
-released model reads its ``[bos] ids``. The generator gets a bias of
-:data:`~dotformer.export.params.SUPPRESSED_LOGIT` on those four rows and 0 elsewhere: the copies are never produced,
-and the softmax counts each released token once, as the released model does (its log-probabilities, not lower by
-the copies). The pad row is the model's ``pad_token_id``, else its (first) EOS: a model without a pad token pads
-with EOS, as transformers' ``generate`` does; padding is masked, so the row only fills the batch.
+its own ids shifted by four (:class:`~dotformer.data.tokenize.pretrained.HFFileTokenizer`: the file's id i is
+dotformer's i + 4). The model's embedding gets four rows in front (:class:`LMVocabulary`): dotformer's PAD, BOS, EOS and
+UNK rows are copies of the released model's pad, BOS, EOS and unknown rows, so that ``[BOS] ids`` reads exactly as the
+released model reads its ``[bos] ids``. The generator gets a bias of :data:`~dotformer.export.params.SUPPRESSED_LOGIT`
+on those four rows and 0 elsewhere: the copies are never produced, and the softmax counts each released token once, as
+the released model does (its log-probabilities, not lower by the copies). The pad row is the model's ``pad_token_id``,
+else its (first) EOS: a model without a pad token pads with EOS, as transformers' ``generate`` does; padding is masked,
+so the row only fills the batch.
 
 Text rules (:class:`~dotformer.decoding.inputs.TextRules`, saved in the checkpoint's config.json under
 ``"text_rules"``): the families that start every text with BOS (Llama, Mistral, SmolLM, Gemma) get ``add_bos``; GPT-2
@@ -28,9 +28,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from dotformer.checkpoint import save_checkpoint
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import NUM_SPECIAL
-from dotformer.errors import CheckpointError, ConfigError
+from dotformer.data.tokenize.pretrained import HFFileTokenizer, hf_from_str
+from dotformer.data.tokenize.tokenizers import NUM_SPECIAL
+from dotformer.errors import CheckpointError, ConfigError, DataError
+from dotformer.export.outdir import fresh_output_dir
 from dotformer.export.params import SUPPRESSED_LOGIT, EngineNames, join, locate
 from dotformer.imports.common import Copier, TensorReader, TensorSource, read_json_file
 from dotformer.model import Transformer
@@ -114,7 +117,7 @@ class LMVocabulary:
     """A released vocabulary in dotformer's ids.
 
     Attributes:
-        tokenizer: the :class:`~dotformer.data.pretrained.HFFileTokenizer` (the file's ids + 4), saved with the
+        tokenizer: the :class:`~dotformer.data.tokenize.pretrained.HFFileTokenizer` (the file's ids + 4), saved with the
             checkpoint.
         rows: (V + 4,) int64: dotformer id i is the released model's row ``rows[i]``.
         specials: the released ids and the text rules.
@@ -159,7 +162,6 @@ def lm_vocabulary(
         CheckpointError: the tokenizer has more tokens than the model has rows, its first four tokens are dotformer's
             specials (nothing to shift), or a special id is outside the rows.
     """
-    from dotformer.data.pretrained import HFFileTokenizer
 
     size = hf_tokenizer.get_vocab_size(with_added_tokens=True)
     if size > V:
@@ -188,8 +190,6 @@ def read_tokenizer_json(directory: Path) -> Any:
     Raises:
         CheckpointError: no tokenizer.json (a sentencepiece-only directory is named), or not a valid one.
     """
-    from dotformer.data.pretrained import hf_from_str
-    from dotformer.errors import DataError
 
     path = directory / TOKENIZER_FILE
     if not path.is_file():
@@ -332,8 +332,6 @@ def save_lm(
     """Write the imported language model as a dotformer checkpoint (task ``lm``) with its tokenizer and text rules
     (and ``chat``, its chat template with the BOS and EOS strings it reads, under ``info["chat"]``, when it has one:
     ``dotformer serve`` answers ``/v1/chat/completions`` with it)."""
-    from dotformer.checkpoint import save_checkpoint
-    from dotformer.export.outdir import fresh_output_dir
 
     info = {
         "task": "lm",

@@ -30,7 +30,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dotformer.errors import CheckpointError, ConfigError
+from dotformer.config import ModelConfig
+from dotformer.errors import CheckpointError, ConfigError, require_extra
+from dotformer.export.outdir import check_output_dir
+from dotformer.imports.common import TensorSource
+from dotformer.imports.decoder import lm_vocabulary, read_lm, read_tokenizer_json, save_lm
+from dotformer.imports.hf import families
 
 GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}  # general.architecture -> model_type
 PERMUTED = ("llama",)  # architectures whose W_q, W_k rows llama.cpp's converter permutes
@@ -59,7 +64,6 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
     Raises:
         MissingExtraError: the gguf package is not installed. CheckpointError: not a GGUF file.
     """
-    from dotformer.errors import require_extra
 
     gguf = require_extra("gguf", "gguf", "reading GGUF files")
     dequantize = require_extra("gguf", "gguf.quants", "reading GGUF files").dequantize
@@ -193,8 +197,6 @@ def import_gguf(file: str | Path, output: str | Path) -> Path:
         CheckpointError: not a GGUF file, no tokenizer.json beside it, or tensors that do not fit.
         MissingExtraError: the gguf package is not installed.
     """
-    from dotformer.export.outdir import check_output_dir
-    from dotformer.imports.decoder import save_lm
 
     file, output = Path(file), check_output_dir(output)
     model, vocabulary, family = read_gguf_lm(file)
@@ -208,10 +210,6 @@ def read_gguf_lm(file: Path) -> tuple[Any, Any, str]:
     Raises:
         as :func:`import_gguf`.
     """
-    from dotformer.config import ModelConfig
-    from dotformer.imports.common import TensorSource
-    from dotformer.imports.decoder import lm_vocabulary, read_lm, read_tokenizer_json
-    from dotformer.imports.hf import families
 
     meta, tensors = read_gguf(file)
     hf = hf_config(meta, tensors, file)

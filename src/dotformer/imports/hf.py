@@ -16,9 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import NUM_SPECIAL
+from dotformer.data.tokenize.tokenizers import NUM_SPECIAL
 from dotformer.errors import ConfigError
-from dotformer.imports.decoder import LMNames
+from dotformer.export.outdir import check_output_dir
+from dotformer.imports import gemma, gpt2, llama
+from dotformer.imports.bert import import_bert
+from dotformer.imports.common import TensorSource, read_hf_config, read_safetensors
+from dotformer.imports.decoder import LMNames, lm_vocabulary, read_lm, read_tokenizer_json, save_lm
+from dotformer.imports.marian import import_marian
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,6 @@ class Family:
 
 def families() -> dict[str, Family]:
     """``model_type`` -> :class:`Family` of every decoder-only family read."""
-    from dotformer.imports import gemma, gpt2, llama
 
     table = {
         "gpt2": Family(
@@ -97,21 +101,14 @@ def import_hf(directory: str | Path, output: str | Path) -> Path:
         ConfigError: a family or option dotformer cannot represent, or a non-empty ``output``.
         CheckpointError: a file is missing or damaged, only a pickle holds the weights, or tensors do not fit.
     """
-    from dotformer.export.outdir import check_output_dir
-    from dotformer.imports.common import read_hf_config
 
     directory, output = Path(directory), check_output_dir(output)
     hf = read_hf_config(directory)
     family = model_type(hf, directory / "config.json")
     if family == "marian":
-        from dotformer.imports.marian import import_marian
-
         return import_marian(directory, output)
     if family == "bert":
-        from dotformer.imports.bert import import_bert
-
         return import_bert(directory, output)
-    from dotformer.imports.decoder import save_lm
 
     model, vocabulary = read_hf_lm(directory, hf)
     origin = {"format": f"hf-{family}", "path": str(directory.resolve())}
@@ -161,8 +158,6 @@ def read_hf_lm(directory: Path, hf: dict[str, Any]) -> tuple[Any, Any]:
     Raises:
         as :func:`import_hf`.
     """
-    from dotformer.imports.common import TensorSource, read_safetensors
-    from dotformer.imports.decoder import lm_vocabulary, read_lm, read_tokenizer_json
 
     family = families()[model_type(hf, directory / "config.json")]
     config = family.config(hf, str(directory / "config.json"))

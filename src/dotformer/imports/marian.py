@@ -22,7 +22,8 @@ What changes on the way, and why the function stays the same:
   own table gives Marian's positions. LayerNorm does not care about the order of its dimensions.
 * Tokenizers. Each side's sentencepiece model becomes a Hugging Face ``tokenizers`` Unigram model over dotformer's
   ids (the pieces' scores, the spm normaliser's precompiled character map, its whitespace rules), saved with the
-  checkpoint (:class:`dotformer.data.pretrained.HFFileTokenizer`); it segments as ``MarianTokenizer`` does (tested).
+  checkpoint (:class:`dotformer.data.tokenize.pretrained.HFFileTokenizer`); it segments as ``MarianTokenizer`` does
+  (tested).
 
 Refused with one line (:class:`~dotformer.errors.ConfigError` / :class:`~dotformer.errors.CheckpointError`): an
 activation other than ReLU, GELU and SiLU/swish, different encoder/decoder head counts or FFN widths, a
@@ -41,10 +42,14 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from dotformer.checkpoint.format import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE
+from dotformer.checkpoint import save_checkpoint
+from dotformer.checkpoint.format import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE, load_tokenizer_file
 from dotformer.config import ModelConfig
-from dotformer.data.tokenizers import SPECIAL_TOKENS, UNK_ID
+from dotformer.data.tokenize.pretrained import HFFileTokenizer
+from dotformer.data.tokenize.tokenizers import SPECIAL_TOKENS, UNK_ID, Tokenizer
 from dotformer.errors import CheckpointError, ConfigError, MissingDataError
+from dotformer.export.marian import MARIAN_LAYER_NORM_EPS, MARIAN_NAMES, sinusoid_permutation
+from dotformer.export.outdir import check_output_dir, fresh_output_dir
 from dotformer.export.params import SUPPRESSED_LOGIT
 from dotformer.imports.common import (
     Copier,
@@ -199,10 +204,6 @@ def import_marian(directory: str | Path, output: str | Path) -> Path:
         CheckpointError: a file is missing or damaged, only a pickle holds the weights, or tensors do not fit.
         MissingDataError: sentencepiece is not installed.
     """
-    from dotformer.checkpoint import save_checkpoint
-    from dotformer.data.pretrained import HFFileTokenizer
-    from dotformer.data.tokenizers import Tokenizer
-    from dotformer.export.outdir import check_output_dir, fresh_output_dir
 
     directory, output = Path(directory), check_output_dir(output)
     model, src_tokenizer, tgt_tokenizer = read_marian(directory)
@@ -224,7 +225,6 @@ def read_marian(directory: Path) -> tuple[Transformer, Any, Any]:
     Raises:
         as :func:`import_marian`.
     """
-    from dotformer.export.marian import MARIAN_NAMES, sinusoid_permutation
 
     hf = read_hf_config(directory)
     _check_config(hf, directory / "config.json")
@@ -308,7 +308,6 @@ def _tables(source: TensorSource, tgt_side: MarianSide, directory: Path) -> Mari
     Raises:
         CheckpointError: no token embeddings.
     """
-    from dotformer.export.marian import MARIAN_NAMES
 
     names = MARIAN_NAMES
     shared = source.find("shared.weight")
@@ -328,7 +327,6 @@ def _model_config(
     hf: dict[str, Any], src_side: MarianSide, tgt_side: MarianSide, share: bool, tables: MarianTables
 ) -> ModelConfig:
     """The dotformer config of a Marian ``config.json``: post-LN, sinusoidal, Marian's fixed epsilon, biases."""
-    from dotformer.export.marian import MARIAN_LAYER_NORM_EPS
 
     return ModelConfig(
         src_vocab_size=src_side.size,
@@ -387,7 +385,6 @@ def dotformer_export_tokenizers(directory: Path, src_size: int, tgt_size: int) -
     Raises:
         CheckpointError: a tokenizer file is damaged, or its vocabulary size is not the model's.
     """
-    from dotformer.checkpoint.format import load_tokenizer_file
 
     files = (directory / SRC_TOKENIZER_FILE, directory / TGT_TOKENIZER_FILE)
     if (directory / "vocab.json").is_file() or not all(file.is_file() for file in files):

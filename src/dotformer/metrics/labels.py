@@ -56,7 +56,7 @@ class MaskedTokenScore:
 
 
 def masked_token_score(model: Any, batches: Sequence[Any]) -> MaskedTokenScore:
-    """Score ``model`` (encoder-only, generator head) on masked batches (:class:`~dotformer.data.labelled.
+    """Score ``model`` (encoder-only, generator head) on masked batches (:class:`~dotformer.data.batch.labelled.
     LabelledBatch`: masked inputs, the true tokens as labels), in eval mode without gradients."""
     device = next(iter(model.parameters())).device
     masked, correct, nll = 0, 0, 0.0

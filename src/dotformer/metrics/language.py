@@ -22,8 +22,8 @@ from dotformer.errors import DataError
 from dotformer.metrics.decoded import perplexity
 
 if TYPE_CHECKING:
-    from dotformer.data.blocks import TokenStream
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.batch.blocks import TokenStream
+    from dotformer.data.tokenize.tokenizers import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def scored_characters(stream: TokenStream, tokenizer: Tokenizer) -> int:
     Raises:
         DataError: an empty stream.
     """
-    from dotformer.data.tokenizers import EOS_ID
+    from dotformer.data.tokenize.tokenizers import EOS_ID
 
     if len(stream) == 0:
         raise DataError("an empty text has no characters to score")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dotformer.errors import ConfigError
+from dotformer.errors import ConfigError, require_extra
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -44,7 +44,6 @@ def new_figure(width_in: float, height_in: float) -> Figure:
     Raises:
         MissingExtraError: matplotlib is not installed (``pip install "dotformer[plots]"``).
     """
-    from dotformer.errors import require_extra
 
     require_extra("plots", "matplotlib", "drawing plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -73,7 +73,7 @@ def config_curve(path: str | Path, steps: int | None = None, d_model: int | None
         ConfigError: not TOML, an unknown key, or an invalid [train] value. FileNotFoundError: no such file.
     """
     from dotformer.config import PRESETS
-    from dotformer.data.types import NAMED_TASKS
+    from dotformer.data.read.types import NAMED_TASKS
     from dotformer.runs.config_files import read_config_file
     from dotformer.runs.pairs import TASK_PRESETS
     from dotformer.training.config import TrainConfig

@@ -26,7 +26,7 @@ an encoder's weights with ``--init-from CKPT`` (a ``--task mlm`` run's, or an im
 --from bert``): its tokenizer (given to the preparation, so its hash is in the fingerprint) and encoder, a fresh head
 (:func:`dotformer.runs.finetune.read_encoder_init`). The labels are the training split's, sorted; the prepared data's
 report and every checkpoint record them (``config.json["labels"]``). What batching decides is no part of the
-prepared data (:mod:`dotformer.data.labelled`): the block size, a masked language model's unit and its masking,
+prepared data (:mod:`dotformer.data.batch.labelled`): the block size, a masked language model's unit and its masking,
 drawn per (seed, epoch, example), so a resumed run masks exactly as an unbroken one.
 
 In the run directory, ``RUN/data`` holds the reference to the prepared data (data.json), the held-out text
@@ -60,10 +60,10 @@ from dotformer.runs.task import (
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
-    from dotformer.data.labelled import LabelledExamples
-    from dotformer.data.labelled_reader import LabelledTexts
+    from dotformer.data.batch.labelled import LabelledExamples
     from dotformer.data.prepared.text_kind import PreparedText
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.read.labelled_reader import LabelledTexts
+    from dotformer.data.tokenize.tokenizers import Tokenizer
     from dotformer.decoding.classify import LabelScores
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.metrics.labels import LabelScore
@@ -125,7 +125,7 @@ class EncoderTask(Task):
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
         from dotformer.data.prepared.cache import prepared_for
-        from dotformer.data.tokenizer_files import TokenizerPair
+        from dotformer.data.tokenize.tokenizer_files import TokenizerPair
 
         if extend_vocab:
             raise ConfigError("--extend-vocab grows the char/symbol vocabularies of pairs; an encoder keeps its own")
@@ -184,7 +184,7 @@ class EncoderTask(Task):
 
     def examples(self, prepared: Any, data: EncoderDataConfig) -> tuple[LabelledExamples, LabelledExamples, list[str]]:
         """The training and validation examples of the prepared data, and the label names (none for no labels)."""
-        from dotformer.data.labelled import labelled_examples
+        from dotformer.data.batch.labelled import labelled_examples
 
         train = labelled_examples(prepared.splits["train"], data.block_size)
         return train, labelled_examples(prepared.splits["valid"], data.block_size), prepared.labels
@@ -218,7 +218,7 @@ class EncoderTask(Task):
         model reads (:meth:`readable`), or without the packages that compute them (the ``eval`` extra: a warning
         says so; ``--best-metric accuracy`` or ``f1`` checks for them before the run starts).
         """
-        from dotformer.data.labelled_reader import read_saved
+        from dotformer.data.read.labelled_reader import read_saved
 
         if not names:
             return None
@@ -271,7 +271,7 @@ class EncoderTask(Task):
 
     def score(self, loaded: Any, request: EvalRequest) -> EvalReport:
         """Accuracy and macro-F1 of the labels the model gives (:mod:`dotformer.metrics.labels`)."""
-        from dotformer.data.labelled_reader import label_ids
+        from dotformer.data.read.labelled_reader import label_ids
         from dotformer.decoding.classify import check_classifier, checkpoint_labels
         from dotformer.training.progress import count
 
@@ -323,7 +323,7 @@ class MaskedLanguageModelTask(EncoderTask):
     def examples(
         self, prepared: PreparedText, data: EncoderDataConfig
     ) -> tuple[LabelledExamples, LabelledExamples, list[str]]:
-        from dotformer.data.labelled import Masking, masked_examples
+        from dotformer.data.batch.labelled import Masking, masked_examples
 
         tokenizer = prepared.tokenizer
         assert tokenizer.mask_id is not None
@@ -372,7 +372,7 @@ class TagTask(EncoderTask):
     def readable(self, texts: LabelledTexts, tokenizer: Tokenizer, max_len: int) -> LabelledTexts:
         """The validation sentences the model reads whole (a longer one, cut in training, could not have a label
         for each of its words; evaluation refuses it): those are left out of the figures, and counted."""
-        from dotformer.data.words import WordPieces
+        from dotformer.data.tokenize.words import WordPieces
 
         tokens = WordPieces(tokenizer).encode_sentences([text.split() for text in texts.texts]).ids.lengths
         kept = [i for i, n in enumerate(tokens.tolist()) if n + 2 <= max_len]  # + 2: BOS and EOS
@@ -478,7 +478,7 @@ def describe_examples(
 
 def held_out_lines(loaded: LoadedCheckpoint, request: EvalRequest) -> tuple[list[str], str]:
     """The lines a masked language model is scored on, and where they come from."""
-    from dotformer.data.text_corpus import read_text_corpus
+    from dotformer.data.read.text_corpus import read_text_corpus
     from dotformer.runs.text import load_text_split
 
     if request.data is not None:
@@ -490,7 +490,7 @@ def held_out_lines(loaded: LoadedCheckpoint, request: EvalRequest) -> tuple[list
 def evaluate_masked(loaded: LoadedCheckpoint, request: EvalRequest) -> EvalReport:
     """Masked-token accuracy and perplexity (:func:`dotformer.metrics.labels.masked_token_score`): the lines encoded
     as prepared text is, and cut into examples and masked as the run's were (its unit; ``request.seed``)."""
-    from dotformer.data.labelled import LabelledSampler, Masking, encode_texts, masked_examples
+    from dotformer.data.batch.labelled import LabelledSampler, Masking, encode_texts, masked_examples
     from dotformer.metrics.labels import masked_token_score
     from dotformer.training.progress import count
 
@@ -530,7 +530,7 @@ _MASKING_FIELDS = ("task", "block_size", "mlm_unit", "mask_probability")
 def held_out_texts(loaded: LoadedCheckpoint, request: EvalRequest, task: str) -> tuple[LabelledTexts, str]:
     """The labelled texts a classifier or tagger is scored on (a seeded sample of ``limit`` of them), and where; read
     in the form of the checkpoint's data (its data config's task, else ``task``)."""
-    from dotformer.data.labelled_reader import read_labelled, read_saved
+    from dotformer.data.read.labelled_reader import read_labelled, read_saved
 
     saved = loaded.info.get("data") if isinstance(loaded.info.get("data"), dict) else {}
     task = str(saved.get("task", task))

@@ -33,7 +33,7 @@ from dotformer.runs.task import (
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
-    from dotformer.data.corpora import Pair
+    from dotformer.data.read.corpora import Pair
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
@@ -85,7 +85,7 @@ class PairsTask(Task):
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
         from dotformer.data.prepared.cache import prepared_for
-        from dotformer.data.tokenizer_files import TokenizerPair
+        from dotformer.data.tokenize.tokenizer_files import TokenizerPair
         from dotformer.runs.finetune import init_data_config
 
         tokenizers = None
@@ -179,7 +179,7 @@ def read_test_pairs(
             another task), no pairs. ConfigError / MissingDataError: from the reader.
     """
     from dotformer.data.config import READER_FIELDS
-    from dotformer.data.corpora import NAMED_TASKS, Pair, describe_corpus, load_pairs
+    from dotformer.data.read.corpora import NAMED_TASKS, Pair, describe_corpus, load_pairs
     from dotformer.decoding.evaluation import check_same_task, metric_task, unknown_fraction
     from dotformer.decoding.inputs import source_normaliser
     from dotformer.errors import DataError
@@ -213,7 +213,7 @@ def read_run_pairs(loaded: LoadedCheckpoint, split: str) -> tuple[list[Pair], st
     Raises:
         CheckpointError: the checkpoint is not inside a run directory (pass --data). DataError: an empty split.
     """
-    from dotformer.data.splits import load_split
+    from dotformer.data.prepared.splits import load_split
     from dotformer.errors import DataError
 
     path = run_split_file(loaded.path, f"{split}.tsv")
@@ -235,7 +235,7 @@ def checked_init_source(
         CheckpointError: unknown symbols without ``extend_vocab`` (the message names them), or a vocabulary that
             cannot grow (BPE, a tokenizer file).
     """
-    from dotformer.data.pair_splits import read_run_data
+    from dotformer.data.prepared.pair_splits import read_run_data
     from dotformer.runs.finetune import check_known_symbols, extend_vocabulary
 
     splits = read_run_data(data, seed).splits

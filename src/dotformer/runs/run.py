@@ -164,7 +164,7 @@ def train_run(
                     f"was prepared with its own: give the data files instead"
                 )
             section, source = prepared_data
-            task = task_named(source.task)
+            task = task_named(str(section.get("task") or source.task))  # the task asked, of data prepared as its own
             file_sections = dataclasses.replace(file_sections, data={})  # the prepared data's settings, and no other
             flag_sections = dataclasses.replace(flag_sections, data=section)
         if init_from is not None and not task.fine_tunable:
@@ -236,6 +236,7 @@ def _prepare_fresh(
     # every rank: the first to get there prepares the data into the cache, the others wait (no collective call is in
     # flight meanwhile, so a long preparation meets no timeout) and map what it wrote
     progress = train_config.progress and context.is_main
+    data = data if source is not None else task.kind_data(data)  # prepared data holds its kind's inputs already
     prepared, init = task.prepare(data, train_config.seed, init, extend_vocab, progress, source)
     if context.is_main:
         for line in prepared.warnings:  # on standard error with --no-progress too
@@ -328,7 +329,7 @@ def _train(
     import torch
 
     from dotformer.config import ModelConfig
-    from dotformer.data.batching import sampler_for
+    from dotformer.data.batch.batching import sampler_for
     from dotformer.model import Transformer
     from dotformer.training.loop import fit
     from dotformer.training.warmup import peak_flops, steps_per_epoch, warmup_unfinished, warmup_warning
@@ -414,7 +415,8 @@ def prepare_data(
 
     if not section.get("dataset") and "task" not in section:
         raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")
-    data = task_of_section(section).data_config(section, "[data]")
+    task = task_of_section(section)
+    data = task.kind_data(task.data_config(section, "[data]"))
     if out is None:
         return prepared_for(data, seed, **options)
     return prepare(data, seed, out, **options)

@@ -60,8 +60,8 @@ def open_run_data(run_dir: str | Path, data_config: Any = None) -> Prepared:
     """
     from dotformer.data.prepared.cache import prepared_for
     from dotformer.data.prepared.fingerprint import changed_inputs
-    from dotformer.data.textio import read_json
-    from dotformer.data.tokenizer_files import TokenizerPair, load_tokenizer
+    from dotformer.data.read.textio import read_json
+    from dotformer.data.tokenize.tokenizer_files import TokenizerPair, load_tokenizer
 
     run_dir = Path(run_dir)
     data_dir = run_dir / "data"

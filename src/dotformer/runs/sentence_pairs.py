@@ -16,15 +16,12 @@ import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dotformer.data.config import EncoderDataConfig
 from dotformer.errors import DataError, MissingDataError
 from dotformer.runs.encoder import ClassifyTask
-from dotformer.runs.task import EvalReport, EvalRequest, Prepared
-
-if TYPE_CHECKING:
-    from dotformer.runs.finetune import InitSource
+from dotformer.runs.task import EvalReport, EvalRequest
 
 SEPARATOR = " \u241e "  # "␞" (symbol for record separator) between the two texts, spaced as a word
 
@@ -39,21 +36,13 @@ class SentencePairTask(ClassifyTask):
     def data_config(self, section: dict[str, Any], source: str) -> EncoderDataConfig:
         return EncoderDataConfig.from_section({**section, "task": "classify"}, source)  # read as a classifier's
 
-    def prepare(
-        self,
-        data: EncoderDataConfig,
-        seed: int,
-        init: InitSource | None,
-        extend_vocab: bool,
-        progress: bool,
-        source: Any = None,
-    ) -> tuple[Prepared, InitSource | None]:
-        if source is None:
-            files = {
-                role: joined_file(getattr(data, role)) for role in ("dataset", "valid", "test") if getattr(data, role)
-            }
-            data = dataclasses.replace(data, **files)
-        return super().prepare(data, seed, init, extend_vocab, progress, source)
+    @property
+    def data_task(self) -> str:
+        return "classify"  # prepared as a classifier's data
+
+    def kind_data(self, data: EncoderDataConfig) -> EncoderDataConfig:
+        files = {role: joined_file(getattr(data, role)) for role in ("dataset", "valid", "test") if getattr(data, role)}
+        return dataclasses.replace(data, **files)
 
     def score(self, loaded: Any, request: EvalRequest) -> EvalReport:
         if request.data is not None:

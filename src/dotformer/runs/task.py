@@ -36,7 +36,7 @@ from dotformer.errors import CheckpointError, ConfigError, DotformerError
 
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
-    from dotformer.data.tokenizer_files import TokenizerPair
+    from dotformer.data.tokenize.tokenizer_files import TokenizerPair
     from dotformer.decoding.config import DecodeConfig
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.runs.config_files import ConfigSections
@@ -191,6 +191,21 @@ class Task(ABC):
             DataError, MissingDataError, ConfigError: the data cannot be read or does not fit the settings.
             CheckpointError: data the ``init`` checkpoint's vocabulary cannot read.
         """
+
+    @property
+    def data_task(self) -> str:
+        """The task its prepared data records (``dotformer prepare``, ``train --data DIR``): its own name, or the
+        task whose data its kind prepares (a task that reads its inputs as another's)."""
+        return self.name
+
+    def kind_data(self, data: Any) -> Any:
+        """The data config its kind prepares (``dotformer prepare`` and a fresh run): ``data``, or the task's inputs
+        rewritten as the kind reads them.
+
+        Raises:
+            DataError, MissingDataError: inputs that cannot be rewritten.
+        """
+        return data
 
     def save(self, prepared: Prepared, data_dir: Path) -> None:
         """Write the reference to the prepared data, its held-out text and tokenizers to ``RUN/data`` (rank 0)."""

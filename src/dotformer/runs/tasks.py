@@ -22,7 +22,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.data.types import NAMED_TASKS
+from dotformer.data.read.types import NAMED_TASKS
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -92,8 +92,9 @@ def prepared_source(
         return None
     prepared = open_prepared(dataset)
     batch_time = prepared.batch_time_fields.get(prepared.task, ())
-    if section.get("task") not in (None, prepared.task):
-        raise ConfigError(f"{dataset} is prepared for task {prepared.task}, not {section['task']}")
+    asked = section.get("task")
+    if asked is not None and task_named(str(asked)).data_task != prepared.task:
+        raise ConfigError(f"{dataset} is prepared for task {prepared.task}, not {asked}")
     differing = [
         f"{key} = {section[key]!r} (prepared with {prepared.report['data'].get(key)!r})"
         for key in sorted(set(section) - {"dataset", "task", *batch_time})
@@ -106,7 +107,7 @@ def prepared_source(
             f"{'them' if len(differing) > 1 else 'it'} (dotformer prepare)"
         )
     data = dict(prepared.report["data"])
-    data.update({key: section[key] for key in batch_time if key in section})
+    data.update({key: section[key] for key in (*batch_time, "task") if key in section})
     return data, prepared
 
 

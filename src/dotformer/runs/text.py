@@ -5,7 +5,7 @@ a file held out, seeded; one tokenizer learned on a sample of the training text,
 from a file; every line's ids and EOS in one memory-mapped stream per split), the run refers to it
 (:mod:`dotformer.runs.run_data`), and the model is built decoder-only with ``max_len`` = the block size (its
 positions are those it trained on; generation reads at most that many tokens). Batches are contiguous blocks of the
-text (:mod:`dotformer.data.blocks`), cut when batching, so one preparation serves every block size. The defaults
+text (:mod:`dotformer.data.batch.blocks`), cut when batching, so one preparation serves every block size. The defaults
 are the shipped ``lm-bible`` config's ``[model]`` and ``[train]`` (a 128-wide pre-LN model, a constant learning rate
 with a cooldown, no label smoothing, so that the validation loss is the NLL bits per character are computed from).
 
@@ -81,7 +81,7 @@ class LanguageModelTask(Task):
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
         from dotformer.data.prepared.cache import prepared_for
-        from dotformer.data.tokenizer_files import TokenizerPair
+        from dotformer.data.tokenize.tokenizer_files import TokenizerPair
 
         if extend_vocab:
             raise ConfigError(
@@ -105,7 +105,7 @@ class LanguageModelTask(Task):
         return lm_model_config(model_section, prepared.tokenizers.tgt.vocab_size, prepared.data.block_size)
 
     def load(self, run_dir: Path, record: dict[str, Any]) -> Loaded:
-        from dotformer.data.blocks import check_training_stream, prepared_stream
+        from dotformer.data.batch.blocks import check_training_stream, prepared_stream
         from dotformer.runs.run_data import open_run_data
         from dotformer.training.state import TrainData
 
@@ -137,7 +137,7 @@ class LanguageModelTask(Task):
             ConfigError: a ``limit`` below 1. CheckpointError: no run directory and no ``data``. DataError /
                 MissingDataError: an unreadable or empty text.
         """
-        from dotformer.data.text_corpus import read_text_corpus
+        from dotformer.data.read.text_corpus import read_text_corpus
         from dotformer.decoding.inputs import text_rules
         from dotformer.training.progress import count
         from dotformer.training.scoring import score_text
@@ -194,7 +194,7 @@ def lm_model_config(model_section: dict[str, Any], vocab_size: int, block_size: 
 
 def load_text_split(directory: Path, name: str) -> list[str]:
     """The lines of a saved split (empty for a split saved empty)."""
-    from dotformer.data.textio import split_lines
+    from dotformer.data.read.textio import split_lines
 
     return split_lines((directory / f"{name}.txt").read_text(encoding="utf-8"))
 
@@ -203,8 +203,8 @@ def valid_bits_per_character(run_dir: Path, nats_per_token: float | None) -> flo
     """Bits per character of the run's validation text at ``nats_per_token`` (the best validation loss, which is
     the NLL without label smoothing): nats · scored tokens / (scored characters · ln 2)."""
     from dotformer.checkpoint import TGT_TOKENIZER_FILE
-    from dotformer.data.blocks import encode_text
-    from dotformer.data.tokenizer_files import load_tokenizer
+    from dotformer.data.batch.blocks import encode_text
+    from dotformer.data.tokenize.tokenizer_files import load_tokenizer
     from dotformer.metrics.language import LanguageModelScore, scored_characters
 
     if nats_per_token is None:

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from dotformer import checkpoint as ckpt
-from dotformer.data.batching import Batch, PlannedBatches, sampler_for
+from dotformer.data.batch.batching import Batch, PlannedBatches, sampler_for
 from dotformer.errors import ConfigError, TrainingError
 from dotformer.training.adapting import adapt_model
 from dotformer.training.config import TrainConfig

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from dotformer.training.loss import LossSums, label_cross_entropy, label_smoothed_cross_entropy
 
 if TYPE_CHECKING:
-    from dotformer.data.batching import Batch
+    from dotformer.data.batch.batching import Batch
 
 
 class Prediction(NamedTuple):
@@ -88,7 +88,7 @@ class NextToken:
 
 class MaskedTokens:
     """BERT's masked language model: the generator's logits at the masked positions against the tokens that stood
-    there (a :class:`~dotformer.data.labelled.LabelledBatch` whose ``labels`` hold them)."""
+    there (a :class:`~dotformer.data.batch.labelled.LabelledBatch` whose ``labels`` hold them)."""
 
     name = "masked-token"
     scored, unit, perplexity = "masked tokens", "masked tok", True

@@ -25,7 +25,7 @@ from dotformer.training.progress import count
 from dotformer.training.state import Setup, TrainState
 
 if TYPE_CHECKING:
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.tokenize.tokenizers import Tokenizer
 
 FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout")  # ModelConfig fields --init-from may change
 HEAD_FIELDS = ("head", "num_labels", "pooling")  # an encoder fine-tuned for labels takes a fresh head of its own

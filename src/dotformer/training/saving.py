@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from dotformer import __version__
 from dotformer import checkpoint as ckpt
-from dotformer.data.batching import SamplerPosition
+from dotformer.data.batch.batching import SamplerPosition
 from dotformer.training.distributed import DistContext, all_gather_tensor, barrier
 from dotformer.training.state import Setup, TrainState
 
@@ -43,7 +44,6 @@ def save_best(setup: Setup, state: TrainState) -> None:
 
 def checkpoint_info(setup: Setup, state: TrainState) -> dict[str, Any]:
     """The JSON facts of a checkpoint's config.json: the run's info, the recipe, step, epoch, the newest pass."""
-    from dotformer import __version__
 
     return {
         **setup.info,

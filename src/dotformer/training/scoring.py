@@ -22,8 +22,8 @@ from dotformer.training.distributed import DistContext, all_reduce_sum
 from dotformer.training.objective import NEXT_TOKEN
 
 if TYPE_CHECKING:
-    from dotformer.data.batching import Batch
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.batch.batching import Batch
+    from dotformer.data.tokenize.tokenizers import Tokenizer
     from dotformer.decoding.inputs import TextRules
     from dotformer.metrics.language import LanguageModelScore
     from dotformer.model import Transformer
@@ -102,8 +102,8 @@ def score_text(
     (:func:`~dotformer.decoding.inputs.encode_document`).
 
     The stream is cut into blocks of ``block_size`` tokens from its start (and a shorter last one), as evaluation
-    batches it (:class:`~dotformer.data.blocks.BlockSampler`): every token after the first is scored once, with the
-    tokens since the start of its block as context.
+    batches it (:class:`~dotformer.data.batch.blocks.BlockSampler`): every token after the first is scored once, with
+    the tokens since the start of its block as context.
 
     Args:
         model: a decoder-only :class:`Transformer`. lines: the text. tokenizer: the model's.
@@ -116,7 +116,7 @@ def score_text(
     Raises:
         ConfigError: the model is not decoder-only, or a bad block size. DataError: fewer than 2 tokens.
     """
-    from dotformer.data.blocks import BlockSampler, encode_text
+    from dotformer.data.batch.blocks import BlockSampler, encode_text
     from dotformer.metrics.language import LanguageModelScore, scored_characters
 
     if model.config.arch != "decoder-only":

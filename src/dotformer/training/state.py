@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from dotformer.data.arrays import PairArrays
-from dotformer.data.batching import Batch, EncodedPair
-from dotformer.data.blocks import TokenStream
-from dotformer.data.labelled import LabelledExamples
-from dotformer.data.tokenizers import Tokenizer
+from dotformer.data.batch.batching import Batch, EncodedPair
+from dotformer.data.batch.blocks import TokenStream
+from dotformer.data.batch.labelled import LabelledExamples
+from dotformer.data.prepared.arrays import PairArrays
+from dotformer.data.tokenize.tokenizers import Tokenizer
 from dotformer.training.best_metrics import DECODING_METRICS, ValidFigures
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext
@@ -27,7 +27,7 @@ from dotformer.training.step import StepRecipe
 from dotformer.training.stream import BatchStream
 
 if TYPE_CHECKING:
-    from dotformer.data.corpora import Pair
+    from dotformer.data.read.corpora import Pair
     from dotformer.training.scoring import EvalResult
 
 
@@ -37,9 +37,9 @@ class TrainData:
 
     Attributes:
         train: the training pairs as arrays (a split of :class:`~dotformer.data.prepared.PreparedPairs`, memory-
-            mapped; or a list of ``dotformer.data.batching.encode_pairs``), a language model's text
-            (:class:`~dotformer.data.blocks.TokenStream`: batched in contiguous blocks), or an encoder's examples
-            (:class:`~dotformer.data.labelled.LabelledExamples`, views of prepared arrays).
+            mapped; or a list of ``dotformer.data.batch.batching.encode_pairs``), a language model's text
+            (:class:`~dotformer.data.batch.blocks.TokenStream`: batched in contiguous blocks), or an encoder's examples
+            (:class:`~dotformer.data.batch.labelled.LabelledExamples`, views of prepared arrays).
         valid: the validation pairs, or text (may be empty: no validation).
         src_tokenizer, tgt_tokenizer: saved with every checkpoint.
         valid_pairs: the validation pairs as text, for a decoding ``best_metric`` (None: rebuilt from ``valid``

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from dotformer.data.batching import Batch
+from dotformer.data.batch.batching import Batch
 from dotformer.errors import TrainingError
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext, all_reduce_sum
@@ -91,7 +91,7 @@ def train_step(
             and language models ``model(src, tgt_in, packed=recipe.packed)``).
         optimizer: from :func:`dotformer.training.optim.build_optimizer`.
         batches: the micro-batches of this step on this rank (pairs and blocks: src (B, S), tgt_in (B, T), tgt_out
-            (B, T) int64; an encoder's: :class:`~dotformer.data.labelled.LabelledBatch`), each with the number of
+            (B, T) int64; an encoder's: :class:`~dotformer.data.batch.labelled.LabelledBatch`), each with the number of
             positions it scores (``num_tgt_tokens``).
         recipe: the objective, label smoothing, clip norm, PAD id, packing, precision and the distributed context.
 

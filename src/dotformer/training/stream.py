@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dotformer.data.batching import Batch, BatchPlan
+from dotformer.data.batch.batching import Batch, BatchPlan
 from dotformer.errors import TrainingError
 
 
@@ -20,10 +20,11 @@ class BatchStream:
 
     Saving the position and starting a new stream there resumes the data order exactly (the sampler's batches are a
     pure function of (seed, epoch)). An epoch's order is held as index arrays (the sampler's
-    :class:`~dotformer.data.batching.BatchPlan`), and batches are collated as they are taken (``sampler.make_batch``).
+    :class:`~dotformer.data.batch.batching.BatchPlan`), and batches are collated as they are taken
+    (``sampler.make_batch``).
 
     Args:
-        sampler: a :class:`dotformer.data.batching.BatchSampler` of world size 1 (the global order).
+        sampler: a :class:`dotformer.data.batch.batching.BatchSampler` of world size 1 (the global order).
         epoch, index: the position of the next batch.
         max_epochs: the epoch budget (None: none).
         rank, world_size: this process's place among the ranks that share each step.

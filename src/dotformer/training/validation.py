@@ -11,7 +11,9 @@ import math
 import time
 from typing import TYPE_CHECKING
 
+from dotformer.data.read.corpora import Pair
 from dotformer.errors import ConfigError
+from dotformer.metrics.language import LanguageModelScore, scored_characters
 from dotformer.training.best_metrics import DECODING_METRICS, LABEL_METRICS, check_offered
 from dotformer.training.config import TrainConfig
 from dotformer.training.logging import MetricsLog
@@ -22,7 +24,7 @@ from dotformer.training.selection import decode_sample, select_best, validation_
 from dotformer.training.state import Setup, TrainState
 
 if TYPE_CHECKING:
-    from dotformer.data.corpora import Pair
+    from dotformer.data.read.corpora import Pair
     from dotformer.training.scoring import EvalResult
     from dotformer.training.state import TrainData
 
@@ -86,7 +88,6 @@ def language_figures(setup: Setup, result: EvalResult) -> dict[str, float]:
     """A language model's figures of a validation pass: bits per token and bits per character of the validation text
     (:mod:`dotformer.metrics.language`, from the pass's NLL); empty for examples that are no running text (their
     sampler's ``reads_text``), or a text of unknown length."""
-    from dotformer.metrics.language import LanguageModelScore, scored_characters
 
     valid = setup.data.valid
     if not setup.stream.sampler.reads_text or not valid.characters or not math.isfinite(result.nll):
@@ -114,8 +115,6 @@ def pairs_to_decode(data: TrainData, config: TrainConfig) -> list[Pair]:
         return []
     pairs = data.valid_pairs
     if pairs is None:
-        from dotformer.data.corpora import Pair
-
         src, tgt = data.src_tokenizer, data.tgt_tokenizer
         pairs = [Pair(src.decode(e.src), tgt.decode(e.tgt)) for e in data.valid]
     return decode_sample(pairs, c.valid_decode_limit, c.seed)

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dotformer.data.read.bible import find_modules, resolve_module, sword_libraries
 from dotformer.errors import DotformerError
 
 if TYPE_CHECKING:
     from dotformer.data.config import DataConfig, EncoderDataConfig, LMDataConfig
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.tokenize.tokenizers import Tokenizer
 
 HASH_CHUNK_BYTES = 1 << 20  # a file is hashed 1 MiB at a time
 FINGERPRINT_CHARS = 24  # hex characters of a fingerprint (96 bits)
@@ -99,7 +100,7 @@ def fingerprint(settings: dict[str, Any], inputs: Sequence[InputFile]) -> str:
 
 
 def tokenizer_digest(tokenizer: Tokenizer) -> str:
-    """A hash of a tokenizer's saved form (:meth:`~dotformer.data.tokenizers.Tokenizer.to_dict`)."""
+    """A hash of a tokenizer's saved form (:meth:`~dotformer.data.tokenize.tokenizers.Tokenizer.to_dict`)."""
     return json_digest(tokenizer.to_dict(), 32)
 
 
@@ -157,7 +158,6 @@ def _cmudict_files() -> list[Path]:
 
 
 def _bible_files(modules: list[str], sword_path: str | None) -> list[Path]:
-    from dotformer.data.bible import find_modules, resolve_module, sword_libraries
 
     try:
         libraries = sword_libraries(sword_path)

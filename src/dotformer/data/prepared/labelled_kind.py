@@ -3,7 +3,7 @@ from the training split, one tokenizer learned on a sample, every text encoded i
 with its labels (the ``labelled`` kind of :mod:`dotformer.data.prepared`).
 
 The passes are the skeleton's (:mod:`dotformer.data.prepared.skeleton`), over a
-:class:`~dotformer.data.labelled_reader.LabelledReader` (a file streamed a block at a time; the Bible's verses with
+:class:`~dotformer.data.read.labelled_reader.LabelledReader` (a file streamed a block at a time; the Bible's verses with
 their genres), holding a chunk at a time, never the corpus:
 
 1. **count**: the texts, and the Bible's books; the split is dealt as a language model's text is
@@ -16,8 +16,8 @@ their genres), holding a chunk at a time, never the corpus:
 3. **sample** (only when a tokenizer is learned): as a text's;
 4. **encode**: each text's ids (no BOS/EOS: batching adds them, and cuts a text to the block size then), and its
    label id (``SPLIT.labels.npy``) or a label per token aligned with its ids (``SPLIT.tags``: each word's label on
-   its first real token, or on every one, :mod:`dotformer.data.words`; -100 elsewhere); the valid and test texts
-   are written beside them as ``TEXT<TAB>LABEL`` (``WORDS<TAB>LABELS``) lines, what ``evaluate`` scores.
+   its first real token, or on every one, :mod:`dotformer.data.tokenize.words`; -100 elsewhere); the valid and test
+   texts are written beside them as ``TEXT<TAB>LABEL`` (``WORDS<TAB>LABELS``) lines, what ``evaluate`` scores.
 
 No torch here.
 """
@@ -27,26 +27,16 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dotformer.data.arrays import LabelledArrays, load_array, token_dtype
 from dotformer.data.config import EncoderDataConfig
-from dotformer.data.labelled_reader import (
-    LabelledReader,
-    LabelledText,
-    LabelledTexts,
-    label_vocabulary,
-    labelled_line,
-    labels_of,
-    read_labelled,
-    read_saved,
-    unknown_label,
-)
-from dotformer.data.prepared.fingerprint import InputFile, text_inputs
+from dotformer.data.prepared.arrays import LabelledArrays, load_array, token_dtype
+from dotformer.data.prepared.fingerprint import InputFile, describe_inputs, text_inputs
 from dotformer.data.prepared.layout import REPORT_FILE, UNUSED, PreparedData, SplitName, labels_file
 from dotformer.data.prepared.skeleton import (
     DataKind,
@@ -58,11 +48,23 @@ from dotformer.data.prepared.skeleton import (
     text_tokenizer,
     tokenizer_report,
 )
+from dotformer.data.prepared.splits import SPLIT_NAMES, TEST, TRAIN, VALID
 from dotformer.data.prepared.writing import SplitWriters
-from dotformer.data.splits import SPLIT_NAMES, TEST, TRAIN, VALID
-from dotformer.data.tokenizer_files import TokenizerPair
-from dotformer.data.tokenizers import UNK_ID, EncodedChunk, Tokenizer
-from dotformer.data.words import WordPieces, token_labels
+from dotformer.data.read.labelled_reader import (
+    GENRES_FILE,
+    LabelledReader,
+    LabelledText,
+    LabelledTexts,
+    label_vocabulary,
+    labelled_line,
+    labels_of,
+    read_labelled,
+    read_saved,
+    unknown_label,
+)
+from dotformer.data.tokenize.tokenizer_files import TokenizerPair
+from dotformer.data.tokenize.tokenizers import UNK_ID, EncodedChunk, Tokenizer
+from dotformer.data.tokenize.words import WordPieces, token_labels
 from dotformer.errors import ConfigError, DataError
 
 LABEL_DTYPE = np.dtype(np.int16)  # a label id (and -100, no label) of up to 32,767 labels; int32 beyond
@@ -80,7 +82,7 @@ class PreparedLabelled(PreparedData):
         directory: the prepared directory.
         report: ``prepared.json``.
         tokenizer: the one tokenizer.
-        splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.arrays.LabelledArrays`.
+        splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.prepared.arrays.LabelledArrays`.
     """
 
     batch_time_fields = BATCH_TIME_FIELDS
@@ -140,11 +142,6 @@ class LabelledKind(DataKind):
         inputs = text_inputs(self.config)
         config = self.config
         if config.task == "classify" and (config.dataset == "bible" or config.dataset.startswith("bible:")):
-            from importlib import resources
-
-            from dotformer.data.labelled_reader import GENRES_FILE
-            from dotformer.data.prepared.fingerprint import describe_inputs
-
             inputs += describe_inputs([Path(str(resources.files("dotformer.data").joinpath(GENRES_FILE)))])
         return inputs
 

@@ -15,7 +15,8 @@ model) and ``labelled`` (a classifier, a tagger)::
     DIR/split.npy            (N,) uint8, the split of every example of the training source, in its order: 0 train,
                              1 valid, 2 test, 255 unused (cut by a limit); with the source and the options it gives
                              the split back exactly
-    DIR/{train,valid,test}.{src,tgt}.bin/.idx    pairs: the token ids of each side (:mod:`dotformer.data.arrays`)
+    DIR/{train,valid,test}.{src,tgt}.bin/.idx    pairs: the token ids of each side
+                                                 (:mod:`dotformer.data.prepared.arrays`)
     DIR/{train,valid,test}.text.bin/.idx         text: one row per line, its ids and EOS (the flat ids are the
                                                  stream); labelled: one row per text, its ids
     DIR/{train,valid,test}.labels.npy            classify: (N,) int16 (int32 beyond 32,767 labels), each text's
@@ -44,9 +45,10 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from dotformer.data.arrays import load_array
-from dotformer.data.splits import TRAIN
-from dotformer.data.textio import read_json, split_lines
+from dotformer.data.prepared.arrays import load_array
+from dotformer.data.prepared.fingerprint import changed_inputs
+from dotformer.data.prepared.splits import TRAIN
+from dotformer.data.read.textio import read_json, split_lines
 from dotformer.errors import DataError
 
 FORMAT_VERSION = 1
@@ -122,7 +124,6 @@ class PreparedData:
 
     def _check_inputs(self) -> None:
         """Raise DataError when an input file changed since the data was prepared (its text would not match)."""
-        from dotformer.data.prepared.fingerprint import changed_inputs
 
         changed = changed_inputs(self.report.get("inputs", []))
         if changed:

@@ -14,16 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from dotformer.data.arrays import PairArrays, token_dtype
 from dotformer.data.config import DataConfig
-from dotformer.data.corpora import NAMED_TASKS, describe_corpus, describe_report, load_pairs, open_pairs
+from dotformer.data.prepared.arrays import PairArrays, token_dtype
 from dotformer.data.prepared.fingerprint import InputFile, pair_inputs, tokenizer_digest
 from dotformer.data.prepared.layout import REPORT_FILE, PreparedData, SplitName
+from dotformer.data.prepared.pair_splits import check_named_task, make_tokenizers
 from dotformer.data.prepared.skeleton import (
     DataKind,
     Reading,
     SampleFile,
-    book_ids,
     chunks,
     deal,
     sample_mask,
@@ -32,10 +31,12 @@ from dotformer.data.prepared.skeleton import (
     tokenizer_report,
     with_unused,
 )
+from dotformer.data.prepared.splits import SPLIT_NAMES, TEST, TRAIN, VALID
 from dotformer.data.prepared.writing import SplitWriters
-from dotformer.data.splits import SPLIT_NAMES, TEST, TRAIN, VALID
-from dotformer.data.tokenizer_files import TokenizerPair
-from dotformer.data.types import Corpus, Pair
+from dotformer.data.read.bible import book_ids
+from dotformer.data.read.corpora import NAMED_TASKS, describe_corpus, describe_report, load_pairs, open_pairs
+from dotformer.data.read.types import Corpus, Pair
+from dotformer.data.tokenize.tokenizer_files import TokenizerPair
 from dotformer.errors import ConfigError, DataError
 
 _NOT_READ = ("hf_cache_dir",)  # a field of pairs that does not change the data (where datasets caches a download)
@@ -49,8 +50,8 @@ class PreparedPairs(PreparedData):
         directory: the prepared directory.
         report: ``prepared.json``.
         tokenizers: the source and target tokenizers (one object when the vocabulary is shared).
-        splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.arrays.PairArrays` (a split with no
-            pairs has empty arrays).
+        splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.prepared.arrays.PairArrays` (a split
+            with no pairs has empty arrays).
     """
 
     directory: Path
@@ -92,7 +93,6 @@ class PreparedPairs(PreparedData):
         Raises:
             DataError: the source changed since it was prepared.
         """
-        from dotformer.data.corpora import open_pairs
 
         self._check_inputs()
         config = self.data_config
@@ -100,7 +100,7 @@ class PreparedPairs(PreparedData):
 
 
 class PairsKind(DataKind):
-    """Pairs of texts: read in passes from a corpus (:func:`~dotformer.data.corpora.open_pairs`), split at random
+    """Pairs of texts: read in passes from a corpus (:func:`~dotformer.data.read.corpora.open_pairs`), split at random
     (seeded, group-disjoint) or by given valid/test files, a source and a target tokenizer.
 
     Args:
@@ -133,7 +133,6 @@ class PairsKind(DataKind):
 
     def check(self) -> None:
         """Raise ConfigError when ``config.task`` contradicts a named corpus."""
-        from dotformer.data.pair_splits import check_named_task
 
         check_named_task(self.config)
 
@@ -147,7 +146,7 @@ class PairsKind(DataKind):
         given: dict[str, Corpus] = {}
         info: dict[str, Any] = {"random": config.valid is None}
         if config.valid is None and config.test is None:
-            test_groups = book_ids(config.test_books) if config.test_books and config.dataset == "bible" else None
+            test_groups = book_ids(list(config.test_books)) if config.test_books and config.dataset == "bible" else None
             split = deal(scan, seed, config.valid_fraction, config.test_fraction, test_groups or config.test_books,
                           reader.keep_groups_together, reader.name)  # fmt: skip
             counts = [int((split == code).sum()) for code in (TRAIN, VALID, TEST)]
@@ -194,7 +193,6 @@ class PairsKind(DataKind):
     ) -> tuple[TokenizerPair, dict[str, Any]]:
         """The tokenizers: given, read from files, or learned on a sample of the training pairs (written to a file
         of ``directory`` for the time it takes)."""
-        from dotformer.data.pair_splits import make_tokenizers
 
         if isinstance(given, TokenizerPair):
             return given, {"given": True, "line": "tokenizers: given (those of the checkpoint fine-tuned)"}

@@ -4,15 +4,15 @@ files and settings: the fingerprint) and prepares it in one order, the kind supp
 1. **check** the settings (:meth:`DataKind.check`);
 2. **read**: count the examples the training source keeps, every drop counted, and their group keys (a g2p file's
    words, the Bible's books, a text's pieces of 100 lines); the split is then dealt by
-   :func:`~dotformer.data.splits.assign_splits` (given valid/test files are read whole: they are small)
+   :func:`~dotformer.data.prepared.splits.assign_splits` (given valid/test files are read whole: they are small)
    (:meth:`DataKind.read`);
 3. **tokenizers** (only when one is learned): the texts of at most ``sample_lines`` training examples, drawn with a
    fixed seed (all of them when there are fewer; as sentencepiece's ``input_sentence_size``), written to a file that
    the tokenizers learn from (read again per side, never held as strings); the report says how many of how many
    (:meth:`DataKind.tokenizers`);
 4. **encode**: chunks of ``chunk`` examples through the tokenizers' batch encoders
-   (:meth:`~dotformer.data.tokenizers.Tokenizer.encode_arrays`: BPE on every core, characters through numpy), written
-   straight to each split's arrays; the valid and test text is written beside them (:meth:`DataKind.encode`);
+   (:meth:`~dotformer.data.tokenize.tokenizers.Tokenizer.encode_arrays`: BPE on every core, characters through numpy),
+   written straight to each split's arrays; the valid and test text is written beside them (:meth:`DataKind.encode`);
 5. **report** and **finish**: ``prepared.json`` written last (:meth:`DataKind.report`, :func:`finish`).
 
 Everything is written into a partial directory beside the target, renamed to it at the end (a crash leaves no
@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dotformer.data.arrays import save_array
+from dotformer.data.prepared.arrays import open_ragged, save_array
 from dotformer.data.prepared.fingerprint import InputFile, fingerprint, tokenizer_digest
 from dotformer.data.prepared.layout import (
     FORMAT_VERSION,
@@ -43,12 +43,14 @@ from dotformer.data.prepared.layout import (
     UNUSED,
     PreparedData,
     array_stem,
+    read_report,
 )
+from dotformer.data.prepared.splits import SPLIT_NAMES, TRAIN, VALID, GroupIndex, assign_splits
 from dotformer.data.prepared.writing import writing_directory
-from dotformer.data.splits import SPLIT_NAMES, TRAIN, VALID, GroupIndex, assign_splits
-from dotformer.data.tokenizer_files import TokenizerPair
-from dotformer.data.tokenizers import Tokenizer
-from dotformer.data.types import Pair
+from dotformer.data.read.bible import book_ids
+from dotformer.data.read.types import Pair
+from dotformer.data.tokenize.tokenizer_files import TokenizerPair, load_tokenizer, read_tokenizer_file, train_tokenizer
+from dotformer.data.tokenize.tokenizers import Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 DEFAULT_SAMPLE_LINES = 1_000_000  # training examples a tokenizer learns from at most
@@ -169,7 +171,7 @@ class DataKind(ABC):
                 fixed).
             directory: where the prepared data goes (:mod:`~dotformer.data.prepared.layout` gives the layout).
             tokenizers: use these instead of learning or reading tokenizers (fine-tuning a checkpoint): a
-                :class:`~dotformer.data.tokenizer_files.TokenizerPair` for pairs, one tokenizer for the others.
+                :class:`~dotformer.data.tokenize.tokenizer_files.TokenizerPair` for pairs, one tokenizer for the others.
             sample_lines: at most this many training examples teach the tokenizers.
             chunk: examples encoded at a time (memory is bounded by a chunk).
             inputs: the input files described already (:meth:`inputs`; None: described here, each file hashed).
@@ -263,9 +265,6 @@ class DataKind(ABC):
             DataError: a damaged directory: an array missing, of another length than the report says, or holding a
                 token id outside its tokenizer's vocabulary (the file named).
         """
-        from dotformer.data.arrays import open_ragged
-        from dotformer.data.prepared.layout import read_report
-        from dotformer.data.tokenizer_files import load_tokenizer
 
         directory = Path(directory)
         report = read_report(directory)
@@ -320,7 +319,7 @@ def scan_source(reader: Any, limit: int | None) -> Scan:
                 keys = []
     used = count if limit is None else min(limit, count)
     report = dict(reader.report)
-    if limit is not None and limit < count:  # as dotformer.data.types.apply_limit records it
+    if limit is not None and limit < count:  # as dotformer.data.read.types.apply_limit records it
         report.update(limit=limit, pairs_before_limit=count, pairs=limit)
     if index is None:
         return Scan(count, used, None, [], report)
@@ -332,7 +331,7 @@ def deal(
     scan: Scan, seed: int, valid_fraction: float, test_fraction: float, test_groups: Sequence[str] | None,
     together: bool, name: str,
 ) -> np.ndarray:  # fmt: skip
-    """The split of the used examples: :func:`~dotformer.data.splits.assign_splits`."""
+    """The split of the used examples: :func:`~dotformer.data.prepared.splits.assign_splits`."""
     return assign_splits(scan.used, seed, valid_fraction, test_fraction, scan.group_of, scan.group_names,
                          test_groups, together, name)  # fmt: skip
 
@@ -364,7 +363,6 @@ def text_tokenizer(
     Raises:
         DataError: a masked language model's tokenizer without a mask token.
     """
-    from dotformer.data.tokenizer_files import read_tokenizer_file, train_tokenizer
 
     mask = masked
     if given is not None:
@@ -441,12 +439,6 @@ def text_books(source: Any, books: Sequence[str] | None) -> list[str]:
     if not source.is_bible:
         raise ConfigError(f"test books hold out Bible books; {source.name} is not a Bible (use --test FILE)")
     return book_ids(books)
-
-
-def book_ids(books: Sequence[str]) -> list[str]:
-    from dotformer.data.bible import book_ids
-
-    return book_ids(list(books))
 
 
 # --- checks, the report -------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ a mask token (in the fingerprint).
 
 An imported model's text (``text_form = "document"``, set by ``train --task lm --init-from IMPORTED``) is read as
 its released tokenizer reads a file: each split's lines, every one ending in ``"\\n"``, encoded as one document (a
-chunk of lines at a time: :meth:`~dotformer.data.tokenizers.Tokenizer.encode_document`), so a line end is the
+chunk of lines at a time: :meth:`~dotformer.data.tokenize.tokenizers.Tokenizer.encode_document`), so a line end is the
 tokenizer's own newline piece, never dotformer's EOS (a row an imported model holds down); and, where its family
 starts a text with BOS (``add_bos``), BOS once at the start of each split's text: BOS per document, as continued
 pretraining does (HF's ``run_clm``, litgpt) and as ``evaluate --task lm`` scores a file, not per training block (a
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from dotformer.data.arrays import RaggedArray, token_dtype
 from dotformer.data.config import LM_TASK, EncoderDataConfig, LMDataConfig
+from dotformer.data.prepared.arrays import RaggedArray, token_dtype
 from dotformer.data.prepared.fingerprint import InputFile, text_inputs
 from dotformer.data.prepared.layout import REPORT_FILE, UNUSED, PreparedData, SplitName
 from dotformer.data.prepared.skeleton import (
@@ -40,11 +40,11 @@ from dotformer.data.prepared.skeleton import (
     text_tokenizer,
     tokenizer_report,
 )
+from dotformer.data.prepared.splits import SPLIT_NAMES, TRAIN
 from dotformer.data.prepared.writing import SplitWriters
-from dotformer.data.splits import SPLIT_NAMES, TRAIN
-from dotformer.data.text_corpus import TextReader, pieces
-from dotformer.data.tokenizer_files import TokenizerPair
-from dotformer.data.tokenizers import MASK_TOKEN, UNK_ID, Tokenizer
+from dotformer.data.read.text_corpus import TextReader, pieces, read_file_text
+from dotformer.data.tokenize.tokenizer_files import TokenizerPair
+from dotformer.data.tokenize.tokenizers import MASK_TOKEN, UNK_ID, Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 # a task's data config fields decided when batching, so no part of its prepared data: a language model's block size,
@@ -61,9 +61,9 @@ class PreparedText(PreparedData):
         directory: the prepared directory.
         report: ``prepared.json``.
         tokenizer: the one tokenizer.
-        splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.arrays.RaggedArray` whose rows are
-            the lines (ids, then EOS; a document's: the pieces that start in the line, BOS first when its family adds
-            one); its ``ids`` are the split's token stream.
+        splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.prepared.arrays.RaggedArray` whose rows
+            are the lines (ids, then EOS; a document's: the pieces that start in the line, BOS first when its family
+            adds one); its ``ids`` are the split's token stream.
     """
 
     held_out_suffix = "txt"
@@ -114,7 +114,6 @@ class PreparedText(PreparedData):
         Raises:
             DataError: the text changed since it was prepared.
         """
-        from dotformer.data.text_corpus import TextReader
 
         self._check_inputs()
         config = self.data_config
@@ -122,9 +121,9 @@ class PreparedText(PreparedData):
 
 
 class TextKind(DataKind):
-    """Running text: read in passes (:class:`~dotformer.data.text_corpus.TextReader`: a file, or the Bible's verses),
-    whole groups (Bible books, or pieces of 100 lines) held out with the seed, or given files; ``limit`` keeps the
-    first lines of the training split.
+    """Running text: read in passes (:class:`~dotformer.data.read.text_corpus.TextReader`: a file, or the Bible's
+    verses), whole groups (Bible books, or pieces of 100 lines) held out with the seed, or given files; ``limit`` keeps
+    the first lines of the training split.
 
     Args:
         config: the text, held-out files, tokenizer settings (what is decided when batching is not used: the block
@@ -160,7 +159,6 @@ class TextKind(DataKind):
         return settings
 
     def read(self, seed: int) -> Reading:
-        from dotformer.data.text_corpus import read_file_text
 
         config = self.config
         source = TextReader(config.dataset, config.sword_path)

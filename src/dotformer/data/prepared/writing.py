@@ -15,10 +15,10 @@ from typing import Any, Protocol, TextIO
 
 import numpy as np
 
-from dotformer.data.arrays import RaggedWriter, save_array
+from dotformer.data.prepared.arrays import RaggedWriter, save_array
 from dotformer.data.prepared.layout import array_stem, labels_file
-from dotformer.data.splits import SPLIT_NAMES
-from dotformer.data.tokenizers import EncodedChunk
+from dotformer.data.prepared.splits import SPLIT_NAMES
+from dotformer.data.tokenize.tokenizers import EncodedChunk
 from dotformer.errors import ConfigError
 
 

@@ -19,7 +19,7 @@ token      one label id per position, :data:`IGNORE_LABEL`     (B, S): the label
 label per example or a label per token beside. What batching decides is applied here, so one preparation serves every
 choice: the block size (a text longer than an example holds is cut there, as BERT truncates, and counted; a masked
 language model's line is cut into pieces instead), a masked language model's unit (lines, or blocks of the running
-text) and its masking. :class:`LabelledSampler` is a :class:`~dotformer.data.batching.BatchSampler` (token-budget
+text) and its masking. :class:`LabelledSampler` is a :class:`~dotformer.data.batch.batching.BatchSampler` (token-budget
 batches planned from the lengths, length-bucketed, a (seed, epoch)-pure order, shards, resume) that collates
 :class:`LabelledBatch` es, reading only the rows of the batch.
 
@@ -42,14 +42,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dotformer.data.arrays import LabelledArrays, RaggedArray
-from dotformer.data.batching import BatchPlan, BatchSampler, gather
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID, Tokenizer
-from dotformer.data.words import IGNORE_LABEL
+from dotformer.data.batch.batching import BatchPlan, BatchSampler, gather
+from dotformer.data.prepared.arrays import LabelledArrays, RaggedArray
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID, Tokenizer
+from dotformer.data.tokenize.words import IGNORE_LABEL
 from dotformer.errors import ConfigError, DataError
 
 LabelKind = Literal["masked", "sequence", "token"]
-MLM_UNITS = ("lines", "blocks")
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ class Masking:
     """BERT's masking recipe (module docstring).
 
     Attributes:
-        mask_id: the mask token's id (:attr:`~dotformer.data.tokenizers.Tokenizer.mask_id`).
+        mask_id: the mask token's id (:attr:`~dotformer.data.tokenize.tokenizers.Tokenizer.mask_id`).
         vocab_size: V; random replacements are drawn from ids 4 .. V - 1.
         probability: share of the real tokens chosen (0.15).
         mask_share: share of the chosen replaced by the mask token (0.8).
@@ -314,7 +313,7 @@ def collate_labelled(
 
 
 class LabelledSampler(BatchSampler):
-    """Token-budget batches of an encoder's examples: :class:`~dotformer.data.batching.BatchSampler`'s plan from
+    """Token-budget batches of an encoder's examples: :class:`~dotformer.data.batch.batching.BatchSampler`'s plan from
     the lengths, order, shards and resume, collated as :class:`LabelledBatch` es (masked anew each epoch for the
     masked kind).
 

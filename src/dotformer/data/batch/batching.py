@@ -7,9 +7,9 @@ tokens, where an example's length is the longer of its source (+EOS) and target 
 B·L <= ``max_tokens``. Examples are shuffled, cut into large chunks, sorted by length within each chunk (so
 neighbours have similar lengths and little padding), packed greedily, and the batches are shuffled.
 
-The sampler reads only the lengths (a :class:`~dotformer.data.arrays.PairArrays` of mapped token arrays, or a list
-of :class:`EncodedPair` made into arrays in memory); an epoch's order is a :class:`BatchPlan` of index arrays, and a
-batch is collated when it is taken, reading only its own rows (:func:`collate_rows`). The padding of an epoch is
+The sampler reads only the lengths (a :class:`~dotformer.data.prepared.arrays.PairArrays` of mapped token arrays, or a
+list of :class:`EncodedPair` made into arrays in memory); an epoch's order is a :class:`BatchPlan` of index arrays, and
+a batch is collated when it is taken, reading only its own rows (:func:`collate_rows`). The padding of an epoch is
 counted from the lengths (:meth:`BatchSampler.padding_fraction`), without collating it.
 
 Shape legend (see :mod:`dotformer.attention`): B batch, S source length, T target length. Tensors are right-padded
@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dotformer.data.arrays import PairArrays, RaggedArray
-from dotformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from dotformer.data.types import Pair
+from dotformer.data.prepared.arrays import PairArrays, RaggedArray
+from dotformer.data.read.types import Pair
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 
@@ -45,7 +45,8 @@ class EncodedPair(NamedTuple):
 
 class Examples(Protocol):
     """What a :class:`BatchSampler` plans batches of: N examples and the padded length each needs (an encoder's
-    :class:`~dotformer.data.labelled.LabelledExamples`; pairs are :class:`~dotformer.data.arrays.PairArrays`)."""
+    :class:`~dotformer.data.batch.labelled.LabelledExamples`; pairs are
+    :class:`~dotformer.data.prepared.arrays.PairArrays`)."""
 
     def __len__(self) -> int: ...
 
@@ -261,7 +262,7 @@ def pack(lengths: np.ndarray, max_tokens: int) -> np.ndarray:
 
 def check_sampler_arguments(max_tokens: int, seed: int, rank: int, world_size: int, remainder: str) -> None:
     """The arguments every sampler of batches takes (:class:`BatchSampler`, and the language model's
-    :class:`~dotformer.data.blocks.BlockSampler`): a positive token budget, a non-negative seed, this process's
+    :class:`~dotformer.data.batch.blocks.BlockSampler`): a positive token budget, a non-negative seed, this process's
     shard ``0 <= rank < world_size``, and what becomes of the batches left over (``"pad"`` or ``"drop"``).
 
     Raises:

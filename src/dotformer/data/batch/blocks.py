@@ -9,9 +9,9 @@ block of T tokens is read from any position of it, across line ends:
              tgt_out = x[o + jT + 1 : o + jT + T + 1]  (the labels: the input shifted left by one)
 
 Every label is a real token, so there is no PAD and no BOS; ``src`` is an empty (B, 0) tensor (a decoder-only model
-reads none), and a :class:`~dotformer.data.batching.Batch` of blocks goes through the same ``train_step`` as a batch
-of pairs. :class:`BlockSampler` is a :class:`~dotformer.data.batching.BatchSampler` over blocks: its order is a pure
-function of (seed, epoch), it shards across ranks and resumes from a :class:`SamplerPosition` the same way. In
+reads none), and a :class:`~dotformer.data.batch.batching.Batch` of blocks goes through the same ``train_step`` as a
+batch of pairs. :class:`BlockSampler` is a :class:`~dotformer.data.batch.batching.BatchSampler` over blocks: its order
+is a pure function of (seed, epoch), it shards across ranks and resumes from a :class:`SamplerPosition` the same way. In
 training each epoch starts its blocks at a seeded offset o in [0, T), so block boundaries move between epochs; in
 evaluation o = 0 and a last, shorter block reads the tail, so every token after the first is scored exactly once.
 
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from dotformer.data.batching import Batch, BatchPlan, BatchSampler, check_sampler_arguments
-from dotformer.data.tokenizers import Tokenizer
+from dotformer.data.batch.batching import Batch, BatchPlan, BatchSampler, check_sampler_arguments
+from dotformer.data.tokenize.tokenizers import Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 if TYPE_CHECKING:

@@ -1,8 +1,9 @@
 """Existing tokenizers read from files: a Hugging Face ``tokenizer.json`` or a sentencepiece ``.model``.
 
-Both are wrapped in the :class:`~dotformer.data.tokenizers.Tokenizer` interface and saved with a checkpoint like the
-tokenizers dotformer trains (one JSON file with a ``"kind"``: ``"hf"`` holds the tokenizer.json, ``"sentencepiece"``
-the model file in base64), so ``translate`` and ``evaluate`` read them back without the original file.
+Both are wrapped in the :class:`~dotformer.data.tokenize.tokenizers.Tokenizer` interface and saved with a checkpoint
+like the tokenizers dotformer trains (one JSON file with a ``"kind"``: ``"hf"`` holds the tokenizer.json,
+``"sentencepiece"`` the model file in base64), so ``translate`` and ``evaluate`` read them back without the original
+file.
 
 Ids. dotformer's ids 0..3 are ``<pad>``, ``<s>``, ``</s>``, ``<unk>`` everywhere (batching and decoding rely on
 them). A file whose vocabulary already has those four at 0..3 (a sentencepiece model trained with ``pad_id=0
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from dotformer.data.tokenizers import (
+from dotformer.data.tokenize.tokenizers import (
     FORMAT_VERSION,
     NUM_SPECIAL,
     SPECIAL_TOKENS,

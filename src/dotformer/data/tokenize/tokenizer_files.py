@@ -1,9 +1,9 @@
 """Every kind of tokenizer in one place: train one (char, symbol, BPE), or read one back from a file (a tokenizer
 dotformer saved, a Hugging Face ``tokenizer.json``, a sentencepiece ``.model``).
 
-:mod:`dotformer.data.tokenizers` defines what a tokenizer is and the two vocabulary kinds; :mod:`dotformer.data.bpe`
-and :mod:`dotformer.data.pretrained` the others. This module sits above them all, so none of them imports it.
-"""
+:mod:`dotformer.data.tokenize.tokenizers` defines what a tokenizer is and the two vocabulary kinds;
+:mod:`dotformer.data.tokenize.bpe` and :mod:`dotformer.data.tokenize.pretrained` the others. This module sits above them
+all, so none of them imports it."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dotformer.data.bpe import bpe_from_json, train_bpe
-from dotformer.data.pretrained import (
+from dotformer.data.read.textio import read_json
+from dotformer.data.tokenize.bpe import bpe_from_json, train_bpe
+from dotformer.data.tokenize.pretrained import (
     PRETRAINED_KINDS,
     HFFileTokenizer,
     SentencePieceTokenizer,
     hf_from_str,
     pretrained_from_dict,
 )
-from dotformer.data.textio import read_json
-from dotformer.data.tokenizers import (
+from dotformer.data.tokenize.tokenizers import (
     DEFAULT_BPE_VOCAB_SIZE,
     FORMAT_VERSION,
     KINDS,
@@ -140,7 +140,7 @@ def tokenizer_from_dict(data: dict[str, Any], where: str = "tokenizer") -> Token
         )
     if data.get("format") != FORMAT_VERSION:
         raise DataError(f"{where}: tokenizer format {data.get('format')!r}, this dotformer reads {FORMAT_VERSION}")
-    if kind in ("hf", "sentencepiece"):  # an existing tokenizer read from a file (dotformer.data.pretrained)
+    if kind in ("hf", "sentencepiece"):  # an existing tokenizer read from a file (dotformer.data.tokenize.pretrained)
         return pretrained_from_dict(data, where)
     field = "hf_tokenizer" if kind == "bpe" else "vocab"
     if field not in data:

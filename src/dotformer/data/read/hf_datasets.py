@@ -21,41 +21,31 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dotformer.data.types import Corpus, CorpusOptions, Pair, PairReader, check_empty, file_group, make_report, one_line
+from dotformer.data.read.types import (
+    CorpusOptions,
+    Pair,
+    PairReader,
+    check_empty,
+    file_group,
+    make_report,
+    one_line,
+)
 from dotformer.errors import DataError, MissingDataError, require_extra
 
 _BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 BATCH_ROWS = 10_000  # rows read from the Arrow files at a time
 
 
-def load_hf(name_or_path: str, options: CorpusOptions) -> Corpus:
-    """Read pairs with ``datasets.load_dataset`` into memory (one pass of :class:`HFReader`; see the module
-    docstring for what ``name_or_path`` may be).
-
-    Args:
-        name_or_path: the part of the spec after ``"hf:"``.
-        options: ``hf_config``, ``hf_split``, ``hf_data_files``, ``hf_cache_dir``, ``source_field``,
-            ``target_field``, ``empty_lines``, ``task``.
-
-    Returns:
-        A :class:`Corpus` named ``"hf:NAME_OR_PATH"``, task ``options.task or "translation"``, groups for g2p; the
-        report counts ``read`` rows, kept ``pairs``, ``dropped`` by reason and ``whitespace_replaced`` (fields whose
-        tabs or line breaks became spaces).
+class HFReader(PairReader):
+    """The pairs of a ``datasets`` dataset, read :data:`BATCH_ROWS` rows at a time from its memory-mapped Arrow
+    files (``Dataset.iter``); the dataset is loaded, and its fields checked, when the reader is made. Its corpus
+    is named ``"hf:NAME_OR_PATH"`` (the spec's part after ``"hf:"``: module docstring); the report counts
+    ``whitespace_replaced`` too (fields whose tabs or line breaks became spaces).
 
     Raises:
         MissingDataError: ``datasets`` is not installed, or the dataset or its files cannot be found.
         DataError: the dataset cannot be loaded, lacks a field (the message lists the fields), holds a value
             that is not text, or has an empty side with ``empty_lines="error"`` (``row N`` in the message).
-    """
-    return HFReader(name_or_path, options).corpus()
-
-
-class HFReader(PairReader):
-    """The pairs of a ``datasets`` dataset, read :data:`BATCH_ROWS` rows at a time from its memory-mapped Arrow
-    files (``Dataset.iter``); the dataset is loaded, and its fields checked, when the reader is made.
-
-    Raises:
-        MissingDataError, DataError: as :func:`load_hf`.
     """
 
     def __init__(self, name_or_path: str, options: CorpusOptions) -> None:

@@ -18,11 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from dotformer.data.textio import iter_text_lines
-from dotformer.data.types import (
+from dotformer.data.read.textio import iter_text_lines
+from dotformer.data.read.types import (
     SOURCE_NAMES,
     TARGET_NAMES,
-    Corpus,
     CorpusOptions,
     Pair,
     PairReader,
@@ -34,29 +33,15 @@ from dotformer.data.types import (
 from dotformer.errors import DataError
 
 
-def load_tsv(path: str | Path, options: CorpusOptions) -> Corpus:
-    """Read a TSV/CSV file of pairs into memory (one pass of :class:`TsvReader`).
-
-    Args:
-        path: the file; ``.csv`` selects CSV parsing (see the module docstring).
-        options: ``delimiter``, ``source_column``, ``target_column``, ``num_columns``, ``header``, ``empty_lines``,
-            ``task``.
-
-    Returns:
-        A :class:`Corpus` named by the path, task ``options.task or "translation"``, groups for g2p (the word); the
-        report counts ``read`` rows (the header excluded) = kept ``pairs`` + ``dropped`` by reason (``blank_line``,
-        ``empty_source``, ``empty_target``).
+class TsvReader(PairReader):
+    """The pairs of a TSV/CSV file, streamed (a block of the file in memory at a time); ``.csv`` selects CSV parsing
+    (module docstring). The report's ``read`` rows exclude the header.
 
     Raises:
         MissingDataError: no such file.
         DataError: empty file, invalid UTF-8, a row with the wrong number of columns, bad CSV quoting, or an empty
             side with ``empty_lines="error"``; each message starts with ``FILE:LINE``.
     """
-    return TsvReader(path, options).corpus()
-
-
-class TsvReader(PairReader):
-    """The pairs of a TSV/CSV file, streamed (a block of the file in memory at a time); see :func:`load_tsv`."""
 
     def __init__(self, path: str | Path, options: CorpusOptions) -> None:
         super().__init__()

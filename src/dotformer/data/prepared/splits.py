@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dotformer.data.textio import read_json, read_text, split_lines
-from dotformer.data.types import Corpus, Pair
+from dotformer.data.read.textio import read_json, read_text, split_lines
+from dotformer.data.read.types import Corpus, Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 SPLIT_NAMES = ("train", "valid", "test")

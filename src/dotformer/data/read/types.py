@@ -2,7 +2,7 @@
 the column and delimiter parsers, the drop/replace bookkeeping of :func:`make_report`, and :func:`describe_corpus`.
 
 The readers (:mod:`.cmudict`, :mod:`.bible`, :mod:`.synthetic`, :mod:`.hf`, :mod:`.tsv`, :mod:`.parallel`) import
-this module only; :mod:`dotformer.data.corpora` dispatches a spec to them (and re-exports every name here).
+this module only; :mod:`dotformer.data.read.corpora` dispatches a spec to them (and re-exports every name here).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class Corpus:
             pronunciations of a word land in one split; the book for the Bible), or ``None``.
         report: JSON-serialisable counts: ``report["pairs"]`` kept, ``report["dropped"]`` reason -> count, and
             source-specific details (``limit`` when a limit cut the corpus).
-        keep_groups_together: whether :func:`dotformer.data.splits.split_corpus` keeps each group in one split by
-            default. False for the Bible: its books serve held-out-book splits (``test_groups``), while the default
+        keep_groups_together: whether :func:`dotformer.data.prepared.splits.split_corpus` keeps each group in one split
+            by default. False for the Bible: its books serve held-out-book splits (``test_groups``), while the default
             split draws random verses.
 
     Raises:

@@ -11,35 +11,28 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from dotformer.data.textio import iter_text_lines
-from dotformer.data.types import Corpus, CorpusOptions, Pair, PairReader, check_empty, file_group, is_empty, make_report
+from dotformer.data.read.textio import iter_text_lines
+from dotformer.data.read.types import (
+    CorpusOptions,
+    Pair,
+    PairReader,
+    check_empty,
+    file_group,
+    is_empty,
+    make_report,
+)
 from dotformer.errors import DataError
 
 
-def load_parallel(source_path: str | Path, target_path: str | Path, options: CorpusOptions) -> Corpus:
-    """Read two line-aligned files into pairs, in memory (one pass of :class:`ParallelReader`).
-
-    Args:
-        source_path: one source sentence per line (UTF-8).
-        target_path: the matching target sentence on the same line number.
-        options: ``empty_lines``, ``task``.
-
-    Returns:
-        A :class:`Corpus` named ``"SOURCE,TARGET"``, task ``options.task or "translation"``, groups for g2p; the
-        report counts ``read`` line pairs, kept ``pairs``, ``dropped`` by reason (``empty_source``,
-        ``empty_target``).
+class ParallelReader(PairReader):
+    """The pairs of two line-aligned files, streamed side by side, in a corpus named ``"SOURCE,TARGET"``.
 
     Raises:
         MissingDataError: a file does not exist.
-        DataError: an empty file, invalid UTF-8 (FILE:LINE and byte offset), files with different line counts (both
-            counts named), or an empty line with ``empty_lines="error"`` (FILE:LINE of the empty side).
+        DataError: an empty file, invalid UTF-8 (FILE:LINE and byte offset), files with different line counts (an
+            error when the shorter one ends, both counted to their ends), or an empty line with
+            ``empty_lines="error"`` (FILE:LINE of the empty side).
     """
-    return ParallelReader(source_path, target_path, options).corpus()
-
-
-class ParallelReader(PairReader):
-    """The pairs of two line-aligned files, streamed side by side; see :func:`load_parallel`. Files of different
-    lengths are an error when the shorter one ends (both counted to their ends for the message)."""
 
     def __init__(self, source_path: str | Path, target_path: str | Path, options: CorpusOptions) -> None:
         super().__init__()

@@ -8,7 +8,7 @@ word's label (``subtokens="first"``, the standard way) or all of them do (``"all
 :data:`IGNORE_LABEL`, which the loss does not score.
 
 :class:`WordPieces` encodes many sentences at once through the tokenizer's batch encoder
-(:meth:`~dotformer.data.tokenizers.Tokenizer.encode_arrays`), as arrays: what preparing a tagger's data writes
+(:meth:`~dotformer.data.tokenize.tokenizers.Tokenizer.encode_arrays`), as arrays: what preparing a tagger's data writes
 (:func:`token_labels`), and what labelling a text at inference reads (:meth:`WordPieces.encode`). No torch here.
 """
 
@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dotformer.data.tokenizers import UNK_ID, EncodedChunk, Tokenizer
+from dotformer.data.tokenize.tokenizers import UNK_ID, EncodedChunk, Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 IGNORE_LABEL = -100  # a position the loss does not score (PyTorch's and HF's ignore_index)

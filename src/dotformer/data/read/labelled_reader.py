@@ -14,7 +14,7 @@ Sources (``dataset``):
   whole books.
 
 :class:`LabelledReader` reads a source in passes, one text at a time (a file is streamed a block at a time, never
-held whole; a Bible's verses are held as :class:`~dotformer.data.text_corpus.TextReader` holds them), which is how
+held whole; a Bible's verses are held as :class:`~dotformer.data.read.text_corpus.TextReader` holds them), which is how
 data is prepared (:mod:`dotformer.data.prepared.labelled_kind`); :func:`read_labelled` collects one pass into
 :class:`LabelledTexts` (a held-out file, what ``evaluate`` scores). A line of a file that cannot be read as its form
 is one :class:`~dotformer.errors.DataError` naming FILE:LINE. No torch here.
@@ -29,7 +29,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dotformer.data.textio import iter_text_lines
+from dotformer.data.read.text_corpus import read_bible_text
+from dotformer.data.read.textio import iter_text_lines
 from dotformer.errors import ConfigError, DataError
 
 GENRES_FILE = "bible_genres.tsv"  # package data beside this module: OSIS book id <TAB> genre
@@ -270,7 +271,6 @@ def read_bible_genres(module: str = "KJV", sword_path: str | None = None) -> Lab
         MissingDataError: pysword or the module is not installed (the message gives the apt-get line).
         DataError: a book the genre table does not list.
     """
-    from dotformer.data.text_corpus import read_bible_text
 
     corpus = read_bible_text(module, sword_path)
     genres = bible_genres()

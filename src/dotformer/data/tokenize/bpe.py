@@ -1,6 +1,6 @@
 """Byte-level BPE (Sennrich et al. 2016, as in GPT-2) on Hugging Face ``tokenizers``: the ``"bpe"`` kind of
-:mod:`dotformer.data.tokenizers`, which trains, saves and reads it back through :func:`train_bpe` and
-:func:`bpe_from_json` (and whose :class:`~dotformer.data.tokenizers.Tokenizer` interface it implements).
+:mod:`dotformer.data.tokenize.tokenizers`, which trains, saves and reads it back through :func:`train_bpe` and
+:func:`bpe_from_json` (and whose :class:`~dotformer.data.tokenize.tokenizers.Tokenizer` interface it implements).
 
 The byte-level pre-tokenizer maps every UTF-8 byte to a symbol of a 256-symbol base alphabet
 (:func:`byte_level_alphabet`) and no normaliser is applied, so ``decode(encode(x)) == x`` for every string and no text
@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from dotformer.data.tokenizers import (
+from dotformer.data.tokenize.tokenizers import (
     BYTE_ALPHABET_SIZE,
     FORMAT_VERSION,
     MASK_TOKEN,

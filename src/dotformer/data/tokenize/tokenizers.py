@@ -1,12 +1,12 @@
 """Tokenizers: text <-> token ids, with the same four special tokens in every vocabulary.
 
 Three kinds to train, one interface (:class:`Tokenizer`); existing tokenizers (a Hugging Face tokenizer.json, a
-sentencepiece .model) are read behind the same interface by :mod:`dotformer.data.pretrained`:
+sentencepiece .model) are read behind the same interface by :mod:`dotformer.data.tokenize.pretrained`:
 
 * ``"char"``: one token per character (G2P sources: the letters of a word).
 * ``"symbol"``: one token per whitespace-separated symbol (ARPAbet phones "AH0 B AE1 N", synthetic "a3 b7");
   decoding joins the symbols with single spaces.
-* ``"bpe"``: byte-level BPE trained with Hugging Face ``tokenizers`` (translation; :mod:`dotformer.data.bpe`).
+* ``"bpe"``: byte-level BPE trained with Hugging Face ``tokenizers`` (translation; :mod:`dotformer.data.tokenize.bpe`).
   The byte-level pre-tokenizer maps every UTF-8 byte to a symbol of a 256-symbol base alphabet and no normaliser is
   applied, so ``decode(encode(x)) == x`` for every string, spaces, tabs and accents included, and no text has
   unknown tokens. Pieces are shown decoded (``" the"``, ``"crió"``), not in the byte alphabet (``"Ġthe"``, ``"criÃ³"``);
@@ -45,7 +45,8 @@ KINDS = ("char", "symbol", "bpe")
 
 
 class EncodedChunk(NamedTuple):
-    """The ids of many texts at once, as arrays (what preparing data writes to disk, :mod:`dotformer.data.arrays`).
+    """The ids of many texts at once, as arrays (what preparing data writes to disk,
+    :mod:`dotformer.data.prepared.arrays`).
 
     Attributes:
         ids: (T,) int64, every text's ids one after the other, without BOS/EOS.
@@ -82,7 +83,7 @@ def chunk_of(rows: Sequence[Sequence[int]]) -> EncodedChunk:
 
 class Tokenizer(ABC):
     """Text <-> ids. Subclasses: :class:`CharTokenizer`, :class:`SymbolTokenizer`,
-    :class:`~dotformer.data.bpe.BPETokenizer`."""
+    :class:`~dotformer.data.tokenize.bpe.BPETokenizer`."""
 
     kind: ClassVar[str]
 
@@ -133,8 +134,8 @@ class Tokenizer(ABC):
     def encode_document(self, lines: Sequence[str]) -> EncodedChunk:
         """The ids of the text ``lines`` make, each ending in ``"\\n"``, one row per line (no BOS, no EOS: a line end
         is the tokenizer's own newline piece). Here each line is read by itself (``encode(line + "\\n")``); a
-        tokenizer that knows its pieces' offsets (:class:`~dotformer.data.pretrained.HFFileTokenizer`) encodes the
-        text at once, as a released model reads a document, and gives each line the pieces that start in it."""
+        tokenizer that knows its pieces' offsets (:class:`~dotformer.data.tokenize.pretrained.HFFileTokenizer`) encodes
+        the text at once, as a released model reads a document, and gives each line the pieces that start in it."""
         return chunk_of([self.encode(line + "\n") for line in lines])
 
     def tokens(self, text: str) -> list[str]:

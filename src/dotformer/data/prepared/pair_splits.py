@@ -8,10 +8,10 @@ Two ways to get the splits:
   holds exactly its file's pairs (the training file's ``limit`` aside). Without ``test`` there is no test split: a
   test file is evaluated later with ``dotformer evaluate --data TEST``. ``test`` without ``valid`` draws the
   validation split from the training file (``valid_fraction``, seeded) and takes the test split from its file.
-* **one corpus**: the deterministic, group-disjoint split of :func:`dotformer.data.splits.split_corpus`.
+* **one corpus**: the deterministic, group-disjoint split of :func:`dotformer.data.prepared.splits.split_corpus`.
 
 Every file is read with the same reader options (:meth:`dotformer.data.config.DataConfig.corpus_options`), and
-each gives one line for the screen (:func:`dotformer.data.corpora.describe_corpus`: columns used, rows read, pairs
+each gives one line for the screen (:func:`dotformer.data.read.corpora.describe_corpus`: columns used, rows read, pairs
 kept, every drop counted).
 """
 
@@ -22,8 +22,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dotformer.data.corpora import NAMED_TASKS, Corpus, describe_corpus, load_pairs
-from dotformer.data.splits import Splits, split_corpus
+from dotformer.data.prepared.splits import Splits, split_corpus
+from dotformer.data.read.bible import book_ids
+from dotformer.data.read.corpora import NAMED_TASKS, Corpus, describe_corpus, load_pairs
+from dotformer.data.tokenize.tokenizer_files import (
+    TokenizerPair,
+    read_tokenizer_file,
+    train_tokenizer,
+    train_tokenizer_pair,
+)
+from dotformer.data.tokenize.tokenizers import DEFAULT_BPE_VOCAB_SIZE
 from dotformer.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -32,9 +40,9 @@ SINGLE_WORD_SHARE = 0.9  # a side whose training texts are single words this oft
 
 if TYPE_CHECKING:
     from dotformer.data.config import DataConfig
-    from dotformer.data.corpora import Pair
-    from dotformer.data.tokenizer_files import TokenizerPair
-    from dotformer.data.tokenizers import Tokenizer
+    from dotformer.data.read.corpora import Pair
+    from dotformer.data.tokenize.tokenizer_files import TokenizerPair
+    from dotformer.data.tokenize.tokenizers import Tokenizer
 
 
 @dataclass
@@ -78,8 +86,6 @@ def read_run_data(data: DataConfig, seed: int) -> RunData:
     if data.valid is None and data.test is None:
         test_groups = data.test_books
         if test_groups and data.dataset == "bible":
-            from dotformer.data.bible import book_ids
-
             test_groups = tuple(book_ids(test_groups))  # "Matthew", "mk" -> OSIS ids "Matt", "Mark"
         splits = split_corpus(corpus, seed, data.valid_fraction, data.test_fraction, test_groups)
         counts = splits.info["counts"]
@@ -140,7 +146,6 @@ def make_tokenizers(data: DataConfig, train: Iterable[Pair]) -> TokenizerPair:
     Raises:
         MissingDataError / DataError: a tokenizer file cannot be read. ConfigError: a bad kind or size.
     """
-    from dotformer.data.tokenizer_files import TokenizerPair, read_tokenizer_file, train_tokenizer, train_tokenizer_pair
 
     src_file, tgt_file = data.src_tokenizer_file, data.tgt_tokenizer_file
     src_vocab = data.vocab_size if data.src_tokenizer == "bpe" else None
@@ -182,7 +187,6 @@ def bpe_on_words_note(data: DataConfig, train: Iterable[Pair]) -> str | None:
     words its vocabulary (8,000 pieces by default) holds many whole words, and a new word falls apart into rare
     pieces. Words to pronunciations is ``--task g2p`` (characters -> phone symbols), a word to a word ``--task exact``.
     """
-    from dotformer.data.tokenizers import DEFAULT_BPE_VOCAB_SIZE
 
     sides_given = ((data.src_tokenizer, data.src_tokenizer_file), (data.tgt_tokenizer, data.tgt_tokenizer_file))
     learned = [kind == "bpe" and given is None for kind, given in sides_given]

@@ -11,7 +11,7 @@ name           module id                  Debian package      versification    l
 =============  =========================  ==================  ===============  ==============
 
 Verses are paired by (book, chapter, verse). Each verse's OSIS markup is stripped by
-:func:`dotformer.data.osis.strip_osis_many`. The report counts, by reason, the verses that give no pair:
+:func:`dotformer.data.read.osis.strip_osis_many`. The report counts, by reason, the verses that give no pair:
 
 * ``missing_in_target``: the source verse does not exist in the target's versification;
 * ``empty_source`` / ``empty_target``: the verse is empty on one side (omitted verses, e.g. SpaRV Num 12:16);
@@ -42,8 +42,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dotformer.data.osis import strip_osis_many
-from dotformer.data.types import Corpus, CorpusOptions, Pair, make_report
+from dotformer.data.read.osis import strip_osis_many
+from dotformer.data.read.types import Corpus, CorpusOptions, Pair, make_report
 from dotformer.errors import ConfigError, DataError, MissingDataError, require_extra
 
 

@@ -23,7 +23,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dotformer.data.types import (
+from dotformer.data.read.bible import load_bible
+from dotformer.data.read.cmudict import load_cmudict
+from dotformer.data.read.hf_datasets import HFReader
+from dotformer.data.read.parallel import ParallelReader
+from dotformer.data.read.synthetic import load_synthetic
+from dotformer.data.read.tsv import TsvReader
+from dotformer.data.read.types import (
     DELIMITER_NAMES,
     FILE_TASKS,
     NAMED_SPECS,
@@ -73,7 +79,7 @@ def load_pairs(spec: str, options: CorpusOptions | None = None) -> Corpus:
 def open_pairs(spec: str, options: CorpusOptions | None = None) -> PairReader:
     """The :class:`PairReader` of ``spec``: files (TSV/CSV, parallel files, ``hf:``) are streamed pass by pass, the
     named corpora (CMUdict, the Bible, copy/reverse) are built in memory and read through
-    :class:`~dotformer.data.types.CorpusReader`. ``options.limit`` is not applied here (the caller counts what it
+    :class:`~dotformer.data.read.types.CorpusReader`. ``options.limit`` is not applied here (the caller counts what it
     cuts).
 
     Raises:
@@ -82,28 +88,16 @@ def open_pairs(spec: str, options: CorpusOptions | None = None) -> PairReader:
     """
     options = options or CorpusOptions()
     if spec == "cmudict":
-        from dotformer.data.cmudict import load_cmudict
-
         return CorpusReader(load_cmudict(options))
     if spec == "bible":
-        from dotformer.data.bible import load_bible
-
         return CorpusReader(load_bible(options))
     if spec in ("copy", "reverse"):
-        from dotformer.data.synthetic import load_synthetic
-
         return CorpusReader(load_synthetic(spec, options))
     if spec.startswith("hf:"):
-        from dotformer.data.hf import HFReader
-
         return HFReader(spec[3:], options)
     if Path(spec).is_file():
-        from dotformer.data.tsv import TsvReader
-
         return TsvReader(spec, options)
     if "," in spec:
-        from dotformer.data.parallel import ParallelReader
-
         source_path, _, target_path = spec.partition(",")
         if "," in target_path:
             raise DataError(f"{spec}: parallel files are given as exactly two paths, 'SOURCE,TARGET'")

@@ -1,4 +1,4 @@
-"""OSIS markup -> plain verse text, for the SWORD Bible modules read by :mod:`dotformer.data.bible`.
+"""OSIS markup -> plain verse text, for the SWORD Bible modules read by :mod:`dotformer.data.read.bible`.
 
 The modules store each verse as OSIS XML fragments. What we found in SpaRV (Reina-Valera 1909), KJV and WEB, and
 what :func:`strip_osis` does with it:

@@ -12,7 +12,7 @@ import random
 import string
 from typing import Literal
 
-from dotformer.data.types import Corpus, CorpusOptions, Pair, make_report
+from dotformer.data.read.types import Corpus, CorpusOptions, Pair, make_report
 
 
 def symbol(index: int) -> str:

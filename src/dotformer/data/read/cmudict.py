@@ -22,7 +22,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from dotformer.data.types import Corpus, CorpusOptions, Pair, make_report
+from dotformer.data.read.types import Corpus, CorpusOptions, Pair, make_report
 from dotformer.errors import require_extra
 
 _VARIANT = re.compile(r"\(\d+\)$")  # "read(2)" -> "read"

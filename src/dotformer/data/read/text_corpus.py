@@ -4,10 +4,10 @@ A language model reads text, not pairs. A :class:`TextCorpus` is the text as lin
 group key: the OSIS book of a Bible verse ("Gen", "Matt"), or a piece of ``PIECE_LINES`` consecutive lines of a file.
 Splits hold out whole groups (whole books, or whole pieces of a file), so no held-out line has its neighbours in the
 training text: the Bible translation job holds out its test books the same way. The dealing itself is
-:func:`dotformer.data.splits.split_indices`'s (seeded, whole groups), so both jobs split alike.
+:func:`dotformer.data.prepared.splits.split_indices`'s (seeded, whole groups), so both jobs split alike.
 
 Datasets: ``"bible"`` (the King James Version), ``"bible:WEB"`` (the World English Bible) or ``"bible:MODULE"`` for
-any installed SWORD module (:mod:`dotformer.data.bible` reads them), or the path of a UTF-8 text file.
+any installed SWORD module (:mod:`dotformer.data.read.bible` reads them), or the path of a UTF-8 text file.
 """
 
 from __future__ import annotations
@@ -19,8 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from dotformer.data.textio import iter_text_lines, read_text_lines
-from dotformer.data.types import Corpus, Pair
+from dotformer.data.prepared.splits import split_indices
+from dotformer.data.read.bible import (
+    _missing_message,
+    book_ids,
+    find_modules,
+    read_verses,
+    resolve_module,
+    sword_libraries,
+)
+from dotformer.data.read.textio import iter_text_lines, read_text_lines
+from dotformer.data.read.types import Corpus, Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 PIECE_LINES = 100  # lines of a file held out together at most (a file has no books)
@@ -99,7 +108,7 @@ def pieces(count: int) -> tuple[np.ndarray, list[str]]:
 
 
 class TextReader:
-    """The lines of a language model's text read in passes (as :class:`~dotformer.data.types.PairReader` reads
+    """The lines of a language model's text read in passes (as :class:`~dotformer.data.read.types.PairReader` reads
     pairs): a file streamed a block at a time (its groups are pieces, numbered once the lines are counted: see
     :func:`pieces`), or the verses of a Bible in memory, grouped by book.
 
@@ -142,7 +151,6 @@ def read_bible_text(module: str = DEFAULT_BIBLE_MODULE, sword_path: str | None =
         MissingDataError: pysword is not installed, or the module is not (the message gives the apt-get line).
         DataError: the module cannot be read.
     """
-    from dotformer.data.bible import _missing_message, find_modules, read_verses, resolve_module, sword_libraries
 
     libraries = sword_libraries(sword_path)
     info = resolve_module(module, find_modules(libraries))
@@ -162,7 +170,7 @@ def split_text(
     test_fraction: float = 0.05,
     test_groups: list[str] | tuple[str, ...] | None = None,
 ) -> TextSplits:
-    """Deal whole groups to test, valid and train with :func:`dotformer.data.splits.split_indices`.
+    """Deal whole groups to test, valid and train with :func:`dotformer.data.prepared.splits.split_indices`.
 
     Args:
         corpus: the text.
@@ -174,7 +182,6 @@ def split_text(
         ConfigError: bad fractions, or unknown test groups (the message lists the known ones).
         DataError: the training split would be empty.
     """
-    from dotformer.data.splits import split_indices
 
     # split_indices deals the positions of a Corpus by group; the lines stand in as targets of source-less pairs
     stand_in = Corpus(corpus.name, "exact", [Pair("", line) for line in corpus.lines], list(corpus.groups))
@@ -210,6 +217,4 @@ def check_books(corpus: TextCorpus, books: list[str] | tuple[str, ...]) -> list[
         return []
     if corpus.report.get("format") != "bible":
         raise ConfigError(f"test books hold out Bible books; {corpus.name} is not a Bible (use --test FILE)")
-    from dotformer.data.bible import book_ids
-
     return book_ids(list(books))
