@@ -884,3 +884,14 @@ def test_top_level_help_names_what_each_command_reports(monkeypatch, capsys) -> 
     assert "evaluate metrics (BLEU/chrF, WER/PER, accuracy/F1, perplexity)" in text
     imported = " ".join(_help(["import"], 200, monkeypatch, capsys).split())
     assert "train --init-from (fine-tuning: --task classify, tag or mlm), plot attention and explore" in imported
+
+
+def test_top_level_help_names_the_families_import_and_export_handle(capsys: pytest.CaptureFixture[str]) -> None:
+    """The top-level help's import and export lines name the released families they read and write, not only the
+    first ones (Marian, BERT)."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for family in ("GPT-2", "Llama", "Qwen", "Gemma", "GGUF"):
+        assert family in out.split("import", 1)[1].split("embed", 1)[0], family
+    assert "Llama" in out.split("export ", 1)[1].split("serve", 1)[0]

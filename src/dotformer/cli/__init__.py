@@ -36,9 +36,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("dotformer.cli.explain", "print the lesson's worked attention example step by step"),
     "compare": ("dotformer.cli.compare", "measure recurrence against self-attention (the paper's Table 1)"),
     "explore": ("dotformer.cli.explore", "serve or write an HTML attention explorer for a checkpoint"),
-    "export": ("dotformer.cli.export", "write a checkpoint for CTranslate2, Hugging Face Marian or ONNX"),
+    "export": (
+        "dotformer.cli.export",
+        "write a checkpoint for Hugging Face (GPT-2, Llama, BERT, Marian), CTranslate2 or ONNX",
+    ),
     "serve": ("dotformer.cli.serve", "serve POST /api/translate (generate, classify) for a checkpoint on 127.0.0.1"),
-    "import": ("dotformer.cli.import_", "turn a Hugging Face Marian or BERT directory into a checkpoint"),
+    "import": (
+        "dotformer.cli.import_",
+        "turn a Hugging Face (GPT-2, Llama, Mistral, Qwen, Gemma, BERT, Marian) or GGUF model into a checkpoint",
+    ),
     "embed": ("dotformer.cli.embed", "sentence embeddings (mean or CLS pooling) from a checkpoint's encoder"),
     "classify": ("dotformer.cli.classify", "the label of each text, or of each word, from a classifier or tagger"),
 }

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from dotformer.data.tokenize.tokenizers import EOS_ID, Tokenizer
-from dotformer.errors import ConfigError
+from dotformer.decoding.control_tokens import control_token_ids
 
 NEG_INF = float("-inf")
 
@@ -152,23 +152,6 @@ def is_end(tokens: Tensor, ends: Tensor) -> Tensor:
     return torch.isin(tokens, ends)
 
 
-def token_ids(tokenizer: Tokenizer, tokens: Sequence[str], what: str) -> list[int]:
-    """The ids of ``tokens`` (vocabulary pieces) in ``tokenizer``'s vocabulary.
-
-    Raises:
-        ConfigError: a token not in the vocabulary (the message names it and ``what`` it was given as).
-    """
-    vocabulary = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
-    unknown = [token for token in tokens if token not in vocabulary]
-    if unknown:
-        raise ConfigError(
-            f"{what}: {', '.join(repr(t) for t in unknown)} is not a token of the model's target vocabulary"
-            if len(unknown) == 1
-            else f"{what}: {', '.join(repr(t) for t in unknown)} are not tokens of the model's target vocabulary"
-        )
-    return [vocabulary[token] for token in tokens]
-
-
 def controls_of(config: object, tokenizer: Tokenizer | None) -> Controls:
     """The :class:`Controls` of a :class:`~dotformer.decoding.DecodeConfig`, its token strings read with the target
     ``tokenizer`` (None: the config may hold no token).
@@ -176,15 +159,7 @@ def controls_of(config: object, tokenizer: Tokenizer | None) -> Controls:
     Raises:
         ConfigError: an end token or a suppressed token not in the vocabulary (named).
     """
-    end_tokens: tuple[str, ...] = getattr(config, "end_token", ())
-    suppress: tuple[tuple[str, ...], ...] = getattr(config, "suppress", ())
-    if tokenizer is None and (end_tokens or suppress):
-        raise ConfigError("end_token and suppress need the model's target vocabulary")
-    ends: tuple[int, ...] = ()
-    blocked: tuple[tuple[int, ...], ...] = ()
-    if tokenizer is not None:
-        ends = tuple(i for i in token_ids(tokenizer, end_tokens, "end_token") if i != EOS_ID)
-        blocked = tuple(tuple(token_ids(tokenizer, seq, "suppress")) for seq in suppress)
+    ends, blocked = control_token_ids(config, tokenizer)
     return Controls(
         repetition_penalty=float(getattr(config, "repetition_penalty", 1.0)),
         no_repeat_ngram_size=int(getattr(config, "no_repeat_ngram_size", 0)),

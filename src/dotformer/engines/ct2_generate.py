@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dotformer.data.tokenize.tokenizers import EOS_ID, NUM_SPECIAL
-from dotformer.decoding.controls import controls_of
+from dotformer.decoding.control_tokens import control_token_ids
 from dotformer.decoding.options import has_controls
 from dotformer.engines.choice import EngineOptionError, ct2_model_options
 from dotformer.engines.ct2_translate import (
@@ -133,8 +133,8 @@ class CT2Generate:
 
             ctranslate2.set_random_seed(config.seed % (MAX_SEED + 1))
             generator = ctranslate2.Generator(str(self.model_dir), **{**self.options, "inter_threads": 1})
-        controls = controls_of(config, self.checkpoint.tgt_tokenizer)  # an unknown token, named as torch's
-        user_ends = [self.vocab[i] for i in controls.end_ids]
+        end_ids, _ = control_token_ids(config, self.checkpoint.tgt_tokenizer)  # an unknown token, named as torch's
+        user_ends = [self.vocab[i] for i in end_ids]
         ends = [self.vocab[i] for i in stop_ids] + user_ends  # empty: run on across line ends
         suppressed = self.suppressed(bool(stop_ids)) + [list(sequence) for sequence in config.suppress]
         common = dict(
@@ -148,7 +148,7 @@ class CT2Generate:
         if on_token is not None and config.n_best == 1:
             produced: list[int] = []
             for step in generator.generate_tokens(tokens, end_token=ends, **common):
-                if int(step.token_id) in controls.end_ids:
+                if int(step.token_id) in end_ids:
                     break
                 produced.append(int(step.token_id))
                 on_token([produced[-1]])
@@ -158,7 +158,7 @@ class CT2Generate:
             include_prompt_in_result=False, **common,
         )  # fmt: skip
         outputs = [[self.ids[t] for t in result.sequences[0]] for result in results]
-        return [ids[:-1] if ids and ids[-1] in controls.end_ids else ids for ids in outputs]
+        return [ids[:-1] if ids and ids[-1] in end_ids else ids for ids in outputs]
 
     def greedy_batch(
         self, prompts: Sequence[Sequence[int]], config: DecodeConfig, window: int, stop_ids: Sequence[int] = ()

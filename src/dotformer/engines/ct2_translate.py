@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dotformer.data.tokenize.tokenizers import EOS_ID, UNK_ID
 from dotformer.decoding.alignment import check_alignment_layer, check_replace_unk, unknowns_replaced
-from dotformer.decoding.controls import controls_of
+from dotformer.decoding.control_tokens import control_token_ids
 from dotformer.decoding.engine import NLLResult
 from dotformer.decoding.inputs import check_prefixes, is_empty_source
 from dotformer.decoding.order import check_batch_limits, show_progress
@@ -252,7 +252,7 @@ class CT2Translate:
         check_batch_limits(batch_size, max_tokens)
         check_alignment_layer(self.checkpoint, config.alignment_layer)  # with or without alignments, as torch's
         check_engine_options(config, self.checkpoint)
-        controls_of(config, self.checkpoint.tgt_tokenizer)  # an unknown end or suppressed token, named as torch's
+        control_token_ids(config, self.checkpoint.tgt_tokenizer)  # an unknown end or suppressed token, named as torch's
         if prefixes is not None:
             check_prefixes(prefixes, encoded, config)
         if config.replace_unk:
