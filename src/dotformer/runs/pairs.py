@@ -49,6 +49,7 @@ class PairsTask(Task):
     """A source text to a target text; ``name`` picks the metrics, the tokenizers and the defaults."""
 
     fine_tunable = True
+    joint_ctc = True  # an encoder-decoder: --ctc-weight trains its encoder with CTC too (monotonic tasks: g2p)
 
     def __init__(self, name: str) -> None:
         self.name = name

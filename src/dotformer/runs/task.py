@@ -143,6 +143,7 @@ class Task(ABC):
     title: str  # what a run of it is called in messages ("a language model", "a g2p model")
     fine_tunable = False  # whether --init-from CKPT may start it (a checkpoint of the same family)
     decodes = True  # whether its evaluation decodes outputs (the decoding flags apply, --hyps writes them)
+    joint_ctc = False  # whether --ctc-weight may add CTC on its encoder (an encoder-decoder: dotformer.training.ctc)
 
     def __init__(self, name: str | None = None) -> None:
         if name is not None:  # one class may serve several names (the tasks of pairs)
