@@ -30,7 +30,6 @@ from torch import Tensor, nn
 
 from dotformer.errors import ConfigError
 from dotformer.training.config import TrainConfig
-from dotformer.training.progress import count
 
 CTC_HEAD = "ctc_head"  # the head's attribute on the model, and its tensors' prefix (dotformer.checkpoint.TRAINING_ONLY)
 
@@ -141,8 +140,8 @@ def feasibility_line(examples: Sequence[Any], upsample: int) -> str:
     bad, total = infeasible_pairs(examples, upsample), len(examples)
     share = bad / total if total else 0.0
     return (
-        f"ctc: {count(bad, 'training pair')} of {total:,} ({share:.2%}) need more than {upsample} frames per source "
-        f"token; their CTC term is 0 (the cross-entropy still trains on them)"
+        f"ctc: training pairs that need more than {upsample} frames per source token: {bad:,} of {total:,} "
+        f"({share:.2%}); their CTC term is 0 (the cross-entropy still trains on them)"
     )
 
 

@@ -223,8 +223,9 @@ def ctc_loss_sum(logits: Tensor, frames: Tensor, labels: Tensor, label_lengths: 
     """Summed CTC loss (Graves et al. 2006) of a batch: Σ_b -log p(labels_b | frames_b), the probability summed over
     every alignment of the labels to the frames that collapses to them (repeats merged, then blanks removed).
 
-    Computed by :func:`torch.nn.functional.ctc_loss` in float32 with ``zero_infinity=True``: a pair whose labels
-    cannot be aligned to its frames (fewer frames than labels plus their repeats, see :func:`ctc_frames_needed`) has
+    Computed by :func:`torch.nn.functional.ctc_loss` in float32 (float64 for float64 logits: :func:`loss_dtype`)
+    with ``zero_infinity=True``: a pair whose labels
+    cannot be aligned to its frames (fewer frames than labels plus a blank between equal neighbours) has
     probability 0, and contributes 0 to the loss and to the gradient instead of an infinity.
 
     Args:
@@ -235,7 +236,7 @@ def ctc_loss_sum(logits: Tensor, frames: Tensor, labels: Tensor, label_lengths: 
         blank: the id of CTC's blank, never a label.
 
     Returns:
-        () float32, the summed loss (differentiable).
+        () float32 (or float64), the summed loss (differentiable).
 
     Raises:
         ShapeError: shapes that do not agree, or a label equal to ``blank``.
@@ -249,18 +250,6 @@ def ctc_loss_sum(logits: Tensor, frames: Tensor, labels: Tensor, label_lengths: 
     counted = torch.arange(labels.size(1), device=labels.device) < label_lengths[:, None]  # (B, L) bool
     if bool((counted & (labels == blank)).any()):
         raise ShapeError(f"ctc: a label equals the blank id {blank}")
-    log_probs = F.log_softmax(logits.float(), dim=-1).transpose(0, 1)  # (F, B, V): ctc_loss reads frames first
+    log_probs = F.log_softmax(logits.to(loss_dtype(logits)), dim=-1).transpose(0, 1)  # (F, B, V): frames first
     return F.ctc_loss(log_probs, labels, frames, label_lengths, blank=blank, reduction="sum", zero_infinity=True)
 
-
-def ctc_frames_needed(labels: Tensor, label_lengths: Tensor) -> Tensor:
-    """(B,) int64: the fewest frames that can carry each row's labels under CTC: one per label, plus one blank
-    between each pair of equal neighbours (``A A`` needs ``A - A``).
-
-    Args:
-        labels: (B, L) int64, right-padded. label_lengths: (B,) int64.
-    """
-    L = labels.size(1)
-    counted = torch.arange(L, device=labels.device) < label_lengths[:, None]  # (B, L) bool
-    repeats = (labels[:, 1:] == labels[:, :-1]) & counted[:, 1:]  # (B, L - 1) bool: a label equal to the one before
-    return label_lengths + repeats.sum(dim=1)
