@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from dotformer.errors import ConfigError
-from dotformer.training.config import TrainConfig
+
+if TYPE_CHECKING:
+    from dotformer.training.config import TrainConfig
 
 CTC_HEAD = "ctc_head"  # the head's attribute on the model, and its tensors' prefix (dotformer.checkpoint.TRAINING_ONLY)
 

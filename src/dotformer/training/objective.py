@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from torch import Tensor, nn
 
-from dotformer.checkpoint import unwrap_model
 from dotformer.errors import ConfigError
 from dotformer.training.ctc import ctc_head_of, encoder_memory
 from dotformer.training.loss import LossSums, ctc_loss_sum, label_cross_entropy, label_smoothed_cross_entropy
@@ -166,6 +165,8 @@ class JointCTC:
     name = "next-token"  # what the batches score for the decoder (the data line's wording)
 
     def predict(self, model: nn.Module, batch: Batch, packed: bool, pad_id: int) -> CTCPrediction:
+        from dotformer.checkpoint import unwrap_model  # not at the top: scoring (and decoding) import this module
+
         core = unwrap_model(model)
         head = ctc_head_of(core)
         if head is None:
