@@ -157,7 +157,7 @@ class JointCTC:
     reported is the decoder's alone, so perplexities compare with runs without CTC.
 
     Args:
-        weight: λ in [0, 1). pad_id: the target PAD id, CTC's blank.
+        weight: λ in [0, 1). blank: CTC's blank, the target PAD id (never a label).
     """
 
     weight: float
