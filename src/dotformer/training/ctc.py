@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
+import numpy as np
 from torch import Tensor, nn
 
 from dotformer.errors import ConfigError
@@ -124,27 +124,45 @@ def encoder_memory(model: nn.Module) -> Iterator[list[Tensor]]:
 
 
 def infeasible_pairs(examples: Sequence[Any], upsample: int) -> int:
-    """How many of ``examples`` (rows with ``src`` and ``tgt`` ids, without EOS) CTC cannot align: fewer frames,
-    k·(source + EOS), than their target's labels plus a blank between each pair of equal neighbours. Their CTC term
-    is 0 (``zero_infinity``); the cross-entropy still trains on them."""
-    bad = 0
-    for i in range(len(examples)):
-        row = examples[i]
-        tgt = torch.as_tensor(row.tgt)
-        needed = len(tgt) + int((tgt[1:] == tgt[:-1]).sum()) if len(tgt) else 0
-        bad += upsample * (len(row.src) + 1) < needed
-    return bad
+    """How many of ``examples`` CTC cannot align: fewer frames, k·(source + EOS), than their target's labels plus a
+    blank between each pair of equal neighbours. Their CTC term is 0 (``zero_infinity``); the cross-entropy still
+    trains on them.
+
+    Args:
+        examples: :class:`~dotformer.data.arrays.PairArrays`, or rows with ``src`` and ``tgt`` ids (without EOS).
+        upsample: k.
+    """
+    from dotformer.data.arrays import PairArrays, RaggedArray  # here: the objective (and scoring) import this module
+
+    if not isinstance(getattr(examples, "tgt", None), RaggedArray):  # rows in a list: as arrays
+        examples = PairArrays.from_rows([row.src for row in examples], [row.tgt for row in examples])
+    ids, offsets = np.asarray(examples.tgt.ids), examples.tgt.offsets  # (N_ids,), (N + 1,)
+    same = ids[1:] == ids[:-1]  # (N_ids - 1,): id i + 1 equals id i
+    starts = offsets[1:-1]
+    same[starts[(starts > 0) & (starts < len(ids))] - 1] = False  # a row's first id has no neighbour before it
+    seen = np.concatenate([[0], np.cumsum(same)])  # (N_ids,): equal neighbours before each id
+    repeats = seen[np.maximum(offsets[1:] - 1, offsets[:-1])] - seen[offsets[:-1]]  # (N,) within each row
+    needed = np.diff(offsets) + repeats  # (N,)
+    return int((upsample * (examples.src.lengths + 1) < needed).sum())
 
 
 def feasibility_line(examples: Sequence[Any], upsample: int) -> str:
     """The line logged before a joint CTC run: the training pairs CTC cannot align at ``upsample`` frames per
     source token."""
     bad, total = infeasible_pairs(examples, upsample), len(examples)
-    share = bad / total if total else 0.0
+    share, frames = bad / total if total else 0.0, "frame" if upsample == 1 else "frames"
     return (
-        f"ctc: training pairs that need more than {upsample} frames per source token: {bad:,} of {total:,} "
+        f"ctc: training pairs that need more than {upsample} {frames} per source token: {bad:,} of {total:,} "
         f"({share:.2%}); their CTC term is 0 (the cross-entropy still trains on them)"
     )
 
 
-__all__ = ["CTC_HEAD", "CTCHead", "attach_ctc_head", "ctc_head_of", "encoder_memory", "feasibility_line"]
+__all__ = [
+    "CTC_HEAD",
+    "CTCHead",
+    "attach_ctc_head",
+    "ctc_head_of",
+    "encoder_memory",
+    "feasibility_line",
+    "infeasible_pairs",
+]
