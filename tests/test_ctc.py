@@ -232,3 +232,12 @@ def test_ctc_weight_is_refused_where_it_cannot_train(
     assert not (tmp_path / "lm").exists()
     assert run("train", "--out", ctc_run, "--resume", "--max-steps", 5, "--ctc-weight", 0, "--no-progress") == 2
     assert "trained with a CTC head" in capsys.readouterr().err
+
+
+def test_a_run_counts_the_pairs_ctc_cannot_align_before_step_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = [flag for flag in COMMON if flag != "--no-progress"]
+    assert run("train", *COPY, *flags, "--out", tmp_path / "r", "--max-steps", 1, "--ctc-weight", 0.3) == 0
+    err = capsys.readouterr().err
+    assert "ctc: training pairs that need more than 2 frames per source token: 0 of " in err  # copies always fit
