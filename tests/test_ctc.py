@@ -164,6 +164,12 @@ def test_what_cannot_train_a_ctc_head_is_one_clear_error() -> None:
         attach_ctc_head(tiny(arch="decoder-only"), TrainConfig(ctc_weight=0.3))
     with pytest.raises(ConfigError, match="--lora-rank"):
         attach_ctc_head(tiny(), TrainConfig(ctc_weight=0.3, lora_rank=4))
+    with pytest.raises(ConfigError, match="without --compile"):
+        attach_ctc_head(tiny(), TrainConfig(ctc_weight=0.3, compile=True))
+    model = tiny()
+    attach_ctc_head(model, TrainConfig(ctc_weight=0.3))
+    with pytest.raises(ConfigError, match="ctc_upsample 2, the recipe asks 3"):
+        attach_ctc_head(model, TrainConfig(ctc_weight=0.3, ctc_upsample=3))
     assert f"{CTC_HEAD}." in TRAINING_ONLY  # what decoding and export leave out
 
 
