@@ -252,4 +252,3 @@ def ctc_loss_sum(logits: Tensor, frames: Tensor, labels: Tensor, label_lengths: 
         raise ShapeError(f"ctc: a label equals the blank id {blank}")
     log_probs = F.log_softmax(logits.to(loss_dtype(logits)), dim=-1).transpose(0, 1)  # (F, B, V): frames first
     return F.ctc_loss(log_probs, labels, frames, label_lengths, blank=blank, reduction="sum", zero_infinity=True)
-
