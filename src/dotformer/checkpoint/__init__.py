@@ -54,6 +54,7 @@ from dotformer.checkpoint.format import (
     TGT_TOKENIZER_FILE,
     TRAIN_STATE_JSON,
     TRAIN_STATE_TENSORS,
+    TRAINING_ONLY,
     CheckpointWarning,
     check_vocabulary,
     load_tokenizer_file,
@@ -64,6 +65,7 @@ from dotformer.checkpoint.format import (
     require_plain_weights,
     unwrap_model,
     verify_checkpoint,
+    without_training_only,
 )
 from dotformer.checkpoint.rundir import (
     RUN_ENTRIES,
@@ -129,6 +131,7 @@ __all__ = [
     "TGT_TOKENIZER_FILE",
     "TRAIN_STATE_JSON",
     "TRAIN_STATE_TENSORS",
+    "TRAINING_ONLY",
     "atomic_directory",
     "average_checkpoints",
     "check_vocabulary",
@@ -161,4 +164,5 @@ __all__ = [
     "step_dir_name",
     "unwrap_model",
     "verify_checkpoint",
+    "without_training_only",
 ]

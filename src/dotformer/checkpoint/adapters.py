@@ -28,6 +28,7 @@ from dotformer.checkpoint.format import (
     model_config_of,
     read_json,
     verify_checkpoint,
+    without_training_only,
 )
 from dotformer.errors import CheckpointError, ConfigError
 from dotformer.lora import HEAD_PREFIX, LoRASpec, adapter_state, add_adapters, is_trained, merge_adapters, spec_of
@@ -110,6 +111,7 @@ def load_base(model: nn.Module, weights: dict[str, Tensor], where: Path, head: b
         CheckpointError: tensors missing, unexpected or of another shape, naming ``where``.
     """
     state = model.state_dict()
+    weights = without_training_only(weights, state)  # a base trained with a CTC head: the head stays behind
     kept = {name for name in state if is_trained(name) and not (head and name.startswith(HEAD_PREFIX))}
     expected = {name: t for name, t in state.items() if name not in kept}
     given = {name: t for name, t in weights.items() if not (name.startswith(HEAD_PREFIX) and name not in expected)}

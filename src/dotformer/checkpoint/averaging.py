@@ -12,6 +12,7 @@ from dotformer.checkpoint.adapters import LORA_KEY, full_weights
 from dotformer.checkpoint.format import (
     CONFIG_FILE,
     MODEL_FILE,
+    TRAINING_ONLY,
     _load_safetensors,
     model_config_of,
     read_json,
@@ -26,7 +27,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
 
     Averaging the last checkpoints is the paper's trick for its final models (§6.1: "averaging the last 5
     checkpoints"). Floating tensors are averaged in float64 and cast back; other tensors are taken from the last. A
-    checkpoint of LoRA adapters gives its base's weights with the adapters merged.
+    checkpoint of LoRA adapters gives its base's weights with the adapters merged. A training-only module's tensors
+    (:data:`~dotformer.checkpoint.format.TRAINING_ONLY`: the CTC head) are left out: the average is for decoding.
 
     Args:
         paths: checkpoint (or run) directories, at least one.
@@ -55,6 +57,7 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
             tensors, metadata = full_weights(directory), {}
         else:
             tensors, metadata = _load_safetensors(directory / MODEL_FILE)
+        tensors = {name: t for name, t in tensors.items() if not name.startswith(TRAINING_ONLY)}
         if sums and set(tensors) != set(sums):
             raise CheckpointError(f"{directory / MODEL_FILE} holds different tensors from {dirs[0] / MODEL_FILE}")
         for name, tensor in tensors.items():

@@ -30,6 +30,10 @@ TRAIN_STATE_TENSORS = "train_state.safetensors"
 TRAIN_STATE_JSON = "train_state.json"
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 1
+# tensors of modules that only training reads (the CTC head of joint CTC/attention training, dotformer.training.ctc):
+# saved with the weights, so that a resumed run continues them; a model built for decoding or export has no such
+# module, and its loading leaves them out
+TRAINING_ONLY = ("ctc_head.",)
 
 
 class CheckpointWarning(UserWarning):
@@ -91,7 +95,8 @@ def load_weights(path: str | Path) -> dict[str, Tensor]:
 
 
 def load_weights_into(model: nn.Module, path: str | Path, fresh: tuple[str, ...] = ()) -> None:
-    """Copy the weights of ``path`` into ``model`` (strict: same names, same shapes).
+    """Copy the weights of ``path`` into ``model`` (strict: same names, same shapes). The tensors of a training-only
+    module (:data:`TRAINING_ONLY`: the CTC head) are left out when ``model`` has none (decoding, export).
 
     Args:
         model: the model to fill. path: a ``model.safetensors`` file.
@@ -101,8 +106,9 @@ def load_weights_into(model: nn.Module, path: str | Path, fresh: tuple[str, ...]
     Raises:
         CheckpointError: missing, unexpected or mis-shaped tensors, naming the file and the first names.
     """
-    state = {name: t for name, t in load_weights(path).items() if not name.startswith(fresh)}
     expected = {name: t for name, t in model.state_dict().items() if not name.startswith(fresh)}
+    state = without_training_only(load_weights(path), expected)
+    state = {name: t for name, t in state.items() if not name.startswith(fresh)}
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
@@ -117,6 +123,14 @@ def load_weights_into(model: nn.Module, path: str | Path, fresh: tuple[str, ...]
                 f"{tuple(expected[name].shape)}"
             )
     model.load_state_dict(state, strict=not fresh)
+
+
+def without_training_only(weights: dict[str, Tensor], expected: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``weights`` without the tensors of training-only modules (:data:`TRAINING_ONLY`) that ``expected`` (a model's
+    state dict) does not hold: what decoding and export read of a checkpoint trained with a CTC head."""
+    kept = tuple(prefix for prefix in TRAINING_ONLY if any(name.startswith(prefix) for name in expected))
+    dropped = tuple(prefix for prefix in TRAINING_ONLY if prefix not in kept)
+    return {name: t for name, t in weights.items() if not (dropped and name.startswith(dropped))}
 
 
 def load_tokenizer_file(path: Path) -> Tokenizer:

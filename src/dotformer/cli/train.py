@@ -74,6 +74,11 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "linearly to 0 over the final fraction F of the budget (steps, minutes or epochs; e.g. 0.2; default 0: none)")),
     ("--label-smoothing", "train", "label_smoothing", dict(type=float, metavar="EPS", help="label smoothing ε "
      "(paper §5.4: 0.1; 0 disables)")),
+    ("--ctc-weight", "train", "ctc_weight", dict(type=float, metavar="W", help="joint CTC/attention training of "
+     "pairs: loss = (1-W)·cross-entropy + W·CTC on the encoder (default 0: off); decoding and export ignore the "
+     "CTC head")),
+    ("--ctc-upsample", "train", "ctc_upsample", dict(type=int, metavar="K", help="frames per source token the CTC "
+     "head reads (default 2): CTC needs at least as many frames as target tokens")),
     ("--clip-norm", "train", "clip_norm", dict(type=float, metavar="X", help="clip the gradient L2 norm to X "
      "(default 1.0; 0 disables)")),
     ("--weight-decay", "train", "weight_decay", dict(type=float, metavar="W", help="AdamW weight decay (default 0, "
@@ -182,6 +187,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
                                    "--keep-last", "--best-metric", "--valid-decode-limit", "--patience"),
     "fine-tuning with LoRA adapters (with --init-from)": ("--lora-rank", "--lora-alpha", "--lora-targets",
                                                             "--lora-dropout"),
+    "joint CTC/attention training (pairs)": ("--ctc-weight", "--ctc-upsample"),
     "speed": ("--amp", "--compile", "--packed", "--threads"),
     "memory": ("--activation-checkpointing",),
     "output": ("--log-every", "--metrics-every", "--progress", "--tensorboard"),

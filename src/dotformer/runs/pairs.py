@@ -50,6 +50,7 @@ class PairsTask(Task):
 
     fine_tunable = True
     best_metrics = ("loss", "bleu", "chrf", "wer", "per")  # the decoding metrics of the greedy outputs
+    joint_ctc = True  # an encoder-decoder: --ctc-weight trains its encoder with CTC too (monotonic tasks: g2p)
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -176,6 +176,8 @@ def train_run(
     train_config = budgeted_train_config(sections.train, file_sections, flag_sections)
     task.check_best_metric(train_config.best_metric)
     check_requirements(train_config)
+    if train_config.ctc_weight and not task.joint_ctc:
+        raise ConfigError(f"--ctc-weight adds CTC on the encoder of an encoder-decoder (pairs); {task.title} has none")
     if train_config.lora_rank and record is None and init_from is None:  # before anything is read or written
         raise ConfigError("--lora-rank trains adapters on the frozen weights of a checkpoint: give --init-from CKPT")
     if train_config.lora_rank and extend_vocab:

@@ -145,6 +145,7 @@ class Task(ABC):
     decodes = True  # whether its evaluation decodes outputs (the decoding flags apply, --hyps writes them)
     best_metrics: tuple[str, ...] = ("loss",)  # what may choose best/ (--best-metric; training.best_metrics): the loss,
     # and the task's own validation figures (its TrainData's best_metrics and figures)
+    joint_ctc = False  # whether --ctc-weight may add CTC on its encoder (an encoder-decoder: dotformer.training.ctc)
 
     def __init__(self, name: str | None = None) -> None:
         if name is not None:  # one class may serve several names (the tasks of pairs)

@@ -1,5 +1,6 @@
 """What a run trains of its model, and how it keeps the memory down: LoRA adapters on the frozen weights
-(:mod:`dotformer.lora`, ``TrainConfig.lora_rank``) and activation checkpointing of the stacks' layers
+(:mod:`dotformer.lora`, ``TrainConfig.lora_rank``), a CTC head on the encoder (:mod:`dotformer.training.ctc`,
+``TrainConfig.ctc_weight``) and activation checkpointing of the stacks' layers
 (``TrainConfig.activation_checkpointing``, the seam :func:`dotformer.stacks.run_layer`).
 
 :func:`adapt_model` runs once, before the optimizer is built (it takes only the parameters that train), and before
@@ -17,13 +18,15 @@ from dotformer.errors import ConfigError
 from dotformer.lora import add_adapters
 from dotformer.stacks import Decoder, Encoder
 from dotformer.training.config import TrainConfig
+from dotformer.training.ctc import attach_ctc_head
 
 logger = logging.getLogger(__name__)  # "dotformer.training.adapting": the adapters' line before training
 
 
 def adapt_model(model: nn.Module, config: TrainConfig, has_base: bool, announce: bool = False) -> list[str]:
     """Put LoRA adapters on ``model`` (in place; every other weight frozen, a classifier head aside) when
-    ``config.lora_rank`` asks for them, and turn on activation checkpointing when asked.
+    ``config.lora_rank`` asks for them, a CTC head when ``config.ctc_weight`` does, and turn on activation
+    checkpointing when asked.
 
     Args:
         model: a :class:`~dotformer.model.Transformer`. config: the recipe.
@@ -35,8 +38,10 @@ def adapt_model(model: nn.Module, config: TrainConfig, has_base: bool, announce:
 
     Raises:
         ConfigError: adapters without a base checkpoint (they would adapt random weights), or targets the model does
-            not have (:func:`dotformer.lora.add_adapters`).
+            not have (:func:`dotformer.lora.add_adapters`); a CTC head on a model without an encoder and a decoder,
+            or with adapters (:func:`~dotformer.training.ctc.attach_ctc_head`).
     """
+    attach_ctc_head(model, config)
     for module in model.modules():
         if isinstance(module, (Encoder, Decoder)):
             module.checkpointing = config.activation_checkpointing

@@ -57,6 +57,9 @@ class TrainConfig:
     # regularisation (§5.4)
     label_smoothing: float = 0.1  # ε_ls; 0 gives plain cross-entropy
     clip_norm: float = 1.0  # clip the global gradient L2 norm to this value; 0 disables clipping (the paper's)
+    # joint CTC/attention training (Kim, Hori, Watanabe 2017; dotformer.training.ctc): encoder-decoder pairs only
+    ctc_weight: float = 0.0  # λ: loss = (1 - λ)·attention cross-entropy + λ·CTC on the encoder; 0: off (the paper's)
+    ctc_upsample: int = 2  # k: the CTC head reads k frames per source token (a target may be longer than its source)
     # speed
     amp: Amp = "none"  # mixed precision: "bf16" autocast (CPU and CUDA) or "fp16" autocast + GradScaler (CUDA)
     compile: bool = False  # wrap the model in torch.compile for the training steps
@@ -110,6 +113,9 @@ class TrainConfig:
             raise ConfigError(f"TrainConfig.lr_cooldown must be in [0, 1], got {self.lr_cooldown!r}")
         if not (is_number(self.label_smoothing) and 0.0 <= self.label_smoothing < 1.0):
             raise ConfigError(f"TrainConfig.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        if not (is_number(self.ctc_weight) and 0.0 <= self.ctc_weight < 1.0):
+            raise ConfigError(f"TrainConfig.ctc_weight must be in [0, 1), got {self.ctc_weight!r}")
+        positive_int(self, "ctc_upsample")
         choice(self, "lr_schedule", ("noam", "inverse_sqrt", "constant", "cosine", "linear"))
         choice(self, "amp", ("none", "bf16", "fp16"))
         if self.lr_schedule == "noam" and self.warmup_steps == 0:

@@ -26,8 +26,10 @@ from dotformer.data.batch.batching import Batch, PlannedBatches, sampler_for
 from dotformer.errors import ConfigError, TrainingError
 from dotformer.training.adapting import adapt_model
 from dotformer.training.config import TrainConfig
+from dotformer.training.ctc import feasibility_line
 from dotformer.training.distributed import DistContext, barrier, setup_distributed, teardown_distributed
 from dotformer.training.logging import MetricsLog
+from dotformer.training.objective import NEXT_TOKEN, JointCTC
 from dotformer.training.optim import autocast_dtype, build_grad_scaler, build_optimizer, set_learning_rate
 from dotformer.training.progress import Budget, Progress, TokenRate, count
 from dotformer.training.resume import initialise_from, restore
@@ -227,7 +229,12 @@ def set_up(
     model = model.to(context.device)
     optimizer = build_optimizer(model, config)
     scaler = build_grad_scaler(config.amp, context.device)
-    recipe = StepRecipe.of(config, model.config.pad_id, context, scaler, amp_dtype, data.objective)
+    objective = data.objective
+    if config.ctc_weight:  # joint CTC/attention (dotformer.training.ctc): the head is on the model (adapt_model)
+        if objective is not NEXT_TOKEN:
+            raise ConfigError(f"--ctc-weight adds CTC to teacher forcing; this data trains {objective.name}")
+        objective = JointCTC(config.ctc_weight, model.config.pad_id)
+    recipe = StepRecipe.of(config, model.config.pad_id, context, scaler, amp_dtype, objective)
     sampler = sampler_for(data.train, config.max_tokens, config.seed)  # the global order; the stream deals it
     stream = BatchStream(sampler, max_epochs=config.max_epochs, rank=context.rank, world_size=context.world_size)
     valid_batches: Sequence[Batch] = []
@@ -256,6 +263,8 @@ def start(setup: Setup, state: TrainState, resume: bool, init_from: Path | None)
     check_budget_allows_a_step(setup, state)
     if context.is_main and c.progress:
         logger.info(describe_data(setup))
+        if c.ctc_weight:
+            logger.info(feasibility_line(setup.data.train, c.ctc_upsample))
 
 
 def describe_data(setup: Setup) -> str:

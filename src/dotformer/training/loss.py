@@ -217,3 +217,38 @@ def label_cross_entropy(logits: Tensor, labels: Tensor, epsilon: float = 0.0) ->
     loss = F.cross_entropy(logits, labels, label_smoothing=epsilon, reduction="sum")
     nll = F.cross_entropy(logits.detach(), labels, reduction="sum") if epsilon > 0 else loss.detach()
     return LossSums(loss=loss, nll=nll, num_tokens=torch.tensor(labels.numel(), device=labels.device))
+
+
+def ctc_loss_sum(logits: Tensor, frames: Tensor, labels: Tensor, label_lengths: Tensor, blank: int) -> Tensor:
+    """Summed CTC loss (Graves et al. 2006) of a batch: Σ_b -log p(labels_b | frames_b), the probability summed over
+    every alignment of the labels to the frames that collapses to them (repeats merged, then blanks removed).
+
+    Computed by :func:`torch.nn.functional.ctc_loss` in float32 (float64 for float64 logits: :func:`loss_dtype`)
+    with ``zero_infinity=True``: a pair whose labels
+    cannot be aligned to its frames (fewer frames than labels plus a blank between equal neighbours) has
+    probability 0, and contributes 0 to the loss and to the gradient instead of an infinity.
+
+    Args:
+        logits: (B, F, V) unnormalised scores of each frame, any float dtype; frames past ``frames[b]`` are ignored.
+        frames: (B,) int64, the number of real frames of each row.
+        labels: (B, L) int64 label ids, right-padded; only the first ``label_lengths[b]`` of row b count.
+        label_lengths: (B,) int64, each row's number of labels.
+        blank: the id of CTC's blank, never a label.
+
+    Returns:
+        () float32 (or float64), the summed loss (differentiable).
+
+    Raises:
+        ShapeError: shapes that do not agree, or a label equal to ``blank``.
+    """
+    B, _, V = logits.shape
+    if frames.shape != (B,) or label_lengths.shape != (B,) or labels.dim() != 2 or labels.size(0) != B:
+        raise ShapeError(
+            f"ctc: logits {tuple(logits.shape)}, frames {tuple(frames.shape)}, labels {tuple(labels.shape)} and "
+            f"label_lengths {tuple(label_lengths.shape)} must agree on B"
+        )
+    counted = torch.arange(labels.size(1), device=labels.device) < label_lengths[:, None]  # (B, L) bool
+    if bool((counted & (labels == blank)).any()):
+        raise ShapeError(f"ctc: a label equals the blank id {blank}")
+    log_probs = F.log_softmax(logits.to(loss_dtype(logits)), dim=-1).transpose(0, 1)  # (F, B, V): frames first
+    return F.ctc_loss(log_probs, labels, frames, label_lengths, blank=blank, reduction="sum", zero_infinity=True)

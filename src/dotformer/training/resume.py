@@ -20,6 +20,7 @@ from dotformer import checkpoint as ckpt
 from dotformer.checkpoint.adapters import LORA_KEY, base_reference, full_weights, load_adapted, load_base
 from dotformer.errors import CheckpointError, DataError
 from dotformer.lora import is_adapted
+from dotformer.training.ctc import ctc_head_of
 from dotformer.training.distributed import DistContext
 from dotformer.training.progress import count
 from dotformer.training.state import Setup, TrainState
@@ -98,6 +99,12 @@ def load_resumed_weights(setup: Setup, path: Path, info: dict[str, Any]) -> None
     Raises:
         CheckpointError: adapters where the run has none or the other way round, or other adapters than the run's.
     """
+    has_head, saved_head = ctc_head_of(setup.model) is not None, _trained_with_ctc(info)
+    if has_head != saved_head:
+        raise CheckpointError(
+            f"cannot resume from {path}: it was trained {'with' if saved_head else 'without'} a CTC head, and this "
+            f"run asks for {'one' if has_head else 'none'} (--ctc-weight)"
+        )
     adapted, saved_adapted = is_adapted(setup.model), LORA_KEY in info
     if adapted != saved_adapted:
         raise CheckpointError(
@@ -112,6 +119,13 @@ def load_resumed_weights(setup: Setup, path: Path, info: dict[str, Any]) -> None
     except CheckpointError as exc:
         raise CheckpointError(f"cannot resume: {exc}") from None
     setup.info[LORA_KEY] = info[LORA_KEY]
+
+
+def _trained_with_ctc(info: dict[str, Any]) -> bool:
+    """Whether a checkpoint's config.json says its run trained a CTC head (its recipe's ctc_weight)."""
+    train = info.get("train") if isinstance(info.get("train"), dict) else {}
+    weight = train.get("ctc_weight", 0.0)
+    return isinstance(weight, (int, float)) and weight > 0
 
 
 def _say_what_changed(setup: Setup, state: TrainState, path: Path, skipped: list[str], saved_metric: str) -> None:
@@ -144,7 +158,8 @@ def initialise_from(setup: Setup, path: Path) -> None:
     record it as ``init_from`` in ``setup.info``. A model whose head differs from the checkpoint's (an encoder's
     classifier on a masked language model or an imported BERT) takes every weight but the head's, which starts as
     initialised. A model with LoRA adapters takes them into its frozen tensors (the adapters start as initialised)
-    and records ``path`` as their base (``setup.info["lora"]``); an adapted checkpoint gives its merged weights.
+    and records ``path`` as their base (``setup.info["lora"]``); an adapted checkpoint gives its merged weights. A
+    CTC head (``--ctc-weight``, :mod:`~dotformer.training.ctc`) starts as initialised; the checkpoint's is left out.
 
     Raises:
         CheckpointError: a damaged checkpoint, another model config (dropout rates and the head aside) or another
@@ -175,7 +190,8 @@ def initialise_from(setup: Setup, path: Path) -> None:
     if is_adapted(setup.model) or LORA_KEY in info:  # the frozen weights; an adapted checkpoint's merged
         load_base(setup.model, full_weights(path), path, head=not fresh_head)
     else:
-        ckpt.load_weights_into(setup.model, path / ckpt.MODEL_FILE, fresh=HEAD_TENSORS if fresh_head else ())
+        fresh = (*(HEAD_TENSORS if fresh_head else ()), *ckpt.TRAINING_ONLY)  # a CTC head starts afresh
+        ckpt.load_weights_into(setup.model, path / ckpt.MODEL_FILE, fresh=fresh)
     if is_adapted(setup.model):  # its checkpoints save the adapters with a reference to this base
         setup.info[LORA_KEY] = base_reference(setup.model, path)
     setup.info["init_from"] = str(path)
