@@ -129,7 +129,8 @@ def infeasible_pairs(examples: Sequence[Any], upsample: int) -> int:
     trains on them.
 
     Args:
-        examples: :class:`~dotformer.data.prepared.arrays.PairArrays`, or rows with ``src`` and ``tgt`` ids (without EOS).
+        examples: :class:`~dotformer.data.prepared.arrays.PairArrays`, or rows with ``src`` and ``tgt`` ids
+            (without EOS).
         upsample: k.
     """
     from dotformer.data.prepared.arrays import (  # here: the objective (and scoring) import this module
