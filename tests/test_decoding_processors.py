@@ -195,8 +195,8 @@ def test_the_cli_takes_repeated_and_comma_separated_tokens(
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--repetition-penalty", "-1"], "--repetition-penalty must be a finite number > 0 (1 = off), got -1.0"),
-        (["--repetition-penalty", "0"], "--repetition-penalty must be a finite number > 0"),
+        (["--repetition-penalty", "-1"], "--repetition-penalty must be a number from 1e-06 to 1e+06 (1 = off), got -1"),
+        (["--repetition-penalty", "0"], "--repetition-penalty must be a number from 1e-06 to 1e+06"),
         (["--no-repeat-ngram-size", "-2"], "--no-repeat-ngram-size must be a non-negative integer (0 = off), got -2"),
         (["--end-token", "zz"], "end_token: 'zz' is not a token of the model's target vocabulary"),
         (["--suppress", "a1 qq"], "suppress: 'qq' is not a token of the model's target vocabulary"),
@@ -213,10 +213,77 @@ def test_bad_values_are_one_line(
 
 def test_the_api_checks_the_controls(checkpoint: Path) -> None:
     translator = dotformer.load(checkpoint, device="cpu", engine="torch")
-    with pytest.raises(ConfigError, match="repetition_penalty must be a finite number > 0"):
+    with pytest.raises(ConfigError, match="repetition_penalty must be a number from 1e-06 to 1e"):
         translator.translate("a1", repetition_penalty=float("nan"))
     with pytest.raises(ConfigError, match="suppress must be tokens or sequences of tokens"):
         translator.translate("a1", suppress=[3])
     assert DecodeConfig(end_token="a1, a2", suppress="a1 a2,a3").end_token == ("a1", "a2")
     assert DecodeConfig(suppress="a1 a2,a3").suppress == (("a1", "a2"), ("a3",))
     assert DecodeConfig(end_token=",").end_token == (",",)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        # a penalty whose divisor or factor takes a logit past float32's range: inf and NaN scores, not outputs
+        (["--repetition-penalty", "1e-40"], "--repetition-penalty must be a number from 1e-06 to 1e+06 (1 = off)"),
+        (["--repetition-penalty", "1e7"], "--repetition-penalty must be a number from 1e-06 to 1e+06"),
+        # an integer past 64 bits: no int64 tensor, no CTranslate2 argument holds it
+        (["--no-repeat-ngram-size", "1" + "0" * 22], "--no-repeat-ngram-size must be at most 2**63 - 1 (0 = off)"),
+        (["--min-len", "1" + "0" * 22], "--min-len must be at most 2**63 - 1, got 1" + "0" * 22),
+        (["--max-len-b", "1" + "0" * 22], "--max-len-b must be at most 2**63 - 1"),
+        (["--strategy", "sample", "--top-k", "1" + "0" * 22], "--top-k must be at most 2**63 - 1 (0 = off)"),
+        # an empty token is a mistake, never silently no token
+        (["--end-token", ""], "--end-token: an empty token in ''"),
+        (["--suppress", "a1,,a2"], "--suppress: an empty token in 'a1,,a2'"),
+        (["--suppress", "a1", "--suppress", "a2,"], "--suppress: an empty token in 'a2,'"),
+    ],
+)
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_out_of_range_values_are_one_line_on_each_engine(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str, engine: str
+) -> None:
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+    status = main(["translate", "--checkpoint", str(checkpoint), "--engine", engine, *flags, "a1"])
+    err = capsys.readouterr().err
+    assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_api_refuses_empty_tokens_and_huge_counts(checkpoint: Path) -> None:
+    translator = dotformer.load(checkpoint, device="cpu", engine="torch")
+    with pytest.raises(ConfigError, match="end_token: an empty token in 'a1,'"):
+        translator.translate("a1", end_token="a1,")
+    with pytest.raises(ConfigError, match="suppress: an empty token in ''"):
+        translator.translate("a1", suppress="")
+    with pytest.raises(ConfigError, match="no_repeat_ngram_size must be at most 2\\*\\*63 - 1"):
+        translator.translate("a1", no_repeat_ngram_size=2**64)
+    assert DecodeConfig(suppress=[]).suppress == () and DecodeConfig(end_token=()).end_token == ()  # none, said so
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_minimum_beyond_the_maximum_is_cut_to_it(checkpoint: Path, engine: str) -> None:
+    """The maximum length wins over the minimum, however large (a huge --min-len-a included), on either engine:
+    the end is forbidden throughout and the output is cut at the maximum."""
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+    assert (
+        DecodeConfig(min_len_a=1e300, max_len_b=5).min_output_length(3) == 8 == DecodeConfig().max_output_length(3) - 45
+    )
+    assert DecodeConfig(max_len_a=1e308).max_output_length(3) == 2**63 - 1  # inf, as a count
+    translator = dotformer.load(checkpoint, device="cpu", engine=engine)
+    for least in (dict(min_len_a=1e300), dict(min_len_b=2**63 - 1), dict(min_len_b=7)):
+        [result] = translator.translate(["a1"], strategy="greedy", max_len_b=5, details=True, **least)
+        assert result.text == " ".join(["a3"] * 7) and not result.hypotheses[0].finished, least  # 1 x 2 + 5 steps
+
+
+def test_the_end_of_sentence_as_an_end_token_runs_on_ctranslate2_with_beam_search(checkpoint: Path) -> None:
+    """</s> ends every output on either engine: as an end token it asks nothing of the torch engine."""
+    pytest.importorskip("ctranslate2")
+    from dotformer.engines.choice import torch_only_fields
+
+    assert torch_only_fields(DecodeConfig(end_token=("</s>",))) == []
+    assert torch_only_fields(DecodeConfig(end_token=("</s>", "a3"))) == ["end_token"]
+    strict = dotformer.load(checkpoint, device="cpu", engine="ctranslate2")
+    reference = dotformer.load(checkpoint, device="cpu", engine="torch")
+    assert strict.translate(["a1", "a2 a3"], end_token="</s>") == reference.translate(["a1", "a2 a3"])

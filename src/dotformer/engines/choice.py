@@ -56,6 +56,7 @@ def torch_only_fields(config: DecodeConfig, model: ModelConfig | None = None) ->
     """The :class:`~dotformer.decoding.DecodeConfig` fields of ``config`` that only the torch engine runs: options
     whose ``ctranslate2`` column names a limit, set to another value than their default (an alignment layer that is
     not the last), and ``use_cache=False``."""
+    from dotformer.data.tokenizers import EOS_ID, SPECIAL_TOKENS
     from dotformer.decoding.options import SEARCH_OPTIONS
 
     fields = []
@@ -65,6 +66,8 @@ def torch_only_fields(config: DecodeConfig, model: ModelConfig | None = None) ->
         if option.field == "end_token" and config.strategy != "beam":  # greedy and sampling end where torch's do
             continue
         value, default = getattr(config, option.field), option.default
+        if option.field == "end_token":  # </s> ends every output on either engine: only the others count
+            value = tuple(token for token in value if token != SPECIAL_TOKENS[EOS_ID])
         if option.field == "alignment_layer" and model is not None:  # -1 and N - 1 name the same (last) layer
             layers = max(1, model.num_decoder_layers)
             if not -layers <= value < layers:
