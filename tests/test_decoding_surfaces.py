@@ -183,3 +183,11 @@ def test_every_surface_takes_the_controls(servers: dict[str, Any], checkpoints: 
     status, reply = call(completions, body)
     expected = lm.generate("a1 a2", max_new_tokens=8, strategy="greedy", repetition_penalty=1.5, suppress=["a2"])
     assert status == 200 and reply["choices"][0]["text"] == expected
+    for field, value, message in [
+        ("repetition_penalty", 1e9, "repetition_penalty must be a number from 1e-06 to 1e+06 (1 = off), got 1e9"),
+        ("no_repeat_ngram_size", -1, "no_repeat_ngram_size must be a non-negative integer (0 = off), got -1"),
+        ("end_token", "a1,,a2", "end_token: an empty token in 'a1,,a2'"),
+    ]:  # named as the request names them, as /api/generate names them
+        status, reply = call(completions, {"prompt": "a1", field: value})
+        assert status == 400 and reply["error"]["message"].startswith(message.split(", got")[0]), reply
+        assert "DecodeConfig" not in reply["error"]["message"]

@@ -31,7 +31,7 @@ from dotformer.api.endpoint import MAX_NEW_TOKENS, MAX_TEXT_CHARS, Counted, mode
 from dotformer.api.streaming import StopText, stream_continuation
 from dotformer.api.web import RequestError
 from dotformer.config import DEFAULT_SEED
-from dotformer.decoding.options import CONTROL_NAMES, CONTROL_OPTIONS
+from dotformer.decoding.options import CONTROL_NAMES, CONTROL_OPTIONS, with_surface_names
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -50,6 +50,11 @@ COMPLETION_FIELDS = (
     "user",
     *CONTROL_NAMES,
 )  # fmt: skip  (OpenAI's fields, and the decoding controls of dotformer's options table)
+# DecodeConfig field -> the request's field, for error messages (a setting checked by DecodeConfig is named as sent)
+COMPLETION_NAMES: dict[str, str] = {
+    **{name: name for name in ("temperature", "top_p", "seed", *CONTROL_NAMES)},
+    "max_len_b": "max_tokens",
+}
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 MAX_STOPS = 4  # most stop sequences (OpenAI's limit)
 
@@ -133,7 +138,7 @@ class Completion:
                     **controls,
                 )  # fmt: skip
         except ConfigError as exc:
-            raise RequestError(str(exc)) from None
+            raise RequestError(with_surface_names(str(exc), COMPLETION_NAMES)) from None
         self.prompt, self.config, self.stops = prompt, config, stops
         self.stream: bool = request.get("stream", False)
         self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
