@@ -10,8 +10,9 @@ Python package, anything speaking its completions API) work against it unchanged
 
 ``temperature`` 0 is greedy decoding, anything above samples (``top_p``: nucleus; ``seed``: the draws, when not given 1,
 every command's default seed, so the same request gives the same text). ``stop``: up to 4 strings; the text ends before
-the first one found (``finish_reason`` "stop"; else "length": dotformer's language models read a line end as one more
-token and go on to ``max_tokens``). ``n`` is 1. ``"stream": true`` sends the text as server-sent events, one chunk per
+the first one found (``finish_reason`` "stop", as when an ``end_token`` or an imported model's EOS ends it before
+``max_tokens``; else "length": dotformer's language models read a line end as one more token and go on to
+``max_tokens``). ``n`` is 1. ``"stream": true`` sends the text as server-sent events, one chunk per
 piece as the engine produces it (:func:`dotformer.api.streaming.stream_continuation`), then a chunk with the
 ``finish_reason``, then ``data: [DONE]``. ``model`` is accepted and answered with the served model's name (the
 checkpoint's folder). ``POST /v1/chat/completions`` needs a chat template, which no dotformer tokenizer has: it answers
@@ -21,6 +22,7 @@ checkpoint's folder). ``POST /v1/chat/completions`` needs a chat template, which
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -166,9 +168,10 @@ async def _pieces(
     translator: Translator, completion: Completion, batcher: Batcher | None
 ) -> AsyncIterator[tuple[str, bool]]:
     """The completion's text, piece by piece, cut at its first stop sequence: ``(piece, stopped)``; the decoding
-    stops once a stop sequence is found."""
-    stop = StopText(completion.stops)
-    pieces = stream_continuation(translator, completion.prompt, completion.config, batcher)
+    stops once a stop sequence is found. A continuation that ended before ``max_tokens`` (an end token) ends with
+    ``("", True)`` too."""
+    stop, ended = StopText(completion.stops), threading.Event()
+    pieces = stream_continuation(translator, completion.prompt, completion.config, batcher, ended.set)
     try:
         async for piece in pieces:
             text = stop.feed(piece)
@@ -179,6 +182,8 @@ async def _pieces(
                 return
         if held := stop.flush():
             yield held, False
+        if ended.is_set():  # an end token (or the model's EOS) ended it before max_tokens: OpenAI's "stop"
+            yield "", True
     finally:
         await pieces.aclose()
 

@@ -362,9 +362,10 @@ class Translator:
         texts = self.generate_texts(prompt, config)
         return texts if n > 1 else texts[0]
 
-    def generate_texts(self, prompt: str, config: DecodeConfig, on_text: Any = None) -> list[str]:
+    def generate_texts(self, prompt: str, config: DecodeConfig, on_text: Any = None, on_end: Any = None) -> list[str]:
         """The continuations of ``prompt`` for a ready :class:`~dotformer.decoding.DecodeConfig`
-        (:func:`dotformer.api.generation.generate_text` on this translator's engine; ``on_text`` streams the first).
+        (:func:`dotformer.api.generation.generate_text` on this translator's engine; ``on_text`` streams the first,
+        ``on_end`` is called when the first ended before the token limit).
 
         Raises:
             See :meth:`generate`.
@@ -372,7 +373,7 @@ class Translator:
         from dotformer.api.generation import generate_text
 
         torch_only = [] if config.use_cache else ["use_cache=False"]  # a language model's engine generates
-        return list(self._run(torch_only, lambda engine: generate_text(engine, prompt, config, on_text)))
+        return list(self._run(torch_only, lambda engine: generate_text(engine, prompt, config, on_text, on_end)))
 
     def __repr__(self) -> str:
         where = f"path={str(self.path)!r}, task={self.task!r}"
