@@ -118,7 +118,7 @@ class Held:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._translator, name)
 
-    def generate_texts(self, prompt: str, config: Any, on_text: Any = None) -> list[str]:
+    def generate_texts(self, prompt: str, config: Any, on_text: Any = None, on_end: Any = None) -> list[str]:
         def held(piece: str) -> None:
             self.pieces += 1
             on_text(piece)
@@ -126,7 +126,7 @@ class Held:
                 assert self.release.wait(TIMEOUT_S)
 
         try:
-            return self._translator.generate_texts(prompt, config, held)
+            return self._translator.generate_texts(prompt, config, held, on_end)
         finally:
             self.ended.set()
 
@@ -222,7 +222,9 @@ def test_an_end_token_ends_a_completion_with_finish_reason_stop(served: tuple[An
     client = openai_client(server)
     greedy = translator.generate("a3", max_new_tokens=NEW, strategy="greedy").split()
     end = greedy[3]  # a symbol the text holds: it ends before its first occurrence
-    unused = next(f"a{i}" for i in range(8) if f"a{i}" not in greedy)
+    tokenizer = translator.tgt_tokenizer
+    pieces = [tokenizer.id_to_token(i) for i in range(4, tokenizer.vocab_size)]  # after the four special tokens
+    unused = next(piece for piece in pieces if piece not in greedy and piece.strip())
     expected = translator.generate("a3", max_new_tokens=NEW, strategy="greedy", end_token=end)
     assert len(expected.split()) < NEW
     for stream in (False, True):
