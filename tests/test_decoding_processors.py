@@ -103,10 +103,10 @@ def test_suppressed_tokens_never_and_sequences_never_completed() -> None:
 
 
 def test_controls_give_the_searchs_scores_and_the_models_log_probabilities() -> None:
-    logits = torch.tensor([[2.0, -1.0, 0.5]])
-    history = torch.tensor([[0]])
+    logits = torch.tensor([[0.0, 0.0, 2.0, -1.0, 0.5]])  # PAD, BOS, then three tokens
+    history = torch.tensor([[2]])
     scores, log_probs = Controls(repetition_penalty=2.0).scores(logits, history)
-    assert torch.allclose(scores, torch.tensor([[1.0, -1.0, 0.5]]).log_softmax(-1))
+    assert torch.allclose(scores, torch.tensor([[NEG_INF, NEG_INF, 1.0, -1.0, 0.5]]).log_softmax(-1))
     assert torch.allclose(log_probs, logits.log_softmax(-1))
     same, model = Controls().scores(logits, history)
     assert same is model and torch.equal(model, logits.log_softmax(-1))
@@ -287,3 +287,21 @@ def test_the_end_of_sentence_as_an_end_token_runs_on_ctranslate2_with_beam_searc
     strict = dotformer.load(checkpoint, device="cpu", engine="ctranslate2")
     reference = dotformer.load(checkpoint, device="cpu", engine="torch")
     assert strict.translate(["a1", "a2 a3"], end_token="</s>") == reference.translate(["a1", "a2 a3"])
+
+
+def test_the_processed_scores_leave_pad_and_bos_out_of_the_softmax() -> None:
+    """With a processor set, the search's scores are a distribution over the tokens a search may produce (PAD and BOS
+    never are: out of the softmax, as CTranslate2 suppresses them); the model's log-probabilities stay untouched; a row
+    whose every token is forbidden is all -inf, never NaN."""
+    logits = torch.tensor([SCORES, SCORES])
+    history = torch.tensor([[7, 10, 7], [4, 7, 10]])
+    controls = Controls(no_repeat_ngram_size=1, suppress=((5,), (6,), (8,), (9,), (11,), (3,), (2,)))
+    scores, log_probs = controls.scores(logits, history)
+    assert torch.equal(log_probs, logits.log_softmax(-1))
+    kept = logits[0].clone()
+    kept[[0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 11]] = NEG_INF  # row 0: a0 (id 4) alone is left
+    assert torch.equal(scores[0], kept.log_softmax(-1)) and float(scores[0, 4]) == 0.0
+    assert torch.equal(scores[1], torch.full((12,), NEG_INF))  # row 1 saw a0, a3, a6: nothing is left
+    plain = Controls(repetition_penalty=2.0).scores(logits, history)[0]
+    allowed = [i for i in range(12) if i not in (0, 1)]
+    assert float(plain[0, allowed].exp().sum()) == pytest.approx(1.0) and plain[0, :2].eq(NEG_INF).all()
