@@ -305,3 +305,21 @@ def test_the_processed_scores_leave_pad_and_bos_out_of_the_softmax() -> None:
     plain = Controls(repetition_penalty=2.0).scores(logits, history)[0]
     allowed = [i for i in range(12) if i not in (0, 1)]
     assert float(plain[0, allowed].exp().sum()) == pytest.approx(1.0) and plain[0, :2].eq(NEG_INF).all()
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_an_unknown_token_is_named_before_the_engine_is_chosen(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """An end token that is no token is that, on every engine: not "runs on the torch engine only" first."""
+    pytest.importorskip("ctranslate2")
+    (tmp_path / "pairs.tsv").write_text("a1\ta3\n")
+    where = ["a1"] if command == "translate" else ["--data", str(tmp_path / "pairs.tsv")]
+    argv = [command, "--checkpoint", str(checkpoint), "--engine", "ctranslate2", "--end-token", "zz", *where]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"dotformer {command}: error: end_token: 'zz' is not a token of the model's target vocabulary"
+    )
+    strict = dotformer.load(checkpoint, device="cpu", engine="ctranslate2")
+    with pytest.raises(ConfigError, match="suppress: 'qq' is not a token"):
+        strict.translate("a1", suppress="qq", end_token="a3")

@@ -740,6 +740,27 @@ def test_streamed_generation_with_controls_is_the_torch_engines(language_model: 
     assert streamed[0] == streamed[1] and len(streamed[0]) > 1
 
 
+def test_end_tokens_with_beam_generation_are_named_as_the_surface_names_them(
+    language_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Generation asks the engine choice what runs on torch only, as translation does: --end-token with --beam is
+    one line naming the flag on the ctranslate2 engine (auto runs it on torch), and </s> asks nothing of torch."""
+    from dotformer.cli import main
+
+    argv = ["generate", "--checkpoint", str(language_model), "--engine", "ctranslate2", "--prompt", "a0"]
+    assert main([*argv, "--beam", "2", "--end-token", "a5", "--max-new-tokens", "8"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "dotformer generate: error: --end-token a5 runs on the torch engine only (CTranslate2's beam search runs on "
+        "past an end token other than </s>): leave it out, or use --engine torch"
+    )
+    strict = dotformer.load(language_model, device="cpu", engine="ctranslate2")
+    with pytest.raises(EngineOptionError, match=r"end_token=\('a5',\) runs on the torch engine only"):
+        strict.generate("a0", strategy="beam", end_token="a5", max_new_tokens=8)
+    reference = dotformer.load(language_model, device="cpu", engine="torch")
+    beam = dict(strategy="beam", max_new_tokens=8)
+    assert strict.generate("a0", end_token="</s>", **beam) == reference.generate("a0", **beam)
+
+
 @pytest.fixture(scope="module")
 def untrained_language_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A decoder-only model with random weights: PAD and BOS keep a share of every step's probability, unlike in a
