@@ -20,7 +20,7 @@ budget=(--max-minutes "${MINUTES:-10}")
 new_tokens=200
 if [ "${1:-}" = "--quick" ]; then
   out="${OUT:-runs/lm-bible-quick}"
-  budget=(--max-steps 10 --eval-every 10 --limit 2000 --no-progress)
+  budget=(--max-steps 10 --warmup 1 --eval-every 10 --limit 2000 --no-progress)  # a smoke run: the peak lr at once
   new_tokens=40
 fi
 dotformer train --config "${CONFIG:-configs/lm-bible-modern.toml}" --out "$out" --overwrite "${budget[@]}"

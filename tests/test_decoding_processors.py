@@ -103,10 +103,10 @@ def test_suppressed_tokens_never_and_sequences_never_completed() -> None:
 
 
 def test_controls_give_the_searchs_scores_and_the_models_log_probabilities() -> None:
-    logits = torch.tensor([[2.0, -1.0, 0.5]])
-    history = torch.tensor([[0]])
+    logits = torch.tensor([[0.0, 0.0, 2.0, -1.0, 0.5]])  # PAD, BOS, then three tokens
+    history = torch.tensor([[2]])
     scores, log_probs = Controls(repetition_penalty=2.0).scores(logits, history)
-    assert torch.allclose(scores, torch.tensor([[1.0, -1.0, 0.5]]).log_softmax(-1))
+    assert torch.allclose(scores, torch.tensor([[NEG_INF, NEG_INF, 1.0, -1.0, 0.5]]).log_softmax(-1))
     assert torch.allclose(log_probs, logits.log_softmax(-1))
     same, model = Controls().scores(logits, history)
     assert same is model and torch.equal(model, logits.log_softmax(-1))
@@ -195,8 +195,8 @@ def test_the_cli_takes_repeated_and_comma_separated_tokens(
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--repetition-penalty", "-1"], "--repetition-penalty must be a finite number > 0 (1 = off), got -1.0"),
-        (["--repetition-penalty", "0"], "--repetition-penalty must be a finite number > 0"),
+        (["--repetition-penalty", "-1"], "--repetition-penalty must be a number from 1e-06 to 1e+06 (1 = off), got -1"),
+        (["--repetition-penalty", "0"], "--repetition-penalty must be a number from 1e-06 to 1e+06"),
         (["--no-repeat-ngram-size", "-2"], "--no-repeat-ngram-size must be a non-negative integer (0 = off), got -2"),
         (["--end-token", "zz"], "end_token: 'zz' is not a token of the model's target vocabulary"),
         (["--suppress", "a1 qq"], "suppress: 'qq' is not a token of the model's target vocabulary"),
@@ -213,7 +213,7 @@ def test_bad_values_are_one_line(
 
 def test_the_api_checks_the_controls(checkpoint: Path) -> None:
     translator = dotformer.load(checkpoint, device="cpu", engine="torch")
-    with pytest.raises(ConfigError, match="repetition_penalty must be a finite number > 0"):
+    with pytest.raises(ConfigError, match="repetition_penalty must be a number from 1e-06 to 1e"):
         translator.translate("a1", repetition_penalty=float("nan"))
     with pytest.raises(ConfigError, match="suppress must be tokens or sequences of tokens"):
         translator.translate("a1", suppress=[3])
@@ -234,3 +234,106 @@ def test_has_controls_tells_a_config_with_any_control_from_one_without():
     assert has_controls(DecodeConfig(no_repeat_ngram_size=2))
     assert has_controls(DecodeConfig(end_token=("a",)))
     assert has_controls(DecodeConfig(suppress=(("a", "b"),)))
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        # a penalty whose divisor or factor takes a logit past float32's range: inf and NaN scores, not outputs
+        (["--repetition-penalty", "1e-40"], "--repetition-penalty must be a number from 1e-06 to 1e+06 (1 = off)"),
+        (["--repetition-penalty", "1e7"], "--repetition-penalty must be a number from 1e-06 to 1e+06"),
+        # an integer past 64 bits: no int64 tensor, no CTranslate2 argument holds it
+        (["--no-repeat-ngram-size", "1" + "0" * 22], "--no-repeat-ngram-size must be at most 2**63 - 1 (0 = off)"),
+        (["--min-len", "1" + "0" * 22], "--min-len must be at most 2**63 - 1, got 1" + "0" * 22),
+        (["--max-len-b", "1" + "0" * 22], "--max-len-b must be at most 2**63 - 1"),
+        (["--strategy", "sample", "--top-k", "1" + "0" * 22], "--top-k must be at most 2**63 - 1 (0 = off)"),
+        # an empty token is a mistake, never silently no token
+        (["--end-token", ""], "--end-token: an empty token in ''"),
+        (["--suppress", "a1,,a2"], "--suppress: an empty token in 'a1,,a2'"),
+        (["--suppress", "a1", "--suppress", "a2,"], "--suppress: an empty token in 'a2,'"),
+    ],
+)
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_out_of_range_values_are_one_line_on_each_engine(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str, engine: str
+) -> None:
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+    status = main(["translate", "--checkpoint", str(checkpoint), "--engine", engine, *flags, "a1"])
+    err = capsys.readouterr().err
+    assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_api_refuses_empty_tokens_and_huge_counts(checkpoint: Path) -> None:
+    translator = dotformer.load(checkpoint, device="cpu", engine="torch")
+    with pytest.raises(ConfigError, match="end_token: an empty token in 'a1,'"):
+        translator.translate("a1", end_token="a1,")
+    with pytest.raises(ConfigError, match="suppress: an empty token in ''"):
+        translator.translate("a1", suppress="")
+    with pytest.raises(ConfigError, match="no_repeat_ngram_size must be at most 2\\*\\*63 - 1"):
+        translator.translate("a1", no_repeat_ngram_size=2**64)
+    assert DecodeConfig(suppress=[]).suppress == () and DecodeConfig(end_token=()).end_token == ()  # none, said so
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_minimum_beyond_the_maximum_is_cut_to_it(checkpoint: Path, engine: str) -> None:
+    """The maximum length wins over the minimum, however large (a huge --min-len-a included), on either engine:
+    the end is forbidden throughout and the output is cut at the maximum."""
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+    assert (
+        DecodeConfig(min_len_a=1e300, max_len_b=5).min_output_length(3) == 8 == DecodeConfig().max_output_length(3) - 45
+    )
+    assert DecodeConfig(max_len_a=1e308).max_output_length(3) == 2**63 - 1  # inf, as a count
+    translator = dotformer.load(checkpoint, device="cpu", engine=engine)
+    for least in (dict(min_len_a=1e300), dict(min_len_b=2**63 - 1), dict(min_len_b=7)):
+        [result] = translator.translate(["a1"], strategy="greedy", max_len_b=5, details=True, **least)
+        assert result.text == " ".join(["a3"] * 7) and not result.hypotheses[0].finished, least  # 1 x 2 + 5 steps
+
+
+def test_the_end_of_sentence_as_an_end_token_runs_on_ctranslate2_with_beam_search(checkpoint: Path) -> None:
+    """</s> ends every output on either engine: as an end token it asks nothing of the torch engine."""
+    pytest.importorskip("ctranslate2")
+    from dotformer.engines.choice import torch_only_fields
+
+    assert torch_only_fields(DecodeConfig(end_token=("</s>",))) == []
+    assert torch_only_fields(DecodeConfig(end_token=("</s>", "a3"))) == ["end_token"]
+    strict = dotformer.load(checkpoint, device="cpu", engine="ctranslate2")
+    reference = dotformer.load(checkpoint, device="cpu", engine="torch")
+    assert strict.translate(["a1", "a2 a3"], end_token="</s>") == reference.translate(["a1", "a2 a3"])
+
+
+def test_the_processed_scores_leave_pad_and_bos_out_of_the_softmax() -> None:
+    """With a processor set, the search's scores are a distribution over the tokens a search may produce (PAD and BOS
+    never are: out of the softmax, as CTranslate2 suppresses them); the model's log-probabilities stay untouched; a row
+    whose every token is forbidden is all -inf, never NaN."""
+    logits = torch.tensor([SCORES, SCORES])
+    history = torch.tensor([[7, 10, 7], [4, 7, 10]])
+    controls = Controls(no_repeat_ngram_size=1, suppress=((5,), (6,), (8,), (9,), (11,), (3,), (2,)))
+    scores, log_probs = controls.scores(logits, history)
+    assert torch.equal(log_probs, logits.log_softmax(-1))
+    kept = logits[0].clone()
+    kept[[0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 11]] = NEG_INF  # row 0: a0 (id 4) alone is left
+    assert torch.equal(scores[0], kept.log_softmax(-1)) and float(scores[0, 4]) == 0.0
+    assert torch.equal(scores[1], torch.full((12,), NEG_INF))  # row 1 saw a0, a3, a6: nothing is left
+    plain = Controls(repetition_penalty=2.0).scores(logits, history)[0]
+    allowed = [i for i in range(12) if i not in (0, 1)]
+    assert float(plain[0, allowed].exp().sum()) == pytest.approx(1.0) and plain[0, :2].eq(NEG_INF).all()
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_an_unknown_token_is_named_before_the_engine_is_chosen(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """An end token that is no token is that, on every engine: not "runs on the torch engine only" first."""
+    pytest.importorskip("ctranslate2")
+    (tmp_path / "pairs.tsv").write_text("a1\ta3\n")
+    where = ["a1"] if command == "translate" else ["--data", str(tmp_path / "pairs.tsv")]
+    argv = [command, "--checkpoint", str(checkpoint), "--engine", "ctranslate2", "--end-token", "zz", *where]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"dotformer {command}: error: end_token: 'zz' is not a token of the model's target vocabulary"
+    )
+    strict = dotformer.load(checkpoint, device="cpu", engine="ctranslate2")
+    with pytest.raises(ConfigError, match="suppress: 'qq' is not a token"):
+        strict.translate("a1", suppress="qq", end_token="a3")

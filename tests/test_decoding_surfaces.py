@@ -162,7 +162,11 @@ def test_every_surface_takes_the_controls(servers: dict[str, Any], checkpoints: 
         expected = translator.translate(["a1 a2", "a3 a4 a5"], **options)
         assert [item["text"] for item in reply["translations"]] == expected
     for body, fragment in [
-        ({"texts": ["a1"], "repetition_penalty": -1}, "repetition_penalty must be a finite number > 0"),
+        ({"texts": ["a1"], "repetition_penalty": -1}, "repetition_penalty must be a number from 1e-06 to 1e+06"),
+        ({"texts": ["a1"], "repetition_penalty": 1e-40}, "repetition_penalty must be a number from 1e-06 to 1e+06"),
+        ({"texts": ["a1"], "no_repeat_ngram_size": 10**22}, "no_repeat_ngram_size must be at most 2**63 - 1"),
+        ({"texts": ["a1"], "end_token": ""}, "end_token: an empty token in ''"),
+        ({"texts": ["a1"], "suppress": "a1,"}, "suppress: an empty token in 'a1,'"),
         ({"texts": ["a1"], "suppress": 3}, '"suppress" must be a string or a list of strings, got 3'),
         ({"texts": ["a1"], "end_token": "zz"}, "end_token: 'zz' is not a token of the model's target vocabulary"),
     ]:
@@ -179,3 +183,11 @@ def test_every_surface_takes_the_controls(servers: dict[str, Any], checkpoints: 
     status, reply = call(completions, body)
     expected = lm.generate("a1 a2", max_new_tokens=8, strategy="greedy", repetition_penalty=1.5, suppress=["a2"])
     assert status == 200 and reply["choices"][0]["text"] == expected
+    for field, value, message in [
+        ("repetition_penalty", 1e9, "repetition_penalty must be a number from 1e-06 to 1e+06 (1 = off), got 1e9"),
+        ("no_repeat_ngram_size", -1, "no_repeat_ngram_size must be a non-negative integer (0 = off), got -1"),
+        ("end_token", "a1,,a2", "end_token: an empty token in 'a1,,a2'"),
+    ]:  # named as the request names them, as /api/generate names them
+        status, reply = call(completions, {"prompt": "a1", field: value})
+        assert status == 400 and reply["error"]["message"].startswith(message.split(", got")[0]), reply
+        assert "DecodeConfig" not in reply["error"]["message"]

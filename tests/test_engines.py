@@ -740,6 +740,59 @@ def test_streamed_generation_with_controls_is_the_torch_engines(language_model: 
     assert streamed[0] == streamed[1] and len(streamed[0]) > 1
 
 
+def test_end_tokens_with_beam_generation_are_named_as_the_surface_names_them(
+    language_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Generation asks the engine choice what runs on torch only, as translation does: --end-token with --beam is
+    one line naming the flag on the ctranslate2 engine (auto runs it on torch), and </s> asks nothing of torch."""
+    from dotformer.cli import main
+
+    argv = ["generate", "--checkpoint", str(language_model), "--engine", "ctranslate2", "--prompt", "a0"]
+    assert main([*argv, "--beam", "2", "--end-token", "a5", "--max-new-tokens", "8"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "dotformer generate: error: --end-token a5 runs on the torch engine only (CTranslate2's beam search runs on "
+        "past an end token other than </s>): leave it out, or use --engine torch"
+    )
+    strict = dotformer.load(language_model, device="cpu", engine="ctranslate2")
+    with pytest.raises(EngineOptionError, match=r"end_token=\('a5',\) runs on the torch engine only"):
+        strict.generate("a0", strategy="beam", end_token="a5", max_new_tokens=8)
+    reference = dotformer.load(language_model, device="cpu", engine="torch")
+    beam = dict(strategy="beam", max_new_tokens=8)
+    assert strict.generate("a0", end_token="</s>", **beam) == reference.generate("a0", **beam)
+
+
+@pytest.fixture(scope="module")
+def untrained_language_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A decoder-only model with random weights: PAD and BOS keep a share of every step's probability, unlike in a
+    trained one."""
+    torch.manual_seed(3)
+    config = ModelConfig(
+        src_vocab_size=14, tgt_vocab_size=14, d_model=32, num_heads=4, d_ff=64, num_encoder_layers=0,
+        num_decoder_layers=2, dropout=0.0, arch="decoder-only", max_len=64,
+    )  # fmt: skip
+    symbols = train_tokenizer("symbol", [SYMBOLS])
+    root = tmp_path_factory.mktemp("untrained_lm")
+    return save_checkpoint(root / "lm", Transformer(config).eval(), symbols, symbols, {"task": "lm"})
+
+
+@pytest.mark.parametrize(
+    "controls",
+    [dict(repetition_penalty=1.5), dict(no_repeat_ngram_size=2), dict(suppress=["a1", "a5 a6"])],
+    ids=lambda c: ",".join(c),
+)
+def test_beam_search_with_a_control_ranks_as_ctranslate2_where_pad_and_bos_are_likely(
+    untrained_language_model: Path, controls: Any
+) -> None:
+    """With a control the search ranks by the processed distribution, PAD and BOS out of its softmax on both engines
+    (CTranslate2 suppresses them before its softmax): the same beams where they hold real probability."""
+    ct2 = dotformer.load(untrained_language_model, device="cpu", engine="ctranslate2", intra_threads=1)
+    reference = dotformer.load(untrained_language_model, device="cpu", engine="torch")
+    for prompt in ("", "a0 a1", "a3 a4 a5", "a7"):
+        for settings in (dict(strategy="greedy"), dict(strategy="beam", n=2, beam_size=4)):
+            ours = ct2.generate(prompt, max_new_tokens=24, **settings, **controls)
+            assert ours == reference.generate(prompt, max_new_tokens=24, **settings, **controls), (prompt, settings)
+
+
 def test_a_text_beyond_the_window_runs_on_torch(language_model: Path) -> None:
     auto = dotformer.load(language_model, device="cpu")
     reference = dotformer.load(language_model, device="cpu", engine="torch")

@@ -437,6 +437,11 @@ def test_evaluate_limits_the_lines_and_refuses_decoding_flags(
         "dotformer evaluate: error: --beam, --max-len-b set how outputs are decoded; a language model's evaluation "
         "decodes nothing (it scores the text itself): leave them out\n"
     )
+    assert main(["evaluate", "--checkpoint", str(run_dir), "--split", "valid", "--repetition-penalty", "1.2"]) == 2
+    assert capsys.readouterr().err == (
+        "dotformer evaluate: error: --repetition-penalty sets how outputs are decoded; a language model's evaluation "
+        "decodes nothing (it scores the text itself): leave it out\n"
+    )
 
 
 def test_a_tokenizer_that_does_not_know_the_text_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

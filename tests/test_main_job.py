@@ -92,6 +92,7 @@ def test_bible_main_job_quick(tmp_path: Path) -> None:
 def test_lm_main_job_quick(tmp_path: Path) -> None:
     out = tmp_path / "lm"
     proc = run(["bash", "scripts/lm.sh", "--quick"], tmp_path, OUT=str(out))
+    assert "warmup" not in proc.stderr  # the smoke run's own budget asks the user for nothing
     lines = proc.stdout.splitlines()
     samples = lines.index("Samples (top-k 20, temperature 0.8):")
     assert lines[samples + 1].startswith("In the beginning")  # each sample follows its prompt

@@ -122,7 +122,7 @@ class Held:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._translator, name)
 
-    def generate_texts(self, prompt: str, config: Any, on_text: Any = None) -> list[str]:
+    def generate_texts(self, prompt: str, config: Any, on_text: Any = None, on_end: Any = None) -> list[str]:
         def held(piece: str) -> None:
             self.pieces += 1
             on_text(piece)
@@ -130,7 +130,7 @@ class Held:
                 assert self.release.wait(TIMEOUT_S)
 
         try:
-            return self._translator.generate_texts(prompt, config, held)
+            return self._translator.generate_texts(prompt, config, held, on_end)
         finally:
             self.ended.set()
 
@@ -217,6 +217,32 @@ def test_the_openai_client_stops_at_a_stop_sequence(served: tuple[Any, Any]) -> 
     chunks = list(client.completions.create(model="any", prompt="a3", max_tokens=NEW, temperature=0, stop=stop,
                                             stream=True))  # fmt: skip
     assert "".join(c.choices[0].text for c in chunks) == expected and chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_an_end_token_ends_a_completion_with_finish_reason_stop(served: tuple[Any, Any]) -> None:
+    """A continuation an end token ends before max_tokens "stop"s, as at a stop sequence; one that runs to max_tokens
+    stays "length", with or without end tokens (streamed or not)."""
+    translator, server = served
+    client = openai_client(server)
+    greedy = translator.generate("a3", max_new_tokens=NEW, strategy="greedy").split()
+    end = greedy[3]  # a symbol the text holds: it ends before its first occurrence
+    tokenizer = translator.tgt_tokenizer
+    pieces = [tokenizer.id_to_token(i) for i in range(4, tokenizer.vocab_size)]  # after the four special tokens
+    unused = next(piece for piece in pieces if piece not in greedy and piece.strip())
+    expected = translator.generate("a3", max_new_tokens=NEW, strategy="greedy", end_token=end)
+    assert len(expected.split()) < NEW
+    for stream in (False, True):
+        reply = client.completions.create(
+            model="any", prompt="a3", max_tokens=NEW, temperature=0, stream=stream, extra_body={"end_token": end}
+        )
+        chunks = list(reply) if stream else [reply]
+        assert "".join(c.choices[0].text for c in chunks) == expected
+        assert chunks[-1].choices[0].finish_reason == "stop", stream
+        reply = client.completions.create(
+            model="any", prompt="a3", max_tokens=NEW, temperature=0, stream=stream, extra_body={"end_token": unused}
+        )
+        chunks = list(reply) if stream else [reply]
+        assert chunks[-1].choices[0].finish_reason == "length", stream
 
 
 def test_the_openai_client_gets_the_errors(served: tuple[Any, Any]) -> None:

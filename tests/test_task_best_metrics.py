@@ -192,6 +192,8 @@ def test_patience_and_resume_keep_the_best_by_accuracy(files: dict[str, Path], t
         ("lm", "labels.txt", "f1", "--best-metric f1 is not a figure of a language model's validation; choose loss"),
         ("translation", "labels.tsv", "accuracy", "--best-metric accuracy is not a figure of a translation model's "
          "validation; choose loss, bleu, chrf, wer or per"),
+        ("exact", "labels.tsv", "f1", "--best-metric f1 is not a figure of an exact model's validation; choose loss, "
+         "bleu, chrf, wer or per"),
     ],
 )  # fmt: skip
 def test_a_best_metric_the_task_does_not_offer_is_one_line(

@@ -130,6 +130,22 @@ def test_training_into_a_file_gives_plain_lines_every_log_every_steps(tmp_path: 
         "train: end at step 7/7",
     ]
     assert "left" in lines[1] and lines[-1].startswith("train: end at step 7/7 (100.0%)")
+    assert ", loss " in lines[-1] and ", lr " in lines[-1]  # step 7 printed no line: the end shows its loss
+
+
+def test_the_end_line_shows_the_last_steps_numbers_kept_between_lines() -> None:
+    run, stream = FakeRun(), io.StringIO()
+    progress = Progress(Budget(max_steps=30), run, stream=stream)
+    run.now = Position(20, 60.0, 0.2)
+    progress.update(loss=2.5, lr=1e-3, tokens_per_second=1234.0)
+    read: list[int] = []
+    progress.last_step(2.5, 1e-3, lambda: read.append(1) or 9.0)  # step 20's numbers are shown: nothing read
+    run.now = Position(23, 69.0, 0.23)
+    progress.last_step(1.25, 5e-4, lambda: read.append(1) or 4321.0)
+    progress.close()
+    assert read == [1]
+    end = stream.getvalue().splitlines()[-1]
+    assert end == "train: end at step 23/30 (76.7%), 0:01:09 elapsed, loss 1.250, lr 5.00e-04, 4,321 tok/s, epoch 0.23"
 
 
 def test_python_users_can_silence_the_library(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

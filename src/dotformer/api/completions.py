@@ -10,8 +10,9 @@ Python package, anything speaking its completions API) work against it unchanged
 
 ``temperature`` 0 is greedy decoding, anything above samples (``top_p``: nucleus; ``seed``: the draws, when not given 1,
 every command's default seed, so the same request gives the same text). ``stop``: up to 4 strings; the text ends before
-the first one found (``finish_reason`` "stop"; else "length": dotformer's language models read a line end as one more
-token and go on to ``max_tokens``). ``n`` is 1. ``"stream": true`` sends the text as server-sent events, one chunk per
+the first one found (``finish_reason`` "stop", as when an ``end_token`` or an imported model's EOS ends it before
+``max_tokens``; else "length": dotformer's language models read a line end as one more token and go on to
+``max_tokens``). ``n`` is 1. ``"stream": true`` sends the text as server-sent events, one chunk per
 piece as the engine produces it (:func:`dotformer.api.streaming.stream_continuation`), then a chunk with the
 ``finish_reason``, then ``data: [DONE]``. ``model`` is accepted and answered with the served model's name (the
 checkpoint's folder). ``POST /v1/chat/completions`` (``messages``, and the same settings) renders the messages with the
@@ -23,6 +24,7 @@ text) gets a 400 naming ``/v1/completions``.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -34,7 +36,7 @@ from dotformer.api.streaming import StopText, stream_continuation
 from dotformer.api.web import RequestError
 from dotformer.config import DEFAULT_SEED
 from dotformer.decoding.inputs import text_rules
-from dotformer.decoding.options import CONTROL_NAMES, CONTROL_OPTIONS
+from dotformer.decoding.options import CONTROL_NAMES, CONTROL_OPTIONS, with_surface_names
 from dotformer.errors import ConfigError, require_extra
 
 if TYPE_CHECKING:
@@ -53,6 +55,11 @@ COMPLETION_FIELDS = (
     "user",
     *CONTROL_NAMES,
 )  # fmt: skip  (OpenAI's fields, and the decoding controls of dotformer's options table)
+# DecodeConfig field -> the request's field, for error messages (a setting checked by DecodeConfig is named as sent)
+COMPLETION_NAMES: dict[str, str] = {
+    **{name: name for name in ("temperature", "top_p", "seed", *CONTROL_NAMES)},
+    "max_len_b": "max_tokens",
+}
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 MAX_STOPS = 4  # most stop sequences (OpenAI's limit)
 MAX_CHAT_CHARS = 4 * MAX_TEXT_CHARS  # most characters of a chat's rendered text (its messages and the template's)
@@ -196,7 +203,7 @@ class Completion:
                     **controls,
                 )  # fmt: skip
         except ConfigError as exc:
-            raise RequestError(str(exc)) from None
+            raise RequestError(with_surface_names(str(exc), COMPLETION_NAMES)) from None
         self.prompt, self.config, self.stops = prompt, config, stops
         self.stream: bool = request.get("stream", False)
         self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
@@ -224,9 +231,10 @@ async def _pieces(
     translator: Translator, completion: Completion, batcher: Batcher | None
 ) -> AsyncIterator[tuple[str, bool]]:
     """The completion's text, piece by piece, cut at its first stop sequence: ``(piece, stopped)``; the decoding
-    stops once a stop sequence is found."""
-    stop = StopText(completion.stops)
-    pieces = stream_continuation(translator, completion.prompt, completion.config, batcher)
+    stops once a stop sequence is found. A continuation that ended before ``max_tokens`` (an end token) ends with
+    ``("", True)`` too."""
+    stop, ended = StopText(completion.stops), threading.Event()
+    pieces = stream_continuation(translator, completion.prompt, completion.config, batcher, ended.set)
     try:
         async for piece in pieces:
             text = stop.feed(piece)
@@ -237,6 +245,8 @@ async def _pieces(
                 return
         if held := stop.flush():
             yield held, False
+        if ended.is_set():  # an end token (or the model's EOS) ended it before max_tokens: OpenAI's "stop"
+            yield "", True
     finally:
         await pieces.aclose()
 

@@ -35,7 +35,11 @@ Misplaced = Callable[[Sequence[str], str, str], str]  # (settings, their strateg
 
 
 def generate_text(
-    engine: GenerationEngine, prompt: str, config: DecodeConfig, on_text: TextCallback | None = None
+    engine: GenerationEngine,
+    prompt: str,
+    config: DecodeConfig,
+    on_text: TextCallback | None = None,
+    on_end: Callable[[], None] | None = None,
 ) -> list[str]:
     """The continuations of ``prompt`` (without the prompt), one per sample or beam, as text.
 
@@ -44,6 +48,8 @@ def generate_text(
             :class:`~dotformer.engines.ct2_generate.CT2Generate`). prompt: the text to continue.
         config: from :func:`generation_settings`.
         on_text: called with each new piece of the first row's text as it is produced (greedy and sampling).
+        on_end: called once, after the decoding, when the first row ended before ``max_new_tokens`` tokens: at an
+            end token (``end_token``) or at an imported model's EOS (OpenAI's ``finish_reason`` "stop").
 
     Raises:
         ConfigError: the checkpoint is not a language model. ShapeError: see
@@ -67,6 +73,10 @@ def generate_text(
 
     ids = encode_prompt(tokenizer, prompt, rules)
     outputs = engine.generate(ids, config, checkpoint.context_window, on_token, rules.eos_ids)
+    if on_end is not None and outputs:
+        first = outputs[0]
+        if len(first) < config.max_len_b or (first and first[-1] in rules.eos_ids):
+            on_end()
     return [generated_text(tokenizer, tokens, rules) for tokens in outputs]
 
 

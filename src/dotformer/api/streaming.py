@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dotformer.api.batcher import Batcher
@@ -30,7 +30,11 @@ class _StreamClosedError(Exception):
 
 
 async def stream_continuation(
-    translator: Translator, prompt: str, config: DecodeConfig, batcher: Batcher | None = None
+    translator: Translator,
+    prompt: str,
+    config: DecodeConfig,
+    batcher: Batcher | None = None,
+    on_end: Callable[[], None] | None = None,
 ) -> AsyncIterator[str]:
     """The new text of one greedy or sampled continuation of ``prompt``, piece by piece as the engine produces it
     (the pieces joined are ``translator.generate_texts(prompt, config)[0]``).
@@ -39,6 +43,8 @@ async def stream_continuation(
         translator: a language model. prompt: the text to continue. config: one greedy or sampled row
             (``n_best`` 1), from :func:`dotformer.api.generation.generation_settings`.
         batcher: the server's batcher, which gives the decoding its turn on the model's thread (None: a thread here).
+        on_end: called (on the model's thread, before the stream ends) when the continuation ended before
+            the token limit, at an end token or a model's EOS.
 
     Raises:
         Whatever ``generate_texts`` raises (after the pieces produced before the error).
@@ -54,7 +60,7 @@ async def stream_continuation(
 
     def run(prompts: list[str]) -> list[Any]:
         try:
-            return [translator.generate_texts(prompts[0], config, on_text)]
+            return [translator.generate_texts(prompts[0], config, on_text, on_end)]
         except _StreamClosedError:
             return [None]
 

@@ -362,17 +362,20 @@ class Translator:
         texts = self.generate_texts(prompt, config)
         return texts if n > 1 else texts[0]
 
-    def generate_texts(self, prompt: str, config: DecodeConfig, on_text: Any = None) -> list[str]:
+    def generate_texts(self, prompt: str, config: DecodeConfig, on_text: Any = None, on_end: Any = None) -> list[str]:
         """The continuations of ``prompt`` for a ready :class:`~dotformer.decoding.DecodeConfig`
-        (:func:`dotformer.api.generation.generate_text` on this translator's engine; ``on_text`` streams the first).
+        (:func:`dotformer.api.generation.generate_text` on this translator's engine; ``on_text`` streams the first,
+        ``on_end`` is called when the first ended before the token limit).
 
         Raises:
             See :meth:`generate`.
         """
         from dotformer.api.generation import generate_text
+        from dotformer.decoding.options import DecodeRequest
+        from dotformer.engines.choice import torch_only_settings
 
-        torch_only = [] if config.use_cache else ["use_cache=False"]  # a language model's engine generates
-        return list(self._run(torch_only, lambda engine: generate_text(engine, prompt, config, on_text)))
+        torch_only = torch_only_settings(DecodeRequest(config=config))  # use_cache=False, end tokens with beam search
+        return list(self._run(torch_only, lambda engine: generate_text(engine, prompt, config, on_text, on_end)))
 
     def greedy_continuations(self, prompts: Sequence[str], config: DecodeConfig) -> list[str]:
         """The greedy continuation of each of ``prompts`` in one engine call, each the text :meth:`generate_texts`
@@ -449,6 +452,7 @@ class Translator:
         prefix = request.prefix
         prefixes = None if prefix is None else encode_prefixes(self.files, _prefix_list(prefix, single, len(inputs)))
         wanted = request.wants_details
+        check_tokens(config, self.tgt_tokenizer)  # an unknown token is named before an engine is chosen for it
         outputs = self._run(
             torch_only_settings(request, self.config),
             lambda engine: engine.decode(
@@ -733,7 +737,9 @@ def open_translator(
         else read_checkpoint_files(paths[0])
     )
     asked = [*torch_only, *check_purpose(files, purpose)]
-    asked += torch_only_settings(request, files.config, names) if request is not None else []
+    if request is not None:  # an unknown token is named before an engine is chosen for it
+        check_tokens(request.config, files.tgt_tokenizer)
+        asked += torch_only_settings(request, files.config, names)
     chosen = choose_engine(engine, asked, ct2_problem(files.config, dtype, str(device)), flag)
     if chosen == "torch":
         return Translator(load_checkpoint_for_decoding(paths[0], device, dtype), dtype)
@@ -771,3 +777,15 @@ def check_purpose(checkpoint: CheckpointLike, purpose: str) -> list[str]:
         if name is not None and not task_named(str(name)).decodes:
             return ["a language model's evaluation (it scores text)"]
     return []
+
+
+def check_tokens(config: DecodeConfig, tokenizer: Tokenizer) -> None:
+    """Check that the end tokens and suppressed tokens of ``config`` are tokens of the target ``tokenizer``.
+
+    Raises:
+        ConfigError: one that is not (named), as either engine refuses it.
+    """
+    if config.end_token or config.suppress:
+        from dotformer.decoding.controls import controls_of
+
+        controls_of(config, tokenizer)

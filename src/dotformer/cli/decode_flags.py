@@ -225,7 +225,7 @@ def option_values(args: argparse.Namespace, names: Collection[str]) -> dict[str,
     values = {name: getattr(args, name, None) for name in names}
     for option in DECODE_OPTIONS:
         if option.many and values.get(option.name) is not None:
-            values[option.name] = [token for value in values[option.name] for token in split_tokens(value)]
+            values[option.name] = [token for value in values[option.name] for token in split_tokens(value, option.flag)]
     return values
 
 

@@ -103,10 +103,10 @@ def run(args: argparse.Namespace) -> int:
         raise CheckpointError(f"{files.path}/config.json records no task (g2p, translation, exact or synthetic)")
     task = task_named(str(files.info["task"]))
     if not task.decodes:
-        them = "them" if len(decoding) > 1 else "it"
+        them, sets = ("them", "set") if len(decoding) > 1 else ("it", "sets")
         if decoding:
             raise ConfigError(
-                f"{', '.join(decoding)} set how outputs are decoded; {task.title}'s evaluation decodes nothing "
+                f"{', '.join(decoding)} {sets} how outputs are decoded; {task.title}'s evaluation decodes nothing "
                 f"(it scores the text itself): leave {them} out"
             )
         if "--hyps" in outputs:

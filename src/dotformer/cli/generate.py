@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.cli.decode_flags import load_translator, option_values
     from dotformer.cli.lines import StreamLines, binary_stdin
     from dotformer.config import DEFAULT_SEED, MAX_SEED
-    from dotformer.decoding.options import CONTROL_NAMES, with_surface_names
+    from dotformer.decoding.options import CONTROL_NAMES, DecodeRequest, with_surface_names
+    from dotformer.engines.choice import torch_only_settings
     from dotformer.errors import ConfigError
 
     strategy, chosen = chosen_strategy(args)
@@ -124,7 +125,10 @@ def run(args: argparse.Namespace) -> int:
             f"generate continues text with one language model, {len(args.checkpoint)} --checkpoint given: give one "
             f"(translate and evaluate decode an ensemble of translation models)"
         )
-    translator = load_translator(args, purpose="generate", torch_only=["--no-cache"] if args.no_cache else [])
+    torch_only = ["--no-cache"] if args.no_cache else []  # and what else the decoding table runs on torch only:
+    searched = DecodeRequest(config=config.replace(use_cache=True))  # (--end-token with --beam), named as flags
+    torch_only += torch_only_settings(searched, None, generate_flags())
+    translator = load_translator(args, purpose="generate", torch_only=torch_only)
     if args.prompt is not None:
         prompts: Iterable[tuple[str, str]] = [("--prompt", args.prompt)]
     else:

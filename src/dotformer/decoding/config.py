@@ -17,6 +17,9 @@ from dotformer.errors import ConfigError
 Strategy = Literal["greedy", "beam", "sample"]
 STRATEGIES: tuple[str, ...] = ("greedy", "beam", "sample")
 MAX_BEAM_SIZE = 1024  # the widest beam: each step scores beam_size x V candidates per sentence
+MAX_COUNT = 2**63 - 1  # the largest length, k or n a search takes: a signed 64-bit integer (torch's int64 tensors,
+# CTranslate2's size_t arguments); a longer length than the model's positions is cut to them, a larger k or n is off
+REPETITION_PENALTY_RANGE = (1e-6, 1e6)  # R and 1/R up to 1e6: a logit up to 1e32 stays finite in float32
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,9 @@ class DecodeConfig:
 
     Raises:
         ConfigError: a field is out of range (``beam_size`` above :data:`MAX_BEAM_SIZE`, ``seed`` outside [0,
-            :data:`~dotformer.config.MAX_SEED`]) or two fields disagree (the message names them).
+            :data:`~dotformer.config.MAX_SEED`], a length, ``top_k`` or ``no_repeat_ngram_size`` above
+            :data:`MAX_COUNT`, ``repetition_penalty`` outside :data:`REPETITION_PENALTY_RANGE`) or two fields disagree
+            (the message names them).
     """
 
     strategy: Strategy = "beam"  # "greedy" (argmax each step), "beam" (beam search), "sample" (random sampling)
@@ -76,8 +81,7 @@ class DecodeConfig:
             raise ConfigError(f"DecodeConfig.length_penalty must be a finite number >= 0, got {self.length_penalty!r}")
         if not math.isfinite(self.max_len_a) or self.max_len_a < 0:
             raise ConfigError(f"DecodeConfig.max_len_a must be a finite number >= 0, got {self.max_len_a!r}")
-        if not isinstance(self.max_len_b, int) or isinstance(self.max_len_b, bool) or self.max_len_b < 0:
-            raise ConfigError(f"DecodeConfig.max_len_b must be a non-negative integer, got {self.max_len_b!r}")
+        check_count("max_len_b", self.max_len_b)
         if self.max_len_a == 0 and self.max_len_b == 0:
             raise ConfigError(
                 "DecodeConfig.max_len_a and max_len_b are both 0: that allows no decoding step, and an output needs "
@@ -85,22 +89,19 @@ class DecodeConfig:
             )
         if not math.isfinite(self.min_len_a) or self.min_len_a < 0:
             raise ConfigError(f"DecodeConfig.min_len_a must be a finite number >= 0, got {self.min_len_a!r}")
-        if not isinstance(self.min_len_b, int) or isinstance(self.min_len_b, bool) or self.min_len_b < 0:
-            raise ConfigError(f"DecodeConfig.min_len_b must be a non-negative integer, got {self.min_len_b!r}")
+        check_count("min_len_b", self.min_len_b)
         if not math.isfinite(self.temperature) or self.temperature <= 0:
             raise ConfigError(f"DecodeConfig.temperature must be a finite number > 0, got {self.temperature!r}")
-        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
-            raise ConfigError(f"DecodeConfig.top_k must be a non-negative integer (0 = off), got {self.top_k!r}")
+        check_count("top_k", self.top_k, " (0 = off)")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"DecodeConfig.top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
-        penalty = self.repetition_penalty
-        if isinstance(penalty, bool) or not isinstance(penalty, int | float) or not 0 < penalty < math.inf:
-            raise ConfigError(f"DecodeConfig.repetition_penalty must be a finite number > 0 (1 = off), got {penalty!r}")
-        size = self.no_repeat_ngram_size
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        penalty, (least, most) = self.repetition_penalty, REPETITION_PENALTY_RANGE
+        if isinstance(penalty, bool) or not isinstance(penalty, int | float) or not least <= penalty <= most:
             raise ConfigError(
-                f"DecodeConfig.no_repeat_ngram_size must be a non-negative integer (0 = off), got {size!r}"
+                f"DecodeConfig.repetition_penalty must be a number from {least:g} to {most:g} (1 = off), got "
+                f"{penalty!r}"
             )
+        check_count("no_repeat_ngram_size", self.no_repeat_ngram_size, " (0 = off)")
         if not isinstance(self.alignment_layer, int) or isinstance(self.alignment_layer, bool):
             raise ConfigError(f"DecodeConfig.alignment_layer must be an integer, got {self.alignment_layer!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
@@ -115,15 +116,16 @@ class DecodeConfig:
         down to 0). Decoding also caps it at the model's positions
         (:func:`~dotformer.decoding.incremental.output_positions`).
         """
-        return max(1, math.floor(self.max_len_a * source_length + self.max_len_b))
+        return max(1, floor_count(self.max_len_a * source_length + self.max_len_b))
 
     def min_output_length(self, source_length: int) -> int:
         """The fewest tokens before EOS for a source of ``source_length`` tokens (its EOS included, PAD excluded).
 
         EOS is forbidden until the output has this many tokens; an output cut at :meth:`max_output_length` may still
-        be shorter (the maximum wins). 0 by default: no minimum.
+        be shorter (the maximum wins, so it is at most :meth:`max_output_length`). 0 by default: no minimum.
         """
-        return max(0, math.floor(self.min_len_a * source_length + self.min_len_b))
+        least = max(0, floor_count(self.min_len_a * source_length + self.min_len_b))
+        return min(least, self.max_output_length(source_length))
 
     @property
     def has_controls(self) -> bool:
@@ -139,11 +141,38 @@ class DecodeConfig:
         return dataclasses.asdict(self)
 
 
-def split_tokens(value: str) -> list[str]:
-    """``"a,b"`` -> ``["a", "b"]``: a comma-separated list of tokens (a lone ``","`` is the comma token)."""
+def check_count(name: str, value: Any, off: str = "") -> None:
+    """Check that field ``name`` is an integer in [0, :data:`MAX_COUNT`] (``off``: what 0 means, for the message).
+
+    Raises:
+        ConfigError: not an integer (a bool is not), negative, or above :data:`MAX_COUNT` (the message names it).
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"DecodeConfig.{name} must be a non-negative integer{off}, got {value!r}")
+    if value > MAX_COUNT:
+        raise ConfigError(f"DecodeConfig.{name} must be at most 2**63 - 1{off}, got {value}")
+
+
+def floor_count(value: float) -> int:
+    """``floor(value)`` for a length computed from the fields, at most :data:`MAX_COUNT` (an infinite product of a
+    huge ``max_len_a`` included)."""
+    return MAX_COUNT if value >= MAX_COUNT else math.floor(value)
+
+
+def split_tokens(value: str, what: str = "tokens") -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]``: a comma-separated list of tokens (a lone ``","`` is the comma token).
+
+    Raises:
+        ConfigError: an empty token (``""``, ``"a,,b"``, ``"a,"``): the message names ``what`` and the value.
+    """
     if value == ",":
         return [value]
-    return [part.strip() for part in value.split(",") if part.strip()]
+    parts = [part.strip() for part in value.split(",")]
+    if not all(parts):
+        raise ConfigError(
+            f"{what}: an empty token in {value!r} (separate tokens by single commas; a lone ',' is the comma token)"
+        )
+    return parts
 
 
 def token_list(value: Any, name: str) -> tuple[str, ...]:
@@ -152,7 +181,7 @@ def token_list(value: Any, name: str) -> tuple[str, ...]:
     Raises:
         ConfigError: not strings, or an empty token.
     """
-    items = split_tokens(value) if isinstance(value, str) else value
+    items = split_tokens(value, f"DecodeConfig.{name}") if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not all(isinstance(item, str) and item for item in items):
         raise ConfigError(f"DecodeConfig.{name} must be tokens (a string or a list of strings), got {value!r}")
     return tuple(items)
@@ -165,7 +194,7 @@ def sequence_list(value: Any, name: str) -> tuple[tuple[str, ...], ...]:
     Raises:
         ConfigError: not strings, or an empty entry.
     """
-    items = split_tokens(value) if isinstance(value, str) else value
+    items = split_tokens(value, f"DecodeConfig.{name}") if isinstance(value, str) else value
     if not isinstance(items, list | tuple):
         raise ConfigError(f"DecodeConfig.{name} must be tokens or sequences of tokens, got {value!r}")
     out = []

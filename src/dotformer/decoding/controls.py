@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dotformer.data.tokenize.tokenizers import EOS_ID, Tokenizer
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from dotformer.decoding.control_tokens import control_token_ids
 
 NEG_INF = float("-inf")
@@ -129,15 +129,19 @@ class Controls:
             history: (N, t) int64 the tokens generated so far by each row; None: none yet.
 
         Returns:
-            ``(scores, log_probs)``, both (N, V) float32: ``log_softmax(process(logits))`` and ``log_softmax(logits)``;
-            one tensor twice when no processor is set.
+            ``(scores, log_probs)``, both (N, V) float32: ``log_softmax(process(logits))``, PAD and BOS at -inf
+            before the softmax (as CTranslate2's search suppresses them, so both engines rank beams alike), and
+            ``log_softmax(logits)``; one tensor twice when no processor is set.
         """
         log_probs = logits.float() if normalised else logits.float().log_softmax(dim=-1)  # (N, V)
         if not self.changes_logits:
             return log_probs, log_probs
         if history is None:
             history = torch.zeros(logits.size(0), 0, dtype=torch.int64, device=logits.device)  # (N, 0)
-        return self.process(logits.float(), history).log_softmax(dim=-1), log_probs
+        processed = self.process(logits.float(), history)  # (N, V) a new tensor
+        processed[:, [PAD_ID, BOS_ID]] = NEG_INF  # never generated: out of the softmax, as CTranslate2 suppresses them
+        scores = processed.log_softmax(dim=-1)  # (N, V); NaN in a row with every token forbidden
+        return scores.masked_fill(scores.isnan(), NEG_INF), log_probs  # that row: all -inf, as without the softmax
 
     def ends(self, device: torch.device | str) -> Tensor:
         """(E,) int64: EOS and the end tokens."""

@@ -21,6 +21,7 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dotformer.data.tokenize.tokenizers import EOS_ID, SPECIAL_TOKENS
 from dotformer.decoding.options import SEARCH_OPTIONS
 from dotformer.errors import ConfigError, install_hint
 from dotformer.export.ct2_rules import model_problem
@@ -66,6 +67,8 @@ def torch_only_fields(config: DecodeConfig, model: ModelConfig | None = None) ->
         if option.field == "end_token" and config.strategy != "beam":  # greedy and sampling end where torch's do
             continue
         value, default = getattr(config, option.field), option.default
+        if option.field == "end_token":  # </s> ends every output on either engine: only the others count
+            value = tuple(token for token in value if token != SPECIAL_TOKENS[EOS_ID])
         if option.field == "alignment_layer" and model is not None:  # -1 and N - 1 name the same (last) layer
             layers = max(1, model.num_decoder_layers)
             if not -layers <= value < layers:

@@ -288,9 +288,10 @@ class CT2Translate:
     def output_limit(self, config: DecodeConfig, source_length: int) -> tuple[int, int]:
         """``(max, min)`` output length of a source of ``source_length`` tokens (EOS included), as dotformer's
         search limits it: at most the model's ``max_len`` positions
-        (:func:`dotformer.decoding.incremental.output_positions`), which the copy holds."""
+        (:func:`dotformer.decoding.incremental.output_positions`), which the copy holds; the minimum at most the
+        maximum (the maximum wins, as in dotformer's search; CTranslate2 refuses a larger minimum)."""
         most = min(config.max_output_length(source_length), self.checkpoint.config.max_len)
-        return most, config.min_output_length(source_length)
+        return most, min(config.min_output_length(source_length), most)
 
     def search(
         self,

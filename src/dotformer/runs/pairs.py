@@ -54,7 +54,7 @@ class PairsTask(Task):
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.title = f"a {name} model"
+        self.title = f"{'an' if name[0] in 'aeiou' else 'a'} {name} model"  # "an exact model", "a g2p model"
 
     def data_config(self, section: dict[str, Any], source: str) -> DataConfig:
         import dataclasses

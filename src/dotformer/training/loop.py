@@ -200,6 +200,8 @@ def train_loop(setup: Setup, state: TrainState) -> FitResult:
                 if c.patience and state.evals_without_gain >= c.patience:
                     stopped_by = "patience"
                     break
+            if main and state.step > first_step:  # the end line shows the last step's loss, between progress lines too
+                progress.last_step(last.loss, last.lr, shown.read)
             if stop_requested(state, setup.context):
                 raise interrupted(setup, state)
             # a step saved by save_every when the clock ran out after it (max_minutes) is saved again after its pass

@@ -174,6 +174,15 @@ class Progress:
         self._numbers_step = now.step
         self._show(now, final=False)
 
+    def last_step(self, loss: float, lr: float, tokens_per_second: Callable[[], float]) -> None:
+        """Keep the numbers of the run's last step for the end line (:meth:`close`) when no :meth:`update` showed
+        them: a run that ends between two progress lines ends with its last loss, not without one.
+        ``tokens_per_second`` is read only then (it starts a new window of the speed)."""
+        if not self.enabled or self._position().step == self._numbers_step:
+            return
+        self._numbers = f"loss {loss:.3f}, lr {lr:.2e}, {tokens_per_second():,.0f} {self.unit}/s"
+        self._numbers_step = self._position().step
+
     def write(self, message: str) -> None:
         """Print one line (above the bar on a terminal)."""
         if not self.enabled:
