@@ -170,6 +170,7 @@ class JointCTC:
     weight: float
     blank: int = 0
     name = "next-token"  # what the batches score for the decoder (the data line's wording)
+    scored, unit, perplexity = NextToken.scored, NextToken.unit, NextToken.perplexity  # the decoder's tokens
 
     def predict(self, model: nn.Module, batch: Batch, packed: bool, pad_id: int) -> CTCPrediction:
         from dotformer.checkpoint import unwrap_model  # not at the top: scoring (and decoding) import this module
