@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 from scripted_model import VOCAB as COPY_VOCAB
@@ -75,3 +76,19 @@ def sources_of_mixed_lengths(seed: int = 3, count: int = 5) -> list[list[int]]:
     """``count`` copy-task sources of 1 to COPY_MAX_LEN symbols, each ending with EOS."""
     g = torch.Generator().manual_seed(seed)
     return [s + [EOS_ID] for s in random_sources(count, g, min_len=1, max_len=COPY_MAX_LEN)]
+
+
+def set_logits_checkpoint(path: Path, scores: list[float], symbols: str) -> Path:
+    """A checkpoint whose every decoding step has the logits ``scores``: the generator ignores the decoder (zero
+    weights) and its bias is ``scores``; the vocabulary is the four specials and ``symbols`` (space-separated), so
+    ``len(scores)`` must be 4 + their count. Written to ``path``; returns it."""
+    from dotformer.checkpoint import save_checkpoint
+    from dotformer.data.tokenize.tokenizer_files import train_tokenizer
+
+    model = random_model(vocab=len(scores), tie_output=False, generator_bias=True)
+    with torch.no_grad():
+        model.generator.weight.zero_()
+        model.generator.bias.copy_(torch.tensor(scores))
+    vocabulary = train_tokenizer("symbol", [symbols])
+    save_checkpoint(path, model, vocabulary, vocabulary, {"task": "synthetic"})
+    return path

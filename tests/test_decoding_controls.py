@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from decoding_support import random_model, single_thread
+from decoding_support import random_model, set_logits_checkpoint
 
 import dotformer
 from dotformer.checkpoint import save_checkpoint
@@ -24,22 +23,12 @@ SCORES = [0.0, 0.0, 4.0, 0.0, 0.0, 0.0, 0.0, 3.0, 0.0, 0.0, 2.0, 0.0]
 LOG_P = torch.tensor(SCORES).log_softmax(-1).tolist()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    with single_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    model = random_model(vocab=len(SCORES), tie_output=False, generator_bias=True)
-    with torch.no_grad():
-        model.generator.weight.zero_()
-        model.generator.bias.copy_(torch.tensor(SCORES))
-    symbols = train_tokenizer("symbol", [SYMBOLS])
-    path = tmp_path_factory.mktemp("set_scores") / "checkpoint"
-    save_checkpoint(path, model, symbols, symbols, {"task": "synthetic"})
-    return path
+    return set_logits_checkpoint(tmp_path_factory.mktemp("set_scores") / "checkpoint", SCORES, SYMBOLS)
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])

@@ -4,17 +4,14 @@ logits are set by hand; every surface taking them; bad values as one line."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from decoding_support import random_model, single_thread
+from decoding_support import set_logits_checkpoint
 
 import dotformer
-from dotformer.checkpoint import save_checkpoint
 from dotformer.cli import main
-from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.decoding import DecodeConfig
 from dotformer.decoding.controls import (
     Controls,
@@ -32,22 +29,12 @@ SCORES = [0.0, 0.0, 4.0, -5.0, 0.0, 0.0, 0.0, 3.0, 0.0, 0.0, 2.0, 0.0]
 NEG_INF = float("-inf")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    with single_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    model = random_model(vocab=len(SCORES), tie_output=False, generator_bias=True)
-    with torch.no_grad():
-        model.generator.weight.zero_()
-        model.generator.bias.copy_(torch.tensor(SCORES))
-    symbols = train_tokenizer("symbol", [SYMBOLS])
-    path = tmp_path_factory.mktemp("set_logits") / "checkpoint"
-    save_checkpoint(path, model, symbols, symbols, {"task": "synthetic"})
-    return path
+    return set_logits_checkpoint(tmp_path_factory.mktemp("set_logits") / "checkpoint", SCORES, SYMBOLS)
 
 
 # -- the processors, on hand-built logits ---------------------------------------------------------------------------

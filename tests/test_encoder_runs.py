@@ -14,37 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from encoder_support import ANIMALS, PLACES, encoder_toml, sentence
 
 from dotformer.cli import main
 
-ANIMALS = ["cat", "dog", "horse", "bird", "fish", "cow", "sheep", "goat"]
-PLACES = ["hill", "river", "city", "field", "road", "house", "sea", "town"]
-FILLER = ["the", "a", "by", "near", "old", "small", "and", "with"]
-MODEL = """
-[model]
-preset = "tiny"
-d_model = 32
-num_heads = 2
-d_ff = 64
-num_encoder_layers = 2
-dropout = 0.0
-norm_first = true
-positional = "learned"
-[train]
-max_tokens = 512
-lr_schedule = "constant"
-lr_peak = 3e-3
-warmup_steps = 5
-label_smoothing = 0.0
-eval_every = 0
-save_every = 0
-log_every = 10
-seed = 1
-"""
-
-
-def sentence(rng: random.Random, words: list[str]) -> str:
-    return " ".join(rng.choice(FILLER + words) for _ in range(rng.randint(3, 8)))
+MODEL = encoder_toml(eval_every=0)
 
 
 @pytest.fixture(scope="module")

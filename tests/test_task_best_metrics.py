@@ -14,33 +14,11 @@ from typing import Any
 
 import pytest
 import torch
+from encoder_support import ANIMALS, PLACES, encoder_toml, sentence
 
 from dotformer.cli import main
 
-ANIMALS = ["cat", "dog", "horse", "bird", "fish", "cow", "sheep", "goat"]
-PLACES = ["hill", "river", "city", "field", "road", "house", "sea", "town"]
-FILLER = ["the", "a", "by", "near", "old", "small", "and", "with"]
-MODEL = """
-[model]
-preset = "tiny"
-d_model = 32
-num_heads = 2
-d_ff = 64
-num_encoder_layers = 2
-dropout = 0.0
-norm_first = true
-positional = "learned"
-[train]
-max_tokens = 512
-lr_schedule = "constant"
-lr_peak = 3e-3
-warmup_steps = 5
-label_smoothing = 0.0
-eval_every = 10
-save_every = 0
-log_every = 10
-seed = 1
-"""
+MODEL = encoder_toml(eval_every=10)
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +27,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("figures")
     rng = random.Random(0)
 
-    def sentence(words: list[str]) -> str:
-        return " ".join(rng.choice(FILLER + words) for _ in range(rng.randint(3, 8)))
-
-    rows = [(sentence(ANIMALS), "animal") if i % 2 else (sentence(PLACES), "place") for i in range(300)]
+    rows = [(sentence(rng, ANIMALS), "animal") if i % 2 else (sentence(rng, PLACES), "place") for i in range(300)]
     (root / "labels.tsv").write_text("".join(f"{t}\t{label}\n" for t, label in rows))
     tagged, bio = [], []
     for _ in range(160):
-        words = sentence(ANIMALS + PLACES).split()
+        words = sentence(rng, ANIMALS + PLACES).split()
         tags = ["ANIMAL" if w in ANIMALS else "PLACE" if w in PLACES else "O" for w in words]
         tagged.append("\n".join(f"{w} X {t}" for w, t in zip(words, tags, strict=True)))
         bio.append("\n".join(f"{w} X {'O' if t == 'O' else 'B-' + t}" for w, t in zip(words, tags, strict=True)))
