@@ -155,16 +155,6 @@ def test_prefix_symbols_outside_the_vocabulary_are_warned_about(
     assert [t["unknown_symbols"] for t in reply["translations"]] == [2, 1]  # the prefix's, the text's
 
 
-def set_score_checkpoint(root: Path, scores: list[float]) -> Path:
-    model = random_model(vocab=len(scores), tie_output=False, generator_bias=True)
-    with torch.no_grad():
-        model.generator.weight.zero_()
-        model.generator.bias.copy_(torch.tensor(scores))
-    symbols = train_tokenizer("symbol", [SYMBOLS])
-    save_checkpoint(root, model, symbols, symbols, {"task": "synthetic"})
-    return root
-
-
 @pytest.fixture(scope="module")
 def random_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     symbols = train_tokenizer("symbol", [SYMBOLS])
@@ -227,7 +217,7 @@ def test_alignment_lines_and_json(random_checkpoint: Path, capsys: pytest.Captur
 
 def test_replace_unk_copies_the_aligned_source_symbol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scores = [0.0, 0.0, 4.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # EOS first, then <unk> (id 3)
-    checkpoint = set_score_checkpoint(tmp_path / "unk", scores)
+    checkpoint = set_logits_checkpoint(tmp_path / "unk", scores, SYMBOLS)
     translator = dotformer.load(checkpoint, device="cpu")
     plain = translator.translate("a1 a2 a4", min_len_b=2, details=True, alignments=True)
     assert plain.hypotheses[0].tokens == [3, 3] and plain.text == ""  # <unk> is not written
