@@ -115,6 +115,7 @@ def test_unknown_symbols_are_counted_not_dropped(server: Any) -> None:
         ({"texts": ["a1"], "beam": 2, "n_best": 3}, '"n_best"=3 cannot exceed "beam"=2'),
         ({"texts": ["a1"], "strategy": "topk"}, '"strategy" must be one of greedy, beam, sample'),
         ({"texts": ["a1"], "strategy": "greedy", "beam": 4}, "greedy"),
+        ({"texts": ["a1"], "scores": 1}, '"scores" must be true or false, got 1'),
     ],
 )
 def test_bad_requests_get_one_json_error(server: Any, body: Any, fragment: str) -> None:

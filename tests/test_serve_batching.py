@@ -287,3 +287,30 @@ def test_concurrent_clients_get_what_dotformer_translate_gives(checkpoint: Path,
         assert [h["text"] for h in got] == [h["text"] for h in want], (name, i)
         assert [h["score"] for h in got] == pytest.approx([h["score"] for h in want], abs=1e-4), (name, i)
     assert max(batch.requests for batch in batches) > 1  # requests did share engine calls
+
+
+@pytest.mark.numerical
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scores_false_gives_the_same_texts_with_the_searchs_scores(checkpoint: Path, engine: str) -> None:
+    """``"scores": false`` answers the texts of the default request, each score the one ``translate`` gives with
+    ``scores=False`` (on CTranslate2 the search's, without the scoring pass); the default stays exact; requests of
+    either kind sent together never share an engine call."""
+    import dotformer
+    from dotformer.api.serve import TranslationServer
+
+    texts = inputs()[:10]
+    translator = dotformer.load(checkpoint, device="cpu", engine=engine)
+    exact = translator.translate(texts, beam=4, max_len_b=8, details=True)
+    searched = translator.translate(texts, beam=4, max_len_b=8, details=True, scores=False)
+    batches: list[Any] = []
+    with TranslationServer(translator, port=0, batch_wait_ms=50.0) as server:
+        server.batcher.on_batch = batches.append
+        bodies = [{"texts": [text], "beam": 4, "max_len_b": 8, "scores": k % 2 == 0} for k, text in enumerate(texts)]
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            replies = list(pool.map(lambda body: post(server.url, body)["translations"][0], bodies, timeout=TIMEOUT_S))
+    for k, reply in enumerate(replies):
+        want = exact[k] if k % 2 == 0 else searched[k]
+        assert reply["text"] == exact[k].text == searched[k].text
+        assert reply["score"] == pytest.approx(want.score, abs=1e-4)  # as above: another batch around the same row
+    assert sum(batch.sentences for batch in batches) == len(texts)
+    assert len(batches) >= 2  # the two kinds were never in one call

@@ -47,7 +47,7 @@ MAX_TEXT_CHARS = 2000  # most characters per text
 MAX_BEAM = 16  # widest beam (and most n_best) a request may ask for
 MAX_REQUEST_WORK = 16384  # most source tokens (EOS included) x beam one request may ask for
 MAX_LEN_B = 1024  # most output tokens beyond max_len_a x input length (and most min_len_b) a request may ask for
-FIELDS = ("texts", *OPTION_NAMES)
+FIELDS = ("texts", *OPTION_NAMES, "scores")
 
 
 def model_kind(config: Any) -> tuple[str, str | None]:
@@ -96,7 +96,10 @@ def _positive_int(request: dict[str, Any], name: str, default: int, largest: int
 
 def parse_request(request: Any) -> tuple[list[str], DecodeRequest]:
     """Check a decoded JSON request; return its texts and its :class:`~dotformer.decoding.options.DecodeRequest`
-    (details wanted, no progress bar).
+    (details wanted, no progress bar). ``"scores": false`` (default true) lets the engine skip the pass that makes each
+    score dotformer's exact one: the reply's ``score`` is then the search's (on CTranslate2, where PAD and BOS are
+    suppressed before its softmax, it differs from the exact score by their probability mass; the torch engine's is
+    exact either way), and the texts are the same.
 
     Raises:
         RequestError: not an object, unknown fields, ``texts`` missing, empty, too many or too long, not strings,
@@ -132,11 +135,14 @@ def parse_request(request: Any) -> tuple[list[str], DecodeRequest]:
         if options[name] is not None and options[name] > MAX_LEN_B:
             raise RequestError(f'"{name}" must be at most {MAX_LEN_B}, got {options[name]}')
     options["prefix"] = _prefixes(request, len(texts))
+    scores = request.get("scores", True)
+    if not isinstance(scores, bool):
+        raise RequestError(f'"scores" must be true or false, got {json.dumps(scores)}')
     try:
         decoding = decode_request(options, _json_misplaced)
     except ConfigError as exc:
         raise RequestError(str(exc).replace("DecodeConfig.", "")) from None
-    return texts, replace(decoding, details=True, progress=False)
+    return texts, replace(decoding, details=True, progress=False, scores=scores)
 
 
 def typed_option(request: dict[str, Any], option: DecodeOption) -> Any:
@@ -542,7 +548,7 @@ def describe_api(translator: Translator) -> dict[str, Any]:
         "task": translator.task,
         "engine": translator.engine,  # what decodes: "ctranslate2" or "torch" (dotformer.engines)
         "endpoints": {
-            "POST /api/translate": {"fields": ["texts (required: a list of strings)", *OPTION_NAMES]},
+            "POST /api/translate": {"fields": ["texts (required: a list of strings)", *OPTION_NAMES, "scores"]},
             "POST /api/generate": {"fields": list(GENERATE_FIELDS), "for": 'language models (task "lm")'},
             "POST /api/classify": {
                 "fields": ["texts (required: a list of strings)"],
