@@ -35,6 +35,14 @@ the round's p95 over it (no server reaches below 1 without decoding faster than 
 for a throughput of 16 / (3 x one request's latency alone) at 16 clients (``p95_target_needs_per_s``).
 ``--no-scores``: the clients send ``"scores": false`` (each reply's score is the search's, the texts the same).
 
+``--mode calls`` times the engine alone, in this process: the sentences decoded in calls of each ``--clients``
+number of sentences, as the server builds them (with and without the scoring pass), against one call of them all as
+``dotformer translate`` makes it, in CPU time (robust to other work on a shared machine): what a server's batches of
+that size can reach at best.
+
+    python benchmarks/serve_load.py --mode calls --checkpoint runs/g2p --sentences words.txt --engine ctranslate2 \
+        --clients 1,4,8,16,64 --threads 1
+
     python benchmarks/serve_load.py --checkpoint runs/g2p --sentences words.txt --engine ctranslate2 --threads 1
 """
 
@@ -374,6 +382,43 @@ def sentence_load(args: argparse.Namespace, checkpoint: Path, clients: list[int]
     }
 
 
+def call_sizes(args: argparse.Namespace, checkpoint: Path, sizes: list[int]) -> dict[str, Any]:
+    """The engine alone, in this process: the sentences decoded in calls of each of ``sizes`` sentences as the server
+    makes them (details, with and without the scoring pass), beside one call of them all as ``dotformer translate``
+    makes it; each the best of ``--repeats`` runs in CPU time (the process's, robust to other work on a shared
+    machine), as sentences per CPU second and as a share of the one call's."""
+    from dataclasses import replace
+
+    import dotformer
+    from dotformer.api.endpoint import parse_request
+
+    sentences = [line.strip() for line in Path(args.sentences).read_text(encoding="utf-8").splitlines()]
+    sentences = [s for s in sentences if s]
+    options = {"intra_threads": args.threads} if args.threads else {}
+    model = dotformer.load(checkpoint, device="cpu", engine=args.engine, **options)
+    model.translate(sentences[:8], beam=args.beam)  # warm
+    _, request = parse_request({"texts": ["-"], "beam": args.beam})
+
+    def in_calls(size: int, scores: bool) -> Any:
+        wanted = replace(request, scores=scores)
+        return lambda: [model.translate(sentences[i : i + size], wanted) for i in range(0, len(sentences), size)]
+
+    cases = {("all", "text"): lambda: model.translate(sentences, beam=args.beam)}
+    for size in sizes:
+        cases |= {(size, "scores"): in_calls(size, True), (size, "no scores"): in_calls(size, False)}
+    best: dict[Any, float] = {}
+    for _ in range(args.repeats):  # interleaved: a slower minute slows every case alike
+        for case, run in cases.items():
+            start = time.process_time()
+            run()
+            best[case] = max(best.get(case, 0.0), len(sentences) / (time.process_time() - start))
+    whole = best[("all", "text")]
+    rows = [{"sentences_a_call": size, "reply": kind, "sentences_per_cpu_s": rate, "vs_one_call": rate / whole}
+            for (size, kind), rate in best.items()]  # fmt: skip
+    print(format_table(rows, ["sentences_a_call", "reply", "sentences_per_cpu_s", "vs_one_call"]))
+    return {"engine": model.engine, "sentences": len(sentences), "repeats": args.repeats, "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Parse the command line, run the rounds, print the table and write the JSON (its path: ``--out``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -389,9 +434,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--trickle-clients", type=int, default=16, help="clients of the trickling round (16)")
     parser.add_argument("--trickle-pause", type=float, default=3.0, help="seconds between a connection's bytes (3)")
     parser.add_argument("--quick", action="store_true", help="tiny model, 1 and 4 clients x 3 requests, 20 trickling")
-    parser.add_argument("--mode", choices=("sentences", "trickle"), default="sentences",
+    parser.add_argument("--mode", choices=("sentences", "trickle", "calls"), default="sentences",
                         help="sentences: clients sending single sentences, beside the offline run (default); "
-                        "trickle: fixed requests beside trickling connections")  # fmt: skip
+                        "trickle: fixed requests beside trickling connections; calls: the engine alone, in calls "
+                        "of --clients sentences against one call of all (CPU time)")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=5, help="mode calls: runs of each case, the best kept (5)")
     parser.add_argument("--sentences", default=None, help="file of sentences, one a line (default: random symbols)")
     parser.add_argument("--engine", default="auto", help="the server's and the offline run's --engine (auto)")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the server's --batch-wait-ms (5)")
@@ -401,6 +448,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     clients = [1, 4] if args.quick else [int(n) for n in args.clients.split(",")]
     requests = 3 if args.quick else args.requests
+    if args.mode == "calls":
+        if not args.checkpoint or not args.sentences:
+            parser.error("--mode calls needs --checkpoint and --sentences")
+        result = call_sizes(args, Path(args.checkpoint), clients)
+        payload_out = {"benchmark": "serve_load", "mode": "calls", "command": command_line()}
+        payload_out |= {"machine": machine_info("cpu"), "beam": args.beam, "threads": args.threads, **result}
+        print(f"wrote {write_json(args.out, payload_out)}")
+        return payload_out
     if args.mode == "sentences":
         with tempfile.TemporaryDirectory() as temporary:
             checkpoint = (
