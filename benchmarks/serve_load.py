@@ -364,11 +364,12 @@ def sentence_load(args: argparse.Namespace, checkpoint: Path, clients: list[int]
     met = met and sixteen["p95_vs_one_client_p50"] is not None and sixteen["p95_vs_one_client_p50"] <= 3
     met = met and all(row["equal_outputs"] for row in rows)
     needed = None  # the throughput the p95 target asks for at 16 clients, by Little's law
-    if sixteen is not None and single is not None:
+    if single is not None:
         needed = 16 / (3 * single["p50_ms"] / 1000)
+        offline = sixteen["offline_per_s"] if sixteen else statistics.mean(rates)
         print(f"p95 <= 3x one request alone ({3 * single['p50_ms']:.1f} ms) at 16 clients needs >= {needed:.0f} "
-              f"sentences/s ({needed / sixteen['offline_per_s']:.2f}x offline); p95 at the offline rate: "
-              f">= {sixteen['bound_ms']:.1f} ms (bound_ms)")  # fmt: skip
+              f"sentences/s ({needed / offline:.2f}x offline); at the offline rate its mean latency is "
+              f"{16000 / offline:.1f} ms")  # fmt: skip
     return {
         "engine": engine,
         "offline_sentences_per_s": rates,

@@ -368,6 +368,31 @@ def test_the_sentence_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.Mo
     for row in payload["rows"]:
         assert row["ok"] == row["requests"] == row["clients"] * 3 and row["errors"] == 0 and row["equal_outputs"]
         assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"] and 1 <= row["mean_batch"] <= row["clients"]
+        assert row["bound_ms"] == pytest.approx(1000 * row["clients"] / row["offline_per_s"])  # Little's law
+        assert row["p95_vs_bound"] == pytest.approx(row["p95_ms"] / row["bound_ms"])
+    single = payload["rows"][0]
+    assert payload["p95_target_needs_per_s"] == pytest.approx(16 / (3 * single["p50_ms"] / 1000))
+
+
+def test_the_engine_call_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/serve_load.py --mode calls: one row for the single call of every sentence, then one per call size
+    with and without the scoring pass, each a share of the single call's rate (figures, not asserted beyond their
+    sign: no timed test)."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    serve_load = importlib.import_module("serve_load")
+    checkpoint = serve_load.random_checkpoint(tmp_path, "tiny")
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("\n".join(" ".join(serve_load.SYMBOLS[i : i + 3]) for i in range(12)) + "\n")
+    out = str(tmp_path / "calls.json")
+    argv = ["--mode", "calls", "--checkpoint", str(checkpoint), "--sentences", str(sentences), "--engine", "torch"]
+    payload = serve_load.main([*argv, "--clients", "2,4", "--repeats", "1", "--out", out])
+    assert payload["mode"] == "calls" and payload["engine"] == "torch" and payload["sentences"] == 12
+    rows = [(row["sentences_a_call"], row["reply"]) for row in payload["rows"]]
+    assert rows == [("all", "text"), (2, "scores"), (2, "no scores"), (4, "scores"), (4, "no scores")]
+    assert payload["rows"][0]["vs_one_call"] == 1.0
+    assert all(row["sentences_per_cpu_s"] > 0 for row in payload["rows"])
 
 
 def test_stopping_answers_the_request_being_decoded_and_drops_the_slow_ones(translator: Any) -> None:
