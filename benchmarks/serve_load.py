@@ -301,15 +301,27 @@ def sentence_round(
     }
 
 
+def same_threads(threads: int | None) -> dict[str, int]:
+    """The threads of the server's ``--threads`` for a model loaded in this process: torch's set here (else torch
+    decodes on every core while the server has ``threads``), CTranslate2's as the returned ``load`` options."""
+    if not threads:
+        return {}
+    import torch
+
+    torch.set_num_threads(threads)
+    return {"intra_threads": threads}
+
+
 class Offline:
     """``sentences`` translated in this process on ``engine`` in one call (dotformer translate's path), timed as
     often as asked: the rounds interleave with it, so that each round compares with the offline rate of the same
-    minutes (on a shared machine the rate drifts)."""
+    minutes (on a shared machine the rate drifts). On the server's threads: ``threads`` is CTranslate2's
+    ``intra_threads`` and torch's ``set_num_threads``, as ``dotformer serve --threads`` sets them."""
 
     def __init__(self, checkpoint: Path, engine: str, threads: int | None, sentences: list[str], beam: int) -> None:
         import dotformer
 
-        options = {"intra_threads": threads} if threads else {}
+        options = same_threads(threads)
         self.model = dotformer.load(checkpoint, device="cpu", engine=engine, **options)
         self.sentences, self.beam = sentences, beam
         self.model.translate(sentences[:8], beam=beam)  # warm: the copy converted, the caches allocated
@@ -395,8 +407,7 @@ def call_sizes(args: argparse.Namespace, checkpoint: Path, sizes: list[int]) -> 
 
     sentences = [line.strip() for line in Path(args.sentences).read_text(encoding="utf-8").splitlines()]
     sentences = [s for s in sentences if s]
-    options = {"intra_threads": args.threads} if args.threads else {}
-    model = dotformer.load(checkpoint, device="cpu", engine=args.engine, **options)
+    model = dotformer.load(checkpoint, device="cpu", engine=args.engine, **same_threads(args.threads))
     model.translate(sentences[:8], beam=args.beam)  # warm
     _, request = parse_request({"texts": ["-"], "beam": args.beam})
 

@@ -355,14 +355,20 @@ def test_the_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_the_sentence_load_benchmark_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """benchmarks/serve_load.py --mode sentences --quick: a row per number of clients sending single sentences, every
-    answer equal to the offline translation of its sentence, the batch sizes read from /metrics (figures, not
-    asserted beyond their range: no timed test)."""
+    answer equal to the offline translation of its sentence, the offline run on the server's threads, the batch sizes
+    read from /metrics (figures, not asserted beyond their range: no timed test)."""
     import importlib
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     serve_load = importlib.import_module("serve_load")
     out = str(tmp_path / "sentences.json")
-    payload = serve_load.main(["--quick", "--engine", "torch", "--threads", "1", "--out", out])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the offline run must decode on the server's --threads, not on this process's
+    try:
+        payload = serve_load.main(["--quick", "--engine", "torch", "--threads", "1", "--out", out])
+    finally:
+        torch.set_num_threads(threads)
+    assert payload["machine"]["torch_threads"] == 1
     assert payload["mode"] == "sentences" and payload["engine"] == "torch"
     assert [row["clients"] for row in payload["rows"]] == [1, 4]
     for row in payload["rows"]:
