@@ -11,7 +11,8 @@ EPILOG = """\
 The server listens on 127.0.0.1 (this machine only) unless --host says otherwise. A request is a JSON object
 {"texts": [...], "beam": 4, "n_best": 1, "strategy": "beam"} (only "texts" is required; every decoding option of
 dotformer translate is a field: "strategy": "sample", "seed", "min_len_b", "prefix" (one string or null per text),
-"alignments", ...); the reply is {"translations": [{"text", "score", "finished", "unknown_symbols"}, ...]}. Bad
+"alignments", ...; "scores": false skips the exact scoring pass); the reply is {"translations": [{"text", "score",
+"finished", "unknown_symbols"}, ...]}. Bad
 requests get HTTP 400 (404, 405: no such path or method, 408: body too slow, 413: body or work too large) and one
 line {"error": "..."} (HTTP too malformed to read gets a plain-text 400). GET / describes the endpoints, the options
 and the engine that decodes (--engine: CTranslate2 when installed, with --threads per batch and --inter-threads
