@@ -91,6 +91,7 @@ MAX_SEED = 2**32 - 2  # CTranslate2's seeds are 32-bit, and 2**32 - 1 means "ran
 PROGRESS_CHUNK = 8  # with a progress bar, inputs go to CTranslate2 in chunks of this many batches
 FIRST_ROUND_EXTRA = 4  # a beam search's first round: 1.25 times the source's length plus this (first_round)
 NEG_INF = float("-inf")
+TINY_ALPHA = 1e-30  # the length penalty CTranslate2 is given for α = 0 (see CT2Translate.search_options)
 
 
 class Ranked(NamedTuple):
@@ -164,6 +165,14 @@ def first_round(source_length: int, most: int) -> int:
     return min(most, (5 * source_length) // 4 + FIRST_ROUND_EXTRA)
 
 
+def finished_step(hyps: Sequence[tuple[float, int, bool]], beam_size: int) -> int | None:
+    """The step at which the K-th hypothesis finished (``beam_stop`` "finished", :func:`dotformer.decoding.beam.is_done`
+    stops there), from a round's hypotheses ``(summed log-probability, |Y|, finished)`` that hold every finished one;
+    None while fewer than K have finished. A hypothesis finished at step |Y|."""
+    lengths = sorted(length for _, length, done in hyps if done)
+    return lengths[beam_size - 1] if len(lengths) >= beam_size else None
+
+
 def beam_settled(hyps: Sequence[tuple[float, int, bool]], steps: int, most: int, beam_size: int, alpha: float) -> bool:
     """True when dotformer's beam search has stopped by step ``steps`` (:func:`dotformer.decoding.beam.is_done`): it
     holds K finished hypotheses and the best beam alive at step ``steps``, divided by the penalty of the limit
@@ -182,6 +191,31 @@ def beam_settled(hyps: Sequence[tuple[float, int, bool]], steps: int, most: int,
     last = [total for total, length, done in hyps if done and length == steps]
     best_alive = max(alive) if alive else min(last, default=NEG_INF)
     return best_alive / gnmt_penalty(most, alpha) <= finished[beam_size - 1]
+
+
+def cut_is_safe(hyps: Sequence[Found], config: DecodeConfig, prefix_sum: float) -> bool:
+    """Whether the hypotheses CTranslate2 returned for a source hold dotformer's ``n_best`` best of all it finished
+    (module docstring, "Beam search"). It returns the K best by its own score, a sum s over |Y|^α; one left out
+    scored m or less (m: the lowest returned), and its length L is at most the stop's step T (the longest
+    returned), so with the prefix's sum p ≤ 0 its dotformer score is
+
+        (s + p) / lp(L) ≤ m · (L^α / lp(L)) + p / lp(L) ≤ m + p / lp(T)      (m ≤ 0, L^α ≥ lp(L) for L ≥ 1)
+
+    The cut is safe when the ``n_best``-th best returned scores above that; fewer than K returned (none left out)
+    and α = 0 (both rank by the sum) are safe too.
+
+    Args:
+        hyps: a source's hypotheses from a beam search with ``num_hypotheses`` K. config: the decoding options.
+        prefix_sum: the summed log-probability of the source's prefix (0 without one).
+    """
+    alpha = config.length_penalty
+    if len(hyps) < config.beam_size or alpha == 0:
+        return True
+    lengths = [len(hyp.tokens) for hyp in hyps]
+    totals = [hyp.score * length**alpha + prefix_sum for hyp, length in zip(hyps, lengths, strict=True)]
+    ours = sorted((total / gnmt_penalty(n, alpha) for total, n in zip(totals, lengths, strict=True)), reverse=True)
+    bound = min(hyp.score for hyp in hyps) + prefix_sum / gnmt_penalty(max(lengths), alpha)
+    return ours[config.n_best - 1] > bound
 
 
 class CT2Translate:
@@ -304,10 +338,12 @@ class CT2Translate:
         prefixes: Sequence[Sequence[int]] | None,
         sums: dict[int, float],
     ) -> dict[int, list[Found]]:
-        """CTranslate2's hypotheses of the sources ``indices``. Greedy and sampling: decoded together to their
-        longest length limit (one call per minimum length), then the few whose output reached its own limit again
-        with that limit. Beam search: :meth:`beam_rounds`."""
-        if config.strategy == "beam":
+        """CTranslate2's hypotheses of the sources ``indices``. Greedy, sampling and beam search that stops once K
+        hypotheses have finished: decoded together to their longest length limit (one call per minimum length),
+        then the few whose output reached its own limit again with that limit; a beam search's few sources whose
+        returned hypotheses may lack one of dotformer's best again with every hypothesis (:meth:`beam_uncut`).
+        Beam search's exact rule: :meth:`beam_rounds`."""
+        if config.strategy == "beam" and config.beam_stop == "exact":
             return self.beam_rounds(encoded, indices, limits, config, batch_size, max_tokens, prefixes, sums)
         found: dict[int, list[Found]] = {}
         groups: dict[int, list[int]] = {}
@@ -323,7 +359,39 @@ class CT2Translate:
                 again.setdefault((most, least), []).append(i)
         for (most, least), group in again.items():
             found.update(self.run(encoded, group, most, least, config, batch_size, max_tokens, prefixes))
+        if config.strategy == "beam":
+            uncut = self.beam_uncut(encoded, indices, found, limits, config, batch_size, max_tokens, prefixes, sums)
+            found.update(uncut)
         return found
+
+    def beam_uncut(
+        self,
+        encoded: EncodedTexts,
+        indices: Sequence[int],
+        found: dict[int, list[Found]],
+        limits: dict[int, tuple[int, int]],
+        config: DecodeConfig,
+        batch_size: int,
+        max_tokens: int | None,
+        prefixes: Sequence[Sequence[int]] | None,
+        sums: dict[int, float],
+    ) -> dict[int, list[Found]]:
+        """Every finished hypothesis of the sources whose K returned ones may lack one of dotformer's ``n_best``
+        (module docstring, "Beam search"): each such source is searched again up to the step where its search
+        stopped (the longest hypothesis returned), every hypothesis kept (:meth:`run` with ``every``). Returns those
+        sources' hypotheses only."""
+        unsure: dict[tuple[int, int], list[int]] = {}
+        for i in indices:
+            if not cut_is_safe(found[i], config, sums.get(i, 0.0)):
+                steps = max(len(hyp.tokens) for hyp in found[i])
+                unsure.setdefault((steps, limits[i][1]), []).append(i)
+        redone: dict[int, list[Found]] = {}
+        for (steps, least), group in unsure.items():
+            searched = self.run(encoded, group, steps, least, config, batch_size, max_tokens, prefixes, every=True)
+            for i in group:  # short of its limit, the candidates registered at the round's last step are not finished
+                at_limit = steps >= limits[i][0]
+                redone[i] = [hyp for hyp in searched[i] if at_limit or ended(hyp.tokens, end_pieces(config))]
+        return redone
 
     def beam_rounds(
         self,
@@ -350,7 +418,7 @@ class CT2Translate:
                 groups.setdefault((m, limits[i][1]), []).append(i)
             steps = {}
             for (m, least), group in groups.items():
-                searched = self.run(encoded, group, m, least, config, batch_size, max_tokens, prefixes)
+                searched = self.run(encoded, group, m, least, config, batch_size, max_tokens, prefixes, every=True)
                 for i in group:
                     most = limits[i][0]
                     if m >= most:
@@ -385,13 +453,15 @@ class CT2Translate:
         batch_size: int,
         max_tokens: int | None,
         prefixes: Sequence[Sequence[int]] | None,
+        every: bool = False,
     ) -> dict[int, list[Found]]:
-        """One ``translate_batch`` call over the sources ``indices`` with the length limits ``most`` and ``least``."""
+        """One ``translate_batch`` call over the sources ``indices`` with the length limits ``most`` and ``least``
+        (``every``: a beam search that returns every hypothesis, :meth:`search_options`)."""
         sources = [self.source_pieces(encoded.ids[i]) for i in indices]
         target_prefix = None
         if prefixes is not None and any(prefixes[i] for i in indices):
             target_prefix = [[self.tgt_vocab[t] for t in prefixes[i]] or None for i in indices]
-        translator, options = self.translator, self.search_options(config, most)
+        translator, options = self.translator, self.search_options(config, most, every)
         if config.strategy == "sample":  # a fresh Translator: CTranslate2 seeds a thread's generator once, on first use
             import ctranslate2
 
@@ -430,11 +500,20 @@ class CT2Translate:
             end_token=end_pieces(config),
         )
 
-    def search_options(self, config: DecodeConfig, steps: int) -> dict[str, Any]:
-        """The ``translate_batch`` options of ``config``'s strategy, for a search of at most ``steps`` steps."""
-        if config.strategy == "beam":  # never stops early: every finished hypothesis (at most K a step) is returned
+    def search_options(self, config: DecodeConfig, steps: int, every: bool = False) -> dict[str, Any]:
+        """The ``translate_batch`` options of ``config``'s strategy, for a search of at most ``steps`` steps.
+
+        Beam search stops once K hypotheses have finished (``patience`` 1) and returns the K best by CTranslate2's
+        penalty; CTranslate2 replaces that rule, for α = 0 only, by stopping once its best candidate has finished,
+        so α = 0 is given as :data:`TINY_ALPHA`, which keeps the rule and changes no score (|Y|^α is 1.0 in float32).
+        With ``every`` it never stops early: every finished hypothesis (at most K a step) is returned, and the K
+        best candidates of the last step."""
+        if config.strategy == "beam" and every:
             k, most = config.beam_size, steps + 1
             return dict(beam_size=k, num_hypotheses=k * most, length_penalty=config.length_penalty, patience=most)
+        if config.strategy == "beam":
+            k, alpha = config.beam_size, config.length_penalty or TINY_ALPHA
+            return dict(beam_size=k, num_hypotheses=k, length_penalty=alpha, patience=1)
         if config.strategy == "greedy":
             return dict(beam_size=1, num_hypotheses=1, length_penalty=0.0)
         return dict(
