@@ -168,15 +168,17 @@ def sure_engines(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, TorchEn
 
 
 @pytest.mark.numerical
+@pytest.mark.parametrize("stop", ["finished", "exact"])
 @pytest.mark.parametrize(("beam", "alpha"), [(2, 1.0), (4, 0.0), (4, 0.6), (8, 0.6), (8, 1.0)])
 def test_beam_search_stops_where_the_torch_engines_does(
-    sure_engines: tuple[Any, TorchEngine], beam: int, alpha: float
+    sure_engines: tuple[Any, TorchEngine], beam: int, alpha: float, stop: str
 ) -> None:
     """Every K-best list is the torch engine's, in its order (two hypotheses whose scores tie within the tolerance
-    may swap): the search runs until no alive beam can still enter it, not until K + 1 hypotheses have finished
-    (which lost 1 to 18 of 200 best outputs or lists here), with and without a minimum length."""
+    may swap), by either stopping rule: once K hypotheses have finished (CTranslate2's own rule, one call), or once
+    no alive beam can still enter the list (the exact rule, searched in rounds; stopping at K + 1 finished instead
+    lost 1 to 18 of 200 best outputs or lists here), with and without a minimum length."""
     inputs = texts(200, seed=beam)
-    config = DecodeConfig(beam_size=beam, n_best=beam, length_penalty=alpha, min_len_b=beam % 2)
+    config = DecodeConfig(beam_size=beam, n_best=beam, length_penalty=alpha, min_len_b=beam % 2, beam_stop=stop)
     ours, theirs = decode_both(sure_engines, inputs, config)
     for source, mine, ref in zip(inputs, ours, theirs, strict=True):
         assert len(mine) == len(ref), source
@@ -207,13 +209,15 @@ def test_greedy_with_each_control_is_the_torch_engines(engines: tuple[Any, Torch
 
 
 @pytest.mark.numerical
+@pytest.mark.parametrize("stop", ["finished", "exact"])
 @pytest.mark.parametrize("controls", CONTROLS[:-1], ids=lambda c: ",".join(c))
 def test_beam_search_with_each_control_gives_the_torch_engines_lists(
-    sure_engines: tuple[Any, TorchEngine], controls: Any
+    sure_engines: tuple[Any, TorchEngine], controls: Any, stop: str
 ) -> None:
-    """Every K-best list is the torch engine's, each hypothesis with the model's score."""
+    """Every K-best list is the torch engine's, each hypothesis with the model's score, by either stopping rule."""
     inputs = texts(200, seed=8)
-    ours, theirs = decode_both(sure_engines, inputs, DecodeConfig(beam_size=4, n_best=4, **controls))
+    config = DecodeConfig(beam_size=4, n_best=4, beam_stop=stop, **controls)
+    ours, theirs = decode_both(sure_engines, inputs, config)
     for source, mine, ref in zip(inputs, ours, theirs, strict=True):
         assert sorted(h.text for h in mine) == sorted(h.text for h in ref), source
         for a, b in zip(sorted(mine, key=lambda h: h.text), sorted(ref, key=lambda h: h.text), strict=True):

@@ -7,8 +7,8 @@ dotformer                       CTranslate2
 ==============================  ========================================================================
 greedy / beam K / sample        ``beam_size`` 1 / K / 1 with ``sampling_topk``, ``sampling_topp``,
                                 ``sampling_temperature`` (top_k 0: the whole vocabulary)
-n_best                          beam: every finished hypothesis (``num_hypotheses`` K·(M + 1)), ranked as dotformer
-                                ranks them (see below)
+beam_stop                       finished: ``patience`` 1, ``num_hypotheses`` K; exact: searched in rounds (below)
+n_best                          beam: the hypotheses returned, ranked as dotformer ranks them (see below)
 max_len_a, max_len_b            ``max_decoding_length`` (steps, EOS included; a prefix counts)
 min_len_a, min_len_b            ``min_decoding_length`` (tokens before EOS; a prefix counts)
 seed                            ``ctranslate2.set_random_seed`` before a fresh ``Translator``
@@ -31,31 +31,45 @@ decoding does (a second one would change every output).
 included) divided by ``|Y|^α``; dotformer's is the sum over every token (the prefix's included) divided by the GNMT
 penalty ``((5 + |Y|) / 6)^α``, |Y| counting the EOS. The sum is recovered (``score · |Y|^α``, plus the prefix's
 log-probability from ``score_batch``) and divided by dotformer's penalty, and a beam's finished hypotheses are ranked
-by that, as dotformer's beam search ranks them (CTranslate2 returns every hypothesis it finished: asked for fewer,
-it would first cut them by its own penalty). Those log-probabilities are
-CTranslate2's search's, where PAD and BOS are suppressed before the softmax; dotformer's leave the model's
+by that, as dotformer's beam search ranks them (CTranslate2 first cuts them to ``num_hypotheses`` by its own
+penalty: see "Beam search" for how none that dotformer keeps is lost). Those log-probabilities are CTranslate2's
+search's, where PAD and BOS are suppressed before the softmax; dotformer's leave the model's
 probabilities untouched. With ``scores=True`` (the default) each returned hypothesis is therefore scored once more
 with ``score_batch`` on the copy, whose generator is the checkpoint's own (PAD and BOS not suppressed): its
 ``log_probs`` and ``score`` are then dotformer's, to float precision. With ``scores=False`` (the CLI's text output,
 evaluation) that pass is skipped: ``score`` is the search's and ``log_probs`` is empty.
 
-**Beam search.** CTranslate2's search stops once a set number of hypotheses have finished (``patience`` times K),
-dotformer's once no alive hypothesis can still win (its bound with ``L_max``, :mod:`dotformer.decoding.beam`): asked
-for K + 1, CTranslate2 stopped before the best output had finished on 1 to 3% of a reversal model's inputs (the empty
-output at step 0, finished where no minimum length forbids it, counts as one). So a beam search runs in rounds: M
-steps with a patience no search reaches (every finished hypothesis and, at step M, the K best candidates are
-returned), after which :func:`beam_settled` checks dotformer's stopping rule on them; a source whose search would go
-on is searched again for 2M steps, up to its limit. Both take the K best non-EOS of 2K candidates at each step and
-finish the EOS among the best K, so the hypotheses are the same, to float rounding, as long as PAD and BOS carry no
-probability: CTranslate2 takes them out before its softmax, dotformer after (its log-probabilities stay the model's),
-so where a model gives them mass (a few percent per step on the tests' briefly fitted model, about 10⁻⁵ on a trained
-one) the two searches rank candidates slightly differently and near-ties may break either way.
+**Beam search.** Both searches take the K best non-EOS of 2K candidates at each step and finish the EOS among the
+best K, so they search the same beams, to float rounding, as long as PAD and BOS carry no probability: CTranslate2
+takes them out before its softmax, dotformer after (its log-probabilities stay the model's), so where a model gives
+them mass (a few percent per step on the tests' briefly fitted model, about 10⁻⁵ on a trained one) the two rank
+candidates slightly differently and near-ties may break either way. When each stops is ``beam_stop``
+(:mod:`dotformer.decoding.beam`):
+
+- ``"finished"`` (the default) is CTranslate2's own rule: its ``BeamSearch`` stops once ``round(K · patience)``
+  hypotheses have finished (each EOS among the best K candidates of a step counts), so one ``translate_batch`` call
+  with ``patience`` 1 stops where dotformer's search stops. It then returns the ``num_hypotheses`` best of them by
+  its own score (the sum over ``|Y|^α``), and asks for at most ``round(K · patience)`` = K, while the last step may
+  bring the count to as many as 2K - 1. A finished hypothesis left out scored at most the lowest returned m by that
+  score and is no longer than the stop's step T, so its dotformer score is at most m + p / lp(T) (p: the prefix's
+  sum; :func:`cut_is_safe`): where the ``n_best``-th best returned scores above that, the returned ones hold
+  dotformer's ``n_best``; the few other sources are searched again for T steps with every hypothesis returned
+  (:meth:`CT2Translate.beam_uncut`). For α = 0 CTranslate2 stops instead once its best candidate has finished, so
+  it is given an α of 10⁻³⁰, which keeps the counting rule and changes no score.
+- ``"exact"``: dotformer's search stops once no alive hypothesis can still win (its bound with ``L_max``), which
+  CTranslate2 has no rule for (asked for K + 1 hypotheses, it stopped before the best output had finished on 1 to 3%
+  of a reversal model's inputs). So it runs in rounds: M steps with a patience no search reaches (every finished
+  hypothesis and, at step M, the K best candidates are returned), after which :func:`beam_settled` checks
+  dotformer's stopping rule on them; a source whose search would go on is searched again for 2M steps, up to its
+  limit. Every source decodes at least M steps with all its hypotheses kept: this rule costs about twice the time of
+  the default one.
 
 **Where outputs differ.** Greedy decoding chooses the same token at every step (the argmax does not depend on the
 suppressed mass). Beam search: above. Sampling draws from the same distribution with another random generator: the
 same seed gives the same samples on one engine, not across engines. CTranslate2's length limit holds per batch,
-dotformer's per sentence: greedy and sampling decode a batch to its longest limit, and the few inputs whose output
-reaches their own limit are decoded again with it; a beam search's last round runs to each input's own limit.
+dotformer's per sentence: greedy, sampling and beam search to K finished decode a batch to its longest limit, and
+the few inputs whose output reaches their own limit are decoded again with it; an exact beam search's last round runs
+to each input's own limit.
 """
 
 from __future__ import annotations
