@@ -27,6 +27,7 @@ from dotformer.decoding import DecodeConfig
 from dotformer.decoding.inputs import encode_prefixes, encode_sources
 from dotformer.engines import cache as cache_module
 from dotformer.engines.choice import EngineOptionError, choose_engine, ct2_problem, torch_only_fields
+from dotformer.engines.ct2_translate import Found, cut_is_safe, search_alpha
 from dotformer.engines.torch import TorchEngine
 from dotformer.errors import ConfigError
 
@@ -185,6 +186,28 @@ def test_beam_search_stops_where_the_torch_engines_does(
         assert sorted(h.text for h in mine) == sorted(h.text for h in ref), source
         for a, b in zip(mine, ref, strict=True):
             assert a.score == pytest.approx(b.score, abs=SCORE_TOLERANCE), source
+
+
+def test_cut_is_safe_only_when_no_hypothesis_left_out_can_outrank_the_returned_ones() -> None:
+    """CTranslate2 returns the K best finished hypotheses by sum / |Y|^β (β = α / 2); one it left out scored at most
+    the lowest returned, with a length from 1 to the longest returned."""
+    config = DecodeConfig(beam_size=2, length_penalty=0.6)
+    beta = search_alpha(0.6)
+
+    def found(length: int, total: float) -> Found:
+        return Found([*["a1"] * (length - 1), "</s>"], total / length**beta, None)
+
+    def ours(hyp: Found) -> float:
+        return hyp.score * len(hyp.tokens) ** beta / ((5 + len(hyp.tokens)) / 6) ** 0.6
+
+    sure = [found(5, -0.1), found(5, -2.0)]
+    assert cut_is_safe(sure, config, 0.0)
+    close = [found(10, -1.0), found(10, -1.02)]
+    left_out = found(1, close[1].score * 1**beta)  # "</s>" alone, scored as the lowest returned: it may be cut
+    assert ours(left_out) > ours(close[0])  # ... and would be dotformer's best
+    assert not cut_is_safe(close, config, 0.0)
+    assert cut_is_safe(close[:1], config, 0.0)  # fewer than K: none was left out
+    assert cut_is_safe(close, config.replace(length_penalty=0.0), 0.0)  # α = 0: both rank by the sum
 
 
 CONTROLS = [

@@ -28,16 +28,17 @@ The source goes in as its pieces *without* ``</s>``: the copy's ``add_source_eos
 decoding does (a second one would change every output).
 
 **Scores.** CTranslate2 reports a hypothesis's summed log-probability (over the tokens after a prefix, its EOS
-included) divided by ``|Y|^α``; dotformer's is the sum over every token (the prefix's included) divided by the GNMT
-penalty ``((5 + |Y|) / 6)^α``, |Y| counting the EOS. The sum is recovered (``score · |Y|^α``, plus the prefix's
-log-probability from ``score_batch``) and divided by dotformer's penalty, and a beam's finished hypotheses are ranked
-by that, as dotformer's beam search ranks them (CTranslate2 first cuts them to ``num_hypotheses`` by its own
-penalty: see "Beam search" for how none that dotformer keeps is lost). Those log-probabilities are CTranslate2's
-search's, where PAD and BOS are suppressed before the softmax; dotformer's leave the model's
-probabilities untouched. With ``scores=True`` (the default) each returned hypothesis is therefore scored once more
-with ``score_batch`` on the copy, whose generator is the checkpoint's own (PAD and BOS not suppressed): its
-``log_probs`` and ``score`` are then dotformer's, to float precision. With ``scores=False`` (the CLI's text output,
-evaluation) that pass is skipped: ``score`` is the search's and ``log_probs`` is empty.
+included) divided by ``|Y|^β``, β the length penalty it is given (α / 2 for a beam search, :func:`search_alpha`);
+dotformer's is the sum over every token (the prefix's included) divided by the GNMT penalty ``((5 + |Y|) / 6)^α``,
+|Y| counting the EOS. The sum is recovered (``score · |Y|^β``, plus the prefix's log-probability from
+``score_batch``) and divided by dotformer's penalty, and a beam's finished hypotheses are ranked by that, as
+dotformer's beam search ranks them (CTranslate2 first cuts them to ``num_hypotheses`` by its own penalty: see "Beam
+search" for how none that dotformer keeps is lost). Those log-probabilities are CTranslate2's search's, where PAD
+and BOS are suppressed before the softmax; dotformer's leave the model's probabilities untouched. With
+``scores=True`` (the default) each returned hypothesis is therefore scored once more with ``score_batch`` on the
+copy, whose generator is the checkpoint's own (PAD and BOS not suppressed): its ``log_probs`` and ``score`` are then
+dotformer's, to float precision. With ``scores=False`` (the CLI's text output, evaluation) that pass is skipped:
+``score`` is the search's and ``log_probs`` is empty.
 
 **Beam search.** Both searches take the K best non-EOS of 2K candidates at each step and finish the EOS among the
 best K, so they search the same beams, to float rounding, as long as PAD and BOS carry no probability: CTranslate2
@@ -49,13 +50,12 @@ candidates slightly differently and near-ties may break either way. When each st
 - ``"finished"`` (the default) is CTranslate2's own rule: its ``BeamSearch`` stops once ``round(K · patience)``
   hypotheses have finished (each EOS among the best K candidates of a step counts), so one ``translate_batch`` call
   with ``patience`` 1 stops where dotformer's search stops. It then returns the ``num_hypotheses`` best of them by
-  its own score (the sum over ``|Y|^α``), and asks for at most ``round(K · patience)`` = K, while the last step may
-  bring the count to as many as 2K - 1. A finished hypothesis left out scored at most the lowest returned m by that
-  score and is no longer than the stop's step T, so its dotformer score is at most m + p / lp(T) (p: the prefix's
-  sum; :func:`cut_is_safe`): where the ``n_best``-th best returned scores above that, the returned ones hold
-  dotformer's ``n_best``; the few other sources are searched again for T steps with every hypothesis returned
-  (:meth:`CT2Translate.beam_uncut`). For α = 0 CTranslate2 stops instead once its best candidate has finished, so
-  it is given an α of 10⁻³⁰, which keeps the counting rule and changes no score.
+  its own score (the sum over ``|Y|^β``), and allows at most ``round(K · patience)`` = K of them, while the last
+  step may bring the count to as many as 2K - 1. A finished hypothesis left out scored at most the lowest returned
+  by that score and is no longer than the stop's step, which bounds its dotformer score (:func:`cut_is_safe`):
+  where the ``n_best``-th best returned scores above the bound, the returned ones hold dotformer's ``n_best``; the
+  few other sources are searched again up to that step with every hypothesis returned
+  (:meth:`CT2Translate.beam_uncut`). β = α / 2 keeps CTranslate2's ranking close to dotformer's, so those are few.
 - ``"exact"``: dotformer's search stops once no alive hypothesis can still win (its bound with ``L_max``), which
   CTranslate2 has no rule for (asked for K + 1 hypotheses, it stopped before the best output had finished on 1 to 3%
   of a reversal model's inputs). So it runs in rounds: M steps with a patience no search reaches (every finished
@@ -105,7 +105,7 @@ MAX_SEED = 2**32 - 2  # CTranslate2's seeds are 32-bit, and 2**32 - 1 means "ran
 PROGRESS_CHUNK = 8  # with a progress bar, inputs go to CTranslate2 in chunks of this many batches
 FIRST_ROUND_EXTRA = 4  # a beam search's first round: 1.25 times the source's length plus this (first_round)
 NEG_INF = float("-inf")
-TINY_ALPHA = 1e-30  # the length penalty CTranslate2 is given for α = 0 (see CT2Translate.search_options)
+TINY_ALPHA = 1e-30  # CTranslate2's length penalty for α = 0 (search_alpha): |Y|^1e-30 is 1.0 in float32
 
 
 class Ranked(NamedTuple):
@@ -169,6 +169,18 @@ def gnmt_penalty(length: int, alpha: float) -> float:
     return float(((5.0 + length) / 6.0) ** alpha)
 
 
+def search_alpha(alpha: float) -> float:
+    """The length penalty β CTranslate2's beam search is given for dotformer's α: α / 2, and :data:`TINY_ALPHA` for
+    α = 0. CTranslate2 ranks its candidates by summed log-probability and reads β only at the end, to rank the
+    finished hypotheses by sum / |Y|^β and cut them to ``num_hypotheses`` (the sums are recovered as score · |Y|^β
+    and ranked by dotformer's penalty, "Scores"). |Y|^(α/2) is the GNMT penalty ((5 + |Y|) / 6)^α times
+    (36|Y| / (5 + |Y|)²)^(α/2), a factor from 1 to 1.8^(α/2) for |Y| from 1 to 25: close enough that the cut
+    rarely drops a hypothesis dotformer ranks higher (:func:`cut_is_safe`). For α = 0 CTranslate2 would stop once
+    its best candidate finished instead of counting finished hypotheses; 10⁻³⁰ keeps the count and changes no
+    score."""
+    return alpha / 2 if alpha > 0 else TINY_ALPHA
+
+
 def first_round(source_length: int, most: int) -> int:
     """Steps of a source's first beam-search round (:meth:`CT2Translate.beam_rounds`): 1.25 times its length plus
     :data:`FIRST_ROUND_EXTRA` (where a search of an output up to a quarter longer than its source has mostly
@@ -209,11 +221,11 @@ def beam_settled(hyps: Sequence[tuple[float, int, bool]], steps: int, most: int,
 
 def cut_is_safe(hyps: Sequence[Found], config: DecodeConfig, prefix_sum: float) -> bool:
     """Whether the hypotheses CTranslate2 returned for a source hold dotformer's ``n_best`` best of all it finished
-    (module docstring, "Beam search"). It returns the K best by its own score, a sum s over |Y|^α; one left out
-    scored m or less (m: the lowest returned), and its length L is at most the stop's step T (the longest
-    returned), so with the prefix's sum p ≤ 0 its dotformer score is
+    (module docstring, "Beam search"). It returns the K best by its own score, a sum s over |Y|^β
+    (:func:`search_alpha`); one left out scored m or less (m: the lowest returned), and its length L is from 1 to
+    the stop's step T (the longest returned), so with the prefix's sum p its dotformer score is
 
-        (s + p) / lp(L) ≤ m · (L^α / lp(L)) + p / lp(L) ≤ m + p / lp(T)      (m ≤ 0, L^α ≥ lp(L) for L ≥ 1)
+        (s + p) / lp(L) ≤ max over L = 1..T of (m · L^β + p) / lp(L)
 
     The cut is safe when the ``n_best``-th best returned scores above that; fewer than K returned (none left out)
     and α = 0 (both rank by the sum) are safe too.
@@ -222,13 +234,14 @@ def cut_is_safe(hyps: Sequence[Found], config: DecodeConfig, prefix_sum: float) 
         hyps: a source's hypotheses from a beam search with ``num_hypotheses`` K. config: the decoding options.
         prefix_sum: the summed log-probability of the source's prefix (0 without one).
     """
-    alpha = config.length_penalty
+    alpha, beta = config.length_penalty, search_alpha(config.length_penalty)
     if len(hyps) < config.beam_size or alpha == 0:
         return True
     lengths = [len(hyp.tokens) for hyp in hyps]
-    totals = [hyp.score * length**alpha + prefix_sum for hyp, length in zip(hyps, lengths, strict=True)]
+    totals = [hyp.score * length**beta + prefix_sum for hyp, length in zip(hyps, lengths, strict=True)]
     ours = sorted((total / gnmt_penalty(n, alpha) for total, n in zip(totals, lengths, strict=True)), reverse=True)
-    bound = min(hyp.score for hyp in hyps) + prefix_sum / gnmt_penalty(max(lengths), alpha)
+    lowest = min(hyp.score for hyp in hyps)
+    bound = max((lowest * n**beta + prefix_sum) / gnmt_penalty(n, alpha) for n in range(1, max(lengths) + 1))
     return ours[config.n_best - 1] > bound
 
 
@@ -446,10 +459,10 @@ class CT2Translate:
     @staticmethod
     def settled(hyps: Sequence[Found], steps: int, most: int, config: DecodeConfig, prefix_sum: float) -> bool:
         """:func:`beam_settled` for one round's hypotheses of a source whose prefix sums ``prefix_sum``."""
-        alpha, ends = config.length_penalty, end_pieces(config)
+        alpha, beta, ends = config.length_penalty, search_alpha(config.length_penalty), end_pieces(config)
         summed = [
             (
-                hyp.score * len(hyp.tokens) ** alpha + prefix_sum,
+                hyp.score * len(hyp.tokens) ** beta + prefix_sum,
                 len(hyp.tokens),
                 ended(hyp.tokens, ends),
             )
@@ -517,17 +530,14 @@ class CT2Translate:
     def search_options(self, config: DecodeConfig, steps: int, every: bool = False) -> dict[str, Any]:
         """The ``translate_batch`` options of ``config``'s strategy, for a search of at most ``steps`` steps.
 
-        Beam search stops once K hypotheses have finished (``patience`` 1) and returns the K best by CTranslate2's
-        penalty; CTranslate2 replaces that rule, for α = 0 only, by stopping once its best candidate has finished,
-        so α = 0 is given as :data:`TINY_ALPHA`, which keeps the rule and changes no score (|Y|^α is 1.0 in float32).
-        With ``every`` it never stops early: every finished hypothesis (at most K a step) is returned, and the K
-        best candidates of the last step."""
-        if config.strategy == "beam" and every:
-            k, most = config.beam_size, steps + 1
-            return dict(beam_size=k, num_hypotheses=k * most, length_penalty=config.length_penalty, patience=most)
+        Beam search (its length penalty: :func:`search_alpha`) stops once K hypotheses have finished (``patience``
+        1) and returns the K best by CTranslate2's score; with ``every`` it never stops early: every finished
+        hypothesis (at most K a step) is returned, and the K best candidates of the last step."""
         if config.strategy == "beam":
-            k, alpha = config.beam_size, config.length_penalty or TINY_ALPHA
-            return dict(beam_size=k, num_hypotheses=k, length_penalty=alpha, patience=1)
+            k, most, beta = config.beam_size, steps + 1, search_alpha(config.length_penalty)
+            if every:
+                return dict(beam_size=k, num_hypotheses=k * most, length_penalty=beta, patience=most)
+            return dict(beam_size=k, num_hypotheses=k, length_penalty=beta, patience=1)
         if config.strategy == "greedy":
             return dict(beam_size=1, num_hypotheses=1, length_penalty=0.0)
         return dict(
@@ -573,6 +583,7 @@ class CT2Translate:
         """Per source, the hypotheses to return (``n_best``; 1 for greedy), ranked as dotformer ranks them: by the
         search's summed log-probability (a prefix's, ``sums``, added) over dotformer's length penalty."""
         alpha, wanted = config.length_penalty, config.n_best if config.strategy != "greedy" else 1
+        beta = search_alpha(alpha)
         ends = end_pieces(config)
         kept = {}
         for i, hyps in found.items():
@@ -582,7 +593,7 @@ class CT2Translate:
                 end = self.tgt_ids[hyp.tokens[-1]] if finished and hyp.tokens[-1] != EOS else None
                 ids = [self.tgt_ids[t] for t in (hyp.tokens[:-1] if finished else hyp.tokens)]
                 length = len(hyp.tokens)  # |Y|: the prefix and the EOS included
-                total = hyp.score * (length**alpha if config.strategy == "beam" else 1.0) + sums.get(i, 0.0)
+                total = hyp.score * (length**beta if config.strategy == "beam" else 1.0) + sums.get(i, 0.0)
                 alignment = None if hyp.attention is None else attention_alignment(hyp.attention[: len(ids)])
                 ranked.append(Ranked(ids, finished, total / gnmt_penalty(length, alpha), alignment, end))
             ranked.sort(key=lambda item: -item.score)  # stable: CTranslate2's order among ties
