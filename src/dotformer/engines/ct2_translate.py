@@ -61,8 +61,7 @@ candidates slightly differently and near-ties may break either way. When each st
   of a reversal model's inputs). So it runs in rounds: M steps with a patience no search reaches (every finished
   hypothesis and, at step M, the K best candidates are returned), after which :func:`beam_settled` checks
   dotformer's stopping rule on them; a source whose search would go on is searched again for 2M steps, up to its
-  limit. Every source decodes at least M steps with all its hypotheses kept: this rule costs about twice the time of
-  the default one.
+  limit. Every source decodes at least M steps with all its hypotheses kept, which makes this rule the slower one.
 
 **Where outputs differ.** Greedy decoding chooses the same token at every step (the argmax does not depend on the
 suppressed mass). Beam search: above. Sampling draws from the same distribution with another random generator: the
@@ -240,8 +239,10 @@ def cut_is_safe(hyps: Sequence[Found], config: DecodeConfig, prefix_sum: float) 
     lengths = [len(hyp.tokens) for hyp in hyps]
     totals = [hyp.score * length**beta + prefix_sum for hyp, length in zip(hyps, lengths, strict=True)]
     ours = sorted((total / gnmt_penalty(n, alpha) for total, n in zip(totals, lengths, strict=True)), reverse=True)
-    lowest = min(hyp.score for hyp in hyps)
-    bound = max((lowest * n**beta + prefix_sum) / gnmt_penalty(n, alpha) for n in range(1, max(lengths) + 1))
+    lowest, longest = min(hyp.score for hyp in hyps), max(lengths)
+    # without a prefix the bound is m · min(L^β / lp(L)): that ratio rises, then falls, so its least is at an end
+    candidates = (1, longest) if prefix_sum == 0 else range(1, longest + 1)
+    bound = max((lowest * n**beta + prefix_sum) / gnmt_penalty(n, alpha) for n in candidates)
     return ours[config.n_best - 1] > bound
 
 
