@@ -245,7 +245,7 @@ class CT2Generate:
                 break
             if steps >= most:
                 break
-            if config.beam_stop == "exact" and beam_settled([hyp[:3] for hyp in found], steps, most, k, alpha):
+            if config.beam_stop != "finished" and beam_settled([hyp[:3] for hyp in found], steps, most, k, alpha):
                 found = [hyp for hyp in found if hyp[2]]
                 break
             steps = min(2 * steps, most)

@@ -371,7 +371,7 @@ class CT2Translate:
         then the few whose output reached its own limit again with that limit; a beam search's few sources whose
         returned hypotheses may lack one of dotformer's best again with every hypothesis (:meth:`beam_uncut`).
         Beam search's exact rule: :meth:`beam_rounds`."""
-        if config.strategy == "beam" and config.beam_stop == "exact":
+        if config.strategy == "beam" and config.beam_stop != "finished":  # the exact rule
             return self.beam_rounds(encoded, indices, limits, config, batch_size, max_tokens, prefixes, sums)
         found: dict[int, list[Found]] = {}
         groups: dict[int, list[int]] = {}
