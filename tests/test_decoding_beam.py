@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 
 import pytest
@@ -99,9 +100,9 @@ def test_early_stopping_finds_what_running_to_the_limit_finds(
 ) -> None:
     model = random_model(vocab=9, seed=seed)
     src = pad(sources_of_mixed_lengths(seed=seed, count=6))
-    config = DecodeConfig(beam_size=3, n_best=3, length_penalty=alpha, max_len_b=8)
+    config = DecodeConfig(beam_size=3, n_best=3, length_penalty=alpha, max_len_b=8, beam_stop="exact")
     early = beam_search(model, src, config)
-    monkeypatch.setattr(beam_module, "is_done", lambda state, at_limit, alpha: at_limit)
+    monkeypatch.setattr(beam_module, "is_done", lambda state, at_limit, alpha, stop: at_limit)
     full = beam_search(model, src, config)
     for a, b in zip(early, full, strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b]
@@ -111,10 +112,10 @@ def test_dividing_by_the_current_length_penalty_would_stop_too_early(monkeypatch
     """With α > 0 a longer continuation is divided by a larger penalty: the bound must use lp(L_max), not lp(t)."""
     model = random_model(vocab=9, seed=3)  # a case found by search where the naive rule loses the best output
     src = pad(sources_of_mixed_lengths(seed=3, count=6)[:1])
-    config = DecodeConfig(beam_size=3, n_best=1, length_penalty=1.5, max_len_b=8)
+    config = DecodeConfig(beam_size=3, n_best=1, length_penalty=1.5, max_len_b=8, beam_stop="exact")
     ((right,),) = beam_search(model, src, config)
 
-    def naive_is_done(state: beam_module.BeamState, at_limit: torch.Tensor, alpha: float) -> torch.Tensor:
+    def naive_is_done(state: beam_module.BeamState, at_limit: torch.Tensor, alpha: float, stop: str) -> torch.Tensor:
         bound = state.alive_scores.max(dim=1).values / length_penalty(state.steps, alpha)
         worst = state.finished_scores[:, -1]
         return at_limit | ((bound <= worst) & torch.isfinite(worst))
@@ -162,3 +163,57 @@ def test_beam_helpers_move_whole_beams() -> None:
     assert torch.equal(unflatten_beam_dim(flatten_beam_dim(x), 3), x)
     picked = gather_beams(x, torch.tensor([[2, 2], [0, 1]]))  # (2, 2, 2)
     assert picked.tolist() == [[[4, 5], [4, 5]], [[6, 7], [8, 9]]]
+
+
+def hand_made_step(probs: dict[int, float], beams: int, vocab: int = 6) -> torch.Tensor:
+    """(1, K, V) log-probabilities: every beam gives the tokens of ``probs`` their probability, the others none."""
+    row = torch.full((vocab,), float("-inf"))
+    for token, p in probs.items():
+        row[token] = math.log(p)
+    return row.expand(1, beams, vocab).clone()
+
+
+def test_the_finished_rule_stops_once_k_hypotheses_have_finished() -> None:
+    """K = 2, tokens a = 4 and b = 5. Step 1 from the one live beam: EOS 0.5, a 0.3, b 0.2: the best two candidates
+    are EOS (finished, 1 of 2) and a; the beams are a and b. Step 2 from both: EOS 0.6, a 0.3, b 0.1: the best two
+    candidates, a EOS (-1.71) and b EOS (-2.12), both finish: 3 have finished, the best 2 are kept, and the search
+    stops by the finished rule; the exact rule goes on, as a a (-2.41) over lp(50) could still beat them (α = 1)."""
+    a, b, alpha = 4, 5, 1.0
+    state = beam_module.initial_state(torch.tensor([50]), beam_size=2)
+    state, _ = beam_module.advance(state, hand_made_step({EOS_ID: 0.5, a: 0.3, b: 0.2}, 2), alpha)
+    state, at_limit = beam_module.finalise_at_max_len(state, alpha)
+    assert state.finished_count.tolist() == [1]
+    assert state.alive_tokens[0].tolist() == [[a], [b]]
+    assert not beam_module.is_done(state, at_limit, alpha, "finished").item()
+    state, _ = beam_module.advance(state, hand_made_step({EOS_ID: 0.6, a: 0.3, b: 0.1}, 2), alpha)
+    state, at_limit = beam_module.finalise_at_max_len(state, alpha)
+    assert state.finished_count.tolist() == [3]
+    lp1, lp2 = ((5 + 1) / 6) ** alpha, ((5 + 2) / 6) ** alpha
+    expected = sorted([math.log(0.5) / lp1, (math.log(0.3) + math.log(0.6)) / lp2], reverse=True)
+    assert state.finished_scores[0].tolist() == pytest.approx(expected)  # the best 2 of the 3 finished
+    assert state.alive_scores[0].tolist() == pytest.approx([2 * math.log(0.3), math.log(0.2) + math.log(0.3)])
+    assert beam_module.is_done(state, at_limit, alpha, "finished").item()
+    assert not beam_module.is_done(state, at_limit, alpha, "exact").item()  # -2.41 / lp(50) > the 2nd's -1.47
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_finished_rule_stops_no_later_than_the_exact_rule(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Both rules search the same beams step by step; the finished one stops at the first step where K hypotheses
+    have finished (or at L_max), which the exact one never stops before (it needs K finished too)."""
+    model = random_model(vocab=9, seed=seed)
+    src = pad(sources_of_mixed_lengths(seed=seed, count=6))
+    steps: dict[str, int] = {}
+    real = beam_module.is_done
+
+    def counting(state: beam_module.BeamState, at_limit: torch.Tensor, alpha: float, stop: str) -> torch.Tensor:
+        done = real(state, at_limit, alpha, stop)
+        if stop == "finished":
+            first_k = (state.finished_count >= state.finished_scores.size(1)) | at_limit  # (B',)
+            assert done.tolist() == first_k.tolist()
+        steps[stop] = max(steps.get(stop, 0), state.steps)
+        return done
+
+    monkeypatch.setattr(beam_module, "is_done", counting)
+    for stop in ("finished", "exact"):
+        beam_search(model, src, DecodeConfig(beam_size=3, n_best=3, length_penalty=0.6, max_len_b=8, beam_stop=stop))
+    assert steps["finished"] <= steps["exact"]

@@ -27,6 +27,7 @@ from dotformer.decoding import DecodeConfig
 from dotformer.decoding.inputs import encode_prefixes, encode_sources
 from dotformer.engines import cache as cache_module
 from dotformer.engines.choice import EngineOptionError, choose_engine, ct2_problem, torch_only_fields
+from dotformer.engines.ct2_translate import Found, cut_is_safe, search_alpha
 from dotformer.engines.torch import TorchEngine
 from dotformer.errors import ConfigError
 
@@ -168,21 +169,45 @@ def sure_engines(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, TorchEn
 
 
 @pytest.mark.numerical
+@pytest.mark.parametrize("stop", ["finished", "exact"])
 @pytest.mark.parametrize(("beam", "alpha"), [(2, 1.0), (4, 0.0), (4, 0.6), (8, 0.6), (8, 1.0)])
 def test_beam_search_stops_where_the_torch_engines_does(
-    sure_engines: tuple[Any, TorchEngine], beam: int, alpha: float
+    sure_engines: tuple[Any, TorchEngine], beam: int, alpha: float, stop: str
 ) -> None:
     """Every K-best list is the torch engine's, in its order (two hypotheses whose scores tie within the tolerance
-    may swap): the search runs until no alive beam can still enter it, not until K + 1 hypotheses have finished
-    (which lost 1 to 18 of 200 best outputs or lists here), with and without a minimum length."""
+    may swap), by either stopping rule: once K hypotheses have finished (CTranslate2's own rule, one call), or once
+    no alive beam can still enter the list (the exact rule, searched in rounds; stopping at K + 1 finished instead
+    lost 1 to 18 of 200 best outputs or lists here), with and without a minimum length."""
     inputs = texts(200, seed=beam)
-    config = DecodeConfig(beam_size=beam, n_best=beam, length_penalty=alpha, min_len_b=beam % 2)
+    config = DecodeConfig(beam_size=beam, n_best=beam, length_penalty=alpha, min_len_b=beam % 2, beam_stop=stop)
     ours, theirs = decode_both(sure_engines, inputs, config)
     for source, mine, ref in zip(inputs, ours, theirs, strict=True):
         assert len(mine) == len(ref), source
         assert sorted(h.text for h in mine) == sorted(h.text for h in ref), source
         for a, b in zip(mine, ref, strict=True):
             assert a.score == pytest.approx(b.score, abs=SCORE_TOLERANCE), source
+
+
+def test_cut_is_safe_only_when_no_hypothesis_left_out_can_outrank_the_returned_ones() -> None:
+    """CTranslate2 returns the K best finished hypotheses by sum / |Y|^β (β = α / 2); one it left out scored at most
+    the lowest returned, with a length from 1 to the longest returned."""
+    config = DecodeConfig(beam_size=2, length_penalty=0.6)
+    beta = search_alpha(0.6)
+
+    def found(length: int, total: float) -> Found:
+        return Found([*["a1"] * (length - 1), "</s>"], total / length**beta, None)
+
+    def ours(hyp: Found) -> float:
+        return hyp.score * len(hyp.tokens) ** beta / ((5 + len(hyp.tokens)) / 6) ** 0.6
+
+    sure = [found(5, -0.1), found(5, -2.0)]
+    assert cut_is_safe(sure, config, 0.0)
+    close = [found(10, -1.0), found(10, -1.02)]
+    left_out = found(1, close[1].score * 1**beta)  # "</s>" alone, scored as the lowest returned: it may be cut
+    assert ours(left_out) > ours(close[0])  # ... and would be dotformer's best
+    assert not cut_is_safe(close, config, 0.0)
+    assert cut_is_safe(close[:1], config, 0.0)  # fewer than K: none was left out
+    assert cut_is_safe(close, config.replace(length_penalty=0.0), 0.0)  # α = 0: both rank by the sum
 
 
 CONTROLS = [
@@ -207,13 +232,15 @@ def test_greedy_with_each_control_is_the_torch_engines(engines: tuple[Any, Torch
 
 
 @pytest.mark.numerical
+@pytest.mark.parametrize("stop", ["finished", "exact"])
 @pytest.mark.parametrize("controls", CONTROLS[:-1], ids=lambda c: ",".join(c))
 def test_beam_search_with_each_control_gives_the_torch_engines_lists(
-    sure_engines: tuple[Any, TorchEngine], controls: Any
+    sure_engines: tuple[Any, TorchEngine], controls: Any, stop: str
 ) -> None:
-    """Every K-best list is the torch engine's, each hypothesis with the model's score."""
+    """Every K-best list is the torch engine's, each hypothesis with the model's score, by either stopping rule."""
     inputs = texts(200, seed=8)
-    ours, theirs = decode_both(sure_engines, inputs, DecodeConfig(beam_size=4, n_best=4, **controls))
+    config = DecodeConfig(beam_size=4, n_best=4, beam_stop=stop, **controls)
+    ours, theirs = decode_both(sure_engines, inputs, config)
     for source, mine, ref in zip(inputs, ours, theirs, strict=True):
         assert sorted(h.text for h in mine) == sorted(h.text for h in ref), source
         for a, b in zip(sorted(mine, key=lambda h: h.text), sorted(ref, key=lambda h: h.text), strict=True):

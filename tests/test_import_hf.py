@@ -330,7 +330,8 @@ def test_beam_search_ends_at_the_models_eos_ids_as_transformers_does(family: str
             theirs = hf_model.generate(prompt, **settings, **beams)[0, prompt.size(1) :].tolist()
         assert theirs[-1] in eos_ids and len(theirs) < STEPS, (K, theirs)
         for use_cache in (True, False):
-            config = generation_config(STEPS, "beam", 1, beam_size=K, use_cache=use_cache)
+            # Hugging Face stops once no alive beam can beat the K-th finished: for α = 0, the exact rule
+            config = generation_config(STEPS, "beam", 1, beam_size=K, use_cache=use_cache, beam_stop="exact")
             (ours,) = generate(loaded.model, row, config, stop_ids=rules.eos_ids)
             assert [t - 4 for t in ours.tokens] == theirs[:-1], (K, use_cache)  # a finished beam: its EOS dropped
             assert len(ours.log_probs) == len(theirs)  # ... and its log-probability kept

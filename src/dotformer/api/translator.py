@@ -407,12 +407,14 @@ class Translator:
             request: the whole request, ready (:class:`~dotformer.decoding.options.DecodeRequest`: what the CLI and
                 the server build); or else the keywords below, the options of
                 :data:`~dotformer.decoding.options.DECODE_OPTIONS` and the request's fields.
-            options: ``beam`` (strategy "beam" only; default 4), ``n_best`` (hypotheses per input, <= beam; 1 for
-                greedy), ``strategy`` ("beam", "greedy" or "sample"), ``length_penalty`` (α), ``max_len_a``,
-                ``max_len_b`` (most output steps = a · input length + b), ``min_len_a``, ``min_len_b`` (fewest output
-                tokens before the end), ``temperature`` (1.0), ``top_k`` (0), ``top_p`` (1.0), ``seed`` (1) (the
-                last four for strategy "sample" only): see :class:`~dotformer.decoding.DecodeConfig`. ``config``: a
-                ready :class:`~dotformer.decoding.DecodeConfig` in place of those (beside it they are refused).
+            options: ``beam`` (strategy "beam" only; default 4), ``beam_stop`` (strategy "beam" only: "finished",
+                the default, stops once K hypotheses have finished; "exact" once none unfinished can still win),
+                ``n_best`` (hypotheses per input, <= beam; 1 for greedy), ``strategy`` ("beam", "greedy" or
+                "sample"), ``length_penalty`` (α), ``max_len_a``, ``max_len_b`` (most output steps = a · input
+                length + b), ``min_len_a``, ``min_len_b`` (fewest output tokens before the end), ``temperature``
+                (1.0), ``top_k`` (0), ``top_p`` (1.0), ``seed`` (1) (the last four for strategy "sample" only): see
+                :class:`~dotformer.decoding.DecodeConfig`. ``config``: a ready :class:`~dotformer.decoding.DecodeConfig`
+                in place of those (beside it they are refused).
                 ``prefix``: the start every output of the input must have (a string for a string input; one string
                 or None per text for a sequence): its tokens are forced, scored and kept in the output (fairseq's
                 prefix, CTranslate2's ``target_prefix``). ``alignments``: give each hypothesis an ``alignment``, one

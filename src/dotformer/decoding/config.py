@@ -16,6 +16,8 @@ from dotformer.errors import ConfigError
 
 Strategy = Literal["greedy", "beam", "sample"]
 STRATEGIES: tuple[str, ...] = ("greedy", "beam", "sample")
+BeamStop = Literal["finished", "exact"]
+BEAM_STOPS: tuple[str, ...] = ("finished", "exact")  # when beam search stops (dotformer.decoding.beam, "When to stop")
 MAX_BEAM_SIZE = 1024  # the widest beam: each step scores beam_size x V candidates per sentence
 MAX_COUNT = 2**63 - 1  # the largest length, k or n a search takes: a signed 64-bit integer (torch's int64 tensors,
 # CTranslate2's size_t arguments); a longer length than the model's positions is cut to them, a larger k or n is off
@@ -39,6 +41,8 @@ class DecodeConfig:
     strategy: Strategy = "beam"  # "greedy" (argmax each step), "beam" (beam search), "sample" (random sampling)
     beam_size: int = 4  # K, hypotheses kept per sentence by beam search (§6.1: 4)
     n_best: int = 1  # hypotheses returned per sentence: the n best of the beam, or n independent samples
+    beam_stop: BeamStop = "finished"  # "finished": once K hypotheses have finished (fairseq's, CTranslate2's rule);
+    # "exact": once no alive hypothesis can still enter the K best finished ones (the bound with L_max)
     length_penalty: float = 0.6  # α of the GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α; 0 ranks by summed log-prob
     max_len_a: float = 1.0  # maximum output length = floor(max_len_a * source length + max_len_b) decoding steps
     max_len_b: int = 50  # (§6.1: "input length + 50"); steps count the final EOS, see ``max_output_length``
@@ -62,6 +66,8 @@ class DecodeConfig:
         object.__setattr__(self, "suppress", sequence_list(self.suppress, "suppress"))
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"DecodeConfig.strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+        if self.beam_stop not in BEAM_STOPS:
+            raise ConfigError(f"DecodeConfig.beam_stop must be one of {', '.join(BEAM_STOPS)}, got {self.beam_stop!r}")
         for name in ("beam_size", "n_best"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -291,7 +291,7 @@ def beam_generate(
     while True:
         state, origin = advance(state, unflatten_beam_dim(step_scores, K), alpha, unflatten_beam_dim(step_log_probs, K))
         state, at_limit = finalise_at_max_len(state, alpha)
-        if bool(is_done(state, at_limit, alpha).all()):
+        if bool(is_done(state, at_limit, alpha, config.beam_stop).all()):
             break
         context.reorder(flatten_beam_dim(origin))  # (K,) the beam each new beam grew from
         step_scores, step_log_probs = next_log_probs(state.alive_tokens[0, :, -1:])  # (K, V) each

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dotformer.config import DEFAULT_SEED
-from dotformer.decoding.config import STRATEGIES, DecodeConfig
+from dotformer.decoding.config import BEAM_STOPS, STRATEGIES, DecodeConfig
 from dotformer.decoding.order import DEFAULT_BATCH_SIZE
 from dotformer.errors import ConfigError
 
@@ -95,6 +95,18 @@ DECODE_OPTIONS: tuple[DecodeOption, ...] = (
         "length_penalty",
         "GNMT length penalty alpha (0.6)",
         metavar="ALPHA",
+    ),
+    DecodeOption(
+        "beam_stop",
+        str,
+        "--beam-stop",
+        "beam_stop",
+        "when beam search stops: finished (the default), once K hypotheses have finished, as fairseq and "
+        "CTranslate2 stop; exact, once no unfinished hypothesis can still enter the K best finished ones (the exact "
+        "K-best search, which runs longer)",
+        "beam",
+        choices=BEAM_STOPS,
+        metavar="RULE",
     ),
     DecodeOption(
         "max_len_a",

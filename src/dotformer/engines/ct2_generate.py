@@ -11,8 +11,9 @@ an imported model's text    its prompt as the torch engine reads it (BOS first w
 sampling settings, seed     ``sampling_topk`` / ``_topp`` / ``_temperature``; a fresh ``Generator`` after
                             ``set_random_seed`` (CTranslate2 seeds a thread's generator once, on first use)
 n samples                   the prompt n times in one batch: samples in draw order
-beam K, n best              ``beam_size`` K, searched in rounds until dotformer's search stops, ranked as dotformer
-                            ranks them, each ending at ``</s>`` (the line's end)
+beam K, n best              ``beam_size`` K, searched in rounds until dotformer's search stops (by its
+                            ``beam_stop`` rule), ranked as dotformer ranks them, each ending at ``</s>`` (the line's
+                            end)
 streaming                   ``generate_tokens``: each token as it comes
 repetition_penalty,         ``repetition_penalty``, ``no_repeat_ngram_size``, ``suppress_sequences``; both read the
 no_repeat_ngram_size,       new tokens only (``include_prompt_in_result=False``), as the torch engine does
@@ -52,6 +53,7 @@ from dotformer.engines.ct2_translate import (
     MAX_SEED,
     SUPPRESSED,
     beam_settled,
+    finished_step,
     first_round,
     gnmt_penalty,
     read_vocabulary,
@@ -220,7 +222,8 @@ class CT2Generate:
         self, generator: Any, tokens: list[str], config: DecodeConfig, common: dict[str, Any], ends: list[str]
     ) -> list[list[int]]:
         """The ``n_best`` continuations of beam search, found and ranked as dotformer finds and ranks them: searched
-        in rounds until dotformer's search would have stopped (:meth:`CT2Translate.beam_rounds
+        in rounds until dotformer's search would have stopped by its ``beam_stop`` rule (K finished:
+        :func:`~dotformer.engines.ct2_translate.finished_step`; exact: :meth:`CT2Translate.beam_rounds
         <dotformer.engines.ct2_translate.CT2Translate.beam_rounds>`), the summed log-probabilities (the end token
         included) divided by dotformer's length penalty. The end tokens are EOS, or an imported model's EOS ids
         ``ends``: a text that ends at several of them counts once, with its best score (the likeliest EOS, as
@@ -236,9 +239,13 @@ class CT2Generate:
                 **{**common, "max_length": steps},
             )  # fmt: skip
             found = self.texts_of(result, ends, alpha)
+            stop = finished_step([hyp[:3] for hyp in found], k) if config.beam_stop == "finished" else None
+            if stop is not None and stop < most:  # K finished before the limit: those up to that step
+                found = [hyp for hyp in found if hyp[2] and hyp[1] <= stop]
+                break
             if steps >= most:
                 break
-            if beam_settled([hyp[:3] for hyp in found], steps, most, k, alpha):
+            if config.beam_stop != "finished" and beam_settled([hyp[:3] for hyp in found], steps, most, k, alpha):
                 found = [hyp for hyp in found if hyp[2]]
                 break
             steps = min(2 * steps, most)

@@ -7,8 +7,8 @@ dotformer                       CTranslate2
 ==============================  ========================================================================
 greedy / beam K / sample        ``beam_size`` 1 / K / 1 with ``sampling_topk``, ``sampling_topp``,
                                 ``sampling_temperature`` (top_k 0: the whole vocabulary)
-n_best                          beam: every finished hypothesis (``num_hypotheses`` K·(M + 1)), ranked as dotformer
-                                ranks them (see below)
+beam_stop                       finished: ``patience`` 1, ``num_hypotheses`` K; exact: searched in rounds (below)
+n_best                          beam: the hypotheses returned, ranked as dotformer ranks them (see below)
 max_len_a, max_len_b            ``max_decoding_length`` (steps, EOS included; a prefix counts)
 min_len_a, min_len_b            ``min_decoding_length`` (tokens before EOS; a prefix counts)
 seed                            ``ctranslate2.set_random_seed`` before a fresh ``Translator``
@@ -28,34 +28,47 @@ The source goes in as its pieces *without* ``</s>``: the copy's ``add_source_eos
 decoding does (a second one would change every output).
 
 **Scores.** CTranslate2 reports a hypothesis's summed log-probability (over the tokens after a prefix, its EOS
-included) divided by ``|Y|^α``; dotformer's is the sum over every token (the prefix's included) divided by the GNMT
-penalty ``((5 + |Y|) / 6)^α``, |Y| counting the EOS. The sum is recovered (``score · |Y|^α``, plus the prefix's
-log-probability from ``score_batch``) and divided by dotformer's penalty, and a beam's finished hypotheses are ranked
-by that, as dotformer's beam search ranks them (CTranslate2 returns every hypothesis it finished: asked for fewer,
-it would first cut them by its own penalty). Those log-probabilities are
-CTranslate2's search's, where PAD and BOS are suppressed before the softmax; dotformer's leave the model's
-probabilities untouched. With ``scores=True`` (the default) each returned hypothesis is therefore scored once more
-with ``score_batch`` on the copy, whose generator is the checkpoint's own (PAD and BOS not suppressed): its
-``log_probs`` and ``score`` are then dotformer's, to float precision. With ``scores=False`` (the CLI's text output,
-evaluation) that pass is skipped: ``score`` is the search's and ``log_probs`` is empty.
+included) divided by ``|Y|^β``, β the length penalty it is given (α / 2 for a beam search, :func:`search_alpha`);
+dotformer's is the sum over every token (the prefix's included) divided by the GNMT penalty ``((5 + |Y|) / 6)^α``,
+|Y| counting the EOS. The sum is recovered (``score · |Y|^β``, plus the prefix's log-probability from
+``score_batch``) and divided by dotformer's penalty, and a beam's finished hypotheses are ranked by that, as
+dotformer's beam search ranks them (CTranslate2 first cuts them to ``num_hypotheses`` by its own penalty: see "Beam
+search" for how none that dotformer keeps is lost). Those log-probabilities are CTranslate2's search's, where PAD
+and BOS are suppressed before the softmax; dotformer's leave the model's probabilities untouched. With
+``scores=True`` (the default) each returned hypothesis is therefore scored once more with ``score_batch`` on the
+copy, whose generator is the checkpoint's own (PAD and BOS not suppressed): its ``log_probs`` and ``score`` are then
+dotformer's, to float precision. With ``scores=False`` (the CLI's text output, evaluation) that pass is skipped:
+``score`` is the search's and ``log_probs`` is empty.
 
-**Beam search.** CTranslate2's search stops once a set number of hypotheses have finished (``patience`` times K),
-dotformer's once no alive hypothesis can still win (its bound with ``L_max``, :mod:`dotformer.decoding.beam`): asked
-for K + 1, CTranslate2 stopped before the best output had finished on 1 to 3% of a reversal model's inputs (the empty
-output at step 0, finished where no minimum length forbids it, counts as one). So a beam search runs in rounds: M
-steps with a patience no search reaches (every finished hypothesis and, at step M, the K best candidates are
-returned), after which :func:`beam_settled` checks dotformer's stopping rule on them; a source whose search would go
-on is searched again for 2M steps, up to its limit. Both take the K best non-EOS of 2K candidates at each step and
-finish the EOS among the best K, so the hypotheses are the same, to float rounding, as long as PAD and BOS carry no
-probability: CTranslate2 takes them out before its softmax, dotformer after (its log-probabilities stay the model's),
-so where a model gives them mass (a few percent per step on the tests' briefly fitted model, about 10⁻⁵ on a trained
-one) the two searches rank candidates slightly differently and near-ties may break either way.
+**Beam search.** Both searches take the K best non-EOS of 2K candidates at each step and finish the EOS among the
+best K, so they search the same beams, to float rounding, as long as PAD and BOS carry no probability: CTranslate2
+takes them out before its softmax, dotformer after (its log-probabilities stay the model's), so where a model gives
+them mass (a few percent per step on the tests' briefly fitted model, about 10⁻⁵ on a trained one) the two rank
+candidates slightly differently and near-ties may break either way. When each stops is ``beam_stop``
+(:mod:`dotformer.decoding.beam`):
+
+- ``"finished"`` (the default) is CTranslate2's own rule: its ``BeamSearch`` stops once ``round(K · patience)``
+  hypotheses have finished (each EOS among the best K candidates of a step counts), so one ``translate_batch`` call
+  with ``patience`` 1 stops where dotformer's search stops. It then returns the ``num_hypotheses`` best of them by
+  its own score (the sum over ``|Y|^β``), and allows at most ``round(K · patience)`` = K of them, while the last
+  step may bring the count to as many as 2K - 1. A finished hypothesis left out scored at most the lowest returned
+  by that score and is no longer than the stop's step, which bounds its dotformer score (:func:`cut_is_safe`):
+  where the ``n_best``-th best returned scores above the bound, the returned ones hold dotformer's ``n_best``; the
+  few other sources are searched again up to that step with every hypothesis returned
+  (:meth:`CT2Translate.beam_uncut`). β = α / 2 keeps CTranslate2's ranking close to dotformer's, so those are few.
+- ``"exact"``: dotformer's search stops once no alive hypothesis can still win (its bound with ``L_max``), which
+  CTranslate2 has no rule for (asked for K + 1 hypotheses, it stopped before the best output had finished on 1 to 3%
+  of a reversal model's inputs). So it runs in rounds: M steps with a patience no search reaches (every finished
+  hypothesis and, at step M, the K best candidates are returned), after which :func:`beam_settled` checks
+  dotformer's stopping rule on them; a source whose search would go on is searched again for 2M steps, up to its
+  limit. Every source decodes at least M steps with all its hypotheses kept, which makes this rule the slower one.
 
 **Where outputs differ.** Greedy decoding chooses the same token at every step (the argmax does not depend on the
 suppressed mass). Beam search: above. Sampling draws from the same distribution with another random generator: the
 same seed gives the same samples on one engine, not across engines. CTranslate2's length limit holds per batch,
-dotformer's per sentence: greedy and sampling decode a batch to its longest limit, and the few inputs whose output
-reaches their own limit are decoded again with it; a beam search's last round runs to each input's own limit.
+dotformer's per sentence: greedy, sampling and beam search to K finished decode a batch to its longest limit, and
+the few inputs whose output reaches their own limit are decoded again with it; an exact beam search's last round runs
+to each input's own limit.
 """
 
 from __future__ import annotations
@@ -91,6 +104,7 @@ MAX_SEED = 2**32 - 2  # CTranslate2's seeds are 32-bit, and 2**32 - 1 means "ran
 PROGRESS_CHUNK = 8  # with a progress bar, inputs go to CTranslate2 in chunks of this many batches
 FIRST_ROUND_EXTRA = 4  # a beam search's first round: 1.25 times the source's length plus this (first_round)
 NEG_INF = float("-inf")
+TINY_ALPHA = 1e-30  # CTranslate2's length penalty for α = 0 (search_alpha): |Y|^1e-30 is 1.0 in float32
 
 
 class Ranked(NamedTuple):
@@ -154,6 +168,18 @@ def gnmt_penalty(length: int, alpha: float) -> float:
     return float(((5.0 + length) / 6.0) ** alpha)
 
 
+def search_alpha(alpha: float) -> float:
+    """The length penalty β CTranslate2's beam search is given for dotformer's α: α / 2, and :data:`TINY_ALPHA` for
+    α = 0. CTranslate2 ranks its candidates by summed log-probability and reads β only at the end, to rank the
+    finished hypotheses by sum / |Y|^β and cut them to ``num_hypotheses`` (the sums are recovered as score · |Y|^β
+    and ranked by dotformer's penalty, "Scores"). |Y|^(α/2) is the GNMT penalty ((5 + |Y|) / 6)^α times
+    (36|Y| / (5 + |Y|)²)^(α/2), a factor from 1 to 1.8^(α/2) for |Y| from 1 to 25: close enough that the cut
+    rarely drops a hypothesis dotformer ranks higher (:func:`cut_is_safe`). For α = 0 CTranslate2 would stop once
+    its best candidate finished instead of counting finished hypotheses; 10⁻³⁰ keeps the count and changes no
+    score."""
+    return alpha / 2 if alpha > 0 else TINY_ALPHA
+
+
 def first_round(source_length: int, most: int) -> int:
     """Steps of a source's first beam-search round (:meth:`CT2Translate.beam_rounds`): 1.25 times its length plus
     :data:`FIRST_ROUND_EXTRA` (where a search of an output up to a quarter longer than its source has mostly
@@ -162,6 +188,14 @@ def first_round(source_length: int, most: int) -> int:
     sources it does not settle a second round of twice its steps (on a trained G2P model, 1.25n + 4 decodes 1,000
     test words in 0.63x the CPU time of 1.5n + 8)."""
     return min(most, (5 * source_length) // 4 + FIRST_ROUND_EXTRA)
+
+
+def finished_step(hyps: Sequence[tuple[float, int, bool]], beam_size: int) -> int | None:
+    """The step at which the K-th hypothesis finished (``beam_stop`` "finished", :func:`dotformer.decoding.beam.is_done`
+    stops there), from a round's hypotheses ``(summed log-probability, |Y|, finished)`` that hold every finished one;
+    None while fewer than K have finished. A hypothesis finished at step |Y|."""
+    lengths = sorted(length for _, length, done in hyps if done)
+    return lengths[beam_size - 1] if len(lengths) >= beam_size else None
 
 
 def beam_settled(hyps: Sequence[tuple[float, int, bool]], steps: int, most: int, beam_size: int, alpha: float) -> bool:
@@ -182,6 +216,34 @@ def beam_settled(hyps: Sequence[tuple[float, int, bool]], steps: int, most: int,
     last = [total for total, length, done in hyps if done and length == steps]
     best_alive = max(alive) if alive else min(last, default=NEG_INF)
     return best_alive / gnmt_penalty(most, alpha) <= finished[beam_size - 1]
+
+
+def cut_is_safe(hyps: Sequence[Found], config: DecodeConfig, prefix_sum: float) -> bool:
+    """Whether the hypotheses CTranslate2 returned for a source hold dotformer's ``n_best`` best of all it finished
+    (module docstring, "Beam search"). It returns the K best by its own score, a sum s over |Y|^β
+    (:func:`search_alpha`); one left out scored m or less (m: the lowest returned), and its length L is from 1 to
+    the stop's step T (the longest returned), so with the prefix's sum p its dotformer score is
+
+        (s + p) / lp(L) ≤ max over L = 1..T of (m · L^β + p) / lp(L)
+
+    The cut is safe when the ``n_best``-th best returned scores above that; fewer than K returned (none left out)
+    and α = 0 (both rank by the sum) are safe too.
+
+    Args:
+        hyps: a source's hypotheses from a beam search with ``num_hypotheses`` K. config: the decoding options.
+        prefix_sum: the summed log-probability of the source's prefix (0 without one).
+    """
+    alpha, beta = config.length_penalty, search_alpha(config.length_penalty)
+    if len(hyps) < config.beam_size or alpha == 0:
+        return True
+    lengths = [len(hyp.tokens) for hyp in hyps]
+    totals = [hyp.score * length**beta + prefix_sum for hyp, length in zip(hyps, lengths, strict=True)]
+    ours = sorted((total / gnmt_penalty(n, alpha) for total, n in zip(totals, lengths, strict=True)), reverse=True)
+    lowest, longest = min(hyp.score for hyp in hyps), max(lengths)
+    # without a prefix the bound is m · min(L^β / lp(L)): that ratio rises, then falls, so its least is at an end
+    candidates = (1, longest) if prefix_sum == 0 else range(1, longest + 1)
+    bound = max((lowest * n**beta + prefix_sum) / gnmt_penalty(n, alpha) for n in candidates)
+    return ours[config.n_best - 1] > bound
 
 
 class CT2Translate:
@@ -304,10 +366,12 @@ class CT2Translate:
         prefixes: Sequence[Sequence[int]] | None,
         sums: dict[int, float],
     ) -> dict[int, list[Found]]:
-        """CTranslate2's hypotheses of the sources ``indices``. Greedy and sampling: decoded together to their
-        longest length limit (one call per minimum length), then the few whose output reached its own limit again
-        with that limit. Beam search: :meth:`beam_rounds`."""
-        if config.strategy == "beam":
+        """CTranslate2's hypotheses of the sources ``indices``. Greedy, sampling and beam search that stops once K
+        hypotheses have finished: decoded together to their longest length limit (one call per minimum length),
+        then the few whose output reached its own limit again with that limit; a beam search's few sources whose
+        returned hypotheses may lack one of dotformer's best again with every hypothesis (:meth:`beam_uncut`).
+        Beam search's exact rule: :meth:`beam_rounds`."""
+        if config.strategy == "beam" and config.beam_stop != "finished":  # the exact rule
             return self.beam_rounds(encoded, indices, limits, config, batch_size, max_tokens, prefixes, sums)
         found: dict[int, list[Found]] = {}
         groups: dict[int, list[int]] = {}
@@ -323,7 +387,39 @@ class CT2Translate:
                 again.setdefault((most, least), []).append(i)
         for (most, least), group in again.items():
             found.update(self.run(encoded, group, most, least, config, batch_size, max_tokens, prefixes))
+        if config.strategy == "beam":
+            uncut = self.beam_uncut(encoded, indices, found, limits, config, batch_size, max_tokens, prefixes, sums)
+            found.update(uncut)
         return found
+
+    def beam_uncut(
+        self,
+        encoded: EncodedTexts,
+        indices: Sequence[int],
+        found: dict[int, list[Found]],
+        limits: dict[int, tuple[int, int]],
+        config: DecodeConfig,
+        batch_size: int,
+        max_tokens: int | None,
+        prefixes: Sequence[Sequence[int]] | None,
+        sums: dict[int, float],
+    ) -> dict[int, list[Found]]:
+        """Every finished hypothesis of the sources whose K returned ones may lack one of dotformer's ``n_best``
+        (module docstring, "Beam search"): each such source is searched again up to the step where its search
+        stopped (the longest hypothesis returned), every hypothesis kept (:meth:`run` with ``every``). Returns those
+        sources' hypotheses only."""
+        unsure: dict[tuple[int, int], list[int]] = {}
+        for i in indices:
+            if not cut_is_safe(found[i], config, sums.get(i, 0.0)):
+                steps = max(len(hyp.tokens) for hyp in found[i])
+                unsure.setdefault((steps, limits[i][1]), []).append(i)
+        redone: dict[int, list[Found]] = {}
+        for (steps, least), group in unsure.items():
+            searched = self.run(encoded, group, steps, least, config, batch_size, max_tokens, prefixes, every=True)
+            for i in group:  # short of its limit, the candidates registered at the round's last step are not finished
+                at_limit = steps >= limits[i][0]
+                redone[i] = [hyp for hyp in searched[i] if at_limit or ended(hyp.tokens, end_pieces(config))]
+        return redone
 
     def beam_rounds(
         self,
@@ -350,7 +446,7 @@ class CT2Translate:
                 groups.setdefault((m, limits[i][1]), []).append(i)
             steps = {}
             for (m, least), group in groups.items():
-                searched = self.run(encoded, group, m, least, config, batch_size, max_tokens, prefixes)
+                searched = self.run(encoded, group, m, least, config, batch_size, max_tokens, prefixes, every=True)
                 for i in group:
                     most = limits[i][0]
                     if m >= most:
@@ -364,10 +460,10 @@ class CT2Translate:
     @staticmethod
     def settled(hyps: Sequence[Found], steps: int, most: int, config: DecodeConfig, prefix_sum: float) -> bool:
         """:func:`beam_settled` for one round's hypotheses of a source whose prefix sums ``prefix_sum``."""
-        alpha, ends = config.length_penalty, end_pieces(config)
+        alpha, beta, ends = config.length_penalty, search_alpha(config.length_penalty), end_pieces(config)
         summed = [
             (
-                hyp.score * len(hyp.tokens) ** alpha + prefix_sum,
+                hyp.score * len(hyp.tokens) ** beta + prefix_sum,
                 len(hyp.tokens),
                 ended(hyp.tokens, ends),
             )
@@ -385,13 +481,15 @@ class CT2Translate:
         batch_size: int,
         max_tokens: int | None,
         prefixes: Sequence[Sequence[int]] | None,
+        every: bool = False,
     ) -> dict[int, list[Found]]:
-        """One ``translate_batch`` call over the sources ``indices`` with the length limits ``most`` and ``least``."""
+        """One ``translate_batch`` call over the sources ``indices`` with the length limits ``most`` and ``least``
+        (``every``: a beam search that returns every hypothesis, :meth:`search_options`)."""
         sources = [self.source_pieces(encoded.ids[i]) for i in indices]
         target_prefix = None
         if prefixes is not None and any(prefixes[i] for i in indices):
             target_prefix = [[self.tgt_vocab[t] for t in prefixes[i]] or None for i in indices]
-        translator, options = self.translator, self.search_options(config, most)
+        translator, options = self.translator, self.search_options(config, most, every)
         if config.strategy == "sample":  # a fresh Translator: CTranslate2 seeds a thread's generator once, on first use
             import ctranslate2
 
@@ -430,11 +528,17 @@ class CT2Translate:
             end_token=end_pieces(config),
         )
 
-    def search_options(self, config: DecodeConfig, steps: int) -> dict[str, Any]:
-        """The ``translate_batch`` options of ``config``'s strategy, for a search of at most ``steps`` steps."""
-        if config.strategy == "beam":  # never stops early: every finished hypothesis (at most K a step) is returned
-            k, most = config.beam_size, steps + 1
-            return dict(beam_size=k, num_hypotheses=k * most, length_penalty=config.length_penalty, patience=most)
+    def search_options(self, config: DecodeConfig, steps: int, every: bool = False) -> dict[str, Any]:
+        """The ``translate_batch`` options of ``config``'s strategy, for a search of at most ``steps`` steps.
+
+        Beam search (its length penalty: :func:`search_alpha`) stops once K hypotheses have finished (``patience``
+        1) and returns the K best by CTranslate2's score; with ``every`` it never stops early: every finished
+        hypothesis (at most K a step) is returned, and the K best candidates of the last step."""
+        if config.strategy == "beam":
+            k, most, beta = config.beam_size, steps + 1, search_alpha(config.length_penalty)
+            if every:
+                return dict(beam_size=k, num_hypotheses=k * most, length_penalty=beta, patience=most)
+            return dict(beam_size=k, num_hypotheses=k, length_penalty=beta, patience=1)
         if config.strategy == "greedy":
             return dict(beam_size=1, num_hypotheses=1, length_penalty=0.0)
         return dict(
@@ -480,6 +584,7 @@ class CT2Translate:
         """Per source, the hypotheses to return (``n_best``; 1 for greedy), ranked as dotformer ranks them: by the
         search's summed log-probability (a prefix's, ``sums``, added) over dotformer's length penalty."""
         alpha, wanted = config.length_penalty, config.n_best if config.strategy != "greedy" else 1
+        beta = search_alpha(alpha)
         ends = end_pieces(config)
         kept = {}
         for i, hyps in found.items():
@@ -489,7 +594,7 @@ class CT2Translate:
                 end = self.tgt_ids[hyp.tokens[-1]] if finished and hyp.tokens[-1] != EOS else None
                 ids = [self.tgt_ids[t] for t in (hyp.tokens[:-1] if finished else hyp.tokens)]
                 length = len(hyp.tokens)  # |Y|: the prefix and the EOS included
-                total = hyp.score * (length**alpha if config.strategy == "beam" else 1.0) + sums.get(i, 0.0)
+                total = hyp.score * (length**beta if config.strategy == "beam" else 1.0) + sums.get(i, 0.0)
                 alignment = None if hyp.attention is None else attention_alignment(hyp.attention[: len(ids)])
                 ranked.append(Ranked(ids, finished, total / gnmt_penalty(length, alpha), alignment, end))
             ranked.sort(key=lambda item: -item.score)  # stable: CTranslate2's order among ties
