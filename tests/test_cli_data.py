@@ -163,7 +163,7 @@ def test_limit_is_a_seeded_sample_and_cut_outputs_are_counted(files: dict[str, P
     assert result.returncode == 0, result.stderr
     metrics = json.loads((out / "m.json").read_text())
     pairs = [tuple(line.split("\t")) for line in files["other_test"].read_text().splitlines()]
-    from dotformer.data.read.corpora import Pair
+    from dotformer.data.read.types import Pair
 
     sample = sample_sources([Pair(*p) for p in pairs], 12, seed=4)
     assert metrics["num_sources"] == 12 and metrics["num_pairs"] == len(sample) and metrics["seed"] == 4

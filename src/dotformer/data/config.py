@@ -13,13 +13,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
-from dotformer.data.read.corpora import CorpusOptions
+from dotformer.data.read.types import CorpusOptions
 from dotformer.data.tokenize.tokenizer_files import default_kinds
 from dotformer.data.tokenize.tokenizers import DEFAULT_BPE_VOCAB_SIZE
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from dotformer.data.read.corpora import CorpusOptions
+    from dotformer.data.read.types import CorpusOptions
 
 TokenizerKind = Literal["char", "symbol", "bpe"]
 FileTask = Literal["g2p", "translation", "exact"]

@@ -33,7 +33,7 @@ from dotformer.runs.task import (
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
-    from dotformer.data.read.corpora import Pair
+    from dotformer.data.read.types import Pair
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
@@ -180,7 +180,8 @@ def read_test_pairs(
             another task), no pairs. ConfigError / MissingDataError: from the reader.
     """
     from dotformer.data.config import READER_FIELDS
-    from dotformer.data.read.corpora import NAMED_TASKS, Pair, describe_corpus, load_pairs
+    from dotformer.data.read.corpora import load_pairs
+    from dotformer.data.read.types import NAMED_TASKS, Pair, describe_corpus
     from dotformer.decoding.evaluation import check_same_task, metric_task, unknown_fraction
     from dotformer.decoding.inputs import source_normaliser
     from dotformer.errors import DataError

@@ -358,17 +358,3 @@ class LabelledSampler(BatchSampler):
         cells = np.diff(plan.starts) * np.maximum.reduceat(lengths, first)
         total = int(cells[plan.order].sum())
         return 1.0 - int(np.add.reduceat(lengths, first)[plan.order].sum()) / total if total else 0.0
-
-
-__all__ = [
-    "LabelledBatch",
-    "LabelledExamples",
-    "LabelledSampler",
-    "Masking",
-    "check_block_size",
-    "collate_labelled",
-    "encode_texts",
-    "labelled_examples",
-    "mask_tokens",
-    "masked_examples",
-]

@@ -34,8 +34,8 @@ from dotformer.data.prepared.skeleton import (
 from dotformer.data.prepared.splits import SPLIT_NAMES, TEST, TRAIN, VALID
 from dotformer.data.prepared.writing import SplitWriters
 from dotformer.data.read.bible import book_ids
-from dotformer.data.read.corpora import NAMED_TASKS, describe_corpus, describe_report, load_pairs, open_pairs
-from dotformer.data.read.types import Corpus, Pair
+from dotformer.data.read.corpora import load_pairs, open_pairs
+from dotformer.data.read.types import NAMED_TASKS, Corpus, Pair, describe_corpus, describe_report
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair
 from dotformer.errors import ConfigError, DataError
 

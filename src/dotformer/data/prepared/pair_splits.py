@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from dotformer.data.prepared.splits import Splits, split_corpus
 from dotformer.data.read.bible import book_ids
-from dotformer.data.read.corpora import NAMED_TASKS, Corpus, describe_corpus, load_pairs
+from dotformer.data.read.corpora import load_pairs
+from dotformer.data.read.types import NAMED_TASKS, Corpus, describe_corpus
 from dotformer.data.tokenize.tokenizer_files import (
     TokenizerPair,
     read_tokenizer_file,
@@ -40,7 +41,7 @@ SINGLE_WORD_SHARE = 0.9  # a side whose training texts are single words this oft
 
 if TYPE_CHECKING:
     from dotformer.data.config import DataConfig
-    from dotformer.data.read.corpora import Pair
+    from dotformer.data.read.types import Pair
     from dotformer.data.tokenize.tokenizer_files import TokenizerPair
     from dotformer.data.tokenize.tokenizers import Tokenizer
 
