@@ -1,23 +1,16 @@
-"""Preparing a classifier's or a tagger's data once: labelled texts read in passes, split, their label names taken
-from the training split, one tokenizer learned on a sample, every text encoded in chunks into memory-mapped arrays
-with its labels (the ``labelled`` kind of :mod:`dotformer.data.prepared`).
-
-The passes are the skeleton's (:mod:`dotformer.data.prepared.skeleton`), over a
+"""Labelled texts of a classifier or a tagger (the ``labelled`` kind of :mod:`dotformer.data.prepared`), prepared in
+the skeleton's passes (:mod:`dotformer.data.prepared.skeleton`) over a
 :class:`~dotformer.data.read.labelled_reader.LabelledReader` (a file streamed a block at a time; the Bible's verses with
-their genres), holding a chunk at a time, never the corpus:
+their genres). What differs from a text's preparation:
 
-1. **count**: the texts, and the Bible's books; the split is dealt as a language model's text is
-   (:func:`~dotformer.data.prepared.skeleton.held_out_split`: given valid/test files, or whole books of the Bible held
-   out,
-   ``test_books`` or at random; each text of a file on its own), and ``limit`` keeps a seeded sample of the training
-   texts (a file's first lines may all have one label);
-2. **labels**: the label names are the training split's, sorted (a tagger's: of its words); a held-out text whose
-   label is not among them is refused here, before anything is written (the model could not predict it);
-3. **sample** (only when a tokenizer is learned): as a text's;
-4. **encode**: each text's ids (no BOS/EOS: batching adds them, and cuts a text to the block size then), and its
-   label id (``SPLIT.labels.npy``) or a label per token aligned with its ids (``SPLIT.tags``: each word's label on
-   its first real token, or on every one, :mod:`dotformer.data.tokenize.words`; -100 elsewhere); the valid and test
-   texts are written beside them as ``TEXT<TAB>LABEL`` (``WORDS<TAB>LABELS``) lines, what ``evaluate`` scores.
+* the split: each text of a file is held out on its own (the Bible's whole books), and ``limit`` keeps a seeded
+  sample of the training texts (a file's first lines may all have one label);
+* the labels: their names are the training split's, sorted (a tagger's: of its words); a held-out text whose label
+  is not among them is refused before anything is written (the model could not predict it);
+* the encoding: each text's ids (no BOS/EOS: batching adds them, and cuts a text to the block size then), and its
+  label id (``SPLIT.labels.npy``) or a label per token aligned with its ids (``SPLIT.tags``: each word's label on
+  its first real token, or on every one, :mod:`dotformer.data.tokenize.words`; -100 elsewhere); the valid and test
+  texts are written beside them as ``TEXT<TAB>LABEL`` (``WORDS<TAB>LABELS``) lines, what ``evaluate`` scores.
 
 No torch here.
 """

@@ -18,7 +18,7 @@ from dotformer.data.config import DataConfig
 from dotformer.data.prepared.arrays import PairArrays, token_dtype
 from dotformer.data.prepared.fingerprint import InputFile, pair_inputs, tokenizer_digest
 from dotformer.data.prepared.layout import REPORT_FILE, PreparedData, SplitName
-from dotformer.data.prepared.pair_splits import check_named_task, make_tokenizers
+from dotformer.data.prepared.pair_splits import NO_TEST_LINE, check_named_task, make_tokenizers, read_given
 from dotformer.data.prepared.skeleton import (
     DataKind,
     Reading,
@@ -34,8 +34,8 @@ from dotformer.data.prepared.skeleton import (
 from dotformer.data.prepared.splits import SPLIT_NAMES, TEST, TRAIN, VALID
 from dotformer.data.prepared.writing import SplitWriters
 from dotformer.data.read.bible import book_ids
-from dotformer.data.read.corpora import load_pairs, open_pairs
-from dotformer.data.read.types import NAMED_TASKS, Corpus, Pair, describe_corpus, describe_report
+from dotformer.data.read.corpora import open_pairs
+from dotformer.data.read.types import NAMED_TASKS, Corpus, Pair, describe_report
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair
 from dotformer.errors import ConfigError, DataError
 
@@ -154,20 +154,8 @@ class PairsKind(DataKind):
             info.update(valid_fraction=config.valid_fraction, test_fraction=config.test_fraction)
             info.update(test_groups=list(test_groups or config.test_books or []) or None)
         else:
-            if config.test_books:
-                raise ConfigError(
-                    f"test_books ({','.join(config.test_books)}) holds Bible books out of a random split, and --valid/"
-                    f"--test give the splits as files: drop one (--test-books '' clears a config file's books)"
-                )
-            for role in ("valid", "test"):
-                spec = getattr(config, role)
-                if spec is not None:
-                    given[role] = load_pairs(spec, config.corpus_options(role))
-                    if given[role].task != reader.task:
-                        raise ConfigError(
-                            f"{spec}: task {given[role].task}, but the training data {reader.name} is {reader.task}"
-                        )
-                    lines.append(describe_corpus(given[role], role))
+            given, given_lines = read_given(config, reader.task, reader.name)
+            lines += given_lines
             if "valid" in given:
                 split = np.full(scan.used, TRAIN, dtype=np.uint8)
             else:  # a test file, and valid drawn from the training file
@@ -177,10 +165,7 @@ class PairsKind(DataKind):
                     f"valid: {int((split == VALID).sum()):,} pairs drawn at random (seed {seed}) from {reader.name}"
                 )
             if "test" not in given:
-                lines.append(
-                    "test: none (no --test file): evaluate a test file later with dotformer evaluate --checkpoint RUN "
-                    "--data TEST"
-                )
+                lines.append(NO_TEST_LINE)
             info["given"] = {role: getattr(config, role) for role in ("valid", "test")}
         return Reading(reader, scan, with_unused(split, scan.count), given, info, lines)
 

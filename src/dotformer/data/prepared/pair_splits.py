@@ -37,6 +37,9 @@ from dotformer.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
+NO_TEST_LINE = (
+    "test: none (no --test file): evaluate a test file later with dotformer evaluate --checkpoint RUN --data TEST"
+)
 SINGLE_WORD_SHARE = 0.9  # a side whose training texts are single words this often gets a note when BPE reads it
 
 if TYPE_CHECKING:
@@ -92,20 +95,8 @@ def read_run_data(data: DataConfig, seed: int) -> RunData:
         counts = splits.info["counts"]
         lines[0] += f"; split at random (seed {seed}): {counts['train']:,} / {counts['valid']:,} / {counts['test']:,}"
         return RunData(corpus, splits, lines)
-    if data.test_books:
-        raise ConfigError(
-            f"test_books ({','.join(data.test_books)}) holds Bible books out of a random split, and --valid/--test "
-            f"give the splits as files: drop one (--test-books '' clears a config file's books)"
-        )
-    given: dict[str, Corpus] = {}
-    for role in ("valid", "test"):
-        spec = getattr(data, role)
-        if spec is None:
-            continue
-        given[role] = load_pairs(spec, data.corpus_options(role))
-        if given[role].task != corpus.task:
-            raise ConfigError(f"{spec}: task {given[role].task}, but the training data {corpus.name} is {corpus.task}")
-        lines.append(describe_corpus(given[role], role))
+    given, given_lines = read_given(data, corpus.task, corpus.name)
+    lines += given_lines
     if "valid" in given:
         train, valid = list(corpus.pairs), list(given["valid"].pairs)
         how = {"valid_fraction": None}
@@ -116,10 +107,7 @@ def read_run_data(data: DataConfig, seed: int) -> RunData:
         lines.append(f"valid: {len(valid):,} pairs drawn at random (seed {seed}) from {corpus.name}")
     test = list(given["test"].pairs) if "test" in given else []
     if "test" not in given:
-        lines.append(
-            "test: none (no --test file): evaluate a test file later with dotformer evaluate --checkpoint RUN "
-            "--data TEST"
-        )
+        lines.append(NO_TEST_LINE)
     info = {
         "given": {
             "train": corpus.name,
@@ -135,6 +123,30 @@ def read_run_data(data: DataConfig, seed: int) -> RunData:
         **{f"{role}_corpus": {"name": c.name, "report": c.report} for role, c in given.items()},
     }
     return RunData(corpus, Splits(train=train, valid=valid, test=test, info=info), lines)
+
+
+def read_given(data: DataConfig, task: str, name: str) -> tuple[dict[str, Corpus], list[str]]:
+    """The given valid and test files of ``data`` read whole, and a line for each (the training data ``name`` is of
+    ``task``).
+
+    Raises:
+        ConfigError: ``test_books`` beside given files, or a file whose task differs from the training data's.
+    """
+    if data.test_books:
+        raise ConfigError(
+            f"test_books ({','.join(data.test_books)}) holds Bible books out of a random split, and --valid/--test "
+            f"give the splits as files: drop one (--test-books '' clears a config file's books)"
+        )
+    given: dict[str, Corpus] = {}
+    lines = []
+    for role in ("valid", "test"):
+        spec = getattr(data, role)
+        if spec is not None:
+            given[role] = load_pairs(spec, data.corpus_options(role))
+            if given[role].task != task:
+                raise ConfigError(f"{spec}: task {given[role].task}, but the training data {name} is {task}")
+            lines.append(describe_corpus(given[role], role))
+    return given, lines
 
 
 def make_tokenizers(data: DataConfig, train: Iterable[Pair]) -> TokenizerPair:
