@@ -47,7 +47,7 @@ from dotformer.data.prepared.layout import (
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TRAIN, VALID, GroupIndex, assign_splits
 from dotformer.data.prepared.writing import writing_directory
-from dotformer.data.read.bible import book_ids
+from dotformer.data.read.text_corpus import check_books
 from dotformer.data.read.types import Pair
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair, load_tokenizer, read_tokenizer_file, train_tokenizer
 from dotformer.data.tokenize.tokenizers import Tokenizer
@@ -428,19 +428,6 @@ def chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield piece
 
 
-def text_books(source: Any, books: Sequence[str] | None) -> list[str]:
-    """OSIS ids of ``books`` held out of a Bible (none for none).
-
-    Raises:
-        ConfigError: the text is no Bible, or a name matches no book.
-    """
-    if not books:
-        return []
-    if not source.is_bible:
-        raise ConfigError(f"test books hold out Bible books; {source.name} is not a Bible (use --test FILE)")
-    return book_ids(books)
-
-
 # --- checks, the report -------------------------------------------------------------------------------------------
 
 
@@ -464,7 +451,7 @@ def held_out_split(
     """
     info: dict[str, Any] = {"random": config.valid is None, "corpus": source.name}
     if config.valid is None:
-        books = text_books(source, config.test_books)
+        books = check_books(source, config.test_books)
         test_fraction = 0.0 if "test" in given else config.test_fraction
         try:
             split = deal(scan, seed, config.valid_fraction, test_fraction, books or None, True, source.name)

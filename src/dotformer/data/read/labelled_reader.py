@@ -118,10 +118,6 @@ class LabelledReader:
         """Whether :meth:`records` gives group keys (a Bible's books)."""
         return self.groups is not None
 
-    @property
-    def is_bible(self) -> bool:
-        return self._bible is not None
-
     def records(self) -> Iterator[tuple[LabelledText, str | None]]:
         """One pass over the texts in the source's order, each with its group key (None for a file); the report is
         complete when the pass ends.
