@@ -292,7 +292,7 @@ def test_tokenizer_files_travel_with_the_checkpoint(files: dict[str, Path], caps
 def test_hf_reader_options_from_the_config(tmp_path: Path) -> None:
     pytest.importorskip("datasets")
     from dotformer.data.config import DataConfig
-    from dotformer.data.prepared.pair_splits import read_run_data
+    from dotformer.data.prepared.pair_kind import read_run_data
 
     data = tmp_path / "pairs.jsonl"
     words = [("uno", "one"), ("dos", "two"), ("tres", "three"), ("cuatro", "four"), ("cinco", "five")]

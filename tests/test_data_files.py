@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dotformer.data.config import DataConfig, data_table
-from dotformer.data.prepared.pair_splits import make_tokenizers, read_run_data
+from dotformer.data.prepared.pair_kind import make_tokenizers, read_run_data
 from dotformer.data.prepared.splits import split_corpus
 from dotformer.data.read.corpora import load_pairs
 from dotformer.data.read.types import CorpusOptions, Pair, describe_corpus, parse_column, parse_delimiter

@@ -237,7 +237,7 @@ def checked_init_source(
         CheckpointError: unknown symbols without ``extend_vocab`` (the message names them), or a vocabulary that
             cannot grow (BPE, a tokenizer file).
     """
-    from dotformer.data.prepared.pair_splits import read_run_data
+    from dotformer.data.prepared.pair_kind import read_run_data
     from dotformer.runs.finetune import check_known_symbols, extend_vocabulary
 
     splits = read_run_data(data, seed).splits
