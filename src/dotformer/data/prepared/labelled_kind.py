@@ -38,7 +38,6 @@ from dotformer.data.prepared.skeleton import (
     chunks,
     held_out_split,
     scan_source,
-    text_tokenizer,
     tokenizer_report,
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TEST, TRAIN, VALID
@@ -142,6 +141,9 @@ class LabelledKind(DataKind):
         """A random split, or a ``limit`` (a seeded sample of the training texts)."""
         return self.config.valid is None or self.config.limit is not None
 
+    def text_of(self, item: LabelledText) -> str:
+        return item.text
+
     def check(self) -> None:
         if self.config.task not in LABELLED_TASKS:
             raise ConfigError(f"labelled texts are prepared for --task classify or tag, not {self.config.task}")
@@ -171,15 +173,6 @@ class LabelledKind(DataKind):
         reading = Reading(reader, scan, split, given, info)
         reading.info["labels"] = _label_names(reader, scan.used, split, given, config)
         return reading
-
-    def tokenizers(
-        self, directory: Path, reading: Reading, given: Any, sample_lines: int
-    ) -> tuple[TokenizerPair, dict[str, Any]]:
-        texts = (item.text for item, _ in reading.source.records())
-        one = given if isinstance(given, Tokenizer) else None
-        tokenizer, sample = text_tokenizer(directory, self.config, texts, reading.scan.used, reading.split, one,
-                                           sample_lines, "texts")  # fmt: skip
-        return TokenizerPair(tokenizer, tokenizer), sample
 
     def encode(self, directory: Path, reading: Reading, tokenizers: TokenizerPair, chunk: int) -> dict[str, Any]:
         written = encode_labelled(directory, reading.source, reading.scan.used, reading.split, reading.given,

@@ -220,12 +220,40 @@ class DataKind(ABC):
             DataError: nothing left to train on, or a source that cannot be read.
         """
 
-    @abstractmethod
+    masked: bool = False  # whether its one tokenizer is a masked language model's (learned with <mask>)
+
+    def text_of(self, item: Any) -> str:
+        """The text of one example of the training source (what a learned tokenizer reads)."""
+        return str(item)
+
     def tokenizers(
         self, directory: Path, reading: Reading, given: Any, sample_lines: int
     ) -> tuple[TokenizerPair, dict[str, Any]]:
-        """Pass 2: the tokenizers (given, read from files, or learned on a sample of the training examples) as a
-        pair (one tokenizer twice for one vocabulary), and what the report says of the sample (its ``line``)."""
+        """Pass 2: the tokenizers (given, read from files, or learned on a sample of the training examples, written to
+        a file of ``directory`` for the time it takes) as a pair, and what the report says of the sample (its
+        ``line``). Here a kind of one tokenizer (a text, labelled texts), as a pair of it twice; a masked language
+        model's (:attr:`masked`) is learned with ``<mask>``, and must have a mask token.
+
+        Raises:
+            DataError: a masked language model's tokenizer without a mask token.
+        """
+        config, mask = self.config, self.masked
+        if isinstance(given, Tokenizer):
+            tokenizer, sample = given, {"given": True, "line": "tokenizer: given"}
+        elif config.tokenizer_file:
+            tokenizer = read_tokenizer_file(config.tokenizer_file)
+            sample = {"given": True, "line": f"tokenizer: read from {config.tokenizer_file}"}
+        else:
+            chosen, train_count = sample_mask(reading.split, sample_lines)
+            texts = islice((self.text_of(item) for item, _ in reading.source.records()), reading.scan.used)
+            with SampleFile(directory, (text for i, text in enumerate(texts) if chosen[i])) as file:
+                tokenizer = train_tokenizer(config.tokenizer, file, config.vocab_size, mask=mask)
+            sample = sample_report(config.tokenizer + (" with <mask>" if mask else ""), file.count, train_count,
+                                   sample_lines, self.unit)  # fmt: skip
+        if mask and tokenizer.mask_id is None:
+            where = config.tokenizer_file if not isinstance(given, Tokenizer) else "the tokenizer given"
+            raise DataError(f"{where}: the vocabulary has no mask token (<mask> or [MASK]) for a masked language model")
+        return TokenizerPair(tokenizer, tokenizer), sample
 
     @abstractmethod
     def encode(self, directory: Path, reading: Reading, tokenizers: TokenizerPair, chunk: int) -> dict[str, Any]:
@@ -350,36 +378,6 @@ def sample_mask(split: np.ndarray, sample_lines: int) -> tuple[np.ndarray, int]:
     mask = np.zeros(len(split), dtype=bool)
     mask[train] = True
     return mask, int((split == TRAIN).sum())
-
-
-def text_tokenizer(
-    directory: Path, config: Any, texts: Iterable[str], used: int, split: np.ndarray, given: Tokenizer | None,
-    sample_lines: int, unit: str, masked: bool = False,
-) -> tuple[Tokenizer, dict[str, Any]]:  # fmt: skip
-    """Pass 2 of a text (or of labelled texts): its one tokenizer, given, read from a file, or learned on a sample
-    of the training texts (``texts``: the source's texts in order, read only to learn one; ``unit``: what the report
-    calls them); a masked language model's (``masked``) is learned with ``<mask>``, and must have a mask token.
-
-    Raises:
-        DataError: a masked language model's tokenizer without a mask token.
-    """
-
-    mask = masked
-    if given is not None:
-        tokenizer, sample = given, {"given": True, "line": "tokenizer: given"}
-    elif config.tokenizer_file:
-        tokenizer = read_tokenizer_file(config.tokenizer_file)
-        sample = {"given": True, "line": f"tokenizer: read from {config.tokenizer_file}"}
-    else:
-        chosen, train_count = sample_mask(split, sample_lines)
-        with SampleFile(directory, (text for i, text in enumerate(islice(texts, used)) if chosen[i])) as file:
-            tokenizer = train_tokenizer(config.tokenizer, file, config.vocab_size, mask=mask)
-        sample = sample_report(config.tokenizer + (" with <mask>" if mask else ""), file.count, train_count,
-                               sample_lines, unit)  # fmt: skip
-    if mask and tokenizer.mask_id is None:
-        where = config.tokenizer_file if given is None else "the tokenizer given"
-        raise DataError(f"{where}: the vocabulary has no mask token (<mask> or [MASK]) for a masked language model")
-    return tokenizer, sample
 
 
 class SampleFile:

@@ -37,7 +37,6 @@ from dotformer.data.prepared.skeleton import (
     chunks,
     held_out_split,
     scan_source,
-    text_tokenizer,
     tokenizer_report,
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TRAIN
@@ -176,15 +175,6 @@ class TextKind(DataKind):
             split[train[config.limit :]] = UNUSED
             info["limit"] = config.limit
         return Reading(source, scan, split, given, info)
-
-    def tokenizers(
-        self, directory: Path, reading: Reading, given: Any, sample_lines: int
-    ) -> tuple[TokenizerPair, dict[str, Any]]:
-        texts = (line for line, _ in reading.source.records())
-        one = given if isinstance(given, Tokenizer) else None
-        tokenizer, sample = text_tokenizer(directory, self.config, texts, reading.scan.used, reading.split, one,
-                                           sample_lines, "lines", self.masked)  # fmt: skip
-        return TokenizerPair(tokenizer, tokenizer), sample
 
     def encode(self, directory: Path, reading: Reading, tokenizers: TokenizerPair, chunk: int) -> dict[str, Any]:
         """Every line's ids and EOS into its split's array (a document: the split's lines of a chunk encoded as one
