@@ -34,11 +34,12 @@ from dotformer.data.prepared.layout import REPORT_FILE, UNUSED, PreparedData, Sp
 from dotformer.data.prepared.skeleton import (
     DataKind,
     Reading,
-    check_unknown_share,
+    UnknownCount,
     chunks,
     held_out_split,
     scan_source,
     tokenizer_report,
+    training_chunks,
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TEST, TRAIN, VALID
 from dotformer.data.prepared.writing import SplitWriters
@@ -55,7 +56,7 @@ from dotformer.data.read.labelled_reader import (
     unknown_label,
 )
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair
-from dotformer.data.tokenize.tokenizers import UNK_ID, EncodedChunk, Tokenizer
+from dotformer.data.tokenize.tokenizers import EncodedChunk, Tokenizer
 from dotformer.data.tokenize.words import WordPieces, token_labels
 from dotformer.errors import ConfigError, DataError
 
@@ -175,10 +176,47 @@ class LabelledKind(DataKind):
         return reading
 
     def encode(self, directory: Path, reading: Reading, tokenizers: TokenizerPair, chunk: int) -> dict[str, Any]:
-        written = encode_labelled(directory, reading.source, reading.scan.used, reading.split, reading.given,
-                                  tokenizers.src, reading.info["labels"], self.config, chunk, self)  # fmt: skip
-        check_unknown_share(self.config, written["train"])
-        return written
+        """Pass 3 (after the labels): every text's ids and labels into its split's arrays, the valid/test texts
+        written as lines; per split the texts and tokens, and the training tokens read as <unk> (how many, and their
+        share).
+
+        Raises:
+            DataError: a tokenizer file that reads more than half of the training text as <unk>; a tagger's word that
+                encodes to no token.
+        """
+        config, given, tokenizer, names = self.config, reading.given, tokenizers.src, reading.info["labels"]
+        index = {name: i for i, name in enumerate(names)}
+        label_dtype = LABEL_DTYPE if len(names) <= np.iinfo(LABEL_DTYPE).max else np.dtype(np.int32)
+        tagging = config.task == "tag"
+        pieces = WordPieces(tokenizer) if tagging else None
+
+        def encode(items: Sequence[LabelledText], where: str) -> tuple[tuple[EncodedChunk, ...], np.ndarray | None]:
+            """The ids of ``items`` (and a tagger's labels per token; or a classifier's label per text)."""
+            if pieces is None:
+                labels = np.fromiter((index.get(item.label, NO_LABEL) for item in items), np.int64, len(items))
+                return (tokenizer.encode_arrays([item.text for item in items]),), labels
+            try:
+                tokens = pieces.encode_sentences([item.text.split() for item in items])
+            except DataError as exc:
+                raise DataError(f"{where}: {exc}; a word needs a token to carry its label") from None
+            word_labels = _word_labels((item.label for item in items), index, len(tokens.word_lengths))
+            return (tokens.ids, token_labels(tokens, word_labels, config.label_subtokens)), None
+
+        sides = ("text", "tags") if tagging else ("text",)
+        dtypes = (token_dtype(tokenizer.vocab_size), label_dtype)[: len(sides)]
+        unknown = UnknownCount()
+        with SplitWriters(directory, sides, dtypes, self, None if tagging else label_dtype) as out:
+            for items, codes in training_chunks(reading, chunk):
+                encoded, labels = encode(items, reading.source.name)
+                unknown.add(encoded[0], codes == TRAIN)
+                for code, name in enumerate(SPLIT_NAMES):
+                    out.write(name, codes == code, encoded, items if name not in given else (), labels)
+            for role, texts in given.items():
+                rows = [LabelledText(text, label) for text, label in zip(texts.texts, texts.labels, strict=True)]
+                for items in chunks(rows, chunk):
+                    encoded, labels = encode(items, texts.name)
+                    out.write(role, np.ones(len(items), dtype=bool), encoded, items, labels)
+        return unknown.checked(config, out.summary())
 
     def report(
         self, reading: Reading, written: dict[str, Any], tokenizers: TokenizerPair, sample: dict[str, Any], seed: int
@@ -264,54 +302,6 @@ def _label_names(
         if unknown:
             raise unknown_label(unknown[0], names, f"{where} (the {role} split)")
     return names
-
-
-def encode_labelled(
-    directory: Path, reader: LabelledReader, used: int, split: np.ndarray, given: dict[str, LabelledTexts],
-    tokenizer: Tokenizer, names: list[str], config: EncoderDataConfig, chunk: int, kind: LabelledKind,
-) -> dict[str, Any]:  # fmt: skip
-    """Pass 3 (after the labels): every text's ids and labels into its split's arrays, the valid/test texts written
-    as lines; per split
-    the texts and tokens, and the training tokens read as <unk> (how many, and their share)."""
-    index = {name: i for i, name in enumerate(names)}
-    label_dtype = LABEL_DTYPE if len(names) <= np.iinfo(LABEL_DTYPE).max else np.dtype(np.int32)
-    tagging = config.task == "tag"
-    pieces = WordPieces(tokenizer) if tagging else None
-
-    def encode(items: Sequence[LabelledText], where: str) -> tuple[tuple[EncodedChunk, ...], np.ndarray | None]:
-        """The ids of ``items`` (and a tagger's labels per token; or a classifier's label per text)."""
-        if pieces is None:
-            labels = np.fromiter((index.get(item.label, NO_LABEL) for item in items), np.int64, len(items))
-            return (tokenizer.encode_arrays([item.text for item in items]),), labels
-        try:
-            tokens = pieces.encode_sentences([item.text.split() for item in items])
-        except DataError as exc:
-            raise DataError(f"{where}: {exc}; a word needs a token to carry its label") from None
-        word_labels = _word_labels((item.label for item in items), index, len(tokens.word_lengths))
-        return (tokens.ids, token_labels(tokens, word_labels, config.label_subtokens)), None
-
-    sides = ("text", "tags") if tagging else ("text",)
-    dtypes = (token_dtype(tokenizer.vocab_size), label_dtype)[: len(sides)]
-    unknown = tokens = 0
-    with SplitWriters(directory, sides, dtypes, kind, None if tagging else label_dtype) as out:
-        start = 0
-        for items in chunks((item for item, _ in islice(reader.records(), used)), chunk):
-            codes = split[start : start + len(items)]
-            start += len(items)
-            encoded, labels = encode(items, reader.name)
-            train = np.repeat(codes == TRAIN, encoded[0].lengths)
-            unknown += int((encoded[0].ids[train] == UNK_ID).sum())
-            tokens += int(train.sum())
-            for code, name in enumerate(SPLIT_NAMES):
-                out.write(name, codes == code, encoded, items if name not in given else (), labels)
-        for role, texts in given.items():
-            rows = [LabelledText(text, label) for text, label in zip(texts.texts, texts.labels, strict=True)]
-            for items in chunks(rows, chunk):
-                encoded, labels = encode(items, texts.name)
-                out.write(role, np.ones(len(items), dtype=bool), encoded, items, labels)
-    summary = out.summary()
-    summary["train"].update(unknown=unknown, unknown_share=unknown / tokens if tokens else 0.0)
-    return summary
 
 
 def _word_labels(labels: Iterable[list[str]], index: dict[str, int], words: int) -> np.ndarray:

@@ -42,6 +42,7 @@ from dotformer.data.prepared.skeleton import (
     sample_report,
     scan_source,
     tokenizer_report,
+    training_chunks,
     with_unused,
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TEST, TRAIN, VALID, Splits
@@ -336,15 +337,12 @@ class PairsKind(DataKind):
     def encode(self, directory: Path, reading: Reading, tokenizers: TokenizerPair, chunk: int) -> dict[str, Any]:
         """Every pair encoded into its split's arrays, the valid/test pairs written as TSV; per split the examples
         and tokens, and how many distinct sources of each given file the training pairs share."""
-        reader, used, split, given = reading.source, reading.scan.used, reading.split, reading.given
+        given = reading.given
         dtypes = (token_dtype(tokenizers.src.vocab_size), token_dtype(tokenizers.tgt.vocab_size))
         held_out = {role: {pair.source for pair in corpus.pairs} for role, corpus in given.items()}
         shared: dict[str, set[str]] = {role: set() for role in given}
         with SplitWriters(directory, ("src", "tgt"), dtypes, self) as out:
-            start = 0
-            for pairs in chunks((pair for pair, _ in islice(reader.records(), used)), chunk):
-                codes = split[start : start + len(pairs)]
-                start += len(pairs)
+            for pairs, codes in training_chunks(reading, chunk):
                 encoded = (tokenizers.src.encode_arrays([p.source for p in pairs]),
                            tokenizers.tgt.encode_arrays([p.target for p in pairs]))  # fmt: skip
                 for code, name in enumerate(SPLIT_NAMES):

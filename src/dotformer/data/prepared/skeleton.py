@@ -50,7 +50,7 @@ from dotformer.data.prepared.writing import writing_directory
 from dotformer.data.read.text_corpus import check_books
 from dotformer.data.read.types import Pair
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair, load_tokenizer, read_tokenizer_file, train_tokenizer
-from dotformer.data.tokenize.tokenizers import Tokenizer
+from dotformer.data.tokenize.tokenizers import UNK_ID, EncodedChunk, Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 DEFAULT_SAMPLE_LINES = 1_000_000  # training examples a tokenizer learns from at most
@@ -426,6 +426,14 @@ def chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield piece
 
 
+def training_chunks(reading: Reading, size: int) -> Iterator[tuple[list[Any], np.ndarray]]:
+    """Pass 3 over the training source: its used examples in lists of ``size``, each with their split codes."""
+    start = 0
+    for items in chunks((item for item, _ in islice(reading.source.records(), reading.scan.used)), size):
+        yield items, reading.split[start : start + len(items)]
+        start += len(items)
+
+
 # --- checks, the report -------------------------------------------------------------------------------------------
 
 
@@ -470,20 +478,34 @@ def held_out_split(
     return split, info
 
 
-def check_unknown_share(config: Any, train: dict[str, Any]) -> None:
-    """Refuse a tokenizer file that reads more than :data:`MAX_UNKNOWN_SHARE` of the training tokens as <unk> (the
-    tokenizer of another text: the model would learn <unk>); ``train``: the training split's counts (its
-    ``unknown_share``).
+class UnknownCount:
+    """The training tokens read as <unk>, counted chunk by chunk; a tokenizer file that reads more than
+    :data:`MAX_UNKNOWN_SHARE` of them as <unk> is refused (the tokenizer of another text: the model would learn
+    <unk>)."""
 
-    Raises:
-        DataError: naming the file and the share.
-    """
-    share = train["unknown_share"]
-    if config.tokenizer_file and share > MAX_UNKNOWN_SHARE:
-        raise DataError(
-            f"{config.tokenizer_file}: {share:.0%} of the training text's tokens are unknown to this tokenizer "
-            f"(<unk>): is it the tokenizer of this text?"
-        )
+    def __init__(self) -> None:
+        self.unknown = self.tokens = 0
+
+    def add(self, encoded: EncodedChunk, train: np.ndarray) -> None:
+        """Count the ids of the texts of ``encoded`` that ``train`` ((n,) bool) selects."""
+        ids = np.repeat(train, encoded.lengths)
+        self.unknown += int((encoded.ids[ids] == UNK_ID).sum())
+        self.tokens += int(ids.sum())
+
+    def checked(self, config: Any, summary: dict[str, Any]) -> dict[str, Any]:
+        """``summary`` with the count in its training split (``unknown`` and ``unknown_share``).
+
+        Raises:
+            DataError: ``config.tokenizer_file`` reads too many training tokens as <unk> (the file and the share named).
+        """
+        share = self.unknown / self.tokens if self.tokens else 0.0
+        summary["train"].update(unknown=self.unknown, unknown_share=share)
+        if config.tokenizer_file and share > MAX_UNKNOWN_SHARE:
+            raise DataError(
+                f"{config.tokenizer_file}: {share:.0%} of the training text's tokens are unknown to this tokenizer "
+                f"(<unk>): is it the tokenizer of this text?"
+            )
+        return summary
 
 
 def tokenizer_report(src: Tokenizer, tgt: Tokenizer, sample: dict[str, Any]) -> dict[str, Any]:

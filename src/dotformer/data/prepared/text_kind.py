@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +32,18 @@ from dotformer.data.prepared.skeleton import (
     DEFAULT_SAMPLE_LINES,
     DataKind,
     Reading,
-    check_unknown_share,
+    UnknownCount,
     chunks,
     held_out_split,
     scan_source,
     tokenizer_report,
+    training_chunks,
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TRAIN
 from dotformer.data.prepared.writing import SplitWriters
 from dotformer.data.read.text_corpus import TextReader, pieces, read_file_text
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair
-from dotformer.data.tokenize.tokenizers import MASK_TOKEN, UNK_ID, Tokenizer
+from dotformer.data.tokenize.tokenizers import MASK_TOKEN, Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 # a task's data config fields decided when batching, so no part of its prepared data: a language model's block size,
@@ -185,26 +185,14 @@ class TextKind(DataKind):
         Raises:
             DataError: a tokenizer file that reads more than half of the training text as <unk>.
         """
-        source, used, split, given, tokenizer = (
-            reading.source,
-            reading.scan.used,
-            reading.split,
-            reading.given,
-            tokenizers.src,
-        )
-        unknown = tokens = 0
+        given, tokenizer, unknown = reading.given, tokenizers.src, UnknownCount()
         with SplitWriters(directory, ("text",), (token_dtype(tokenizer.vocab_size),), self) as out:
             if self.document:
-                unknown, tokens = self._encode_document(out, reading, tokenizer, chunk)
+                self._encode_document(out, reading, tokenizer, chunk, unknown)
             else:
-                start = 0
-                for lines in chunks((line for line, _ in islice(source.records(), used)), chunk):
-                    codes = split[start : start + len(lines)]
-                    start += len(lines)
+                for lines, codes in training_chunks(reading, chunk):
                     encoded = tokenizer.encode_arrays(lines)
-                    train = np.repeat(codes == TRAIN, encoded.lengths)
-                    unknown += int((encoded.ids[train] == UNK_ID).sum())
-                    tokens += int(train.sum())
+                    unknown.add(encoded, codes == TRAIN)
                     for code, name in enumerate(SPLIT_NAMES):
                         out.write(name, codes == code, (encoded.with_eos(),), lines if name not in given else ())
                 for role, held_out in given.items():
@@ -212,23 +200,18 @@ class TextKind(DataKind):
                         out.write(
                             role, np.ones(len(lines), dtype=bool), (tokenizer.encode_arrays(lines).with_eos(),), lines
                         )
-        summary = out.summary()
-        summary["train"].update(unknown=unknown, unknown_share=unknown / tokens if tokens else 0.0)
-        check_unknown_share(self.config, summary["train"])
-        return summary
+        return unknown.checked(self.config, out.summary())
 
     def _encode_document(
-        self, out: SplitWriters, reading: Reading, tokenizer: Tokenizer, chunk: int
-    ) -> tuple[int, int]:
+        self, out: SplitWriters, reading: Reading, tokenizer: Tokenizer, chunk: int, unknown: UnknownCount
+    ) -> None:
         """Write each split's lines as one document (module docstring): per chunk, the lines of each split encoded
-        together, a row per line; BOS before a split's first line when ``add_bos``. Returns the training tokens
-        read as <unk> and the training tokens."""
+        together, a row per line; BOS before a split's first line when ``add_bos``; the training tokens counted in
+        ``unknown``."""
         add_bos = bool(getattr(self.config, "add_bos", False))
         started: set[str] = set()
-        unknown = tokens = 0
 
         def write(name: str, lines: list[str], keep_text: bool) -> None:
-            nonlocal unknown, tokens
             if not lines:
                 return
             encoded = tokenizer.encode_document(lines)
@@ -236,14 +219,10 @@ class TextKind(DataKind):
                 encoded = encoded.with_bos()
             started.add(name)
             if name == SPLIT_NAMES[TRAIN]:
-                unknown += int((encoded.ids == UNK_ID).sum())
-                tokens += len(encoded.ids)
+                unknown.add(encoded, np.ones(len(lines), dtype=bool))
             out.write(name, np.ones(len(lines), dtype=bool), (encoded,), lines if keep_text else ())
 
-        start = 0
-        for lines in chunks((line for line, _ in islice(reading.source.records(), reading.scan.used)), chunk):
-            codes = reading.split[start : start + len(lines)]
-            start += len(lines)
+        for lines, codes in training_chunks(reading, chunk):
             for code, name in enumerate(SPLIT_NAMES):
                 write(
                     name, [line for line, c in zip(lines, codes, strict=True) if c == code], name not in reading.given
@@ -251,7 +230,6 @@ class TextKind(DataKind):
         for role, held_out in reading.given.items():
             for lines in chunks(held_out, chunk):
                 write(role, list(lines), True)
-        return unknown, tokens
 
     def report(
         self, reading: Reading, written: dict[str, Any], tokenizers: TokenizerPair, sample: dict[str, Any], seed: int
