@@ -72,8 +72,7 @@ class PreparedLabelled(PreparedData):
     of each text with its label id (classify) or a label id per token (tag).
 
     Attributes:
-        directory: the prepared directory.
-        report: ``prepared.json``.
+        directory, report: the prepared directory, its ``prepared.json``.
         tokenizer: the one tokenizer.
         splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.prepared.arrays.LabelledArrays`.
     """

@@ -184,8 +184,7 @@ class PreparedPairs(PreparedData):
     """Prepared pairs (translation, G2P, copy/reverse): tokenizers and the mapped token arrays of each split.
 
     Attributes:
-        directory: the prepared directory.
-        report: ``prepared.json``.
+        directory, report: the prepared directory, its ``prepared.json``.
         tokenizers: the source and target tokenizers (one object when the vocabulary is shared).
         splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.prepared.arrays.PairArrays` (a split
             with no pairs has empty arrays).
@@ -221,7 +220,7 @@ class PreparedPairs(PreparedData):
         Raises:
             DataError: ``train`` (its text is not kept: it is the source's; :meth:`training_pairs` reads it).
         """
-        return [Pair(*line.split("\t")) for line in self._texts(split)]
+        return [Pair(*line.split("\t")) for line in super().texts(split)]
 
     def training_pairs(self) -> Iterator[Pair]:
         """The training pairs as text, in order, read again from the training source (for a peer that trains on

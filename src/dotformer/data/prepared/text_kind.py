@@ -57,8 +57,7 @@ class PreparedText(PreparedData):
     its tokenizer and, per split, its lines as one mapped token stream.
 
     Attributes:
-        directory: the prepared directory.
-        report: ``prepared.json``.
+        directory, report: the prepared directory, its ``prepared.json``.
         tokenizer: the one tokenizer.
         splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.prepared.arrays.RaggedArray` whose rows
             are the lines (ids, then EOS; a document's: the pieces that start in the line, BOS first when its family
@@ -98,14 +97,6 @@ class PreparedText(PreparedData):
     def characters(self, split: SplitName) -> int:
         """C, the characters of ``split``, each line end counted as one (bits per character need it)."""
         return int(self.report["splits"][split]["characters"])
-
-    def texts(self, split: SplitName) -> list[str]:
-        """The lines of ``valid`` or ``test`` as text (``DIR/SPLIT.txt``).
-
-        Raises:
-            DataError: ``train`` (:meth:`training_lines` reads it).
-        """
-        return self._texts(split)
 
     def training_lines(self) -> Iterator[str]:
         """The training lines as text, in order, read again from the text (for a peer that trains on the same text).
