@@ -30,8 +30,8 @@ import numpy as np
 
 from dotformer.data.config import DataConfig
 from dotformer.data.prepared.arrays import PairArrays, token_dtype
-from dotformer.data.prepared.fingerprint import InputFile, pair_inputs, tokenizer_digest
-from dotformer.data.prepared.layout import REPORT_FILE, PreparedData, SplitName
+from dotformer.data.prepared.fingerprint import InputFile, pair_inputs
+from dotformer.data.prepared.layout import REPORT_FILE, UNUSED, PreparedData, SplitName
 from dotformer.data.prepared.skeleton import (
     DataKind,
     Reading,
@@ -43,7 +43,6 @@ from dotformer.data.prepared.skeleton import (
     scan_source,
     tokenizer_report,
     training_chunks,
-    with_unused,
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TEST, TRAIN, VALID, Splits
 from dotformer.data.prepared.writing import SplitWriters
@@ -258,15 +257,6 @@ class PairsKind(DataKind):
         resolved = config.resolved(NAMED_TASKS.get(config.dataset) or config.task or "translation")
         return {key: value for key, value in resolved.to_dict().items() if key not in _NOT_READ}
 
-    def given_digests(self, tokenizers: Any) -> list[Any]:
-        if isinstance(tokenizers, TokenizerPair):
-            return [
-                tokenizer_digest(tokenizers.src),
-                tokenizer_digest(tokenizers.tgt),
-                tokenizers.src is tokenizers.tgt,
-            ]
-        return [tokenizer_digest(tokenizers)]
-
     def check(self) -> None:
         """Raise ConfigError when ``config.task`` contradicts a named corpus."""
 
@@ -303,7 +293,8 @@ class PairsKind(DataKind):
             if "test" not in given:
                 lines.append(NO_TEST_LINE)
             info["given"] = {role: getattr(config, role) for role in ("valid", "test")}
-        return Reading(reader, scan, with_unused(split, scan.count), given, info, lines)
+        unused = np.full(scan.count - scan.used, UNUSED, dtype=np.uint8)  # the examples past a limit
+        return Reading(reader, scan, np.concatenate([split, unused]), given, info, lines)
 
     def resolved(self, reading: Reading) -> DataConfig:
         """The config with the reader's task's defaults filled in (tokenizer kinds and sizes)."""

@@ -40,7 +40,6 @@ from dotformer.data.prepared.layout import (
     SPLIT_FILE,
     SRC_TOKENIZER_FILE,
     TGT_TOKENIZER_FILE,
-    UNUSED,
     PreparedData,
     array_stem,
     read_report,
@@ -50,7 +49,7 @@ from dotformer.data.prepared.writing import writing_directory
 from dotformer.data.read.text_corpus import check_books
 from dotformer.data.read.types import Pair
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair, load_tokenizer, read_tokenizer_file, train_tokenizer
-from dotformer.data.tokenize.tokenizers import UNK_ID, EncodedChunk, Tokenizer
+from dotformer.data.tokenize.tokenizers import MASK_TOKEN, UNK_ID, EncodedChunk, Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 DEFAULT_SAMPLE_LINES = 1_000_000  # training examples a tokenizer learns from at most
@@ -125,16 +124,21 @@ class DataKind(ABC):
         return {key: value for key, value in self.config.to_dict().items() if key not in skipped}
 
     def given_digests(self, tokenizers: Any) -> list[Any]:
-        """The hashes of the tokenizers given (fine-tuning), as the fingerprint records them: one tokenizer's."""
+        """The hashes of the tokenizers given (fine-tuning), as the fingerprint records them: one tokenizer's, or a
+        pair's (and whether its two are one)."""
+        if isinstance(tokenizers, TokenizerPair):
+            src, tgt = tokenizers
+            return [tokenizer_digest(src), tokenizer_digest(tgt), src is tgt]
         return [tokenizer_digest(tokenizers)]
 
     def settings(self, seed: int, tokenizers: Any = None, sample_lines: int = DEFAULT_SAMPLE_LINES) -> dict[str, Any]:
         """Everything but the input files' contents that prepared data depends on: the kind, the format, the data
         config (:meth:`settings_data`), the seed when it matters (:meth:`uses_seed`), the tokenizer sample, the
-        ``tokenizers`` library's version and the given tokenizers' hashes."""
+        ``tokenizers`` library's version and the given tokenizers' hashes; a masked language model's mask token (its
+        tokenizer is learned with it)."""
         import tokenizers as hf_tokenizers
 
-        return {
+        settings = {
             "kind": self.name,
             "format": FORMAT_VERSION,
             "data": self.settings_data(),
@@ -143,6 +147,7 @@ class DataKind(ABC):
             "tokenizers_library": hf_tokenizers.__version__,
             "given_tokenizers": None if tokenizers is None else self.given_digests(tokenizers),
         }
+        return {**settings, "mask_token": MASK_TOKEN} if self.masked else settings
 
     def fingerprint(
         self, seed: int, tokenizers: Any = None, sample_lines: int = DEFAULT_SAMPLE_LINES,
@@ -183,7 +188,9 @@ class DataKind(ABC):
         """
         started = time.monotonic()
         self.check()
-        check_sizes(sample_lines, chunk)
+        for name, value in (("sample_lines", sample_lines), ("chunk", chunk)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive number of examples, got {value!r}")
         inputs = self.inputs() if inputs is None else inputs
         settings = self.settings(seed, tokenizers, sample_lines)
         reading = self.read(seed)
@@ -364,11 +371,6 @@ def deal(
                          test_groups, together, name)  # fmt: skip
 
 
-def with_unused(split: np.ndarray, count: int) -> np.ndarray:
-    """``split`` extended to every example of the source: those past a limit are :data:`UNUSED`."""
-    return np.concatenate([split, np.full(count - len(split), UNUSED, dtype=np.uint8)])
-
-
 def sample_mask(split: np.ndarray, sample_lines: int) -> tuple[np.ndarray, int]:
     """Which examples teach the tokenizers: every training one, or ``sample_lines`` of them drawn with
     :data:`SAMPLE_SEED`; and the number of training examples."""
@@ -435,12 +437,6 @@ def training_chunks(reading: Reading, size: int) -> Iterator[tuple[list[Any], np
 
 
 # --- checks, the report -------------------------------------------------------------------------------------------
-
-
-def check_sizes(sample_lines: int, chunk: int) -> None:
-    for name, value in (("sample_lines", sample_lines), ("chunk", chunk)):
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{name} must be a positive number of examples, got {value!r}")
 
 
 def held_out_split(

@@ -29,7 +29,6 @@ from dotformer.data.prepared.arrays import RaggedArray, token_dtype
 from dotformer.data.prepared.fingerprint import InputFile, text_inputs
 from dotformer.data.prepared.layout import REPORT_FILE, UNUSED, PreparedData, SplitName
 from dotformer.data.prepared.skeleton import (
-    DEFAULT_SAMPLE_LINES,
     DataKind,
     Reading,
     UnknownCount,
@@ -43,7 +42,7 @@ from dotformer.data.prepared.splits import SPLIT_NAMES, TRAIN
 from dotformer.data.prepared.writing import SplitWriters
 from dotformer.data.read.text_corpus import TextReader, pieces, read_file_text
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair
-from dotformer.data.tokenize.tokenizers import MASK_TOKEN, Tokenizer
+from dotformer.data.tokenize.tokenizers import Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 # a task's data config fields decided when batching, so no part of its prepared data: a language model's block size,
@@ -140,13 +139,6 @@ class TextKind(DataKind):
     def document(self) -> bool:
         """Whether the text is read as a released tokenizer reads a document (an imported model's text)."""
         return getattr(self.config, "text_form", "lines") == "document"
-
-    def settings(self, seed: int, tokenizers: Any = None, sample_lines: int = DEFAULT_SAMPLE_LINES) -> dict[str, Any]:
-        """:meth:`DataKind.settings`, and a masked language model's mask token (its tokenizer is learned with it)."""
-        settings = super().settings(seed, tokenizers, sample_lines)
-        if self.masked:
-            settings["mask_token"] = MASK_TOKEN
-        return settings
 
     def read(self, seed: int) -> Reading:
 
