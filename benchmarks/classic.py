@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 from common import command_line, format_table, machine_info, write_json
 
-from dotformer.data.read.corpora import Pair
+from dotformer.data.read.types import Pair
 
 CONFIGS = {"g2p": "g2p", "genre": "classify-bible", "lm": "lm-bible", "bible": "bible"}
 COLUMNS = ["job", "system", "train", "test", "metric", "value", "cpu_s", "wall_s"]

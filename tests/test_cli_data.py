@@ -163,7 +163,7 @@ def test_limit_is_a_seeded_sample_and_cut_outputs_are_counted(files: dict[str, P
     assert result.returncode == 0, result.stderr
     metrics = json.loads((out / "m.json").read_text())
     pairs = [tuple(line.split("\t")) for line in files["other_test"].read_text().splitlines()]
-    from dotformer.data.read.corpora import Pair
+    from dotformer.data.read.types import Pair
 
     sample = sample_sources([Pair(*p) for p in pairs], 12, seed=4)
     assert metrics["num_sources"] == 12 and metrics["num_pairs"] == len(sample) and metrics["seed"] == 4
@@ -292,7 +292,7 @@ def test_tokenizer_files_travel_with_the_checkpoint(files: dict[str, Path], caps
 def test_hf_reader_options_from_the_config(tmp_path: Path) -> None:
     pytest.importorskip("datasets")
     from dotformer.data.config import DataConfig
-    from dotformer.data.prepared.pair_splits import read_run_data
+    from dotformer.data.prepared.pair_kind import read_run_data
 
     data = tmp_path / "pairs.jsonl"
     words = [("uno", "one"), ("dos", "two"), ("tres", "three"), ("cuatro", "four"), ("cinco", "five")]

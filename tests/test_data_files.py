@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from dotformer.data.config import DataConfig, data_table
-from dotformer.data.prepared.pair_splits import make_tokenizers, read_run_data
+from dotformer.data.prepared.pair_kind import make_tokenizers, read_run_data
 from dotformer.data.prepared.splits import split_corpus
-from dotformer.data.read.corpora import CorpusOptions, Pair, describe_corpus, load_pairs, parse_column, parse_delimiter
+from dotformer.data.read.corpora import load_pairs
+from dotformer.data.read.types import CorpusOptions, Pair, describe_corpus, parse_column, parse_delimiter
 from dotformer.data.tokenize.tokenizer_files import load_tokenizer, tokenizer_from_dict
 from dotformer.data.tokenize.tokenizers import UNK_ID
 from dotformer.decoding.config import DecodeConfig

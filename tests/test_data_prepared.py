@@ -25,8 +25,7 @@ from dotformer.data.prepared.arrays import PairArrays
 from dotformer.data.prepared.cache import prepared_for
 from dotformer.data.prepared.fingerprint import changed_inputs
 from dotformer.data.prepared.kinds import fingerprint_of, open_prepared, prepare
-from dotformer.data.prepared.pair_kind import PreparedPairs
-from dotformer.data.prepared.pair_splits import make_tokenizers, read_run_data
+from dotformer.data.prepared.pair_kind import PreparedPairs, make_tokenizers, read_run_data
 from dotformer.data.prepared.skeleton import SAMPLE_SEED
 from dotformer.data.prepared.text_kind import PreparedText
 from dotformer.data.read.text_corpus import read_file_text, split_text

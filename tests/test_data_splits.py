@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dotformer.data.prepared.splits import Splits, load_split, load_splits, save_splits, split_corpus, split_indices
-from dotformer.data.read.corpora import Corpus, Pair
+from dotformer.data.read.types import Corpus, Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 
@@ -131,7 +131,7 @@ def test_load_split_errors(tmp_path):
 
 def test_bible_default_split_draws_random_verses_and_books_can_be_held_out():
     from dotformer.data.read.bible import VerseRef, pair_verses
-    from dotformer.data.read.corpora import CorpusOptions
+    from dotformer.data.read.types import CorpusOptions
 
     source = {VerseRef(book, 1, v): f"verso {book} {v}" for book in ("Gen", "Exod", "Matt") for v in range(1, 41)}
     target = {ref: f"verse {ref.book} {ref.verse}" for ref in source}

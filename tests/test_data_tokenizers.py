@@ -35,7 +35,8 @@ ENGLISH = [
 @pytest.fixture(scope="module")
 def bible_sample():
     """2,500 real verse pairs (SpaRV-KJV), or the small sample above when the modules are absent."""
-    from dotformer.data.read.corpora import CorpusOptions, load_pairs
+    from dotformer.data.read.corpora import load_pairs
+    from dotformer.data.read.types import CorpusOptions
     from dotformer.errors import MissingDataError as Missing
 
     try:

@@ -12,7 +12,7 @@ from decoding_support import random_model, single_thread
 from scripted_model import copy_model
 
 from dotformer.checkpoint import LoadedCheckpoint
-from dotformer.data.read.corpora import Pair
+from dotformer.data.read.types import Pair
 from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.data.tokenize.tokenizers import EOS_ID
 from dotformer.decoding import DecodeConfig

@@ -354,7 +354,6 @@ READERS_AND_METRICS = {
     "data/tokenize/tokenizer_files.py": "the default tokenizer kinds of a task of pairs (characters, phone symbols, "
     "BPE)",
     "data/read/labelled_reader.py": "the two forms of labelled files: a label a text (classify), a label a word (tag)",
-    "data/prepared/pair_splits.py": "--task checked against a named corpus (copy/reverse may be scored as exact match)",
     "decoding/evaluation.py": "the metrics of a task of pairs: WER/PER (g2p), BLEU/chrF (translation), exact match",
 }
 

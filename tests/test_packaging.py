@@ -300,7 +300,7 @@ def test_evaluate_needs_eval_before_it_decodes(
 ) -> None:
     """A missing [eval] package stops evaluate at once, not after decoding every test sentence."""
     from dotformer.checkpoint import load_checkpoint
-    from dotformer.data.read.corpora import Pair
+    from dotformer.data.read.types import Pair
     from dotformer.decoding import evaluation
     from dotformer.engines.torch import TorchEngine
 

@@ -19,7 +19,8 @@ from safetensors.torch import load_file, save_file
 from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
 from dotformer.data.batch.batching import BatchSampler, collate, encode_pairs, example_length
-from dotformer.data.read.corpora import CorpusOptions, load_pairs
+from dotformer.data.read.corpora import load_pairs
+from dotformer.data.read.types import CorpusOptions
 from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.errors import ConfigError
 from dotformer.model import Transformer

@@ -14,7 +14,8 @@ import torch
 from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
 from dotformer.data.batch.batching import collate, encode_pairs
-from dotformer.data.read.corpora import CorpusOptions, load_pairs
+from dotformer.data.read.corpora import load_pairs
+from dotformer.data.read.types import CorpusOptions
 from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.errors import CheckpointError, ConfigError, MissingExtraError, TrainingError
 from dotformer.model import Transformer
@@ -405,7 +406,7 @@ def test_best_metric_chrf_is_the_metric_of_the_greedy_outputs(tmp_path: Path) ->
     model, and best/ is the pass with the highest chrF (the first of equals)."""
     import sacrebleu
 
-    from dotformer.data.read.corpora import Pair
+    from dotformer.data.read.types import Pair
     from dotformer.decoding import DecodeConfig, decode_batch
     from dotformer.decoding.translate import pad_batch
 

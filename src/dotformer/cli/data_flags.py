@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dotformer.data.read.corpora import FILE_TASKS, parse_column
+from dotformer.data.read.types import FILE_TASKS, parse_column
 from dotformer.data.read.types import TASKS as PAIR_TASKS
 from dotformer.runs.tasks import TASKS
 

@@ -11,38 +11,16 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
-from dotformer.data.read.corpora import CorpusOptions
+from dotformer.data.read.types import CorpusOptions
 from dotformer.data.tokenize.tokenizer_files import default_kinds
 from dotformer.data.tokenize.tokenizers import DEFAULT_BPE_VOCAB_SIZE
 from dotformer.errors import ConfigError
 
-if TYPE_CHECKING:
-    from dotformer.data.read.corpora import CorpusOptions
-
 TokenizerKind = Literal["char", "symbol", "bpe"]
 FileTask = Literal["g2p", "translation", "exact"]
 FILE_TASKS = ("g2p", "translation", "exact")
-# DataConfig fields passed to CorpusOptions under the same name, and those renamed (DataConfig -> CorpusOptions)
-_SAME_NAMED_READER_FIELDS = (
-    "delimiter",
-    "source_column",
-    "target_column",
-    "header",
-    "num_columns",
-    "empty_lines",
-    "hf_config",
-    "source_field",
-    "target_field",
-    "hf_data_files",
-    "hf_cache_dir",
-    "source_module",
-    "target_module",
-    "sword_path",
-    "bible_max_ratio",
-    "bible_check_alignment",
-)
 # the DataConfig fields a test file is read with (dotformer evaluate's reader flags), over a checkpoint's own
 READER_FIELDS = (
     "task",
@@ -59,6 +37,8 @@ READER_FIELDS = (
     "hf_data_files",
     "hf_cache_dir",
 )
+# DataConfig fields passed to CorpusOptions under another name (DataConfig -> CorpusOptions); the others that
+# CorpusOptions has are passed under their own name
 _RENAMED_READER_FIELDS = {
     "synthetic_examples": "num_examples",
     "synthetic_symbols": "vocab",
@@ -177,13 +157,13 @@ class DataConfig:
         split = {"train": self.hf_split, "valid": self.hf_valid_split or "validation", "test": self.hf_test_split}
         if role == "test" and split["test"] is None:
             split["test"] = "test"
+        own = {field.name for field in dataclasses.fields(self)}
+        same_named = [field.name for field in dataclasses.fields(CorpusOptions) if field.name in own]
         fields: dict[str, Any] = {
-            "limit": self.limit if role == "train" else None,
-            "task": self.task,
-            "hf_split": split[role],
-            "strip_stress": self.strip_stress,
-            **{name: getattr(self, name) for name in _SAME_NAMED_READER_FIELDS},
+            **{name: getattr(self, name) for name in same_named},
             **{reader: getattr(self, name) for name, reader in _RENAMED_READER_FIELDS.items()},
+            "limit": self.limit if role == "train" else None,
+            "hf_split": split[role],
         }
         return CorpusOptions(**{name: value for name, value in fields.items() if value is not None})
 

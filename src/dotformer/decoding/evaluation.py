@@ -36,7 +36,7 @@ from dotformer.metrics import (
 
 if TYPE_CHECKING:
     from dotformer.config import ModelConfig
-    from dotformer.data.read.corpora import Pair
+    from dotformer.data.read.types import Pair
     from dotformer.data.tokenize.tokenizers import Tokenizer
     from dotformer.decoding.engine import TranslationEngine
 

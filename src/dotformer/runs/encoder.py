@@ -45,6 +45,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dotformer.config import ModelConfig
 from dotformer.data.config import DEFAULT_ENCODER_BLOCK, EncoderDataConfig
+from dotformer.data.prepared.cache import prepared_for
+from dotformer.data.prepared.text_kind import PreparedText
+from dotformer.data.read.labelled_reader import LabelledTexts, label_ids, read_labelled, read_saved
+from dotformer.data.read.text_corpus import read_text_corpus
+from dotformer.data.tokenize.tokenizer_files import TokenizerPair
+from dotformer.data.tokenize.tokenizers import Tokenizer
+from dotformer.data.tokenize.words import WordPieces
 from dotformer.errors import ConfigError, DataError
 from dotformer.runs.task import (
     ANY_VOCAB_SIZE,
@@ -61,9 +68,6 @@ from dotformer.runs.task import (
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.data.batch.labelled import LabelledExamples
-    from dotformer.data.prepared.text_kind import PreparedText
-    from dotformer.data.read.labelled_reader import LabelledTexts
-    from dotformer.data.tokenize.tokenizers import Tokenizer
     from dotformer.decoding.classify import LabelScores
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.metrics.labels import LabelScore
@@ -124,8 +128,6 @@ class EncoderTask(Task):
         progress: bool,
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
-        from dotformer.data.prepared.cache import prepared_for
-        from dotformer.data.tokenize.tokenizer_files import TokenizerPair
 
         if extend_vocab:
             raise ConfigError("--extend-vocab grows the char/symbol vocabularies of pairs; an encoder keeps its own")
@@ -218,7 +220,6 @@ class EncoderTask(Task):
         model reads (:meth:`readable`), or without the packages that compute them (the ``eval`` extra: a warning
         says so; ``--best-metric accuracy`` or ``f1`` checks for them before the run starts).
         """
-        from dotformer.data.read.labelled_reader import read_saved
 
         if not names:
             return None
@@ -271,7 +272,6 @@ class EncoderTask(Task):
 
     def score(self, loaded: Any, request: EvalRequest) -> EvalReport:
         """Accuracy and macro-F1 of the labels the model gives (:mod:`dotformer.metrics.labels`)."""
-        from dotformer.data.read.labelled_reader import label_ids
         from dotformer.decoding.classify import check_classifier, checkpoint_labels
         from dotformer.training.progress import count
 
@@ -372,7 +372,6 @@ class TagTask(EncoderTask):
     def readable(self, texts: LabelledTexts, tokenizer: Tokenizer, max_len: int) -> LabelledTexts:
         """The validation sentences the model reads whole (a longer one, cut in training, could not have a label
         for each of its words; evaluation refuses it): those are left out of the figures, and counted."""
-        from dotformer.data.tokenize.words import WordPieces
 
         tokens = WordPieces(tokenizer).encode_sentences([text.split() for text in texts.texts]).ids.lengths
         kept = [i for i, n in enumerate(tokens.tolist()) if n + 2 <= max_len]  # + 2: BOS and EOS
@@ -478,7 +477,6 @@ def describe_examples(
 
 def held_out_lines(loaded: LoadedCheckpoint, request: EvalRequest) -> tuple[list[str], str]:
     """The lines a masked language model is scored on, and where they come from."""
-    from dotformer.data.read.text_corpus import read_text_corpus
     from dotformer.runs.text import load_text_split
 
     if request.data is not None:
@@ -530,7 +528,6 @@ _MASKING_FIELDS = ("task", "block_size", "mlm_unit", "mask_probability")
 def held_out_texts(loaded: LoadedCheckpoint, request: EvalRequest, task: str) -> tuple[LabelledTexts, str]:
     """The labelled texts a classifier or tagger is scored on (a seeded sample of ``limit`` of them), and where; read
     in the form of the checkpoint's data (its data config's task, else ``task``)."""
-    from dotformer.data.read.labelled_reader import read_labelled, read_saved
 
     saved = loaded.info.get("data") if isinstance(loaded.info.get("data"), dict) else {}
     task = str(saved.get("task", task))

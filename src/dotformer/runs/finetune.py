@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from dotformer import checkpoint as ckpt
 from dotformer.config import PRESETS, ModelConfig
 from dotformer.data.config import DataConfig
+from dotformer.data.tokenize.tokenizers import NUM_SPECIAL, UNK_ID, VocabularyTokenizer
 from dotformer.errors import CheckpointError, DotformerError
 
 TUNABLE_MODEL_FIELDS = ("dropout", "attention_dropout", "activation_dropout")  # flags may change these
@@ -202,7 +203,6 @@ class UnknownSymbols(NamedTuple):
 
 def unknown_symbols(texts: Iterable[str], tokenizer: Any, num_examples: int = 3) -> UnknownSymbols:
     """Count the pieces of ``texts`` that ``tokenizer`` reads as ``<unk>``, and name the most frequent ones."""
-    from dotformer.data.tokenize.tokenizers import NUM_SPECIAL, UNK_ID, VocabularyTokenizer
 
     texts = list(texts)
     if isinstance(tokenizer, VocabularyTokenizer):  # char and symbol: the pieces are there to name
@@ -274,7 +274,6 @@ def extend_vocabulary(source: InitSource, pairs: Sequence[Any]) -> tuple[InitSou
 
 def _extended(tokenizer: Any, texts: Sequence[str], side: str, path: Path) -> Any:
     """``tokenizer`` with the pieces of ``texts`` it does not know appended (itself when it knows them all)."""
-    from dotformer.data.tokenize.tokenizers import NUM_SPECIAL, VocabularyTokenizer
 
     if not isinstance(tokenizer, VocabularyTokenizer):
         raise CheckpointError(

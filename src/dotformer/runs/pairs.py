@@ -10,15 +10,21 @@ checkpoint (:mod:`dotformer.runs.finetune`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dotformer.config import ModelConfig
-from dotformer.data.config import DataConfig
-from dotformer.data.prepared.pair_kind import PreparedPairs
-from dotformer.errors import ConfigError
+from dotformer.data.config import READER_FIELDS, DataConfig
+from dotformer.data.prepared.cache import prepared_for
+from dotformer.data.prepared.pair_kind import PreparedPairs, read_run_data
+from dotformer.data.prepared.splits import load_split
+from dotformer.data.read.corpora import load_pairs
+from dotformer.data.read.types import NAMED_TASKS, Pair, describe_corpus
+from dotformer.data.tokenize.tokenizer_files import TokenizerPair
+from dotformer.errors import ConfigError, DataError
 from dotformer.runs.task import (
     ANY_VOCAB_SIZE,
     EvalReport,
@@ -33,7 +39,6 @@ from dotformer.runs.task import (
 
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
-    from dotformer.data.read.corpora import Pair
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
@@ -57,7 +62,6 @@ class PairsTask(Task):
         self.title = f"{'an' if name[0] in 'aeiou' else 'a'} {name} model"  # "an exact model", "a g2p model"
 
     def data_config(self, section: dict[str, Any], source: str) -> DataConfig:
-        import dataclasses
 
         unknown = set(section) - {f.name for f in dataclasses.fields(DataConfig)}
         if unknown == {"block_size"}:  # --block-size without --task lm
@@ -85,8 +89,6 @@ class PairsTask(Task):
         progress: bool,
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
-        from dotformer.data.prepared.cache import prepared_for
-        from dotformer.data.tokenize.tokenizer_files import TokenizerPair
         from dotformer.runs.finetune import init_data_config
 
         tokenizers = None
@@ -179,11 +181,8 @@ def read_test_pairs(
         DataError: a file of another task, a target side the checkpoint's vocabulary cannot read (a test file of
             another task), no pairs. ConfigError / MissingDataError: from the reader.
     """
-    from dotformer.data.config import READER_FIELDS
-    from dotformer.data.read.corpora import NAMED_TASKS, Pair, describe_corpus, load_pairs
     from dotformer.decoding.evaluation import check_same_task, metric_task, unknown_fraction
     from dotformer.decoding.inputs import source_normaliser
-    from dotformer.errors import DataError
 
     saved = loaded.info.get("data") if isinstance(loaded.info.get("data"), dict) else {}
     reader = {field: saved[field] for field in READER_FIELDS if saved.get(field) is not None}
@@ -214,8 +213,6 @@ def read_run_pairs(loaded: LoadedCheckpoint, split: str) -> tuple[list[Pair], st
     Raises:
         CheckpointError: the checkpoint is not inside a run directory (pass --data). DataError: an empty split.
     """
-    from dotformer.data.prepared.splits import load_split
-    from dotformer.errors import DataError
 
     path = run_split_file(loaded.path, f"{split}.tsv")
     pairs = load_split(path.parent, split)
@@ -236,7 +233,6 @@ def checked_init_source(
         CheckpointError: unknown symbols without ``extend_vocab`` (the message names them), or a vocabulary that
             cannot grow (BPE, a tokenizer file).
     """
-    from dotformer.data.prepared.pair_splits import read_run_data
     from dotformer.runs.finetune import check_known_symbols, extend_vocabulary
 
     splits = read_run_data(data, seed).splits

@@ -14,11 +14,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy
+
+from dotformer.config import ModelConfig
 from dotformer.errors import CheckpointError, ConfigError
 from dotformer.runs.config_files import SECTIONS, ConfigSections, merge
 
 if TYPE_CHECKING:
-    from dotformer.config import ModelConfig
     from dotformer.training.config import TrainConfig
 
 
@@ -167,7 +169,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def versions() -> dict[str, str]:
     """Versions of Python, dotformer and the libraries that shape the results."""
-    import numpy
     import tokenizers
     import torch
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -34,8 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.config import DEFAULT_SEED
-from dotformer.errors import CheckpointError, ConfigError
+from dotformer.config import DEFAULT_SEED, ModelConfig
+from dotformer.data.prepared.cache import prepared_for
+from dotformer.data.prepared.kinds import Prepared, prepare
+from dotformer.errors import CheckpointError, ConfigError, require_extra
 from dotformer.runs.config_files import ConfigSections, budgeted_train_config, merge
 from dotformer.runs.records import (
     check_no_run_there,
@@ -52,7 +55,6 @@ from dotformer.training.config import TrainConfig
 from dotformer.training.progress import count
 
 if TYPE_CHECKING:
-    from dotformer.data.prepared.kinds import Prepared
     from dotformer.runs.finetune import InitSource
     from dotformer.training.distributed import DistContext
     from dotformer.training.loop import FitResult
@@ -267,7 +269,6 @@ def check_resumable(task: Task, record: dict[str, Any], sections: ConfigSections
     Raises:
         CheckpointError: the first setting that differs, named with both values and run.json.
     """
-    import json
 
     saved = json.loads(json.dumps(record["data"]))
     asked = json.loads(json.dumps(task.data_config(sections.data, f"{sections.source} [data]").to_dict()))
@@ -309,7 +310,6 @@ def check_requirements(config: TrainConfig) -> None:
     Raises:
         MissingExtraError: one line naming the option, the missing package and the ``pip install`` that brings it.
     """
-    from dotformer.errors import require_extra
 
     for (name, value), (extra, module, option) in _OPTION_NEEDS.items():
         if getattr(config, name) == value:
@@ -330,7 +330,6 @@ def _train(
 ) -> RunResult:
     import torch
 
-    from dotformer.config import ModelConfig
     from dotformer.data.batch.batching import sampler_for
     from dotformer.model import Transformer
     from dotformer.training.loop import fit
@@ -412,8 +411,6 @@ def prepare_data(
         ConfigError: no dataset, bad settings, an ``out`` that is a file or a directory that is not empty.
         DataError / MissingDataError: the data cannot be read.
     """
-    from dotformer.data.prepared.cache import prepared_for
-    from dotformer.data.prepared.kinds import prepare
 
     if not section.get("dataset") and "task" not in section:
         raise ConfigError("no dataset: pass --data (cmudict, bible, copy, reverse, a TSV file, or SRC,TGT files)")

@@ -21,8 +21,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from dotformer.data.prepared.cache import prepared_for
+from dotformer.data.prepared.fingerprint import changed_inputs
 from dotformer.data.prepared.kinds import KINDS, Prepared, open_prepared
 from dotformer.data.prepared.layout import REPORT_FILE
+from dotformer.data.read.textio import read_json
+from dotformer.data.tokenize.tokenizer_files import TokenizerPair, load_tokenizer
 from dotformer.errors import CheckpointError
 
 REFERENCE_FILE = "data.json"
@@ -58,10 +62,6 @@ def open_run_data(run_dir: str | Path, data_config: Any = None) -> Prepared:
         CheckpointError: no reference (a run of an earlier dotformer, whose data/ holds the corpus itself), a
             directory gone and no ``data_config``, or an input that changed since the run started (named).
     """
-    from dotformer.data.prepared.cache import prepared_for
-    from dotformer.data.prepared.fingerprint import changed_inputs
-    from dotformer.data.read.textio import read_json
-    from dotformer.data.tokenize.tokenizer_files import TokenizerPair, load_tokenizer
 
     run_dir = Path(run_dir)
     data_dir = run_dir / "data"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dotformer.data.config import EncoderDataConfig
+from dotformer.data.prepared.cache import default_cache_root
 from dotformer.errors import DataError, MissingDataError
 from dotformer.runs.encoder import ClassifyTask
 from dotformer.runs.task import EvalReport, EvalRequest
@@ -74,7 +75,6 @@ def joined_file(path: str) -> str:
         MissingDataError: no such file. DataError: a line that is not TEXT<TAB>TEXT<TAB>LABEL (FILE:LINE), or a text
             holding the separator.
     """
-    from dotformer.data.prepared.cache import default_cache_root
 
     source = Path(path)
     if not source.is_file():

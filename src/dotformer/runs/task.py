@@ -31,11 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dotformer.config import DEFAULT_SEED, PRESETS
+from dotformer.config import DEFAULT_SEED, PRESETS, ModelConfig
 from dotformer.errors import CheckpointError, ConfigError, DotformerError
 
 if TYPE_CHECKING:
-    from dotformer.config import ModelConfig
     from dotformer.data.tokenize.tokenizer_files import TokenizerPair
     from dotformer.decoding.config import DecodeConfig
     from dotformer.decoding.engine import TranslationEngine

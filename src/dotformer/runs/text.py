@@ -21,7 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from dotformer.config import ModelConfig
 from dotformer.data.config import LM_TASK, LMDataConfig
+from dotformer.data.prepared.cache import prepared_for
 from dotformer.data.prepared.text_kind import PreparedText
+from dotformer.data.read.text_corpus import read_text_corpus
+from dotformer.data.read.textio import split_lines
+from dotformer.data.tokenize.tokenizer_files import TokenizerPair, load_tokenizer
 from dotformer.errors import ConfigError, DataError, DotformerError
 from dotformer.runs.task import (
     ANY_VOCAB_SIZE,
@@ -80,8 +84,6 @@ class LanguageModelTask(Task):
         progress: bool,
         source: Any = None,
     ) -> tuple[Prepared, InitSource | None]:
-        from dotformer.data.prepared.cache import prepared_for
-        from dotformer.data.tokenize.tokenizer_files import TokenizerPair
 
         if extend_vocab:
             raise ConfigError(
@@ -137,7 +139,6 @@ class LanguageModelTask(Task):
             ConfigError: a ``limit`` below 1. CheckpointError: no run directory and no ``data``. DataError /
                 MissingDataError: an unreadable or empty text.
         """
-        from dotformer.data.read.text_corpus import read_text_corpus
         from dotformer.decoding.inputs import text_rules
         from dotformer.training.progress import count
         from dotformer.training.scoring import score_text
@@ -194,7 +195,6 @@ def lm_model_config(model_section: dict[str, Any], vocab_size: int, block_size: 
 
 def load_text_split(directory: Path, name: str) -> list[str]:
     """The lines of a saved split (empty for a split saved empty)."""
-    from dotformer.data.read.textio import split_lines
 
     return split_lines((directory / f"{name}.txt").read_text(encoding="utf-8"))
 
@@ -204,7 +204,6 @@ def valid_bits_per_character(run_dir: Path, nats_per_token: float | None) -> flo
     the NLL without label smoothing): nats · scored tokens / (scored characters · ln 2)."""
     from dotformer.checkpoint import TGT_TOKENIZER_FILE
     from dotformer.data.batch.blocks import encode_text
-    from dotformer.data.tokenize.tokenizer_files import load_tokenizer
     from dotformer.metrics.language import LanguageModelScore, scored_characters
 
     if nats_per_token is None:

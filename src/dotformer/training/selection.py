@@ -30,7 +30,7 @@ from dotformer.errors import ConfigError
 from dotformer.training.best_metrics import DECODING_METRICS, LOWER_IS_BETTER
 
 if TYPE_CHECKING:
-    from dotformer.data.read.corpora import Pair
+    from dotformer.data.read.types import Pair
     from dotformer.data.tokenize.tokenizers import Tokenizer
     from dotformer.model import Transformer
     from dotformer.training.scoring import EvalResult

@@ -27,7 +27,7 @@ from dotformer.training.step import StepRecipe
 from dotformer.training.stream import BatchStream
 
 if TYPE_CHECKING:
-    from dotformer.data.read.corpora import Pair
+    from dotformer.data.read.types import Pair
     from dotformer.training.scoring import EvalResult
 
 

@@ -11,7 +11,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from dotformer.data.read.corpora import Pair
+from dotformer.data.read.types import Pair
 from dotformer.errors import ConfigError
 from dotformer.metrics.language import LanguageModelScore, scored_characters
 from dotformer.training.best_metrics import DECODING_METRICS, LABEL_METRICS, check_offered
@@ -24,7 +24,7 @@ from dotformer.training.selection import decode_sample, select_best, validation_
 from dotformer.training.state import Setup, TrainState
 
 if TYPE_CHECKING:
-    from dotformer.data.read.corpora import Pair
+    from dotformer.data.read.types import Pair
     from dotformer.training.scoring import EvalResult
     from dotformer.training.state import TrainData
 

@@ -24,7 +24,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -34,6 +34,8 @@ from dotformer.data.prepared.arrays import PairArrays, RaggedArray
 from dotformer.data.read.types import Pair
 from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from dotformer.errors import ConfigError, DataError
+
+_Batch = TypeVar("_Batch", bound="TensorBatch")
 
 
 class EncodedPair(NamedTuple):
@@ -74,8 +76,26 @@ def encode_pairs(pairs: Sequence[Pair], src_tok: Tokenizer, tgt_tok: Tokenizer) 
     return [EncodedPair(src, tgt) for src, tgt in zip(sources, targets, strict=True)]
 
 
+class TensorBatch:
+    """What every batch has (:class:`Batch`, :class:`~dotformer.data.batch.labelled.LabelledBatch`): ``src`` (B, S)
+    first, and its tensors moved to a device together."""
+
+    src: Tensor
+
+    @property
+    def size(self) -> int:
+        """B, the number of examples."""
+        return int(self.src.shape[0])
+
+    def to(self: _Batch, device: torch.device | str, non_blocking: bool = False) -> _Batch:
+        """The same batch with its tensors on ``device``."""
+        values = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}  # type: ignore[arg-type]
+        moved = {name: v.to(device, non_blocking=non_blocking) for name, v in values.items() if torch.is_tensor(v)}
+        return dataclasses.replace(self, **moved)  # type: ignore[type-var]
+
+
 @dataclass(frozen=True)
-class Batch:
+class Batch(TensorBatch):
     """A padded batch for teacher-forced training (paper §3: the decoder sees the target shifted right).
 
     Attributes:
@@ -99,20 +119,6 @@ class Batch:
         """(B, 1, 1, S) bool, True at real source tokens: the key-padding mask the model builds itself from ``src``
         (``Transformer.source_mask``); kept for callers that read it, computed on demand."""
         return (self.src != PAD_ID)[:, None, None, :]  # (B, 1, 1, S)
-
-    @property
-    def size(self) -> int:
-        """B, the number of examples."""
-        return int(self.src.shape[0])
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """The same batch with its tensors on ``device``."""
-        return dataclasses.replace(
-            self,
-            src=self.src.to(device, non_blocking=non_blocking),
-            tgt_in=self.tgt_in.to(device, non_blocking=non_blocking),
-            tgt_out=self.tgt_out.to(device, non_blocking=non_blocking),
-        )
 
     def without_targets(self) -> Batch:
         """The batch with nothing scored (every label PAD): a rank's stand-in in the last, short step of an epoch
@@ -444,16 +450,19 @@ class BatchSampler:
         return [f"{len(self.examples):,} train / {valid:,} valid pairs",
                 f"vocabulary {src.vocab_size:,} -> {tgt.vocab_size:,}", f"<= {max_tokens:,} tokens"]  # fmt: skip
 
+    def padded_sides(self) -> tuple[np.ndarray, ...]:
+        """Per tensor of a batch, (N,) int64: the padded length each example needs in it (source + EOS, target +
+        BOS/EOS)."""
+        return self.examples.src.lengths + 1, self.examples.tgt.lengths + 1
+
     def padding_fraction(self, plan: BatchPlan) -> float:
         """The :func:`padding_fraction` of the batches of ``plan``, counted from the lengths (nothing is collated):
-        a batch of B examples has B·S + B·T cells, S and T its longest source + EOS and target + BOS/EOS."""
+        a batch of B examples has B·L cells per tensor, L its longest example there (:meth:`padded_sides`)."""
         if len(plan) == 0:
             return 0.0
-        src = (self.examples.src.lengths + 1)[plan.rows]
-        tgt = (self.examples.tgt.lengths + 1)[plan.rows]
-        first = plan.starts[:-1]
-        cells = np.diff(plan.starts) * (np.maximum.reduceat(src, first) + np.maximum.reduceat(tgt, first))
-        real = np.add.reduceat(src, first) + np.add.reduceat(tgt, first)
+        sides, first = [side[plan.rows] for side in self.padded_sides()], plan.starts[:-1]
+        cells = np.diff(plan.starts) * sum(np.maximum.reduceat(side, first) for side in sides)
+        real = sum(np.add.reduceat(side, first) for side in sides)
         total = int(cells[plan.order].sum())
         return 1.0 - int(real[plan.order].sum()) / total if total else 0.0
 

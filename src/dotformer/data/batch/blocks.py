@@ -24,17 +24,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from dotformer.data.batch.batching import Batch, BatchPlan, BatchSampler, check_sampler_arguments
+from dotformer.data.prepared.text_kind import PreparedText
 from dotformer.data.tokenize.tokenizers import Tokenizer
 from dotformer.errors import ConfigError, DataError
-
-if TYPE_CHECKING:
-    from dotformer.data.prepared.text_kind import PreparedText
 
 HASH_TOKENS = 1 << 20  # tokens of the stream hashed at a time for the sampler's fingerprint
 

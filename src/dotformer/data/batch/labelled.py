@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dotformer.data.batch.batching import BatchPlan, BatchSampler, gather
+from dotformer.data.batch.batching import BatchSampler, TensorBatch, gather
 from dotformer.data.prepared.arrays import LabelledArrays, RaggedArray
 from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID, Tokenizer
 from dotformer.data.tokenize.words import IGNORE_LABEL
@@ -233,7 +233,7 @@ def encode_texts(texts: Sequence[str], tokenizer: Tokenizer, eos: bool = False) 
 
 
 @dataclass(frozen=True)
-class LabelledBatch:
+class LabelledBatch(TensorBatch):
     """A padded batch for an encoder (module docstring).
 
     Attributes:
@@ -255,19 +255,6 @@ class LabelledBatch:
     def scored(self) -> Tensor:
         """``labels``' shape, bool: True where a label is scored (a position, or a text)."""
         return self.labels != IGNORE_LABEL
-
-    @property
-    def size(self) -> int:
-        """B, the number of examples."""
-        return int(self.src.shape[0])
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> LabelledBatch:
-        """The same batch with its tensors on ``device``."""
-        return dataclasses.replace(
-            self,
-            src=self.src.to(device, non_blocking=non_blocking),
-            labels=self.labels.to(device, non_blocking=non_blocking),
-        )
 
     def without_targets(self) -> LabelledBatch:
         """The batch with nothing scored: a rank's stand-in in the last, short step of an epoch budget (the forward
@@ -318,57 +305,27 @@ class LabelledSampler(BatchSampler):
     masked kind).
 
     Args:
-        data: the examples. max_tokens, seed, shuffle, rank, world_size: as :class:`BatchSampler`.
+        examples: the examples (:class:`LabelledExamples`). max_tokens, seed, shuffle, rank, world_size: as
+            :class:`BatchSampler`.
 
     Raises:
         ConfigError, DataError: as :class:`BatchSampler`.
     """
 
-    def __init__(
-        self,
-        data: LabelledExamples,
-        max_tokens: int,
-        seed: int = 0,
-        shuffle: bool = True,
-        rank: int = 0,
-        world_size: int = 1,
-    ) -> None:
-        super().__init__(data, max_tokens, seed, shuffle, rank, world_size)
-        self.data = data
+    examples: LabelledExamples
 
     def describe_length(self, i: int) -> str:
         return f"[BOS] + {int(self.examples.sizes[i])} tokens + [EOS]"
 
     def make_batch(self, indices: Sequence[int] | np.ndarray, epoch: int) -> LabelledBatch:  # type: ignore[override]
         """The batch of the examples ``indices`` of ``epoch`` (masked as epoch 0 in evaluation)."""
-        return collate_labelled(self.data, indices, self.seed, epoch)
+        return collate_labelled(self.examples, indices, self.seed, epoch)
 
     def data_line(self, valid: int, src: Tokenizer, tgt: Tokenizer, objective: str, max_tokens: int) -> list[str]:
         """Examples and the objective, the vocabulary, the size of a batch."""
         return [f"{len(self.examples):,} train / {valid:,} valid examples, objective {objective}",
                 f"vocabulary {tgt.vocab_size:,}", f"<= {max_tokens:,} tokens"]  # fmt: skip
 
-    def padding_fraction(self, plan: BatchPlan) -> float:
-        """Share of PAD cells among the inputs of the batches of ``plan``, counted from the lengths: a batch of B
-        examples has B·S cells, S its longest ``[BOS] ids [EOS]``."""
-        if len(plan) == 0:
-            return 0.0
-        lengths = self.data.lengths[plan.rows]
-        first = plan.starts[:-1]
-        cells = np.diff(plan.starts) * np.maximum.reduceat(lengths, first)
-        total = int(cells[plan.order].sum())
-        return 1.0 - int(np.add.reduceat(lengths, first)[plan.order].sum()) / total if total else 0.0
-
-
-__all__ = [
-    "LabelledBatch",
-    "LabelledExamples",
-    "LabelledSampler",
-    "Masking",
-    "check_block_size",
-    "collate_labelled",
-    "encode_texts",
-    "labelled_examples",
-    "mask_tokens",
-    "masked_examples",
-]
+    def padded_sides(self) -> tuple[np.ndarray, ...]:
+        """The inputs alone: each example's ``[BOS] ids [EOS]``."""
+        return (self.examples.lengths,)

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from dotformer.data.prepared.fingerprint import changed_inputs, fingerprint, json_digest
 from dotformer.data.prepared.kinds import Prepared, kind_of, open_prepared
 from dotformer.data.prepared.layout import REPORT_FILE
@@ -77,8 +79,6 @@ def prepared_for(
     Raises:
         DataError: the wait took longer than ``wait_seconds``; else what preparing raises.
     """
-    from filelock import FileLock, Timeout
-
     root = default_cache_root() if cache_root is None else Path(cache_root).expanduser()
     kind = kind_of(config)
     settings = kind.settings(seed, tokenizers, sample_lines)

@@ -14,14 +14,12 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from dotformer.data.config import DataConfig, EncoderDataConfig, LMDataConfig
 from dotformer.data.read.bible import find_modules, resolve_module, sword_libraries
+from dotformer.data.tokenize.tokenizers import Tokenizer
 from dotformer.errors import DotformerError
-
-if TYPE_CHECKING:
-    from dotformer.data.config import DataConfig, EncoderDataConfig, LMDataConfig
-    from dotformer.data.tokenize.tokenizers import Tokenizer
 
 HASH_CHUNK_BYTES = 1 << 20  # a file is hashed 1 MiB at a time
 FINGERPRINT_CHARS = 24  # hex characters of a fingerprint (96 bits)

@@ -24,7 +24,7 @@ from typing import Any
 from dotformer.data.prepared.labelled_kind import LabelledKind, PreparedLabelled
 from dotformer.data.prepared.layout import REPORT_FILE, read_report
 from dotformer.data.prepared.pair_kind import PairsKind, PreparedPairs
-from dotformer.data.prepared.skeleton import CHUNK_EXAMPLES, DEFAULT_SAMPLE_LINES, DataKind
+from dotformer.data.prepared.skeleton import DEFAULT_SAMPLE_LINES, DataKind
 from dotformer.data.prepared.text_kind import PreparedText, TextKind
 from dotformer.errors import DataError
 
@@ -68,7 +68,3 @@ def open_prepared(directory: str | Path) -> Prepared:
     if kind not in KINDS:
         raise DataError(f"{Path(directory) / REPORT_FILE}: unknown kind of prepared data {kind!r}")
     return KINDS[kind].open(directory)  # type: ignore[no-any-return]
-
-
-__all__ = ["CHUNK_EXAMPLES", "DEFAULT_SAMPLE_LINES", "KINDS", "Prepared", "fingerprint_of", "kind_of", "open_prepared",
-           "prepare"]  # fmt: skip

@@ -1,23 +1,16 @@
-"""Preparing a classifier's or a tagger's data once: labelled texts read in passes, split, their label names taken
-from the training split, one tokenizer learned on a sample, every text encoded in chunks into memory-mapped arrays
-with its labels (the ``labelled`` kind of :mod:`dotformer.data.prepared`).
-
-The passes are the skeleton's (:mod:`dotformer.data.prepared.skeleton`), over a
+"""Labelled texts of a classifier or a tagger (the ``labelled`` kind of :mod:`dotformer.data.prepared`), prepared in
+the skeleton's passes (:mod:`dotformer.data.prepared.skeleton`) over a
 :class:`~dotformer.data.read.labelled_reader.LabelledReader` (a file streamed a block at a time; the Bible's verses with
-their genres), holding a chunk at a time, never the corpus:
+their genres). What differs from a text's preparation:
 
-1. **count**: the texts, and the Bible's books; the split is dealt as a language model's text is
-   (:func:`~dotformer.data.prepared.skeleton.held_out_split`: given valid/test files, or whole books of the Bible held
-   out,
-   ``test_books`` or at random; each text of a file on its own), and ``limit`` keeps a seeded sample of the training
-   texts (a file's first lines may all have one label);
-2. **labels**: the label names are the training split's, sorted (a tagger's: of its words); a held-out text whose
-   label is not among them is refused here, before anything is written (the model could not predict it);
-3. **sample** (only when a tokenizer is learned): as a text's;
-4. **encode**: each text's ids (no BOS/EOS: batching adds them, and cuts a text to the block size then), and its
-   label id (``SPLIT.labels.npy``) or a label per token aligned with its ids (``SPLIT.tags``: each word's label on
-   its first real token, or on every one, :mod:`dotformer.data.tokenize.words`; -100 elsewhere); the valid and test
-   texts are written beside them as ``TEXT<TAB>LABEL`` (``WORDS<TAB>LABELS``) lines, what ``evaluate`` scores.
+* the split: each text of a file is held out on its own (the Bible's whole books), and ``limit`` keeps a seeded
+  sample of the training texts (a file's first lines may all have one label);
+* the labels: their names are the training split's, sorted (a tagger's: of its words); a held-out text whose label
+  is not among them is refused before anything is written (the model could not predict it);
+* the encoding: each text's ids (no BOS/EOS: batching adds them, and cuts a text to the block size then), and its
+  label id (``SPLIT.labels.npy``) or a label per token aligned with its ids (``SPLIT.tags``: each word's label on
+  its first real token, or on every one, :mod:`dotformer.data.tokenize.words`; -100 elsewhere); the valid and test
+  texts are written beside them as ``TEXT<TAB>LABEL`` (``WORDS<TAB>LABELS``) lines, what ``evaluate`` scores.
 
 No torch here.
 """
@@ -41,12 +34,12 @@ from dotformer.data.prepared.layout import REPORT_FILE, UNUSED, PreparedData, Sp
 from dotformer.data.prepared.skeleton import (
     DataKind,
     Reading,
-    check_unknown_share,
+    UnknownCount,
     chunks,
     held_out_split,
     scan_source,
-    text_tokenizer,
     tokenizer_report,
+    training_chunks,
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TEST, TRAIN, VALID
 from dotformer.data.prepared.writing import SplitWriters
@@ -63,7 +56,7 @@ from dotformer.data.read.labelled_reader import (
     unknown_label,
 )
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair
-from dotformer.data.tokenize.tokenizers import UNK_ID, EncodedChunk, Tokenizer
+from dotformer.data.tokenize.tokenizers import EncodedChunk, Tokenizer
 from dotformer.data.tokenize.words import WordPieces, token_labels
 from dotformer.errors import ConfigError, DataError
 
@@ -79,8 +72,7 @@ class PreparedLabelled(PreparedData):
     of each text with its label id (classify) or a label id per token (tag).
 
     Attributes:
-        directory: the prepared directory.
-        report: ``prepared.json``.
+        directory, report: the prepared directory, its ``prepared.json``.
         tokenizer: the one tokenizer.
         splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.prepared.arrays.LabelledArrays`.
     """
@@ -149,6 +141,9 @@ class LabelledKind(DataKind):
         """A random split, or a ``limit`` (a seeded sample of the training texts)."""
         return self.config.valid is None or self.config.limit is not None
 
+    def text_of(self, item: LabelledText) -> str:
+        return item.text
+
     def check(self) -> None:
         if self.config.task not in LABELLED_TASKS:
             raise ConfigError(f"labelled texts are prepared for --task classify or tag, not {self.config.task}")
@@ -179,20 +174,48 @@ class LabelledKind(DataKind):
         reading.info["labels"] = _label_names(reader, scan.used, split, given, config)
         return reading
 
-    def tokenizers(
-        self, directory: Path, reading: Reading, given: Any, sample_lines: int
-    ) -> tuple[TokenizerPair, dict[str, Any]]:
-        texts = (item.text for item, _ in reading.source.records())
-        one = given if isinstance(given, Tokenizer) else None
-        tokenizer, sample = text_tokenizer(directory, self.config, texts, reading.scan.used, reading.split, one,
-                                           sample_lines, "texts")  # fmt: skip
-        return TokenizerPair(tokenizer, tokenizer), sample
-
     def encode(self, directory: Path, reading: Reading, tokenizers: TokenizerPair, chunk: int) -> dict[str, Any]:
-        written = encode_labelled(directory, reading.source, reading.scan.used, reading.split, reading.given,
-                                  tokenizers.src, reading.info["labels"], self.config, chunk, self)  # fmt: skip
-        check_unknown_share(self.config, written["train"])
-        return written
+        """Pass 3 (after the labels): every text's ids and labels into its split's arrays, the valid/test texts
+        written as lines; per split the texts and tokens, and the training tokens read as <unk> (how many, and their
+        share).
+
+        Raises:
+            DataError: a tokenizer file that reads more than half of the training text as <unk>; a tagger's word that
+                encodes to no token.
+        """
+        config, given, tokenizer, names = self.config, reading.given, tokenizers.src, reading.info["labels"]
+        index = {name: i for i, name in enumerate(names)}
+        label_dtype = LABEL_DTYPE if len(names) <= np.iinfo(LABEL_DTYPE).max else np.dtype(np.int32)
+        tagging = config.task == "tag"
+        pieces = WordPieces(tokenizer) if tagging else None
+
+        def encode(items: Sequence[LabelledText], where: str) -> tuple[tuple[EncodedChunk, ...], np.ndarray | None]:
+            """The ids of ``items`` (and a tagger's labels per token; or a classifier's label per text)."""
+            if pieces is None:
+                labels = np.fromiter((index.get(item.label, NO_LABEL) for item in items), np.int64, len(items))
+                return (tokenizer.encode_arrays([item.text for item in items]),), labels
+            try:
+                tokens = pieces.encode_sentences([item.text.split() for item in items])
+            except DataError as exc:
+                raise DataError(f"{where}: {exc}; a word needs a token to carry its label") from None
+            word_labels = _word_labels((item.label for item in items), index, len(tokens.word_lengths))
+            return (tokens.ids, token_labels(tokens, word_labels, config.label_subtokens)), None
+
+        sides = ("text", "tags") if tagging else ("text",)
+        dtypes = (token_dtype(tokenizer.vocab_size), label_dtype)[: len(sides)]
+        unknown = UnknownCount()
+        with SplitWriters(directory, sides, dtypes, self, None if tagging else label_dtype) as out:
+            for items, codes in training_chunks(reading, chunk):
+                encoded, labels = encode(items, reading.source.name)
+                unknown.add(encoded[0], codes == TRAIN)
+                for code, name in enumerate(SPLIT_NAMES):
+                    out.write(name, codes == code, encoded, items if name not in given else (), labels)
+            for role, texts in given.items():
+                rows = [LabelledText(text, label) for text, label in zip(texts.texts, texts.labels, strict=True)]
+                for items in chunks(rows, chunk):
+                    encoded, labels = encode(items, texts.name)
+                    out.write(role, np.ones(len(items), dtype=bool), encoded, items, labels)
+        return unknown.checked(config, out.summary())
 
     def report(
         self, reading: Reading, written: dict[str, Any], tokenizers: TokenizerPair, sample: dict[str, Any], seed: int
@@ -278,54 +301,6 @@ def _label_names(
         if unknown:
             raise unknown_label(unknown[0], names, f"{where} (the {role} split)")
     return names
-
-
-def encode_labelled(
-    directory: Path, reader: LabelledReader, used: int, split: np.ndarray, given: dict[str, LabelledTexts],
-    tokenizer: Tokenizer, names: list[str], config: EncoderDataConfig, chunk: int, kind: LabelledKind,
-) -> dict[str, Any]:  # fmt: skip
-    """Pass 3 (after the labels): every text's ids and labels into its split's arrays, the valid/test texts written
-    as lines; per split
-    the texts and tokens, and the training tokens read as <unk> (how many, and their share)."""
-    index = {name: i for i, name in enumerate(names)}
-    label_dtype = LABEL_DTYPE if len(names) <= np.iinfo(LABEL_DTYPE).max else np.dtype(np.int32)
-    tagging = config.task == "tag"
-    pieces = WordPieces(tokenizer) if tagging else None
-
-    def encode(items: Sequence[LabelledText], where: str) -> tuple[tuple[EncodedChunk, ...], np.ndarray | None]:
-        """The ids of ``items`` (and a tagger's labels per token; or a classifier's label per text)."""
-        if pieces is None:
-            labels = np.fromiter((index.get(item.label, NO_LABEL) for item in items), np.int64, len(items))
-            return (tokenizer.encode_arrays([item.text for item in items]),), labels
-        try:
-            tokens = pieces.encode_sentences([item.text.split() for item in items])
-        except DataError as exc:
-            raise DataError(f"{where}: {exc}; a word needs a token to carry its label") from None
-        word_labels = _word_labels((item.label for item in items), index, len(tokens.word_lengths))
-        return (tokens.ids, token_labels(tokens, word_labels, config.label_subtokens)), None
-
-    sides = ("text", "tags") if tagging else ("text",)
-    dtypes = (token_dtype(tokenizer.vocab_size), label_dtype)[: len(sides)]
-    unknown = tokens = 0
-    with SplitWriters(directory, sides, dtypes, kind, None if tagging else label_dtype) as out:
-        start = 0
-        for items in chunks((item for item, _ in islice(reader.records(), used)), chunk):
-            codes = split[start : start + len(items)]
-            start += len(items)
-            encoded, labels = encode(items, reader.name)
-            train = np.repeat(codes == TRAIN, encoded[0].lengths)
-            unknown += int((encoded[0].ids[train] == UNK_ID).sum())
-            tokens += int(train.sum())
-            for code, name in enumerate(SPLIT_NAMES):
-                out.write(name, codes == code, encoded, items if name not in given else (), labels)
-        for role, texts in given.items():
-            rows = [LabelledText(text, label) for text, label in zip(texts.texts, texts.labels, strict=True)]
-            for items in chunks(rows, chunk):
-                encoded, labels = encode(items, texts.name)
-                out.write(role, np.ones(len(items), dtype=bool), encoded, items, labels)
-    summary = out.summary()
-    summary["train"].update(unknown=unknown, unknown_share=unknown / tokens if tokens else 0.0)
-    return summary
 
 
 def _word_labels(labels: Iterable[list[str]], index: dict[str, int], words: int) -> np.ndarray:

@@ -70,7 +70,7 @@ def labels_file(directory: Path, split: str) -> Path:
 
 
 class PreparedData:
-    """What the handles of every kind share: the directory, its report, and what the report says.
+    """What the handles of every kind share: the directory, its report (``prepared.json``), and what the report says.
 
     Class attributes (each kind's handle sets them):
         held_out_suffix: ``tsv`` or ``txt``, the held-out splits' text files (``DIR/valid.SUFFIX``).
@@ -143,7 +143,13 @@ class PreparedData:
             raise DataError(f"{self.directory}: the text of the {split!r} split is not kept (valid and test are)")
         return self.text_file(split)
 
-    def _texts(self, split: str) -> list[str]:
+    def texts(self, split: SplitName) -> Any:
+        """The lines of ``valid`` or ``test`` as text (``DIR/SPLIT.txt`` or ``.tsv``; a kind reads them as its
+        examples).
+
+        Raises:
+            DataError: ``train`` (its text is not kept: it is the source's, which the kind reads again).
+        """
         path = self._text_path(split)
         return split_lines(path.read_text(encoding="utf-8")) if path.stat().st_size else []
 

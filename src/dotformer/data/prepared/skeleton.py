@@ -40,17 +40,16 @@ from dotformer.data.prepared.layout import (
     SPLIT_FILE,
     SRC_TOKENIZER_FILE,
     TGT_TOKENIZER_FILE,
-    UNUSED,
     PreparedData,
     array_stem,
     read_report,
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TRAIN, VALID, GroupIndex, assign_splits
 from dotformer.data.prepared.writing import writing_directory
-from dotformer.data.read.bible import book_ids
+from dotformer.data.read.text_corpus import check_books
 from dotformer.data.read.types import Pair
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair, load_tokenizer, read_tokenizer_file, train_tokenizer
-from dotformer.data.tokenize.tokenizers import Tokenizer
+from dotformer.data.tokenize.tokenizers import MASK_TOKEN, UNK_ID, EncodedChunk, Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 DEFAULT_SAMPLE_LINES = 1_000_000  # training examples a tokenizer learns from at most
@@ -125,16 +124,21 @@ class DataKind(ABC):
         return {key: value for key, value in self.config.to_dict().items() if key not in skipped}
 
     def given_digests(self, tokenizers: Any) -> list[Any]:
-        """The hashes of the tokenizers given (fine-tuning), as the fingerprint records them: one tokenizer's."""
+        """The hashes of the tokenizers given (fine-tuning), as the fingerprint records them: one tokenizer's, or a
+        pair's (and whether its two are one)."""
+        if isinstance(tokenizers, TokenizerPair):
+            src, tgt = tokenizers
+            return [tokenizer_digest(src), tokenizer_digest(tgt), src is tgt]
         return [tokenizer_digest(tokenizers)]
 
     def settings(self, seed: int, tokenizers: Any = None, sample_lines: int = DEFAULT_SAMPLE_LINES) -> dict[str, Any]:
         """Everything but the input files' contents that prepared data depends on: the kind, the format, the data
         config (:meth:`settings_data`), the seed when it matters (:meth:`uses_seed`), the tokenizer sample, the
-        ``tokenizers`` library's version and the given tokenizers' hashes."""
+        ``tokenizers`` library's version and the given tokenizers' hashes; a masked language model's mask token (its
+        tokenizer is learned with it)."""
         import tokenizers as hf_tokenizers
 
-        return {
+        settings = {
             "kind": self.name,
             "format": FORMAT_VERSION,
             "data": self.settings_data(),
@@ -143,6 +147,7 @@ class DataKind(ABC):
             "tokenizers_library": hf_tokenizers.__version__,
             "given_tokenizers": None if tokenizers is None else self.given_digests(tokenizers),
         }
+        return {**settings, "mask_token": MASK_TOKEN} if self.masked else settings
 
     def fingerprint(
         self, seed: int, tokenizers: Any = None, sample_lines: int = DEFAULT_SAMPLE_LINES,
@@ -183,7 +188,9 @@ class DataKind(ABC):
         """
         started = time.monotonic()
         self.check()
-        check_sizes(sample_lines, chunk)
+        for name, value in (("sample_lines", sample_lines), ("chunk", chunk)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive number of examples, got {value!r}")
         inputs = self.inputs() if inputs is None else inputs
         settings = self.settings(seed, tokenizers, sample_lines)
         reading = self.read(seed)
@@ -220,12 +227,40 @@ class DataKind(ABC):
             DataError: nothing left to train on, or a source that cannot be read.
         """
 
-    @abstractmethod
+    masked: bool = False  # whether its one tokenizer is a masked language model's (learned with <mask>)
+
+    def text_of(self, item: Any) -> str:
+        """The text of one example of the training source (what a learned tokenizer reads)."""
+        return str(item)
+
     def tokenizers(
         self, directory: Path, reading: Reading, given: Any, sample_lines: int
     ) -> tuple[TokenizerPair, dict[str, Any]]:
-        """Pass 2: the tokenizers (given, read from files, or learned on a sample of the training examples) as a
-        pair (one tokenizer twice for one vocabulary), and what the report says of the sample (its ``line``)."""
+        """Pass 2: the tokenizers (given, read from files, or learned on a sample of the training examples, written to
+        a file of ``directory`` for the time it takes) as a pair, and what the report says of the sample (its
+        ``line``). Here a kind of one tokenizer (a text, labelled texts), as a pair of it twice; a masked language
+        model's (:attr:`masked`) is learned with ``<mask>``, and must have a mask token.
+
+        Raises:
+            DataError: a masked language model's tokenizer without a mask token.
+        """
+        config, mask = self.config, self.masked
+        if isinstance(given, Tokenizer):
+            tokenizer, sample = given, {"given": True, "line": "tokenizer: given"}
+        elif config.tokenizer_file:
+            tokenizer = read_tokenizer_file(config.tokenizer_file)
+            sample = {"given": True, "line": f"tokenizer: read from {config.tokenizer_file}"}
+        else:
+            chosen, train_count = sample_mask(reading.split, sample_lines)
+            texts = islice((self.text_of(item) for item, _ in reading.source.records()), reading.scan.used)
+            with SampleFile(directory, (text for i, text in enumerate(texts) if chosen[i])) as file:
+                tokenizer = train_tokenizer(config.tokenizer, file, config.vocab_size, mask=mask)
+            sample = sample_report(config.tokenizer + (" with <mask>" if mask else ""), file.count, train_count,
+                                   sample_lines, self.unit)  # fmt: skip
+        if mask and tokenizer.mask_id is None:
+            where = config.tokenizer_file if not isinstance(given, Tokenizer) else "the tokenizer given"
+            raise DataError(f"{where}: the vocabulary has no mask token (<mask> or [MASK]) for a masked language model")
+        return TokenizerPair(tokenizer, tokenizer), sample
 
     @abstractmethod
     def encode(self, directory: Path, reading: Reading, tokenizers: TokenizerPair, chunk: int) -> dict[str, Any]:
@@ -336,11 +371,6 @@ def deal(
                          test_groups, together, name)  # fmt: skip
 
 
-def with_unused(split: np.ndarray, count: int) -> np.ndarray:
-    """``split`` extended to every example of the source: those past a limit are :data:`UNUSED`."""
-    return np.concatenate([split, np.full(count - len(split), UNUSED, dtype=np.uint8)])
-
-
 def sample_mask(split: np.ndarray, sample_lines: int) -> tuple[np.ndarray, int]:
     """Which examples teach the tokenizers: every training one, or ``sample_lines`` of them drawn with
     :data:`SAMPLE_SEED`; and the number of training examples."""
@@ -350,36 +380,6 @@ def sample_mask(split: np.ndarray, sample_lines: int) -> tuple[np.ndarray, int]:
     mask = np.zeros(len(split), dtype=bool)
     mask[train] = True
     return mask, int((split == TRAIN).sum())
-
-
-def text_tokenizer(
-    directory: Path, config: Any, texts: Iterable[str], used: int, split: np.ndarray, given: Tokenizer | None,
-    sample_lines: int, unit: str, masked: bool = False,
-) -> tuple[Tokenizer, dict[str, Any]]:  # fmt: skip
-    """Pass 2 of a text (or of labelled texts): its one tokenizer, given, read from a file, or learned on a sample
-    of the training texts (``texts``: the source's texts in order, read only to learn one; ``unit``: what the report
-    calls them); a masked language model's (``masked``) is learned with ``<mask>``, and must have a mask token.
-
-    Raises:
-        DataError: a masked language model's tokenizer without a mask token.
-    """
-
-    mask = masked
-    if given is not None:
-        tokenizer, sample = given, {"given": True, "line": "tokenizer: given"}
-    elif config.tokenizer_file:
-        tokenizer = read_tokenizer_file(config.tokenizer_file)
-        sample = {"given": True, "line": f"tokenizer: read from {config.tokenizer_file}"}
-    else:
-        chosen, train_count = sample_mask(split, sample_lines)
-        with SampleFile(directory, (text for i, text in enumerate(islice(texts, used)) if chosen[i])) as file:
-            tokenizer = train_tokenizer(config.tokenizer, file, config.vocab_size, mask=mask)
-        sample = sample_report(config.tokenizer + (" with <mask>" if mask else ""), file.count, train_count,
-                               sample_lines, unit)  # fmt: skip
-    if mask and tokenizer.mask_id is None:
-        where = config.tokenizer_file if given is None else "the tokenizer given"
-        raise DataError(f"{where}: the vocabulary has no mask token (<mask> or [MASK]) for a masked language model")
-    return tokenizer, sample
 
 
 class SampleFile:
@@ -428,26 +428,15 @@ def chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield piece
 
 
-def text_books(source: Any, books: Sequence[str] | None) -> list[str]:
-    """OSIS ids of ``books`` held out of a Bible (none for none).
-
-    Raises:
-        ConfigError: the text is no Bible, or a name matches no book.
-    """
-    if not books:
-        return []
-    if not source.is_bible:
-        raise ConfigError(f"test books hold out Bible books; {source.name} is not a Bible (use --test FILE)")
-    return book_ids(books)
+def training_chunks(reading: Reading, size: int) -> Iterator[tuple[list[Any], np.ndarray]]:
+    """Pass 3 over the training source: its used examples in lists of ``size``, each with their split codes."""
+    start = 0
+    for items in chunks((item for item, _ in islice(reading.source.records(), reading.scan.used)), size):
+        yield items, reading.split[start : start + len(items)]
+        start += len(items)
 
 
 # --- checks, the report -------------------------------------------------------------------------------------------
-
-
-def check_sizes(sample_lines: int, chunk: int) -> None:
-    for name, value in (("sample_lines", sample_lines), ("chunk", chunk)):
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{name} must be a positive number of examples, got {value!r}")
 
 
 def held_out_split(
@@ -464,7 +453,7 @@ def held_out_split(
     """
     info: dict[str, Any] = {"random": config.valid is None, "corpus": source.name}
     if config.valid is None:
-        books = text_books(source, config.test_books)
+        books = check_books(source, config.test_books)
         test_fraction = 0.0 if "test" in given else config.test_fraction
         try:
             split = deal(scan, seed, config.valid_fraction, test_fraction, books or None, True, source.name)
@@ -485,20 +474,34 @@ def held_out_split(
     return split, info
 
 
-def check_unknown_share(config: Any, train: dict[str, Any]) -> None:
-    """Refuse a tokenizer file that reads more than :data:`MAX_UNKNOWN_SHARE` of the training tokens as <unk> (the
-    tokenizer of another text: the model would learn <unk>); ``train``: the training split's counts (its
-    ``unknown_share``).
+class UnknownCount:
+    """The training tokens read as <unk>, counted chunk by chunk; a tokenizer file that reads more than
+    :data:`MAX_UNKNOWN_SHARE` of them as <unk> is refused (the tokenizer of another text: the model would learn
+    <unk>)."""
 
-    Raises:
-        DataError: naming the file and the share.
-    """
-    share = train["unknown_share"]
-    if config.tokenizer_file and share > MAX_UNKNOWN_SHARE:
-        raise DataError(
-            f"{config.tokenizer_file}: {share:.0%} of the training text's tokens are unknown to this tokenizer "
-            f"(<unk>): is it the tokenizer of this text?"
-        )
+    def __init__(self) -> None:
+        self.unknown = self.tokens = 0
+
+    def add(self, encoded: EncodedChunk, train: np.ndarray) -> None:
+        """Count the ids of the texts of ``encoded`` that ``train`` ((n,) bool) selects."""
+        ids = np.repeat(train, encoded.lengths)
+        self.unknown += int((encoded.ids[ids] == UNK_ID).sum())
+        self.tokens += int(ids.sum())
+
+    def checked(self, config: Any, summary: dict[str, Any]) -> dict[str, Any]:
+        """``summary`` with the count in its training split (``unknown`` and ``unknown_share``).
+
+        Raises:
+            DataError: ``config.tokenizer_file`` reads too many training tokens as <unk> (the file and the share named).
+        """
+        share = self.unknown / self.tokens if self.tokens else 0.0
+        summary["train"].update(unknown=self.unknown, unknown_share=share)
+        if config.tokenizer_file and share > MAX_UNKNOWN_SHARE:
+            raise DataError(
+                f"{config.tokenizer_file}: {share:.0%} of the training text's tokens are unknown to this tokenizer "
+                f"(<unk>): is it the tokenizer of this text?"
+            )
+        return summary
 
 
 def tokenizer_report(src: Tokenizer, tgt: Tokenizer, sample: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +29,20 @@ from dotformer.data.prepared.arrays import RaggedArray, token_dtype
 from dotformer.data.prepared.fingerprint import InputFile, text_inputs
 from dotformer.data.prepared.layout import REPORT_FILE, UNUSED, PreparedData, SplitName
 from dotformer.data.prepared.skeleton import (
-    DEFAULT_SAMPLE_LINES,
     DataKind,
     Reading,
-    check_unknown_share,
+    UnknownCount,
     chunks,
     held_out_split,
     scan_source,
-    text_tokenizer,
     tokenizer_report,
+    training_chunks,
 )
 from dotformer.data.prepared.splits import SPLIT_NAMES, TRAIN
 from dotformer.data.prepared.writing import SplitWriters
 from dotformer.data.read.text_corpus import TextReader, pieces, read_file_text
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair
-from dotformer.data.tokenize.tokenizers import MASK_TOKEN, UNK_ID, Tokenizer
+from dotformer.data.tokenize.tokenizers import Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 # a task's data config fields decided when batching, so no part of its prepared data: a language model's block size,
@@ -58,8 +56,7 @@ class PreparedText(PreparedData):
     its tokenizer and, per split, its lines as one mapped token stream.
 
     Attributes:
-        directory: the prepared directory.
-        report: ``prepared.json``.
+        directory, report: the prepared directory, its ``prepared.json``.
         tokenizer: the one tokenizer.
         splits: ``"train"``, ``"valid"``, ``"test"`` -> :class:`~dotformer.data.prepared.arrays.RaggedArray` whose rows
             are the lines (ids, then EOS; a document's: the pieces that start in the line, BOS first when its family
@@ -99,14 +96,6 @@ class PreparedText(PreparedData):
     def characters(self, split: SplitName) -> int:
         """C, the characters of ``split``, each line end counted as one (bits per character need it)."""
         return int(self.report["splits"][split]["characters"])
-
-    def texts(self, split: SplitName) -> list[str]:
-        """The lines of ``valid`` or ``test`` as text (``DIR/SPLIT.txt``).
-
-        Raises:
-            DataError: ``train`` (:meth:`training_lines` reads it).
-        """
-        return self._texts(split)
 
     def training_lines(self) -> Iterator[str]:
         """The training lines as text, in order, read again from the text (for a peer that trains on the same text).
@@ -151,13 +140,6 @@ class TextKind(DataKind):
         """Whether the text is read as a released tokenizer reads a document (an imported model's text)."""
         return getattr(self.config, "text_form", "lines") == "document"
 
-    def settings(self, seed: int, tokenizers: Any = None, sample_lines: int = DEFAULT_SAMPLE_LINES) -> dict[str, Any]:
-        """:meth:`DataKind.settings`, and a masked language model's mask token (its tokenizer is learned with it)."""
-        settings = super().settings(seed, tokenizers, sample_lines)
-        if self.masked:
-            settings["mask_token"] = MASK_TOKEN
-        return settings
-
     def read(self, seed: int) -> Reading:
 
         config = self.config
@@ -177,15 +159,6 @@ class TextKind(DataKind):
             info["limit"] = config.limit
         return Reading(source, scan, split, given, info)
 
-    def tokenizers(
-        self, directory: Path, reading: Reading, given: Any, sample_lines: int
-    ) -> tuple[TokenizerPair, dict[str, Any]]:
-        texts = (line for line, _ in reading.source.records())
-        one = given if isinstance(given, Tokenizer) else None
-        tokenizer, sample = text_tokenizer(directory, self.config, texts, reading.scan.used, reading.split, one,
-                                           sample_lines, "lines", self.masked)  # fmt: skip
-        return TokenizerPair(tokenizer, tokenizer), sample
-
     def encode(self, directory: Path, reading: Reading, tokenizers: TokenizerPair, chunk: int) -> dict[str, Any]:
         """Every line's ids and EOS into its split's array (a document: the split's lines of a chunk encoded as one
         text, a row per line, BOS first in the split when ``add_bos``), the valid/test lines written as text; per
@@ -195,26 +168,14 @@ class TextKind(DataKind):
         Raises:
             DataError: a tokenizer file that reads more than half of the training text as <unk>.
         """
-        source, used, split, given, tokenizer = (
-            reading.source,
-            reading.scan.used,
-            reading.split,
-            reading.given,
-            tokenizers.src,
-        )
-        unknown = tokens = 0
+        given, tokenizer, unknown = reading.given, tokenizers.src, UnknownCount()
         with SplitWriters(directory, ("text",), (token_dtype(tokenizer.vocab_size),), self) as out:
             if self.document:
-                unknown, tokens = self._encode_document(out, reading, tokenizer, chunk)
+                self._encode_document(out, reading, tokenizer, chunk, unknown)
             else:
-                start = 0
-                for lines in chunks((line for line, _ in islice(source.records(), used)), chunk):
-                    codes = split[start : start + len(lines)]
-                    start += len(lines)
+                for lines, codes in training_chunks(reading, chunk):
                     encoded = tokenizer.encode_arrays(lines)
-                    train = np.repeat(codes == TRAIN, encoded.lengths)
-                    unknown += int((encoded.ids[train] == UNK_ID).sum())
-                    tokens += int(train.sum())
+                    unknown.add(encoded, codes == TRAIN)
                     for code, name in enumerate(SPLIT_NAMES):
                         out.write(name, codes == code, (encoded.with_eos(),), lines if name not in given else ())
                 for role, held_out in given.items():
@@ -222,23 +183,18 @@ class TextKind(DataKind):
                         out.write(
                             role, np.ones(len(lines), dtype=bool), (tokenizer.encode_arrays(lines).with_eos(),), lines
                         )
-        summary = out.summary()
-        summary["train"].update(unknown=unknown, unknown_share=unknown / tokens if tokens else 0.0)
-        check_unknown_share(self.config, summary["train"])
-        return summary
+        return unknown.checked(self.config, out.summary())
 
     def _encode_document(
-        self, out: SplitWriters, reading: Reading, tokenizer: Tokenizer, chunk: int
-    ) -> tuple[int, int]:
+        self, out: SplitWriters, reading: Reading, tokenizer: Tokenizer, chunk: int, unknown: UnknownCount
+    ) -> None:
         """Write each split's lines as one document (module docstring): per chunk, the lines of each split encoded
-        together, a row per line; BOS before a split's first line when ``add_bos``. Returns the training tokens
-        read as <unk> and the training tokens."""
+        together, a row per line; BOS before a split's first line when ``add_bos``; the training tokens counted in
+        ``unknown``."""
         add_bos = bool(getattr(self.config, "add_bos", False))
         started: set[str] = set()
-        unknown = tokens = 0
 
         def write(name: str, lines: list[str], keep_text: bool) -> None:
-            nonlocal unknown, tokens
             if not lines:
                 return
             encoded = tokenizer.encode_document(lines)
@@ -246,14 +202,10 @@ class TextKind(DataKind):
                 encoded = encoded.with_bos()
             started.add(name)
             if name == SPLIT_NAMES[TRAIN]:
-                unknown += int((encoded.ids == UNK_ID).sum())
-                tokens += len(encoded.ids)
+                unknown.add(encoded, np.ones(len(lines), dtype=bool))
             out.write(name, np.ones(len(lines), dtype=bool), (encoded,), lines if keep_text else ())
 
-        start = 0
-        for lines in chunks((line for line, _ in islice(reading.source.records(), reading.scan.used)), chunk):
-            codes = reading.split[start : start + len(lines)]
-            start += len(lines)
+        for lines, codes in training_chunks(reading, chunk):
             for code, name in enumerate(SPLIT_NAMES):
                 write(
                     name, [line for line, c in zip(lines, codes, strict=True) if c == code], name not in reading.given
@@ -261,7 +213,6 @@ class TextKind(DataKind):
         for role, held_out in reading.given.items():
             for lines in chunks(held_out, chunk):
                 write(role, list(lines), True)
-        return unknown, tokens
 
     def report(
         self, reading: Reading, written: dict[str, Any], tokenizers: TokenizerPair, sample: dict[str, Any], seed: int

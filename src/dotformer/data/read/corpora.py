@@ -29,33 +29,7 @@ from dotformer.data.read.hf_datasets import HFReader
 from dotformer.data.read.parallel import ParallelReader
 from dotformer.data.read.synthetic import load_synthetic
 from dotformer.data.read.tsv import TsvReader
-from dotformer.data.read.types import (
-    DELIMITER_NAMES,
-    FILE_TASKS,
-    NAMED_SPECS,
-    NAMED_TASKS,
-    SOURCE_NAMES,
-    TARGET_NAMES,
-    TASKS,
-    Column,
-    Corpus,
-    CorpusOptions,
-    CorpusReader,
-    Pair,
-    PairReader,
-    Task,
-    apply_limit,
-    check_column,
-    check_empty,
-    describe_corpus,
-    describe_report,
-    file_groups,
-    is_empty,
-    make_report,
-    one_line,
-    parse_column,
-    parse_delimiter,
-)
+from dotformer.data.read.types import NAMED_SPECS, Corpus, CorpusOptions, CorpusReader, PairReader, apply_limit
 from dotformer.errors import DataError, MissingDataError
 
 
@@ -108,34 +82,3 @@ def open_pairs(spec: str, options: CorpusOptions | None = None) -> PairReader:
     if Path(spec).is_dir():
         raise DataError(f"{spec} is a directory, not a corpus file; {kinds}")
     raise MissingDataError(f"{spec}: no such file, and not a corpus name; {kinds}")
-
-
-__all__ = [
-    "Column",
-    "Corpus",
-    "CorpusOptions",
-    "CorpusReader",
-    "DELIMITER_NAMES",
-    "FILE_TASKS",
-    "NAMED_SPECS",
-    "NAMED_TASKS",
-    "Pair",
-    "PairReader",
-    "SOURCE_NAMES",
-    "TARGET_NAMES",
-    "TASKS",
-    "Task",
-    "apply_limit",
-    "check_column",
-    "check_empty",
-    "describe_corpus",
-    "describe_report",
-    "file_groups",
-    "is_empty",
-    "load_pairs",
-    "make_report",
-    "open_pairs",
-    "one_line",
-    "parse_column",
-    "parse_delimiter",
-]

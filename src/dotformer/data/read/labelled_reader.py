@@ -118,10 +118,6 @@ class LabelledReader:
         """Whether :meth:`records` gives group keys (a Bible's books)."""
         return self.groups is not None
 
-    @property
-    def is_bible(self) -> bool:
-        return self._bible is not None
-
     def records(self) -> Iterator[tuple[LabelledText, str | None]]:
         """One pass over the texts in the source's order, each with its group key (None for a file); the report is
         complete when the pass ends.
@@ -359,23 +355,3 @@ def read_saved(path: Path, task: str) -> LabelledTexts:
     if not path.is_file() or not path.read_bytes().strip():
         return LabelledTexts(str(path), [], [])
     return read_tagged(path, "tsv") if task == "tag" else read_classified(path)
-
-
-__all__ = [
-    "GENRES_FILE",
-    "LabelledReader",
-    "LabelledText",
-    "LabelledTexts",
-    "bible_genres",
-    "label_ids",
-    "label_vocabulary",
-    "labelled_line",
-    "labels_of",
-    "read_bible_genres",
-    "read_classified",
-    "read_labelled",
-    "read_saved",
-    "read_tagged",
-    "tag_format_of",
-    "unknown_label",
-]

@@ -12,7 +12,7 @@ any installed SWORD module (:mod:`dotformer.data.read.bible` reads them), or the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,10 +130,6 @@ class TextReader:
         """Whether :meth:`records` gives group keys (a Bible's books)."""
         return self.groups is not None
 
-    @property
-    def is_bible(self) -> bool:
-        return self.report.get("format") == "bible"
-
     def records(self) -> Iterator[tuple[str, str | None]]:
         """One pass over the lines in reading order, each with its group key (None for a file)."""
         if self._lines is not None:
@@ -207,8 +203,9 @@ def split_text(
                       [lines[i] for i in indices.test], info)  # fmt: skip
 
 
-def check_books(corpus: TextCorpus, books: list[str] | tuple[str, ...]) -> list[str]:
-    """OSIS ids of ``books`` (names, ids or abbreviations) for a Bible corpus.
+def check_books(corpus: Any, books: Sequence[str] | None) -> list[str]:
+    """OSIS ids of ``books`` (names, ids or abbreviations) held out of a Bible (none for none); ``corpus``: a text or
+    labelled texts (a :class:`TextCorpus`, a :class:`TextReader`, a labelled reader: their ``name`` and ``report``).
 
     Raises:
         ConfigError: the corpus is not a Bible, or a name matches no book.

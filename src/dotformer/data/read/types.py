@@ -2,7 +2,7 @@
 the column and delimiter parsers, the drop/replace bookkeeping of :func:`make_report`, and :func:`describe_corpus`.
 
 The readers (:mod:`.cmudict`, :mod:`.bible`, :mod:`.synthetic`, :mod:`.hf`, :mod:`.tsv`, :mod:`.parallel`) import
-this module only; :mod:`dotformer.data.read.corpora` dispatches a spec to them (and re-exports every name here).
+this module only; :mod:`dotformer.data.read.corpora` dispatches a spec to them.
 """
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ class CorpusReader(PairReader):
 
 
 def file_group(task: str, pair: Pair) -> str | None:
-    """The group key of a pair of a user's file: the source word for ``g2p`` (see :func:`file_groups`), else None."""
+    """The group key of a pair of a user's file: the source word for ``g2p`` (a word's pronunciations stay in one
+    split, and are its references together), else None."""
     return pair.source if task == "g2p" else None
 
 
@@ -325,12 +326,6 @@ def make_report(read: int, kept: int, dropped: Mapping[str, int], **details: Any
     Every reader keeps ``read == pairs + sum(dropped.values())`` (before a limit, which is recorded apart).
     """
     return {"read": read, "pairs": kept, "dropped": dict(sorted(dropped.items())), **details}
-
-
-def file_groups(task: str, pairs: list[Pair]) -> list[str] | None:
-    """The group keys of a user's file: the source word for ``g2p`` (a word's pronunciations stay in one split,
-    and are its references together), none for other tasks."""
-    return [pair.source for pair in pairs] if task == "g2p" else None
 
 
 def describe_corpus(corpus: Corpus, role: str = "data") -> str:

@@ -124,6 +124,3 @@ def token_labels(tokens: WordTokens, word_labels: np.ndarray, subtokens: str = "
     where = label_positions(tokens, subtokens)
     labels[where] = np.asarray(word_labels, dtype=np.int64)[tokens.word_of[where]]
     return EncodedChunk(labels, tokens.ids.lengths)
-
-
-__all__ = ["IGNORE_LABEL", "WordPieces", "WordTokens", "label_positions", "token_labels"]
