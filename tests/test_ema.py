@@ -1,0 +1,130 @@
+"""The moving average of the weights (dotformer.training.ema, ``--ema-decay``): it follows its formula step by step,
+leaves the training untouched, is what a run validates and saves, and resumes exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from test_training_loop import tiny_config, tiny_data, tiny_model
+from tolerance import reordering_bound
+
+from dotformer import checkpoint as ckpt
+from dotformer.cli import main
+from dotformer.data.batch.batching import collate
+from dotformer.errors import ConfigError
+from dotformer.training.config import TrainConfig
+from dotformer.training.ema import WeightAverage, averaged_weights
+from dotformer.training.loop import fit
+from dotformer.training.scoring import evaluate_loss
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+def step_weights(run: Path, step: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
+    """The weights saved in the checkpoint of ``step`` and the trained weights of its training state (or None)."""
+    path = run / "checkpoints" / ckpt.step_dir_name(step)
+    return ckpt.load_weights(path / ckpt.MODEL_FILE), ckpt.load_train_state(path).get("raw_weights")
+
+
+def metrics(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.numerical
+def test_the_average_follows_its_formula_and_leaves_the_training_untouched(tmp_path: Path) -> None:
+    """θ_ema = θ up to ema_start, then d·θ_ema + (1 - d)·θ at every step, computed by hand from the trained weights
+    of each step (float64 run); the trained weights, losses and RNG are bit-identical to a run without the average,
+    whose checkpoints hold its trained weights and no copy of them."""
+    data = tiny_data()
+    vocab, steps, decay, start = data.src_tokenizer.vocab_size, 6, 0.9, 2
+    config = tiny_config(max_steps=steps, save_every=1, keep_last=steps)
+    fit(tiny_model(vocab).double(), data, config.replace(ema_decay=decay, ema_start=start), run_dir=tmp_path / "ema")
+    fit(tiny_model(vocab).double(), data, config, run_dir=tmp_path / "plain")
+    average = {name: p.detach().clone() for name, p in tiny_model(vocab).double().named_parameters()}  # step 0
+    scale = max(float(t.abs().max()) for t in average.values())
+    for step in range(1, steps + 1):
+        saved, trained = step_weights(tmp_path / "ema", step)
+        plain, none = step_weights(tmp_path / "plain", step)
+        assert trained is not None and none is None
+        assert set(trained) == set(average) and all(torch.equal(trained[k], plain[k]) for k in trained)
+        for name, theta in trained.items():
+            average[name] = theta.clone() if step <= start else decay * average[name] + (1 - decay) * theta
+        scale = max(scale, *(float(t.abs().max()) for t in trained.values()))
+        tolerance = reordering_bound([2 * step], scale, torch.float64)  # two roundings a step, fp64
+        for name in average:
+            assert torch.allclose(saved[name], average[name], rtol=0, atol=tolerance), (step, name)
+        if step > start:  # the average is not the weights: the test can fail
+            assert any(not torch.allclose(saved[k], trained[k], atol=1e-6) for k in trained)
+    ema, plain = metrics(tmp_path / "ema"), metrics(tmp_path / "plain")
+    assert [r["loss"] for r in ema if r["split"] == "train"] == [r["loss"] for r in plain if r["split"] == "train"]
+
+
+@pytest.mark.numerical
+def test_a_run_validates_and_keeps_its_average(tmp_path: Path) -> None:
+    """The final validation pass scores the averaged weights, which best/ and last/ hold."""
+    data = tiny_data()
+    config = tiny_config(max_steps=8, ema_decay=0.7, lr_schedule="constant", lr_peak=3e-3, warmup_steps=0)
+    result = fit(tiny_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path)
+    best, last = ckpt.load_checkpoint(tmp_path / "best"), ckpt.load_checkpoint(tmp_path / "last")
+    assert all(torch.equal(p, q) for p, q in zip(best.model.parameters(), last.model.parameters(), strict=True))
+    batch = collate(list(data.valid))
+    averaged = evaluate_loss(last.model, [batch], config.label_smoothing).loss
+    assert result.last_valid is not None and result.last_valid.loss == pytest.approx(averaged, rel=1e-5)
+    raw = ckpt.load_train_state(tmp_path / "last")["raw_weights"]
+    for name, p in last.model.named_parameters():
+        p.data.copy_(raw[name])
+    trained = evaluate_loss(last.model, [batch], config.label_smoothing).loss
+    assert abs(trained - averaged) > 1e-3  # the pass did not score the trained weights
+
+
+@pytest.mark.numerical
+def test_resume_continues_the_weights_and_their_average_exactly(tmp_path: Path) -> None:
+    """A run stopped at step 4 and resumed to 9 ends with the same trained weights and the same average as a run
+    never stopped (dropout RNG, data position, Adam state and the average restored)."""
+    data = tiny_data()
+    vocab = data.src_tokenizer.vocab_size
+    config = tiny_config(accumulation_steps=2, max_steps=9, ema_decay=0.8, ema_start=1)
+    fit(tiny_model(vocab), data, config, run_dir=tmp_path / "whole")
+    fit(tiny_model(vocab), data, config.replace(max_steps=4), run_dir=tmp_path / "parts")
+    fit(tiny_model(vocab, seed=123), data, config, run_dir=tmp_path / "parts", resume=True)
+    for part in ("whole", "parts"):
+        assert ckpt.load_checkpoint(tmp_path / part / "last").info["step"] == 9
+    a, b = (ckpt.load_weights(tmp_path / part / "last" / ckpt.MODEL_FILE) for part in ("whole", "parts"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    a, b = (ckpt.load_train_state(tmp_path / part / "last")["raw_weights"] for part in ("whole", "parts"))
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_averaged_weights_puts_the_trained_weights_back_exactly() -> None:
+    model = tiny_model(13)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    average = WeightAverage(model, 0.5)
+    for p in average.averaged.values():
+        p.add_(1.0)
+    with averaged_weights(average, model) as raw:
+        assert raw is not None and all(torch.equal(raw[k], before[k]) for k in before)
+        assert all(torch.equal(p, before[name] + 1.0) for name, p in model.named_parameters())
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
+    with averaged_weights(None, model) as nothing:
+        assert nothing is None
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, 1.5, float("nan")])
+def test_a_decay_outside_zero_to_one_is_refused(value: float) -> None:
+    with pytest.raises(ConfigError, match="ema_decay must be in"):
+        TrainConfig(ema_decay=value)
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--ema-decay", "1"), ("--ema-decay", "-0.5"), ("--ema-start", "-1")])
+def test_the_cli_refuses_a_bad_value_in_one_line(
+    flag: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["train", "--data", "copy", "--preset", "tiny", "--max-steps", "1", "--no-progress", "--device", "cpu"]
+    assert main([*argv, "--out", str(tmp_path / "run"), flag, value]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0] and "Traceback" not in lines[0]
+    assert not (tmp_path / "run").exists()
