@@ -162,3 +162,37 @@ def test_a_run_from_the_cli_averages_and_resumes_exactly(tmp_path: Path, adapted
         assert raw_once and all("lora" in name for name in raw_once)
     info = json.loads((tmp_path / "twice" / "last" / ckpt.CONFIG_FILE).read_text())
     assert info["train"]["ema_decay"] == 0.5
+
+
+def _two_ranks_worker(rank: int, world: int, init_file: str, out: str) -> None:
+    from test_training_distributed import step_config
+    from test_training_distributed import tiny_data as shard_data
+    from test_training_distributed import tiny_model as shard_model
+
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        data = shard_data()
+        config = step_config(max_steps=4, ema_decay=0.5, eval_every=2)
+        fit(shard_model(data.src_tokenizer.vocab_size), data, config, run_dir=Path(out) / "two")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.numerical
+def test_two_ranks_keep_and_validate_the_same_average_as_one_process(tmp_path: Path) -> None:
+    """2 gloo ranks with one batch each per step equal one process with 2 accumulated batches: the same average
+    saved, and the same validation losses, whose batches the ranks share (each rank scores its own on its average)."""
+    import torch.multiprocessing as mp
+    from test_training_distributed import step_config
+    from test_training_distributed import tiny_data as shard_data
+    from test_training_distributed import tiny_model as shard_model
+
+    mp.spawn(_two_ranks_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    data = shard_data()
+    config = step_config(max_steps=4, ema_decay=0.5, eval_every=2, accumulation_steps=2)
+    fit(shard_model(data.src_tokenizer.vocab_size), data, config, run_dir=tmp_path / "one")
+    a, b = (ckpt.load_weights(tmp_path / r / "last" / ckpt.MODEL_FILE) for r in ("two", "one"))
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in b)
+    two, one = ([r["loss"] for r in metrics(tmp_path / r) if r["split"] == "valid"] for r in ("two", "one"))
+    assert len(two) == 2 and two == pytest.approx(one, rel=1e-5)
