@@ -6,8 +6,8 @@ After every optimizer step ``t`` (``TrainConfig.ema_decay`` = d in (0, 1), ``Tra
     θ_ema ← θ                              for t ≤ t0 (the average follows the weights)
     θ_ema ← d · θ_ema + (1 - d) · θ        for t > t0
 
-so after step t the average weighs the weights of step s < t by (1 - d) · d^(t - s): it remembers about 1 / (1 - d)
-steps (1,000 at d = 0.999), and the weights of step t0 keep the share d^(t - t0). This is the average of fairseq's
+so after step t the average weighs the weights of step s (t0 < s ≤ t) by (1 - d) · d^(t - s) and those of step t0 by
+d^(t - t0): it remembers about 1 / (1 - d) steps (1,000 at d = 0.999). This is the average of fairseq's
 ``--ema-decay`` and ``--ema-start-update``, timm's ``ModelEmaV2`` and ``torch.optim.swa_utils.AveragedModel`` with
 ``get_ema_multi_avg_fn``; it is kept here as a plain dictionary of tensors rather than a second copy of the model, so
 that the lesson's model is the one module the run validates, saves and resumes.
