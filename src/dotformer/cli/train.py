@@ -79,6 +79,11 @@ _FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
      "CTC head")),
     ("--ctc-upsample", "train", "ctc_upsample", dict(type=int, metavar="K", help="frames per source token the CTC "
      "head reads (default 2): CTC needs at least as many frames as target tokens")),
+    ("--ema-decay", "train", "ema_decay", dict(type=float, metavar="D", help="keep an exponential moving average "
+     "of the weights, θ_ema ← D·θ_ema + (1-D)·θ after every step (e.g. 0.999; default 0: off): the run validates "
+     "and saves the average, so evaluate, translate and export use it; resume continues the trained weights")),
+    ("--ema-start", "train", "ema_start", dict(type=int, metavar="N", help="the average follows the weights up "
+     "to step N and averages from there (default 0)")),
     ("--clip-norm", "train", "clip_norm", dict(type=float, metavar="X", help="clip the gradient L2 norm to X "
      "(default 1.0; 0 disables)")),
     ("--weight-decay", "train", "weight_decay", dict(type=float, metavar="W", help="AdamW weight decay (default 0, "
@@ -182,7 +187,8 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "--synthetic-seed"),
     "model": ("--dropout", "--block-size", "--pooling"),
     "schedule": ("--max-tokens", "--accumulate", "--lr-schedule", "--lr-scale", "--lr-peak", "--warmup",
-                 "--lr-cooldown", "--label-smoothing", "--clip-norm", "--weight-decay", "--seed"),
+                 "--lr-cooldown", "--label-smoothing", "--clip-norm", "--weight-decay", "--ema-decay", "--ema-start",
+                 "--seed"),
     "checkpoints and validation": ("--overwrite", "--init-from", "--extend-vocab", "--eval-every", "--save-every",
                                    "--keep-last", "--best-metric", "--valid-decode-limit", "--patience"),
     "fine-tuning with LoRA adapters (with --init-from)": ("--lora-rank", "--lora-alpha", "--lora-targets",

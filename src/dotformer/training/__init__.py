@@ -8,8 +8,9 @@ Read in this order: :mod:`~dotformer.training.config` (TrainConfig; the data's D
 :mod:`~dotformer.training.state`, the state and the setup, :mod:`~dotformer.training.stream`, the batch stream,
 :mod:`~dotformer.training.stopping`, budgets and signals, :mod:`~dotformer.training.validation` and
 :mod:`~dotformer.training.selection`, the validation pass and best/, :mod:`~dotformer.training.saving` and
-:mod:`~dotformer.training.resume`, checkpoints written and read back), :mod:`~dotformer.training.distributed`,
-:mod:`~dotformer.training.logging`. Checkpoints live in :mod:`dotformer.checkpoint`.
+:mod:`~dotformer.training.resume`, checkpoints written and read back), :mod:`~dotformer.training.ema` (a moving
+average of the weights), :mod:`~dotformer.training.distributed`, :mod:`~dotformer.training.logging`. Checkpoints
+live in :mod:`dotformer.checkpoint`.
 """
 
 from typing import Any

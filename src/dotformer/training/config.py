@@ -60,6 +60,9 @@ class TrainConfig:
     # joint CTC/attention training (Kim, Hori, Watanabe 2017; dotformer.training.ctc): encoder-decoder pairs only
     ctc_weight: float = 0.0  # λ: loss = (1 - λ)·attention cross-entropy + λ·CTC on the encoder; 0: off (the paper's)
     ctc_upsample: int = 2  # k: the CTC head reads k frames per source token (a target may be longer than its source)
+    # an exponential moving average of the weights (dotformer.training.ema): validated, kept in best/ and saved
+    ema_decay: float = 0.0  # d: θ_ema ← d·θ_ema + (1 - d)·θ after every step; 0: off (the trained weights are saved)
+    ema_start: int = 0  # the steps up to which the average is the weights themselves (fairseq's --ema-start-update)
     # speed
     amp: Amp = "none"  # mixed precision: "bf16" autocast (CPU and CUDA) or "fp16" autocast + GradScaler (CUDA)
     compile: bool = False  # wrap the model in torch.compile for the training steps
@@ -116,6 +119,9 @@ class TrainConfig:
         if not (is_number(self.ctc_weight) and 0.0 <= self.ctc_weight < 1.0):
             raise ConfigError(f"TrainConfig.ctc_weight must be in [0, 1), got {self.ctc_weight!r}")
         positive_int(self, "ctc_upsample")
+        if not (is_number(self.ema_decay) and 0.0 <= self.ema_decay < 1.0):
+            raise ConfigError(f"TrainConfig.ema_decay must be in [0, 1), got {self.ema_decay!r}")
+        non_negative_int(self, "ema_start")
         choice(self, "lr_schedule", ("noam", "inverse_sqrt", "constant", "cosine", "linear"))
         choice(self, "amp", ("none", "bf16", "fp16"))
         if self.lr_schedule == "noam" and self.warmup_steps == 0:

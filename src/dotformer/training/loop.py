@@ -28,6 +28,7 @@ from dotformer.training.adapting import adapt_model
 from dotformer.training.config import TrainConfig
 from dotformer.training.ctc import feasibility_line
 from dotformer.training.distributed import DistContext, barrier, setup_distributed, teardown_distributed
+from dotformer.training.ema import WeightAverage
 from dotformer.training.logging import MetricsLog
 from dotformer.training.objective import NEXT_TOKEN, JointCTC
 from dotformer.training.optim import autocast_dtype, build_grad_scaler, build_optimizer, set_learning_rate
@@ -187,6 +188,8 @@ def train_loop(setup: Setup, state: TrainState) -> FitResult:
                     kept = f"; the last good checkpoint is {state.last_checkpoint}" if state.last_checkpoint else ""
                     raise TrainingError(f"step {state.step + 1:,}: {exc}{kept}") from None
                 state.step, state.tokens, state.train_loss = state.step + 1, state.tokens + last.num_tokens, last.loss
+                if setup.average is not None:  # θ_ema ← d·θ_ema + (1 - d)·θ (dotformer.training.ema)
+                    setup.average.update(setup.model, state.step)
                 shown.add(last.num_tokens)
                 logged.add(last.num_tokens)
                 if main and (state.step % max(1, c.log_every) == 0 or state.step == 1):
@@ -246,7 +249,8 @@ def set_up(
         valid = sampler_for(data.valid, config.max_tokens, config.seed, shuffle=False)
         valid_batches = PlannedBatches(valid, valid.plan(0).select(slice(context.rank, None, context.world_size)))
     decode = pairs_to_decode(data, config)
-    return Setup(model, optimizer, recipe, config, data, stream, valid_batches, decode, run_dir, info)
+    average = WeightAverage(model, config.ema_decay, config.ema_start) if config.ema_decay else None
+    return Setup(model, optimizer, recipe, config, data, stream, valid_batches, decode, run_dir, info, average)
 
 
 def start(setup: Setup, state: TrainState, resume: bool, init_from: Path | None) -> None:
@@ -262,6 +266,8 @@ def start(setup: Setup, state: TrainState, resume: bool, init_from: Path | None)
         seed_everything(c.seed + context.rank)
         if init_from is not None:
             initialise_from(setup, init_from)
+        if setup.average is not None:  # the average starts from the weights of step 0
+            setup.average.reset(setup.model)
     check_budget_allows_a_step(setup, state)
     if context.is_main and c.progress:
         logger.info(describe_data(setup))

@@ -22,6 +22,7 @@ from dotformer.errors import CheckpointError, DataError
 from dotformer.lora import is_adapted
 from dotformer.training.ctc import ctc_head_of
 from dotformer.training.distributed import DistContext
+from dotformer.training.ema import load_trained_weights
 from dotformer.training.progress import count
 from dotformer.training.state import Setup, TrainState
 
@@ -34,7 +35,8 @@ HEAD_TENSORS = ("classifier.",)  # the names of that head's tensors (dotformer.h
 
 
 def restore(setup: Setup, state: TrainState) -> None:
-    """Load weights, optimizer, scaler, RNG states, counters and data position from the run's newest checkpoint.
+    """Load weights, optimizer, scaler, RNG states, counters and data position from the run's newest checkpoint (and
+    the moving average of the weights, with the trained weights saved beside it: :func:`restore_average`).
 
     Raises:
         CheckpointError: nothing to resume, damaged files, another model config or vocabulary, another number
@@ -80,6 +82,7 @@ def restore(setup: Setup, state: TrainState) -> None:
         state.best_score = saved.get("best_score", best) if saved_metric == "loss" else saved.get("best_score")
         state.evals_without_gain = int(saved.get("evals_without_improvement", 0))
         set_rng_state(saved["rng"], context)
+        restore_average(setup, saved.get("raw_weights"), path / ckpt.TRAIN_STATE_TENSORS)
     except (KeyError, IndexError, TypeError) as exc:
         raise CheckpointError(f"{where} is incomplete or corrupted: {exc!r}") from None
     except ValueError as exc:  # e.g. optimizer state of other shapes
@@ -90,6 +93,20 @@ def restore(setup: Setup, state: TrainState) -> None:
     state.saved_step = state.step
     if context.is_main:
         _say_what_changed(setup, state, path, skipped, saved_metric)
+
+
+def restore_average(setup: Setup, raw: dict[str, Tensor] | None, source: Path) -> None:
+    """After a checkpoint's weights are loaded: a run with a moving average of the weights (``setup.average``,
+    :mod:`~dotformer.training.ema`) takes them as its average, and the model takes the trained weights saved beside
+    them (``raw``: None when the checkpoint's run kept no average, whose weights are the trained ones).
+
+    Raises:
+        CheckpointError: ``raw`` lacks a trained parameter or holds one of another shape.
+    """
+    if setup.average is not None:
+        setup.average.reset(setup.model)
+    if raw is not None:
+        load_trained_weights(setup.model, raw, str(source))
 
 
 def load_resumed_weights(setup: Setup, path: Path, info: dict[str, Any]) -> None:

@@ -14,17 +14,23 @@ from dotformer import __version__
 from dotformer import checkpoint as ckpt
 from dotformer.data.batch.batching import SamplerPosition
 from dotformer.training.distributed import DistContext, all_gather_tensor, barrier
+from dotformer.training.ema import averaged_weights
 from dotformer.training.state import Setup, TrainState
 
 
 def save(setup: Setup, state: TrainState) -> None:
     """Write checkpoints/step_N, point last/ at it, drop old step checkpoints (rank 0 writes; collective: call on
-    every rank)."""
+    every rank). With a moving average of the weights (``setup.average``) the checkpoint's weights are the average,
+    and its training state holds the trained weights (``raw_weights``) that exact resumption continues from."""
     saved = saved_state(setup, state)  # every rank joins the RNG gather
     if setup.run_dir is not None and setup.context.is_main:
         path = setup.run_dir / "checkpoints" / ckpt.step_dir_name(state.step)
         d = setup.data
-        ckpt.save_checkpoint(path, setup.model, d.src_tokenizer, d.tgt_tokenizer, checkpoint_info(setup, state), saved)
+        with averaged_weights(setup.average, setup.model) as raw:  # the average saved; the trained weights beside it
+            if raw is not None:
+                saved["raw_weights"] = raw
+            info = checkpoint_info(setup, state)
+            ckpt.save_checkpoint(path, setup.model, d.src_tokenizer, d.tgt_tokenizer, info, saved)
         ckpt.link_checkpoint(path, setup.run_dir / "last")
         ckpt.prune_checkpoints(setup.run_dir / "checkpoints", max(1, setup.config.keep_last))
         state.last_checkpoint = path

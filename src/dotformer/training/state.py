@@ -22,6 +22,7 @@ from dotformer.data.tokenize.tokenizers import Tokenizer
 from dotformer.training.best_metrics import DECODING_METRICS, ValidFigures
 from dotformer.training.config import TrainConfig
 from dotformer.training.distributed import DistContext
+from dotformer.training.ema import WeightAverage
 from dotformer.training.objective import NEXT_TOKEN, Objective
 from dotformer.training.step import StepRecipe
 from dotformer.training.stream import BatchStream
@@ -102,6 +103,7 @@ class Setup:
     decode_pairs: list[Pair]  # the validation pairs decoded for a decoding best_metric (empty for "loss")
     run_dir: Path | None  # checkpoints, best/, last/ and metrics.jsonl (None: nothing written)
     info: dict[str, Any]  # extra JSON facts for every checkpoint's config.json ("init_from" is added here)
+    average: WeightAverage | None = None  # the weights' moving average (config.ema_decay > 0), validated and saved
 
     @property
     def context(self) -> DistContext:

@@ -16,6 +16,7 @@ from dotformer.errors import ConfigError
 from dotformer.metrics.language import LanguageModelScore, scored_characters
 from dotformer.training.best_metrics import DECODING_METRICS, LABEL_METRICS, check_offered
 from dotformer.training.config import TrainConfig
+from dotformer.training.ema import averaged_weights
 from dotformer.training.logging import MetricsLog
 from dotformer.training.progress import Progress
 from dotformer.training.saving import save_best
@@ -34,9 +35,15 @@ def validate(setup: Setup, state: TrainState, log: MetricsLog, progress: Progres
     ``best_metric``, ``best/`` and the patience count updated, one ``metrics.jsonl`` record and one progress line
     (rank 0). Collective: call on every rank."""
     state.evaluated_step = state.step
-    context, recipe, config = setup.context, setup.recipe, setup.config
-    if not setup.valid_batches and not context.distributed:
+    if not setup.valid_batches and not setup.context.distributed:
         return
+    with averaged_weights(setup.average, setup.model):  # a run with --ema-decay validates (and keeps) its average
+        _validate(setup, state, log, progress)
+
+
+def _validate(setup: Setup, state: TrainState, log: MetricsLog, progress: Progress) -> None:
+    """The pass of :func:`validate`, on the weights the model holds."""
+    context, recipe, config = setup.context, setup.recipe, setup.config
     started = time.monotonic()
     result = evaluate_loss(
         setup.model, setup.valid_batches, config.label_smoothing, recipe.pad_id, context, recipe.amp_dtype,
