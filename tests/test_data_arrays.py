@@ -20,13 +20,19 @@ from dotformer.data.prepared.arrays import (
     open_ragged,
     save_array,
     token_dtype,
-    write_ragged,
 )
 from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.data.tokenize.tokenizers import EOS_ID
 from dotformer.errors import DataError
 
 ROWS = st.lists(st.lists(st.integers(0, 70_000), max_size=12), max_size=40)
+
+
+def written(stem: Path, rows: list[list[int]]) -> RaggedArray:
+    """``rows`` written as uint16 by a :class:`RaggedWriter` (as a kind's preparation writes them), mapped back."""
+    with RaggedWriter(stem, np.uint16) as writer:
+        writer.append_rows(rows)
+    return open_ragged(stem)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -66,7 +72,7 @@ def test_an_unfinished_write_leaves_no_array_that_opens(tmp_path: Path) -> None:
 
 
 def test_damaged_files_are_named(tmp_path: Path) -> None:
-    write_ragged(tmp_path / "a", [[5, 6], [7]], np.uint16)
+    written(tmp_path / "a", [[5, 6], [7]])
     bin_path(tmp_path / "a").write_bytes(b"\0\0")  # one id where the index says three
     with pytest.raises(DataError, match=r"a\.bin: 2 bytes, but a\.idx says 3 ids of 2 bytes"):
         open_ragged(tmp_path / "a")
@@ -76,8 +82,8 @@ def test_damaged_files_are_named(tmp_path: Path) -> None:
 
 
 def test_labels_per_token_are_aligned_and_labels_per_example_saved(tmp_path: Path) -> None:
-    ids = write_ragged(tmp_path / "ids", [[4, 5], [], [6, 7, 8]], np.uint16)
-    tags = write_ragged(tmp_path / "tags", [[1, 0], [], [0, 0, 2]], np.uint16)
+    ids = written(tmp_path / "ids", [[4, 5], [], [6, 7, 8]])
+    tags = written(tmp_path / "tags", [[1, 0], [], [0, 0, 2]])
     assert ids.aligned_with(tags) and not ids.aligned_with(RaggedArray.from_rows([[1], [], [0, 0, 2]]))
     save_array(tmp_path / "labels.npy", np.array([3, 1, 2], dtype=np.int32))
     labels = load_array(tmp_path / "labels.npy")

@@ -412,10 +412,6 @@ class BatchSampler:
             which = np.arange(per_rank * self.world_size)
         return full.select(which[self.rank :: self.world_size])
 
-    def all_batches_indices(self, epoch: int) -> list[list[int]]:
-        """Example indices of every batch of the epoch, for all ranks, in order (:meth:`global_plan` as lists)."""
-        return self.global_plan(epoch).as_lists()
-
     def batch_indices(self, epoch: int) -> list[list[int]]:
         """Example indices of this rank's batches in ``epoch`` (:meth:`plan` as lists).
 

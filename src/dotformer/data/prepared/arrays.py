@@ -237,13 +237,6 @@ class RaggedWriter:
             self.abort()
 
 
-def write_ragged(stem: str | Path, rows: Sequence[Sequence[int]], dtype: np.dtype | type) -> RaggedArray:
-    """Write ``rows`` as one :class:`RaggedArray` (see :class:`RaggedWriter`) and return it, mapped."""
-    with RaggedWriter(stem, dtype) as writer:
-        writer.append_rows(rows)
-    return open_ragged(stem)
-
-
 def save_array(path: str | Path, values: np.ndarray) -> Path:
     """Write a fixed-size array (a label per example, a split's assignment) as ``.npy``, atomically."""
     path = Path(path)
