@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from dotformer.data.batch.batching import BatchSampler, EncodedPair, SamplerPosition, sampler_for
+from dotformer.data.batch.batching import BatchPlan, BatchSampler, EncodedPair, SamplerPosition, sampler_for
 from dotformer.data.batch.blocks import BlockSampler, TokenStream, encode_text
 from dotformer.data.config import LMDataConfig
 from dotformer.data.prepared.kinds import prepare
@@ -21,6 +21,11 @@ from dotformer.data.tokenize.tokenizers import EOS_ID, PAD_ID
 from dotformer.errors import ConfigError, DataError
 from dotformer.metrics.language import LanguageModelScore
 from dotformer.training.scoring import score_text
+
+
+def lists(plan: BatchPlan) -> list[list[int]]:
+    """A sampler's plan as lists of example (or block) indices, batch by batch in the order taken."""
+    return [batch.tolist() for batch in plan]
 
 
 def stream_of(n: int, block: int) -> TokenStream:
@@ -69,9 +74,9 @@ def test_training_blocks_are_contiguous_and_cover_the_text_after_the_epoch_offse
 def test_order_is_seeded_and_resumable() -> None:
     stream = stream_of(500, 8)
     a, b = BlockSampler(stream, 32, seed=5), BlockSampler(stream, 32, seed=5)
-    assert a.batch_indices(2) == b.batch_indices(2)
-    assert a.batch_indices(0) != a.batch_indices(1)
-    assert a.batch_indices(0) != BlockSampler(stream, 32, seed=6).batch_indices(0)
+    assert lists(a.plan(2)) == lists(b.plan(2))
+    assert lists(a.plan(0)) != lists(a.plan(1))
+    assert lists(a.plan(0)) != lists(BlockSampler(stream, 32, seed=6).plan(0))
     full = [batch.tgt_in for batch in a.iter_batches(1)]
     tail = [batch.tgt_in for batch in b.iter_batches(1, start=3)]
     assert all(torch.equal(x, y) for x, y in zip(full[3:], tail, strict=True))
@@ -83,8 +88,8 @@ def test_order_is_seeded_and_resumable() -> None:
 
 def test_ranks_share_the_batches() -> None:
     stream = stream_of(300, 8)
-    whole = BlockSampler(stream, 16, seed=1).batch_indices(0)
-    ranks = [BlockSampler(stream, 16, seed=1, rank=r, world_size=2).batch_indices(0) for r in (0, 1)]
+    whole = lists(BlockSampler(stream, 16, seed=1).plan(0))
+    ranks = [lists(BlockSampler(stream, 16, seed=1, rank=r, world_size=2).plan(0)) for r in (0, 1)]
     padded = whole + whole[: len(whole) % 2]  # an odd count repeats the first batch, as BatchSampler's "pad"
     assert ranks == [padded[0::2], padded[1::2]]
     assert sorted(sum(ranks[0] + ranks[1], [])) == sorted(sum(padded, []))
