@@ -226,14 +226,14 @@ def test_no_examples_left():
 
 
 def test_end_to_end_from_a_corpus_to_batches():
-    from dotformer.data.prepared.splits import split_indices
-    from dotformer.data.read.corpora import load_pairs
-    from dotformer.data.read.types import CorpusOptions
+    from dotformer.data.config import DataConfig
+    from dotformer.data.prepared.pair_kind import read_run_data
     from dotformer.data.tokenize.tokenizer_files import default_kinds, train_tokenizer_pair
 
-    corpus = load_pairs("reverse", CorpusOptions(num_examples=300, vocab=10, max_len=8))
-    train = [corpus.pairs[i] for i in split_indices(corpus, seed=0, valid_fraction=0.1, test_fraction=0.1).train]
-    src_kind, tgt_kind = default_kinds(corpus.task)
+    config = DataConfig(dataset="reverse", synthetic_examples=300, synthetic_symbols=10, synthetic_max_len=8,
+                        valid_fraction=0.1, test_fraction=0.1)  # fmt: skip
+    train = read_run_data(config, seed=0).splits.train
+    src_kind, tgt_kind = default_kinds("synthetic")
     tokenizers = train_tokenizer_pair(
         [p.source for p in train], [p.target for p in train], src_kind, tgt_kind, shared=True
     )

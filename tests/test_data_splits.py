@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
 import pytest
 
 from dotformer.data.config import DataConfig
 from dotformer.data.prepared.kinds import prepare
 from dotformer.data.prepared.pair_kind import read_run_data
-from dotformer.data.prepared.splits import load_split, split_indices
+from dotformer.data.prepared.splits import TEST, TRAIN, VALID, GroupIndex, assign_splits, load_split
 from dotformer.data.read.types import Corpus, Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
+
+
+class SplitIndices(NamedTuple):
+    train: list[int]
+    valid: list[int]
+    test: list[int]
+
+
+def split_indices(corpus: Corpus, seed: int, valid_fraction: float, test_fraction: float, test_groups=None,
+                  keep_groups_together: bool | None = None) -> SplitIndices:  # fmt: skip
+    """The positions of each split's pairs, ascending: :func:`assign_splits` of the corpus's pairs and groups, as a
+    kind's reading deals them (groups numbered by a :class:`GroupIndex`)."""
+    groups = GroupIndex()
+    group_of = None if corpus.groups is None else groups.ids(corpus.groups)
+    together = corpus.keep_groups_together if keep_groups_together is None else keep_groups_together
+    split = assign_splits(len(corpus.pairs), seed, valid_fraction, test_fraction, group_of, groups.names, test_groups,
+                          together, corpus.name)  # fmt: skip
+    return SplitIndices(*(np.flatnonzero(split == code).tolist() for code in (TRAIN, VALID, TEST)))
 
 
 def make_corpus(num_pairs: int = 100, groups: bool = False, together: bool = True) -> Corpus:
@@ -33,8 +54,6 @@ def test_deterministic_by_seed_and_different_across_seeds():
 
 
 def test_matches_a_hand_computed_shuffle():
-    import numpy as np
-
     units = np.random.default_rng(3).permutation(10)  # the pairs in the order they are dealt
     expected_test = sorted(units[:2].tolist())
     expected_valid = sorted(units[2:3].tolist())

@@ -13,9 +13,8 @@ from dotformer.data.batch.batching import BatchPlan, BatchSampler, EncodedPair, 
 from dotformer.data.batch.blocks import BlockSampler, TokenStream, encode_text
 from dotformer.data.config import LMDataConfig
 from dotformer.data.prepared.kinds import prepare
-from dotformer.data.prepared.splits import TRAIN, split_indices
+from dotformer.data.prepared.splits import TEST, TRAIN, VALID, assign_splits
 from dotformer.data.read.text_corpus import PIECE_LINES, TextCorpus, read_file_text
-from dotformer.data.read.types import Corpus, Pair
 from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.data.tokenize.tokenizers import EOS_ID, PAD_ID
 from dotformer.errors import ConfigError, DataError
@@ -128,13 +127,13 @@ def test_file_text_is_held_out_in_whole_pieces(tmp_path: Path) -> None:
 
 
 def test_test_groups_are_held_out_whole() -> None:
-    books = ["Gen"] * 4 + ["Ruth"] * 4 + ["Matt"] * 4
-    corpus = Corpus("t", "exact", [Pair("", f"v{i}") for i in range(12)], books, keep_groups_together=True)
-    indices = split_indices(corpus, seed=0, valid_fraction=0.3, test_fraction=0.0, test_groups=["Ruth"])
-    assert indices.test == [4, 5, 6, 7]
-    assert len(indices.valid) == 4 and len({books[i] for i in indices.valid}) == 1
+    books, book_of_line = ["Gen", "Ruth", "Matt"], np.repeat(np.arange(3), 4)  # 12 lines, 4 a book
+    split = assign_splits(12, 0, 0.3, 0.0, book_of_line, books, test_groups=["Ruth"])
+    assert np.flatnonzero(split == TEST).tolist() == [4, 5, 6, 7]
+    valid = np.flatnonzero(split == VALID)
+    assert len(valid) == 4 and len(set(book_of_line[valid].tolist())) == 1
     with pytest.raises(ConfigError, match="Jude"):
-        split_indices(corpus, seed=0, valid_fraction=0.05, test_fraction=0.05, test_groups=["Jude"])
+        assign_splits(12, 0, 0.05, 0.05, book_of_line, books, test_groups=["Jude"])
 
 
 def test_language_model_score_worked_example() -> None:

@@ -2,7 +2,7 @@
 
 A split is a pure function of (corpus, seed, fractions, test_groups): the same inputs give the same split on every
 machine. :func:`assign_splits` deals it with numpy arrays of one number per pair, so it serves a corpus read in
-passes (:mod:`dotformer.data.prepared.skeleton`) as well as one in memory (:func:`split_indices`). When the corpus
+passes (:mod:`dotformer.data.prepared.skeleton`) as well as one in memory. When the corpus
 has groups and keeps them together (CMUdict: the word), whole groups are assigned, so no word has one pronunciation
 in train and another in test. The Bible keeps its groups (books) apart only on request:
 its default split draws random verses, and ``test_groups=["Matt", "Mark"]`` holds whole books out as the test set.
@@ -18,24 +18,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from dotformer.data.read.textio import read_text, split_lines
-from dotformer.data.read.types import Corpus, Pair
+from dotformer.data.read.types import Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 SPLIT_NAMES = ("train", "valid", "test")
 TRAIN, VALID, TEST = 0, 1, 2  # the codes of assign_splits, in the order of SPLIT_NAMES
-
-
-class SplitIndices(NamedTuple):
-    """Positions in the corpus of each split's pairs, ascending."""
-
-    train: list[int]
-    valid: list[int]
-    test: list[int]
 
 
 @dataclass(frozen=True)
@@ -51,37 +43,6 @@ class Splits:
     valid: list[Pair]
     test: list[Pair]
     info: dict[str, Any] = field(default_factory=dict)
-
-
-def split_indices(
-    corpus: Corpus,
-    seed: int,
-    valid_fraction: float,
-    test_fraction: float,
-    test_groups: list[str] | tuple[str, ...] | None = None,
-    keep_groups_together: bool | None = None,
-) -> SplitIndices:
-    """Which corpus positions go to which split: :func:`assign_splits` on the corpus's pairs and groups.
-
-    Args:
-        corpus: the pairs, and their groups if any.
-        seed: the shuffling seed.
-        valid_fraction, test_fraction: in [0, 1), summing to less than 1.
-        test_groups: group keys held out as the test set (e.g. Bible books "Matt", "Mark").
-        keep_groups_together: override ``corpus.keep_groups_together``.
-
-    Raises:
-        ConfigError: bad fractions; ``test_groups`` without corpus groups, or unknown group keys.
-        DataError: the training split would be empty.
-    """
-    groups = GroupIndex()
-    group_of_pair = None if corpus.groups is None else groups.ids(corpus.groups)
-    together = corpus.keep_groups_together if keep_groups_together is None else keep_groups_together
-    split = assign_splits(
-        len(corpus.pairs), seed, valid_fraction, test_fraction, group_of_pair, groups.names, test_groups,
-        together, corpus.name,
-    )  # fmt: skip
-    return SplitIndices(*(np.flatnonzero(split == code).tolist() for code in range(len(SPLIT_NAMES))))
 
 
 class GroupIndex:
