@@ -20,13 +20,25 @@ from dotformer.data.prepared.arrays import (
     open_ragged,
     save_array,
     token_dtype,
-    write_ragged,
 )
 from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.data.tokenize.tokenizers import EOS_ID
 from dotformer.errors import DataError
 
 ROWS = st.lists(st.lists(st.integers(0, 70_000), max_size=12), max_size=40)
+
+
+def append_rows(writer: RaggedWriter, rows: list[list[int]]) -> None:
+    """Append ``rows`` as a kind's encoder appends a chunk: all ids one after the other, and each row's length."""
+    chunk = RaggedArray.from_rows(rows)
+    writer.append(chunk.ids, chunk.lengths)
+
+
+def written(stem: Path, rows: list[list[int]]) -> RaggedArray:
+    """``rows`` written as uint16 by a :class:`RaggedWriter` (as a kind's preparation writes them), mapped back."""
+    with RaggedWriter(stem, np.uint16) as writer:
+        append_rows(writer, rows)
+    return open_ragged(stem)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -36,8 +48,8 @@ def test_rows_written_in_chunks_and_mapped_back_are_equal(tmp_path: Path, rows: 
     vocab = max((i for row in rows for i in row), default=0) + 1
     stem = tmp_path / f"a{len(rows)}-{cut}"
     with RaggedWriter(stem, token_dtype(vocab)) as writer:
-        writer.append_rows(rows[:cut])
-        writer.append_rows(rows[cut:])
+        append_rows(writer, rows[:cut])
+        append_rows(writer, rows[cut:])
     array = open_ragged(stem)
     assert [row.tolist() for row in array] == rows
     assert array.lengths.tolist() == [len(row) for row in rows] and len(array) == len(rows)
@@ -53,20 +65,20 @@ def test_dtype_is_the_smallest_that_holds_the_vocabulary() -> None:
 
 def test_an_id_that_does_not_fit_is_refused_and_nothing_is_left(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="do not fit uint16"), RaggedWriter(tmp_path / "a", np.uint16) as writer:
-        writer.append_rows([[1, 2], [70_000]])
+        append_rows(writer, [[1, 2], [70_000]])
     assert list(tmp_path.iterdir()) == []  # no partial file, no final file
 
 
 def test_an_unfinished_write_leaves_no_array_that_opens(tmp_path: Path) -> None:
     writer = RaggedWriter(tmp_path / "a", np.uint16)
-    writer.append_rows([[1, 2, 3]])
+    append_rows(writer, [[1, 2, 3]])
     with pytest.raises(DataError, match="no such array file"):
         open_ragged(tmp_path / "a")  # only .partial files so far
     assert writer.close()[0].tolist() == [1, 2, 3]
 
 
 def test_damaged_files_are_named(tmp_path: Path) -> None:
-    write_ragged(tmp_path / "a", [[5, 6], [7]], np.uint16)
+    written(tmp_path / "a", [[5, 6], [7]])
     bin_path(tmp_path / "a").write_bytes(b"\0\0")  # one id where the index says three
     with pytest.raises(DataError, match=r"a\.bin: 2 bytes, but a\.idx says 3 ids of 2 bytes"):
         open_ragged(tmp_path / "a")
@@ -76,8 +88,8 @@ def test_damaged_files_are_named(tmp_path: Path) -> None:
 
 
 def test_labels_per_token_are_aligned_and_labels_per_example_saved(tmp_path: Path) -> None:
-    ids = write_ragged(tmp_path / "ids", [[4, 5], [], [6, 7, 8]], np.uint16)
-    tags = write_ragged(tmp_path / "tags", [[1, 0], [], [0, 0, 2]], np.uint16)
+    ids = written(tmp_path / "ids", [[4, 5], [], [6, 7, 8]])
+    tags = written(tmp_path / "tags", [[1, 0], [], [0, 0, 2]])
     assert ids.aligned_with(tags) and not ids.aligned_with(RaggedArray.from_rows([[1], [], [0, 0, 2]]))
     save_array(tmp_path / "labels.npy", np.array([3, 1, 2], dtype=np.int32))
     labels = load_array(tmp_path / "labels.npy")

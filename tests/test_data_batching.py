@@ -10,6 +10,7 @@ import torch
 
 from dotformer.data.batch.batching import (
     Batch,
+    BatchPlan,
     BatchSampler,
     EncodedPair,
     SamplerPosition,
@@ -22,6 +23,11 @@ from dotformer.data.read.types import Pair
 from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from dotformer.errors import ConfigError, DataError
+
+
+def lists(plan: BatchPlan) -> list[list[int]]:
+    """A sampler's plan as lists of example (or block) indices, batch by batch in the order taken."""
+    return [batch.tolist() for batch in plan]
 
 
 def random_examples(count: int = 500, seed: int = 0, max_len: int = 30) -> list[EncodedPair]:
@@ -106,7 +112,7 @@ def test_deterministic_by_seed_and_different_across_epochs_and_seeds():
     examples = random_examples()
 
     def plan(seed: int, epoch: int) -> list[list[int]]:
-        return BatchSampler(examples, max_tokens=128, seed=seed).batch_indices(epoch)
+        return lists(BatchSampler(examples, max_tokens=128, seed=seed).plan(epoch))
 
     assert plan(5, 0) == plan(5, 0)
     assert plan(5, 0) != plan(5, 1)
@@ -121,8 +127,8 @@ def test_deterministic_by_seed_and_different_across_epochs_and_seeds():
 def test_without_shuffle_batches_are_sorted_by_length_and_the_same_every_epoch():
     examples = random_examples()
     sampler = BatchSampler(examples, max_tokens=128, shuffle=False)
-    plan = sampler.batch_indices(0)
-    assert plan == sampler.batch_indices(7)
+    plan = lists(sampler.plan(0))
+    assert plan == lists(sampler.plan(7))
     longest = [max(example_length(examples[i]) for i in batch) for batch in plan]
     assert longest == sorted(longest)
 
@@ -142,9 +148,9 @@ def test_length_bucketing_reduces_padding():
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_shards_are_equal_and_cover_everything_with_pad(world_size):
     examples = random_examples(300)
-    full = BatchSampler(examples, max_tokens=100, seed=2).batch_indices(0)
+    full = lists(BatchSampler(examples, max_tokens=100, seed=2).plan(0))
     shards = [
-        BatchSampler(examples, max_tokens=100, seed=2, rank=rank, world_size=world_size).batch_indices(0)
+        lists(BatchSampler(examples, max_tokens=100, seed=2, rank=rank, world_size=world_size).plan(0))
         for rank in range(world_size)
     ]
     per_rank = -(-len(full) // world_size)
@@ -159,9 +165,9 @@ def test_shards_are_equal_and_cover_everything_with_pad(world_size):
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_shards_drop_the_remainder_when_asked(world_size):
     examples = random_examples(300)
-    full = BatchSampler(examples, max_tokens=100, seed=2).batch_indices(0)
+    full = lists(BatchSampler(examples, max_tokens=100, seed=2).plan(0))
     shards = [
-        BatchSampler(examples, max_tokens=100, seed=2, rank=r, world_size=world_size, remainder="drop").batch_indices(0)
+        lists(BatchSampler(examples, max_tokens=100, seed=2, rank=r, world_size=world_size, remainder="drop").plan(0))
         for r in range(world_size)
     ]
     assert [len(shard) for shard in shards] == [len(full) // world_size] * world_size
@@ -216,28 +222,28 @@ def test_no_examples_left():
     with pytest.raises(DataError, match="no examples to batch"):
         BatchSampler([EncodedPair([4] * 9, [])], max_tokens=100, max_len=5)
     with pytest.raises(DataError, match="cannot be shared"):
-        BatchSampler([EncodedPair([4], [])], max_tokens=100, world_size=2, remainder="drop").batch_indices(0)
+        lists(BatchSampler([EncodedPair([4], [])], max_tokens=100, world_size=2, remainder="drop").plan(0))
 
 
 def test_end_to_end_from_a_corpus_to_batches():
-    from dotformer.data.prepared.splits import split_corpus
-    from dotformer.data.read.corpora import load_pairs
-    from dotformer.data.read.types import CorpusOptions
+    from dotformer.data.config import DataConfig
+    from dotformer.data.prepared.pair_kind import read_run_data
     from dotformer.data.tokenize.tokenizer_files import default_kinds, train_tokenizer_pair
 
-    corpus = load_pairs("reverse", CorpusOptions(num_examples=300, vocab=10, max_len=8))
-    splits = split_corpus(corpus, seed=0, valid_fraction=0.1, test_fraction=0.1)
-    src_kind, tgt_kind = default_kinds(corpus.task)
+    config = DataConfig(dataset="reverse", synthetic_examples=300, synthetic_symbols=10, synthetic_max_len=8,
+                        valid_fraction=0.1, test_fraction=0.1)  # fmt: skip
+    train = read_run_data(config, seed=0).splits.train
+    src_kind, tgt_kind = default_kinds("synthetic")
     tokenizers = train_tokenizer_pair(
-        [p.source for p in splits.train], [p.target for p in splits.train], src_kind, tgt_kind, shared=True
+        [p.source for p in train], [p.target for p in train], src_kind, tgt_kind, shared=True
     )
     assert tokenizers.src.vocab_size == 4 + 10
-    examples = encode_pairs(splits.train, tokenizers.src, tokenizers.tgt)
+    examples = encode_pairs(train, tokenizers.src, tokenizers.tgt)
     batches = BatchSampler(examples, max_tokens=90, seed=0).batches(0)
-    assert sum(batch.size for batch in batches) == len(splits.train) == 240
+    assert sum(batch.size for batch in batches) == len(train) == 240
     for batch in batches:
         for row, i in enumerate(batch.indices):
             source = tokenizers.src.decode(batch.src[row].tolist())
             target = tokenizers.tgt.decode(batch.tgt_out[row].tolist())
-            assert (source, target) == splits.train[i]
+            assert (source, target) == train[i]
             assert target.split() == source.split()[::-1]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dotformer.data.prepared.splits import split_corpus, split_indices
+from dotformer.data.config import DataConfig
+from dotformer.data.prepared.pair_kind import read_run_data
 from dotformer.data.read.cmudict import corpus_from_entries, normalise_word, strip_stress
 from dotformer.data.read.corpora import load_pairs
 from dotformer.data.read.types import CorpusOptions, Pair
@@ -88,15 +89,13 @@ def test_strip_stress_on_the_real_dictionary(stressless, corpus):
 
 
 def test_splits_are_word_disjoint(corpus):
-    indices = split_indices(corpus, seed=0, valid_fraction=0.05, test_fraction=0.05)
-    words = {name: {corpus.groups[i] for i in getattr(indices, name)} for name in ("train", "valid", "test")}
+    splits = read_run_data(DataConfig(dataset="cmudict", valid_fraction=0.05, test_fraction=0.05), seed=0).splits
+    words = {name: {pair.source for pair in getattr(splits, name)} for name in ("train", "valid", "test")}
     assert not words["train"] & words["valid"]
     assert not words["train"] & words["test"]
     assert not words["valid"] & words["test"]
     total = len(corpus.pairs)
-    assert sorted(indices.train + indices.valid + indices.test) == list(range(total))
+    assert sorted(splits.train + splits.valid + splits.test) == sorted(corpus.pairs)
     # dealt whole words: each split overshoots its target by less than one word (at most 5 pronunciations)
-    assert round(0.05 * total) <= len(indices.test) < round(0.05 * total) + 6
-    splits = split_corpus(corpus, seed=0, valid_fraction=0.05, test_fraction=0.05)
+    assert round(0.05 * total) <= len(splits.test) < round(0.05 * total) + 6
     assert splits.info["keep_groups_together"] is True
-    assert {pair.source for pair in splits.test} == words["test"]

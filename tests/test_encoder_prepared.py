@@ -22,7 +22,7 @@ from dotformer.checkpoint import load_weights
 from dotformer.cli import main
 from dotformer.data.batch.labelled import LabelledSampler, Masking, labelled_examples, masked_examples
 from dotformer.data.config import EncoderDataConfig, LMDataConfig
-from dotformer.data.prepared.kinds import fingerprint_of, open_prepared, prepare
+from dotformer.data.prepared.kinds import kind_of, open_prepared, prepare
 from dotformer.data.prepared.labelled_kind import PreparedLabelled
 from dotformer.data.prepared.splits import TRAIN
 from dotformer.data.prepared.text_kind import PreparedText
@@ -97,9 +97,9 @@ def test_a_masked_language_models_text_is_prepared_with_its_mask_token(files: di
     # what batching decides is no part of the data; the mask token is (a language model's text is another)
     same = [config, EncoderDataConfig(task="mlm", dataset=str(files["text.txt"]), tokenizer="char", block_size=64,
                                       mlm_unit="blocks", mask_probability=0.2)]  # fmt: skip
-    assert {fingerprint_of(c, 3) for c in same} == {prepared.fingerprint}
+    assert {kind_of(c).fingerprint(3) for c in same} == {prepared.fingerprint}
     lm = LMDataConfig(dataset=str(files["text.txt"]), tokenizer="char")
-    assert fingerprint_of(lm, 3) != prepared.fingerprint
+    assert kind_of(lm).fingerprint(3) != prepared.fingerprint
 
 
 def training_rows_of(prepared: PreparedText, source: list[str], code: int) -> list[str]:
@@ -152,7 +152,7 @@ def test_a_taggers_labels_sit_on_the_first_token_of_each_word(files: dict[str, P
         assert tags.tolist() == expected.tolist()
     every = EncoderDataConfig(task="tag", dataset=str(files["tags.conll"]), tokenizer="bpe", vocab_size=300,
                               label_subtokens="all")  # fmt: skip
-    assert fingerprint_of(every, 1) != prepared.fingerprint  # the labels per token are prepared
+    assert kind_of(every).fingerprint(1) != prepared.fingerprint  # the labels per token are prepared
     tokens = pieces.encode_sentences([["horses", "near", "the", "river"]])
     assert label_positions(tokens, "all").sum() >= label_positions(tokens, "first").sum() == 4
 

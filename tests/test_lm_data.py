@@ -9,14 +9,22 @@ import numpy as np
 import pytest
 import torch
 
-from dotformer.data.batch.batching import BatchSampler, EncodedPair, SamplerPosition, sampler_for
+from dotformer.data.batch.batching import BatchPlan, BatchSampler, EncodedPair, SamplerPosition, sampler_for
 from dotformer.data.batch.blocks import BlockSampler, TokenStream, encode_text
-from dotformer.data.read.text_corpus import PIECE_LINES, TextCorpus, read_file_text, split_text
+from dotformer.data.config import LMDataConfig
+from dotformer.data.prepared.kinds import prepare
+from dotformer.data.prepared.splits import TEST, TRAIN, VALID, assign_splits
+from dotformer.data.read.text_corpus import PIECE_LINES, TextCorpus, read_file_text
 from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.data.tokenize.tokenizers import EOS_ID, PAD_ID
 from dotformer.errors import ConfigError, DataError
 from dotformer.metrics.language import LanguageModelScore
 from dotformer.training.scoring import score_text
+
+
+def lists(plan: BatchPlan) -> list[list[int]]:
+    """A sampler's plan as lists of example (or block) indices, batch by batch in the order taken."""
+    return [batch.tolist() for batch in plan]
 
 
 def stream_of(n: int, block: int) -> TokenStream:
@@ -65,9 +73,9 @@ def test_training_blocks_are_contiguous_and_cover_the_text_after_the_epoch_offse
 def test_order_is_seeded_and_resumable() -> None:
     stream = stream_of(500, 8)
     a, b = BlockSampler(stream, 32, seed=5), BlockSampler(stream, 32, seed=5)
-    assert a.batch_indices(2) == b.batch_indices(2)
-    assert a.batch_indices(0) != a.batch_indices(1)
-    assert a.batch_indices(0) != BlockSampler(stream, 32, seed=6).batch_indices(0)
+    assert lists(a.plan(2)) == lists(b.plan(2))
+    assert lists(a.plan(0)) != lists(a.plan(1))
+    assert lists(a.plan(0)) != lists(BlockSampler(stream, 32, seed=6).plan(0))
     full = [batch.tgt_in for batch in a.iter_batches(1)]
     tail = [batch.tgt_in for batch in b.iter_batches(1, start=3)]
     assert all(torch.equal(x, y) for x, y in zip(full[3:], tail, strict=True))
@@ -79,8 +87,8 @@ def test_order_is_seeded_and_resumable() -> None:
 
 def test_ranks_share_the_batches() -> None:
     stream = stream_of(300, 8)
-    whole = BlockSampler(stream, 16, seed=1).batch_indices(0)
-    ranks = [BlockSampler(stream, 16, seed=1, rank=r, world_size=2).batch_indices(0) for r in (0, 1)]
+    whole = lists(BlockSampler(stream, 16, seed=1).plan(0))
+    ranks = [lists(BlockSampler(stream, 16, seed=1, rank=r, world_size=2).plan(0)) for r in (0, 1)]
     padded = whole + whole[: len(whole) % 2]  # an odd count repeats the first batch, as BatchSampler's "pad"
     assert ranks == [padded[0::2], padded[1::2]]
     assert sorted(sum(ranks[0] + ranks[1], [])) == sorted(sum(padded, []))
@@ -106,22 +114,26 @@ def test_file_text_is_held_out_in_whole_pieces(tmp_path: Path) -> None:
     path.write_text("".join(f"line {i}\n" for i in range(1000)), encoding="utf-8")
     corpus = read_file_text(path)
     assert len(corpus.lines) == 1000 and corpus.groups[0] == f"lines 1-{PIECE_LINES}"
-    splits = split_text(corpus, seed=1, valid_fraction=0.1, test_fraction=0.2)
-    assert (len(splits.train), len(splits.valid), len(splits.test)) == (700, 100, 200)
-    for held_out in (splits.valid, splits.test):
+    config = LMDataConfig(dataset=str(path), valid_fraction=0.1, test_fraction=0.2)
+    prepared = prepare(config, seed=1, directory=tmp_path / "p")
+    valid, test = prepared.texts("valid"), prepared.texts("test")
+    assert (len(prepared.splits["train"]), len(valid), len(test)) == (700, 100, 200)
+    for held_out in (valid, test):
         numbers = [int(line.split()[1]) for line in held_out]
         assert all(n % PIECE_LINES == 0 for n in numbers[::PIECE_LINES])  # whole pieces, from their first line
-    assert sorted(splits.train + splits.valid + splits.test) == sorted(corpus.lines)
-    assert split_text(corpus, seed=1, valid_fraction=0.1, test_fraction=0.2) == splits
+    train = [line for line, code in zip(corpus.lines, prepared.split_of, strict=True) if code == TRAIN]
+    assert sorted(train + valid + test) == sorted(corpus.lines)
+    assert prepare(config, seed=1, directory=tmp_path / "again").texts("valid") == valid
 
 
 def test_test_groups_are_held_out_whole() -> None:
-    corpus = TextCorpus("t", [f"v{i}" for i in range(12)], ["Gen"] * 4 + ["Ruth"] * 4 + ["Matt"] * 4)
-    splits = split_text(corpus, seed=0, valid_fraction=0.3, test_fraction=0.0, test_groups=["Ruth"])
-    assert splits.test == ["v4", "v5", "v6", "v7"]
-    assert len(splits.valid) == 4 and splits.info["valid_groups"] in (["Gen"], ["Matt"])
+    books, book_of_line = ["Gen", "Ruth", "Matt"], np.repeat(np.arange(3), 4)  # 12 lines, 4 a book
+    split = assign_splits(12, 0, 0.3, 0.0, book_of_line, books, test_groups=["Ruth"])
+    assert np.flatnonzero(split == TEST).tolist() == [4, 5, 6, 7]
+    valid = np.flatnonzero(split == VALID)
+    assert len(valid) == 4 and len(set(book_of_line[valid].tolist())) == 1
     with pytest.raises(ConfigError, match="Jude"):
-        split_text(corpus, seed=0, test_groups=["Jude"])
+        assign_splits(12, 0, 0.05, 0.05, book_of_line, books, test_groups=["Jude"])
 
 
 def test_language_model_score_worked_example() -> None:
@@ -157,7 +169,7 @@ def kjv_installed() -> bool:
 
 
 @pytest.mark.skipif(not kjv_installed(), reason="needs pysword and the KJV module (apt-get install -y sword-text-kjv)")
-def test_the_kjv_as_text_held_out_by_books() -> None:
+def test_the_kjv_as_text_held_out_by_books(tmp_path: Path) -> None:
     from dotformer.data.read.text_corpus import check_books, read_text_corpus
 
     corpus = read_text_corpus("bible")
@@ -166,10 +178,13 @@ def test_the_kjv_as_text_held_out_by_books() -> None:
     assert all(line.strip() for line in corpus.lines)
     books = check_books(corpus, ["Ruth", "jonah"])
     assert books == ["Ruth", "Jonah"]
-    splits = split_text(corpus, seed=1, valid_fraction=0.02, test_fraction=0.0, test_groups=books)
-    assert len(splits.test) == 85 + 48  # Ruth 85 verses, Jonah 48
-    assert splits.test[0].startswith("Now it came to pass in the days when the judges ruled")
-    assert not set(splits.info["valid_groups"]) & {"Ruth", "Jonah"}
+    config = LMDataConfig(dataset="bible", test_books=("Ruth", "jonah"), valid_fraction=0.02)
+    prepared = prepare(config, seed=1, directory=tmp_path / "p")
+    test = prepared.texts("test")
+    assert len(test) == 85 + 48  # Ruth 85 verses, Jonah 48
+    assert test[0].startswith("Now it came to pass in the days when the judges ruled")
+    assert prepared.report["split"]["test_groups"] == books
+    assert not set(prepared.report["split"]["valid_groups"]) & {"Ruth", "Jonah"}
     with pytest.raises(ConfigError, match="not a Bible"):
         check_books(TextCorpus("t.txt", ["a"], ["lines 1-100"], {"format": "text"}), ["Ruth"])
 
@@ -179,9 +194,10 @@ def test_a_short_file_is_cut_in_smaller_pieces_so_it_splits(tmp_path: Path) -> N
     path.write_text("".join(f"line {i}\n" for i in range(100)), encoding="utf-8")
     corpus = read_file_text(path)
     assert corpus.groups[0] == "lines 1-10" and len(set(corpus.groups)) == 10
-    splits = split_text(corpus, seed=1)  # the defaults: 5% valid, 5% test, whole pieces
-    assert (len(splits.train), len(splits.valid), len(splits.test)) == (80, 10, 10)
+    prepared = prepare(LMDataConfig(dataset=str(path)), seed=1, directory=tmp_path / "p")  # 5% valid, 5% test
+    assert [len(prepared.splits[name]) for name in ("train", "valid", "test")] == [80, 10, 10]
     two = tmp_path / "two.txt"
     two.write_text("a line\nanother line\n", encoding="utf-8")
+    config = LMDataConfig(dataset=str(two), valid_fraction=0.4, test_fraction=0.4)
     with pytest.raises(DataError, match="no lines left for training .2 lines in 2 held-out pieces"):
-        split_text(read_file_text(two), seed=1, valid_fraction=0.4, test_fraction=0.4)
+        prepare(config, seed=1, directory=tmp_path / "two")

@@ -113,7 +113,7 @@ def test_the_stream_deals_the_global_order_to_the_ranks() -> None:
     last, short step of an epoch budget a rank without a batch gets one with no targets."""
     data = tiny_data()
     sampler = BatchSampler(data.train, 24, seed=1)
-    order = [rows for e in range(2) for rows in sampler.batch_indices(e)]
+    order = [rows.tolist() for e in range(2) for rows in sampler.plan(e)]
     assert len(order) == 18
     streams = [BatchStream(sampler, max_epochs=2.0, rank=r, world_size=2) for r in (0, 1)]
     single = BatchStream(sampler, max_epochs=2.0)

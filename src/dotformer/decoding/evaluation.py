@@ -14,7 +14,7 @@ not the model's real answer, and a high count means the length limit, not the mo
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -105,15 +105,6 @@ def group_references(pairs: Sequence[Pair]) -> GroupedReferences:
     return GroupedReferences(list(by_source), list(by_source.values()))
 
 
-def limit_sources(pairs: Sequence[Pair], limit: int | None) -> list[Pair]:
-    """The pairs of the first ``limit`` distinct sources (all their references kept); None keeps every pair.
-
-    Raises:
-        ConfigError: ``limit`` < 1.
-    """
-    return _keep_sources(pairs, limit, lambda sources, n: sources[:n])
-
-
 def sample_sources(pairs: Sequence[Pair], limit: int | None, seed: int = DEFAULT_SEED) -> list[Pair]:
     """The pairs of ``limit`` distinct sources drawn at random with ``random.Random(seed)`` (all their references
     kept), in the order of ``pairs``; None, or a limit of at least the number of sources, keeps every pair.
@@ -123,25 +114,12 @@ def sample_sources(pairs: Sequence[Pair], limit: int | None, seed: int = DEFAULT
     Raises:
         ConfigError: ``limit`` < 1.
     """
-    return _keep_sources(
-        pairs, limit, lambda sources, n: sources if n >= len(sources) else random.Random(seed).sample(sources, n)
-    )
-
-
-def _keep_sources(
-    pairs: Sequence[Pair], limit: int | None, choose: Callable[[list[str], int], Sequence[str]]
-) -> list[Pair]:
-    """The pairs of the sources that ``choose(sources, limit)`` keeps of the distinct sources (in the order of first
-    appearance), all their references kept, in the order of ``pairs``; a ``limit`` of None keeps every pair.
-
-    Raises:
-        ConfigError: ``limit`` < 1.
-    """
     if limit is None:
         return list(pairs)
     if limit < 1:
         raise ConfigError(f"limit must be a positive number of sources, got {limit}")
-    kept = set(choose(group_references(pairs).sources, limit))
+    sources = group_references(pairs).sources  # distinct, in the order of first appearance
+    kept = set(sources if limit >= len(sources) else random.Random(seed).sample(sources, limit))
     return [pair for pair in pairs if pair.source in kept]
 
 

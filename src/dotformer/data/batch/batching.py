@@ -226,10 +226,6 @@ class BatchPlan:
         """The plan of the batches ``order[which]`` (a rank's share: ``slice(rank, None, world_size)``)."""
         return dataclasses.replace(self, order=self.order[which])
 
-    def as_lists(self) -> list[list[int]]:
-        """The batches as lists of example indices, in the order taken."""
-        return [self[i].tolist() for i in range(len(self))]
-
 
 class PlannedBatches(Sequence[Batch]):
     """The batches of a :class:`BatchPlan`, collated one at a time when read (validation holds no epoch of tensors).
@@ -411,18 +407,6 @@ class BatchSampler:
                 raise DataError(f"{count} batches cannot be shared by {self.world_size} ranks with remainder='drop'")
             which = np.arange(per_rank * self.world_size)
         return full.select(which[self.rank :: self.world_size])
-
-    def all_batches_indices(self, epoch: int) -> list[list[int]]:
-        """Example indices of every batch of the epoch, for all ranks, in order (:meth:`global_plan` as lists)."""
-        return self.global_plan(epoch).as_lists()
-
-    def batch_indices(self, epoch: int) -> list[list[int]]:
-        """Example indices of this rank's batches in ``epoch`` (:meth:`plan` as lists).
-
-        Raises:
-            DataError: ``remainder="drop"`` leaves no batch for the ranks (fewer batches than ranks).
-        """
-        return self.plan(epoch).as_lists()
 
     def num_batches(self, epoch: int = 0) -> int:
         """How many batches this rank gets in ``epoch``."""

@@ -197,7 +197,7 @@ class BlockSampler(BatchSampler):
                 f"vocabulary {tgt.vocab_size:,}", size]  # fmt: skip
 
     def make_batch(self, indices: Sequence[int] | np.ndarray, epoch: int) -> Batch:
-        """The batch of blocks ``indices`` of ``epoch`` (one entry of :meth:`batch_indices`)."""
+        """The batch of blocks ``indices`` of ``epoch`` (one entry of :meth:`plan`)."""
         T, o, full = self.stream.block_size, self.offset(epoch), self.num_blocks(epoch)
         length = T if indices[0] < full else len(self.stream) - 1 - full * T  # the tail block is shorter
         return collate_blocks(self.stream.ids, [o + j * T for j in indices], length, indices)

@@ -201,11 +201,6 @@ class RaggedWriter:
         self.rows += len(lengths)
         self.tokens += len(ids)
 
-    def append_rows(self, rows: Sequence[Sequence[int]]) -> None:
-        """Append rows given as lists (or arrays) of ids."""
-        lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
-        self.append(np.fromiter((i for row in rows for i in row), dtype=np.int64, count=int(lengths.sum())), lengths)
-
     def close(self) -> RaggedArray:
         """Flush, sync and rename the files to their final names; the array, mapped."""
         if not self._closed:
@@ -235,13 +230,6 @@ class RaggedWriter:
             self.close()
         else:
             self.abort()
-
-
-def write_ragged(stem: str | Path, rows: Sequence[Sequence[int]], dtype: np.dtype | type) -> RaggedArray:
-    """Write ``rows`` as one :class:`RaggedArray` (see :class:`RaggedWriter`) and return it, mapped."""
-    with RaggedWriter(stem, dtype) as writer:
-        writer.append_rows(rows)
-    return open_ragged(stem)
 
 
 def save_array(path: str | Path, values: np.ndarray) -> Path:

@@ -24,7 +24,7 @@ from typing import Any
 from dotformer.data.prepared.labelled_kind import LabelledKind, PreparedLabelled
 from dotformer.data.prepared.layout import REPORT_FILE, read_report
 from dotformer.data.prepared.pair_kind import PairsKind, PreparedPairs
-from dotformer.data.prepared.skeleton import DEFAULT_SAMPLE_LINES, DataKind
+from dotformer.data.prepared.skeleton import DataKind
 from dotformer.data.prepared.text_kind import PreparedText, TextKind
 from dotformer.errors import DataError
 
@@ -46,14 +46,6 @@ def prepare(config: Any, seed: int, directory: str | Path, tokenizers: Any = Non
         what the kind's preparation raises.
     """
     return kind_of(config).prepare(seed, directory, tokenizers, **options)  # type: ignore[no-any-return]
-
-
-def fingerprint_of(
-    config: Any, seed: int, tokenizers: Any = None, sample_lines: int = DEFAULT_SAMPLE_LINES, inputs: Any = None
-) -> str:
-    """The fingerprint of the prepared data of ``config`` (:meth:`~dotformer.data.prepared.skeleton.DataKind.
-    fingerprint`)."""
-    return kind_of(config).fingerprint(seed, tokenizers, sample_lines, inputs)
 
 
 def open_prepared(directory: str | Path) -> Prepared:

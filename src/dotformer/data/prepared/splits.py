@@ -1,45 +1,33 @@
-"""Deterministic train / valid / test splits, group-disjoint, saved as TSV files with a JSON description.
+"""Deterministic train / valid / test splits, group-disjoint; the held-out pairs read back from their TSV files.
 
 A split is a pure function of (corpus, seed, fractions, test_groups): the same inputs give the same split on every
 machine. :func:`assign_splits` deals it with numpy arrays of one number per pair, so it serves a corpus read in
-passes (:mod:`dotformer.data.prepared.skeleton`) as well as one in memory (:func:`split_corpus`). When the corpus
+passes (:mod:`dotformer.data.prepared.skeleton`) as well as one in memory. When the corpus
 has groups and keeps them together (CMUdict: the word), whole groups are assigned, so no word has one pronunciation
 in train and another in test. The Bible keeps its groups (books) apart only on request:
 its default split draws random verses, and ``test_groups=["Matt", "Mark"]`` holds whole books out as the test set.
 
-On disk (``save_splits``)::
+On disk (``dotformer prepare`` writes them, :func:`load_split` reads them)::
 
-    DIR/train.tsv   source<TAB>target, one pair per line, UTF-8
-    DIR/valid.tsv
+    DIR/valid.tsv   source<TAB>target, one held-out pair per line, UTF-8
     DIR/test.tsv
-    DIR/split.json  {"seed", "valid_fraction", "test_fraction", "test_groups", "keep_groups_together",
-                     "counts": {"train", "valid", "test"}, "corpus": {"name", "task", "report"}}
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from dotformer.data.read.textio import read_json, read_text, split_lines
-from dotformer.data.read.types import Corpus, Pair
+from dotformer.data.read.textio import read_text, split_lines
+from dotformer.data.read.types import Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 SPLIT_NAMES = ("train", "valid", "test")
 TRAIN, VALID, TEST = 0, 1, 2  # the codes of assign_splits, in the order of SPLIT_NAMES
-
-
-class SplitIndices(NamedTuple):
-    """Positions in the corpus of each split's pairs, ascending."""
-
-    train: list[int]
-    valid: list[int]
-    test: list[int]
 
 
 @dataclass(frozen=True)
@@ -48,79 +36,13 @@ class Splits:
 
     Attributes:
         train, valid, test: the pairs.
-        info: JSON-serialisable description saved as split.json (seed, fractions, test_groups, counts, corpus
-            name/task/report).
+        info: JSON-serialisable description (seed, fractions, test_groups, counts, corpus name/task/report).
     """
 
     train: list[Pair]
     valid: list[Pair]
     test: list[Pair]
     info: dict[str, Any] = field(default_factory=dict)
-
-
-def split_corpus(
-    corpus: Corpus,
-    seed: int,
-    valid_fraction: float,
-    test_fraction: float,
-    test_groups: list[str] | tuple[str, ...] | None = None,
-    keep_groups_together: bool | None = None,
-) -> Splits:
-    """Split ``corpus`` into train, valid and test (see :func:`split_indices` for the rule).
-
-    Raises:
-        ConfigError: fractions out of range, or ``test_groups`` on a corpus without groups or naming unknown groups.
-        DataError: nothing is left for training.
-    """
-    indices = split_indices(corpus, seed, valid_fraction, test_fraction, test_groups, keep_groups_together)
-    together = corpus.keep_groups_together if keep_groups_together is None else keep_groups_together
-    info = {
-        "seed": seed,
-        "valid_fraction": valid_fraction,
-        "test_fraction": test_fraction,
-        "test_groups": list(test_groups) if test_groups else None,
-        "keep_groups_together": bool(together and corpus.groups is not None),
-        "counts": {name: len(getattr(indices, name)) for name in SPLIT_NAMES},
-        "corpus": {"name": corpus.name, "task": corpus.task, "report": corpus.report},
-    }
-    pairs = corpus.pairs
-    return Splits(
-        train=[pairs[i] for i in indices.train],
-        valid=[pairs[i] for i in indices.valid],
-        test=[pairs[i] for i in indices.test],
-        info=info,
-    )
-
-
-def split_indices(
-    corpus: Corpus,
-    seed: int,
-    valid_fraction: float,
-    test_fraction: float,
-    test_groups: list[str] | tuple[str, ...] | None = None,
-    keep_groups_together: bool | None = None,
-) -> SplitIndices:
-    """Which corpus positions go to which split: :func:`assign_splits` on the corpus's pairs and groups.
-
-    Args:
-        corpus: the pairs, and their groups if any.
-        seed: the shuffling seed.
-        valid_fraction, test_fraction: in [0, 1), summing to less than 1.
-        test_groups: group keys held out as the test set (e.g. Bible books "Matt", "Mark").
-        keep_groups_together: override ``corpus.keep_groups_together``.
-
-    Raises:
-        ConfigError: bad fractions; ``test_groups`` without corpus groups, or unknown group keys.
-        DataError: the training split would be empty.
-    """
-    groups = GroupIndex()
-    group_of_pair = None if corpus.groups is None else groups.ids(corpus.groups)
-    together = corpus.keep_groups_together if keep_groups_together is None else keep_groups_together
-    split = assign_splits(
-        len(corpus.pairs), seed, valid_fraction, test_fraction, group_of_pair, groups.names, test_groups,
-        together, corpus.name,
-    )  # fmt: skip
-    return SplitIndices(*(np.flatnonzero(split == code).tolist() for code in range(len(SPLIT_NAMES))))
 
 
 class GroupIndex:
@@ -233,32 +155,6 @@ def assign_splits(
     return split
 
 
-def save_splits(splits: Splits, directory: str | Path) -> Path:
-    """Write ``DIR/{train,valid,test}.tsv`` and ``DIR/split.json`` (the layout is in the module docstring).
-
-    Returns:
-        The directory.
-
-    Raises:
-        DataError: a text holds a tab or a line break, which a TSV line cannot hold (the corpus readers replace
-            them, so this means hand-made pairs).
-    """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    for name in SPLIT_NAMES:
-        lines = []
-        for number, pair in enumerate(getattr(splits, name), start=1):
-            for side, text in zip(("source", "target"), pair, strict=True):
-                if any(char in text for char in "\t\n\r"):
-                    raise DataError(f"{name} pair {number}: the {side} holds a tab or line break: {text!r:.80}")
-            lines.append(f"{pair.source}\t{pair.target}\n")
-        (directory / f"{name}.tsv").write_text("".join(lines), encoding="utf-8")
-    info = dict(splits.info)
-    info["counts"] = {name: len(getattr(splits, name)) for name in SPLIT_NAMES}
-    (directory / "split.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return directory
-
-
 def load_split(directory: str | Path, name: str) -> list[Pair]:
     """The pairs of ``DIR/NAME.tsv`` (``name`` is train, valid or test); an empty file is an empty split.
 
@@ -271,7 +167,7 @@ def load_split(directory: str | Path, name: str) -> list[Pair]:
         raise ConfigError(f"split name must be one of {', '.join(SPLIT_NAMES)}, got {name!r}")
     path = Path(directory) / f"{name}.tsv"
     if not path.is_file():
-        raise MissingDataError(f"{path}: no such split file (save_splits writes it)")
+        raise MissingDataError(f"{path}: no such split file (dotformer prepare writes it)")
     if path.stat().st_size == 0:
         return []
     pairs = []
@@ -281,15 +177,3 @@ def load_split(directory: str | Path, name: str) -> list[Pair]:
             raise DataError(f"{path}:{number}: {len(fields)} tab-separated fields, expected 2 (source, target)")
         pairs.append(Pair(fields[0], fields[1]))
     return pairs
-
-
-def load_splits(directory: str | Path) -> Splits:
-    """All three splits and the split.json description of ``DIR``.
-
-    Raises:
-        MissingDataError: a file is missing.
-        DataError: a malformed TSV line or split.json.
-    """
-    directory = Path(directory)
-    info = read_json(directory / "split.json", "no such file (save_splits writes it)")
-    return Splits(*(load_split(directory, name) for name in SPLIT_NAMES), info=info)

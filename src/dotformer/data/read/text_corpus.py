@@ -4,7 +4,7 @@ A language model reads text, not pairs. A :class:`TextCorpus` is the text as lin
 group key: the OSIS book of a Bible verse ("Gen", "Matt"), or a piece of ``PIECE_LINES`` consecutive lines of a file.
 Splits hold out whole groups (whole books, or whole pieces of a file), so no held-out line has its neighbours in the
 training text: the Bible translation job holds out its test books the same way. The dealing itself is
-:func:`dotformer.data.prepared.splits.split_indices`'s (seeded, whole groups), so both jobs split alike.
+:func:`dotformer.data.prepared.splits.assign_splits`'s (seeded, whole groups), so both jobs split alike.
 
 Datasets: ``"bible"`` (the King James Version), ``"bible:WEB"`` (the World English Bible) or ``"bible:MODULE"`` for
 any installed SWORD module (:mod:`dotformer.data.read.bible` reads them), or the path of a UTF-8 text file.
@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from dotformer.data.prepared.splits import split_indices
 from dotformer.data.read.bible import (
     _missing_message,
     book_ids,
@@ -29,7 +28,6 @@ from dotformer.data.read.bible import (
     sword_libraries,
 )
 from dotformer.data.read.textio import iter_text_lines, read_text_lines
-from dotformer.data.read.types import Corpus, Pair
 from dotformer.errors import ConfigError, DataError, MissingDataError
 
 PIECE_LINES = 100  # lines of a file held out together at most (a file has no books)
@@ -59,16 +57,6 @@ class TextCorpus:
     def __post_init__(self) -> None:
         if len(self.groups) != len(self.lines):
             raise DataError(f"text {self.name}: {len(self.groups)} group keys for {len(self.lines)} lines")
-
-
-@dataclass(frozen=True)
-class TextSplits:
-    """The train, valid and test lines (each in reading order) and how they were made (``info``, JSON)."""
-
-    train: list[str]
-    valid: list[str]
-    test: list[str]
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 def read_text_corpus(dataset: str, sword_path: str | None = None) -> TextCorpus:
@@ -157,50 +145,6 @@ def read_bible_text(module: str = DEFAULT_BIBLE_MODULE, sword_path: str | None =
     report = {"format": "bible", "module": info.module_id, "lines": len(lines)}
     report["characters"] = sum(len(line) for line in lines)
     return TextCorpus(f"bible:{module}", lines, [book for book, _ in verses], report)
-
-
-def split_text(
-    corpus: TextCorpus,
-    seed: int,
-    valid_fraction: float = 0.05,
-    test_fraction: float = 0.05,
-    test_groups: list[str] | tuple[str, ...] | None = None,
-) -> TextSplits:
-    """Deal whole groups to test, valid and train with :func:`dotformer.data.prepared.splits.split_indices`.
-
-    Args:
-        corpus: the text.
-        seed: the shuffling seed of the groups.
-        valid_fraction, test_fraction: shares of the lines (a split may overshoot by less than one group).
-        test_groups: groups held out as the test split (Bible books as OSIS ids); ``test_fraction`` is then unused.
-
-    Raises:
-        ConfigError: bad fractions, or unknown test groups (the message lists the known ones).
-        DataError: the training split would be empty.
-    """
-
-    # split_indices deals the positions of a Corpus by group; the lines stand in as targets of source-less pairs
-    stand_in = Corpus(corpus.name, "exact", [Pair("", line) for line in corpus.lines], list(corpus.groups))
-    try:
-        indices = split_indices(stand_in, seed, valid_fraction, test_fraction, test_groups, keep_groups_together=True)
-    except DataError:
-        raise DataError(
-            f"{corpus.name}: no lines left for training ({len(corpus.lines)} lines in {len(set(corpus.groups))} "
-            f"held-out pieces; valid_fraction={valid_fraction}, test_fraction={test_fraction}): give a longer text, "
-            f"or --valid and --test files"
-        ) from None
-    info = {
-        "corpus": corpus.name,
-        "seed": seed,
-        "valid_fraction": valid_fraction,
-        "test_fraction": test_fraction,
-        "test_groups": list(test_groups or []),
-        "valid_groups": sorted({corpus.groups[i] for i in indices.valid}),
-        "lines": {"train": len(indices.train), "valid": len(indices.valid), "test": len(indices.test)},
-    }
-    lines = corpus.lines
-    return TextSplits([lines[i] for i in indices.train], [lines[i] for i in indices.valid],
-                      [lines[i] for i in indices.test], info)  # fmt: skip
 
 
 def check_books(corpus: Any, books: Sequence[str] | None) -> list[str]:

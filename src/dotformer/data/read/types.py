@@ -49,7 +49,7 @@ class Corpus:
             pronunciations of a word land in one split; the book for the Bible), or ``None``.
         report: JSON-serialisable counts: ``report["pairs"]`` kept, ``report["dropped"]`` reason -> count, and
             source-specific details (``limit`` when a limit cut the corpus).
-        keep_groups_together: whether :func:`dotformer.data.prepared.splits.split_corpus` keeps each group in one split
+        keep_groups_together: whether :func:`dotformer.data.prepared.splits.assign_splits` keeps each group in one split
             by default. False for the Bible: its books serve held-out-book splits (``test_groups``), while the default
             split draws random verses.
 
