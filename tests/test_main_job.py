@@ -42,7 +42,7 @@ def test_g2p_main_job_quick(tmp_path: Path) -> None:
     assert len(lines) >= 3
     assert all(len(line.split()) >= 2 for line in lines)
     assert (out / "best" / "model.safetensors").is_file()
-    # the script evaluates the last checkpoint (g2p.toml cools the lr to 0 over the budget's last quarter)
+    # the script evaluates the last checkpoint (g2p-modern.toml cools the lr to 0 over the budget's last quarter)
     assert (out / "last" / "model.safetensors").is_file()
     assert json.loads((out / "test_metrics.json").read_text())["checkpoint"] == str(out / "last")
     assert json.loads((out / "last" / "config.json").read_text())["step"] == 150
