@@ -18,13 +18,16 @@ has the commands too. A variant that sets nothing new (pre-norm on lm-bible.toml
 again: its row says so.
 
 Time budgets (the paper's way: the same minutes) are valid only on an idle machine; ``--steps`` compares the same
-number of updates instead, which load does not change.
+number of updates instead, which load does not change: two invocations of one thread each may then share a
+2-core machine, the second reading the first's 2017 run (``--baseline``) rather than training it again.
 
 Run::
 
     python benchmarks/modern_ablation.py                         # lm, 10 minutes a variant, 2 threads (~1.5 hours)
     python benchmarks/modern_ablation.py --job g2p
     python benchmarks/modern_ablation.py --steps 300 --threads 1 # the same number of updates: valid under load
+    python benchmarks/modern_ablation.py --steps 300 --threads 1 --variants rotary --work-dir runs/other \
+        --baseline runs/modern_ablation/lm/2017 --out other.json  # beside the first, its 2017 run shared
 """
 
 from __future__ import annotations
@@ -161,6 +164,22 @@ def evaluate_command(args: argparse.Namespace, out: Path) -> list[str]:
     return command
 
 
+def finished_commands(out: Path, args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The train and evaluate commands a finished 2017 run (``--baseline``) would have had in this invocation, once
+    its budget is checked against this invocation's.
+
+    Raises:
+        SystemExit: the run has no test figures, or it trained another number of steps than ``--steps`` (a time
+            budget cannot be checked: it is taken as given).
+    """
+    if not (out / "test.json").is_file() or not (out / "metrics.jsonl").is_file():
+        sys.exit(f"--baseline {out}: not a finished run of this benchmark (no metrics.jsonl and test.json)")
+    steps = run_figures(out)["steps"]
+    if args.steps is not None and steps != args.steps:
+        sys.exit(f"--baseline {out}: trained {steps} steps, this comparison {args.steps}")
+    return train_command(args, out.parent / "configs" / "2017.toml", out), evaluate_command(args, out)
+
+
 def run_figures(out: Path) -> dict[str, Any]:
     """Steps, target tokens per second and the last validation pass of a finished run (its metrics.jsonl)."""
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -209,6 +228,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of every command (2)")
     parser.add_argument("--variants", default=None, help="comma-separated names (default: all; 2017 always runs)")
     parser.add_argument("--test-words", type=int, default=1000, help="g2p: test words decoded (a seeded sample)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="RUN",
+        help="a finished run of the 2017 block at the same budget and threads (another invocation's WORK/2017): its "
+        "figures are read, not trained again, so that variants can run in two processes beside one baseline",
+    )
     parser.add_argument("--work-dir", type=Path, default=Path("runs/modern_ablation"), help="where the runs go")
     parser.add_argument("--out", type=Path, default=None, help="JSON (default benchmarks/results/modern_ablation_JOB)")
     args = parser.parse_args(argv)
@@ -236,11 +263,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             model.update(fields, d_ff=matched_d_ff(config, target))
             row["fields"] = fields
         out = work / variant.name
-        config_file = write_config(work / "configs" / f"{variant.name}.toml", {**sections, "model": model})
-        train = train_command(args, config_file, out)
-        evaluate = evaluate_command(args, out)
-        row["train_s_wall"] = round(run(train, args.threads), 1)
-        row["evaluate_s_wall"] = round(run(evaluate, args.threads), 1)
+        if base is None and args.baseline is not None:  # the 2017 block, trained by another invocation
+            out = args.baseline
+            train, evaluate = finished_commands(out, args)
+        else:
+            config_file = write_config(work / "configs" / f"{variant.name}.toml", {**sections, "model": model})
+            train = train_command(args, config_file, out)
+            evaluate = evaluate_command(args, out)
+            row["train_s_wall"] = round(run(train, args.threads), 1)
+            row["evaluate_s_wall"] = round(run(evaluate, args.threads), 1)
         record = json.loads((out / "run.json").read_text())
         trained = ModelConfig.from_dict(record["model"])
         if base is None:

@@ -448,7 +448,8 @@ seed = 1
 
 def test_modern_ablation_runs_each_variant_at_the_2017_blocks_parameter_count(bench, tmp_path):
     """Two steps a variant through the real train and evaluate commands: the pre-norm row of a pre-norm config is
-    not run again, every run's parameters are within 2% of the 2017 block's, and the fields reach the runs."""
+    not run again, every run's parameters are within 2% of the 2017 block's, and the fields reach the runs; a
+    second invocation reads the first's 2017 run and refuses one of another budget."""
     ablation = bench("modern_ablation")
     text = tmp_path / "text.txt"
     text.write_text("".join(f"in the beginning {i} was the word and the word was {i * 7}\n" for i in range(300)))
@@ -468,6 +469,27 @@ def test_modern_ablation_runs_each_variant_at_the_2017_blocks_parameter_count(be
     for row in (base, modern):
         assert row["steps"] == 2 and row["tokens_per_s"] > 0 and row["test_bits_per_char"] > 0
         assert row["commands"][0].startswith("dotformer train --config") and "--max-steps 2" in row["commands"][0]
+
+    # a second invocation beside the first reads its 2017 run (--baseline) and trains only its own variants
+    argv2 = [
+        *argv[: argv.index("--variants")],
+        "--variants",
+        "no-bias",
+        "--baseline",
+        str(tmp_path / "w" / "lm" / "2017"),
+    ]
+    second = ablation.main([*argv2, "--work-dir", str(tmp_path / "w2"), "--out", str(tmp_path / "b.json")])
+    again, no_bias = second["rows"]
+    assert not (tmp_path / "w2" / "lm" / "2017").exists() and "train_s_wall" not in again
+    assert {k: again[k] for k in ("parameters", "steps", "test_bits_per_char")} == {
+        k: base[k] for k in ("parameters", "steps", "test_bits_per_char")
+    }
+    trained = ModelConfig.from_dict(json.loads((tmp_path / "w" / "lm" / "2017" / "run.json").read_text())["model"])
+    assert no_bias["fields"] == {"bias": False}  # d_ff matched to the first run's parameter count
+    assert no_bias["d_ff"] == ablation.matched_d_ff(trained.replace(bias=False), base["parameters"])
+    steps3 = [*argv2[: argv2.index("--steps")], "--steps", "3", *argv2[argv2.index("--steps") + 2 :]]
+    with pytest.raises(SystemExit, match="trained 2 steps, this comparison 3"):
+        ablation.main([*steps3, "--work-dir", str(tmp_path / "w3"), "--out", str(tmp_path / "c.json")])
 
 
 def test_modern_ablation_matches_d_ff_to_the_parameter_count(bench):
