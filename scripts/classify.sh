@@ -7,6 +7,7 @@
 #   bash scripts/classify.sh            # about 10 minutes: runs/genres-mlm (the encoder), runs/genres (the classifier)
 #   bash scripts/classify.sh --quick    # a smoke run: a few steps on a subset (what CI runs)
 #   MLM_MINUTES=30 MINUTES=10 OUT=runs/genres-long bash scripts/classify.sh
+#   MODERN=1 bash scripts/classify.sh   # the modern encoder block (configs/*-bible-modern.toml)
 #
 # It installs what it needs first (scripts/setup.sh: pysword, scikit-learn, and the KJV module from Debian when run
 # as root); DOTFORMER_SKIP_SETUP=1 skips that when the environment is ready (an installed checkout, CI).
@@ -15,6 +16,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh bible,eval sword-text-kjv  # pysword and the KJV module; scikit-learn for the metrics
 out="${OUT:-runs/genres}"
 mlm="${out}-mlm"
+block=""
+if [ -n "${MODERN:-}" ]; then block="-modern"; fi
 pretrain=(--max-minutes "${MLM_MINUTES:-6}")
 finetune=(--max-minutes "${MINUTES:-3}")
 limit=()
@@ -34,9 +37,9 @@ for dir in "$mlm" "$out"; do  # two runs: refuse before the first one trains, as
   fi
 done
 echo "Pretraining a masked language model on the Bible, the held-out books left out ($mlm):"
-dotformer train --config configs/mlm-bible.toml --out "$mlm" --overwrite "${pretrain[@]}"
+dotformer train --config "configs/mlm-bible${block}.toml" --out "$mlm" --overwrite "${pretrain[@]}"
 echo "Fine-tuning it to classify verses by the genre of their book ($out):"
-dotformer train --config configs/classify-bible.toml --init-from "$mlm" --out "$out" --overwrite "${finetune[@]}"
+dotformer train --config "configs/classify-bible${block}.toml" --init-from "$mlm" --out "$out" --overwrite "${finetune[@]}"
 echo "A few held-out verses: the genre the model gives (its probability), the true one, the verse:"
 sample=$(awk 'NR % 1100 == 2' "$out/data/test.tsv" | head -n 4)
 printf '%s\n' "$sample" | cut -f1 | dotformer classify --checkpoint "$out" |
