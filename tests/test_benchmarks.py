@@ -558,3 +558,31 @@ def test_generate_speed_holds_hf_llamas_weights(bench):
         theirs = hf(input_ids=tokens).logits
         ours = model(tgt=tokens)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=logits_tolerance(model.config, theirs))
+
+
+def test_the_shipped_modern_encoder_is_mlm_bible_with_the_modern_block_at_its_parameter_count(bench):
+    """configs/mlm-bible-modern.toml is mlm-bible.toml with the modern block (pre-norm RMSNorm, GeGLU, rotary
+    positions, no biases): its data and recipe, d_ff matched to the parameter count on the 4,000-token vocabulary;
+    classify-bible-modern.toml is classify-bible.toml whose [model] is that encoder's, so --init-from accepts it."""
+    ablation = bench("modern_ablation")
+    from dotformer.model import expected_num_parameters
+    from dotformer.runs.config_files import read_config_file
+
+    def config(name: str) -> ModelConfig:
+        model = dict(read_config_file(name).model)
+        model.pop("pooling", None)
+        return ModelConfig.preset(model.pop("preset"), src_vocab_size=4000, tgt_vocab_size=4000, max_len=96, **model)
+
+    old, new = read_config_file("mlm-bible"), read_config_file("mlm-bible-modern")
+    assert new.data == old.data and new.train == old.train
+    base = config("mlm-bible")
+    fields = dict(norm="rmsnorm", ffn_gated=True, activation="gelu", positional="rotary", bias=False)
+    target = expected_num_parameters(base)
+    assert config("mlm-bible-modern") == base.replace(
+        **fields, d_ff=ablation.matched_d_ff(base.replace(**fields), target)
+    )
+    assert abs(expected_num_parameters(config("mlm-bible-modern")) / target - 1) < 0.01
+    fine, tuned = read_config_file("classify-bible"), read_config_file("classify-bible-modern")
+    assert tuned.data == fine.data and tuned.train == fine.train
+    assert config("classify-bible-modern") == config("mlm-bible-modern")
+    assert dict(tuned.model)["pooling"] == dict(fine.model)["pooling"]
