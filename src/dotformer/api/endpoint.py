@@ -294,14 +294,17 @@ async def translate_request(
 
 
 MAX_NEW_TOKENS = 1024  # most tokens one POST /api/generate may ask for
+BEAM_RANKING: tuple[DecodeOption, ...] = tuple(
+    option for option in DECODE_OPTIONS if option.name in ("length_penalty", "beam_stop")
+)  # beam search's ranking and stopping rule: translate's options, for strategy "beam"
 GENERATE_FIELDS = (
-    "prompt", "max_new_tokens", "strategy", "n", "temperature", "top_k", "top_p", "seed", "beam_size", "stream",
-    *CONTROL_NAMES,
+    "prompt", "max_new_tokens", "strategy", "n", "temperature", "top_k", "top_p", "seed", "beam_size",
+    *(option.name for option in BEAM_RANKING), "stream", *CONTROL_NAMES,
 )  # fmt: skip
 GENERATE_KINDS: dict[str, type] = {
     "prompt": str, "max_new_tokens": int, "strategy": str, "n": int, "temperature": float, "top_k": int,
     "top_p": float, "seed": int, "beam_size": int, "stream": bool,
-    **{option.name: option.kind for option in CONTROL_OPTIONS},
+    **{option.name: option.kind for option in (*BEAM_RANKING, *CONTROL_OPTIONS)},
 }  # fmt: skip
 GENERATE_NAMES: dict[str, str] = {**{name: name for name in GENERATE_FIELDS}, "n_best": "n"}  # DecodeConfig -> JSON
 
@@ -323,8 +326,8 @@ async def generate_request(
 
     The fields are the keywords of :meth:`dotformer.api.Translator.generate`: ``prompt`` ("" by default),
     ``max_new_tokens`` (1..:data:`MAX_NEW_TOKENS`, 200), ``strategy``, ``n`` (1..:data:`MAX_BEAM`), ``temperature``,
-    ``top_k``, ``top_p``, ``seed``, ``beam_size``; and ``stream``. ``counted`` is told the tokens generated
-    (metrics).
+    ``top_k``, ``top_p``, ``seed``, ``beam_size``, ``length_penalty`` (0), ``beam_stop`` ("finished" or "exact"), the
+    controls; and ``stream``. ``counted`` is told the tokens generated (metrics).
 
     Raises:
         RequestError: not an object, an unknown field, a value of the wrong type or out of range, a stream of
