@@ -141,11 +141,11 @@ def test_bad_input_is_refused(lm, make_model) -> None:
 
 
 def test_length_penalty_and_stop_rule_rank_generations_as_the_formula_says(make_model) -> None:
-    """On a fixed distribution (token 4: about 0.9, EOS: 0.05, every other token 0.005), K = 2, 6 new tokens at most. The rule
-    "finished" stops after step 2 with the two EOS candidates [] and [4]: α = 0 ranks them by summed log-probability
-    ([] first), α = 1 divides by lp(|Y|) = (5 + |Y|) / 6 and puts [4] first. The rule "exact" waits until no alive
-    beam can enter the two best: [4] x 6, cut at the limit, is the best under either α, a better score than the
-    rule "finished" finds. Every list is ranked by score / lp(|Y|)^α, best first."""
+    """On a fixed distribution (token 4: about 0.9, EOS: 0.05, every other token 0.005), K = 2, 6 new tokens at
+    most. The rule "finished" stops after step 2 with the two EOS candidates [] and [4]: α = 0 ranks them by summed
+    log-probability ([] first), α = 1 divides by lp(|Y|) = (5 + |Y|) / 6 and puts [4] first. The rule "exact" waits
+    until no alive beam can enter the two best: [4] x 6, cut at the limit, is the best under either α, a better
+    score than the rule "finished" finds. Every list is ranked by score / lp(|Y|)^α, best first."""
     from dotformer.api.generation import generation_settings
     from dotformer.decoding.hypothesis import length_penalty
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -192,8 +192,12 @@ def _prefixes(request: dict[str, Any], count: int) -> list[str | None] | None:
 
 def _json_misplaced(options: list[DecodeOption], wanted: str, strategy: str) -> str:
     """``"temperature", "seed" only apply to "strategy": "sample"`` (one field: ``"seed" only applies ...``)."""
-    names = [f'"{o.name}"' for o in options]
-    return only_apply(names, f'"strategy": "{wanted}"') + f', not "{strategy}"'
+    return _fields_misplaced([o.name for o in options], wanted, strategy)
+
+
+def _fields_misplaced(names: Sequence[str], wanted: str, strategy: str) -> str:
+    """``"beam_stop" only applies to "strategy": "beam", not "sample"``: the fields ``names`` of another strategy."""
+    return only_apply([f'"{name}"' for name in names], f'"strategy": "{wanted}"') + f', not "{strategy}"'
 
 
 def hypothesis_json(hypothesis: Any) -> dict[str, Any]:
@@ -364,14 +368,14 @@ async def generate_request(
         if n != 1 or request.get("strategy", "sample") == "beam":
             raise RequestError('"stream": true sends one greedy or sampled continuation: leave out "n" and "beam"')
         try:
-            config = generation_settings(n=1, **settings)
+            config = generation_settings(n=1, **settings, misplaced=_fields_misplaced)
             controls_of(config, translator.tgt_tokenizer)  # an unknown end or suppressed token, before the stream
         except ConfigError as exc:
             raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
         return _generate_events(translator, prompt, config, batcher, counted)
 
     try:
-        config = generation_settings(n=n, **settings)
+        config = generation_settings(n=n, **settings, misplaced=_fields_misplaced)
     except ConfigError as exc:
         raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
     tokens = len(encode_prompt(translator.tgt_tokenizer, prompt, text_rules(translator.files.info)))
