@@ -7,6 +7,7 @@
     print(lm.generate("In the beginning", max_new_tokens=200, top_k=20, seed=1))
     print(lm.generate("And God said", n=3, temperature=0.8))        # three samples
     print(lm.generate("Blessed are the", strategy="beam"))          # the most likely end of the line
+    print(lm.generate("Blessed are the", strategy="beam", length_penalty=1.0, beam_stop="exact"))  # longer ends weigh more
 
 A prompt is read as the start of a line (the text stream before it ends with a line end), each of its own line
 breaks an EOS; the continuation's EOS tokens come back as line breaks
@@ -146,9 +147,8 @@ def generation_settings(
     ``beam_size``, ``length_penalty`` (GNMT's α: beams ranked by summed log-probability / ((5 + length) / 6)^α;
     generation's default 0 ranks them by summed log-probability) and ``beam_stop`` ("finished", the default, or
     "exact": :data:`~dotformer.decoding.config.BEAM_STOPS`) to strategy "beam" only; None: not given.
-    ``repetition_penalty``, ``no_repeat_ngram_size``,
-    ``end_token`` and ``suppress`` are the controls of :data:`~dotformer.decoding.options.CONTROL_OPTIONS`
-    (:mod:`dotformer.decoding.controls`), for every strategy.
+    ``repetition_penalty``, ``no_repeat_ngram_size``, ``end_token`` and ``suppress`` are the controls of
+    :data:`~dotformer.decoding.options.CONTROL_OPTIONS` (:mod:`dotformer.decoding.controls`), for every strategy.
 
     Raises:
         ConfigError: a value out of range (the message names it), or a setting of another strategy (the message,
