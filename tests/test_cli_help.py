@@ -164,6 +164,8 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
         "--engine",
         "--inter-threads",
         "--beam",
+        "--beam-stop",
+        "--length-penalty",
         "--checkpoint",
         "--device",
         "--greedy",
@@ -412,6 +414,8 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--engine": ("engine", "auto", False),
         "--inter-threads": ("inter_threads", None, False),
         "--beam": ("beam", None, False),
+        "--beam-stop": ("beam_stop", None, False),  # None: the default rule, "finished"
+        "--length-penalty": ("length_penalty", None, False),  # None: generate's 0, not translate's 0.6
         "--checkpoint": ("checkpoint", None, True),
         "--device": ("device", "auto", False),
         "--greedy": ("greedy", False, False),
@@ -862,6 +866,11 @@ def test_translate_and_generate_choose_the_search_with_one_flag_and_say_why_thei
     assert "default sample, as open-ended text is drawn" in generate and "translate defaults to beam" in generate
     assert "--greedy and --beam K are its short forms" in generate
     assert "--greedy short for --strategy greedy" in generate and "short for --strategy beam --beam K" in generate
+    assert _action("generate", "--beam-stop").help == _action("translate", "--beam-stop").help  # the table's
+    assert (
+        "generate's default 0: by summed log-probability; translate's is 0.6"
+        in _action("generate", "--length-penalty").help
+    )
 
 
 def test_every_device_flag_is_worded_alike() -> None:

@@ -150,6 +150,32 @@ def test_generate_endpoint_serves_language_models(servers: dict[str, Any], check
     assert status == 400 and "language model" in reply["error"]
 
 
+def test_generate_takes_beam_searchs_ranking_and_stopping_rule(
+    servers: dict[str, Any], checkpoints: dict[str, Path]
+) -> None:
+    """``length_penalty`` and ``beam_stop`` of POST /api/generate: listed at GET /, decoded as the Python API decodes
+    them, a bad value a 400 with one line naming the field."""
+    status, reply = call(servers["lm"].url.replace("/api/generate", "/"))
+    assert {"length_penalty", "beam_stop"} <= set(reply["endpoints"]["POST /api/generate"]["fields"])
+    settings = dict(max_new_tokens=6, strategy="beam", n=2, beam_size=3, length_penalty=1.5, beam_stop="exact")
+    status, reply = call(servers["lm"].url, {"prompt": "a1 a2", **settings})
+    lm = dotformer.load(checkpoints["lm"], device="cpu")
+    assert status == 200 and reply == {"texts": lm.generate("a1 a2", **settings)}
+    for body, error in [
+        ({"strategy": "beam", "beam_stop": "best"}, "beam_stop must be one of finished, exact, got 'best'"),
+        ({"strategy": "beam", "beam_stop": 1}, '"beam_stop" must be a string, got 1'),
+        ({"strategy": "beam", "length_penalty": "1"}, '"length_penalty" must be a number, got "1"'),
+        ({"strategy": "beam", "length_penalty": -0.5}, "length_penalty must be a finite number >= 0, got -0.5"),
+        ({"length_penalty": 1}, '"length_penalty" only applies to "strategy": "beam", not "sample"'),
+        (
+            {"strategy": "greedy", "beam_size": 2, "beam_stop": "exact"},
+            '"beam_size", "beam_stop" only apply to "strategy": "beam", not "greedy"',
+        ),
+    ]:
+        status, reply = call(servers["lm"].url, {"prompt": "a1", **body})
+        assert status == 400 and reply == {"error": error}
+
+
 def test_every_surface_takes_the_controls(servers: dict[str, Any], checkpoints: dict[str, Path]) -> None:
     """The controls of the options table through /api/translate (a string or a list), /api/generate and
     /v1/completions decode as the Python API does; a bad value or an unknown token is a 400 naming it."""

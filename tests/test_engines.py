@@ -725,6 +725,78 @@ def test_generate_on_ctranslate2_is_the_torch_engines(language_model: Path) -> N
     assert len(pieces) > 1 and "".join(pieces) == text == reference.generate("a0", max_new_tokens=15, strategy="greedy")
 
 
+BEAM_PROMPTS = ("", "a0 a1", "a3\na4 a5", "a7", "a2 a9")
+
+
+def test_generate_ranks_and_stops_beams_as_asked_on_every_surface(
+    language_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--beam 3 --length-penalty 1.0 --beam-stop exact``: the command line, the Python API and POST /api/generate
+    give the same three beams, and not those of generate's defaults (α = 0, the rule "finished")."""
+    import urllib.request
+
+    from dotformer.api.serve import TranslationServer
+    from dotformer.cli import main
+
+    reference = dotformer.load(language_model, device="cpu", engine="torch")
+    settings: dict[str, Any] = dict(strategy="beam", n=3, beam_size=3, length_penalty=1.0, beam_stop="exact")
+    beams = reference.generate("a2 a9", max_new_tokens=20, **settings)
+    assert beams != reference.generate("a2 a9", max_new_tokens=20, strategy="beam", n=3, beam_size=3)
+    argv = ["generate", "--checkpoint", str(language_model), "--engine", "torch", "--prompt", "a2 a9"]
+    flags = ["--max-new-tokens", "20", "--beam", "3", "--n", "3", "--length-penalty", "1.0", "--beam-stop", "exact"]
+    assert main([*argv, *flags]) == 0
+    printed = "".join(f"# beam {i + 1}\na2 a9{text}\n" for i, text in enumerate(beams))
+    assert capsys.readouterr().out == printed
+    body = {"prompt": "a2 a9", "max_new_tokens": 20, **settings}
+    with TranslationServer(reference, port=0) as server:
+        request = urllib.request.Request(server.url, data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert json.loads(response.read()) == {"texts": beams}
+
+
+@pytest.mark.parametrize(("alpha", "stop"), [(0.6, "exact"), (1.0, "exact"), (2.0, "finished"), (2.0, "exact")])
+def test_generate_with_a_length_penalty_and_stop_rule_on_ctranslate2_is_the_torch_engines(
+    language_model: Path, alpha: float, stop: str
+) -> None:
+    """Both engines give the same beams for each α and rule, and for some prompts not those of the defaults."""
+    ct2 = dotformer.load(language_model, device="cpu", engine="ctranslate2", intra_threads=1)
+    reference = dotformer.load(language_model, device="cpu", engine="torch")
+    settings: dict[str, Any] = dict(strategy="beam", n=3, beam_size=3, length_penalty=alpha, beam_stop=stop)
+    changed = 0
+    for prompt in BEAM_PROMPTS:
+        ours = ct2.generate(prompt, max_new_tokens=20, **settings)
+        assert ours == reference.generate(prompt, max_new_tokens=20, **settings), prompt
+        changed += ours != reference.generate(prompt, max_new_tokens=20, strategy="beam", n=3, beam_size=3)
+    assert changed > 0
+
+
+@pytest.mark.numerical
+def test_the_exact_rule_finds_generations_at_least_as_good(language_model: Path) -> None:
+    """Beams ranked by summed log-probability / lp(|Y|)^α, best first, under either rule; the exact rule's best is
+    never below the rule "finished"'s (it searches on from the same beams), and its lists differ where a longer
+    continuation overtakes after K have finished."""
+    from dotformer.api.generation import generation_settings
+    from dotformer.decoding.generate import generate
+    from dotformer.decoding.hypothesis import length_penalty
+    from dotformer.decoding.inputs import encode_prompt
+
+    checkpoint = load_checkpoint(language_model)
+    differ = 0
+    for prompt in BEAM_PROMPTS:
+        ids = encode_prompt(checkpoint.tgt_tokenizer, prompt)
+        for k, alpha in [(2, 0.0), (3, 0.6), (3, 1.0), (4, 2.0)]:
+            ranked = {}
+            for stop in ("finished", "exact"):
+                config = generation_settings(20, "beam", k, beam_size=k, length_penalty=alpha, beam_stop=stop)
+                found = generate(checkpoint.model, ids, config, window=checkpoint.context_window)
+                scores = [g.score / length_penalty(len(g.log_probs), alpha).item() for g in found]
+                assert scores == sorted(scores, reverse=True), (prompt, k, alpha, stop)
+                ranked[stop] = [(g.tokens, score) for g, score in zip(found, scores, strict=True)]
+            assert ranked["exact"][0][1] >= ranked["finished"][0][1] - 1e-6, (prompt, k, alpha)
+            differ += [t for t, _ in ranked["exact"]] != [t for t, _ in ranked["finished"]]
+    assert differ > 0
+
+
 @pytest.mark.parametrize(
     "controls",
     [

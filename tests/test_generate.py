@@ -138,3 +138,36 @@ def test_bad_input_is_refused(lm, make_model) -> None:
         generation_config(5, top_p=0.0)
     with pytest.raises(ConfigError, match="window"):
         generate(lm, PROMPT, window=1)
+
+
+def test_length_penalty_and_stop_rule_rank_generations_as_the_formula_says(make_model) -> None:
+    """On a fixed distribution (token 4: about 0.9, EOS: 0.05, every other token 0.005), K = 2, 6 new tokens at
+    most. The rule "finished" stops after step 2 with the two EOS candidates [] and [4]: α = 0 ranks them by summed
+    log-probability ([] first), α = 1 divides by lp(|Y|) = (5 + |Y|) / 6 and puts [4] first. The rule "exact" waits
+    until no alive beam can enter the two best: [4] x 6, cut at the limit, is the best under either α, a better
+    score than the rule "finished" finds. Every list is ranked by score / lp(|Y|)^α, best first."""
+    from dotformer.api.generation import generation_settings
+    from dotformer.decoding.hypothesis import length_penalty
+
+    probs = [1e-13, 1e-13, 0.05, 0.05 / 10, 0.9] + [0.05 / 10] * 8
+    logits = [math.log(p) for p in probs]
+    model = fixed_distribution_model(make_model, logits)
+    lp = torch.tensor(logits).log_softmax(-1)
+    eos, four = lp[EOS_ID].item(), lp[4].item()
+
+    def searched(alpha: float, stop: str) -> list[tuple[list[int], float]]:
+        config = generation_settings(6, "beam", 2, beam_size=2, length_penalty=alpha, beam_stop=stop)
+        found = generate(model, PROMPT, config)
+        ranked = [g.score / length_penalty(len(g.log_probs), alpha).item() for g in found]
+        assert ranked == sorted(ranked, reverse=True)  # best first, by the length-penalised score
+        return [(g.tokens, score) for g, score in zip(found, ranked, strict=True)]
+
+    assert searched(0.0, "finished") == [([], pytest.approx(eos, abs=1e-5)), ([4], pytest.approx(four + eos, abs=1e-5))]
+    assert searched(1.0, "finished") == [
+        ([4], pytest.approx((four + eos) / (7 / 6), abs=1e-5)),
+        ([], pytest.approx(eos, abs=1e-5)),
+    ]
+    for alpha, finished_best in [(0.0, eos), (1.0, (four + eos) / (7 / 6))]:
+        best, _ = searched(alpha, "exact")
+        assert best == ([4] * 6, pytest.approx(6 * four / (11 / 6) ** alpha, abs=1e-5))
+        assert best[1] > finished_best  # the exact rule's best is never worse: here it is better

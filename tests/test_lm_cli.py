@@ -314,7 +314,8 @@ def test_generate_refuses_what_translate_refuses(run_dir: Path) -> None:
         lm.generate("in", foo=1)
     assert str(caught.value) == (
         "generate(): unknown argument(s) foo; the settings are max_new_tokens, strategy, temperature, top_k, top_p, "
-        "seed, beam_size, use_cache, repetition_penalty, no_repeat_ngram_size, end_token, suppress"
+        "seed, beam_size, length_penalty, beam_stop, use_cache, repetition_penalty, no_repeat_ngram_size, end_token, "
+        "suppress"
     )
     refused = [
         ({"beam_size": 4}, "generate(): beam_size only applies to strategy='beam', not strategy='sample'"),
@@ -322,6 +323,13 @@ def test_generate_refuses_what_translate_refuses(run_dir: Path) -> None:
          "strategy='greedy'"),
         ({"strategy": "beam", "temperature": 0.5}, "generate(): temperature only applies to strategy='sample', not "
          "strategy='beam'"),
+        ({"strategy": "greedy", "length_penalty": 1.0, "beam_stop": "exact"}, "generate(): length_penalty, beam_stop "
+         "only apply to strategy='beam', not strategy='greedy'"),
+        ({"beam_stop": "exact"}, "generate(): beam_stop only applies to strategy='beam', not strategy='sample'"),
+        ({"strategy": "beam", "length_penalty": -1.0}, "DecodeConfig.length_penalty must be a finite number >= 0, got "
+         "-1.0"),
+        ({"strategy": "beam", "beam_stop": "best"}, "DecodeConfig.beam_stop must be one of finished, exact, got "
+         "'best'"),
     ]  # fmt: skip
     for settings, message in refused:
         with pytest.raises(ConfigError) as caught:
@@ -337,6 +345,15 @@ def test_generate_cli_refuses_flags_of_another_strategy(run_dir: Path, capsys: p
             ["--greedy", "--top-k", "5", "--seed", "3"],
             "--top-k, --seed only apply to sampling (the default), not --greedy",
         ),
+        (
+            ["--greedy", "--length-penalty", "1"],
+            "--length-penalty only applies to beam search (--strategy beam), not --greedy",
+        ),
+        (
+            ["--temperature", "0.5", "--length-penalty", "1", "--beam-stop", "exact"],
+            "--length-penalty, --beam-stop only apply to beam search (--strategy beam), not --strategy sample",
+        ),
+        (["--beam", "2", "--length-penalty", "-1"], "--length-penalty must be a finite number >= 0, got -1.0"),
     ]
     for flags, message in cases:
         assert main(["generate", "--checkpoint", str(run_dir), "--prompt", "in", *flags]) == 2

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -192,8 +192,12 @@ def _prefixes(request: dict[str, Any], count: int) -> list[str | None] | None:
 
 def _json_misplaced(options: list[DecodeOption], wanted: str, strategy: str) -> str:
     """``"temperature", "seed" only apply to "strategy": "sample"`` (one field: ``"seed" only applies ...``)."""
-    names = [f'"{o.name}"' for o in options]
-    return only_apply(names, f'"strategy": "{wanted}"') + f', not "{strategy}"'
+    return _fields_misplaced([o.name for o in options], wanted, strategy)
+
+
+def _fields_misplaced(names: Sequence[str], wanted: str, strategy: str) -> str:
+    """``"beam_stop" only applies to "strategy": "beam", not "sample"``: the fields ``names`` of another strategy."""
+    return only_apply([f'"{name}"' for name in names], f'"strategy": "{wanted}"') + f', not "{strategy}"'
 
 
 def hypothesis_json(hypothesis: Any) -> dict[str, Any]:
@@ -294,14 +298,17 @@ async def translate_request(
 
 
 MAX_NEW_TOKENS = 1024  # most tokens one POST /api/generate may ask for
+BEAM_RANKING: tuple[DecodeOption, ...] = tuple(
+    option for option in DECODE_OPTIONS if option.name in ("length_penalty", "beam_stop")
+)  # beam search's ranking and stopping rule: translate's options, for strategy "beam"
 GENERATE_FIELDS = (
-    "prompt", "max_new_tokens", "strategy", "n", "temperature", "top_k", "top_p", "seed", "beam_size", "stream",
-    *CONTROL_NAMES,
+    "prompt", "max_new_tokens", "strategy", "n", "temperature", "top_k", "top_p", "seed", "beam_size",
+    *(option.name for option in BEAM_RANKING), "stream", *CONTROL_NAMES,
 )  # fmt: skip
 GENERATE_KINDS: dict[str, type] = {
     "prompt": str, "max_new_tokens": int, "strategy": str, "n": int, "temperature": float, "top_k": int,
     "top_p": float, "seed": int, "beam_size": int, "stream": bool,
-    **{option.name: option.kind for option in CONTROL_OPTIONS},
+    **{option.name: option.kind for option in (*BEAM_RANKING, *CONTROL_OPTIONS)},
 }  # fmt: skip
 GENERATE_NAMES: dict[str, str] = {**{name: name for name in GENERATE_FIELDS}, "n_best": "n"}  # DecodeConfig -> JSON
 
@@ -323,8 +330,8 @@ async def generate_request(
 
     The fields are the keywords of :meth:`dotformer.api.Translator.generate`: ``prompt`` ("" by default),
     ``max_new_tokens`` (1..:data:`MAX_NEW_TOKENS`, 200), ``strategy``, ``n`` (1..:data:`MAX_BEAM`), ``temperature``,
-    ``top_k``, ``top_p``, ``seed``, ``beam_size``; and ``stream``. ``counted`` is told the tokens generated
-    (metrics).
+    ``top_k``, ``top_p``, ``seed``, ``beam_size``, ``length_penalty`` (0), ``beam_stop`` ("finished" or "exact"), the
+    controls; and ``stream``. ``counted`` is told the tokens generated (metrics).
 
     Raises:
         RequestError: not an object, an unknown field, a value of the wrong type or out of range, a stream of
@@ -361,14 +368,14 @@ async def generate_request(
         if n != 1 or request.get("strategy", "sample") == "beam":
             raise RequestError('"stream": true sends one greedy or sampled continuation: leave out "n" and "beam"')
         try:
-            config = generation_settings(n=1, **settings)
+            config = generation_settings(n=1, **settings, misplaced=_fields_misplaced)
             controls_of(config, translator.tgt_tokenizer)  # an unknown end or suppressed token, before the stream
         except ConfigError as exc:
             raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
         return _generate_events(translator, prompt, config, batcher, counted)
 
     try:
-        config = generation_settings(n=n, **settings)
+        config = generation_settings(n=n, **settings, misplaced=_fields_misplaced)
     except ConfigError as exc:
         raise RequestError(with_surface_names(str(exc), GENERATE_NAMES)) from None
     tokens = len(encode_prompt(translator.tgt_tokenizer, prompt, text_rules(translator.files.info)))

@@ -7,6 +7,7 @@
     print(lm.generate("In the beginning", max_new_tokens=200, top_k=20, seed=1))
     print(lm.generate("And God said", n=3, temperature=0.8))        # three samples
     print(lm.generate("Blessed are the", strategy="beam"))          # the most likely end of the line
+    print(lm.generate("Blessed are the", strategy="beam", length_penalty=1.0, beam_stop="exact"))  # longer ends weigh more
 
 A prompt is read as the start of a line (the text stream before it ends with a line end), each of its own line
 breaks an EOS; the continuation's EOS tokens come back as line breaks
@@ -131,6 +132,8 @@ def generation_settings(
     top_p: float | None = None,
     seed: int | None = None,
     beam_size: int | None = None,
+    length_penalty: float | None = None,
+    beam_stop: str | None = None,
     use_cache: bool = True,
     repetition_penalty: float | None = None,
     no_repeat_ngram_size: int | None = None,
@@ -141,9 +144,11 @@ def generation_settings(
     """The :class:`DecodeConfig` of the API's and the CLI's keyword arguments (see :func:`generation_config`).
 
     ``temperature`` (1.0), ``top_k`` (0: all), ``top_p`` (1.0) and ``seed`` (1) apply to strategy "sample" only,
-    ``beam_size`` to strategy "beam" only; None: not given. ``repetition_penalty``, ``no_repeat_ngram_size``,
-    ``end_token`` and ``suppress`` are the controls of :data:`~dotformer.decoding.options.CONTROL_OPTIONS`
-    (:mod:`dotformer.decoding.controls`), for every strategy.
+    ``beam_size``, ``length_penalty`` (GNMT's α: beams ranked by summed log-probability / ((5 + length) / 6)^α;
+    generation's default 0 ranks them by summed log-probability) and ``beam_stop`` ("finished", the default, or
+    "exact": :data:`~dotformer.decoding.config.BEAM_STOPS`) to strategy "beam" only; None: not given.
+    ``repetition_penalty``, ``no_repeat_ngram_size``, ``end_token`` and ``suppress`` are the controls of
+    :data:`~dotformer.decoding.options.CONTROL_OPTIONS` (:mod:`dotformer.decoding.controls`), for every strategy.
 
     Raises:
         ConfigError: a value out of range (the message names it), or a setting of another strategy (the message,
@@ -155,10 +160,11 @@ def generation_settings(
     given: dict[str, Any] = {name: value for name, value in sampling.items() if value is not None}
     if given and strategy != "sample":
         raise ConfigError(misplaced(list(given), "sample", strategy))
-    if beam_size is not None:
-        if strategy != "beam":
-            raise ConfigError(misplaced(["beam_size"], "beam", strategy))
-        given["beam_size"] = beam_size
+    search = {"beam_size": beam_size, "length_penalty": length_penalty, "beam_stop": beam_stop}
+    beam = {name: value for name, value in search.items() if value is not None}
+    if beam and strategy != "beam":
+        raise ConfigError(misplaced(list(beam), "beam", strategy))
+    given.update(beam)
     controls = {
         "repetition_penalty": repetition_penalty, "no_repeat_ngram_size": no_repeat_ngram_size,
         "end_token": end_token, "suppress": suppress,

@@ -331,14 +331,17 @@ class Translator:
         """Continue ``prompt`` with a language model (a ``task = "lm"`` checkpoint): the new text, without the prompt.
 
         Settings: ``max_new_tokens`` (200), ``strategy`` ("sample", "greedy" or "beam"), ``temperature``, ``top_k``,
-        ``top_p``, ``seed``, ``beam_size``, ``use_cache``, and the controls ``repetition_penalty``,
-        ``no_repeat_ngram_size``, ``end_token``, ``suppress`` (:func:`dotformer.api.generation.generation_settings`).
+        ``top_p``, ``seed`` (sampling), ``beam_size``, ``length_penalty`` (GNMT's α; 0, the default: beams ranked by
+        summed log-probability), ``beam_stop`` ("finished", the default, or "exact") (beam search), ``use_cache``,
+        and the controls ``repetition_penalty``, ``no_repeat_ngram_size``, ``end_token``, ``suppress``
+        (:func:`dotformer.api.generation.generation_settings`).
         Returns one string, or a list of ``n`` (samples in draw order, beams best first) when ``n`` > 1.
 
         Raises:
             ArgumentTypeError: ``prompt`` is not a string (e.g. None, 123, a list), or an unknown setting.
             ConfigError: not a language model, a setting out of range, or a setting of another strategy (sampling
-            settings without strategy "sample", ``beam_size`` without strategy "beam").
+            settings without strategy "sample", ``beam_size``, ``length_penalty`` or ``beam_stop`` without strategy
+            "beam").
             EngineOptionError: ``engine="ctranslate2"`` and ``use_cache=False`` or a text longer than the model's
             context window (only torch slides it).
 

@@ -3,11 +3,14 @@
     dotformer generate --checkpoint runs/lm --prompt "In the beginning"
     dotformer generate --checkpoint runs/lm --prompt "And God said" --n 3 --top-k 20 --temperature 0.8 --seed 1
     dotformer generate --checkpoint runs/lm --prompt "Blessed are the" --beam 4     # the most likely end of the line
+    dotformer generate --checkpoint runs/lm --prompt "Blessed are the" --beam 4 --length-penalty 1.0 --beam-stop exact
     printf 'In the beginning\\nJesus wept' | dotformer generate --checkpoint runs/lm --greedy --max-new-tokens 80
 
 ``--strategy`` chooses the search as ``translate``'s does, with another default: sampling, as open-ended text is
 drawn (translate's beam search wants the likeliest whole output); ``--greedy`` and ``--beam K`` are short for
-``--strategy greedy`` and ``--strategy beam --beam K``.
+``--strategy greedy`` and ``--strategy beam --beam K``. Beam search ranks its beams by summed log-probability
+(``--length-penalty`` 0, where ``translate`` takes the paper's 0.6) and stops once K have finished; ``--length-penalty
+ALPHA`` and ``--beam-stop exact`` change that as they do for ``translate``.
 
 Each prompt (``--prompt``, else one per line of standard input) is printed followed by its continuation; with
 ``--n`` above 1, each sample starts with a ``# sample I`` line. Prompt i (from 0) draws with ``--seed`` + i. On a
@@ -51,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "if more)"
     )
     add_option_flags(search, only=("beam",), surface={"beam": (None, beam_help)})
+    alpha_help = (
+        "GNMT length penalty alpha of beam search: beams ranked by summed log-probability / ((5 + length) / 6)^ALPHA "
+        "(generate's default 0: by summed log-probability; translate's is 0.6)"
+    )
+    add_option_flags(search, only=BEAM_FLAGS, surface={"length_penalty": (None, alpha_help)})
     add_option_flags(search, only=SAMPLING_FLAGS)
     add_option_flags(search, only=CONTROL_NAMES)  # translate's controls, from the one options table
     parser.add_argument("--n", type=int, default=1, metavar="N", help="samples (or best beams) per prompt (1)")
@@ -64,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "seed")  # the sampling options of the decoding table
+BEAM_FLAGS = ("length_penalty", "beam_stop")  # beam search's ranking and stopping rule, from the decoding table
 
 
 def generate_flags() -> dict[str, str]:
@@ -110,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.errors import ConfigError
 
     strategy, chosen = chosen_strategy(args)
-    given = {name: getattr(args, name) for name in SAMPLING_FLAGS if getattr(args, name) is not None}
+    given = {name: getattr(args, name) for name in (*SAMPLING_FLAGS, *BEAM_FLAGS) if getattr(args, name) is not None}
     controls = option_values(args, CONTROL_NAMES)
     given.update({name: value for name, value in controls.items() if value is not None and value != ()})
     try:
