@@ -164,7 +164,7 @@ def test_a_uniform_model_scores_log2_v_bits_per_character(make_model) -> None:
 def test_sliding_windows_score_every_token_once_with_at_least_t_minus_s_of_context(T: int) -> None:
     for S in range(1, T + 1):
         for N in range(2, 3 * T + S + 2):  # every length around the multiples of S and T
-            batches = sliding_windows(stream_of(N, T), S, max_tokens=2 * T)
+            batches = list(sliding_windows(stream_of(N, T), S, max_tokens=2 * T))
             scored = []  # (stream position of a scored label, tokens of context it is scored with)
             for batch in batches:
                 assert batch.tgt_in.size(0) <= 2 and (batch.tgt_in != PAD_ID).all()  # B = max_tokens // T windows

@@ -10,7 +10,7 @@ training loop, checkpoints or tokenizers.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,7 +47,7 @@ class EvalResult:
 
 def evaluate_loss(
     model: nn.Module,
-    batches: Sequence[Batch],
+    batches: Iterable[Batch],
     label_smoothing: float = 0.1,
     pad_id: int = 0,
     context: DistContext | None = None,
@@ -133,6 +133,7 @@ def score_text(
 
         stream = encode_document(tokenizer, lines, rules, block_size)
     pad_id = model.config.pad_id
+    batches: Iterable[Batch]
     if stride is None:
         batches = BlockSampler(stream, max_tokens, shuffle=False).batches(0)
     else:

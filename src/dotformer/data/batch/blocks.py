@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,7 +97,7 @@ def collate_blocks(stream: np.ndarray, starts: Sequence[int], length: int, indic
     )
 
 
-def sliding_windows(stream: TokenStream, stride: int, max_tokens: int, pad_id: int = PAD_ID) -> list[Batch]:
+def sliding_windows(stream: TokenStream, stride: int, max_tokens: int, pad_id: int = PAD_ID) -> Iterator[Batch]:
     """Evaluation batches of windows of T tokens moved S = ``stride`` tokens at a time, each scoring only its last S
     labels (the first window all of its T), as HF's "Perplexity of fixed-length models" scores a text:
 
@@ -106,8 +106,8 @@ def sliding_windows(stream: TokenStream, stride: int, max_tokens: int, pad_id: i
 
     so every token after the first is scored once, with at least T - S tokens of context (fewer in the first window
     only). Labels a window does not score are ``pad_id``, which the loss skips. S = T gives the evaluation blocks of
-    :class:`BlockSampler`. Batches of max(1, ``max_tokens`` // T) full windows, in order; a shorter last window is a
-    batch of its own.
+    :class:`BlockSampler`. Batches of max(1, ``max_tokens`` // T) full windows, in order, each made when it is read
+    (the windows hold T / S copies of the stream); a shorter last window is a batch of its own.
 
     Raises:
         ConfigError: ``stride`` outside [1, T]. DataError: fewer than 2 tokens.
@@ -122,14 +122,17 @@ def sliding_windows(stream: TokenStream, stride: int, max_tokens: int, pad_id: i
     per_batch = max(1, max_tokens // T)
     groups = [range(k, min(k + per_batch, full)) for k in range(0, full, per_batch)]
     groups += [range(full, count)] if full < count else []
-    batches = []
-    for group in groups:
-        length = min(T, N - 1 - group[0] * stride)  # T, or the last window's labels
-        batch = collate_blocks(stream.ids, [k * stride for k in group], length, group)
-        skipped = torch.tensor([0 if k == 0 else T - stride for k in group])[:, None]  # (B, 1)
-        labels = batch.tgt_out.masked_fill(torch.arange(length) < skipped, pad_id)  # (B, length): unscored: PAD
-        batches.append(dataclasses.replace(batch, tgt_out=labels, num_tgt_tokens=int((labels != pad_id).sum())))
-    return batches
+    return (_windows(stream, group, stride, pad_id) for group in groups)
+
+
+def _windows(stream: TokenStream, windows: range, stride: int, pad_id: int) -> Batch:
+    """The batch of ``windows`` k of :func:`sliding_windows`, the labels before each one's last S set to PAD."""
+    T, first = stream.block_size, windows[0]
+    length = min(T, len(stream) - 1 - first * stride)  # T, or the last window's labels
+    batch = collate_blocks(stream.ids, [k * stride for k in windows], length, windows)
+    skipped = torch.tensor([0 if k == 0 else T - stride for k in windows])[:, None]  # (B, 1)
+    labels = batch.tgt_out.masked_fill(torch.arange(length) < skipped, pad_id)  # (B, length): unscored: PAD
+    return dataclasses.replace(batch, tgt_out=labels, num_tgt_tokens=int((labels != pad_id).sum()))
 
 
 def check_training_stream(stream: TokenStream) -> None:
