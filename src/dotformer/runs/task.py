@@ -97,7 +97,7 @@ class EvalRequest:
         limit: score only part of it: a seeded sample of N sources (pairs) or the first N lines (text); None: all.
         seed: the seed of that sample.
         decode: how outputs are decoded (None for a task that decodes nothing).
-        batch_size: sentences (or blocks) a batch.
+        batch_size: sentences (or blocks, or windows) a batch.
         reader: reader settings given for ``data`` (delimiter, columns, task, ...), over the checkpoint's own.
         stride: a language model's text scored in a sliding window moved this many tokens
             (:func:`dotformer.training.scoring.score_text`); None: in blocks of its context.
