@@ -255,6 +255,17 @@ def test_evaluate_translation_reports_bleu_chrf_with_signatures(
     assert payload["metrics"]["bleu"] == pytest.approx(bleu(outputs, COPY_TEXTS[:4]).score)
 
 
+def test_evaluate_stride_is_refused_by_a_task_that_scores_no_text(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = run_cli(capsys, "evaluate", "--checkpoint", str(runs["g2p"]), "--stride", "4")
+    assert status == 2 and out == ""
+    assert err == (
+        "dotformer evaluate: error: --stride moves the sliding window of a language model's evaluation; "
+        "a g2p model's has none: leave it out\n"
+    )
+
+
 def test_average_writes_the_mean_of_the_weights(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

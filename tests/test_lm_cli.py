@@ -461,6 +461,38 @@ def test_evaluate_limits_the_lines_and_refuses_decoding_flags(
     )
 
 
+def test_evaluate_stride_scores_in_a_sliding_window_and_says_so(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dotformer.runs.task import EvalRequest
+    from dotformer.runs.tasks import task_named
+    from dotformer.training.scoring import score_text
+
+    valid = (run_dir / "data" / "valid.txt").read_text().splitlines()
+    argv = ["evaluate", "--checkpoint", str(run_dir), "--split", "valid", "--batch-size", "3"]
+    assert main([*argv, "--stride", "5", "--json", str(run_dir / "s.json")]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert ", task lm, windows of 16 tokens moved by 5, float32 weights" in first
+    lm = dotformer.load(run_dir, device="cpu", engine="torch")  # the torch engine scores text
+    expected = score_text(lm.model, valid, lm.tgt_tokenizer, 16, 3 * 16, stride=5)
+    scored = json.loads((run_dir / "s.json").read_text())
+    assert scored["stride"] == 5 and scored["block_size"] == 16 and scored["tokens"] == expected.tokens
+    assert scored["nats_per_token"] == pytest.approx(expected.nats_per_token, rel=1e-6)
+    assert scored["nats_per_token"] != pytest.approx(score_text(lm.model, valid, lm.tgt_tokenizer, 16).nats_per_token)
+    task = task_named("lm")  # the same request from Python
+    report = task.evaluate(lm.translation_engine(), EvalRequest(split="valid", batch_size=3, stride=5))
+    assert report.payload == {key: scored[key] for key in report.payload}
+    assert main([*argv, "--json", str(run_dir / "b.json")]) == 0  # without --stride: blocks, as before
+    assert ", task lm, blocks of 16 tokens, float32 weights" in capsys.readouterr().out
+    assert json.loads((run_dir / "b.json").read_text())["stride"] is None
+    for stride in ("0", "17"):
+        assert main([*argv, "--stride", stride]) == 2
+        assert capsys.readouterr().err == (
+            "dotformer evaluate: error: --stride must be between 1 and the model's block size 16 tokens, "
+            f"got {stride}\n"
+        )
+
+
 def test_a_tokenizer_that_does_not_know_the_text_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 

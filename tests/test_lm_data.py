@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from tolerance import logit_sums, reordering_bound
 
 from dotformer.data.batch.batching import BatchPlan, BatchSampler, EncodedPair, SamplerPosition, sampler_for
-from dotformer.data.batch.blocks import BlockSampler, TokenStream, encode_text
+from dotformer.data.batch.blocks import BlockSampler, TokenStream, encode_text, sliding_windows
 from dotformer.data.config import LMDataConfig
 from dotformer.data.prepared.kinds import prepare
 from dotformer.data.prepared.splits import TEST, TRAIN, VALID, assign_splits
@@ -156,6 +158,77 @@ def test_a_uniform_model_scores_log2_v_bits_per_character(make_model) -> None:
     assert score.tokens == 3 + 4 + 2 + 3 - 1  # every token after the first, line ends included
     assert score.characters == score.tokens  # one character per token
     assert score.bits_per_character == pytest.approx(math.log2(13), rel=1e-6)
+
+
+@pytest.mark.parametrize("T", [4, 8])
+def test_sliding_windows_score_every_token_once_with_at_least_t_minus_s_of_context(T: int) -> None:
+    for S in range(1, T + 1):
+        for N in range(2, 3 * T + S + 2):  # every length around the multiples of S and T
+            batches = list(sliding_windows(stream_of(N, T), S, max_tokens=2 * T))
+            scored = []  # (stream position of a scored label, tokens of context it is scored with)
+            for batch in batches:
+                assert batch.tgt_in.size(0) <= 2 and (batch.tgt_in != PAD_ID).all()  # B = max_tokens // T windows
+                for inputs, labels in zip(batch.tgt_in, batch.tgt_out, strict=True):
+                    first = int(inputs[0])  # a window of the stream: x[w : w + L] and the labels after each
+                    assert inputs.tolist() == list(range(first, first + len(inputs)))
+                    assert all(t in (PAD_ID, first + j + 1) for j, t in enumerate(labels.tolist()))
+                    scored += [(int(t) - 4, j + 1) for j, t in enumerate(labels.tolist()) if t != PAD_ID]
+            assert [p for p, _ in scored] == list(range(1, N)), (S, N)  # in order, each once: N - 1 of them
+            assert sum(b.num_tgt_tokens for b in batches) == N - 1
+            assert all(context >= min(p, T - S + 1) for p, context in scored), (S, N)  # x_<p: T - S tokens or more
+
+
+def test_a_stride_of_t_gives_the_evaluation_blocks_and_their_score(make_model) -> None:
+    for N in (2, 9, 10, 11, 33):
+        blocks = BlockSampler(stream_of(N, 8), max_tokens=16, shuffle=False).batches(0)
+        windows = sliding_windows(stream_of(N, 8), 8, max_tokens=16)
+        assert [(b.tgt_in.tolist(), b.tgt_out.tolist(), b.num_tgt_tokens) for b in windows] == [
+            (b.tgt_in.tolist(), b.tgt_out.tolist(), b.num_tgt_tokens) for b in blocks
+        ]
+    model = make_model(arch="decoder-only")
+    tokenizer = train_tokenizer("char", ["abcdefghi"])
+    lines = ["abcdefg", "hi", "ihgfedcba", "a"]
+    assert score_text(model, lines, tokenizer, 8, 16, stride=8) == score_text(model, lines, tokenizer, 8, 16)
+
+
+def test_a_stride_outside_1_to_t_is_refused(make_model) -> None:
+    model = make_model(arch="decoder-only")
+    tokenizer = train_tokenizer("char", ["abc"])
+    for stride in (0, 9):
+        with pytest.raises(ConfigError, match=f"between 1 and the block size 8 tokens, got {stride}"):
+            score_text(model, ["abc"], tokenizer, 8, 16, stride=stride)
+
+
+@pytest.mark.numerical
+def test_sliding_window_nll_equals_scoring_each_token_alone(make_model) -> None:
+    """Token t of the stream is scored by the window that starts at w, the smallest multiple of S with w + T >= t:
+    one forward pass over x[w : t], the last position's log-probability of x_t."""
+    model = make_model(arch="decoder-only", max_len=8).double()  # float64: a tolerance far below the windows' gain
+    tokenizer = train_tokenizer("char", ["abcdefghi"])
+    rng = np.random.default_rng(3)
+    lines = ["".join(rng.choice(list("abcdefghi"), size=n)) for n in (5, 9, 2, 7, 6)]  # 34 tokens, line ends too
+    ids = torch.from_numpy(encode_text(lines, tokenizer, 8).ids)
+    T, N, empty = 8, len(ids), torch.zeros(1, 0, dtype=torch.int64)
+
+    def direct_nll(start: Callable[[int], int]) -> tuple[float, float]:
+        """Σ_t -log p(x_t | x[start(t) : t]) and the largest |logit| met."""
+        total, largest = 0.0, 0.0
+        with torch.no_grad():
+            for t in range(1, N):
+                logits = model(empty, ids[start(t) : t][None])[0, -1]  # (V,): the last position predicts x_t
+                total -= float(torch.log_softmax(logits.double(), dim=-1)[ids[t]])
+                largest = max(largest, float(logits.abs().max()))
+        return total, largest
+
+    for S in (1, 3, 5):
+        score = score_text(model, lines, tokenizer, T, max_tokens=2 * T, stride=S)
+        assert score.tokens == N - 1
+        expected, largest = direct_nll(lambda t, S=S: S * max(0, math.ceil((t - T) / S)))
+        per_token = 2 * reordering_bound(logit_sums(model.config, T), largest, torch.float64)  # |Δ log p| <= 2|Δz|
+        tolerance = (N - 1) * per_token + reordering_bound([N - 1], expected, torch.float64)
+        assert score.nll_sum == pytest.approx(expected, rel=0, abs=tolerance), S
+        blocks, _ = direct_nll(lambda t: (t - 1) // T * T)  # the same loop with the blocks' context
+        assert abs(blocks - expected) > 10 * tolerance  # the windows change the figure: the test can tell them apart
 
 
 def kjv_installed() -> bool:

@@ -35,8 +35,10 @@ examples:
   dotformer evaluate --checkpoint best/ --data ids.tsv --source-column word --target-column phones --header
 
 language models (dotformer train --task lm): perplexity, nats and bits per token and bits per character of the run's
-held-out text (--split test or valid) or of a text file (--data FILE), scored in blocks of the training block size;
---limit N scores its first N lines; the decoding flags do not apply.
+held-out text (--split test or valid) or of a text file (--data FILE), scored in blocks of the training block size
+T, or with --stride S in a window of T tokens moved S tokens at a time, each window scoring its last S tokens (HF
+transformers' sliding-window perplexity: more context for each token, T / S times the work); --limit N scores its
+first N lines; the decoding flags do not apply.
 
 an encoder's tasks: a masked language model (--task mlm): masked-token accuracy and perplexity of held-out text,
 masked as in training (seeded by --seed); a classifier (--task classify) or tagger (--task tag): accuracy and macro-F1
@@ -61,6 +63,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--limit", type=int, default=None, metavar="N", help="a random sample of N distinct sources (seeded: --seed)"
     )
     parser.add_argument("--hyps", default=None, metavar="FILE", help="write every pair's output to FILE, in order")
+    parser.add_argument(
+        "--stride",
+        type=int,
+        default=None,
+        metavar="S",
+        help="a language model: tokens the window moves; each token scored with at least T - S tokens of context "
+        "(default: blocks of T, as training reads the text)",
+    )
     parser.add_argument("--json", default=None, metavar="FILE", help="also write the metrics to FILE as JSON")
     add_reader_arguments(parser)
 
@@ -111,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
             )
         if "--hyps" in outputs:
             raise ConfigError(f"--hyps writes decoded outputs; {task.title}'s evaluation scores the text itself")
+    if args.stride is not None and not task.slides:
+        raise ConfigError(
+            f"--stride moves the sliding window of a language model's evaluation; {task.title}'s has none: leave it out"
+        )
     request = EvalRequest(
         data=args.data,
         split=args.split or "test",
@@ -119,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         decode=config if task.decodes else None,
         batch_size=args.batch_size,
         reader=reader_values(args),
+        stride=args.stride,
     )
     report = task.evaluate(translator.translation_engine(), request)
     for note in report.notes:

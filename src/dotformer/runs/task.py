@@ -97,8 +97,10 @@ class EvalRequest:
         limit: score only part of it: a seeded sample of N sources (pairs) or the first N lines (text); None: all.
         seed: the seed of that sample.
         decode: how outputs are decoded (None for a task that decodes nothing).
-        batch_size: sentences (or blocks) a batch.
+        batch_size: sentences (or blocks, or windows) a batch.
         reader: reader settings given for ``data`` (delimiter, columns, task, ...), over the checkpoint's own.
+        stride: a language model's text scored in a sliding window moved this many tokens
+            (:func:`dotformer.training.scoring.score_text`); None: in blocks of its context.
     """
 
     data: str | None = None
@@ -108,6 +110,7 @@ class EvalRequest:
     decode: DecodeConfig | None = None
     batch_size: int = 256
     reader: dict[str, Any] = field(default_factory=dict)
+    stride: int | None = None
 
 
 @dataclass
@@ -142,6 +145,7 @@ class Task(ABC):
     title: str  # what a run of it is called in messages ("a language model", "a g2p model")
     fine_tunable = False  # whether --init-from CKPT may start it (a checkpoint of the same family)
     decodes = True  # whether its evaluation decodes outputs (the decoding flags apply, --hyps writes them)
+    slides = False  # whether its evaluation reads text in a window that --stride may move (a language model)
     best_metrics: tuple[str, ...] = ("loss",)  # what may choose best/ (--best-metric; training.best_metrics): the loss,
     # and the task's own validation figures (its TrainData's best_metrics and figures)
     joint_ctc = False  # whether --ctc-weight may add CTC on its encoder (an encoder-decoder: dotformer.training.ctc)

@@ -55,6 +55,7 @@ class LanguageModelTask(Task):
     title = "a language model"
     fine_tunable = True  # from a decoder-only checkpoint, its tokenizer kept (dotformer.runs.text_init)
     decodes = False
+    slides = True  # evaluate --stride: a sliding window over the text instead of blocks
 
     def data_config(self, section: dict[str, Any], source: str) -> LMDataConfig:
         return LMDataConfig.from_section(section, source)
@@ -131,19 +132,23 @@ class LanguageModelTask(Task):
 
     def evaluate(self, engine: TranslationEngine, request: EvalRequest) -> EvalReport:
         """Perplexity, nats and bits per token and bits per character of a text file or the run's held-out text
-        (its first ``limit`` lines), read as one stream and scored block by block with the training block size
-        (:func:`dotformer.training.scoring.score_text`); an imported model reads the text as its own tokenizer does,
-        BOS first when its family adds one (the checkpoint's text rules).
+        (its first ``limit`` lines), read as one stream and scored block by block with the training block size T,
+        or in a window of T tokens moved ``stride`` tokens at a time (:func:`dotformer.training.scoring.score_text`);
+        an imported model reads the text as its own tokenizer does, BOS first when its family adds one (the
+        checkpoint's text rules).
 
         Raises:
-            ConfigError: a ``limit`` below 1. CheckpointError: no run directory and no ``data``. DataError /
-                MissingDataError: an unreadable or empty text.
+            ConfigError: a ``limit`` below 1, a ``stride`` outside [1, T]. CheckpointError: no run directory and no
+                ``data``. DataError / MissingDataError: an unreadable or empty text.
         """
         from dotformer.decoding.inputs import text_rules
         from dotformer.training.progress import count
         from dotformer.training.scoring import score_text
 
         loaded: Any = engine.checkpoint  # the torch engine's loaded checkpoint: its model scores the text
+        block, stride = loaded.context_window, request.stride
+        if stride is not None and not 1 <= stride <= block:
+            raise ConfigError(f"--stride must be between 1 and the model's block size {block} tokens, got {stride}")
 
         if request.data is not None:
             lines, where = read_text_corpus(request.data).lines, request.data
@@ -159,16 +164,16 @@ class LanguageModelTask(Task):
             lines = lines[: request.limit]
         else:
             shown = count(len(lines), "line")
-        block = loaded.context_window
-        batch_tokens = request.batch_size * block  # B blocks a batch
+        batch_tokens = request.batch_size * block  # B blocks (or windows) a batch
         rules = text_rules(loaded.info)  # an imported model reads the text as its tokenizer does, BOS first
-        score = score_text(loaded.model, lines, loaded.tgt_tokenizer, block, batch_tokens, rules)
-        description = f"({shown}, {score.tokens:,} tokens scored), task lm, blocks of {block} tokens"
+        score = score_text(loaded.model, lines, loaded.tgt_tokenizer, block, batch_tokens, rules, stride)
+        reading = f"blocks of {block} tokens" if stride is None else f"windows of {block} tokens moved by {stride}"
+        description = f"({shown}, {score.tokens:,} tokens scored), task lm, {reading}"
         table = (
             f"perplexity {score.perplexity:.3f}  nats/token {score.nats_per_token:.4f}  bits/token "
             f"{score.bits_per_token:.4f}  bits/char {score.bits_per_character:.4f}"
         )
-        return EvalReport(where, description, table, payload=score.to_dict())
+        return EvalReport(where, description, table, payload={**score.to_dict(), "block_size": block, "stride": stride})
 
     def summary(self, run_dir: Path, best_valid_loss: float | None) -> str:
         bits = valid_bits_per_character(run_dir, best_valid_loss)

@@ -10,7 +10,7 @@ training loop, checkpoints or tokenizers.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,7 +47,7 @@ class EvalResult:
 
 def evaluate_loss(
     model: nn.Module,
-    batches: Sequence[Batch],
+    batches: Iterable[Batch],
     label_smoothing: float = 0.1,
     pad_id: int = 0,
     context: DistContext | None = None,
@@ -96,27 +96,32 @@ def score_text(
     block_size: int,
     max_tokens: int = 4096,
     rules: TextRules | None = None,
+    stride: int | None = None,
 ) -> LanguageModelScore:
-    """Score ``lines`` (read as one stream, each line ending in EOS) with a decoder-only model, block by block; an
-    imported model's ``rules`` read them as its own tokenizer does, BOS first when its family adds one
-    (:func:`~dotformer.decoding.inputs.encode_document`).
+    """Score ``lines`` (read as one stream, each line ending in EOS) with a decoder-only model, block by block or in
+    a sliding window; an imported model's ``rules`` read them as its own tokenizer does, BOS first when its family
+    adds one (:func:`~dotformer.decoding.inputs.encode_document`).
 
-    The stream is cut into blocks of ``block_size`` tokens from its start (and a shorter last one), as evaluation
-    batches it (:class:`~dotformer.data.batch.blocks.BlockSampler`): every token after the first is scored once, with
-    the tokens since the start of its block as context.
+    Without ``stride``, the stream is cut into blocks of ``block_size`` tokens from its start (and a shorter last
+    one), as evaluation batches it (:class:`~dotformer.data.batch.blocks.BlockSampler`): every token after the first
+    is scored once, with the tokens since the start of its block as context. With S = ``stride``, a window of T
+    tokens moves S tokens at a time and scores its last S (the first window all of its own;
+    :func:`~dotformer.data.batch.blocks.sliding_windows`): every token after the first is scored once, with at least
+    T - S tokens of context, as HF transformers' "Perplexity of fixed-length models" does; S = T gives the blocks.
 
     Args:
         model: a decoder-only :class:`Transformer`. lines: the text. tokenizer: the model's.
         block_size: T, the context (at most what the model was trained on). max_tokens: tokens per batch.
         rules: the checkpoint's :class:`~dotformer.decoding.inputs.TextRules` (None: dotformer's line stream).
+        stride: S in [1, T], the tokens the window moves; None: blocks of T.
 
     Returns:
         :class:`LanguageModelScore` over the N - 1 scored tokens and the characters they spell.
 
     Raises:
-        ConfigError: the model is not decoder-only, or a bad block size. DataError: fewer than 2 tokens.
+        ConfigError: the model is not decoder-only, a bad block size or stride. DataError: fewer than 2 tokens.
     """
-    from dotformer.data.batch.blocks import BlockSampler, encode_text
+    from dotformer.data.batch.blocks import BlockSampler, encode_text, sliding_windows
     from dotformer.metrics.language import LanguageModelScore, scored_characters
 
     if model.config.arch != "decoder-only":
@@ -127,6 +132,11 @@ def score_text(
         from dotformer.decoding.inputs import encode_document
 
         stream = encode_document(tokenizer, lines, rules, block_size)
-    batches = BlockSampler(stream, max_tokens, shuffle=False).batches(0)
-    result = evaluate_loss(model, batches, label_smoothing=0.0, pad_id=model.config.pad_id, packed=False)
+    pad_id = model.config.pad_id
+    batches: Iterable[Batch]
+    if stride is None:
+        batches = BlockSampler(stream, max_tokens, shuffle=False).batches(0)
+    else:
+        batches = sliding_windows(stream, stride, max_tokens, pad_id)
+    result = evaluate_loss(model, batches, label_smoothing=0.0, pad_id=pad_id, packed=False)
     return LanguageModelScore(result.nll * result.num_tokens, result.num_tokens, scored_characters(stream, tokenizer))
