@@ -12,7 +12,7 @@ import torch
 from tolerance import logit_sums, reordering_bound
 
 from dotformer.data.batch.batching import BatchPlan, BatchSampler, EncodedPair, SamplerPosition, sampler_for
-from dotformer.data.batch.blocks import BlockSampler, TokenStream, encode_text, sliding_windows
+from dotformer.data.batch.blocks import BlockSampler, TokenStream, encode_text
 from dotformer.data.config import LMDataConfig
 from dotformer.data.prepared.kinds import prepare
 from dotformer.data.prepared.splits import TEST, TRAIN, VALID, assign_splits
@@ -21,7 +21,7 @@ from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 from dotformer.data.tokenize.tokenizers import EOS_ID, PAD_ID
 from dotformer.errors import ConfigError, DataError
 from dotformer.metrics.language import LanguageModelScore
-from dotformer.training.scoring import score_text
+from dotformer.training.scoring import score_text, sliding_windows
 
 
 def lists(plan: BatchPlan) -> list[list[int]]:
@@ -164,7 +164,7 @@ def test_a_uniform_model_scores_log2_v_bits_per_character(make_model) -> None:
 def test_sliding_windows_score_every_token_once_with_at_least_t_minus_s_of_context(T: int) -> None:
     for S in range(1, T + 1):
         for N in range(2, 3 * T + S + 2):  # every length around the multiples of S and T
-            batches = list(sliding_windows(stream_of(N, T), S, max_tokens=2 * T))
+            batches = list(sliding_windows(stream_of(N, T), S, max_tokens=2 * T, pad_id=PAD_ID))
             scored = []  # (stream position of a scored label, tokens of context it is scored with)
             for batch in batches:
                 assert batch.tgt_in.size(0) <= 2 and (batch.tgt_in != PAD_ID).all()  # B = max_tokens // T windows
@@ -181,7 +181,7 @@ def test_sliding_windows_score_every_token_once_with_at_least_t_minus_s_of_conte
 def test_a_stride_of_t_gives_the_evaluation_blocks_and_their_score(make_model) -> None:
     for N in (2, 9, 10, 11, 33):
         blocks = BlockSampler(stream_of(N, 8), max_tokens=16, shuffle=False).batches(0)
-        windows = sliding_windows(stream_of(N, 8), 8, max_tokens=16)
+        windows = sliding_windows(stream_of(N, 8), 8, max_tokens=16, pad_id=PAD_ID)
         assert [(b.tgt_in.tolist(), b.tgt_out.tolist(), b.num_tgt_tokens) for b in windows] == [
             (b.tgt_in.tolist(), b.tgt_out.tolist(), b.num_tgt_tokens) for b in blocks
         ]

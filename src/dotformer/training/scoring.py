@@ -9,20 +9,22 @@ training loop, checkpoints or tokenizers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from dotformer.errors import ConfigError
+from dotformer.errors import ConfigError, DataError
 from dotformer.training.distributed import DistContext, all_reduce_sum
 from dotformer.training.objective import NEXT_TOKEN
 
 if TYPE_CHECKING:
     from dotformer.data.batch.batching import Batch
+    from dotformer.data.batch.blocks import TokenStream
     from dotformer.data.tokenize.tokenizers import Tokenizer
     from dotformer.decoding.inputs import TextRules
     from dotformer.metrics.language import LanguageModelScore
@@ -106,7 +108,7 @@ def score_text(
     one), as evaluation batches it (:class:`~dotformer.data.batch.blocks.BlockSampler`): every token after the first
     is scored once, with the tokens since the start of its block as context. With S = ``stride``, a window of T
     tokens moves S tokens at a time and scores its last S (the first window all of its own;
-    :func:`~dotformer.data.batch.blocks.sliding_windows`): every token after the first is scored once, with at least
+    :func:`sliding_windows`): every token after the first is scored once, with at least
     T - S tokens of context, as HF transformers' "Perplexity of fixed-length models" does; S = T gives the blocks.
 
     Args:
@@ -121,7 +123,7 @@ def score_text(
     Raises:
         ConfigError: the model is not decoder-only, a bad block size or stride. DataError: fewer than 2 tokens.
     """
-    from dotformer.data.batch.blocks import BlockSampler, encode_text, sliding_windows
+    from dotformer.data.batch.blocks import BlockSampler, encode_text
     from dotformer.metrics.language import LanguageModelScore, scored_characters
 
     if model.config.arch != "decoder-only":
@@ -140,3 +142,44 @@ def score_text(
         batches = sliding_windows(stream, stride, max_tokens, pad_id)
     result = evaluate_loss(model, batches, label_smoothing=0.0, pad_id=pad_id, packed=False)
     return LanguageModelScore(result.nll * result.num_tokens, result.num_tokens, scored_characters(stream, tokenizer))
+
+
+def sliding_windows(stream: TokenStream, stride: int, max_tokens: int, pad_id: int) -> Iterator[Batch]:
+    """Evaluation batches of windows of T tokens moved S = ``stride`` tokens at a time, each scoring only its last S
+    labels (the first window all of its T), as HF's "Perplexity of fixed-length models" scores a text:
+
+        window k   tgt_in = x[kS : kS + T], tgt_out = x[kS + 1 : kS + T + 1]  (the last one cut at the stream's end)
+        scored     the labels after the first T - S of the window (k ≥ 1), every label (k = 0)
+
+    so every token after the first is scored once, with at least T - S tokens of context (fewer in the first window
+    only). Labels a window does not score are ``pad_id``, which the loss skips. S = T gives the evaluation blocks of
+    :class:`~dotformer.data.batch.blocks.BlockSampler`. Batches of max(1, ``max_tokens`` // T) full windows, in
+    order, each made when it is read (the windows hold T / S copies of the stream); a shorter last window is a batch
+    of its own.
+
+    Raises:
+        ConfigError: ``stride`` outside [1, T]. DataError: fewer than 2 tokens.
+    """
+    T, N = stream.block_size, len(stream)
+    if not 1 <= stride <= T:
+        raise ConfigError(f"the stride must be between 1 and the block size {T} tokens, got {stride}")
+    if N < 2:
+        raise DataError(f"the text has {N} token(s): nothing to predict")
+    count = 1 + max(0, -(-(N - 1 - T) // stride))  # the first window reads labels 1..T, each next one S more
+    full = count if (count - 1) * stride + T <= N - 1 else count - 1  # windows of T labels
+    per_batch = max(1, max_tokens // T)
+    groups = [range(k, min(k + per_batch, full)) for k in range(0, full, per_batch)]
+    groups += [range(full, count)] if full < count else []
+    return (_windows(stream, group, stride, pad_id) for group in groups)
+
+
+def _windows(stream: TokenStream, windows: range, stride: int, pad_id: int) -> Batch:
+    """The batch of ``windows`` k of :func:`sliding_windows`, the labels before each one's last S set to PAD."""
+    T, first = stream.block_size, windows[0]
+    length = min(T, len(stream) - 1 - first * stride)  # T, or the last window's labels
+    from dotformer.data.batch.blocks import collate_blocks
+
+    batch = collate_blocks(stream.ids, [k * stride for k in windows], length, windows)
+    skipped = torch.tensor([0 if k == 0 else T - stride for k in windows])[:, None]  # (B, 1)
+    labels = batch.tgt_out.masked_fill(torch.arange(length) < skipped, pad_id)  # (B, length): unscored: PAD
+    return dataclasses.replace(batch, tgt_out=labels, num_tgt_tokens=int((labels != pad_id).sum()))

@@ -13,8 +13,7 @@ reads none), and a :class:`~dotformer.data.batch.batching.Batch` of blocks goes 
 batch of pairs. :class:`BlockSampler` is a :class:`~dotformer.data.batch.batching.BatchSampler` over blocks: its order
 is a pure function of (seed, epoch), it shards across ranks and resumes from a :class:`SamplerPosition` the same way. In
 training each epoch starts its blocks at a seeded offset o in [0, T), so block boundaries move between epochs; in
-evaluation o = 0 and a last, shorter block reads the tail, so every token after the first is scored exactly once;
-:func:`sliding_windows` scores it instead with windows of T tokens that overlap, each token with more context.
+evaluation o = 0 and a last, shorter block reads the tail, so every token after the first is scored exactly once.
 
 The stream is a numpy array: in memory (:func:`encode_text`) or memory-mapped from prepared data
 (:func:`prepared_stream`); a batch reads only its own blocks of it.
@@ -22,9 +21,8 @@ The stream is a numpy array: in memory (:func:`encode_text`) or memory-mapped fr
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +30,7 @@ import torch
 
 from dotformer.data.batch.batching import Batch, BatchPlan, BatchSampler, check_sampler_arguments
 from dotformer.data.prepared.text_kind import PreparedText
-from dotformer.data.tokenize.tokenizers import PAD_ID, Tokenizer
+from dotformer.data.tokenize.tokenizers import Tokenizer
 from dotformer.errors import ConfigError, DataError
 
 HASH_TOKENS = 1 << 20  # tokens of the stream hashed at a time for the sampler's fingerprint
@@ -95,44 +93,6 @@ def collate_blocks(stream: np.ndarray, starts: Sequence[int], length: int, indic
         num_tgt_tokens=len(starts) * length,
         indices=[int(i) for i in indices],
     )
-
-
-def sliding_windows(stream: TokenStream, stride: int, max_tokens: int, pad_id: int = PAD_ID) -> Iterator[Batch]:
-    """Evaluation batches of windows of T tokens moved S = ``stride`` tokens at a time, each scoring only its last S
-    labels (the first window all of its T), as HF's "Perplexity of fixed-length models" scores a text:
-
-        window k   tgt_in = x[kS : kS + T], tgt_out = x[kS + 1 : kS + T + 1]  (the last one cut at the stream's end)
-        scored     the labels after the first T - S of the window (k ≥ 1), every label (k = 0)
-
-    so every token after the first is scored once, with at least T - S tokens of context (fewer in the first window
-    only). Labels a window does not score are ``pad_id``, which the loss skips. S = T gives the evaluation blocks of
-    :class:`BlockSampler`. Batches of max(1, ``max_tokens`` // T) full windows, in order, each made when it is read
-    (the windows hold T / S copies of the stream); a shorter last window is a batch of its own.
-
-    Raises:
-        ConfigError: ``stride`` outside [1, T]. DataError: fewer than 2 tokens.
-    """
-    T, N = stream.block_size, len(stream)
-    if not 1 <= stride <= T:
-        raise ConfigError(f"the stride must be between 1 and the block size {T} tokens, got {stride}")
-    if N < 2:
-        raise DataError(f"the text has {N} token(s): nothing to predict")
-    count = 1 + max(0, -(-(N - 1 - T) // stride))  # the first window reads labels 1..T, each next one S more
-    full = count if (count - 1) * stride + T <= N - 1 else count - 1  # windows of T labels
-    per_batch = max(1, max_tokens // T)
-    groups = [range(k, min(k + per_batch, full)) for k in range(0, full, per_batch)]
-    groups += [range(full, count)] if full < count else []
-    return (_windows(stream, group, stride, pad_id) for group in groups)
-
-
-def _windows(stream: TokenStream, windows: range, stride: int, pad_id: int) -> Batch:
-    """The batch of ``windows`` k of :func:`sliding_windows`, the labels before each one's last S set to PAD."""
-    T, first = stream.block_size, windows[0]
-    length = min(T, len(stream) - 1 - first * stride)  # T, or the last window's labels
-    batch = collate_blocks(stream.ids, [k * stride for k in windows], length, windows)
-    skipped = torch.tensor([0 if k == 0 else T - stride for k in windows])[:, None]  # (B, 1)
-    labels = batch.tgt_out.masked_fill(torch.arange(length) < skipped, pad_id)  # (B, length): unscored: PAD
-    return dataclasses.replace(batch, tgt_out=labels, num_tgt_tokens=int((labels != pad_id).sum()))
 
 
 def check_training_stream(stream: TokenStream) -> None:
