@@ -180,11 +180,37 @@ def test_bad_inputs_raise_clear_errors() -> None:
         dict(top_k=-1),
         dict(top_p=0.0),
         dict(top_p=1.5),
+        dict(length_penalty=10.5),  # past MAX_LENGTH_PENALTY: the penalty of a long output overflows float32
+        dict(length_penalty="1"),  # a string where a number goes, as a JSON body or a Python caller may send it
+        dict(length_penalty=True),
+        dict(temperature="1"),
+        dict(max_len_a="1"),
+        dict(min_len_a="1"),
+        dict(top_p="0.5"),
     ],
 )
 def test_decode_config_rejects_bad_values(fields: dict) -> None:
     with pytest.raises(ConfigError):
         DecodeConfig(**fields)
+
+
+def test_the_largest_length_penalty_keeps_every_engines_penalty_finite() -> None:
+    """At α = MAX_LENGTH_PENALTY an output of 4096 tokens has a finite GNMT penalty ((5 + |Y|) / 6)^α in float32
+    (the torch engine's) and a finite |Y|^α in float32 (what CTranslate2 divides its scores by); α = 11 does not."""
+    from dotformer.decoding.config import MAX_LENGTH_PENALTY
+    from dotformer.decoding.hypothesis import length_penalty
+
+    longest = torch.tensor(4096)
+    assert torch.isfinite(length_penalty(longest, MAX_LENGTH_PENALTY))
+    assert torch.isfinite(longest.float() ** MAX_LENGTH_PENALTY)
+    assert not torch.isfinite(longest.float() ** (MAX_LENGTH_PENALTY + 1))
+    assert DecodeConfig(length_penalty=MAX_LENGTH_PENALTY).length_penalty == MAX_LENGTH_PENALTY
+    with pytest.raises(ConfigError) as caught:
+        DecodeConfig(length_penalty=1000.0)
+    assert str(caught.value) == f"DecodeConfig.length_penalty must be at most {MAX_LENGTH_PENALTY:g}, got 1000.0"
+    with pytest.raises(ConfigError) as caught:
+        DecodeConfig(temperature="1")
+    assert str(caught.value) == "DecodeConfig.temperature must be a finite number > 0, got '1'"
 
 
 def test_beam_rows_sharing_one_memory_row_decode_as_if_it_were_expanded() -> None:

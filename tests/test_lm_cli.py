@@ -354,6 +354,7 @@ def test_generate_cli_refuses_flags_of_another_strategy(run_dir: Path, capsys: p
             "--length-penalty, --beam-stop only apply to beam search (--strategy beam), not --strategy sample",
         ),
         (["--beam", "2", "--length-penalty", "-1"], "--length-penalty must be a finite number >= 0, got -1.0"),
+        (["--beam", "2", "--length-penalty", "1000"], "--length-penalty must be at most 10, got 1000.0"),
     ]
     for flags, message in cases:
         assert main(["generate", "--checkpoint", str(run_dir), "--prompt", "in", *flags]) == 2

@@ -55,8 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_option_flags(search, only=("beam",), surface={"beam": (None, beam_help)})
     alpha_help = (
-        "GNMT length penalty alpha of beam search: beams ranked by summed log-probability / ((5 + length) / 6)^ALPHA "
-        "(generate's default 0: by summed log-probability; translate's is 0.6)"
+        "GNMT length penalty alpha of beam search, 0 to 10: beams ranked by summed log-probability / ((5 + length) / "
+        "6)^ALPHA (generate's default 0: by summed log-probability; translate's is 0.6)"
     )
     add_option_flags(search, only=BEAM_FLAGS, surface={"length_penalty": (None, alpha_help)})
     add_option_flags(search, only=SAMPLING_FLAGS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,6 +23,8 @@ MAX_BEAM_SIZE = 1024  # the widest beam: each step scores beam_size x V candidat
 MAX_COUNT = 2**63 - 1  # the largest length, k or n a search takes: a signed 64-bit integer (torch's int64 tensors,
 # CTranslate2's size_t arguments); a longer length than the model's positions is cut to them, a larger k or n is off
 REPETITION_PENALTY_RANGE = (1e-6, 1e6)  # R and 1/R up to 1e6: a logit up to 1e32 stays finite in float32
+MAX_LENGTH_PENALTY = 10.0  # the largest α: an output of 4096 tokens keeps a finite float32 penalty on both engines,
+# ((5 + |Y|) / 6)^α on torch's and |Y|^α on CTranslate2's (an infinite one makes every score 0, the ranking arbitrary)
 
 
 @dataclass(frozen=True)
@@ -34,8 +37,9 @@ class DecodeConfig:
     Raises:
         ConfigError: a field is out of range (``beam_size`` above :data:`MAX_BEAM_SIZE`, ``seed`` outside [0,
             :data:`~dotformer.config.MAX_SEED`], a length, ``top_k`` or ``no_repeat_ngram_size`` above
-            :data:`MAX_COUNT`, ``repetition_penalty`` outside :data:`REPETITION_PENALTY_RANGE`) or two fields disagree
-            (the message names them).
+            :data:`MAX_COUNT`, ``repetition_penalty`` outside :data:`REPETITION_PENALTY_RANGE`, ``length_penalty``
+            above :data:`MAX_LENGTH_PENALTY`), a number field given another type (a string, a bool) or two fields
+            disagree (the message names them).
     """
 
     strategy: Strategy = "beam"  # "greedy" (argmax each step), "beam" (beam search), "sample" (random sampling)
@@ -83,9 +87,13 @@ class DecodeConfig:
             raise ConfigError(
                 f"DecodeConfig.n_best={self.n_best} needs strategy 'beam' or 'sample': greedy decoding finds one output"
             )
-        if not math.isfinite(self.length_penalty) or self.length_penalty < 0:
+        if not is_number(self.length_penalty) or not math.isfinite(self.length_penalty) or self.length_penalty < 0:
             raise ConfigError(f"DecodeConfig.length_penalty must be a finite number >= 0, got {self.length_penalty!r}")
-        if not math.isfinite(self.max_len_a) or self.max_len_a < 0:
+        if self.length_penalty > MAX_LENGTH_PENALTY:
+            raise ConfigError(
+                f"DecodeConfig.length_penalty must be at most {MAX_LENGTH_PENALTY:g}, got {self.length_penalty!r}"
+            )
+        if not is_number(self.max_len_a) or not math.isfinite(self.max_len_a) or self.max_len_a < 0:
             raise ConfigError(f"DecodeConfig.max_len_a must be a finite number >= 0, got {self.max_len_a!r}")
         check_count("max_len_b", self.max_len_b)
         if self.max_len_a == 0 and self.max_len_b == 0:
@@ -93,13 +101,13 @@ class DecodeConfig:
                 "DecodeConfig.max_len_a and max_len_b are both 0: that allows no decoding step, and an output needs "
                 "one for its end of sentence; give max_len_b >= 1"
             )
-        if not math.isfinite(self.min_len_a) or self.min_len_a < 0:
+        if not is_number(self.min_len_a) or not math.isfinite(self.min_len_a) or self.min_len_a < 0:
             raise ConfigError(f"DecodeConfig.min_len_a must be a finite number >= 0, got {self.min_len_a!r}")
         check_count("min_len_b", self.min_len_b)
-        if not math.isfinite(self.temperature) or self.temperature <= 0:
+        if not is_number(self.temperature) or not math.isfinite(self.temperature) or self.temperature <= 0:
             raise ConfigError(f"DecodeConfig.temperature must be a finite number > 0, got {self.temperature!r}")
         check_count("top_k", self.top_k, " (0 = off)")
-        if not 0.0 < self.top_p <= 1.0:
+        if not is_number(self.top_p) or not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"DecodeConfig.top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
         penalty, (least, most) = self.repetition_penalty, REPETITION_PENALTY_RANGE
         if isinstance(penalty, bool) or not isinstance(penalty, int | float) or not least <= penalty <= most:
@@ -145,6 +153,11 @@ class DecodeConfig:
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-serialisable dict."""
         return dataclasses.asdict(self)
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a real number: an int, a float, a NumPy scalar (a bool or a string, ``"1"``, is not)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def check_count(name: str, value: Any, off: str = "") -> None:

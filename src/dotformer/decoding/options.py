@@ -93,7 +93,7 @@ DECODE_OPTIONS: tuple[DecodeOption, ...] = (
         float,
         "--length-penalty",
         "length_penalty",
-        "GNMT length penalty alpha (0.6)",
+        "GNMT length penalty alpha, 0 to 10 (0.6)",
         metavar="ALPHA",
     ),
     DecodeOption(
