@@ -494,6 +494,18 @@ def test_evaluate_stride_scores_in_a_sliding_window_and_says_so(
         )
 
 
+def test_evaluate_refuses_a_batch_size_below_one(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--batch-size counts blocks (or windows) a batch: 0 or less is refused naming the flag, with or without
+    --stride (it was read as one window a batch, or as "max_tokens ... got -80")."""
+    for flags in ([], ["--stride", "5"]):
+        for size in ("0", "-5"):
+            argv = ["evaluate", "--checkpoint", str(run_dir), "--split", "valid", "--batch-size", size, *flags]
+            assert main(argv) == 2
+            assert capsys.readouterr().err == (
+                f"dotformer evaluate: error: --batch-size must be a positive integer, got {size}\n"
+            )
+
+
 def test_a_tokenizer_that_does_not_know_the_text_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
