@@ -366,7 +366,9 @@ async def generate_request(
     prompt = request.get("prompt", "")
     if request.get("stream", False):
         if n != 1 or request.get("strategy", "sample") == "beam":
-            raise RequestError('"stream": true sends one greedy or sampled continuation: leave out "n" and "beam"')
+            raise RequestError(
+                '"stream": true sends one greedy or sampled continuation: leave out "n" and "strategy": "beam"'
+            )
         try:
             config = generation_settings(n=1, **settings, misplaced=_fields_misplaced)
             controls_of(config, translator.tgt_tokenizer)  # an unknown end or suppressed token, before the stream
