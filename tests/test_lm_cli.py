@@ -494,6 +494,17 @@ def test_evaluate_stride_scores_in_a_sliding_window_and_says_so(
         )
 
 
+def test_evaluate_of_a_one_character_line_scores_one_token(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A line of one character is two tokens (it and the line end), the second scored: "1 token", as "1 line"."""
+    text = tmp_path / "one.txt"
+    text.write_text("a\n", encoding="utf-8")
+    for flags, reading in (([], "blocks of 16 tokens"), (["--stride", "5"], "windows of 16 tokens moved by 5")):
+        assert main(["evaluate", "--checkpoint", str(run_dir), "--data", str(text), *flags]) == 0
+        assert f" (1 line, 1 token scored), task lm, {reading}, " in capsys.readouterr().out
+
+
 def test_evaluate_refuses_a_batch_size_below_one(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--batch-size counts blocks (or windows) a batch: 0 or less is refused naming the flag, with or without
     --stride (it was read as one window a batch, or as "max_tokens ... got -80")."""

@@ -168,7 +168,7 @@ class LanguageModelTask(Task):
         rules = text_rules(loaded.info)  # an imported model reads the text as its tokenizer does, BOS first
         score = score_text(loaded.model, lines, loaded.tgt_tokenizer, block, batch_tokens, rules, stride)
         reading = f"blocks of {block} tokens" if stride is None else f"windows of {block} tokens moved by {stride}"
-        description = f"({shown}, {score.tokens:,} tokens scored), task lm, {reading}"
+        description = f"({shown}, {count(score.tokens, 'token')} scored), task lm, {reading}"
         table = (
             f"perplexity {score.perplexity:.3f}  nats/token {score.nats_per_token:.4f}  bits/token "
             f"{score.bits_per_token:.4f}  bits/char {score.bits_per_character:.4f}"
