@@ -197,6 +197,11 @@ def test_a_stride_outside_1_to_t_is_refused(make_model) -> None:
     for stride in (0, 9):
         with pytest.raises(ConfigError, match=f"between 1 and the block size 8 tokens, got {stride}"):
             score_text(model, ["abc"], tokenizer, 8, 16, stride=stride)
+    for stride in (4.0, "4", True):  # a count of tokens: an integer, not a float, a string or a bool
+        with pytest.raises(ConfigError, match=f"the stride must be an integer number of tokens, got {stride!r}"):
+            score_text(model, ["abc"], tokenizer, 8, 16, stride=stride)
+    with pytest.raises(ConfigError, match="max_tokens must be positive, got 0"):  # as the blocks refuse it
+        score_text(model, ["abc"], tokenizer, 8, 0, stride=4)
 
 
 @pytest.mark.numerical

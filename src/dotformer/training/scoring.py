@@ -158,9 +158,14 @@ def sliding_windows(stream: TokenStream, stride: int, max_tokens: int, pad_id: i
     of its own.
 
     Raises:
-        ConfigError: ``stride`` outside [1, T]. DataError: fewer than 2 tokens.
+        ConfigError: ``stride`` not an integer or outside [1, T], ``max_tokens`` below 1. DataError: fewer than 2
+            tokens.
     """
     T, N = stream.block_size, len(stream)
+    if not isinstance(stride, int) or isinstance(stride, bool):
+        raise ConfigError(f"the stride must be an integer number of tokens, got {stride!r}")
+    if max_tokens < 1:
+        raise ConfigError(f"max_tokens must be positive, got {max_tokens}")
     if not 1 <= stride <= T:
         raise ConfigError(f"the stride must be between 1 and the block size {T} tokens, got {stride}")
     if N < 2:
