@@ -531,7 +531,8 @@ def test_cli_export_ct2_of_an_encoder_names_the_models_that_export(tmp_path, cli
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert "encoder-decoders (a Translator) and language models (a Generator), not an arch='encoder-only'" in line
-    assert "--to hf" in line and "only encoder-decoder" not in line
+    assert "--to onnx" in line and "only encoder-decoder" not in line
+    assert "--to hf" not in line  # BERT's layout refuses it (no LayerNorm on its embeddings): not a way out
     assert not (tmp_path / "out").exists()
 
 

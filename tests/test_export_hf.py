@@ -304,6 +304,26 @@ def test_what_bert_cannot_hold_is_refused(overrides, message) -> None:
     assert bert_problem(encoder(**overrides).config).startswith(message)
 
 
+def test_an_encoder_is_pointed_only_to_exports_that_hold_it(tmp_path, cli) -> None:
+    """A refused encoder export names another export only where that one writes it: the pre-LN 2017 encoder goes
+    to ONNX; the modern encoder (classify-bible-modern's: RMSNorm, GeGLU, rotary positions, no biases) is refused by
+    BERT's layout, the ONNX export and CTranslate2 alike, so none of them sends it to another."""
+    modern = dict(norm_first=True, norm="rmsnorm", ffn_gated=True, positional="rotary", bias=False)
+    pre_ln = save(tmp_path, encoder(norm_first=True), "pre_ln", "classify")
+    result = cli("export", "--to", "hf", str(pre_ln), str(tmp_path / "pre_ln-hf"))
+    assert result.returncode == 2 and result.stderr.endswith("(export to onnx)\n")
+    bert_shaped = save(tmp_path, encoder(), "bert_shaped", "classify")
+    result = cli("export", "--to", "ct2", str(bert_shaped), str(tmp_path / "bert_shaped-ct2"))
+    assert result.returncode == 2 and result.stderr.endswith(
+        "export an encoder with --to hf (BertModel) or --to onnx\n"
+    )
+    checkpoint = save(tmp_path, encoder(**modern), "modern", "classify")
+    for to in ("hf", "onnx", "ct2"):
+        result = cli("export", "--to", to, str(checkpoint), str(tmp_path / f"modern-{to}"))
+        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+        assert "--to" not in result.stderr and "export to" not in result.stderr, result.stderr
+
+
 # -- the command -------------------------------------------------------------------------------------------------------
 
 

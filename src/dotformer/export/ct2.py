@@ -100,9 +100,13 @@ def _check(config: ModelConfig, src_vocab: Sequence[str], tgt_vocab: Sequence[st
             "dotformer.export.ct2_lm.export_language_model)"
         )
     if config.arch != "encoder-decoder":
+        from dotformer.export.hf_encoder import bert_problem
+
+        ways = [way for way, fits in (("--to hf (BertModel)", bert_problem(config) is None),
+                                      ("--to onnx", not config.modern_switches())) if fits]  # fmt: skip
         raise ConfigError(
             f"CTranslate2 export holds encoder-decoders (a Translator) and language models (a Generator), not an "
-            f"arch={config.arch!r} model; export an encoder with --to hf (BertModel) or --to onnx"
+            f"arch={config.arch!r} model" + (f"; export an encoder with {' or '.join(ways)}" if ways else "")
         )
     problem = model_problem(config)
     if problem is not None:

@@ -65,7 +65,8 @@ def bert_problem(config: ModelConfig) -> str | None:
     if config.arch != "encoder-only":
         return f"BERT's layout holds an encoder-only model, got arch={config.arch!r}"
     if config.norm_first:
-        return "ModelConfig.norm_first=True: BERT is post-LN, a pre-LN encoder has no BERT layout (export to onnx)"
+        elsewhere = " (export to onnx)" if not config.modern_switches() else ""  # ONNX writes the 2017 block only
+        return f"ModelConfig.norm_first=True: BERT is post-LN, a pre-LN encoder has no BERT layout{elsewhere}"
     if not config.embedding_norm:
         return "ModelConfig.embedding_norm=False: BERT always has a LayerNorm on its embeddings"
     if config.positional not in ("learned", "sinusoidal"):
