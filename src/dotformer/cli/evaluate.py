@@ -68,8 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="S",
-        help="a language model: tokens the window moves; each token scored with at least T - S tokens of context "
-        "(default: blocks of T, as training reads the text)",
+        help="a language model: tokens the window moves; each token scored with at least T - S tokens of context, "
+        "or all those before it (default: blocks of T, as training reads the text)",
     )
     parser.add_argument("--json", default=None, metavar="FILE", help="also write the metrics to FILE as JSON")
     add_reader_arguments(parser)
