@@ -94,7 +94,7 @@ def classifier(files: dict[str, Path], mlm: Path) -> Path:
 
 
 def test_a_classifier_fine_tuned_from_the_masked_language_model(
-    classifier: Path, mlm: Path, capsys: pytest.CaptureFixture[str]
+    classifier: Path, mlm: Path, files: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     record = json.loads((classifier / "run.json").read_text())
     assert record["model"]["head"] == "sequence" and record["model"]["num_labels"] == 2
@@ -117,6 +117,12 @@ def test_a_classifier_fine_tuned_from_the_masked_language_model(
     assert "accuracy" in out and "macro-F1" in out
     metrics = json.loads((classifier / "test.json").read_text())["metrics"]
     assert metrics["count"] == 40 and metrics["accuracy"] >= 90.0 and metrics["macro_f1"] >= 90.0
+    test = str(files["labels_test.tsv"])  # the reader flags of pairs are refused by name, not silently ignored
+    assert run("evaluate", "--checkpoint", classifier, "--data", test, "--delimiter", ",") == 2
+    assert capsys.readouterr().err == (
+        "dotformer evaluate: error: --delimiter sets how a file of pairs is read; a classifier's evaluation reads its "
+        "--data file as its own kind of data: leave it out\n"
+    )
 
 
 def test_classify_from_python_the_command_and_the_server(classifier: Path, capsys: pytest.CaptureFixture[str]) -> None:

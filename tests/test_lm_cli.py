@@ -505,6 +505,33 @@ def test_evaluate_of_a_one_character_line_scores_one_token(
         assert f" (1 line, 1 token scored), task lm, {reading}, " in capsys.readouterr().out
 
 
+def test_evaluate_refuses_reader_flags_a_language_model_would_not_read(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reader flags set how a file of pairs is read; a language model's --data is running text, so each is
+    refused by name (it was silently ignored: --header scored the header line), and --task names the model's own."""
+    text = tmp_path / "text.txt"
+    text.write_text("in the beginning\n", encoding="utf-8")
+    argv = ["evaluate", "--checkpoint", str(run_dir), "--data", str(text)]
+    refused = [
+        (["--header"], "--header sets how a file of pairs is read", "it"),
+        (["--delimiter", ",", "--source-column", "1"], "--delimiter, --source-column set how a file of pairs is read",
+         "them"),
+    ]  # fmt: skip
+    for flags, message, them in refused:
+        assert main([*argv, *flags]) == 2
+        assert capsys.readouterr().err == (
+            f"dotformer evaluate: error: {message}; a language model's evaluation reads its --data file as its own "
+            f"kind of data: leave {them} out\n"
+        )
+    assert main([*argv, "--task", "g2p"]) == 2
+    assert capsys.readouterr().err == (
+        f"dotformer evaluate: error: --task g2p: {run_dir / 'best'} is a language model (task lm), which evaluates "
+        "its own kind of data: leave --task out\n"
+    )
+    assert main([*argv, "--task", "lm"]) == 0  # the model's own task: nothing to refuse
+
+
 def test_evaluate_refuses_a_batch_size_below_one(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--batch-size counts blocks (or windows) a batch: 0 or less is refused naming the flag, with or without
     --stride (it was read as one window a batch, or as "max_tokens ... got -80")."""

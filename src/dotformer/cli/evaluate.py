@@ -38,12 +38,13 @@ language models (dotformer train --task lm): perplexity, nats and bits per token
 held-out text (--split test or valid) or of a text file (--data FILE), scored in blocks of the training block size
 T, or with --stride S in a window of T tokens moved S tokens at a time, each window scoring its last S tokens (HF
 transformers' sliding-window perplexity: more context for each token, T / S times the work); --limit N scores its
-first N lines; the decoding flags do not apply.
+first N lines; the decoding flags and the reader flags of pairs do not apply.
 
 an encoder's tasks: a masked language model (--task mlm): masked-token accuracy and perplexity of held-out text,
 masked as in training (seeded by --seed); a classifier (--task classify) or tagger (--task tag): accuracy and macro-F1
 of the labels it gives the run's held-out split or a --data file of its form (scikit-learn; seqeval's entity F1 for
-BIO tags), with a line per label; --limit N scores a seeded sample of N texts.
+BIO tags), with a line per label; --limit N scores a seeded sample of N texts; the reader flags of pairs do not
+apply.
 """
 
 
@@ -123,6 +124,19 @@ def run(args: argparse.Namespace) -> int:
             )
         if "--hyps" in outputs:
             raise ConfigError(f"--hyps writes decoded outputs; {task.title}'s evaluation scores the text itself")
+    if not task.reads_pairs:  # the reader flags read a file of pairs; this task reads its own kind of data
+        given = {field: value for field, value in reader_values(args).items() if (field, value) != ("task", task.name)}
+        if "task" in given:
+            raise ConfigError(
+                f"--task {given['task']}: {files.path} is {task.title} (task {task.name}), which evaluates its own "
+                "kind of data: leave --task out"
+            )
+        if given:
+            sets, them = ("set", "them") if len(given) > 1 else ("sets", "it")
+            raise ConfigError(
+                f"{', '.join(_flag(f) for f in given)} {sets} how a file of pairs is read; {task.title}'s evaluation "
+                f"reads its --data file as its own kind of data: leave {them} out"
+            )
     if args.stride is not None and not task.slides:
         raise ConfigError(
             f"--stride moves the sliding window of a language model's evaluation; {task.title}'s has none: leave it out"

@@ -93,6 +93,7 @@ class EncoderTask(Task):
 
     fine_tunable = True
     decodes = False
+    reads_pairs = False  # its --data is text, or labelled texts in the form of the checkpoint's data
     head: ClassVar[str]
     objective: ClassVar[str]
     recipe: ClassVar[str]

@@ -56,6 +56,7 @@ class LanguageModelTask(Task):
     fine_tunable = True  # from a decoder-only checkpoint, its tokenizer kept (dotformer.runs.text_init)
     decodes = False
     slides = True  # evaluate --stride: a sliding window over the text instead of blocks
+    reads_pairs = False  # its --data is running text, read one line after another
 
     def data_config(self, section: dict[str, Any], source: str) -> LMDataConfig:
         return LMDataConfig.from_section(section, source)
