@@ -72,6 +72,11 @@ def test_a_masked_language_model_trains_and_evaluates(mlm: Path, capsys: pytest.
     score = json.loads((mlm / "test.json").read_text())
     assert score["masked"] > 0 and 0.0 <= score["accuracy"] <= 100.0 and score["accuracy"] > 100 / 40  # > chance
     assert score["perplexity"] == pytest.approx(np.exp(score["nll"] / score["masked"]))
+    assert score["seed"] == 1 and "masking seed 1)" in out  # the JSON names the masking's seed, as the line does
+    assert run("evaluate", "--checkpoint", mlm, "--split", "test", "--seed", "2", "--json", mlm / "seed2.json") == 0
+    assert "masking seed 2)" in capsys.readouterr().out  # --seed seeds the masking, as evaluate --help says
+    reseeded = json.loads((mlm / "seed2.json").read_text())
+    assert reseeded["seed"] == 2 and reseeded["nll"] != score["nll"]  # another draw of the masked positions
 
 
 def test_a_masked_language_model_resumes_exactly(files: dict[str, Path], tmp_path: Path) -> None:
@@ -117,6 +122,15 @@ def test_a_classifier_fine_tuned_from_the_masked_language_model(
     assert "accuracy" in out and "macro-F1" in out
     metrics = json.loads((classifier / "test.json").read_text())["metrics"]
     assert metrics["count"] == 40 and metrics["accuracy"] >= 90.0 and metrics["macro_f1"] >= 90.0
+    for seed in ("1", "2"):  # --limit N scores a sample of N texts drawn with --seed
+        assert (
+            run(
+                "evaluate", "--checkpoint", classifier, "--limit", "10", "--seed", seed, "--json", classifier / "s.json"
+            )
+            == 0
+        )
+        assert json.loads((classifier / "s.json").read_text())["seed"] == int(seed)
+    capsys.readouterr()
     test = str(files["labels_test.tsv"])  # the reader flags of pairs are refused by name, not silently ignored
     assert run("evaluate", "--checkpoint", classifier, "--data", test, "--delimiter", ",") == 2
     assert capsys.readouterr().err == (

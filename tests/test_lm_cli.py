@@ -503,6 +503,12 @@ def test_evaluate_of_a_one_character_line_scores_one_token(
     for flags, reading in (([], "blocks of 16 tokens"), (["--stride", "5"], "windows of 16 tokens moved by 5")):
         assert main(["evaluate", "--checkpoint", str(run_dir), "--data", str(text), *flags]) == 0
         assert f" (1 line, 1 token scored), task lm, {reading}, " in capsys.readouterr().out
+    scores = tmp_path / "scores.json"  # --limit N reads the first N lines: no seed draws them
+    assert (
+        main(["evaluate", "--checkpoint", str(run_dir), "--data", str(text), "--limit", "1", "--json", str(scores)])
+        == 0
+    )
+    assert json.loads(scores.read_text())["limit"] == 1 and json.loads(scores.read_text())["seed"] is None
 
 
 def test_evaluate_refuses_reader_flags_a_language_model_would_not_read(

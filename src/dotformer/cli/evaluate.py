@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         raise CheckpointError(f"{files.path}/config.json records no task (g2p, translation, exact or synthetic)")
     task = task_named(str(files.info["task"]))
     if not task.decodes:
+        decoding = [flag for flag in decoding if not (flag == "--seed" and task.seeded)]  # a sample's, a masking's
         them, sets = ("them", "set") if len(decoding) > 1 else ("it", "sets")
         if decoding:
             raise ConfigError(
@@ -166,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
             "data": report.where,
             "split": None if args.data is not None else request.split,
             "limit": args.limit,
-            "seed": seed if args.limit is not None else None,
+            "seed": seed if args.limit is not None and (task.decodes or task.seeded) else None,  # a sample's
             "dtype": args.dtype,
             "engine": translator.engine,
             **report.payload,

@@ -94,6 +94,7 @@ class EncoderTask(Task):
     fine_tunable = True
     decodes = False
     reads_pairs = False  # its --data is text, or labelled texts in the form of the checkpoint's data
+    seeded = True  # --seed draws the sample of --limit texts, and a masked language model's masked positions
     head: ClassVar[str]
     objective: ClassVar[str]
     recipe: ClassVar[str]
@@ -520,7 +521,7 @@ def evaluate_masked(loaded: LoadedCheckpoint, request: EvalRequest) -> EvalRepor
         f"{data.mlm_unit} of at most {block} tokens"
     )
     table = f"masked-token accuracy {score.accuracy:.2f}%  perplexity {score.perplexity:.3f}"
-    return EvalReport(where, description, table, payload=score.to_dict())
+    return EvalReport(where, description, table, payload={**score.to_dict(), "seed": request.seed})
 
 
 _MASKING_FIELDS = ("task", "block_size", "mlm_unit", "mask_probability")

@@ -147,6 +147,7 @@ class Task(ABC):
     decodes = True  # whether its evaluation decodes outputs (the decoding flags apply, --hyps writes them)
     slides = False  # whether its evaluation reads text in a window that --stride may move (a language model)
     reads_pairs = True  # whether its evaluation reads a --data file of pairs as the reader flags say (--delimiter, ...)
+    seeded = False  # whether its evaluation draws with --seed though it decodes nothing (a sample, a masking)
     best_metrics: tuple[str, ...] = ("loss",)  # what may choose best/ (--best-metric; training.best_metrics): the loss,
     # and the task's own validation figures (its TrainData's best_metrics and figures)
     joint_ctc = False  # whether --ctc-weight may add CTC on its encoder (an encoder-decoder: dotformer.training.ctc)
