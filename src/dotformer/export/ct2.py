@@ -102,8 +102,8 @@ def _check(config: ModelConfig, src_vocab: Sequence[str], tgt_vocab: Sequence[st
     if config.arch != "encoder-decoder":
         from dotformer.export.hf_encoder import bert_problem
 
-        ways = [way for way, fits in (("--to hf (BertModel)", bert_problem(config) is None),
-                                      ("--to onnx", not config.modern_switches())) if fits]  # fmt: skip
+        ways = ["--to hf (BertModel)"] if bert_problem(config) is None else []  # the exports that write it
+        ways += ["--to onnx"] if not config.modern_switches() else []  # ONNX writes the 2017 block only
         raise ConfigError(
             f"CTranslate2 export holds encoder-decoders (a Translator) and language models (a Generator), not an "
             f"arch={config.arch!r} model" + (f"; export an encoder with {' or '.join(ways)}" if ways else "")
