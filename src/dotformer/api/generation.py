@@ -7,7 +7,7 @@
     print(lm.generate("In the beginning", max_new_tokens=200, top_k=20, seed=1))
     print(lm.generate("And God said", n=3, temperature=0.8))        # three samples
     print(lm.generate("Blessed are the", strategy="beam"))          # the most likely end of the line
-    print(lm.generate("Blessed are the", strategy="beam", length_penalty=1.0, beam_stop="exact"))  # longer ends weigh more
+    print(lm.generate("Blessed are the", strategy="beam", length_penalty=1.0, beam_stop="exact"))  # longer ends
 
 A prompt is read as the start of a line (the text stream before it ends with a line end), each of its own line
 breaks an EOS; the continuation's EOS tokens come back as line breaks
