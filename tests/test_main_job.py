@@ -96,10 +96,12 @@ def test_lm_main_job_quick(tmp_path: Path) -> None:
     lines = proc.stdout.splitlines()
     samples = lines.index("Samples (top-k 20, temperature 0.8):")
     assert lines[samples + 1].startswith("In the beginning")  # each sample follows its prompt
-    # the last lines: the held-out books (what was scored, then the figures, bits per character among them)
-    assert lines[-3].startswith("Held-out books") and "448 lines" in lines[-2] and "bits/char" in lines[-1]
-    scored = json.loads((out / "test_metrics.json").read_text())
-    assert scored["bits_per_character"] == pytest.approx(float(lines[-1].split("bits/char")[1]), abs=1e-4)
+    # the last lines: the held-out books in blocks, then in a sliding window (what was scored, then the figures)
+    assert lines[-6].startswith("Held-out books") and "448 lines" in lines[-5] and "blocks of 128" in lines[-5]
+    assert lines[-3].startswith("... and in windows") and "windows of 128 tokens moved by 64" in lines[-2]
+    for figures, name in ((lines[-4], "test_metrics.json"), (lines[-1], "test_metrics_stride64.json")):
+        scored = json.loads((out / name).read_text())
+        assert scored["bits_per_character"] == pytest.approx(float(figures.split("bits/char")[1]), abs=1e-4)
     split = json.loads((out / "data" / "data.json").read_text())["report"]["split"]
     assert split["test_groups"] == ["Ruth", "Joel", "Jonah", "Hag", "Titus", "Phlm", "Jas", "Jude"]
     valid = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"valid"' in line]
