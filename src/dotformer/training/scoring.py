@@ -180,10 +180,10 @@ def sliding_windows(stream: TokenStream, stride: int, max_tokens: int, pad_id: i
 
 def _windows(stream: TokenStream, windows: range, stride: int, pad_id: int) -> Batch:
     """The batch of ``windows`` k of :func:`sliding_windows`, the labels before each one's last S set to PAD."""
-    T, first = stream.block_size, windows[0]
-    length = min(T, len(stream) - 1 - first * stride)  # T, or the last window's labels
     from dotformer.data.batch.blocks import collate_blocks
 
+    T, first = stream.block_size, windows[0]
+    length = min(T, len(stream) - 1 - first * stride)  # T, or the last window's labels
     batch = collate_blocks(stream.ids, [k * stride for k in windows], length, windows)
     skipped = torch.tensor([0 if k == 0 else T - stride for k in windows])[:, None]  # (B, 1)
     labels = batch.tgt_out.masked_fill(torch.arange(length) < skipped, pad_id)  # (B, length): unscored: PAD
