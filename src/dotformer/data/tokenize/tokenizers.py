@@ -213,12 +213,14 @@ class VocabularyTokenizer(Tokenizer):
         return [ids.get(piece, UNK_ID) for piece in self.split(text)]
 
     def decode(self, ids: Sequence[int]) -> str:
+        vocab, size = self._vocab, len(self._vocab)
         pieces = []
         for index in ids:
             index = int(index)
-            self._check_id(index)
+            if not 0 <= index < size:
+                self._check_id(index)  # raises, naming the id
             if index >= NUM_SPECIAL:
-                pieces.append(self._vocab[index])
+                pieces.append(vocab[index])
         return self.join(pieces)
 
     def id_to_token(self, index: int) -> str:
