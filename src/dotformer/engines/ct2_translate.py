@@ -511,10 +511,11 @@ class CT2Translate:
         )
         found: dict[int, list[Found]] = {}
         for i, result in zip(indices, results, strict=True):
-            attention = result.attention or [None] * len(result.hypotheses)
+            hypotheses, scores = result.hypotheses, result.scores  # new lists and floats at each read: read once
+            attention = result.attention or [None] * len(hypotheses)
             found[i] = [
-                Found(list(tokens), float(score), weights)
-                for tokens, score, weights in zip(result.hypotheses, result.scores, attention, strict=True)
+                Found(tokens, float(score), weights)
+                for tokens, score, weights in zip(hypotheses, scores, attention, strict=True)
             ]
         return found
 
