@@ -28,7 +28,8 @@ Two views of the job:
 * whole command: ``dotformer translate --input FILE`` with its defaults (``--engine auto``: CTranslate2 where it is
   installed; start-up, loading and writing included; ``dotformer`` and ``dotformer_int8``) and with ``--engine torch``
   (``dotformer_torch``, ``dotformer_torch_int8``), against a script that loads CTranslate2 and decodes the same inputs
-  (given as tokens, so it pays no tokeniser).
+  (given as tokens, so it pays no tokeniser). Every command reads compiled bytecode, as an installed package does
+  (its untimed first run compiles it: :func:`compiled_env`).
 
 Figures: inputs/s from wall time and from CPU time (``time.process_time`` in-process, the children's
 ``getrusage`` for commands). Runs are interleaved in rotating order (A B C, B C A, ...), medians over ``--rounds``;
@@ -80,9 +81,9 @@ def dotformer_cli() -> list[str]:
     return [sys.executable, "-m", "dotformer"]
 
 
-def run_quiet(args: list[str]) -> None:
-    """Run a command; raise with its stderr if it fails."""
-    done = subprocess.run(args, capture_output=True, text=True)
+def run_quiet(args: list[str], env: dict[str, str] | None = None) -> None:
+    """Run a command (in ``env``, else this process's environment); raise with its stderr if it fails."""
+    done = subprocess.run(args, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed:\n{done.stderr[-2000:]}")
 
@@ -247,15 +248,26 @@ def hf_system(job: Job, beam: int, batch_size: int) -> Callable[[], Outputs]:
     return run
 
 
+def compiled_env(workdir: Path) -> dict[str, str]:
+    """The commands' environment: Python's bytecode kept under ``workdir`` (``PYTHONPYCACHEPREFIX``), so that each
+    command's untimed first run compiles it and the timed runs read it, as an installed package's is compiled at
+    install; ``PYTHONDONTWRITEBYTECODE`` is left out (with it, a source tree is compiled again on every start)."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
+    return env
+
+
 def command_systems(job: Job, beam: int, batch_size: int, threads: int = 1) -> dict[str, Callable[[], Outputs]]:
     """Whole commands: ``dotformer translate --input`` with its default engine and with ``--engine torch`` (float32,
-    int8), and a CTranslate2 script (float32, int8), on ``threads`` threads."""
+    int8), and a CTranslate2 script (float32, int8), on ``threads`` threads, each with its bytecode compiled
+    (:func:`compiled_env`)."""
     words_file, tokens_file = job.workdir / "words.txt", job.workdir / "tokens.txt"
     words_file.write_text("".join(w + "\n" for w in job.words), encoding="utf-8")
     tokens_file.write_text("".join(" ".join(t) + "\n" for t in job.src_tokens), encoding="utf-8")
     script = job.workdir / "ct2_decode.py"
     script.write_text(CT2_SCRIPT, encoding="utf-8")
     strategy = ["--strategy", "greedy"] if beam == 1 else ["--strategy", "beam", "--beam", str(beam)]
+    env = compiled_env(job.workdir)
 
     def read(path: Path) -> Outputs:
         return path.read_text(encoding="utf-8").splitlines()
@@ -266,13 +278,13 @@ def command_systems(job: Job, beam: int, batch_size: int, threads: int = 1) -> d
         args += [str(threads), "--dtype", dtype, "--batch-size", str(batch_size), *strategy]
         args += ["--engine", engine] if engine != "auto" else []  # auto: the command's defaults
         args += ["--input", str(words_file), "--output", str(out)]
-        return lambda: (run_quiet(args), read(out))[1]
+        return lambda: (run_quiet(args, env), read(out))[1]
 
     def theirs(compute_type: str) -> Callable[[], Outputs]:
         out = job.workdir / f"out_ct2_{compute_type}.txt"
         args = [sys.executable, str(script), str(job.ct2_dir), compute_type, str(beam), str(batch_size)]
         args += [str(tokens_file), str(out), str(threads)]
-        return lambda: (run_quiet(args), read(out))[1]
+        return lambda: (run_quiet(args, env), read(out))[1]
 
     return {
         "dotformer": ours("float32"),

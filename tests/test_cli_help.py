@@ -581,7 +581,7 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
         "--batch-size": ("batch_size", 256, False),
         "--beam": ("beam", None, False),
         "--beam-stop": ("beam_stop", None, False),
-        "--buffer-size": ("buffer_size", 256, False),
+        "--buffer-size": ("buffer_size", 4096, False),
         "--checkpoint": ("checkpoint", None, True),
         "--device": ("device", "auto", False),
         "--dtype": ("dtype", "float32", False),

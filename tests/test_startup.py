@@ -21,9 +21,9 @@ MODEL_CODE = ("torch", "dotformer.model", "dotformer.attention", "dotformer.laye
 SYMBOLS = "a0 a1 a2 a3 a4 a5"
 
 
-def loaded_modules(code: str, cwd: Path) -> list[str]:
-    """Run ``code`` in a fresh interpreter; the modules of :data:`MODEL_CODE` it imported (and what it printed)."""
-    probe = f"{code}\nimport sys\nprint('MODULES', *sorted(m for m in {MODEL_CODE!r} if m in sys.modules))"
+def loaded_modules(code: str, cwd: Path, watched: tuple[str, ...] = MODEL_CODE) -> list[str]:
+    """Run ``code`` in a fresh interpreter; the modules of ``watched`` it imported (and what it printed)."""
+    probe = f"{code}\nimport sys\nprint('MODULES', *sorted(m for m in {watched!r} if m in sys.modules))"
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, cwd=cwd, timeout=600, check=False
     )
@@ -82,6 +82,19 @@ def test_a_cached_ctranslate2_copy_decodes_without_torch(converted: dict[str, Pa
     code = f"from dotformer.cli import main\nfor argv in {commands!r}:\n    assert main(argv) == 0, argv\n"
     assert loaded_modules(code, tmp_path) == []
     assert json.loads((tmp_path / "metrics.json").read_text())["engine"] == "ctranslate2"
+
+
+def test_translating_a_file_on_a_cached_copy_imports_neither_torch_nor_numpy(
+    converted: dict[str, Path], tmp_path: Path
+) -> None:
+    # the whole command as a user runs it on a file: CTranslate2 and the tokenizers need no array library
+    words, out = tmp_path / "words.txt", tmp_path / "out.txt"
+    words.write_text("a1 a2\na3\n\na4 a5 a1\n", encoding="utf-8")
+    argv = ["translate", "--checkpoint", str(converted["mt"]), "--beam", "2"]
+    argv += ["--input", str(words), "--output", str(out)]
+    code = f"from dotformer.cli import main\nassert main({argv!r}) == 0\n"
+    assert loaded_modules(code, tmp_path, ("torch", "numpy", *MODEL_CODE)) == []
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 4
 
 
 def test_the_python_api_on_a_cached_copy_loads_no_torch(converted: dict[str, Path], tmp_path: Path) -> None:

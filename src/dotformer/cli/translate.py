@@ -33,7 +33,10 @@ if TYPE_CHECKING:
     from dotformer.decoding import DecodeConfig
 
 OUTPUT_FORMATS = ("text", "nbest", "json")
-DEFAULT_BUFFER_SIZE = 256  # most lines decoded (and sorted by length) together before their outputs are written
+# most lines decoded (and sorted by length into batches) together before their outputs are written: a file is read
+# in chunks this large (a pipe as its lines arrive); a larger pool pads its batches less (CTranslate2's translate_file
+# pools 16 batches, OpenNMT-py 10,000 lines)
+DEFAULT_BUFFER_SIZE = 4096
 
 EPILOG = """\
 input:  the TEXT arguments, or else --input FILE, or else standard input: one text per line (an empty line is an
@@ -87,8 +90,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_BUFFER_SIZE,
         metavar="LINES",
-        help=f"most input lines decoded before their outputs are written ({DEFAULT_BUFFER_SIZE}); fewer when "
-        "no more input has arrived yet",
+        help=f"most input lines decoded together, sorted by length into batches, before their outputs are written "
+        f"({DEFAULT_BUFFER_SIZE}); fewer when no more input has arrived yet",
     )
     batching.add_argument(
         "--max-tokens",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, UNK_ID
 from dotformer.errors import ConfigError, ShapeError
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def encode_texts(texts: Sequence[str], tokenizer: Tokenizer, max_len: int | None
                 len(tokens),
                 max_len,
             )
-        n = tokenizer.count_unknown(text)
+        n = tokens.count(UNK_ID)  # Tokenizer.count_unknown, on the ids already encoded
         counts.append(n)
         if n:
             unknown += n
@@ -211,8 +211,6 @@ def encode_target(loaded: Any, text: str) -> EncodedTarget:
         loaded: anything with ``tgt_tokenizer`` and, optionally, ``info`` (config.json).
         text: the target as the user wrote it.
     """
-    from dotformer.data.tokenize.tokenizers import UNK_ID
-
     tokenizer = loaded.tgt_tokenizer
     text = target_normaliser(getattr(loaded, "info", None) or {})(text)
     ids = list(tokenizer.encode(text))

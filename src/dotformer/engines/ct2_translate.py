@@ -331,7 +331,8 @@ class CT2Translate:
                 results[i] = [empty_translation()._replace(alignment=[] if config.alignments else None)]
             else:
                 todo.append(i)
-        limits = {i: self.output_limit(config, len(encoded.ids[i])) for i in todo}
+        by_length = {n: self.output_limit(config, n) for n in {len(encoded.ids[i]) for i in todo}}
+        limits = {i: by_length[len(encoded.ids[i])] for i in todo}
         shown = show_progress(progress, len(encoded.ids))
         chunk = PROGRESS_CHUNK * batch_size if shown else max(1, len(todo))
         with progress_bar(len(encoded.ids), shown) as bar:
@@ -510,10 +511,11 @@ class CT2Translate:
         )
         found: dict[int, list[Found]] = {}
         for i, result in zip(indices, results, strict=True):
-            attention = result.attention or [None] * len(result.hypotheses)
+            hypotheses, scores = result.hypotheses, result.scores  # new lists and floats at each read: read once
+            attention = result.attention or [None] * len(hypotheses)
             found[i] = [
-                Found(list(tokens), float(score), weights)
-                for tokens, score, weights in zip(result.hypotheses, result.scores, attention, strict=True)
+                Found(tokens, float(score), weights)
+                for tokens, score, weights in zip(hypotheses, scores, attention, strict=True)
             ]
         return found
 
@@ -588,18 +590,22 @@ class CT2Translate:
         ends = end_pieces(config)
         kept = {}
         for i, hyps in found.items():
-            ranked = []
+            scores = []
             for hyp in hyps:
-                finished = ended(hyp.tokens, ends)
-                end = self.tgt_ids[hyp.tokens[-1]] if finished and hyp.tokens[-1] != EOS else None
-                ids = [self.tgt_ids[t] for t in (hyp.tokens[:-1] if finished else hyp.tokens)]
                 length = len(hyp.tokens)  # |Y|: the prefix and the EOS included
                 total = hyp.score * (length**beta if config.strategy == "beam" else 1.0) + sums.get(i, 0.0)
-                alignment = None if hyp.attention is None else attention_alignment(hyp.attention[: len(ids)])
-                ranked.append(Ranked(ids, finished, total / gnmt_penalty(length, alpha), alignment, end))
-            ranked.sort(key=lambda item: -item.score)  # stable: CTranslate2's order among ties
-            kept[i] = ranked[:wanted]
+                scores.append(total / gnmt_penalty(length, alpha))
+            best = sorted(range(len(hyps)), key=lambda k: -scores[k])[:wanted]  # stable: CTranslate2's order on ties
+            kept[i] = [self.as_ranked(hyps[k], scores[k], ends) for k in best]
         return kept
+
+    def as_ranked(self, hyp: Found, score: float, ends: Sequence[str]) -> Ranked:
+        """A kept hypothesis in dotformer's ids (its end token apart), scored ``score``."""
+        finished = ended(hyp.tokens, ends)
+        end = self.tgt_ids[hyp.tokens[-1]] if finished and hyp.tokens[-1] != EOS else None
+        ids = [self.tgt_ids[t] for t in (hyp.tokens[:-1] if finished else hyp.tokens)]
+        alignment = None if hyp.attention is None else attention_alignment(hyp.attention[: len(ids)])
+        return Ranked(ids, finished, score, alignment, end)
 
     def exact_scores(
         self, encoded: EncodedTexts, kept: dict[int, list[Ranked]], batch_size: int

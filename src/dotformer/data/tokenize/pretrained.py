@@ -21,8 +21,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from dotformer.data.tokenize.tokenizers import (
     FORMAT_VERSION,
     NUM_SPECIAL,
@@ -117,6 +115,8 @@ class HFFileTokenizer(Tokenizer):
         the released tokenizer reads in the document), each piece given to the line its first character is in (a
         piece that spans a line end, such as a run of newlines, belongs to the line it starts in; a line may then
         have none)."""
+        import numpy as np
+
         if not lines:
             return chunk_of([])
         text = "".join(line + "\n" for line in lines)

@@ -26,11 +26,12 @@ from collections import Counter
 from collections.abc import Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any, ClassVar, Literal, NamedTuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 from dotformer.errors import DataError
+
+if TYPE_CHECKING:  # numpy is imported by the array paths that use it: decoding on CTranslate2 starts without it
+    import numpy as np
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -58,6 +59,8 @@ class EncodedChunk(NamedTuple):
 
     def with_eos(self) -> EncodedChunk:
         """Each text's ids followed by EOS (a language model's line and its end): lengths + 1."""
+        import numpy as np
+
         lengths = self.lengths + 1
         is_end = np.zeros(int(lengths.sum()), dtype=bool)
         is_end[np.cumsum(lengths) - 1] = True  # where each EOS goes
@@ -68,6 +71,8 @@ class EncodedChunk(NamedTuple):
 
     def with_bos(self) -> EncodedChunk:
         """BOS before the first text's ids (a released model's document that its family starts with BOS)."""
+        import numpy as np
+
         if not len(self.lengths):
             return self
         lengths = self.lengths.copy()
@@ -77,6 +82,8 @@ class EncodedChunk(NamedTuple):
 
 def chunk_of(rows: Sequence[Sequence[int]]) -> EncodedChunk:
     """The :class:`EncodedChunk` of lists of ids."""
+    import numpy as np
+
     lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     return EncodedChunk(np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum())), lengths)
 
@@ -206,12 +213,14 @@ class VocabularyTokenizer(Tokenizer):
         return [ids.get(piece, UNK_ID) for piece in self.split(text)]
 
     def decode(self, ids: Sequence[int]) -> str:
+        vocab, size = self._vocab, len(self._vocab)
         pieces = []
         for index in ids:
             index = int(index)
-            self._check_id(index)
+            if not 0 <= index < size:
+                self._check_id(index)  # raises, naming the id
             if index >= NUM_SPECIAL:
-                pieces.append(self._vocab[index])
+                pieces.append(vocab[index])
         return self.join(pieces)
 
     def id_to_token(self, index: int) -> str:
@@ -240,6 +249,8 @@ class CharTokenizer(VocabularyTokenizer):
     def encode_arrays(self, texts: Sequence[str]) -> EncodedChunk:
         """As :meth:`Tokenizer.encode_arrays`, through numpy: the texts' code points (UTF-32) looked up in a table
         of the id of every code point (4.5 MB, made once)."""
+        import numpy as np
+
         if self._table is None:
             table = np.full(MAX_CODE_POINT + 1, UNK_ID, dtype=np.int64)
             for token, index in self._ids.items():
@@ -264,6 +275,8 @@ class SymbolTokenizer(VocabularyTokenizer):
 
     def encode_arrays(self, texts: Sequence[str]) -> EncodedChunk:
         """As :meth:`Tokenizer.encode_arrays`, one dictionary lookup per symbol and no list per text."""
+        import numpy as np
+
         pieces = [text.split() for text in texts]
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
         get = self._ids.get
