@@ -79,8 +79,18 @@ def _fill_item(item: tuple[int, int, str], width: int, indent: str) -> str:
     )
 
 
+# a negative number in any notation Python's float() reads: -3, -0.5, -.5, -1e308, -1E-3, -inf, -nan
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` with :class:`HelpFormatter`; its subcommands' parsers are of this class too."""
+    """``argparse.ArgumentParser`` with :class:`HelpFormatter`; its subcommands' parsers are of this class too.
+
+    A word that is a negative number (``--length-penalty -1e308``, ``--temperature -1e-3``) is a flag's value, never
+    an option: argparse itself knows only ``-3`` and ``-0.5``, and would answer "expected one argument" before the
+    flag's own check could name its range. (No flag of the command line looks like a number.)
+    """
 
     def __init__(self, *args: object, formatter_class: type[argparse.HelpFormatter] = HelpFormatter, **kwargs: object):
         super().__init__(*args, formatter_class=formatter_class, **kwargs)  # type: ignore[arg-type]
+        self._negative_number_matcher = NEGATIVE_NUMBER  # read by argparse when it sorts options from values
