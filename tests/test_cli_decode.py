@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,6 +168,38 @@ def test_user_mistakes_are_one_line_errors(
     status, out, err = run_cli(capsys, "translate", "--checkpoint", str(checkpoint), *argv)
     assert status == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("dotformer translate: error:") and message in err
+
+
+def test_an_empty_input_is_named_by_translate_and_evaluate(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``evaluate --data /dev/null`` said "no such file"; ``translate --input`` of an empty file said nothing."""
+    empty = tmp_path / "empty.tsv"
+    empty.write_bytes(b"")
+    for path in (os.devnull, str(empty)):
+        status, out, err = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--input", path)
+        assert (status, out) == (0, "")
+        assert err == f"dotformer translate: warning: no inputs in {path} (it is empty): nothing to translate\n"
+    status, out, err = run_cli(capsys, "evaluate", "--checkpoint", str(runs["copy"]), "--data", os.devnull)
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"dotformer evaluate: error: {os.devnull} is not a regular file (a device, a pipe or a ")
+    status, out, err = run_cli(capsys, "evaluate", "--checkpoint", str(runs["copy"]), "--data", str(empty))
+    assert status == 2 and out == "" and err == f"dotformer evaluate: error: {empty}:1: the file is empty\n"
+
+
+def test_evaluate_names_the_task_flag_of_another_kind_of_data(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``evaluate --checkpoint G2P --data f.tsv --task lm`` said "DataConfig.task must be one of ..."."""
+    data = tmp_path / "f.tsv"
+    data.write_text("a1 a2\ta1 a2\n", encoding="utf-8")
+    for asked, title in (("lm", "a language model"), ("classify", "a classifier")):
+        argv = ["evaluate", "--checkpoint", str(runs["g2p"]), "--data", str(data), "--task", asked]
+        status, out, err = run_cli(capsys, *argv)
+        assert status == 2 and out == "" and err.count("\n") == 1 and "DataConfig" not in err
+        checkpoint = runs["g2p"] / "best"
+        assert err.startswith(f"dotformer evaluate: error: --task {asked}: {checkpoint} is a g2p model (task g2p)")
+        assert err.endswith(f"leave --task out, or evaluate with {title}\n")
 
 
 def test_bfloat16_decoding_translates_like_float32(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dotformer.cli.outputs import check_output_file, same_file
     from dotformer.config import DEFAULT_SEED, MAX_SEED
+    from dotformer.data.read.types import TASKS as PAIR_TASKS
     from dotformer.decoding.options import DecodeRequest
     from dotformer.errors import CheckpointError, ConfigError
     from dotformer.runs.task import EvalRequest
@@ -125,6 +126,12 @@ def run(args: argparse.Namespace) -> int:
             )
         if "--hyps" in outputs:
             raise ConfigError(f"--hyps writes decoded outputs; {task.title}'s evaluation scores the text itself")
+    asked = reader_values(args).get("task")
+    if task.reads_pairs and asked is not None and asked not in PAIR_TASKS:  # a task that reads no file of pairs
+        raise ConfigError(
+            f"--task {asked}: {files.path} is {task.title} (task {task.name}), which evaluates a file of pairs; "
+            f"--task {asked}'s data is another kind: leave --task out, or evaluate with {task_named(asked).title}"
+        )
     if not task.reads_pairs:  # the reader flags read a file of pairs; this task reads its own kind of data
         given = {field: value for field, value in reader_values(args).items() if (field, value) != ("task", task.name)}
         if "task" in given:

@@ -286,6 +286,11 @@ def run(args: argparse.Namespace) -> int:
             stream_to_close.close()
         for line in tally.warnings(config):
             print(f"dotformer translate: warning: {line}", file=sys.stderr)
+    if not tally.inputs and args.input not in (None, "-"):  # standard input may end at once; a file names its text
+        print(
+            f"dotformer translate: warning: no inputs in {args.input} (it is empty): nothing to translate",
+            file=sys.stderr,
+        )
     return 0
 
 
