@@ -294,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_output_dir(args.out, "--out")
     file_sections = read_task_config_file(args.config) if args.config else ConfigSections()
-    flag_sections = ConfigSections(**flags, source="command line")
+    flag_sections = ConfigSections(**flags, source="command line", origins=flag_origins(args, flags))
     try:
         with _warnings_as_lines():
             result = train_run(
@@ -329,6 +329,21 @@ def data_section(args: argparse.Namespace) -> dict[str, Any]:
     if "test_books" in data:
         data["test_books"] = tuple(book.strip() for book in data["test_books"].split(",") if book.strip())
     return data
+
+
+def flag_origins(args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The flag that set each ``[model]`` and ``[data]`` value of ``flags`` (``"data.src_tokenizer"`` ->
+    ``--tokenizer`` or ``--src-tokenizer``), for messages that name where a value came from."""
+    origins = {
+        f"{section}.{field}": flag
+        for flag, section, field, _ in _FLAGS
+        if section in ("model", "data") and field in flags[section]
+    }
+    if args.opt_tokenizer is not None:  # --tokenizer K sets the kind of each side no side flag set
+        for side in ("src_tokenizer", "tgt_tokenizer"):
+            if getattr(args, f"opt_{side}") is None:
+                origins[f"data.{side}"] = "--tokenizer"
+    return origins
 
 
 def _named_by_flag(message: str, given: Collection[str]) -> str:
