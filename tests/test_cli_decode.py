@@ -173,13 +173,13 @@ def test_user_mistakes_are_one_line_errors(
 def test_an_empty_input_is_named_by_translate_and_evaluate(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """``evaluate --data /dev/null`` said "no such file"; ``translate --input`` of an empty file said nothing."""
+    """``evaluate --data /dev/null`` said "no such file"; ``translate --input`` of an empty file said nothing (classify
+    and embed refuse it)."""
     empty = tmp_path / "empty.tsv"
     empty.write_bytes(b"")
     for path in (os.devnull, str(empty)):
         status, out, err = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--input", path)
-        assert (status, out) == (0, "")
-        assert err == f"dotformer translate: warning: no inputs in {path} (it is empty): nothing to translate\n"
+        assert (status, out, err) == (2, "", f"dotformer translate: error: {path}: no input lines to translate\n")
     status, out, err = run_cli(capsys, "evaluate", "--checkpoint", str(runs["copy"]), "--data", os.devnull)
     assert status == 2 and out == "" and err.count("\n") == 1
     assert err.startswith(f"dotformer evaluate: error: {os.devnull} is not a regular file (a device, a pipe or a ")

@@ -286,11 +286,8 @@ def run(args: argparse.Namespace) -> int:
             stream_to_close.close()
         for line in tally.warnings(config):
             print(f"dotformer translate: warning: {line}", file=sys.stderr)
-    if not tally.inputs and args.input not in (None, "-"):  # standard input may end at once; a file names its text
-        print(
-            f"dotformer translate: warning: no inputs in {args.input} (it is empty): nothing to translate",
-            file=sys.stderr,
-        )
+    if not tally.inputs and args.input not in (None, "-"):  # as classify and embed say it (a stream may end at once)
+        raise DataError(f"{args.input}: no input lines to translate")
     return 0
 
 
