@@ -332,6 +332,37 @@ def test_average_last_warns_when_fewer_checkpoints_are_there(
     )
 
 
+def test_average_refuses_a_checkpoint_given_twice_and_names_what_differs(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``average A A`` averaged A with itself without a word; checkpoints of two models said only "differs"."""
+    run = runs["copy"]
+    status, out, err = run_cli(capsys, "average", "--out", str(tmp_path / "a"), str(run), str(run / "best"))
+    assert (status, out) == (2, "") and not (tmp_path / "a").exists()
+    assert err == (
+        f"dotformer average: error: checkpoint {run / 'best'} is given twice (as {run} and {run / 'best'}): give "
+        f"each checkpoint once\n"
+    )
+    status, _, err = run_cli(capsys, "average", "--out", str(tmp_path / "b"), str(run), str(runs["learned"]))
+    assert status == 2 and err.count("\n") == 1
+    ours, theirs = load_checkpoint(runs["learned"]).model.config, load_checkpoint(run).model.config
+    assert f"model config differs from that of {run / 'best'} (d_model {ours.d_model} against {theirs.d_model}, " in err
+    assert err.endswith(" more): not checkpoints of one model\n")
+
+
+def test_evaluate_names_limit_below_one_for_every_task(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``evaluate --limit 0`` of a translation model said "limit must be a positive number of sources"."""
+    for limit in ("0", "-3"):
+        status, out, err = run_cli(capsys, "evaluate", "--checkpoint", str(runs["copy"]), "--limit", limit)
+        assert (status, out, err) == (
+            2,
+            "",
+            f"dotformer evaluate: error: --limit must be a positive integer, got {limit}\n",
+        )
+
+
 def test_translate_refuses_a_language_model_naming_it_and_generate(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -98,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     config = decode_config_from_args(args)
     if args.batch_size < 1:  # sentences, texts, blocks or windows a batch, whatever the task
         raise ConfigError(f"--batch-size must be a positive integer, got {args.batch_size}")
+    if args.limit is not None and args.limit < 1:  # sources, lines or texts, whatever the task
+        raise ConfigError(f"--limit must be a positive integer, got {args.limit}")
     if args.data is not None and args.split is not None:
         raise ConfigError("give --data FILE (a test file) or --split (the run's saved split), not both")
     if args.data is None and reader_values(args):
