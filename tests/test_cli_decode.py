@@ -157,6 +157,7 @@ def test_g2p_translate_reads_words_as_the_dictionary_did(
         ("copy", ["--buffer-size", "0", "a1"], "--buffer-size must be a positive integer"),
         ("copy", ["--input", "nothing.txt"], "nothing.txt: no such file"),
         ("copy", ["--input", "x.txt", "a1"], "either as TEXT arguments or with --input"),
+        ("copy", ["a1", "a\udcff"], "input 2: byte 0xff at byte offset 1 is not valid UTF-8 (invalid start byte)"),
         ("copy", ["--n-best", "5", "a1"], "--n-best=5 cannot exceed --beam=4"),
         ("copy", ["--device", "tpu:x", "a1"], "device 'tpu:x' is not a device"),
     ],

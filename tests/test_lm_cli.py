@@ -149,6 +149,7 @@ def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: 
         (["generate", "--checkpoint", str(run_dir), "--checkpoint", str(run_dir), "--prompt", "x"], "2 --checkpoint"),
         (["generate", "--checkpoint", str(run_dir), "--end-token", "zz", "--prompt", "x"], "--end-token: 'zz' is not"),
         (["generate", "--checkpoint", str(run_dir), "--suppress", "qq", "--prompt", "x"], "--suppress: 'qq' is not"),
+        (["generate", "--checkpoint", str(run_dir), "--prompt", "a\udcff"], "--prompt: byte 0xff at byte offset 1 is"),
         (["evaluate", "--checkpoint", str(run_dir), "--data", os.devnull], f"{os.devnull} is not a regular file"),
         (["train", "--task", "lm", "--data", str(corpus), "--delimiter", "tab", "--max-steps", "1"], "delimiter"),
         (["train", "--task", "lm", "--data", str(tmp_path / "none.txt"), "--max-steps", "1"], "no such file"),
