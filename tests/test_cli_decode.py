@@ -380,6 +380,29 @@ def test_translate_refuses_a_language_model_naming_it_and_generate(
         "decodes encoder-decoder models)\n"  # fmt: skip
 
 
+def test_translate_and_classify_name_what_an_encoder_or_a_translation_model_is(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``translate`` of an encoder said "alignment layer -1 does not exist"; ``classify`` of a translation model said
+    "its head is the generator"."""
+    copy = load_checkpoint(runs["copy"])
+    encoder_model = Transformer(copy.model.config.replace(arch="encoder-only", num_decoder_layers=0)).eval()
+    encoder = save_checkpoint(tmp_path / "mlm", encoder_model, copy.src_tokenizer, copy.src_tokenizer, {"task": "mlm"})
+    for engine in ("auto", "torch"):
+        status, out, err = run_cli(capsys, "translate", "--checkpoint", str(encoder), "--engine", engine, "a1")
+        assert (status, out) == (2, "")
+        assert err == (
+            f"dotformer translate: error: {encoder} is an encoder-only model: translate needs an encoder-decoder "
+            f"model; classify or embed texts with it: dotformer classify, dotformer embed\n"
+        )
+    status, out, err = run_cli(capsys, "classify", "--checkpoint", str(runs["copy"]), "a1")
+    assert (status, out) == (2, "")
+    assert err == (
+        f"dotformer classify: error: {runs['copy'] / 'best'} has no classifier: it is an encoder-decoder model "
+        f"(dotformer translate); train one with dotformer train --task classify or --task tag\n"
+    )
+
+
 # -- translate's input and output: line splitting, encodings, files, formats, streaming, pipes, signals ----------------
 
 

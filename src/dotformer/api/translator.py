@@ -771,11 +771,16 @@ def check_purpose(checkpoint: CheckpointLike, purpose: str) -> list[str]:
     """Whether ``checkpoint`` serves ``purpose`` (see :func:`open_translator`); returns what of it only torch runs.
 
     Raises:
-        ConfigError: "translate" of a language model (naming ``generate``), "generate" of another model (naming
-            ``translate``).
+        ConfigError: "translate" of a language model (naming ``generate``) or of an encoder (naming ``classify`` and
+            ``embed``), "generate" of another model (naming ``translate``).
     """
     if purpose == "translate":
         refuse_language_model(checkpoint)
+        if checkpoint.config.arch == "encoder-only":  # no decoder: nothing to decode with
+            raise ConfigError(
+                f"{checkpoint.path} is an encoder-only model: translate needs an encoder-decoder model; classify or "
+                "embed texts with it: dotformer classify, dotformer embed"
+            )
     elif purpose == "generate" and checkpoint.config.arch != "decoder-only":
         from dotformer.api.generation import not_a_language_model
 
