@@ -351,6 +351,25 @@ def test_average_refuses_a_checkpoint_given_twice_and_names_what_differs(
     assert err.endswith(" more): not checkpoints of one model\n")
 
 
+def test_reader_flags_out_of_range_are_named_as_flags(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``evaluate --delimiter xy`` and ``train --num-columns 0`` named the fields: "DataConfig.delimiter", ..."""
+    data = tmp_path / "pairs.tsv"
+    data.write_text("a1\ta1\n", encoding="utf-8")
+    for command, flags, expected in (
+        ("evaluate", ["--delimiter", "xy"], "--delimiter must be one character (not a line break) or one of tab,"),
+        ("evaluate", ["--num-columns", "0"], "--num-columns must be at least 2 (a source and a target), got 0"),
+        ("train", ["--num-columns", "0"], "--num-columns must be at least 2 (a source and a target), got 0"),
+        ("train", ["--valid-fraction", "2"], "--valid-fraction must be in [0, 1), got 2.0"),
+    ):
+        out_dir = ["--max-steps", "1", "--out", str(tmp_path / "r")]
+        where = ["--checkpoint", str(runs["copy"])] if command == "evaluate" else out_dir
+        status, out, err = run_cli(capsys, command, *where, "--data", str(data), *flags)
+        assert (status, out) == (2, "") and err.startswith(f"dotformer {command}: error: {expected}"), err
+        assert err.count("\n") == 1 and "Config" not in err and not (tmp_path / "r").exists()
+
+
 def test_evaluate_names_limit_below_one_for_every_task(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

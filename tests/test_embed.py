@@ -469,6 +469,7 @@ def test_cli_writes_npy_and_jsonl_equal_to_the_api(
         ("bert", ["a\udcff"], b"", "error: input 1: byte 0xff at byte offset 1 is not valid UTF-8 (invalid start"),
         ("bert", ["--output-format", "csv"], b"a\n", "--output-format 'csv' is not one of npy, jsonl"),
         ("bert", ["--max-seq-length", "0"], b"a\n", "--max-seq-length must be a positive integer, got 0"),
+        ("bert", ["--max-seq-length", "100000"], b"a\n", "error: --max-seq-length 100000 exceeds this model's learned"),
         ("lm", [], b"the cat\n", "a decoder-only model has no encoder to embed with"),
     ],
 )

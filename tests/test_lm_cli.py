@@ -158,7 +158,10 @@ def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: 
             f"{blank}:1: the file holds only blank lines (no text)",
         ),
         (["train", "--task", "lm", "--data", str(corpus), "--out", str(run_dir), "--max-steps", "1"], "--resume"),
-        (["train", "--task", "lm", "--data", str(corpus), "--block-size", "1", "--max-steps", "1"], "block_size"),
+        (
+            ["train", "--task", "lm", "--data", str(corpus), "--block-size", "1", "--max-steps", "1"],
+            "--block-size must",
+        ),
     ]
     for argv, words in cases:
         assert main(argv) == 2, argv

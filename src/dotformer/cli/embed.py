@@ -153,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
     texts, _ = read_texts(args)
     translator = Translator(load_for_decoding(args), args.dtype)
     pooling, normalize = embedding_settings(translator.checkpoint, args.pooling, args.normalize)
+    if args.max_seq_length is not None:  # against the model's positions, named as the flag
+        from dotformer.decoding.inputs import check_max_input_length
+
+        check_max_input_length(translator.checkpoint.model.config, args.max_seq_length, "--max-seq-length")
     vectors = translator.embed(
         texts,
         pooling=pooling,

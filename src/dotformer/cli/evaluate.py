@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from dotformer.cli.data_flags import add_reader_arguments, reader_values
+from dotformer.cli.data_flags import READER_FLAGS, add_reader_arguments, named_by_flags, reader_values
 from dotformer.cli.decode_flags import (
     add_decoding_arguments,
     decode_config_from_args,
@@ -161,7 +161,11 @@ def run(args: argparse.Namespace) -> int:
         reader=reader_values(args),
         stride=args.stride,
     )
-    report = task.evaluate(translator.translation_engine(), request)
+    try:
+        report = task.evaluate(translator.translation_engine(), request)
+    except ConfigError as exc:  # a reader flag's value, named as the flag (not DataConfig.FIELD)
+        flags = {field: flag for flag, field, _ in READER_FLAGS if field in request.reader}
+        raise ConfigError(named_by_flags(str(exc), flags)) from None
     for note in report.notes:
         print(f"dotformer evaluate: {note}", file=sys.stderr)
     print(f"{files.path} on {report.where} {report.description}, {args.dtype} weights, engine {translator.engine}")

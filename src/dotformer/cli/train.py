@@ -25,10 +25,10 @@ import argparse
 import contextlib
 import sys
 import warnings
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS
+from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS, named_by_flags
 from dotformer.cli.threads import add_threads_argument, apply_threads, device_help
 from dotformer.config import DEFAULT_SEED
 
@@ -307,8 +307,9 @@ def run(args: argparse.Namespace) -> int:
                 init_from=args.init_from,
                 extend_vocab=args.extend_vocab,
             )
-    except ConfigError as exc:
-        raise ConfigError(_named_by_flag(str(exc), flags["train"])) from None
+    except ConfigError as exc:  # a value a flag gave, named as that flag
+        given = {field: flag for flag, section, field, _ in _FLAGS if field in flags.get(section, {})}
+        raise ConfigError(named_by_flags(str(exc), given)) from None
     except TrainingInterrupted as exc:  # a checkpoint was saved first; the message says where and how to go on
         print(f"dotformer train: {exc}", file=sys.stderr)
         return 130
@@ -344,15 +345,6 @@ def flag_origins(args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -> 
             if getattr(args, f"opt_{side}") is None:
                 origins[f"data.{side}"] = "--tokenizer"
     return origins
-
-
-def _named_by_flag(message: str, given: Collection[str]) -> str:
-    """``TrainConfig.seed must be ...`` -> ``--seed must be ...`` when the value came from the flag ``--seed``."""
-    for flag, section, field, _ in _FLAGS:
-        prefix = f"TrainConfig.{field} "
-        if section == "train" and field in given and message.startswith(prefix):
-            return f"{flag} {message.removeprefix(prefix)}"
-    return message
 
 
 @contextlib.contextmanager
