@@ -201,6 +201,11 @@ def test_evaluate_names_the_task_flag_of_another_kind_of_data(
         checkpoint = runs["g2p"] / "best"
         assert err.startswith(f"dotformer evaluate: error: --task {asked}: {checkpoint} is a g2p model (task g2p)")
         assert err.endswith(f"leave --task out, or evaluate with {title}\n")
+    argv = ["evaluate", "--checkpoint", str(runs["g2p"]), "--data", str(data), "--task", "translation"]
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 2 and err.endswith(
+        "evaluate it with a translation checkpoint, or leave --task out (a file is read as its checkpoint's task)\n"
+    )
 
 
 def test_bfloat16_decoding_translates_like_float32(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
