@@ -375,6 +375,24 @@ def test_reader_flags_out_of_range_are_named_as_flags(
         assert err.count("\n") == 1 and "Config" not in err and not (tmp_path / "r").exists()
 
 
+def test_an_empty_data_path_or_side_is_named(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--data ""`` (an unset shell variable) and ``--data src.txt,`` said ". is a directory; give a file"."""
+    source = tmp_path / "src.txt"
+    source.write_text("a1\n", encoding="utf-8")
+    cases = [
+        (["evaluate", "--checkpoint", str(runs["copy"]), "--data", ""], "--data is empty: give a test file, or leave"),
+        (["train", "--task", "lm", "--data", " ", "--max-steps", "1"], "--data is empty: give a corpus name, a file"),
+        (["evaluate", "--checkpoint", str(runs["copy"]), "--data", f"{source},"], f"{source},: parallel files are"),
+        (["evaluate", "--checkpoint", str(runs["copy"]), "--data", f",{source}"], f",{source}: parallel files are"),
+    ]
+    for argv, expected in cases:
+        status, out, err = run_cli(capsys, *argv, *(["--out", str(tmp_path / "r")] if argv[0] == "train" else []))
+        assert (status, out) == (2, "") and err.startswith(f"dotformer {argv[0]}: error: {expected}"), err
+        assert err.count("\n") == 1 and "directory" not in err and not (tmp_path / "r").exists()
+
+
 def test_evaluate_names_limit_below_one_for_every_task(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

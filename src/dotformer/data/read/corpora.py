@@ -73,7 +73,7 @@ def open_pairs(spec: str, options: CorpusOptions | None = None) -> PairReader:
         return TsvReader(spec, options)
     if "," in spec:
         source_path, _, target_path = spec.partition(",")
-        if "," in target_path:
+        if "," in target_path or not source_path.strip() or not target_path.strip():
             raise DataError(f"{spec}: parallel files are given as exactly two paths, 'SOURCE,TARGET'")
         return ParallelReader(source_path, target_path, options)
     kinds = (
