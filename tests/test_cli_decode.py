@@ -378,12 +378,16 @@ def test_reader_flags_out_of_range_are_named_as_flags(
 def test_an_empty_data_path_or_side_is_named(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """``--data ""`` (an unset shell variable) and ``--data src.txt,`` said ". is a directory; give a file"."""
+    """``--data ""`` (an unset shell variable) and ``--data src.txt,`` said ". is a directory; give a file";
+    ``evaluate --json ""`` wrote no JSON without a word."""
     source = tmp_path / "src.txt"
     source.write_text("a1\n", encoding="utf-8")
     cases = [
-        (["evaluate", "--checkpoint", str(runs["copy"]), "--data", ""], "--data is empty: give a test file, or leave"),
-        (["train", "--task", "lm", "--data", " ", "--max-steps", "1"], "--data is empty: give a corpus name, a file"),
+        (["evaluate", "--checkpoint", str(runs["copy"]), "--data", ""], "--data is empty: give a path\n"),
+        (["train", "--task", "lm", "--data", " ", "--max-steps", "1"], "--data is empty: give a path\n"),
+        (["evaluate", "--checkpoint", str(runs["copy"]), "--json", ""], "--json is empty: give a path\n"),
+        (["translate", "--checkpoint", str(runs["copy"]), "--checkpoint", "", "a1"], "--checkpoint is empty"),
+        (["average", "--out", str(tmp_path / "a"), str(runs["copy"]), ""], "CHECKPOINT is empty: give a path\n"),
         (["evaluate", "--checkpoint", str(runs["copy"]), "--data", f"{source},"], f"{source},: parallel files are"),
         (["evaluate", "--checkpoint", str(runs["copy"]), "--data", f",{source}"], f",{source}: parallel files are"),
     ]

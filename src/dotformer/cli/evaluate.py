@@ -100,8 +100,6 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batch-size must be a positive integer, got {args.batch_size}")
     if args.limit is not None and args.limit < 1:  # sources, lines or texts, whatever the task
         raise ConfigError(f"--limit must be a positive integer, got {args.limit}")
-    if args.data is not None and not args.data.strip():  # --data "" (an unset shell variable): not the directory
-        raise ConfigError("--data is empty: give a test file, or leave --data out to evaluate the run's --split")
     if args.data is not None and args.split is not None:
         raise ConfigError("give --data FILE (a test file) or --split (the run's saved split), not both")
     if args.data is None and reader_values(args):

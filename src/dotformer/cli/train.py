@@ -290,8 +290,6 @@ def run(args: argparse.Namespace) -> int:
             flags[section][field] = value
     data = flags["data"]
     if args.data is not None:
-        if not args.data.strip():  # --data "" (an unset shell variable): not the current directory
-            raise ConfigError("--data is empty: give a corpus name, a file or SRC,TGT files")
         data["dataset"] = args.data
     if args.out is not None:
         check_output_dir(args.out, "--out")
