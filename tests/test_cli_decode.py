@@ -359,14 +359,16 @@ def test_average_refuses_a_checkpoint_given_twice_and_names_what_differs(
 def test_reader_flags_out_of_range_are_named_as_flags(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """``evaluate --delimiter xy`` and ``train --num-columns 0`` named the fields: "DataConfig.delimiter", ..."""
+    """``evaluate --delimiter xy`` and ``train --num-columns 0`` named the fields: "DataConfig.delimiter", ...; a blank
+    line under ``--empty-lines error`` named "CorpusOptions.empty_lines"."""
     data = tmp_path / "pairs.tsv"
-    data.write_text("a1\ta1\n", encoding="utf-8")
+    data.write_text("a1\ta1\n\t\n", encoding="utf-8")
     for command, flags, expected in (
         ("evaluate", ["--delimiter", "xy"], "--delimiter must be one character (not a line break) or one of tab,"),
         ("evaluate", ["--num-columns", "0"], "--num-columns must be at least 2 (a source and a target), got 0"),
         ("train", ["--num-columns", "0"], "--num-columns must be at least 2 (a source and a target), got 0"),
         ("train", ["--valid-fraction", "2"], "--valid-fraction must be in [0, 1), got 2.0"),
+        ("evaluate", ["--empty-lines", "error"], f"{data}:2: blank line (--empty-lines skip, in TOML [data]"),
     ):
         out_dir = ["--max-steps", "1", "--out", str(tmp_path / "r")]
         where = ["--checkpoint", str(runs["copy"])] if command == "evaluate" else out_dir
