@@ -222,7 +222,7 @@ def test_a_language_model_checkpoint_is_refused_in_one_line(
     ("model_table", "flags", "expected"),
     [
         ("d_ff = 96", [], "model d_ff = 96 ({toml} [model]), the checkpoint has 256"),
-        ("", ["--preset", "small"], "model d_model = 256 (preset 'small', from --preset), the checkpoint has 64"),
+        ("", ["--preset", "small"], "model d_model = 256 of preset 'small' (--preset), the checkpoint has 64"),
         ("", ["--vocab-size", "40"], "vocab_size = 40 (--vocab-size), the checkpoint's vocabulary was built with 13"),
     ],
 )

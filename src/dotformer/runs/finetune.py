@@ -71,11 +71,10 @@ def where_asked(origins: Mapping[str, str] | None, section: str, key: str) -> st
     return named.get(source, f"{source} [{section}]")
 
 
-def preset_phrase(preset: str, origins: Mapping[str, str] | None, joined: str = " (") -> str:
-    """``preset 'small' (configs/g2p.toml [model])``: a preset and where it was named (``joined``: what goes between
-    the two, and the closing parenthesis when it opens one)."""
+def preset_phrase(preset: str, origins: Mapping[str, str] | None) -> str:
+    """``preset 'small' (configs/g2p.toml [model])``: a preset and where it was named."""
     where = where_asked(origins, "model", "preset")
-    return f"preset {preset!r}" + (f"{joined}{where}{')' if joined.endswith('(') else ''}" if where else "")
+    return f"preset {preset!r}" + (f" ({where})" if where else "")
 
 
 def read_init_source(
@@ -178,7 +177,7 @@ def read_encoder_init(
             if key in model_section:  # set beside the preset: where it was set
                 wanted = asked(key, model_section[key], where_asked(origins, "model", key))
             else:
-                wanted = f"{key} = {PRESETS[preset][key]!r} ({preset_phrase(preset, origins, ', from ')})"
+                wanted = f"{key} = {PRESETS[preset][key]!r} of {preset_phrase(preset, origins)}"
             if model_section.get(key, PRESETS[preset][key]) != saved[key]:
                 raise CheckpointError(
                     f"--init-from {path}: model {wanted}, the checkpoint has {saved[key]!r} ({where}); fine-tuning "
