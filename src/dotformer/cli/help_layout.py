@@ -7,6 +7,9 @@ float32 ...``, whose lines after the first are indented under the text that foll
 ``npy``); a line indented as far as that text, or a line without a term indented between the item's own indent and
 that text, continues the item; any other line starts a new one. Prose is an item without a term, so its lines join
 into one paragraph.
+
+The parsers of the command line are :class:`ArgumentParser`, which also reads a negative number in any notation
+(``-1e308``) as a flag's value.
 """
 
 from __future__ import annotations
