@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -156,6 +157,7 @@ def test_g2p_translate_reads_words_as_the_dictionary_did(
         ("copy", ["--buffer-size", "0", "a1"], "--buffer-size must be a positive integer"),
         ("copy", ["--input", "nothing.txt"], "nothing.txt: no such file"),
         ("copy", ["--input", "x.txt", "a1"], "either as TEXT arguments or with --input"),
+        ("copy", ["a1", "a\udcff"], "input 2: byte 0xff at byte offset 1 is not valid UTF-8 (invalid start byte)"),
         ("copy", ["--n-best", "5", "a1"], "--n-best=5 cannot exceed --beam=4"),
         ("copy", ["--device", "tpu:x", "a1"], "device 'tpu:x' is not a device"),
     ],
@@ -167,6 +169,43 @@ def test_user_mistakes_are_one_line_errors(
     status, out, err = run_cli(capsys, "translate", "--checkpoint", str(checkpoint), *argv)
     assert status == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("dotformer translate: error:") and message in err
+
+
+def test_an_empty_input_is_named_by_translate_and_evaluate(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``evaluate --data /dev/null`` said "no such file"; ``translate --input`` of an empty file said nothing (classify
+    and embed refuse it)."""
+    empty = tmp_path / "empty.tsv"
+    empty.write_bytes(b"")
+    for path in (os.devnull, str(empty)):
+        status, out, err = run_cli(capsys, "translate", "--checkpoint", str(runs["copy"]), "--input", path)
+        assert (status, out, err) == (2, "", f"dotformer translate: error: {path}: no input lines to translate\n")
+    status, out, err = run_cli(capsys, "evaluate", "--checkpoint", str(runs["copy"]), "--data", os.devnull)
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"dotformer evaluate: error: {os.devnull} is not a regular file (a device, a pipe or a ")
+    status, out, err = run_cli(capsys, "evaluate", "--checkpoint", str(runs["copy"]), "--data", str(empty))
+    assert status == 2 and out == "" and err == f"dotformer evaluate: error: {empty}:1: the file is empty\n"
+
+
+def test_evaluate_names_the_task_flag_of_another_kind_of_data(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``evaluate --checkpoint G2P --data f.tsv --task lm`` said "DataConfig.task must be one of ..."."""
+    data = tmp_path / "f.tsv"
+    data.write_text("a1 a2\ta1 a2\n", encoding="utf-8")
+    for asked, title in (("lm", "a language model"), ("classify", "a classifier")):
+        argv = ["evaluate", "--checkpoint", str(runs["g2p"]), "--data", str(data), "--task", asked]
+        status, out, err = run_cli(capsys, *argv)
+        assert status == 2 and out == "" and err.count("\n") == 1 and "DataConfig" not in err
+        checkpoint = runs["g2p"] / "best"
+        assert err.startswith(f"dotformer evaluate: error: --task {asked}: {checkpoint} is a g2p model (task g2p)")
+        assert err.endswith(f"leave --task out, or evaluate with {title}\n")
+    argv = ["evaluate", "--checkpoint", str(runs["g2p"]), "--data", str(data), "--task", "translation"]
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 2 and err.endswith(
+        "evaluate it with a translation checkpoint, or leave --task out (a file is read as its checkpoint's task)\n"
+    )
 
 
 def test_bfloat16_decoding_translates_like_float32(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -299,6 +338,80 @@ def test_average_last_warns_when_fewer_checkpoints_are_there(
     )
 
 
+def test_average_refuses_a_checkpoint_given_twice_and_names_what_differs(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``average A A`` averaged A with itself without a word; checkpoints of two models said only "differs"."""
+    run = runs["copy"]
+    status, out, err = run_cli(capsys, "average", "--out", str(tmp_path / "a"), str(run), str(run / "best"))
+    assert (status, out) == (2, "") and not (tmp_path / "a").exists()
+    assert err == (
+        f"dotformer average: error: checkpoint {run / 'best'} is given twice (as {run} and {run / 'best'}): give "
+        f"each checkpoint once\n"
+    )
+    status, _, err = run_cli(capsys, "average", "--out", str(tmp_path / "b"), str(run), str(runs["learned"]))
+    assert status == 2 and err.count("\n") == 1
+    ours, theirs = load_checkpoint(runs["learned"]).model.config, load_checkpoint(run).model.config
+    assert f"model config differs from that of {run / 'best'} (d_model {ours.d_model} against {theirs.d_model}, " in err
+    assert err.endswith(" more): not checkpoints of one model\n")
+
+
+def test_reader_flags_out_of_range_are_named_as_flags(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``evaluate --delimiter xy`` and ``train --num-columns 0`` named the fields: "DataConfig.delimiter", ...; a blank
+    line under ``--empty-lines error`` named "CorpusOptions.empty_lines"."""
+    data = tmp_path / "pairs.tsv"
+    data.write_text("a1\ta1\n\t\n", encoding="utf-8")
+    for command, flags, expected in (
+        ("evaluate", ["--delimiter", "xy"], "--delimiter must be one character (not a line break) or one of tab,"),
+        ("evaluate", ["--num-columns", "0"], "--num-columns must be at least 2 (a source and a target), got 0"),
+        ("train", ["--num-columns", "0"], "--num-columns must be at least 2 (a source and a target), got 0"),
+        ("train", ["--valid-fraction", "2"], "--valid-fraction must be in [0, 1), got 2.0"),
+        ("evaluate", ["--empty-lines", "error"], f"{data}:2: blank line (--empty-lines skip, in TOML [data]"),
+    ):
+        out_dir = ["--max-steps", "1", "--out", str(tmp_path / "r")]
+        where = ["--checkpoint", str(runs["copy"])] if command == "evaluate" else out_dir
+        status, out, err = run_cli(capsys, command, *where, "--data", str(data), *flags)
+        assert (status, out) == (2, "") and err.startswith(f"dotformer {command}: error: {expected}"), err
+        assert err.count("\n") == 1 and "Config" not in err and not (tmp_path / "r").exists()
+
+
+def test_an_empty_data_path_or_side_is_named(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--data ""`` (an unset shell variable) and ``--data src.txt,`` said ". is a directory; give a file";
+    ``evaluate --json ""`` wrote no JSON without a word."""
+    source = tmp_path / "src.txt"
+    source.write_text("a1\n", encoding="utf-8")
+    cases = [
+        (["evaluate", "--checkpoint", str(runs["copy"]), "--data", ""], "--data is empty: give a path\n"),
+        (["train", "--task", "lm", "--data", " ", "--max-steps", "1"], "--data is empty: give a path\n"),
+        (["evaluate", "--checkpoint", str(runs["copy"]), "--json", ""], "--json is empty: give a path\n"),
+        (["translate", "--checkpoint", str(runs["copy"]), "--checkpoint", "", "a1"], "--checkpoint is empty"),
+        (["average", "--out", str(tmp_path / "a"), str(runs["copy"]), ""], "CHECKPOINT is empty: give a path\n"),
+        (["evaluate", "--checkpoint", str(runs["copy"]), "--data", f"{source},"], f"{source},: parallel files are"),
+        (["evaluate", "--checkpoint", str(runs["copy"]), "--data", f",{source}"], f",{source}: parallel files are"),
+    ]
+    for argv, expected in cases:
+        status, out, err = run_cli(capsys, *argv, *(["--out", str(tmp_path / "r")] if argv[0] == "train" else []))
+        assert (status, out) == (2, "") and err.startswith(f"dotformer {argv[0]}: error: {expected}"), err
+        assert err.count("\n") == 1 and "directory" not in err and not (tmp_path / "r").exists()
+
+
+def test_evaluate_names_limit_below_one_for_every_task(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``evaluate --limit 0`` of a translation model said "limit must be a positive number of sources"."""
+    for limit in ("0", "-3"):
+        status, out, err = run_cli(capsys, "evaluate", "--checkpoint", str(runs["copy"]), "--limit", limit)
+        assert (status, out, err) == (
+            2,
+            "",
+            f"dotformer evaluate: error: --limit must be a positive integer, got {limit}\n",
+        )
+
+
 def test_translate_refuses_a_language_model_naming_it_and_generate(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -313,6 +426,29 @@ def test_translate_refuses_a_language_model_naming_it_and_generate(
     assert (status, out) == (2, "")
     assert err == f"dotformer translate: error: {lm} is a language model: use dotformer generate (an ensemble "\
         "decodes encoder-decoder models)\n"  # fmt: skip
+
+
+def test_translate_and_classify_name_what_an_encoder_or_a_translation_model_is(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``translate`` of an encoder said "alignment layer -1 does not exist"; ``classify`` of a translation model said
+    "its head is the generator"."""
+    copy = load_checkpoint(runs["copy"])
+    encoder_model = Transformer(copy.model.config.replace(arch="encoder-only", num_decoder_layers=0)).eval()
+    encoder = save_checkpoint(tmp_path / "mlm", encoder_model, copy.src_tokenizer, copy.src_tokenizer, {"task": "mlm"})
+    for engine in ("auto", "torch"):
+        status, out, err = run_cli(capsys, "translate", "--checkpoint", str(encoder), "--engine", engine, "a1")
+        assert (status, out) == (2, "")
+        assert err == (
+            f"dotformer translate: error: {encoder} is an encoder-only model: translate needs an encoder-decoder "
+            f"model; classify or embed texts with it: dotformer classify, dotformer embed\n"
+        )
+    status, out, err = run_cli(capsys, "classify", "--checkpoint", str(runs["copy"]), "a1")
+    assert (status, out) == (2, "")
+    assert err == (
+        f"dotformer classify: error: {runs['copy'] / 'best'} has no classifier: it is an encoder-decoder model "
+        f"(dotformer translate); train one with dotformer train --task classify or --task tag\n"
+    )
 
 
 # -- translate's input and output: line splitting, encodings, files, formats, streaming, pipes, signals ----------------

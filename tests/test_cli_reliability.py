@@ -259,7 +259,8 @@ def test_a_negative_column_is_refused(tmp_path: Path, capsys: pytest.CaptureFixt
     argv = ["train", "--data", str(data), "--source-column", "-1", "--max-steps", "1", "--out", str(tmp_path / "r")]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "source_column must be a column number counting from 0" in err and "-1" in err
+    assert err.count("\n") == 1 and "error: --source-column must be a column number counting from 0" in err
+    assert "-1" in err
     assert "header" not in err.split("got")[-1]  # not read as the name of a header column
     assert not (tmp_path / "r").exists()
 
@@ -304,3 +305,36 @@ def test_bpe_on_single_words_gets_a_note(tmp_path: Path, capsys: pytest.CaptureF
     ]
     assert main(["train", *quick, "--task", "g2p", "--out", str(tmp_path / "g2p")]) == 0
     assert "single words" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["generate", "--checkpoint", "lm", "--length-penalty", "-1e308", "--strategy", "beam"], "--length-penalty"),
+        (["generate", "--checkpoint", "lm", "--temperature", "-1e-3"], "--temperature must be a finite number > 0"),
+        (["translate", "--checkpoint", "ck", "--top-p", "-1E2", "--strategy", "sample"], "--top-p must be in (0, 1]"),
+        (["evaluate", "--checkpoint", "ck", "--temperature", "-inf", "--strategy", "sample"], "got -inf"),
+    ],
+)
+def test_a_negative_number_in_any_notation_reaches_the_flags_own_check(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--length-penalty -1e308`` was read as an option: "argument --length-penalty: expected one argument"."""
+    from dotformer.cli import main
+
+    assert main(argv) == 2  # refused by the flag's range check, before any checkpoint is read
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err and "expected one argument" not in err, err
+
+
+def test_every_commands_parser_reads_negative_numbers_as_values() -> None:
+    from dotformer.cli import build_parser
+
+    parser = build_parser({"generate", "train"})
+    for word, value in [("-1e308", -1e308), ("-1E-3", -1e-3), ("-.5", -0.5), ("-2.", -2.0), ("-3", -3.0)]:
+        args = parser.parse_args(["generate", "--checkpoint", "lm", "--length-penalty", word])
+        assert args.length_penalty == value
+    args = parser.parse_args(["train", "--data", "copy", "--dropout", "-1e-3", "--label-smoothing", "-1e1"])
+    assert (args.opt_dropout, args.opt_label_smoothing) == (-1e-3, -10.0)
+    with pytest.raises(SystemExit):  # a word that is not a number is still an option (here: an unknown one)
+        parser.parse_args(["generate", "--checkpoint", "lm", "--length-penalty", "-e5"])

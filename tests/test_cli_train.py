@@ -101,7 +101,7 @@ def test_a_preset_flag_replaces_the_config_files_shape(tmp_path: Path, capsys: p
         ("[train\n", [], r"c\.toml: not valid TOML"),
         (None, [], r"no training budget"),
         (None, ["--max-steps", "1", "--amp", "fp16"], r"fp16 needs a CUDA device"),
-        (None, ["--max-steps", "1", "--valid-fraction", "1.5"], r"valid_fraction must be in \[0, 1\)"),
+        (None, ["--max-steps", "1", "--valid-fraction", "1.5"], r"error: --valid-fraction must be in \[0, 1\)"),
         (None, ["--max-steps", "1", "--data", "no/such/file.tsv"], r"file\.tsv"),
         (None, ["--max-steps", "1", "--resume"], r"nothing to resume"),
         (None, ["--max-steps", "1", "--threads", "0"], r"--threads"),

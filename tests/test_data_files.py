@@ -353,6 +353,10 @@ def test_task_checks() -> None:
     check_same_task("synthetic", "exact", "t.tsv", "ck")  # copy/reverse and exact are scored alike
     with pytest.raises(DataError, match=r"t\.tsv is translation data, but the checkpoint ck was trained for g2p"):
         check_same_task("g2p", "translation", "t.tsv", "ck")
+    with pytest.raises(DataError, match=r"with a translation checkpoint, or leave --task out \(a file is read as"):
+        check_same_task("g2p", "translation", "t.tsv", "ck", asked=True)  # --task translation on a g2p checkpoint
+    with pytest.raises(DataError, match=r"cmudict is g2p data, .* a g2p checkpoint, or give --data a file of exact"):
+        check_same_task("exact", "g2p", "cmudict", "ck")  # a named corpus has its own task
     from dotformer.data.tokenize.tokenizer_files import train_tokenizer
 
     phones = train_tokenizer("symbol", ["K AE1 T", "D AO1 G"])

@@ -185,8 +185,8 @@ def test_the_cli_takes_repeated_and_comma_separated_tokens(
         (["--repetition-penalty", "-1"], "--repetition-penalty must be a number from 1e-06 to 1e+06 (1 = off), got -1"),
         (["--repetition-penalty", "0"], "--repetition-penalty must be a number from 1e-06 to 1e+06"),
         (["--no-repeat-ngram-size", "-2"], "--no-repeat-ngram-size must be a non-negative integer (0 = off), got -2"),
-        (["--end-token", "zz"], "end_token: 'zz' is not a token of the model's target vocabulary"),
-        (["--suppress", "a1 qq"], "suppress: 'qq' is not a token of the model's target vocabulary"),
+        (["--end-token", "zz"], "--end-token: 'zz' is not a token of the model's target vocabulary"),
+        (["--suppress", "a1 qq"], "--suppress: 'qq' is not a token of the model's target vocabulary"),
     ],
 )
 def test_bad_values_are_one_line(
@@ -319,7 +319,7 @@ def test_an_unknown_token_is_named_before_the_engine_is_chosen(
     argv = [command, "--checkpoint", str(checkpoint), "--engine", "ctranslate2", "--end-token", "zz", *where]
     assert main(argv) == 2
     assert capsys.readouterr().err.strip() == (
-        f"dotformer {command}: error: end_token: 'zz' is not a token of the model's target vocabulary"
+        f"dotformer {command}: error: --end-token: 'zz' is not a token of the model's target vocabulary"
     )
     strict = dotformer.load(checkpoint, device="cpu", engine="ctranslate2")
     with pytest.raises(ConfigError, match="suppress: 'qq' is not a token"):

@@ -465,9 +465,11 @@ def test_cli_writes_npy_and_jsonl_equal_to_the_api(
     ("which", "argv", "stdin", "message"),
     [
         ("bert", [], b"", "<stdin>: no input lines to embed"),
-        ("bert", ["--pooling", "max"], b"a\n", "pooling 'max' is not one of mean, cls"),
+        ("bert", ["--pooling", "max"], b"a\n", "error: --pooling 'max' is not one of mean, cls"),
+        ("bert", ["a\udcff"], b"", "error: input 1: byte 0xff at byte offset 1 is not valid UTF-8 (invalid start"),
         ("bert", ["--output-format", "csv"], b"a\n", "--output-format 'csv' is not one of npy, jsonl"),
         ("bert", ["--max-seq-length", "0"], b"a\n", "--max-seq-length must be a positive integer, got 0"),
+        ("bert", ["--max-seq-length", "100000"], b"a\n", "error: --max-seq-length 100000 exceeds this model's learned"),
         ("lm", [], b"the cat\n", "a decoder-only model has no encoder to embed with"),
     ],
 )

@@ -329,6 +329,10 @@ def test_classify_writes_its_output_file(classifier: Path, tmp_path: Path, capsy
     capsys.readouterr()
     assert run("classify", "--checkpoint", classifier, "--input", texts, "--output", texts) == 2
     assert "--output" in capsys.readouterr().err and texts.read_text().startswith("the cat")  # the input is kept
+    assert run("classify", "--checkpoint", classifier, "a dog", "a\udcff") == 2  # a shell's non-UTF-8 bytes
+    assert capsys.readouterr().err == (
+        "dotformer classify: error: input 2: byte 0xff at byte offset 1 is not valid UTF-8 (invalid start byte)\n"
+    )
 
 
 @pytest.mark.parametrize("typed", ["<mask>", "[MASK]"])

@@ -301,8 +301,8 @@ def test_init_from_best_metric_and_patience_on_the_command_line(tmp_path: Path, 
     valid = [r for r in records if r["split"] == "valid"]
     assert [r["step"] for r in valid] == [1, 2, 3] and all(r["decoded"] == 3 and "chrf" in r for r in valid)
     for extra, words in (
-        (["--preset", "small"], ["preset 'small' has d_model = 256", "the checkpoint has 16"]),
-        (["--tokenizer", "char"], ["src_tokenizer = 'char' asked for", "built with 'symbol'"]),
+        (["--preset", "small"], ["preset 'small' (--preset) has d_model = 256", "the checkpoint has 16"]),
+        (["--tokenizer", "char"], ["src_tokenizer = 'char' (--tokenizer)", "built with 'symbol'"]),
         (["--resume"], ["cannot be combined with --init-from"]),
     ):
         refused = train(config, tmp_path / "other", "--max-steps", "2", "--init-from", str(base), *extra)

@@ -216,3 +216,40 @@ def test_a_language_model_checkpoint_is_refused_in_one_line(
         f"checkpoint\n"
     )
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("model_table", "flags", "expected"),
+    [
+        ("d_ff = 96", [], "model d_ff = 96 ({toml} [model]), the checkpoint has 256"),
+        ("", ["--preset", "small"], "model d_model = 256 of preset 'small' (--preset), the checkpoint has 64"),
+        ("", ["--vocab-size", "40"], "vocab_size = 40 (--vocab-size), the checkpoint's vocabulary was built with 13"),
+    ],
+)
+def test_a_value_the_checkpoint_lacks_is_named_with_where_it_was_asked(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    make_model,
+    model_table: str,
+    flags: list[str],
+    expected: str,
+) -> None:
+    """``train --config classify-bible-modern --init-from MLM`` said the preset has the d_ff that its config file sets:
+    each value is named with its origin (the config file's table, the flag, or the preset and where it was named)."""
+    from dotformer.checkpoint import save_checkpoint
+
+    chars = CharTokenizer(["<pad>", "<s>", "</s>", "<unk>", *LATIN, " "])
+    info = {"task": "mlm", "data": {"tokenizer": "char", "vocab_size": 13}}
+    encoder = save_checkpoint(tmp_path / "mlm", make_model(arch="encoder-only"), chars, chars, info)
+    toml = tmp_path / "classify.toml"
+    toml.write_text(f'[data]\ntask = "classify"\n\n[model]\npreset = "tiny"\narch = "encoder-only"\n{model_table}\n')
+    labels = tmp_path / "labels.tsv"
+    labels.write_text("".join(f"{word}\t{word[0]}\n" for word in ("ab", "ba", "cd", "dc") * 10), encoding="utf-8")
+    argv = ["train", "--config", str(toml), "--data", str(labels), "--init-from", str(encoder), *flags]
+    assert main([*argv, "--max-steps", "1", "--no-progress", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"dotformer train: error: --init-from {encoder}: {expected.format(toml=toml)} ({encoder}/config.json); "
+        f"fine-tuning keeps the checkpoint's {'tokenizer' if 'vocab' in expected else 'shapes'}\n"
+    )
+    assert not (tmp_path / "out").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,10 @@ def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: 
         (["generate", "--checkpoint", str(run_dir), "--prompt", "x", "--top-p", "0"], "--top-p"),
         (["generate", "--checkpoint", str(run_dir), "--max-new-tokens", "0", "--prompt", "x"], "--max-new-tokens"),
         (["generate", "--checkpoint", str(run_dir), "--checkpoint", str(run_dir), "--prompt", "x"], "2 --checkpoint"),
+        (["generate", "--checkpoint", str(run_dir), "--end-token", "zz", "--prompt", "x"], "--end-token: 'zz' is not"),
+        (["generate", "--checkpoint", str(run_dir), "--suppress", "qq", "--prompt", "x"], "--suppress: 'qq' is not"),
+        (["generate", "--checkpoint", str(run_dir), "--prompt", "a\udcff"], "--prompt: byte 0xff at byte offset 1 is"),
+        (["evaluate", "--checkpoint", str(run_dir), "--data", os.devnull], f"{os.devnull} is not a regular file"),
         (["train", "--task", "lm", "--data", str(corpus), "--delimiter", "tab", "--max-steps", "1"], "delimiter"),
         (["train", "--task", "lm", "--data", str(tmp_path / "none.txt"), "--max-steps", "1"], "no such file"),
         (
@@ -153,7 +158,10 @@ def test_bad_input_exits_2_with_one_line(run_dir: Path, tmp_path: Path, capsys: 
             f"{blank}:1: the file holds only blank lines (no text)",
         ),
         (["train", "--task", "lm", "--data", str(corpus), "--out", str(run_dir), "--max-steps", "1"], "--resume"),
-        (["train", "--task", "lm", "--data", str(corpus), "--block-size", "1", "--max-steps", "1"], "block_size"),
+        (
+            ["train", "--task", "lm", "--data", str(corpus), "--block-size", "1", "--max-steps", "1"],
+            "--block-size must",
+        ),
     ]
     for argv, words in cases:
         assert main(argv) == 2, argv

@@ -301,6 +301,26 @@ def test_health_and_ready(server: Any, translator: Any) -> None:
     assert status == 200 and reply == {"ready": True, "model": str(translator.path), "engine": translator.engine}
 
 
+def test_the_index_shows_each_routes_own_defaults(server: Any) -> None:
+    """GET / listed translate's options only, so generate's beam search read translate's length penalty (0.6)."""
+    from dotformer.api.endpoint import GENERATE_FIELDS
+    from dotformer.api.generation import generation_settings
+
+    status, reply, _ = get(server.url.rsplit("/api/", 1)[0] + "/")
+    assert status == 200
+    translate = {option["name"]: option["default"] for option in reply["translate_options"]}
+    generate = {option["name"]: option for option in reply["generate_options"]}
+    assert list(generate) == list(GENERATE_FIELDS) and translate["length_penalty"] == 0.6
+    assert generate["length_penalty"]["default"] == 0 and generate["length_penalty"]["only_with_strategy"] == "beam"
+    assert (generate["max_new_tokens"]["default"], generate["strategy"]["default"]) == (200, "sample")
+    for name, option in generate.items():  # each default, given, changes nothing in what the route decodes
+        if name in ("prompt", "n", "stream", "strategy", "max_new_tokens"):
+            continue
+        strategy = option.get("only_with_strategy", "sample")
+        given = generation_settings(strategy=strategy, **{name: option["default"]})
+        assert given == generation_settings(strategy=strategy), name
+
+
 def test_an_api_key_guards_every_route_but_health(translator: Any) -> None:
     from dotformer.api.serve import TranslationServer
 

@@ -93,6 +93,23 @@ def test_a_later_tokenizer_file_replaces_the_earlier_kind_and_back() -> None:
     DataConfig.from_dict(merged.data)  # the file and the kind of one side together would raise
 
 
+def test_a_merge_knows_where_each_value_came_from() -> None:
+    defaults = ConfigSections(train={"lr_peak": 1e-3}, source="defaults")
+    file = ConfigSections(
+        model={"preset": "small", "d_ff": 352, "norm": "rmsnorm"}, data={"vocab_size": 8}, source="c.toml"
+    )
+    flags = ConfigSections(model={"preset": "tiny"}, data={"vocab_size": 9}, source="command line",
+                           origins={"model.preset": "--preset", "data.vocab_size": "--vocab-size"})  # fmt: skip
+    merged = merge(defaults, file, flags)
+    assert merged.model == {"preset": "tiny", "norm": "rmsnorm"}  # the later preset replaces the file's d_ff
+    assert merged.origins == {
+        "train.lr_peak": "defaults", "model.preset": "--preset", "model.norm": "c.toml",
+        "data.vocab_size": "--vocab-size",
+    }  # fmt: skip
+    assert merged.origin("model", "norm") == "c.toml" and merged.origin("model", "d_ff") == "command line"
+    assert merge(file).origins == {f"{s}.{k}": "c.toml" for s in ("model", "data") for k in getattr(file, s)}
+
+
 def test_shipped_configs_are_valid() -> None:
     root = Path(__file__).resolve().parent.parent / "configs"
     for name in ("copy", "g2p", "bible", "wmt-base"):

@@ -534,8 +534,8 @@ def _texts(request: dict[str, Any]) -> list[str]:
 
 
 def describe_api(translator: Translator) -> dict[str, Any]:
-    """What ``GET /`` answers: the model, the engine that decodes, the endpoints, and every decoding option with its
-    type and default."""
+    """What ``GET /`` answers: the model, the engine that decodes, the endpoints, and the options of translate and of
+    generate, each with its type and the default of its own route."""
     kinds = {bool: "boolean", int: "integer", float: "number", str: "string"}
     options = [
         {
@@ -574,4 +574,36 @@ def describe_api(translator: Translator) -> dict[str, Any]:
             "GET /": "this description",
         },
         "translate_options": options,
+        "generate_options": describe_generate_options(),
     }
+
+
+def describe_generate_options() -> list[dict[str, Any]]:
+    """The fields of ``POST /api/generate`` with their type and the default that route applies
+    (generation's own, read from the config it builds: beam search's length penalty is 0 there, 0.6 in translate)."""
+    from dotformer.decoding.config import generation_config
+
+    sampled, beamed = generation_config(), generation_config(strategy="beam")  # every default, of each strategy
+    kinds = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    defaults: dict[str, Any] = {"prompt": "", "max_new_tokens": sampled.max_len_b, "strategy": sampled.strategy}
+    defaults["n"] = sampled.n_best
+    strategy_of = {name: "sample" for name in ("temperature", "top_k", "top_p", "seed")}
+    strategy_of |= {name: "beam" for name in ("beam_size", *(option.name for option in BEAM_RANKING))}
+    described = []
+    for name in GENERATE_FIELDS:
+        option = next((option for option in DECODE_OPTIONS if option.name == name), None)
+        if name == "stream":
+            default: Any = False
+        elif name in defaults:
+            default = defaults[name]
+        elif option is not None and option.field is not None and name in CONTROL_NAMES:
+            default = getattr(sampled, option.field)
+        else:  # a setting of one strategy, as its config has it
+            default = getattr(beamed if strategy_of[name] == "beam" else sampled, name)
+        many = option is not None and option.many
+        entry = {"name": name, "type": "string or list of strings" if many else kinds[GENERATE_KINDS[name]]}
+        entry["default"] = list(default) if isinstance(default, tuple) else default
+        if name in strategy_of:
+            entry["only_with_strategy"] = strategy_of[name]
+        described.append(entry)
+    return described

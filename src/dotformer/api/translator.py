@@ -726,10 +726,15 @@ def open_translator(
     if len(paths) > 1:
         asked = torch_only_settings(request, None, names) if request is not None else []
         choose_engine(engine, [ensemble + " (an ensemble)", *torch_only, *asked], None, flag)  # ctranslate2 refuses
-        return Translator(load_ensemble_for_decoding(paths, device, dtype), dtype)
+        translator = Translator(load_ensemble_for_decoding(paths, device, dtype), dtype)
+        if request is not None:  # an unknown token is named before anything is decoded
+            check_tokens(request.config, translator.tgt_tokenizer, names)
+        return translator
     if engine == "torch" or (engine == "auto" and torch_only):
         loaded = load_checkpoint_for_decoding(paths[0], device, dtype)
         check_purpose(loaded, purpose)
+        if request is not None:
+            check_tokens(request.config, loaded.tgt_tokenizer, names)
         return Translator(loaded, dtype)
     from dotformer.checkpoint.files import read_checkpoint_files
     from dotformer.engines.choice import ctranslate2_installed
@@ -743,7 +748,7 @@ def open_translator(
     )
     asked = [*torch_only, *check_purpose(files, purpose)]
     if request is not None:  # an unknown token is named before an engine is chosen for it
-        check_tokens(request.config, files.tgt_tokenizer)
+        check_tokens(request.config, files.tgt_tokenizer, names)
         asked += torch_only_settings(request, files.config, names)
     chosen = choose_engine(engine, asked, ct2_problem(files.config, dtype, str(device)), flag)
     if chosen == "torch":
@@ -766,11 +771,16 @@ def check_purpose(checkpoint: CheckpointLike, purpose: str) -> list[str]:
     """Whether ``checkpoint`` serves ``purpose`` (see :func:`open_translator`); returns what of it only torch runs.
 
     Raises:
-        ConfigError: "translate" of a language model (naming ``generate``), "generate" of another model (naming
-            ``translate``).
+        ConfigError: "translate" of a language model (naming ``generate``) or of an encoder (naming ``classify`` and
+            ``embed``), "generate" of another model (naming ``translate``).
     """
     if purpose == "translate":
         refuse_language_model(checkpoint)
+        if checkpoint.config.arch == "encoder-only":  # no decoder: nothing to decode with
+            raise ConfigError(
+                f"{checkpoint.path} is an encoder-only model: translate needs an encoder-decoder model; classify or "
+                "embed texts with it: dotformer classify, dotformer embed"
+            )
     elif purpose == "generate" and checkpoint.config.arch != "decoder-only":
         from dotformer.api.generation import not_a_language_model
 
@@ -784,8 +794,11 @@ def check_purpose(checkpoint: CheckpointLike, purpose: str) -> list[str]:
     return []
 
 
-def check_tokens(config: DecodeConfig, tokenizer: Tokenizer) -> None:
+def check_tokens(config: DecodeConfig, tokenizer: Tokenizer, names: Mapping[str, str] | None = None) -> None:
     """Check that the end tokens and suppressed tokens of ``config`` are tokens of the target ``tokenizer``.
+
+    Args:
+        names: how the surface names ``end_token`` and ``suppress`` (``--end-token``), for the message; None: so.
 
     Raises:
         ConfigError: one that is not (named), as either engine refuses it.
@@ -793,4 +806,10 @@ def check_tokens(config: DecodeConfig, tokenizer: Tokenizer) -> None:
     if config.end_token or config.suppress:
         from dotformer.decoding.controls import controls_of
 
-        controls_of(config, tokenizer)
+        try:
+            controls_of(config, tokenizer)
+        except ConfigError as exc:
+            field, sep, rest = str(exc).partition(": ")  # "end_token: 'zzz' is not a token of ..."
+            if not sep or names is None or field not in names:
+                raise
+            raise ConfigError(f"{names[field]}: {rest}") from None

@@ -52,7 +52,13 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
         if first_config is None:
             first_config = config
         elif config != first_config:
-            raise CheckpointError(f"{directory / CONFIG_FILE}: model config differs from that of {dirs[0]}")
+            ours, theirs = config.to_dict(), first_config.to_dict()
+            differ = [f"{k} {ours[k]!r} against {theirs.get(k)!r}" for k in ours if ours[k] != theirs.get(k)]
+            more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+            raise CheckpointError(
+                f"{directory / CONFIG_FILE}: model config differs from that of {dirs[0]} ({', '.join(differ[:3])}"
+                f"{more}): not checkpoints of one model"
+            )
         if LORA_KEY in info:  # LoRA adapters: the base's weights with them merged (A and B alone do not average)
             tensors, metadata = full_weights(directory), {}
         else:

@@ -110,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
+    empty = _empty_path(_command_parser(parser, args.command), args)
+    if empty is not None:  # "" (an unset shell variable) would name the current directory
+        print(f"dotformer {args.command}: error: {empty} is empty: give a path", file=sys.stderr)
+        return 2
     from dotformer.cli.log import command_logging
 
     try:
@@ -140,6 +144,24 @@ def _command_parser(parser: argparse.ArgumentParser, command: str | None) -> arg
         if isinstance(action, argparse._SubParsersAction) and command in action.choices:
             return action.choices[command]
     return parser
+
+
+# how the flags and arguments that name a file or a directory show their value in --help
+PATH_METAVARS = frozenset(
+    {"FILE", "FILE.html", "FILE.toml", "DIR", "CKPT", "CHECKPOINT", "CHECKPOINT OUT", "OUT", "DATASET", "TEST", "VALID"}
+)
+
+
+def _empty_path(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The first flag (or argument, by its metavar) naming a file or a directory whose value is empty or blank, or
+    None."""
+    for action in parser._actions:
+        if action.metavar not in PATH_METAVARS:
+            continue
+        value = getattr(args, action.dest, None)
+        if any(isinstance(item, str) and not item.strip() for item in (value if isinstance(value, list) else [value])):
+            return action.option_strings[0] if action.option_strings else str(action.metavar)
+    return None
 
 
 def _os_error_text(exc: OSError) -> str:

@@ -78,6 +78,12 @@ def run(args: argparse.Namespace) -> int:
             )
     else:
         paths = [resolve_checkpoint(p) for p in args.checkpoints]
+    names = args.checkpoints if args.last is None else [str(path) for path in paths]  # as the user wrote them
+    for i, path in enumerate(paths):  # a checkpoint named twice would weigh twice in the mean
+        twice = next((j for j in range(i) if same_directory(paths[j], path)), None)
+        if twice is not None:
+            also = "" if names[twice] == names[i] else f" (as {names[twice]} and {names[i]})"
+            raise CheckpointError(f"checkpoint {path} is given twice{also}: give each checkpoint once")
     for path in paths:  # --overwrite replaces a checkpoint, never one of those it averages
         if same_directory(out, path):
             raise CheckpointError(

@@ -60,14 +60,14 @@ def read_texts(args: argparse.Namespace) -> list[str]:
     Raises:
         ConfigError: TEXT arguments and --input. DataError: a line that is not UTF-8, or no input at all.
     """
-    from dotformer.cli.inputs import open_input
+    from dotformer.cli.inputs import open_input, utf8_arguments
     from dotformer.cli.lines import StreamLines
     from dotformer.errors import ConfigError, DataError
 
     if args.texts:
         if args.input is not None:
             raise ConfigError("give the inputs either as TEXT arguments or with --input FILE, not both")
-        return list(args.texts)
+        return utf8_arguments(args.texts)
     stream, name, from_file = open_input(args.input)
     try:
         texts = [line for _, lines in StreamLines(stream, name).chunks(1 << 12) for line in lines]

@@ -8,6 +8,7 @@ The same names are the keys of a TOML config's ``[data]`` table.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from typing import Any
 
 from dotformer.data.read.types import FILE_TASKS, parse_column
@@ -25,6 +26,18 @@ def column_flag(text: str) -> int | str:
     if stripped.startswith("-") and stripped[1:].isdigit():
         return int(stripped)  # refused by the data options' check, in one line naming the flag
     return parse_column(text)
+
+
+def named_by_flags(message: str, flags: Mapping[str, str]) -> str:
+    """``DataConfig.delimiter must be ...`` -> ``--delimiter must be ...``: a message that starts with a field (bare,
+    or after a config class's name: ``TrainConfig.``, ``LMDataConfig.``) that ``flags`` maps to the flag that set
+    it; any other message as it is."""
+    import re
+
+    match = re.match(r"(?:\w*Config\.)?(\w+) ", message)
+    if match is None or match.group(1) not in flags:
+        return message
+    return f"{flags[match.group(1)]} {message[match.end() :]}"
 
 
 def comma_list(text: str) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from dotformer.api.embedding import POOLINGS
 from dotformer.cli.decode_flags import add_device_flags, load_for_decoding
-from dotformer.cli.inputs import check_input_file, check_input_flags, open_input
+from dotformer.cli.inputs import check_input_file, check_input_flags, open_input, utf8_arguments
 
 if TYPE_CHECKING:
     import numpy as np
@@ -93,12 +93,11 @@ def check_arguments(args: argparse.Namespace) -> str:
         ConfigError: an unknown pooling or format, a bad number, TEXT arguments with --input, a bad --output.
         MissingDataError: --input names no file.
     """
-    from dotformer.api.embedding import check_pooling
     from dotformer.cli.outputs import check_output_file
     from dotformer.errors import ConfigError
 
-    if args.pooling is not None:
-        check_pooling(args.pooling)
+    if args.pooling is not None and args.pooling not in POOLINGS:  # the flag's choices, named as a flag
+        raise ConfigError(f"--pooling {args.pooling!r} is not one of {', '.join(POOLINGS)}")
     check_input_flags(
         args,
         ("--batch-size", args.batch_size),
@@ -132,7 +131,7 @@ def read_texts(args: argparse.Namespace) -> tuple[list[str], str | None]:
     from dotformer.errors import DataError
 
     if args.texts:
-        return list(args.texts), None
+        return utf8_arguments(args.texts), None
     stream, name, from_file = open_input(args.input)
     try:
         texts = [line for _, lines in StreamLines(stream, name).chunks(1 << 12) for line in lines]
@@ -154,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
     texts, _ = read_texts(args)
     translator = Translator(load_for_decoding(args), args.dtype)
     pooling, normalize = embedding_settings(translator.checkpoint, args.pooling, args.normalize)
+    if args.max_seq_length is not None:  # against the model's positions, named as the flag
+        from dotformer.decoding.inputs import check_max_input_length
+
+        check_max_input_length(translator.checkpoint.model.config, args.max_seq_length, "--max-seq-length")
     vectors = translator.embed(
         texts,
         pooling=pooling,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from dotformer.cli.data_flags import add_reader_arguments, reader_values
+from dotformer.cli.data_flags import READER_FLAGS, add_reader_arguments, named_by_flags, reader_values
 from dotformer.cli.decode_flags import (
     add_decoding_arguments,
     decode_config_from_args,
@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dotformer.cli.outputs import check_output_file, same_file
     from dotformer.config import DEFAULT_SEED, MAX_SEED
+    from dotformer.data.read.types import TASKS as PAIR_TASKS
     from dotformer.decoding.options import DecodeRequest
     from dotformer.errors import CheckpointError, ConfigError
     from dotformer.runs.task import EvalRequest
@@ -97,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     config = decode_config_from_args(args)
     if args.batch_size < 1:  # sentences, texts, blocks or windows a batch, whatever the task
         raise ConfigError(f"--batch-size must be a positive integer, got {args.batch_size}")
+    if args.limit is not None and args.limit < 1:  # sources, lines or texts, whatever the task
+        raise ConfigError(f"--limit must be a positive integer, got {args.limit}")
     if args.data is not None and args.split is not None:
         raise ConfigError("give --data FILE (a test file) or --split (the run's saved split), not both")
     if args.data is None and reader_values(args):
@@ -125,6 +128,12 @@ def run(args: argparse.Namespace) -> int:
             )
         if "--hyps" in outputs:
             raise ConfigError(f"--hyps writes decoded outputs; {task.title}'s evaluation scores the text itself")
+    asked = reader_values(args).get("task")
+    if task.reads_pairs and asked is not None and asked not in PAIR_TASKS:  # a task that reads no file of pairs
+        raise ConfigError(
+            f"--task {asked}: {files.path} is {task.title} (task {task.name}), which evaluates a file of pairs; "
+            f"--task {asked}'s data is another kind: leave --task out, or evaluate with {task_named(asked).title}"
+        )
     if not task.reads_pairs:  # the reader flags read a file of pairs; this task reads its own kind of data
         given = {field: value for field, value in reader_values(args).items() if (field, value) != ("task", task.name)}
         if "task" in given:
@@ -152,7 +161,11 @@ def run(args: argparse.Namespace) -> int:
         reader=reader_values(args),
         stride=args.stride,
     )
-    report = task.evaluate(translator.translation_engine(), request)
+    try:
+        report = task.evaluate(translator.translation_engine(), request)
+    except ConfigError as exc:  # a reader flag's value, named as the flag (not DataConfig.FIELD)
+        flags = {field: flag for flag, field, _ in READER_FLAGS if field in request.reader}
+        raise ConfigError(named_by_flags(str(exc), flags)) from None
     for note in report.notes:
         print(f"dotformer evaluate: {note}", file=sys.stderr)
     print(f"{files.path} on {report.where} {report.description}, {args.dtype} weights, engine {translator.engine}")

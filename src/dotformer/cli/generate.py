@@ -111,7 +111,9 @@ def cli_misplaced(chosen: str) -> Callable[[Sequence[str], str, str], str]:
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, continue each prompt, print prompt and continuation."""
     from dotformer.api.generation import generation_settings, warn_unknown_prompt
+    from dotformer.api.translator import check_tokens
     from dotformer.cli.decode_flags import load_translator, option_values
+    from dotformer.cli.inputs import utf8_arguments
     from dotformer.cli.lines import StreamLines, binary_stdin
     from dotformer.config import DEFAULT_SEED, MAX_SEED
     from dotformer.decoding.options import CONTROL_NAMES, DecodeRequest, with_surface_names
@@ -138,8 +140,9 @@ def run(args: argparse.Namespace) -> int:
     searched = DecodeRequest(config=config.replace(use_cache=True))  # (--end-token with --beam), named as flags
     torch_only += torch_only_settings(searched, None, generate_flags())
     translator = load_translator(args, purpose="generate", torch_only=torch_only)
+    check_tokens(config, translator.tgt_tokenizer, generate_flags())  # --end-token, --suppress: before any output
     if args.prompt is not None:
-        prompts: Iterable[tuple[str, str]] = [("--prompt", args.prompt)]
+        prompts: Iterable[tuple[str, str]] = [("--prompt", utf8_arguments([args.prompt], "--prompt")[0])]
     else:
         prompts = _stdin_prompts(StreamLines(binary_stdin(), "<stdin>"))
     stream = sys.stdout.isatty() and args.n == 1 and strategy != "beam"

@@ -7,6 +7,9 @@ float32 ...``, whose lines after the first are indented under the text that foll
 ``npy``); a line indented as far as that text, or a line without a term indented between the item's own indent and
 that text, continues the item; any other line starts a new one. Prose is an item without a term, so its lines join
 into one paragraph.
+
+The parsers of the command line are :class:`ArgumentParser`, which also reads a negative number in any notation
+(``-1e308``) as a flag's value.
 """
 
 from __future__ import annotations
@@ -79,8 +82,18 @@ def _fill_item(item: tuple[int, int, str], width: int, indent: str) -> str:
     )
 
 
+# a negative number in any notation Python's float() reads: -3, -0.5, -.5, -1e308, -1E-3, -inf, -nan
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` with :class:`HelpFormatter`; its subcommands' parsers are of this class too."""
+    """``argparse.ArgumentParser`` with :class:`HelpFormatter`; its subcommands' parsers are of this class too.
+
+    A word that is a negative number (``--length-penalty -1e308``, ``--temperature -1e-3``) is a flag's value, never
+    an option: argparse itself knows only ``-3`` and ``-0.5``, and would answer "expected one argument" before the
+    flag's own check could name its range. (No flag of the command line looks like a number.)
+    """
 
     def __init__(self, *args: object, formatter_class: type[argparse.HelpFormatter] = HelpFormatter, **kwargs: object):
         super().__init__(*args, formatter_class=formatter_class, **kwargs)  # type: ignore[arg-type]
+        self._negative_number_matcher = NEGATIVE_NUMBER  # read by argparse when it sorts options from values

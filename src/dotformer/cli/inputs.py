@@ -6,6 +6,7 @@ an input longer than ``--max-input-length`` is named in one line (``FILE:LINE``,
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -27,6 +28,32 @@ def check_input_flags(args: argparse.Namespace, *counts: tuple[str, int | None])
             raise ConfigError(f"{flag} must be a positive integer, got {value}")
     if args.texts and args.input is not None:
         raise ConfigError("give the inputs either as TEXT arguments or with --input FILE, not both")
+
+
+def utf8_arguments(texts: Sequence[str], flag: str | None = None) -> list[str]:
+    """The TEXT arguments (or the value of ``flag``, ``--prompt``), checked to be UTF-8 as the lines of a file are.
+
+    The shell passes bytes; Python keeps those that are not UTF-8 as lone surrogates, which a tokenizer would read as
+    unknown symbols or refuse with a traceback.
+
+    Raises:
+        DataError: ``input N: byte 0xNN at byte offset K is not valid UTF-8 (why)`` (``--prompt: ...``).
+    """
+    for number, text in enumerate(texts, 1):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            where = flag or f"input {number}"
+            try:
+                data = text.encode("utf-8", "surrogateescape")  # the bytes the shell passed
+                data.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                byte = f"byte 0x{data[bad.start]:02x} at byte offset {bad.start}"
+                raise DataError(f"{where}: {byte} is not valid UTF-8 ({bad.reason})") from None
+            except UnicodeEncodeError:
+                pass
+            raise DataError(f"{where}: character {exc.start + 1} is a lone surrogate, not valid UTF-8") from None
+    return list(texts)
 
 
 def check_input_file(name: str | None) -> None:

@@ -25,10 +25,10 @@ import argparse
 import contextlib
 import sys
 import warnings
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS
+from dotformer.cli.data_flags import READER_FLAGS, TRAIN_DATA_FLAGS, named_by_flags
 from dotformer.cli.threads import add_threads_argument, apply_threads, device_help
 from dotformer.config import DEFAULT_SEED
 
@@ -294,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_output_dir(args.out, "--out")
     file_sections = read_task_config_file(args.config) if args.config else ConfigSections()
-    flag_sections = ConfigSections(**flags, source="command line")
+    flag_sections = ConfigSections(**flags, source="command line", origins=flag_origins(args, flags))
     try:
         with _warnings_as_lines():
             result = train_run(
@@ -307,8 +307,9 @@ def run(args: argparse.Namespace) -> int:
                 init_from=args.init_from,
                 extend_vocab=args.extend_vocab,
             )
-    except ConfigError as exc:
-        raise ConfigError(_named_by_flag(str(exc), flags["train"])) from None
+    except ConfigError as exc:  # a value a flag gave, named as that flag
+        given = {field: flag for flag, section, field, _ in _FLAGS if field in flags.get(section, {})}
+        raise ConfigError(named_by_flags(str(exc), given)) from None
     except TrainingInterrupted as exc:  # a checkpoint was saved first; the message says where and how to go on
         print(f"dotformer train: {exc}", file=sys.stderr)
         return 130
@@ -331,13 +332,19 @@ def data_section(args: argparse.Namespace) -> dict[str, Any]:
     return data
 
 
-def _named_by_flag(message: str, given: Collection[str]) -> str:
-    """``TrainConfig.seed must be ...`` -> ``--seed must be ...`` when the value came from the flag ``--seed``."""
-    for flag, section, field, _ in _FLAGS:
-        prefix = f"TrainConfig.{field} "
-        if section == "train" and field in given and message.startswith(prefix):
-            return f"{flag} {message.removeprefix(prefix)}"
-    return message
+def flag_origins(args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The flag that set each ``[model]`` and ``[data]`` value of ``flags`` (``"data.src_tokenizer"`` ->
+    ``--tokenizer`` or ``--src-tokenizer``), for messages that name where a value came from."""
+    origins = {
+        f"{section}.{field}": flag
+        for flag, section, field, _ in _FLAGS
+        if section in ("model", "data") and field in flags[section]
+    }
+    if args.opt_tokenizer is not None:  # --tokenizer K sets the kind of each side no side flag set
+        for side in ("src_tokenizer", "tgt_tokenizer"):
+            if getattr(args, f"opt_{side}") is None:
+                origins[f"data.{side}"] = "--tokenizer"
+    return origins
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ from dotformer.cli.decode_flags import (
     decode_config_from_args,
     load_translator,
 )
-from dotformer.cli.inputs import check_input_file, check_input_flags, open_input, too_long, where
+from dotformer.cli.inputs import check_input_file, check_input_flags, open_input, too_long, utf8_arguments, where
 from dotformer.cli.lines import StreamLines, TextAsBytes, argument_chunks, format_result
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
 
     close: list[IO[Any]] = []
     if args.texts:
-        chunks, name = argument_chunks(args.texts, args.buffer_size), None
+        chunks, name = argument_chunks(utf8_arguments(args.texts), args.buffer_size), None
     else:
         stream, name, from_file = open_input(args.input)
         if from_file:
@@ -289,6 +289,8 @@ def run(args: argparse.Namespace) -> int:
             stream_to_close.close()
         for line in tally.warnings(config):
             print(f"dotformer translate: warning: {line}", file=sys.stderr)
+    if not tally.inputs and args.input not in (None, "-"):  # as classify and embed say it (a stream may end at once)
+        raise DataError(f"{args.input}: no input lines to translate")
     return 0
 
 

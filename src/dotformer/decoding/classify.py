@@ -50,9 +50,12 @@ def check_classifier(model: Any, where: Any) -> str:
     """
     head = model.config.head
     if head not in ("sequence", "token"):
+        kind = {
+            "decoder-only": "a language model (dotformer generate)",
+            "encoder-decoder": "an encoder-decoder model (dotformer translate)",
+        }.get(model.config.arch, "an encoder that predicts tokens, as a masked language model")
         raise ConfigError(
-            f"{where} has no classifier (its head is the {head}): train one with dotformer train --task classify or "
-            f"--task tag"
+            f"{where} has no classifier: it is {kind}; train one with dotformer train --task classify or --task tag"
         )
     return str(head)
 

@@ -134,16 +134,24 @@ def metric_task(task: str) -> str:
     return METRIC_TASKS[task]
 
 
-def check_same_task(checkpoint_task: str, data_task: str, data_name: str, checkpoint: str) -> None:
+def check_same_task(checkpoint_task: str, data_task: str, data_name: str, checkpoint: str, asked: bool = False) -> None:
     """Raise DataError when test data of one task meets a checkpoint of another (a g2p file, a translation model).
+
+    Args:
+        asked: the data's task was asked for (``--task``), rather than a named corpus's own.
 
     Raises:
         DataError: naming both tasks, the data and the checkpoint.
     """
     if metric_task(checkpoint_task) != metric_task(data_task):
+        remedy = (
+            "leave --task out (a file is read as its checkpoint's task)"
+            if asked
+            else f"give --data a file of {checkpoint_task} pairs"
+        )
         raise DataError(
             f"{data_name} is {data_task} data, but the checkpoint {checkpoint} was trained for {checkpoint_task}: "
-            f"evaluate it with a {checkpoint_task} checkpoint, or pass the --task of the file"
+            f"evaluate it with a {data_task} checkpoint, or {remedy}"
         )
 
 

@@ -33,12 +33,19 @@ class ConfigSections:
         model: ModelConfig fields (without the vocabulary sizes) plus an optional "preset".
         train: TrainConfig fields. data: the task's data config fields (DataConfig or LMDataConfig).
         source: where they came from, for error messages.
+        origins: where each key came from (``"model.d_ff"`` -> a config file's path, the flag that set it,
+            ``"command line"`` or ``"defaults"``); a key it lacks came from ``source``.
     """
 
     model: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     source: str = "defaults"
+    origins: dict[str, str] = field(default_factory=dict)
+
+    def origin(self, section: str, key: str) -> str:
+        """Where ``[section] key`` came from: a config file's path, a flag, ``"command line"`` or ``"defaults"``."""
+        return self.origins.get(f"{section}.{key}", self.source)
 
 
 def read_config_file(path: str | Path) -> ConfigSections:
@@ -158,17 +165,21 @@ def merge(*layers: ConfigSections) -> ConfigSections:
     (``--config bible --src-tokenizer-file tok.json`` reads the file instead of training bible.toml's BPE).
     """
     merged: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    origins: dict[str, str] = {}
     for layer in layers:
         preset = layer.model.get("preset")
         if preset in PRESETS:
             for key in PRESETS[preset]:
                 merged["model"].pop(key, None)
+                origins.pop(f"model.{key}", None)
         for key, rival in DATA_RIVALS.items():
             if key in layer.data:
                 merged["data"].pop(rival, None)
+                origins.pop(f"data.{rival}", None)
         for name in SECTIONS:
             merged[name].update(getattr(layer, name))
-    return ConfigSections(**merged, source=layers[-1].source if layers else "defaults")
+            origins.update({f"{name}.{key}": layer.origin(name, key) for key in getattr(layer, name)})
+    return ConfigSections(**merged, source=layers[-1].source if layers else "defaults", origins=origins)
 
 
 __all__ = [

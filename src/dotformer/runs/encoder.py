@@ -66,6 +66,8 @@ from dotformer.runs.task import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.data.batch.labelled import LabelledExamples
     from dotformer.decoding.classify import LabelScores
@@ -116,10 +118,16 @@ class EncoderTask(Task):
         block = data.block_size or DEFAULT_ENCODER_BLOCK
         encoder_model_config(model_section, ANY_VOCAB_SIZE, block, self.head, self.num_labels(None))
 
-    def read_init(self, path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
+    def read_init(
+        self,
+        path: str | Path,
+        model_section: dict[str, Any],
+        data_section: dict[str, Any],
+        origins: Mapping[str, str] | None = None,
+    ) -> InitSource:
         from dotformer.runs.finetune import read_encoder_init
 
-        return read_encoder_init(path, model_section, data_section)
+        return read_encoder_init(path, model_section, data_section, origins)
 
     def prepare(
         self,

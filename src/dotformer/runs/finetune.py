@@ -14,7 +14,7 @@ into the first rows of the larger ones.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -51,13 +51,45 @@ class InitSource(NamedTuple):
     carried: dict[str, Any] | None = None
 
 
-def read_init_source(path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
+def asked(key: str, value: Any, where: str | None) -> str:
+    """``d_ff = 352 (configs/classify-bible.toml [model])``: a value asked for and where it was asked (``where``: a
+    config file's table, ``the command line``, ``the task's defaults``; None: unknown, ``asked for``)."""
+    return f"{key} = {value!r} " + (f"({where})" if where else "asked for")
+
+
+def where_asked(origins: Mapping[str, str] | None, section: str, key: str) -> str | None:
+    """How a message names where ``[section] key`` came from, by ``origins`` (those of
+    :class:`~dotformer.runs.config_files.ConfigSections`: ``"model.d_ff"`` -> a file's path, a flag, ``"command
+    line"``, ``"defaults"``): ``configs/g2p.toml [model]``, ``--vocab-size``, ``the task's defaults``; None without
+    them."""
+    if origins is None or f"{section}.{key}" not in origins:
+        return None
+    source = origins[f"{section}.{key}"]
+    if source.startswith("--"):  # the flag that set it
+        return source
+    named = {"command line": "the command line", "defaults": "the task's defaults"}
+    return named.get(source, f"{source} [{section}]")
+
+
+def preset_phrase(preset: str, origins: Mapping[str, str] | None) -> str:
+    """``preset 'small' (configs/g2p.toml [model])``: a preset and where it was named."""
+    where = where_asked(origins, "model", "preset")
+    return f"preset {preset!r}" + (f" ({where})" if where else "")
+
+
+def read_init_source(
+    path: str | Path,
+    model_section: dict[str, Any],
+    data_section: dict[str, Any],
+    origins: Mapping[str, str] | None = None,
+) -> InitSource:
     """Read the checkpoint of ``--init-from`` and check the requested model and tokenizer fields against it.
 
     Args:
         path: a checkpoint or run directory.
         model_section: the [model] fields asked for (file and flags; "preset" included).
         data_section: the [data] fields asked for.
+        origins: where each of those fields came from, for the messages (see :func:`where_asked`); None: unknown.
 
     Returns:
         :class:`InitSource`.
@@ -80,22 +112,23 @@ def read_init_source(path: str | Path, model_section: dict[str, Any], data_secti
     changes: dict[str, Any] = {}
     for key, value in model_section.items():
         if key == "preset":
-            _check_preset(value, config, path)
+            _check_preset(value, config, path, origins)
             continue
         if key in TUNABLE_MODEL_FIELDS:
             changes[key] = value
         elif key in saved and saved[key] != value:
             raise CheckpointError(
-                f"--init-from {path}: model {key} = {value!r} asked for, the checkpoint has {saved[key]!r} ({where}); "
-                f"fine-tuning keeps the checkpoint's shapes"
+                f"--init-from {path}: model {asked(key, value, where_asked(origins, 'model', key))}, the checkpoint "
+                f"has {saved[key]!r} ({where}); fine-tuning keeps the checkpoint's shapes"
             )
     saved_data = info.get("data") if isinstance(info.get("data"), dict) else {}
     data = {k: saved_data[k] for k in TOKENIZER_FIELDS if k in saved_data}
     for key in TOKENIZER_FIELDS:
         if key in data_section and key in data and data_section[key] != data[key]:
             raise CheckpointError(
-                f"--init-from {path}: {key} = {data_section[key]!r} asked for, the checkpoint's vocabulary was "
-                f"built with {data[key]!r} ({where}); fine-tuning keeps the checkpoint's tokenizers"
+                f"--init-from {path}: {asked(key, data_section[key], where_asked(origins, 'data', key))}, the "
+                f"checkpoint's vocabulary was built with {data[key]!r} ({where}); fine-tuning keeps the checkpoint's "
+                "tokenizers"
             )
     src = ckpt.load_tokenizer_file(path / ckpt.SRC_TOKENIZER_FILE)
     tgt = ckpt.load_tokenizer_file(path / ckpt.TGT_TOKENIZER_FILE)
@@ -109,9 +142,15 @@ def read_init_source(path: str | Path, model_section: dict[str, Any], data_secti
     return InitSource(path, config, saved_preset, data, src, tgt)
 
 
-def read_encoder_init(path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
+def read_encoder_init(
+    path: str | Path,
+    model_section: dict[str, Any],
+    data_section: dict[str, Any],
+    origins: Mapping[str, str] | None = None,
+) -> InitSource:
     """Read the encoder checkpoint of ``--init-from`` for an encoder task (a masked language model's, an imported
-    BERT's, a classifier's): its tokenizer and model config; the task gives it its head.
+    BERT's, a classifier's): its tokenizer and model config; the task gives it its head. ``origins``: where the
+    fields asked for came from, for the messages (:func:`where_asked`).
 
     Raises:
         CheckpointError: a missing or damaged checkpoint, one that is not encoder-only, a requested model field
@@ -135,11 +174,14 @@ def read_encoder_init(path: str | Path, model_section: dict[str, Any], data_sect
         if preset not in PRESETS:
             raise CheckpointError(f"--init-from {path}: unknown model preset {preset!r}")
         for key in SIZE_FIELDS[:4]:  # the encoder's sizes
-            wanted = model_section.get(key, PRESETS[preset][key])
-            if wanted != saved[key]:
+            if key in model_section:  # set beside the preset: where it was set
+                wanted = asked(key, model_section[key], where_asked(origins, "model", key))
+            else:
+                wanted = f"{key} = {PRESETS[preset][key]!r} of {preset_phrase(preset, origins)}"
+            if model_section.get(key, PRESETS[preset][key]) != saved[key]:
                 raise CheckpointError(
-                    f"--init-from {path}: preset {preset!r} has {key} = {wanted}, the checkpoint has {saved[key]} "
-                    f"({where}); fine-tuning keeps the checkpoint's shapes"
+                    f"--init-from {path}: model {wanted}, the checkpoint has {saved[key]!r} ({where}); fine-tuning "
+                    "keeps the checkpoint's shapes"
                 )
     for key, value in model_section.items():
         if key == "preset":
@@ -148,15 +190,16 @@ def read_encoder_init(path: str | Path, model_section: dict[str, Any], data_sect
             changes[key] = value
         elif key in saved and saved[key] != value and key not in ("head", "num_labels", "max_len"):
             raise CheckpointError(
-                f"--init-from {path}: model {key} = {value!r} asked for, the checkpoint has {saved[key]!r} ({where}); "
-                f"fine-tuning keeps the checkpoint's shapes"
+                f"--init-from {path}: model {asked(key, value, where_asked(origins, 'model', key))}, the checkpoint "
+                f"has {saved[key]!r} ({where}); fine-tuning keeps the checkpoint's shapes"
             )
     saved_data = info.get("data") if isinstance(info.get("data"), dict) else {}
     for key in ("tokenizer", "vocab_size"):  # asked for, and the checkpoint's run recorded another
         if data_section.get(key) is not None and saved_data.get(key) not in (None, data_section[key]):
             raise CheckpointError(
-                f"--init-from {path}: {key} = {data_section[key]!r} asked for, the checkpoint's vocabulary was built "
-                f"with {saved_data[key]!r} ({where}); fine-tuning keeps the checkpoint's tokenizer"
+                f"--init-from {path}: {asked(key, data_section[key], where_asked(origins, 'data', key))}, the "
+                f"checkpoint's vocabulary was built with {saved_data[key]!r} ({where}); fine-tuning keeps the "
+                "checkpoint's tokenizer"
             )
     if data_section.get("tokenizer_file") is not None:
         raise CheckpointError(f"--init-from {path}: fine-tuning keeps the checkpoint's tokenizer; leave out its file")
@@ -170,9 +213,11 @@ def read_encoder_init(path: str | Path, model_section: dict[str, Any], data_sect
     return InitSource(path, config, saved_preset, {}, tokenizer, tokenizer)
 
 
-def _check_preset(preset: str | None, config: ModelConfig, path: Path) -> None:
+def _check_preset(
+    preset: str | None, config: ModelConfig, path: Path, origins: Mapping[str, str] | None = None
+) -> None:
     """Raise CheckpointError when the sizes of ``preset`` differ from the checkpoint's ``config`` (the stacks it
-    has)."""
+    has); ``origins`` say where the preset was named (:func:`where_asked`)."""
     if preset is None:
         return
     try:
@@ -183,8 +228,9 @@ def _check_preset(preset: str | None, config: ModelConfig, path: Path) -> None:
     for key in (k for k in SIZE_FIELDS if k != stacks.get(config.arch)):
         if getattr(wanted, key) != getattr(config, key):
             raise CheckpointError(
-                f"--init-from {path}: preset {preset!r} has {key} = {getattr(wanted, key)}, the checkpoint has "
-                f"{getattr(config, key)} ({path / ckpt.CONFIG_FILE}); fine-tuning keeps the checkpoint's shapes"
+                f"--init-from {path}: {preset_phrase(preset, origins)} has {key} = {getattr(wanted, key)}, the "
+                f"checkpoint has {getattr(config, key)} ({path / ckpt.CONFIG_FILE}); fine-tuning keeps the "
+                "checkpoint's shapes"
             )
 
 

@@ -194,7 +194,7 @@ def read_test_pairs(
     split = reader.pop("hf_split", None)
     data = DataConfig.from_dict({"dataset": spec, "hf_test_split": split, **reader}, "evaluate flags")
     corpus = load_pairs(spec, data.corpus_options("test"))
-    check_same_task(task, corpus.task, spec, str(loaded.path))
+    check_same_task(task, corpus.task, spec, str(loaded.path), asked=spec not in NAMED_TASKS and "task" in given)
     normalise = source_normaliser(loaded.info)  # a CMUdict model reads lower-case words
     pairs = [Pair(normalise(pair.source), pair.target) for pair in corpus.pairs]
     share = unknown_fraction(loaded.tgt_tokenizer, [pair.target for pair in pairs])

@@ -235,7 +235,7 @@ def _prepare_fresh(
 
     if not overwrite:
         check_no_run_there(run_dir)
-    init = task.read_init(init_from, sections.model, sections.data) if init_from is not None else None
+    init = task.read_init(init_from, sections.model, sections.data, sections.origins) if init_from is not None else None
     barrier(context)  # every rank has looked before rank 0 writes
     # every rank: the first to get there prepares the data into the cache, the others wait (no collective call is in
     # flight meanwhile, so a long preparation meets no timeout) and map what it wrote

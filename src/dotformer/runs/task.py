@@ -35,6 +35,8 @@ from dotformer.config import DEFAULT_SEED, PRESETS, ModelConfig
 from dotformer.errors import CheckpointError, ConfigError, DotformerError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dotformer.data.tokenize.tokenizer_files import TokenizerPair
     from dotformer.decoding.config import DecodeConfig
     from dotformer.decoding.engine import TranslationEngine
@@ -230,7 +232,13 @@ class Task(ABC):
             ConfigError: an unknown preset or a bad field.
         """
 
-    def read_init(self, path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
+    def read_init(
+        self,
+        path: str | Path,
+        model_section: dict[str, Any],
+        data_section: dict[str, Any],
+        origins: Mapping[str, str] | None = None,
+    ) -> InitSource:
         """What ``--init-from CKPT`` starts a run of this task from (:mod:`dotformer.runs.finetune`): an
         encoder-decoder checkpoint by default.
 
@@ -239,7 +247,7 @@ class Task(ABC):
         """
         from dotformer.runs.finetune import read_init_source
 
-        return read_init_source(path, model_section, data_section)
+        return read_init_source(path, model_section, data_section, origins)
 
     def record_data(self, record: dict[str, Any], run_dir: Path) -> Any:
         """The task's data config of ``run_dir``'s run.json ``record``.

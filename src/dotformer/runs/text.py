@@ -40,6 +40,8 @@ from dotformer.runs.task import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.decoding.inputs import TextRules
     from dotformer.runs.config_files import ConfigSections
@@ -72,10 +74,16 @@ class LanguageModelTask(Task):
     def check_model(self, model_section: dict[str, Any], data: LMDataConfig) -> None:
         lm_model_config(model_section, ANY_VOCAB_SIZE, data.block_size)
 
-    def read_init(self, path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
+    def read_init(
+        self,
+        path: str | Path,
+        model_section: dict[str, Any],
+        data_section: dict[str, Any],
+        origins: Mapping[str, str] | None = None,
+    ) -> InitSource:
         from dotformer.runs.text_init import read_text_init
 
-        return read_text_init(path, model_section, data_section)
+        return read_text_init(path, model_section, data_section, origins)
 
     def prepare(
         self,

@@ -17,6 +17,7 @@ and ``export`` read of the base (:data:`CARRIED`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
 from dotformer.data.config import DEFAULT_BLOCK_SIZE
 from dotformer.errors import CheckpointError, ConfigError, DotformerError
-from dotformer.runs.finetune import TUNABLE_MODEL_FIELDS, InitSource, _check_preset
+from dotformer.runs.finetune import TUNABLE_MODEL_FIELDS, InitSource, _check_preset, asked, where_asked
 
 # the [data] names of a language model's tokenizer settings (one tokenizer: both sides' names are its own)
 LM_KEYS = {"src_tokenizer": "tokenizer", "tgt_tokenizer": "tokenizer", "src_tokenizer_file": "tokenizer_file",
@@ -34,8 +35,14 @@ LM_KEYS = {"src_tokenizer": "tokenizer", "tgt_tokenizer": "tokenizer", "src_toke
 CARRIED = ("text_rules", "family", "imported_from")
 
 
-def read_text_init(path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any]) -> InitSource:
-    """Read the decoder-only checkpoint of ``--init-from`` for a language model.
+def read_text_init(
+    path: str | Path,
+    model_section: dict[str, Any],
+    data_section: dict[str, Any],
+    origins: Mapping[str, str] | None = None,
+) -> InitSource:
+    """Read the decoder-only checkpoint of ``--init-from`` for a language model (``origins``: where the fields asked
+    for came from, for the messages: :func:`~dotformer.runs.finetune.where_asked`).
 
     Returns:
         :class:`~dotformer.runs.finetune.InitSource` whose ``data`` holds the [data] fields the run takes from the
@@ -58,20 +65,21 @@ def read_text_init(path: str | Path, model_section: dict[str, Any], data_section
     saved, changes = config.to_dict(), {}
     for key, value in model_section.items():
         if key == "preset":
-            _check_preset(value, config, path)
+            _check_preset(value, config, path, origins)
         elif key in TUNABLE_MODEL_FIELDS:
             changes[key] = value
         elif key in saved and saved[key] != value:
             raise CheckpointError(
-                f"--init-from {path}: model {key} = {value!r} asked for, the checkpoint has {saved[key]!r} ({where}); "
-                f"fine-tuning keeps the checkpoint's shapes"
+                f"--init-from {path}: model {asked(key, value, where_asked(origins, 'model', key))}, the checkpoint "
+                f"has {saved[key]!r} ({where}); fine-tuning keeps the checkpoint's shapes"
             )
     saved_data = info.get("data") if isinstance(info.get("data"), dict) else {}
     for name in ("tokenizer", "vocab_size", "tokenizer_file", *LM_KEYS):
-        key, asked = LM_KEYS.get(name, name), data_section.get(name)
-        if asked is not None and (key == "tokenizer_file" or saved_data.get(key) not in (None, asked)):
+        key, value = LM_KEYS.get(name, name), data_section.get(name)
+        if value is not None and (key == "tokenizer_file" or saved_data.get(key) not in (None, value)):
             raise CheckpointError(
-                f"--init-from {path}: {name} = {asked!r} asked for; fine-tuning keeps the checkpoint's tokenizer "
+                f"--init-from {path}: {asked(name, value, where_asked(origins, 'data', name))}; fine-tuning "
+                "keeps the checkpoint's tokenizer "
                 f"({path / ckpt.TGT_TOKENIZER_FILE})"
             )
     tokenizer = ckpt.load_tokenizer_file(path / ckpt.TGT_TOKENIZER_FILE)

@@ -279,7 +279,7 @@ def _missing_message(missing: list[str], names: tuple[str, ...], libraries: list
     if unknown:
         message += (
             f"; {', '.join(unknown)} is not a module we know: use SpaRV, KJV, WEB or the id of an installed "
-            f"SWORD module (set CorpusOptions.sword_path or $SWORD_PATH to its library)"
+            f"SWORD module (give --sword-path, in TOML [data] sword_path, or $SWORD_PATH: its library)"
         )
     return message
 

@@ -73,7 +73,7 @@ def open_pairs(spec: str, options: CorpusOptions | None = None) -> PairReader:
         return TsvReader(spec, options)
     if "," in spec:
         source_path, _, target_path = spec.partition(",")
-        if "," in target_path:
+        if "," in target_path or not source_path.strip() or not target_path.strip():
             raise DataError(f"{spec}: parallel files are given as exactly two paths, 'SOURCE,TARGET'")
         return ParallelReader(source_path, target_path, options)
     kinds = (
@@ -81,4 +81,6 @@ def open_pairs(spec: str, options: CorpusOptions | None = None) -> PairReader:
     )
     if Path(spec).is_dir():
         raise DataError(f"{spec} is a directory, not a corpus file; {kinds}")
+    if Path(spec).exists():  # /dev/null, a pipe: a corpus file is read more than once
+        raise DataError(f"{spec} is not a regular file (a device, a pipe or a socket); {kinds}")
     raise MissingDataError(f"{spec}: no such file, and not a corpus name; {kinds}")

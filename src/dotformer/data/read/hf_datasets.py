@@ -123,11 +123,12 @@ def _layout(dataset: Any, options: CorpusOptions, spec: str) -> str:
         if all(name in keys for name in fields):
             return "translation"
         raise DataError(
-            f"{spec}: the translation dicts have keys {keys}, not {list(fields)}; set source_field/target_field"
+            f"{spec}: the translation dicts have keys {keys}, not {list(fields)}; give --source-field/--target-field "
+            "(in TOML [data] source_field/target_field)"
         )
     raise DataError(
         f"{spec}: no field(s) {[name for name in fields if name not in columns]}; the dataset has {columns}; "
-        f"set CorpusOptions.source_field/target_field"
+        f"give --source-field/--target-field (in TOML [data] source_field/target_field)"
     )
 
 

@@ -18,9 +18,12 @@ BLOCK_BYTES = 1 << 22  # bytes read and decoded at a time by iter_text_lines (4 
 
 
 def _check_is_file(path: Path) -> None:
-    """Raise MissingDataError for no such file, DataError for a directory."""
+    """Raise MissingDataError for no such file, DataError for a directory or another thing that is not a regular file
+    (``/dev/null``, a pipe: a file of data is read more than once)."""
     if path.is_dir():
         raise DataError(f"{path} is a directory; give a file")
+    if path.exists() and not path.is_file():
+        raise DataError(f"{path} is not a regular file (a device, a pipe or a socket); give a file")
     if not path.is_file():
         raise MissingDataError(f"{path}: no such file")
 
