@@ -368,7 +368,7 @@ def test_reader_flags_out_of_range_are_named_as_flags(
         ("evaluate", ["--num-columns", "0"], "--num-columns must be at least 2 (a source and a target), got 0"),
         ("train", ["--num-columns", "0"], "--num-columns must be at least 2 (a source and a target), got 0"),
         ("train", ["--valid-fraction", "2"], "--valid-fraction must be in [0, 1), got 2.0"),
-        ("evaluate", ["--empty-lines", "error"], f"{data}:2: blank line (--empty-lines skip, in TOML [data]"),
+        ("evaluate", ["--empty-lines", "error"], f"{data}:2: blank line (--empty-lines skip skips"),
     ):
         out_dir = ["--max-steps", "1", "--out", str(tmp_path / "r")]
         where = ["--checkpoint", str(runs["copy"])] if command == "evaluate" else out_dir

@@ -18,8 +18,7 @@ BLOCK_BYTES = 1 << 22  # bytes read and decoded at a time by iter_text_lines (4 
 
 
 def _check_is_file(path: Path) -> None:
-    """Raise MissingDataError for no such file, DataError for a directory or another thing that is not a regular file
-    (``/dev/null``, a pipe: a file of data is read more than once)."""
+    """Raise MissingDataError for no such file, DataError for a directory, a device or a pipe (read more than once)."""
     if path.is_dir():
         raise DataError(f"{path} is a directory; give a file")
     if path.exists() and not path.is_file():

@@ -68,10 +68,7 @@ class TsvReader(PairReader):
                 if columns is None and options.header:
                     raise DataError(f"{where}: the header row is blank")
                 if options.empty_lines == "error":
-                    raise DataError(
-                        f"{where}: blank line (--empty-lines skip, in TOML [data] empty_lines = 'skip', skips and "
-                        "counts them)"
-                    )
+                    raise DataError(f"{where}: blank line (--empty-lines skip skips and counts them)")
                 dropped["blank_line"] += 1
                 read += 1
                 continue
