@@ -17,6 +17,13 @@ sinusoidal table (interleaved sin/cos)  ``encoder/decoder.position_encodings.enc
 ``feed_forward.activation``            ``activation``: ``RELU``, ``GELU``, ``SWISH`` (SiLU)
 =====================================  ====================================================
 
+The modern block's switches (RMSNorm, gated feed-forwards, rotary positions, shared key/value heads, ``head_size``,
+the attention scale, biases on W_q, W_k, W_v alone) become the options of both stacks' specs, and of the
+cross-attention where dotformer's has them too (shared key/value heads, ``head_size``, the scale; rotary positions
+turn the self-attentions only, in both): :mod:`dotformer.export.ct2_modern`; the logits' soft cap is the decoder's
+``final_logit_softcapping``. What the Translator lacks is refused in one line naming the field
+(:func:`~dotformer.export.ct2_rules.modern_problem`).
+
 The exported model decodes as dotformer does with CTranslate2's *default* options, because the rules dotformer's
 search applies are carried by the model itself:
 
@@ -288,7 +295,8 @@ def transformer_spec(
     """Build the ``ctranslate2.specs.TransformerSpec`` holding ``model``'s weights (float32) and vocabularies.
 
     Args:
-        model: an encoder-decoder :class:`Transformer` (post-LN or pre-LN, ReLU, GELU or SiLU, any positional table).
+        model: an encoder-decoder :class:`Transformer` (post-LN or pre-LN, ReLU, GELU or SiLU, any positions), or of
+            the modern block (module docstring).
         src_vocab, tgt_vocab: the token strings of ids 0..V-1 (unique, specials first); default :func:`id_vocabulary`.
         suppress_specials: PAD and BOS never generated with the default options (see :class:`SpecWriter`).
 
@@ -296,7 +304,8 @@ def transformer_spec(
         The validated spec; ``spec.save(directory)`` writes it.
 
     Raises:
-        ConfigError: not an encoder-decoder, an activation CTranslate2 lacks, or a vocabulary does not fit the model.
+        ConfigError: not an encoder-decoder, an activation or switch CTranslate2 lacks (naming the field), or a
+            vocabulary that does not fit the model.
     """
     config = model.config
     src_vocab = list(src_vocab) if src_vocab is not None else id_vocabulary(config.src_vocab_size)

@@ -56,7 +56,8 @@ def model_problem(config: ModelConfig) -> str | None:
 
 def exported_positions(config: ModelConfig) -> int:
     """Rows of the positional tables written for an encoder-decoder: ``max_len`` for a learned table, at least
-    :data:`CT2_POSITIONS` for sinusoids (which have no limit in dotformer)."""
+    :data:`CT2_POSITIONS` for sinusoids (which have no limit in dotformer); rotary positions write no table and read
+    as many (the bound the CTranslate2 engine keeps to)."""
     return config.max_len if config.positional == "learned" else max(config.max_len, CT2_POSITIONS)
 
 
