@@ -125,14 +125,16 @@ class Job:
 
 
 def prepare(args: argparse.Namespace, checkpoint: Path, workdir: Path) -> Job:
-    """Export the checkpoint, read its test inputs and tokenise them as dotformer does."""
+    """Export the checkpoint (to Marian only for HF's ``generate``: a modern-block model has no Marian copy), read
+    its test inputs and tokenise them as dotformer does."""
     from dotformer.checkpoint import load_checkpoint
     from dotformer.decoding.inputs import encode_sources
 
     workdir.mkdir(parents=True, exist_ok=True)
     ct2_dir, marian_dir = workdir / "ct2", workdir / "marian"
     run_quiet([*dotformer_cli(), "export", "--to", "ct2", str(checkpoint), str(ct2_dir)])
-    run_quiet([*dotformer_cli(), "export", "--to", "marian", str(checkpoint), str(marian_dir)])
+    if not args.no_hf:
+        run_quiet([*dotformer_cli(), "export", "--to", "marian", str(checkpoint), str(marian_dir)])
     words = test_words(checkpoint, args.words_file, args.words)
     loaded = load_checkpoint(checkpoint)
     encoded = encode_sources(loaded, words)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 from decoding_support import single_thread
+from tolerance import logits_tolerance
 
 import dotformer
 from dotformer import ModelConfig, Transformer
@@ -36,6 +37,11 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 SYMBOLS = " ".join(f"a{i}" for i in range(10))  # 10 symbols: V = 14 with PAD, BOS, EOS, UNK
 BEAM_TIE = 0.1  # nats: two outputs of a beam search this close in score are a near-tie (see same_or_tied)
 SCORE_TOLERANCE = 1e-3  # log-probabilities summed in float32 over <= 10 steps differ by ~1e-6; 1e-3 is the target
+MODERN = {  # configs/g2p-modern.toml's block: pre-norm RMSNorm, SwiGLU, rotary positions, GQA (2 of 4 heads), no biases
+    "norm_first": True, "norm": "rmsnorm", "ffn_gated": True, "activation": "silu", "positional": "rotary",
+    "bias": False, "num_kv_heads": 2,
+}  # fmt: skip
+BLOCKS = {"2017": {}, "modern": MODERN}
 
 
 @pytest.fixture(autouse=True)
@@ -44,9 +50,10 @@ def _one_thread() -> Iterator[None]:
         yield
 
 
-def fitted_reverse_model(steps: int = 150, seed: int = 0) -> Transformer:
-    """A tiny encoder-decoder fitted briefly (with label smoothing, as a real run) to reverse sequences of the 10
-    symbols: its outputs are mostly right, its distributions far from one-hot, and PAD and BOS keep some mass.
+def fitted_reverse_model(steps: int = 150, seed: int = 0, **overrides: Any) -> Transformer:
+    """A tiny encoder-decoder (the 2017 block, or the block of ``overrides``) fitted briefly (with label smoothing,
+    as a real run) to reverse sequences of the 10 symbols: its outputs are mostly right, its distributions far from
+    one-hot, and PAD and BOS keep some mass.
 
     It is fitted in float64 and kept in float32: float32 training on two vector units (AVX2, AVX-512) rounds its sums
     differently and 150 Adam steps grow that into two different models; in float64 the difference stays near 1e-12,
@@ -54,7 +61,7 @@ def fitted_reverse_model(steps: int = 150, seed: int = 0) -> Transformer:
     torch.manual_seed(seed)
     config = ModelConfig(
         src_vocab_size=14, tgt_vocab_size=14, d_model=32, num_heads=4, d_ff=64, num_encoder_layers=2,
-        num_decoder_layers=2, dropout=0.0, generator_bias=True, tie_output=False,
+        num_decoder_layers=2, dropout=0.0, generator_bias=True, tie_output=False, **overrides,
     )  # fmt: skip
     model = Transformer(config).double()
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
@@ -153,19 +160,25 @@ def test_beam_outputs_agree_on_at_least_99_percent(engines: tuple[Any, TorchEngi
     assert_scores_agree(ours, theirs)
 
 
-@pytest.fixture(scope="module")
-def sure_engines(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, TorchEngine]:
-    """The engines of the fitted model with PAD and BOS given no probability (their output biases at -30), as a
-    trained model gives them: CTranslate2 takes them out before its softmax, dotformer after, and only their mass
-    can make the two searches rank candidates differently."""
+@pytest.fixture(scope="module", params=list(BLOCKS))
+def sure_checkpoint(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """The fitted model (the 2017 block, and g2p-modern's) with PAD and BOS given no probability (their output biases
+    at -30), as a trained model gives them: CTranslate2 takes them out before its softmax, dotformer after, and only
+    their mass can make the two searches rank candidates differently."""
     symbols = train_tokenizer("symbol", [SYMBOLS])
     with single_thread():
-        model = fitted_reverse_model()
+        model = fitted_reverse_model(**BLOCKS[request.param])
     with torch.no_grad():
         model.generator.bias[[PAD_ID, BOS_ID]] = -30.0
-    path = save_checkpoint(tmp_path_factory.mktemp("sure") / "reverse", model, symbols, symbols, {"task": "synthetic"})
-    ct2 = dotformer.load(path, device="cpu", engine="ctranslate2", intra_threads=1).translation_engine()
-    return ct2, TorchEngine(load_checkpoint(path))
+    root = tmp_path_factory.mktemp(f"sure-{request.param}")
+    return save_checkpoint(root / "reverse", model, symbols, symbols, {"task": "synthetic"})
+
+
+@pytest.fixture(scope="module")
+def sure_engines(sure_checkpoint: Path) -> tuple[Any, TorchEngine]:
+    """The engines of :func:`sure_checkpoint`."""
+    ct2 = dotformer.load(sure_checkpoint, device="cpu", engine="ctranslate2", intra_threads=1).translation_engine()
+    return ct2, TorchEngine(load_checkpoint(sure_checkpoint))
 
 
 @pytest.mark.numerical
@@ -186,6 +199,36 @@ def test_beam_search_stops_where_the_torch_engines_does(
         assert sorted(h.text for h in mine) == sorted(h.text for h in ref), source
         for a, b in zip(mine, ref, strict=True):
             assert a.score == pytest.approx(b.score, abs=SCORE_TOLERANCE), source
+
+
+@pytest.mark.numerical
+def test_greedy_outputs_and_scores_of_each_block_are_the_torch_engines(
+    sure_checkpoint: Path, sure_engines: tuple[Any, TorchEngine]
+) -> None:
+    """Greedy outputs equal on every input, their log-probabilities within the float32 bound of their logits (two
+    log-softmaxes of logits each within :func:`~tolerance.logits_tolerance` differ by at most twice it), and int8
+    runs: for the 2017 block and g2p-modern's (RMSNorm, SwiGLU, rotary positions, GQA in self- and cross-attention)."""
+    _, reference = sure_engines
+    inputs = texts(300, seed=21)
+    ours, theirs = decode_both(sure_engines, inputs, DecodeConfig(strategy="greedy"))
+    assert [h[0].text for h in ours] == [h[0].text for h in theirs]  # 100%
+    assert sum(h[0].text == " ".join(reversed(t.split())) for h, t in zip(ours, inputs, strict=True)) > 100
+    model = reference.checkpoint.model
+    encoded = encode_sources(reference.checkpoint, inputs, 64)
+    for source, mine, ref in zip(encoded.ids, ours, theirs, strict=True):
+        a, b = mine[0], ref[0]
+        target = torch.tensor([[BOS_ID, *b.tokens]])
+        with torch.no_grad():
+            logits = model(torch.tensor([source]), target)  # (1, T, V)
+        bound = 2 * logits_tolerance(model.config, logits, len(source))
+        assert a.tokens == b.tokens and a.finished == b.finished
+        assert a.log_probs == pytest.approx(b.log_probs, abs=bound)
+        assert a.score == pytest.approx(b.score, abs=bound * len(b.log_probs))  # a sum of them
+    assert dotformer.load(sure_checkpoint, device="cpu").engine == "ctranslate2"  # what auto runs
+    int8 = dotformer.load(sure_checkpoint, device="cpu", dtype="int8", engine="ctranslate2", intra_threads=1)
+    outputs = int8.translate(inputs[:50], strategy="greedy")
+    assert all(set(text.split()) <= set(SYMBOLS.split()) for text in outputs)  # int8 may differ a little in value
+    assert sum(a == h[0].text for a, h in zip(outputs, ours, strict=False)) > 25  # mostly the float32 outputs
 
 
 def test_cut_is_safe_only_when_no_hypothesis_left_out_can_outrank_the_returned_ones() -> None:

@@ -177,12 +177,30 @@ def test_what_ctranslate2_lacks_is_refused_by_name(tmp_path: Path, overrides: di
     assert not (tmp_path / "ct2").exists()
 
 
-def test_a_translation_model_keeps_to_the_2017_block(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"qk_norm": True}, "ModelConfig.qk_norm=True: CTranslate2's Translator does not give"),
+        ({"sandwich_norm": True}, "ModelConfig.sandwich_norm=True: CTranslate2's Translator has no norm after"),
+        ({"sliding_window": 4}, "ModelConfig.sliding_window=4: CTranslate2's Translator cannot score a target"),
+        ({"attention_softcap": 5.0}, "ModelConfig.attention_softcap=5.0: CTranslate2 has no soft cap"),
+    ],
+)
+def test_a_translation_model_refuses_what_the_translator_lacks_by_name(
+    tmp_path: Path, overrides: dict, message: str
+) -> None:
+    """The Translator carries the modern block (tests/test_export.py, tests/test_engines.py) but for these."""
+    from dotformer.engines.choice import ct2_problem
     from dotformer.export.ct2 import export_ctranslate2
 
-    config = ModelConfig.preset("tiny", src_vocab_size=V, tgt_vocab_size=V, norm="rmsnorm")
-    with pytest.raises(ConfigError, match=r"^ModelConfig\.norm='rmsnorm': the CTranslate2 Translator export writes"):
+    base = {**LLAMA, "norm_first": True, "scale_embeddings": True}
+    config = ModelConfig.preset("tiny", src_vocab_size=V, tgt_vocab_size=V, **{**base, **overrides})
+    with pytest.raises(ConfigError) as caught:
         export_ctranslate2(Transformer(config), tmp_path / "ct2")
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+    assert not (tmp_path / "ct2").exists()
+    assert str(ct2_problem(config, "float32", "cpu")).startswith(message)  # auto decodes it on torch
+    assert ct2_problem(ModelConfig.preset("tiny", src_vocab_size=V, tgt_vocab_size=V, **base), "float32", "cpu") is None
 
 
 # -- the command line and the engine -----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ The copy task trained to 100% exact match is a measurement of learning, not a sm
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -46,6 +47,8 @@ def test_g2p_main_job_quick(tmp_path: Path) -> None:
     assert (out / "last" / "model.safetensors").is_file()
     assert json.loads((out / "test_metrics.json").read_text())["checkpoint"] == str(out / "last")
     assert json.loads((out / "last" / "config.json").read_text())["step"] == 150
+    if importlib.util.find_spec("ctranslate2") is not None:  # the modern block runs on CTranslate2 (--engine auto)
+        assert json.loads((out / "test_metrics.json").read_text())["engine"] == "ctranslate2"
 
 
 @pytest.mark.parametrize("script", ["g2p.sh", "bible.sh", "lm.sh", "classify.sh"])

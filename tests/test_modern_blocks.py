@@ -578,8 +578,9 @@ def test_the_2017_exporters_refuse_a_modern_switch_by_name(tmp_path: Any) -> Non
     model = Transformer(decoder_config(positional="learned", norm="layernorm", norm_unit_offset=False))
     with pytest.raises(ConfigError, match=r"ModelConfig\.activation='gelu_tanh'.*2017 block"):
         export_lm_onnx(model, tmp_path / "onnx")
-    problem = model_problem(ModelConfig(13, 13, positional="rotary"))  # a Translator: the 2017 block only
-    assert problem is not None and problem.startswith("ModelConfig.positional='rotary'")
+    assert model_problem(ModelConfig(13, 13, positional="rotary", norm="rmsnorm")) is None  # a Translator carries them
+    problem = model_problem(ModelConfig(13, 13, qk_norm=True))  # a Translator: what its encoder-decoder lacks
+    assert problem is not None and problem.startswith("ModelConfig.qk_norm=True")
     problem = model_problem(decoder_config(attention_softcap=5.0))  # a Generator: what CTranslate2 lacks
     assert problem is not None and problem.startswith("ModelConfig.attention_softcap=5.0")
     assert model_problem(ModelConfig(13, 13)) is None

@@ -17,6 +17,13 @@ sinusoidal table (interleaved sin/cos)  ``encoder/decoder.position_encodings.enc
 ``feed_forward.activation``            ``activation``: ``RELU``, ``GELU``, ``SWISH`` (SiLU)
 =====================================  ====================================================
 
+The modern block's switches (RMSNorm, gated feed-forwards, rotary positions, shared key/value heads, ``head_size``,
+the attention scale, biases on W_q, W_k, W_v alone) become the options of both stacks' specs, and of the
+cross-attention where dotformer's has them too (shared key/value heads, ``head_size``, the scale; rotary positions
+turn the self-attentions only, in both): :mod:`dotformer.export.ct2_modern`; the logits' soft cap is the decoder's
+``final_logit_softcapping``. What the Translator lacks is refused in one line naming the field
+(:func:`~dotformer.export.ct2_rules.modern_problem`).
+
 The exported model decodes as dotformer does with CTranslate2's *default* options, because the rules dotformer's
 search applies are carried by the model itself:
 
@@ -44,6 +51,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +62,7 @@ from dotformer.config import ModelConfig
 from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
+from dotformer.export.ct2_modern import set_attention_options, stack_options
 from dotformer.export.ct2_rules import (
     CT2_ACTIVATIONS,
     check_quantization,
@@ -61,8 +70,17 @@ from dotformer.export.ct2_rules import (
     model_problem,
 )
 from dotformer.export.outdir import fresh_output_dir
-from dotformer.export.params import SUPPRESSED_LOGIT, Converter, EngineNames, LayerNames, embedding_params, locate
-from dotformer.layers import RMSNorm
+from dotformer.export.params import (
+    SUPPRESSED_LOGIT,
+    Converter,
+    EngineNames,
+    LayerNames,
+    embedding_params,
+    join,
+    layer_attentions,
+    locate,
+)
+from dotformer.layers import DecoderLayer, EncoderLayer, RMSNorm
 from dotformer.model import Transformer
 
 
@@ -148,6 +166,17 @@ CT2_NAMES = EngineNames(
 )
 
 
+def gated_names(layer: LayerNames, config: ModelConfig) -> LayerNames:
+    """``layer``'s names with a gated feed-forward's where ``config`` has one: W_1 is ``ffn.linear_0_noact``, W_gate
+    takes ``ffn.linear_0`` (the activated one; :meth:`SpecWriter.copy_layer`)."""
+    return replace(layer, ffn={"in": "ffn.linear_0_noact", "out": "ffn.linear_1"}) if config.ffn_gated else layer
+
+
+def translator_names(config: ModelConfig) -> EngineNames:
+    """:data:`CT2_NAMES`, with a gated feed-forward's names (:func:`gated_names`) in both stacks."""
+    return replace(CT2_NAMES, layers={stack: gated_names(names, config) for stack, names in CT2_NAMES.layers.items()})
+
+
 def _tensor(parameter: torch.Tensor) -> torch.Tensor:
     """A parameter as CTranslate2 takes it: float32 on the CPU, out of autograd."""
     return parameter.detach().float().cpu()
@@ -162,10 +191,22 @@ class SpecWriter(Converter):
     log-probabilities (the CTranslate2 engine, :mod:`dotformer.engines`).
     """
 
-    def __init__(self, spec: Any, suppress_specials: bool = True) -> None:
-        super().__init__(CT2_NAMES)
+    def __init__(self, spec: Any, suppress_specials: bool = True, names: EngineNames = CT2_NAMES) -> None:
+        super().__init__(names)
         self.spec = spec
         self.suppress_specials = suppress_specials
+
+    def copy_layer(self, ours: EncoderLayer | DecoderLayer, names: LayerNames, theirs: str) -> None:
+        """The 2017 layer's weights (:class:`~dotformer.export.params.Converter`), then the modern block's where the
+        layer has them: W_gate (``ffn.linear_0``, the activated half), each attention's QK-norms."""
+        super().copy_layer(ours, names, theirs)
+        if ours.feed_forward.W_gate is not None:
+            self.copy_linear([ours.feed_forward.W_gate], join(theirs, "ffn.linear_0"), ("gate",))
+        for sublayer, attention in layer_attentions(ours).items():
+            for side in ("q", "k"):
+                norm = getattr(attention, f"{side}_norm", None)
+                if norm is not None:
+                    self.copy_norm(norm, join(theirs, names.attention[sublayer], f"{side}_norm"))
 
     def copy_linear(self, ours: Sequence[nn.Linear], theirs: str, roles: tuple[str, ...]) -> None:
         """spec.weight <- the weights stacked on the output axis (fused projections); the same for biases if any."""
@@ -187,12 +228,15 @@ class SpecWriter(Converter):
 
     def copy_embeddings(self, model: Transformer) -> None:
         """Token tables, the positional tables (×√D is CTranslate2's ``scale_embeddings``): ``max_len`` rows of a
-        learned table, :func:`~dotformer.export.ct2_rules.exported_positions` rows of sinusoids."""
+        learned table, :func:`~dotformer.export.ct2_rules.exported_positions` rows of sinusoids, none for rotary
+        positions (they turn q and k in each self-attention: the spec's ``rotary_dim``)."""
         scale = math.sqrt(model.config.d_model) if model.config.scale_embeddings else 1.0
         for side, embedding in embedding_params(model).items():
             locate(self.spec, self.names.embeddings[side]).weight = _tensor(embedding.weight)
         for side, embed in (("src", model.src_embed), ("tgt", model.tgt_embed)):
             assert embed is not None  # encoder-decoder, checked
+            if embed.position is None:  # rotary positions
+                continue
             positions = embed.position.encoding(exported_positions(model.config))  # (L, D)
             locate(self.spec, self.names.positions[side]).encodings = _tensor(positions)
         self.spec.encoder.scale_embeddings = self.spec.decoder.scale_embeddings = scale
@@ -205,7 +249,7 @@ class SpecWriter(Converter):
         self.copy_linear([model.generator], self.names.generator or "", ("generator",))
         projection = locate(self.spec, self.names.generator or "")
         bias = (
-            _tensor(model.generator.bias)
+            _tensor(model.generator.bias).clone()  # a copy: the model's own bias stays as it is
             if model.generator.bias is not None
             else torch.zeros(model.config.tgt_vocab_size)
         )
@@ -215,17 +259,29 @@ class SpecWriter(Converter):
 
 
 def _empty_spec(config: ModelConfig) -> Any:
-    """A ``TransformerSpec`` of ``config``'s shape, with its switches set and no weights yet."""
+    """A ``TransformerSpec`` of ``config``'s shape, with its switches set (the modern block's:
+    :mod:`dotformer.export.ct2_modern`) and no weights yet."""
+    import numpy as np
     from ctranslate2.specs import common_spec, transformer_spec
 
     activation = getattr(common_spec.Activation, CT2_ACTIVATIONS[config.activation])  # checked by _check
-    spec = transformer_spec.TransformerSpec.from_config(
-        (config.num_encoder_layers, config.num_decoder_layers),
+    shared = dict(pre_norm=config.norm_first, activation=activation, **stack_options(config))
+    encoder = transformer_spec.TransformerEncoderSpec(config.num_encoder_layers, config.num_heads, **shared)
+    decoder = transformer_spec.TransformerDecoderSpec(
+        config.num_decoder_layers,
         config.num_heads,
-        pre_norm=config.norm_first,
-        activation=activation,
         alignment_heads=config.num_heads,  # return_attention: the last layer's heads averaged, as dotformer aligns
+        **shared,
     )
+    rotary = config.positional == "rotary"
+    for layer in encoder.layer:
+        set_attention_options(layer.self_attention, config, rotary)
+    for layer in decoder.layer:
+        set_attention_options(layer.self_attention, config, rotary)
+        set_attention_options(layer.attention, config, rotary=False)  # cross-attention: no positions
+    if config.logit_softcap is not None:
+        decoder.final_logit_softcapping = np.float32(config.logit_softcap)
+    spec = transformer_spec.TransformerSpec(encoder, decoder)
     spec.config.layer_norm_epsilon = config.layer_norm_eps
     return spec
 
@@ -239,7 +295,8 @@ def transformer_spec(
     """Build the ``ctranslate2.specs.TransformerSpec`` holding ``model``'s weights (float32) and vocabularies.
 
     Args:
-        model: an encoder-decoder :class:`Transformer` (post-LN or pre-LN, ReLU, GELU or SiLU, any positional table).
+        model: an encoder-decoder :class:`Transformer` (post-LN or pre-LN, ReLU, GELU or SiLU, any positions), or of
+            the modern block (module docstring).
         src_vocab, tgt_vocab: the token strings of ids 0..V-1 (unique, specials first); default :func:`id_vocabulary`.
         suppress_specials: PAD and BOS never generated with the default options (see :class:`SpecWriter`).
 
@@ -247,14 +304,15 @@ def transformer_spec(
         The validated spec; ``spec.save(directory)`` writes it.
 
     Raises:
-        ConfigError: not an encoder-decoder, an activation CTranslate2 lacks, or a vocabulary does not fit the model.
+        ConfigError: not an encoder-decoder, an activation or switch CTranslate2 lacks (naming the field), or a
+            vocabulary that does not fit the model.
     """
     config = model.config
     src_vocab = list(src_vocab) if src_vocab is not None else id_vocabulary(config.src_vocab_size)
     tgt_vocab = list(tgt_vocab) if tgt_vocab is not None else id_vocabulary(config.tgt_vocab_size)
     _check(config, src_vocab, tgt_vocab)
     spec = _empty_spec(config)
-    SpecWriter(spec, suppress_specials).copy_model(model)
+    SpecWriter(spec, suppress_specials, translator_names(config)).copy_model(model)
     spec.register_source_vocabulary(src_vocab)
     spec.register_target_vocabulary(tgt_vocab)
     spec.config.unk_token = SPECIAL_TOKENS[UNK_ID]

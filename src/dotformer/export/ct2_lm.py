@@ -69,21 +69,15 @@ from dotformer.export.ct2 import (
     SpecWriter,
     _layer_names,
     _tensor,
+    gated_names,
     id_vocabulary,
     save_spec,
 )
+from dotformer.export.ct2_modern import set_attention_options, stack_options
 from dotformer.export.ct2_rules import CT2_ACTIVATIONS, check_quantization, model_problem
 from dotformer.export.params import EngineNames, LayerNames, embedding_params, join, locate
 from dotformer.layers import DecoderLayer
 from dotformer.model import Transformer
-
-LOCAL_UNSCALED = (  # a sliding layer's RoPE with rope_local_theta is unscaled: these attributes go
-    "rotary_scaling_type",
-    "rotary_scaling_factor",
-    "rotary_low_freq_factor",
-    "rotary_high_freq_factor",
-    "original_max_position_embeddings",
-)
 
 CT2_LM_NAMES = EngineNames(
     layers={"decoder": _layer_names("decoder", cross=False)},  # the decoder alone: no encoder attention
@@ -96,10 +90,9 @@ CT2_LM_NAMES = EngineNames(
 def language_model_names(config: ModelConfig) -> EngineNames:
     """:data:`CT2_LM_NAMES`, with the modern block's names where ``config`` switches them: a gated feed-forward's
     W_1 is ``ffn.linear_0_noact`` (W_gate takes ``linear_0``), sandwich norms sit on the layer itself."""
-    layer = CT2_LM_NAMES.layers["decoder"]
-    ffn = {"in": "ffn.linear_0_noact", "out": "ffn.linear_1"} if config.ffn_gated else layer.ffn
+    layer = gated_names(CT2_LM_NAMES.layers["decoder"], config)
     norms = {"self": "input_layer_norm", "ffn": "pre_feedforward_layer_norm"} if config.sandwich_norm else layer.norms
-    return replace(CT2_LM_NAMES, layers={"decoder": replace(layer, ffn=ffn, norms=norms)})
+    return replace(CT2_LM_NAMES, layers={"decoder": replace(layer, norms=norms)})
 
 
 class LanguageModelSpecWriter(SpecWriter):
@@ -108,8 +101,7 @@ class LanguageModelSpecWriter(SpecWriter):
     modern block's extra weights of a layer: ``W_gate``, the QK-norms, the norms after each sublayer."""
 
     def __init__(self, spec: Any, config: ModelConfig, suppress_specials: bool = True) -> None:
-        super().__init__(spec, suppress_specials)
-        self.names = language_model_names(config)
+        super().__init__(spec, suppress_specials, language_model_names(config))
 
     def copy_embeddings(self, model: Transformer) -> None:
         """The token table, the positional table up to ``max_len`` (×√D is ``scale_embeddings``)."""
@@ -122,15 +114,9 @@ class LanguageModelSpecWriter(SpecWriter):
         self.spec.decoder.scale_embeddings = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
 
     def copy_layer(self, ours: DecoderLayer, names: LayerNames, theirs: str) -> None:  # type: ignore[override]
-        """The 2017 layer's weights (:class:`~dotformer.export.params.Converter`), then W_gate, the QK-norms and the
-        sandwich's norms after each sublayer, where the layer has them."""
+        """The layer's weights (:meth:`~dotformer.export.ct2.SpecWriter.copy_layer`: W_gate and the QK-norms
+        included), then the sandwich's norms after each sublayer, where the layer has them."""
         super().copy_layer(ours, names, theirs)
-        if ours.feed_forward.W_gate is not None:
-            self.copy_linear([ours.feed_forward.W_gate], join(theirs, "ffn.linear_0"), ("gate",))
-        for side in ("q", "k"):
-            norm = getattr(ours.self_attn, f"{side}_norm", None)
-            if norm is not None:
-                self.copy_norm(norm, join(theirs, f"self_attention.{side}_norm"))
         if ours.res_self.post_norm is not None:
             assert ours.res_ff.post_norm is not None  # sandwich_norm puts one after each sublayer
             self.copy_norm(ours.res_self.post_norm, join(theirs, "post_attention_layer_norm"))
@@ -138,41 +124,18 @@ class LanguageModelSpecWriter(SpecWriter):
 
 
 def modern_options(config: ModelConfig) -> dict[str, Any]:
-    """The keyword arguments of ``TransformerDecoderModelSpec.from_config`` for ``config``'s modern switches (none
-    for the 2017 block, whose spec stays as it was): the options every layer shares."""
-    from ctranslate2.specs import attention_spec
-
-    c = config
-    options: dict[str, Any] = {}
-    if c.norm == "rmsnorm":
-        options["rms_norm"] = True
-    if c.ffn_gated:
-        options["ffn_glu"] = True
-    if c.sandwich_norm:
-        options["pre_post_layer_norm"] = True
-    if c.qk_norm:
-        options["qk_norm"] = True
-    if c.kv_heads != c.num_heads:
-        options["num_heads_kv"] = c.kv_heads
-    if c.head_size is not None:
-        options["head_dim"] = c.head_dim
-    if c.sliding_window is not None:
-        options["sliding_window"] = c.sliding_window
-    if c.positional == "rotary":
-        options.update(rotary_dim=c.rotary_dims, rotary_interleave=False, rotary_base=c.rope_theta)
-        if c.rope_scaling != "none":
-            kind = {"linear": "Linear", "llama3": "Llama3"}[c.rope_scaling]  # checked by modern_problem
-            options["rotary_scaling_type"] = getattr(attention_spec.RotaryScalingType, kind)
-            options["rotary_scaling_factor"] = c.rope_factor
-        if c.rope_scaling == "llama3":
-            options["original_max_position_embeddings"] = c.rope_original_max_len
+    """The keyword arguments of ``TransformerDecoderModelSpec.from_config`` for ``config``'s modern switches:
+    :func:`~dotformer.export.ct2_modern.stack_options`, and the decoder's sliding window."""
+    options = stack_options(config)
+    if config.sliding_window is not None:
+        options["sliding_window"] = config.sliding_window
     return options
 
 
 def set_layer_options(spec: Any, config: ModelConfig) -> None:
-    """The options set layer by layer, on each self-attention: no window on a full layer among sliding ones, a
-    sliding layer's own unscaled RoPE base (``rope_local_theta``), llama3's factors, the attention scale; and the
-    logits' soft cap on the decoder."""
+    """The options set layer by layer, on each self-attention: no window on a full layer among sliding ones, and
+    :func:`~dotformer.export.ct2_modern.set_attention_options` (a sliding layer's own RoPE base, llama3's factors,
+    the attention scale); and the logits' soft cap on the decoder."""
     import numpy as np
 
     c = config
@@ -181,18 +144,7 @@ def set_layer_options(spec: Any, config: ModelConfig) -> None:
         sliding = c.sliding_window is not None and (c.layer_types is None or c.layer_types[i] == "sliding")
         if c.sliding_window is not None and not sliding:
             attention.sliding_window = np.int32(0)  # 0: every key, as the decoder's option would otherwise give W
-        if c.rope_scaling == "llama3":
-            # the spec declares the factor for linear scaling only; CTranslate2 reads it for llama3 too (default 1)
-            object.__setattr__(attention, "rotary_scaling_factor", np.float32(c.rope_factor))
-            attention.rotary_low_freq_factor = np.float32(c.rope_low_freq_factor)
-            attention.rotary_high_freq_factor = np.float32(c.rope_high_freq_factor)
-        if sliding and c.rope_local_theta is not None:
-            attention.rotary_base = np.float32(c.rope_local_theta)
-            for name in LOCAL_UNSCALED:
-                if hasattr(attention, name):
-                    delattr(attention, name)
-        if c.attention_scale is not None:
-            attention.queries_scale = np.float32(c.attention_scale)
+        set_attention_options(attention, c, rotary=c.positional == "rotary", local=sliding)
     if c.logit_softcap is not None:
         spec.decoder.final_logit_softcapping = np.float32(c.logit_softcap)
 

@@ -56,7 +56,8 @@ def model_problem(config: ModelConfig) -> str | None:
 
 def exported_positions(config: ModelConfig) -> int:
     """Rows of the positional tables written for an encoder-decoder: ``max_len`` for a learned table, at least
-    :data:`CT2_POSITIONS` for sinusoids (which have no limit in dotformer)."""
+    :data:`CT2_POSITIONS` for sinusoids (which have no limit in dotformer); rotary positions write no table and read
+    as many (the bound the CTranslate2 engine keeps to)."""
     return config.max_len if config.positional == "learned" else max(config.max_len, CT2_POSITIONS)
 
 
@@ -68,13 +69,13 @@ def modern_problem(config: ModelConfig) -> str | None:
     (1 + w) too), gated feed-forwards, rotary positions (partial, linear and llama3 scalings, a local base on sliding
     layers), shared key/value heads, ``head_size``, biases on W_q, W_k, W_v alone, QK-norm, sliding-window layers
     among full ones, sandwich norms, an attention scale and the logits' soft cap (:mod:`dotformer.export.ct2_lm`).
-    The encoder-decoder export (a ``Translator``) writes the 2017 block only.
+    An encoder-decoder becomes a ``Translator`` with the same switches in both stacks and in the cross-attention
+    (:mod:`dotformer.export.ct2`), but for three its encoder-decoder lacks: QK-norm (its Translator does not give
+    dotformer's values with it), sandwich norms (no norm after its cross-attention) and a sliding window (it cannot
+    score a target longer than the window).
     """
-    switches = config.modern_switches()
-    if not switches:
+    if not config.modern_switches():
         return None
-    if config.arch != "decoder-only":
-        return f"ModelConfig.{switches[0]}: the CTranslate2 Translator export writes the 2017 block only"
     if config.attention_softcap is not None:
         return (
             f"ModelConfig.attention_softcap={config.attention_softcap!r}: CTranslate2 has no soft cap on attention "
@@ -85,4 +86,14 @@ def modern_problem(config: ModelConfig) -> str | None:
             f"ModelConfig.rope_scaling={config.rope_scaling!r}: CTranslate2 scales rotary frequencies "
             f"{' or '.join(CT2_ROTARY_SCALINGS[1:])} only"
         )
+    if config.arch == "encoder-decoder":
+        if config.qk_norm:
+            return "ModelConfig.qk_norm=True: CTranslate2's Translator does not give dotformer's values with QK-norm"
+        if config.sandwich_norm:
+            return "ModelConfig.sandwich_norm=True: CTranslate2's Translator has no norm after the cross-attention"
+        if config.sliding_window is not None:
+            return (
+                f"ModelConfig.sliding_window={config.sliding_window!r}: CTranslate2's Translator cannot score a "
+                "target longer than the window"
+            )
     return None
