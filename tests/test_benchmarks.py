@@ -560,6 +560,30 @@ def test_generate_speed_holds_hf_llamas_weights(bench):
     torch.testing.assert_close(ours, theirs, rtol=0, atol=logits_tolerance(model.config, theirs))
 
 
+def test_the_shipped_modern_translator_is_bible_with_llamas_block_at_its_parameter_count(bench):
+    """configs/bible-modern.toml is the ablation's "modern" row of bible.toml: its data, its recipe but the learning
+    rate's schedule, the Llama block's fields, d_ff matched; within 0.1% of the parameters on the shared 8,000-token
+    vocabulary."""
+    ablation = bench("modern_ablation")
+    from dotformer.model import expected_num_parameters
+    from dotformer.runs.config_files import read_config_file
+
+    def config(name: str) -> ModelConfig:
+        model = dict(read_config_file(name).model)
+        return ModelConfig.preset(model.pop("preset"), src_vocab_size=8000, tgt_vocab_size=8000, **model)
+
+    old, new = read_config_file("bible"), read_config_file("bible-modern")
+    schedule = dict(lr_schedule="constant", warmup_steps=100, lr_cooldown=0.2)
+    assert new.data == old.data and new.train == {**old.train, **schedule}
+    base = config("bible")
+    target = expected_num_parameters(base)
+    [modern] = [variant for variant in ablation.VARIANTS if variant.name == "modern"]
+    fields = ablation.changes(ablation.variant_fields(modern, base), base)
+    d_ff = ablation.matched_d_ff(base.replace(**fields), target)
+    assert config("bible-modern") == base.replace(**fields, d_ff=d_ff)
+    assert abs(expected_num_parameters(config("bible-modern")) / target - 1) < 0.001
+
+
 def test_the_shipped_modern_encoder_is_mlm_bible_with_the_modern_block_at_its_parameter_count(bench):
     """configs/mlm-bible-modern.toml is mlm-bible.toml with the modern block (pre-norm RMSNorm, GeGLU, rotary
     positions, no biases): its data and recipe, d_ff matched to the parameter count on the 4,000-token vocabulary;
