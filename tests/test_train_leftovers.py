@@ -37,7 +37,7 @@ def test_a_bad_dropout_is_one_line_and_makes_no_run_directory(tmp_path, capsys) 
     assert err == "dotformer train: error: --dropout must be in [0, 1), got 1.5\n"
     assert not (tmp_path / "runs").exists()
     err = error_line(capsys, [*COPY, "--dropout", "nan", "--out", str(out)])
-    assert err == "dotformer train: error: ModelConfig.dropout must be in [0, 1), got nan\n"
+    assert err == "dotformer train: error: --dropout must be in [0, 1), got nan\n"
     assert not (tmp_path / "runs").exists()
 
 
