@@ -506,26 +506,36 @@ def test_modern_ablation_matches_d_ff_to_the_parameter_count(bench):
     assert ablation.toml_value(["a", 1, True, 0.5]) == '["a", 1, true, 0.5]'
 
 
-def test_the_shipped_modern_lm_is_lm_bible_with_llamas_block_at_its_parameter_count(bench):
-    """configs/lm-bible-modern.toml is the ablation's "modern" row of lm-bible.toml: its data and recipe, the Llama
-    block's fields, d_ff matched; within 2% of the parameters on the KJV's 71 characters."""
+@pytest.mark.parametrize(
+    ("base_name", "vocab", "schedule", "within"),
+    [
+        ("lm-bible", (0, 71), {}, 0.02),  # the KJV's 71 characters
+        ("bible", (8000, 8000), dict(lr_schedule="constant", warmup_steps=100, lr_cooldown=0.2), 0.001),
+    ],
+)
+def test_the_shipped_modern_config_is_its_base_with_llamas_block_at_its_parameter_count(
+    bench, base_name: str, vocab: tuple[int, int], schedule: dict[str, object], within: float
+):
+    """configs/lm-bible-modern.toml and bible-modern.toml are the ablation's "modern" row of lm-bible.toml and
+    bible.toml: the base's data and recipe (bible-modern's learning-rate schedule apart), the Llama block's fields,
+    d_ff matched to the base's parameter count on the job's vocabulary."""
     ablation = bench("modern_ablation")
     from dotformer.model import expected_num_parameters
     from dotformer.runs.config_files import read_config_file
 
     def config(name: str) -> ModelConfig:
         model = dict(read_config_file(name).model)
-        return ModelConfig.preset(model.pop("preset"), src_vocab_size=0, tgt_vocab_size=71, **model)
+        return ModelConfig.preset(model.pop("preset"), src_vocab_size=vocab[0], tgt_vocab_size=vocab[1], **model)
 
-    old, new = read_config_file("lm-bible"), read_config_file("lm-bible-modern")
-    assert new.data == old.data and new.train == old.train
-    base = config("lm-bible")
+    old, new = read_config_file(base_name), read_config_file(f"{base_name}-modern")
+    assert new.data == old.data and new.train == {**old.train, **schedule}
+    base = config(base_name)
     target = expected_num_parameters(base)
     [modern] = [variant for variant in ablation.VARIANTS if variant.name == "modern"]
     fields = ablation.changes(ablation.variant_fields(modern, base), base)
     d_ff = ablation.matched_d_ff(base.replace(**fields), target)
-    assert config("lm-bible-modern") == base.replace(**fields, d_ff=d_ff)
-    assert abs(expected_num_parameters(config("lm-bible-modern")) / target - 1) < 0.02
+    assert config(f"{base_name}-modern") == base.replace(**fields, d_ff=d_ff)
+    assert abs(expected_num_parameters(config(f"{base_name}-modern")) / target - 1) < within
 
 
 def test_generate_speed_runs_and_the_engines_agree(bench, tmp_path):
@@ -558,30 +568,6 @@ def test_generate_speed_holds_hf_llamas_weights(bench):
         theirs = hf(input_ids=tokens).logits
         ours = model(tgt=tokens)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=logits_tolerance(model.config, theirs))
-
-
-def test_the_shipped_modern_translator_is_bible_with_llamas_block_at_its_parameter_count(bench):
-    """configs/bible-modern.toml is the ablation's "modern" row of bible.toml: its data, its recipe but the learning
-    rate's schedule, the Llama block's fields, d_ff matched; within 0.1% of the parameters on the shared 8,000-token
-    vocabulary."""
-    ablation = bench("modern_ablation")
-    from dotformer.model import expected_num_parameters
-    from dotformer.runs.config_files import read_config_file
-
-    def config(name: str) -> ModelConfig:
-        model = dict(read_config_file(name).model)
-        return ModelConfig.preset(model.pop("preset"), src_vocab_size=8000, tgt_vocab_size=8000, **model)
-
-    old, new = read_config_file("bible"), read_config_file("bible-modern")
-    schedule = dict(lr_schedule="constant", warmup_steps=100, lr_cooldown=0.2)
-    assert new.data == old.data and new.train == {**old.train, **schedule}
-    base = config("bible")
-    target = expected_num_parameters(base)
-    [modern] = [variant for variant in ablation.VARIANTS if variant.name == "modern"]
-    fields = ablation.changes(ablation.variant_fields(modern, base), base)
-    d_ff = ablation.matched_d_ff(base.replace(**fields), target)
-    assert config("bible-modern") == base.replace(**fields, d_ff=d_ff)
-    assert abs(expected_num_parameters(config("bible-modern")) / target - 1) < 0.001
 
 
 def test_the_shipped_modern_encoder_is_mlm_bible_with_the_modern_block_at_its_parameter_count(bench):
