@@ -17,11 +17,10 @@ from decoding_support import random_model, single_thread
 import dotformer
 from dotformer import ModelConfig, Transformer
 from dotformer.api.endpoint import FIELDS
-from dotformer.api.translator import translate_keywords
 from dotformer.checkpoint import save_checkpoint
 from dotformer.cli.translate import add_arguments
 from dotformer.data.tokenize.tokenizer_files import train_tokenizer
-from dotformer.decoding.options import OPTION_NAMES
+from dotformer.decoding.options import OPTION_NAMES, REQUEST_NAMES
 
 SYMBOLS = "a0 a1 a2 a3 a4 a5 a6 a7"
 TIMEOUT_S = 30
@@ -40,7 +39,7 @@ def test_the_three_surfaces_accept_the_same_options() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     cli = {action.dest for action in parser._actions} & set(OPTION_NAMES)
-    api = set(translate_keywords()) - NOT_DECODING - {"attention"}
+    api = set(REQUEST_NAMES) - NOT_DECODING - {"attention"}
     assert cli == set(OPTION_NAMES)
     assert api == set(OPTION_NAMES)
     assert set(FIELDS) - {"texts", "scores"} == set(OPTION_NAMES)  # scores: what comes back, as the API's keyword

@@ -44,37 +44,11 @@ from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
-    from torch import Tensor
 
     from dotformer.decoding.inputs import EncodedTexts
 
 POOLINGS: tuple[str, ...] = ("mean", "cls")  # the heads' poolings (dotformer.heads.pool), mean first: the default
 NORM_EPS = 1e-12  # the smallest norm divided by in L2 normalisation (torch.nn.functional.normalize's default)
-
-
-def check_pooling(pooling: str) -> str:
-    """``pooling`` if it is one of :data:`POOLINGS`.
-
-    Raises:
-        ConfigError: any other value.
-    """
-    if pooling not in POOLINGS:
-        raise ConfigError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
-    return pooling
-
-
-def check_has_encoder(loaded: Any) -> None:
-    """Refuse a checkpoint without an encoder (decoder-only).
-
-    Raises:
-        ConfigError: naming the architecture and what embeds.
-    """
-    arch = loaded.model.config.arch
-    if arch == "decoder-only":
-        raise ConfigError(
-            f"{loaded.path}: a decoder-only model has no encoder to embed with; use an encoder-only checkpoint "
-            "(dotformer import --from bert) or an encoder-decoder one"
-        )
 
 
 def embedding_settings(loaded: Any, pooling: str | None = None, normalize: bool | None = None) -> tuple[str, bool]:
@@ -86,7 +60,9 @@ def embedding_settings(loaded: Any, pooling: str | None = None, normalize: bool 
     """
     own = loaded.info.get("sentence_embedding") or {}
     chosen = pooling if pooling is not None else own.get("pooling", POOLINGS[0])
-    return check_pooling(chosen), bool(normalize if normalize is not None else own.get("normalize", False))
+    if chosen not in POOLINGS:
+        raise ConfigError(f"pooling {chosen!r} is not one of {', '.join(POOLINGS)}")
+    return chosen, bool(normalize if normalize is not None else own.get("normalize", False))
 
 
 def embedding_inputs(loaded: Any, texts: Sequence[str], max_seq_length: int | None = None) -> tuple[EncodedTexts, int]:
@@ -133,56 +109,6 @@ def max_seq_length_of(loaded: Any, max_seq_length: int | None = None) -> int:
     return limit
 
 
-def l2_normalize(vectors: Tensor) -> Tensor:
-    """(N, D) -> (N, D): each row divided by its L2 norm (at least :data:`NORM_EPS`; a zero row stays zero)."""
-    return vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=NORM_EPS)
-
-
-def embed_encoded(
-    loaded: Any,
-    ids: Sequence[Sequence[int]],
-    pooling: str = "mean",
-    normalize: bool = False,
-    batch_size: int = 64,
-    max_tokens: int | None = None,
-) -> np.ndarray:
-    """Encode token id lists in batches and pool each one; see :func:`embed_texts`.
-
-    Args:
-        loaded: a :class:`~dotformer.checkpoint.LoadedCheckpoint` with an encoder.
-        ids: per text, the ids the encoder reads (:func:`embedding_inputs`), each non-empty.
-        pooling, normalize, batch_size, max_tokens: see :func:`embed_texts`.
-
-    Returns:
-        (N, D) float32 numpy array, row i for ``ids[i]``.
-
-    Raises:
-        ConfigError: an unknown pooling, a decoder-only model, ``batch_size`` or ``max_tokens`` < 1.
-    """
-    import numpy as np
-    import torch
-
-    from dotformer.decoding.order import DEFAULT_MAX_TOKENS, length_sorted_batches
-    from dotformer.decoding.translate import model_device, pad_batch
-    from dotformer.heads import pool
-
-    check_pooling(pooling)
-    check_has_encoder(loaded)
-    model = loaded.model
-    device = model_device(model)
-    vectors = torch.zeros(len(ids), model.config.d_model, dtype=torch.float32)  # (N, D)
-    tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-    with torch.inference_mode():
-        for batch in length_sorted_batches([len(row) for row in ids], batch_size, tokens):
-            src = pad_batch([ids[i] for i in batch], device)  # (B, S)
-            memory = model.encode(src).memory  # (B, S, D)
-            pooled = pool(memory.float(), src != PAD_ID, pooling)  # (B, D) float32
-            vectors[batch] = pooled.cpu()
-    if normalize:
-        vectors = l2_normalize(vectors)
-    return np.ascontiguousarray(vectors.numpy(), dtype=np.float32)
-
-
 def embed_texts(
     loaded: Any,
     texts: Sequence[str],
@@ -217,11 +143,19 @@ def embed_texts(
             ``[UNK]``). TruncationWarning: once per call when texts were cut to ``max_seq_length``.
     """
     import numpy as np
+    import torch
 
     from dotformer.decoding.inputs import TruncationWarning, warn_unknown
+    from dotformer.decoding.order import DEFAULT_MAX_TOKENS, length_sorted_batches
+    from dotformer.decoding.translate import model_device, pad_batch
+    from dotformer.heads import pool
 
     pooling, normalize = embedding_settings(loaded, pooling, normalize)
-    check_has_encoder(loaded)
+    if loaded.model.config.arch == "decoder-only":
+        raise ConfigError(
+            f"{loaded.path}: a decoder-only model has no encoder to embed with; use an encoder-only checkpoint "
+            "(dotformer import --from bert) or an encoder-decoder one"
+        )
     if not texts:
         return np.zeros((0, loaded.model.config.d_model), dtype=np.float32)
     limit = max_seq_length_of(loaded, max_seq_length)
@@ -234,4 +168,15 @@ def embed_texts(
             TruncationWarning,
             stacklevel=4,
         )
-    return embed_encoded(loaded, encoded.ids, pooling, normalize, batch_size, max_tokens)
+    model, ids = loaded.model, encoded.ids
+    device = model_device(model)
+    vectors = torch.zeros(len(ids), model.config.d_model, dtype=torch.float32)  # (N, D)
+    tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    with torch.inference_mode():
+        for batch in length_sorted_batches([len(row) for row in ids], batch_size, tokens):
+            src = pad_batch([ids[i] for i in batch], device)  # (B, S)
+            memory = model.encode(src).memory  # (B, S, D)
+            vectors[batch] = pool(memory.float(), src != PAD_ID, pooling).cpu()  # (B, D) float32
+    if normalize:
+        vectors = vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=NORM_EPS)  # e / max(‖e‖₂, ε); 0 stays 0
+    return np.ascontiguousarray(vectors.numpy(), dtype=np.float32)

@@ -48,6 +48,7 @@ MAX_BEAM = 16  # widest beam (and most n_best) a request may ask for
 MAX_REQUEST_WORK = 16384  # most source tokens (EOS included) x beam one request may ask for
 MAX_LEN_B = 1024  # most output tokens beyond max_len_a x input length (and most min_len_b) a request may ask for
 FIELDS = ("texts", *OPTION_NAMES, "scores")
+JSON_KINDS = {bool: "boolean", int: "integer", float: "number", str: "string"}  # a field's type, as GET / names it
 
 
 def model_kind(config: Any) -> tuple[str, str | None]:
@@ -105,21 +106,8 @@ def parse_request(request: Any) -> tuple[list[str], DecodeRequest]:
         RequestError: not an object, unknown fields, ``texts`` missing, empty, too many or too long, not strings,
             or a bad ``beam`` / ``n_best`` / ``strategy`` (the message names the field and the limit).
     """
-    if not isinstance(request, dict):
-        raise RequestError('the body must be a JSON object: {"texts": ["..."]}')
-    unknown = sorted(set(request) - set(FIELDS))
-    if unknown:
-        raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(FIELDS)}")
-    texts = request.get("texts")
-    if not isinstance(texts, list) or not texts:
-        raise RequestError('"texts" must be a non-empty list of strings')
-    if len(texts) > MAX_TEXTS:
-        raise RequestError(f'"texts" holds {len(texts)} texts; one request takes at most {MAX_TEXTS}')
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise RequestError(f'"texts"[{i}] is not a string')
-        if len(text) > MAX_TEXT_CHARS:
-            raise RequestError(f'"texts"[{i}] has {len(text)} characters; the endpoint takes at most {MAX_TEXT_CHARS}')
+    _check_fields(request, FIELDS)
+    texts = _texts(request)
     strategy = request.get("strategy", "beam")
     if strategy not in STRATEGIES:
         raise RequestError(f'"strategy" must be one of {", ".join(STRATEGIES)}, got {json.dumps(strategy)}')
@@ -342,11 +330,7 @@ async def generate_request(
     from dotformer.decoding.inputs import encode_prompt, text_rules
 
     require_route(translator, "POST /api/generate")
-    if not isinstance(request, dict):
-        raise RequestError('the body must be a JSON object: {"prompt": "..."}')
-    unknown = sorted(set(request) - set(GENERATE_FIELDS))
-    if unknown:
-        raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(GENERATE_FIELDS)}")
+    _check_fields(request, GENERATE_FIELDS, '{"prompt": "..."}')
     for option in CONTROL_OPTIONS:  # the controls: checked as /api/translate checks them
         typed_option(request, option)
     for name, value in request.items():
@@ -447,11 +431,7 @@ async def classify_request(translator: Translator, request: Any, batcher: Batche
     from dotformer.api.classifier import classify_texts
 
     require_route(translator, "POST /api/classify")
-    if not isinstance(request, dict):
-        raise RequestError('the body must be a JSON object: {"texts": ["..."]}')
-    unknown = sorted(set(request) - set(CLASSIFY_FIELDS))
-    if unknown:
-        raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(CLASSIFY_FIELDS)}")
+    _check_fields(request, CLASSIFY_FIELDS)
     texts = _texts(request)
 
     def quietly(batch: list[str]) -> list[Any]:
@@ -489,11 +469,7 @@ async def embed_request(
     if translator.files.config.arch == "decoder-only":
         raise RequestError(f"{translator.files.path} is a language model: /api/embed serves a model with an encoder; "
                            "send POST /api/generate")  # fmt: skip
-    if not isinstance(request, dict):
-        raise RequestError('the body must be a JSON object: {"texts": ["..."]}')
-    unknown = sorted(set(request) - set(EMBED_FIELDS))
-    if unknown:
-        raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(EMBED_FIELDS)}")
+    _check_fields(request, EMBED_FIELDS)
     texts = _texts(request)
     pooling, normalize = request.get("pooling"), request.get("normalize")  # None: the model's own (or mean, false)
     if pooling is not None and pooling not in ("mean", "cls"):
@@ -512,6 +488,15 @@ async def embed_request(
 
     vectors = await _batched(batcher, ("embed", pooling, normalize), texts, sizes, run)
     return {"embeddings": [vector.tolist() for vector in vectors], "dimensions": int(len(vectors[0]))}
+
+
+def _check_fields(request: Any, fields: Sequence[str], example: str = '{"texts": ["..."]}') -> None:
+    """Raises RequestError: ``request`` is not a JSON object, or holds a field not in ``fields``."""
+    if not isinstance(request, dict):
+        raise RequestError(f"the body must be a JSON object: {example}")
+    unknown = sorted(set(request) - set(fields))
+    if unknown:
+        raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(fields)}")
 
 
 def _texts(request: dict[str, Any]) -> list[str]:
@@ -536,7 +521,6 @@ def _texts(request: dict[str, Any]) -> list[str]:
 def describe_api(translator: Translator) -> dict[str, Any]:
     """What ``GET /`` answers: the model, the engine that decodes, the endpoints, and the options of translate and of
     generate, each with its type and the default of its own route."""
-    kinds = {bool: "boolean", int: "integer", float: "number", str: "string"}
     options = [
         {
             "name": option.name,
@@ -544,7 +528,7 @@ def describe_api(translator: Translator) -> dict[str, Any]:
             if option.name == "prefix"
             else "string or list of strings"
             if option.many
-            else kinds[option.kind],
+            else JSON_KINDS[option.kind],
             "default": {"beam": 4, "n_best": 1}.get(option.name, option.default),
             "help": option.help,
             **({"choices": list(option.choices)} if option.choices else {}),
@@ -584,7 +568,6 @@ def describe_generate_options() -> list[dict[str, Any]]:
     from dotformer.decoding.config import generation_config
 
     sampled, beamed = generation_config(), generation_config(strategy="beam")  # every default, of each strategy
-    kinds = {bool: "boolean", int: "integer", float: "number", str: "string"}
     defaults: dict[str, Any] = {"prompt": "", "max_new_tokens": sampled.max_len_b, "strategy": sampled.strategy}
     defaults["n"] = sampled.n_best
     strategy_of = {name: "sample" for name in ("temperature", "top_k", "top_p", "seed")}
@@ -601,7 +584,7 @@ def describe_generate_options() -> list[dict[str, Any]]:
         else:  # a setting of one strategy, as its config has it
             default = getattr(beamed if strategy_of[name] == "beam" else sampled, name)
         many = option is not None and option.many
-        entry = {"name": name, "type": "string or list of strings" if many else kinds[GENERATE_KINDS[name]]}
+        entry = {"name": name, "type": "string or list of strings" if many else JSON_KINDS[GENERATE_KINDS[name]]}
         entry["default"] = list(default) if isinstance(default, tuple) else default
         if name in strategy_of:
             entry["only_with_strategy"] = strategy_of[name]

@@ -410,24 +410,12 @@ class Translator:
             request: the whole request, ready (:class:`~dotformer.decoding.options.DecodeRequest`: what the CLI and
                 the server build); or else the keywords below, the options of
                 :data:`~dotformer.decoding.options.DECODE_OPTIONS` and the request's fields.
-            options: ``beam`` (strategy "beam" only; default 4), ``beam_stop`` (strategy "beam" only: "finished",
-                the default, stops once K hypotheses have finished; "exact" once none unfinished can still win),
-                ``n_best`` (hypotheses per input, <= beam; 1 for greedy), ``strategy`` ("beam", "greedy" or
-                "sample"), ``length_penalty`` (α), ``max_len_a``, ``max_len_b`` (most output steps = a · input
-                length + b), ``min_len_a``, ``min_len_b`` (fewest output tokens before the end), ``temperature``
-                (1.0), ``top_k`` (0), ``top_p`` (1.0), ``seed`` (1) (the last four for strategy "sample" only): see
-                :class:`~dotformer.decoding.DecodeConfig`. ``config``: a ready :class:`~dotformer.decoding.DecodeConfig`
-                in place of those (beside it they are refused).
-                ``prefix``: the start every output of the input must have (a string for a string input; one string
-                or None per text for a sequence): its tokens are forced, scored and kept in the output (fairseq's
-                prefix, CTranslate2's ``target_prefix``). ``alignments``: give each hypothesis an ``alignment``, one
-                (source index, output index) pair per output token from decoder layer ``alignment_layer``'s
-                cross-attention averaged over heads (-1: the last; :mod:`dotformer.decoding.alignment`); implies
-                ``details``. ``replace_unk``: replace each <unk> of an output by the source piece it aligns to.
-                ``repetition_penalty``, ``no_repeat_ngram_size``, ``end_token``, ``suppress``: the controls
-                (:mod:`dotformer.decoding.controls`; tokens as a string, comma-separated, or a list).
-                ``batch_size`` (256), ``max_tokens``, ``max_input_length``, ``progress``, ``details``,
-                ``attention``, ``scores``: see :class:`~dotformer.decoding.options.DecodeRequest`.
+            options: the decoding options of :data:`~dotformer.decoding.options.DECODE_OPTIONS` by keyword
+                (``beam``, ``n_best``, ``strategy``, ``length_penalty``, the length limits, the sampling settings,
+                ``prefix``, ``alignments``, ``replace_unk``, the controls: see their help and
+                :class:`~dotformer.decoding.DecodeConfig`), or a ready ``config`` in place of the search options;
+                and the fields of :class:`~dotformer.decoding.options.DecodeRequest` (``batch_size``, ``max_tokens``,
+                ``max_input_length``, ``progress``, ``details``, ``attention``, ``scores``).
 
         Returns:
             ``details`` False: the best text (n_best = 1) or the n_best texts, best first, for a string input; a list
@@ -445,14 +433,15 @@ class Translator:
             UnknownTokenWarning: once per call when inputs hold symbols outside the source vocabulary, and once
                 when prefixes hold symbols outside the target vocabulary (naming them).
         """
-        from dotformer.decoding.inputs import encode_prefixes, encode_sources, warn_unknown
+        from dotformer.decoding.inputs import check_max_input_length, encode_prefixes, encode_sources, warn_unknown
         from dotformer.engines.choice import torch_only_settings
 
         request = _request(request, options)
         single = isinstance(texts, str)
         inputs = [texts] if single else _text_list(texts)
         config = request.config
-        encoded = encode_sources(self.files, inputs, self._input_limit(request.max_input_length))
+        limit = self.max_input_length if request.max_input_length is None else request.max_input_length
+        encoded = encode_sources(self.files, inputs, check_max_input_length(self.config, limit))
         warn_unknown(encoded)
         prefix = request.prefix
         prefixes = None if prefix is None else encode_prefixes(self.files, _prefix_list(prefix, single, len(inputs)))
@@ -534,18 +523,6 @@ class Translator:
                                  max_tokens)  # fmt: skip
         return results[0] if single else results
 
-    def _input_limit(self, max_input_length: int | None) -> int:
-        """The most tokens an input may have: ``max_input_length``, else :attr:`max_input_length`, checked against
-        the model (:func:`~dotformer.decoding.inputs.check_max_input_length`).
-
-        Raises:
-            ConfigError: not a positive integer, or above a learned positional table's ``max_len``.
-        """
-        from dotformer.decoding.inputs import check_max_input_length
-
-        limit = self.max_input_length if max_input_length is None else max_input_length
-        return check_max_input_length(self.config, limit)
-
     def _attention(self, source: str, hyps: list[Translation], wanted: bool) -> AttentionMaps | None:
         """The attention maps of the best hypothesis of ``source`` (None when not ``wanted``, or for an empty or
         whitespace-only source, which the model does not read)."""
@@ -568,13 +545,6 @@ class Translator:
             return attention_weights(checkpoint, source, target=hyps[0].text)
 
 
-def translate_keywords() -> tuple[str, ...]:
-    """The keywords :meth:`Translator.translate` takes: the decoding options and the request's fields."""
-    from dotformer.decoding.options import REQUEST_NAMES
-
-    return REQUEST_NAMES
-
-
 def _request(request: Any, options: dict[str, Any]) -> DecodeRequest:
     """The :class:`~dotformer.decoding.options.DecodeRequest` of one :meth:`Translator.translate` call.
 
@@ -582,7 +552,7 @@ def _request(request: Any, options: dict[str, Any]) -> DecodeRequest:
         ArgumentTypeError: ``request`` is not a DecodeRequest, or is given beside keywords; an unknown keyword.
         ConfigError: see :func:`~dotformer.decoding.options.decode_request`.
     """
-    from dotformer.decoding.options import DecodeRequest, decode_request
+    from dotformer.decoding.options import REQUEST_NAMES, DecodeRequest, decode_request
 
     if request is not None:
         if not isinstance(request, DecodeRequest):
@@ -590,9 +560,9 @@ def _request(request: Any, options: dict[str, Any]) -> DecodeRequest:
         if options:
             raise ArgumentTypeError(f"translate(): request= holds every setting; leave out {', '.join(options)}")
         return request
-    unknown = [name for name in options if name not in translate_keywords()]
+    unknown = [name for name in options if name not in REQUEST_NAMES]
     if unknown:
-        known = ", ".join(translate_keywords())
+        known = ", ".join(REQUEST_NAMES)
         raise ArgumentTypeError(f"translate(): unknown argument(s) {', '.join(unknown)}; the arguments are {known}")
     return decode_request(options, _api_misplaced)
 

@@ -133,11 +133,8 @@ def encode_texts(texts: Sequence[str], tokenizer: Tokenizer, max_len: int | None
 
 
 def encode_sources(loaded: Any, texts: Sequence[str], max_len: int | None = None) -> EncodedTexts:
-    """Prepare users' inputs for a checkpoint: normalise them as its training sources were, then tokenise.
-
-    The one path from a user's text to source ids, shared by :func:`translate`, :class:`dotformer.api.Translator`,
-    :func:`dotformer.decoding.attention_maps.attention_weights` and the explorer, so they all read an input the same
-    way.
+    """Prepare users' inputs for a checkpoint: normalise them as its training sources were, then tokenise (the one
+    path from a user's text to source ids: see the module docstring).
 
     Args:
         loaded: a :class:`~dotformer.checkpoint.LoadedCheckpoint` (anything with ``src_tokenizer`` and, optionally,
@@ -275,11 +272,8 @@ def unknown_message(encoded: EncodedTexts, where: Callable[[int], str] | None = 
     )
 
 
-def warn_unknown(encoded: EncodedTexts, texts: Sequence[str] | None = None, stacklevel: int = 3) -> None:
-    """Issue one :class:`UnknownTokenWarning` summarising the UNK tokens of ``encoded``, if any.
-
-    ``texts`` is accepted for compatibility and ignored (the message quotes ``encoded.texts``).
-    """
+def warn_unknown(encoded: EncodedTexts, stacklevel: int = 3) -> None:
+    """Issue one :class:`UnknownTokenWarning` summarising the UNK tokens of ``encoded``, if any."""
     message = unknown_message(encoded)
     if message is not None:
         warnings.warn(message, UnknownTokenWarning, stacklevel=stacklevel)
@@ -383,10 +377,9 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str, rules: TextRules = LINES) -
 
 
 def encode_document(tokenizer: Tokenizer, lines: Sequence[str], rules: TextRules, block_size: int) -> TokenStream:
-    """The :class:`~dotformer.data.batch.blocks.TokenStream` an imported model scores (``evaluate --task lm``):
-    the text as
-    its file holds it (every line ending in ``\\n``), encoded at once by the model's tokenizer, after BOS when the
-    family adds it (``rules.add_bos``); no EOS is added. Its characters count each line end as one, as
+    """The :class:`~dotformer.data.batch.blocks.TokenStream` an imported model scores (``evaluate --task lm``): the
+    text as its file holds it (every line ending in ``\\n``), encoded at once by the model's tokenizer, after BOS
+    when the family adds it (``rules.add_bos``); no EOS is added. Its characters count each line end as one, as
     :func:`~dotformer.data.batch.blocks.encode_text` counts them for dotformer's own models.
 
     Shape:
@@ -429,9 +422,8 @@ MASK_SPELLINGS = ("<mask>", "[MASK]")  # what a user types for the hidden token:
 def encode_with_masks(tokenizer: Tokenizer, text: str) -> list[int]:
     """``tokenizer.encode(text)``, where every ``<mask>`` or ``[MASK]`` typed in ``text`` becomes the tokenizer's
     mask token (:attr:`~dotformer.data.tokenize.tokenizers.Tokenizer.mask_id`) instead of the pieces of its letters;
-    the text
-    between them is encoded as it stands (its spaces included). A tokenizer without a mask token encodes the text
-    as it is."""
+    the text between them is encoded as it stands (its spaces included). A tokenizer without a mask token encodes
+    the text as it is."""
     import re
 
     mask_id = tokenizer.mask_id
