@@ -140,8 +140,7 @@ class TranslationServer(LocalServer):
         """``POST http://127.0.0.1:8080/api/translate``."""
         return f"POST {self.url}"
 
-    def health(self) -> dict[str, Any]:
-        """What GET /api/health answers: the model and the limits."""
+    async def _health(self, _: None) -> dict[str, Any]:
         limits = {"max_body_bytes": MAX_BODY_BYTES, "max_json_depth": MAX_JSON_DEPTH, "max_texts": MAX_TEXTS}
         limits |= {"max_text_chars": MAX_TEXT_CHARS, "max_beam": MAX_BEAM, "max_work": self.max_work}
         limits |= {"header_timeout_s": self.header_timeout, "body_timeout_s": self.body_timeout}
@@ -151,9 +150,6 @@ class TranslationServer(LocalServer):
         description = describe_api(self.translator)
         description["endpoints"] |= describe_completions()
         return description
-
-    async def _health(self, _: None) -> dict[str, Any]:
-        return self.health()
 
     async def _alive(self, _: None) -> dict[str, Any]:
         return {"status": "ok"}
@@ -216,26 +212,3 @@ class TranslationServer(LocalServer):
         """Stop the batcher and the model's thread once every request is answered."""
         self.batcher.close()
         self.turns.close()
-
-
-def serve(
-    translator: Translator,
-    port: int = 8080,
-    host: str = HOST,
-    verbose: bool = False,
-    announce: Any = print,
-    batch_tokens: int = MAX_BATCH_TOKENS,
-    batch_wait_ms: float = MAX_WAIT_MS,
-    api_key: str | None = None,
-) -> None:
-    """Serve ``POST /api/translate`` (``POST /api/generate`` for a language model) on ``host:port`` until Ctrl-C or
-    SIGTERM (then answer the requests being decoded, close the socket and return).
-
-    Raises:
-        ConfigError: the address cannot be bound.
-        MissingExtraError: aiohttp is not installed (``pip install "dotformer[serve]"``).
-    """
-    server = TranslationServer(
-        translator, port, host, verbose, batch_tokens=batch_tokens, batch_wait_ms=batch_wait_ms, api_key=api_key
-    )
-    server.run(announce)

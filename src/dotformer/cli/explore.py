@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.checkpoint import load_checkpoint
     from dotformer.cli.outputs import check_output_file
     from dotformer.errors import ConfigError
-    from dotformer.explore import serve, write_page
+    from dotformer.explore import ExplorerServer, write_page
     from dotformer.training.progress import count
 
     if args.write:
@@ -112,5 +112,5 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {args.port}")
     announce = lambda line: print(line, flush=True)  # noqa: E731
-    serve(loaded, args.port, texts, verbose=args.verbose, announce=announce, targets=args.target)
+    ExplorerServer(loaded, args.port, texts, args.verbose, args.target).run(announce)
     return 0

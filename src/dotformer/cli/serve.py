@@ -107,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, then serve until Ctrl-C or SIGTERM."""
-    from dotformer.api.serve import serve
+    from dotformer.api.serve import TranslationServer
     from dotformer.api.web import aiohttp_web
     from dotformer.cli.decode_flags import load_translator
     from dotformer.errors import ConfigError
@@ -127,5 +127,7 @@ def run(args: argparse.Namespace) -> int:
     translator = load_translator(args)  # several --checkpoint: an ensemble (dotformer.decoding.ensemble), on torch
     announce = lambda line: print(line, flush=True)  # noqa: E731
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
-    serve(translator, args.port, args.host, args.verbose, announce, args.batch_tokens, args.batch_wait_ms, api_key)
+    server = TranslationServer(translator, args.port, args.host, args.verbose, batch_tokens=args.batch_tokens,
+                               batch_wait_ms=args.batch_wait_ms, api_key=api_key)  # fmt: skip
+    server.run(announce)
     return 0

@@ -13,7 +13,7 @@ stops on Ctrl-C. The HTTP side (limits, shutdown) is :mod:`dotformer.api.web`, a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from dotformer.api.turns import ModelTurns
@@ -99,20 +99,3 @@ class ExplorerServer(LocalServer):
     def closed(self) -> None:
         """Stop the model's thread once every request is answered."""
         self.turns.close()
-
-
-def serve(
-    loaded: Any,
-    port: int = 8000,
-    examples: Sequence[str] = (),
-    verbose: bool = False,
-    announce: Callable[[str], Any] = print,
-    targets: Sequence[str | None] | None = None,
-) -> None:
-    """Serve the explorer on 127.0.0.1:``port`` until Ctrl-C or SIGTERM (then close the socket and return).
-
-    Raises:
-        ConfigError: the port cannot be bound, or targets are not one per example.
-        MissingExtraError: aiohttp is not installed (``pip install "dotformer[serve]"``).
-    """
-    ExplorerServer(loaded, port, examples, verbose, targets).run(announce)
