@@ -105,7 +105,8 @@ def test_serve_takes_repeated_checkpoints_as_an_ensemble(tmp_path, monkeypatch) 
     symbols = train_tokenizer("symbol", ["a0 a1 a2 a3 a4 a5 a6 a7"])
     save_checkpoint(tmp_path / "a", random_model(vocab=12, seed=1), symbols, symbols, {"task": "synthetic"})
     served = []
-    monkeypatch.setattr(dotformer.api.serve, "serve", lambda translator, *args, **kwargs: served.append(translator))
+    server_class = dotformer.api.serve.TranslationServer
+    monkeypatch.setattr(server_class, "run", lambda server, announce: served.append(server.translator))
     checkpoint = str(tmp_path / "a")
     assert main(["serve", "--checkpoint", checkpoint, "--checkpoint", checkpoint, "--port", "0"]) == 0
     assert main(["serve", "--checkpoint", checkpoint, "--port", "0"]) == 0
