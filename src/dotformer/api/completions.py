@@ -31,7 +31,15 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from dotformer.api.batcher import Batcher
-from dotformer.api.endpoint import MAX_NEW_TOKENS, MAX_TEXT_CHARS, Counted, model_kind, text_tokens, typed_option
+from dotformer.api.endpoint import (
+    MAX_NEW_TOKENS,
+    MAX_TEXT_CHARS,
+    Counted,
+    check_fields,
+    require_route,
+    text_tokens,
+    typed_option,
+)
 from dotformer.api.streaming import StopText, stream_continuation
 from dotformer.api.web import RequestError
 from dotformer.config import DEFAULT_SEED
@@ -76,24 +84,6 @@ def models_reply(translator: Translator) -> dict[str, Any]:
     return {"object": "list", "data": [model]}
 
 
-def _require_language_model(translator: Translator, path: str) -> None:
-    """Raises RequestError (400) when the served model is not a language model, naming the route that serves it."""
-    kind, served = model_kind(translator.files.config)
-    if served != "POST /api/generate":
-        where = f"send {served}" if served else "no route of dotformer serve runs it"
-        raise RequestError(f"{translator.files.path} is {kind}: {path} serves a language model; {where}")
-
-
-def chat_refusal(translator: Translator) -> RequestError:
-    """The 400 of ``POST /v1/chat/completions`` for a model without a chat template (its tokenizer reads plain text,
-    as every model dotformer trains; an imported model keeps its ``tokenizer_config.json``'s template)."""
-    _require_language_model(translator, "/v1/chat/completions")
-    return RequestError(
-        f"{translator.files.path} has no chat template (its tokenizer reads plain text): /v1/chat/completions needs "
-        "one; send the text to continue to POST /v1/completions"
-    )
-
-
 CHAT_ROLES = ("system", "user", "assistant", "developer", "tool")
 
 
@@ -108,8 +98,11 @@ def chat_prompt(translator: Translator, messages: Any) -> str:
             objects with string (or text-part) contents, or a template that refuses them (its own message).
     """
     chat = translator.files.info.get("chat")
-    if not isinstance(chat, dict) or not isinstance(chat.get("template"), str):
-        raise chat_refusal(translator)
+    if not isinstance(chat, dict) or not isinstance(chat.get("template"), str):  # as every model dotformer trains
+        raise RequestError(
+            f"{translator.files.path} has no chat template (its tokenizer reads plain text): /v1/chat/completions "
+            "needs one; send the text to continue to POST /v1/completions"
+        )
     if not isinstance(messages, list) or not messages:
         raise RequestError('"messages" must be a non-empty list of {"role": "...", "content": "..."} objects')
     checked = []
@@ -164,11 +157,7 @@ class Completion:
         """
         from dotformer.api.generation import generation_settings
 
-        if not isinstance(request, dict):
-            raise RequestError('the body must be a JSON object: {"prompt": "..."}')
-        unknown = sorted(set(request) - set(COMPLETION_FIELDS))
-        if unknown:
-            raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(COMPLETION_FIELDS)}")
+        check_fields(request, COMPLETION_FIELDS, '{"prompt": "..."}')
         prompt = request.get("prompt", "")
         if isinstance(prompt, list) and len(prompt) == 1:
             prompt = prompt[0]
@@ -273,7 +262,7 @@ async def completion_request(
     """
     from dotformer.decoding.inputs import encode_prompt
 
-    _require_language_model(translator, "/v1/completions")
+    require_route(translator, "POST /v1/completions")
     completion = Completion(request, max_chars)
     model = model_name(translator)
     if completion.stream:
@@ -324,12 +313,8 @@ async def chat_request(
     Raises:
         RequestError: a model that is not a language model or has no chat template, or a bad request (400).
     """
-    _require_language_model(translator, "/v1/chat/completions")
-    if not isinstance(request, dict):
-        raise RequestError('the body must be a JSON object: {"messages": [{"role": "user", "content": "..."}]}')
-    unknown = sorted(set(request) - set(CHAT_FIELDS))
-    if unknown:
-        raise RequestError(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(CHAT_FIELDS)}")
+    require_route(translator, "POST /v1/chat/completions")
+    check_fields(request, CHAT_FIELDS, '{"messages": [{"role": "user", "content": "..."}]}')
     fields = {name: value for name, value in request.items() if name not in ("messages", "max_completion_tokens")}
     if request.get("max_completion_tokens") is not None:
         fields["max_tokens"] = request["max_completion_tokens"]

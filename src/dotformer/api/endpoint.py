@@ -73,7 +73,7 @@ def require_route(translator: Any, route: str) -> None:
         RequestError: (400) the model is not one ``route`` runs.
     """
     kind, served = model_kind(translator.files.config)
-    if served == route:
+    if served is not None and ROUTE_MODELS[served] == ROUTE_MODELS[route]:
         return
     path, wanted = route.split()[1], ROUTE_MODELS[route]
     where = f"send {served}" if served is not None else "no route of dotformer serve runs it"
@@ -85,6 +85,8 @@ ROUTE_MODELS = {
     "POST /api/generate": "a language model",
     "POST /api/classify": "a classifier or a tagger",
     "POST /api/embed": "a model with an encoder",
+    "POST /v1/completions": "a language model",
+    "POST /v1/chat/completions": "a language model",
 }  # what each route runs
 
 
@@ -106,7 +108,7 @@ def parse_request(request: Any) -> tuple[list[str], DecodeRequest]:
         RequestError: not an object, unknown fields, ``texts`` missing, empty, too many or too long, not strings,
             or a bad ``beam`` / ``n_best`` / ``strategy`` (the message names the field and the limit).
     """
-    _check_fields(request, FIELDS)
+    check_fields(request, FIELDS)
     texts = _texts(request)
     strategy = request.get("strategy", "beam")
     if strategy not in STRATEGIES:
@@ -330,7 +332,7 @@ async def generate_request(
     from dotformer.decoding.inputs import encode_prompt, text_rules
 
     require_route(translator, "POST /api/generate")
-    _check_fields(request, GENERATE_FIELDS, '{"prompt": "..."}')
+    check_fields(request, GENERATE_FIELDS, '{"prompt": "..."}')
     for option in CONTROL_OPTIONS:  # the controls: checked as /api/translate checks them
         typed_option(request, option)
     for name, value in request.items():
@@ -431,7 +433,7 @@ async def classify_request(translator: Translator, request: Any, batcher: Batche
     from dotformer.api.classifier import classify_texts
 
     require_route(translator, "POST /api/classify")
-    _check_fields(request, CLASSIFY_FIELDS)
+    check_fields(request, CLASSIFY_FIELDS)
     texts = _texts(request)
 
     def quietly(batch: list[str]) -> list[Any]:
@@ -469,7 +471,7 @@ async def embed_request(
     if translator.files.config.arch == "decoder-only":
         raise RequestError(f"{translator.files.path} is a language model: /api/embed serves a model with an encoder; "
                            "send POST /api/generate")  # fmt: skip
-    _check_fields(request, EMBED_FIELDS)
+    check_fields(request, EMBED_FIELDS)
     texts = _texts(request)
     pooling, normalize = request.get("pooling"), request.get("normalize")  # None: the model's own (or mean, false)
     if pooling is not None and pooling not in ("mean", "cls"):
@@ -490,7 +492,7 @@ async def embed_request(
     return {"embeddings": [vector.tolist() for vector in vectors], "dimensions": int(len(vectors[0]))}
 
 
-def _check_fields(request: Any, fields: Sequence[str], example: str = '{"texts": ["..."]}') -> None:
+def check_fields(request: Any, fields: Sequence[str], example: str = '{"texts": ["..."]}') -> None:
     """Raises RequestError: ``request`` is not a JSON object, or holds a field not in ``fields``."""
     if not isinstance(request, dict):
         raise RequestError(f"the body must be a JSON object: {example}")
