@@ -13,8 +13,7 @@ A prompt is read as the start of a line (the text stream before it ends with a l
 breaks an EOS; the continuation's EOS tokens come back as line breaks
 (:func:`~dotformer.decoding.inputs.generated_text`). An imported model reads text by its own rules
 (:class:`~dotformer.decoding.inputs.TextRules`): BOS first when its family adds one, and its continuation ends at
-its EOS. The model reads at most
-its training block size of tokens at once. Either engine continues the prompt
+its EOS. The model reads at most its training block size of tokens at once. Either engine continues the prompt
 (:meth:`dotformer.engines.torch.TorchEngine.generate`, :meth:`dotformer.engines.ct2_generate.CT2Generate.generate`);
 nothing here imports torch.
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dotformer.cli.decode_flags import add_device_flags, load_for_decoding
-from dotformer.cli.inputs import check_input_file
+from dotformer.cli.inputs import check_input_file, read_texts
 
 FORMATS = ("text", "jsonl")
 
@@ -54,31 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to label (default: lines of stdin)")
 
 
-def read_texts(args: argparse.Namespace) -> list[str]:
-    """The inputs: the TEXT arguments, or the lines of --input or standard input.
-
-    Raises:
-        ConfigError: TEXT arguments and --input. DataError: a line that is not UTF-8, or no input at all.
-    """
-    from dotformer.cli.inputs import open_input, utf8_arguments
-    from dotformer.cli.lines import StreamLines
-    from dotformer.errors import ConfigError, DataError
-
-    if args.texts:
-        if args.input is not None:
-            raise ConfigError("give the inputs either as TEXT arguments or with --input FILE, not both")
-        return utf8_arguments(args.texts)
-    stream, name, from_file = open_input(args.input)
-    try:
-        texts = [line for _, lines in StreamLines(stream, name).chunks(1 << 12) for line in lines]
-    finally:
-        if from_file:
-            stream.close()
-    if not texts:
-        raise DataError(f"{name}: no input lines to classify")
-    return texts
-
-
 def result_line(result: Any, format: str, index: int) -> str:  # noqa: A002 (the flag's name)
     """One output line (module docstring), without its newline."""
     from dotformer.api.classifier import Classification
@@ -105,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     to_file = args.output not in (None, "-")
     if to_file:
         check_output_file(args.output, "--output", (("--input", args.input),))
-    texts = read_texts(args)
+    texts = read_texts(args, "classify")
     model = Translator(load_for_decoding(args), args.dtype)
     try:
         results = model.classify(texts, batch_size=args.batch_size)

@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from dotformer.api.embedding import POOLINGS
 from dotformer.cli.decode_flags import add_device_flags, load_for_decoding
-from dotformer.cli.inputs import check_input_file, check_input_flags, open_input, utf8_arguments
+from dotformer.cli.inputs import check_input_file, check_input_flags, read_texts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -121,28 +121,6 @@ def check_arguments(args: argparse.Namespace) -> str:
     return output_format
 
 
-def read_texts(args: argparse.Namespace) -> tuple[list[str], str | None]:
-    """The inputs and where they come from (None: TEXT arguments; else a file name or ``<stdin>``).
-
-    Raises:
-        DataError: a line is not UTF-8, or there is no input at all.
-    """
-    from dotformer.cli.lines import StreamLines
-    from dotformer.errors import DataError
-
-    if args.texts:
-        return utf8_arguments(args.texts), None
-    stream, name, from_file = open_input(args.input)
-    try:
-        texts = [line for _, lines in StreamLines(stream, name).chunks(1 << 12) for line in lines]
-    finally:
-        if from_file:
-            stream.close()
-    if not texts:
-        raise DataError(f"{name}: no input lines to embed")
-    return texts, name
-
-
 def run(args: argparse.Namespace) -> int:
     """Read the inputs, embed them, write the vectors. Returns 0."""
     from dotformer.api import Translator
@@ -150,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from dotformer.errors import ConfigError
 
     output_format = check_arguments(args)
-    texts, _ = read_texts(args)
+    texts = read_texts(args, "embed")
     translator = Translator(load_for_decoding(args), args.dtype)
     pooling, normalize = embedding_settings(translator.checkpoint, args.pooling, args.normalize)
     if args.max_seq_length is not None:  # against the model's positions, named as the flag

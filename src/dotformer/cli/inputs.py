@@ -1,6 +1,7 @@
-"""Where the texts of ``dotformer translate`` and ``dotformer embed`` come from: the TEXT arguments, ``--input FILE``
-or standard input, one text per line. The flags that say so are checked before any work, the input is opened, and
-an input longer than ``--max-input-length`` is named in one line (``FILE:LINE``, ``<stdin>:LINE`` or ``input N``).
+"""Where the texts of ``dotformer translate``, ``embed`` and ``classify`` come from: the TEXT arguments,
+``--input FILE`` or standard input, one text per line. The flags that say so are checked before any work, the input
+is opened, and an input longer than ``--max-input-length`` is named in one line (``FILE:LINE``, ``<stdin>:LINE`` or
+``input N``).
 """
 
 from __future__ import annotations
@@ -80,6 +81,30 @@ def open_input(name: str | None) -> tuple[BinaryIO, str, bool]:
     if name in (None, "-"):
         return binary_stdin(), "<stdin>", False
     return open(name, "rb"), str(name), True  # noqa: SIM115 (the caller closes it)
+
+
+def read_texts(args: argparse.Namespace, command: str) -> list[str]:
+    """The inputs of ``command`` (``embed``, ``classify``): the TEXT arguments, or the lines of --input or standard
+    input, read whole.
+
+    Raises:
+        ConfigError: TEXT arguments and --input. DataError: a line that is not UTF-8, or no input at all.
+    """
+    from dotformer.cli.lines import StreamLines
+
+    if args.texts:
+        if args.input is not None:
+            raise ConfigError("give the inputs either as TEXT arguments or with --input FILE, not both")
+        return utf8_arguments(args.texts)
+    stream, name, from_file = open_input(args.input)
+    try:
+        texts = [line for _, lines in StreamLines(stream, name).chunks(1 << 12) for line in lines]
+    finally:
+        if from_file:
+            stream.close()
+    if not texts:
+        raise DataError(f"{name}: no input lines to {command}")
+    return texts
 
 
 def where(name: str | None, number: int) -> str:

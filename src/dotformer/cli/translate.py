@@ -203,35 +203,16 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
     return output_format
 
 
-def input_limit(args: argparse.Namespace, translator: Translator) -> int:
-    """``--max-input-length``, or the model's max_len.
-
-    Raises:
-        ConfigError: above a learned positional table's size.
-    """
-    from dotformer.errors import ConfigError
-
-    config = translator.config
-    if args.max_input_length is None:
-        return translator.max_input_length
-    if config.positional == "learned" and args.max_input_length > config.max_len:
-        raise ConfigError(
-            f"--max-input-length {args.max_input_length} exceeds this model's learned positional table "
-            f"({config.max_len} positions)"
-        )
-    return int(args.max_input_length)
-
-
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, then read, decode and write chunk by chunk. Returns 0 (130 on Ctrl-C)."""
-    from dotformer.decoding.inputs import unknown_prefix_symbols
+    from dotformer.decoding.inputs import check_max_input_length, unknown_prefix_symbols
     from dotformer.decoding.options import DecodeRequest
     from dotformer.errors import DataError
 
     config = decode_config_from_args(args)
     output_format = check_arguments(args, config.n_best)
     translator = load_translator(args, DecodeRequest(config), purpose="translate")
-    limit = input_limit(args, translator)
+    limit = check_max_input_length(translator.config, args.max_input_length, "--max-input-length")
 
     close: list[IO[Any]] = []
     if args.texts:
