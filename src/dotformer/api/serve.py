@@ -17,33 +17,19 @@
     POST /v1/chat/completions  the same for chat messages, where the model has a chat template
     GET  /                the model, the endpoints and every decoding option (name, type, default, help)
 
-Only ``texts`` is required; ``beam``, ``n_best``, ``strategy`` and every other option of
-:data:`dotformer.decoding.options.DECODE_OPTIONS` are optional (``prefix``: one string or null per text), and so is
-``scores`` (default true; false: each ``score`` is the search's, without CTranslate2's scoring pass, which costs
-about a sixth of its decoding time; the texts are the same).
+Only ``texts`` is required; every option of :data:`dotformer.decoding.options.DECODE_OPTIONS` is optional
+(``prefix``: one string or null per text), and so is ``scores`` (default true; false: each ``score`` is the search's,
+without CTranslate2's scoring pass, which costs about a sixth of its decoding time; the texts are the same).
 ``unknown_symbols`` counts the symbols of the text and of its prefix read as <unk>; ``hypotheses`` is there when
-``n_best`` > 1 (best first, each ``{"text", "score", "finished"}``). ``/api/generate`` with ``"stream": true``
-answers with server-sent events, ``data: {"text": "..."}`` per piece of text as the engine produces it, then
-``data: [DONE]``. ``/api/generate`` is for language-model
-checkpoints (:meth:`dotformer.api.Translator.generate`), ``/api/classify`` for classifiers and taggers
-(:func:`dotformer.api.endpoint.classify_request`). Decoding is :meth:`dotformer.api.Translator.translate`, the
-path of ``dotformer translate``, so both give the same outputs for the same settings; the server does not know how
-the Translator decodes.
+``n_best`` > 1 (best first). ``/api/generate`` with ``"stream": true`` answers with server-sent events,
+``data: {"text": "..."}`` per piece of text as the engine produces it, then ``data: [DONE]``. Decoding is
+:meth:`dotformer.api.Translator.translate`, the path of ``dotformer translate``, so both give the same outputs for the
+same settings.
 
-Requests are decoded together: the texts of every request waiting (translate, classify, embed, and the prompts of
-greedy generate requests; a sampling or beam-search generate request is one call alone) are gathered by
-:class:`~dotformer.api.batcher.Batcher` into one engine call, up to ``batch_tokens`` source tokens x beam or after
-``batch_wait_ms``, and each request gets back exactly its own outputs, those of ``dotformer translate`` (or
-``generate``) with the same options (requests with different options are never mixed; a sampling request is decoded
-alone, whole).
-
-Bad input gets one line ``{"error": "..."}`` (400; 413 for a body over :data:`MAX_BODY_BYTES` or a request over
-:data:`~dotformer.api.endpoint.MAX_REQUEST_WORK`; 408 for a body not received in time; 404, 405) and the server keeps
-serving. The request's limits are :mod:`dotformer.api.endpoint`'s, the connection's :mod:`dotformer.api.web`'s: the
-event loop reads every connection, so a slow or idle client costs no decoding. The model decodes one call at a time
-on its own thread (:class:`~dotformer.api.turns.ModelTurns`); a large request's texts are split across calls, the
-requests that arrive meanwhile riding in the next call beside it, so it does not hold back the small ones. It listens
-on 127.0.0.1 unless told otherwise; Ctrl-C or SIGTERM stops it once the requests being decoded are answered.
+A request's checks and limits are :mod:`dotformer.api.endpoint`'s; its texts are decoded beside those of the other
+requests waiting with the same options (:class:`~dotformer.api.batcher.Batcher`), one engine call at a time on the
+model's thread (:class:`~dotformer.api.turns.ModelTurns`); the connection's limits, its one-line errors and the
+graceful stop on Ctrl-C or SIGTERM are :mod:`dotformer.api.web`'s. It listens on 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 
+from dotformer.decoding.incremental import inference
 from dotformer.decoding.inputs import encode_prompt, encode_with_masks, generated_text, text_rules
 from dotformer.errors import ConfigError, DataError
 
@@ -177,19 +178,14 @@ def attention_weights(loaded: Any, text: str, target: str | None = None) -> Atte
     out_ids = greedy_output_ids(model, src) if forced is None else forced.ids
     tgt_in = torch.tensor([[BOS, *out_ids]], dtype=torch.int64, device=device)  # (1, T)
 
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            src_mask = model.source_mask(src)  # (1, 1, 1, S)
-            encoded = model.encode(src, src_mask, need_weights=True)
-            decoded = model.decode(tgt_in, encoded.memory, src_mask=src_mask, need_weights=True)
-            raw_logits = model.generator(decoded.hidden)[0].float()  # (T, V)
-            logits = raw_logits.clone()
-            logits[:, [PAD, BOS]] = -torch.inf  # as greedy decoding: never PAD or BOS
-            predicted = logits.argmax(dim=-1).tolist()  # (T,)
-    finally:
-        model.train(was_training)
+    with inference(model):
+        src_mask = model.source_mask(src)  # (1, 1, 1, S)
+        encoded = model.encode(src, src_mask, need_weights=True)
+        decoded = model.decode(tgt_in, encoded.memory, src_mask=src_mask, need_weights=True)
+        raw_logits = model.generator(decoded.hidden)[0].float()  # (T, V)
+        logits = raw_logits.clone()
+        logits[:, [PAD, BOS]] = -torch.inf  # as greedy decoding: never PAD or BOS
+        predicted = logits.argmax(dim=-1).tolist()  # (T,)
 
     next_ids = predicted if forced is None else [*out_ids, EOS]  # forced: the given output, never the argmax
 
@@ -242,14 +238,9 @@ def lm_attention_weights(loaded: Any, text: str) -> AttentionMaps:
         raise ConfigError(f"the text has {len(ids)} tokens{first}; this model reads at most {window}")
     device = next(model.parameters()).device
     tgt = torch.tensor([ids], dtype=torch.int64, device=device)  # (1, T)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            decoded = model.decode(tgt, need_weights=True)
-            logits = model.generator(decoded.hidden)[0].float()  # (T, V)
-    finally:
-        model.train(was_training)
+    with inference(model):
+        decoded = model.decode(tgt, need_weights=True)
+        logits = model.generator(decoded.hidden)[0].float()  # (T, V)
     maps = torch.stack([w[0] for w in decoded.self_weights]).float().cpu().numpy()  # (L, H, T, T)
     L, H, T, _ = maps.shape
     predicted = logits.argmax(dim=-1).tolist()
@@ -302,14 +293,9 @@ def encoder_attention_weights(loaded: Any, text: str) -> AttentionMaps:
         raise ConfigError(f"the text has {len(ids) + 2} tokens (BOS and EOS included); this model reads at most {room}")
     device = next(model.parameters()).device
     src = torch.tensor([[BOS, *ids, EOS]], dtype=torch.int64, device=device)  # (1, S)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            encoded = model.encode(src, model.source_mask(src), need_weights=True)
-            scores = model.head_scores(encoded.memory, src)[0].float()  # (S, V), (S, C) or (C,)
-    finally:
-        model.train(was_training)
+    with inference(model):
+        encoded = model.encode(src, model.source_mask(src), need_weights=True)
+        scores = model.head_scores(encoded.memory, src)[0].float()  # (S, V), (S, C) or (C,)
     maps = torch.stack([w[0] for w in encoded.self_weights]).float().cpu().numpy()  # (L, H, S, S)
     L, H, S, _ = maps.shape
     labels = [token_label(tokenizer, i) for i in src[0].tolist()]
