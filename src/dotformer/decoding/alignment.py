@@ -16,12 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from dotformer.data.tokenize.tokenizers import BOS_ID, PAD_ID, UNK_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, UNK_ID
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
-    import torch
-
     from dotformer.model import Transformer
 
 Alignment = list[tuple[int, int]]  # (source index, output index) pairs, 0-based, one per output token
@@ -64,6 +62,7 @@ def hard_alignments(
 
     from dotformer.decoding.ensemble import Ensemble
     from dotformer.decoding.incremental import inference
+    from dotformer.decoding.translate import pad_batch
 
     if isinstance(model, Ensemble):  # an ensemble aligns with its first model
         model = model.models[0]
@@ -71,8 +70,8 @@ def hard_alignments(
     if not sources:
         return []
     device = next(model.parameters()).device
-    src = right_padded(sources, device)  # (R, S)
-    tgt = right_padded([[BOS_ID, *out] for out in outputs], device)  # (R, T)
+    src = pad_batch(sources, device)  # (R, S)
+    tgt = pad_batch([[BOS_ID, *out] for out in outputs], device)  # (R, T)
     with inference(model):
         src_mask = model.source_mask(src)  # (R, 1, 1, S)
         memory = model.encode(src, src_mask).memory  # (R, S, D)
@@ -85,35 +84,9 @@ def hard_alignments(
     return [[(best[r][j], j) for j in range(len(out))] for r, out in enumerate(outputs)]
 
 
-def right_padded(rows: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
-    """Id lists as a (R, L) int64 tensor right-padded with PAD, L = the longest list."""
-    import torch
-
-    width = max(len(row) for row in rows)
-    return torch.tensor([[*row, *[PAD_ID] * (width - len(row))] for row in rows], dtype=torch.int64, device=device)
-
-
 def format_alignment(alignment: Alignment) -> str:
     """fairseq's ``A-`` line body: ``"S-T S-T ..."`` (source index - output index, 0-based)."""
     return " ".join(f"{s}-{t}" for s, t in alignment)
-
-
-def replace_unknown_pieces(
-    pieces: Sequence[str], tokens: Sequence[int], alignment: Alignment, source_pieces: Sequence[str]
-) -> list[str]:
-    """The output's pieces with every <unk> replaced by the source piece it is aligned to.
-
-    Args:
-        pieces: the output's pieces, one per token (what the target tokenizer joins into text).
-        tokens: the output's ids (UNK_ID marks the pieces to replace).
-        alignment: from :func:`hard_alignments` for this output.
-        source_pieces: the source's pieces (without EOS), as the user wrote them.
-    """
-    out = list(pieces)
-    for s, t in alignment:
-        if tokens[t] == UNK_ID and s < len(source_pieces):
-            out[t] = source_pieces[s]
-    return out
 
 
 def check_replace_unk(loaded: Any) -> None:
@@ -143,7 +116,9 @@ def unknowns_replaced(loaded: Any, source: str, tokens: Sequence[int], alignment
         tokens: the output's ids (no BOS, no EOS).
         alignment: the output's alignment (:func:`hard_alignments`, or the CTranslate2 engine's).
     """
-    target = loaded.tgt_tokenizer
+    target, source_pieces = loaded.tgt_tokenizer, loaded.src_tokenizer.split(source)  # the source without EOS
     pieces = [target.id_to_token(t) for t in tokens]
-    replaced = replace_unknown_pieces(pieces, tokens, alignment, loaded.src_tokenizer.split(source))
-    return str(target.join(replaced))
+    for s, t in alignment:
+        if tokens[t] == UNK_ID and s < len(source_pieces):
+            pieces[t] = source_pieces[s]
+    return str(target.join(pieces))
