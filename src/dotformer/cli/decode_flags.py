@@ -229,17 +229,6 @@ def option_values(args: argparse.Namespace, names: Collection[str]) -> dict[str,
     return values
 
 
-def resolve_device(name: str) -> str:
-    """``auto`` -> ``cuda`` if available else ``cpu``; other names checked (:func:`dotformer.api.resolve_device`).
-
-    Raises:
-        ConfigError: not a device name, or CUDA asked for but not available.
-    """
-    from dotformer.api import resolve_device as resolve
-
-    return resolve(name)
-
-
 def load_for_decoding(args: argparse.Namespace) -> LoadedCheckpoint:
     """Load ``--checkpoint`` on ``--device`` with its weights cast to ``--dtype`` (int8: quantized, CPU only), on
     ``--threads`` CPU threads when given.
