@@ -16,10 +16,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from dotformer.data.tokenize.tokenizers import BOS_ID, UNK_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, PAD_ID, UNK_ID
 from dotformer.errors import ConfigError
 
 if TYPE_CHECKING:
+    import torch
+
     from dotformer.model import Transformer
 
 Alignment = list[tuple[int, int]]  # (source index, output index) pairs, 0-based, one per output token
@@ -62,7 +64,6 @@ def hard_alignments(
 
     from dotformer.decoding.ensemble import Ensemble
     from dotformer.decoding.incremental import inference
-    from dotformer.decoding.translate import pad_batch
 
     if isinstance(model, Ensemble):  # an ensemble aligns with its first model
         model = model.models[0]
@@ -70,8 +71,8 @@ def hard_alignments(
     if not sources:
         return []
     device = next(model.parameters()).device
-    src = pad_batch(sources, device)  # (R, S)
-    tgt = pad_batch([[BOS_ID, *out] for out in outputs], device)  # (R, T)
+    src = right_padded(sources, device)  # (R, S)
+    tgt = right_padded([[BOS_ID, *out] for out in outputs], device)  # (R, T)
     with inference(model):
         src_mask = model.source_mask(src)  # (R, 1, 1, S)
         memory = model.encode(src, src_mask).memory  # (R, S, D)
@@ -82,6 +83,14 @@ def hard_alignments(
         eos = (positions[None, :] == (lengths - 1)[:, None]) & (lengths[:, None] > 1)  # (R, S) the EOS, if not alone
         best = mean.masked_fill(eos[:, None, :], float("-inf")).argmax(dim=-1).tolist()  # (R, T)
     return [[(best[r][j], j) for j in range(len(out))] for r, out in enumerate(outputs)]
+
+
+def right_padded(rows: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
+    """Id lists as a (R, L) int64 tensor right-padded with PAD, L = the longest list."""
+    import torch
+
+    width = max(len(row) for row in rows)
+    return torch.tensor([[*row, *[PAD_ID] * (width - len(row))] for row in rows], dtype=torch.int64, device=device)
 
 
 def format_alignment(alignment: Alignment) -> str:

@@ -27,7 +27,6 @@ checkpoint version and quantization; old ones stay until removed by hand (``rm -
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -37,6 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from dotformer.checkpoint.files import CheckpointFiles
+from dotformer.checkpoint.format import _sha256
 from dotformer.errors import DotformerError
 
 logger = logging.getLogger(__name__)
@@ -81,15 +81,6 @@ def copy_name(files: CheckpointFiles, quantization: str) -> str:
     return f"{files.path.name}-{files.fingerprint[:16]}-{quantization}-v{CONVERSION_VERSION}.{major}"
 
 
-def file_digest(path: Path) -> str:
-    """The SHA-256 of a file's bytes, in hex (read in 1 MiB blocks)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def copy_manifest(directory: Path) -> dict[str, dict[str, int | str]]:
     """Each file of a converted copy (its stamp excluded, sorted by name) with its ``size``, ``mtime_ns`` and
     ``sha256``: what the stamp records and :func:`copy_damage` checks."""
@@ -98,7 +89,7 @@ def copy_manifest(directory: Path) -> dict[str, dict[str, int | str]]:
         if path.name == STAMP_FILE or not path.is_file():
             continue
         info = path.stat()
-        manifest[path.name] = {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": file_digest(path)}
+        manifest[path.name] = {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": _sha256(path)}
     return manifest
 
 
@@ -128,7 +119,7 @@ def copy_damage(directory: Path) -> str | None:
             return f"{name} is missing"
         if info.st_size != size:
             return f"{name} has {info.st_size:,} bytes, not the {size:,} it was written with"
-        if info.st_mtime_ns != mtime_ns and file_digest(directory / name) != sha256:
+        if info.st_mtime_ns != mtime_ns and _sha256(directory / name) != sha256:
             return f"{name} was changed since it was written (its SHA-256 differs)"
     return None
 

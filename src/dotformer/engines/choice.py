@@ -198,14 +198,10 @@ def choose_engine(engine: str, torch_only: Sequence[str], problem: str | None, f
     return "torch" if torch_only or problem is not None else "ctranslate2"
 
 
-def other(flag: str) -> str:
-    """``--engine torch`` or ``engine='torch'``: how the surface names the torch engine."""
-    return f"{flag} torch" if flag.startswith("--") else f"{flag}'torch'"
-
-
 def torch_only_message(setting: str, flag: str = "--engine") -> str:
     """``--alignment-layer 0 runs on the torch engine only (why); leave it out, or use --engine torch``, from a
     setting named as ``choose_engine`` takes it (``"--alignment-layer 0 (why)"``)."""
     name, _, why = setting.partition(" (")
     reason = f" ({why}" if why else ""
-    return f"{name} runs on the torch engine only{reason}: leave it out, or use {other(flag)}"
+    torch = f"{flag} torch" if flag.startswith("--") else f"{flag}'torch'"  # --engine torch, engine='torch'
+    return f"{name} runs on the torch engine only{reason}: leave it out, or use {torch}"
