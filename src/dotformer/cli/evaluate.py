@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from dotformer.cli.lines import one_line
     from dotformer.cli.outputs import check_output_file, same_file
     from dotformer.config import DEFAULT_SEED, MAX_SEED
     from dotformer.data.read.types import TASKS as PAIR_TASKS
@@ -173,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     for warning in report.warnings:
         print(f"dotformer evaluate: warning: {warning}", file=sys.stderr)
     if "--hyps" in outputs and report.hypotheses is not None:
-        _write(outputs["--hyps"], "".join(f"{_one_line(text)}\n" for text in report.hypotheses))
+        _write(outputs["--hyps"], "".join(f"{one_line(text)}\n" for text in report.hypotheses))
     if "--json" in outputs:
         payload: dict[str, Any] = {
             "checkpoint": str(files.path),
@@ -204,11 +205,6 @@ def _decoding_flags_given(args: argparse.Namespace) -> list[str]:
 
 def _flag(field: str) -> str:
     return "--" + field.replace("_", "-")
-
-
-def _one_line(text: str) -> str:
-    """An output on one line: line breaks (which a BPE vocabulary can produce) become spaces."""
-    return text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
 
 
 def _write(path: Any, text: str) -> None:
