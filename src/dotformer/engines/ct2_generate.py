@@ -109,20 +109,9 @@ class CT2Generate:
         on_token: TokenCallback | None = None,
         stop_ids: Sequence[int] = (),
     ) -> list[list[int]]:
-        """The new ids of each continuation of ``prompt`` (ids, EOS = a line end; empty: a new line).
-
-        Args:
-            prompt: the prompt's ids (:func:`~dotformer.decoding.inputs.encode_prompt`: an imported model's BOS
-                first where its family adds one). config: from :func:`dotformer.api.generation.generation_settings`.
-            window: the model's context (its block size): the prompt and the new tokens must fit in it.
-            on_token: called with ``[token]`` for each token of a single greedy or sampled continuation, as it comes.
-            stop_ids: an imported model's EOS ids (:class:`~dotformer.decoding.inputs.TextRules`): a continuation
-                ends at the first of them (kept, as the torch engine keeps it), beam search's hypotheses end at any
-                of them; empty: dotformer's line stream.
-
-        Returns:
-            ``n_best`` continuations: samples in draw order, beams best first (ending at EOS or one of ``stop_ids``,
-            which is left out, or at ``max_new_tokens``).
+        """The new ids of each continuation of ``prompt``, as :func:`dotformer.decoding.generate.generate` gives them
+        (the arguments of :meth:`~dotformer.decoding.engine.GenerationEngine.generate`; ``on_token`` is called with
+        ``[token]`` for each token of a single greedy or sampled continuation).
 
         Raises:
             EngineOptionError: ``use_cache=False``, a prompt and ``max_new_tokens`` beyond ``window``, or a prompt

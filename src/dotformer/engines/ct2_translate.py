@@ -295,17 +295,10 @@ class CT2Translate:
         prefixes: Sequence[Sequence[int]] | None = None,
         scores: bool = True,
     ) -> list[list[Translation]]:
-        """Decode encoded sources as :func:`~dotformer.decoding.translate.decode_encoded` does (see the module
-        docstring for the mapping, the scores and where outputs may differ).
-
-        Args:
-            encoded: from :func:`~dotformer.decoding.inputs.encode_sources` (each source ends with EOS).
-            config: the decoding options.
-            batch_size: most sentences per batch, when ``max_tokens`` is None. max_tokens: most source tokens per
-                batch (CTranslate2 takes one limit: this one when given).
-            progress: a bar on stderr (None: from 500 inputs on, on a terminal).
-            prefixes: None, or per source the target ids its outputs start with (an empty list: none).
-            scores: give each hypothesis dotformer's exact score and log-probabilities (a scoring pass).
+        """Decode encoded sources as :func:`~dotformer.decoding.translate.decode_encoded` does, with the arguments of
+        :meth:`~dotformer.decoding.engine.TranslationEngine.decode` (see the module docstring for the mapping, the
+        scores and where outputs may differ); ``batch_size`` counts sentences only when ``max_tokens`` is None
+        (CTranslate2 takes one limit).
 
         Raises:
             EngineOptionError: an option only the torch engine runs, or an output longer than the copy's positions.
