@@ -248,7 +248,7 @@ async def translate_request(
             for more than ``max_work`` (413).
         DotformerError: the model cannot decode an input (e.g. longer than it reads).
     """
-    from dotformer.decoding.inputs import encode_sources, unknown_prefix_symbols
+    from dotformer.decoding.inputs import encode_prefix, encode_sources
 
     require_route(translator, "POST /api/translate")
     texts, decoding = parse_request(request)
@@ -277,7 +277,7 @@ async def translate_request(
             "score": best.score,
             "finished": best.finished,
             "unknown_symbols": result.unknown_symbols
-            + (len(unknown_prefix_symbols(translator.tgt_tokenizer, prefix)) if prefix else 0),
+            + (len(encode_prefix(translator.tgt_tokenizer, prefix).unknown) if prefix else 0),
         }
         if best.alignment is not None:
             item["alignment"] = [list(pair) for pair in best.alignment]

@@ -205,7 +205,7 @@ def check_arguments(args: argparse.Namespace, n_best: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, then read, decode and write chunk by chunk. Returns 0 (130 on Ctrl-C)."""
-    from dotformer.decoding.inputs import check_max_input_length, unknown_prefix_symbols
+    from dotformer.decoding.inputs import check_max_input_length, encode_prefix
     from dotformer.decoding.options import DecodeRequest
     from dotformer.errors import DataError
 
@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
                 out.flush()
                 for result, index in done:
                     prefix = None if prefixes is None else prefixes[index + 1 - first]
-                    tally.add(result, where(name, index + 1), unknown_prefix_symbols(translator.tgt_tokenizer, prefix))
+                    tally.add(result, where(name, index + 1), encode_prefix(translator.tgt_tokenizer, prefix).unknown)
             if error is not None:
                 raise error
         if prefix_lines is not None and len(prefix_lines) != tally.inputs:

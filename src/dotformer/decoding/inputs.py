@@ -239,12 +239,6 @@ def encode_prefix(tokenizer: Tokenizer, prefix: str | None) -> EncodedTarget:
     return encode_target(SimpleNamespace(tgt_tokenizer=tokenizer), prefix)
 
 
-def unknown_prefix_symbols(tokenizer: Tokenizer, prefix: str | None) -> list[str]:
-    """The symbols of a target prefix outside the target vocabulary, in order (``"<unk>"`` where a tokenizer cannot
-    name them); none for None or a blank prefix (see :func:`encode_prefix`)."""
-    return encode_prefix(tokenizer, prefix).unknown
-
-
 def unknown_prefix_message(unknown: Sequence[str]) -> str | None:
     """The one-line warning for prefix symbols outside the target vocabulary (None when there are none)."""
     if not unknown:
