@@ -41,17 +41,16 @@ generator.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dotformer.data.tokenize.tokenizers import EOS_ID, NUM_SPECIAL
 from dotformer.decoding.control_tokens import control_token_ids
 from dotformer.decoding.options import has_controls
-from dotformer.engines.choice import EngineOptionError, ct2_model_options
+from dotformer.engines.choice import EngineOptionError
 from dotformer.engines.ct2_translate import (
     EOS,
-    MAX_SEED,
     SUPPRESSED,
+    CT2Copy,
     beam_settled,
     finished_step,
     first_round,
@@ -62,44 +61,23 @@ from dotformer.engines.ct2_translate import (
 END_TOKEN_BEAM = "CTranslate2's beam search runs on past an end token other than </s>"
 
 if TYPE_CHECKING:
-    from dotformer.checkpoint.files import CheckpointFiles
     from dotformer.decoding.config import DecodeConfig
     from dotformer.decoding.engine import TokenCallback
 
 
-class CT2Generate:
+class CT2Generate(CT2Copy):
     """A language model's CTranslate2 copy, continuing prompts as
-    :meth:`~dotformer.engines.torch.TorchEngine.generate` does.
-
-    Args:
-        checkpoint: the checkpoint's files. model_dir: its CTranslate2 copy (:func:`dotformer.engines.cache.ct2_copy`).
-        device, compute_type, intra_threads, inter_threads: as :class:`~dotformer.engines.ct2_translate.CT2Translate`.
+    :meth:`~dotformer.engines.torch.TorchEngine.generate` does (arguments:
+    :class:`~dotformer.engines.ct2_translate.CT2Copy`).
     """
 
-    name = "ctranslate2"
+    runner = "Generator"
 
-    def __init__(
-        self,
-        checkpoint: CheckpointFiles,
-        model_dir: Path,
-        device: str = "cpu",
-        compute_type: str = "float32",
-        intra_threads: int = 0,
-        inter_threads: int = 1,
-    ) -> None:
-        import ctranslate2
-
-        self.checkpoint = checkpoint
-        self.model_dir = model_dir
-        self.options = ct2_model_options(device, compute_type, intra_threads, inter_threads)
-        kind, index = self.options["device"], self.options["device_index"]
-        self.device = kind if kind == "cpu" else f"cuda:{index}"
-        self.generator = ctranslate2.Generator(str(model_dir), **self.options)
-        self.vocab = read_vocabulary(model_dir / "vocabulary.json")
+    def opened(self) -> None:
+        """The ``Generator`` and the vocabulary."""
+        self.generator = self.open()
+        self.vocab = read_vocabulary(self.model_dir / "vocabulary.json")
         self.ids = {token: i for i, token in enumerate(self.vocab)}
-
-    def __repr__(self) -> str:
-        return f"CT2Generate({str(self.model_dir)!r}, {self.options['compute_type']}, {self.device})"
 
     def generate(
         self,
@@ -119,11 +97,8 @@ class CT2Generate:
         """
         tokens = self.prompt_tokens(prompt, config, window)
         generator, sampling = self.generator, self.sampling(config)
-        if config.strategy == "sample":  # a fresh Generator: CTranslate2 seeds a thread's generator once, on first use
-            import ctranslate2
-
-            ctranslate2.set_random_seed(config.seed % (MAX_SEED + 1))
-            generator = ctranslate2.Generator(str(self.model_dir), **{**self.options, "inter_threads": 1})
+        if config.strategy == "sample":
+            generator = self.open(config.seed)
         end_ids, _ = control_token_ids(config, self.checkpoint.tgt_tokenizer)  # an unknown token, named as torch's
         user_ends = [self.vocab[i] for i in end_ids]
         ends = [self.vocab[i] for i in stop_ids] + user_ends  # empty: run on across line ends

@@ -246,18 +246,20 @@ def cut_is_safe(hyps: Sequence[Found], config: DecodeConfig, prefix_sum: float) 
     return ours[config.n_best - 1] > bound
 
 
-class CT2Translate:
-    """A checkpoint's CTranslate2 copy, decoding as :class:`~dotformer.engines.torch.TorchEngine` does.
+class CT2Copy:
+    """A checkpoint's CTranslate2 copy on a device: what :class:`CT2Translate` and
+    :class:`~dotformer.engines.ct2_generate.CT2Generate` share (a runner opens its model in :meth:`opened`).
 
     Args:
         checkpoint: the checkpoint's files (config, tokenizers).
-        model_dir: its CTranslate2 copy (:func:`dotformer.engines.cache.cached_copy`).
+        model_dir: its CTranslate2 copy (:func:`dotformer.engines.cache.ct2_copy`).
         device: cpu, cuda, cuda:N or auto.
         compute_type: CTranslate2's (float32, int8, bfloat16, float16).
         intra_threads: threads per batch (0: CTranslate2's default). inter_threads: batches decoded at once.
     """
 
     name = "ctranslate2"
+    runner = "Translator"  # the CTranslate2 class that runs the copy
 
     def __init__(
         self,
@@ -268,20 +270,40 @@ class CT2Translate:
         intra_threads: int = 0,
         inter_threads: int = 1,
     ) -> None:
-        import ctranslate2
-
         self.checkpoint = checkpoint
         self.model_dir = model_dir
         self.options = ct2_model_options(device, compute_type, intra_threads, inter_threads)
         kind, index = self.options["device"], self.options["device_index"]
         self.device = kind if kind == "cpu" else f"cuda:{index}"
-        self.translator = ctranslate2.Translator(str(model_dir), **self.options)
-        self.src_vocab, self.tgt_vocab = read_vocabularies(model_dir)
-        self.tgt_ids = {token: i for i, token in enumerate(self.tgt_vocab)}
-        self.positions = exported_positions(checkpoint.config)  # the copy's positional rows
+        self.opened()
+
+    def opened(self) -> None:
+        """Open the copy's model and read its vocabularies (each runner's own)."""
+
+    def open(self, seed: int | None = None) -> Any:
+        """A CTranslate2 :attr:`runner` of the copy; with ``seed``, a fresh one on one thread after
+        ``ctranslate2.set_random_seed`` (CTranslate2 seeds a thread's generator once, on first use)."""
+        import ctranslate2
+
+        if seed is None:
+            return getattr(ctranslate2, self.runner)(str(self.model_dir), **self.options)
+        ctranslate2.set_random_seed(seed % (MAX_SEED + 1))
+        return getattr(ctranslate2, self.runner)(str(self.model_dir), **{**self.options, "inter_threads": 1})
 
     def __repr__(self) -> str:
-        return f"CT2Translate({str(self.model_dir)!r}, {self.options['compute_type']}, {self.device})"
+        return f"{type(self).__name__}({str(self.model_dir)!r}, {self.options['compute_type']}, {self.device})"
+
+
+class CT2Translate(CT2Copy):
+    """An encoder-decoder's CTranslate2 copy, decoding as :class:`~dotformer.engines.torch.TorchEngine` does
+    (arguments: :class:`CT2Copy`)."""
+
+    def opened(self) -> None:
+        """The ``Translator``, the vocabularies and the copy's positional rows."""
+        self.translator = self.open()
+        self.src_vocab, self.tgt_vocab = read_vocabularies(self.model_dir)
+        self.tgt_ids = {token: i for i, token in enumerate(self.tgt_vocab)}
+        self.positions = exported_positions(self.checkpoint.config)  # the copy's positional rows
 
     # -- decoding ------------------------------------------------------------------------------------------------
 
@@ -484,11 +506,8 @@ class CT2Translate:
         if prefixes is not None and any(prefixes[i] for i in indices):
             target_prefix = [[self.tgt_vocab[t] for t in prefixes[i]] or None for i in indices]
         translator, options = self.translator, self.search_options(config, most, every)
-        if config.strategy == "sample":  # a fresh Translator: CTranslate2 seeds a thread's generator once, on first use
-            import ctranslate2
-
-            ctranslate2.set_random_seed(config.seed % (MAX_SEED + 1))
-            translator = ctranslate2.Translator(str(self.model_dir), **{**self.options, "inter_threads": 1})
+        if config.strategy == "sample":
+            translator = self.open(config.seed)
         results = translator.translate_batch(
             sources,
             target_prefix,
