@@ -1,7 +1,5 @@
-"""Output paths checked before the work: a command that would fail to write its result fails at once, in one line.
-
-``dotformer evaluate --json under/a/file/m.json`` used to decode the whole test set, then raise a traceback.
-"""
+"""Output paths checked before the work: a command that would fail to write its result (``dotformer evaluate --json
+under/a/file/m.json``) fails at once, in one line, not after decoding the whole test set."""
 
 from __future__ import annotations
 
