@@ -1,10 +1,9 @@
 """Labels from an encoder with a classifier head: a label per text (``classify``) or per word (``tag``).
 
 The texts are read as the model was trained to read them, ``[BOS] ids [EOS]``, batched longest first by padded tokens
-(:func:`~dotformer.decoding.translate.length_sorted_batches`), and the head's logits become probabilities with a
-softmax over the C labels: a text's (a sequence head's), or each word's at its first token (a token head's; the
-words of a text are its whitespace-separated pieces, encoded as
-:class:`~dotformer.data.tokenize.words.WordPieces` does in
+(:func:`~dotformer.decoding.order.length_sorted_batches`), and the head's logits become probabilities with a softmax
+over the C labels: a text's (a sequence head's), or each word's at its first token (a token head's; the words of a
+text are its whitespace-separated pieces, encoded as :class:`~dotformer.data.tokenize.words.WordPieces` does in
 training). Padding never reaches a text's scores, so they do not depend on the texts batched with it.
 
 A text longer than the model reads (``max_len`` tokens with BOS and EOS) is cut there for a label per text, as
