@@ -48,7 +48,6 @@ from dotformer.data.config import DEFAULT_ENCODER_BLOCK, EncoderDataConfig
 from dotformer.data.prepared.cache import prepared_for
 from dotformer.data.prepared.text_kind import PreparedText
 from dotformer.data.read.labelled_reader import LabelledTexts, label_ids, read_labelled, read_saved
-from dotformer.data.read.text_corpus import read_text_corpus
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair
 from dotformer.data.tokenize.tokenizers import Tokenizer
 from dotformer.data.tokenize.words import WordPieces
@@ -73,7 +72,6 @@ if TYPE_CHECKING:
     from dotformer.decoding.classify import LabelScores
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.metrics.labels import LabelScore
-    from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
 
 logger = logging.getLogger(__name__)  # "dotformer.runs.encoder": what the validation figures leave out
@@ -88,7 +86,6 @@ class EncoderTask(Task):
     Class attributes:
         head: the model's head ("generator", "sequence", "token").
         objective: the training objective's name (:data:`dotformer.training.objective.OBJECTIVES`).
-        recipe: the shipped config whose ``[model]`` and ``[train]`` are the task's defaults.
         unit: what a text is called in messages ("line", "text", "sentence").
         cut: what becomes of a text longer than a block, in the data line.
     """
@@ -99,20 +96,11 @@ class EncoderTask(Task):
     seeded = True  # --seed draws the sample of --limit texts, and a masked language model's masked positions
     head: ClassVar[str]
     objective: ClassVar[str]
-    recipe: ClassVar[str]
     unit: ClassVar[str]
     cut: ClassVar[str] = "cut short"
 
     def data_config(self, section: dict[str, Any], source: str) -> EncoderDataConfig:
         return EncoderDataConfig.from_section({**section, "task": self.name}, source)
-
-    def defaults(self, fine_tuning: bool = False) -> ConfigSections:
-        from dotformer.runs.config_files import recipe_defaults
-
-        return recipe_defaults(self.recipe, fine_tuning)
-
-    def default_run_dir(self, data: EncoderDataConfig, model_section: dict[str, Any]) -> Path:
-        return Path("runs") / f"{Path(data.dataset.replace(':', '-')).stem}-{self.name}"
 
     def check_model(self, model_section: dict[str, Any], data: EncoderDataConfig) -> None:
         block = data.block_size or DEFAULT_ENCODER_BLOCK
@@ -485,21 +473,12 @@ def describe_examples(
 # -- evaluation --------------------------------------------------------------------------------------------------------
 
 
-def held_out_lines(loaded: LoadedCheckpoint, request: EvalRequest) -> tuple[list[str], str]:
-    """The lines a masked language model is scored on, and where they come from."""
-    from dotformer.runs.text import load_text_split
-
-    if request.data is not None:
-        return read_text_corpus(request.data).lines, request.data
-    path = run_split_file(loaded.path, f"{request.split}.txt")
-    return load_text_split(path.parent, request.split), str(path)
-
-
 def evaluate_masked(loaded: LoadedCheckpoint, request: EvalRequest) -> EvalReport:
     """Masked-token accuracy and perplexity (:func:`dotformer.metrics.labels.masked_token_score`): the lines encoded
     as prepared text is, and cut into examples and masked as the run's were (its unit; ``request.seed``)."""
     from dotformer.data.batch.labelled import LabelledSampler, Masking, encode_texts, masked_examples
     from dotformer.metrics.labels import masked_token_score
+    from dotformer.runs.text import held_out_lines
     from dotformer.training.progress import count
 
     if loaded.model.config.head != "generator":

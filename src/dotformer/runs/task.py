@@ -153,6 +153,7 @@ class Task(ABC):
     best_metrics: tuple[str, ...] = ("loss",)  # what may choose best/ (--best-metric; training.best_metrics): the loss,
     # and the task's own validation figures (its TrainData's best_metrics and figures)
     joint_ctc = False  # whether --ctc-weight may add CTC on its encoder (an encoder-decoder: dotformer.training.ctc)
+    recipe: str | None = None  # the shipped config whose [model] and [train] are the task's defaults
 
     def __init__(self, name: str | None = None) -> None:
         if name is not None:  # one class may serve several names (the tasks of pairs)
@@ -166,14 +167,17 @@ class Task(ABC):
             ConfigError: an unknown key or a bad value, naming ``source``.
         """
 
-    @abstractmethod
     def defaults(self, fine_tuning: bool = False) -> ConfigSections:
-        """The task's ``[model]`` and ``[train]`` defaults, between the built-in ones and the config file (budgets
-        are never defaults; a fine-tuning run takes only the recipe: the model is the checkpoint's)."""
+        """The task's ``[model]`` and ``[train]`` defaults (its :attr:`recipe`'s), between the built-in ones and the
+        config file (budgets are never defaults; a fine-tuning run takes only the recipe: the model is the
+        checkpoint's)."""
+        from dotformer.runs.config_files import recipe_defaults
 
-    @abstractmethod
+        return recipe_defaults(self.recipe, fine_tuning)
+
     def default_run_dir(self, data: Any, model_section: dict[str, Any]) -> Path:
-        """``runs/<dataset>-<preset>`` or the like, where a run goes without ``--out``."""
+        """Where a run goes without ``--out``: ``runs/<dataset>-<task>`` (the pairs': ``runs/<dataset>-<preset>``)."""
+        return Path("runs") / f"{Path(data.dataset.replace(':', '-')).stem}-{self.name}"
 
     @abstractmethod
     def check_model(self, model_section: dict[str, Any], data: Any) -> None:
