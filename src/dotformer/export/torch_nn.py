@@ -35,7 +35,7 @@ Differences to know about:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -285,13 +285,6 @@ def _torch_activation_name(activation: object) -> str | None:
     return None
 
 
-def _torch_activation(name: str) -> str | Callable[[Tensor], Tensor]:
-    """What ``nn.Transformer``'s ``activation=`` takes for dotformer's ``name``: its own strings "relu" and "gelu",
-    the callable ``F.silu`` for SiLU (torch has no string for it; a callable runs the same layers, off the fused
-    fast path)."""
-    return F.silu if name == "silu" else name
-
-
 def _check_torch_layer(layer: nn.Module, c: ModelConfig, name: str) -> None:
     """The switches of a torch encoder/decoder layer must match the config (sizes are checked while pairing)."""
     norm_first = bool(getattr(layer, "norm_first", False))
@@ -378,7 +371,8 @@ def _empty_torch_transformer(c: ModelConfig, device: torch.device, dtype: torch.
         "nhead": c.num_heads,
         "dim_feedforward": c.d_ff,
         "dropout": c.dropout,
-        "activation": _torch_activation(c.activation),
+        "activation": F.silu if c.activation == "silu" else c.activation,  # torch has no string for SiLU (a callable
+        # runs the same layers, off the fused fast path)
         "layer_norm_eps": c.layer_norm_eps,
         "batch_first": True,
         "norm_first": c.norm_first,
