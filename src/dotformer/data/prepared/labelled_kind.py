@@ -125,7 +125,6 @@ class LabelledKind(DataKind):
     name = "labelled"
     unit = "texts"
     handle = PreparedLabelled
-    batch_time_fields = BATCH_TIME_FIELDS
     config: EncoderDataConfig
 
     def inputs(self) -> list[InputFile]:
