@@ -1,27 +1,13 @@
 """A task: what one kind of run reads, builds and scores, beside a run pipeline written once for all.
 
 :func:`dotformer.runs.run.train_run` does what every run does (configs layered, the run directory, run.json, DDP,
-budgets, checkpoints, resume, the summary line); a :class:`Task` says what differs between kinds of runs:
-
-=================  ===========================================  ==============================================
-                   pairs (:mod:`~dotformer.runs.pairs`)          a language model (:mod:`~dotformer.runs.text`)
-=================  ===========================================  ==============================================
-names              g2p, translation, exact, synthetic           lm
-``[data]``         :class:`~dotformer.data.config.DataConfig`   :class:`~dotformer.data.config.LMDataConfig`
-defaults           the shipped config of the task (g2p, bible,  the shipped lm-bible config's model and recipe
-                   copy): its ``[model]`` and ``[train]``
-splits             given files, or a seeded group-disjoint      given files, or whole books / pieces held out
-                   split of one corpus
-tokenizers         a source and a target one (or one shared)    one
-model              encoder-decoder                              decoder-only, positions = the block size
-training examples  pairs, in token-budget batches               contiguous blocks of the text
-metrics            WER/PER, BLEU/chrF or exact match            perplexity, bits per character
-=================  ===========================================  ==============================================
-
-The encoder's tasks (a masked language model, classification, tagging: ``mlm``, ``classify``, ``tag``) are
-:mod:`dotformer.runs.encoder`'s. Every task trains through the same step (:func:`dotformer.training.step.train_step`),
-learning what its objective says (:mod:`dotformer.training.objective`), and the same loop
-(:func:`dotformer.training.fit`). The table of tasks is :mod:`dotformer.runs.tasks`.
+budgets, checkpoints, resume, the summary line); a :class:`Task` says what differs between kinds of runs: its
+``[data]`` config, its defaults (the ``[model]`` and ``[train]`` of its shipped config), its prepared data and
+tokenizers, its model and its evaluation. The tasks are those of pairs (:mod:`~dotformer.runs.pairs`), the language
+model (:mod:`~dotformer.runs.text`) and the encoder's (:mod:`~dotformer.runs.encoder`,
+:mod:`~dotformer.runs.sentence_pairs`); their table is :mod:`dotformer.runs.tasks`. Every task trains through the
+same step (:func:`dotformer.training.step.train_step`), learning what its objective says
+(:mod:`dotformer.training.objective`), and the same loop (:func:`dotformer.training.fit`).
 """
 
 from __future__ import annotations

@@ -46,21 +46,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'dotformer.training' has no attribute {name!r}")
 
 
-__all__ = [
-    "EvalResult",
-    "FitResult",
-    "LossSums",
-    "StepRecipe",
-    "StepResult",
-    "TrainConfig",
-    "TrainData",
-    "TrainState",
-    "TrainingInterrupted",
-    "evaluate_loss",
-    "fit",
-    "inverse_sqrt_lr",
-    "label_smoothed_cross_entropy",
-    "learning_rate",
-    "noam_lr",
-    "train_step",
-]
+__all__ = sorted(_LAZY)
