@@ -136,9 +136,6 @@ def read_init_source(
         data_section: the [data] fields asked for.
         origins: where each of those fields came from, for the messages (see :func:`where_asked`); None: unknown.
 
-    Returns:
-        :class:`InitSource`.
-
     Raises:
         CheckpointError: a missing or damaged checkpoint, one that is not an encoder-decoder, or a requested
             model/tokenizer field that differs from the checkpoint's (the message names the field, both values and the
