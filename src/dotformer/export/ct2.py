@@ -172,11 +172,6 @@ def gated_names(layer: LayerNames, config: ModelConfig) -> LayerNames:
     return replace(layer, ffn={"in": "ffn.linear_0_noact", "out": "ffn.linear_1"}) if config.ffn_gated else layer
 
 
-def translator_names(config: ModelConfig) -> EngineNames:
-    """:data:`CT2_NAMES`, with a gated feed-forward's names (:func:`gated_names`) in both stacks."""
-    return replace(CT2_NAMES, layers={stack: gated_names(names, config) for stack, names in CT2_NAMES.layers.items()})
-
-
 def _tensor(parameter: torch.Tensor) -> torch.Tensor:
     """A parameter as CTranslate2 takes it: float32 on the CPU, out of autograd."""
     return parameter.detach().float().cpu()
@@ -312,7 +307,8 @@ def transformer_spec(
     tgt_vocab = list(tgt_vocab) if tgt_vocab is not None else id_vocabulary(config.tgt_vocab_size)
     _check(config, src_vocab, tgt_vocab)
     spec = _empty_spec(config)
-    SpecWriter(spec, suppress_specials, translator_names(config)).copy_model(model)
+    layers = {stack: gated_names(names, config) for stack, names in CT2_NAMES.layers.items()}
+    SpecWriter(spec, suppress_specials, replace(CT2_NAMES, layers=layers)).copy_model(model)
     spec.register_source_vocabulary(src_vocab)
     spec.register_target_vocabulary(tgt_vocab)
     spec.config.unk_token = SPECIAL_TOKENS[UNK_ID]

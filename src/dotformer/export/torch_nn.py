@@ -162,7 +162,8 @@ class _TorchPairs(Converter):
         parent, _, last = theirs.rpartition(".")
         if last != "in_proj":
             module, name = locate(self.root, theirs), join(self.label, theirs)
-            self.pairs += _linear_pairs(ours[0], module, name)
+            self.pairs += [_Pair(ours[0].weight, module.weight, name + ".weight")]
+            self.pairs += _bias_pair(ours[0].bias, module.bias, name + ".bias")
             return
         module, name = locate(self.root, parent), join(self.label, parent)
         weights = module.in_proj_weight.chunk(len(roles), dim=0)  # 3 × (D, D) views
@@ -309,10 +310,6 @@ def _norm_pairs(ours: nn.LayerNorm, theirs: nn.LayerNorm, name: str, to_torch: b
     elif bool(ours.bias.detach().ne(0).any()):
         raise ConfigError(f"{name}: the torch LayerNorm has no bias (bias=False) but dotformer's bias is not zero")
     return pairs
-
-
-def _linear_pairs(ours: nn.Linear, theirs: nn.Linear, name: str) -> list[_Pair]:
-    return [_Pair(ours.weight, theirs.weight, name + ".weight"), *_bias_pair(ours.bias, theirs.bias, name + ".bias")]
 
 
 def _transformer_pairs(model: Transformer, torch_transformer: nn.Transformer, to_torch: bool) -> list[_Pair]:

@@ -173,15 +173,12 @@ def lm_vocabulary(
     if tokenizer.offset != NUM_SPECIAL:
         raise CheckpointError(f"{directory}: the tokenizer's first ids are dotformer's <pad> <s> </s> <unk>")
     specials = special_ids(directory, hf, add_bos, unknown_id(hf_tokenizer))
-    for name, index in (("pad", specials.pad), ("bos", specials.bos), ("unk", specials.unk), *_eos(specials)):
+    eos = [("eos", index) for index in specials.eos]
+    for name, index in (("pad", specials.pad), ("bos", specials.bos), ("unk", specials.unk), *eos):
         if not 0 <= index < V:
             raise CheckpointError(f"{directory}: {name} id {index} is outside the {V} embedding rows")
     rows = torch.tensor([specials.pad, specials.bos, specials.eos[0], specials.unk, *range(V)], dtype=torch.int64)
     return LMVocabulary(tokenizer, rows, specials)
-
-
-def _eos(specials: SpecialIds) -> list[tuple[str, int]]:
-    return [("eos", index) for index in specials.eos]
 
 
 def read_tokenizer_json(directory: Path) -> Any:

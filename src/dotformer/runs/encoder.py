@@ -43,6 +43,7 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from dotformer.checkpoint import SRC_TOKENIZER_FILE
 from dotformer.config import ModelConfig
 from dotformer.data.config import DEFAULT_ENCODER_BLOCK, EncoderDataConfig
 from dotformer.data.prepared.cache import prepared_for
@@ -136,7 +137,8 @@ class EncoderTask(Task):
         if init is not None:  # the checkpoint's tokenizer, given to the preparation (its hash is in the fingerprint)
             given = init.src_tokenizer
             self.check_tokenizer(init)
-            data = data_with_tokenizer_of(data, init)
+            tokenizer_file = str(init.path / SRC_TOKENIZER_FILE)  # where its tokenizer came from
+            data = dataclasses.replace(data, tokenizer_file=tokenizer_file, vocab_size=None)
         prepared = source or prepared_for(data, seed, tokenizers=given)
         tokenizers = TokenizerPair(prepared.tokenizer, prepared.tokenizer)
         warnings = [*prepared.warnings, *self.long_texts(prepared, data.block_size)]
@@ -436,13 +438,6 @@ def encoder_model_config(
     section.update(num_decoder_layers=0, head=head, num_labels=num_labels)
     config = ModelConfig.preset(preset, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, **section)
     return config, preset
-
-
-def data_with_tokenizer_of(data: EncoderDataConfig, init: InitSource) -> EncoderDataConfig:
-    """``data`` saying where its tokenizer came from: the ``--init-from`` checkpoint's file."""
-    from dotformer.checkpoint import SRC_TOKENIZER_FILE
-
-    return dataclasses.replace(data, tokenizer_file=str(init.path / SRC_TOKENIZER_FILE), vocab_size=None)
 
 
 # -- the data ----------------------------------------------------------------------------------------------------------
