@@ -15,19 +15,13 @@ tag        WORDS<TAB>LABELS lines or CoNLL columns:   a per-token classifier  to
            a label per word, on its first token                                                macro-F1
 =========  =========================================  ======================  ===============  ======================
 
-The data is prepared once (:func:`dotformer.data.prepared.cache.prepared_for`) and the run refers to it
-(:mod:`dotformer.runs.run_data`), as every task's: a masked language model's text as a language model's
-(:mod:`dotformer.data.prepared.text_kind`: given valid/test files, or whole books of the Bible / pieces of a
-file held out, seeded; its tokenizer learned with ``<mask>``), a classifier's or a tagger's texts as the ``labelled``
-kind (:mod:`dotformer.data.prepared.labelled_kind`: split by the same dealing, each text of a file on its own, a Bible
-verse with its book; each text's ids with its label id, or a label per token). One tokenizer is learned on a sample
-of the training text (byte-level BPE by default) or read from a file. A classifier or tagger starts afresh, or from
-an encoder's weights with ``--init-from CKPT`` (a ``--task mlm`` run's, or an imported BERT: ``dotformer import
---from bert``): its tokenizer (given to the preparation, so its hash is in the fingerprint) and encoder, a fresh head
+The data is prepared once and the run refers to it, as every task's: a masked language model's text as a language
+model's (:mod:`dotformer.data.prepared.text_kind`, its tokenizer learned with ``<mask>``), a classifier's or a
+tagger's texts as the ``labelled`` kind (:mod:`dotformer.data.prepared.labelled_kind`); what batching decides is
+applied by :mod:`dotformer.data.batch.labelled`. A task starts afresh, or from an encoder's weights with
+``--init-from CKPT`` (a ``--task mlm`` run's, or an imported BERT): its tokenizer and encoder, a fresh head
 (:func:`dotformer.runs.finetune.read_encoder_init`). The labels are the training split's, sorted; the prepared data's
-report and every checkpoint record them (``config.json["labels"]``). What batching decides is no part of the
-prepared data (:mod:`dotformer.data.batch.labelled`): the block size, a masked language model's unit and its masking,
-drawn per (seed, epoch, example), so a resumed run masks exactly as an unbroken one.
+report and every checkpoint record them (``config.json["labels"]``).
 
 In the run directory, ``RUN/data`` holds the reference to the prepared data (data.json), the held-out text
 (valid.txt and test.txt of a masked language model; valid.tsv and test.tsv of labelled texts, in the form the

@@ -77,15 +77,6 @@ def preset_phrase(preset: str, origins: Mapping[str, str] | None) -> str:
     return f"preset {preset!r}" + (f" ({where})" if where else "")
 
 
-def open_init(path: str | Path) -> tuple[Path, dict[str, Any], ModelConfig]:
-    """The checkpoint of ``--init-from`` (a run directory: its best/, else last/), verified: its path, config.json
-    and model config. Raises CheckpointError: a missing or damaged checkpoint."""
-    path = ckpt.resolve_checkpoint(path)
-    ckpt.verify_checkpoint(path)
-    info = ckpt.read_json(path / ckpt.CONFIG_FILE)
-    return path, info, ckpt.model_config_of(info, path / ckpt.CONFIG_FILE)
-
-
 def model_changes(
     model_section: Mapping[str, Any], config: ModelConfig, path: Path, origins: Mapping[str, str] | None,
     tunable: Sequence[str] = TUNABLE_MODEL_FIELDS, task_set: Sequence[str] = (),
@@ -141,7 +132,7 @@ def read_init_source(
             model/tokenizer field that differs from the checkpoint's (the message names the field, both values and the
             checkpoint's config.json).
     """
-    path, info, config = open_init(path)
+    path, info, config = ckpt.open_checkpoint(path)
     if config.arch != "encoder-decoder":
         kind = "a decoder-only language model" if config.arch == "decoder-only" else f"an {config.arch} model"
         raise CheckpointError(f"{path} is {kind}; --init-from needs an encoder-decoder checkpoint")
@@ -178,7 +169,7 @@ def read_encoder_init(
         CheckpointError: a missing or damaged checkpoint, one that is not encoder-only, a requested model field
             or tokenizer setting that differs from the checkpoint's, or a tokenizer file (the checkpoint's is kept).
     """
-    path, info, config = open_init(path)
+    path, info, config = ckpt.open_checkpoint(path)
     if config.arch != "encoder-only":
         raise CheckpointError(
             f"{path} is {'a' if config.arch == 'decoder-only' else 'an'} {config.arch} model; an encoder task's "

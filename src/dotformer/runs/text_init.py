@@ -25,7 +25,7 @@ from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
 from dotformer.data.config import DEFAULT_BLOCK_SIZE
 from dotformer.errors import CheckpointError, ConfigError
-from dotformer.runs.finetune import InitSource, asked, model_changes, open_init, saved_preset, tuned, where_asked
+from dotformer.runs.finetune import InitSource, asked, model_changes, saved_preset, tuned, where_asked
 
 # the [data] names of a language model's tokenizer settings (one tokenizer: both sides' names are its own)
 LM_KEYS = {"src_tokenizer": "tokenizer", "tgt_tokenizer": "tokenizer", "src_tokenizer_file": "tokenizer_file",
@@ -53,7 +53,7 @@ def read_text_init(
         CheckpointError: a missing or damaged checkpoint, one that is not decoder-only, a model field or tokenizer
             setting asked for that differs from the checkpoint's, or a block size beyond its positions.
     """
-    path, info, config = open_init(path)
+    path, info, config = ckpt.open_checkpoint(path)
     where = path / ckpt.CONFIG_FILE
     if config.arch != "decoder-only":
         raise CheckpointError(
