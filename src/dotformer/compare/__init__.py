@@ -32,47 +32,44 @@ from __future__ import annotations
 
 from typing import Any
 
-# name -> the module that defines it, imported on first use (PEP 562): the command line's --help reads
+# module -> the public names it defines, imported on first use (PEP 562): the command line's --help reads
 # dotformer.compare.config without loading torch
-_LAZY = {
-    "FLOAT_BYTES": "dotformer.compare.config",
-    "LAYER_KINDS": "dotformer.compare.config",
-    "LAYER_NAMES": "dotformer.compare.config",
-    "CompareConfig": "dotformer.compare.config",
-    "LayerKind": "dotformer.compare.config",
-    "GradientProfile": "dotformer.compare.gradients",
-    "RecallModel": "dotformer.compare.gradients",
-    "TrainingResult": "dotformer.compare.gradients",
-    "gradient_by_distance": "dotformer.compare.gradients",
-    "measure_gradients": "dotformer.compare.gradients",
-    "measure_gradients_here": "dotformer.compare.gradients",
-    "torch_threads": "dotformer.compare.gradients",
-    "train_recall": "dotformer.compare.gradients",
-    "MATMUL_OPS": "dotformer.compare.instrumentation",
-    "Counts": "dotformer.compare.instrumentation",
-    "Timed": "dotformer.compare.instrumentation",
-    "WeightChainCounter": "dotformer.compare.instrumentation",
-    "count_operations": "dotformer.compare.instrumentation",
-    "generic_kernels": "dotformer.compare.instrumentation",
-    "saved_tensor_bytes": "dotformer.compare.instrumentation",
-    "synchronize": "dotformer.compare.instrumentation",
-    "tensors_in": "dotformer.compare.instrumentation",
-    "time_and_memory": "dotformer.compare.instrumentation",
-    "SequenceLayer": "dotformer.compare.layers",
-    "analytic_flops": "dotformer.compare.layers",
-    "analytic_saved_bytes": "dotformer.compare.layers",
-    "PAPER_TABLE1": "dotformer.compare.report",
-    "CompareReport": "dotformer.compare.report",
-    "LayerReport": "dotformer.compare.report",
-    "LengthPoint": "dotformer.compare.report",
-    "compare": "dotformer.compare.report",
-    "table1_rows": "dotformer.compare.report",
-    "NOISY_REPEATS": "dotformer.compare.table",
-    "format_bytes": "dotformer.compare.table",
-    "format_report": "dotformer.compare.table",
-    "markdown_table": "dotformer.compare.table",
-    "timing_note": "dotformer.compare.table",
+_MODULES = {
+    "dotformer.compare.config": ("FLOAT_BYTES", "LAYER_KINDS", "LAYER_NAMES", "CompareConfig", "LayerKind"),
+    "dotformer.compare.gradients": (
+        "GradientProfile",
+        "RecallModel",
+        "TrainingResult",
+        "gradient_by_distance",
+        "measure_gradients",
+        "measure_gradients_here",
+        "torch_threads",
+        "train_recall",
+    ),
+    "dotformer.compare.instrumentation": (
+        "MATMUL_OPS",
+        "Counts",
+        "Timed",
+        "WeightChainCounter",
+        "count_operations",
+        "generic_kernels",
+        "saved_tensor_bytes",
+        "synchronize",
+        "tensors_in",
+        "time_and_memory",
+    ),
+    "dotformer.compare.layers": ("SequenceLayer", "analytic_flops", "analytic_saved_bytes"),
+    "dotformer.compare.report": (
+        "PAPER_TABLE1",
+        "CompareReport",
+        "LayerReport",
+        "LengthPoint",
+        "compare",
+        "table1_rows",
+    ),
+    "dotformer.compare.table": ("NOISY_REPEATS", "format_bytes", "format_report", "markdown_table", "timing_note"),
 }
+_LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
