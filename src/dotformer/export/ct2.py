@@ -129,14 +129,19 @@ def _check(config: ModelConfig, src_vocab: Sequence[str], tgt_vocab: Sequence[st
     problem = model_problem(config)
     if problem is not None:
         raise ConfigError(problem)
-    sides = (("source", src_vocab, config.src_vocab_size), ("target", tgt_vocab, config.tgt_vocab_size))
-    for name, vocab, size in sides:
-        if len(vocab) != size:
-            raise ConfigError(f"the {name} vocabulary has {len(vocab)} tokens but the model has {size}")
-        if len(set(vocab)) != len(vocab):
-            raise ConfigError(f"the {name} vocabulary has duplicate token strings; CTranslate2 needs unique ones")
-        if tuple(vocab[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
-            raise ConfigError(f"the {name} vocabulary must start with {SPECIAL_TOKENS}, got {tuple(vocab[:4])}")
+    check_pieces(src_vocab, config.src_vocab_size, "source ")
+    check_pieces(tgt_vocab, config.tgt_vocab_size, "target ")
+
+
+def check_pieces(vocab: Sequence[str], size: int, side: str = "") -> None:
+    """Raise ConfigError unless ``vocab`` is ``size`` unique token strings, the specials first (``side``: "source "
+    or "target " in the message)."""
+    if len(vocab) != size:
+        raise ConfigError(f"the {side}vocabulary has {len(vocab)} tokens but the model has {size}")
+    if len(set(vocab)) != len(vocab):
+        raise ConfigError(f"the {side}vocabulary has duplicate token strings; CTranslate2 needs unique ones")
+    if tuple(vocab[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+        raise ConfigError(f"the {side}vocabulary must start with {SPECIAL_TOKENS}, got {tuple(vocab[:4])}")
 
 
 def _layer_names(stack: str, cross: bool) -> LayerNames:

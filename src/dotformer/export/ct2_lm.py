@@ -62,6 +62,7 @@ from dotformer.export.ct2 import (
     SpecWriter,
     _layer_names,
     _tensor,
+    check_pieces,
     gated_names,
     id_vocabulary,
     save_spec,
@@ -149,12 +150,7 @@ def check_language_model(config: ModelConfig, vocabulary: Sequence[str]) -> None
     problem = model_problem(config)
     if problem is not None:
         raise ConfigError(problem)
-    if len(vocabulary) != config.tgt_vocab_size:
-        raise ConfigError(f"the vocabulary has {len(vocabulary)} tokens but the model has {config.tgt_vocab_size}")
-    if len(set(vocabulary)) != len(vocabulary):
-        raise ConfigError("the vocabulary has duplicate token strings; CTranslate2 needs unique ones")
-    if tuple(vocabulary[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
-        raise ConfigError(f"the vocabulary must start with {SPECIAL_TOKENS}, got {tuple(vocabulary[:4])}")
+    check_pieces(vocabulary, config.tgt_vocab_size)
 
 
 def language_model_spec(

@@ -1,15 +1,14 @@
 """What every decoder-only language model import shares: its vocabulary in dotformer's ids, the text rules (BOS and
 EOS) that travel with it, and the reader that copies a family's tensors by its parameter map.
 
-Ids. dotformer's ids 0..3 are ``<pad> <s> </s> <unk>`` in every vocabulary; a released model's tokenizer.json keeps
-its own ids shifted by four (:class:`~dotformer.data.tokenize.pretrained.HFFileTokenizer`: the file's id i is
-dotformer's i + 4). The model's embedding gets four rows in front (:class:`LMVocabulary`): dotformer's PAD, BOS, EOS and
-UNK rows are copies of the released model's pad, BOS, EOS and unknown rows, so that ``[BOS] ids`` reads exactly as the
-released model reads its ``[bos] ids``. The generator gets a bias of :data:`~dotformer.export.params.SUPPRESSED_LOGIT`
-on those four rows and 0 elsewhere: the copies are never produced, and the softmax counts each released token once, as
-the released model does (its log-probabilities, not lower by the copies). The pad row is the model's ``pad_token_id``,
-else its (first) EOS: a model without a pad token pads with EOS, as transformers' ``generate`` does; padding is masked,
-so the row only fills the batch.
+Ids. A released model's tokenizer.json keeps its own ids shifted by four (:mod:`dotformer.data.tokenize.pretrained`),
+and the model's embedding gets four rows in front (:class:`LMVocabulary`): dotformer's PAD, BOS, EOS and UNK rows are
+copies of the released model's pad, BOS, EOS and unknown rows, so that ``[BOS] ids`` reads as its ``[bos] ids``. The
+generator gets a bias of :data:`~dotformer.export.params.SUPPRESSED_LOGIT` on those four rows and 0 elsewhere: the
+copies are never produced, and the softmax counts each released token once, as the released model does (its
+log-probabilities, not lower by the copies). The pad row is the model's ``pad_token_id``, else its (first) EOS: a model
+without a pad token pads with EOS, as transformers' ``generate`` does; padding is masked, so the row only fills the
+batch.
 
 Text rules (:class:`~dotformer.decoding.inputs.TextRules`, saved in the checkpoint's config.json under
 ``"text_rules"``): the families that start every text with BOS (Llama, Mistral, SmolLM, Gemma) get ``add_bos``; GPT-2
