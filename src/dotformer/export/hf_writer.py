@@ -116,9 +116,9 @@ def unheld_option(config: Any, layout: str, fields: Sequence[str]) -> str | None
     """The first of ``fields`` that ``config`` sets (a switch on, an option not None) and ``layout`` ("GPT-2's",
     "BERT's") has no place for, or a ``qkv_bias`` unlike ``bias``: one line naming the field; None when none is set."""
     for field in fields:
-        value = getattr(config, field, None)
-        if value is not None and value is not False:
-            return f"ModelConfig.{field}={value!r}: {layout} layout has no such option"
+        value, switch = getattr(config, field, None), field in ("ffn_gated", "qk_norm", "sandwich_norm")
+        if value if switch else value is not None:
+            return f"ModelConfig.{field}={'True' if switch else repr(value)}: {layout} layout has no such option"
     if getattr(config, "qkv_bias", None) is not None and config.qkv_bias != config.bias:
         return f"ModelConfig.qkv_bias={config.qkv_bias} differs from bias={config.bias}: not in {layout} layout"
     return None
