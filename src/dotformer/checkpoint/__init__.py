@@ -10,16 +10,9 @@ A checkpoint is a directory::
     train_state.json         optional: the rest of the training state (step, epoch, batch index, best metric, ...)
     manifest.json            size and SHA-256 of every file above, checked on load (truncation, corruption)
 
-A run directory ``runs/NAME/`` holds ``checkpoints/step_XXXXXXX/`` (the last few), ``best/`` (lowest validation
-loss), ``last/`` (the newest), ``data/`` (the saved split), ``metrics.jsonl`` and ``run.json``.
-
-Every directory is written atomically: into a temporary sibling, flushed with fsync, then renamed into place. An
-existing checkpoint is first renamed aside (``.NAME.old-*``) and deleted only once the new one is in place, so a
-crash at any moment leaves either the old or the new checkpoint readable (:func:`resolve_checkpoint` finds an
-aside copy if the crash came between the two renames). ``best/`` and ``last/`` hold hard links to the files of a
-step checkpoint (files are never modified after they are written), or copies where links are not possible.
-
-Loading reads only safetensors and JSON: nothing is unpickled, nothing is executed.
+A run directory holds the last few step checkpoints, ``best/`` and ``last/`` (:mod:`~dotformer.checkpoint.rundir`).
+Every directory is written atomically (:mod:`~dotformer.checkpoint.atomic`): a crash at any moment leaves either the
+old or the new checkpoint readable. Loading reads only safetensors and JSON: nothing is unpickled, nothing is executed.
 
 The package, by concern (every name is also reachable here, ``from dotformer.checkpoint import X``; those of averaging,
 store and train_state, which need torch, are imported on first use: reading a checkpoint's files does not load torch):
@@ -77,6 +70,7 @@ from dotformer.checkpoint.rundir import (
     clear_run_directory,
     find_resume_checkpoint,
     is_run_directory,
+    open_checkpoint,
     prune_checkpoints,
     recover_run_directory,
     resolve_checkpoint,
@@ -149,6 +143,7 @@ __all__ = [
     "load_weights",
     "load_weights_into",
     "model_config_of",
+    "open_checkpoint",
     "prune_checkpoints",
     "read_checkpoint_files",
     "read_json",

@@ -23,6 +23,7 @@ from dotformer.checkpoint.format import (
     MODEL_FILE,
     _save_safetensors,
     _sha256,
+    check_fits,
     load_weights,
     load_weights_into,
     model_config_of,
@@ -115,7 +116,8 @@ def load_base(model: nn.Module, weights: dict[str, Tensor], where: Path, head: b
     kept = {name for name in state if is_trained(name) and not (head and name.startswith(HEAD_PREFIX))}
     expected = {name: t for name, t in state.items() if name not in kept}
     given = {name: t for name, t in weights.items() if not (name.startswith(HEAD_PREFIX) and name not in expected)}
-    _copy_exactly(model, given, expected, where)
+    check_fits(given, expected, where, "the model")
+    model.load_state_dict(given, strict=False)
 
 
 def load_adapted(model: nn.Module, path: Path, info: dict[str, Any]) -> None:
@@ -133,7 +135,9 @@ def load_adapted(model: nn.Module, path: Path, info: dict[str, Any]) -> None:
     base = checked_base(path, info)
     load_base(model, full_weights(base), base, head=False)
     expected = {name: t for name, t in model.state_dict().items() if is_trained(name)}
-    _copy_exactly(model, load_weights(path / MODEL_FILE), expected, path / MODEL_FILE)
+    adapters = load_weights(path / MODEL_FILE)
+    check_fits(adapters, expected, path / MODEL_FILE, "the model")
+    model.load_state_dict(adapters, strict=False)
 
 
 def load_model_weights(model: nn.Module, path: Path, info: dict[str, Any]) -> nn.Module:
@@ -167,22 +171,6 @@ def save_adapters(model: nn.Module, path: Path, info: dict[str, Any]) -> None:
             "needs a 'lora' table (dotformer.checkpoint.adapters.base_reference)"
         )
     _save_safetensors(adapter_state(model), path, {"aliases": "{}"})
-
-
-def _copy_exactly(model: nn.Module, given: dict[str, Tensor], expected: dict[str, Tensor], where: Path) -> None:
-    missing = sorted(set(expected) - set(given))
-    unexpected = sorted(set(given) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{where} does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]} "
-            f"({len(missing)} missing, {len(unexpected)} unexpected)"
-        )
-    for name, tensor in given.items():
-        if tensor.shape != expected[name].shape:
-            raise CheckpointError(
-                f"{where}: tensor {name} has shape {tuple(tensor.shape)}, the model needs {tuple(expected[name].shape)}"
-            )
-    model.load_state_dict(given, strict=False)
 
 
 def _described(spec: LoRASpec) -> str:

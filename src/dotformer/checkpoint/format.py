@@ -109,20 +109,25 @@ def load_weights_into(model: nn.Module, path: str | Path, fresh: tuple[str, ...]
     expected = {name: t for name, t in model.state_dict().items() if not name.startswith(fresh)}
     state = without_training_only(load_weights(path), expected)
     state = {name: t for name, t in state.items() if not name.startswith(fresh)}
+    check_fits(state, expected, path, "the model config")
+    model.load_state_dict(state, strict=not fresh)
+
+
+def check_fits(state: dict[str, Tensor], expected: dict[str, Tensor], where: Any, model: str) -> None:
+    """Raise CheckpointError unless ``state`` has the names and shapes of ``expected`` (``model`` names its owner in
+    the message, ``where`` the file): the first missing, unexpected or mis-shaped tensors are named."""
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
         raise CheckpointError(
-            f"{path} does not fit the model config: missing {missing[:3]}, unexpected {unexpected[:3]} "
+            f"{where} does not fit {model}: missing {missing[:3]}, unexpected {unexpected[:3]} "
             f"({len(missing)} missing, {len(unexpected)} unexpected)"
         )
     for name, tensor in state.items():
         if tensor.shape != expected[name].shape:
             raise CheckpointError(
-                f"{path}: tensor {name} has shape {tuple(tensor.shape)}, the model config needs "
-                f"{tuple(expected[name].shape)}"
+                f"{where}: tensor {name} has shape {tuple(tensor.shape)}, {model} needs {tuple(expected[name].shape)}"
             )
-    model.load_state_dict(state, strict=not fresh)
 
 
 def without_training_only(weights: dict[str, Tensor], expected: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -19,7 +19,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dotformer.checkpoint.atomic import _aside_copy, link_checkpoint
 from dotformer.checkpoint.format import (
@@ -28,10 +28,14 @@ from dotformer.checkpoint.format import (
     MODEL_FILE,
     TRAIN_STATE_JSON,
     CheckpointWarning,
+    model_config_of,
     read_json,
     verify_checkpoint,
 )
 from dotformer.errors import CheckpointError, TrainingError
+
+if TYPE_CHECKING:
+    from dotformer.config import ModelConfig
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 RUN_ENTRIES = ("run.json", "data", "checkpoints", "best", "last", "metrics.jsonl", "tensorboard")  # what a run holds
@@ -258,6 +262,15 @@ def resolve_checkpoint(path: str | Path) -> Path:
         f"{path} is neither a checkpoint (no {CONFIG_FILE}, {MODEL_FILE}) nor a run directory (no best/, last/ "
         f"or checkpoints/step_*)"
     )
+
+
+def open_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any], ModelConfig]:
+    """The checkpoint meant by ``path`` (:func:`resolve_checkpoint`), verified: its directory, config.json and model
+    config. Raises CheckpointError: nothing checkpoint-like there, or a damaged checkpoint (the file named)."""
+    path = resolve_checkpoint(path)
+    verify_checkpoint(path)
+    info = read_json(path / CONFIG_FILE)
+    return path, info, model_config_of(info, path / CONFIG_FILE)
 
 
 def find_resume_checkpoint(run_dir: str | Path) -> Path:

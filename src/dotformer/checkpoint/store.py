@@ -23,13 +23,10 @@ from dotformer.checkpoint.format import (
     check_vocabulary,
     context_window_of,
     load_tokenizer_file,
-    model_config_of,
-    read_json,
     require_plain_weights,
     unwrap_model,
-    verify_checkpoint,
 )
-from dotformer.checkpoint.rundir import resolve_checkpoint
+from dotformer.checkpoint.rundir import open_checkpoint
 from dotformer.checkpoint.train_state import save_train_state
 from dotformer.config import ModelConfig
 from dotformer.lora import is_adapted
@@ -129,10 +126,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Loa
             sizes differ from the config, or the weights do not fit the config (an adapted checkpoint: its base is
             missing or changed). The message names the file.
     """
-    path = resolve_checkpoint(path)
-    verify_checkpoint(path)
-    info = read_json(path / CONFIG_FILE)
-    config = model_config_of(info, path / CONFIG_FILE)
+    path, info, config = open_checkpoint(path)
     src_tokenizer = load_tokenizer_file(path / SRC_TOKENIZER_FILE)
     tgt_tokenizer = load_tokenizer_file(path / TGT_TOKENIZER_FILE)
     check_vocabulary(config, src_tokenizer, tgt_tokenizer, path)

@@ -129,14 +129,19 @@ def _check(config: ModelConfig, src_vocab: Sequence[str], tgt_vocab: Sequence[st
     problem = model_problem(config)
     if problem is not None:
         raise ConfigError(problem)
-    sides = (("source", src_vocab, config.src_vocab_size), ("target", tgt_vocab, config.tgt_vocab_size))
-    for name, vocab, size in sides:
-        if len(vocab) != size:
-            raise ConfigError(f"the {name} vocabulary has {len(vocab)} tokens but the model has {size}")
-        if len(set(vocab)) != len(vocab):
-            raise ConfigError(f"the {name} vocabulary has duplicate token strings; CTranslate2 needs unique ones")
-        if tuple(vocab[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
-            raise ConfigError(f"the {name} vocabulary must start with {SPECIAL_TOKENS}, got {tuple(vocab[:4])}")
+    check_pieces(src_vocab, config.src_vocab_size, "source ")
+    check_pieces(tgt_vocab, config.tgt_vocab_size, "target ")
+
+
+def check_pieces(vocab: Sequence[str], size: int, side: str = "") -> None:
+    """Raise ConfigError unless ``vocab`` is ``size`` unique token strings, the specials first (``side``: "source "
+    or "target " in the message)."""
+    if len(vocab) != size:
+        raise ConfigError(f"the {side}vocabulary has {len(vocab)} tokens but the model has {size}")
+    if len(set(vocab)) != len(vocab):
+        raise ConfigError(f"the {side}vocabulary has duplicate token strings; CTranslate2 needs unique ones")
+    if tuple(vocab[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+        raise ConfigError(f"the {side}vocabulary must start with {SPECIAL_TOKENS}, got {tuple(vocab[:4])}")
 
 
 def _layer_names(stack: str, cross: bool) -> LayerNames:
@@ -170,11 +175,6 @@ def gated_names(layer: LayerNames, config: ModelConfig) -> LayerNames:
     """``layer``'s names with a gated feed-forward's where ``config`` has one: W_1 is ``ffn.linear_0_noact``, W_gate
     takes ``ffn.linear_0`` (the activated one; :meth:`SpecWriter.copy_layer`)."""
     return replace(layer, ffn={"in": "ffn.linear_0_noact", "out": "ffn.linear_1"}) if config.ffn_gated else layer
-
-
-def translator_names(config: ModelConfig) -> EngineNames:
-    """:data:`CT2_NAMES`, with a gated feed-forward's names (:func:`gated_names`) in both stacks."""
-    return replace(CT2_NAMES, layers={stack: gated_names(names, config) for stack, names in CT2_NAMES.layers.items()})
 
 
 def _tensor(parameter: torch.Tensor) -> torch.Tensor:
@@ -312,7 +312,8 @@ def transformer_spec(
     tgt_vocab = list(tgt_vocab) if tgt_vocab is not None else id_vocabulary(config.tgt_vocab_size)
     _check(config, src_vocab, tgt_vocab)
     spec = _empty_spec(config)
-    SpecWriter(spec, suppress_specials, translator_names(config)).copy_model(model)
+    layers = {stack: gated_names(names, config) for stack, names in CT2_NAMES.layers.items()}
+    SpecWriter(spec, suppress_specials, replace(CT2_NAMES, layers=layers)).copy_model(model)
     spec.register_source_vocabulary(src_vocab)
     spec.register_target_vocabulary(tgt_vocab)
     spec.config.unk_token = SPECIAL_TOKENS[UNK_ID]

@@ -16,23 +16,16 @@ sinusoidal or learned table             ``decoder.position_encodings.encodings``
 ``generator``                          ``decoder.projection``
 =====================================  ====================================================
 
-The modern block (:mod:`dotformer.layers`' switches) maps onto the same spec's options, as CTranslate2's own Llama,
-Qwen3 and Gemma converters set them:
+The modern block's switches map onto the same spec's options as in :mod:`dotformer.export.ct2_modern`'s table (as
+CTranslate2's own Llama, Qwen3 and Gemma converters set them), with three of a decoder alone:
 
 =====================================  ====================================================
 dotformer                              CTranslate2 decoder-only spec
 =====================================  ====================================================
-``norm="rmsnorm"`` (unit offset)       ``rms_norm`` (each norm's ``layer_norm_use_residual``: (1 + w))
-``ffn_gated``: ``W_gate``, ``W_1``     ``ffn.linear_0`` (activated), ``ffn.linear_0_noact``
-``positional="rotary"``                ``rotary_dim`` R, ``rotary_interleave=False`` (rotate half), ``rotary_base``,
-                                       ``rotary_scaling_type`` linear / llama3 and their factors
-``num_kv_heads``, ``head_size``        ``num_heads_kv``, ``head_dim`` (W_k, W_v rows follow W_q's in ``linear[0]``)
-``qk_norm``: ``q_norm``, ``k_norm``    ``self_attention.q_norm``, ``k_norm``
 ``sliding_window``, ``layer_types``    ``sliding_window`` (0 on a full layer); a sliding layer's
                                        ``rope_local_theta`` is its own ``rotary_base``, unscaled
 ``sandwich_norm``                      ``pre_post_layer_norm``: ``input_layer_norm``, ``post_attention_layer_norm``,
                                        ``pre_feedforward_layer_norm``, ``post_feedforward_layer_norm``
-``attention_scale``                    each attention's ``queries_scale``
 ``logit_softcap``                      ``decoder.final_logit_softcapping``
 =====================================  ====================================================
 
@@ -69,6 +62,7 @@ from dotformer.export.ct2 import (
     SpecWriter,
     _layer_names,
     _tensor,
+    check_pieces,
     gated_names,
     id_vocabulary,
     save_spec,
@@ -156,12 +150,7 @@ def check_language_model(config: ModelConfig, vocabulary: Sequence[str]) -> None
     problem = model_problem(config)
     if problem is not None:
         raise ConfigError(problem)
-    if len(vocabulary) != config.tgt_vocab_size:
-        raise ConfigError(f"the vocabulary has {len(vocabulary)} tokens but the model has {config.tgt_vocab_size}")
-    if len(set(vocabulary)) != len(vocabulary):
-        raise ConfigError("the vocabulary has duplicate token strings; CTranslate2 needs unique ones")
-    if tuple(vocabulary[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
-        raise ConfigError(f"the vocabulary must start with {SPECIAL_TOKENS}, got {tuple(vocabulary[:4])}")
+    check_pieces(vocabulary, config.tgt_vocab_size)
 
 
 def language_model_spec(

@@ -36,7 +36,7 @@ import torch
 from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError
 from dotformer.export.hf_tokenizer import HFVocabulary
-from dotformer.export.hf_writer import StateDictWriter, save_hf_directory
+from dotformer.export.hf_writer import StateDictWriter, save_hf_directory, unheld_option
 from dotformer.export.params import EngineNames, LayerNames, embedding_params
 from dotformer.model import Transformer
 
@@ -73,15 +73,8 @@ def bert_problem(config: ModelConfig) -> str | None:
         return f"ModelConfig.positional={config.positional!r}: BERT has absolute positions only"
     if getattr(config, "norm", "layernorm") != "layernorm":
         return f"ModelConfig.norm={config.norm!r}: BERT has LayerNorm only"
-    for field in ("ffn_gated", "qk_norm", "sandwich_norm"):
-        if getattr(config, field, False):
-            return f"ModelConfig.{field}=True: BERT's layout has no such option"
-    for field in ("num_kv_heads", "head_size", "sliding_window", "attention_scale", "attention_softcap"):
-        if getattr(config, field, None) is not None:
-            return f"ModelConfig.{field}={getattr(config, field)!r}: BERT's layout has no such option"
-    if getattr(config, "qkv_bias", None) is not None and config.qkv_bias != config.bias:
-        return f"ModelConfig.qkv_bias={config.qkv_bias} differs from bias={config.bias}: not in BERT's layout"
-    return None
+    options = ("num_kv_heads", "head_size", "sliding_window", "attention_scale", "attention_softcap")
+    return unheld_option(config, "BERT's", ("ffn_gated", "qk_norm", "sandwich_norm", *options))
 
 
 def bert_config(config: ModelConfig, vocabulary: HFVocabulary) -> Any:

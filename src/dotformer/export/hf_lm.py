@@ -39,7 +39,7 @@ from dotformer.config import ModelConfig
 from dotformer.errors import ConfigError
 from dotformer.export.hf_modern import modern_config, modern_layout, modern_tensors
 from dotformer.export.hf_tokenizer import HFVocabulary
-from dotformer.export.hf_writer import StateDictWriter, generator_rows, save_hf_directory
+from dotformer.export.hf_writer import StateDictWriter, generator_rows, save_hf_directory, unheld_option
 from dotformer.export.params import EngineNames, LayerNames, embedding_params
 from dotformer.model import Transformer
 
@@ -78,18 +78,8 @@ def gpt2_problem(config: ModelConfig) -> str | None:
         return "ModelConfig.norm_first=False: a post-LN language model fits no HF causal-LM layout (GPT-2 is pre-LN)"
     if config.embedding_norm:
         return "ModelConfig.embedding_norm=True: GPT-2 has no LayerNorm on its embeddings"
-    for field in ("num_kv_heads", "head_size", "sliding_window", "attention_scale", "attention_softcap"):
-        if getattr(config, field, None) is not None:
-            return f"ModelConfig.{field}={getattr(config, field)!r}: GPT-2's layout has no such option"
-    for field in ("logit_softcap",):
-        if getattr(config, field, None) is not None:
-            return f"ModelConfig.{field}={getattr(config, field)!r}: GPT-2's layout has no such option"
-    for field in ("qk_norm", "sandwich_norm"):
-        if getattr(config, field, False):
-            return f"ModelConfig.{field}=True: GPT-2's layout has no such option"
-    if getattr(config, "qkv_bias", None) is not None and config.qkv_bias != config.bias:
-        return f"ModelConfig.qkv_bias={config.qkv_bias} differs from bias={config.bias}: not in GPT-2's layout"
-    return None
+    options = ("num_kv_heads", "head_size", "sliding_window", "attention_scale", "attention_softcap", "logit_softcap")
+    return unheld_option(config, "GPT-2's", (*options, "qk_norm", "sandwich_norm"))
 
 
 def gpt2_config(config: ModelConfig, vocabulary: HFVocabulary, tie: bool) -> Any:

@@ -110,3 +110,15 @@ def generator_rows(model: nn.Module, vocabulary: HFVocabulary) -> torch.Tensor:
     if bias is not None and bool(vocabulary.rows(bias.detach()).ne(0).any()):
         raise ConfigError("ModelConfig.generator_bias=True: the HF causal-LM layouts have no bias on their lm_head")
     return vocabulary.rows(model.generator.weight.detach())
+
+
+def unheld_option(config: Any, layout: str, fields: Sequence[str]) -> str | None:
+    """The first of ``fields`` that ``config`` sets (a switch on, an option not None) and ``layout`` ("GPT-2's",
+    "BERT's") has no place for, or a ``qkv_bias`` unlike ``bias``: one line naming the field; None when none is set."""
+    for field in fields:
+        value, switch = getattr(config, field, None), field in ("ffn_gated", "qk_norm", "sandwich_norm")
+        if value if switch else value is not None:
+            return f"ModelConfig.{field}={'True' if switch else repr(value)}: {layout} layout has no such option"
+    if getattr(config, "qkv_bias", None) is not None and config.qkv_bias != config.bias:
+        return f"ModelConfig.qkv_bias={config.qkv_bias} differs from bias={config.bias}: not in {layout} layout"
+    return None

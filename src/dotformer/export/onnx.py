@@ -148,32 +148,41 @@ def write_graphs(
         raise MissingDataError('exporting to ONNX needs the onnx package: pip install "dotformer[onnx]"') from None
 
     output_dir = check_output_dir(output_dir)
-    with fresh_output_dir(output_dir) as tmp:
-        write(model, tmp, opset)
-    return output_dir
-
-
-def _write_onnx(model: Transformer, output_dir: Path, opset: int) -> None:
-    """The three files of :func:`export_onnx` in ``output_dir`` (which exists)."""
     was_training = model.training
     model.eval()
     try:
-        with warnings.catch_warnings(), torch.no_grad():
+        with fresh_output_dir(output_dir) as tmp, warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # tracer warnings about Python checks, which hold for every input
-            encoder_outputs = _export_encoder(model, output_dir / ENCODER_FILE, opset)
-            step_inputs, step_outputs = _export_decoder_step(model, output_dir / DECODER_STEP_FILE, opset)
+            write(model, tmp, opset)
     finally:
         model.train(was_training)
+    return output_dir
+
+
+def write_description(directory: Path, config: Any, **graphs: Any) -> None:
+    """``onnx_config.json`` in ``directory``: the format, the model config, its positions and special ids, then
+    ``graphs`` (each graph's file and input/output names, and what else a reader needs)."""
     description = {
         "format": "dotformer-onnx",
         "version": 1,
-        "model": model.config.to_dict(),
-        "max_positions": model.config.max_len,
+        "model": config.to_dict(),
+        "max_positions": config.max_len,
         "ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
-        "encoder": {"file": ENCODER_FILE, "inputs": ["src"], "outputs": encoder_outputs},
-        "decoder_step": {"file": DECODER_STEP_FILE, "inputs": step_inputs, "outputs": step_outputs},
+        **graphs,
     }
-    (output_dir / ONNX_CONFIG_FILE).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
+    (directory / ONNX_CONFIG_FILE).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
+
+
+def _write_onnx(model: Transformer, output_dir: Path, opset: int) -> None:
+    """The three files of :func:`export_onnx` in ``output_dir`` (which exists; :func:`write_graphs` traces)."""
+    encoder_outputs = _export_encoder(model, output_dir / ENCODER_FILE, opset)
+    step_inputs, step_outputs = _export_decoder_step(model, output_dir / DECODER_STEP_FILE, opset)
+    write_description(
+        output_dir,
+        model.config,
+        encoder={"file": ENCODER_FILE, "inputs": ["src"], "outputs": encoder_outputs},
+        decoder_step={"file": DECODER_STEP_FILE, "inputs": step_inputs, "outputs": step_outputs},
+    )
 
 
 TRACE_B, TRACE_S, TRACE_P = 2, 5, 3  # example batch, source and past lengths for tracing; each is a dynamic axis

@@ -13,18 +13,16 @@ it against the model's logits with ``onnxruntime``.
 
 from __future__ import annotations
 
-import json
-import warnings
 from functools import partial
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
-from dotformer.export.onnx import ONNX_CONFIG_FILE, OPSET, write_graphs
+from dotformer.export.onnx import OPSET, write_description, write_graphs
 from dotformer.model import Transformer
 
 MODEL_FILE = "model.onnx"
@@ -69,31 +67,15 @@ def export_encoder_onnx(
 
 
 def _write_encoder_onnx(model: Transformer, output_dir: Path, opset: int, labels: list[str] | None) -> None:
-    """The two files of :func:`export_encoder_onnx` in ``output_dir`` (which exists)."""
+    """The two files of :func:`export_encoder_onnx` in ``output_dir`` (which exists; :func:`write_graphs` traces)."""
     c = model.config
     src = torch.full((TRACE_B, TRACE_S), 4 % c.src_vocab_size, dtype=torch.int64)  # (B, S)
     src[:, 0], src[:, -1] = BOS_ID, EOS_ID
     logits_axes = {0: "batch"} if c.head == "sequence" else {0: "batch", 1: "source"}
     axes = {"src": {0: "batch", 1: "source"}, "logits": logits_axes}
-    was_training = model.training
-    model.eval()
-    try:
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")  # tracer warnings about Python checks, which hold for every input
-            torch.onnx.export(
-                EncoderModelGraph(model), (src,), str(output_dir / MODEL_FILE), input_names=["src"],
-                output_names=["logits"], dynamic_axes=axes, opset_version=opset, dynamo=False,
-            )  # fmt: skip
-    finally:
-        model.train(was_training)
-    description = {
-        "format": "dotformer-onnx",
-        "version": 1,
-        "model": c.to_dict(),
-        "max_positions": c.max_len,
-        "ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
-        "head": c.head,
-        "labels": labels,
-        "encoder_model": {"file": MODEL_FILE, "inputs": ["src"], "outputs": ["logits"]},
-    }
-    (output_dir / ONNX_CONFIG_FILE).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
+    torch.onnx.export(
+        EncoderModelGraph(model), (src,), str(output_dir / MODEL_FILE), input_names=["src"],
+        output_names=["logits"], dynamic_axes=axes, opset_version=opset, dynamo=False,
+    )  # fmt: skip
+    encoder_model = {"file": MODEL_FILE, "inputs": ["src"], "outputs": ["logits"]}
+    write_description(output_dir, c, head=c.head, labels=labels, encoder_model=encoder_model)

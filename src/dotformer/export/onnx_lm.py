@@ -15,18 +15,15 @@ dotformer's logits with ``onnxruntime``.
 
 from __future__ import annotations
 
-import json
-import warnings
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from dotformer.data.tokenize.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from dotformer.decoding.cache import DecoderCache, KVCache, LayerCache
 from dotformer.decoding.quantization import require_float_weights
 from dotformer.errors import ConfigError
-from dotformer.export.onnx import ONNX_CONFIG_FILE, OPSET, _names, write_graphs
+from dotformer.export.onnx import OPSET, _names, write_description, write_graphs
 from dotformer.model import Transformer
 
 LM_STEP_FILE = "lm_step.onnx"
@@ -97,10 +94,8 @@ def _trace_sizes(max_len: int) -> tuple[int, int, int]:
 
 
 def _write_lm_onnx(model: Transformer, output_dir: Path, opset: int) -> None:
-    """The two files of :func:`export_lm_onnx` in ``output_dir`` (which exists)."""
+    """The two files of :func:`export_lm_onnx` in ``output_dir`` (which exists; :func:`write_graphs` traces)."""
     c = model.config
-    was_training = model.training
-    model.eval()
     n, H, Dh = c.num_decoder_layers, c.num_heads, c.head_dim
     B, T, P = _trace_sizes(c.max_len)
     inputs = (
@@ -113,21 +108,8 @@ def _write_lm_onnx(model: Transformer, output_dir: Path, opset: int) -> None:
     dynamic_axes: dict[str, dict[int, str]] = {"tokens": {0: "batch", 1: "new"}, "logits": {0: "batch"}}
     dynamic_axes.update({name: {0: "batch", 2: "past"} for name in _names("past", n)})
     dynamic_axes.update({name: {0: "batch", 2: "past_plus_new"} for name in _names("present", n)})
-    try:
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")  # tracer warnings about Python checks, which hold for every input
-            torch.onnx.export(
-                LMStepGraph(model), inputs, str(output_dir / LM_STEP_FILE), input_names=input_names,
-                output_names=output_names, dynamic_axes=dynamic_axes, opset_version=opset, dynamo=False,
-            )  # fmt: skip
-    finally:
-        model.train(was_training)
-    description = {
-        "format": "dotformer-onnx",
-        "version": 1,
-        "model": c.to_dict(),
-        "max_positions": c.max_len,
-        "ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
-        "lm_step": {"file": LM_STEP_FILE, "inputs": input_names, "outputs": output_names},
-    }
-    (output_dir / ONNX_CONFIG_FILE).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
+    torch.onnx.export(
+        LMStepGraph(model), inputs, str(output_dir / LM_STEP_FILE), input_names=input_names,
+        output_names=output_names, dynamic_axes=dynamic_axes, opset_version=opset, dynamo=False,
+    )  # fmt: skip
+    write_description(output_dir, c, lm_step={"file": LM_STEP_FILE, "inputs": input_names, "outputs": output_names})

@@ -42,16 +42,6 @@ READS_STREAM = ("q", "k", "v", "in")  # linear layers whose input is the (B, ·,
 WRITES_STREAM = ("o", "out")  # linear layers whose output is added to it
 
 
-def attention_params(attention: MultiHeadAttention) -> dict[str, nn.Linear]:
-    """``q``, ``k``, ``v``, ``o`` -> ``W_q``, ``W_k``, ``W_v`` (D, D) and ``W_o`` (D, D)."""
-    return {"q": attention.W_q, "k": attention.W_k, "v": attention.W_v, "o": attention.W_o}
-
-
-def ffn_params(feed_forward: FeedForward) -> dict[str, nn.Linear]:
-    """``in``, ``out`` -> ``W_1`` (F, D) and ``W_2`` (D, F)."""
-    return {"in": feed_forward.W_1, "out": feed_forward.W_2}
-
-
 def layer_attentions(layer: EncoderLayer | DecoderLayer) -> dict[str, MultiHeadAttention]:
     """``self`` (and ``cross`` for a decoder layer that has it) -> the layer's attention modules."""
     cross = getattr(layer, "cross_attn", None)
@@ -148,13 +138,13 @@ class Converter(ABC):
 
     def copy_attention(self, ours: MultiHeadAttention, theirs: str, projections: Mapping[str, tuple[str, ...]]) -> None:
         """W_q, W_k, W_v, W_o and the engine's attention module ``theirs`` (its ``projections``)."""
-        params = attention_params(ours)
+        params = {"q": ours.W_q, "k": ours.W_k, "v": ours.W_v, "o": ours.W_o}  # (D, D) each
         for name, roles in projections.items():
             self.copy_linear([params[role] for role in roles], join(theirs, name), roles)
 
     def copy_ffn(self, ours: FeedForward, theirs: str, names: Mapping[str, str]) -> None:
         """W_1, W_2 and the engine's linear layers ``names`` under ``theirs``."""
-        params = ffn_params(ours)
+        params = {"in": ours.W_1, "out": ours.W_2}  # (F, D), (D, F)
         for role, name in names.items():
             self.copy_linear([params[role]], join(theirs, name), (role,))
 

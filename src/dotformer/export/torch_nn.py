@@ -35,7 +35,7 @@ Differences to know about:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -162,7 +162,8 @@ class _TorchPairs(Converter):
         parent, _, last = theirs.rpartition(".")
         if last != "in_proj":
             module, name = locate(self.root, theirs), join(self.label, theirs)
-            self.pairs += _linear_pairs(ours[0], module, name)
+            self.pairs += [_Pair(ours[0].weight, module.weight, name + ".weight")]
+            self.pairs += _bias_pair(ours[0].bias, module.bias, name + ".bias")
             return
         module, name = locate(self.root, parent), join(self.label, parent)
         weights = module.in_proj_weight.chunk(len(roles), dim=0)  # 3 × (D, D) views
@@ -285,13 +286,6 @@ def _torch_activation_name(activation: object) -> str | None:
     return None
 
 
-def _torch_activation(name: str) -> str | Callable[[Tensor], Tensor]:
-    """What ``nn.Transformer``'s ``activation=`` takes for dotformer's ``name``: its own strings "relu" and "gelu",
-    the callable ``F.silu`` for SiLU (torch has no string for it; a callable runs the same layers, off the fused
-    fast path)."""
-    return F.silu if name == "silu" else name
-
-
 def _check_torch_layer(layer: nn.Module, c: ModelConfig, name: str) -> None:
     """The switches of a torch encoder/decoder layer must match the config (sizes are checked while pairing)."""
     norm_first = bool(getattr(layer, "norm_first", False))
@@ -316,10 +310,6 @@ def _norm_pairs(ours: nn.LayerNorm, theirs: nn.LayerNorm, name: str, to_torch: b
     elif bool(ours.bias.detach().ne(0).any()):
         raise ConfigError(f"{name}: the torch LayerNorm has no bias (bias=False) but dotformer's bias is not zero")
     return pairs
-
-
-def _linear_pairs(ours: nn.Linear, theirs: nn.Linear, name: str) -> list[_Pair]:
-    return [_Pair(ours.weight, theirs.weight, name + ".weight"), *_bias_pair(ours.bias, theirs.bias, name + ".bias")]
 
 
 def _transformer_pairs(model: Transformer, torch_transformer: nn.Transformer, to_torch: bool) -> list[_Pair]:
@@ -378,7 +368,8 @@ def _empty_torch_transformer(c: ModelConfig, device: torch.device, dtype: torch.
         "nhead": c.num_heads,
         "dim_feedforward": c.d_ff,
         "dropout": c.dropout,
-        "activation": _torch_activation(c.activation),
+        "activation": F.silu if c.activation == "silu" else c.activation,  # torch has no string for SiLU (a callable
+        # runs the same layers, off the fused fast path)
         "layer_norm_eps": c.layer_norm_eps,
         "batch_first": True,
         "norm_first": c.norm_first,

@@ -27,12 +27,7 @@ def read_hf_config(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
         raise CheckpointError(f"{directory} is not a directory (give a local Hugging Face model directory)")
     path = directory / "config.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{path} is missing: not a Hugging Face model directory") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path} is not valid JSON ({exc})") from None
+    data = read_json_file(path, ": not a Hugging Face model directory")
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} is not a JSON object")
     return data
@@ -76,12 +71,13 @@ def read_safetensors(directory: Path) -> dict[str, Tensor]:
     return tensors
 
 
-def read_json_file(path: Path) -> Any:
-    """A JSON file's contents. Raises CheckpointError naming the file when it is missing or not JSON."""
+def read_json_file(path: Path, missing: str = "") -> Any:
+    """A JSON file's contents. Raises CheckpointError naming the file when it is missing (``missing`` says more) or
+    not JSON."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CheckpointError(f"{path} is missing") from None
+        raise CheckpointError(f"{path} is missing{missing}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path} is not valid JSON ({exc})") from None
 

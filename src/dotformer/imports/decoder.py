@@ -1,15 +1,14 @@
 """What every decoder-only language model import shares: its vocabulary in dotformer's ids, the text rules (BOS and
 EOS) that travel with it, and the reader that copies a family's tensors by its parameter map.
 
-Ids. dotformer's ids 0..3 are ``<pad> <s> </s> <unk>`` in every vocabulary; a released model's tokenizer.json keeps
-its own ids shifted by four (:class:`~dotformer.data.tokenize.pretrained.HFFileTokenizer`: the file's id i is
-dotformer's i + 4). The model's embedding gets four rows in front (:class:`LMVocabulary`): dotformer's PAD, BOS, EOS and
-UNK rows are copies of the released model's pad, BOS, EOS and unknown rows, so that ``[BOS] ids`` reads exactly as the
-released model reads its ``[bos] ids``. The generator gets a bias of :data:`~dotformer.export.params.SUPPRESSED_LOGIT`
-on those four rows and 0 elsewhere: the copies are never produced, and the softmax counts each released token once, as
-the released model does (its log-probabilities, not lower by the copies). The pad row is the model's ``pad_token_id``,
-else its (first) EOS: a model without a pad token pads with EOS, as transformers' ``generate`` does; padding is masked,
-so the row only fills the batch.
+Ids. A released model's tokenizer.json keeps its own ids shifted by four (:mod:`dotformer.data.tokenize.pretrained`),
+and the model's embedding gets four rows in front (:class:`LMVocabulary`): dotformer's PAD, BOS, EOS and UNK rows are
+copies of the released model's pad, BOS, EOS and unknown rows, so that ``[BOS] ids`` reads as its ``[bos] ids``. The
+generator gets a bias of :data:`~dotformer.export.params.SUPPRESSED_LOGIT` on those four rows and 0 elsewhere: the
+copies are never produced, and the softmax counts each released token once, as the released model does (its
+log-probabilities, not lower by the copies). The pad row is the model's ``pad_token_id``, else its (first) EOS: a model
+without a pad token pads with EOS, as transformers' ``generate`` does; padding is masked, so the row only fills the
+batch.
 
 Text rules (:class:`~dotformer.decoding.inputs.TextRules`, saved in the checkpoint's config.json under
 ``"text_rules"``): the families that start every text with BOS (Llama, Mistral, SmolLM, Gemma) get ``add_bos``; GPT-2
@@ -173,15 +172,12 @@ def lm_vocabulary(
     if tokenizer.offset != NUM_SPECIAL:
         raise CheckpointError(f"{directory}: the tokenizer's first ids are dotformer's <pad> <s> </s> <unk>")
     specials = special_ids(directory, hf, add_bos, unknown_id(hf_tokenizer))
-    for name, index in (("pad", specials.pad), ("bos", specials.bos), ("unk", specials.unk), *_eos(specials)):
+    eos = [("eos", index) for index in specials.eos]
+    for name, index in (("pad", specials.pad), ("bos", specials.bos), ("unk", specials.unk), *eos):
         if not 0 <= index < V:
             raise CheckpointError(f"{directory}: {name} id {index} is outside the {V} embedding rows")
     rows = torch.tensor([specials.pad, specials.bos, specials.eos[0], specials.unk, *range(V)], dtype=torch.int64)
     return LMVocabulary(tokenizer, rows, specials)
-
-
-def _eos(specials: SpecialIds) -> list[tuple[str, int]]:
-    return [("eos", index) for index in specials.eos]
 
 
 def read_tokenizer_json(directory: Path) -> Any:

@@ -15,19 +15,13 @@ tag        WORDS<TAB>LABELS lines or CoNLL columns:   a per-token classifier  to
            a label per word, on its first token                                                macro-F1
 =========  =========================================  ======================  ===============  ======================
 
-The data is prepared once (:func:`dotformer.data.prepared.cache.prepared_for`) and the run refers to it
-(:mod:`dotformer.runs.run_data`), as every task's: a masked language model's text as a language model's
-(:mod:`dotformer.data.prepared.text_kind`: given valid/test files, or whole books of the Bible / pieces of a
-file held out, seeded; its tokenizer learned with ``<mask>``), a classifier's or a tagger's texts as the ``labelled``
-kind (:mod:`dotformer.data.prepared.labelled_kind`: split by the same dealing, each text of a file on its own, a Bible
-verse with its book; each text's ids with its label id, or a label per token). One tokenizer is learned on a sample
-of the training text (byte-level BPE by default) or read from a file. A classifier or tagger starts afresh, or from
-an encoder's weights with ``--init-from CKPT`` (a ``--task mlm`` run's, or an imported BERT: ``dotformer import
---from bert``): its tokenizer (given to the preparation, so its hash is in the fingerprint) and encoder, a fresh head
+The data is prepared once and the run refers to it, as every task's: a masked language model's text as a language
+model's (:mod:`dotformer.data.prepared.text_kind`, its tokenizer learned with ``<mask>``), a classifier's or a
+tagger's texts as the ``labelled`` kind (:mod:`dotformer.data.prepared.labelled_kind`); what batching decides is
+applied by :mod:`dotformer.data.batch.labelled`. A task starts afresh, or from an encoder's weights with
+``--init-from CKPT`` (a ``--task mlm`` run's, or an imported BERT): its tokenizer and encoder, a fresh head
 (:func:`dotformer.runs.finetune.read_encoder_init`). The labels are the training split's, sorted; the prepared data's
-report and every checkpoint record them (``config.json["labels"]``). What batching decides is no part of the
-prepared data (:mod:`dotformer.data.batch.labelled`): the block size, a masked language model's unit and its masking,
-drawn per (seed, epoch, example), so a resumed run masks exactly as an unbroken one.
+report and every checkpoint record them (``config.json["labels"]``).
 
 In the run directory, ``RUN/data`` holds the reference to the prepared data (data.json), the held-out text
 (valid.txt and test.txt of a masked language model; valid.tsv and test.tsv of labelled texts, in the form the
@@ -43,12 +37,12 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from dotformer.checkpoint import SRC_TOKENIZER_FILE
 from dotformer.config import ModelConfig
 from dotformer.data.config import DEFAULT_ENCODER_BLOCK, EncoderDataConfig
 from dotformer.data.prepared.cache import prepared_for
 from dotformer.data.prepared.text_kind import PreparedText
 from dotformer.data.read.labelled_reader import LabelledTexts, label_ids, read_labelled, read_saved
-from dotformer.data.read.text_corpus import read_text_corpus
 from dotformer.data.tokenize.tokenizer_files import TokenizerPair
 from dotformer.data.tokenize.tokenizers import Tokenizer
 from dotformer.data.tokenize.words import WordPieces
@@ -66,14 +60,11 @@ from dotformer.runs.task import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.data.batch.labelled import LabelledExamples
     from dotformer.decoding.classify import LabelScores
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.metrics.labels import LabelScore
-    from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
 
 logger = logging.getLogger(__name__)  # "dotformer.runs.encoder": what the validation figures leave out
@@ -88,7 +79,6 @@ class EncoderTask(Task):
     Class attributes:
         head: the model's head ("generator", "sequence", "token").
         objective: the training objective's name (:data:`dotformer.training.objective.OBJECTIVES`).
-        recipe: the shipped config whose ``[model]`` and ``[train]`` are the task's defaults.
         unit: what a text is called in messages ("line", "text", "sentence").
         cut: what becomes of a text longer than a block, in the data line.
     """
@@ -99,35 +89,16 @@ class EncoderTask(Task):
     seeded = True  # --seed draws the sample of --limit texts, and a masked language model's masked positions
     head: ClassVar[str]
     objective: ClassVar[str]
-    recipe: ClassVar[str]
     unit: ClassVar[str]
     cut: ClassVar[str] = "cut short"
+    init_reader = "dotformer.runs.finetune:read_encoder_init"  # an encoder's checkpoint: its tokenizer and encoder
 
     def data_config(self, section: dict[str, Any], source: str) -> EncoderDataConfig:
         return EncoderDataConfig.from_section({**section, "task": self.name}, source)
 
-    def defaults(self, fine_tuning: bool = False) -> ConfigSections:
-        from dotformer.runs.config_files import recipe_defaults
-
-        return recipe_defaults(self.recipe, fine_tuning)
-
-    def default_run_dir(self, data: EncoderDataConfig, model_section: dict[str, Any]) -> Path:
-        return Path("runs") / f"{Path(data.dataset.replace(':', '-')).stem}-{self.name}"
-
     def check_model(self, model_section: dict[str, Any], data: EncoderDataConfig) -> None:
         block = data.block_size or DEFAULT_ENCODER_BLOCK
         encoder_model_config(model_section, ANY_VOCAB_SIZE, block, self.head, self.num_labels(None))
-
-    def read_init(
-        self,
-        path: str | Path,
-        model_section: dict[str, Any],
-        data_section: dict[str, Any],
-        origins: Mapping[str, str] | None = None,
-    ) -> InitSource:
-        from dotformer.runs.finetune import read_encoder_init
-
-        return read_encoder_init(path, model_section, data_section, origins)
 
     def prepare(
         self,
@@ -148,7 +119,8 @@ class EncoderTask(Task):
         if init is not None:  # the checkpoint's tokenizer, given to the preparation (its hash is in the fingerprint)
             given = init.src_tokenizer
             self.check_tokenizer(init)
-            data = data_with_tokenizer_of(data, init)
+            tokenizer_file = str(init.path / SRC_TOKENIZER_FILE)  # where its tokenizer came from
+            data = dataclasses.replace(data, tokenizer_file=tokenizer_file, vocab_size=None)
         prepared = source or prepared_for(data, seed, tokenizers=given)
         tokenizers = TokenizerPair(prepared.tokenizer, prepared.tokenizer)
         warnings = [*prepared.warnings, *self.long_texts(prepared, data.block_size)]
@@ -450,13 +422,6 @@ def encoder_model_config(
     return config, preset
 
 
-def data_with_tokenizer_of(data: EncoderDataConfig, init: InitSource) -> EncoderDataConfig:
-    """``data`` saying where its tokenizer came from: the ``--init-from`` checkpoint's file."""
-    from dotformer.checkpoint import SRC_TOKENIZER_FILE
-
-    return dataclasses.replace(data, tokenizer_file=str(init.path / SRC_TOKENIZER_FILE), vocab_size=None)
-
-
 # -- the data ----------------------------------------------------------------------------------------------------------
 
 
@@ -485,21 +450,12 @@ def describe_examples(
 # -- evaluation --------------------------------------------------------------------------------------------------------
 
 
-def held_out_lines(loaded: LoadedCheckpoint, request: EvalRequest) -> tuple[list[str], str]:
-    """The lines a masked language model is scored on, and where they come from."""
-    from dotformer.runs.text import load_text_split
-
-    if request.data is not None:
-        return read_text_corpus(request.data).lines, request.data
-    path = run_split_file(loaded.path, f"{request.split}.txt")
-    return load_text_split(path.parent, request.split), str(path)
-
-
 def evaluate_masked(loaded: LoadedCheckpoint, request: EvalRequest) -> EvalReport:
     """Masked-token accuracy and perplexity (:func:`dotformer.metrics.labels.masked_token_score`): the lines encoded
     as prepared text is, and cut into examples and masked as the run's were (its unit; ``request.seed``)."""
     from dotformer.data.batch.labelled import LabelledSampler, Masking, encode_texts, masked_examples
     from dotformer.metrics.labels import masked_token_score
+    from dotformer.runs.text import held_out_lines
     from dotformer.training.progress import count
 
     if loaded.model.config.head != "generator":

@@ -77,6 +77,42 @@ def preset_phrase(preset: str, origins: Mapping[str, str] | None) -> str:
     return f"preset {preset!r}" + (f" ({where})" if where else "")
 
 
+def model_changes(
+    model_section: Mapping[str, Any], config: ModelConfig, path: Path, origins: Mapping[str, str] | None,
+    tunable: Sequence[str] = TUNABLE_MODEL_FIELDS, task_set: Sequence[str] = (),
+) -> dict[str, Any]:  # fmt: skip
+    """The fields of ``model_section`` that fine-tuning changes (``tunable``), a preset checked (:func:`_check_preset`).
+
+    Raises:
+        CheckpointError: a preset or a field asked for (but ``task_set``, the task's) unlike the checkpoint's.
+    """
+    saved, changes = config.to_dict(), {}
+    for key, value in model_section.items():
+        if key == "preset":
+            _check_preset(value, config, path, origins)
+        elif key in tunable:
+            changes[key] = value
+        elif key in saved and saved[key] != value and key not in task_set:
+            raise CheckpointError(
+                f"--init-from {path}: model {asked(key, value, where_asked(origins, 'model', key))}, the checkpoint "
+                f"has {saved[key]!r} ({path / ckpt.CONFIG_FILE}); fine-tuning keeps the checkpoint's shapes"
+            )
+    return changes
+
+
+def tuned(config: ModelConfig, changes: dict[str, Any], path: Path) -> ModelConfig:
+    """``config`` with ``changes`` (:func:`model_changes`). Raises CheckpointError: a value the config refuses."""
+    try:
+        return config.replace(**changes)
+    except DotformerError as exc:
+        raise CheckpointError(f"--init-from {path}: {exc}") from None
+
+
+def saved_preset(info: dict[str, Any]) -> str | None:
+    """The preset a checkpoint's config.json names, or None."""
+    return info.get("preset") if isinstance(info.get("preset"), str) else None
+
+
 def read_init_source(
     path: str | Path,
     model_section: dict[str, Any],
@@ -91,36 +127,17 @@ def read_init_source(
         data_section: the [data] fields asked for.
         origins: where each of those fields came from, for the messages (see :func:`where_asked`); None: unknown.
 
-    Returns:
-        :class:`InitSource`.
-
     Raises:
         CheckpointError: a missing or damaged checkpoint, one that is not an encoder-decoder, or a requested
             model/tokenizer field that differs from the checkpoint's (the message names the field, both values and the
             checkpoint's config.json).
     """
-    path = ckpt.resolve_checkpoint(path)
-    ckpt.verify_checkpoint(path)
-    info = ckpt.read_json(path / ckpt.CONFIG_FILE)
-    config = ckpt.model_config_of(info, path / ckpt.CONFIG_FILE)
+    path, info, config = ckpt.open_checkpoint(path)
     if config.arch != "encoder-decoder":
         kind = "a decoder-only language model" if config.arch == "decoder-only" else f"an {config.arch} model"
         raise CheckpointError(f"{path} is {kind}; --init-from needs an encoder-decoder checkpoint")
     where = path / ckpt.CONFIG_FILE
-    saved_preset = info.get("preset") if isinstance(info.get("preset"), str) else None
-    saved = config.to_dict()
-    changes: dict[str, Any] = {}
-    for key, value in model_section.items():
-        if key == "preset":
-            _check_preset(value, config, path, origins)
-            continue
-        if key in TUNABLE_MODEL_FIELDS:
-            changes[key] = value
-        elif key in saved and saved[key] != value:
-            raise CheckpointError(
-                f"--init-from {path}: model {asked(key, value, where_asked(origins, 'model', key))}, the checkpoint "
-                f"has {saved[key]!r} ({where}); fine-tuning keeps the checkpoint's shapes"
-            )
+    changes = model_changes(model_section, config, path, origins)
     saved_data = info.get("data") if isinstance(info.get("data"), dict) else {}
     data = {k: saved_data[k] for k in TOKENIZER_FIELDS if k in saved_data}
     for key in TOKENIZER_FIELDS:
@@ -135,11 +152,7 @@ def read_init_source(
     ckpt.check_vocabulary(config, src, tgt, path)
     if data.get("shared_vocab"):
         tgt = src
-    try:
-        config = config.replace(**changes)
-    except DotformerError as exc:
-        raise CheckpointError(f"--init-from {path}: {exc}") from None
-    return InitSource(path, config, saved_preset, data, src, tgt)
+    return InitSource(path, tuned(config, changes, path), saved_preset(info), data, src, tgt)
 
 
 def read_encoder_init(
@@ -156,10 +169,7 @@ def read_encoder_init(
         CheckpointError: a missing or damaged checkpoint, one that is not encoder-only, a requested model field
             or tokenizer setting that differs from the checkpoint's, or a tokenizer file (the checkpoint's is kept).
     """
-    path = ckpt.resolve_checkpoint(path)
-    ckpt.verify_checkpoint(path)
-    info = ckpt.read_json(path / ckpt.CONFIG_FILE)
-    config = ckpt.model_config_of(info, path / ckpt.CONFIG_FILE)
+    path, info, config = ckpt.open_checkpoint(path)
     if config.arch != "encoder-only":
         raise CheckpointError(
             f"{path} is {'a' if config.arch == 'decoder-only' else 'an'} {config.arch} model; an encoder task's "
@@ -168,7 +178,6 @@ def read_encoder_init(
         )
     where = path / ckpt.CONFIG_FILE
     saved = config.to_dict()
-    changes: dict[str, Any] = {}
     preset = model_section.get("preset")
     if preset is not None:  # the sizes the preset gives where the section sets none
         if preset not in PRESETS:
@@ -183,16 +192,9 @@ def read_encoder_init(
                     f"--init-from {path}: model {wanted}, the checkpoint has {saved[key]!r} ({where}); fine-tuning "
                     "keeps the checkpoint's shapes"
                 )
-    for key, value in model_section.items():
-        if key == "preset":
-            continue
-        if key in TUNABLE_MODEL_FIELDS or key == "pooling":
-            changes[key] = value
-        elif key in saved and saved[key] != value and key not in ("head", "num_labels", "max_len"):
-            raise CheckpointError(
-                f"--init-from {path}: model {asked(key, value, where_asked(origins, 'model', key))}, the checkpoint "
-                f"has {saved[key]!r} ({where}); fine-tuning keeps the checkpoint's shapes"
-            )
+    fields = {key: value for key, value in model_section.items() if key != "preset"}  # the preset: checked above
+    changes = model_changes(fields, config, path, origins, (*TUNABLE_MODEL_FIELDS, "pooling"), ("head", "num_labels",
+                            "max_len"))  # fmt: skip
     saved_data = info.get("data") if isinstance(info.get("data"), dict) else {}
     for key in ("tokenizer", "vocab_size"):  # asked for, and the checkpoint's run recorded another
         if data_section.get(key) is not None and saved_data.get(key) not in (None, data_section[key]):
@@ -205,12 +207,7 @@ def read_encoder_init(
         raise CheckpointError(f"--init-from {path}: fine-tuning keeps the checkpoint's tokenizer; leave out its file")
     tokenizer = ckpt.load_tokenizer_file(path / ckpt.SRC_TOKENIZER_FILE)
     ckpt.check_vocabulary(config, tokenizer, ckpt.load_tokenizer_file(path / ckpt.TGT_TOKENIZER_FILE), path)
-    try:
-        config = config.replace(**changes)
-    except DotformerError as exc:
-        raise CheckpointError(f"--init-from {path}: {exc}") from None
-    saved_preset = info.get("preset") if isinstance(info.get("preset"), str) else None
-    return InitSource(path, config, saved_preset, {}, tokenizer, tokenizer)
+    return InitSource(path, tuned(config, changes, path), saved_preset(info), {}, tokenizer, tokenizer)
 
 
 def _check_preset(

@@ -40,7 +40,6 @@ from dotformer.runs.task import (
 if TYPE_CHECKING:
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.decoding.engine import TranslationEngine
-    from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
 
 logger = logging.getLogger(__name__)  # "dotformer.runs.pairs": what reading the data said, before training
@@ -59,6 +58,7 @@ class PairsTask(Task):
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.recipe = TASK_RECIPES.get(name)
         self.title = f"{'an' if name[0] in 'aeiou' else 'a'} {name} model"  # "an exact model", "a g2p model"
 
     def data_config(self, section: dict[str, Any], source: str) -> DataConfig:
@@ -67,11 +67,6 @@ class PairsTask(Task):
         if unknown == {"block_size"}:  # --block-size without --task lm
             raise ConfigError(f"{source}: block_size is a language model's (--task lm); pairs are not cut in blocks")
         return DataConfig.from_dict(section, source)
-
-    def defaults(self, fine_tuning: bool = False) -> ConfigSections:
-        from dotformer.runs.config_files import recipe_defaults
-
-        return recipe_defaults(TASK_RECIPES.get(self.name), fine_tuning)
 
     def default_run_dir(self, data: DataConfig, model_section: dict[str, Any]) -> Path:
         preset = model_section.get("preset") or TASK_PRESETS.get(self.name)

@@ -121,9 +121,6 @@ def train_run(
         extend_vocab: with ``init_from``: append those symbols to the checkpoint's char/symbol vocabularies; their
             embedding and output rows start as a fresh model's, every other weight is the checkpoint's.
 
-    Returns:
-        :class:`RunResult`.
-
     A run that fails before its first checkpoint removes the directories it made for ``out_dir`` (none that existed
     before), so the same ``out_dir`` can be tried again (:func:`~dotformer.runs.records.removed_if_unfinished`);
     the [model] fields of a fresh run are checked before anything is written.

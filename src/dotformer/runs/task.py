@@ -1,33 +1,20 @@
 """A task: what one kind of run reads, builds and scores, beside a run pipeline written once for all.
 
 :func:`dotformer.runs.run.train_run` does what every run does (configs layered, the run directory, run.json, DDP,
-budgets, checkpoints, resume, the summary line); a :class:`Task` says what differs between kinds of runs:
-
-=================  ===========================================  ==============================================
-                   pairs (:mod:`~dotformer.runs.pairs`)          a language model (:mod:`~dotformer.runs.text`)
-=================  ===========================================  ==============================================
-names              g2p, translation, exact, synthetic           lm
-``[data]``         :class:`~dotformer.data.config.DataConfig`   :class:`~dotformer.data.config.LMDataConfig`
-defaults           the shipped config of the task (g2p, bible,  the shipped lm-bible config's model and recipe
-                   copy): its ``[model]`` and ``[train]``
-splits             given files, or a seeded group-disjoint      given files, or whole books / pieces held out
-                   split of one corpus
-tokenizers         a source and a target one (or one shared)    one
-model              encoder-decoder                              decoder-only, positions = the block size
-training examples  pairs, in token-budget batches               contiguous blocks of the text
-metrics            WER/PER, BLEU/chrF or exact match            perplexity, bits per character
-=================  ===========================================  ==============================================
-
-The encoder's tasks (a masked language model, classification, tagging: ``mlm``, ``classify``, ``tag``) are
-:mod:`dotformer.runs.encoder`'s. Every task trains through the same step (:func:`dotformer.training.step.train_step`),
-learning what its objective says (:mod:`dotformer.training.objective`), and the same loop
-(:func:`dotformer.training.fit`). The table of tasks is :mod:`dotformer.runs.tasks`.
+budgets, checkpoints, resume, the summary line); a :class:`Task` says what differs between kinds of runs: its
+``[data]`` config, its defaults (the ``[model]`` and ``[train]`` of its shipped config), its prepared data and
+tokenizers, its model and its evaluation. The tasks are those of pairs (:mod:`~dotformer.runs.pairs`), the language
+model (:mod:`~dotformer.runs.text`) and the encoder's (:mod:`~dotformer.runs.encoder`,
+:mod:`~dotformer.runs.sentence_pairs`); their table is :mod:`dotformer.runs.tasks`. Every task trains through the
+same step (:func:`dotformer.training.step.train_step`), learning what its objective says
+(:mod:`dotformer.training.objective`), and the same loop (:func:`dotformer.training.fit`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -153,6 +140,8 @@ class Task(ABC):
     best_metrics: tuple[str, ...] = ("loss",)  # what may choose best/ (--best-metric; training.best_metrics): the loss,
     # and the task's own validation figures (its TrainData's best_metrics and figures)
     joint_ctc = False  # whether --ctc-weight may add CTC on its encoder (an encoder-decoder: dotformer.training.ctc)
+    recipe: str | None = None  # the shipped config whose [model] and [train] are the task's defaults
+    init_reader = "dotformer.runs.finetune:read_init_source"  # "module:function" reading an --init-from checkpoint
 
     def __init__(self, name: str | None = None) -> None:
         if name is not None:  # one class may serve several names (the tasks of pairs)
@@ -166,14 +155,17 @@ class Task(ABC):
             ConfigError: an unknown key or a bad value, naming ``source``.
         """
 
-    @abstractmethod
     def defaults(self, fine_tuning: bool = False) -> ConfigSections:
-        """The task's ``[model]`` and ``[train]`` defaults, between the built-in ones and the config file (budgets
-        are never defaults; a fine-tuning run takes only the recipe: the model is the checkpoint's)."""
+        """The task's ``[model]`` and ``[train]`` defaults (its :attr:`recipe`'s), between the built-in ones and the
+        config file (budgets are never defaults; a fine-tuning run takes only the recipe: the model is the
+        checkpoint's)."""
+        from dotformer.runs.config_files import recipe_defaults
 
-    @abstractmethod
+        return recipe_defaults(self.recipe, fine_tuning)
+
     def default_run_dir(self, data: Any, model_section: dict[str, Any]) -> Path:
-        """``runs/<dataset>-<preset>`` or the like, where a run goes without ``--out``."""
+        """Where a run goes without ``--out``: ``runs/<dataset>-<task>`` (the pairs': ``runs/<dataset>-<preset>``)."""
+        return Path("runs") / f"{Path(data.dataset.replace(':', '-')).stem}-{self.name}"
 
     @abstractmethod
     def check_model(self, model_section: dict[str, Any], data: Any) -> None:
@@ -233,21 +225,17 @@ class Task(ABC):
         """
 
     def read_init(
-        self,
-        path: str | Path,
-        model_section: dict[str, Any],
-        data_section: dict[str, Any],
+        self, path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any],
         origins: Mapping[str, str] | None = None,
-    ) -> InitSource:
-        """What ``--init-from CKPT`` starts a run of this task from (:mod:`dotformer.runs.finetune`): an
-        encoder-decoder checkpoint by default.
+    ) -> InitSource:  # fmt: skip
+        """What ``--init-from CKPT`` starts a run of this task from: what its :attr:`init_reader` reads
+        (:mod:`dotformer.runs.finetune`).
 
         Raises:
             CheckpointError: a missing or damaged checkpoint, one of another family, or asked fields that differ.
         """
-        from dotformer.runs.finetune import read_init_source
-
-        return read_init_source(path, model_section, data_section, origins)
+        module, _, name = self.init_reader.partition(":")
+        return getattr(import_module(module), name)(path, model_section, data_section, origins)  # type: ignore[no-any-return]
 
     def record_data(self, record: dict[str, Any], run_dir: Path) -> Any:
         """The task's data config of ``run_dir``'s run.json ``record``.

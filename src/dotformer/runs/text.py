@@ -40,14 +40,9 @@ from dotformer.runs.task import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.decoding.inputs import TextRules
-    from dotformer.runs.config_files import ConfigSections
     from dotformer.runs.finetune import InitSource
-
-RECIPE = "lm-bible"  # the shipped config whose [model] and [train] are a language model's defaults
 
 
 class LanguageModelTask(Task):
@@ -59,31 +54,14 @@ class LanguageModelTask(Task):
     decodes = False
     slides = True  # evaluate --stride: a sliding window over the text instead of blocks
     reads_pairs = False  # its --data is running text, read one line after another
+    recipe = "lm-bible"
+    init_reader = "dotformer.runs.text_init:read_text_init"  # a decoder-only checkpoint, its tokenizer kept
 
     def data_config(self, section: dict[str, Any], source: str) -> LMDataConfig:
         return LMDataConfig.from_section(section, source)
 
-    def defaults(self, fine_tuning: bool = False) -> ConfigSections:
-        from dotformer.runs.config_files import recipe_defaults
-
-        return recipe_defaults(RECIPE, fine_tuning)
-
-    def default_run_dir(self, data: LMDataConfig, model_section: dict[str, Any]) -> Path:
-        return Path("runs") / f"{Path(data.dataset.replace(':', '-')).stem}-lm"
-
     def check_model(self, model_section: dict[str, Any], data: LMDataConfig) -> None:
         lm_model_config(model_section, ANY_VOCAB_SIZE, data.block_size)
-
-    def read_init(
-        self,
-        path: str | Path,
-        model_section: dict[str, Any],
-        data_section: dict[str, Any],
-        origins: Mapping[str, str] | None = None,
-    ) -> InitSource:
-        from dotformer.runs.text_init import read_text_init
-
-        return read_text_init(path, model_section, data_section, origins)
 
     def prepare(
         self,
@@ -159,11 +137,7 @@ class LanguageModelTask(Task):
         if stride is not None and not 1 <= stride <= block:
             raise ConfigError(f"--stride must be between 1 and the model's block size {block} tokens, got {stride}")
 
-        if request.data is not None:
-            lines, where = read_text_corpus(request.data).lines, request.data
-        else:
-            path = run_split_file(loaded.path, f"{request.split}.txt")
-            lines, where = load_text_split(path.parent, request.split), str(path)
+        lines, where = held_out_lines(loaded, request)
         if not lines:
             raise DataError(f"{where} holds no text to score")
         if request.limit is not None:
@@ -205,6 +179,15 @@ def lm_model_config(model_section: dict[str, Any], vocab_size: int, block_size: 
         raise ConfigError(f"[model] max_len = {section['max_len']} is shorter than the block size {block_size}")
     config = ModelConfig.preset(preset, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, **section)
     return config, preset
+
+
+def held_out_lines(loaded: Any, request: EvalRequest) -> tuple[list[str], str]:
+    """The lines a language model or a masked language model is scored on (``request.data``, or the saved split of
+    the checkpoint's run), and where they come from."""
+    if request.data is not None:
+        return read_text_corpus(request.data).lines, request.data
+    path = run_split_file(loaded.path, f"{request.split}.txt")
+    return load_text_split(path.parent, request.split), str(path)
 
 
 def load_text_split(directory: Path, name: str) -> list[str]:

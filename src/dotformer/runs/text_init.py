@@ -24,8 +24,8 @@ from typing import Any
 from dotformer import checkpoint as ckpt
 from dotformer.config import ModelConfig
 from dotformer.data.config import DEFAULT_BLOCK_SIZE
-from dotformer.errors import CheckpointError, ConfigError, DotformerError
-from dotformer.runs.finetune import TUNABLE_MODEL_FIELDS, InitSource, _check_preset, asked, where_asked
+from dotformer.errors import CheckpointError, ConfigError
+from dotformer.runs.finetune import InitSource, asked, model_changes, saved_preset, tuned, where_asked
 
 # the [data] names of a language model's tokenizer settings (one tokenizer: both sides' names are its own)
 LM_KEYS = {"src_tokenizer": "tokenizer", "tgt_tokenizer": "tokenizer", "src_tokenizer_file": "tokenizer_file",
@@ -53,26 +53,13 @@ def read_text_init(
         CheckpointError: a missing or damaged checkpoint, one that is not decoder-only, a model field or tokenizer
             setting asked for that differs from the checkpoint's, or a block size beyond its positions.
     """
-    path = ckpt.resolve_checkpoint(path)
-    ckpt.verify_checkpoint(path)
-    info = ckpt.read_json(path / ckpt.CONFIG_FILE)
-    config = ckpt.model_config_of(info, path / ckpt.CONFIG_FILE)
+    path, info, config = ckpt.open_checkpoint(path)
     where = path / ckpt.CONFIG_FILE
     if config.arch != "decoder-only":
         raise CheckpointError(
             f"{path} is an {config.arch} model; --task lm --init-from needs a decoder-only checkpoint"
         )
-    saved, changes = config.to_dict(), {}
-    for key, value in model_section.items():
-        if key == "preset":
-            _check_preset(value, config, path, origins)
-        elif key in TUNABLE_MODEL_FIELDS:
-            changes[key] = value
-        elif key in saved and saved[key] != value:
-            raise CheckpointError(
-                f"--init-from {path}: model {asked(key, value, where_asked(origins, 'model', key))}, the checkpoint "
-                f"has {saved[key]!r} ({where}); fine-tuning keeps the checkpoint's shapes"
-            )
+    changes = model_changes(model_section, config, path, origins)
     saved_data = info.get("data") if isinstance(info.get("data"), dict) else {}
     for name in ("tokenizer", "vocab_size", "tokenizer_file", *LM_KEYS):
         key, value = LM_KEYS.get(name, name), data_section.get(name)
@@ -100,12 +87,7 @@ def read_text_init(
         raise CheckpointError(
             f"--init-from {path}: block_size {block} exceeds the {config.max_len} positions of the checkpoint ({where})"
         )
-    try:
-        config = config.replace(**changes)
-    except DotformerError as exc:
-        raise CheckpointError(f"--init-from {path}: {exc}") from None
-    preset = info.get("preset") if isinstance(info.get("preset"), str) else None
-    return InitSource(path, config, preset, data, tokenizer, tokenizer, carried)
+    return InitSource(path, tuned(config, changes, path), saved_preset(info), data, tokenizer, tokenizer, carried)
 
 
 def text_init_model_config(init: InitSource, block_size: int) -> tuple[ModelConfig, str | None]:

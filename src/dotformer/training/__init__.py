@@ -15,26 +15,19 @@ live in :mod:`dotformer.checkpoint`.
 
 from typing import Any
 
-# Each public name and the module that holds it, imported on first use (PEP 562): ``import dotformer.training.loss``
+# Each module and the public names it holds, imported on first use (PEP 562): ``import dotformer.training.loss``
 # (or :mod:`dotformer.training.scoring`, which needs it) does not load the loop, checkpoints and data batching with it.
-_LAZY = {
-    "TrainConfig": "dotformer.training.config",
-    "FitResult": "dotformer.training.loop",
-    "TrainData": "dotformer.training.state",
-    "fit": "dotformer.training.loop",
-    "LossSums": "dotformer.training.loss",
-    "label_smoothed_cross_entropy": "dotformer.training.loss",
-    "inverse_sqrt_lr": "dotformer.training.schedule",
-    "learning_rate": "dotformer.training.schedule",
-    "noam_lr": "dotformer.training.schedule",
-    "EvalResult": "dotformer.training.scoring",
-    "StepRecipe": "dotformer.training.step",
-    "StepResult": "dotformer.training.step",
-    "TrainState": "dotformer.training.state",
-    "TrainingInterrupted": "dotformer.training.stopping",
-    "evaluate_loss": "dotformer.training.scoring",
-    "train_step": "dotformer.training.step",
+_MODULES = {
+    "dotformer.training.config": ("TrainConfig",),
+    "dotformer.training.loop": ("FitResult", "fit"),
+    "dotformer.training.state": ("TrainData", "TrainState"),
+    "dotformer.training.loss": ("LossSums", "label_smoothed_cross_entropy"),
+    "dotformer.training.schedule": ("inverse_sqrt_lr", "learning_rate", "noam_lr"),
+    "dotformer.training.scoring": ("EvalResult", "evaluate_loss"),
+    "dotformer.training.step": ("StepRecipe", "StepResult", "train_step"),
+    "dotformer.training.stopping": ("TrainingInterrupted",),
 }
+_LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
@@ -46,21 +39,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'dotformer.training' has no attribute {name!r}")
 
 
-__all__ = [
-    "EvalResult",
-    "FitResult",
-    "LossSums",
-    "StepRecipe",
-    "StepResult",
-    "TrainConfig",
-    "TrainData",
-    "TrainState",
-    "TrainingInterrupted",
-    "evaluate_loss",
-    "fit",
-    "inverse_sqrt_lr",
-    "label_smoothed_cross_entropy",
-    "learning_rate",
-    "noam_lr",
-    "train_step",
-]
+__all__ = sorted(_LAZY)

@@ -127,9 +127,6 @@ def fit(
             ``data``'s. Ignored when resuming. With ``config.lora_rank`` its weights stay frozen and LoRA adapters
             train (:mod:`dotformer.lora`); the checkpoints save the adapters and refer to it.
 
-    Returns:
-        :class:`FitResult`.
-
     Raises:
         ConfigError: no budget, fp16 on CPU, bad device, resume without a run directory, a best_metric the data
             does not offer (``data.best_metrics``), a best_metric other than the loss or patience without validation.

@@ -182,10 +182,8 @@ def initialise_from(setup: Setup, path: Path) -> None:
         CheckpointError: a damaged checkpoint, another model config (dropout rates and the head aside) or another
             vocabulary; the message names the checkpoint's value and this run's.
     """
-    path = ckpt.resolve_checkpoint(path)
-    ckpt.verify_checkpoint(path)
-    info = ckpt.read_json(path / ckpt.CONFIG_FILE)
-    saved = ckpt.model_config_of(info, path / ckpt.CONFIG_FILE).to_dict()
+    path, info, config = ckpt.open_checkpoint(path)
+    saved = config.to_dict()
     ours = setup.model.config.to_dict()
     free = (*FINE_TUNABLE, *HEAD_FIELDS)
     diff = [f"{k} {saved[k]!r} there, {ours[k]!r} here" for k in ours if k not in free and saved[k] != ours[k]]

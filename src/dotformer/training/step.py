@@ -95,9 +95,6 @@ def train_step(
             positions it scores (``num_tgt_tokens``).
         recipe: the objective, label smoothing, clip norm, PAD id, packing, precision and the distributed context.
 
-    Returns:
-        :class:`StepResult`.
-
     Raises:
         TrainingError: the loss is NaN or infinite (the parameters are left unchanged), or the step has no tokens.
             The loop puts the step number in front of the message.

@@ -13,7 +13,6 @@ labelled   :class:`~dotformer.data.config.EncoderDataConfig`    :class:`~.labell
 =========  ===================================================  ===========================================
 
 A new kind is a module beside these (a :class:`~dotformer.data.prepared.skeleton.DataKind`) and a row here.
-No torch here.
 """
 
 from __future__ import annotations

@@ -11,8 +11,6 @@ their genres). What differs from a text's preparation:
   label id (``SPLIT.labels.npy``) or a label per token aligned with its ids (``SPLIT.tags``: each word's label on
   its first real token, or on every one, :mod:`dotformer.data.tokenize.words`; -100 elsewhere); the valid and test
   texts are written beside them as ``TEXT<TAB>LABEL`` (``WORDS<TAB>LABELS``) lines, what ``evaluate`` scores.
-
-No torch here.
 """
 
 from __future__ import annotations
@@ -125,7 +123,6 @@ class LabelledKind(DataKind):
     name = "labelled"
     unit = "texts"
     handle = PreparedLabelled
-    batch_time_fields = BATCH_TIME_FIELDS
     config: EncoderDataConfig
 
     def inputs(self) -> list[InputFile]:

@@ -29,12 +29,10 @@ model) and ``labelled`` (a classifier, a tagger)::
 
 :func:`~dotformer.data.prepared.kinds.open_prepared` gives a
 :class:`~dotformer.data.prepared.pair_kind.PreparedPairs`, a :class:`~dotformer.data.prepared.text_kind.PreparedText`
-or a :class:`~dotformer.data.prepared.labelled_kind.PreparedLabelled`; their
-arrays are memory-mapped, so opening costs milliseconds and N processes share one copy of the data. What batching
-decides is no part of the prepared data: a language model's block size, a masked language model's unit (lines or
-blocks) and masking, the most tokens an encoder reads (texts are cut when batched), so one preparation serves them
-all. A masked language model's text differs from a language model's by its tokenizer, which has a mask token (the
-task ``mlm`` is in the fingerprint). No torch here.
+or a :class:`~dotformer.data.prepared.labelled_kind.PreparedLabelled`; their arrays are memory-mapped, so opening
+costs milliseconds and N processes share one copy of the data. What batching decides (the block size, a masked
+language model's unit and masking: ``batch_time_fields``) is no part of the prepared data, so one preparation serves
+every choice of it. A masked language model's text differs from a language model's by its tokenizer (a mask token).
 """
 
 from __future__ import annotations

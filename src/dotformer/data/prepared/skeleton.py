@@ -2,17 +2,12 @@
 files and settings: the fingerprint) and prepares it in one order, the kind supplying only what differs:
 
 1. **check** the settings (:meth:`DataKind.check`);
-2. **read**: count the examples the training source keeps, every drop counted, and their group keys (a g2p file's
-   words, the Bible's books, a text's pieces of 100 lines); the split is then dealt by
-   :func:`~dotformer.data.prepared.splits.assign_splits` (given valid/test files are read whole: they are small)
-   (:meth:`DataKind.read`);
-3. **tokenizers** (only when one is learned): the texts of at most ``sample_lines`` training examples, drawn with a
-   fixed seed (all of them when there are fewer; as sentencepiece's ``input_sentence_size``), written to a file that
-   the tokenizers learn from (read again per side, never held as strings); the report says how many of how many
-   (:meth:`DataKind.tokenizers`);
-4. **encode**: chunks of ``chunk`` examples through the tokenizers' batch encoders
-   (:meth:`~dotformer.data.tokenize.tokenizers.Tokenizer.encode_arrays`: BPE on every core, characters through numpy),
-   written straight to each split's arrays; the valid and test text is written beside them (:meth:`DataKind.encode`);
+2. **read**: count the examples the training source keeps and their group keys (a g2p file's words, the Bible's
+   books, a text's pieces of 100 lines), and deal the split (:meth:`DataKind.read`);
+3. **tokenizers**, learned on a sample of at most ``sample_lines`` training examples drawn with a fixed seed (as
+   sentencepiece's ``input_sentence_size``), read from files, or given (:meth:`DataKind.tokenizers`);
+4. **encode**: chunks of ``chunk`` examples through the tokenizers' batch encoders, written straight to each split's
+   arrays, the valid and test text beside them (:meth:`DataKind.encode`);
 5. **report** and **finish**: ``prepared.json`` written last (:meth:`DataKind.report`, :func:`finish`).
 
 Everything is written into a partial directory beside the target, renamed to it at the end (a crash leaves no
@@ -90,8 +85,8 @@ class DataKind(ABC):
     Class attributes:
         name: the kind in ``prepared.json`` and in the cache's directory names.
         unit: what an example is called in the last line of the report ("pairs", "lines", "texts").
-        handle: the class that maps a directory of this kind.
-        batch_time_fields: per task, the data config's fields decided when batching (no part of the data).
+        handle: the class that maps a directory of this kind (its ``batch_time_fields``: per task, the data config's
+            fields decided when batching, no part of the data).
 
     Args:
         config: the kind's data config.
@@ -100,7 +95,6 @@ class DataKind(ABC):
     name: ClassVar[str]
     unit: ClassVar[str]
     handle: ClassVar[type[PreparedData]]
-    batch_time_fields: ClassVar[dict[str, tuple[str, ...]]] = {}
     held_out_suffix: ClassVar[str] = "tsv"  # valid.tsv / test.tsv, or valid.txt / test.txt
     counts_characters: ClassVar[bool] = False  # whether each split's characters are counted (bits per character)
 
@@ -120,7 +114,7 @@ class DataKind(ABC):
     def settings_data(self) -> dict[str, Any]:
         """The data config as the fingerprint sees it: less what does not change the data (the fields its task
         decides when batching)."""
-        skipped = self.batch_time_fields.get(self.config.task, ())
+        skipped = self.handle.batch_time_fields.get(self.config.task, ())
         return {key: value for key, value in self.config.to_dict().items() if key not in skipped}
 
     def given_digests(self, tokenizers: Any) -> list[Any]:
@@ -237,9 +231,10 @@ class DataKind(ABC):
         self, directory: Path, reading: Reading, given: Any, sample_lines: int
     ) -> tuple[TokenizerPair, dict[str, Any]]:
         """Pass 2: the tokenizers (given, read from files, or learned on a sample of the training examples, written to
-        a file of ``directory`` for the time it takes) as a pair, and what the report says of the sample (its
-        ``line``). Here a kind of one tokenizer (a text, labelled texts), as a pair of it twice; a masked language
-        model's (:attr:`masked`) is learned with ``<mask>``, and must have a mask token.
+        a file of ``directory`` that the tokenizers read again per side, never held as strings) as a pair, and what
+        the report says of the sample (its ``line``: how many of how many). Here a kind of one tokenizer (a text,
+        labelled texts), as a pair of it twice; a masked language model's (:attr:`masked`) is learned with
+        ``<mask>``, and must have a mask token.
 
         Raises:
             DataError: a masked language model's tokenizer without a mask token.
@@ -264,8 +259,9 @@ class DataKind(ABC):
 
     @abstractmethod
     def encode(self, directory: Path, reading: Reading, tokenizers: TokenizerPair, chunk: int) -> dict[str, Any]:
-        """Pass 3: every example into its split's arrays, the valid/test text beside them; per split the examples
-        and tokens (what ``prepared.json``'s ``splits`` holds)."""
+        """Pass 3: every example into its split's arrays (through
+        :meth:`~dotformer.data.tokenize.tokenizers.Tokenizer.encode_arrays`: BPE on every core, characters through
+        numpy), the valid/test text beside them; per split the examples and tokens (``prepared.json``'s ``splits``)."""
 
     @abstractmethod
     def report(

@@ -122,7 +122,6 @@ class TextKind(DataKind):
     name = "text"
     unit = "lines"
     handle = PreparedText
-    batch_time_fields = BATCH_TIME_FIELDS
     held_out_suffix = "txt"
     counts_characters = True
     config: LMDataConfig | EncoderDataConfig

@@ -1,8 +1,6 @@
 """Writing a prepared directory (its layout: :mod:`dotformer.data.prepared.layout`): the arrays of the three splits
-and the
-held-out text, filled chunk by chunk, inside a partial directory renamed to its name only when everything is written.
-No torch here.
-"""
+and the held-out text, filled chunk by chunk, inside a partial directory renamed to its name only when everything is
+written."""
 
 from __future__ import annotations
 

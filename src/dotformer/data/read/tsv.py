@@ -55,7 +55,8 @@ class TsvReader(PairReader):
         path, options = self.path, self.options
         is_csv = path.suffix.lower() == ".csv"
         delimiter = options.delimiter or ("," if is_csv else "\t")
-        rows = _csv_rows(path, delimiter) if is_csv else _plain_rows(path, delimiter)
+        lines = enumerate(iter_text_lines(path), start=1)  # a plain file: no quoting
+        rows = _csv_rows(path, delimiter) if is_csv else ((number, line.split(delimiter)) for number, line in lines)
         dropped: Counter[str] = Counter()
         replaced: Counter[str] = Counter()
         kept = 0
@@ -160,12 +161,6 @@ def choose_columns(first_row: list[str], options: CorpusOptions, where: str, del
         raise DataError(f"{where}: the source and the target are both column {source}")
     names = (header[source], header[target]) if header else None
     return Columns(source, target, names)
-
-
-def _plain_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
-    """(line number, fields) of a file split on ``delimiter`` with no quoting."""
-    for number, line in enumerate(iter_text_lines(path), start=1):
-        yield number, line.split(delimiter)
 
 
 def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
