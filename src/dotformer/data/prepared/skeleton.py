@@ -85,8 +85,8 @@ class DataKind(ABC):
     Class attributes:
         name: the kind in ``prepared.json`` and in the cache's directory names.
         unit: what an example is called in the last line of the report ("pairs", "lines", "texts").
-        handle: the class that maps a directory of this kind (its ``batch_time_fields``: per task, the data config's
-            fields decided when batching, no part of the data).
+        handle: the class that maps a directory of this kind (its ``batch_time_fields``: per task, the fields
+        decided when batching, no part of the data).
 
     Args:
         config: the kind's data config.
