@@ -37,12 +37,7 @@ from dotformer.training.config import TrainConfig
 V = 13
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(arch: str = "encoder-decoder", **overrides: Any) -> Transformer:
