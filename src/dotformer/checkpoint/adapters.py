@@ -22,8 +22,8 @@ from dotformer.checkpoint.format import (
     CONFIG_FILE,
     MODEL_FILE,
     _save_safetensors,
-    _sha256,
     check_fits,
+    file_sha256,
     load_weights,
     load_weights_into,
     model_config_of,
@@ -45,7 +45,7 @@ def base_reference(model: nn.Module, base: str | Path) -> dict[str, Any]:
     """config.json's ``"lora"`` table for an adapted ``model`` whose frozen weights are the checkpoint ``base``'s:
     its spec, the base's absolute path and the SHA-256 of its weights file."""
     base = Path(base).resolve()
-    return {**spec_of(model).to_dict(), "base": str(base), "base_sha256": _sha256(base / MODEL_FILE)}
+    return {**spec_of(model).to_dict(), "base": str(base), "base_sha256": file_sha256(base / MODEL_FILE)}
 
 
 def spec_in(info: dict[str, Any], where: Path) -> LoRASpec:
@@ -80,7 +80,7 @@ def checked_base(path: Path, info: dict[str, Any]) -> Path:
             f"saved with the adapters)"
         )
     verify_checkpoint(base)
-    if _sha256(base / MODEL_FILE) != table.get("base_sha256"):
+    if file_sha256(base / MODEL_FILE) != table.get("base_sha256"):
         raise CheckpointError(
             f"the LoRA adapters of {path} were trained on other weights than {base / MODEL_FILE} holds now (its "
             f"SHA-256 differs from the one in {path / CONFIG_FILE})"

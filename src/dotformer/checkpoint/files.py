@@ -23,9 +23,9 @@ from dotformer.checkpoint.format import (
     SRC_TOKENIZER_FILE,
     TGT_TOKENIZER_FILE,
     CheckpointWarning,
-    _sha256,
     check_vocabulary,
     context_window_of,
+    file_sha256,
     load_tokenizer_file,
     model_config_of,
     read_json,
@@ -72,7 +72,7 @@ class CheckpointFiles:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def read_checkpoint_files(path: str | Path, digest: Callable[[Path], str] = _sha256) -> CheckpointFiles:
+def read_checkpoint_files(path: str | Path, digest: Callable[[Path], str] = file_sha256) -> CheckpointFiles:
     """Read a checkpoint's config and tokenizers (or a run directory's best/, else last/), and digest its files
     (``digest``: a file's SHA-256 in hex; :func:`dotformer.engines.digests.checkpoint_sha256` remembers them).
 

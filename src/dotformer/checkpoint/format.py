@@ -75,7 +75,7 @@ def verify_checkpoint(path: str | Path) -> None:
             raise CheckpointError(
                 f"checkpoint file {file} is truncated or altered: {size} bytes, expected {expected.get('bytes')}"
             )
-        if _sha256(file) != expected.get("sha256"):
+        if file_sha256(file) != expected.get("sha256"):
             raise CheckpointError(f"checkpoint file {file} is corrupted: its SHA-256 differs from {manifest_path}")
 
 
@@ -276,7 +276,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 def _write_manifest(directory: Path) -> None:
     files = {
-        file.name: {"bytes": file.stat().st_size, "sha256": _sha256(file)}
+        file.name: {"bytes": file.stat().st_size, "sha256": file_sha256(file)}
         for file in sorted(directory.iterdir())
         if file.is_file() and file.name != MANIFEST_FILE
     }
@@ -285,7 +285,8 @@ def _write_manifest(directory: Path) -> None:
     )
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, in hex (read in 1 MiB blocks)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

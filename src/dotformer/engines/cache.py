@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from dotformer.checkpoint.files import CheckpointFiles
-from dotformer.checkpoint.format import _sha256
+from dotformer.checkpoint.format import file_sha256
 from dotformer.errors import DotformerError
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def copy_manifest(directory: Path) -> dict[str, dict[str, int | str]]:
         if path.name == STAMP_FILE or not path.is_file():
             continue
         info = path.stat()
-        manifest[path.name] = {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": _sha256(path)}
+        manifest[path.name] = {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": file_sha256(path)}
     return manifest
 
 
@@ -119,7 +119,7 @@ def copy_damage(directory: Path) -> str | None:
             return f"{name} is missing"
         if info.st_size != size:
             return f"{name} has {info.st_size:,} bytes, not the {size:,} it was written with"
-        if info.st_mtime_ns != mtime_ns and _sha256(directory / name) != sha256:
+        if info.st_mtime_ns != mtime_ns and file_sha256(directory / name) != sha256:
             return f"{name} was changed since it was written (its SHA-256 differs)"
     return None
 

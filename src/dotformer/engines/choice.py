@@ -203,5 +203,5 @@ def torch_only_message(setting: str, flag: str = "--engine") -> str:
     setting named as ``choose_engine`` takes it (``"--alignment-layer 0 (why)"``)."""
     name, _, why = setting.partition(" (")
     reason = f" ({why}" if why else ""
-    torch = f"{flag} torch" if flag.startswith("--") else f"{flag}'torch'"  # --engine torch, engine='torch'
-    return f"{name} runs on the torch engine only{reason}: leave it out, or use {torch}"
+    use = f"{flag} torch" if flag.startswith("--") else f"{flag}'torch'"  # --engine torch, engine='torch'
+    return f"{name} runs on the torch engine only{reason}: leave it out, or use {use}"

@@ -20,7 +20,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from dotformer.checkpoint.format import _sha256
+from dotformer.checkpoint.format import file_sha256
 from dotformer.engines.cache import cache_roots
 
 MEMO_FILE = "digests.json"  # in the cache directory beside the checkpoint (or the user's)
@@ -41,7 +41,7 @@ def memo_sha256(path: Path, memo: Path) -> str:
     entry = entries.get(key)
     if isinstance(entry, list) and len(entry) == 4 and entry[:3] == figures:
         return str(entry[3])
-    digest = _sha256(path)
+    digest = file_sha256(path)
     entries[key] = [*figures, digest]
     with contextlib.suppress(OSError):  # a read-only place: no memo, the digest computed each time
         memo.parent.mkdir(parents=True, exist_ok=True)

@@ -60,6 +60,8 @@ from dotformer.runs.task import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dotformer.checkpoint import LoadedCheckpoint
     from dotformer.data.batch.labelled import LabelledExamples
     from dotformer.decoding.classify import LabelScores
@@ -91,10 +93,21 @@ class EncoderTask(Task):
     objective: ClassVar[str]
     unit: ClassVar[str]
     cut: ClassVar[str] = "cut short"
-    init_reader = "dotformer.runs.finetune:read_encoder_init"  # an encoder's checkpoint: its tokenizer and encoder
 
     def data_config(self, section: dict[str, Any], source: str) -> EncoderDataConfig:
         return EncoderDataConfig.from_section({**section, "task": self.name}, source)
+
+    def read_init(
+        self,
+        path: str | Path,
+        model_section: dict[str, Any],
+        data_section: dict[str, Any],
+        origins: Mapping[str, str] | None = None,
+    ) -> InitSource:
+        """An encoder's checkpoint: its tokenizer and encoder (:func:`~dotformer.runs.finetune.read_encoder_init`)."""
+        from dotformer.runs.finetune import read_encoder_init
+
+        return read_encoder_init(path, model_section, data_section, origins)
 
     def check_model(self, model_section: dict[str, Any], data: EncoderDataConfig) -> None:
         block = data.block_size or DEFAULT_ENCODER_BLOCK

@@ -193,8 +193,8 @@ def read_encoder_init(
                     "keeps the checkpoint's shapes"
                 )
     fields = {key: value for key, value in model_section.items() if key != "preset"}  # the preset: checked above
-    changes = model_changes(fields, config, path, origins, (*TUNABLE_MODEL_FIELDS, "pooling"), ("head", "num_labels",
-                            "max_len"))  # fmt: skip
+    tunable, task_set = (*TUNABLE_MODEL_FIELDS, "pooling"), ("head", "num_labels", "max_len")
+    changes = model_changes(fields, config, path, origins, tunable, task_set)
     saved_data = info.get("data") if isinstance(info.get("data"), dict) else {}
     for key in ("tokenizer", "vocab_size"):  # asked for, and the checkpoint's run recorded another
         if data_section.get(key) is not None and saved_data.get(key) not in (None, data_section[key]):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +140,6 @@ class Task(ABC):
     # and the task's own validation figures (its TrainData's best_metrics and figures)
     joint_ctc = False  # whether --ctc-weight may add CTC on its encoder (an encoder-decoder: dotformer.training.ctc)
     recipe: str | None = None  # the shipped config whose [model] and [train] are the task's defaults
-    init_reader = "dotformer.runs.finetune:read_init_source"  # "module:function" reading an --init-from checkpoint
 
     def __init__(self, name: str | None = None) -> None:
         if name is not None:  # one class may serve several names (the tasks of pairs)
@@ -225,17 +223,21 @@ class Task(ABC):
         """
 
     def read_init(
-        self, path: str | Path, model_section: dict[str, Any], data_section: dict[str, Any],
+        self,
+        path: str | Path,
+        model_section: dict[str, Any],
+        data_section: dict[str, Any],
         origins: Mapping[str, str] | None = None,
-    ) -> InitSource:  # fmt: skip
-        """What ``--init-from CKPT`` starts a run of this task from: what its :attr:`init_reader` reads
-        (:mod:`dotformer.runs.finetune`).
+    ) -> InitSource:
+        """What ``--init-from CKPT`` starts a run of this task from (:mod:`dotformer.runs.finetune`): an
+        encoder-decoder checkpoint by default.
 
         Raises:
             CheckpointError: a missing or damaged checkpoint, one of another family, or asked fields that differ.
         """
-        module, _, name = self.init_reader.partition(":")
-        return getattr(import_module(module), name)(path, model_section, data_section, origins)  # type: ignore[no-any-return]
+        from dotformer.runs.finetune import read_init_source
+
+        return read_init_source(path, model_section, data_section, origins)
 
     def record_data(self, record: dict[str, Any], run_dir: Path) -> Any:
         """The task's data config of ``run_dir``'s run.json ``record``.

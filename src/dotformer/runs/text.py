@@ -40,6 +40,8 @@ from dotformer.runs.task import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dotformer.decoding.engine import TranslationEngine
     from dotformer.decoding.inputs import TextRules
     from dotformer.runs.finetune import InitSource
@@ -55,10 +57,21 @@ class LanguageModelTask(Task):
     slides = True  # evaluate --stride: a sliding window over the text instead of blocks
     reads_pairs = False  # its --data is running text, read one line after another
     recipe = "lm-bible"
-    init_reader = "dotformer.runs.text_init:read_text_init"  # a decoder-only checkpoint, its tokenizer kept
 
     def data_config(self, section: dict[str, Any], source: str) -> LMDataConfig:
         return LMDataConfig.from_section(section, source)
+
+    def read_init(
+        self,
+        path: str | Path,
+        model_section: dict[str, Any],
+        data_section: dict[str, Any],
+        origins: Mapping[str, str] | None = None,
+    ) -> InitSource:
+        """A decoder-only checkpoint, its tokenizer kept (:func:`~dotformer.runs.text_init.read_text_init`)."""
+        from dotformer.runs.text_init import read_text_init
+
+        return read_text_init(path, model_section, data_section, origins)
 
     def check_model(self, model_section: dict[str, Any], data: LMDataConfig) -> None:
         lm_model_config(model_section, ANY_VOCAB_SIZE, data.block_size)

@@ -55,8 +55,10 @@ class TsvReader(PairReader):
         path, options = self.path, self.options
         is_csv = path.suffix.lower() == ".csv"
         delimiter = options.delimiter or ("," if is_csv else "\t")
-        lines = enumerate(iter_text_lines(path), start=1)  # a plain file: no quoting
-        rows = _csv_rows(path, delimiter) if is_csv else ((number, line.split(delimiter)) for number, line in lines)
+        if is_csv:
+            rows = _csv_rows(path, delimiter)
+        else:  # a plain file: no quoting
+            rows = ((number, line.split(delimiter)) for number, line in enumerate(iter_text_lines(path), start=1))
         dropped: Counter[str] = Counter()
         replaced: Counter[str] = Counter()
         kept = 0
