@@ -319,8 +319,8 @@ class CT2Translate(CT2Copy):
     ) -> list[list[Translation]]:
         """Decode encoded sources as :func:`~dotformer.decoding.translate.decode_encoded` does, with the arguments of
         :meth:`~dotformer.decoding.engine.TranslationEngine.decode` (see the module docstring for the mapping, the
-        scores and where outputs may differ); ``batch_size`` counts sentences only when ``max_tokens`` is None
-        (CTranslate2 takes one limit).
+        scores and where outputs may differ); CTranslate2 takes one batch limit, the one that binds
+        (:meth:`batching`).
 
         Raises:
             EngineOptionError: an option only the torch engine runs, or an output longer than the copy's positions.
@@ -568,8 +568,8 @@ class CT2Translate(CT2Copy):
         included). CTranslate2 takes one limit, so it is given the one that binds: ``batch_size`` sentences where
         no batch of that many can exceed ``max_tokens`` padded tokens (``batch_size · longest ≤ max_tokens``, or no
         ``max_tokens``), else ``max_tokens`` source tokens. Given the token limit for short sources, CTranslate2
-        would build batches of hundreds of sentences (of 8 letters, 1,000 under 8,192 tokens), which decode slower
-        than batches of ``batch_size``."""
+        would build batches of hundreds of sentences (of 8 letters, 1,000 under 8,192 tokens), whatever
+        ``batch_size`` asks."""
         if max_tokens is None or batch_size * longest <= max_tokens:
             return dict(max_batch_size=batch_size, batch_type="examples")
         return dict(max_batch_size=max_tokens, batch_type="tokens")
