@@ -412,7 +412,9 @@ def test_batching_threads_and_int8_give_the_same_kind_of_outputs(checkpoint: Pat
     assert "-int8-" in str(int8.translation_engine().model_dir) and ct2.model_dir != int8.translation_engine().model_dir
 
 
-def test_ctranslate2_is_given_the_batch_limit_that_binds(engines: tuple[Any, TorchEngine]) -> None:
+def test_ctranslate2_is_given_the_batch_limit_that_binds(
+    engines: tuple[Any, TorchEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
     ct2, reference = engines
     real, calls = ct2.translator, []
 
@@ -424,16 +426,12 @@ def test_ctranslate2_is_given_the_batch_limit_that_binds(engines: tuple[Any, Tor
             calls.append((kwargs["batch_type"], kwargs["max_batch_size"]))
             return real.translate_batch(*args, **kwargs)
 
+    monkeypatch.setattr(ct2, "translator", Spy())
     inputs = texts(50, seed=3)
     longest = max(len(text.split()) for text in inputs) + 1  # EOS included
     encoded = encode_sources(reference.checkpoint, inputs, 64)
-    greedy = DecodeConfig(strategy="greedy")
-    ct2.translator = Spy()
-    try:
-        for max_tokens in (None, 7 * longest, 7 * longest - 1):
-            ct2.decode(encoded, greedy, 7, False, max_tokens)
-    finally:
-        ct2.translator = real
+    for max_tokens in (None, 7 * longest, 7 * longest - 1):
+        ct2.decode(encoded, DecodeConfig(strategy="greedy"), 7, False, max_tokens)
     # 7 sentences can never exceed 7 * longest tokens: the sentence limit binds; one token less, the token limit
     assert calls == [("examples", 7), ("examples", 7), ("tokens", 7 * longest - 1)]
 
