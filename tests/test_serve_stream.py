@@ -5,6 +5,7 @@ client, streamed or not, cut at its stop sequences."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -298,6 +299,25 @@ def test_stop_text_cuts_at_the_first_stop_sequence_however_the_text_is_split(
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_greedy_continuations_in_one_call_are_each_prompts_own(lm_path: Path, engine: str) -> None:
+    """Prompts of many lengths continued in one call, all and in pairs: each continuation is the one ``generate``
+    gives it alone (on CTranslate2 prompts of one length share a ``generate_batch``; a longer prompt's rest
+    forwarded step by step beside a shorter one sums otherwise and can turn a near-tie of this random model's
+    argmax)."""
+    import dotformer
+    from dotformer.api.generation import generation_settings
+
+    words = [f"a{i}" for i in range(1, 10)]
+    prompts = [" ".join(words[(i * 5 + j) % 9] for j in range(i % 7)) for i in range(24)]
+    translator = dotformer.load(lm_path, device="cpu", engine=engine)
+    config = generation_settings(max_new_tokens=NEW, strategy="greedy")
+    alone = [translator.generate(p, max_new_tokens=NEW, strategy="greedy") for p in prompts]
+    assert translator.greedy_continuations(prompts, config) == alone
+    for a, b in itertools.combinations(range(len(prompts)), 2):  # every pair of lengths side by side
+        assert translator.greedy_continuations([prompts[a], prompts[b]], config) == [alone[a], alone[b]], (a, b)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_concurrent_greedy_generate_requests_share_calls_and_get_what_one_alone_gets(
     lm_path: Path, engine: str
 ) -> None:
@@ -319,12 +339,12 @@ def test_concurrent_greedy_generate_requests_share_calls_and_get_what_one_alone_
     continuations, first_call = translator.greedy_continuations, [True]
 
     def held_first(prompts: list[str], config: Any) -> list[str]:
-        # the first call waits for other clients' requests to queue (whatever the machine's load): the next call
-        # then has several to share
+        # a first call of one prompt waits for other clients' requests to queue (whatever the machine's load): the
+        # next call then has several to share (a first call of several shares already, and fewer may be left to come)
         if first_call[0]:
             first_call[0] = False
             deadline = time.monotonic() + TIMEOUT_S
-            while server.batcher.waiting < 2 and time.monotonic() < deadline:
+            while len(prompts) < 2 and server.batcher.waiting < 2 and time.monotonic() < deadline:
                 time.sleep(0.01)
         return continuations(prompts, config)
 

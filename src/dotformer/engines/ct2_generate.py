@@ -129,8 +129,11 @@ class CT2Generate(CT2Copy):
     def greedy_batch(
         self, prompts: Sequence[Sequence[int]], config: DecodeConfig, window: int, stop_ids: Sequence[int] = ()
     ) -> list[list[int]]:
-        """The greedy continuation of each prompt, all in one ``generate_batch`` call: each row's is the one
-        :meth:`generate` gives it alone (greedy decoding reads nothing of the other rows).
+        """The greedy continuation of each prompt, one ``generate_batch`` call per prompt length: each row's is the
+        one :meth:`generate` gives it alone. Prompts of one length share a call (greedy decoding reads nothing of the
+        other rows); prompts of different lengths do not, because CTranslate2 forwards the shortest prompt's length
+        at once and the rest of each longer prompt step by step, in other sums than alone, which can turn a near-tie
+        of the argmax the other way.
 
         Raises:
             EngineOptionError: as :meth:`generate`, for the first prompt it refuses.
@@ -139,18 +142,18 @@ class CT2Generate(CT2Copy):
         if config.strategy != "greedy" or config.n_best != 1 or has_controls(config):
             raise ValueError("greedy_batch continues each prompt once, greedily, without controls")
         rows = [self.prompt_tokens(prompt, config, window) for prompt in prompts]
-        # CTranslate2 forwards the shortest prompt's length at once and the rest of each longer prompt step by step,
-        # in the search's steps: each row's output starts with that rest, and the search runs that many more steps
-        shortest, longest = min(len(row) for row in rows), max(len(row) for row in rows)
-        results = self.generator.generate_batch(
-            rows, beam_size=1, end_token=[self.vocab[i] for i in stop_ids], return_end_token=True,
-            include_prompt_in_result=False, max_length=config.max_len_b + longest - shortest,
-            suppress_sequences=self.suppressed(bool(stop_ids)),
-        )  # fmt: skip
-        outputs = []
-        for row, result in zip(rows, results, strict=True):
-            ids = result.sequences[0][len(row) - shortest :]  # the prompt's rest left out
-            outputs.append([self.ids[t] for t in ids[: config.max_len_b]])
+        by_length: dict[int, list[int]] = {}
+        for i, row in enumerate(rows):
+            by_length.setdefault(len(row), []).append(i)
+        outputs: list[list[int]] = [[] for _ in rows]
+        for indices in by_length.values():
+            results = self.generator.generate_batch(
+                [rows[i] for i in indices], beam_size=1, end_token=[self.vocab[i] for i in stop_ids],
+                return_end_token=True, include_prompt_in_result=False, max_length=config.max_len_b,
+                suppress_sequences=self.suppressed(bool(stop_ids)),
+            )  # fmt: skip
+            for i, result in zip(indices, results, strict=True):
+                outputs[i] = [self.ids[t] for t in result.sequences[0][: config.max_len_b]]
         return outputs
 
     def prompt_tokens(self, prompt: Sequence[int], config: DecodeConfig, window: int) -> list[str]:
