@@ -255,6 +255,7 @@ EXPECTED_FLAGS: dict[str, set[str]] = {
     "export": {"--checkpoint", "--out", "--quantization", "--to"},
     "serve": {
         "--api-key",
+        "--batch-groups",
         "--batch-tokens",
         "--batch-wait-ms",
         "--checkpoint",
@@ -465,6 +466,7 @@ EXPECTED_DESTS: dict[str, dict[str, tuple[str, object, bool]]] = {
     },
     "serve": {
         "--api-key": ("api_key", None, False),
+        "--batch-groups": ("batch_groups", None, False),
         "--batch-tokens": ("batch_tokens", 4096, False),
         "--batch-wait-ms": ("batch_wait_ms", 5.0, False),
         "--engine": ("engine", "auto", False),

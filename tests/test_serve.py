@@ -271,6 +271,7 @@ def test_a_failure_logs_its_traceback(translator: Any, capsys: pytest.CaptureFix
 
     class Failing:
         files, max_input_length = translator.files, translator.max_input_length
+        batch_groups = translator.batch_groups
         tgt_tokenizer, path, task = translator.tgt_tokenizer, translator.path, translator.task
 
         def translate(self, texts: list[str], request: Any) -> Any:

@@ -158,9 +158,9 @@ def test_a_cancelled_request_leaves_the_queue() -> None:
 
 
 def test_the_clients_of_a_call_get_the_wait_to_send_again() -> None:
-    """A request that waited through a call does not start the next one at once: the clients just answered get
-    ``max_wait`` from the call's end to send their next request, so the two ride together (full batches, no
-    alternating halves)."""
+    """With one group, a request that waited through a call does not start the next one at once: the clients just
+    answered get ``max_wait`` from the call's end to send their next request, so the two ride together (full
+    batches, no alternating halves)."""
     from dotformer.api.batcher import Batcher, BatchStats
     from dotformer.api.turns import ModelTurns
 
@@ -173,7 +173,7 @@ def test_the_clients_of_a_call_get_the_wait_to_send_again() -> None:
     async def main() -> list[Any]:
         turns = ModelTurns()
         stats: list[BatchStats] = []
-        batcher = Batcher(turns, max_tokens=3, max_wait_s=0.5, on_batch=stats.append)
+        batcher = Batcher(turns, max_tokens=3, max_wait_s=0.5, groups=1, on_batch=stats.append)
         held = Held()
         try:
             first = await held.start(batcher)
@@ -194,6 +194,78 @@ def test_the_clients_of_a_call_get_the_wait_to_send_again() -> None:
     assert calls == [["waited", "again", "third"]]
     assert [s.sentences for s in stats] == [1, 3] and all(s.seconds >= 0 for s in stats)
     assert stats[0].seconds >= 0.5  # the held call's engine time: it ran until released, after the 0.6 s sleep
+
+
+def test_two_groups_take_turns_without_waiting_for_each_other() -> None:
+    """With two groups (CTranslate2's on a CPU), a request that waited through a call starts the next one at once,
+    without the client that call answered: one of the two requests on their way is half of them. So two clients'
+    calls alternate and neither waits ``max_wait`` (30 s here: each must be answered well before it)."""
+    from dotformer.api.batcher import Batcher
+    from dotformer.api.turns import ModelTurns
+
+    calls: list[list[str]] = []
+
+    def run(items: list[str]) -> list[str]:
+        calls.append(list(items))
+        return items
+
+    async def main() -> list[Any]:
+        turns = ModelTurns()
+        batcher = Batcher(turns, max_tokens=100, max_wait_s=30.0, groups=2)
+        held = Held()
+        try:
+            first = await held.start(batcher)
+            waited = asyncio.ensure_future(batcher.submit("k", ["waited"], [1], run))
+            for _ in range(1000):
+                if batcher.waiting == 1:
+                    break
+                await asyncio.sleep(0.002)
+            held.release.set()
+            await first  # the held call's client is answered; the waiting request's call starts without it
+            waited_result = await asyncio.wait_for(waited, 10)
+            again = await asyncio.wait_for(batcher.submit("k", ["again"], [1], run), 10)
+            return [waited_result, again]
+        finally:
+            batcher.close()
+            turns.close()
+
+    assert asyncio.run(main()) == [["waited"], ["again"]]
+    assert calls == [["waited"], ["again"]]
+
+
+def test_the_groups_must_be_positive() -> None:
+    from dotformer.api.batcher import Batcher
+    from dotformer.api.turns import ModelTurns
+    from dotformer.errors import ConfigError
+
+    turns = ModelTurns()
+    try:
+        for groups in (0, -1, 1.5, True):
+            with pytest.raises(ConfigError, match="batch groups must be a positive integer"):
+                Batcher(turns, groups=groups)  # type: ignore[arg-type]
+    finally:
+        turns.close()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_server_takes_its_engines_groups(checkpoint: Path, engine: str) -> None:
+    """CTranslate2 on a CPU: two groups (a call's time grows with its sentences); torch: one; the flag overrides."""
+    import dotformer
+    from dotformer.api.serve import TranslationServer
+
+    translator = dotformer.load(checkpoint, device="cpu", engine=engine)
+    assert TranslationServer(translator, port=0).batcher.groups == {"torch": 1, "ctranslate2": 2}[engine]
+    assert TranslationServer(translator, port=0, batch_groups=3).batcher.groups == 3
+
+
+def test_ctranslate2_on_a_gpu_takes_one_group() -> None:
+    from dotformer.engines.ct2_translate import CT2Copy
+
+    copy = object.__new__(CT2Copy)  # no model opened: only the device is read
+    copy.device = "cuda:0"
+    assert copy.batch_groups == 1
+    copy.device = "cpu"
+    assert copy.batch_groups == 2
 
 
 def test_a_client_alone_does_not_wait_for_others() -> None:

@@ -286,6 +286,7 @@ def test_a_large_request_lets_a_small_one_through(translator: Any) -> None:
 
     class Recording:
         files, max_input_length = translator.files, translator.max_input_length
+        batch_groups = translator.batch_groups
         tgt_tokenizer = translator.tgt_tokenizer
 
         def translate(self, texts: list[str], request: Any) -> Any:
@@ -411,6 +412,7 @@ def test_stopping_answers_the_request_being_decoded_and_drops_the_slow_ones(tran
 
     class Held:
         files, max_input_length = translator.files, translator.max_input_length
+        batch_groups = translator.batch_groups
         tgt_tokenizer, path, task = translator.tgt_tokenizer, translator.path, translator.task
 
         def translate(self, texts: list[str], request: Any) -> Any:
@@ -469,6 +471,7 @@ def test_the_request_that_held_the_server_is_refused_at_once(translator: Any) ->
 
     class NoDecoding:
         files, max_input_length = translator.files, translator.max_input_length
+        batch_groups = translator.batch_groups
         tgt_tokenizer = translator.tgt_tokenizer
 
         def translate(self, *args: Any, **kwargs: Any) -> Any:

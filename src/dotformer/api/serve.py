@@ -80,6 +80,9 @@ class TranslationServer(LocalServer):
         max_work: the most source tokens x beam per request (:data:`MAX_REQUEST_WORK`).
         batch_tokens: the most source tokens x beam of all requests decoded in one engine call.
         batch_wait_ms: the longest a request waits for others to share its call, milliseconds.
+        batch_groups: a call starts once one in ``batch_groups`` of the requests on their way are there
+            (:class:`~dotformer.api.batcher.Batcher`, "Groups"); None: the engine's choice (2 for CTranslate2 on a
+            CPU, else 1).
         api_key: when given, every route but ``GET /health`` needs ``Authorization: Bearer API_KEY`` (401 without).
 
     Raises:
@@ -97,6 +100,7 @@ class TranslationServer(LocalServer):
         max_work: int = MAX_REQUEST_WORK,
         batch_tokens: int = MAX_BATCH_TOKENS,
         batch_wait_ms: float = MAX_WAIT_MS,
+        batch_groups: int | None = None,
         api_key: str | None = None,
     ) -> None:
         if isinstance(max_work, bool) or not isinstance(max_work, int) or max_work < 1:
@@ -114,7 +118,10 @@ class TranslationServer(LocalServer):
         )  # fmt: skip
         self.translator, self.max_work, self.turns = translator, max_work, ModelTurns()
         self.metrics = ServerMetrics(lambda: self.batcher.waiting)  # a registry of this server's own
-        self.batcher = Batcher(self.turns, batch_tokens, batch_wait_ms / 1000, self.metrics.batch)
+        batch_groups = translator.batch_groups if batch_groups is None else batch_groups
+        self.batcher = Batcher(
+            self.turns, batch_tokens, batch_wait_ms / 1000, groups=batch_groups, on_batch=self.metrics.batch
+        )
 
     @property
     def url(self) -> str:

@@ -270,6 +270,12 @@ class Translator:
         return str(model_device(self.checkpoint.model))
 
     @property
+    def batch_groups(self) -> int:
+        """How many groups of clients a server's engine calls take turns between (the default engine's own:
+        :class:`~dotformer.api.batcher.Batcher`, "Groups")."""
+        return self.translation_engine().batch_groups
+
+    @property
     def src_tokenizer(self) -> Tokenizer:
         """The source tokenizer."""
         return self.files.src_tokenizer

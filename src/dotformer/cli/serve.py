@@ -29,10 +29,12 @@ up to 128 connections wait to be accepted. A request holds at most 64 texts of a
 16, and at most 16384 source tokens x beam (beam 1 for greedy) in all.
 
 batching: the texts of every waiting request with the same options are decoded together, in one engine call of at
-most --batch-tokens (4096) source tokens x beam, started once the oldest has waited --batch-wait-ms (5) or the call
-is full; a larger request is split across calls, the requests arriving meanwhile riding beside it, so it does not
-hold back the small ones. Each request gets exactly the outputs dotformer translate gives with the same options (a
-sampling request is decoded alone, whole, as its seed draws for the whole call).
+most --batch-tokens (4096) source tokens x beam, started once the oldest has waited --batch-wait-ms (5), the call
+is full, or one in --batch-groups of the requests on their way are there (2 for CTranslate2 on a CPU: two halves of
+the clients take turns, the engine decoding one while the other's answers and next requests travel; 1 for torch or
+a GPU: all of them); a larger request is split across calls, the requests arriving meanwhile riding beside it, so
+it does not hold back the small ones. Each request gets exactly the outputs dotformer translate gives with the same
+options (a sampling request is decoded alone, whole, as its seed draws for the whole call).
 
 operations: GET /health answers {"status": "ok"} while the process runs (a liveness probe) and GET /ready once the
 model is loaded; GET /metrics gives requests by route and status, latencies, batch sizes, the queue and the tokens
@@ -95,6 +97,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MS",
         help=f"longest a request waits for others to share its engine call, milliseconds ({MAX_WAIT_MS:g}; 0: none)",
     )
+    speed.add_argument(
+        "--batch-groups",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a call starts once one in N of the requests on their way are there (default: the engine's; 2 for "
+        "CTranslate2 on a CPU: two halves of the clients take turns, one's round trip beside the other's call; 1 for "
+        "torch or a GPU: a call waits for all)",
+    )
     parser.add_argument(
         "--api-key",
         default=None,
@@ -118,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--api-key must be a non-empty key without spaces")
     if args.batch_tokens < 1:
         raise ConfigError(f"--batch-tokens must be positive, got {args.batch_tokens}")
+    if args.batch_groups is not None and args.batch_groups < 1:
+        raise ConfigError(f"--batch-groups must be positive, got {args.batch_groups}")
     if not 0 <= args.batch_wait_ms <= 10_000:
         raise ConfigError(f"--batch-wait-ms must be from 0 to 10000, got {args.batch_wait_ms:g}")
     from dotformer.errors import require_extra
@@ -128,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     announce = lambda line: print(line, flush=True)  # noqa: E731
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
     server = TranslationServer(translator, args.port, args.host, args.verbose, batch_tokens=args.batch_tokens,
-                               batch_wait_ms=args.batch_wait_ms, api_key=api_key)  # fmt: skip
+                               batch_wait_ms=args.batch_wait_ms, batch_groups=args.batch_groups,
+                               api_key=api_key)  # fmt: skip
     server.run(announce)
     return 0

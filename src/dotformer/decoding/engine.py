@@ -60,10 +60,13 @@ class TranslationEngine(Protocol):
     Attributes:
         name: ``"torch"`` or ``"ctranslate2"``.
         checkpoint: the checkpoint it runs (its config, info and tokenizers).
+        batch_groups: how many groups of clients a server's calls take turns between (2 where a call's time grows
+            about in proportion to its sentences, else 1; :class:`~dotformer.api.batcher.Batcher`, "Groups").
     """
 
     name: str
     checkpoint: CheckpointLike
+    batch_groups: int
 
     def decode(
         self,
@@ -94,10 +97,12 @@ class GenerationEngine(Protocol):
     Attributes:
         name: ``"torch"`` or ``"ctranslate2"``.
         checkpoint: the checkpoint it runs.
+        batch_groups: as :class:`TranslationEngine`'s.
     """
 
     name: str
     checkpoint: CheckpointLike
+    batch_groups: int
 
     def generate(
         self,

@@ -26,6 +26,7 @@ class TorchEngine:
     encoder-decoder, :mod:`dotformer.decoding.generate` for a language model)."""
 
     name = "torch"
+    batch_groups = 1  # a call's time grows slowly with its rows (each step's own work): a server waits for them all
 
     def __init__(self, checkpoint: LoadedCheckpoint) -> None:
         self.checkpoint = checkpoint
