@@ -33,7 +33,10 @@ the server loses time around the engine (waits, hand-offs, HTTP); near 1, in the
 N / throughput on average, so at the offline rate a request's mean latency is N / offline_per_s; ``p95_vs_bound`` is
 the round's p95 over it (no server reaches below 1 without decoding faster than the offline run). The p95 target asks
 for a throughput of 16 / (3 x one request's latency alone) at 16 clients (``p95_target_needs_per_s``).
-``--no-scores``: the clients send ``"scores": false`` (each reply's score is the search's, the texts the same).
+The offline call gives what the replies carry: each output's exact score (``dotformer translate --output-format
+json``), or with ``--no-scores``, where the clients send ``"scores": false`` (each reply's score is the search's, the
+texts the same), the texts alone (``--output-format text``). The server and the offline call are warmed before the
+first timing. ``--batch-groups N`` passes the server's flag (default: its own).
 
 ``--mode calls`` times the engine alone, in this process: the sentences decoded in calls of each ``--clients``
 number of sentences, as the server builds them (with and without the scoring pass), against one call of them all as
@@ -316,21 +319,29 @@ class Offline:
     """``sentences`` translated in this process on ``engine`` in one call (dotformer translate's path), timed as
     often as asked: the rounds interleave with it, so that each round compares with the offline rate of the same
     minutes (on a shared machine the rate drifts). On the server's threads: ``threads`` is CTranslate2's
-    ``intra_threads`` and torch's ``set_num_threads``, as ``dotformer serve --threads`` sets them."""
+    ``intra_threads`` and torch's ``set_num_threads``, as ``dotformer serve --threads`` sets them. ``scores``: the
+    offline call gives what the clients' replies carry, each output's exact score (``--output-format json``, the
+    scoring pass included), else the texts alone (``--output-format text``)."""
 
-    def __init__(self, checkpoint: Path, engine: str, threads: int | None, sentences: list[str], beam: int) -> None:
+    def __init__(
+        self, checkpoint: Path, engine: str, threads: int | None, sentences: list[str], beam: int, scores: bool
+    ) -> None:
         import dotformer
 
         options = same_threads(threads)
         self.model = dotformer.load(checkpoint, device="cpu", engine=engine, **options)
-        self.sentences, self.beam = sentences, beam
+        self.sentences, self.beam, self.scores = sentences, beam, scores
         self.model.translate(sentences[:8], beam=beam)  # warm: the copy converted, the caches allocated
         self.outputs: dict[str, str] = {}
 
     def rate(self) -> float:
         """Sentences per second of one timed run."""
         start = time.perf_counter()
-        outputs = self.model.translate(self.sentences, beam=self.beam)
+        if self.scores:
+            results = self.model.translate(self.sentences, beam=self.beam, details=True)
+            outputs = [result.hypotheses[0].text for result in results]
+        else:
+            outputs = self.model.translate(self.sentences, beam=self.beam)
         wall = time.perf_counter() - start
         self.outputs = dict(zip(self.sentences, outputs, strict=True))
         return len(self.sentences) / wall
@@ -343,14 +354,18 @@ def sentence_load(args: argparse.Namespace, checkpoint: Path, clients: list[int]
         sentences = [s for s in sentences if s]
     else:
         sentences = [" ".join(SYMBOLS[(i * 7 + k) % len(SYMBOLS)] for k in range(3 + i % 9)) for i in range(200)]
-    alone = Offline(checkpoint, args.engine, args.threads, sentences, args.beam)
+    scores = not args.no_scores
+    alone = Offline(checkpoint, args.engine, args.threads, sentences, args.beam, scores)
     extra = ["--engine", args.engine, "--batch-wait-ms", str(args.batch_wait_ms)]
+    extra += ["--batch-groups", str(args.batch_groups)] if args.batch_groups else []
     process, url = start_server(checkpoint, args.threads, extra)
+    sentence_round(url, 1, 8, sentences, args.beam, scores)  # warm: the server's copy loaded, its caches allocated
+    alone.rate()  # warm: every sentence's length seen once (untimed)
     rates = [alone.rate()]
     rows = []
     try:
         for n in clients:
-            rows.append(sentence_round(url, n, requests, sentences, args.beam, not args.no_scores))
+            rows.append(sentence_round(url, n, requests, sentences, args.beam, scores))
             rates.append(alone.rate())
     finally:
         process.terminate()
@@ -387,6 +402,7 @@ def sentence_load(args: argparse.Namespace, checkpoint: Path, clients: list[int]
         "offline_sentences_per_s": rates,
         "sentences": len(sentences),
         "batch_wait_ms": args.batch_wait_ms,
+        "batch_groups": args.batch_groups or "the server's default",
         "scores": not args.no_scores,
         "rows": rows,
         "p95_target_needs_per_s": needed,
@@ -454,6 +470,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sentences", default=None, help="file of sentences, one a line (default: random symbols)")
     parser.add_argument("--engine", default="auto", help="the server's and the offline run's --engine (auto)")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the server's --batch-wait-ms (5)")
+    parser.add_argument("--batch-groups", type=int, default=None,
+                        help="the server's --batch-groups (default: the server's own, 2 on a CPU)")  # fmt: skip
     parser.add_argument("--no-scores", action="store_true",
                         help='mode sentences: the clients send "scores": false (they read only the texts)')  # fmt: skip
     parser.add_argument("--out", default=str(default_output_dir() / "serve_load.json"))
