@@ -403,7 +403,7 @@ def sentence_load(args: argparse.Namespace, checkpoint: Path, clients: list[int]
         "sentences": len(sentences),
         "batch_wait_ms": args.batch_wait_ms,
         "batch_groups": args.batch_groups or "the server's default",
-        "scores": not args.no_scores,
+        "scores": scores,
         "rows": rows,
         "p95_target_needs_per_s": needed,
         "target": "at 16 clients: throughput >= 0.8x offline, p95 <= 3x one request alone, no error, equal outputs",

@@ -12,6 +12,7 @@ import asyncio
 import json
 import threading
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,25 @@ class Held:
         return future
 
 
+def recording() -> tuple[list[list[str]], Callable[[list[str]], list[str]]]:
+    """An engine call that returns its items, and the list of the calls it was given."""
+    calls: list[list[str]] = []
+
+    def run(items: list[str]) -> list[str]:
+        calls.append(list(items))
+        return items
+
+    return calls, run
+
+
+async def until_waiting(batcher: Any, sentences: int) -> None:
+    """Until ``sentences`` are queued in the batcher (a bounded wait)."""
+    for _ in range(1000):
+        if batcher.waiting == sentences:
+            return
+        await asyncio.sleep(0.002)
+
+
 def run_batcher(jobs: list[tuple[Any, list[str], list[int], bool]], max_tokens: int) -> tuple[list[Any], list[Any]]:
     """Submit every job while the model is held, then release it; returns each job's results and the calls made
     (each a list of (key, item))."""
@@ -79,10 +99,7 @@ def run_batcher(jobs: list[tuple[Any, list[str], list[int], bool]], max_tokens: 
                 asyncio.ensure_future(batcher.submit(key, items, sizes, runner(key), whole))
                 for key, items, sizes, whole in jobs
             ]
-            for _ in range(1000):
-                if batcher.waiting == sum(len(items) for _, items, _, _ in jobs):
-                    break
-                await asyncio.sleep(0.002)
+            await until_waiting(batcher, sum(len(items) for _, items, _, _ in jobs))
             held.release.set()
             await first
             return list(await asyncio.wait_for(asyncio.gather(*futures), TIMEOUT_S))
@@ -125,11 +142,7 @@ def test_a_cancelled_request_leaves_the_queue() -> None:
     from dotformer.api.batcher import Batcher
     from dotformer.api.turns import ModelTurns
 
-    calls: list[list[str]] = []
-
-    def run(items: list[str]) -> list[str]:
-        calls.append(list(items))
-        return items
+    calls, run = recording()
 
     async def main() -> list[str]:
         turns = ModelTurns()
@@ -139,10 +152,7 @@ def test_a_cancelled_request_leaves_the_queue() -> None:
             first = await held.start(batcher)
             gone = asyncio.ensure_future(batcher.submit("k", ["gone1", "gone2"], [1, 1], run))
             kept = asyncio.ensure_future(batcher.submit("k", ["kept"], [1], run))
-            for _ in range(1000):
-                if batcher.waiting == 3:
-                    break
-                await asyncio.sleep(0.002)
+            await until_waiting(batcher, 3)
             gone.cancel()
             await asyncio.sleep(0)
             assert batcher.waiting == 1
@@ -164,11 +174,7 @@ def test_the_clients_of_a_call_get_the_wait_to_send_again() -> None:
     from dotformer.api.batcher import Batcher, BatchStats
     from dotformer.api.turns import ModelTurns
 
-    calls: list[list[str]] = []
-
-    def run(items: list[str]) -> list[str]:
-        calls.append(list(items))
-        return items
+    calls, run = recording()
 
     async def main() -> list[Any]:
         turns = ModelTurns()
@@ -203,11 +209,7 @@ def test_two_groups_take_turns_without_waiting_for_each_other() -> None:
     from dotformer.api.batcher import Batcher
     from dotformer.api.turns import ModelTurns
 
-    calls: list[list[str]] = []
-
-    def run(items: list[str]) -> list[str]:
-        calls.append(list(items))
-        return items
+    calls, run = recording()
 
     async def main() -> list[Any]:
         turns = ModelTurns()
@@ -216,10 +218,7 @@ def test_two_groups_take_turns_without_waiting_for_each_other() -> None:
         try:
             first = await held.start(batcher)
             waited = asyncio.ensure_future(batcher.submit("k", ["waited"], [1], run))
-            for _ in range(1000):
-                if batcher.waiting == 1:
-                    break
-                await asyncio.sleep(0.002)
+            await until_waiting(batcher, 1)
             held.release.set()
             await first  # the held call's client is answered; the waiting request's call starts without it
             waited_result = await asyncio.wait_for(waited, 10)

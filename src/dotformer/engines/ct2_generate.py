@@ -145,13 +145,14 @@ class CT2Generate(CT2Copy):
         by_length: dict[int, list[int]] = {}
         for i, row in enumerate(rows):
             by_length.setdefault(len(row), []).append(i)
+        options = dict(
+            beam_size=1, end_token=[self.vocab[i] for i in stop_ids], return_end_token=True,
+            include_prompt_in_result=False, max_length=config.max_len_b,
+            suppress_sequences=self.suppressed(bool(stop_ids)),
+        )  # fmt: skip
         outputs: list[list[int]] = [[] for _ in rows]
         for indices in by_length.values():
-            results = self.generator.generate_batch(
-                [rows[i] for i in indices], beam_size=1, end_token=[self.vocab[i] for i in stop_ids],
-                return_end_token=True, include_prompt_in_result=False, max_length=config.max_len_b,
-                suppress_sequences=self.suppressed(bool(stop_ids)),
-            )  # fmt: skip
+            results = self.generator.generate_batch([rows[i] for i in indices], **options)
             for i, result in zip(indices, results, strict=True):
                 outputs[i] = [self.ids[t] for t in result.sequences[0][: config.max_len_b]]
         return outputs
