@@ -53,18 +53,18 @@ CONFIGS = {
 }
 
 
-def build(name: str, fresh: bool = False) -> Transformer:
-    """The pinned model ``name`` in eval mode (float32): its weights as recorded beside its outputs, or with ``fresh``
-    as drawn from seed 0. The recording keeps them because torch's ``normal_`` rounds its float32 draws by the CPU's
-    vector unit (its AVX2 kernel against the baseline's), so seed 0 gives other weights on another CPU."""
+def build(name: str, recorded: dict[str, Tensor] | None = None) -> Transformer:
+    """The pinned model ``name`` in eval mode (float32): with ``recorded`` (the recording's tensors) its weights as
+    recorded beside its outputs, without them as drawn from seed 0. The recording keeps them because torch's
+    ``normal_`` rounds its float32 draws by the CPU's vector unit (its AVX2 kernel against the baseline's), so seed 0
+    gives other weights on another CPU."""
     torch.manual_seed(0)
     base = dict(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=16, num_heads=4, d_ff=32, dropout=0.0)
     base.update(num_encoder_layers=2, num_decoder_layers=2)
     model = Transformer(ModelConfig(**{**base, **CONFIGS[name]})).eval()
-    if not fresh:
+    if recorded is not None:
         prefix = f"weights.{name}."
-        recorded = {k[len(prefix) :]: v for k, v in load_file(DATA).items() if k.startswith(prefix)}
-        model.load_state_dict(recorded, strict=True)
+        model.load_state_dict({k[len(prefix) :]: v for k, v in recorded.items() if k.startswith(prefix)}, strict=True)
     return model
 
 
@@ -113,12 +113,12 @@ def outputs(name: str, model: Transformer) -> dict[str, Tensor]:
     return {f"{name}.{key}": value.contiguous() for key, value in out.items()}
 
 
-def all_outputs(dtype: torch.dtype, fresh: bool = False) -> dict[str, Tensor]:
-    """The pinned outputs of the three models in ``dtype`` (float64: the float32 weights, converted); ``fresh``: from
-    the weights seed 0 draws on this CPU (:func:`build`)."""
+def all_outputs(dtype: torch.dtype, recorded: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
+    """The pinned outputs of the three models in ``dtype`` (float64: the float32 weights, converted), from the
+    weights in ``recorded`` or, without it, from those seed 0 draws on this CPU (:func:`build`)."""
     result: dict[str, Tensor] = {}
     for name in CONFIGS:
-        result.update(outputs(name, build(name, fresh).to(dtype)))
+        result.update(outputs(name, build(name, recorded).to(dtype)))
     return result
 
 
@@ -129,7 +129,7 @@ def test_the_2017_block_is_bit_identical_on_the_recording_cpu() -> None:
         recorded_on = (handle.metadata() or {}).get("cpu_capability")
     if capability != recorded_on:
         pytest.skip(f"recorded on ATen CPU capability {recorded_on}, this run uses {capability} (float64 test runs)")
-    now = all_outputs(torch.float32)
+    now = all_outputs(torch.float32, recorded)
     for key, value in now.items():
         assert torch.equal(value, recorded[f"float32.{key}"]), key
 
@@ -137,7 +137,7 @@ def test_the_2017_block_is_bit_identical_on_the_recording_cpu() -> None:
 @pytest.mark.numerical
 def test_the_2017_block_agrees_in_float64_on_every_cpu() -> None:
     recorded = load_file(DATA)
-    now = all_outputs(torch.float64)
+    now = all_outputs(torch.float64, recorded)
     assert {f"float64.{key}" for key in now} == {key for key in recorded if key.startswith("float64.")}
     for key, value in now.items():
         expected = recorded[f"float64.{key}"]
@@ -148,10 +148,10 @@ def test_the_2017_block_agrees_in_float64_on_every_cpu() -> None:
 
 
 if __name__ == "__main__":
-    tensors = {f"float32.{k}": v for k, v in all_outputs(torch.float32, fresh=True).items()}
-    tensors.update({f"float64.{k}": v for k, v in all_outputs(torch.float64, fresh=True).items()})
+    tensors = {f"float32.{k}": v for k, v in all_outputs(torch.float32).items()}
+    tensors.update({f"float64.{k}": v for k, v in all_outputs(torch.float64).items()})
     for model_name in CONFIGS:
-        weights = build(model_name, fresh=True).state_dict()
+        weights = build(model_name).state_dict()
         tensors.update({f"weights.{model_name}.{k}": v.clone() for k, v in weights.items()})  # tied: apart
     save_file(tensors, str(DATA), metadata={"cpu_capability": torch.backends.cpu.get_cpu_capability()})
     print(f"wrote {len(tensors)} tensors to {DATA}")
