@@ -28,7 +28,7 @@ from dotformer.decoding import DecodeConfig
 from dotformer.decoding.inputs import encode_prefixes, encode_sources
 from dotformer.engines import cache as cache_module
 from dotformer.engines.choice import EngineOptionError, choose_engine, ct2_problem, torch_only_fields
-from dotformer.engines.ct2_translate import Found, cut_is_safe, search_alpha
+from dotformer.engines.ct2_translate import Found, cut_is_safe, ranking_scores, search_alpha
 from dotformer.engines.torch import TorchEngine
 from dotformer.errors import ConfigError
 
@@ -252,6 +252,9 @@ def test_cut_is_safe_only_when_no_hypothesis_left_out_can_outrank_the_returned_o
     assert not cut_is_safe(close, config, 0.0)
     assert cut_is_safe(close[:1], config, 0.0)  # fewer than K: none was left out
     assert cut_is_safe(close, config.replace(length_penalty=0.0), 0.0)  # α = 0: both rank by the sum
+    assert ranking_scores([*sure, left_out], 0.6, beta, 0.0) == [ours(sure[0]), ours(sure[1]), ours(left_out)]
+    with_prefix = ranking_scores([found(4, -2.0)], 0.6, beta, -0.5)  # the prefix's sum joins the search's
+    assert with_prefix[0] == pytest.approx(-2.5 / (9 / 6) ** 0.6, rel=1e-12)
 
 
 CONTROLS = [

@@ -218,6 +218,14 @@ def beam_settled(hyps: Sequence[tuple[float, int, bool]], steps: int, most: int,
     return best_alive / gnmt_penalty(most, alpha) <= finished[beam_size - 1]
 
 
+def ranking_scores(hyps: Sequence[Found], alpha: float, beta: float, prefix_sum: float) -> list[float]:
+    """dotformer's score of each hypothesis: CTranslate2's sum recovered (``score · |Y|^β``; β 0 where the search
+    was given no length penalty), plus the prefix's sum, over the GNMT penalty of |Y| (the prefix and the EOS
+    included), as dotformer's beam search ranks its finished hypotheses (module docstring, "Scores")."""
+    lengths = [len(hyp.tokens) for hyp in hyps]
+    return [(hyp.score * n**beta + prefix_sum) / gnmt_penalty(n, alpha) for hyp, n in zip(hyps, lengths, strict=True)]
+
+
 def cut_is_safe(hyps: Sequence[Found], config: DecodeConfig, prefix_sum: float) -> bool:
     """Whether the hypotheses CTranslate2 returned for a source hold dotformer's ``n_best`` best of all it finished
     (module docstring, "Beam search"). It returns the K best by its own score, a sum s over |Y|^β
@@ -236,10 +244,8 @@ def cut_is_safe(hyps: Sequence[Found], config: DecodeConfig, prefix_sum: float) 
     alpha, beta = config.length_penalty, search_alpha(config.length_penalty)
     if len(hyps) < config.beam_size or alpha == 0:
         return True
-    lengths = [len(hyp.tokens) for hyp in hyps]
-    totals = [hyp.score * length**beta + prefix_sum for hyp, length in zip(hyps, lengths, strict=True)]
-    ours = sorted((total / gnmt_penalty(n, alpha) for total, n in zip(totals, lengths, strict=True)), reverse=True)
-    lowest, longest = min(hyp.score for hyp in hyps), max(lengths)
+    ours = sorted(ranking_scores(hyps, alpha, beta, prefix_sum), reverse=True)
+    lowest, longest = min(hyp.score for hyp in hyps), max(len(hyp.tokens) for hyp in hyps)
     # without a prefix the bound is m · min(L^β / lp(L)): that ratio rises, then falls, so its least is at an end
     candidates = (1, longest) if prefix_sum == 0 else range(1, longest + 1)
     bound = max((lowest * n**beta + prefix_sum) / gnmt_penalty(n, alpha) for n in candidates)
@@ -610,16 +616,12 @@ class CT2Translate(CT2Copy):
         """Per source, the hypotheses to return (``n_best``; 1 for greedy), ranked as dotformer ranks them: by the
         search's summed log-probability (a prefix's, ``sums``, added) over dotformer's length penalty."""
         alpha, wanted = config.length_penalty, config.n_best if config.strategy != "greedy" else 1
-        beta = search_alpha(alpha)
+        beta = search_alpha(alpha) if config.strategy == "beam" else 0.0
         ends = end_pieces(config)
         kept = {}
         for i, hyps in found.items():
-            scores = []
-            for hyp in hyps:
-                length = len(hyp.tokens)  # |Y|: the prefix and the EOS included
-                total = hyp.score * (length**beta if config.strategy == "beam" else 1.0) + sums.get(i, 0.0)
-                scores.append(total / gnmt_penalty(length, alpha))
-            best = sorted(range(len(hyps)), key=lambda k: -scores[k])[:wanted]  # stable: CTranslate2's order on ties
+            scores = ranking_scores(hyps, alpha, beta, sums.get(i, 0.0))
+            best = sorted(range(len(hyps)), key=scores.__getitem__, reverse=True)[:wanted]  # stable on ties
             kept[i] = [self.as_ranked(hyps[k], scores[k], ends) for k in best]
         return kept
 
