@@ -137,6 +137,7 @@ def load_translator(
     """
     from dotformer.api.translator import open_translator
     from dotformer.decoding.options import FLAG_NAMES
+    from dotformer.engines.heap import keep_heap_top
 
     paths = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
     intra, inter = engine_threads(args, args.engine)
@@ -146,6 +147,8 @@ def load_translator(
     )  # fmt: skip
     if translator.engine == "torch":
         apply_threads(args.threads)
+    else:  # CTranslate2's per-step buffers: the heap's top kept, not handed back to the kernel at each step
+        keep_heap_top()
     return translator
 
 
