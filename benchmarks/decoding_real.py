@@ -34,10 +34,13 @@ Two views of the job:
 Figures: inputs/s from wall time and from CPU time (``time.process_time`` in-process, the children's
 ``getrusage`` for commands). Runs are interleaved in rotating order (A B C, B C A, ...), medians over ``--rounds``;
 ``cpu_ratio`` / ``wall_ratio`` = dotformer's inputs/s over the peer of the same precision (ct2 float32 for float32,
-ct2 int8 for int8, HF for ``hf_generate``), where > 1 means dotformer is faster. On a loaded machine read the
-CPU-time ratio of one thread: other processes inflate wall time. ``agree`` = fraction of inputs whose output equals
-the torch engine's float32 output (the hand-written script ranks beams by CTranslate2's own length normalisation
-with 0.6, HF by its own; dotformer's CTranslate2 engine ranks them as the torch engine does, GNMT α = 0.6).
+ct2 int8 for int8, HF for ``hf_generate``), where > 1 means dotformer is faster; ``cpu_ratio_rounds`` = the median
+over rounds of each round's CPU-time ratio, which a drift of the machine's speed between rounds does not move. On a
+loaded machine read the CPU-time ratio of one thread: other processes inflate wall time. ``--systems`` runs only
+the systems named (e.g. ``dotformer_int8,ct2_int8``: more rounds of one comparison in the same time). ``agree`` =
+fraction of inputs whose output equals the torch engine's float32 output, when it runs (the hand-written script
+ranks beams by CTranslate2's own length normalisation with 0.6, HF by its own; dotformer's CTranslate2 engine ranks
+them as the torch engine does, GNMT α = 0.6).
 
 Run: ``python benchmarks/decoding_real.py --checkpoint runs/g2p --checkpoint runs/bible`` (``--quick`` for a 1-2
 minute check).
@@ -348,7 +351,7 @@ def rows_of(
     """One row per system: inputs/s by wall and CPU time, agreement with the torch engine's float32 outputs, ratios
     to the peer."""
     rows = []
-    reference = outputs[REFERENCE[mode]]
+    reference = outputs.get(REFERENCE[mode])  # absent where --systems leaves the torch engine out
     for name in wall:
         row = {
             "mode": mode,
@@ -356,7 +359,9 @@ def rows_of(
             "system": name,
             "words_per_s": words / statistics.median(wall[name]),
             "cpu_words_per_s": words / statistics.median(cpu[name]),
-            "agree": sum(a == b for a, b in zip(outputs[name], reference, strict=True)) / words,
+            "agree": None
+            if reference is None
+            else sum(a == b for a, b in zip(outputs[name], reference, strict=True)) / words,
             "wall_s": wall[name],
             "cpu_s": cpu[name],
         }
@@ -371,6 +376,9 @@ def rows_of(
             row["peer"] = peer["system"]
             row["cpu_ratio"] = row["cpu_words_per_s"] / peer["cpu_words_per_s"]
             row["wall_ratio"] = row["words_per_s"] / peer["words_per_s"]
+            row["cpu_ratio_rounds"] = statistics.median(
+                theirs / mine for mine, theirs in zip(row["cpu_s"], peer["cpu_s"], strict=True)
+            )  # each round's ratio: the two ran in the same round, so a drift of the machine's speed cancels
         if row["system"] == "hf_generate":
             row["peer"] = "dotformer"
             row["cpu_ratio"] = by_name["dotformer"]["cpu_words_per_s"] / row["cpu_words_per_s"]
@@ -394,6 +402,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--bf16", action="store_true", help="add dotformer bfloat16 and CTranslate2 bfloat16")
     parser.add_argument("--no-hf", action="store_true", help="skip HF generate")
     parser.add_argument("--no-command", action="store_true", help="skip the whole-command runs")
+    parser.add_argument(
+        "--systems", default="", help="comma-separated systems to run (default all), e.g. dotformer_int8,ct2_int8"
+    )
     parser.add_argument("--quick", action="store_true", help="300 inputs, 2 rounds, greedy only, 1 thread, no HF")
     parser.add_argument("--out", default=str(default_output_dir() / "decoding_real.json"))
     args = parser.parse_args(argv)
@@ -410,7 +421,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for threads in thread_counts:
                 for row in job_rows(args, job, threads):
                     rows.append({"checkpoint": str(checkpoint), "threads": threads, **row})
-    columns = ["mode", "search", "system", "words_per_s", "cpu_words_per_s", "peer", "cpu_ratio", "wall_ratio"]
+    columns = ["mode", "search", "system", "words_per_s", "cpu_words_per_s", "peer", "cpu_ratio", "cpu_ratio_rounds"]
+    columns += ["wall_ratio"]
     print(format_table(rows, ["checkpoint", "threads", *columns, "agree"]))
     print(f"{args.words} inputs at most, batch size {args.batch_size}; ratio > 1: dotformer faster")
     payload = {
@@ -425,6 +437,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     write_json(args.out, payload)
     print(f"wrote {args.out}")
     return payload
+
+
+def chosen(systems: dict[str, Callable[[], Outputs]], names: str) -> dict[str, Callable[[], Outputs]]:
+    """The systems named in ``names`` (comma-separated; empty: all of them); a name matches in both views."""
+    wanted = {name for name in names.split(",") if name}
+    return {name: run for name, run in systems.items() if not wanted or name in wanted}
 
 
 def job_rows(args: argparse.Namespace, job: Job, threads: int) -> list[dict[str, Any]]:
@@ -454,9 +472,11 @@ def job_rows(args: argparse.Namespace, job: Job, threads: int) -> list[dict[str,
             systems[f"ct2_int8@{size}"] = ct2_system(job, beam, size, "int8", threads)
         if not args.no_hf:
             systems["hf_generate"] = hf_system(job, beam, args.batch_size)
-        rows += rows_of("in-process", search, len(job.words), *interleaved(systems, args.rounds, children=False))
-        if not args.no_command:
-            commands = command_systems(job, beam, args.batch_size, threads)
+        wanted = chosen(systems, args.systems)
+        if wanted:
+            rows += rows_of("in-process", search, len(job.words), *interleaved(wanted, args.rounds, children=False))
+        commands = {} if args.no_command else chosen(command_systems(job, beam, args.batch_size, threads), args.systems)
+        if commands:
             rows += rows_of("command", search, len(job.words), *interleaved(commands, args.rounds, children=True))
     return rows
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -214,6 +215,12 @@ def test_decoding_real_agrees_with_ctranslate2_on_a_trained_checkpoint(bench, tm
     assert rows["ct2_float32"]["agree"] == 1.0  # the same model, the same source (the export appends </s>)
     assert rows["dotformer_ct2"]["agree"] == 1.0  # dotformer's CTranslate2 engine decodes as its torch engine
     assert rows["dotformer"]["cpu_ratio"] > 0 and rows["dotformer_ct2"]["peer"] == "ct2_float32"
+    ours, theirs = rows["dotformer_ct2"]["cpu_s"], rows["ct2_float32"]["cpu_s"]  # one timing per round
+    assert rows["dotformer_ct2"]["cpu_ratio_rounds"] == statistics.median(
+        b / a for a, b in zip(ours, theirs, strict=True)
+    )
+    argv += ["--systems", "dotformer_ct2,ct2_float32"]
+    assert {r["system"] for r in decoding_real.main(argv)["rows"]} == {"dotformer_ct2", "ct2_float32"}
 
 
 def test_startup_times_the_commands_and_lists_their_imports(bench, tmp_path):
