@@ -402,6 +402,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--bf16", action="store_true", help="add dotformer bfloat16 and CTranslate2 bfloat16")
     parser.add_argument("--no-hf", action="store_true", help="skip HF generate")
     parser.add_argument("--no-command", action="store_true", help="skip the whole-command runs")
+    parser.add_argument("--no-in-process", action="store_true", help="skip the in-process runs")
     parser.add_argument(
         "--systems", default="", help="comma-separated systems to run (default all), e.g. dotformer_int8,ct2_int8"
     )
@@ -472,7 +473,7 @@ def job_rows(args: argparse.Namespace, job: Job, threads: int) -> list[dict[str,
             systems[f"ct2_int8@{size}"] = ct2_system(job, beam, size, "int8", threads)
         if not args.no_hf:
             systems["hf_generate"] = hf_system(job, beam, args.batch_size)
-        wanted = chosen(systems, args.systems)
+        wanted = {} if args.no_in_process else chosen(systems, args.systems)
         if wanted:
             rows += rows_of("in-process", search, len(job.words), *interleaved(wanted, args.rounds, children=False))
         commands = {} if args.no_command else chosen(command_systems(job, beam, args.batch_size, threads), args.systems)

@@ -10,9 +10,10 @@ threshold it otherwise adjusts as blocks are freed; setting either option stops 
 default 128 KiB would map and unmap every larger buffer).
 
 Measured on the whole ``dotformer translate`` command (a G2P checkpoint of ``bash scripts/g2p.sh``, its first
-2,000 test words, beam 4, int8, one thread; the process's CPU time, 10 runs of each in turn): system time 0.25 s
-without, 0.10 s with; CPU time 0.92x (docs/benchmarks.md, "The C heap"). The cost is memory: up to
-:data:`TOP_PAD` more stays with the process.
+2,000 test words, beam 4, int8, one thread; ``/usr/bin/time``, medians of six runs): system time 0.27 s without,
+0.09 s with, where a hand-written CTranslate2 script spends 0.13 s; against that script the command went from
+0.89-0.90x to 0.93-0.96x (docs/benchmarks.md, "The C heap"). The cost is memory: up to :data:`TOP_PAD` more stays
+with the process.
 
 The command line applies it where CTranslate2 decodes (:func:`dotformer.cli.decode_flags.load_translator`); a
 program of its own calls it once, if it wants the same. It changes the whole process's allocator, so the library
