@@ -422,8 +422,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for threads in thread_counts:
                 for row in job_rows(args, job, threads):
                     rows.append({"checkpoint": str(checkpoint), "threads": threads, **row})
-    columns = ["mode", "search", "system", "words_per_s", "cpu_words_per_s", "peer", "cpu_ratio", "cpu_ratio_rounds"]
-    columns += ["wall_ratio"]
+    columns = ["mode", "search", "system", "words_per_s", "cpu_words_per_s", "peer"]
+    columns += ["cpu_ratio", "cpu_ratio_rounds", "wall_ratio"]
     print(format_table(rows, ["checkpoint", "threads", *columns, "agree"]))
     print(f"{args.words} inputs at most, batch size {args.batch_size}; ratio > 1: dotformer faster")
     payload = {
